@@ -1,0 +1,195 @@
+/* Local executable tools: asm, disasm, stats. They need no agent, only the
+ * vm library's format code. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "vm/executable.h"
+
+enum { OPT_OUTPUT = 1 };
+
+static const cli_opt_t k_output_opts[] = {
+    {"output", 'o', 1, OPT_OUTPUT},
+    {0},
+};
+
+/* Parses "[-o OUT] IN": exactly one positional. Returns 0, or an exit code
+ * (with *done set for --help, which exits 0). */
+static int parse_in_out(const char *cmd, int argc, char **argv, const cli_opt_t *opts,
+                        const char **out_in, const char **out_out, int *done) {
+  cli_args_t a = {cmd, argc, argv, 1, 0};
+  const char *val;
+  *out_in = NULL;
+  *done = 0;
+  for (;;) {
+    int r = cli_next_arg(&a, opts, &val);
+    if (r == CLI_ARG_END) break;
+    if (r == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
+    if (r == CLI_OPT_HELP) {
+      cli_print_command_help(cli_find_command(cmd));
+      *done = 1;
+      return CLI_EXIT_OK;
+    }
+    if (r == OPT_OUTPUT) {
+      if (!out_out) return cli_usage_error(cmd, "this command has no output file");
+      if (*out_out) return cli_usage_error(cmd, "-o given twice");
+      if (!*val) return cli_usage_error(cmd, "-o needs a non-empty path");
+      *out_out = val;
+      continue;
+    }
+    /* positional */
+    if (*out_in) return cli_usage_error(cmd, "more than one input file ('%s')", val);
+    if (!*val) return cli_usage_error(cmd, "the input path is empty");
+    *out_in = val;
+  }
+  if (!*out_in) return cli_usage_error(cmd, "missing input file");
+  return CLI_EXIT_OK;
+}
+
+/* Reads and loads a .vmx file (or stdin). Prints the error and returns its
+ * exit code on failure. *out_bytes is kept for callers that hash it. */
+static int load_vmx(const char *cmd, const char *path, vm_executable_t **out_exec,
+                    uint8_t **out_bytes, size_t *out_size) {
+  vm_limits_t lim = vm_limits_default();
+  *out_exec = NULL;
+  int rc = cli_read_input(cmd, path, lim.max_file_bytes, out_bytes, out_size);
+  if (rc) return rc;
+  vm_status_t st = vm_executable_load(*out_bytes, *out_size, &lim, out_exec);
+  if (st) {
+    rc = cli_input_exit_code(st);
+    cli_error(cmd, "loading '%s': %s", path, vm_status_message(st));
+    vm_status_free(st);
+    free(*out_bytes);
+    *out_bytes = NULL;
+    return rc;
+  }
+  return CLI_EXIT_OK;
+}
+
+/* IN.vmasm -> IN.vmx; any other name gets ".vmx" appended. */
+static char *default_output(const char *in) {
+  size_t n = strlen(in);
+  const char *ext = ".vmasm";
+  size_t el = strlen(ext);
+  if (n > el && strcmp(in + n - el, ext) == 0) n -= el;
+  char *out = malloc(n + 5);
+  if (!out) return NULL;
+  memcpy(out, in, n);
+  memcpy(out + n, ".vmx", 5);
+  return out;
+}
+
+int cli_cmd_asm(const cli_global_t *g, int argc, char **argv) {
+  (void)g;
+  const char *cmd = "asm", *in, *out = NULL;
+  int done, rc = parse_in_out(cmd, argc, argv, k_output_opts, &in, &out, &done);
+  if (rc || done) return rc;
+  if (strcmp(in, "-") == 0 && !out)
+    return cli_usage_error(cmd, "reading standard input needs -o OUT.vmx (or -o - for stdout)");
+  if (out && strcmp(out, "-") == 0 && isatty(STDOUT_FILENO))
+    return cli_usage_error(cmd, "refusing to write a binary executable to a terminal");
+
+  vm_limits_t lim = vm_limits_default();
+  uint8_t *text = NULL, *bytes = NULL;
+  size_t text_size, nbytes;
+  char *out_owned = NULL;
+  vm_executable_t *exec = NULL;
+  rc = cli_read_input(cmd, in, lim.max_file_bytes, &text, &text_size);
+  if (rc) goto done;
+  vm_status_t st = vm_executable_asm((const char *)text, text_size, &lim, &exec);
+  if (st) {
+    rc = cli_input_exit_code(st);
+    cli_error(cmd, "%s: %s", strcmp(in, "-") == 0 ? "<stdin>" : in, vm_status_message(st));
+    vm_status_free(st);
+    goto done;
+  }
+  st = vm_executable_write(exec, &bytes, &nbytes);
+  if (st) {
+    rc = CLI_EXIT_INTERNAL;
+    cli_error(cmd, "serialising: %s", vm_status_message(st));
+    vm_status_free(st);
+    goto done;
+  }
+  if (!out) {
+    out = out_owned = default_output(in);
+    if (!out) {
+      rc = CLI_EXIT_INTERNAL;
+      cli_error(cmd, "out of memory");
+      goto done;
+    }
+  }
+  rc = cli_write_output(cmd, out, bytes, nbytes);
+done:
+  free(out_owned);
+  free(bytes);
+  vm_executable_free(exec);
+  free(text);
+  return rc;
+}
+
+int cli_cmd_disasm(const cli_global_t *g, int argc, char **argv) {
+  (void)g;
+  const char *cmd = "disasm", *in, *out = NULL;
+  int done, rc = parse_in_out(cmd, argc, argv, k_output_opts, &in, &out, &done);
+  if (rc || done) return rc;
+  vm_executable_t *exec;
+  uint8_t *bytes;
+  size_t nbytes;
+  rc = load_vmx(cmd, in, &exec, &bytes, &nbytes);
+  if (rc) return rc;
+  char *text = NULL;
+  vm_status_t st = vm_executable_disasm(exec, &text);
+  if (st) {
+    rc = cli_input_exit_code(st);
+    cli_error(cmd, "%s: %s", in, vm_status_message(st));
+    vm_status_free(st);
+  } else {
+    rc = cli_write_output(cmd, out, text, strlen(text));
+  }
+  free(text);
+  free(bytes);
+  vm_executable_free(exec);
+  return rc;
+}
+
+int cli_cmd_stats(const cli_global_t *g, int argc, char **argv) {
+  (void)g;
+  const char *cmd = "stats", *in;
+  int done, rc = parse_in_out(cmd, argc, argv, NULL, &in, NULL, &done);
+  if (rc || done) return rc;
+  vm_executable_t *exec;
+  uint8_t *bytes;
+  size_t nbytes;
+  rc = load_vmx(cmd, in, &exec, &bytes, &nbytes);
+  if (rc) return rc;
+  char *text = NULL;
+  vm_status_t st = vm_executable_stats(exec, nbytes, &text);
+  if (st) {
+    rc = cli_input_exit_code(st);
+    cli_error(cmd, "%s: %s", in, vm_status_message(st));
+    vm_status_free(st);
+  } else {
+    /* The identity the agent's executable store uses: SHA-256 of the bytes. */
+    uint8_t digest[VM_SHA256_BYTES];
+    char hex[2 * VM_SHA256_BYTES + 1];
+    vm_sha256(bytes, nbytes, digest);
+    vm_sha256_hex(digest, hex);
+    size_t tl = strlen(text);
+    char *all = malloc(tl + sizeof(hex) + 32);
+    if (!all) {
+      cli_error(cmd, "out of memory");
+      rc = CLI_EXIT_INTERNAL;
+    } else {
+      /* The identity first: it is what a user compares with the agent's store. */
+      int n = snprintf(all, tl + sizeof(hex) + 32, "sha256:       %s\n%s", hex, text);
+      rc = cli_write_output(cmd, NULL, all, (size_t)n);
+      free(all);
+    }
+  }
+  free(text);
+  free(bytes);
+  vm_executable_free(exec);
+  return rc;
+}

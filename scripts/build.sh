@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Configures and builds one build tree.
+#   scripts/build.sh [BUILD_DIR] [extra cmake args...]
+# BUILD_DIR defaults to build/. Installs dependencies first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+dir=${1:-build}
+shift || true
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$dir" -j"$jobs"

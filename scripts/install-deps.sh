@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian packages vmrpc builds, tests and runs with.
+# Idempotent and non-interactive: packages already installed are skipped, and
+# nothing is done at all when everything is present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config clang
+  libnng-dev libmbedtls-dev
+  libprotobuf-c-dev protobuf-c-compiler
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+  libclblast-dev libopenblas-dev
+  libcmocka-dev
+  libclang-rt-14-dev
+  openssl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test suite: first the normal
+# build (build/), then the same tests in the sanitizer build (build-asan/,
+# AddressSanitizer + UndefinedBehaviorSanitizer).
+#
+#   scripts/test.sh            everything
+#   VMRPC_SKIP_ASAN=1 ...      normal build only (quicker while developing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+# PoCL is the OpenCL device on machines without a GPU; keep its kernel cache
+# inside the build tree so runs do not depend on a home directory.
+export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$PWD/build/pocl-cache}
+mkdir -p "$POCL_CACHE_DIR"
+
+run_suite() {
+  local dir=$1; shift
+  echo "== configure + build: $dir"
+  cmake -S . -B "$dir" "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs"
+  echo "== test: $dir"
+  (cd "$dir" && ctest --output-on-failure -j"$jobs")
+}
+
+run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [ "${VMRPC_SKIP_ASAN:-0}" != 1 ]; then
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DVMRPC_SANITIZE=ON -DVMRPC_BENCH=OFF
+fi
+echo "test.sh: all suites passed"

@@ -1,0 +1,117 @@
+#include "vm/dtype.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int vm_dtype_valid(vm_dtype_t dt) {
+  if (dt.lanes < 1 || dt.lanes > 64) return 0;
+  switch (dt.code) {
+    case VM_DTYPE_INT:
+    case VM_DTYPE_UINT:
+      return dt.bits == 8 || dt.bits == 16 || dt.bits == 32 || dt.bits == 64;
+    case VM_DTYPE_FLOAT:
+      return dt.bits == 16 || dt.bits == 32 || dt.bits == 64;
+    case VM_DTYPE_BFLOAT:
+      return dt.bits == 16;
+    case VM_DTYPE_BOOL:
+      return dt.bits == 8;
+    default:
+      return 0;
+  }
+}
+
+size_t vm_dtype_bytes(vm_dtype_t dt) { return ((size_t)dt.bits * dt.lanes + 7) / 8; }
+
+int vm_dtype_equal(vm_dtype_t a, vm_dtype_t b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+static const char *code_prefix(uint8_t code) {
+  switch (code) {
+    case VM_DTYPE_INT: return "int";
+    case VM_DTYPE_UINT: return "uint";
+    case VM_DTYPE_FLOAT: return "float";
+    case VM_DTYPE_BFLOAT: return "bfloat";
+    case VM_DTYPE_BOOL: return "bool";
+    default: return NULL;
+  }
+}
+
+char *vm_dtype_str(vm_dtype_t dt, char *buf, size_t buflen) {
+  const char *p = code_prefix(dt.code);
+  if (!p) {
+    snprintf(buf, buflen, "dtype(%u,%u,%u)", dt.code, dt.bits, dt.lanes);
+  } else if (dt.code == VM_DTYPE_BOOL) {
+    if (dt.lanes == 1)
+      snprintf(buf, buflen, "bool");
+    else
+      snprintf(buf, buflen, "boolx%u", dt.lanes);
+  } else if (dt.lanes == 1) {
+    snprintf(buf, buflen, "%s%u", p, dt.bits);
+  } else {
+    snprintf(buf, buflen, "%s%ux%u", p, dt.bits, dt.lanes);
+  }
+  return buf;
+}
+
+/* Parses a decimal number of at most 3 digits from s[*i..len). */
+static int parse_small(const char *s, size_t len, size_t *i, unsigned *out) {
+  unsigned v = 0;
+  size_t start = *i;
+  while (*i < len && s[*i] >= '0' && s[*i] <= '9' && *i - start < 3) {
+    v = v * 10 + (unsigned)(s[*i] - '0');
+    (*i)++;
+  }
+  if (*i == start) return -1;
+  *out = v;
+  return 0;
+}
+
+int vm_dtype_parse(const char *s, size_t len, vm_dtype_t *out_dt) {
+  static const struct {
+    const char *name;
+    uint8_t code;
+  } prefixes[] = {{"bfloat", VM_DTYPE_BFLOAT}, {"float", VM_DTYPE_FLOAT},
+                  {"uint", VM_DTYPE_UINT},     {"int", VM_DTYPE_INT},
+                  {"bool", VM_DTYPE_BOOL}};
+  for (size_t k = 0; k < sizeof(prefixes) / sizeof(prefixes[0]); k++) {
+    size_t pl = strlen(prefixes[k].name);
+    if (len < pl || memcmp(s, prefixes[k].name, pl) != 0) continue;
+    size_t i = pl;
+    unsigned bits = 8, lanes = 1;
+    if (prefixes[k].code != VM_DTYPE_BOOL) {
+      if (parse_small(s, len, &i, &bits) != 0) return -1;
+    }
+    if (i < len) {
+      if (s[i] != 'x') return -1;
+      i++;
+      if (parse_small(s, len, &i, &lanes) != 0) return -1;
+    }
+    if (i != len || bits > 255 || lanes > 0xffff) return -1;
+    vm_dtype_t dt = VM_DTYPE_MAKE(prefixes[k].code, bits, lanes);
+    if (!vm_dtype_valid(dt)) return -1;
+    *out_dt = dt;
+    return 0;
+  }
+  return -1;
+}
+
+int vm_shape_numel(const int64_t *dims, uint32_t ndim, int64_t *out_numel) {
+  int64_t n = 1;
+  for (uint32_t i = 0; i < ndim; i++) {
+    if (dims[i] < 0) return -1;
+    if (__builtin_mul_overflow(n, dims[i], &n)) return -1;
+  }
+  *out_numel = n;
+  return 0;
+}
+
+int vm_tensor_nbytes(vm_dtype_t dt, const int64_t *dims, uint32_t ndim, uint64_t *out_nbytes) {
+  int64_t n;
+  if (vm_shape_numel(dims, ndim, &n) != 0) return -1;
+  uint64_t b;
+  if (__builtin_mul_overflow((uint64_t)n, (uint64_t)vm_dtype_bytes(dt), &b)) return -1;
+  if (b > (uint64_t)INT64_MAX) return -1;
+  *out_nbytes = b;
+  return 0;
+}
