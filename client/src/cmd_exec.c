@@ -68,6 +68,15 @@ static int load_vmx(const char *cmd, const char *path, vm_executable_t **out_exe
   return CLI_EXIT_OK;
 }
 
+/* Reports "NAME: message" for a failed step on an input, frees st and
+ * returns its exit code. */
+static int input_error(const char *cmd, const char *name, vm_status_t st) {
+  int rc = cli_input_exit_code(st);
+  cli_error(cmd, "%s: %s", name, vm_status_message(st));
+  vm_status_free(st);
+  return rc;
+}
+
 /* IN.vmasm -> IN.vmx; any other name gets ".vmx" appended. */
 static char *default_output(const char *in) {
   size_t n = strlen(in);
@@ -100,9 +109,7 @@ int cli_cmd_asm(const cli_global_t *g, int argc, char **argv) {
   if (rc) goto done;
   vm_status_t st = vm_executable_asm((const char *)text, text_size, &lim, &exec);
   if (st) {
-    rc = cli_input_exit_code(st);
-    cli_error(cmd, "%s: %s", strcmp(in, "-") == 0 ? "<stdin>" : in, vm_status_message(st));
-    vm_status_free(st);
+    rc = input_error(cmd, strcmp(in, "-") == 0 ? "<stdin>" : in, st);
     goto done;
   }
   st = vm_executable_write(exec, &bytes, &nbytes);
@@ -141,13 +148,7 @@ int cli_cmd_disasm(const cli_global_t *g, int argc, char **argv) {
   if (rc) return rc;
   char *text = NULL;
   vm_status_t st = vm_executable_disasm(exec, &text);
-  if (st) {
-    rc = cli_input_exit_code(st);
-    cli_error(cmd, "%s: %s", in, vm_status_message(st));
-    vm_status_free(st);
-  } else {
-    rc = cli_write_output(cmd, out, text, strlen(text));
-  }
+  rc = st ? input_error(cmd, in, st) : cli_write_output(cmd, out, text, strlen(text));
   free(text);
   free(bytes);
   vm_executable_free(exec);
@@ -167,9 +168,7 @@ int cli_cmd_stats(const cli_global_t *g, int argc, char **argv) {
   char *text = NULL;
   vm_status_t st = vm_executable_stats(exec, nbytes, &text);
   if (st) {
-    rc = cli_input_exit_code(st);
-    cli_error(cmd, "%s: %s", in, vm_status_message(st));
-    vm_status_free(st);
+    rc = input_error(cmd, in, st);
   } else {
     /* The identity the agent's executable store uses: SHA-256 of the bytes. */
     uint8_t digest[VM_SHA256_BYTES];

@@ -2,6 +2,7 @@
 #ifndef VMRPC_TEST_UTIL_H
 #define VMRPC_TEST_UTIL_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,25 @@
     if (as_sub_ && !strstr(as_buf_, as_sub_))                                        \
       fail_msg("%s: message '%s' lacks '%s'", #expr, as_buf_, as_sub_);              \
   } while (0)
+
+/* ASSERT_STATUS for helpers that check on behalf of their caller: fails
+ * the test, naming expr and the caller's line, unless st has exactly code
+ * and a message containing substr (not NULL); frees st. */
+static inline void assert_status_at(vm_status_t st, vm_code_t code, const char *substr,
+                                    const char *expr, int line) {
+  if (!st)
+    fail_msg("line %d: %s: expected %s ('%s'), got OK", line, expr, vm_code_name(code), substr);
+  const char *msg = vm_status_message(st);
+  if (vm_status_code(st) != code || !strstr(msg, substr)) {
+    char copy[512];
+    snprintf(copy, sizeof(copy), "%s", msg);
+    vm_code_t got = vm_status_code(st);
+    vm_status_free(st);
+    fail_msg("line %d: %s: expected %s containing '%s', got %s: %s", line, expr, vm_code_name(code),
+             substr, vm_code_name(got), copy);
+  }
+  vm_status_free(st);
+}
 
 /* The VM execution mode this run of a test_rt_* suite covers: 0 bytecode
  * (default), 1 compiled — from VMRPC_EXEC_MODE. */

@@ -12,31 +12,10 @@
 
 #include <cmocka.h>
 
+#include "exec_compare.h"
 #include "sample_exec.h"
+#include "test_util.h"
 #include "vm/executable.h"
-
-#define OK(expr)                                                \
-  do {                                                          \
-    vm_status_t st_ = (expr);                                   \
-    if (st_) fail_msg("%s: %s", #expr, vm_status_message(st_)); \
-  } while (0)
-
-static void expect_err(vm_status_t st, vm_code_t code, const char *substr, const char *expr,
-                       int line) {
-  if (!st)
-    fail_msg("line %d: %s: expected %s ('%s'), got OK", line, expr, vm_code_name(code), substr);
-  const char *msg = vm_status_message(st);
-  if (vm_status_code(st) != code || !strstr(msg, substr)) {
-    char copy[512];
-    snprintf(copy, sizeof(copy), "%s", msg);
-    vm_code_t got = vm_status_code(st);
-    vm_status_free(st);
-    fail_msg("line %d: %s: expected %s containing '%s', got %s: %s", line, expr, vm_code_name(code),
-             substr, vm_code_name(got), copy);
-  }
-  vm_status_free(st);
-}
-#define EXPECT_ERR(expr, code, substr) expect_err((expr), (code), (substr), #expr, __LINE__)
 
 /* Loads bytes expecting an error; the out pointer must stay NULL. */
 static void load_err(const uint8_t *d, size_t n, const vm_limits_t *lim, vm_code_t code,
@@ -44,7 +23,7 @@ static void load_err(const uint8_t *d, size_t n, const vm_limits_t *lim, vm_code
   vm_executable_t *e = (vm_executable_t *)1;
   vm_status_t st = vm_executable_load(d, n, lim, &e);
   if (!st) vm_executable_free(e);
-  expect_err(st, code, substr, "vm_executable_load", line);
+  assert_status_at(st, code, substr, "vm_executable_load", line);
   assert_null(e);
 }
 #define LOAD_ERR(d, n, code, substr) load_err((d), (n), NULL, (code), (substr), __LINE__)
@@ -122,96 +101,20 @@ static uint8_t *with_extra_section(const uint8_t *d, size_t n, uint32_t id, uint
   return o;
 }
 
-/* ---------------------------------------------------------------------------
- * Deep equality of two executables
- */
-
-static void assert_dims_equal(const int64_t *a, const int64_t *b, uint32_t n) {
-  for (uint32_t i = 0; i < n; i++) assert_int_equal(a[i], b[i]);
-}
-
-static void assert_exec_equal(const vm_executable_t *a, const vm_executable_t *b) {
-  assert_int_equal(a->num_functions, b->num_functions);
-  for (uint32_t i = 0; i < a->num_functions; i++) {
-    const vm_function_t *x = &a->functions[i], *y = &b->functions[i];
-    assert_int_equal(x->kind, y->kind);
-    assert_string_equal(x->name, y->name);
-    if (x->kind != VM_FUNC_BYTECODE) continue;
-    assert_int_equal(x->start_instr, y->start_instr);
-    assert_int_equal(x->end_instr, y->end_instr);
-    assert_int_equal(x->num_args, y->num_args);
-    assert_int_equal(x->num_regs, y->num_regs);
-    for (uint32_t p = 0; p < x->num_args; p++) {
-      const vm_param_t *pa = &x->params[p], *pb = &y->params[p];
-      assert_string_equal(pa->name, pb->name);
-      assert_int_equal(pa->has_type, pb->has_type);
-      assert_int_equal(pa->ndim, pb->ndim);
-      if (!pa->has_type) continue;
-      assert_true(vm_dtype_equal(pa->dtype, pb->dtype));
-      if (pa->ndim > 0) assert_dims_equal(pa->shape, pb->shape, (uint32_t)pa->ndim);
-    }
-  }
-  assert_int_equal(a->num_constants, b->num_constants);
-  for (uint32_t i = 0; i < a->num_constants; i++) {
-    const vm_constant_t *x = &a->constants[i], *y = &b->constants[i];
-    assert_int_equal(x->kind, y->kind);
-    assert_string_equal(x->scope, y->scope);
-    switch (x->kind) {
-      case VM_CONST_INT: assert_int_equal(x->u.i, y->u.i); break;
-      case VM_CONST_FLOAT: assert_memory_equal(&x->u.f, &y->u.f, sizeof(double)); break;
-      case VM_CONST_STRING:
-        assert_int_equal(x->u.str.len, y->u.str.len);
-        assert_memory_equal(x->u.str.data, y->u.str.data, x->u.str.len + 1); /* incl. NUL */
-        break;
-      case VM_CONST_DTYPE: assert_true(vm_dtype_equal(x->u.dtype, y->u.dtype)); break;
-      case VM_CONST_SHAPE:
-        assert_int_equal(x->u.shape.ndim, y->u.shape.ndim);
-        assert_dims_equal(x->u.shape.dims, y->u.shape.dims, x->u.shape.ndim);
-        break;
-      case VM_CONST_TENSOR:
-        assert_true(vm_dtype_equal(x->u.tensor.dtype, y->u.tensor.dtype));
-        assert_int_equal(x->u.tensor.ndim, y->u.tensor.ndim);
-        assert_dims_equal(x->u.tensor.shape, y->u.tensor.shape, x->u.tensor.ndim);
-        assert_int_equal(x->u.tensor.nbytes, y->u.tensor.nbytes);
-        if (x->u.tensor.nbytes)
-          assert_memory_equal(x->u.tensor.data, y->u.tensor.data, x->u.tensor.nbytes);
-        assert_int_equal((uintptr_t)y->u.tensor.data % VM_TENSOR_ALIGN, 0);
-        break;
-    }
-  }
-  assert_int_equal(a->num_instrs, b->num_instrs);
-  assert_int_equal(a->num_words, b->num_words);
-  if (a->num_instrs)
-    assert_memory_equal(a->instr_offset, b->instr_offset, a->num_instrs * sizeof(uint64_t));
-  if (a->num_words)
-    assert_memory_equal(a->instr_data, b->instr_data, a->num_words * sizeof(int64_t));
-  assert_int_equal(a->num_kernels, b->num_kernels);
-  for (uint32_t i = 0; i < a->num_kernels; i++) {
-    assert_string_equal(a->kernels[i].name, b->kernels[i].name);
-    assert_string_equal(a->kernels[i].source, b->kernels[i].source);
-    assert_string_equal(a->kernels[i].options, b->kernels[i].options);
-  }
-  assert_int_equal(a->num_meta, b->num_meta);
-  for (uint32_t i = 0; i < a->num_meta; i++) {
-    assert_string_equal(a->meta[i].key, b->meta[i].key);
-    assert_string_equal(a->meta[i].value, b->meta[i].value);
-  }
-}
-
 /* builder -> bytes -> load -> bytes: identical bytes, equal fields. */
 static void round_trip(vm_executable_t *built) {
   uint8_t *b1, *b2, *b3;
   size_t n1, n2, n3;
-  OK(vm_executable_write(built, &b1, &n1));
-  OK(vm_executable_write(built, &b3, &n3)); /* deterministic */
+  ASSERT_OK(vm_executable_write(built, &b1, &n1));
+  ASSERT_OK(vm_executable_write(built, &b3, &n3)); /* deterministic */
   assert_int_equal(n1, n3);
   assert_memory_equal(b1, b3, n1);
   vm_executable_t *loaded;
-  OK(vm_executable_load(b1, n1, NULL, &loaded));
+  ASSERT_OK(vm_executable_load(b1, n1, NULL, &loaded));
   assert_int_equal(loaded->version_major, VM_FORMAT_MAJOR);
   assert_int_equal(loaded->version_minor, VM_FORMAT_MINOR);
-  assert_exec_equal(built, loaded);
-  OK(vm_executable_write(loaded, &b2, &n2));
+  exec_assert_equal(built, loaded);
+  ASSERT_OK(vm_executable_write(loaded, &b2, &n2));
   assert_int_equal(n1, n2);
   assert_memory_equal(b1, b2, n1);
   uint8_t h1[VM_SHA256_BYTES], h2[VM_SHA256_BYTES];
@@ -240,14 +143,14 @@ static void test_round_trip_rich(void **state) {
 static void test_round_trip_empty(void **state) {
   (void)state;
   vm_builder_t *b;
-  OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_create(&b));
   vm_executable_t *e;
-  OK(vm_builder_finish(b, &e));
+  ASSERT_OK(vm_builder_finish(b, &e));
   vm_builder_free(b);
   round_trip(e);
   uint8_t *d;
   size_t n;
-  OK(vm_executable_write(e, &d, &n));
+  ASSERT_OK(vm_executable_write(e, &d, &n));
   assert_memory_equal(d, "VMRPCVMX", 8);
   assert_int_equal(d[8] | d[9] << 8, VM_FORMAT_MAJOR);
   assert_int_equal(d[10] | d[11] << 8, VM_FORMAT_MINOR);
@@ -256,11 +159,11 @@ static void test_round_trip_empty(void **state) {
   vm_executable_free(e);
 
   /* only a packed function and a metadata entry */
-  OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_create(&b));
   uint32_t idx;
-  OK(vm_builder_declare_packed(b, "only.packed", &idx));
-  OK(vm_builder_add_meta(b, "k", ""));
-  OK(vm_builder_finish(b, &e));
+  ASSERT_OK(vm_builder_declare_packed(b, "only.packed", &idx));
+  ASSERT_OK(vm_builder_add_meta(b, "k", ""));
+  ASSERT_OK(vm_builder_finish(b, &e));
   vm_builder_free(b);
   round_trip(e);
   vm_executable_free(e);
@@ -269,7 +172,7 @@ static void test_round_trip_empty(void **state) {
 static void test_round_trip_large_tensors(void **state) {
   (void)state;
   vm_builder_t *b;
-  OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_create(&b));
   size_t sizes[] = {(1u << 20) + 3, 1, 0, 4096, 100000};
   vm_dtype_t dts[] = {VM_U8, VM_I8, VM_F32, VM_F64, VM_DTYPE_MAKE(VM_DTYPE_UINT, 8, 4)};
   for (int t = 0; t < 5; t++) {
@@ -280,23 +183,24 @@ static void test_round_trip_large_tensors(void **state) {
     for (size_t i = 0; i < nbytes; i++) data[i] = (uint8_t)(i * 31 + (size_t)t);
     int64_t dims[2] = {1, (int64_t)(nbytes / elem)};
     uint32_t idx;
-    OK(vm_builder_const_tensor(b, dts[t], 2, dims, data, nbytes, t == 3 ? "texture" : NULL, &idx));
+    ASSERT_OK(
+        vm_builder_const_tensor(b, dts[t], 2, dims, data, nbytes, t == 3 ? "texture" : NULL, &idx));
     free(data);
-    OK(vm_builder_const_int(b, t, &idx)); /* interleave non-tensor constants */
+    ASSERT_OK(vm_builder_const_int(b, t, &idx)); /* interleave non-tensor constants */
   }
   vm_executable_t *e;
-  OK(vm_builder_finish(b, &e));
+  ASSERT_OK(vm_builder_finish(b, &e));
   vm_builder_free(b);
   round_trip(e);
 
   /* every payload lands at a 64-aligned file offset and holds its bytes */
   uint8_t *d;
   size_t n;
-  OK(vm_executable_write(e, &d, &n));
+  ASSERT_OK(vm_executable_write(e, &d, &n));
   uint64_t doff, dsize;
   find_section(d, SEC_DATA, &doff, &dsize);
   vm_executable_t *l;
-  OK(vm_executable_load(d, n, NULL, &l));
+  ASSERT_OK(vm_executable_load(d, n, NULL, &l));
   for (uint32_t i = 0; i < l->num_constants; i++) {
     if (l->constants[i].kind != VM_CONST_TENSOR) continue;
     assert_int_equal((uintptr_t)l->constants[i].u.tensor.data % VM_TENSOR_ALIGN, 0);
@@ -317,20 +221,20 @@ static void test_round_trip_large_tensors(void **state) {
 static void test_round_trip_special_values(void **state) {
   (void)state;
   vm_builder_t *b;
-  OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_create(&b));
   uint32_t idx;
   double nan_payload;
   uint64_t bits = UINT64_C(0x7ff8000000012345);
   memcpy(&nan_payload, &bits, sizeof(bits));
-  OK(vm_builder_const_float(b, nan_payload, &idx));
-  OK(vm_builder_const_float(b, -0.0, &idx));
-  OK(vm_builder_const_int(b, INT64_MIN, &idx));
-  OK(vm_builder_const_string(b, "a\0b\0", 4, &idx)); /* string constants may hold NUL */
-  OK(vm_builder_const_string(b, "", 0, &idx));
-  OK(vm_builder_const_shape(b, 0, NULL, &idx));
-  OK(vm_builder_set_const_scope(b, idx, "global.texture-nhwc"));
+  ASSERT_OK(vm_builder_const_float(b, nan_payload, &idx));
+  ASSERT_OK(vm_builder_const_float(b, -0.0, &idx));
+  ASSERT_OK(vm_builder_const_int(b, INT64_MIN, &idx));
+  ASSERT_OK(vm_builder_const_string(b, "a\0b\0", 4, &idx)); /* string constants may hold NUL */
+  ASSERT_OK(vm_builder_const_string(b, "", 0, &idx));
+  ASSERT_OK(vm_builder_const_shape(b, 0, NULL, &idx));
+  ASSERT_OK(vm_builder_set_const_scope(b, idx, "global.texture-nhwc"));
   vm_executable_t *e;
-  OK(vm_builder_finish(b, &e));
+  ASSERT_OK(vm_builder_finish(b, &e));
   vm_builder_free(b);
   round_trip(e);
   vm_executable_free(e);
@@ -343,8 +247,8 @@ static void test_loaded_fields_match_rich(void **state) {
   size_t n;
   sample_exec_bytes(e, &d, &n);
   vm_executable_t *l;
-  OK(vm_executable_load(d, n, NULL, &l));
-  assert_exec_equal(e, l);
+  ASSERT_OK(vm_executable_load(d, n, NULL, &l));
+  exec_assert_equal(e, l);
   /* a few spot checks that do not go through the comparator */
   assert_int_equal(vm_executable_find_function(l, "main", VM_FUNC_BYTECODE), 3);
   assert_int_equal(l->functions[3].params[0].ndim, 2);
@@ -367,13 +271,13 @@ static void test_newer_minor_loads(void **state) {
   uint8_t *c = dup_bytes(d, n);
   c[10] = 7; /* minor 7 */
   vm_executable_t *l;
-  OK(vm_executable_load(c, n, NULL, &l));
+  ASSERT_OK(vm_executable_load(c, n, NULL, &l));
   assert_int_equal(l->version_major, VM_FORMAT_MAJOR);
   assert_int_equal(l->version_minor, 7);
   /* written back in this build's version: the original bytes */
   uint8_t *w;
   size_t wn;
-  OK(vm_executable_write(l, &w, &wn));
+  ASSERT_OK(vm_executable_write(l, &w, &wn));
   assert_int_equal(wn, n);
   assert_memory_equal(w, d, n);
   free(w);
@@ -434,11 +338,11 @@ static void test_unknown_section_skipped(void **state) {
   size_t xn;
   uint8_t *x = with_extra_section(d, n, 99, 0, "future stuff\0\xff", 14, &xn);
   vm_executable_t *l;
-  OK(vm_executable_load(x, xn, NULL, &l));
-  assert_exec_equal(e, l);
+  ASSERT_OK(vm_executable_load(x, xn, NULL, &l));
+  exec_assert_equal(e, l);
   uint8_t *w;
   size_t wn;
-  OK(vm_executable_write(l, &w, &wn));
+  ASSERT_OK(vm_executable_write(l, &w, &wn));
   assert_int_equal(wn, n);
   assert_memory_equal(w, d, n); /* the unknown section is dropped */
   free(w);
@@ -454,7 +358,7 @@ static void test_unknown_section_skipped(void **state) {
   free(x);
   /* reserved flag bits are ignored */
   x = with_extra_section(d, n, 1000, 0xfffffffe, "", 0, &xn);
-  OK(vm_executable_load(x, xn, NULL, &l));
+  ASSERT_OK(vm_executable_load(x, xn, NULL, &l));
   vm_executable_free(l);
   free(x);
   /* a known id twice is malformed */
@@ -629,52 +533,31 @@ static void test_limits_refuse_with_resource_exhausted(void **state) {
   uint8_t *d;
   size_t n;
   sample_exec_bytes(e, &d, &n);
-  vm_limits_t lim = vm_limits_default();
-  lim.max_file_bytes = n - 1;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "exceeds the limit of", __LINE__);
-  lim = vm_limits_default();
-  lim.max_functions = 5;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "function count of 6 exceeds the limit of 5",
-           __LINE__);
-  lim = vm_limits_default();
-  lim.max_constants = 1;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "constant count of 8 exceeds the limit of 1",
-           __LINE__);
-  lim = vm_limits_default();
-  lim.max_sections = 5;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "6 sections exceed the limit of 5", __LINE__);
-  lim = vm_limits_default();
-  lim.max_string_bytes = 6;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "name is 8 bytes, over the limit of 6 bytes",
-           __LINE__);
-  lim = vm_limits_default();
-  lim.max_kernel_source = 10;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "kernel 0: source is", __LINE__);
-  lim = vm_limits_default();
-  lim.max_instrs = 3;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "instructions exceed the limit of 3", __LINE__);
-  lim = vm_limits_default();
-  lim.max_words = 3;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "words exceed the limit of 3", __LINE__);
-  lim = vm_limits_default();
-  lim.max_tensor_bytes = 8;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "24 bytes exceed the limit of 8", __LINE__);
-  lim = vm_limits_default();
-  lim.max_ndim = 1;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "ndim 2 exceeds the limit of 1", __LINE__);
-  lim = vm_limits_default();
-  lim.max_kernels = 1;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "kernel count of 2 exceeds the limit of 1", __LINE__);
-  lim = vm_limits_default();
-  lim.max_meta = 1;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "entry count of 2 exceeds the limit of 1", __LINE__);
-  lim = vm_limits_default();
-  lim.max_registers = 4;
-  load_err(d, n, &lim, VM_RESOURCE_EXHAUSTED, "registers exceed the limit of 4", __LINE__);
+  /* One limit lowered below what the file holds: the load fails with code
+   * and a message containing substr. */
+#define LIMIT_ERR(field, value, code, substr)         \
+  do {                                                \
+    vm_limits_t lim = vm_limits_default();            \
+    lim.field = (value);                              \
+    load_err(d, n, &lim, (code), (substr), __LINE__); \
+  } while (0)
+  LIMIT_ERR(max_file_bytes, n - 1, VM_RESOURCE_EXHAUSTED, "exceeds the limit of");
+  LIMIT_ERR(max_functions, 5, VM_RESOURCE_EXHAUSTED, "function count of 6 exceeds the limit of 5");
+  LIMIT_ERR(max_constants, 1, VM_RESOURCE_EXHAUSTED, "constant count of 8 exceeds the limit of 1");
+  LIMIT_ERR(max_sections, 5, VM_RESOURCE_EXHAUSTED, "6 sections exceed the limit of 5");
+  LIMIT_ERR(max_string_bytes, 6, VM_RESOURCE_EXHAUSTED,
+            "name is 8 bytes, over the limit of 6 bytes");
+  LIMIT_ERR(max_kernel_source, 10, VM_RESOURCE_EXHAUSTED, "kernel 0: source is");
+  LIMIT_ERR(max_instrs, 3, VM_RESOURCE_EXHAUSTED, "instructions exceed the limit of 3");
+  LIMIT_ERR(max_words, 3, VM_RESOURCE_EXHAUSTED, "words exceed the limit of 3");
+  LIMIT_ERR(max_tensor_bytes, 8, VM_RESOURCE_EXHAUSTED, "24 bytes exceed the limit of 8");
+  LIMIT_ERR(max_ndim, 1, VM_RESOURCE_EXHAUSTED, "ndim 2 exceeds the limit of 1");
+  LIMIT_ERR(max_kernels, 1, VM_RESOURCE_EXHAUSTED, "kernel count of 2 exceeds the limit of 1");
+  LIMIT_ERR(max_meta, 1, VM_RESOURCE_EXHAUSTED, "entry count of 2 exceeds the limit of 1");
+  LIMIT_ERR(max_registers, 4, VM_RESOURCE_EXHAUSTED, "registers exceed the limit of 4");
   /* the call-argument limit allocates nothing: the verifier reports it */
-  lim = vm_limits_default();
-  lim.max_call_args = 2;
-  load_err(d, n, &lim, VM_INVALID_ARGUMENT, "call with 3 arguments (limit 2)", __LINE__);
+  LIMIT_ERR(max_call_args, 2, VM_INVALID_ARGUMENT, "call with 3 arguments (limit 2)");
+#undef LIMIT_ERR
   free(d);
   vm_executable_free(e);
 }
@@ -685,7 +568,7 @@ static void test_writer_refuses_invalid(void **state) {
   e->instr_data[1] = 5000;
   uint8_t *d = (uint8_t *)1;
   size_t n = 1;
-  EXPECT_ERR(vm_executable_write(e, &d, &n), VM_INVALID_ARGUMENT, "write: function 'main' pc 0");
+  ASSERT_STATUS(vm_executable_write(e, &d, &n), VM_INVALID_ARGUMENT, "write: function 'main' pc 0");
   assert_null(d);
   assert_int_equal(n, 0);
   vm_executable_free(e);
@@ -716,31 +599,31 @@ static void test_file_round_trip(void **state) {
   snprintf(missing, sizeof(missing), "%s/nope.vmx", dir);
 
   vm_executable_t *e = sample_exec_rich();
-  OK(vm_executable_write_file(e, path));
+  ASSERT_OK(vm_executable_write_file(e, path));
   vm_executable_t *l;
-  OK(vm_executable_load_file(path, NULL, &l));
-  assert_exec_equal(e, l);
+  ASSERT_OK(vm_executable_load_file(path, NULL, &l));
+  exec_assert_equal(e, l);
   vm_executable_free(l);
 
   uint8_t *fd, *d;
   size_t fn, n;
-  OK(vm_read_file(path, UINT64_MAX, &fd, &fn));
+  ASSERT_OK(vm_read_file(path, UINT64_MAX, &fd, &fn));
   sample_exec_bytes(e, &d, &n);
   assert_int_equal(fn, n);
   assert_memory_equal(fd, d, n);
   free(fd);
 
   l = (vm_executable_t *)1;
-  EXPECT_ERR(vm_executable_load_file(missing, NULL, &l), VM_NOT_FOUND, "nope.vmx");
+  ASSERT_STATUS(vm_executable_load_file(missing, NULL, &l), VM_NOT_FOUND, "nope.vmx");
   assert_null(l);
   vm_limits_t lim = vm_limits_default();
   lim.max_file_bytes = 100;
-  EXPECT_ERR(vm_executable_load_file(path, &lim, &l), VM_RESOURCE_EXHAUSTED,
-             "over the limit of 100 bytes");
+  ASSERT_STATUS(vm_executable_load_file(path, &lim, &l), VM_RESOURCE_EXHAUSTED,
+                "over the limit of 100 bytes");
   /* a corrupt file names the path */
   d[16] ^= 0xff; /* the first section's id */
-  OK(vm_write_file_atomic(path, d, n));
-  EXPECT_ERR(vm_executable_load_file(path, NULL, &l), VM_INVALID_ARGUMENT, "rich.vmx");
+  ASSERT_OK(vm_write_file_atomic(path, d, n));
+  ASSERT_STATUS(vm_executable_load_file(path, NULL, &l), VM_INVALID_ARGUMENT, "rich.vmx");
   assert_null(l);
 
   free(d);
@@ -756,62 +639,63 @@ static void test_builder_errors(void **state) {
   vm_executable_t *e = NULL;
 
   /* duplicate function */
-  OK(vm_builder_create(&b));
-  OK(vm_builder_declare_function(b, "f", 0, NULL, &f));
-  EXPECT_ERR(vm_builder_declare_function(b, "f", 1, NULL, &g), VM_ALREADY_EXISTS,
-             "function 'f' declared twice");
+  ASSERT_OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_declare_function(b, "f", 0, NULL, &f));
+  ASSERT_STATUS(vm_builder_declare_function(b, "f", 1, NULL, &g), VM_ALREADY_EXISTS,
+                "function 'f' declared twice");
   /* sticky: every later call fails, naming the first error */
-  EXPECT_ERR(vm_builder_declare_packed(b, "p", &p), VM_FAILED_PRECONDITION,
-             "builder failed earlier: builder: function 'f' declared twice");
-  EXPECT_ERR(vm_builder_const_int(b, 1, &p), VM_FAILED_PRECONDITION, "declared twice");
-  EXPECT_ERR(vm_builder_finish(b, &e), VM_FAILED_PRECONDITION, "declared twice");
+  ASSERT_STATUS(vm_builder_declare_packed(b, "p", &p), VM_FAILED_PRECONDITION,
+                "builder failed earlier: builder: function 'f' declared twice");
+  ASSERT_STATUS(vm_builder_const_int(b, 1, &p), VM_FAILED_PRECONDITION, "declared twice");
+  ASSERT_STATUS(vm_builder_finish(b, &e), VM_FAILED_PRECONDITION, "declared twice");
   assert_null(e);
   vm_builder_free(b);
 
   /* unbound label */
-  OK(vm_builder_create(&b));
-  OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
-  OK(vm_builder_begin_function(b, f));
+  ASSERT_OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
+  ASSERT_OK(vm_builder_begin_function(b, f));
   vm_label_t l = vm_builder_new_label(b);
-  OK(vm_builder_emit_goto(b, l));
-  EXPECT_ERR(vm_builder_end_function(b, 0), VM_INVALID_ARGUMENT,
-             "function 'main': label 0 used but never bound");
-  EXPECT_ERR(vm_builder_finish(b, &e), VM_FAILED_PRECONDITION, "never bound");
+  ASSERT_OK(vm_builder_emit_goto(b, l));
+  ASSERT_STATUS(vm_builder_end_function(b, 0), VM_INVALID_ARGUMENT,
+                "function 'main': label 0 used but never bound");
+  ASSERT_STATUS(vm_builder_finish(b, &e), VM_FAILED_PRECONDITION, "never bound");
   vm_builder_free(b);
 
   /* a body defined twice; a function never defined; calls outside a body */
-  OK(vm_builder_create(&b));
-  OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
-  EXPECT_ERR(vm_builder_emit_ret(b, 0), VM_FAILED_PRECONDITION, "emit_ret outside a function");
+  ASSERT_OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
+  ASSERT_STATUS(vm_builder_emit_ret(b, 0), VM_FAILED_PRECONDITION, "emit_ret outside a function");
   vm_builder_free(b);
 
-  OK(vm_builder_create(&b));
-  OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
-  OK(vm_builder_declare_function(b, "other", 0, NULL, &g));
-  OK(vm_builder_begin_function(b, f));
-  OK(vm_builder_emit_ret(b, 0));
-  OK(vm_builder_end_function(b, 0));
-  EXPECT_ERR(vm_builder_finish(b, &e), VM_FAILED_PRECONDITION,
-             "function 'other' was declared but has no body");
-  EXPECT_ERR(vm_builder_begin_function(b, f), VM_ALREADY_EXISTS, "function 'main' defined twice");
+  ASSERT_OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
+  ASSERT_OK(vm_builder_declare_function(b, "other", 0, NULL, &g));
+  ASSERT_OK(vm_builder_begin_function(b, f));
+  ASSERT_OK(vm_builder_emit_ret(b, 0));
+  ASSERT_OK(vm_builder_end_function(b, 0));
+  ASSERT_STATUS(vm_builder_finish(b, &e), VM_FAILED_PRECONDITION,
+                "function 'other' was declared but has no body");
+  ASSERT_STATUS(vm_builder_begin_function(b, f), VM_ALREADY_EXISTS,
+                "function 'main' defined twice");
   vm_builder_free(b);
 
   /* the verifier runs at finish: a register beyond the declared file */
-  OK(vm_builder_create(&b));
-  OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
-  OK(vm_builder_begin_function(b, f));
-  OK(vm_builder_emit_ret(b, VM_REG_VOID));
-  OK(vm_builder_end_function(b, 0));
-  EXPECT_ERR(vm_builder_finish(b, &e), VM_INVALID_ARGUMENT,
-             "builder: function 'main' pc 0: ret result is the void register");
+  ASSERT_OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
+  ASSERT_OK(vm_builder_begin_function(b, f));
+  ASSERT_OK(vm_builder_emit_ret(b, VM_REG_VOID));
+  ASSERT_OK(vm_builder_end_function(b, 0));
+  ASSERT_STATUS(vm_builder_finish(b, &e), VM_INVALID_ARGUMENT,
+                "builder: function 'main' pc 0: ret result is the void register");
   vm_builder_free(b);
 
   /* tensor size disagreeing with its shape */
-  OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_create(&b));
   int64_t dims[1] = {3};
   float data[3] = {0};
-  EXPECT_ERR(vm_builder_const_tensor(b, VM_F32, 1, dims, data, 8, NULL, &p), VM_INVALID_ARGUMENT,
-             "tensor data is 8 bytes, shape and dtype need 12");
+  ASSERT_STATUS(vm_builder_const_tensor(b, VM_F32, 1, dims, data, 8, NULL, &p), VM_INVALID_ARGUMENT,
+                "tensor data is 8 bytes, shape and dtype need 12");
   vm_builder_free(b);
 }
 

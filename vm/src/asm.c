@@ -26,25 +26,6 @@
  * Small containers
  */
 
-/* Grows *ptr (of elem-sized items, capacity *cap) so that need items fit.
- * New items are zeroed. Returns 0, or -1 on overflow or no memory. */
-static int grow(void **ptr, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t nc = *cap ? *cap : 8;
-  while (nc < need) {
-    if (nc > SIZE_MAX / 2) return -1;
-    nc *= 2;
-  }
-  if (nc > SIZE_MAX / elem) return -1;
-  void *p = realloc(*ptr, nc * elem);
-  if (!p) return -1;
-  memset((char *)p + *cap * elem, 0, (nc - *cap) * elem);
-  *ptr = p;
-  *cap = nc;
-  return 0;
-}
-#define GROW(arr, cap, need) grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
-
 /* A byte buffer, kept NUL-terminated. */
 typedef struct dbuf {
   char *p;
@@ -53,7 +34,7 @@ typedef struct dbuf {
 
 static int db_put(dbuf_t *b, const void *s, size_t n) {
   if (n > SIZE_MAX - b->n - 1) return -1;
-  if (GROW(b->p, b->cap, b->n + n + 1) != 0) return -1;
+  if (VMI_GROW(b->p, b->cap, b->n + n + 1) != 0) return -1;
   memcpy(b->p + b->n, s, n);
   b->n += n;
   b->p[b->n] = '\0';
@@ -710,7 +691,7 @@ static vm_status_t parse_dims(asm_parser_t *p, int any_ok, int64_t **out_dims, i
       st = PERR(p, "more than %u dimensions (limit)", p->lim.max_ndim);
       goto fail;
     }
-    if (GROW(dims, cap, n + 1) != 0) {
+    if (VMI_GROW(dims, cap, n + 1) != 0) {
       st = oom();
       goto fail;
     }
@@ -773,7 +754,7 @@ static vm_status_t parse_table_line(asm_parser_t *p, decl_t **out, size_t *out_n
       st = PERR(p, "more than %u functions (limit)", p->lim.max_functions);
       break;
     }
-    if (GROW(list, cap, n + 1) != 0) {
+    if (VMI_GROW(list, cap, n + 1) != 0) {
       st = oom();
       break;
     }
@@ -820,7 +801,7 @@ static vm_status_t prepass(asm_parser_t *p) {
       st = PERR(p, "more than %u functions (limit)", p->lim.max_functions);
       goto done;
     }
-    if (GROW(p->decls, p->cap_decls, p->ndecls + 1) != 0) {
+    if (VMI_GROW(p->decls, p->cap_decls, p->ndecls + 1) != 0) {
       st = oom();
       goto done;
     }
@@ -990,7 +971,7 @@ static vm_status_t parse_meta(asm_parser_t *p) {
   char b[96];
   if (p->nmeta >= p->lim.max_meta)
     return PERR(p, "more than %u .meta entries (limit)", p->lim.max_meta);
-  if (GROW(p->meta, p->cap_meta, p->nmeta + 1) != 0) return oom();
+  if (VMI_GROW(p->meta, p->cap_meta, p->nmeta + 1) != 0) return oom();
   vm_meta_entry_t *m = &p->meta[p->nmeta];
   VM_RETURN_IF_ERROR(next_tok(p, &t));
   VM_RETURN_IF_ERROR(decode_name(p, &t, "metadata key", &m->key));
@@ -1012,7 +993,7 @@ static vm_status_t parse_kernel(asm_parser_t *p) {
   char b[96];
   if (p->nkernels >= p->lim.max_kernels)
     return PERR(p, "more than %u kernels (limit)", p->lim.max_kernels);
-  if (GROW(p->kernels, p->cap_kernels, p->nkernels + 1) != 0) return oom();
+  if (VMI_GROW(p->kernels, p->cap_kernels, p->nkernels + 1) != 0) return oom();
   vm_kernel_module_t *k = &p->kernels[p->nkernels++];
   VM_RETURN_IF_ERROR(next_tok(p, &t));
   VM_RETURN_IF_ERROR(decode_name(p, &t, "kernel name", &k->name));
@@ -1083,8 +1064,8 @@ static vm_status_t parse_const(asm_parser_t *p) {
                 p->nconsts);
   if (p->nconsts >= p->lim.max_constants)
     return PERR(p, "more than %u constants (limit)", p->lim.max_constants);
-  if (GROW(p->consts, p->cap_consts, p->nconsts + 1) != 0 ||
-      GROW(p->cdata, p->cap_cdata, p->nconsts + 1) != 0)
+  if (VMI_GROW(p->consts, p->cap_consts, p->nconsts + 1) != 0 ||
+      VMI_GROW(p->cdata, p->cap_cdata, p->nconsts + 1) != 0)
     return oom();
   vm_constant_t *c = &p->consts[p->nconsts];
   memset(c, 0, sizeof(*c));
@@ -1221,8 +1202,8 @@ static vm_status_t emit(asm_parser_t *p, size_t n) {
     return PERR(p, "more than %" PRIu64 " instructions (limit)", p->lim.max_instrs);
   if ((uint64_t)p->nwords + n > p->lim.max_words)
     return PERR(p, "more than %" PRIu64 " code words (limit)", p->lim.max_words);
-  if (GROW(p->offsets, p->cap_offsets, p->ninstrs + 1) != 0 ||
-      GROW(p->words, p->cap_words, p->nwords + n) != 0)
+  if (VMI_GROW(p->offsets, p->cap_offsets, p->ninstrs + 1) != 0 ||
+      VMI_GROW(p->words, p->cap_words, p->nwords + n) != 0)
     return oom();
   p->offsets[p->ninstrs++] = p->nwords;
   memcpy(p->words + p->nwords, p->iw, n * sizeof(int64_t));
@@ -1231,7 +1212,7 @@ static vm_status_t emit(asm_parser_t *p, size_t n) {
 }
 
 static vm_status_t need_iw(asm_parser_t *p, size_t n) {
-  return GROW(p->iw, p->cap_iw, n) == 0 ? VM_STATUS_OK : oom();
+  return VMI_GROW(p->iw, p->cap_iw, n) == 0 ? VM_STATUS_OK : oom();
 }
 
 static vm_status_t parse_orphan(asm_parser_t *p) {
@@ -1322,7 +1303,7 @@ static vm_status_t parse_reg(asm_parser_t *p, const tok_t *t, const vm_function_
 static vm_status_t add_label_fix(asm_parser_t *p, const tok_t *t, uint64_t word, uint64_t rel) {
   char b[96];
   if (t->kind != TK_WORD) return PERR(p, "expected a label, found %s", show_tok(t, b, sizeof(b)));
-  if (GROW(p->fixes, p->cap_fixes, p->nfixes + 1) != 0) return oom();
+  if (VMI_GROW(p->fixes, p->cap_fixes, p->nfixes + 1) != 0) return oom();
   p->fixes[p->nfixes++] = (label_fix_t){word, rel, t->s, t->n, p->line};
   return VM_STATUS_OK;
 }
@@ -1460,7 +1441,7 @@ static vm_status_t parse_params(asm_parser_t *p, vm_function_t *f) {
     for (;;) {
       if (f->num_args >= p->lim.max_registers)
         return PERR(p, "more than %u parameters (limit)", p->lim.max_registers);
-      if (GROW(f->params, cap, (size_t)f->num_args + 1) != 0) return oom();
+      if (VMI_GROW(f->params, cap, (size_t)f->num_args + 1) != 0) return oom();
       vm_param_t *pa = &f->params[f->num_args++]; /* zeroed: the cleanup frees it */
       pa->ndim = -1;
       VM_RETURN_IF_ERROR(next_tok(p, &t));
@@ -1605,28 +1586,12 @@ static void parser_free(asm_parser_t *p) {
   for (size_t i = 0; i < p->ndecls; i++) free(p->decls[i].name);
   free(p->decls);
   free(p->decl_index);
-  if (p->funcs)
-    for (uint32_t i = 0; i < p->nfuncs; i++) vmi_function_clear(&p->funcs[i]);
-  free(p->funcs);
-  for (size_t i = 0; i < p->nconsts; i++) {
-    vmi_constant_clear(&p->consts[i]);
-    free(p->cdata[i]);
-  }
-  free(p->consts);
-  free(p->cdata);
+  vmi_functions_free(p->funcs, p->nfuncs);
+  vmi_constants_free(p->consts, p->cdata, p->nconsts);
   free(p->offsets);
   free(p->words);
-  for (size_t i = 0; i < p->nkernels; i++) {
-    free(p->kernels[i].name);
-    free(p->kernels[i].source);
-    free(p->kernels[i].options);
-  }
-  free(p->kernels);
-  for (size_t i = 0; i < p->nmeta; i++) {
-    free(p->meta[i].key);
-    free(p->meta[i].value);
-  }
-  free(p->meta);
+  vmi_kernels_free(p->kernels, p->nkernels);
+  vmi_meta_free(p->meta, p->nmeta);
   free(p->fixes);
   free(p->iw);
   free(p->tmp.p);
@@ -1637,17 +1602,9 @@ static void parser_free(asm_parser_t *p) {
 static vm_status_t build(asm_parser_t *p, vm_executable_t **out) {
   vm_executable_t *e = calloc(1, sizeof(*e));
   if (!e) return oom();
-  size_t blob = 0;
-  for (size_t i = 0; i < p->nconsts; i++) {
-    if (p->consts[i].kind != VM_CONST_TENSOR) continue;
-    size_t n = (size_t)p->consts[i].u.tensor.nbytes;
-    size_t r = (n + VM_TENSOR_ALIGN - 1) / VM_TENSOR_ALIGN * VM_TENSOR_ALIGN;
-    if (r < n || blob + r < blob) goto nomem;
-    blob += r;
-  }
-  e->blob_ = vmi_aligned_alloc(blob);
+  e->blob_ = vmi_tensor_blob(p->consts, p->nconsts, &e->blob_size_);
   if (!e->blob_) goto nomem;
-  e->blob_size_ = blob;
+  size_t at = 0;
   /* Arrays of at least one element, as the loader makes them. */
 #define ENSURE(arr, n) \
   if (!(arr) && !((arr) = calloc(1, sizeof(*(arr))))) goto nomem
@@ -1658,7 +1615,6 @@ static vm_status_t build(asm_parser_t *p, vm_executable_t **out) {
   ENSURE(p->kernels, 1);
   ENSURE(p->meta, 1);
 #undef ENSURE
-  size_t at = 0;
   for (size_t i = 0; i < p->nconsts; i++) {
     vm_constant_t *c = &p->consts[i];
     if (c->kind != VM_CONST_TENSOR) continue;

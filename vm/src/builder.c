@@ -43,24 +43,6 @@ struct vm_builder {
   size_t nfixups, cap_fixups;
 };
 
-/* Grows *ptr (of elem-sized items) so that need items fit. */
-static int grow(void **ptr, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t nc = *cap ? *cap : 8;
-  while (nc < need) {
-    if (nc > SIZE_MAX / 2) return -1;
-    nc *= 2;
-  }
-  if (nc > SIZE_MAX / elem) return -1;
-  void *p = realloc(*ptr, nc * elem);
-  if (!p) return -1;
-  memset((char *)p + *cap * elem, 0, (nc - *cap) * elem);
-  *ptr = p;
-  *cap = nc;
-  return 0;
-}
-#define GROW(b, arr, n, cap, need) grow((void **)&(b)->arr, &(b)->cap, (need), sizeof(*(b)->arr))
-
 static vm_status_t fail(vm_builder_t *b, vm_status_t st) {
   if (!b->err) b->err = st;
   else vm_status_free(st);
@@ -89,28 +71,13 @@ vm_status_t vm_builder_create(vm_builder_t **out_builder) {
 
 void vm_builder_free(vm_builder_t *b) {
   if (!b) return;
-  for (size_t i = 0; i < b->nfuncs; i++) vmi_function_clear(&b->funcs[i]);
-  free(b->funcs);
+  vmi_functions_free(b->funcs, b->nfuncs);
   free(b->defined);
-  for (size_t i = 0; i < b->nconsts; i++) {
-    vmi_constant_clear(&b->consts[i]);
-    free(b->const_data[i]);
-  }
-  free(b->consts);
-  free(b->const_data);
+  vmi_constants_free(b->consts, b->const_data, b->nconsts);
   free(b->offsets);
   free(b->words);
-  for (size_t i = 0; i < b->nkernels; i++) {
-    free(b->kernels[i].name);
-    free(b->kernels[i].source);
-    free(b->kernels[i].options);
-  }
-  free(b->kernels);
-  for (size_t i = 0; i < b->nmeta; i++) {
-    free(b->meta[i].key);
-    free(b->meta[i].value);
-  }
-  free(b->meta);
+  vmi_kernels_free(b->kernels, b->nkernels);
+  vmi_meta_free(b->meta, b->nmeta);
   free(b->labels);
   free(b->fixups);
   vm_status_free(b->err);
@@ -121,7 +88,7 @@ static vm_status_t add_function(vm_builder_t *b, vm_func_kind_t kind, const char
                                 uint32_t *out_idx) {
   if (!name || !*name)
     return fail(b, vm_status_make(VM_INVALID_ARGUMENT, "builder: function name is empty"));
-  if (GROW(b, funcs, nfuncs, cap_funcs, b->nfuncs + 1) != 0) return oom(b);
+  if (VMI_GROW(b->funcs, b->cap_funcs, b->nfuncs + 1) != 0) return oom(b);
   uint8_t *d = realloc(b->defined, b->cap_funcs);
   if (!d) return oom(b);
   b->defined = d;
@@ -228,7 +195,7 @@ vm_status_t vm_builder_begin_function(vm_builder_t *b, uint32_t func) {
 
 vm_label_t vm_builder_new_label(vm_builder_t *b) {
   if (b->err) return 0;
-  if (GROW(b, labels, nlabels, cap_labels, b->nlabels + 1) != 0) {
+  if (VMI_GROW(b->labels, b->cap_labels, b->nlabels + 1) != 0) {
     vm_status_free(oom(b));
     return 0;
   }
@@ -255,8 +222,8 @@ vm_status_t vm_builder_bind_label(vm_builder_t *b, vm_label_t label) {
 
 /* Appends one instruction of n words. */
 static vm_status_t emit(vm_builder_t *b, const int64_t *w, size_t n) {
-  if (GROW(b, offsets, ninstrs, cap_instrs, b->ninstrs + 1) != 0 ||
-      GROW(b, words, nwords, cap_words, b->nwords + n) != 0)
+  if (VMI_GROW(b->offsets, b->cap_instrs, b->ninstrs + 1) != 0 ||
+      VMI_GROW(b->words, b->cap_words, b->nwords + n) != 0)
     return oom(b);
   b->offsets[b->ninstrs++] = b->nwords;
   memcpy(b->words + b->nwords, w, n * sizeof(int64_t));
@@ -302,7 +269,7 @@ vm_status_t vm_builder_emit_ret(vm_builder_t *b, int64_t result_reg) {
 static vm_status_t add_fixup(vm_builder_t *b, uint64_t word, vm_label_t label) {
   if (label >= b->nlabels)
     return fail(b, vm_status_make(VM_INVALID_ARGUMENT, "builder: unknown label %u", label));
-  if (GROW(b, fixups, nfixups, cap_fixups, b->nfixups + 1) != 0) return oom(b);
+  if (VMI_GROW(b->fixups, b->cap_fixups, b->nfixups + 1) != 0) return oom(b);
   b->fixups[b->nfixups++] = (fixup_t){word, b->ninstrs - 1, label};
   return VM_STATUS_OK;
 }
@@ -354,7 +321,7 @@ vm_status_t vm_builder_end_function(vm_builder_t *b, uint32_t num_regs) {
 
 static vm_status_t add_const(vm_builder_t *b, vm_const_kind_t kind, vm_constant_t **out,
                              uint32_t *out_idx) {
-  if (GROW(b, consts, nconsts, cap_consts, b->nconsts + 1) != 0) return oom(b);
+  if (VMI_GROW(b->consts, b->cap_consts, b->nconsts + 1) != 0) return oom(b);
   void **cd = realloc(b->const_data, b->cap_consts * sizeof(void *));
   if (!cd) return oom(b);
   b->const_data = cd;
@@ -467,7 +434,7 @@ vm_status_t vm_builder_set_const_scope(vm_builder_t *b, uint32_t idx, const char
 vm_status_t vm_builder_add_kernel(vm_builder_t *b, const char *name, const char *source,
                                   const char *options) {
   CHECK_STICKY(b);
-  if (GROW(b, kernels, nkernels, cap_kernels, b->nkernels + 1) != 0) return oom(b);
+  if (VMI_GROW(b->kernels, b->cap_kernels, b->nkernels + 1) != 0) return oom(b);
   vm_kernel_module_t *k = &b->kernels[b->nkernels];
   k->name = strdup(name ? name : "");
   k->source = strdup(source ? source : "");
@@ -479,7 +446,7 @@ vm_status_t vm_builder_add_kernel(vm_builder_t *b, const char *name, const char 
 
 vm_status_t vm_builder_add_meta(vm_builder_t *b, const char *key, const char *value) {
   CHECK_STICKY(b);
-  if (GROW(b, meta, nmeta, cap_meta, b->nmeta + 1) != 0) return oom(b);
+  if (VMI_GROW(b->meta, b->cap_meta, b->nmeta + 1) != 0) return oom(b);
   vm_meta_entry_t *m = &b->meta[b->nmeta];
   m->key = strdup(key ? key : "");
   m->value = strdup(value ? value : "");
@@ -523,17 +490,8 @@ static vm_status_t build_copy(const vm_builder_t *b, vm_executable_t **out) {
   }
 
   /* One aligned blob holds every tensor constant, as a loaded file does. */
-  size_t blob = 0;
-  for (size_t i = 0; i < b->nconsts; i++) {
-    if (b->consts[i].kind != VM_CONST_TENSOR) continue;
-    size_t n = (size_t)b->consts[i].u.tensor.nbytes;
-    size_t r = (n + VM_TENSOR_ALIGN - 1) / VM_TENSOR_ALIGN * VM_TENSOR_ALIGN;
-    if (r < n || blob + r < blob) goto nomem;
-    blob += r;
-  }
-  e->blob_ = vmi_aligned_alloc(blob);
+  e->blob_ = vmi_tensor_blob(b->consts, b->nconsts, &e->blob_size_);
   if (!e->blob_) goto nomem;
-  e->blob_size_ = blob;
 
   e->constants = calloc(b->nconsts ? b->nconsts : 1, sizeof(vm_constant_t));
   if (!e->constants) goto nomem;

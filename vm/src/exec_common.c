@@ -2,6 +2,8 @@
  * text form: lifetime, limits, instruction decoding, identity, file I/O. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,31 +78,48 @@ void vmi_constant_clear(vm_constant_t *c) {
   memset(c, 0, sizeof(*c));
 }
 
+void vmi_functions_free(vm_function_t *f, size_t n) {
+  if (!f) return;
+  for (size_t i = 0; i < n; i++) vmi_function_clear(&f[i]);
+  free(f);
+}
+
+void vmi_constants_free(vm_constant_t *c, void **data, size_t n) {
+  if (c)
+    for (size_t i = 0; i < n; i++) vmi_constant_clear(&c[i]);
+  if (data)
+    for (size_t i = 0; i < n; i++) free(data[i]);
+  free(c);
+  free(data);
+}
+
+void vmi_kernels_free(vm_kernel_module_t *k, size_t n) {
+  if (!k) return;
+  for (size_t i = 0; i < n; i++) {
+    free(k[i].name);
+    free(k[i].source);
+    free(k[i].options);
+  }
+  free(k);
+}
+
+void vmi_meta_free(vm_meta_entry_t *m, size_t n) {
+  if (!m) return;
+  for (size_t i = 0; i < n; i++) {
+    free(m[i].key);
+    free(m[i].value);
+  }
+  free(m);
+}
+
 void vm_executable_free(vm_executable_t *exec) {
   if (!exec) return;
-  if (exec->functions)
-    for (uint32_t i = 0; i < exec->num_functions; i++) vmi_function_clear(&exec->functions[i]);
-  free(exec->functions);
-  if (exec->constants)
-    for (uint32_t i = 0; i < exec->num_constants; i++) vmi_constant_clear(&exec->constants[i]);
-  free(exec->constants);
+  vmi_functions_free(exec->functions, exec->num_functions);
+  vmi_constants_free(exec->constants, NULL, exec->num_constants);
   free(exec->instr_offset);
   free(exec->instr_data);
-  if (exec->kernels) {
-    for (uint32_t i = 0; i < exec->num_kernels; i++) {
-      free(exec->kernels[i].name);
-      free(exec->kernels[i].source);
-      free(exec->kernels[i].options);
-    }
-  }
-  free(exec->kernels);
-  if (exec->meta) {
-    for (uint32_t i = 0; i < exec->num_meta; i++) {
-      free(exec->meta[i].key);
-      free(exec->meta[i].value);
-    }
-  }
-  free(exec->meta);
+  vmi_kernels_free(exec->kernels, exec->num_kernels);
+  vmi_meta_free(exec->meta, exec->num_meta);
   free(exec->blob_);
   free(exec);
 }
@@ -157,12 +176,50 @@ void vm_sha256_hex(const uint8_t digest[VM_SHA256_BYTES], char out[2 * VM_SHA256
   out[2 * VM_SHA256_BYTES] = '\0';
 }
 
+int vmi_grow(void **ptr, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap : 8;
+  while (nc < need) {
+    if (nc > SIZE_MAX / 2) return -1;
+    nc *= 2;
+  }
+  if (nc > SIZE_MAX / elem) return -1;
+  void *p = realloc(*ptr, nc * elem);
+  if (!p) return -1;
+  memset((char *)p + *cap * elem, 0, (nc - *cap) * elem);
+  *ptr = p;
+  *cap = nc;
+  return 0;
+}
+
+vm_status_t vmi_invalid(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vm_status_t st = vm_status_makev(VM_INVALID_ARGUMENT, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
 void *vmi_aligned_alloc(size_t size) {
   size_t rounded = (size + VM_TENSOR_ALIGN - 1) / VM_TENSOR_ALIGN * VM_TENSOR_ALIGN;
   if (rounded == 0) rounded = VM_TENSOR_ALIGN;
   if (rounded < size) return NULL;
   void *p = aligned_alloc(VM_TENSOR_ALIGN, rounded);
   if (p) memset(p, 0, rounded);
+  return p;
+}
+
+void *vmi_tensor_blob(const vm_constant_t *c, size_t n, size_t *out_size) {
+  size_t blob = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (c[i].kind != VM_CONST_TENSOR) continue;
+    size_t nb = (size_t)c[i].u.tensor.nbytes;
+    size_t r = (nb + VM_TENSOR_ALIGN - 1) / VM_TENSOR_ALIGN * VM_TENSOR_ALIGN;
+    if (r < nb || blob + r < blob) return NULL;
+    blob += r;
+  }
+  void *p = vmi_aligned_alloc(blob);
+  if (p) *out_size = blob;
   return p;
 }
 

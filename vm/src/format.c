@@ -8,7 +8,6 @@
  * checked against the bytes that remain and against vm_limits_t before
  * anything is allocated for it, all arithmetic is overflow-checked, and the
  * result passes vm_executable_verify() before it is handed out. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,15 +278,6 @@ vm_status_t vm_executable_write(const vm_executable_t *exec, uint8_t **out_data,
  * Loader
  */
 
-static vm_status_t invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static vm_status_t invalid(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vm_status_t st = vm_status_makev(VM_INVALID_ARGUMENT, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
 static vm_status_t no_memory(const char *what) {
   return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory for %s", what);
 }
@@ -316,7 +306,7 @@ static uint64_t rd_left(const rd_t *r) {
 
 static vm_status_t rd_need(const rd_t *r, uint64_t n, const char *what) {
   if (n > rd_left(r))
-    return invalid(
+    return vmi_invalid(
         "%s is truncated at file offset %llu: needs %llu bytes, %llu remain in the "
         "section",
         what, (unsigned long long)(r->base + r->pos), (unsigned long long)n,
@@ -367,7 +357,7 @@ static vm_status_t rd_str(rd_t *r, uint32_t max, int allow_nul, char **out, uint
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "%s is %u bytes, over the limit of %u bytes", what,
                           n, max);
   const char *s = (const char *)(r->p + r->pos);
-  if (!allow_nul && memchr(s, 0, n)) return invalid("%s contains a NUL byte", what);
+  if (!allow_nul && memchr(s, 0, n)) return vmi_invalid("%s contains a NUL byte", what);
   char *d = vmi_strndup(s, n);
   if (!d) return no_memory(what);
   r->pos += n;
@@ -384,8 +374,8 @@ static vm_status_t rd_count(rd_t *r, uint64_t min_entry, uint32_t limit, uint32_
   uint32_t n;
   VM_RETURN_IF_ERROR(rd_u32(r, &n, what));
   if (n > rd_left(r) / min_entry)
-    return invalid("%s of %u cannot fit in the %llu bytes left in the section", what, n,
-                   (unsigned long long)rd_left(r));
+    return vmi_invalid("%s of %u cannot fit in the %llu bytes left in the section", what, n,
+                       (unsigned long long)rd_left(r));
   if (n > limit)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "%s of %u exceeds the limit of %u", what, n,
                           limit);
@@ -409,8 +399,8 @@ static vm_status_t rd_dims(rd_t *r, uint32_t ndim, int64_t **out, const char *wh
 
 static vm_status_t rd_end(const rd_t *r) {
   if (r->pos != r->len)
-    return invalid("%llu trailing bytes after the last field (file offset %llu)",
-                   (unsigned long long)rd_left(r), (unsigned long long)(r->base + r->pos));
+    return vmi_invalid("%llu trailing bytes after the last field (file offset %llu)",
+                       (unsigned long long)rd_left(r), (unsigned long long)(r->base + r->pos));
   return VM_STATUS_OK;
 }
 
@@ -418,13 +408,13 @@ static vm_status_t load_param(rd_t *r, vm_param_t *p, const vm_limits_t *lim) {
   VM_RETURN_IF_ERROR(rd_str(r, lim->max_string_bytes, 0, &p->name, NULL, "name"));
   p->ndim = -1;
   VM_RETURN_IF_ERROR(rd_u8(r, &p->has_type, "has_type"));
-  if (p->has_type > 1) return invalid("has_type is %u, not 0 or 1", p->has_type);
+  if (p->has_type > 1) return vmi_invalid("has_type is %u, not 0 or 1", p->has_type);
   if (!p->has_type) return VM_STATUS_OK;
   VM_RETURN_IF_ERROR(rd_dtype(r, &p->dtype, "dtype"));
   uint32_t nd;
   VM_RETURN_IF_ERROR(rd_u32(r, &nd, "ndim"));
   p->ndim = (int32_t)nd;
-  if (p->ndim < -1) return invalid("ndim %d is below -1 (any rank)", p->ndim);
+  if (p->ndim < -1) return vmi_invalid("ndim %d is below -1 (any rank)", p->ndim);
   if (p->ndim > 0 && nd > lim->max_ndim)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "ndim %u exceeds the limit of %u", nd,
                           lim->max_ndim);
@@ -436,7 +426,7 @@ static vm_status_t load_function(rd_t *r, vm_function_t *f, const vm_limits_t *l
   uint32_t kind;
   VM_RETURN_IF_ERROR(rd_u32(r, &kind, "kind"));
   if (kind != VM_FUNC_PACKED && kind != VM_FUNC_BYTECODE)
-    return invalid("unknown function kind %u", kind);
+    return vmi_invalid("unknown function kind %u", kind);
   f->kind = (vm_func_kind_t)kind;
   VM_RETURN_IF_ERROR(rd_str(r, lim->max_string_bytes, 0, &f->name, NULL, "name"));
   if (f->kind != VM_FUNC_BYTECODE) return VM_STATUS_OK;
@@ -448,8 +438,8 @@ static vm_status_t load_function(rd_t *r, vm_function_t *f, const vm_limits_t *l
   f->num_regs = nregs;
   /* A parameter takes at least its name length and has_type: 5 bytes. */
   if (nargs > rd_left(r) / 5)
-    return invalid("%u parameters cannot fit in the %llu bytes left in the section", nargs,
-                   (unsigned long long)rd_left(r));
+    return vmi_invalid("%u parameters cannot fit in the %llu bytes left in the section", nargs,
+                       (unsigned long long)rd_left(r));
   if (nregs > lim->max_registers || nargs > lim->max_registers)
     return vm_status_make(VM_RESOURCE_EXHAUSTED,
                           "%u parameters / %u registers exceed the limit of %u registers", nargs,
@@ -487,8 +477,8 @@ typedef struct data_ctx {
 static vm_status_t check_zero(const data_ctx_t *d, uint64_t from, uint64_t to) {
   for (uint64_t i = from; i < to; i++) {
     if (d->bytes[i])
-      return invalid("section data: padding byte %llu is 0x%02x, not zero", (unsigned long long)i,
-                     d->bytes[i]);
+      return vmi_invalid("section data: padding byte %llu is 0x%02x, not zero",
+                         (unsigned long long)i, d->bytes[i]);
   }
   return VM_STATUS_OK;
 }
@@ -506,26 +496,26 @@ static vm_status_t load_tensor(rd_t *r, vm_constant_t *c, const vm_limits_t *lim
   VM_RETURN_IF_ERROR(rd_u64(r, &nbytes, "nbytes"));
   VM_RETURN_IF_ERROR(rd_u64(r, &off, "data offset"));
   if (!vm_dtype_valid(c->u.tensor.dtype))
-    return invalid("invalid dtype (code %u, bits %u, lanes %u)", c->u.tensor.dtype.code,
-                   c->u.tensor.dtype.bits, c->u.tensor.dtype.lanes);
+    return vmi_invalid("invalid dtype (code %u, bits %u, lanes %u)", c->u.tensor.dtype.code,
+                       c->u.tensor.dtype.bits, c->u.tensor.dtype.lanes);
   if (vm_tensor_nbytes(c->u.tensor.dtype, c->u.tensor.shape, nd, &want) != 0)
-    return invalid("shape has a negative dim or its byte size overflows");
+    return vmi_invalid("shape has a negative dim or its byte size overflows");
   if (nbytes != want)
-    return invalid("nbytes %llu != shape x dtype size %llu", (unsigned long long)nbytes,
-                   (unsigned long long)want);
+    return vmi_invalid("nbytes %llu != shape x dtype size %llu", (unsigned long long)nbytes,
+                       (unsigned long long)want);
   if (nbytes > lim->max_tensor_bytes)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "%llu bytes exceed the limit of %llu",
                           (unsigned long long)nbytes, (unsigned long long)lim->max_tensor_bytes);
   if (off % VM_TENSOR_ALIGN != 0)
-    return invalid("data offset %llu is not a multiple of %d", (unsigned long long)off,
-                   VM_TENSOR_ALIGN);
+    return vmi_invalid("data offset %llu is not a multiple of %d", (unsigned long long)off,
+                       VM_TENSOR_ALIGN);
   if (off < d->next)
-    return invalid("data offset %llu is before the end of the previous tensor (%llu)",
-                   (unsigned long long)off, (unsigned long long)d->next);
+    return vmi_invalid("data offset %llu is before the end of the previous tensor (%llu)",
+                       (unsigned long long)off, (unsigned long long)d->next);
   if (off > d->size || nbytes > d->size - off)
-    return invalid("data [%llu, +%llu) is outside the %llu-byte data section",
-                   (unsigned long long)off, (unsigned long long)nbytes,
-                   (unsigned long long)d->size);
+    return vmi_invalid("data [%llu, +%llu) is outside the %llu-byte data section",
+                       (unsigned long long)off, (unsigned long long)nbytes,
+                       (unsigned long long)d->size);
   VM_RETURN_IF_ERROR(check_zero(d, d->next, off));
   c->u.tensor.nbytes = nbytes;
   c->u.tensor.data = d->blob + off;
@@ -536,7 +526,7 @@ static vm_status_t load_tensor(rd_t *r, vm_constant_t *c, const vm_limits_t *lim
 static vm_status_t load_constant(rd_t *r, vm_constant_t *c, const vm_limits_t *lim, data_ctx_t *d) {
   uint32_t kind;
   VM_RETURN_IF_ERROR(rd_u32(r, &kind, "kind"));
-  if (kind > VM_CONST_TENSOR) return invalid("unknown constant kind %u", kind);
+  if (kind > VM_CONST_TENSOR) return vmi_invalid("unknown constant kind %u", kind);
   c->kind = (vm_const_kind_t)kind; /* u is zeroed: a partial load frees cleanly */
   VM_RETURN_IF_ERROR(rd_str(r, lim->max_string_bytes, 0, &c->scope, NULL, "scope"));
   switch (c->kind) {
@@ -587,7 +577,7 @@ static vm_status_t load_code(rd_t *r, vm_executable_t *e, const vm_limits_t *lim
    * bytes left (divided, never multiplied) cannot overflow. */
   uint64_t left = rd_left(r);
   if (left % 8 != 0 || ni > left / 8 || nw != left / 8 - ni)
-    return invalid(
+    return vmi_invalid(
         "%llu instructions and %llu words do not match the %llu bytes of the "
         "section's arrays",
         (unsigned long long)ni, (unsigned long long)nw, (unsigned long long)left);
@@ -657,10 +647,11 @@ static vm_status_t load_header(const uint8_t *b, uint64_t size, const vm_limits_
                                uint16_t *out_major, uint16_t *out_minor,
                                sec_entry_t known[SEC_COUNT_]) {
   if (size < sizeof(k_magic) || memcmp(b, k_magic, sizeof(k_magic)) != 0)
-    return invalid("not a vmrpc executable: the file does not start with the magic \"VMRPCVMX\"");
+    return vmi_invalid(
+        "not a vmrpc executable: the file does not start with the magic \"VMRPCVMX\"");
   if (size < HEADER_BYTES)
-    return invalid("header is truncated: %llu bytes, needs %d", (unsigned long long)size,
-                   HEADER_BYTES);
+    return vmi_invalid("header is truncated: %llu bytes, needs %d", (unsigned long long)size,
+                       HEADER_BYTES);
   uint16_t major = le16(b + 8), minor = le16(b + 10);
   if (major != VM_FORMAT_MAJOR)
     return vm_status_make(VM_FAILED_PRECONDITION,
@@ -672,8 +663,8 @@ static vm_status_t load_header(const uint8_t *b, uint64_t size, const vm_limits_
   *out_minor = minor;
   uint32_t nsec = le32(b + 12);
   if (nsec > (size - HEADER_BYTES) / SECTION_ENTRY_BYTES)
-    return invalid("section table of %u entries does not fit in the %llu-byte file", nsec,
-                   (unsigned long long)size);
+    return vmi_invalid("section table of %u entries does not fit in the %llu-byte file", nsec,
+                       (unsigned long long)size);
   if (nsec > lim->max_sections)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "%u sections exceed the limit of %u", nsec,
                           lim->max_sections);
@@ -688,7 +679,7 @@ static vm_status_t load_header(const uint8_t *b, uint64_t size, const vm_limits_
     sec_entry_t s = {le32(p), le32(p + 4), le64(p + 8), le64(p + 16)};
     secs[i] = s;
     if (s.offset < table_end || s.offset > size || s.size > size - s.offset) {
-      st = invalid(
+      st = vmi_invalid(
           "section %u (id %u, %s): [%llu, +%llu) is outside the file's %llu bytes "
           "after the %llu-byte header",
           i, s.id, section_name(s.id), (unsigned long long)s.offset, (unsigned long long)s.size,
@@ -697,7 +688,7 @@ static vm_status_t load_header(const uint8_t *b, uint64_t size, const vm_limits_
     }
     if (s.id >= 1 && s.id <= SEC_COUNT_) {
       if (seen[s.id - 1]) {
-        st = invalid("section id %u (%s) appears twice", s.id, section_name(s.id));
+        st = vmi_invalid("section id %u (%s) appears twice", s.id, section_name(s.id));
         goto fail;
       }
       seen[s.id - 1] = 1;
@@ -716,34 +707,34 @@ static vm_status_t load_header(const uint8_t *b, uint64_t size, const vm_limits_
   uint64_t at = table_end;
   for (uint32_t i = 0; i < nsec; i++) {
     if (secs[i].offset < at) {
-      st = invalid("section id %u (%s) at [%llu, +%llu) overlaps another section", secs[i].id,
-                   section_name(secs[i].id), (unsigned long long)secs[i].offset,
-                   (unsigned long long)secs[i].size);
+      st = vmi_invalid("section id %u (%s) at [%llu, +%llu) overlaps another section", secs[i].id,
+                       section_name(secs[i].id), (unsigned long long)secs[i].offset,
+                       (unsigned long long)secs[i].size);
       goto fail;
     }
     for (uint64_t k = at; k < secs[i].offset; k++) {
       if (b[k]) {
-        st = invalid("padding byte at file offset %llu is 0x%02x, not zero", (unsigned long long)k,
-                     b[k]);
+        st = vmi_invalid("padding byte at file offset %llu is 0x%02x, not zero",
+                         (unsigned long long)k, b[k]);
         goto fail;
       }
     }
     at = secs[i].offset + secs[i].size;
   }
   if (at != size) {
-    st = invalid("%llu trailing bytes after the last section (file offset %llu)",
-                 (unsigned long long)(size - at), (unsigned long long)at);
+    st = vmi_invalid("%llu trailing bytes after the last section (file offset %llu)",
+                     (unsigned long long)(size - at), (unsigned long long)at);
     goto fail;
   }
   for (uint32_t id = 1; id <= SEC_COUNT_; id++) {
     if (!seen[id - 1]) {
-      st = invalid("required section id %u (%s) is missing", id, section_name(id));
+      st = vmi_invalid("required section id %u (%s) is missing", id, section_name(id));
       goto fail;
     }
   }
   if (known[SEC_DATA - 1].offset % VM_TENSOR_ALIGN != 0) {
-    st = invalid("section data starts at file offset %llu, not a multiple of %d",
-                 (unsigned long long)known[SEC_DATA - 1].offset, VM_TENSOR_ALIGN);
+    st = vmi_invalid("section data starts at file offset %llu, not a multiple of %d",
+                     (unsigned long long)known[SEC_DATA - 1].offset, VM_TENSOR_ALIGN);
     goto fail;
   }
 fail:
@@ -765,7 +756,7 @@ vm_status_t vm_executable_load(const void *data, size_t size, const vm_limits_t 
     return vm_status_make(VM_RESOURCE_EXHAUSTED,
                           "executable of %zu bytes exceeds the limit of %llu bytes", size,
                           (unsigned long long)lim.max_file_bytes);
-  if (!b && size) return invalid("no data");
+  if (!b && size) return vmi_invalid("no data");
 
   sec_entry_t sec[SEC_COUNT_];
   uint16_t major = 0, minor = 0;

@@ -63,15 +63,6 @@ vm_limits_t vmi_limits_unbounded(void) {
 
 #define NAME_BUF 80
 
-static vm_status_t invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static vm_status_t invalid(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vm_status_t st = vm_status_makev(VM_INVALID_ARGUMENT, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
 static vm_status_t no_memory(void) {
   return vm_status_make(VM_RESOURCE_EXHAUSTED, "verifier: out of host memory");
 }
@@ -79,11 +70,11 @@ static vm_status_t no_memory(void) {
 /* Checks a NUL-terminated string field. what names it in messages ("function
  * 3 name"). Names must be non-empty; other strings may be empty. */
 static vm_status_t check_cstr(const char *s, int is_name, uint32_t max_bytes, const char *what) {
-  if (!s) return invalid("%s is missing", what);
-  if (is_name && !*s) return invalid("%s is empty", what);
+  if (!s) return vmi_invalid("%s is missing", what);
+  if (is_name && !*s) return vmi_invalid("%s is empty", what);
   /* strnlen so that a huge string costs at most max_bytes + 1 reads. */
   size_t n = strnlen(s, (size_t)max_bytes + 1);
-  if (n > max_bytes) return invalid("%s is longer than the limit of %u bytes", what, max_bytes);
+  if (n > max_bytes) return vmi_invalid("%s is longer than the limit of %u bytes", what, max_bytes);
   return VM_STATUS_OK;
 }
 
@@ -129,22 +120,24 @@ static vm_status_t check_param(const vm_function_t *f, uint32_t i, const vm_limi
   snprintf(what, sizeof(what), "function '%s' parameter %u name", fn, i);
   VM_RETURN_IF_ERROR(check_cstr(p->name, 1, lim->max_string_bytes, what));
   if (p->has_type > 1)
-    return invalid("function '%s' parameter %u: has_type is %u, not 0 or 1", fn, i, p->has_type);
+    return vmi_invalid("function '%s' parameter %u: has_type is %u, not 0 or 1", fn, i,
+                       p->has_type);
   if (!p->has_type) return VM_STATUS_OK;
   if (!vm_dtype_valid(p->dtype))
-    return invalid("function '%s' parameter %u: invalid dtype (code %u, bits %u, lanes %u)", fn, i,
-                   p->dtype.code, p->dtype.bits, p->dtype.lanes);
+    return vmi_invalid("function '%s' parameter %u: invalid dtype (code %u, bits %u, lanes %u)", fn,
+                       i, p->dtype.code, p->dtype.bits, p->dtype.lanes);
   if (p->ndim < -1)
-    return invalid("function '%s' parameter %u: ndim %d is below -1 (any rank)", fn, i, p->ndim);
+    return vmi_invalid("function '%s' parameter %u: ndim %d is below -1 (any rank)", fn, i,
+                       p->ndim);
   if (p->ndim > 0 && (uint32_t)p->ndim > lim->max_ndim)
-    return invalid("function '%s' parameter %u: ndim %d exceeds the limit of %u dims", fn, i,
-                   p->ndim, lim->max_ndim);
+    return vmi_invalid("function '%s' parameter %u: ndim %d exceeds the limit of %u dims", fn, i,
+                       p->ndim, lim->max_ndim);
   if (p->ndim > 0 && !p->shape)
-    return invalid("function '%s' parameter %u: shape of %d dims is missing", fn, i, p->ndim);
+    return vmi_invalid("function '%s' parameter %u: shape of %d dims is missing", fn, i, p->ndim);
   for (int32_t d = 0; d < p->ndim; d++) {
     if (p->shape[d] < -1)
-      return invalid("function '%s' parameter %u: dim %d is %lld (must be >= 0, or -1 = any)", fn,
-                     i, d, (long long)p->shape[d]);
+      return vmi_invalid("function '%s' parameter %u: dim %d is %lld (must be >= 0, or -1 = any)",
+                         fn, i, d, (long long)p->shape[d]);
   }
   return VM_STATUS_OK;
 }
@@ -154,7 +147,7 @@ static vm_status_t check_function_entry(const vm_executable_t *e, uint32_t i,
   const vm_function_t *f = &e->functions[i];
   char what[48];
   if (f->kind != VM_FUNC_PACKED && f->kind != VM_FUNC_BYTECODE)
-    return invalid("function %u: unknown kind %d", i, (int)f->kind);
+    return vmi_invalid("function %u: unknown kind %d", i, (int)f->kind);
   snprintf(what, sizeof(what), "function %u name", i);
   VM_RETURN_IF_ERROR(check_cstr(f->name, 1, lim->max_string_bytes, what));
   if (f->kind == VM_FUNC_PACKED) return VM_STATUS_OK; /* only the name is used */
@@ -162,22 +155,22 @@ static vm_status_t check_function_entry(const vm_executable_t *e, uint32_t i,
   char fn[NAME_BUF];
   vmi_show_name(f->name, fn, sizeof(fn));
   if (f->start_instr >= f->end_instr)
-    return invalid("function '%s': empty or reversed instruction range [%llu, %llu)", fn,
-                   (unsigned long long)f->start_instr, (unsigned long long)f->end_instr);
+    return vmi_invalid("function '%s': empty or reversed instruction range [%llu, %llu)", fn,
+                       (unsigned long long)f->start_instr, (unsigned long long)f->end_instr);
   if (f->end_instr > e->num_instrs)
-    return invalid(
+    return vmi_invalid(
         "function '%s': instruction range [%llu, %llu) extends past the %llu "
         "instructions of the code",
         fn, (unsigned long long)f->start_instr, (unsigned long long)f->end_instr,
         (unsigned long long)e->num_instrs);
   if (f->num_regs > lim->max_registers)
-    return invalid("function '%s': register file size %u exceeds the limit of %u", fn, f->num_regs,
-                   lim->max_registers);
+    return vmi_invalid("function '%s': register file size %u exceeds the limit of %u", fn,
+                       f->num_regs, lim->max_registers);
   if (f->num_args > f->num_regs)
-    return invalid("function '%s': %u parameters > register file size %u", fn, f->num_args,
-                   f->num_regs);
+    return vmi_invalid("function '%s': %u parameters > register file size %u", fn, f->num_args,
+                       f->num_regs);
   if (f->num_args > 0 && !f->params)
-    return invalid("function '%s': parameter table of %u entries is missing", fn, f->num_args);
+    return vmi_invalid("function '%s': parameter table of %u entries is missing", fn, f->num_args);
   for (uint32_t p = 0; p < f->num_args; p++) VM_RETURN_IF_ERROR(check_param(f, p, lim));
   return VM_STATUS_OK;
 }
@@ -197,10 +190,10 @@ static vm_status_t check_functions(const vm_executable_t *e, const vm_limits_t *
   *out_sorted = NULL;
   *out_nsorted = 0;
   if (e->num_functions > lim->max_functions)
-    return invalid("function table: %u functions exceed the limit of %u", e->num_functions,
-                   lim->max_functions);
+    return vmi_invalid("function table: %u functions exceed the limit of %u", e->num_functions,
+                       lim->max_functions);
   if (e->num_functions > 0 && !e->functions)
-    return invalid("function table: %u entries but no table", e->num_functions);
+    return vmi_invalid("function table: %u entries but no table", e->num_functions);
   for (uint32_t i = 0; i < e->num_functions; i++)
     VM_RETURN_IF_ERROR(check_function_entry(e, i, lim));
 
@@ -221,7 +214,7 @@ static vm_status_t check_functions(const vm_executable_t *e, const vm_limits_t *
   vm_status_t st = VM_STATUS_OK;
   if (find_duplicate(keys, n, &a, &b)) {
     char fn[NAME_BUF];
-    st = invalid(
+    st = vmi_invalid(
         "function table: duplicate %s function name: functions %u and %u are both "
         "named '%s'",
         e->functions[a].kind == VM_FUNC_PACKED ? "packed" : "bytecode", a, b,
@@ -232,7 +225,7 @@ static vm_status_t check_functions(const vm_executable_t *e, const vm_limits_t *
   for (uint32_t i = 1; i < nb; i++) {
     if (sorted[i]->start_instr < sorted[i - 1]->end_instr) {
       char fa[NAME_BUF], fb[NAME_BUF];
-      st = invalid(
+      st = vmi_invalid(
           "function table: instruction ranges overlap: '%s' [%llu, %llu) and '%s' "
           "[%llu, %llu)",
           vmi_show_name(sorted[i - 1]->name, fa, sizeof(fa)),
@@ -268,9 +261,9 @@ static vm_status_t pc_error(const vm_function_t *f, uint64_t pc, const char *fmt
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
   if (f)
-    return invalid("function '%s' pc %llu: %s", vmi_show_name(f->name, fn, sizeof(fn)),
-                   (unsigned long long)pc, msg);
-  return invalid("pc %llu (outside any function): %s", (unsigned long long)pc, msg);
+    return vmi_invalid("function '%s' pc %llu: %s", vmi_show_name(f->name, fn, sizeof(fn)),
+                       (unsigned long long)pc, msg);
+  return vmi_invalid("pc %llu (outside any function): %s", (unsigned long long)pc, msg);
 }
 
 /* instr_offset is strictly increasing from 0 and the last instruction ends
@@ -278,34 +271,34 @@ static vm_status_t pc_error(const vm_function_t *f, uint64_t pc, const char *fmt
  * word. Everything below relies on this. */
 static vm_status_t check_layout(const vm_executable_t *e, const vm_limits_t *lim) {
   if (e->num_instrs > lim->max_instrs)
-    return invalid("code: %llu instructions exceed the limit of %llu",
-                   (unsigned long long)e->num_instrs, (unsigned long long)lim->max_instrs);
+    return vmi_invalid("code: %llu instructions exceed the limit of %llu",
+                       (unsigned long long)e->num_instrs, (unsigned long long)lim->max_instrs);
   if (e->num_words > lim->max_words)
-    return invalid("code: %llu words exceed the limit of %llu", (unsigned long long)e->num_words,
-                   (unsigned long long)lim->max_words);
+    return vmi_invalid("code: %llu words exceed the limit of %llu",
+                       (unsigned long long)e->num_words, (unsigned long long)lim->max_words);
   if (e->num_instrs > 0 && !e->instr_offset)
-    return invalid("code: %llu instructions but no instr_offset table",
-                   (unsigned long long)e->num_instrs);
+    return vmi_invalid("code: %llu instructions but no instr_offset table",
+                       (unsigned long long)e->num_instrs);
   if (e->num_words > 0 && !e->instr_data)
-    return invalid("code: %llu words but no instr_data", (unsigned long long)e->num_words);
+    return vmi_invalid("code: %llu words but no instr_data", (unsigned long long)e->num_words);
   if (e->num_instrs == 0) {
     if (e->num_words != 0)
-      return invalid("code: %llu words but no instructions", (unsigned long long)e->num_words);
+      return vmi_invalid("code: %llu words but no instructions", (unsigned long long)e->num_words);
     return VM_STATUS_OK;
   }
   if (e->instr_offset[0] != 0)
-    return invalid("code: instr_offset[0] is %llu, not 0 (words before the first instruction)",
-                   (unsigned long long)e->instr_offset[0]);
+    return vmi_invalid("code: instr_offset[0] is %llu, not 0 (words before the first instruction)",
+                       (unsigned long long)e->instr_offset[0]);
   for (uint64_t pc = 0; pc < e->num_instrs; pc++) {
     uint64_t next = pc + 1 < e->num_instrs ? e->instr_offset[pc + 1] : e->num_words;
     if (e->instr_offset[pc] >= next) {
       if (pc + 1 < e->num_instrs)
-        return invalid(
+        return vmi_invalid(
             "code: instr_offset not strictly increasing: instr_offset[%llu] = %llu, "
             "instr_offset[%llu] = %llu",
             (unsigned long long)pc, (unsigned long long)e->instr_offset[pc],
             (unsigned long long)(pc + 1), (unsigned long long)next);
-      return invalid(
+      return vmi_invalid(
           "code: instruction %llu starts at word %llu, outside the %llu words of "
           "instr_data",
           (unsigned long long)pc, (unsigned long long)e->instr_offset[pc],
@@ -466,13 +459,13 @@ static vm_status_t check_code(const vm_executable_t *e, const vm_limits_t *lim,
 static vm_status_t check_dims(const int64_t *dims, uint32_t ndim, const vm_limits_t *lim,
                               uint32_t idx, const char *kind) {
   if (ndim > lim->max_ndim)
-    return invalid("constant %u (%s): %u dims exceed the limit of %u", idx, kind, ndim,
-                   lim->max_ndim);
-  if (ndim > 0 && !dims) return invalid("constant %u (%s): dims are missing", idx, kind);
+    return vmi_invalid("constant %u (%s): %u dims exceed the limit of %u", idx, kind, ndim,
+                       lim->max_ndim);
+  if (ndim > 0 && !dims) return vmi_invalid("constant %u (%s): dims are missing", idx, kind);
   for (uint32_t d = 0; d < ndim; d++) {
     if (dims[d] < 0)
-      return invalid("constant %u (%s): dim %u is negative (%lld)", idx, kind, d,
-                     (long long)dims[d]);
+      return vmi_invalid("constant %u (%s): dim %u is negative (%lld)", idx, kind, d,
+                         (long long)dims[d]);
   }
   return VM_STATUS_OK;
 }
@@ -486,58 +479,59 @@ static vm_status_t check_constant(const vm_executable_t *e, uint32_t i, const vm
     case VM_CONST_INT:
     case VM_CONST_FLOAT: return VM_STATUS_OK;
     case VM_CONST_STRING:
-      if (!c->u.str.data) return invalid("constant %u (string): data is missing", i);
+      if (!c->u.str.data) return vmi_invalid("constant %u (string): data is missing", i);
       if (c->u.str.len > lim->max_string_bytes)
-        return invalid("constant %u (string): %u bytes exceed the limit of %u", i, c->u.str.len,
-                       lim->max_string_bytes);
+        return vmi_invalid("constant %u (string): %u bytes exceed the limit of %u", i, c->u.str.len,
+                           lim->max_string_bytes);
       return VM_STATUS_OK;
     case VM_CONST_DTYPE:
       if (!vm_dtype_valid(c->u.dtype))
-        return invalid("constant %u (dtype): invalid dtype (code %u, bits %u, lanes %u)", i,
-                       c->u.dtype.code, c->u.dtype.bits, c->u.dtype.lanes);
+        return vmi_invalid("constant %u (dtype): invalid dtype (code %u, bits %u, lanes %u)", i,
+                           c->u.dtype.code, c->u.dtype.bits, c->u.dtype.lanes);
       return VM_STATUS_OK;
     case VM_CONST_SHAPE: return check_dims(c->u.shape.dims, c->u.shape.ndim, lim, i, "shape");
     case VM_CONST_TENSOR: {
       const vm_dtype_t dt = c->u.tensor.dtype;
       if (!vm_dtype_valid(dt))
-        return invalid("constant %u (tensor): invalid dtype (code %u, bits %u, lanes %u)", i,
-                       dt.code, dt.bits, dt.lanes);
+        return vmi_invalid("constant %u (tensor): invalid dtype (code %u, bits %u, lanes %u)", i,
+                           dt.code, dt.bits, dt.lanes);
       VM_RETURN_IF_ERROR(check_dims(c->u.tensor.shape, c->u.tensor.ndim, lim, i, "tensor"));
       uint64_t want;
       if (vm_tensor_nbytes(dt, c->u.tensor.shape, c->u.tensor.ndim, &want) != 0)
-        return invalid("constant %u (tensor): byte size of the shape overflows", i);
+        return vmi_invalid("constant %u (tensor): byte size of the shape overflows", i);
       if (c->u.tensor.nbytes != want)
-        return invalid("constant %u (tensor): nbytes %llu != shape x dtype size %llu", i,
-                       (unsigned long long)c->u.tensor.nbytes, (unsigned long long)want);
+        return vmi_invalid("constant %u (tensor): nbytes %llu != shape x dtype size %llu", i,
+                           (unsigned long long)c->u.tensor.nbytes, (unsigned long long)want);
       if (c->u.tensor.nbytes > lim->max_tensor_bytes)
-        return invalid("constant %u (tensor): %llu bytes exceed the limit of %llu", i,
-                       (unsigned long long)c->u.tensor.nbytes,
-                       (unsigned long long)lim->max_tensor_bytes);
-      if (!c->u.tensor.data) return invalid("constant %u (tensor): data is missing", i);
+        return vmi_invalid("constant %u (tensor): %llu bytes exceed the limit of %llu", i,
+                           (unsigned long long)c->u.tensor.nbytes,
+                           (unsigned long long)lim->max_tensor_bytes);
+      if (!c->u.tensor.data) return vmi_invalid("constant %u (tensor): data is missing", i);
       if ((uintptr_t)c->u.tensor.data % VM_TENSOR_ALIGN != 0)
-        return invalid("constant %u (tensor): data at %p is not aligned to %d bytes", i,
-                       c->u.tensor.data, VM_TENSOR_ALIGN);
+        return vmi_invalid("constant %u (tensor): data at %p is not aligned to %d bytes", i,
+                           c->u.tensor.data, VM_TENSOR_ALIGN);
       return VM_STATUS_OK;
     }
   }
-  return invalid("constant %u: unknown kind %d", i, (int)c->kind);
+  return vmi_invalid("constant %u: unknown kind %d", i, (int)c->kind);
 }
 
 static vm_status_t check_constants(const vm_executable_t *e, const vm_limits_t *lim) {
   if (e->num_constants > lim->max_constants)
-    return invalid("constant pool: %u constants exceed the limit of %u", e->num_constants,
-                   lim->max_constants);
+    return vmi_invalid("constant pool: %u constants exceed the limit of %u", e->num_constants,
+                       lim->max_constants);
   if (e->num_constants > 0 && !e->constants)
-    return invalid("constant pool: %u entries but no table", e->num_constants);
+    return vmi_invalid("constant pool: %u entries but no table", e->num_constants);
   for (uint32_t i = 0; i < e->num_constants; i++) VM_RETURN_IF_ERROR(check_constant(e, i, lim));
   return VM_STATUS_OK;
 }
 
 static vm_status_t check_kernels(const vm_executable_t *e, const vm_limits_t *lim) {
   if (e->num_kernels > lim->max_kernels)
-    return invalid("kernels: %u modules exceed the limit of %u", e->num_kernels, lim->max_kernels);
+    return vmi_invalid("kernels: %u modules exceed the limit of %u", e->num_kernels,
+                       lim->max_kernels);
   if (e->num_kernels > 0 && !e->kernels)
-    return invalid("kernels: %u entries but no table", e->num_kernels);
+    return vmi_invalid("kernels: %u entries but no table", e->num_kernels);
   char what[48];
   for (uint32_t i = 0; i < e->num_kernels; i++) {
     const vm_kernel_module_t *k = &e->kernels[i];
@@ -555,8 +549,8 @@ static vm_status_t check_kernels(const vm_executable_t *e, const vm_limits_t *li
   vm_status_t st = VM_STATUS_OK;
   if (find_duplicate(keys, e->num_kernels, &a, &b)) {
     char kn[NAME_BUF];
-    st = invalid("kernels: duplicate kernel name: modules %u and %u are both named '%s'", a, b,
-                 vmi_show_name(e->kernels[a].name, kn, sizeof(kn)));
+    st = vmi_invalid("kernels: duplicate kernel name: modules %u and %u are both named '%s'", a, b,
+                     vmi_show_name(e->kernels[a].name, kn, sizeof(kn)));
   }
   free(keys);
   return st;
@@ -564,8 +558,9 @@ static vm_status_t check_kernels(const vm_executable_t *e, const vm_limits_t *li
 
 static vm_status_t check_meta(const vm_executable_t *e, const vm_limits_t *lim) {
   if (e->num_meta > lim->max_meta)
-    return invalid("metadata: %u entries exceed the limit of %u", e->num_meta, lim->max_meta);
-  if (e->num_meta > 0 && !e->meta) return invalid("metadata: %u entries but no table", e->num_meta);
+    return vmi_invalid("metadata: %u entries exceed the limit of %u", e->num_meta, lim->max_meta);
+  if (e->num_meta > 0 && !e->meta)
+    return vmi_invalid("metadata: %u entries but no table", e->num_meta);
   char what[48];
   for (uint32_t i = 0; i < e->num_meta; i++) {
     snprintf(what, sizeof(what), "metadata entry %u key", i);
@@ -580,8 +575,8 @@ static vm_status_t check_meta(const vm_executable_t *e, const vm_limits_t *lim) 
   vm_status_t st = VM_STATUS_OK;
   if (find_duplicate(keys, e->num_meta, &a, &b)) {
     char kn[NAME_BUF];
-    st = invalid("metadata: duplicate key: entries %u and %u are both '%s'", a, b,
-                 vmi_show_name(e->meta[a].key, kn, sizeof(kn)));
+    st = vmi_invalid("metadata: duplicate key: entries %u and %u are both '%s'", a, b,
+                     vmi_show_name(e->meta[a].key, kn, sizeof(kn)));
   }
   free(keys);
   return st;
@@ -592,7 +587,7 @@ static vm_status_t check_meta(const vm_executable_t *e, const vm_limits_t *lim) 
  */
 
 vm_status_t vm_executable_verify(const vm_executable_t *exec, const vm_limits_t *limits) {
-  if (!exec) return invalid("verify: no executable");
+  if (!exec) return vmi_invalid("verify: no executable");
   vm_limits_t lim = limits ? *limits : vm_limits_default();
   const vm_function_t **sorted = NULL;
   uint32_t nsorted = 0;
