@@ -1,0 +1,314 @@
+/* Speed of the OpenCL operator library on the first OpenCL device, each
+ * figure next to a baseline measured in the same run:
+ *
+ *   gemm_gflops_N          cl.gemm (default backend: the tiled kernel on a
+ *                          CPU device such as PoCL, CLBlast on GPUs), N x N x N
+ *   gemm_clblast_gflops_N  cl.gemm forced onto CLBlast (VMCL_GEMM=clblast)
+ *   openblas_gflops_N      cblas_sgemm of OpenBLAS in this process (its
+ *                          default thread count) — the baseline
+ *   gemm_ratio_N, gemm_clblast_ratio_N   the two above / OpenBLAS
+ *   add_gbps               cl.binary.add of two 64 MiB float32 tensors:
+ *                          3 x 64 MiB of traffic per call
+ *   memcpy_gbps            host memcpy of 64 MiB (read + write: 2 x 64 MiB)
+ *                          — the baseline; add_ratio = add / memcpy
+ *   cl_copy_gbps           clEnqueueCopyBuffer of 64 MiB, for reference
+ *   first_build_ms         first vmcl_get_kernel of the gemm program on a new
+ *                          device with an empty cache directory (a build)
+ *   cached_build_ms        the same on another new device once the directory
+ *                          holds the binary (a disk hit); cache_speedup
+ *
+ * Each time is the median of `runs` repetitions (default 5), each repeating
+ * the call for at least 0.25 s after a warm-up call (device calls synced
+ * one by one); build times are the median over `runs` fresh cache
+ * directories. PoCL's own kernel cache is turned off (POCL_KERNEL_CACHE=0)
+ * so a "first build" really compiles. The baselines run before OpenCL is
+ * initialised: PoCL's idle worker threads would otherwise take CPU from
+ * OpenBLAS (measured: its figure drops by about half).
+ *
+ * Usage: bench_kernels [runs]. Prints one JSON object.
+ */
+#include <cblas.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cl_ops_internal.h"
+#include "vm/vm.h"
+#include "vmcl/vmcl.h"
+
+#define MIN_REPEAT_S 0.25
+#define ADD_ELEMS (16u << 20) /* 64 MiB of float32 */
+
+static void check(vm_status_t st, const char *what) {
+  if (!st) return;
+  fprintf(stderr, "bench_kernels: %s: %s: %s\n", what, vm_code_name(vm_status_code(st)),
+          vm_status_message(st));
+  exit(1);
+}
+
+static double now_s(void) {
+  return (double)vm_now_ns() * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct bench {
+  vm_device_t *dev;
+  vm_allocator_t *alloc;
+  vm_registry_t *reg;
+  int runs;
+} bench_t;
+
+/* Seconds per call of op(args), the median over runs. */
+static double time_op(bench_t *b, const char *op, const vm_value_t *args, uint32_t nargs) {
+  vm_packed_fn fn;
+  void *user;
+  if (vm_registry_find(b->reg, op, &fn, &user) != 0) {
+    fprintf(stderr, "bench_kernels: %s not registered\n", op);
+    exit(1);
+  }
+  vm_value_t out = vm_value_none();
+  check(fn(NULL, args, nargs, &out, user), op); /* warm-up: builds, first-launch compiles */
+  check(b->dev->ops->sync(b->dev), "sync");
+  double *t = calloc((size_t)b->runs, sizeof(double));
+  if (!t) exit(1);
+  for (int r = 0; r < b->runs; r++) {
+    long calls = 0;
+    double t0 = now_s(), el;
+    do {
+      check(fn(NULL, args, nargs, &out, user), op);
+      /* synced per call: each figure includes the launch, as a model's
+       * layer-by-layer run would */
+      check(b->dev->ops->sync(b->dev), "sync");
+      calls++;
+      el = now_s() - t0;
+    } while (el < MIN_REPEAT_S);
+    t[r] = el / (double)calls;
+  }
+  double m = median(t, b->runs);
+  free(t);
+  return m;
+}
+
+static vm_value_t tensor(bench_t *b, uint32_t ndim, const int64_t *dims, float fill) {
+  vm_value_t v;
+  check(vm_tensor_alloc(b->alloc, VM_F32, dims, ndim, &v), "alloc");
+  vm_tensor_t *t = vm_value_as_tensor(&v);
+  size_t n = (size_t)vm_tensor_numel(t);
+  float *h = malloc(n * sizeof(float) + 4);
+  if (!h) exit(1);
+  for (size_t i = 0; i < n; i++) h[i] = fill * (float)((i * 7) % 13) / 13.0f;
+  check(b->dev->ops->copy_from_host(b->dev, t->storage->buffer, t->offset, h, n * 4), "upload");
+  free(h);
+  return v;
+}
+
+static double gemm_gflops(bench_t *b, int n) {
+  int64_t d[2] = {n, n};
+  vm_value_t args[7] = {tensor(b, 2, d, 1.0f), tensor(b, 2, d, -1.0f), vm_value_int(0),
+                        vm_value_int(0),       vm_value_float(1.0),    vm_value_float(0.0),
+                        tensor(b, 2, d, 0.0f)};
+  double s = time_op(b, "cl.gemm", args, 7);
+  vm_value_release(&args[0]);
+  vm_value_release(&args[1]);
+  vm_value_release(&args[6]);
+  return 2.0 * n * n * (double)n / s * 1e-9;
+}
+
+static double openblas_gflops(bench_t *b, int n) {
+  size_t nn = (size_t)n * (size_t)n;
+  float *A = malloc(nn * 4), *B = malloc(nn * 4), *C = calloc(nn, 4);
+  if (!A || !B || !C) exit(1);
+  for (size_t i = 0; i < nn; i++) {
+    A[i] = (float)((i * 7) % 13) / 13.0f;
+    B[i] = -(float)((i * 5) % 11) / 11.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+  double *t = calloc((size_t)b->runs, sizeof(double));
+  if (!t) exit(1);
+  for (int r = 0; r < b->runs; r++) {
+    long calls = 0;
+    double t0 = now_s();
+    do {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+      calls++;
+    } while (now_s() - t0 < MIN_REPEAT_S);
+    t[r] = (now_s() - t0) / (double)calls;
+  }
+  double s = median(t, b->runs);
+  free(t);
+  free(A);
+  free(B);
+  free(C);
+  return 2.0 * n * n * (double)n / s * 1e-9;
+}
+
+static double memcpy_gbps(bench_t *b) {
+  size_t bytes = (size_t)ADD_ELEMS * 4;
+  char *src = malloc(bytes), *dst = malloc(bytes);
+  if (!src || !dst) exit(1);
+  memset(src, 1, bytes);
+  memset(dst, 2, bytes); /* fault the pages in before timing */
+  double *t = calloc((size_t)b->runs, sizeof(double));
+  if (!t) exit(1);
+  for (int r = 0; r < b->runs; r++) {
+    long calls = 0;
+    double t0 = now_s();
+    do {
+      memcpy(dst, src, bytes);
+      calls++;
+    } while (now_s() - t0 < MIN_REPEAT_S);
+    t[r] = (now_s() - t0) / (double)calls;
+  }
+  double s = median(t, b->runs);
+  volatile char sink = dst[bytes / 2];
+  (void)sink;
+  free(t);
+  free(src);
+  free(dst);
+  return 2.0 * (double)bytes / s * 1e-9;
+}
+
+static double cl_copy_gbps(bench_t *b, const vm_value_t *src, const vm_value_t *dst) {
+  vm_tensor_t *s = vm_value_as_tensor(src), *d = vm_value_as_tensor(dst);
+  uint64_t bytes = vm_tensor_nbytes_of(s);
+  check(b->dev->ops->copy_within(b->dev, d->storage->buffer, 0, s->storage->buffer, 0, bytes),
+        "copy");
+  check(b->dev->ops->sync(b->dev), "sync");
+  double *t = calloc((size_t)b->runs, sizeof(double));
+  if (!t) exit(1);
+  for (int r = 0; r < b->runs; r++) {
+    long calls = 0;
+    double t0 = now_s();
+    do {
+      check(b->dev->ops->copy_within(b->dev, d->storage->buffer, 0, s->storage->buffer, 0, bytes),
+            "copy");
+      check(b->dev->ops->sync(b->dev), "sync");
+      calls++;
+    } while (now_s() - t0 < MIN_REPEAT_S);
+    t[r] = (now_s() - t0) / (double)calls;
+  }
+  double m = median(t, b->runs);
+  free(t);
+  return 2.0 * (double)bytes / m * 1e-9;
+}
+
+static void remove_dir(const char *dir) {
+  DIR *dp = opendir(dir);
+  if (dp) {
+    struct dirent *de;
+    while ((de = readdir(dp))) {
+      if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+      char path[1024];
+      snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+      unlink(path);
+    }
+    closedir(dp);
+  }
+  rmdir(dir);
+}
+
+/* Milliseconds of the first vmcl_get_kernel of the gemm program on a new
+ * device whose cache directory is dir. */
+static double build_ms(const char *dir, vmcl_cache_stats_t *stats) {
+  vmcl_options_t opts = {.cache_dir = dir};
+  vm_device_t *dev = NULL;
+  check(vmcl_device_open(NULL, &opts, &dev), "open device");
+  vmcl_dev_t *d = vmcl_get(dev);
+  cl_kernel k;
+  double t0 = now_s();
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_GEMM, "", "gemm_nn", &k);
+  pthread_mutex_unlock(&d->lock);
+  double ms = (now_s() - t0) * 1e3;
+  check(st, "vmcl_get_kernel");
+  vmcl_cache_stats(dev, stats);
+  vm_device_destroy(dev);
+  return ms;
+}
+
+int main(int argc, char **argv) {
+  /* PoCL keeps compiled kernels in its own cache (~/.cache/pocl); with it a
+   * "first" build would be served from there. Must precede any OpenCL call. */
+  setenv("POCL_KERNEL_CACHE", "0", 1);
+  bench_t b;
+  memset(&b, 0, sizeof(b));
+  b.runs = argc > 1 ? atoi(argv[1]) : 5;
+  if (b.runs < 1) b.runs = 1;
+
+  /* Baselines first, before OpenCL starts: once PoCL's worker threads
+   * exist they compete with OpenBLAS's and halve its figure. */
+  static const int sizes[3] = {256, 512, 1024};
+  double g[3], gc[3], ob[3];
+  for (int i = 0; i < 3; i++) ob[i] = openblas_gflops(&b, sizes[i]);
+  double mc_gbps = memcpy_gbps(&b);
+
+  check(vmcl_device_open(NULL, NULL, &b.dev), "open device");
+  check(vm_allocator_create(b.dev, VM_ALLOC_NAIVE, &b.alloc), "allocator");
+  check(vm_registry_create(&b.reg), "registry");
+  check(vmcl_register_ops(b.reg), "register");
+
+  for (int i = 0; i < 3; i++) g[i] = gemm_gflops(&b, sizes[i]);
+  setenv("VMCL_GEMM", "clblast", 1);
+  for (int i = 0; i < 3; i++) gc[i] = gemm_gflops(&b, sizes[i]);
+  unsetenv("VMCL_GEMM");
+
+  int64_t ad[1] = {ADD_ELEMS};
+  vm_value_t add_args[3] = {tensor(&b, 1, ad, 1.0f), tensor(&b, 1, ad, 2.0f),
+                            tensor(&b, 1, ad, 0.0f)};
+  double add_s = time_op(&b, "cl.binary.add", add_args, 3);
+  double add_gbps = 3.0 * ADD_ELEMS * 4.0 / add_s * 1e-9;
+  double copy_gbps = cl_copy_gbps(&b, &add_args[0], &add_args[2]);
+  for (int i = 0; i < 3; i++) vm_value_release(&add_args[i]);
+
+  double *first = calloc((size_t)b.runs, sizeof(double));
+  double *cached = calloc((size_t)b.runs, sizeof(double));
+  if (!first || !cached) return 1;
+  int cache_ok = 1;
+  for (int r = 0; r < b.runs; r++) {
+    char dir[] = "/tmp/vmcl_bench_cache_XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    vmcl_cache_stats_t s1, s2;
+    first[r] = build_ms(dir, &s1);
+    cached[r] = build_ms(dir, &s2);
+    /* the second device must have been served from disk, not rebuilt */
+    if (s1.builds != 1 || s2.disk_hits != 1 || s2.builds != 0) cache_ok = 0;
+    remove_dir(dir);
+  }
+  double first_ms = median(first, b.runs), cached_ms = median(cached, b.runs);
+  free(first);
+  free(cached);
+
+  printf("{\"device\": \"%s\", \"runs\": %d", b.dev->props.name, b.runs);
+  for (int i = 0; i < 3; i++) {
+    printf(
+        ", \"gemm_gflops_%d\": %.2f, \"gemm_clblast_gflops_%d\": %.2f, "
+        "\"openblas_gflops_%d\": %.2f, \"gemm_ratio_%d\": %.3f, \"gemm_clblast_ratio_%d\": %.3f",
+        sizes[i], g[i], sizes[i], gc[i], sizes[i], ob[i], sizes[i], g[i] / ob[i], sizes[i],
+        gc[i] / ob[i]);
+  }
+  printf(
+      ", \"add_gbps\": %.2f, \"memcpy_gbps\": %.2f, \"add_ratio\": %.3f, "
+      "\"cl_copy_gbps\": %.2f",
+      add_gbps, mc_gbps, add_gbps / mc_gbps, copy_gbps);
+  printf(
+      ", \"first_build_ms\": %.1f, \"cached_build_ms\": %.1f, \"cache_speedup\": %.2f, "
+      "\"cache_disk_hit\": %s}\n",
+      first_ms, cached_ms, first_ms / cached_ms, cache_ok ? "true" : "false");
+
+  vm_registry_free(b.reg);
+  vm_allocator_destroy(b.alloc);
+  vm_device_destroy(b.dev);
+  return 0;
+}

@@ -1,0 +1,542 @@
+/* The graph emitter of the example models (vmex_internal.h): lifetimes,
+ * memory planning and the alloc/call/kill sequence a compiler would write. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vm/planner.h"
+#include "vmex_internal.h"
+
+typedef enum tkind {
+  T_PARAM = 0,  /* function parameter: lives in register `index` */
+  T_WEIGHT = 1, /* tensor constant `index` */
+  T_INTER = 2,  /* intermediate: planned (or the output) */
+  T_VIEW = 3,   /* reshape of an intermediate (root) */
+} tkind_t;
+
+typedef struct gtensor {
+  tkind_t kind;
+  vm_dtype_t dt;
+  uint32_t ndim;
+  int64_t shape[VMEX_MAX_NDIM];
+  uint64_t nbytes;
+  uint32_t index;      /* PARAM: register; WEIGHT: constant */
+  int32_t root;        /* VIEW: the intermediate whose memory it shares */
+  int64_t produced_at; /* call that writes it (-1: none yet) */
+  int64_t last_ref;    /* last call naming this id */
+  int64_t last;        /* INTER: last call naming it or one of its views */
+  int64_t reg;         /* INTER/VIEW register */
+  int64_t plan_idx;    /* INTER: index among planned tensors, -1 if not */
+  char name[32];       /* PARAM: its name, for error contexts */
+} gtensor_t;
+
+typedef struct gcall {
+  uint32_t func; /* packed function index */
+  int32_t dst;   /* a VIEW id receiving the result, or -1 (void) */
+  uint32_t nargs;
+  vmex_arg_t *args;
+} gcall_t;
+
+typedef struct shape_const {
+  uint32_t ndim;
+  int64_t dims[VMEX_MAX_NDIM];
+  uint32_t idx;
+} shape_const_t;
+
+struct vmex_graph {
+  vm_builder_t *b;
+  uint32_t func;
+  char func_name[64];
+  uint32_t num_params;
+  uint64_t align;
+  vm_status_t err; /* first error; everything after it is a no-op */
+
+  gtensor_t *tensors;
+  uint32_t num_tensors, cap_tensors;
+  gcall_t *calls;
+  uint32_t num_calls, cap_calls;
+  shape_const_t *shapes;
+  uint32_t num_shapes, cap_shapes;
+  int has_f32_const, has_scope_const;
+  uint32_t f32_const, scope_const;
+};
+
+static void set_err(vmex_graph_t *g, vm_status_t st) {
+  if (!st) return;
+  if (g->err) {
+    vm_status_free(st);
+    return;
+  }
+  g->err = st;
+}
+
+/* Grows an array of elem-sized items to hold one more. */
+static int grow(void **arr, uint32_t *cap, uint32_t count, size_t elem) {
+  if (count < *cap) return 0;
+  uint32_t ncap = *cap ? *cap * 2 : 16;
+  void *p = realloc(*arr, (size_t)ncap * elem);
+  if (!p) return -1;
+  *arr = p;
+  *cap = ncap;
+  return 0;
+}
+
+vm_status_t vmex_graph_create(vm_builder_t *b, uint32_t func, const char *func_name,
+                              uint32_t num_params, uint64_t align, vmex_graph_t **out_g) {
+  *out_g = NULL;
+  if (!b || !func_name) return vm_status_make(VM_INVALID_ARGUMENT, "graph: no builder or name");
+  vmex_graph_t *g = calloc(1, sizeof(*g));
+  if (!g) return vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory");
+  g->b = b;
+  g->func = func;
+  snprintf(g->func_name, sizeof(g->func_name), "%s", func_name);
+  g->num_params = num_params;
+  g->align = align ? align : 64;
+  *out_g = g;
+  return VM_STATUS_OK;
+}
+
+void vmex_graph_free(vmex_graph_t *g) {
+  if (!g) return;
+  for (uint32_t i = 0; i < g->num_calls; i++) free(g->calls[i].args);
+  free(g->calls);
+  free(g->tensors);
+  free(g->shapes);
+  vm_status_free(g->err);
+  free(g);
+}
+
+static int32_t add_tensor(vmex_graph_t *g, tkind_t kind, vm_dtype_t dt, uint32_t ndim,
+                          const int64_t *shape) {
+  if (g->err) return -1;
+  if (ndim > VMEX_MAX_NDIM || (ndim && !shape)) {
+    set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: tensor of %u dims (at most %d)", ndim,
+                              VMEX_MAX_NDIM));
+    return -1;
+  }
+  gtensor_t t;
+  memset(&t, 0, sizeof(t));
+  t.kind = kind;
+  t.dt = dt;
+  t.ndim = ndim;
+  if (ndim) memcpy(t.shape, shape, ndim * sizeof(int64_t));
+  if (!vm_dtype_valid(dt) || vm_tensor_nbytes(dt, shape, ndim, &t.nbytes) != 0) {
+    set_err(g, vm_status_make(VM_INVALID_ARGUMENT,
+                              "graph: tensor with a bad dtype, negative dim or overflowing size"));
+    return -1;
+  }
+  t.root = -1;
+  t.produced_at = -1;
+  t.last_ref = -1;
+  t.last = -1;
+  t.reg = -1;
+  t.plan_idx = -1;
+  if (grow((void **)&g->tensors, &g->cap_tensors, g->num_tensors, sizeof(t)) != 0) {
+    set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory"));
+    return -1;
+  }
+  if (g->num_tensors >= INT32_MAX) {
+    set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: too many tensors"));
+    return -1;
+  }
+  g->tensors[g->num_tensors] = t;
+  return (int32_t)g->num_tensors++;
+}
+
+static int valid_tid(const vmex_graph_t *g, int64_t tid) {
+  return tid >= 0 && tid < (int64_t)g->num_tensors;
+}
+
+int32_t vmex_graph_param(vmex_graph_t *g, uint32_t index, const char *name, vm_dtype_t dt,
+                         uint32_t ndim, const int64_t *shape) {
+  if (g->err) return -1;
+  if (index >= g->num_params || !name) {
+    set_err(g,
+            vm_status_make(VM_INVALID_ARGUMENT, "graph: parameter %u of %u", index, g->num_params));
+    return -1;
+  }
+  int32_t tid = add_tensor(g, T_PARAM, dt, ndim, shape);
+  if (tid < 0) return -1;
+  g->tensors[tid].index = index;
+  snprintf(g->tensors[tid].name, sizeof(g->tensors[tid].name), "%s", name);
+  /* set_input checks the annotation; the entry checks emitted by
+   * vmex_graph_emit cover direct invocations too. */
+  set_err(g, vm_builder_set_param_type(g->b, g->func, index, dt, (int32_t)ndim, shape));
+  return g->err ? -1 : tid;
+}
+
+int32_t vmex_graph_weight(vmex_graph_t *g, const float *data, uint32_t ndim, const int64_t *shape) {
+  int32_t tid = add_tensor(g, T_WEIGHT, VM_F32, ndim, shape);
+  if (tid < 0) return -1;
+  uint32_t idx;
+  set_err(g, vm_builder_const_tensor(g->b, VM_F32, ndim, shape, data, g->tensors[tid].nbytes,
+                                     "global", &idx));
+  if (g->err) return -1;
+  g->tensors[tid].index = idx;
+  return tid;
+}
+
+int32_t vmex_graph_tensor(vmex_graph_t *g, vm_dtype_t dt, uint32_t ndim, const int64_t *shape) {
+  return add_tensor(g, T_INTER, dt, ndim, shape);
+}
+
+static void add_call(vmex_graph_t *g, const char *name, int32_t dst, uint32_t nargs,
+                     const vmex_arg_t *args) {
+  if (g->err) return;
+  gcall_t c;
+  memset(&c, 0, sizeof(c));
+  c.dst = dst;
+  set_err(g, vm_builder_declare_packed(g->b, name, &c.func));
+  if (g->err) return;
+  for (uint32_t i = 0; i < nargs; i++) {
+    if (args[i].kind == VMEX_ARG_TENSOR && !valid_tid(g, args[i].v)) {
+      set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: %s argument %u: no tensor %lld", name,
+                                i, (long long)args[i].v));
+      return;
+    }
+  }
+  c.nargs = nargs;
+  c.args = malloc((nargs ? nargs : 1) * sizeof(*c.args));
+  if (!c.args || grow((void **)&g->calls, &g->cap_calls, g->num_calls, sizeof(c)) != 0) {
+    free(c.args);
+    set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory"));
+    return;
+  }
+  if (nargs) memcpy(c.args, args, nargs * sizeof(*args));
+  g->calls[g->num_calls++] = c;
+}
+
+int32_t vmex_graph_view(vmex_graph_t *g, int32_t src, uint32_t ndim, const int64_t *shape) {
+  if (g->err) return -1;
+  if (!valid_tid(g, src) || (g->tensors[src].kind != T_INTER && g->tensors[src].kind != T_VIEW)) {
+    set_err(g, vm_status_make(VM_INVALID_ARGUMENT,
+                              "graph: only intermediates can be viewed (tensor %d)", src));
+    return -1;
+  }
+  int32_t tid = add_tensor(g, T_VIEW, g->tensors[src].dt, ndim, shape);
+  if (tid < 0) return -1;
+  if (g->tensors[tid].nbytes != g->tensors[src].nbytes) {
+    set_err(g,
+            vm_status_make(VM_INVALID_ARGUMENT, "graph: view of tensor %d changes its size", src));
+    return -1;
+  }
+  /* A view of a view shares the first intermediate's memory. */
+  g->tensors[tid].root = g->tensors[src].kind == T_VIEW ? g->tensors[src].root : src;
+  /* The second argument is a placeholder: emission passes a shape
+   * constant made from the view's dims. */
+  vmex_arg_t a[2] = {vmex_a_t(src), {VMEX_ARG_IMM, 0}};
+  add_call(g, "vm.builtin.reshape", tid, 2, a);
+  return g->err ? -1 : tid;
+}
+
+void vmex_graph_call(vmex_graph_t *g, const char *name, uint32_t nargs, const vmex_arg_t *args) {
+  add_call(g, name, -1, nargs, args);
+}
+
+/* ---------------------------------------------------------------------------
+ * Emission
+ */
+
+static uint32_t shape_const(vmex_graph_t *g, uint32_t ndim, const int64_t *dims) {
+  if (g->err) return 0;
+  for (uint32_t i = 0; i < g->num_shapes; i++) {
+    if (g->shapes[i].ndim == ndim &&
+        (ndim == 0 || memcmp(g->shapes[i].dims, dims, ndim * sizeof(int64_t)) == 0)) {
+      return g->shapes[i].idx;
+    }
+  }
+  shape_const_t s;
+  memset(&s, 0, sizeof(s));
+  s.ndim = ndim;
+  if (ndim) memcpy(s.dims, dims, ndim * sizeof(int64_t));
+  set_err(g, vm_builder_const_shape(g->b, ndim, dims, &s.idx));
+  if (g->err) return 0;
+  if (grow((void **)&g->shapes, &g->cap_shapes, g->num_shapes, sizeof(s)) != 0) {
+    set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory"));
+    return 0;
+  }
+  g->shapes[g->num_shapes++] = s;
+  return s.idx;
+}
+
+static uint32_t f32_const(vmex_graph_t *g) {
+  if (!g->has_f32_const && !g->err) {
+    set_err(g, vm_builder_const_dtype(g->b, VM_F32, &g->f32_const));
+    g->has_f32_const = 1;
+  }
+  return g->f32_const;
+}
+
+static uint32_t dtype_const(vmex_graph_t *g, vm_dtype_t dt) {
+  if (vm_dtype_equal(dt, VM_F32)) return f32_const(g);
+  uint32_t idx = 0;
+  set_err(g, vm_builder_const_dtype(g->b, dt, &idx));
+  return idx;
+}
+
+static uint32_t scope_const(vmex_graph_t *g) {
+  if (!g->has_scope_const && !g->err) {
+    set_err(g, vm_builder_const_string(g->b, "global", 6, &g->scope_const));
+    g->has_scope_const = 1;
+  }
+  return g->scope_const;
+}
+
+static uint32_t packed(vmex_graph_t *g, const char *name) {
+  uint32_t idx = 0;
+  if (!g->err) set_err(g, vm_builder_declare_packed(g->b, name, &idx));
+  return idx;
+}
+
+static void emit(vmex_graph_t *g, int64_t dst, uint32_t func, uint32_t nargs,
+                 const int64_t *words) {
+  if (!g->err) set_err(g, vm_builder_emit_call(g->b, dst, func, nargs, words));
+}
+
+/* %dst = vm.builtin.alloc_storage(%vm, (elems,), 0, float32, "global") for
+ * nbytes rounded up to whole floats (the hint only sizes the storage). */
+static void emit_alloc_storage(vmex_graph_t *g, int64_t dst, uint64_t nbytes) {
+  int64_t elems = (int64_t)((nbytes + 3) / 4);
+  int64_t w[5] = {VM_REG(VM_REG_VM), VM_CONSTI(shape_const(g, 1, &elems)), VM_IMM(0),
+                  VM_CONSTI(f32_const(g)), VM_CONSTI(scope_const(g))};
+  emit(g, dst, packed(g, "vm.builtin.alloc_storage"), 5, w);
+}
+
+static void emit_alloc_tensor(vmex_graph_t *g, const gtensor_t *t, int64_t storage_reg,
+                              uint64_t offset) {
+  int64_t w[4] = {VM_REG(storage_reg), VM_IMM((int64_t)offset),
+                  VM_CONSTI(shape_const(g, t->ndim, t->shape)), VM_CONSTI(dtype_const(g, t->dt))};
+  emit(g, t->reg, packed(g, "vm.builtin.alloc_tensor"), 4, w);
+}
+
+static void emit_kill(vmex_graph_t *g, int64_t reg) {
+  int64_t w[1] = {VM_REG(reg)};
+  emit(g, reg, packed(g, "vm.builtin.kill"), 1, w);
+}
+
+/* check_tensor_info(x, ndim, dtype, ctx) and match_shape(x, dims...) for a
+ * typed parameter, as TVM emits them: invoke() with a wrong tensor then
+ * fails with a clear message instead of inside an operator. */
+static void emit_param_checks(vmex_graph_t *g, const gtensor_t *t, const char *pname) {
+  char ctx[160];
+  snprintf(ctx, sizeof(ctx), "%s: parameter %s", g->func_name, pname);
+  uint32_t cctx = 0;
+  if (!g->err) set_err(g, vm_builder_const_string(g->b, ctx, strlen(ctx), &cctx));
+  int64_t w1[4] = {VM_REG(t->index), VM_IMM(t->ndim), VM_CONSTI(dtype_const(g, t->dt)),
+                   VM_CONSTI(cctx)};
+  emit(g, VM_REG_VOID, packed(g, "vm.builtin.check_tensor_info"), 4, w1);
+  int64_t w2[1 + VMEX_MAX_NDIM];
+  w2[0] = VM_REG(t->index);
+  for (uint32_t i = 0; i < t->ndim; i++) w2[1 + i] = VM_IMM(t->shape[i]);
+  emit(g, VM_REG_VOID, packed(g, "vm.builtin.match_shape"), 1 + t->ndim, w2);
+}
+
+/* Walks the calls: who produces each intermediate, and its last use
+ * (through views too). */
+static vm_status_t compute_lifetimes(vmex_graph_t *g) {
+  for (uint32_t i = 0; i < g->num_calls; i++) {
+    const gcall_t *c = &g->calls[i];
+    for (uint32_t k = 0; k <= c->nargs; k++) {
+      int64_t tid;
+      if (k < c->nargs) {
+        if (c->args[k].kind != VMEX_ARG_TENSOR) continue;
+        tid = c->args[k].v;
+      } else {
+        if (c->dst < 0) continue;
+        tid = c->dst;
+      }
+      gtensor_t *t = &g->tensors[tid];
+      if (t->kind != T_INTER && t->kind != T_VIEW) continue;
+      /* Destination passing: the first call naming an intermediate writes
+       * it; a view is produced by its reshape (dst). */
+      if (t->produced_at < 0) {
+        if (t->kind == T_VIEW && tid != c->dst) {
+          return vm_status_make(VM_INTERNAL, "graph: view %lld used before its reshape",
+                                (long long)tid);
+        }
+        t->produced_at = i;
+      }
+      t->last_ref = i;
+    }
+  }
+  for (uint32_t i = 0; i < g->num_tensors; i++) {
+    gtensor_t *t = &g->tensors[i];
+    if ((t->kind == T_INTER || t->kind == T_VIEW) && t->produced_at < 0) {
+      return vm_status_make(VM_INVALID_ARGUMENT, "graph: intermediate %u is never used", i);
+    }
+    if (t->kind == T_INTER && t->last < t->last_ref) t->last = t->last_ref;
+    if (t->kind == T_VIEW) {
+      gtensor_t *r = &g->tensors[t->root];
+      if (r->last < t->last_ref) r->last = t->last_ref;
+    }
+  }
+  return VM_STATUS_OK;
+}
+
+/* The register a call argument reads. */
+static int64_t arg_word(vmex_graph_t *g, const vmex_arg_t *a, int64_t null_reg) {
+  switch (a->kind) {
+    case VMEX_ARG_TENSOR: {
+      const gtensor_t *t = &g->tensors[a->v];
+      if (t->kind == T_PARAM) return VM_REG(t->index);
+      if (t->kind == T_WEIGHT) return VM_CONSTI(t->index);
+      return VM_REG(t->reg);
+    }
+    case VMEX_ARG_IMM: return VM_IMM(a->v);
+    case VMEX_ARG_CONST: return VM_CONSTI(a->v);
+    case VMEX_ARG_VM: return VM_REG(VM_REG_VM);
+    case VMEX_ARG_NONE: return VM_REG(null_reg);
+  }
+  return VM_IMM(0);
+}
+
+vm_status_t vmex_graph_emit(vmex_graph_t *g, int32_t output, vmex_plan_report_t *report) {
+  vm_plan_tensor_t *pt = NULL;
+  int64_t *storage_reg = NULL, *storage_last = NULL, *words = NULL;
+  vm_plan_t plan;
+  memset(&plan, 0, sizeof(plan));
+  vm_status_t st = VM_STATUS_OK;
+  if (g->err) {
+    st = g->err;
+    g->err = NULL;
+    return st;
+  }
+  if (!valid_tid(g, output) || g->tensors[output].kind != T_INTER) {
+    return vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is not an intermediate", output);
+  }
+  st = compute_lifetimes(g);
+  if (st) goto fail;
+
+  /* Plan every intermediate but the output: the output must survive the
+   * return, so it cannot share memory that later calls reuse. */
+  pt = calloc(g->num_tensors ? g->num_tensors : 1, sizeof(*pt));
+  if (!pt) goto nomem;
+  uint32_t np = 0;
+  uint32_t max_args = 4;
+  for (uint32_t i = 0; i < g->num_tensors; i++) {
+    gtensor_t *t = &g->tensors[i];
+    if (t->kind != T_INTER || (int32_t)i == output) continue;
+    t->plan_idx = np;
+    pt[np].nbytes = t->nbytes;
+    pt[np].first_step = (uint32_t)t->produced_at;
+    pt[np].last_step = (uint32_t)t->last;
+    pt[np].device = 0;
+    np++;
+  }
+  st = vm_plan_memory(pt, np, g->align, &plan);
+  if (st) goto fail;
+
+  /* Registers: parameters, then one per storage, one per intermediate or
+   * view, the none register and the output's storage. */
+  int64_t next = g->num_params;
+  storage_reg = calloc(plan.num_storages ? plan.num_storages : 1, sizeof(*storage_reg));
+  storage_last = calloc(plan.num_storages ? plan.num_storages : 1, sizeof(*storage_last));
+  if (!storage_reg || !storage_last) goto nomem;
+  for (uint32_t s = 0; s < plan.num_storages; s++) {
+    storage_reg[s] = next++;
+    storage_last[s] = -1;
+  }
+  int needs_null = 0;
+  for (uint32_t i = 0; i < g->num_tensors; i++) {
+    gtensor_t *t = &g->tensors[i];
+    if (t->kind == T_INTER || t->kind == T_VIEW) t->reg = next++;
+    if (t->plan_idx >= 0) {
+      uint32_t s = plan.storage_of[t->plan_idx];
+      if (storage_last[s] < t->last) storage_last[s] = t->last;
+    }
+  }
+  for (uint32_t i = 0; i < g->num_calls; i++) {
+    if (g->calls[i].nargs > max_args) max_args = g->calls[i].nargs;
+    for (uint32_t k = 0; k < g->calls[i].nargs; k++)
+      if (g->calls[i].args[k].kind == VMEX_ARG_NONE) needs_null = 1;
+  }
+  int64_t null_reg = needs_null ? next++ : -1;
+  int64_t out_storage_reg = next++;
+  words = malloc(max_args * sizeof(*words));
+  if (!words) goto nomem;
+
+  set_err(g, vm_builder_begin_function(g->b, g->func));
+
+  /* entry: parameter checks, shared storages, the none value */
+  for (uint32_t i = 0; i < g->num_tensors; i++) {
+    const gtensor_t *t = &g->tensors[i];
+    if (t->kind != T_PARAM) continue;
+    emit_param_checks(g, t, t->name);
+  }
+  for (uint32_t s = 0; s < plan.num_storages; s++)
+    emit_alloc_storage(g, storage_reg[s], plan.storage_bytes[s]);
+  if (needs_null) emit(g, null_reg, packed(g, "vm.builtin.null_value"), 0, NULL);
+
+  for (uint32_t i = 0; i < g->num_calls && !g->err; i++) {
+    const gcall_t *c = &g->calls[i];
+    /* allocate what this call produces, right before it */
+    for (uint32_t k = 0; k < c->nargs; k++) {
+      if (c->args[k].kind != VMEX_ARG_TENSOR) continue;
+      const gtensor_t *t = &g->tensors[c->args[k].v];
+      if (t->kind != T_INTER || t->produced_at != (int64_t)i) continue;
+      /* the same tensor named twice in one call is allocated once */
+      int dup = 0;
+      for (uint32_t j = 0; j < k; j++)
+        if (c->args[j].kind == VMEX_ARG_TENSOR && c->args[j].v == c->args[k].v) dup = 1;
+      if (dup) continue;
+      if (c->args[k].v == output) {
+        emit_alloc_storage(g, out_storage_reg, t->nbytes);
+        emit_alloc_tensor(g, t, out_storage_reg, 0);
+      } else {
+        emit_alloc_tensor(g, t, storage_reg[plan.storage_of[t->plan_idx]],
+                          plan.offset_of[t->plan_idx]);
+      }
+    }
+    for (uint32_t k = 0; k < c->nargs; k++) words[k] = arg_word(g, &c->args[k], null_reg);
+    int64_t dst = VM_REG_VOID;
+    if (c->dst >= 0) {
+      const gtensor_t *v = &g->tensors[c->dst];
+      dst = v->reg;
+      /* the reshape's second argument is the view's shape */
+      words[1] = VM_CONSTI(shape_const(g, v->ndim, v->shape));
+    }
+    emit(g, dst, c->func, c->nargs, words);
+    /* release registers whose last use this was; the output is returned */
+    for (uint32_t t = 0; t < g->num_tensors; t++) {
+      const gtensor_t *x = &g->tensors[t];
+      if ((x->kind == T_INTER || x->kind == T_VIEW) && (int32_t)t != output &&
+          x->last_ref == (int64_t)i)
+        emit_kill(g, x->reg);
+    }
+    for (uint32_t s = 0; s < plan.num_storages; s++)
+      if (storage_last[s] == (int64_t)i) emit_kill(g, storage_reg[s]);
+  }
+  if (!g->err) set_err(g, vm_builder_emit_ret(g->b, g->tensors[output].reg));
+  if (!g->err) set_err(g, vm_builder_end_function(g->b, 0));
+  if (g->err) {
+    st = g->err;
+    g->err = NULL;
+    goto fail;
+  }
+
+  if (report) {
+    memset(report, 0, sizeof(*report));
+    report->planned_bytes = plan.planned_bytes;
+    report->unplanned_bytes = plan.unplanned_bytes;
+    report->live_peak_bytes = plan.live_peak_bytes;
+    report->num_storages = plan.num_storages;
+    report->num_tensors = np;
+    report->output_bytes = g->tensors[output].nbytes;
+  }
+  vm_plan_free(&plan);
+  free(pt);
+  free(storage_reg);
+  free(storage_last);
+  free(words);
+  return VM_STATUS_OK;
+
+nomem:
+  st = vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory");
+fail:
+  vm_plan_free(&plan);
+  free(pt);
+  free(storage_reg);
+  free(storage_last);
+  free(words);
+  return st;
+}

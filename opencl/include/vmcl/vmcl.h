@@ -1,0 +1,59 @@
+/* OpenCL devices and operators for the vmrpc VM.
+ *
+ * An OpenCL device implements the VM device interface (vm/device.h) on an
+ * in-order, profiling-enabled command queue. Built programs are cached in
+ * memory per device and, when a cache directory is given, on disk, keyed by
+ * a SHA-256 of source, build options, device name, driver version and
+ * platform. Operators (cl.*) are registered as VM builtins.
+ */
+#ifndef VMCL_VMCL_H
+#define VMCL_VMCL_H
+
+#include <stdint.h>
+
+#include "vm/device.h"
+#include "vm/status.h"
+#include "vm/vm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vmcl_options {
+  /* Directory for cached program binaries; NULL or "" = memory only. Created
+   * if missing. */
+  const char *cache_dir;
+} vmcl_options_t;
+
+/* Lists every OpenCL device of every platform, in the order that
+ * "opencl:N" selectors use. *out_props is malloc'ed (caller frees); zero
+ * devices is not an error. UNAVAILABLE when no OpenCL platform exists. */
+vm_status_t vmcl_list_devices(vm_device_props_t **out_props, uint32_t *out_count);
+
+/* Opens a device: selector "opencl:N", a case-insensitive substring of the
+ * device name, or NULL/"" for the first device. NOT_FOUND lists the devices
+ * there are. Release with vm_device_destroy(). */
+vm_status_t vmcl_device_open(const char *selector, const vmcl_options_t *opts,
+                             vm_device_t **out_dev);
+
+/* True if dev is an OpenCL device of this module. */
+int vmcl_is_device(const vm_device_t *dev);
+
+typedef struct vmcl_cache_stats {
+  uint64_t builds;       /* programs compiled from source */
+  uint64_t memory_hits;  /* served from the in-memory cache */
+  uint64_t disk_hits;    /* served from a binary on disk */
+  uint64_t disk_writes;  /* binaries saved */
+  uint64_t disk_corrupt; /* disk entries found corrupt, discarded and rebuilt */
+} vmcl_cache_stats_t;
+
+/* Program cache counters of an OpenCL device (zeros for other devices). */
+void vmcl_cache_stats(const vm_device_t *dev, vmcl_cache_stats_t *out);
+
+/* Registers every cl.* operator (docs/operators.md) and cl.kernel. */
+vm_status_t vmcl_register_ops(vm_registry_t *reg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VMCL_VMCL_H */

@@ -1,0 +1,88 @@
+/* Prelude placed in front of every operator program (cl_ops_common.c joins
+ * it with the family's source), so the families share one definition of the
+ * storage macros and the index helpers.
+ *
+ * Float tensors are stored as S: float, or with -DVMCL_F16 half. Half is
+ * only ever touched through vload_half/vstore_half, which are core OpenCL
+ * 1.2 and need no cl_khr_fp16, so float16 tensors work on every device;
+ * arithmetic is always done in float. S is a macro, not a typedef, because
+ * without cl_khr_fp16 half may only appear in pointer declarations.
+ */
+#ifdef VMCL_F16
+#define S half
+#define LD(p, i) vload_half((i), (p))
+#define ST(v, i, p) vstore_half_rte((v), (i), (p))
+#define LD4(p, i) vload_half4((i), (p))
+#define ST4(v, i, p) vstore_half4_rte((v), (i), (p))
+#define LD8(p, i) vload_half8((i), (p))
+#define ST8(v, i, p) vstore_half8_rte((v), (i), (p))
+#else
+#define S float
+#define LD(p, i) ((p)[(i)])
+#define ST(v, i, p) ((p)[(i)] = (v))
+#define LD4(p, i) vload4((i), (p))
+#define ST4(v, i, p) vstore4((v), (i), (p))
+#define LD8(p, i) vload8((i), (p))
+#define ST8(v, i, p) vstore8((v), (i), (p))
+#endif
+
+/* One digit of an N-d index: peels dimension k off rem and adds its
+ * contribution to two strided offsets. Dimensions are unrolled (vector
+ * components cannot be indexed dynamically in OpenCL C 1.2); the host
+ * collapses shapes first, so rank is usually 1-3 and the rest is skipped. */
+#define VMCL_DIGIT(k)                         \
+  if (rank > k) {                             \
+    int q_ = rem / shape.s##k;                \
+    int r_ = rem - q_ * shape.s##k;           \
+    rem = q_;                                 \
+    oa += r_ * sa.s##k;                       \
+    ob += r_ * sb.s##k;                       \
+  }
+
+/* Offsets of element i of a row-major iteration space in two strided
+ * layouts. Dimensions are stored innermost first (component 0 is the last
+ * axis) so that a rank below 8 needs no padding. */
+int2 nd_offsets(int i, int rank, int8 shape, int8 sa, int8 sb) {
+  int rem = i, oa = 0, ob = 0;
+  VMCL_DIGIT(0)
+  VMCL_DIGIT(1)
+  VMCL_DIGIT(2)
+  VMCL_DIGIT(3)
+  VMCL_DIGIT(4)
+  VMCL_DIGIT(5)
+  VMCL_DIGIT(6)
+  VMCL_DIGIT(7)
+  return (int2)(oa, ob);
+}
+
+/* Work-group reductions over local memory. The local size must be a power
+ * of two (the host guarantees it); every work-item of the group must call
+ * them. The trailing barrier lets the caller reuse the scratch. */
+float wg_sum(float v, __local float *s) {
+  int l = get_local_id(0), n = get_local_size(0);
+  s[l] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int k = n >> 1; k > 0; k >>= 1) {
+    if (l < k) s[l] += s[l + k];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  float r = s[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+/* Max that propagates NaN (like NumPy's maximum), unlike fmax. */
+#define NANMAX(a, b) (isnan(a) || isnan(b) ? (a) + (b) : fmax((a), (b)))
+
+float wg_max(float v, __local float *s) {
+  int l = get_local_id(0), n = get_local_size(0);
+  s[l] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int k = n >> 1; k > 0; k >>= 1) {
+    if (l < k) s[l] = NANMAX(s[l], s[l + k]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  float r = s[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}

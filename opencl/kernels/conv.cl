@@ -1,0 +1,109 @@
+/* cl.conv2d: direct NCHW convolution with groups, stride, padding and
+ * dilation; float storage S (common.cl).
+ *
+ * It is the GEMM of gemm.cl with the B operand gathered from the input on
+ * the fly (implicit im2col, so no scratch buffer): per group,
+ *   Y[o, p] = sum over (c, kh, kw) of W[o, c, kh, kw] * X[c, ih(p, kh), iw(p, kw)]
+ * where p runs over the OH*OW output pixels. Each work-item computes 8
+ * output channels x 8 consecutive output pixels as eight float8
+ * accumulators. The loops run kh, kw outside and c inside so that whether
+ * the 8 input pixels form one contiguous in-bounds run (stride 1, same
+ * output row, away from padding: one vector load) is decided once per
+ * (kh, kw) and not per element.
+ *
+ * Global ids: 0 = pixel block, 1 = output-channel block within the group,
+ * 2 = n * groups + g. Channels past the group's count repeat its last
+ * channel and pixels past OH*OW are masked: computed, never stored.
+ */
+
+#define CONV_FMA8(xv)                                                                  \
+  c0 = fma((float8)(LD(wp, w0 + wc)), xv, c0); \
+  c1 = fma((float8)(LD(wp, w1 + wc)), xv, c1); \
+  c2 = fma((float8)(LD(wp, w2 + wc)), xv, c2); \
+  c3 = fma((float8)(LD(wp, w3 + wc)), xv, c3); \
+  c4 = fma((float8)(LD(wp, w4 + wc)), xv, c4); \
+  c5 = fma((float8)(LD(wp, w5 + wc)), xv, c5); \
+  c6 = fma((float8)(LD(wp, w6 + wc)), xv, c6); \
+  c7 = fma((float8)(LD(wp, w7 + wc)), xv, c7);
+
+/* Masked gather of lane t: 0 where the tap falls into the padding. */
+#define CONV_LANE(t) (m.s##t ? LD(xc, off.s##t) : 0.0f)
+
+/* Stores row r of the block (channel oc + r) with the bias added. */
+void conv_store(__global S *yrow, int npix, float b, float8 acc) {
+  acc += b;
+  if (npix >= 8) {
+    ST8(acc, 0, yrow);
+  } else {
+    float a[8];
+    vstore8(acc, 0, a);
+    for (int t = 0; t < npix; t++) ST(a[t], t, yrow);
+  }
+}
+
+__kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
+                     __global const S *bias, int bo, int has_bias, __global S *y, int yo,
+                     int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH,
+                     int SW, int PH, int PW, int DH, int DW, int groups) {
+  int p0 = get_global_id(0) * 8, ob = get_global_id(1) * 8, ng = get_global_id(2);
+  int Cg = C / groups, Og = O / groups, P = OH * OW;
+  if (p0 >= P || ob >= Og) return;
+  int n = ng / groups, g = ng - n * groups;
+  int HW = H * W, KK = KH * KW, CKK = Cg * KK;
+  __global const S *xg = x + xo + (n * C + g * Cg) * HW;
+  __global const S *wp = w + wo + (g * Og) * CKK;
+
+  /* weight row offsets, clamped to the group's last channel */
+  int w0 = (ob + 0) * CKK, w1 = min(ob + 1, Og - 1) * CKK, w2 = min(ob + 2, Og - 1) * CKK;
+  int w3 = min(ob + 3, Og - 1) * CKK, w4 = min(ob + 4, Og - 1) * CKK;
+  int w5 = min(ob + 5, Og - 1) * CKK, w6 = min(ob + 6, Og - 1) * CKK;
+  int w7 = min(ob + 7, Og - 1) * CKK;
+
+  int8 pv = (int8)(p0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+  int8 live = pv < (int8)(P);
+  int8 ohv = pv / OW;
+  int8 owv = pv - ohv * OW;
+  int8 ih0 = ohv * SH - PH, iw0 = owv * SW - PW;
+  /* one output row for all 8 pixels: a contiguous run when SW == 1 */
+  int same_row = p0 + 7 < P && ohv.s0 == ohv.s7;
+
+  float8 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+  float8 c4 = 0.0f, c5 = 0.0f, c6 = 0.0f, c7 = 0.0f;
+  for (int kh = 0; kh < KH; kh++) {
+    for (int kw = 0; kw < KW; kw++) {
+      int8 ih = ih0 + kh * DH, iw = iw0 + kw * DW;
+      int tap = kh * KW + kw;
+      if (same_row && SW == 1 && ih.s0 >= 0 && ih.s0 < H && iw.s0 >= 0 && iw.s7 < W) {
+        __global const S *xc = xg + ih.s0 * W + iw.s0;
+        for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += KK) {
+          float8 xv = LD8(xc, 0);
+          CONV_FMA8(xv)
+        }
+      } else {
+        int8 m = live & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W);
+        int8 off = ih * W + iw;
+        __global const S *xc = xg;
+        for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += KK) {
+          float8 xv = (float8)(CONV_LANE(0), CONV_LANE(1), CONV_LANE(2), CONV_LANE(3),
+                               CONV_LANE(4), CONV_LANE(5), CONV_LANE(6), CONV_LANE(7));
+          CONV_FMA8(xv)
+        }
+      }
+    }
+  }
+
+  int npix = min(8, P - p0);
+  int oc = g * Og + ob; /* absolute output channel of row 0 */
+  __global S *yb = y + yo + (n * O + oc) * P + p0;
+#define CONV_OUT(r, acc)                                                                  \
+  if (ob + r < Og)                                                                        \
+    conv_store(yb + r * P, npix, has_bias ? LD(bias, bo + oc + r) : 0.0f, acc);
+  CONV_OUT(0, c0)
+  CONV_OUT(1, c1)
+  CONV_OUT(2, c2)
+  CONV_OUT(3, c3)
+  CONV_OUT(4, c4)
+  CONV_OUT(5, c5)
+  CONV_OUT(6, c6)
+  CONV_OUT(7, c7)
+}

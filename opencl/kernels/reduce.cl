@@ -1,0 +1,139 @@
+/* Reductions and the normalisations built on them: cl.reduce.*,
+ * cl.softmax, cl.layer_norm (and cl.pool2d.global_avg through
+ * reduce_sum). Float storage S (common.cl); accumulation is in float.
+ */
+
+/* ---- cl.reduce.{sum,mean,max} ----
+ * The host collapses the input into kept dims (in output order) and
+ * reduced dims, each as (size, input element stride) innermost first, at
+ * most 8 of each. Mean is sum times scale = 1/count. */
+
+#define RED_INIT_sum 0.0f
+#define RED_STEP_sum(acc, v) ((acc) + (v))
+#define RED_WG_sum(v, s) wg_sum((v), (s))
+#define RED_INIT_max (-INFINITY)
+#define RED_STEP_max(acc, v) NANMAX((acc), (v))
+#define RED_WG_max(v, s) wg_max((v), (s))
+
+/* reduce_OP_item: one work-item per output element, walking the reduced
+ * dims with an odometer (no divisions per element). Chosen when there are
+ * many outputs. */
+#define REDUCE_ITEM(op)                                                                   \
+  __kernel void reduce_##op##_item(__global const S *x, int xo, __global S *y, int yo,    \
+                                   int nout, int krank, int8 kshape, int8 kstride,        \
+                                   int rrank, int8 rshape, int8 rstride, int rcount,      \
+                                   float scale) {                                         \
+    int i = get_global_id(0);                                                             \
+    if (i >= nout) return;                                                                \
+    int base = xo + nd_offsets(i, krank, kshape, kstride, kstride).x;                     \
+    int sz[8], st[8], idx[8];                                                             \
+    vstore8(rshape, 0, sz);                                                               \
+    vstore8(rstride, 0, st);                                                              \
+    for (int d = 0; d < 8; d++) idx[d] = 0;                                               \
+    float acc = RED_INIT_##op;                                                            \
+    int off = 0;                                                                          \
+    for (int r = 0; r < rcount; r++) {                                                    \
+      acc = RED_STEP_##op(acc, LD(x, base + off));                                        \
+      /* advance the odometer: innermost digit first */                                   \
+      for (int d = 0; d < rrank; d++) {                                                   \
+        off += st[d];                                                                     \
+        if (++idx[d] < sz[d]) break;                                                      \
+        off -= st[d] * sz[d];                                                             \
+        idx[d] = 0;                                                                       \
+      }                                                                                   \
+    }                                                                                     \
+    ST(acc * scale, yo + i, y);                                                           \
+  }
+
+/* reduce_OP_group: one work-group per output element; its work-items
+ * stride over the reduced elements, then combine in local memory. Chosen
+ * for few outputs over long reductions (e.g. everything to a scalar). */
+#define REDUCE_GROUP(op)                                                                  \
+  __kernel void reduce_##op##_group(__global const S *x, int xo, __global S *y, int yo,   \
+                                    int nout, int krank, int8 kshape, int8 kstride,       \
+                                    int rrank, int8 rshape, int8 rstride, int rcount,     \
+                                    float scale, __local float *scratch) {                \
+    int g = get_group_id(0);                                                              \
+    int base = xo + nd_offsets(g, krank, kshape, kstride, kstride).x;                     \
+    float acc = RED_INIT_##op;                                                            \
+    for (int r = get_local_id(0); r < rcount; r += get_local_size(0)) {                   \
+      int off = nd_offsets(r, rrank, rshape, rstride, rstride).x;                         \
+      acc = RED_STEP_##op(acc, LD(x, base + off));                                        \
+    }                                                                                     \
+    acc = RED_WG_##op(acc, scratch);                                                      \
+    if (get_local_id(0) == 0) ST(acc * scale, yo + g, y);                                 \
+  }
+
+REDUCE_ITEM(sum)
+REDUCE_GROUP(sum)
+REDUCE_ITEM(max)
+REDUCE_GROUP(max)
+
+/* ---- cl.softmax ----
+ * Numerically stable: exp(x - max) / sum(exp(x - max)). */
+
+/* softmax_row: axis is the innermost (contiguous) one; one work-group per
+ * row. */
+__kernel void softmax_row(__global const S *x, int xo, __global S *y, int yo, int len,
+                          __local float *scratch) {
+  int row = get_group_id(0), l = get_local_id(0), n = get_local_size(0);
+  int base = row * len;
+  x += xo + base;
+  y += yo + base;
+  float m = -INFINITY;
+  for (int j = l; j < len; j += n) m = NANMAX(m, LD(x, j));
+  m = wg_max(m, scratch);
+  float s = 0.0f;
+  for (int j = l; j < len; j += n) s += exp(LD(x, j) - m);
+  s = wg_sum(s, scratch);
+  float inv = 1.0f / s;
+  for (int j = l; j < len; j += n) ST(exp(LD(x, j) - m) * inv, j, y);
+}
+
+/* softmax_col: axis has inner elements after it; one work-item per
+ * (outer, inner) column, stepping by inner (neighbouring work-items read
+ * neighbouring addresses). */
+__kernel void softmax_col(__global const S *x, int xo, __global S *y, int yo, int ncols,
+                          int len, int inner) {
+  int i = get_global_id(0);
+  if (i >= ncols) return;
+  int o = i / inner, in = i - o * inner;
+  int base = o * len * inner + in;
+  x += xo + base;
+  y += yo + base;
+  float m = -INFINITY;
+  for (int j = 0; j < len; j++) m = NANMAX(m, LD(x, j * inner));
+  float s = 0.0f;
+  for (int j = 0; j < len; j++) s += exp(LD(x, j * inner) - m);
+  float inv = 1.0f / s;
+  for (int j = 0; j < len; j++) ST(exp(LD(x, j * inner) - m) * inv, j * inner, y);
+}
+
+/* ---- cl.layer_norm ----
+ * y = (x - mean) / sqrt(var + eps) * gamma + beta over rows of len
+ * elements; two passes (mean, then squared deviations) for accuracy. With
+ * has_gamma / has_beta 0 the buffers are placeholders and not read. */
+__kernel void layer_norm_row(__global const S *x, int xo, __global const S *gamma, int go,
+                             int has_gamma, __global const S *beta, int bo, int has_beta,
+                             __global S *y, int yo, int len, float eps,
+                             __local float *scratch) {
+  int row = get_group_id(0), l = get_local_id(0), n = get_local_size(0);
+  int base = row * len;
+  x += xo + base;
+  y += yo + base;
+  float s = 0.0f;
+  for (int j = l; j < len; j += n) s += LD(x, j);
+  float mean = wg_sum(s, scratch) / (float)len;
+  float v = 0.0f;
+  for (int j = l; j < len; j += n) {
+    float d = LD(x, j) - mean;
+    v += d * d;
+  }
+  float rstd = rsqrt(wg_sum(v, scratch) / (float)len + eps);
+  for (int j = l; j < len; j += n) {
+    float t = (LD(x, j) - mean) * rstd;
+    if (has_gamma) t *= LD(gamma, go + j);
+    if (has_beta) t += LD(beta, bo + j);
+    ST(t, j, y);
+  }
+}

@@ -1,0 +1,88 @@
+/* Internals of the OpenCL module shared by the device, the program cache and
+ * the operators (not installed). */
+#ifndef VMCL_INTERNAL_H
+#define VMCL_INTERNAL_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <pthread.h>
+
+#include "vm/device.h"
+#include "vm/status.h"
+#include "vm/value.h"
+#include "vmcl/vmcl.h"
+
+/* Name of an OpenCL error code ("CL_OUT_OF_RESOURCES"), "CL_UNKNOWN_ERROR"
+ * otherwise. */
+const char *vmcl_error_name(cl_int err);
+
+/* Maps a failed OpenCL call into a status whose message names the call and
+ * the error ("clEnqueueNDRangeKernel: CL_INVALID_WORK_GROUP_SIZE (-54)").
+ * CL_SUCCESS -> OK. Out-of-memory errors map to RESOURCE_EXHAUSTED, invalid
+ * arguments to INVALID_ARGUMENT, the rest to INTERNAL. */
+vm_status_t vmcl_status(cl_int err, const char *what);
+
+#define VMCL_CHECK(call, what)                           \
+  do {                                                   \
+    cl_int vmcl_err_ = (call);                           \
+    if (vmcl_err_ != CL_SUCCESS) return vmcl_status(vmcl_err_, what); \
+  } while (0)
+
+typedef struct vmcl_program_cache vmcl_program_cache_t;
+
+/* State behind an OpenCL vm_device_t (dev->impl). */
+typedef struct vmcl_dev {
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_context context;
+  cl_command_queue queue; /* in order, CL_QUEUE_PROFILING_ENABLE */
+  vmcl_program_cache_t *cache;
+  /* device timer: while timing, every enqueue records its event */
+  int timing;
+  cl_event *events;
+  uint32_t num_events, cap_events;
+  double timed_seconds; /* accumulated from drained events */
+  /* Recursive. Guards the program cache and the timer state; an operator
+   * that sets arguments on a cached (shared) cl_kernel holds it from the
+   * first clSetKernelArg through vmcl_launch. */
+  pthread_mutex_t lock;
+} vmcl_dev_t;
+
+/* The OpenCL state of a device, or NULL if dev is not an OpenCL device. */
+vmcl_dev_t *vmcl_get(const vm_device_t *dev);
+
+/* Returns a kernel of a program built from source with options, through the
+ * cache (memory, then disk, then a build whose failure carries the build
+ * log as INVALID_ARGUMENT). The kernel is owned by the cache and valid while
+ * the device lives; callers on one device are serialised. */
+vm_status_t vmcl_get_kernel(vmcl_dev_t *d, const char *source, const char *options,
+                            const char *kernel_name, cl_kernel *out_kernel);
+
+/* Enqueues a kernel; when the device timer runs, keeps its event for
+ * timing. local may be NULL. */
+vm_status_t vmcl_launch(vmcl_dev_t *d, cl_kernel k, cl_uint dims, const size_t *global,
+                        const size_t *local);
+
+/* Records an event produced by another enqueue (CLBlast, copies) for the
+ * device timer, taking ownership of it. */
+void vmcl_track_event(vmcl_dev_t *d, cl_event ev);
+
+/* Creates the program cache of a device (memory only when cache_dir is NULL
+ * or "", else also <cache_dir>/<sha256>.clbin, the directory created if
+ * missing). The device identity of the key (device name, driver version,
+ * platform name and version) is read from d here. */
+vm_status_t vmcl_cache_create(vmcl_dev_t *d, const char *cache_dir,
+                              vmcl_program_cache_t **out_cache);
+/* Releases every cached kernel and program. NULL is a no-op. */
+void vmcl_cache_destroy(vmcl_program_cache_t *c);
+
+/* Registers the cl.kernel operator (docs/operators.md); called by
+ * vmcl_register_ops(). */
+vm_status_t vmcl_register_kernel_op(vm_registry_t *reg);
+
+/* The cl_mem of a tensor's storage on an OpenCL device. */
+static inline cl_mem vmcl_tensor_mem(const vm_tensor_t *t) {
+  return (cl_mem)t->storage->buffer.handle;
+}
+
+#endif

@@ -1,0 +1,295 @@
+/* cl.kernel: launches a kernel of an OpenCL C module that the executable
+ * carries itself (docs/operators.md, section "cl.kernel").
+ *
+ *   cl.kernel([%vm,] module, kernel, global_size, local_size, kernel args...)
+ *
+ * module, kernel   strings: a module of exec->kernels[] and a __kernel in it
+ * global_size      int (1-D), shape (1 to 3 dims), or a tensor whose shape
+ *                  is used (typically the output)
+ * local_size       none or 0 (the driver chooses), int, or shape with as many
+ *                  dims as global_size
+ * kernel args      tensor -> its cl_mem (a tensor at a nonzero offset into
+ *                  its storage -> a sub-buffer, when the offset is a multiple
+ *                  of CL_DEVICE_MEM_BASE_ADDR_ALIGN); int/bool -> int (a long
+ *                  when the kernel parameter is 8 bytes); float -> float (a
+ *                  double when the parameter is 8 bytes)
+ *
+ * The kernel runs on the OpenCL device of its tensor arguments (all on one
+ * device), or on the machine's device 0 when no tensor is passed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cl_internal.h"
+#include "vm/log.h"
+#include "vm/vm.h"
+
+#define VMCL_OP "cl.kernel"
+
+/* Reads a work size (global or local) into dims[3]. */
+static vm_status_t vmcl_work_size(const vm_value_t *v, const char *what, int allow_tensor,
+                                  size_t dims[3], cl_uint *out_ndim) {
+  const int64_t *src = NULL;
+  uint32_t n = 0;
+  int64_t one = 0;
+  if (v->kind == VM_VAL_INT) {
+    one = v->u.i;
+    src = &one;
+    n = 1;
+  } else if (v->kind == VM_VAL_SHAPE) {
+    const vm_shape_t *s = vm_value_as_shape(v);
+    src = s->dims;
+    n = s->ndim;
+  } else if (allow_tensor && v->kind == VM_VAL_TENSOR) {
+    const vm_tensor_t *t = vm_value_as_tensor(v);
+    src = t->shape;
+    n = t->ndim;
+    if (n == 0) { /* a scalar tensor: one work item */
+      one = 1;
+      src = &one;
+      n = 1;
+    }
+  } else {
+    return vm_status_make(VM_INVALID_ARGUMENT, "%s: %s must be an int, a shape%s, not %s", VMCL_OP,
+                          what, allow_tensor ? " or a tensor" : "", vm_value_kind_name(v->kind));
+  }
+  if (n < 1 || n > 3) {
+    return vm_status_make(VM_INVALID_ARGUMENT, "%s: %s has %u dims; OpenCL takes 1 to 3", VMCL_OP,
+                          what, n);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    if (src[i] < 0 || (uint64_t)src[i] > (uint64_t)SIZE_MAX) {
+      return vm_status_make(VM_INVALID_ARGUMENT, "%s: %s dim %u is %lld", VMCL_OP, what, i,
+                            (long long)src[i]);
+    }
+    dims[i] = (size_t)src[i];
+  }
+  *out_ndim = n;
+  return VM_STATUS_OK;
+}
+
+static const vm_kernel_module_t *vmcl_find_module(const vm_executable_t *exec, const char *name) {
+  for (uint32_t i = 0; exec && i < exec->num_kernels; i++) {
+    if (strcmp(exec->kernels[i].name, name) == 0) return &exec->kernels[i];
+  }
+  return NULL;
+}
+
+/* Picks the device: that of the tensor arguments, else machine device 0.
+ * Every tensor must live on it. */
+static vm_status_t vmcl_pick_device(vm_machine_t *m, const vm_value_t *kargs, uint32_t nk,
+                                    vm_device_t **out_dev) {
+  vm_device_t *dev = NULL;
+  for (uint32_t i = 0; i < nk && !dev; i++) {
+    const vm_tensor_t *t = vm_value_as_tensor(&kargs[i]);
+    if (t) dev = t->storage->device;
+  }
+  if (!dev) dev = vm_machine_num_devices(m) ? vm_machine_device(m, 0) : NULL;
+  char name[64];
+  if (!vmcl_is_device(dev)) {
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s runs on an OpenCL device, but its tensors (or the machine's "
+                          "device 0) are on %s",
+                          VMCL_OP, dev ? vm_device_str(dev, name, sizeof(name)) : "no device");
+  }
+  for (uint32_t i = 0; i < nk; i++) {
+    const vm_tensor_t *t = vm_value_as_tensor(&kargs[i]);
+    if (t && t->storage->device != dev) {
+      char other[64];
+      return vm_status_make(VM_INVALID_ARGUMENT,
+                            "%s: kernel argument %u is a tensor on %s, the kernel runs on %s",
+                            VMCL_OP, i, vm_device_str(t->storage->device, other, sizeof(other)),
+                            vm_device_str(dev, name, sizeof(name)));
+    }
+  }
+  *out_dev = dev;
+  return VM_STATUS_OK;
+}
+
+/* Sets a scalar: the 4-byte form first, the 8-byte one when the kernel's
+ * parameter is 8 bytes wide (the driver answers CL_INVALID_ARG_SIZE). */
+static cl_int vmcl_set_scalar(cl_kernel k, cl_uint idx, const vm_value_t *v, int *out_range) {
+  *out_range = 0;
+  if (v->kind == VM_VAL_FLOAT) {
+    cl_float f = (cl_float)v->u.f;
+    cl_int err = clSetKernelArg(k, idx, sizeof(f), &f);
+    if (err != CL_INVALID_ARG_SIZE) return err;
+    cl_double dbl = v->u.f;
+    return clSetKernelArg(k, idx, sizeof(dbl), &dbl);
+  }
+  int64_t i = v->u.i; /* INT or BOOL */
+  cl_long l = (cl_long)i;
+  if (i >= INT32_MIN && i <= (int64_t)UINT32_MAX) { /* int or uint bit pattern */
+    cl_uint u = (cl_uint)(uint64_t)i;
+    cl_int err = clSetKernelArg(k, idx, sizeof(u), &u);
+    if (err != CL_INVALID_ARG_SIZE) return err;
+    return clSetKernelArg(k, idx, sizeof(l), &l);
+  }
+  cl_int err = clSetKernelArg(k, idx, sizeof(l), &l);
+  if (err == CL_INVALID_ARG_SIZE) *out_range = 1;
+  return err;
+}
+
+static vm_status_t vmcl_kernel_op(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                  vm_value_t *out, void *user) {
+  uint32_t first = nargs > 0 && args[0].kind == VM_VAL_OPAQUE ? 1 : 0;
+  if (nargs < first + 4) {
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s takes (module, kernel, global_size, local_size, args...), got %u "
+                          "arguments",
+                          VMCL_OP, nargs - first);
+  }
+  const vm_string_t *mod_name = vm_value_as_string(&args[first]);
+  const vm_string_t *kern_name = vm_value_as_string(&args[first + 1]);
+  if (!mod_name || !kern_name) {
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s: module and kernel names must be strings, "
+                          "got %s and %s",
+                          VMCL_OP, vm_value_kind_name(args[first].kind),
+                          vm_value_kind_name(args[first + 1].kind));
+  }
+  const vm_value_t *kargs = args + first + 4;
+  uint32_t nk = nargs - first - 4;
+
+  size_t global[3] = {1, 1, 1}, local[3] = {1, 1, 1};
+  cl_uint gdims = 0, ldims = 0;
+  VM_RETURN_IF_ERROR(vmcl_work_size(&args[first + 2], "global_size", 1, global, &gdims));
+  const vm_value_t *lv = &args[first + 3];
+  int has_local = !(lv->kind == VM_VAL_NONE || (lv->kind == VM_VAL_INT && lv->u.i == 0));
+  if (has_local) {
+    VM_RETURN_IF_ERROR(vmcl_work_size(lv, "local_size", 0, local, &ldims));
+    if (ldims != gdims) {
+      return vm_status_make(VM_INVALID_ARGUMENT, "%s: local_size has %u dims, global_size has %u",
+                            VMCL_OP, ldims, gdims);
+    }
+    for (cl_uint i = 0; i < ldims; i++) {
+      if (local[i] == 0)
+        return vm_status_make(VM_INVALID_ARGUMENT, "%s: local_size dim %u is 0", VMCL_OP, i);
+    }
+  }
+
+  const vm_kernel_module_t *mod = vmcl_find_module(vm_machine_executable(m), mod_name->data);
+  if (!mod) {
+    return vm_status_make(VM_NOT_FOUND, "%s: executable carries no kernel module '%s'", VMCL_OP,
+                          mod_name->data);
+  }
+  vm_device_t *dev = NULL;
+  VM_RETURN_IF_ERROR(vmcl_pick_device(m, kargs, nk, &dev));
+  vmcl_dev_t *d = vmcl_get(dev);
+
+  vm_status_t st = VM_STATUS_OK;
+  cl_mem *subs = NULL;
+  cl_uint base_align = 0;
+  cl_int err = CL_SUCCESS;
+  /* a cached cl_kernel is shared: hold the device lock from the first
+   * clSetKernelArg to the enqueue */
+  pthread_mutex_lock(&d->lock);
+  cl_kernel k = NULL;
+  st = vmcl_get_kernel(d, mod->source, mod->options, kern_name->data, &k);
+  if (st) {
+    st = vm_status_annotate(st, "%s '%s.%s'", VMCL_OP, mod_name->data, kern_name->data);
+    goto done;
+  }
+  cl_uint want = 0;
+  err = clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof(want), &want, NULL);
+  if (err != CL_SUCCESS) {
+    st = vmcl_status(err, "clGetKernelInfo(NUM_ARGS)");
+    goto done;
+  }
+  if (want != nk) {
+    st = vm_status_make(VM_INVALID_ARGUMENT, "%s: kernel '%s.%s' takes %u arguments, got %u",
+                        VMCL_OP, mod_name->data, kern_name->data, want, nk);
+    goto done;
+  }
+  if (nk) {
+    subs = calloc(nk, sizeof(*subs));
+    if (!subs) {
+      st = vm_status_make(VM_RESOURCE_EXHAUSTED, "%s: out of host memory", VMCL_OP);
+      goto done;
+    }
+  }
+  for (uint32_t i = 0; i < nk; i++) {
+    const vm_value_t *v = &kargs[i];
+    const vm_tensor_t *t = vm_value_as_tensor(v);
+    int range = 0;
+    if (t) {
+      cl_mem mem = vmcl_tensor_mem(t);
+      uint64_t nbytes = vm_tensor_nbytes_of(t);
+      if (t->offset != 0 && nbytes != 0) {
+        if (base_align == 0) {
+          err = clGetDeviceInfo(d->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(base_align),
+                                &base_align, NULL);
+          if (err != CL_SUCCESS) {
+            st = vmcl_status(err, "clGetDeviceInfo(MEM_BASE_ADDR_ALIGN)");
+            goto done;
+          }
+          base_align /= 8; /* bits -> bytes */
+          if (base_align == 0) base_align = 1;
+        }
+        if (t->offset % base_align != 0) {
+          st = vm_status_make(VM_INVALID_ARGUMENT,
+                              "%s: kernel argument %u is a tensor at byte offset %llu of its "
+                              "storage, not a multiple of the device's base address alignment "
+                              "(%u bytes); copy it into a tensor of its own first",
+                              VMCL_OP, i, (unsigned long long)t->offset, base_align);
+          goto done;
+        }
+        cl_buffer_region region = {(size_t)t->offset, (size_t)nbytes};
+        subs[i] = clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+        if (err != CL_SUCCESS || !subs[i]) {
+          subs[i] = NULL;
+          st = vm_status_annotate(
+              vmcl_status(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateSubBuffer"),
+              "%s '%s.%s' argument %u", VMCL_OP, mod_name->data, kern_name->data, i);
+          goto done;
+        }
+        mem = subs[i];
+      }
+      err = clSetKernelArg(k, i, sizeof(mem), &mem);
+    } else if (v->kind == VM_VAL_INT || v->kind == VM_VAL_BOOL || v->kind == VM_VAL_FLOAT) {
+      err = vmcl_set_scalar(k, i, v, &range);
+    } else {
+      st = vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s: kernel argument %u is %s; pass tensors, ints or floats", VMCL_OP, i,
+                          vm_value_kind_name(v->kind));
+      goto done;
+    }
+    if (range) {
+      st = vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s: kernel argument %u: %lld does not fit the kernel's 32-bit "
+                          "parameter",
+                          VMCL_OP, i, (long long)v->u.i);
+      goto done;
+    }
+    if (err != CL_SUCCESS) {
+      st = vm_status_annotate(vmcl_status(err, "clSetKernelArg"), "%s '%s.%s' argument %u", VMCL_OP,
+                              mod_name->data, kern_name->data, i);
+      goto done;
+    }
+  }
+
+  if (global[0] != 0 && global[1] != 0 && global[2] != 0) { /* empty range: nothing to run */
+    st = vmcl_launch(d, k, gdims, global, has_local ? local : NULL);
+    if (st) {
+      st = vm_status_annotate(st, "%s '%s.%s'", VMCL_OP, mod_name->data, kern_name->data);
+      goto done;
+    }
+  }
+
+done:
+  pthread_mutex_unlock(&d->lock);
+  /* an enqueued command keeps its own reference to a sub-buffer */
+  for (uint32_t i = nk; subs && i-- > 0;) {
+    cl_int err_rel = subs[i] ? clReleaseMemObject(subs[i]) : CL_SUCCESS;
+    if (err_rel != CL_SUCCESS)
+      VM_LOGW("%s: clReleaseMemObject: %s (%d)", VMCL_OP, vmcl_error_name(err_rel), (int)err_rel);
+  }
+  free(subs);
+  (void)out;
+  return st;
+}
+
+vm_status_t vmcl_register_kernel_op(vm_registry_t *reg) {
+  return vm_registry_add(reg, VMCL_OP, vmcl_kernel_op, NULL);
+}

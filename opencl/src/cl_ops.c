@@ -1,0 +1,51 @@
+/* Registration of the cl.* operator library (docs/operators.md). */
+#include "cl_ops_internal.h"
+
+typedef struct op_entry {
+  const char *name;
+  vm_packed_fn fn;
+  const char *user; /* the operation's short name for shared functions */
+} op_entry_t;
+
+static const op_entry_t ops[] = {
+    {"cl.gemm", vmcl_op_gemm, NULL},
+    {"cl.conv2d", vmcl_op_conv2d, NULL},
+    {"cl.binary.add", vmcl_op_binary, "add"},
+    {"cl.binary.sub", vmcl_op_binary, "sub"},
+    {"cl.binary.mul", vmcl_op_binary, "mul"},
+    {"cl.binary.div", vmcl_op_binary, "div"},
+    {"cl.binary.max", vmcl_op_binary, "max"},
+    {"cl.binary.min", vmcl_op_binary, "min"},
+    {"cl.binary.pow", vmcl_op_binary, "pow"},
+    {"cl.unary.relu", vmcl_op_unary, "relu"},
+    {"cl.unary.gelu", vmcl_op_unary, "gelu"},
+    {"cl.unary.sigmoid", vmcl_op_unary, "sigmoid"},
+    {"cl.unary.tanh", vmcl_op_unary, "tanh"},
+    {"cl.unary.exp", vmcl_op_unary, "exp"},
+    {"cl.unary.log", vmcl_op_unary, "log"},
+    {"cl.unary.sqrt", vmcl_op_unary, "sqrt"},
+    {"cl.unary.neg", vmcl_op_unary, "neg"},
+    {"cl.unary.abs", vmcl_op_unary, "abs"},
+    {"cl.softmax", vmcl_op_softmax, NULL},
+    {"cl.layer_norm", vmcl_op_layer_norm, NULL},
+    {"cl.reduce.sum", vmcl_op_reduce, "sum"},
+    {"cl.reduce.mean", vmcl_op_reduce, "mean"},
+    {"cl.reduce.max", vmcl_op_reduce, "max"},
+    {"cl.pool2d.max", vmcl_op_pool2d, "max"},
+    {"cl.pool2d.avg", vmcl_op_pool2d, "avg"},
+    {"cl.pool2d.global_avg", vmcl_op_global_avg_pool2d, NULL},
+    {"cl.transpose", vmcl_op_transpose, NULL},
+    {"cl.concat", vmcl_op_concat, NULL},
+    {"cl.slice", vmcl_op_slice, NULL},
+    {"cl.cast", vmcl_op_cast, NULL},
+    {"cl.fill", vmcl_op_fill, NULL},
+};
+
+vm_status_t vmcl_register_ops(vm_registry_t *reg) {
+  if (!reg) return vm_status_make(VM_INVALID_ARGUMENT, "vmcl_register_ops: no registry");
+  for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+    /* the user pointer is only read: the table is static */
+    VM_RETURN_IF_ERROR(vm_registry_add(reg, ops[i].name, ops[i].fn, (void *)ops[i].user));
+  }
+  return vmcl_register_kernel_op(reg);
+}

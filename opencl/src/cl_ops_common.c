@@ -1,0 +1,461 @@
+/* Shared machinery of the cl.* operators: program sources, argument
+ * checking, kernel-argument and launch helpers, shape collapsing, float16
+ * conversion. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cl_ops_internal.h"
+
+/* ---------------------------------------------------------------------------
+ * Program sources: common.cl + the family's file, joined once per process.
+ */
+
+static const char *const family_files[VMCL_FAM_COUNT] = {
+    [VMCL_FAM_ELEMENTWISE] = vmcl_src_elementwise,
+    [VMCL_FAM_REDUCE] = vmcl_src_reduce,
+    [VMCL_FAM_POOL] = vmcl_src_pool,
+    [VMCL_FAM_GEMM] = vmcl_src_gemm,
+    [VMCL_FAM_CONV] = vmcl_src_conv,
+    [VMCL_FAM_COPY] = vmcl_src_copy,
+    [VMCL_FAM_CAST] = vmcl_src_cast,
+};
+
+static char *family_sources[VMCL_FAM_COUNT];
+static pthread_once_t family_once = PTHREAD_ONCE_INIT;
+
+/* The joined texts live for the whole process (several devices and threads
+ * share them), so they are built once and never freed. */
+static void family_init(void) {
+  size_t common_len = strlen(vmcl_src_common);
+  for (int f = 0; f < VMCL_FAM_COUNT; f++) {
+    size_t len = strlen(family_files[f]);
+    char *s = malloc(common_len + 1 + len + 1);
+    if (!s) continue; /* reported as RESOURCE_EXHAUSTED on use */
+    memcpy(s, vmcl_src_common, common_len);
+    s[common_len] = '\n';
+    memcpy(s + common_len + 1, family_files[f], len + 1);
+    family_sources[f] = s;
+  }
+}
+
+vm_status_t vmcl_family_kernel(vmcl_dev_t *d, vmcl_family_t fam, const char *options,
+                               const char *name, cl_kernel *out_kernel) {
+  pthread_once(&family_once, family_init);
+  if ((unsigned)fam >= VMCL_FAM_COUNT || !family_sources[fam]) {
+    return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory for kernel sources");
+  }
+  return vmcl_get_kernel(d, family_sources[fam], options, name, out_kernel);
+}
+
+const char *vmcl_float_options(vm_dtype_t dt) {
+  return dt.code == VM_DTYPE_FLOAT && dt.bits == 16 ? "-DVMCL_F16" : "";
+}
+
+/* ---------------------------------------------------------------------------
+ * Argument checking
+ */
+
+void vmcl_op_init(vmcl_op_t *op, const char *name, const char *usage, const vm_value_t *args,
+                  uint32_t nargs) {
+  memset(op, 0, sizeof(*op));
+  op->name = name;
+  op->usage = usage;
+  /* A leading %vm (what vm.builtin.* and cl.kernel may take) is accepted
+   * and skipped, so a compiler can pass it to every call uniformly. */
+  if (nargs > 0 && args[0].kind == VM_VAL_OPAQUE) {
+    args++;
+    nargs--;
+  }
+  op->args = args;
+  op->nargs = nargs;
+}
+
+vm_status_t vmcl_op_error(const vmcl_op_t *op, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return vm_status_make(VM_INVALID_ARGUMENT, "%s: %s", op->name, msg);
+}
+
+vm_status_t vmcl_op_arity(const vmcl_op_t *op, uint32_t min, uint32_t max) {
+  if (op->nargs >= min && op->nargs <= max) return VM_STATUS_OK;
+  if (min == max) {
+    return vmcl_op_error(op, "expected %u arguments %s, got %u", min, op->usage, op->nargs);
+  }
+  return vmcl_op_error(op, "expected %u to %u arguments %s, got %u", min, max, op->usage,
+                       op->nargs);
+}
+
+char *vmcl_shape_str(const int64_t *shape, uint32_t ndim, char *buf, size_t len) {
+  size_t n = 0;
+  if (len == 0) return buf;
+  buf[0] = '\0';
+  n += (size_t)snprintf(buf, len, "[");
+  for (uint32_t i = 0; i < ndim && n < len; i++) {
+    n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  }
+  if (n < len) snprintf(buf + n, len - n, "]");
+  return buf;
+}
+
+static vm_status_t check_tensor(vmcl_op_t *op, uint32_t idx, const char *what, vm_tensor_t *t) {
+  char dbuf[32], dbuf2[32];
+  const vm_device_t *dev = t->storage ? t->storage->device : NULL;
+  vmcl_dev_t *d = dev ? vmcl_get(dev) : NULL;
+  if (!d) {
+    return vmcl_op_error(op, "%s (argument %u) is on %s, expected an OpenCL device", what, idx,
+                         vm_device_str(dev, dbuf, sizeof(dbuf)));
+  }
+  if (op->dev && op->dev != dev) {
+    return vmcl_op_error(op, "%s (argument %u) is on %s, expected %s (the device of %s)", what, idx,
+                         vm_device_str(dev, dbuf, sizeof(dbuf)),
+                         vm_device_str(op->dev, dbuf2, sizeof(dbuf2)), op->dev_what);
+  }
+  if (t->ndim > VMCL_MAX_RANK) {
+    return vmcl_op_error(op, "%s (argument %u) has %u dims, at most %d are supported", what, idx,
+                         t->ndim, VMCL_MAX_RANK);
+  }
+  size_t eb = vm_dtype_bytes(t->dtype);
+  if (eb == 0 || t->offset % eb != 0) {
+    return vmcl_op_error(op,
+                         "%s (argument %u) starts at byte offset %llu, not a multiple of its "
+                         "element size %zu",
+                         what, idx, (unsigned long long)t->offset, eb);
+  }
+  /* Kernels index with 32-bit ints (fast on every GPU), and 1-D launches
+   * round the global size up to a whole work-group, so the last element
+   * must stay a margin below 2^31 for get_global_id to fit an int. */
+  uint64_t end = t->offset / eb + (uint64_t)vm_tensor_numel(t);
+  if (end > VMCL_MAX_ELEMENTS) {
+    return vmcl_op_error(op,
+                         "%s (argument %u) ends at element %llu of its storage, more than the "
+                         "%llu that operators address",
+                         what, idx, (unsigned long long)end, (unsigned long long)VMCL_MAX_ELEMENTS);
+  }
+  if (!op->dev) {
+    op->dev = dev;
+    snprintf(op->dev_what, sizeof(op->dev_what), "%s", what);
+    op->d = d;
+  }
+  return VM_STATUS_OK;
+}
+
+vm_status_t vmcl_op_tensor(vmcl_op_t *op, uint32_t idx, const char *what, vm_tensor_t **out) {
+  *out = NULL;
+  if (idx >= op->nargs) return vmcl_op_error(op, "missing %s (argument %u)", what, idx);
+  vm_tensor_t *t = vm_value_as_tensor(&op->args[idx]);
+  if (!t) {
+    return vmcl_op_error(op, "%s (argument %u) must be a tensor, got %s", what, idx,
+                         vm_value_kind_name(op->args[idx].kind));
+  }
+  VM_RETURN_IF_ERROR(check_tensor(op, idx, what, t));
+  *out = t;
+  return VM_STATUS_OK;
+}
+
+vm_status_t vmcl_op_opt_tensor(vmcl_op_t *op, uint32_t idx, const char *what, vm_tensor_t **out) {
+  *out = NULL;
+  if (idx < op->nargs && op->args[idx].kind == VM_VAL_NONE) return VM_STATUS_OK;
+  if (idx < op->nargs && !vm_value_as_tensor(&op->args[idx])) {
+    return vmcl_op_error(op, "%s (argument %u) must be a tensor or none, got %s", what, idx,
+                         vm_value_kind_name(op->args[idx].kind));
+  }
+  return vmcl_op_tensor(op, idx, what, out);
+}
+
+vm_status_t vmcl_op_int(const vmcl_op_t *op, uint32_t idx, const char *what, int64_t lo, int64_t hi,
+                        int64_t *out) {
+  if (idx >= op->nargs) return vmcl_op_error(op, "missing %s (argument %u)", what, idx);
+  const vm_value_t *v = &op->args[idx];
+  if (v->kind != VM_VAL_INT && v->kind != VM_VAL_BOOL) {
+    return vmcl_op_error(op, "%s (argument %u) must be an int, got %s", what, idx,
+                         vm_value_kind_name(v->kind));
+  }
+  if (v->u.i < lo || v->u.i > hi) {
+    return vmcl_op_error(op, "%s (argument %u) is %lld, expected %lld to %lld", what, idx,
+                         (long long)v->u.i, (long long)lo, (long long)hi);
+  }
+  *out = v->u.i;
+  return VM_STATUS_OK;
+}
+
+vm_status_t vmcl_op_float(const vmcl_op_t *op, uint32_t idx, const char *what, double *out) {
+  if (idx >= op->nargs) return vmcl_op_error(op, "missing %s (argument %u)", what, idx);
+  const vm_value_t *v = &op->args[idx];
+  if (v->kind == VM_VAL_FLOAT) {
+    *out = v->u.f;
+  } else if (v->kind == VM_VAL_INT) {
+    *out = (double)v->u.i;
+  } else {
+    return vmcl_op_error(op, "%s (argument %u) must be a float, got %s", what, idx,
+                         vm_value_kind_name(v->kind));
+  }
+  return VM_STATUS_OK;
+}
+
+vm_status_t vmcl_op_int_list(const vmcl_op_t *op, uint32_t idx, const char *what, int64_t *out,
+                             uint32_t max, uint32_t *out_n) {
+  if (idx >= op->nargs) return vmcl_op_error(op, "missing %s (argument %u)", what, idx);
+  const vm_value_t *v = &op->args[idx];
+  const vm_shape_t *sh = vm_value_as_shape(v);
+  const vm_tuple_t *tu = vm_value_as_tuple(v);
+  if (v->kind == VM_VAL_INT) {
+    if (max < 1) return vmcl_op_error(op, "%s (argument %u) has too many values", what, idx);
+    out[0] = v->u.i;
+    *out_n = 1;
+  } else if (sh) {
+    if (sh->ndim > max) {
+      return vmcl_op_error(op, "%s (argument %u) has %u values, at most %u allowed", what, idx,
+                           sh->ndim, max);
+    }
+    memcpy(out, sh->dims, sh->ndim * sizeof(int64_t));
+    *out_n = sh->ndim;
+  } else if (tu) {
+    if (tu->size > max) {
+      return vmcl_op_error(op, "%s (argument %u) has %u values, at most %u allowed", what, idx,
+                           tu->size, max);
+    }
+    for (uint32_t i = 0; i < tu->size; i++) {
+      if (tu->fields[i].kind != VM_VAL_INT) {
+        return vmcl_op_error(op, "%s (argument %u) field %u must be an int, got %s", what, idx, i,
+                             vm_value_kind_name(tu->fields[i].kind));
+      }
+      out[i] = tu->fields[i].u.i;
+    }
+    *out_n = tu->size;
+  } else {
+    return vmcl_op_error(op, "%s (argument %u) must be an int, a shape or a tuple of ints, got %s",
+                         what, idx, vm_value_kind_name(v->kind));
+  }
+  return VM_STATUS_OK;
+}
+
+vm_status_t vmcl_op_float_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                                const char *what) {
+  if (vm_dtype_equal(t->dtype, VM_F32) || vm_dtype_equal(t->dtype, VM_F16)) {
+    return VM_STATUS_OK;
+  }
+  char buf[24];
+  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected float32 or float16", what, idx,
+                       vm_dtype_str(t->dtype, buf, sizeof(buf)));
+}
+
+vm_status_t vmcl_op_dtype_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                             const char *what, vm_dtype_t dt, const char *from_what) {
+  if (vm_dtype_equal(t->dtype, dt)) return VM_STATUS_OK;
+  char b1[24], b2[24];
+  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected %s (the dtype of %s)", what,
+                       idx, vm_dtype_str(t->dtype, b1, sizeof(b1)),
+                       vm_dtype_str(dt, b2, sizeof(b2)), from_what);
+}
+
+vm_status_t vmcl_op_shape_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                             const char *what, const int64_t *shape, uint32_t ndim) {
+  int same = t->ndim == ndim;
+  for (uint32_t i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+  if (same) return VM_STATUS_OK;
+  char b1[192], b2[192];
+  return vmcl_op_error(op, "%s (argument %u) has shape %s, expected %s", what, idx,
+                       vmcl_shape_str(t->shape, t->ndim, b1, sizeof(b1)),
+                       vmcl_shape_str(shape, ndim, b2, sizeof(b2)));
+}
+
+/* ---------------------------------------------------------------------------
+ * Kernel arguments and launches
+ */
+
+void vmcl_arg_mem(vmcl_args_t *a, cl_mem m) {
+  cl_int err = clSetKernelArg(a->k, a->next++, sizeof(cl_mem), &m);
+  if (a->err == CL_SUCCESS) a->err = err;
+}
+
+void vmcl_arg_int(vmcl_args_t *a, int64_t v) {
+  cl_int x = (cl_int)v;
+  cl_int err = clSetKernelArg(a->k, a->next++, sizeof(x), &x);
+  if (a->err == CL_SUCCESS) a->err = err;
+}
+
+void vmcl_arg_float(vmcl_args_t *a, float v) {
+  cl_float x = v;
+  cl_int err = clSetKernelArg(a->k, a->next++, sizeof(x), &x);
+  if (a->err == CL_SUCCESS) a->err = err;
+}
+
+void vmcl_arg_dims(vmcl_args_t *a, const int64_t *v, int rank, int fill) {
+  cl_int8 x;
+  for (int i = 0; i < 8; i++) x.s[i] = i < rank ? (cl_int)v[rank - 1 - i] : fill;
+  cl_int err = clSetKernelArg(a->k, a->next++, sizeof(x), &x);
+  if (a->err == CL_SUCCESS) a->err = err;
+}
+
+void vmcl_arg_local(vmcl_args_t *a, size_t bytes) {
+  cl_int err = clSetKernelArg(a->k, a->next++, bytes, NULL);
+  if (a->err == CL_SUCCESS) a->err = err;
+}
+
+size_t vmcl_local_size(vmcl_dev_t *d, cl_kernel k, size_t want) {
+  size_t max = 0;
+  if (clGetKernelWorkGroupInfo(k, d->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(max), &max, NULL) !=
+          CL_SUCCESS ||
+      max == 0) {
+    max = 1;
+  }
+  size_t l = 1;
+  while (l * 2 <= want && l * 2 <= max) l *= 2;
+  return l;
+}
+
+vm_status_t vmcl_launch_1d(vmcl_dev_t *d, cl_kernel k, size_t items, size_t local) {
+  if (items == 0) return VM_STATUS_OK;
+  size_t global = (items + local - 1) / local * local;
+  return vmcl_launch(d, k, 1, &global, &local);
+}
+
+/* ---------------------------------------------------------------------------
+ * Shapes
+ */
+
+void vmcl_dense_strides(const int64_t *shape, uint32_t ndim, int64_t *strides) {
+  int64_t s = 1;
+  for (uint32_t i = ndim; i-- > 0;) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+}
+
+void vmcl_collapse(vmcl_iter_t *it, int nstr) {
+  int r = 0;
+  for (int i = 0; i < it->rank; i++) {
+    if (it->shape[i] == 1) continue; /* contributes nothing to any offset */
+    if (r > 0) {
+      int merge = 1;
+      for (int s = 0; s < nstr; s++) {
+        if (it->stride[s][r - 1] != it->stride[s][i] * it->shape[i]) merge = 0;
+      }
+      if (merge) {
+        it->shape[r - 1] *= it->shape[i];
+        for (int s = 0; s < nstr; s++) it->stride[s][r - 1] = it->stride[s][i];
+        continue;
+      }
+    }
+    it->shape[r] = it->shape[i];
+    for (int s = 0; s < nstr; s++) it->stride[s][r] = it->stride[s][i];
+    r++;
+  }
+  it->rank = r;
+}
+
+vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int64_t src_off,
+                              cl_mem dst, int64_t dst_off, vmcl_iter_t *it) {
+  int64_t n = 1;
+  for (int i = 0; i < it->rank; i++) n *= it->shape[i];
+  if (n == 0) return VM_STATUS_OK;
+  vmcl_collapse(it, 2);
+  /* A plain block copy needs no kernel (concat along the first axis,
+   * contiguous slices). */
+  if (it->rank == 0 || (it->rank == 1 && it->stride[0][0] == 1 && it->stride[1][0] == 1)) {
+    cl_event ev = NULL;
+    cl_int err =
+        clEnqueueCopyBuffer(d->queue, src, dst, (size_t)src_off * elem_bytes,
+                            (size_t)dst_off * elem_bytes, (size_t)n * elem_bytes, 0, NULL, &ev);
+    if (err != CL_SUCCESS) return vmcl_status(err, "clEnqueueCopyBuffer");
+    vmcl_track_event(d, ev);
+    return VM_STATUS_OK;
+  }
+  const char *opts;
+  switch (elem_bytes) {
+    case 1: opts = "-DT=uchar"; break;
+    case 2: opts = "-DT=ushort"; break;
+    case 4: opts = "-DT=uint"; break;
+    case 8: opts = "-DT=ulong"; break;
+    default:
+      return vm_status_make(VM_INVALID_ARGUMENT, "copy of %zu-byte elements is not supported",
+                            elem_bytes);
+  }
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_COPY, opts, "copy_nd", &k);
+  if (st) goto done;
+  vmcl_args_t a = vmcl_args_begin(k);
+  vmcl_arg_mem(&a, src);
+  vmcl_arg_int(&a, src_off);
+  vmcl_arg_mem(&a, dst);
+  vmcl_arg_int(&a, dst_off);
+  vmcl_arg_int(&a, n);
+  vmcl_arg_int(&a, it->rank);
+  vmcl_arg_dims(&a, it->shape, it->rank, 1);
+  vmcl_arg_dims(&a, it->stride[0], it->rank, 0);
+  vmcl_arg_dims(&a, it->stride[1], it->rank, 0);
+  if (a.err != CL_SUCCESS) {
+    st = vmcl_status(a.err, "clSetKernelArg(copy_nd)");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+/* ---------------------------------------------------------------------------
+ * float16 on the host (IEEE 754 binary16)
+ */
+
+uint16_t vmcl_f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof(x));
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t exp = (x >> 23) & 0xffu;
+  uint32_t man = x & 0x7fffffu;
+  if (exp == 0xffu) { /* inf, nan (keep a quiet nan) */
+    return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
+  }
+  int32_t e = (int32_t)exp - 127 + 15;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00u); /* overflow -> inf */
+  if (e <= 0) {                                   /* subnormal or zero */
+    if (e < -10) return (uint16_t)sign;
+    man |= 0x800000u;
+    uint32_t shift = (uint32_t)(14 - e);
+    uint32_t h = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = ((uint32_t)e << 10) | (man >> 13);
+  uint32_t rem = man & 0x1fffu;
+  /* round to nearest even; a carry into the exponent is still correct
+   * (up to inf) */
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (uint16_t)(sign | h);
+}
+
+float vmcl_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t x;
+  if (exp == 0) {
+    if (man == 0) {
+      x = sign;
+    } else { /* subnormal: normalise */
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while (!(man & 0x400u));
+      x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    x = sign | 0x7f800000u | (man << 13);
+  } else {
+    x = sign | ((exp - 15 + 127) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &x, sizeof(f));
+  return f;
+}

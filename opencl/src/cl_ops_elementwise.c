@@ -1,0 +1,168 @@
+/* cl.binary.* (NumPy broadcasting) and cl.unary.*: kernels/elementwise.cl. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cl_ops_internal.h"
+
+/* Work-items per group for elementwise kernels: fixed, because PoCL
+ * compiles a work-group function per local size (a new size costs a
+ * compile), and 256 measured best there; GPUs clamp it via
+ * vmcl_local_size. */
+#define ELEMENTWISE_LOCAL 256
+
+/* Broadcasts shapes a and b (NumPy rules: align trailing dims; a dim of 1
+ * stretches). Returns 0 and the result shape, or -1 if they conflict. */
+static int broadcast_shape(const vm_tensor_t *a, const vm_tensor_t *b, int64_t *out,
+                           uint32_t *out_ndim) {
+  uint32_t nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+  for (uint32_t i = 0; i < nd; i++) {
+    /* i counts from the last dim */
+    int64_t da = i < a->ndim ? a->shape[a->ndim - 1 - i] : 1;
+    int64_t db = i < b->ndim ? b->shape[b->ndim - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) return -1;
+    out[nd - 1 - i] = da == 1 ? db : da;
+  }
+  *out_ndim = nd;
+  return 0;
+}
+
+/* Element strides of t viewed with the output's rank: 0 along dims that t
+ * lacks or has as 1 (broadcast). */
+static void broadcast_strides(const vm_tensor_t *t, uint32_t nd, int64_t *out) {
+  int64_t dense[VMCL_MAX_RANK];
+  vmcl_dense_strides(t->shape, t->ndim, dense);
+  for (uint32_t i = 0; i < nd; i++) {
+    uint32_t back = nd - 1 - i;
+    if (back >= t->ndim) {
+      out[i] = 0;
+    } else {
+      uint32_t ti = t->ndim - 1 - back;
+      out[i] = t->shape[ti] == 1 ? 0 : dense[ti];
+    }
+  }
+}
+
+vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user) {
+  const char *opname = user;
+  char name[32];
+  snprintf(name, sizeof(name), "cl.binary.%s", opname);
+  vmcl_op_t op;
+  vmcl_op_init(&op, name, "(a, b, c)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 3, 3));
+  vm_tensor_t *a, *b, *c;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "a", &a));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "b", &b));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "c", &c));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, a, 0, "a"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, b, 1, "b", a->dtype, "a"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, c, 2, "c", a->dtype, "a"));
+  int64_t shape[VMCL_MAX_RANK];
+  uint32_t nd;
+  if (broadcast_shape(a, b, shape, &nd) != 0) {
+    char b1[192], b2[192];
+    return vmcl_op_error(&op, "shapes %s of a and %s of b do not broadcast",
+                         vmcl_shape_str(a->shape, a->ndim, b1, sizeof(b1)),
+                         vmcl_shape_str(b->shape, b->ndim, b2, sizeof(b2)));
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, c, 2, "c", shape, nd));
+  int64_t n = vm_tensor_numel(c);
+  if (n == 0) return VM_STATUS_OK;
+
+  vmcl_dev_t *d = op.d;
+  int64_t na = vm_tensor_numel(a), nb = vm_tensor_numel(b);
+  /* Dense operands (same element count as c, so the same layout) or single
+   * elements take the float4 kernel; anything else the strided one. */
+  int vec = (na == n || na == 1) && (nb == n || nb == 1);
+  vmcl_iter_t it;
+  if (!vec) {
+    it.rank = (int)nd;
+    memcpy(it.shape, shape, nd * sizeof(int64_t));
+    broadcast_strides(a, nd, it.stride[0]);
+    broadcast_strides(b, nd, it.stride[1]);
+    vmcl_collapse(&it, 2);
+  }
+  char kname[48];
+  snprintf(kname, sizeof(kname), "binary_%s_%s", opname, vec ? "vec" : "nd");
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_ELEMENTWISE, vmcl_float_options(a->dtype), kname, &k);
+  if (st) goto done;
+  vmcl_args_t ka = vmcl_args_begin(k);
+  size_t items;
+  if (vec) {
+    vmcl_arg_mem(&ka, vmcl_tensor_mem(a));
+    vmcl_arg_int(&ka, vmcl_elem_offset(a));
+    vmcl_arg_int(&ka, na == 1 && n != 1);
+    vmcl_arg_mem(&ka, vmcl_tensor_mem(b));
+    vmcl_arg_int(&ka, vmcl_elem_offset(b));
+    vmcl_arg_int(&ka, nb == 1 && n != 1);
+    vmcl_arg_mem(&ka, vmcl_tensor_mem(c));
+    vmcl_arg_int(&ka, vmcl_elem_offset(c));
+    vmcl_arg_int(&ka, n);
+    items = (size_t)(n / 4 + 1); /* the extra work-item does the tail */
+  } else {
+    vmcl_arg_mem(&ka, vmcl_tensor_mem(a));
+    vmcl_arg_int(&ka, vmcl_elem_offset(a));
+    vmcl_arg_mem(&ka, vmcl_tensor_mem(b));
+    vmcl_arg_int(&ka, vmcl_elem_offset(b));
+    vmcl_arg_mem(&ka, vmcl_tensor_mem(c));
+    vmcl_arg_int(&ka, vmcl_elem_offset(c));
+    vmcl_arg_int(&ka, n);
+    vmcl_arg_int(&ka, it.rank);
+    vmcl_arg_dims(&ka, it.shape, it.rank, 1);
+    vmcl_arg_dims(&ka, it.stride[0], it.rank, 0);
+    vmcl_arg_dims(&ka, it.stride[1], it.rank, 0);
+    items = (size_t)n;
+  }
+  if (ka.err != CL_SUCCESS) {
+    st = vmcl_status(ka.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, items, vmcl_local_size(d, k, ELEMENTWISE_LOCAL));
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                          void *user) {
+  const char *opname = user;
+  char name[32];
+  snprintf(name, sizeof(name), "cl.unary.%s", opname);
+  vmcl_op_t op;
+  vmcl_op_init(&op, name, "(x, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2, 2));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 1, "y", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
+  int64_t n = vm_tensor_numel(x);
+  if (n == 0) return VM_STATUS_OK;
+
+  vmcl_dev_t *d = op.d;
+  char kname[48];
+  snprintf(kname, sizeof(kname), "unary_%s", opname);
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_ELEMENTWISE, vmcl_float_options(x->dtype), kname, &k);
+  if (st) goto done;
+  vmcl_args_t ka = vmcl_args_begin(k);
+  vmcl_arg_mem(&ka, vmcl_tensor_mem(x));
+  vmcl_arg_int(&ka, vmcl_elem_offset(x));
+  vmcl_arg_mem(&ka, vmcl_tensor_mem(y));
+  vmcl_arg_int(&ka, vmcl_elem_offset(y));
+  vmcl_arg_int(&ka, n);
+  if (ka.err != CL_SUCCESS) {
+    st = vmcl_status(ka.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, (size_t)(n / 4 + 1), vmcl_local_size(d, k, ELEMENTWISE_LOCAL));
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}

@@ -1,0 +1,228 @@
+/* cl.gemm: C = alpha * op(A) @ op(B) + beta * C, 2-D or batched 3-D.
+ *
+ * Two backends:
+ *  - CLBlast (Sgemm/Hgemm, strided-batched) on GPUs and accelerators: it is
+ *    tuned for many of them and near-peak on some;
+ *  - kernels/gemm.cl, a register-blocked kernel, on CPU devices (PoCL),
+ *    where untuned CLBlast reaches ~13% of OpenBLAS and this kernel about
+ *    half (bench/bench_kernels.c measures both), and for float16 on devices
+ *    without cl_khr_fp16 (CLBlast's Hgemm needs it; the kernel only reads
+ *    and writes halves).
+ * The environment variable VMCL_GEMM=clblast|tiled overrides the choice
+ * (benchmarks and tests use it to compare the two on one device).
+ */
+#include <clblast_c.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cl_ops_internal.h"
+
+typedef struct gemm_shape {
+  int64_t batch, m, n, k;
+  int ta, tb;
+  int64_t lda, ldb, ldc;
+  int64_t sa, sb, sc; /* batch strides in elements; 0 broadcasts */
+} gemm_shape_t;
+
+static int use_clblast(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt) {
+  if (vm_dtype_equal(dt, VM_F16) && !dev->props.supports_fp16) return 0;
+  const char *env = getenv("VMCL_GEMM");
+  if (env && strcmp(env, "clblast") == 0) return 1;
+  if (env && strcmp(env, "tiled") == 0) return 0;
+  cl_device_type type = 0;
+  if (clGetDeviceInfo(d->device, CL_DEVICE_TYPE, sizeof(type), &type, NULL) != CL_SUCCESS) {
+    return 1;
+  }
+  return (type & CL_DEVICE_TYPE_CPU) == 0;
+}
+
+static vm_status_t clblast_status(CLBlastStatusCode s, const char *what) {
+  if (s == CLBlastSuccess) return VM_STATUS_OK;
+  /* CLBlast passes OpenCL errors through with their own (negative, small)
+   * codes; its own codes start at -1024. */
+  if (s > -1024) return vmcl_status((cl_int)s, what);
+  return vm_status_make(VM_INTERNAL, "%s: CLBlast status %d", what, (int)s);
+}
+
+static vm_status_t gemm_clblast(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt,
+                                const vm_tensor_t *A, const vm_tensor_t *B, const vm_tensor_t *C,
+                                float alpha, float beta) {
+  int f16 = vm_dtype_equal(dt, VM_F16);
+  CLBlastTranspose ta = g->ta ? CLBlastTransposeYes : CLBlastTransposeNo;
+  CLBlastTranspose tb = g->tb ? CLBlastTransposeYes : CLBlastTransposeNo;
+  cl_mem a = vmcl_tensor_mem(A), b = vmcl_tensor_mem(B), c = vmcl_tensor_mem(C);
+  size_t ao = (size_t)vmcl_elem_offset(A), bo = (size_t)vmcl_elem_offset(B);
+  size_t co = (size_t)vmcl_elem_offset(C);
+  cl_half ha = vmcl_f32_to_f16(alpha), hb = vmcl_f32_to_f16(beta);
+  cl_command_queue q = d->queue;
+  /* CLBlast's strided batch wants a real stride per operand; a broadcast
+   * operand (stride 0) goes batch by batch instead. */
+  int strided = g->batch > 1 && g->sa != 0 && g->sb != 0;
+  int64_t calls = strided ? 1 : g->batch;
+  for (int64_t i = 0; i < calls; i++) {
+    cl_event ev = NULL;
+    CLBlastStatusCode s;
+    const char *what;
+    if (strided) {
+      what = f16 ? "CLBlastHgemmStridedBatched" : "CLBlastSgemmStridedBatched";
+      if (f16) {
+        s = CLBlastHgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, ha, a, ao,
+                                       g->lda, g->sa, b, bo, g->ldb, g->sb, hb, c, co, g->ldc,
+                                       g->sc, g->batch, &q, &ev);
+      } else {
+        s = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, alpha, a,
+                                       ao, g->lda, g->sa, b, bo, g->ldb, g->sb, beta, c, co, g->ldc,
+                                       g->sc, g->batch, &q, &ev);
+      }
+    } else {
+      size_t oa = ao + (size_t)(i * g->sa), ob = bo + (size_t)(i * g->sb);
+      size_t oc = co + (size_t)(i * g->sc);
+      what = f16 ? "CLBlastHgemm" : "CLBlastSgemm";
+      if (f16) {
+        s = CLBlastHgemm(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, ha, a, oa, g->lda, b, ob,
+                         g->ldb, hb, c, oc, g->ldc, &q, &ev);
+      } else {
+        s = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, alpha, a, oa, g->lda, b,
+                         ob, g->ldb, beta, c, oc, g->ldc, &q, &ev);
+      }
+    }
+    if (s != CLBlastSuccess) {
+      if (ev) clReleaseEvent(ev);
+      return clblast_status(s, what);
+    }
+    vmcl_track_event(d, ev);
+  }
+  return VM_STATUS_OK;
+}
+
+/* K per launch of the tiled kernel for large float32 K. A work-item walks
+ * a strip of B down all of K; with a power-of-two row stride (N = 1024,
+ * 2048...) the strip's lines map to a few cache sets and are evicted
+ * before the neighbouring work-items reuse them. Launching over chunks of
+ * K (each adding into C) keeps the strips short enough to stay cached:
+ * measured on PoCL here, N = 1024 and 2048 go from ~30-75 to ~50-95
+ * GFLOP/s (under load), and non-aliasing sizes are unaffected. The extra
+ * read-modify-write of C costs 8 bytes per 512 flops. Not for float16:
+ * its partial sums would be rounded to half between launches. */
+#define GEMM_K_CHUNK 256
+#define GEMM_CHUNK_MIN_K 512
+
+static vm_status_t gemm_tiled(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt,
+                              const vm_tensor_t *A, const vm_tensor_t *B, const vm_tensor_t *C,
+                              float alpha, float beta) {
+  static const char *const names[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
+  int chunked = vm_dtype_equal(dt, VM_F32) && g->k > GEMM_CHUNK_MIN_K;
+  int64_t kc = chunked ? GEMM_K_CHUNK : (g->k > 0 ? g->k : 1);
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(dt), names[g->ta][g->tb], &k);
+  if (st) goto done;
+  /* 8x8 work-items of 8x8 blocks: a 64x64 tile of C per group */
+  size_t l = vmcl_local_size(d, k, 64);
+  size_t l0 = l < 8 ? l : 8;
+  size_t local[3] = {l0, l / l0, 1};
+  size_t g0 = (size_t)(g->n + 7) / 8, g1 = (size_t)(g->m + 7) / 8;
+  size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
+                      (g1 + local[1] - 1) / local[1] * local[1], (size_t)g->batch};
+  /* one launch per chunk of K (a single one unless chunked; K = 0 still
+   * launches once to scale C by beta) */
+  for (int64_t kb = 0; kb == 0 || kb < g->k; kb += kc) {
+    int64_t kn = g->k - kb < kc ? g->k - kb : kc;
+    /* where column kb of op(A) and row kb of op(B) start */
+    int64_t a_off = vmcl_elem_offset(A) + (g->ta ? kb * g->lda : kb);
+    int64_t b_off = vmcl_elem_offset(B) + (g->tb ? kb : kb * g->ldb);
+    vmcl_args_t a = vmcl_args_begin(k);
+    vmcl_arg_int(&a, g->m);
+    vmcl_arg_int(&a, g->n);
+    vmcl_arg_int(&a, kn);
+    vmcl_arg_mem(&a, vmcl_tensor_mem(A));
+    vmcl_arg_int(&a, a_off);
+    vmcl_arg_int(&a, g->lda);
+    vmcl_arg_int(&a, g->sa);
+    vmcl_arg_mem(&a, vmcl_tensor_mem(B));
+    vmcl_arg_int(&a, b_off);
+    vmcl_arg_int(&a, g->ldb);
+    vmcl_arg_int(&a, g->sb);
+    vmcl_arg_mem(&a, vmcl_tensor_mem(C));
+    vmcl_arg_int(&a, vmcl_elem_offset(C));
+    vmcl_arg_int(&a, g->ldc);
+    vmcl_arg_int(&a, g->sc);
+    vmcl_arg_float(&a, alpha);
+    vmcl_arg_float(&a, kb == 0 ? beta : 1.0f); /* later chunks add to the first */
+    if (a.err != CL_SUCCESS) {
+      st = vmcl_status(a.err, "clSetKernelArg");
+      goto done;
+    }
+    st = vmcl_launch(d, k, 3, global, local);
+    if (st) goto done;
+  }
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                         void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.gemm", "(A, B, trans_a, trans_b, alpha, beta, C)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 7, 7));
+  vm_tensor_t *A, *B, *C;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &A));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B", &B));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 6, "C", &C));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, A, 0, "A"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, B, 1, "B", A->dtype, "A"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, C, 6, "C", A->dtype, "A"));
+  int64_t ta, tb;
+  double alpha, beta;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "trans_a", 0, 1, &ta));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 3, "trans_b", 0, 1, &tb));
+  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 4, "alpha", &alpha));
+  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 5, "beta", &beta));
+  if (A->ndim != 2 && A->ndim != 3) {
+    return vmcl_op_error(&op, "A (argument 0) must be 2-D or 3-D (batched), got %u dims", A->ndim);
+  }
+  if (B->ndim != 2 && B->ndim != 3) {
+    return vmcl_op_error(&op, "B (argument 1) must be 2-D or 3-D (batched), got %u dims", B->ndim);
+  }
+  gemm_shape_t g;
+  memset(&g, 0, sizeof(g));
+  g.ta = (int)ta;
+  g.tb = (int)tb;
+  const int64_t *as = A->shape + (A->ndim - 2), *bs = B->shape + (B->ndim - 2);
+  g.m = ta ? as[1] : as[0];
+  g.k = ta ? as[0] : as[1];
+  g.n = tb ? bs[0] : bs[1];
+  int64_t kb = tb ? bs[1] : bs[0];
+  if (kb != g.k) {
+    return vmcl_op_error(&op,
+                         "inner dims differ: op(A) is %lldx%lld and op(B) is %lldx%lld "
+                         "(trans_a %d, trans_b %d)",
+                         (long long)g.m, (long long)g.k, (long long)kb, (long long)g.n, g.ta, g.tb);
+  }
+  int64_t ba = A->ndim == 3 ? A->shape[0] : 1, bb = B->ndim == 3 ? B->shape[0] : 1;
+  g.batch = ba > bb ? ba : bb;
+  if ((ba != g.batch && ba != 1) || (bb != g.batch && bb != 1)) {
+    return vmcl_op_error(&op, "batch sizes %lld of A and %lld of B differ", (long long)ba,
+                         (long long)bb);
+  }
+  int batched = A->ndim == 3 || B->ndim == 3;
+  int64_t cshape[3] = {g.batch, g.m, g.n};
+  VM_RETURN_IF_ERROR(
+      vmcl_op_shape_eq(&op, C, 6, "C", batched ? cshape : cshape + 1, batched ? 3 : 2));
+  g.lda = as[1];
+  g.ldb = bs[1];
+  g.ldc = g.n;
+  g.sa = ba > 1 ? g.m * g.k : 0;
+  g.sb = bb > 1 ? g.k * g.n : 0;
+  g.sc = g.m * g.n;
+  if (g.batch * g.m * g.n == 0) return VM_STATUS_OK;
+
+  vmcl_dev_t *d = op.d;
+  /* CLBlast rejects k == 0; the kernel then just scales C by beta */
+  if (g.k > 0 && use_clblast(d, op.dev, A->dtype)) {
+    return gemm_clblast(d, &g, A->dtype, A, B, C, (float)alpha, (float)beta);
+  }
+  return gemm_tiled(d, &g, A->dtype, A, B, C, (float)alpha, (float)beta);
+}

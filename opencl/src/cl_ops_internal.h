@@ -1,0 +1,223 @@
+/* Internals of the cl.* operator library (cl_ops*.c): embedded kernel
+ * sources, argument checking and launch helpers. Not installed.
+ *
+ * Every operator is a vm_packed_fn taking its inputs, then its attributes,
+ * then its preallocated outputs last (destination-passing, as TVM's
+ * call_dps_packed); it returns no value. See docs/operators.md.
+ */
+#ifndef VMCL_OPS_INTERNAL_H
+#define VMCL_OPS_INTERNAL_H
+
+#include <stdint.h>
+
+#include "cl_internal.h"
+#include "vm/vm.h"
+
+/* ---- embedded kernel sources (cmake/EmbedKernels.cmake) ---- */
+extern const char vmcl_src_common[];
+extern const char vmcl_src_elementwise[];
+extern const char vmcl_src_reduce[];
+extern const char vmcl_src_pool[];
+extern const char vmcl_src_gemm[];
+extern const char vmcl_src_conv[];
+extern const char vmcl_src_copy[];
+extern const char vmcl_src_cast[];
+
+/* Operator families. Each is one OpenCL program (per set of build options)
+ * holding all the kernels of the family, so a process builds few
+ * programs: a PoCL build costs ~0.5 s, a mobile GPU's several. */
+typedef enum vmcl_family {
+  VMCL_FAM_ELEMENTWISE = 0, /* cl.binary.*, cl.unary.* */
+  VMCL_FAM_REDUCE,          /* cl.reduce.*, cl.softmax, cl.layer_norm, global_avg */
+  VMCL_FAM_POOL,            /* cl.pool2d.{max,avg} */
+  VMCL_FAM_GEMM,            /* cl.gemm (tiled kernel) */
+  VMCL_FAM_CONV,            /* cl.conv2d */
+  VMCL_FAM_COPY,            /* cl.transpose, cl.slice, cl.concat */
+  VMCL_FAM_CAST,            /* cl.cast */
+  VMCL_FAM_COUNT
+} vmcl_family_t;
+
+/* Most dims a kernel iterates over (after collapsing; int8 arguments). */
+#define VMCL_MAX_RANK 8
+
+/* Most elements (offset included) of a tensor that operators address:
+ * 32-bit indices, with room for rounding a launch up to whole groups. */
+#define VMCL_MAX_ELEMENTS ((uint64_t)INT32_MAX - 65536u)
+
+/* Returns a kernel of a family's program built with options (the device
+ * lock must be held from here until the launch: cached kernels are shared
+ * and their arguments are state). The program text is common.cl followed
+ * by the family's file. */
+vm_status_t vmcl_family_kernel(vmcl_dev_t *d, vmcl_family_t fam, const char *options,
+                               const char *name, cl_kernel *out_kernel);
+
+/* Build options selecting the storage of a float dtype: "" for float32,
+ * "-DVMCL_F16" for float16. */
+const char *vmcl_float_options(vm_dtype_t dt);
+
+/* ---- argument checking ----
+ * Errors are INVALID_ARGUMENT and read "<op>: <what> (argument <i>) ...",
+ * naming what was expected and what was given. */
+
+typedef struct vmcl_op {
+  const char *name;  /* "cl.gemm" */
+  const char *usage; /* "(A, B, trans_a, trans_b, alpha, beta, C)" */
+  const vm_value_t *args;
+  uint32_t nargs;
+  /* the OpenCL device of the first tensor checked; all others must match */
+  const vm_device_t *dev;
+  char dev_what[24]; /* its argument's name (copied: names may be built on the stack) */
+  vmcl_dev_t *d;
+} vmcl_op_t;
+
+/* Starts checking a call. A leading %vm argument (VM_VAL_OPAQUE) is
+ * skipped: op->args/op->nargs and the argument numbers in messages count
+ * from the first operator argument. */
+void vmcl_op_init(vmcl_op_t *op, const char *name, const char *usage, const vm_value_t *args,
+                  uint32_t nargs);
+
+/* An INVALID_ARGUMENT status "<op>: <message>". */
+vm_status_t vmcl_op_error(const vmcl_op_t *op, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Checks min <= nargs <= max (naming the usage). */
+vm_status_t vmcl_op_arity(const vmcl_op_t *op, uint32_t min, uint32_t max);
+
+/* args[idx] must be a tensor on an OpenCL device (the same as the other
+ * tensors of the call) with at most VMCL_MAX_RANK dims, whose byte offset
+ * is a whole number of elements and whose last element lies within
+ * VMCL_MAX_ELEMENTS of its storage. */
+vm_status_t vmcl_op_tensor(vmcl_op_t *op, uint32_t idx, const char *what, vm_tensor_t **out);
+/* As vmcl_op_tensor, but none gives *out = NULL. */
+vm_status_t vmcl_op_opt_tensor(vmcl_op_t *op, uint32_t idx, const char *what, vm_tensor_t **out);
+
+/* An int (or bool) within [lo, hi]. */
+vm_status_t vmcl_op_int(const vmcl_op_t *op, uint32_t idx, const char *what, int64_t lo, int64_t hi,
+                        int64_t *out);
+/* A float (an int is accepted and converted). */
+vm_status_t vmcl_op_float(const vmcl_op_t *op, uint32_t idx, const char *what, double *out);
+/* A list of ints: a shape, a tuple of ints, or a single int; at most max. */
+vm_status_t vmcl_op_int_list(const vmcl_op_t *op, uint32_t idx, const char *what, int64_t *out,
+                             uint32_t max, uint32_t *out_n);
+
+/* t's dtype must be float32 or float16. */
+vm_status_t vmcl_op_float_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                                const char *what);
+/* t's dtype must equal dt (from_what names where dt came from). */
+vm_status_t vmcl_op_dtype_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                             const char *what, vm_dtype_t dt, const char *from_what);
+/* t must have exactly this shape. */
+vm_status_t vmcl_op_shape_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                             const char *what, const int64_t *shape, uint32_t ndim);
+
+/* "[2, 3, 4]" into buf (always terminated); returns buf. */
+char *vmcl_shape_str(const int64_t *shape, uint32_t ndim, char *buf, size_t len);
+
+/* Element offset of a tensor in its storage (checked by vmcl_op_tensor). */
+static inline cl_int vmcl_elem_offset(const vm_tensor_t *t) {
+  return (cl_int)(t->offset / vm_dtype_bytes(t->dtype));
+}
+
+/* ---- launching ---- */
+
+/* Kernel arguments set in order; the first failure sticks in err (checked
+ * once before the launch). */
+typedef struct vmcl_args {
+  cl_kernel k;
+  cl_uint next;
+  cl_int err;
+} vmcl_args_t;
+
+static inline vmcl_args_t vmcl_args_begin(cl_kernel k) {
+  vmcl_args_t a = {k, 0, CL_SUCCESS};
+  return a;
+}
+void vmcl_arg_mem(vmcl_args_t *a, cl_mem m);
+void vmcl_arg_int(vmcl_args_t *a, int64_t v); /* callers keep v in int range */
+void vmcl_arg_float(vmcl_args_t *a, float v);
+/* v[0..rank) in row-major order (outermost first) as an int8 stored
+ * innermost first; unused components are fill. */
+void vmcl_arg_dims(vmcl_args_t *a, const int64_t *v, int rank, int fill);
+void vmcl_arg_local(vmcl_args_t *a, size_t bytes);
+
+/* The largest power of two <= want that the kernel can run as a
+ * work-group on this device (at least 1). */
+size_t vmcl_local_size(vmcl_dev_t *d, cl_kernel k, size_t want);
+
+/* Enqueues a 1-D launch of at least items work-items (rounded up to a
+ * multiple of local; kernels guard the tail). */
+vm_status_t vmcl_launch_1d(vmcl_dev_t *d, cl_kernel k, size_t items, size_t local);
+
+/* ---- shapes ---- */
+
+/* An iteration space over up to VMCL_MAX_RANK dims with up to three
+ * stride sets (in elements, outermost first). */
+typedef struct vmcl_iter {
+  int rank;
+  int64_t shape[VMCL_MAX_RANK];
+  int64_t stride[3][VMCL_MAX_RANK];
+} vmcl_iter_t;
+
+/* Collapses it in place: drops size-1 dims and merges a dim into the next
+ * when, for each of the first nstr stride sets, it is contiguous with it
+ * (stride[i] == stride[i+1] * shape[i+1]). Rank 0 means one element. */
+void vmcl_collapse(vmcl_iter_t *it, int nstr);
+
+/* Row-major element strides of a shape. */
+void vmcl_dense_strides(const int64_t *shape, uint32_t ndim, int64_t *strides);
+
+/* Strided copy over it (stride set 0: source, 1: destination; offsets in
+ * elements), dtype-agnostic (elem_bytes 1, 2, 4 or 8). Used by transpose,
+ * slice and concat. Collapses it. */
+vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int64_t src_off,
+                              cl_mem dst, int64_t dst_off, vmcl_iter_t *it);
+
+/* Reduction of x over the axes flagged in reduce[] into y (whose element
+ * count is the product of the kept dims; both float32 or both float16).
+ * Used by cl.reduce.* and cl.pool2d.global_avg. */
+typedef enum vmcl_reduce_kind {
+  VMCL_REDUCE_SUM,
+  VMCL_REDUCE_MEAN,
+  VMCL_REDUCE_MAX
+} vmcl_reduce_kind_t;
+vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_tensor_t *x,
+                               const int *reduce, const vm_tensor_t *y);
+
+/* ---- float16 on the host ---- */
+uint16_t vmcl_f32_to_f16(float f); /* round to nearest even */
+float vmcl_f16_to_f32(uint16_t h);
+
+/* ---- the operators (cl_ops_*.c) ---- */
+vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                         void *user);
+vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
+/* user: a const char* naming the operation ("add", "relu"...) */
+vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
+vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                          void *user);
+vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                            vm_value_t *out, void *user);
+vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                               vm_value_t *out, void *user);
+/* user: "sum", "mean" or "max" */
+vm_status_t vmcl_op_reduce(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
+/* user: "max" or "avg" */
+vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
+vm_status_t vmcl_op_global_avg_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                      vm_value_t *out, void *user);
+vm_status_t vmcl_op_transpose(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                              vm_value_t *out, void *user);
+vm_status_t vmcl_op_concat(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
+vm_status_t vmcl_op_slice(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                          void *user);
+vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                         void *user);
+vm_status_t vmcl_op_fill(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                         void *user);
+
+#endif

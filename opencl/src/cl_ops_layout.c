@@ -1,0 +1,387 @@
+/* Layout and type operators: cl.transpose, cl.concat, cl.slice (strided
+ * copies, kernels/copy.cl), cl.cast (kernels/cast.cl) and cl.fill
+ * (clEnqueueFillBuffer). All work on any dtype of 1, 2, 4 or 8 bytes
+ * unless said otherwise. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cl_ops_internal.h"
+
+/* The copy kernels move whole elements of 1, 2, 4 or 8 bytes. */
+static vm_status_t copyable(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                            const char *what) {
+  size_t eb = vm_dtype_bytes(t->dtype);
+  if (t->dtype.lanes == 1 && (eb == 1 || eb == 2 || eb == 4 || eb == 8)) return VM_STATUS_OK;
+  char buf[24];
+  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected one of 1, 2, 4 or 8 bytes",
+                       what, idx, vm_dtype_str(t->dtype, buf, sizeof(buf)));
+}
+
+vm_status_t vmcl_op_transpose(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                              vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.transpose", "(x, perm, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 3, 3));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "y", &y));
+  VM_RETURN_IF_ERROR(copyable(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 2, "y", x->dtype, "x"));
+  int64_t perm[VMCL_MAX_RANK];
+  uint32_t np;
+  VM_RETURN_IF_ERROR(vmcl_op_int_list(&op, 1, "perm", perm, VMCL_MAX_RANK, &np));
+  if (np != x->ndim) {
+    return vmcl_op_error(&op, "perm (argument 1) has %u entries, expected %u (the dims of x)", np,
+                         x->ndim);
+  }
+  int seen[VMCL_MAX_RANK] = {0};
+  for (uint32_t i = 0; i < np; i++) {
+    if (perm[i] < -(int64_t)np || perm[i] >= (int64_t)np) {
+      return vmcl_op_error(&op, "perm (argument 1) entry %lld is out of range for %u dims",
+                           (long long)perm[i], np);
+    }
+    if (perm[i] < 0) perm[i] += np;
+    if (seen[perm[i]]++) {
+      return vmcl_op_error(&op, "perm (argument 1) is not a permutation (%lld repeats)",
+                           (long long)perm[i]);
+    }
+  }
+  int64_t yshape[VMCL_MAX_RANK], xs[VMCL_MAX_RANK];
+  for (uint32_t i = 0; i < np; i++) yshape[i] = x->shape[perm[i]];
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 2, "y", yshape, np));
+  if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
+  vmcl_dense_strides(x->shape, x->ndim, xs);
+  vmcl_iter_t it;
+  it.rank = (int)np;
+  memcpy(it.shape, yshape, np * sizeof(int64_t));
+  for (uint32_t i = 0; i < np; i++) it.stride[0][i] = xs[perm[i]];
+  vmcl_dense_strides(yshape, np, it.stride[1]);
+  return vmcl_copy_strided(op.d, vm_dtype_bytes(x->dtype), vmcl_tensor_mem(x), vmcl_elem_offset(x),
+                           vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
+}
+
+vm_status_t vmcl_op_concat(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.concat", "(x0, ..., xn, axis, y)", args, nargs);
+  uint32_t na = op.nargs;
+  if (na < 3) {
+    return vmcl_op_error(&op, "expected at least 3 arguments %s, got %u", op.usage, na);
+  }
+  uint32_t nin = na - 2;
+  vm_tensor_t *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, na - 1, "y", &y));
+  VM_RETURN_IF_ERROR(copyable(&op, y, na - 1, "y"));
+  if (y->ndim == 0) {
+    return vmcl_op_error(&op, "y (argument %u) must have at least one dim", na - 1);
+  }
+  int64_t axis;
+  VM_RETURN_IF_ERROR(
+      vmcl_op_int(&op, na - 2, "axis", -(int64_t)y->ndim, (int64_t)y->ndim - 1, &axis));
+  int ax = (int)(axis < 0 ? axis + y->ndim : axis);
+  /* check every input before copying anything */
+  int64_t total = 0;
+  for (uint32_t i = 0; i < nin; i++) {
+    char what[24];
+    snprintf(what, sizeof(what), "x%u", i);
+    vm_tensor_t *x;
+    VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, i, what, &x));
+    VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, x, i, what, y->dtype, "y"));
+    if (x->ndim != y->ndim) {
+      char b[192];
+      return vmcl_op_error(&op, "%s (argument %u) has shape %s, expected %u dims like y", what, i,
+                           vmcl_shape_str(x->shape, x->ndim, b, sizeof(b)), y->ndim);
+    }
+    /* every dim but the axis must match y's */
+    int64_t want[VMCL_MAX_RANK];
+    memcpy(want, y->shape, y->ndim * sizeof(int64_t));
+    want[ax] = x->shape[ax];
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, x, i, what, want, y->ndim));
+    total += x->shape[ax];
+  }
+  if (total != y->shape[ax]) {
+    return vmcl_op_error(&op,
+                         "y (argument %u) has %lld elements along axis %d, expected %lld (the sum "
+                         "over the inputs)",
+                         na - 1, (long long)y->shape[ax], ax, (long long)total);
+  }
+  int64_t ys[VMCL_MAX_RANK];
+  vmcl_dense_strides(y->shape, y->ndim, ys);
+  int64_t at = 0;
+  for (uint32_t i = 0; i < nin; i++) {
+    vm_tensor_t *x = vm_value_as_tensor(&op.args[i]);
+    vmcl_iter_t it;
+    it.rank = (int)x->ndim;
+    memcpy(it.shape, x->shape, x->ndim * sizeof(int64_t));
+    vmcl_dense_strides(x->shape, x->ndim, it.stride[0]);
+    memcpy(it.stride[1], ys, y->ndim * sizeof(int64_t));
+    VM_RETURN_IF_ERROR(vmcl_copy_strided(op.d, vm_dtype_bytes(y->dtype), vmcl_tensor_mem(x),
+                                         vmcl_elem_offset(x), vmcl_tensor_mem(y),
+                                         vmcl_elem_offset(y) + at * ys[ax], &it));
+    at += x->shape[ax];
+  }
+  return VM_STATUS_OK;
+}
+
+/* Python slice semantics for one axis of size dim: normalises begin/end
+ * (negative counts from the end; out of range clamps) and returns the
+ * number of elements taken. */
+static int64_t slice_axis(int64_t dim, int64_t step, int64_t *begin, int64_t end) {
+  int64_t b = *begin, e = end;
+  if (b < 0) b = b < -dim ? -1 : b + dim; /* -1 marks "before the start" */
+  if (e < 0) e = e < -dim ? -1 : e + dim;
+  if (step > 0) {
+    if (b < 0) b = 0;
+    if (e < 0) e = 0;
+    if (b > dim) b = dim;
+    if (e > dim) e = dim;
+    *begin = b;
+    return e > b ? (e - b + step - 1) / step : 0;
+  }
+  if (b > dim - 1) b = dim - 1;
+  if (e > dim - 1) e = dim - 1;
+  *begin = b;
+  return b > e ? (b - e + (-step) - 1) / (-step) : 0;
+}
+
+vm_status_t vmcl_op_slice(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                          void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.slice", "(x, begin, end, step|none, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 5, 5));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 4, "y", &y));
+  VM_RETURN_IF_ERROR(copyable(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 4, "y", x->dtype, "x"));
+  int64_t begin[VMCL_MAX_RANK], end[VMCL_MAX_RANK], step[VMCL_MAX_RANK];
+  uint32_t nb, ne, ns;
+  VM_RETURN_IF_ERROR(vmcl_op_int_list(&op, 1, "begin", begin, VMCL_MAX_RANK, &nb));
+  VM_RETURN_IF_ERROR(vmcl_op_int_list(&op, 2, "end", end, VMCL_MAX_RANK, &ne));
+  if (op.args[3].kind == VM_VAL_NONE) {
+    ns = nb;
+    for (uint32_t i = 0; i < ns; i++) step[i] = 1;
+  } else {
+    VM_RETURN_IF_ERROR(vmcl_op_int_list(&op, 3, "step", step, VMCL_MAX_RANK, &ns));
+  }
+  if (nb > x->ndim || ne != nb || ns != nb) {
+    return vmcl_op_error(&op,
+                         "begin, end and step have %u, %u and %u entries, expected the same "
+                         "count, at most %u (the dims of x)",
+                         nb, ne, ns, x->ndim);
+  }
+  int64_t yshape[VMCL_MAX_RANK], xs[VMCL_MAX_RANK];
+  vmcl_dense_strides(x->shape, x->ndim, xs);
+  int64_t src_off = vmcl_elem_offset(x);
+  vmcl_iter_t it;
+  it.rank = (int)x->ndim;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    int64_t b = 0, s = 1, len = x->shape[i];
+    if (i < nb) {
+      s = step[i];
+      if (s == 0) return vmcl_op_error(&op, "step (argument 3) entry %u is 0", i);
+      if (s < -(int64_t)INT_MAX || s > INT_MAX) {
+        return vmcl_op_error(&op, "step (argument 3) entry %u is out of range", i);
+      }
+      b = begin[i];
+      len = slice_axis(x->shape[i], s, &b, end[i]);
+    }
+    yshape[i] = len;
+    it.shape[i] = len;
+    it.stride[0][i] = xs[i] * s;
+    if (len > 0) src_off += b * xs[i];
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 4, "y", yshape, x->ndim));
+  if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
+  /* a stride beyond the int range cannot be passed; only a huge step on a
+   * huge axis gets here, and then its single element needs no stride */
+  for (int i = 0; i < it.rank; i++) {
+    if (it.shape[i] == 1) it.stride[0][i] = 0;
+  }
+  vmcl_dense_strides(yshape, x->ndim, it.stride[1]);
+  return vmcl_copy_strided(op.d, vm_dtype_bytes(x->dtype), vmcl_tensor_mem(x), src_off,
+                           vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
+}
+
+/* OpenCL C type and cast.cl kind of a dtype; -1 if cl.cast cannot
+ * handle it. */
+static int cast_type(vm_dtype_t dt, const char **type) {
+  if (dt.lanes != 1) return -1;
+  switch (dt.code) {
+    case VM_DTYPE_FLOAT:
+      if (dt.bits == 32) return *type = "float", 1;
+      if (dt.bits == 16) return *type = "half", 2;
+      return -1;
+    case VM_DTYPE_BOOL: return *type = "uchar", 3;
+    case VM_DTYPE_INT:
+    case VM_DTYPE_UINT: {
+      int u = dt.code == VM_DTYPE_UINT;
+      switch (dt.bits) {
+        case 8: *type = u ? "uchar" : "char"; return 0;
+        case 16: *type = u ? "ushort" : "short"; return 0;
+        case 32: *type = u ? "uint" : "int"; return 0;
+        case 64: *type = u ? "ulong" : "long"; return 0;
+        default: return -1;
+      }
+    }
+    default: return -1;
+  }
+}
+
+vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                         void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.cast", "(x, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2, 2));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
+  const char *st_, *dt_;
+  int sk = cast_type(x->dtype, &st_), dk = cast_type(y->dtype, &dt_);
+  char buf[24];
+  if (sk < 0) {
+    return vmcl_op_error(&op,
+                         "x (argument 0) has dtype %s, expected float32, float16, bool or an "
+                         "integer type",
+                         vm_dtype_str(x->dtype, buf, sizeof(buf)));
+  }
+  if (dk < 0) {
+    return vmcl_op_error(&op,
+                         "y (argument 1) has dtype %s, expected float32, float16, bool or an "
+                         "integer type",
+                         vm_dtype_str(y->dtype, buf, sizeof(buf)));
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
+  int64_t n = vm_tensor_numel(x);
+  if (n == 0) return VM_STATUS_OK;
+  vmcl_dev_t *d = op.d;
+  if (vm_dtype_equal(x->dtype, y->dtype)) { /* a plain copy */
+    vmcl_iter_t it = {.rank = 1, .shape = {n}, .stride = {{1}, {1}}};
+    return vmcl_copy_strided(d, vm_dtype_bytes(x->dtype), vmcl_tensor_mem(x), vmcl_elem_offset(x),
+                             vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
+  }
+  char opts[128];
+  snprintf(opts, sizeof(opts), "-DSRC_T=%s -DSRC_KIND=%d -DDST_T=%s -DDST_KIND=%d", st_, sk, dt_,
+           dk);
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_CAST, opts, "cast", &k);
+  if (st) goto done;
+  vmcl_args_t a = vmcl_args_begin(k);
+  vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+  vmcl_arg_int(&a, vmcl_elem_offset(x));
+  vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+  vmcl_arg_int(&a, vmcl_elem_offset(y));
+  vmcl_arg_int(&a, n);
+  if (a.err != CL_SUCCESS) {
+    st = vmcl_status(a.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+/* Encodes value as one element of dt into pattern (returns its size), or
+ * returns 0 with *err set when the value does not fit the dtype. */
+static size_t fill_pattern(const vmcl_op_t *op, const vm_value_t *v, vm_dtype_t dt,
+                           uint8_t *pattern, vm_status_t *err) {
+  int is_int = v->kind != VM_VAL_FLOAT;
+  int64_t iv = is_int ? v->u.i : 0;
+  double fv = is_int ? (double)v->u.i : v->u.f;
+  char buf[24];
+  *err = VM_STATUS_OK;
+  if (dt.lanes != 1) goto unsupported;
+  switch (dt.code) {
+    case VM_DTYPE_FLOAT:
+      if (dt.bits == 32) {
+        float f = (float)fv;
+        memcpy(pattern, &f, 4);
+        return 4;
+      }
+      if (dt.bits == 16) {
+        uint16_t h = vmcl_f32_to_f16((float)fv);
+        memcpy(pattern, &h, 2);
+        return 2;
+      }
+      if (dt.bits == 64) {
+        memcpy(pattern, &fv, 8);
+        return 8;
+      }
+      goto unsupported;
+    case VM_DTYPE_BFLOAT: {
+      /* bfloat16 is the top half of a float32, rounded to nearest even */
+      float f = (float)fv;
+      uint32_t bits;
+      memcpy(&bits, &f, 4);
+      uint16_t h = isnan(f) ? (uint16_t)((bits >> 16) | 0x40u)
+                            : (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+      memcpy(pattern, &h, 2);
+      return 2;
+    }
+    case VM_DTYPE_BOOL: pattern[0] = fv != 0.0; return 1;
+    case VM_DTYPE_INT:
+    case VM_DTYPE_UINT: {
+      if (!is_int) {
+        if (!(fv == floor(fv)) || fv < -9.3e18 || fv > 1.8e19) {
+          *err = vmcl_op_error(op, "value (argument 0) %g is not an integer, y has dtype %s", fv,
+                               vm_dtype_str(dt, buf, sizeof(buf)));
+          return 0;
+        }
+        iv = (int64_t)fv;
+      }
+      int bits = dt.bits;
+      if (bits != 8 && bits != 16 && bits != 32 && bits != 64) goto unsupported;
+      int ok;
+      if (dt.code == VM_DTYPE_INT) {
+        ok = bits == 64 || (iv >= -(INT64_C(1) << (bits - 1)) && iv < (INT64_C(1) << (bits - 1)));
+      } else {
+        ok = iv >= 0 && (bits == 64 || iv < (INT64_C(1) << bits));
+      }
+      if (!ok) {
+        *err = vmcl_op_error(op, "value (argument 0) %lld does not fit dtype %s of y",
+                             (long long)iv, vm_dtype_str(dt, buf, sizeof(buf)));
+        return 0;
+      }
+      uint64_t u = (uint64_t)iv; /* two's complement: the low bytes are the value */
+      for (int i = 0; i < bits / 8; i++) pattern[i] = (uint8_t)(u >> (8 * i));
+      return (size_t)bits / 8;
+    }
+    default: break;
+  }
+unsupported:
+  *err = vmcl_op_error(op, "y (argument 1) has dtype %s, which cl.fill does not support",
+                       vm_dtype_str(dt, buf, sizeof(buf)));
+  return 0;
+}
+
+vm_status_t vmcl_op_fill(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                         void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.fill", "(value, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2, 2));
+  vm_tensor_t *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
+  const vm_value_t *v = &op.args[0];
+  if (v->kind != VM_VAL_FLOAT && v->kind != VM_VAL_INT && v->kind != VM_VAL_BOOL) {
+    return vmcl_op_error(&op, "value (argument 0) must be a float, int or bool, got %s",
+                         vm_value_kind_name(v->kind));
+  }
+  uint8_t pattern[8];
+  vm_status_t err;
+  size_t psize = fill_pattern(&op, v, y->dtype, pattern, &err);
+  if (err) return err;
+  uint64_t nbytes = vm_tensor_nbytes_of(y);
+  if (nbytes == 0) return VM_STATUS_OK;
+  vmcl_dev_t *d = op.d;
+  cl_event ev = NULL;
+  cl_int e = clEnqueueFillBuffer(d->queue, vmcl_tensor_mem(y), pattern, psize, (size_t)y->offset,
+                                 (size_t)nbytes, 0, NULL, &ev);
+  if (e != CL_SUCCESS) return vmcl_status(e, "clEnqueueFillBuffer");
+  vmcl_track_event(d, ev);
+  return VM_STATUS_OK;
+}

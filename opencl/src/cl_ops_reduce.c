@@ -1,0 +1,269 @@
+/* cl.reduce.*, cl.softmax and cl.layer_norm: kernels/reduce.cl. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cl_ops_internal.h"
+
+/* One work-item per element for row-wise and per-output kernels; fixed (one
+ * PoCL work-group compile per size). */
+#define ITEM_LOCAL 256
+
+/* Work-group size of kernels that give a group to one row: 64 keeps short
+ * rows from idling most of the group, 256 serves long ones (a vocabulary
+ * softmax). Two sizes, so at most two compiles per kernel on PoCL. */
+static size_t row_local(int64_t len) {
+  return len < 512 ? 64 : 256;
+}
+
+/* Normalises an axis in [-ndim, ndim) to [0, ndim); -1 if out of range. */
+static int norm_axis(int64_t axis, uint32_t ndim) {
+  if (axis < -(int64_t)ndim || axis >= (int64_t)ndim) return -1;
+  return (int)(axis < 0 ? axis + ndim : axis);
+}
+
+vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_tensor_t *x,
+                               const int *reduce, const vm_tensor_t *y) {
+  int64_t xs[VMCL_MAX_RANK];
+  vmcl_dense_strides(x->shape, x->ndim, xs);
+  vmcl_iter_t keep = {0}, red = {0};
+  int64_t nout = 1, rcount = 1;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    vmcl_iter_t *it = reduce[i] ? &red : &keep;
+    it->shape[it->rank] = x->shape[i];
+    it->stride[0][it->rank] = xs[i];
+    it->rank++;
+    if (reduce[i]) {
+      rcount *= x->shape[i];
+    } else {
+      nout *= x->shape[i];
+    }
+  }
+  if (nout == 0) return VM_STATUS_OK;
+  vmcl_collapse(&keep, 1);
+  vmcl_collapse(&red, 1);
+
+  /* Few outputs over long reductions (down to a scalar, global pooling of
+   * large maps) would leave one work-item doing all the work: give each
+   * output a work-group instead. */
+  int group = nout < 1024 && rcount >= 128;
+  const char *opname = kind == VMCL_REDUCE_MAX ? "max" : "sum";
+  char kname[40];
+  snprintf(kname, sizeof(kname), "reduce_%s_%s", opname, group ? "group" : "item");
+  float scale = 1.0f;
+  if (kind == VMCL_REDUCE_MEAN) scale = rcount ? (float)(1.0 / (double)rcount) : NAN;
+
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_REDUCE, vmcl_float_options(x->dtype), kname, &k);
+  if (st) goto done;
+  size_t local = vmcl_local_size(d, k, group ? 64 : ITEM_LOCAL);
+  vmcl_args_t a = vmcl_args_begin(k);
+  vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+  vmcl_arg_int(&a, vmcl_elem_offset(x));
+  vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+  vmcl_arg_int(&a, vmcl_elem_offset(y));
+  vmcl_arg_int(&a, nout);
+  vmcl_arg_int(&a, keep.rank);
+  vmcl_arg_dims(&a, keep.shape, keep.rank, 1);
+  vmcl_arg_dims(&a, keep.stride[0], keep.rank, 0);
+  vmcl_arg_int(&a, red.rank);
+  vmcl_arg_dims(&a, red.shape, red.rank, 1);
+  vmcl_arg_dims(&a, red.stride[0], red.rank, 0);
+  vmcl_arg_int(&a, rcount);
+  vmcl_arg_float(&a, scale);
+  if (group) vmcl_arg_local(&a, local * sizeof(cl_float));
+  if (a.err != CL_SUCCESS) {
+    st = vmcl_status(a.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, group ? (size_t)nout * local : (size_t)nout, local);
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+vm_status_t vmcl_op_reduce(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user) {
+  const char *opname = user;
+  char name[32];
+  snprintf(name, sizeof(name), "cl.reduce.%s", opname);
+  vmcl_op_t op;
+  vmcl_op_init(&op, name, "(x, axes, keepdims, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 4, 4));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", x->dtype, "x"));
+  int reduce[VMCL_MAX_RANK] = {0};
+  if (op.args[1].kind == VM_VAL_NONE) {
+    for (uint32_t i = 0; i < x->ndim; i++) reduce[i] = 1; /* none: every axis */
+  } else {
+    int64_t axes[VMCL_MAX_RANK];
+    uint32_t naxes;
+    VM_RETURN_IF_ERROR(vmcl_op_int_list(&op, 1, "axes", axes, VMCL_MAX_RANK, &naxes));
+    for (uint32_t i = 0; i < naxes; i++) {
+      int ax = norm_axis(axes[i], x->ndim);
+      if (ax < 0) {
+        return vmcl_op_error(&op, "axes (argument 1) value %lld is out of range for %u dims",
+                             (long long)axes[i], x->ndim);
+      }
+      if (reduce[ax]) {
+        return vmcl_op_error(&op, "axes (argument 1) names axis %d twice", ax);
+      }
+      reduce[ax] = 1;
+    }
+  }
+  int64_t keepdims;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "keepdims", 0, 1, &keepdims));
+  int64_t shape[VMCL_MAX_RANK];
+  uint32_t nd = 0;
+  int64_t rcount = 1;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    if (!reduce[i]) {
+      shape[nd++] = x->shape[i];
+    } else {
+      rcount *= x->shape[i];
+      if (keepdims) shape[nd++] = 1;
+    }
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 3, "y", shape, nd));
+  vmcl_reduce_kind_t kind = strcmp(opname, "max") == 0    ? VMCL_REDUCE_MAX
+                            : strcmp(opname, "mean") == 0 ? VMCL_REDUCE_MEAN
+                                                          : VMCL_REDUCE_SUM;
+  if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
+  if (rcount == 0 && kind == VMCL_REDUCE_MAX) {
+    return vmcl_op_error(&op,
+                         "max over zero elements has no identity (x has shape with a 0 "
+                         "on a reduced axis)");
+  }
+  return vmcl_reduce_launch(op.d, kind, x, reduce, y);
+}
+
+vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                            vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.softmax", "(x, axis, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 3, 3));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 2, "y", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 2, "y", x->shape, x->ndim));
+  if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
+  int64_t axis;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 1, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
+  int ax = norm_axis(axis, x->ndim);
+  int64_t outer = 1, len = x->shape[ax], inner = 1;
+  for (int i = 0; i < ax; i++) outer *= x->shape[i];
+  for (uint32_t i = (uint32_t)ax + 1; i < x->ndim; i++) inner *= x->shape[i];
+  if (outer * len * inner == 0) return VM_STATUS_OK;
+
+  vmcl_dev_t *d = op.d;
+  int row = inner == 1;
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_REDUCE, vmcl_float_options(x->dtype),
+                          row ? "softmax_row" : "softmax_col", &k);
+  if (st) goto done;
+  vmcl_args_t a = vmcl_args_begin(k);
+  vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+  vmcl_arg_int(&a, vmcl_elem_offset(x));
+  vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+  vmcl_arg_int(&a, vmcl_elem_offset(y));
+  size_t local, items;
+  if (row) {
+    local = vmcl_local_size(d, k, row_local(len));
+    vmcl_arg_int(&a, len);
+    vmcl_arg_local(&a, local * sizeof(cl_float));
+    items = (size_t)outer * local;
+  } else {
+    local = vmcl_local_size(d, k, ITEM_LOCAL);
+    vmcl_arg_int(&a, outer * inner);
+    vmcl_arg_int(&a, len);
+    vmcl_arg_int(&a, inner);
+    items = (size_t)(outer * inner);
+  }
+  if (a.err != CL_SUCCESS) {
+    st = vmcl_status(a.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, items, local);
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                               vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.layer_norm", "(x, gamma|none, beta|none, axis, eps, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 6, 6));
+  vm_tensor_t *x, *gamma, *beta, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 1, "gamma", &gamma));
+  VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "beta", &beta));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 5, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 5, "y", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 5, "y", x->shape, x->ndim));
+  if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
+  int64_t axis;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 3, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
+  int ax = norm_axis(axis, x->ndim);
+  double eps;
+  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 4, "eps", &eps));
+  if (!(eps >= 0.0) || isinf(eps)) {
+    return vmcl_op_error(&op, "eps (argument 4) is %g, expected a finite value >= 0", eps);
+  }
+  /* gamma and beta span the normalised trailing dims */
+  const int64_t *nshape = x->shape + ax;
+  uint32_t nnd = x->ndim - (uint32_t)ax;
+  if (gamma) {
+    VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, gamma, 1, "gamma", x->dtype, "x"));
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, gamma, 1, "gamma", nshape, nnd));
+  }
+  if (beta) {
+    VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, beta, 2, "beta", x->dtype, "x"));
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, beta, 2, "beta", nshape, nnd));
+  }
+  int64_t rows = 1, len = 1;
+  for (int i = 0; i < ax; i++) rows *= x->shape[i];
+  for (uint32_t i = (uint32_t)ax; i < x->ndim; i++) len *= x->shape[i];
+  if (rows * len == 0) return VM_STATUS_OK;
+
+  vmcl_dev_t *d = op.d;
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_REDUCE, vmcl_float_options(x->dtype), "layer_norm_row", &k);
+  if (st) goto done;
+  size_t local = vmcl_local_size(d, k, row_local(len));
+  vmcl_args_t a = vmcl_args_begin(k);
+  vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+  vmcl_arg_int(&a, vmcl_elem_offset(x));
+  /* absent gamma/beta: x's buffer stands in (never read) */
+  vmcl_arg_mem(&a, vmcl_tensor_mem(gamma ? gamma : x));
+  vmcl_arg_int(&a, gamma ? vmcl_elem_offset(gamma) : 0);
+  vmcl_arg_int(&a, gamma != NULL);
+  vmcl_arg_mem(&a, vmcl_tensor_mem(beta ? beta : x));
+  vmcl_arg_int(&a, beta ? vmcl_elem_offset(beta) : 0);
+  vmcl_arg_int(&a, beta != NULL);
+  vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+  vmcl_arg_int(&a, vmcl_elem_offset(y));
+  vmcl_arg_int(&a, len);
+  vmcl_arg_float(&a, (float)eps);
+  vmcl_arg_local(&a, local * sizeof(cl_float));
+  if (a.err != CL_SUCCESS) {
+    st = vmcl_status(a.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, (size_t)rows * local, local);
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}

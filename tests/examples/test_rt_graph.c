@@ -1,0 +1,248 @@
+/* The graph emitter of the examples (examples/src/graph.c) on the host cpu
+ * device with fake host operators, so its lifetimes, planning and
+ * alloc/kill sequence are checked without OpenCL:
+ *  - a view keeps the memory of its source live until the view's last use
+ *    (a tensor produced meanwhile must not overwrite it);
+ *  - parameters and weights are read in place, never planned or killed;
+ *  - the output survives the return in a storage of its own;
+ *  - every other intermediate, view and storage is killed after its last
+ *    use.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_util.h"
+#include "vm/vm.h"
+#include "vmex_internal.h"
+
+#define N 256
+
+static float *host_data(const vm_tensor_t *t) {
+  return (float *)((char *)t->storage->buffer.handle + t->offset);
+}
+
+/* t.fill(value: int, y): y[:] = value */
+static vm_status_t op_fill(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user) {
+  vm_tensor_t *y = nargs == 2 ? vm_value_as_tensor(&args[1]) : NULL;
+  if (!y || args[0].kind != VM_VAL_INT) return vm_status_make(VM_INVALID_ARGUMENT, "t.fill");
+  float *p = host_data(y);
+  for (int64_t i = 0; i < vm_tensor_numel(y); i++) p[i] = (float)args[0].u.i;
+  return VM_STATUS_OK;
+}
+
+/* t.add(a, b, c): c = a + b over numel(c) elements */
+static vm_status_t op_add(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                          void *user) {
+  vm_tensor_t *a = nargs == 3 ? vm_value_as_tensor(&args[0]) : NULL;
+  vm_tensor_t *b = nargs == 3 ? vm_value_as_tensor(&args[1]) : NULL;
+  vm_tensor_t *c = nargs == 3 ? vm_value_as_tensor(&args[2]) : NULL;
+  if (!a || !b || !c || vm_tensor_numel(a) != vm_tensor_numel(c) ||
+      vm_tensor_numel(b) != vm_tensor_numel(c))
+    return vm_status_make(VM_INVALID_ARGUMENT, "t.add");
+  const float *pa = host_data(a), *pb = host_data(b);
+  float *pc = host_data(c);
+  for (int64_t i = 0; i < vm_tensor_numel(c); i++) pc[i] = pa[i] + pb[i];
+  return VM_STATUS_OK;
+}
+
+typedef struct env {
+  vm_executable_t *exec;
+  vmex_plan_report_t rep;
+} env_t;
+
+/*   a = fill(1); v = view(a, 16x16); b = fill(2); c = add(b, x)
+ *   d = fill(3); e = add(v, d)           -- v's (and a's) last use
+ *   f = add(e, c); out = add(f, w)
+ * out = (1 + 3) + (2 + x) + w = 6 + 0.5 + 0.25 */
+static vm_executable_t *build(vmex_plan_report_t *rep) {
+  vm_builder_t *b = NULL;
+  vmex_graph_t *g = NULL;
+  ASSERT_OK(vm_builder_create(&b));
+  const char *params[] = {"x"};
+  uint32_t fmain;
+  ASSERT_OK(vm_builder_declare_function(b, "main", 1, params, &fmain));
+  ASSERT_OK(vmex_graph_create(b, fmain, "main", 1, 64, &g));
+  int64_t s1[1] = {N}, s2[2] = {16, 16};
+  float w[N];
+  for (int i = 0; i < N; i++) w[i] = 0.25f;
+  int32_t x = vmex_graph_param(g, 0, "x", VM_F32, 1, s1);
+  int32_t tw = vmex_graph_weight(g, w, 1, s1);
+  int32_t ta = vmex_graph_tensor(g, VM_F32, 1, s1);
+  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(1), vmex_a_t(ta)});
+  int32_t tv = vmex_graph_view(g, ta, 2, s2);
+  int32_t tb = vmex_graph_tensor(g, VM_F32, 1, s1);
+  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(2), vmex_a_t(tb)});
+  int32_t tc = vmex_graph_tensor(g, VM_F32, 1, s1);
+  vmex_graph_call(g, "t.add", 3, (vmex_arg_t[]){vmex_a_t(tb), vmex_a_t(x), vmex_a_t(tc)});
+  int32_t td = vmex_graph_tensor(g, VM_F32, 1, s1);
+  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(3), vmex_a_t(td)});
+  int32_t te = vmex_graph_tensor(g, VM_F32, 1, s1);
+  vmex_graph_call(g, "t.add", 3, (vmex_arg_t[]){vmex_a_t(tv), vmex_a_t(td), vmex_a_t(te)});
+  int32_t tf = vmex_graph_tensor(g, VM_F32, 1, s1);
+  vmex_graph_call(g, "t.add", 3, (vmex_arg_t[]){vmex_a_t(te), vmex_a_t(tc), vmex_a_t(tf)});
+  int32_t out = vmex_graph_tensor(g, VM_F32, 1, s1);
+  vmex_graph_call(g, "t.add", 3, (vmex_arg_t[]){vmex_a_t(tf), vmex_a_t(tw), vmex_a_t(out)});
+  ASSERT_OK(vmex_graph_emit(g, out, rep));
+  vm_executable_t *exec = NULL;
+  ASSERT_OK(vm_builder_finish(b, &exec));
+  vmex_graph_free(g);
+  vm_builder_free(b);
+  return exec;
+}
+
+static int setup(void **state) {
+  env_t *e = calloc(1, sizeof(*e));
+  if (!e) return -1;
+  e->exec = build(&e->rep);
+  *state = e;
+  return 0;
+}
+
+static int teardown(void **state) {
+  env_t *e = *state;
+  vm_executable_free(e->exec);
+  free(e);
+  return 0;
+}
+
+/* Counts calls of packed function name in main. */
+static uint32_t count_calls(const vm_executable_t *x, const char *name) {
+  int64_t fi = vm_executable_find_function(x, "main", VM_FUNC_BYTECODE);
+  int64_t pi = vm_executable_find_function(x, name, VM_FUNC_PACKED);
+  assert_true(fi >= 0);
+  if (pi < 0) return 0;
+  uint32_t n = 0;
+  for (uint64_t pc = x->functions[fi].start_instr; pc < x->functions[fi].end_instr; pc++) {
+    vm_instr_t in = vm_executable_instr(x, pc);
+    if (in.op == VM_OP_CALL && in.func_idx == pi) n++;
+  }
+  return n;
+}
+
+static void test_plan_and_code(void **state) {
+  env_t *e = *state;
+  /* planned: a, b, c, d, e, f (the output is not); 6 x 1 KiB */
+  assert_int_equal(e->rep.num_tensors, 6);
+  assert_int_equal(e->rep.unplanned_bytes, 6 * N * 4);
+  assert_int_equal(e->rep.output_bytes, N * 4);
+  assert_true(e->rep.planned_bytes < e->rep.unplanned_bytes);
+  assert_true(e->rep.live_peak_bytes <= e->rep.planned_bytes);
+  /* live at e = add(v, d): a (through v), c, d, e -> 4 KiB */
+  assert_int_equal(e->rep.live_peak_bytes, 4 * N * 4);
+  assert_int_equal(count_calls(e->exec, "vm.builtin.alloc_storage"), e->rep.num_storages + 1);
+  assert_int_equal(count_calls(e->exec, "vm.builtin.alloc_tensor"), 7);
+  assert_int_equal(count_calls(e->exec, "vm.builtin.reshape"), 1);
+  /* 6 intermediates + 1 view + storages; never the output */
+  assert_int_equal(count_calls(e->exec, "vm.builtin.kill"), 7 + e->rep.num_storages);
+  assert_int_equal(count_calls(e->exec, "vm.builtin.check_tensor_info"), 1);
+  assert_int_equal(count_calls(e->exec, "vm.builtin.match_shape"), 1);
+}
+
+static void test_runs_on_cpu(void **state) {
+  env_t *e = *state;
+  vm_device_t *cpu = NULL;
+  vm_registry_t *reg = NULL;
+  vm_machine_t *m = NULL;
+  ASSERT_OK(vm_cpu_device_create(0, &cpu));
+  ASSERT_OK(vm_registry_create(&reg));
+  ASSERT_OK(vm_registry_add_builtins(reg));
+  ASSERT_OK(vm_registry_add(reg, "t.fill", op_fill, NULL));
+  ASSERT_OK(vm_registry_add(reg, "t.add", op_add, NULL));
+  vm_machine_config_t cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.mode = test_exec_mode() ? VM_EXEC_COMPILED : VM_EXEC_BYTECODE;
+  cfg.num_devices = 1;
+  cfg.devices = &cpu;
+  cfg.registry = reg;
+  ASSERT_OK(vm_machine_create(e->exec, &cfg, &m));
+
+  int64_t s1[1] = {N}, bad[1] = {N + 1};
+  vm_value_t x = vm_value_none(), out = vm_value_none(), wrong = vm_value_none();
+  ASSERT_OK(vm_tensor_alloc(vm_machine_allocator(m, 0), VM_F32, s1, 1, &x));
+  float *px = host_data(vm_value_as_tensor(&x));
+  for (int i = 0; i < N; i++) px[i] = 0.5f;
+  vm_alloc_stats_t before, after;
+  vm_allocator_get_stats(vm_machine_allocator(m, 0), &before);
+  ASSERT_OK(vm_machine_invoke(m, "main", &x, 1, &out));
+  vm_allocator_get_stats(vm_machine_allocator(m, 0), &after);
+  vm_tensor_t *t = vm_value_as_tensor(&out);
+  assert_non_null(t);
+  assert_int_equal(vm_tensor_numel(t), N);
+  const float *po = host_data(t);
+  for (int i = 0; i < N; i++) assert_true(po[i] == 6.75f);
+  /* everything but the output went back to the allocator */
+  assert_int_equal(after.bytes_in_use - before.bytes_in_use, N * 4);
+  /* the input was read in place, not consumed */
+  for (int i = 0; i < N; i++) assert_true(px[i] == 0.5f);
+  vm_value_release(&out);
+
+  /* the entry checks refuse a wrong shape on a plain invoke */
+  ASSERT_OK(vm_tensor_alloc(vm_machine_allocator(m, 0), VM_F32, bad, 1, &wrong));
+  ASSERT_STATUS(vm_machine_invoke(m, "main", &wrong, 1, &out), VM_INVALID_ARGUMENT,
+                "shape mismatch");
+  vm_value_release(&out);
+  vm_value_release(&wrong);
+  vm_value_release(&x);
+  vm_machine_free(m);
+  vm_registry_free(reg);
+  vm_device_destroy(cpu);
+}
+
+/* Misuse is an error from emit, never a crash. */
+static void test_errors(void **state) {
+  (void)state;
+  vm_builder_t *b = NULL;
+  vmex_graph_t *g = NULL;
+  uint32_t f;
+  int64_t s1[1] = {8}, s2[1] = {9};
+  ASSERT_OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_declare_function(b, "main", 1, NULL, &f));
+
+  /* the output must be an intermediate */
+  ASSERT_OK(vmex_graph_create(b, f, "main", 1, 0, &g));
+  int32_t x = vmex_graph_param(g, 0, "x", VM_F32, 1, s1);
+  ASSERT_STATUS(vmex_graph_emit(g, x, NULL), VM_INVALID_ARGUMENT, "not an intermediate");
+  vmex_graph_free(g);
+
+  /* an intermediate nobody writes */
+  ASSERT_OK(vmex_graph_create(b, f, "main", 1, 0, &g));
+  int32_t t = vmex_graph_tensor(g, VM_F32, 1, s1);
+  int32_t u = vmex_graph_tensor(g, VM_F32, 1, s1);
+  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(1), vmex_a_t(t)});
+  ASSERT_STATUS(vmex_graph_emit(g, t, NULL), VM_INVALID_ARGUMENT, "never used");
+  (void)u;
+  vmex_graph_free(g);
+
+  /* sticky: a view that changes the size, then everything fails */
+  ASSERT_OK(vmex_graph_create(b, f, "main", 1, 0, &g));
+  t = vmex_graph_tensor(g, VM_F32, 1, s1);
+  assert_int_equal(vmex_graph_view(g, t, 1, s2), -1);
+  assert_int_equal(vmex_graph_tensor(g, VM_F32, 1, s1), -1);
+  ASSERT_STATUS(vmex_graph_emit(g, t, NULL), VM_INVALID_ARGUMENT, "changes its size");
+  vmex_graph_free(g);
+
+  /* an unknown tensor id in a call */
+  ASSERT_OK(vmex_graph_create(b, f, "main", 1, 0, &g));
+  t = vmex_graph_tensor(g, VM_F32, 1, s1);
+  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(1), vmex_a_t(42)});
+  ASSERT_STATUS(vmex_graph_emit(g, t, NULL), VM_INVALID_ARGUMENT, "no tensor 42");
+  vmex_graph_free(g);
+  vm_builder_free(b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plan_and_code),
+      cmocka_unit_test(test_runs_on_cpu),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

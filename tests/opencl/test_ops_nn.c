@@ -1,0 +1,448 @@
+/* cl.gemm (the tiled kernel; CLBlast is in test_ops_clblast.c), cl.conv2d
+ * and cl.pool2d.*, against the C references of helper_ref.c, plus one
+ * model run through a real machine (builder -> executable ->
+ * vm_machine_invoke) to show the operators work as VM builtins end to end.
+ *
+ * Tolerances (|got - want| <= atol + rtol * |want|), inputs in [-1, 1]:
+ *   float32 gemm/conv: atol 1e-4 * sqrt(K), rtol 1e-4 (sums of K products
+ *     in another order than the double-precision reference);
+ *   float16: inputs rounded to half first, output rounding 2^-11 relative:
+ *     atol 2e-3 * sqrt(K), rtol 2e-3.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "helper_ref.h"
+#include "test_util.h"
+#include "vm/vm.h"
+#include "vmcl/vmcl.h"
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static void release_all(vm_value_t *v, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) vm_value_release(&v[i]);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.gemm
+ */
+
+static const tops_gemm_case_t gemm_cases[] = {
+    {0, 0, 1, 1, 1, 0, 0, 1.0f, 0.0f},
+    {0, 0, 7, 13, 5, 0, 0, 1.0f, 0.0f},
+    {0, 0, 7, 13, 5, 1, 0, 1.0f, 0.0f},
+    {0, 0, 7, 13, 5, 0, 1, 1.0f, 0.0f},
+    {0, 0, 7, 13, 5, 1, 1, 1.0f, 0.0f},
+    {0, 0, 64, 64, 64, 0, 0, 1.0f, 0.0f},
+    {0, 0, 65, 17, 33, 0, 0, 0.5f, 2.0f},  /* edges in both dims, alpha and beta */
+    {0, 0, 100, 1, 300, 0, 1, 1.0f, 1.0f}, /* a GEMV */
+    {0, 0, 1, 200, 70, 1, 0, -1.0f, 0.0f},
+    {0, 0, 130, 70, 0, 0, 0, 1.0f, 0.5f}, /* K = 0: C = beta * C */
+    {0, 0, 0, 5, 3, 0, 0, 1.0f, 0.0f},    /* empty */
+    {3, 3, 9, 11, 6, 0, 0, 1.0f, 0.0f},   /* batched */
+    {3, 3, 9, 11, 6, 1, 1, 1.0f, 0.5f},
+    {4, 0, 9, 11, 6, 0, 0, 1.0f, 0.0f}, /* B shared by the batch */
+    {0, 2, 9, 11, 6, 0, 1, 1.0f, 0.0f}, /* A shared */
+    {1, 5, 8, 8, 8, 0, 0, 1.0f, 0.0f},  /* 3-D batch of 1 broadcasts too */
+    /* K > 512: float32 runs in launches over chunks of K (cl_ops_gemm.c) */
+    {0, 0, 33, 65, 700, 0, 0, 1.0f, 0.0f},
+    {0, 0, 33, 65, 700, 1, 1, 0.5f, 0.5f},
+    {2, 0, 17, 9, 600, 1, 0, 1.0f, 2.0f},
+};
+
+static void test_gemm_tiled(void **state) {
+  tops_env_t *e = *state;
+  setenv("VMCL_GEMM", "tiled", 1);
+  for (size_t i = 0; i < sizeof(gemm_cases) / sizeof(gemm_cases[0]); i++) {
+    tops_check_gemm(e, VM_F32, &gemm_cases[i]);
+  }
+  unsetenv("VMCL_GEMM");
+  /* PoCL is a CPU device: the default is the tiled kernel too */
+  tops_check_gemm(e, VM_F32, &gemm_cases[6]);
+}
+
+static void test_gemm_f16(void **state) {
+  tops_env_t *e = *state;
+  /* float16 storage works without cl_khr_fp16 (the kernel computes in
+   * float); where the device has fp16, CLBlast's Hgemm is used on GPUs */
+  static const tops_gemm_case_t cases[] = {
+      {0, 0, 7, 13, 5, 0, 0, 1.0f, 0.0f},
+      {0, 0, 65, 17, 33, 1, 1, 0.5f, 2.0f},
+      {2, 2, 9, 11, 6, 0, 1, 1.0f, 0.0f},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    tops_check_gemm(e, VM_F16, &cases[i]);
+}
+
+static void test_gemm_errors(void **state) {
+  tops_env_t *e = *state;
+  vm_value_t a = tops_plain(e, VM_F32, 2, DIMS(3, 4)), b = tops_plain(e, VM_F32, 2, DIMS(4, 5));
+  vm_value_t c = tops_plain(e, VM_F32, 2, DIMS(3, 5)), bad = tops_plain(e, VM_F32, 2, DIMS(5, 5));
+  vm_value_t a4 = tops_plain(e, VM_F32, 4, DIMS(1, 1, 3, 4));
+  vm_value_t ab = tops_plain(e, VM_F32, 3, DIMS(2, 3, 4));
+  vm_value_t bb = tops_plain(e, VM_F32, 3, DIMS(3, 4, 5));
+  vm_value_t i1 = vm_value_int(1), i0 = vm_value_int(0), one = vm_value_float(1);
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one}, 6),
+                VM_INVALID_ARGUMENT,
+                "cl.gemm: expected 7 arguments (A, B, trans_a, trans_b, alpha, beta, C), got 6");
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i1, i0, one, one, c}, 7),
+                VM_INVALID_ARGUMENT, "inner dims differ: op(A) is 4x3 and op(B) is 4x5");
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one, bad}, 7),
+                VM_INVALID_ARGUMENT, "C (argument 6) has shape [5, 5], expected [3, 5]");
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, vm_value_int(2), i0, one, one, c}, 7),
+                VM_INVALID_ARGUMENT, "trans_a (argument 2) is 2, expected 0 to 1");
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, vm_value_none(), one, c}, 7),
+                VM_INVALID_ARGUMENT, "alpha (argument 4) must be a float, got none");
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a4, b, i0, i0, one, one, c}, 7),
+                VM_INVALID_ARGUMENT, "A (argument 0) must be 2-D or 3-D (batched), got 4 dims");
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){ab, bb, i0, i0, one, one, c}, 7),
+                VM_INVALID_ARGUMENT, "batch sizes 2 of A and 3 of B differ");
+  /* batched inputs need a 3-D C */
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){ab, b, i0, i0, one, one, c}, 7),
+                VM_INVALID_ARGUMENT, "C (argument 6) has shape [3, 5], expected [2, 3, 5]");
+  vm_value_t all[] = {a, b, c, bad, a4, ab, bb};
+  release_all(all, sizeof(all) / sizeof(all[0]));
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.conv2d
+ */
+
+typedef struct conv_case {
+  int64_t N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups;
+  int bias;
+} conv_case_t;
+
+static void check_conv(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
+  int64_t OH = (c->H + 2 * c->ph - c->dh * (c->KH - 1) - 1) / c->sh + 1;
+  int64_t OW = (c->W + 2 * c->pw - c->dw * (c->KW - 1) - 1) / c->sw + 1;
+  int64_t xd[4] = {c->N, c->C, c->H, c->W}, wd[4] = {c->O, c->C / c->groups, c->KH, c->KW};
+  int64_t yd[4] = {c->N, c->O, OH, OW};
+  size_t nx = (size_t)tops_numel(4, xd), nw = (size_t)tops_numel(4, wd);
+  size_t ny = (size_t)tops_numel(4, yd);
+  float *x = tops_rand(nx, 31, -1, 1), *w = tops_rand(nw, 32, -1, 1);
+  float *bias = tops_rand((size_t)c->O, 33, -1, 1);
+  float *want = malloc(ny * sizeof(float) + 4), *got = malloc(ny * sizeof(float) + 4);
+  int f16 = vm_dtype_equal(dt, VM_F16);
+  if (f16) {
+    tops_round_f16(x, nx);
+    tops_round_f16(w, nw);
+    tops_round_f16(bias, (size_t)c->O);
+  }
+  ref_conv2d(x, w, c->bias ? bias : NULL, want, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, c->sh,
+             c->sw, c->ph, c->pw, c->dh, c->dw, c->groups, OH, OW);
+  vm_value_t args[11] = {tops_tensor_f(e, dt, 4, xd, x),
+                         tops_tensor_f(e, dt, 4, wd, w),
+                         c->bias ? tops_tensor_f(e, dt, 1, &c->O, bias) : vm_value_none(),
+                         vm_value_int(c->sh),
+                         vm_value_int(c->sw),
+                         vm_value_int(c->ph),
+                         vm_value_int(c->pw),
+                         vm_value_int(c->dh),
+                         vm_value_int(c->dw),
+                         vm_value_int(c->groups),
+                         tops_tensor(e, dt, 4, yd, NULL)};
+  ASSERT_OK(tops_call(e, "cl.conv2d", args, 11));
+  tops_read_f(e, &args[10], got);
+  char what[160];
+  snprintf(what, sizeof(what),
+           "conv2d %s x[%lld,%lld,%lld,%lld] w[%lld,%lld,%lld,%lld] s%lld,%lld p%lld,%lld "
+           "d%lld,%lld g%lld",
+           f16 ? "f16" : "f32", (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W,
+           (long long)c->O, (long long)wd[1], (long long)c->KH, (long long)c->KW, (long long)c->sh,
+           (long long)c->sw, (long long)c->ph, (long long)c->pw, (long long)c->dh, (long long)c->dw,
+           (long long)c->groups);
+  double sk = sqrt((double)(wd[1] * c->KH * c->KW) + 1);
+  tops_assert_close(got, want, ny, (f16 ? 2e-3 : 1e-4) * sk, f16 ? 2e-3 : 1e-4, what);
+  tops_check_guard(e, &args[10]);
+  release_all(args, 11);
+  free(x);
+  free(w);
+  free(bias);
+  free(want);
+  free(got);
+}
+
+static void test_conv2d(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H   W  O  KH KW sh sw ph pw dh dw g  bias */
+      {2, 3, 9, 11, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  /* same padding, fast rows */
+      {1, 4, 7, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* 49 pixels, 5 channels: edges */
+      {2, 4, 13, 10, 6, 3, 2, 2, 3, 1, 0, 2, 1, 2, 1}, /* stride, dilation, groups */
+      {1, 6, 8, 9, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6, 1},   /* depthwise */
+      {1, 16, 5, 6, 24, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* 1x1: a GEMM */
+      {1, 2, 3, 3, 3, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1},   /* kernel larger than the map */
+      {1, 3, 32, 40, 9, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0}, /* wide rows: mostly vector loads */
+      {0, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* empty batch */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
+  check_conv(e, VM_F16, &cases[0]);
+  check_conv(e, VM_F16, &cases[2]);
+}
+
+static void test_conv2d_errors(void **state) {
+  tops_env_t *e = *state;
+  vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 4, 5, 5));
+  vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(6, 2, 3, 3));
+  vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 6, 5, 5));
+  vm_value_t bias = tops_plain(e, VM_F32, 1, DIMS(5));
+  vm_value_t x3 = tops_plain(e, VM_F32, 3, DIMS(4, 5, 5));
+  vm_value_t args[11] = {x,
+                         w,
+                         vm_value_none(),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(2),
+                         y};
+  ASSERT_OK(tops_call(e, "cl.conv2d", args, 11));
+  args[9] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 11), VM_INVALID_ARGUMENT,
+                "groups (argument 9) is 3, which must divide the 4 input and 6 output channels");
+  args[9] = vm_value_int(1);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 11), VM_INVALID_ARGUMENT,
+                "w (argument 1) has 2 input channels per group, expected 4");
+  args[9] = vm_value_int(2);
+  args[3] = vm_value_int(0);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 11), VM_INVALID_ARGUMENT,
+                "stride_h (argument 3) is 0, expected 1 to");
+  args[3] = vm_value_int(2);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 11), VM_INVALID_ARGUMENT,
+                "y (argument 10) has shape [1, 6, 5, 5], expected [1, 6, 3, 5]");
+  args[3] = vm_value_int(1);
+  args[2] = bias;
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 11), VM_INVALID_ARGUMENT,
+                "bias (argument 2) has shape [5], expected [6]");
+  args[2] = vm_value_int(0);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 11), VM_INVALID_ARGUMENT,
+                "bias (argument 2) must be a tensor or none, got int");
+  args[2] = vm_value_none();
+  args[0] = x3;
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 11), VM_INVALID_ARGUMENT,
+                "x (argument 0) must be 4-D (N, C, H, W), got 3 dims");
+  args[0] = x;
+  args[5] = vm_value_int(0);
+  args[6] = vm_value_int(0);
+  args[7] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 11), VM_INVALID_ARGUMENT,
+                "the dilated kernel (7x3) is larger than the padded input (5x5)");
+  vm_value_t all[] = {x, w, y, bias, x3};
+  release_all(all, sizeof(all) / sizeof(all[0]));
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.pool2d.*
+ */
+
+static void check_pool(tops_env_t *e, vm_dtype_t dt, int is_max, int64_t N, int64_t C, int64_t H,
+                       int64_t W, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+                       int64_t pw) {
+  int64_t OH = (H + 2 * ph - kh) / sh + 1, OW = (W + 2 * pw - kw) / sw + 1;
+  int64_t xd[4] = {N, C, H, W}, yd[4] = {N, C, OH, OW};
+  size_t nx = (size_t)tops_numel(4, xd), ny = (size_t)tops_numel(4, yd);
+  float *x = tops_rand(nx, 41, -3, 3);
+  float *want = malloc(ny * sizeof(float) + 4), *got = malloc(ny * sizeof(float) + 4);
+  if (vm_dtype_equal(dt, VM_F16)) tops_round_f16(x, nx);
+  ref_pool2d(is_max, x, N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW, want);
+  vm_value_t args[8] = {tops_tensor_f(e, dt, 4, xd, x),
+                        vm_value_int(kh),
+                        vm_value_int(kw),
+                        vm_value_int(sh),
+                        vm_value_int(sw),
+                        vm_value_int(ph),
+                        vm_value_int(pw),
+                        tops_tensor(e, dt, 4, yd, NULL)};
+  ASSERT_OK(tops_call(e, is_max ? "cl.pool2d.max" : "cl.pool2d.avg", args, 8));
+  tops_read_f(e, &args[7], got);
+  int f16 = vm_dtype_equal(dt, VM_F16);
+  tops_assert_close(got, want, ny, f16 ? 4e-3 : 1e-5, f16 ? 2e-3 : 1e-4,
+                    is_max ? "pool2d.max" : "pool2d.avg");
+  tops_check_guard(e, &args[7]);
+  release_all(args, 8);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void check_global_avg(tops_env_t *e, vm_dtype_t dt, int64_t N, int64_t C, int64_t H,
+                             int64_t W) {
+  int64_t xd[4] = {N, C, H, W}, yd[4] = {N, C, 1, 1};
+  size_t nx = (size_t)tops_numel(4, xd), ny = (size_t)(N * C);
+  float *x = tops_rand(nx, 42, -3, 3);
+  float *want = malloc(ny * sizeof(float) + 4), *got = malloc(ny * sizeof(float) + 4);
+  if (vm_dtype_equal(dt, VM_F16)) tops_round_f16(x, nx);
+  ref_reduce(1, x, 4, xd, (const int[]){0, 0, 1, 1}, want);
+  vm_value_t args[2] = {tops_tensor_f(e, dt, 4, xd, x), tops_tensor(e, dt, 4, yd, NULL)};
+  ASSERT_OK(tops_call(e, "cl.pool2d.global_avg", args, 2));
+  tops_read_f(e, &args[1], got);
+  int f16 = vm_dtype_equal(dt, VM_F16);
+  tops_assert_close(got, want, ny, f16 ? 4e-3 : 1e-5, f16 ? 2e-3 : 1e-4, "global_avg");
+  tops_check_guard(e, &args[1]);
+  release_all(args, 2);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void test_pool2d(void **state) {
+  tops_env_t *e = *state;
+  for (int is_max = 0; is_max < 2; is_max++) {
+    check_pool(e, VM_F32, is_max, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
+    check_pool(e, VM_F32, is_max, 1, 5, 8, 8, 2, 2, 2, 2, 0, 0);
+    check_pool(e, VM_F32, is_max, 1, 2, 7, 13, 3, 5, 1, 3, 2, 4); /* pads up to kernel - 1 */
+    check_pool(e, VM_F32, is_max, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0);
+    check_pool(e, VM_F32, is_max, 0, 3, 4, 4, 2, 2, 2, 2, 0, 0);
+  }
+  check_pool(e, VM_F16, 1, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
+  check_pool(e, VM_F16, 0, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
+  check_global_avg(e, VM_F32, 2, 3, 7, 5);   /* one work-item per output */
+  check_global_avg(e, VM_F32, 1, 4, 56, 56); /* a work-group per output */
+  check_global_avg(e, VM_F16, 2, 8, 14, 14);
+
+  vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 2, 5, 5));
+  vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 2, 3, 3));
+  vm_value_t args[8] = {x,
+                        vm_value_int(3),
+                        vm_value_int(3),
+                        vm_value_int(2),
+                        vm_value_int(2),
+                        vm_value_int(1),
+                        vm_value_int(1),
+                        y};
+  ASSERT_OK(tops_call(e, "cl.pool2d.max", args, 8));
+  args[5] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.pool2d.max", args, 8), VM_INVALID_ARGUMENT,
+                "pad_h (argument 5) is 3, expected 0 to 2");
+  args[5] = vm_value_int(0);
+  ASSERT_STATUS(tops_call(e, "cl.pool2d.avg", args, 8), VM_INVALID_ARGUMENT,
+                "cl.pool2d.avg: y (argument 7) has shape [1, 2, 3, 3], expected [1, 2, 2, 3]");
+  ASSERT_STATUS(tops_call(e, "cl.pool2d.global_avg", (vm_value_t[]){x, y}, 2), VM_INVALID_ARGUMENT,
+                "y (argument 1) has shape [1, 2, 3, 3], expected [1, 2, 1, 1]");
+  vm_value_release(&x);
+  vm_value_release(&y);
+}
+
+/* ---------------------------------------------------------------------------
+ * End to end through a machine: a small classifier head as a compiler would
+ * emit it, weights as constants on the device:
+ *   main(x[4, 16]) -> softmax(relu(x @ W + b), axis -1)   with W[16, 10], b[10]
+ */
+
+static void test_machine_model(void **state) {
+  tops_env_t *e = *state;
+  enum { B = 4, K = 16, N = 10 };
+  float *x = tops_rand(B * K, 51, -1, 1), *w = tops_rand(K * N, 52, -1, 1);
+  float *bias = tops_rand(N, 53, -1, 1);
+  vm_builder_t *bl = NULL;
+  ASSERT_OK(vm_builder_create(&bl));
+  uint32_t f_alloc_s, f_alloc_t, f_gemm, f_add, f_relu, f_softmax;
+  ASSERT_OK(vm_builder_declare_packed(bl, "vm.builtin.alloc_storage", &f_alloc_s));
+  ASSERT_OK(vm_builder_declare_packed(bl, "vm.builtin.alloc_tensor", &f_alloc_t));
+  ASSERT_OK(vm_builder_declare_packed(bl, "cl.gemm", &f_gemm));
+  ASSERT_OK(vm_builder_declare_packed(bl, "cl.binary.add", &f_add));
+  ASSERT_OK(vm_builder_declare_packed(bl, "cl.unary.relu", &f_relu));
+  ASSERT_OK(vm_builder_declare_packed(bl, "cl.softmax", &f_softmax));
+  uint32_t c_w, c_b, c_shape, c_dt, c_scope, c_zero, c_one, c_fzero, c_axis;
+  ASSERT_OK(vm_builder_const_tensor(bl, VM_F32, 2, DIMS(K, N), w, K * N * 4, NULL, &c_w));
+  ASSERT_OK(vm_builder_const_tensor(bl, VM_F32, 1, DIMS(N), bias, N * 4, NULL, &c_b));
+  ASSERT_OK(vm_builder_const_shape(bl, 2, DIMS(B, N), &c_shape));
+  ASSERT_OK(vm_builder_const_dtype(bl, VM_F32, &c_dt));
+  ASSERT_OK(vm_builder_const_string(bl, "global", 6, &c_scope));
+  ASSERT_OK(vm_builder_const_int(bl, 0, &c_zero));
+  ASSERT_OK(vm_builder_const_float(bl, 1.0, &c_one));
+  ASSERT_OK(vm_builder_const_float(bl, 0.0, &c_fzero));
+  ASSERT_OK(vm_builder_const_int(bl, -1, &c_axis));
+  const char *params[] = {"x"};
+  uint32_t f_main;
+  ASSERT_OK(vm_builder_declare_function(bl, "main", 1, params, &f_main));
+  ASSERT_OK(vm_builder_set_param_type(bl, f_main, 0, VM_F32, 2, DIMS(B, K)));
+  ASSERT_OK(vm_builder_begin_function(bl, f_main));
+  /* r1 = storage, r2 = h (gemm + bias + relu in place), r3 = out */
+  int64_t a_s[] = {VM_REG(VM_REG_VM), VM_CONSTI(c_shape), VM_CONSTI(c_zero), VM_CONSTI(c_dt),
+                   VM_CONSTI(c_scope)};
+  ASSERT_OK(vm_builder_emit_call(bl, VM_REG(1), f_alloc_s, 5, a_s));
+  int64_t a_t[] = {VM_REG(1), VM_CONSTI(c_zero), VM_CONSTI(c_shape), VM_CONSTI(c_dt)};
+  ASSERT_OK(vm_builder_emit_call(bl, VM_REG(2), f_alloc_t, 4, a_t));
+  int64_t a_g[] = {VM_REG(0),        VM_CONSTI(c_w),     VM_CONSTI(c_zero), VM_CONSTI(c_zero),
+                   VM_CONSTI(c_one), VM_CONSTI(c_fzero), VM_REG(2)};
+  ASSERT_OK(vm_builder_emit_call(bl, VM_REG_VOID, f_gemm, 7, a_g));
+  int64_t a_a[] = {VM_REG(2), VM_CONSTI(c_b), VM_REG(2)};
+  ASSERT_OK(vm_builder_emit_call(bl, VM_REG_VOID, f_add, 3, a_a));
+  int64_t a_r[] = {VM_REG(2), VM_REG(2)};
+  ASSERT_OK(vm_builder_emit_call(bl, VM_REG_VOID, f_relu, 2, a_r));
+  ASSERT_OK(vm_builder_emit_call(bl, VM_REG(4), f_alloc_s, 5, a_s));
+  int64_t a_t2[] = {VM_REG(4), VM_CONSTI(c_zero), VM_CONSTI(c_shape), VM_CONSTI(c_dt)};
+  ASSERT_OK(vm_builder_emit_call(bl, VM_REG(3), f_alloc_t, 4, a_t2));
+  int64_t a_sm[] = {VM_REG(2), VM_CONSTI(c_axis), VM_REG(3)};
+  ASSERT_OK(vm_builder_emit_call(bl, VM_REG_VOID, f_softmax, 3, a_sm));
+  ASSERT_OK(vm_builder_emit_ret(bl, 3));
+  ASSERT_OK(vm_builder_end_function(bl, 0));
+  /* bad(x): cl.softmax(x, 5, x), an axis out of range */
+  uint32_t f_bad, c_five;
+  ASSERT_OK(vm_builder_const_int(bl, 5, &c_five));
+  ASSERT_OK(vm_builder_declare_function(bl, "bad", 1, params, &f_bad));
+  ASSERT_OK(vm_builder_begin_function(bl, f_bad));
+  int64_t a_bad[] = {VM_REG(0), VM_CONSTI(c_five), VM_REG(0)};
+  ASSERT_OK(vm_builder_emit_call(bl, VM_REG_VOID, f_softmax, 3, a_bad));
+  ASSERT_OK(vm_builder_emit_ret(bl, 0));
+  ASSERT_OK(vm_builder_end_function(bl, 0));
+  vm_executable_t *exec = NULL;
+  ASSERT_OK(vm_builder_finish(bl, &exec));
+  vm_builder_free(bl);
+
+  vm_machine_config_t cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.num_devices = 1;
+  cfg.devices = &e->dev;
+  cfg.registry = e->reg;
+  vm_machine_t *m = NULL;
+  ASSERT_OK(vm_machine_create(exec, &cfg, &m));
+  vm_value_t xin = tops_tensor_f(e, VM_F32, 2, DIMS(B, K), x), out = vm_value_none();
+  ASSERT_OK(vm_machine_invoke(m, "main", &xin, 1, &out));
+
+  float h[B * N], want[B * N], got[B * N];
+  memset(h, 0, sizeof(h));
+  ref_gemm(1, B, N, K, 0, 0, 1.0f, x, 0, w, 0, 0.0f, h);
+  for (int i = 0; i < B * N; i++) {
+    h[i] += bias[i % N];
+    h[i] = h[i] < 0 ? 0 : h[i];
+  }
+  ref_softmax(h, 2, DIMS(B, N), 1, want);
+  tops_read_f(e, &out, got);
+  tops_assert_close(got, want, B * N, 1e-5, 1e-4, "model through the machine");
+
+  vm_value_release(&out);
+
+  /* an operator's error surfaces through the machine with the op's message */
+  ASSERT_STATUS(vm_machine_invoke(m, "bad", &xin, 1, &out), VM_INVALID_ARGUMENT,
+                "cl.softmax: axis (argument 1) is 5, expected -2 to 1");
+  vm_value_release(&out);
+  vm_value_release(&xin);
+  vm_machine_free(m);
+  vm_executable_free(exec);
+  free(x);
+  free(w);
+  free(bias);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gemm_tiled),    cmocka_unit_test(test_gemm_f16),
+      cmocka_unit_test(test_gemm_errors),   cmocka_unit_test(test_conv2d),
+      cmocka_unit_test(test_conv2d_errors), cmocka_unit_test(test_pool2d),
+      cmocka_unit_test(test_machine_model),
+  };
+  return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
+}
