@@ -1,0 +1,102 @@
+/* vmagent as a library: the device daemon of vmrpc, runnable in-process so
+ * tests and fuzz targets can drive it with or without a network.
+ *
+ *   vmagent_config_t cfg;
+ *   vmagent_config_default(&cfg);
+ *   cfg.listen_url = "tcp://127.0.0.1:0";
+ *   vmagent_t *a;
+ *   vm_status_t st = vmagent_create(&cfg, &a);   // opens devices, the store
+ *   st = vmagent_start(a);                       // listens, starts workers
+ *   printf("%s\n", vmagent_url(a));
+ *   ...
+ *   vmagent_stop(a);                             // sessions torn down
+ *   vmagent_free(a);
+ *
+ * Without vmagent_start(), vmagent_handle_message() still serves requests:
+ * it is the transport-free request dispatcher (the request decoder fuzzer
+ * feeds it raw bodies). docs/protocol.md describes the messages.
+ */
+#ifndef VMAGENT_AGENT_H
+#define VMAGENT_AGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vm/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vmagent_config {
+  /* nng URL: tcp://host:port, tls+tcp://host:port, ipc://path. Port 0 picks
+   * a free port (vmagent_url() tells which). */
+  const char *listen_url;
+  /* Device selectors ("cpu", "opencl:N" or a substring of an OpenCL device
+   * name), opened in this order; a cpu device is appended when none is
+   * named. NULL/0: every OpenCL device, then cpu. Borrowed during create. */
+  const char *const *devices;
+  uint32_t num_devices;
+  /* The shared secret Hello must carry (NULL or "" = none). Copied. */
+  const char *token;
+  /* PEM files for tls+tcp:// listen URLs. */
+  const char *tls_cert_file;
+  const char *tls_key_file;
+  /* Executable store + OpenCL program cache root; NULL = no disk store
+   * (executables live in memory only, programs are not cached on disk). */
+  const char *cache_dir;
+  uint64_t cache_max_bytes;      /* disk store cap (LRU eviction) */
+  uint32_t max_sessions;         /* Hello past it: RESOURCE_EXHAUSTED */
+  uint64_t session_mem_limit;    /* device + staging bytes per session, 0 = none */
+  uint32_t idle_timeout_ms;      /* sessions idle this long are torn down, 0 = never */
+  uint64_t max_message_bytes;    /* 0 = chunk_bytes + 64 KiB */
+  uint64_t chunk_bytes;          /* 4 KiB .. 64 MiB */
+  uint64_t max_executable_bytes; /* largest executable accepted */
+  uint32_t workers;              /* nng contexts / worker threads, 1 .. 256 */
+  /* Listen beyond loopback without a token. */
+  int insecure;
+} vmagent_config_t;
+
+/* The defaults: listen tcp://127.0.0.1:9090, all devices, no token, no
+ * cache dir (main.c supplies ~/.cache/vmrpc), cache cap 2 GiB, 64 sessions,
+ * no session memory limit, idle timeout 600 s, chunks of 1 MiB, messages up
+ * to chunk + 64 KiB, executables up to 1 GiB, 8 workers. */
+void vmagent_config_default(vmagent_config_t *cfg);
+
+typedef struct vmagent vmagent_t;
+
+/* Validates cfg (INVALID_ARGUMENT naming the field; FAILED_PRECONDITION for
+ * a non-loopback listen URL without token or insecure), opens the devices
+ * (NOT_FOUND / UNAVAILABLE from the device layer), the registry and the
+ * executable store. Does not listen. */
+vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent);
+
+/* Listens on cfg.listen_url and starts the workers and the session reaper.
+ * UNAVAILABLE / INVALID_ARGUMENT from nng (address in use, bad URL, TLS). */
+vm_status_t vmagent_start(vmagent_t *a);
+
+/* The URL actually listened on (real port); "" before vmagent_start(). */
+const char *vmagent_url(const vmagent_t *a);
+
+/* Serves one request body as if it had arrived on connection pipe_id, and
+ * returns the framed response in *out_reply (malloc'ed, caller frees with
+ * free()). Never fails on any input: garbage gets an INVALID_ARGUMENT
+ * response. Returns 0, or -1 when no reply could be allocated. Thread-safe. */
+int vmagent_handle_message(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len,
+                           uint8_t **out_reply, size_t *out_reply_len);
+
+/* Tears down every session bound to pipe_id, as when that connection drops
+ * (deferred until their in-flight requests finish). */
+void vmagent_close_pipe(vmagent_t *a, uint32_t pipe_id);
+
+/* Stops listening, cancels running invocations, joins the workers and tears
+ * down every session. Idempotent. */
+void vmagent_stop(vmagent_t *a);
+
+/* Stops (if needed) and frees everything. NULL is a no-op. */
+void vmagent_free(vmagent_t *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VMAGENT_AGENT_H */

@@ -1,0 +1,277 @@
+/* Internals of vmagent. Prefix vma_ (the public API is vmagent_).
+ *
+ * Threads: N workers (one nng context each: recv -> dispatch -> send), one
+ * reaper (idle sessions, sessions of closed pipes, repeated cancels), nng's
+ * own threads (pipe events), and the caller of vmagent_start/stop.
+ *
+ * Locks, always taken in this order, never the other way round:
+ *   agent->lock     the session table, session refs/dead flags, counters
+ *   session->lock   a session's handle tables and VM busy state
+ *   store->lock     the executable store (memory map + disk)
+ * Device run locks (one per agent device, taken in device index order) are
+ * never acquired while holding any of the above: they are held for whole
+ * invocations and may be waited for.
+ */
+#ifndef VMAGENT_AGENT_INTERNAL_H
+#define VMAGENT_AGENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "vm/executable.h"
+#include "vm/vm.h"
+#include "vmagent/agent.h"
+#include "vmproto/wire.h"
+
+#ifndef VMRPC_VERSION
+#define VMRPC_VERSION "0.0.0"
+#endif
+
+#define VMA_MAX_DEVICES 32
+#define VMA_MAX_VM_DEVICES 8
+/* Per-session handle caps: a session cannot grow its tables without bound. */
+#define VMA_MAX_EXECS 256
+#define VMA_MAX_VMS 64
+#define VMA_MAX_TRANSFERS 256
+#define VMA_MAX_UPLOADS 4
+#define VMA_MAX_PATH 64   /* GetOutput path components */
+#define VMA_MAX_NAME 1024 /* function / parameter names from the wire */
+#define VMA_MAX_SAVE_ARGS 256
+#define VMA_CLOSED_PIPES 1024 /* ring of recently closed pipe ids */
+
+/* ---------------------------------------------------------------- store */
+
+typedef struct vma_store vma_store_t;
+
+/* A loaded, verified executable shared by sessions and VMs. */
+typedef struct vma_exec_entry {
+  uint8_t hash[VM_SHA256_BYTES];
+  uint64_t size; /* file bytes */
+  vm_executable_t *exec;
+  uint32_t refs; /* under the store lock */
+  struct vma_exec_entry *next;
+} vma_exec_entry_t;
+
+/* Opens the store under dir/executables (dir NULL: memory only). Scans the
+ * directory to build the LRU list. */
+vm_status_t vma_store_open(const char *dir, uint64_t max_bytes, uint64_t max_exec_bytes,
+                           vma_store_t **out_store);
+void vma_store_close(vma_store_t *s);
+/* A hit in memory, or on disk (hash verified, loaded): *out_entry retained.
+ * A miss: *out_entry NULL and OK. */
+vm_status_t vma_store_lookup(vma_store_t *s, const uint8_t hash[VM_SHA256_BYTES], uint64_t size,
+                             vma_exec_entry_t **out_entry);
+/* Loads data (whose SHA-256 the caller verified to be hash) through the
+ * verifier and keeps it: memory map and, capped, on disk. Loader errors
+ * pass through. *out_entry retained. */
+vm_status_t vma_store_insert(vma_store_t *s, const uint8_t hash[VM_SHA256_BYTES],
+                             const uint8_t *data, size_t size, vma_exec_entry_t **out_entry);
+void vma_store_retain(vma_store_t *s, vma_exec_entry_t *e);
+void vma_store_release(vma_store_t *s, vma_exec_entry_t *e);
+/* Disk bytes and entries, plus loaded entries. */
+void vma_store_stats(vma_store_t *s, uint64_t *out_disk_bytes, uint32_t *out_disk_entries,
+                     uint32_t *out_loaded);
+
+/* ---------------------------------------------------------------- devices */
+
+typedef struct vma_device {
+  vm_device_t *dev;
+  char selector[32];        /* "cpu", "opencl:0", ... */
+  pthread_mutex_t run_lock; /* serialises invocations on this device */
+} vma_device_t;
+
+/* ---------------------------------------------------------------- sessions */
+
+/* A chunked receive: which chunks arrived. Shared by uploads and tensor
+ * transfers. */
+typedef struct vma_chunks {
+  uint64_t size;     /* announced bytes */
+  uint64_t received; /* bytes of chunks fully copied */
+  uint64_t nchunks;
+  uint8_t *claimed; /* bitmap: chunk taken by a request (maybe still copying) */
+  uint32_t writers; /* chunk copies in progress (outside the session lock) */
+} vma_chunks_t;
+
+typedef struct vma_upload {
+  uint64_t id;
+  uint8_t hash[VM_SHA256_BYTES];
+  uint8_t *data; /* size bytes of host staging */
+  vma_chunks_t ck;
+  struct vma_upload *next;
+} vma_upload_t;
+
+typedef struct vma_vm vma_vm_t;
+
+typedef struct vma_transfer {
+  uint64_t id;
+  vma_vm_t *vm;      /* destination VM (device 0) */
+  vm_value_t tensor; /* owned; allocated through the VM's device-0 allocator */
+  vma_chunks_t ck;
+  struct vma_transfer *next;
+} vma_transfer_t;
+
+typedef struct vma_execref {
+  uint64_t id;
+  vma_exec_entry_t *entry; /* one store reference */
+  struct vma_execref *next;
+} vma_execref_t;
+
+struct vma_vm {
+  uint64_t id;
+  vm_machine_t *m;
+  vma_exec_entry_t *entry;              /* keeps the executable alive */
+  uint32_t num_devs;                    /* agent devices the VM runs on */
+  uint32_t dev_idx[VMA_MAX_VM_DEVICES]; /* sorted: run locks taken in this order */
+  /* Busy state, under the session lock: one exclusive operation, or any
+   * number of readers (GetOutput copies). */
+  int exclusive;
+  uint32_t readers;
+  int running;               /* exclusive op runs VM code (cancellable) */
+  atomic_int cancel_pending; /* Cancel arrived for the running op */
+  /* Allocator figures taken when the VM was last idle, for Stats and limits
+   * while it is busy. */
+  uint32_t num_allocs;
+  vm_alloc_stats_t snap[VMA_MAX_VM_DEVICES + 1];
+  struct vma_vm *next;
+};
+
+typedef struct vma_session {
+  uint64_t id;
+  uint32_t pipe_id;
+  char client[64];
+  /* under agent->lock */
+  uint32_t refs; /* requests in flight */
+  int dead;      /* out of the table: destroy when refs drops to 0 */
+  uint64_t last_used_ns;
+  uint64_t bytes; /* last computed session_bytes, for agent totals */
+  struct vma_session *next_dead;
+  /* under session->lock */
+  pthread_mutex_t lock;
+  uint64_t next_handle; /* one counter for every handle kind, from 1 */
+  vma_execref_t *execs;
+  vma_upload_t *uploads;
+  vma_transfer_t *transfers;
+  vma_vm_t *vms;
+  uint32_t num_execs, num_uploads, num_transfers, num_vms;
+  uint64_t staging_bytes;
+} vma_session_t;
+
+/* ---------------------------------------------------------------- agent */
+
+/* Beyond --workers, this many extra workers may be started while requests
+ * wait for busy devices (see vma_on_block in server.c). */
+#define VMA_MAX_EXTRA_WORKERS 64
+
+typedef struct vma_worker {
+  struct vmagent *agent;
+  nng_ctx ctx;
+  nng_aio *aio;
+  pthread_t thread;
+  int started;       /* thread created and not yet joined (pool_lock) */
+  int extra;         /* retires when other workers are idle */
+  atomic_int exited; /* the thread left its loop (no nng call any more) */
+} vma_worker_t;
+
+struct vmagent {
+  vmagent_config_t cfg; /* strings below are owned copies */
+  char *listen_url;
+  char *token;
+  char *tls_cert_file, *tls_key_file, *cache_dir;
+  char url[512];
+
+  vma_device_t devices[VMA_MAX_DEVICES];
+  uint32_t num_devices;
+  vm_registry_t *registry;
+  vma_store_t *store;
+
+  pthread_mutex_t lock;
+  vma_session_t **sessions; /* cfg.max_sessions slots */
+  uint32_t num_sessions;
+  vma_session_t *dead; /* removed, refs 0: for the reaper */
+  atomic_ullong requests;
+  atomic_int stopping;
+
+  /* transport */
+  int started;
+  int stopped;
+  nng_socket sock;
+  int sock_open;
+  nng_listener listener;
+  void *tls_config;      /* nng_tls_config * */
+  vma_worker_t *workers; /* pool_size slots */
+  uint32_t pool_size;
+  pthread_mutex_t pool_lock; /* worker slots and the counts below */
+  int pool_lock_ready;
+  uint32_t idle_workers; /* waiting in recv (or about to) */
+  uint32_t live_workers;
+  int pool_full_logged;
+  /* Called by a request about to wait for a device (transport hook). */
+  void (*on_block)(struct vmagent *a);
+  /* Pipes closed recently (under lock): a Hello still in flight when its
+   * connection closed must not create a session nobody will tear down. */
+  uint32_t closed_pipes[VMA_CLOSED_PIPES];
+  uint32_t closed_next;
+  pthread_t reaper;
+  int reaper_started;
+  int reaper_quit; /* under lock */
+  pthread_cond_t reaper_cond;
+};
+
+/* A place for the response: the transport decides where the bytes live so
+ * that bulk payloads are written once, straight into the outgoing message. */
+typedef struct vma_out {
+  /* Returns size writable bytes (replacing any earlier buffer), or NULL. */
+  uint8_t *(*alloc)(struct vma_out *o, size_t size);
+  void *user;
+  uint8_t *buf;
+  size_t len;
+} vma_out_t;
+
+/* Serves one request body from pipe_id into out (always produces a reply
+ * unless allocation fails: returns -1). */
+int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len, vma_out_t *out);
+
+/* Session table (session.c). */
+vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *client,
+                               vma_session_t **out_s);
+/* Finds id for pipe_id and takes a reference (refs++); NOT_FOUND for an
+ * unknown id or one of another pipe (indistinguishable). */
+vm_status_t vma_session_acquire(vmagent_t *a, uint64_t id, uint32_t pipe_id, vma_session_t **out_s);
+/* Drops the reference; destroys the session if it ended meanwhile. */
+void vma_session_release(vmagent_t *a, vma_session_t *s);
+/* Ends a session (Goodbye): out of the table now, destroyed when the last
+ * in-flight request finishes. Running invocations are cancelled. */
+void vma_session_end(vmagent_t *a, vma_session_t *s);
+/* Pipe closed: ends all its sessions. */
+void vma_sessions_close_pipe(vmagent_t *a, uint32_t pipe_id);
+/* Ends sessions idle past the timeout; destroys dead ones with no refs;
+ * re-issues cancels. Called by the reaper. */
+void vma_sessions_reap(vmagent_t *a);
+/* Ends every session and destroys them (no request may be in flight). */
+void vma_sessions_destroy_all(vmagent_t *a);
+/* Frees everything a session holds. */
+void vma_session_destroy(vmagent_t *a, vma_session_t *s);
+/* Cancels every running op of a session (session lock taken inside). */
+void vma_session_cancel_running(vma_session_t *s, int all);
+/* Bytes the session holds (session lock held): VM allocators + staging. */
+uint64_t vma_session_bytes_locked(vma_session_t *s, const vma_vm_t *except);
+/* Refreshes a VM's allocator snapshot (session lock held, VM idle). */
+void vma_vm_snapshot(vma_vm_t *v);
+/* Frees a VM and its transfers (session lock held or session private; VM
+ * idle). */
+void vma_vm_destroy(vmagent_t *a, vma_session_t *s, vma_vm_t *v);
+/* Random nonzero 64-bit value from the OS. */
+uint64_t vma_random_u64(void);
+
+/* Server (server.c). */
+vm_status_t vma_server_start(vmagent_t *a);
+void vma_server_stop(vmagent_t *a);
+
+/* Misc. */
+int vma_url_is_local(const char *url);
+uint64_t vma_rss_bytes(void);
+
+#endif

@@ -1,0 +1,342 @@
+/* vmagent: the vmrpc device daemon.
+ *
+ * Prints exactly one line, "vmagent listening on URL", to stdout once it
+ * serves (logs go to stderr), and shuts down cleanly on SIGTERM/SIGINT.
+ * Exit codes: 0 clean shutdown (or --help/--version), 1 runtime failure
+ * (devices, listen), 2 bad flags or a refused configuration.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "agent_internal.h"
+#include "vm/log.h"
+
+#define VMA_MAX_DEVICE_FLAGS 32
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: vmagent [flags]\n"
+          "\n"
+          "The vmrpc device daemon: hosts VMs that run uploaded executables on this\n"
+          "device's OpenCL GPUs and CPU, for vmclient / libvmclient.\n"
+          "\n"
+          "flags (default in brackets):\n"
+          "  --listen URL            where to listen: tcp://HOST:PORT, tls+tcp://HOST:PORT,\n"
+          "                          ipc://PATH; port 0 picks a free one\n"
+          "                          [tcp://127.0.0.1:9090]\n"
+          "  --device SEL            serve this device: cpu, opencl:N or a substring of an\n"
+          "                          OpenCL device name; repeatable; a cpu device is always\n"
+          "                          added [every OpenCL device, then cpu]\n"
+          "  --token-file FILE       clients must send the token in FILE (first line) with\n"
+          "                          Hello; required to listen beyond loopback [none]\n"
+          "  --tls-cert FILE         PEM certificate for tls+tcp:// [none]\n"
+          "  --tls-key FILE          PEM private key for tls+tcp:// [none]\n"
+          "  --cache-dir DIR         executable store and OpenCL program cache; '' = memory\n"
+          "                          only [$XDG_CACHE_HOME/vmrpc or ~/.cache/vmrpc]\n"
+          "  --cache-max-bytes SIZE  cap of the executable store, LRU eviction [2G]\n"
+          "  --max-sessions N        sessions served at once [64]\n"
+          "  --session-mem-limit SIZE  device + staging bytes per session, 0 = none [0]\n"
+          "  --idle-timeout SECONDS  end sessions idle this long, 0 = never [600]\n"
+          "  --max-message SIZE      largest request accepted [chunk size + 64K]\n"
+          "  --chunk-size SIZE       chunk size of uploads and downloads, 4K..64M [1M]\n"
+          "  --max-executable SIZE   largest executable accepted [1G]\n"
+          "  --workers N             requests served in parallel (nng contexts) [8]\n"
+          "  --log-level LEVEL       debug, info, warn, error or off [info]\n"
+          "  --insecure              allow a non-loopback --listen without a token [off]\n"
+          "  --version               print the version and exit\n"
+          "  --help                  print this help and exit\n"
+          "\n"
+          "SIZE takes a K, M or G suffix (powers of 1024).\n"
+          "exit status: 0 clean shutdown, 1 runtime failure, 2 bad flags or refused setup\n");
+}
+
+static int parse_size(const char *s, uint64_t *out) {
+  errno = 0;
+  char *end = NULL;
+  if (!s || !*s || *s == '-') return -1;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return -1;
+  uint64_t mul = 1;
+  switch (*end) {
+    case 'k':
+    case 'K':
+      mul = 1ull << 10;
+      end++;
+      break;
+    case 'm':
+    case 'M':
+      mul = 1ull << 20;
+      end++;
+      break;
+    case 'g':
+    case 'G':
+      mul = 1ull << 30;
+      end++;
+      break;
+    case 't':
+    case 'T':
+      mul = 1ull << 40;
+      end++;
+      break;
+    default: break;
+  }
+  if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
+  if (*end == 'b' || *end == 'B') end++;
+  if (*end != '\0') return -1;
+  if (v > UINT64_MAX / mul) return -1;
+  *out = v * mul;
+  return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *out) {
+  uint64_t v;
+  if (!s || !*s) return -1;
+  char *end = NULL;
+  errno = 0;
+  if (*s == '-') return -1;
+  v = strtoull(s, &end, 10);
+  if (errno || *end || v > UINT32_MAX) return -1;
+  *out = (uint32_t)v;
+  return 0;
+}
+
+/* Reads the token: the first line of the file, surrounding whitespace
+ * stripped. */
+static char *read_token(const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0 && (st.st_mode & 0077))
+    VM_LOGW("token file %s is readable by other users; chmod 600 it", path);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  vm_status_t s = vm_read_file(path, 4096, &data, &len);
+  if (s) {
+    fprintf(stderr, "vmagent: --token-file %s: %s\n", path, vm_status_message(s));
+    vm_status_free(s);
+    return NULL;
+  }
+  char *tok = malloc(len + 1);
+  if (!tok) {
+    free(data);
+    return NULL;
+  }
+  memcpy(tok, data, len);
+  tok[len] = '\0';
+  free(data);
+  char *nl = strpbrk(tok, "\r\n");
+  if (nl) *nl = '\0';
+  size_t b = 0, e = strlen(tok);
+  while (tok[b] == ' ' || tok[b] == '\t') b++;
+  while (e > b && (tok[e - 1] == ' ' || tok[e - 1] == '\t')) e--;
+  memmove(tok, tok + b, e - b);
+  tok[e - b] = '\0';
+  if (!tok[0]) {
+    fprintf(stderr, "vmagent: --token-file %s is empty\n", path);
+    free(tok);
+    return NULL;
+  }
+  return tok;
+}
+
+enum {
+  OPT_LISTEN = 256,
+  OPT_DEVICE,
+  OPT_TOKEN_FILE,
+  OPT_TLS_CERT,
+  OPT_TLS_KEY,
+  OPT_CACHE_DIR,
+  OPT_CACHE_MAX,
+  OPT_MAX_SESSIONS,
+  OPT_SESSION_MEM,
+  OPT_IDLE,
+  OPT_MAX_MESSAGE,
+  OPT_CHUNK,
+  OPT_MAX_EXEC,
+  OPT_WORKERS,
+  OPT_LOG_LEVEL,
+  OPT_INSECURE,
+  OPT_VERSION,
+  OPT_HELP,
+};
+
+static const struct option options[] = {
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+    {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
+    {"cache-max-bytes", required_argument, NULL, OPT_CACHE_MAX},
+    {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
+    {"session-mem-limit", required_argument, NULL, OPT_SESSION_MEM},
+    {"idle-timeout", required_argument, NULL, OPT_IDLE},
+    {"max-message", required_argument, NULL, OPT_MAX_MESSAGE},
+    {"chunk-size", required_argument, NULL, OPT_CHUNK},
+    {"max-executable", required_argument, NULL, OPT_MAX_EXEC},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"insecure", no_argument, NULL, OPT_INSECURE},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static int bad_value(const char *flag, const char *value) {
+  fprintf(stderr, "vmagent: bad value '%s' for --%s (see vmagent --help)\n", value, flag);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  vmagent_config_t cfg;
+  vmagent_config_default(&cfg);
+  const char *devices[VMA_MAX_DEVICE_FLAGS];
+  uint32_t num_devices = 0;
+  const char *token_file = NULL;
+  const char *cache_dir = NULL;
+  int cache_dir_set = 0;
+  vm_log_level_t level = VM_LOG_INFO;
+  char default_cache[4096];
+  char *token = NULL;
+  int rc = 0;
+  vmagent_t *a = NULL;
+
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    const char *v = optarg;
+    switch (opt) {
+      case OPT_LISTEN: cfg.listen_url = v; break;
+      case OPT_DEVICE:
+        if (num_devices >= VMA_MAX_DEVICE_FLAGS) {
+          fprintf(stderr, "vmagent: at most %d --device flags\n", VMA_MAX_DEVICE_FLAGS);
+          return 2;
+        }
+        devices[num_devices++] = v;
+        break;
+      case OPT_TOKEN_FILE: token_file = v; break;
+      case OPT_TLS_CERT: cfg.tls_cert_file = v; break;
+      case OPT_TLS_KEY: cfg.tls_key_file = v; break;
+      case OPT_CACHE_DIR:
+        cache_dir = v;
+        cache_dir_set = 1;
+        break;
+      case OPT_CACHE_MAX:
+        if (parse_size(v, &cfg.cache_max_bytes)) return bad_value("cache-max-bytes", v);
+        break;
+      case OPT_MAX_SESSIONS:
+        if (parse_u32(v, &cfg.max_sessions)) return bad_value("max-sessions", v);
+        break;
+      case OPT_SESSION_MEM:
+        if (parse_size(v, &cfg.session_mem_limit)) return bad_value("session-mem-limit", v);
+        break;
+      case OPT_IDLE: {
+        char *end = NULL;
+        errno = 0;
+        double s = strtod(v, &end);
+        if (errno || end == v || *end || !(s >= 0) || s > 30.0 * 86400)
+          return bad_value("idle-timeout", v);
+        cfg.idle_timeout_ms = (uint32_t)(s * 1000.0 + 0.5);
+        if (s > 0 && cfg.idle_timeout_ms == 0) cfg.idle_timeout_ms = 1;
+        break;
+      }
+      case OPT_MAX_MESSAGE:
+        if (parse_size(v, &cfg.max_message_bytes)) return bad_value("max-message", v);
+        break;
+      case OPT_CHUNK:
+        if (parse_size(v, &cfg.chunk_bytes)) return bad_value("chunk-size", v);
+        break;
+      case OPT_MAX_EXEC:
+        if (parse_size(v, &cfg.max_executable_bytes)) return bad_value("max-executable", v);
+        break;
+      case OPT_WORKERS:
+        if (parse_u32(v, &cfg.workers)) return bad_value("workers", v);
+        break;
+      case OPT_LOG_LEVEL:
+        if (vm_log_level_parse(v, &level)) return bad_value("log-level", v);
+        break;
+      case OPT_INSECURE: cfg.insecure = 1; break;
+      case OPT_VERSION:
+        printf("vmagent %s (protocol %d.%d)\n", VMRPC_VERSION, VMRPC_PROTOCOL_MAJOR,
+               VMRPC_PROTOCOL_MINOR);
+        return 0;
+      case OPT_HELP: usage(stdout); return 0;
+      default:
+        if (optopt >= OPT_LISTEN && optopt <= OPT_HELP)
+          fprintf(stderr, "vmagent: flag --%s needs a value (see vmagent --help)\n",
+                  options[optopt - OPT_LISTEN].name);
+        else
+          fprintf(stderr, "vmagent: unknown flag '%s' (see vmagent --help)\n", argv[optind - 1]);
+        return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "vmagent: unexpected argument '%s' (see vmagent --help)\n", argv[optind]);
+    return 2;
+  }
+  vm_log_set_level(level);
+
+  if (!cache_dir_set) {
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (xdg && *xdg)
+      snprintf(default_cache, sizeof(default_cache), "%s/vmrpc", xdg);
+    else if (home && *home)
+      snprintf(default_cache, sizeof(default_cache), "%s/.cache/vmrpc", home);
+    else
+      default_cache[0] = '\0';
+    cache_dir = default_cache;
+  }
+  cfg.cache_dir = cache_dir && *cache_dir ? cache_dir : NULL;
+  if (token_file) {
+    token = read_token(token_file);
+    if (!token) return 2;
+    cfg.token = token;
+  }
+  cfg.devices = num_devices ? devices : NULL;
+  cfg.num_devices = num_devices;
+
+  /* Signals are taken synchronously by this thread with sigwait(); block
+   * them before any thread (ours, nng's, the OpenCL driver's) exists so
+   * they all inherit the mask. */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  vm_status_t st = vmagent_create(&cfg, &a);
+  if (st) {
+    vm_code_t code = vm_status_code(st);
+    fprintf(stderr, "vmagent: %s\n", vm_status_message(st));
+    vm_status_free(st);
+    rc = code == VM_INVALID_ARGUMENT || code == VM_FAILED_PRECONDITION ? 2 : 1;
+    goto done;
+  }
+  st = vmagent_start(a);
+  if (st) {
+    fprintf(stderr, "vmagent: %s\n", vm_status_message(st));
+    vm_status_free(st);
+    rc = 1;
+    goto done;
+  }
+  printf("vmagent listening on %s\n", vmagent_url(a));
+  fflush(stdout);
+
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  VM_LOGI("signal %d: shutting down", sig);
+done:
+  vmagent_free(a);
+  if (token) {
+    volatile char *p = token;
+    while (*p) *p++ = 0;
+    free(token);
+  }
+  return rc;
+}

@@ -1,0 +1,324 @@
+/* The session table and session lifetime.
+ *
+ * A session is created by Hello and bound to the pipe (connection) it came
+ * on. Every request that names it takes a reference for its duration, so a
+ * session ended by Goodbye, a closed pipe, the idle reaper or shutdown is
+ * only taken out of the table at once (new requests get NOT_FOUND) and
+ * destroyed when its last in-flight request finishes. Running invocations
+ * of an ended session are cancelled so that moment comes soon.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "agent_internal.h"
+#include "vm/log.h"
+
+uint64_t vma_random_u64(void) {
+  uint64_t v = 0;
+  for (int tries = 0; tries < 100; tries++) {
+    ssize_t n = getrandom(&v, sizeof(v), 0);
+    if (n == (ssize_t)sizeof(v) && v != 0) return v;
+    if (n < 0 && errno != EINTR) break;
+  }
+  /* getrandom is not available: fall back to /dev/urandom. */
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    while (v == 0) {
+      if (read(fd, &v, sizeof(v)) != (ssize_t)sizeof(v)) break;
+    }
+    close(fd);
+  }
+  if (v == 0) v = vm_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
+  return v;
+}
+
+static vma_session_t *vma_find_locked(vmagent_t *a, uint64_t id) {
+  for (uint32_t i = 0; i < a->num_sessions; i++)
+    if (a->sessions[i]->id == id) return a->sessions[i];
+  return NULL;
+}
+
+static void vma_remove_locked(vmagent_t *a, vma_session_t *s) {
+  for (uint32_t i = 0; i < a->num_sessions; i++) {
+    if (a->sessions[i] == s) {
+      a->sessions[i] = a->sessions[--a->num_sessions];
+      a->sessions[a->num_sessions] = NULL;
+      break;
+    }
+  }
+  s->dead = 1;
+}
+
+vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *client,
+                               vma_session_t **out_s) {
+  *out_s = NULL;
+  vma_session_t *s = calloc(1, sizeof(*s));
+  if (!s) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory creating a session");
+  if (pthread_mutex_init(&s->lock, NULL) != 0) {
+    free(s);
+    return vm_status_make(VM_INTERNAL, "pthread_mutex_init failed");
+  }
+  s->pipe_id = pipe_id;
+  s->next_handle = 1;
+  snprintf(s->client, sizeof(s->client), "%s", client ? client : "");
+  /* It goes into log lines: no control characters from the network. */
+  for (char *p = s->client; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  pthread_mutex_lock(&a->lock);
+  for (uint32_t i = 0; i < VMA_CLOSED_PIPES; i++) {
+    if (pipe_id && a->closed_pipes[i] == pipe_id) {
+      pthread_mutex_unlock(&a->lock);
+      pthread_mutex_destroy(&s->lock);
+      free(s);
+      return vm_status_make(VM_UNAVAILABLE, "the connection closed during Hello");
+    }
+  }
+  if (a->num_sessions >= a->cfg.max_sessions) {
+    uint32_t n = a->num_sessions;
+    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    return vm_status_make(VM_RESOURCE_EXHAUSTED,
+                          "the agent serves %u sessions, its limit (--max-sessions %u); end an "
+                          "idle session or raise the limit",
+                          n, a->cfg.max_sessions);
+  }
+  do {
+    s->id = vma_random_u64();
+  } while (vma_find_locked(a, s->id));
+  s->last_used_ns = vm_now_ns();
+  s->refs = 1; /* the Hello request that creates it */
+  a->sessions[a->num_sessions++] = s;
+  pthread_mutex_unlock(&a->lock);
+  *out_s = s;
+  return VM_STATUS_OK;
+}
+
+vm_status_t vma_session_acquire(vmagent_t *a, uint64_t id, uint32_t pipe_id,
+                                vma_session_t **out_s) {
+  *out_s = NULL;
+  pthread_mutex_lock(&a->lock);
+  vma_session_t *s = vma_find_locked(a, id);
+  /* Another connection's session looks exactly like an unknown one. */
+  if (!s || s->pipe_id != pipe_id) {
+    pthread_mutex_unlock(&a->lock);
+    return vm_status_make(VM_NOT_FOUND,
+                          "session %016llx not found (it ended, timed out or belongs to another "
+                          "connection); send Hello to start a new one",
+                          (unsigned long long)id);
+  }
+  s->refs++;
+  s->last_used_ns = vm_now_ns();
+  pthread_mutex_unlock(&a->lock);
+  *out_s = s;
+  return VM_STATUS_OK;
+}
+
+void vma_session_release(vmagent_t *a, vma_session_t *s) {
+  pthread_mutex_lock(&a->lock);
+  pthread_mutex_lock(&s->lock);
+  s->bytes = vma_session_bytes_locked(s, NULL);
+  pthread_mutex_unlock(&s->lock);
+  s->last_used_ns = vm_now_ns();
+  int destroy = --s->refs == 0 && s->dead;
+  pthread_mutex_unlock(&a->lock);
+  if (destroy) vma_session_destroy(a, s);
+}
+
+void vma_session_cancel_running(vma_session_t *s, int all) {
+  pthread_mutex_lock(&s->lock);
+  for (vma_vm_t *v = s->vms; v; v = v->next) {
+    if (v->running && (all || atomic_load(&v->cancel_pending))) {
+      atomic_store(&v->cancel_pending, 1);
+      vm_machine_cancel(v->m);
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Takes s out of the table; lock held. Returns 1 when nobody uses it any
+ * more (the caller destroys it, outside the lock). */
+static int vma_end_locked(vmagent_t *a, vma_session_t *s) {
+  if (s->dead) return 0;
+  vma_remove_locked(a, s);
+  vma_session_cancel_running(s, 1);
+  return s->refs == 0;
+}
+
+void vma_session_end(vmagent_t *a, vma_session_t *s) {
+  pthread_mutex_lock(&a->lock);
+  int destroy = vma_end_locked(a, s);
+  pthread_mutex_unlock(&a->lock);
+  if (destroy) vma_session_destroy(a, s);
+}
+
+void vma_sessions_close_pipe(vmagent_t *a, uint32_t pipe_id) {
+  /* Runs on an nng thread: no destruction here (it may free device
+   * memory for a while); hand the sessions to the reaper. Without a reaper
+   * (in-process use), destroy them here. */
+  vma_session_t *now = NULL;
+  pthread_mutex_lock(&a->lock);
+  /* Remembered, so that a Hello from this pipe still being served cannot
+   * create a session after this point (vma_session_create checks). */
+  a->closed_pipes[a->closed_next] = pipe_id;
+  a->closed_next = (a->closed_next + 1) % VMA_CLOSED_PIPES;
+  for (uint32_t i = 0; i < a->num_sessions;) {
+    vma_session_t *s = a->sessions[i];
+    if (s->pipe_id != pipe_id) {
+      i++;
+      continue;
+    }
+    VM_LOGI("session %016llx: connection closed, tearing down", (unsigned long long)s->id);
+    if (vma_end_locked(a, s)) {
+      s->next_dead = now;
+      now = s;
+    }
+    /* vma_end_locked moved the last slot to i: look at i again */
+  }
+  if (a->reaper_started) {
+    while (now) {
+      vma_session_t *s = now;
+      now = s->next_dead;
+      s->next_dead = a->dead;
+      a->dead = s;
+    }
+    pthread_cond_signal(&a->reaper_cond);
+  }
+  pthread_mutex_unlock(&a->lock);
+  while (now) {
+    vma_session_t *s = now;
+    now = s->next_dead;
+    vma_session_destroy(a, s);
+  }
+}
+
+void vma_sessions_reap(vmagent_t *a) {
+  vma_session_t *doomed = NULL;
+  uint64_t now = vm_now_ns();
+  uint64_t idle_ns = (uint64_t)a->cfg.idle_timeout_ms * 1000000ull;
+  int stopping = atomic_load(&a->stopping);
+  pthread_mutex_lock(&a->lock);
+  doomed = a->dead;
+  a->dead = NULL;
+  for (uint32_t i = 0; i < a->num_sessions;) {
+    vma_session_t *s = a->sessions[i];
+    if (idle_ns && s->refs == 0 && now - s->last_used_ns > idle_ns) {
+      VM_LOGI("session %016llx: idle for %u ms, tearing down", (unsigned long long)s->id,
+              a->cfg.idle_timeout_ms);
+      vma_remove_locked(a, s);
+      s->next_dead = doomed;
+      doomed = s;
+      continue;
+    }
+    /* A cancel can land between an invocation's start and the moment the
+     * VM clears its cancel flag; repeating it closes that window. On
+     * shutdown every running invocation is cancelled. */
+    vma_session_cancel_running(s, stopping);
+    i++;
+  }
+  pthread_mutex_unlock(&a->lock);
+  while (doomed) {
+    vma_session_t *s = doomed;
+    doomed = s->next_dead;
+    vma_session_destroy(a, s);
+  }
+}
+
+void vma_sessions_destroy_all(vmagent_t *a) {
+  pthread_mutex_lock(&a->lock);
+  vma_session_t *doomed = a->dead;
+  a->dead = NULL;
+  while (a->num_sessions) {
+    vma_session_t *s = a->sessions[0];
+    vma_remove_locked(a, s);
+    s->next_dead = doomed;
+    doomed = s;
+  }
+  pthread_mutex_unlock(&a->lock);
+  while (doomed) {
+    vma_session_t *s = doomed;
+    doomed = s->next_dead;
+    if (s->refs)
+      VM_LOGW("session %016llx destroyed with %u requests in flight", (unsigned long long)s->id,
+              s->refs);
+    vma_session_destroy(a, s);
+  }
+}
+
+void vma_vm_snapshot(vma_vm_t *v) {
+  uint32_t n = vm_machine_num_devices(v->m);
+  if (n > VMA_MAX_VM_DEVICES + 1) n = VMA_MAX_VM_DEVICES + 1;
+  for (uint32_t i = 0; i < n; i++)
+    vm_allocator_get_stats(vm_machine_allocator(v->m, i), &v->snap[i]);
+  v->num_allocs = n;
+}
+
+uint64_t vma_session_bytes_locked(vma_session_t *s, const vma_vm_t *except) {
+  uint64_t total = s->staging_bytes;
+  for (vma_vm_t *v = s->vms; v; v = v->next) {
+    if (v == except) continue;
+    /* An idle VM is read fresh; a busy one changes under another thread,
+     * so its last snapshot stands in. */
+    if (!v->exclusive && !v->readers) vma_vm_snapshot(v);
+    for (uint32_t i = 0; i < v->num_allocs; i++) total += v->snap[i].bytes_reserved;
+  }
+  return total;
+}
+
+static void vma_transfer_free(vma_transfer_t *t) {
+  vm_value_release(&t->tensor);
+  free(t->ck.claimed);
+  free(t);
+}
+
+void vma_vm_destroy(vmagent_t *a, vma_session_t *s, vma_vm_t *v) {
+  /* Transfers hold tensors from the VM's allocator: release them first. */
+  vma_transfer_t **pp = &s->transfers;
+  while (*pp) {
+    vma_transfer_t *t = *pp;
+    if (t->vm == v) {
+      *pp = t->next;
+      s->num_transfers--;
+      vma_transfer_free(t);
+    } else {
+      pp = &t->next;
+    }
+  }
+  vm_machine_free(v->m);
+  vma_store_release(a->store, v->entry);
+  free(v);
+}
+
+void vma_session_destroy(vmagent_t *a, vma_session_t *s) {
+  while (s->vms) {
+    vma_vm_t *v = s->vms;
+    s->vms = v->next;
+    vma_vm_destroy(a, s, v);
+  }
+  while (s->transfers) { /* none left: each belongs to a VM */
+    vma_transfer_t *t = s->transfers;
+    s->transfers = t->next;
+    vma_transfer_free(t);
+  }
+  while (s->uploads) {
+    vma_upload_t *u = s->uploads;
+    s->uploads = u->next;
+    free(u->data);
+    free(u->ck.claimed);
+    free(u);
+  }
+  while (s->execs) {
+    vma_execref_t *e = s->execs;
+    s->execs = e->next;
+    vma_store_release(a->store, e->entry);
+    free(e);
+  }
+  VM_LOGD("session %016llx destroyed", (unsigned long long)s->id);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}

@@ -1,0 +1,151 @@
+/* libvmclient internals: the connection, its pool of nng contexts
+ * ("channels"), single request/reply and pipelined chunk transfers.
+ * Internal symbols use the vmci_ prefix. */
+#ifndef VMC_INTERNAL_H
+#define VMC_INTERNAL_H
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "vmclient.h"
+#include "vmproto/wire.h"
+
+/* Internal functions stay out of the shared library's interface. */
+#define VMCI_API __attribute__((visibility("hidden")))
+
+/* Largest chunk size the client accepts from an agent: every response is
+ * at most one chunk plus an envelope, and nng refuses bigger messages. */
+#define VMCI_MAX_CHUNK (64u << 20)
+/* Most chunk requests the client overlaps, whatever the agent allows. */
+#define VMCI_MAX_INFLIGHT 64
+/* Most channels (concurrent requests) one connection opens. */
+#define VMCI_MAX_CHANNELS 4096
+
+/* Whom a channel tells that its request completed. */
+typedef struct vmci_waiter {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} vmci_waiter_t;
+
+/* One nng context + aio: one request in flight. */
+typedef struct vmci_chan {
+  struct vmc_conn *conn;
+  nng_ctx ctx;
+  nng_aio *aio;
+  int busy;       /* taken from the pool (under conn->mu) */
+  int sending;    /* phase of the current op (callback thread only) */
+  int done;       /* under waiter->mu */
+  int rv;         /* nng result, under waiter->mu */
+  nng_msg *reply; /* under waiter->mu */
+  vmci_waiter_t *waiter;
+  uint64_t tag; /* caller's data (chunk index) */
+  uint64_t req_id;
+} vmci_chan_t;
+
+struct vmc_conn {
+  char *url;
+  nng_socket sock;
+  nng_dialer dialer;
+  int sock_open;
+
+  pthread_mutex_t mu;     /* channels, lost, slots */
+  pthread_cond_t slot_cv; /* chunk slots */
+  vmci_chan_t **chans;
+  uint32_t num_chans, cap_chans;
+  int lost; /* the pipe closed after the session started */
+  int closing;
+  int had_pipe;
+  uint32_t slots_free; /* chunk requests that may still start */
+
+  atomic_uint_fast64_t next_id;
+  uint64_t session;
+  int32_t request_timeout_ms;
+  int32_t connect_timeout_ms;
+  int32_t long_timeout_ms;
+
+  char *agent_version;
+  uint32_t protocol_major, protocol_minor;
+  uint32_t num_devices;
+  vmc_device_info_t *devices;
+  vmc_limits_t limits;
+};
+
+/* A decoded reply. payload aliases msg. */
+typedef struct vmci_reply {
+  nng_msg *msg;
+  Vmrpc__Response *resp;
+  const uint8_t *payload;
+  size_t payload_len;
+} vmci_reply_t;
+
+VMCI_API void vmci_reply_free(vmci_reply_t *r);
+
+/* Builds a request message (envelope + payload copied once) with a fresh id
+ * and the session. *out_msg belongs to the caller until sent. */
+VMCI_API vm_status_t vmci_build(vmc_conn_t *c, Vmrpc__Request *req, const void *payload,
+                                size_t plen, nng_msg **out_msg);
+
+/* Timeout of a request: ms > 0, or NNG_DURATION_INFINITE for ms <= 0. */
+VMCI_API nng_duration vmci_duration(int32_t ms);
+
+/* Sends req (+ payload) and waits for its reply; checks the frame, the id,
+ * the status (an agent error is returned with its code) and that the reply
+ * carries op `expect`. what names the operation in error messages
+ * ("SetInput main[0]"); timeout_ms <= 0 waits without limit. */
+VMCI_API vm_status_t vmci_call(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, size_t plen,
+                               Vmrpc__Response__OpCase expect, int32_t timeout_ms, const char *what,
+                               vmci_reply_t *out);
+
+/* As vmci_call(); *out_rv (may be NULL) receives the nng error (0 when
+ * the reply arrived, even if it carries an error status). */
+VMCI_API vm_status_t vmci_call_rv(vmc_conn_t *c, Vmrpc__Request *req, const void *payload,
+                                  size_t plen, Vmrpc__Response__OpCase expect, int32_t timeout_ms,
+                                  const char *what, vmci_reply_t *out, int *out_rv);
+
+/* For operations that may run long (Invoke, TimeEvaluate, Profile): waits
+ * up to wait_ms (<= 0: no limit) for the reply; past it, calls
+ * on_timeout(arg) (which sends a Cancel), then waits up to the request
+ * timeout for the reply to the cancelled run, and returns
+ * DEADLINE_EXCEEDED saying whether the agent confirmed. */
+VMCI_API vm_status_t vmci_call_long(vmc_conn_t *c, Vmrpc__Request *req,
+                                    Vmrpc__Response__OpCase expect, int32_t wait_ms,
+                                    const char *what, void (*on_timeout)(void *arg), void *arg,
+                                    vmci_reply_t *out);
+
+/* A pipelined chunk transfer: chunks [0, count) are requested with up to
+ * the connection's free chunk slots in flight. make() builds the request of
+ * chunk idx; done() consumes its successful reply (the reply is freed
+ * after). progress (may be NULL) is called after each chunk with the bytes
+ * of completed chunks (chunk_bytes(idx) tells each chunk's size). */
+typedef struct vmci_pipeline {
+  uint64_t count;
+  vm_status_t (*make)(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_req_id);
+  vm_status_t (*done)(void *ctx, uint64_t idx, vmci_reply_t *reply);
+  uint64_t (*chunk_size)(void *ctx, uint64_t idx);
+  Vmrpc__Response__OpCase expect;
+  void *ctx;
+  vmc_progress_fn progress;
+  void *user;
+  uint64_t progress_base; /* bytes already done before chunk 0 */
+  uint64_t progress_total;
+  const char *what;
+} vmci_pipeline_t;
+
+VMCI_API vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p);
+
+/* Decodes a reply message (frame, envelope, id, status, op). Takes msg. */
+VMCI_API vm_status_t vmci_decode(vmc_conn_t *c, nng_msg *msg, uint64_t req_id,
+                                 Vmrpc__Response__OpCase expect, const char *what,
+                                 vmci_reply_t *out);
+
+/* Status for a failed nng operation during `what`, with advice. */
+VMCI_API vm_status_t vmci_nng_error(vmc_conn_t *c, int rv, const char *what, int32_t timeout_ms);
+
+/* Wire TensorMeta of a host tensor; dims_buf holds the shape copy the meta
+ * points to, dtype_buf its dtype string. */
+VMCI_API void vmci_meta_from_tensor(const vmc_tensor_t *t, Vmrpc__TensorMeta *meta,
+                                    int64_t *dims_buf, char *dtype_buf, size_t dtype_buf_len);
+
+#endif /* VMC_INTERNAL_H */

@@ -1,0 +1,73 @@
+/* Request builders for the agent suites (test_agent_*.c) on top of
+ * helper_wire: each sends one operation and returns the reply's status code
+ * (0 OK, -1 transport failure), keeping the reply in *out for the caller to
+ * inspect and free (hw_reply_free). */
+#ifndef VMRPC_TEST_HELPER_AGENT_H
+#define VMRPC_TEST_HELPER_AGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "helper_wire.h"
+
+/* The test program (text form), built by ha_test_exec():
+ *   main(x: float32[?]) -> (x, shape_of(x))
+ *   ident(x) -> x
+ *   pair(a, b) -> (a, b)
+ *   spin() -> loops forever (for Cancel and deadlines) */
+extern const char ha_test_program[];
+
+/* Assembles + serialises a program; returns 0 or -1 (message on stderr).
+ * *out is malloc'ed. */
+int ha_exec_bytes(const char *text, uint8_t **out, size_t *out_len);
+
+/* UploadBegin + chunks of `chunk` bytes + UploadCommit. *out_present tells
+ * whether Begin was a store hit. */
+int ha_upload(hw_conn_t *c, const uint8_t *data, size_t len, size_t chunk, uint64_t *out_exec,
+              int *out_present, hw_reply_t *out);
+int ha_upload_begin(hw_conn_t *c, const uint8_t sha[32], uint64_t size, hw_reply_t *out);
+int ha_upload_chunk(hw_conn_t *c, uint64_t upload_id, uint64_t offset, const void *data, size_t len,
+                    hw_reply_t *out);
+int ha_upload_commit(hw_conn_t *c, uint64_t upload_id, hw_reply_t *out);
+
+/* CreateVM on one device (selector NULL = no device list). */
+int ha_create_vm(hw_conn_t *c, uint64_t exec_id, const char *selector, const char *allocator,
+                 const char *mode, uint64_t *out_vm, hw_reply_t *out);
+
+/* SetInput of an inline tensor (index >= 0) or by name (index < 0). */
+int ha_set_input_tensor(hw_conn_t *c, uint64_t vm, const char *func, int index, const char *name,
+                        const char *dtype, const int64_t *shape, size_t ndim, uint64_t nbytes,
+                        const void *data, size_t data_len, hw_reply_t *out);
+int ha_set_input_ref(hw_conn_t *c, uint64_t vm, const char *func, int index, uint64_t transfer,
+                     hw_reply_t *out);
+int ha_set_input_int(hw_conn_t *c, uint64_t vm, const char *func, int index, int64_t v,
+                     hw_reply_t *out);
+
+int ha_tensor_begin(hw_conn_t *c, uint64_t vm, const char *dtype, const int64_t *shape, size_t ndim,
+                    uint64_t nbytes, uint64_t *out_transfer, hw_reply_t *out);
+int ha_tensor_chunk(hw_conn_t *c, uint64_t transfer, uint64_t offset, const void *data, size_t len,
+                    hw_reply_t *out);
+
+int ha_invoke(hw_conn_t *c, uint64_t vm, const char *func, uint32_t deadline_ms, hw_reply_t *out);
+int ha_get_output(hw_conn_t *c, uint64_t vm, const char *func, const uint32_t *path,
+                  size_t path_len, uint64_t offset, uint64_t max_bytes, hw_reply_t *out);
+int ha_get_arity(hw_conn_t *c, uint64_t vm, const char *func, const uint32_t *path, size_t path_len,
+                 int64_t *out_arity, hw_reply_t *out);
+/* Fetches a whole tensor output chunk by chunk into a malloc'ed buffer. */
+int ha_fetch_output(hw_conn_t *c, uint64_t vm, const char *func, const uint32_t *path,
+                    size_t path_len, uint8_t **out_data, size_t *out_len, int *out_chunks);
+
+/* Operations that carry only an id: FreeVM, FreeExecutable, Cancel, Stats,
+ * Ping, Goodbye, ListDevices. */
+int ha_free_vm(hw_conn_t *c, uint64_t vm, hw_reply_t *out);
+int ha_free_exec(hw_conn_t *c, uint64_t exec, hw_reply_t *out);
+int ha_cancel(hw_conn_t *c, int ctx, uint64_t vm, hw_reply_t *out);
+int ha_stats(hw_conn_t *c, hw_reply_t *out);
+int ha_ping(hw_conn_t *c, hw_reply_t *out);
+int ha_goodbye(hw_conn_t *c, hw_reply_t *out);
+int ha_list_devices(hw_conn_t *c, hw_reply_t *out);
+
+/* Ping on a fresh connection: 0 when the agent answers OK. */
+int ha_ping_fresh(const char *url);
+
+#endif
