@@ -24,14 +24,27 @@ enum {
   CLI_EXIT_USAGE = 2,    /* bad command line */
   CLI_EXIT_INPUT = 3,    /* an input file is invalid: parse, load or verify error, too large */
   CLI_EXIT_IO = 4,       /* cannot read an input or write an output */
-  CLI_EXIT_CONNECT = 5,  /* reserved: cannot reach or talk to the agent */
-  CLI_EXIT_REMOTE = 6,   /* reserved: the agent refused or failed the request */
+  CLI_EXIT_CONNECT = 5,  /* cannot reach the agent, or the connection was lost */
+  CLI_EXIT_REMOTE = 6,   /* the agent refused or failed the request (its status) */
+  CLI_EXIT_MISMATCH = 7, /* check: the outputs differ from the expected ones */
 };
 
-/* Global options, parsed before the subcommand. Network options (--host,
- * --token, --json, --quiet, --timeout) will be added here. */
+/* The agent vmclient talks to when neither --host nor $VMCLIENT_HOST says. */
+#define CLI_DEFAULT_HOST "tcp://127.0.0.1:9090"
+
+/* Global options. They may be given before the command or, for the
+ * commands that talk to an agent, after it (`vmclient run --json ...`). */
 typedef struct cli_global {
-  int unused_; /* keeps the struct non-empty until the first global option */
+  const char *host;       /* --host, else $VMCLIENT_HOST, else CLI_DEFAULT_HOST */
+  const char *token;      /* --token */
+  const char *token_file; /* --token-file: first line is the token */
+  int32_t timeout_ms;     /* --timeout: request and long timeouts (0 = library default) */
+  int32_t connect_timeout_ms; /* --connect-timeout (0 = library default) */
+  const char *tls_ca;     /* --tls-ca */
+  const char *tls_cert;   /* --tls-cert */
+  const char *tls_key;    /* --tls-key */
+  int json;               /* --json: one JSON object on stdout */
+  int quiet;              /* --quiet: no progress, notes or human report */
 } cli_global_t;
 
 typedef int (*cli_cmd_fn)(const cli_global_t *g, int argc, char **argv);
@@ -43,6 +56,7 @@ typedef struct cli_command {
   const char *summary;  /* one line for the command list */
   const char *help;     /* full help: options and behaviour */
   cli_cmd_fn run;
+  int net; /* talks to an agent: its help lists the global options */
 } cli_command_t;
 
 /* Looks a command up by name; NULL if unknown. */
@@ -101,9 +115,93 @@ int cli_write_output(const char *cmd, const char *path, const void *data, size_t
 /* Exit code for a failed parse / load / verify of an input file. */
 int cli_input_exit_code(vm_status_t st);
 
+/* ---------------------------------------------------------------------------
+ * Global options (cli_global.c). Their option ids start at CLI_GOPT_BASE so
+ * that a command can list CLI_GLOBAL_OPTS in its own table and hand every
+ * id >= CLI_GOPT_BASE to cli_global_apply().
+ */
+enum {
+  CLI_GOPT_BASE = 1000,
+  CLI_GOPT_HOST = CLI_GOPT_BASE,
+  CLI_GOPT_TOKEN,
+  CLI_GOPT_TOKEN_FILE,
+  CLI_GOPT_TIMEOUT,
+  CLI_GOPT_CONNECT_TIMEOUT,
+  CLI_GOPT_TLS_CA,
+  CLI_GOPT_TLS_CERT,
+  CLI_GOPT_TLS_KEY,
+  CLI_GOPT_JSON,
+  CLI_GOPT_QUIET,
+};
+
+/* clang-format off */
+#define CLI_GLOBAL_OPTS                                 \
+  {"host", 0, 1, CLI_GOPT_HOST},                        \
+  {"token", 0, 1, CLI_GOPT_TOKEN},                      \
+  {"token-file", 0, 1, CLI_GOPT_TOKEN_FILE},            \
+  {"timeout", 0, 1, CLI_GOPT_TIMEOUT},                  \
+  {"connect-timeout", 0, 1, CLI_GOPT_CONNECT_TIMEOUT},  \
+  {"tls-ca", 0, 1, CLI_GOPT_TLS_CA},                    \
+  {"tls-cert", 0, 1, CLI_GOPT_TLS_CERT},                \
+  {"tls-key", 0, 1, CLI_GOPT_TLS_KEY},                  \
+  {"json", 0, 0, CLI_GOPT_JSON},                        \
+  {"quiet", 'q', 0, CLI_GOPT_QUIET}
+/* clang-format on */
+
+/* Text of the global options for --help screens. */
+extern const char cli_global_help[];
+
+/* Applies global option id with value val to g. Returns 0, or
+ * CLI_EXIT_USAGE after printing the error. */
+int cli_global_apply(cli_global_t *g, const char *cmd, int id, const char *val);
+
+/* Parses a decimal integer in [lo, hi]; 0 on success, -1 otherwise. */
+int cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/* Parses a byte count with an optional K, M or G suffix (powers of 1024). */
+int cli_parse_size(const char *s, uint64_t *out);
+
+/* Parses a floating-point number >= 0; 0 on success, -1 otherwise. */
+int cli_parse_nonneg_double(const char *s, double *out);
+
+/* Monotonic seconds. */
+double cli_now_s(void);
+
+/* ---------------------------------------------------------------------------
+ * JSON output (cli_json.c): a small streaming writer of one compact object
+ * on stdout. Keys are plain ASCII; strings are escaped; non-finite numbers
+ * are written as null.
+ */
+typedef struct cli_json {
+  int depth;
+  int need_comma[32];
+} cli_json_t;
+
+void cli_json_begin(cli_json_t *j);               /* "{" */
+void cli_json_end(cli_json_t *j);                 /* "}\n" */
+void cli_json_obj(cli_json_t *j, const char *key); /* key NULL inside arrays */
+void cli_json_obj_end(cli_json_t *j);
+void cli_json_arr(cli_json_t *j, const char *key);
+void cli_json_arr_end(cli_json_t *j);
+void cli_json_str(cli_json_t *j, const char *key, const char *v); /* v NULL = null */
+void cli_json_num(cli_json_t *j, const char *key, double v);
+void cli_json_int(cli_json_t *j, const char *key, int64_t v);
+void cli_json_uint(cli_json_t *j, const char *key, uint64_t v);
+void cli_json_bool(cli_json_t *j, const char *key, int v);
+void cli_json_null(cli_json_t *j, const char *key);
+
 /* The subcommands. */
 int cli_cmd_asm(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_disasm(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_stats(const cli_global_t *g, int argc, char **argv);
+int cli_cmd_info(const cli_global_t *g, int argc, char **argv);
+int cli_cmd_ping(const cli_global_t *g, int argc, char **argv);
+int cli_cmd_upload(const cli_global_t *g, int argc, char **argv);
+int cli_cmd_run(const cli_global_t *g, int argc, char **argv);
+int cli_cmd_check(const cli_global_t *g, int argc, char **argv);
+int cli_cmd_bench(const cli_global_t *g, int argc, char **argv);
+int cli_cmd_profile(const cli_global_t *g, int argc, char **argv);
+/* stats without a file: the agent's counters (cmd_net.c). */
+int cli_agent_stats(const cli_global_t *g, const char *cmd);
 
 #endif

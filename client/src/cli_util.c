@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_net.h"
 #include "vm/executable.h"
 
 /* Writes s with control bytes replaced, so a message is always one line. */
@@ -53,7 +54,17 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
 
 void cli_print_command_help(const cli_command_t *c) {
   printf("usage: vmclient %s %s\n\n%s\n", c->name, c->synopsis, c->summary);
-  if (c->help && *c->help) printf("\n%s", c->help);
+  if (c->help && *c->help) {
+    /* "%MODEL%" stands for the model options every model command shares. */
+    const char *h = c->help, *mark;
+    printf("\n");
+    while ((mark = strstr(h, "%MODEL%")) != NULL) {
+      printf("%.*s%s", (int)(mark - h), h, cli_model_help);
+      h = mark + 7;
+    }
+    printf("%s", h);
+  }
+  if (c->net) printf("\n%s", cli_global_help);
 }
 
 int cli_next_arg(cli_args_t *a, const cli_opt_t *opts, const char **out_val) {

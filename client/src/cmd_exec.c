@@ -1,5 +1,6 @@
-/* Local executable tools: asm, disasm, stats. They need no agent, only the
- * vm library's format code. */
+/* Local executable tools: asm, disasm, stats FILE. They need no agent, only
+ * the vm library's format code (stats without a file asks the agent:
+ * cli_agent_stats in cmd_net.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,26 +156,105 @@ int cli_cmd_disasm(const cli_global_t *g, int argc, char **argv) {
   return rc;
 }
 
-int cli_cmd_stats(const cli_global_t *g, int argc, char **argv) {
-  (void)g;
-  const char *cmd = "stats", *in;
-  int done, rc = parse_in_out(cmd, argc, argv, NULL, &in, NULL, &done);
-  if (rc || done) return rc;
+/* stats FILE --json: the same figures as one JSON object. */
+static void stats_json(const char *path, const vm_executable_t *e, size_t nbytes, const char *hex) {
+  cli_json_t j;
+  uint64_t tensor_bytes = 0, kernel_bytes = 0;
+  uint32_t packed = 0, bytecode = 0;
+  for (uint32_t i = 0; i < e->num_constants; i++)
+    if (e->constants[i].kind == VM_CONST_TENSOR) tensor_bytes += e->constants[i].u.tensor.nbytes;
+  for (uint32_t i = 0; i < e->num_kernels; i++) kernel_bytes += strlen(e->kernels[i].source);
+  for (uint32_t i = 0; i < e->num_functions; i++) {
+    if (e->functions[i].kind == VM_FUNC_PACKED)
+      packed++;
+    else
+      bytecode++;
+  }
+  cli_json_begin(&j);
+  cli_json_str(&j, "file", path);
+  cli_json_str(&j, "sha256", hex);
+  char ver[32];
+  snprintf(ver, sizeof(ver), "%u.%u", e->version_major, e->version_minor);
+  cli_json_str(&j, "version", ver);
+  cli_json_uint(&j, "file_bytes", nbytes);
+  cli_json_uint(&j, "packed_functions", packed);
+  cli_json_uint(&j, "bytecode_functions", bytecode);
+  cli_json_uint(&j, "constants", e->num_constants);
+  cli_json_uint(&j, "tensor_bytes", tensor_bytes);
+  cli_json_uint(&j, "instructions", e->num_instrs);
+  cli_json_uint(&j, "words", e->num_words);
+  cli_json_uint(&j, "kernels", e->num_kernels);
+  cli_json_uint(&j, "kernel_source_bytes", kernel_bytes);
+  cli_json_obj(&j, "metadata");
+  for (uint32_t i = 0; i < e->num_meta; i++) cli_json_str(&j, e->meta[i].key, e->meta[i].value);
+  cli_json_obj_end(&j);
+  cli_json_arr(&j, "functions");
+  for (uint32_t i = 0; i < e->num_functions; i++) {
+    const vm_function_t *f = &e->functions[i];
+    cli_json_obj(&j, NULL);
+    cli_json_uint(&j, "index", i);
+    cli_json_str(&j, "name", f->name);
+    cli_json_str(&j, "kind", f->kind == VM_FUNC_PACKED ? "packed" : "bytecode");
+    if (f->kind == VM_FUNC_BYTECODE) {
+      cli_json_uint(&j, "args", f->num_args);
+      cli_json_uint(&j, "regs", f->num_regs);
+      cli_json_uint(&j, "instrs", f->end_instr - f->start_instr);
+      cli_json_arr(&j, "params");
+      for (uint32_t p = 0; p < f->num_args; p++) cli_json_str(&j, NULL, f->params[p].name);
+      cli_json_arr_end(&j);
+    }
+    cli_json_obj_end(&j);
+  }
+  cli_json_arr_end(&j);
+  cli_json_end(&j);
+}
+
+int cli_cmd_stats(const cli_global_t *g0, int argc, char **argv) {
+  /* `stats FILE` summarises a file; `stats` alone asks the agent. */
+  const char *cmd = "stats", *in = NULL;
+  cli_global_t g = *g0;
+  static const cli_opt_t opts[] = {CLI_GLOBAL_OPTS, {0}};
+  cli_args_t a = {cmd, argc, argv, 1, 0};
+  const char *val;
+  int rc;
+  for (;;) {
+    int r = cli_next_arg(&a, opts, &val);
+    if (r == CLI_ARG_END) break;
+    if (r == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
+    if (r == CLI_OPT_HELP) {
+      cli_print_command_help(cli_find_command(cmd));
+      return CLI_EXIT_OK;
+    }
+    if (r == CLI_ARG_POSITIONAL) {
+      if (in) return cli_usage_error(cmd, "more than one input file ('%s')", val);
+      if (!*val) return cli_usage_error(cmd, "the input path is empty");
+      in = val;
+      continue;
+    }
+    if ((rc = cli_global_apply(&g, cmd, r, val))) return rc;
+  }
+  if (!in) return cli_agent_stats(&g, cmd);
   vm_executable_t *exec;
   uint8_t *bytes;
   size_t nbytes;
   rc = load_vmx(cmd, in, &exec, &bytes, &nbytes);
   if (rc) return rc;
+  /* The identity the agent's executable store uses: SHA-256 of the bytes. */
+  uint8_t digest[VM_SHA256_BYTES];
+  char hex[2 * VM_SHA256_BYTES + 1];
+  vm_sha256(bytes, nbytes, digest);
+  vm_sha256_hex(digest, hex);
+  if (g.json) {
+    stats_json(in, exec, nbytes, hex);
+    free(bytes);
+    vm_executable_free(exec);
+    return CLI_EXIT_OK;
+  }
   char *text = NULL;
   vm_status_t st = vm_executable_stats(exec, nbytes, &text);
   if (st) {
     rc = input_error(cmd, in, st);
   } else {
-    /* The identity the agent's executable store uses: SHA-256 of the bytes. */
-    uint8_t digest[VM_SHA256_BYTES];
-    char hex[2 * VM_SHA256_BYTES + 1];
-    vm_sha256(bytes, nbytes, digest);
-    vm_sha256_hex(digest, hex);
     size_t tl = strlen(text);
     char *all = malloc(tl + sizeof(hex) + 32);
     if (!all) {

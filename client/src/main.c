@@ -11,9 +11,125 @@
 static int cmd_help(const cli_global_t *g, int argc, char **argv);
 
 /* The command table: one row per subcommand, in the order --help lists
- * them. Network commands (info, ping, upload, run, bench, profile, check)
- * slot in here. */
+ * them. The help texts are the reference for docs/cli.md. */
+#define MODEL_HELP_HEAD                                                           \
+  "MODEL.vmx is read, verified and hashed here, uploaded (nothing is sent when\n" \
+  "the agent already has it), and a VM is created on the agent.\n\n"
+
 static const cli_command_t k_commands[] = {
+    {"info", "", "Show the agent: version, protocol, devices and limits.",
+     "Connects, says Hello and prints what the agent told: its version and\n"
+     "protocol, the session, a round-trip time, every device (the selector to\n"
+     "pass to --device, name, vendor, driver, memory, timer) and its limits.\n"
+     "\n"
+     "options:\n"
+     "  -h, --help             show this help\n",
+     cli_cmd_info, 1},
+    {"ping", "[-n COUNT]", "Measure round trips to the agent.",
+     "Sends COUNT pings (no work on the agent) one after another on one\n"
+     "connection and prints min/median/mean/max of the round-trip times.\n"
+     "\n"
+     "options:\n"
+     "  -n, --count COUNT      pings to send, 1..100000 [10]\n"
+     "  -h, --help             show this help\n",
+     cli_cmd_ping, 1},
+    {"upload", "MODEL.vmx", "Upload an executable to the agent's store.",
+     "Verifies the file here, then uploads it: the SHA-256 goes first and\n"
+     "nothing more is sent when the agent's store has it (a store hit);\n"
+     "otherwise the bytes go in chunks (a progress bar over 8 MiB when\n"
+     "standard error is a terminal) and the agent verifies and stores it.\n"
+     "Later commands on the same file are then store hits.\n"
+     "\n"
+     "options:\n"
+     "  -h, --help             show this help\n",
+     cli_cmd_upload, 1},
+    {"run", "[options] MODEL.vmx [INPUT.npy...]", "Run a function once and fetch its outputs.",
+     MODEL_HELP_HEAD
+     "Sets every parameter from an .npy file (by --input NAME=FILE, --input\n"
+     "INDEX=FILE, or positionally in parameter order; all are required), invokes\n"
+     "the function once and fetches every output (tuples are flattened: output\n"
+     "names are paths such as 0, 1.0). Outputs are written as .npy files with\n"
+     "--output-dir, and summarised on standard output.\n"
+     "\n"
+     "options:\n"
+     "%MODEL%"
+     "  -o, --output-dir DIR   write output_NAME.npy files there (created if\n"
+     "                         missing; dots in NAME become _)\n"
+     "  -h, --help             show this help\n",
+     cli_cmd_run, 1},
+    {"check", "[options] MODEL.vmx [INPUT.npy...] -e EXPECTED.npy...",
+     "Run a function and compare its outputs with expected .npy files.",
+     MODEL_HELP_HEAD
+     "Runs like 'vmclient run', then compares each output with its expected\n"
+     "array as numpy.allclose does: |actual - expected| <= atol + rtol *\n"
+     "|expected| element-wise, infinities equal only to themselves, NaN never\n"
+     "equal (unless --equal-nan), and shapes must match. Prints the max\n"
+     "absolute and relative error of each output and the first element that\n"
+     "differs. Exit status 7 when any output differs.\n"
+     "\n"
+     "options:\n"
+     "%MODEL%"
+     "  -e, --expected [OUT=]FILE.npy  expected value of output OUT (a path such\n"
+     "                         as 0 or 1.0); without OUT=, the next output in\n"
+     "                         order; repeatable\n"
+     "  --rtol X               relative tolerance [1e-05]\n"
+     "  --atol X               absolute tolerance [1e-08]\n"
+     "  --equal-nan            NaN equals NaN\n"
+     "  -o, --output-dir DIR   also write the outputs as .npy files there\n"
+     "  -h, --help             show this help\n",
+     cli_cmd_check, 1},
+    {"bench", "[options] MODEL.vmx [INPUT.npy...]",
+     "Time a function on the device with TVM's time_evaluator.",
+     MODEL_HELP_HEAD
+     "Inputs that are not given are generated (uniform [-1, 1) for float32 and\n"
+     "float64, zeros otherwise) for parameters of a fixed type and shape. Prints\n"
+     "the init time (upload + create VM + set inputs), the first run, the\n"
+     "evaluator's discarded warm-up, then mean, median, min, max and std per\n"
+     "call over the repeats (p90 from 10 repeats, p99 from 100), in ms, for the\n"
+     "wall clock and, when the device has a timer, the device time. Timing runs\n"
+     "on the agent: the network is never measured. --json adds the per-repeat\n"
+     "list, the device's properties, the agent's version and the executable's\n"
+     "SHA-256.\n"
+     "\n"
+     "options (time_evaluator's, with its defaults):\n"
+     "  -n, --number N         calls per repeat [10]\n"
+     "  -r, --repeat N         measurements, 1..1048576 [1]\n"
+     "  --min-repeat-ms MS     grow number until a repeat lasts this long [0]\n"
+     "  --limit-zero-time-iterations N  zero readings allowed before a zero is\n"
+     "                         kept [100]\n"
+     "  --cooldown-interval-ms MS  sleep between groups of repeats [0]\n"
+     "  --repeats-to-cooldown N    repeats per group [1]\n"
+     "  --cache-flush-bytes SIZE   bytes written to flush host caches before each\n"
+     "                         repeat; K, M, G suffixes [0]\n"
+     "model options:\n"
+     "%MODEL%"
+     "  -h, --help             show this help\n",
+     cli_cmd_bench, 1},
+    {"profile", "[options] MODEL.vmx [INPUT.npy...]", "Profile a function per operator.",
+     MODEL_HELP_HEAD
+     "Inputs are given or generated as for 'vmclient bench'. Runs the function\n"
+     "once (first-run costs such as kernel builds), then once more with a\n"
+     "device sync around every operator call, and prints a row per operator:\n"
+     "calls, total and mean wall time, device time (when the device has a\n"
+     "timer) and share of the total, largest first.\n"
+     "\n"
+     "options:\n"
+     "%MODEL%"
+     "  -h, --help             show this help\n",
+     cli_cmd_profile, 1},
+    {"stats", "[IN.vmx]", "Summarise a .vmx file, or (without a file) show the agent's counters.",
+     "With a file: prints the SHA-256 of the file (the key of the agent's\n"
+     "executable store), counts per section, tensor bytes, code size, and each\n"
+     "function with its kind, arity, registers and instruction count. No agent\n"
+     "is involved.\n"
+     "\n"
+     "Without a file: connects to the agent (--host) and prints its counters:\n"
+     "sessions, memory held by all sessions, resident memory, requests served\n"
+     "and the executable store.\n"
+     "\n"
+     "options:\n"
+     "  -h, --help             show this help\n",
+     cli_cmd_stats, 1},
     {"asm", "[-o OUT.vmx] IN.vmasm", "Assemble a .vmasm text file into a .vmx executable.",
      "Reads the text form (docs/vmasm.md; \"-\" = standard input), checks it\n"
      "like the loader checks a file, and writes the executable atomically.\n"
@@ -22,7 +138,7 @@ static const cli_command_t k_commands[] = {
      "  -o, --output OUT  where to write (default: IN with .vmasm replaced by .vmx;\n"
      "                    \"-\" = standard output)\n"
      "  -h, --help        show this help\n",
-     cli_cmd_asm},
+     cli_cmd_asm, 0},
     {"disasm", "[-o OUT.vmasm] IN.vmx", "Print a .vmx executable as .vmasm text.",
      "Loads and verifies the executable (\"-\" = standard input) and prints its\n"
      "text form, which 'vmclient asm' turns back into the same bytes.\n"
@@ -30,16 +146,8 @@ static const cli_command_t k_commands[] = {
      "options:\n"
      "  -o, --output OUT  write to OUT atomically instead of standard output\n"
      "  -h, --help        show this help\n",
-     cli_cmd_disasm},
-    {"stats", "IN.vmx", "Summarise a .vmx executable and print its SHA-256 identity.",
-     "Prints the SHA-256 of the file (the key of the agent's executable\n"
-     "store), counts per section, tensor bytes, code size, and each function\n"
-     "with its kind, arity, registers and instruction count.\n"
-     "\n"
-     "options:\n"
-     "  -h, --help        show this help\n",
-     cli_cmd_stats},
-    {"help", "[COMMAND]", "Show the help of vmclient or of one command.", "", cmd_help},
+     cli_cmd_disasm, 0},
+    {"help", "[COMMAND]", "Show the help of vmclient or of one command.", "", cmd_help, 0},
 };
 #define NUM_COMMANDS (sizeof(k_commands) / sizeof(k_commands[0]))
 
@@ -51,16 +159,20 @@ const cli_command_t *cli_find_command(const char *name) {
 
 static void print_usage(FILE *f) {
   fprintf(f,
-          "usage: vmclient [--help] [--version] COMMAND [ARGS...]\n"
+          "usage: vmclient [GLOBAL OPTIONS] COMMAND [ARGS...]\n"
           "\n"
           "Drive vmrpc executables and agents. Commands:\n");
   for (size_t i = 0; i < NUM_COMMANDS; i++)
     fprintf(f, "  %-8s %s\n", k_commands[i].name, k_commands[i].summary);
+  fprintf(f, "\n%s", cli_global_help);
   fprintf(f,
+          "  -V, --version          print the version and exit\n"
+          "  -h, --help             show this help\n"
           "\n"
           "Run 'vmclient COMMAND --help' for a command's options.\n"
           "Exit codes: 0 success, 1 internal error, 2 usage error, 3 invalid input file,\n"
-          "4 I/O error, 5 connection error, 6 remote error (docs/cli.md).\n");
+          "4 I/O error, 5 cannot reach the agent, 6 the agent returned an error,\n"
+          "7 check: outputs differ (docs/cli.md).\n");
 }
 
 static int cmd_help(const cli_global_t *g, int argc, char **argv) {
@@ -92,6 +204,7 @@ enum { GOPT_VERSION = 1 };
 
 static const cli_opt_t k_global_opts[] = {
     {"version", 'V', 0, GOPT_VERSION},
+    CLI_GLOBAL_OPTS,
     {0},
 };
 
@@ -116,6 +229,11 @@ int main(int argc, char **argv) {
       printf("vmclient %s (executable format %d.%d)\n", VMRPC_VERSION, VM_FORMAT_MAJOR,
              VM_FORMAT_MINOR);
       return fflush(stdout) == 0 ? CLI_EXIT_OK : CLI_EXIT_IO;
+    }
+    if (r >= CLI_GOPT_BASE) {
+      int rc = cli_global_apply(&g, NULL, r, val);
+      if (rc) return rc;
+      continue;
     }
     name = val;
   }

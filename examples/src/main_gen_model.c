@@ -1,8 +1,11 @@
 /* vmrpc-gen-model: writes an example model's executable and, on request,
  * its deterministic input, its reference output and the planner figures.
  *
- *   vmrpc-gen-model mlp|cnn [--seed N] [--out FILE.vmx] [--input FILE.bin]
- *                   [--expected FILE.bin] [--plan]
+ *   vmrpc-gen-model mlp|cnn [--seed N] [--out FILE.vmx] [--input FILE]
+ *                   [--expected FILE] [--npy] [--plan]
+ *
+ * --input/--expected are raw little-endian float32, or NumPy .npy files
+ * (with the model's shapes) with --npy or when the name ends in ".npy".
  *
  * Exit codes: 0 ok, 1 the model could not be generated, 2 usage, 4 I/O.
  */
@@ -19,16 +22,18 @@ enum { EXIT_OK = 0, EXIT_GEN = 1, EXIT_USAGE = 2, EXIT_IO = 4 };
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: vmrpc-gen-model mlp|cnn [--seed N] [--out FILE.vmx] [--input FILE.bin]\n"
-          "                       [--expected FILE.bin] [--plan]\n"
+          "usage: vmrpc-gen-model mlp|cnn [--seed N] [--out FILE.vmx] [--input FILE]\n"
+          "                       [--expected FILE] [--npy] [--plan]\n"
           "\n"
           "Writes an example model (weights from a seeded PRNG) as a .vmx executable.\n"
           "  --seed N           PRNG seed (default 1)\n"
           "  --out FILE         executable to write (default MODEL.vmx)\n"
           "  --input FILE       also write the deterministic input for the seed\n"
-          "                     (raw little-endian float32)\n"
+          "                     (raw little-endian float32, or .npy: see --npy)\n"
           "  --expected FILE    also write the host reference output for that input\n"
-          "                     (raw little-endian float32)\n"
+          "                     (raw little-endian float32, or .npy: see --npy)\n"
+          "  --npy              write --input and --expected as NumPy .npy files with\n"
+          "                     the model's shapes (also chosen by a .npy name)\n"
           "  --plan             print the memory planner figures as one JSON line\n"
           "Exit codes: 0 ok, 1 generation failed, 2 usage, 4 I/O error.\n");
 }
@@ -59,6 +64,56 @@ static int parse_seed(const char *s, uint64_t *out) {
   return 0;
 }
 
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Writes n float32 values of the given shape as a version 1.0 .npy file
+ * (little-endian '<f4', C order), atomically. */
+static vm_status_t write_f32_npy(const char *path, const float *data, uint32_t ndim,
+                                 const int64_t *shape, size_t n) {
+  char hdr[256];
+  int k = snprintf(hdr, sizeof(hdr), "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+  for (uint32_t i = 0; i < ndim; i++)
+    k += snprintf(hdr + k, sizeof(hdr) - (size_t)k, "%lld%s", (long long)shape[i],
+                  ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
+  k += snprintf(hdr + k, sizeof(hdr) - (size_t)k, "), }");
+  /* magic (6) + version (2) + header length (2) + header, padded with
+   * spaces to a multiple of 64 and ended by a newline. */
+  size_t total_hdr = 10 + (size_t)k + 1;
+  size_t padded = (total_hdr + 63) / 64 * 64;
+  size_t size = padded + n * sizeof(float);
+  uint8_t *buf = malloc(size);
+  if (!buf) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for %s", path);
+  memcpy(buf, "\x93NUMPY\x01\x00", 8);
+  uint16_t hl = (uint16_t)(padded - 10);
+  buf[8] = (uint8_t)(hl & 0xff);
+  buf[9] = (uint8_t)(hl >> 8);
+  memcpy(buf + 10, hdr, (size_t)k);
+  memset(buf + 10 + k, ' ', padded - 10 - (size_t)k);
+  buf[padded - 1] = '\n';
+  for (size_t i = 0; i < n; i++) {
+    uint32_t w;
+    memcpy(&w, &data[i], 4);
+    uint8_t *p = buf + padded + i * 4;
+    p[0] = (uint8_t)w;
+    p[1] = (uint8_t)(w >> 8);
+    p[2] = (uint8_t)(w >> 16);
+    p[3] = (uint8_t)(w >> 24);
+  }
+  vm_status_t st = vm_write_file_atomic(path, buf, size);
+  free(buf);
+  return st;
+}
+
+/* Writes a float32 tensor raw or as .npy. */
+static vm_status_t write_f32(const char *path, int npy, const float *data, uint32_t ndim,
+                             const int64_t *shape, size_t n) {
+  if (npy || ends_with(path, ".npy")) return write_f32_npy(path, data, ndim, shape, n);
+  return vmex_write_f32_raw(path, data, n);
+}
+
 /* Reports a failed status on stderr and frees it. */
 static int fail(vm_status_t st, const char *what, int code) {
   fprintf(stderr, "vmrpc-gen-model: %s: %s: %s\n", what, vm_code_name(vm_status_code(st)),
@@ -70,7 +125,7 @@ static int fail(vm_status_t st, const char *what, int code) {
 int main(int argc, char **argv) {
   const char *model_name = NULL, *out_path = NULL, *input_path = NULL, *expected_path = NULL;
   const char *seed_str = NULL;
-  int plan = 0;
+  int plan = 0, npy = 0;
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
@@ -80,6 +135,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--plan") == 0) {
       plan = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--npy") == 0) {
+      npy = 1;
       continue;
     }
     if ((r = opt_value(argc, argv, &i, "--seed", &v)) != 0) {
@@ -152,7 +211,7 @@ int main(int argc, char **argv) {
       goto io_done;
     }
     vmex_make_input(seed, x, io.in_numel);
-    if (input_path && (st = vmex_write_f32_raw(input_path, x, io.in_numel)) != NULL) {
+    if (input_path && (st = write_f32(input_path, npy, x, io.in_ndim, io.in_shape, io.in_numel)) != NULL) {
       code = fail(st, input_path, EXIT_IO);
       goto io_done;
     }
@@ -161,7 +220,8 @@ int main(int argc, char **argv) {
         code = fail(st, "computing the reference", EXIT_GEN);
         goto io_done;
       }
-      if ((st = vmex_write_f32_raw(expected_path, y, io.out_numel)) != NULL) {
+      if ((st = write_f32(expected_path, npy, y, io.out_ndim, io.out_shape, io.out_numel)) !=
+          NULL) {
         code = fail(st, expected_path, EXIT_IO);
         goto io_done;
       }

@@ -1,0 +1,173 @@
+/* Helpers of the vmclient commands that talk to an agent: connecting,
+ * mapping statuses to exit codes, the model options every model command
+ * shares (--func, --device, --memory-cfg, --exec-mode, --input), setting up
+ * a VM (upload + create + set inputs, each timed), fetching outputs and
+ * reading tensor elements. */
+#ifndef VMCLIENT_CLI_NET_H
+#define VMCLIENT_CLI_NET_H
+
+#include <stdint.h>
+
+#include "cli.h"
+#include "vm/executable.h"
+#include "vmclient.h"
+
+/* Transfers larger than this show a progress bar (stderr a terminal, no
+ * --quiet). */
+#define CLI_PROGRESS_MIN_BYTES (8ull << 20)
+
+/* Connects with the global options. Prints the error and returns its exit
+ * code on failure (5 unreachable/timeout, 6 refused by the agent, 2 bad
+ * URL, 4 unreadable token/TLS file), 0 on success. */
+int cli_connect(const cli_global_t *g, const char *cmd, vmc_conn_t **out_conn);
+
+/* Exit code of a failed call on an open connection: 5 when the agent
+ * cannot be reached any more (UNAVAILABLE), else 6. */
+int cli_remote_exit_code(vm_status_t st);
+
+/* Prints "vmclient: CMD: WHAT: CODE: message", frees st and returns
+ * cli_remote_exit_code(st). */
+int cli_remote_error(const char *cmd, const char *what, vm_status_t st);
+
+/* Progress bar state for vmc_progress_fn (cli_progress_fn). */
+typedef struct cli_progress {
+  const char *label;
+  double t0;
+  int shown;
+  int last_permille;
+} cli_progress_t;
+
+/* Returns the callback to use for a transfer of total bytes (NULL when no
+ * bar is shown) and initialises p. */
+vmc_progress_fn cli_progress_for(const cli_global_t *g, cli_progress_t *p, const char *label,
+                                 uint64_t total);
+/* Ends the bar's line if one was drawn. */
+void cli_progress_done(cli_progress_t *p);
+
+/* ---------------------------------------------------------------------------
+ * Model options and the VM they describe.
+ */
+#define CLI_MAX_DEVICES 8
+#define CLI_MAX_INPUTS 64
+
+enum {
+  CLI_MOPT_BASE = 500,
+  CLI_MOPT_FUNC = CLI_MOPT_BASE,
+  CLI_MOPT_DEVICE,
+  CLI_MOPT_MEMCFG,
+  CLI_MOPT_EXECMODE,
+  CLI_MOPT_INPUT,
+  CLI_MOPT_END_,
+};
+
+/* clang-format off */
+#define CLI_MODEL_OPTS                          \
+  {"func", 'f', 1, CLI_MOPT_FUNC},              \
+  {"device", 'd', 1, CLI_MOPT_DEVICE},          \
+  {"memory-cfg", 0, 1, CLI_MOPT_MEMCFG},        \
+  {"exec-mode", 0, 1, CLI_MOPT_EXECMODE},       \
+  {"input", 'i', 1, CLI_MOPT_INPUT}
+/* clang-format on */
+
+/* Help text of CLI_MODEL_OPTS. */
+extern const char cli_model_help[];
+
+typedef struct cli_input_spec {
+  const char *name; /* parameter name, or NULL when index is used */
+  int64_t index;    /* parameter index, or -1 */
+  const char *path;
+} cli_input_spec_t;
+
+typedef struct cli_model_opts {
+  const char *model; /* the .vmx path */
+  const char *func;  /* default "main" */
+  const char *devices[CLI_MAX_DEVICES];
+  uint32_t num_devices;
+  const char *allocators[CLI_MAX_DEVICES]; /* per device; NULL = default */
+  const char *memory_cfg;
+  const char *exec_mode;
+  cli_input_spec_t inputs[CLI_MAX_INPUTS];
+  uint32_t num_inputs;
+  uint32_t num_positional_inputs;
+  int fill_missing; /* bench, profile: make inputs the user did not give */
+} cli_model_opts_t;
+
+/* Applies a model option (id in [CLI_MOPT_BASE, CLI_MOPT_END_)). 0 or
+ * CLI_EXIT_USAGE after printing. */
+int cli_model_opt(cli_model_opts_t *m, const char *cmd, int id, const char *val);
+/* Takes a positional argument: the model first, then inputs in parameter
+ * order. */
+int cli_model_positional(cli_model_opts_t *m, const char *cmd, const char *val);
+
+typedef struct cli_model {
+  const char *cmd;
+  const cli_model_opts_t *o;
+  /* local */
+  uint8_t *bytes;
+  size_t size;
+  vm_executable_t *exec;
+  char sha256_hex[2 * VM_SHA256_BYTES + 1]; /* set by the upload */
+  const vm_function_t *fn;
+  uint32_t num_params;
+  vmc_tensor_t inputs[CLI_MAX_INPUTS];
+  int input_generated[CLI_MAX_INPUTS];
+  /* remote */
+  vmc_conn_t *conn;
+  vmc_info_t info;
+  vmc_exec_t xid;
+  vmc_vm_t vm;
+  vmc_upload_result_t upload;
+  vmc_device_spec_t specs[CLI_MAX_DEVICES];
+  uint32_t num_specs;
+  const vmc_device_info_t *device; /* the VM's first device */
+  double upload_s, create_s, set_inputs_s, connect_s;
+} cli_model_t;
+
+/* Loads the .vmx, finds the function, resolves and reads the inputs
+ * (generating missing ones when fill_missing). Prints and returns the exit
+ * code on failure. */
+int cli_model_load(cli_model_t *m, const char *cmd, cli_model_opts_t *o);
+
+/* Connects, uploads, creates the VM and sets the inputs. */
+int cli_model_open(cli_model_t *m, const cli_global_t *g);
+
+/* Frees everything (the session ends with the connection). */
+void cli_model_close(cli_model_t *m);
+
+/* Writes "model", "sha256", "function", "agent" and "device" members. */
+void cli_model_json(cli_json_t *j, const cli_model_t *m);
+
+/* ---------------------------------------------------------------------------
+ * Outputs.
+ */
+#define CLI_MAX_OUTPUTS 1024
+#define CLI_MAX_OUTPUT_DEPTH 8
+
+typedef struct cli_output {
+  char name[64]; /* the path: "0" for a plain result, "1.0" in tuples */
+  int is_tensor;
+  vmc_tensor_t tensor;   /* is_tensor: owned */
+  vmc_value_kind_t kind; /* the value's kind before conversion */
+  char *text;            /* !is_tensor: "none" or the string (owned) */
+} cli_output_t;
+
+/* Fetches every leaf of func's last result (tuples flattened depth-first;
+ * scalars as 0-d tensors, shapes as 1-d int64). Free with
+ * cli_outputs_free(). Prints and returns the exit code on failure. */
+int cli_fetch_outputs(const cli_model_t *m, cli_output_t **out, uint32_t *out_n);
+void cli_outputs_free(cli_output_t *o, uint32_t n);
+
+/* Number of scalar elements (all lanes) of t. */
+uint64_t cli_tensor_count(const vmc_tensor_t *t);
+/* Element i of t as a double (any dtype the project stores). */
+double cli_tensor_elem(const vmc_tensor_t *t, uint64_t i);
+/* "float32[8, 10]" into buf. */
+const char *cli_tensor_type(const vmc_tensor_t *t, char *buf, size_t n);
+/* Writes dtype and shape members. */
+void cli_tensor_json(cli_json_t *j, const vmc_tensor_t *t);
+
+/* Percentile p (0..100) of sorted[0..n) with linear interpolation
+ * (NumPy's default). */
+double cli_percentile(const double *sorted, uint32_t n, double p);
+
+#endif

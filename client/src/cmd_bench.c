@@ -1,0 +1,379 @@
+/* bench (the agent's time evaluator, TVM's parameters) and profile (a
+ * per-operator table). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cli_net.h"
+
+enum {
+  OPT_NUMBER = 1,
+  OPT_REPEAT,
+  OPT_MIN_REPEAT_MS,
+  OPT_LIMIT_ZERO,
+  OPT_COOLDOWN_MS,
+  OPT_REPEATS_TO_COOLDOWN,
+  OPT_CACHE_FLUSH,
+};
+
+/* Parses a model command's command line; extra options go to on_extra. */
+static int parse_model_cmd(const char *cmd, int argc, char **argv, const cli_opt_t *opts,
+                           cli_global_t *g, cli_model_opts_t *mo,
+                           int (*on_extra)(void *, int, const char *), void *ctx) {
+  cli_args_t a = {cmd, argc, argv, 1, 0};
+  const char *val;
+  int rc;
+  for (;;) {
+    int r = cli_next_arg(&a, opts, &val);
+    if (r == CLI_ARG_END) return -1;
+    if (r == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
+    if (r == CLI_OPT_HELP) {
+      cli_print_command_help(cli_find_command(cmd));
+      return CLI_EXIT_OK;
+    }
+    if (r == CLI_ARG_POSITIONAL)
+      rc = cli_model_positional(mo, cmd, val);
+    else if (r >= CLI_GOPT_BASE)
+      rc = cli_global_apply(g, cmd, r, val);
+    else if (r >= CLI_MOPT_BASE)
+      rc = cli_model_opt(mo, cmd, r, val);
+    else
+      rc = on_extra(ctx, r, val);
+    if (rc) return rc;
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* Summary statistics of a list of seconds. */
+typedef struct stats {
+  uint32_t n;
+  double mean, median, min, max, std, p90, p99;
+} stats_t;
+
+static int summarize(const double *v, uint32_t n, stats_t *s) {
+  memset(s, 0, sizeof(*s));
+  s->n = n;
+  s->p90 = s->p99 = NAN;
+  if (n == 0) return -1;
+  double *sorted = malloc(n * sizeof(double));
+  if (!sorted) return -1;
+  memcpy(sorted, v, n * sizeof(double));
+  qsort(sorted, n, sizeof(double), cmp_double);
+  double sum = 0;
+  for (uint32_t i = 0; i < n; i++) sum += v[i];
+  s->mean = sum / n;
+  double var = 0;
+  for (uint32_t i = 0; i < n; i++) var += (v[i] - s->mean) * (v[i] - s->mean);
+  s->std = sqrt(var / n);
+  s->min = sorted[0];
+  s->max = sorted[n - 1];
+  s->median = cli_percentile(sorted, n, 50);
+  if (n >= 10) s->p90 = cli_percentile(sorted, n, 90);
+  if (n >= 100) s->p99 = cli_percentile(sorted, n, 99);
+  free(sorted);
+  return 0;
+}
+
+static void stats_json(cli_json_t *j, const char *key, const stats_t *s) {
+  cli_json_obj(j, key);
+  cli_json_num(j, "mean_s", s->mean);
+  cli_json_num(j, "median_s", s->median);
+  cli_json_num(j, "min_s", s->min);
+  cli_json_num(j, "max_s", s->max);
+  cli_json_num(j, "std_s", s->std);
+  if (s->n >= 10) cli_json_num(j, "p90_s", s->p90);
+  if (s->n >= 100) cli_json_num(j, "p99_s", s->p99);
+  cli_json_obj_end(j);
+}
+
+static void stats_row(const char *label, const stats_t *s) {
+  printf("  %-7s %10.4f %10.4f %10.4f %10.4f %10.4f", label, s->mean * 1e3, s->median * 1e3,
+         s->min * 1e3, s->max * 1e3, s->std * 1e3);
+  if (s->n >= 10) printf(" %10.4f", s->p90 * 1e3);
+  if (s->n >= 100) printf(" %10.4f", s->p99 * 1e3);
+  printf("\n");
+}
+
+/* ---------------------------------------------------------------------------
+ * bench
+ */
+
+static int bench_opt(void *ctx, int id, const char *val) {
+  vmc_time_params_t *p = ctx;
+  const char *cmd = "bench";
+  int64_t v;
+  switch (id) {
+    case OPT_NUMBER:
+    case OPT_REPEAT:
+    case OPT_REPEATS_TO_COOLDOWN: {
+      int64_t hi = id == OPT_REPEAT ? 1048576 : INT32_MAX;
+      const char *name = id == OPT_NUMBER   ? "number"
+                         : id == OPT_REPEAT ? "repeat"
+                                            : "repeats-to-cooldown";
+      if (cli_parse_i64(val, 1, hi, &v) != 0)
+        return cli_usage_error(cmd, "--%s must be an integer from 1 to %lld, not '%.64s'", name,
+                               (long long)hi, val);
+      if (id == OPT_NUMBER) p->number = (int32_t)v;
+      if (id == OPT_REPEAT) p->repeat = (int32_t)v;
+      if (id == OPT_REPEATS_TO_COOLDOWN) p->repeats_to_cooldown = (int32_t)v;
+      return CLI_EXIT_OK;
+    }
+    case OPT_MIN_REPEAT_MS:
+    case OPT_LIMIT_ZERO:
+    case OPT_COOLDOWN_MS: {
+      const char *name = id == OPT_MIN_REPEAT_MS ? "min-repeat-ms"
+                         : id == OPT_LIMIT_ZERO  ? "limit-zero-time-iterations"
+                                                 : "cooldown-interval-ms";
+      if (cli_parse_i64(val, 0, INT32_MAX, &v) != 0)
+        return cli_usage_error(cmd, "--%s must be an integer from 0 to %d, not '%.64s'", name,
+                               INT32_MAX, val);
+      if (id == OPT_MIN_REPEAT_MS) p->min_repeat_ms = (int32_t)v;
+      if (id == OPT_LIMIT_ZERO) p->limit_zero_time_iterations = (int32_t)v;
+      if (id == OPT_COOLDOWN_MS) p->cooldown_interval_ms = (int32_t)v;
+      return CLI_EXIT_OK;
+    }
+    case OPT_CACHE_FLUSH:
+      if (cli_parse_size(val, &p->cache_flush_bytes) != 0)
+        return cli_usage_error(cmd, "--cache-flush-bytes needs a size (e.g. 64M), not '%.64s'",
+                               val);
+      return CLI_EXIT_OK;
+    default: return cli_usage_error(cmd, "internal: option %d", id);
+  }
+}
+
+int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
+  const char *cmd = "bench";
+  cli_global_t g = *g0;
+  static const cli_opt_t opts[] = {CLI_GLOBAL_OPTS,
+                                   CLI_MODEL_OPTS,
+                                   {"number", 'n', 1, OPT_NUMBER},
+                                   {"repeat", 'r', 1, OPT_REPEAT},
+                                   {"min-repeat-ms", 0, 1, OPT_MIN_REPEAT_MS},
+                                   {"limit-zero-time-iterations", 0, 1, OPT_LIMIT_ZERO},
+                                   {"cooldown-interval-ms", 0, 1, OPT_COOLDOWN_MS},
+                                   {"repeats-to-cooldown", 0, 1, OPT_REPEATS_TO_COOLDOWN},
+                                   {"cache-flush-bytes", 0, 1, OPT_CACHE_FLUSH},
+                                   {0}};
+  cli_model_opts_t mo;
+  memset(&mo, 0, sizeof(mo));
+  mo.fill_missing = 1;
+  vmc_time_params_t tp = vmc_time_params_default();
+  int rc = parse_model_cmd(cmd, argc, argv, opts, &g, &mo, bench_opt, &tp);
+  if (rc >= 0) return rc;
+
+  cli_model_t m;
+  vmc_time_result_t tr;
+  memset(&tr, 0, sizeof(tr));
+  const char *func = mo.func ? mo.func : "main";
+  rc = cli_model_load(&m, cmd, &mo);
+  if (rc) goto done;
+  rc = cli_model_open(&m, &g);
+  if (rc) goto done;
+  for (uint32_t i = 0; i < m.num_params && !g.quiet && !g.json; i++)
+    if (m.input_generated[i])
+      fprintf(stderr, "vmclient: bench: note: no input for '%s': using generated data\n",
+              m.fn->params[i].name);
+  double init_s = m.upload_s + m.create_s + m.set_inputs_s;
+
+  /* First run: cold caches, kernel builds, pool fills. */
+  double first_agent_s = 0, t0 = cli_now_s();
+  vm_status_t st = vmc_invoke(m.conn, m.vm, func, 0, &first_agent_s);
+  double first_s = cli_now_s() - t0;
+  if (st) {
+    char what[160];
+    snprintf(what, sizeof(what), "invoke %s", func);
+    rc = cli_remote_error(cmd, what, st);
+    goto done;
+  }
+  t0 = cli_now_s();
+  st = vmc_time_evaluate(m.conn, m.vm, func, &tp, &tr);
+  double eval_s = cli_now_s() - t0;
+  if (st) {
+    rc = cli_remote_error(cmd, "time evaluate", st);
+    goto done;
+  }
+  stats_t wall, dev;
+  if (summarize(tr.seconds, tr.repeat, &wall) != 0) {
+    cli_error(cmd, "the agent returned no measurement");
+    rc = CLI_EXIT_REMOTE;
+    goto done;
+  }
+  int has_dev = tr.repeat > 0;
+  for (uint32_t i = 0; i < tr.repeat; i++)
+    if (!(tr.device_seconds[i] >= 0)) has_dev = 0;
+  if (has_dev) summarize(tr.device_seconds, tr.repeat, &dev);
+
+  if (g.json) {
+    cli_json_t j;
+    cli_json_begin(&j);
+    cli_model_json(&j, &m);
+    cli_json_obj(&j, "params");
+    cli_json_int(&j, "number", tp.number);
+    cli_json_int(&j, "repeat", tp.repeat);
+    cli_json_int(&j, "min_repeat_ms", tp.min_repeat_ms);
+    cli_json_int(&j, "limit_zero_time_iterations", tp.limit_zero_time_iterations);
+    cli_json_int(&j, "cooldown_interval_ms", tp.cooldown_interval_ms);
+    cli_json_int(&j, "repeats_to_cooldown", tp.repeats_to_cooldown);
+    cli_json_uint(&j, "cache_flush_bytes", tp.cache_flush_bytes);
+    cli_json_obj_end(&j);
+    cli_json_obj(&j, "init");
+    cli_json_num(&j, "total_s", init_s);
+    cli_json_num(&j, "connect_s", m.connect_s);
+    cli_json_num(&j, "upload_s", m.upload_s);
+    cli_json_bool(&j, "store_hit", m.upload.store_hit);
+    cli_json_uint(&j, "bytes_sent", m.upload.bytes_sent);
+    cli_json_num(&j, "create_vm_s", m.create_s);
+    cli_json_num(&j, "set_inputs_s", m.set_inputs_s);
+    cli_json_obj_end(&j);
+    cli_json_obj(&j, "first_run");
+    cli_json_num(&j, "wall_s", first_s);
+    cli_json_num(&j, "agent_s", first_agent_s);
+    cli_json_obj_end(&j);
+    cli_json_num(&j, "warmup_s", tr.warmup_s);
+    cli_json_int(&j, "number", tr.number);
+    cli_json_uint(&j, "repeat", tr.repeat);
+    stats_json(&j, "wall", &wall);
+    if (has_dev)
+      stats_json(&j, "device", &dev);
+    else
+      cli_json_null(&j, "device");
+    cli_json_arr(&j, "repeats_s");
+    for (uint32_t i = 0; i < tr.repeat; i++) cli_json_num(&j, NULL, tr.seconds[i]);
+    cli_json_arr_end(&j);
+    cli_json_arr(&j, "device_repeats_s");
+    for (uint32_t i = 0; i < tr.repeat; i++)
+      if (tr.device_seconds[i] >= 0)
+        cli_json_num(&j, NULL, tr.device_seconds[i]);
+      else
+        cli_json_null(&j, NULL);
+    cli_json_arr_end(&j);
+    cli_json_num(&j, "evaluate_s", eval_s);
+    cli_json_end(&j);
+  } else if (!g.quiet) {
+    printf("model:      %s (sha256 %.16s...), function %s\n", mo.model, m.sha256_hex, func);
+    printf("agent:      vmagent %s at %s\n", m.info.agent_version, m.info.url);
+    printf("device:     %s (%s)\n", m.specs[0].selector, m.device ? m.device->name : "?");
+    printf("init:       %.3f ms (upload %.3f ms%s, create VM %.3f ms, set inputs %.3f ms)\n",
+           init_s * 1e3, m.upload_s * 1e3, m.upload.store_hit ? " [store hit]" : "",
+           m.create_s * 1e3, m.set_inputs_s * 1e3);
+    printf("first run:  %.3f ms (agent %.3f ms)\n", first_s * 1e3, first_agent_s * 1e3);
+    printf("warm-up:    %.3f ms\n", tr.warmup_s * 1e3);
+    printf("timing:     %u repeat%s x %d call%s (min_repeat_ms %d), per call:\n", tr.repeat,
+           tr.repeat == 1 ? "" : "s", tr.number, tr.number == 1 ? "" : "s", tp.min_repeat_ms);
+    printf("  %-7s %10s %10s %10s %10s %10s", "(ms)", "mean", "median", "min", "max", "std");
+    if (tr.repeat >= 10) printf(" %10s", "p90");
+    if (tr.repeat >= 100) printf(" %10s", "p99");
+    printf("\n");
+    stats_row("wall", &wall);
+    if (has_dev)
+      stats_row("device", &dev);
+    else
+      printf("  device  (no device timer)\n");
+  }
+done:
+  vmc_time_result_free(&tr);
+  cli_model_close(&m);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * profile
+ */
+
+static int no_extra(void *ctx, int id, const char *val) {
+  (void)ctx;
+  (void)val;
+  return cli_usage_error("profile", "internal: option %d", id);
+}
+
+int cli_cmd_profile(const cli_global_t *g0, int argc, char **argv) {
+  const char *cmd = "profile";
+  cli_global_t g = *g0;
+  static const cli_opt_t opts[] = {CLI_GLOBAL_OPTS, CLI_MODEL_OPTS, {0}};
+  cli_model_opts_t mo;
+  memset(&mo, 0, sizeof(mo));
+  mo.fill_missing = 1;
+  int rc = parse_model_cmd(cmd, argc, argv, opts, &g, &mo, no_extra, NULL);
+  if (rc >= 0) return rc;
+  cli_model_t m;
+  vmc_profile_t p;
+  memset(&p, 0, sizeof(p));
+  const char *func = mo.func ? mo.func : "main";
+  rc = cli_model_load(&m, cmd, &mo);
+  if (rc) goto done;
+  rc = cli_model_open(&m, &g);
+  if (rc) goto done;
+  for (uint32_t i = 0; i < m.num_params && !g.quiet && !g.json; i++)
+    if (m.input_generated[i])
+      fprintf(stderr, "vmclient: profile: note: no input for '%s': using generated data\n",
+              m.fn->params[i].name);
+  /* One plain run first, so the profile does not show first-run costs
+   * (kernel builds) as operator time. */
+  vm_status_t st = vmc_invoke(m.conn, m.vm, func, 0, NULL);
+  if (st) {
+    char what[160];
+    snprintf(what, sizeof(what), "invoke %s", func);
+    rc = cli_remote_error(cmd, what, st);
+    goto done;
+  }
+  st = vmc_profile(m.conn, m.vm, func, &p);
+  if (st) {
+    rc = cli_remote_error(cmd, "profile", st);
+    goto done;
+  }
+  int any_dev = 0;
+  for (uint32_t i = 0; i < p.num_rows; i++)
+    if (p.rows[i].device_s >= 0) any_dev = 1;
+  if (g.json) {
+    cli_json_t j;
+    cli_json_begin(&j);
+    cli_model_json(&j, &m);
+    cli_json_num(&j, "total_s", p.total_s);
+    cli_json_arr(&j, "rows");
+    for (uint32_t i = 0; i < p.num_rows; i++) {
+      const vmc_profile_row_t *r = &p.rows[i];
+      cli_json_obj(&j, NULL);
+      cli_json_str(&j, "name", r->name);
+      cli_json_uint(&j, "calls", r->calls);
+      cli_json_num(&j, "total_s", r->total_s);
+      cli_json_num(&j, "mean_s", r->mean_s);
+      if (r->device_s >= 0)
+        cli_json_num(&j, "device_s", r->device_s);
+      else
+        cli_json_null(&j, "device_s");
+      cli_json_num(&j, "share", r->share);
+      cli_json_obj_end(&j);
+    }
+    cli_json_arr_end(&j);
+    cli_json_end(&j);
+  } else if (!g.quiet) {
+    printf("model:   %s, function %s, device %s (%s)\n", mo.model, func, m.specs[0].selector,
+           m.device ? m.device->name : "?");
+    printf("%-34s %6s %12s %11s %12s %7s\n", "operator", "calls", "total (ms)", "mean (ms)",
+           any_dev ? "device (ms)" : "", "share");
+    for (uint32_t i = 0; i < p.num_rows; i++) {
+      const vmc_profile_row_t *r = &p.rows[i];
+      char dev[32] = "";
+      if (any_dev) {
+        if (r->device_s >= 0)
+          snprintf(dev, sizeof(dev), "%.4f", r->device_s * 1e3);
+        else
+          snprintf(dev, sizeof(dev), "-");
+      }
+      printf("%-34.34s %6llu %12.4f %11.4f %12s %6.1f%%\n", r->name, (unsigned long long)r->calls,
+             r->total_s * 1e3, r->mean_s * 1e3, dev, r->share * 100.0);
+    }
+    printf("%-34s %6s %12.4f  (whole invocation, wall, with a sync after every operator)\n",
+           "total", "", p.total_s * 1e3);
+  }
+done:
+  vmc_profile_free(&p);
+  cli_model_close(&m);
+  return rc;
+}
