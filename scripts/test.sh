@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test suite: first the normal
 # build (build/), then the same tests in the sanitizer build (build-asan/,
-# AddressSanitizer + UndefinedBehaviorSanitizer).
+# AddressSanitizer + UndefinedBehaviorSanitizer), then a short run of every
+# libFuzzer target (scripts/fuzz.sh, clang build in build-fuzz/).
 #
 #   scripts/test.sh            everything
-#   VMRPC_SKIP_ASAN=1 ...      normal build only (quicker while developing)
+#   VMRPC_SKIP_ASAN=1 ...      no sanitizer build (quicker while developing)
+#   VMRPC_SKIP_FUZZ=1 ...      no fuzzing
+#   VMRPC_FUZZ_SECONDS=N       seconds per fuzz target [60]
+#   VMRPC_LOAD_SECONDS=N       length of the load test (agent.test_load) [60]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -29,5 +33,10 @@ if [ "${VMRPC_SKIP_ASAN:-0}" != 1 ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DVMRPC_SANITIZE=ON -DVMRPC_BENCH=OFF
+fi
+if [ "${VMRPC_SKIP_FUZZ:-0}" != 1 ]; then
+  for target in fuzz_loader fuzz_asm fuzz_npy fuzz_request; do
+    scripts/fuzz.sh "$target" "${VMRPC_FUZZ_SECONDS:-60}"
+  done
 fi
 echo "test.sh: all suites passed"

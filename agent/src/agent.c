@@ -19,6 +19,8 @@ void vmagent_config_default(vmagent_config_t *cfg) {
   cfg->chunk_bytes = 1u << 20;
   cfg->max_executable_bytes = 1ull << 30;
   cfg->workers = 8;
+  cfg->auth_max_failures = 5;
+  cfg->auth_window_ms = 60u * 1000u;
 }
 
 /* True when url can only be reached from this machine: ipc/inproc, or a
@@ -158,7 +160,7 @@ static vm_status_t vma_open_devices(vmagent_t *a) {
       vm_device_t *dev = NULL;
       if (strcasecmp(sel, "cpu") == 0 || strcasecmp(sel, "cpu:0") == 0) {
         if (have_cpu) continue;
-        VM_RETURN_IF_ERROR(vm_cpu_device_create(0, &dev));
+        VM_RETURN_IF_ERROR(vm_cpu_device_create(a->cfg.cpu_mem_limit, &dev));
         have_cpu = 1;
       } else {
         VM_RETURN_IF_ERROR(
@@ -169,7 +171,7 @@ static vm_status_t vma_open_devices(vmagent_t *a) {
   }
   if (!have_cpu) { /* the agent always has a cpu device */
     vm_device_t *dev = NULL;
-    VM_RETURN_IF_ERROR(vm_cpu_device_create(0, &dev));
+    VM_RETURN_IF_ERROR(vm_cpu_device_create(a->cfg.cpu_mem_limit, &dev));
     VM_RETURN_IF_ERROR(vma_add_device(a, dev));
   }
   return VM_STATUS_OK;
@@ -184,6 +186,8 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
   vm_status_t st = VM_STATUS_OK;
   a->cfg = *cfg;
   if (!a->cfg.max_message_bytes) a->cfg.max_message_bytes = a->cfg.chunk_bytes + (64u << 10);
+  if (!a->cfg.auth_max_failures) a->cfg.auth_max_failures = 5;
+  if (!a->cfg.auth_window_ms) a->cfg.auth_window_ms = 60u * 1000u;
   a->listen_url = strdup(cfg->listen_url);
   a->token = vma_strdup_or_null(cfg->token);
   a->tls_cert_file = vma_strdup_or_null(cfg->tls_cert_file);

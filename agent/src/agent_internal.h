@@ -159,6 +159,25 @@ typedef struct vma_session {
   uint64_t staging_bytes;
 } vma_session_t;
 
+/* ---------------------------------------------------------------- auth */
+
+/* Failed Hello tokens of one peer (auth.c), under agent->lock. */
+#define VMA_AUTH_SLOTS 64
+typedef struct vma_auth_slot {
+  char peer[64];            /* remote IP, "ipc" or "pipe N"; "" = free */
+  uint32_t failures;        /* within the window; 0 = free slot */
+  int refusal_logged;       /* a refusal of this window was logged */
+  uint64_t window_start_ns; /* the first failure of the window */
+  uint64_t last_ns;         /* the latest failure (eviction order) */
+} vma_auth_slot_t;
+
+/* RESOURCE_EXHAUSTED "too many failed authentication attempts ..." while
+ * the peer of pipe_id is blocked; OK otherwise. */
+vm_status_t vma_auth_admit(struct vmagent *a, uint32_t pipe_id);
+/* Counts a failed token (missing: none was sent) of the peer of pipe_id,
+ * logs it at warn, and returns st. */
+vm_status_t vma_auth_failed(struct vmagent *a, uint32_t pipe_id, int missing, vm_status_t st);
+
 /* ---------------------------------------------------------------- agent */
 
 /* Beyond --workers, this many extra workers may be started while requests
@@ -214,6 +233,7 @@ struct vmagent {
    * connection closed must not create a session nobody will tear down. */
   uint32_t closed_pipes[VMA_CLOSED_PIPES];
   uint32_t closed_next;
+  vma_auth_slot_t auth[VMA_AUTH_SLOTS]; /* under lock (auth.c) */
   pthread_t reaper;
   int reaper_started;
   int reaper_quit; /* under lock */

@@ -74,6 +74,12 @@ static void *vma_own(vma_ctx_t *c, void *p) {
 
 /* ------------------------------------------------------------ replies */
 
+/* Makes c->u.field, set up by vmrpc__<stem>__init, the reply of op NAME;
+ * evaluates to it for the handler to fill. */
+#define VMA_RESPONSE(c, NAME, field, stem)                                             \
+  (vmrpc__##stem##__init(&(c)->u.field), (c)->rs.op_case = VMRPC__RESPONSE__OP_##NAME, \
+   (c)->rs.field = &(c)->u.field)
+
 static int vma_write(vma_out_t *out, const Vmrpc__Response *r) {
   size_t n = vmp_frame_size(&r->base);
   uint8_t *buf = out->alloc(out, n);
@@ -108,6 +114,12 @@ static vm_status_t vma_no_payload(const vma_ctx_t *c) {
   return vm_status_make(VM_INVALID_ARGUMENT,
                         "%s carries no payload, but %zu bytes followed the envelope",
                         vmp_op_name(c->rq->op_case), c->payload_len);
+}
+
+/* The checks of a request that names a function and carries no payload. */
+static vm_status_t vma_check_func(const vma_ctx_t *c, const char *func) {
+  VM_RETURN_IF_ERROR(vma_no_payload(c));
+  return vma_check_name(func, "func");
 }
 
 static vm_status_t vma_missing(const char *what) {
@@ -175,6 +187,23 @@ static vm_status_t vma_vm_not_found(uint64_t id) {
   return vm_status_make(VM_NOT_FOUND, "vm %llu not found in this session", (unsigned long long)id);
 }
 
+static vm_status_t vma_vm_busy(uint64_t id) {
+  return vm_status_make(VM_FAILED_PRECONDITION,
+                        "vm %llu is busy: another request on it is still running; wait for its "
+                        "reply (or Cancel it) and retry",
+                        (unsigned long long)id);
+}
+
+static vm_status_t vma_exec_not_found(uint64_t id) {
+  return vm_status_make(VM_NOT_FOUND, "executable %llu not found in this session",
+                        (unsigned long long)id);
+}
+
+static vm_status_t vma_transfer_not_found(uint64_t id) {
+  return vm_status_make(VM_NOT_FOUND, "transfer %llu not found in this session",
+                        (unsigned long long)id);
+}
+
 typedef enum vma_use {
   VMA_USE_EXCL = 0, /* changes the VM: alone */
   VMA_USE_RUN = 1,  /* alone and runs VM code: cancellable */
@@ -194,10 +223,7 @@ static vm_status_t vma_vm_acquire(vma_session_t *s, uint64_t id, vma_use_t use, 
   }
   if (v->exclusive || (use != VMA_USE_READ && v->readers)) {
     pthread_mutex_unlock(&s->lock);
-    return vm_status_make(VM_FAILED_PRECONDITION,
-                          "vm %llu is busy: another request on it is still running; wait for "
-                          "its reply (or Cancel it) and retry",
-                          (unsigned long long)id);
+    return vma_vm_busy(id);
   }
   if (use == VMA_USE_READ) {
     v->readers++;
@@ -357,6 +383,13 @@ static void vma_chunk_done(vma_chunks_t *ck, uint64_t idx, size_t len, int ok) {
     ck->claimed[idx / 8] &= (uint8_t) ~(1u << (idx % 8));
 }
 
+/* vma_chunk_done() taking the session lock. */
+static void vma_chunk_finish(vma_session_t *s, vma_chunks_t *ck, uint64_t idx, size_t len, int ok) {
+  pthread_mutex_lock(&s->lock);
+  vma_chunk_done(ck, idx, len, ok);
+  pthread_mutex_unlock(&s->lock);
+}
+
 static vm_status_t vma_chunks_complete(const vma_chunks_t *ck) {
   if (ck->received == ck->size && ck->writers == 0) return VM_STATUS_OK;
   return vm_status_make(VM_FAILED_PRECONDITION,
@@ -442,8 +475,7 @@ static vm_status_t vma_value_in(vma_ctx_t *c, vma_vm_t *v, const Vmrpc__Value *w
       vma_transfer_t *t = vma_find_transfer(c->s, w->tensor_ref);
       vm_status_t st = VM_STATUS_OK;
       if (!t) {
-        st = vm_status_make(VM_NOT_FOUND, "transfer %llu not found in this session",
-                            (unsigned long long)w->tensor_ref);
+        st = vma_transfer_not_found(w->tensor_ref);
       } else if (t->vm != v) {
         st = vm_status_make(VM_INVALID_ARGUMENT, "transfer %llu was begun for vm %llu, not vm %llu",
                             (unsigned long long)t->id, (unsigned long long)t->vm->id,
@@ -500,16 +532,19 @@ static vm_status_t vma_op_hello(vma_ctx_t *c) {
                           h->protocol_major, h->protocol_minor, VMRPC_PROTOCOL_MAJOR,
                           VMRPC_PROTOCOL_MINOR);
   if (a->token) {
+    VM_RETURN_IF_ERROR(vma_auth_admit(a, c->pipe_id)); /* brute force: auth.c */
     if (!h->token || !*h->token)
-      return vm_status_make(VM_UNAUTHENTICATED,
-                            "this agent requires a token: pass --token or --token-file");
+      return vma_auth_failed(a, c->pipe_id, 1,
+                             vm_status_make(VM_UNAUTHENTICATED,
+                                            "this agent requires a token: pass --token or "
+                                            "--token-file"));
     if (!vma_token_equal(a->token, h->token))
-      return vm_status_make(VM_UNAUTHENTICATED,
-                            "the token does not match the agent's: pass --token or --token-file "
-                            "with the agent's token");
+      return vma_auth_failed(a, c->pipe_id, 0,
+                             vm_status_make(VM_UNAUTHENTICATED,
+                                            "the token does not match the agent's: pass --token "
+                                            "or --token-file with the agent's token"));
   }
-  Vmrpc__HelloResponse *r = &c->u.hello;
-  vmrpc__hello_response__init(r);
+  Vmrpc__HelloResponse *r = VMA_RESPONSE(c, HELLO, hello, hello_response);
   VM_RETURN_IF_ERROR(vma_devices_out(c, &r->n_devices, &r->devices));
   /* Last: nothing may fail once the session exists. */
   VM_RETURN_IF_ERROR(vma_session_create(a, c->pipe_id, h->client_name, &c->s));
@@ -529,18 +564,14 @@ static vm_status_t vma_op_hello(vma_ctx_t *c) {
   l->max_executable_bytes = a->cfg.max_executable_bytes;
   l->idle_timeout_ms = a->cfg.idle_timeout_ms;
   r->limits = l;
-  c->rs.op_case = VMRPC__RESPONSE__OP_HELLO;
-  c->rs.hello = r;
   return VM_STATUS_OK;
 }
 
 static vm_status_t vma_op_list_devices(vma_ctx_t *c) {
   VM_RETURN_IF_ERROR(vma_no_payload(c));
-  Vmrpc__ListDevicesResponse *r = &c->u.list_devices;
-  vmrpc__list_devices_response__init(r);
+  Vmrpc__ListDevicesResponse *r =
+      VMA_RESPONSE(c, LIST_DEVICES, list_devices, list_devices_response);
   VM_RETURN_IF_ERROR(vma_devices_out(c, &r->n_devices, &r->devices));
-  c->rs.op_case = VMRPC__RESPONSE__OP_LIST_DEVICES;
-  c->rs.list_devices = r;
   return VM_STATUS_OK;
 }
 
@@ -586,10 +617,8 @@ static vm_status_t vma_op_upload_begin(vma_ctx_t *c) {
     return vm_status_make(
         VM_RESOURCE_EXHAUSTED, "executable of %llu bytes exceeds this agent's limit of %llu bytes",
         (unsigned long long)q->size, (unsigned long long)a->cfg.max_executable_bytes);
-  Vmrpc__UploadBeginResponse *r = &c->u.upload_begin;
-  vmrpc__upload_begin_response__init(r);
-  c->rs.op_case = VMRPC__RESPONSE__OP_UPLOAD_BEGIN;
-  c->rs.upload_begin = r;
+  Vmrpc__UploadBeginResponse *r =
+      VMA_RESPONSE(c, UPLOAD_BEGIN, upload_begin, upload_begin_response);
 
   vma_exec_entry_t *e = NULL;
   VM_RETURN_IF_ERROR(vma_store_lookup(a->store, q->sha256.data, q->size, &e));
@@ -658,12 +687,8 @@ static vm_status_t vma_op_upload_chunk(vma_ctx_t *c) {
   /* The claim keeps u alive (commit waits for writers) while the bytes go
    * straight into the staging buffer, outside the lock. */
   memcpy(u->data + q->offset, c->payload, c->payload_len);
-  pthread_mutex_lock(&s->lock);
-  vma_chunk_done(&u->ck, idx, c->payload_len, 1);
-  pthread_mutex_unlock(&s->lock);
-  vmrpc__upload_chunk_response__init(&c->u.upload_chunk);
-  c->rs.op_case = VMRPC__RESPONSE__OP_UPLOAD_CHUNK;
-  c->rs.upload_chunk = &c->u.upload_chunk;
+  vma_chunk_finish(s, &u->ck, idx, c->payload_len, 1);
+  VMA_RESPONSE(c, UPLOAD_CHUNK, upload_chunk, upload_chunk_response);
   return VM_STATUS_OK;
 }
 
@@ -704,11 +729,9 @@ static vm_status_t vma_op_upload_commit(vma_ctx_t *c) {
   free(u->ck.claimed);
   free(u);
   if (st) return st;
-  Vmrpc__UploadCommitResponse *r = &c->u.upload_commit;
-  vmrpc__upload_commit_response__init(r);
+  Vmrpc__UploadCommitResponse *r =
+      VMA_RESPONSE(c, UPLOAD_COMMIT, upload_commit, upload_commit_response);
   VM_RETURN_IF_ERROR(vma_add_execref(c, e, &r->exec_id));
-  c->rs.op_case = VMRPC__RESPONSE__OP_UPLOAD_COMMIT;
-  c->rs.upload_commit = r;
   return VM_STATUS_OK;
 }
 
@@ -774,9 +797,7 @@ static vm_status_t vma_op_create_vm(vma_ctx_t *c) {
   uint32_t nvms = s->num_vms;
   uint64_t used = vma_session_bytes_locked(s, NULL);
   pthread_mutex_unlock(&s->lock);
-  if (!e)
-    return vm_status_make(VM_NOT_FOUND, "executable %llu not found in this session",
-                          (unsigned long long)q->exec_id);
+  if (!e) return vma_exec_not_found(q->exec_id);
   vm_status_t st = VM_STATUS_OK;
   vma_vm_t *v = NULL;
   uint64_t limit = a->cfg.session_mem_limit;
@@ -826,11 +847,8 @@ static vm_status_t vma_op_create_vm(vma_ctx_t *c) {
   s->vms = v;
   s->num_vms++;
   pthread_mutex_unlock(&s->lock);
-  Vmrpc__CreateVMResponse *r = &c->u.create_vm;
-  vmrpc__create_vmresponse__init(r);
+  Vmrpc__CreateVMResponse *r = VMA_RESPONSE(c, CREATE_VM, create_vm, create_vmresponse);
   r->vm_id = v->id;
-  c->rs.op_case = VMRPC__RESPONSE__OP_CREATE_VM;
-  c->rs.create_vm = r;
   return VM_STATUS_OK;
 fail:
   free(v);
@@ -879,11 +897,9 @@ static vm_status_t vma_op_tensor_begin(vma_ctx_t *c) {
   s->num_transfers++;
   pthread_mutex_unlock(&s->lock);
   vma_vm_release(s, v, VMA_USE_EXCL);
-  Vmrpc__TensorBeginResponse *r = &c->u.tensor_begin;
-  vmrpc__tensor_begin_response__init(r);
+  Vmrpc__TensorBeginResponse *r =
+      VMA_RESPONSE(c, TENSOR_BEGIN, tensor_begin, tensor_begin_response);
   r->transfer_id = t->id;
-  c->rs.op_case = VMRPC__RESPONSE__OP_TENSOR_BEGIN;
-  c->rs.tensor_begin = r;
   return VM_STATUS_OK;
 fail:
   if (t) {
@@ -903,8 +919,7 @@ static vm_status_t vma_op_tensor_chunk(vma_ctx_t *c) {
   vma_transfer_t *t = vma_find_transfer(s, q->transfer_id);
   vm_status_t st = t ? vma_chunk_claim(&t->ck, c->a->cfg.chunk_bytes, q->offset, c->payload_len,
                                        "transfer", t->id, &idx)
-                     : vm_status_make(VM_NOT_FOUND, "transfer %llu not found in this session",
-                                      (unsigned long long)q->transfer_id);
+                     : vma_transfer_not_found(q->transfer_id);
   pthread_mutex_unlock(&s->lock);
   if (st) return st;
   /* Straight from the message into the device buffer. The claim keeps t
@@ -914,13 +929,9 @@ static vm_status_t vma_op_tensor_chunk(vma_ctx_t *c) {
   vm_storage_t *sto = tt->storage;
   st = sto->device->ops->copy_from_host(sto->device, sto->buffer, tt->offset + q->offset,
                                         c->payload, c->payload_len);
-  pthread_mutex_lock(&s->lock);
-  vma_chunk_done(&t->ck, idx, c->payload_len, st == VM_STATUS_OK);
-  pthread_mutex_unlock(&s->lock);
+  vma_chunk_finish(s, &t->ck, idx, c->payload_len, st == VM_STATUS_OK);
   if (st) return st;
-  vmrpc__tensor_chunk_response__init(&c->u.tensor_chunk);
-  c->rs.op_case = VMRPC__RESPONSE__OP_TENSOR_CHUNK;
-  c->rs.tensor_chunk = &c->u.tensor_chunk;
+  VMA_RESPONSE(c, TENSOR_CHUNK, tensor_chunk, tensor_chunk_response);
   return VM_STATUS_OK;
 }
 
@@ -955,45 +966,52 @@ static vm_status_t vma_op_set_input(vma_ctx_t *c) {
   if (!st) vma_consume_transfers(s, consumed, nc);
   vma_vm_release(s, v, VMA_USE_EXCL);
   if (st) return st;
-  vmrpc__set_input_response__init(&c->u.set_input);
-  c->rs.op_case = VMRPC__RESPONSE__OP_SET_INPUT;
-  c->rs.set_input = &c->u.set_input;
+  VMA_RESPONSE(c, SET_INPUT, set_input, set_input_response);
   return VM_STATUS_OK;
+}
+
+/* Holds a VM for running, under its devices' run locks (waited for until
+ * deadline_ns, 0: no deadline); vma_run_unlock() lets go. */
+static vm_status_t vma_run_locked(vma_ctx_t *c, uint64_t vm_id, uint64_t deadline_ns,
+                                  vma_vm_t **out_v) {
+  if (atomic_load(&c->a->stopping))
+    return vm_status_make(VM_UNAVAILABLE, "the agent is shutting down");
+  VM_RETURN_IF_ERROR(vma_vm_acquire(c->s, vm_id, VMA_USE_RUN, out_v));
+  vm_status_t st = vma_lock_devices(c->a, *out_v, deadline_ns);
+  if (st) {
+    vma_vm_release(c->s, *out_v, VMA_USE_RUN);
+    return st;
+  }
+  vma_vm_apply_limit(c->a, c->s, *out_v);
+  return VM_STATUS_OK;
+}
+
+static void vma_run_unlock(vma_ctx_t *c, vma_vm_t *v) {
+  vma_unlock_devices(c->a, v);
+  vma_vm_release(c->s, v, VMA_USE_RUN);
 }
 
 static vm_status_t vma_op_invoke(vma_ctx_t *c) {
   const Vmrpc__InvokeRequest *q = c->rq->invoke;
-  vmagent_t *a = c->a;
-  vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
-  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
+  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
   uint64_t deadline = q->deadline_ms ? vm_now_ns() + (uint64_t)q->deadline_ms * 1000000ull : 0;
-  if (atomic_load(&a->stopping))
-    return vm_status_make(VM_UNAVAILABLE, "the agent is shutting down");
   vma_vm_t *v;
-  VM_RETURN_IF_ERROR(vma_vm_acquire(s, q->vm_id, VMA_USE_RUN, &v));
-  vm_status_t st = vma_lock_devices(a, v, deadline);
+  VM_RETURN_IF_ERROR(vma_run_locked(c, q->vm_id, deadline, &v));
+  vm_status_t st = VM_STATUS_OK;
   double secs = 0;
-  if (!st) {
-    vma_vm_apply_limit(a, s, v);
-    if (atomic_load(&v->cancel_pending)) {
-      st = vm_status_make(VM_CANCELLED, "invocation of '%.128s' cancelled", q->func);
-    } else {
-      vm_machine_set_deadline(v->m, deadline);
-      uint64_t t0 = vm_now_ns();
-      st = vm_machine_invoke_stateful(v->m, q->func);
-      secs = (double)(vm_now_ns() - t0) * 1e-9;
-      vm_machine_set_deadline(v->m, 0);
-    }
-    vma_unlock_devices(a, v);
+  if (atomic_load(&v->cancel_pending)) {
+    st = vm_status_make(VM_CANCELLED, "invocation of '%.128s' cancelled", q->func);
+  } else {
+    vm_machine_set_deadline(v->m, deadline);
+    uint64_t t0 = vm_now_ns();
+    st = vm_machine_invoke_stateful(v->m, q->func);
+    secs = (double)(vm_now_ns() - t0) * 1e-9;
+    vm_machine_set_deadline(v->m, 0);
   }
-  vma_vm_release(s, v, VMA_USE_RUN);
+  vma_run_unlock(c, v);
   if (st) return st;
-  Vmrpc__InvokeResponse *r = &c->u.invoke;
-  vmrpc__invoke_response__init(r);
+  Vmrpc__InvokeResponse *r = VMA_RESPONSE(c, INVOKE, invoke, invoke_response);
   r->seconds = secs;
-  c->rs.op_case = VMRPC__RESPONSE__OP_INVOKE;
-  c->rs.invoke = r;
   return VM_STATUS_OK;
 }
 
@@ -1008,8 +1026,7 @@ static vm_status_t vma_check_path(size_t n, const uint32_t *path) {
 static vm_status_t vma_op_get_output_arity(vma_ctx_t *c) {
   const Vmrpc__GetOutputArityRequest *q = c->rq->get_output_arity;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
-  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
+  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
   VM_RETURN_IF_ERROR(vma_check_path(q->n_path, q->path));
   vma_vm_t *v;
   VM_RETURN_IF_ERROR(vma_vm_acquire(s, q->vm_id, VMA_USE_READ, &v));
@@ -1020,11 +1037,9 @@ static vm_status_t vma_op_get_output_arity(vma_ctx_t *c) {
   pthread_mutex_unlock(&s->lock);
   vma_vm_release(s, v, VMA_USE_READ);
   if (st) return st;
-  Vmrpc__GetOutputArityResponse *r = &c->u.get_output_arity;
-  vmrpc__get_output_arity_response__init(r);
+  Vmrpc__GetOutputArityResponse *r =
+      VMA_RESPONSE(c, GET_OUTPUT_ARITY, get_output_arity, get_output_arity_response);
   r->arity = arity;
-  c->rs.op_case = VMRPC__RESPONSE__OP_GET_OUTPUT_ARITY;
-  c->rs.get_output_arity = r;
   return VM_STATUS_OK;
 }
 
@@ -1091,8 +1106,7 @@ static vm_status_t vma_op_get_output(vma_ctx_t *c) {
   const Vmrpc__GetOutputRequest *q = c->rq->get_output;
   vmagent_t *a = c->a;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
-  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
+  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
   VM_RETURN_IF_ERROR(vma_check_path(q->n_path, q->path));
   vma_vm_t *v;
   VM_RETURN_IF_ERROR(vma_vm_acquire(s, q->vm_id, VMA_USE_READ, &v));
@@ -1195,35 +1209,13 @@ done:
   free(consumed);
   vma_vm_release(s, v, VMA_USE_EXCL);
   if (st) return st;
-  vmrpc__save_function_response__init(&c->u.save_function);
-  c->rs.op_case = VMRPC__RESPONSE__OP_SAVE_FUNCTION;
-  c->rs.save_function = &c->u.save_function;
+  VMA_RESPONSE(c, SAVE_FUNCTION, save_function, save_function_response);
   return VM_STATUS_OK;
-}
-
-/* Runs fn on a VM held for running, under its devices' run locks. */
-static vm_status_t vma_run_locked(vma_ctx_t *c, uint64_t vm_id, vma_vm_t **out_v) {
-  if (atomic_load(&c->a->stopping))
-    return vm_status_make(VM_UNAVAILABLE, "the agent is shutting down");
-  VM_RETURN_IF_ERROR(vma_vm_acquire(c->s, vm_id, VMA_USE_RUN, out_v));
-  vm_status_t st = vma_lock_devices(c->a, *out_v, 0);
-  if (st) {
-    vma_vm_release(c->s, *out_v, VMA_USE_RUN);
-    return st;
-  }
-  vma_vm_apply_limit(c->a, c->s, *out_v);
-  return VM_STATUS_OK;
-}
-
-static void vma_run_unlock(vma_ctx_t *c, vma_vm_t *v) {
-  vma_unlock_devices(c->a, v);
-  vma_vm_release(c->s, v, VMA_USE_RUN);
 }
 
 static vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
   const Vmrpc__TimeEvaluateRequest *q = c->rq->time_evaluate;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
-  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
+  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
   vm_time_params_t p = vm_time_params_default();
   if (!q->defaults || q->number) p.number = q->number;
   if (!q->defaults || q->repeat) p.repeat = q->repeat;
@@ -1247,14 +1239,14 @@ static vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
                           "cache_flush_bytes of %llu exceeds this agent's limit of %llu",
                           (unsigned long long)p.cache_flush_bytes, VMA_MAX_FLUSH_BYTES);
   vma_vm_t *v;
-  VM_RETURN_IF_ERROR(vma_run_locked(c, q->vm_id, &v));
+  VM_RETURN_IF_ERROR(vma_run_locked(c, q->vm_id, 0, &v));
   vm_time_result_t res;
   memset(&res, 0, sizeof(res));
   vm_status_t st = vm_machine_time_evaluate(v->m, q->func, &p, &res);
   vma_run_unlock(c, v);
   if (st) return st;
-  Vmrpc__TimeEvaluateResponse *r = &c->u.time_evaluate;
-  vmrpc__time_evaluate_response__init(r);
+  Vmrpc__TimeEvaluateResponse *r =
+      VMA_RESPONSE(c, TIME_EVALUATE, time_evaluate, time_evaluate_response);
   double *secs = vma_own(c, malloc((res.repeat ? res.repeat : 1) * sizeof(double)));
   double *dsecs = vma_own(c, malloc((res.repeat ? res.repeat : 1) * sizeof(double)));
   if (!secs || !dsecs) {
@@ -1278,24 +1270,20 @@ static vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
   r->device_median_s = res.device_median_s;
   r->warmup_s = res.warmup_s;
   vm_time_result_free(&res);
-  c->rs.op_case = VMRPC__RESPONSE__OP_TIME_EVALUATE;
-  c->rs.time_evaluate = r;
   return VM_STATUS_OK;
 }
 
 static vm_status_t vma_op_profile(vma_ctx_t *c) {
   const Vmrpc__ProfileRequest *q = c->rq->profile;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
-  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
+  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
   vma_vm_t *v;
-  VM_RETURN_IF_ERROR(vma_run_locked(c, q->vm_id, &v));
+  VM_RETURN_IF_ERROR(vma_run_locked(c, q->vm_id, 0, &v));
   vm_profile_t prof;
   memset(&prof, 0, sizeof(prof));
   vm_status_t st = vm_machine_profile(v->m, q->func, &prof);
   vma_run_unlock(c, v);
   if (st) return st;
-  Vmrpc__ProfileResponse *r = &c->u.profile;
-  vmrpc__profile_response__init(r);
+  Vmrpc__ProfileResponse *r = VMA_RESPONSE(c, PROFILE, profile, profile_response);
   size_t n = prof.num_rows < VMA_MAX_PROFILE_ROWS ? prof.num_rows : VMA_MAX_PROFILE_ROWS;
   Vmrpc__ProfileRow *rows = vma_own(c, calloc(n ? n : 1, sizeof(*rows)));
   Vmrpc__ProfileRow **ptrs = vma_own(c, calloc(n ? n : 1, sizeof(*ptrs)));
@@ -1321,8 +1309,6 @@ static vm_status_t vma_op_profile(vma_ctx_t *c) {
   r->rows = ptrs;
   r->total_s = prof.total_s;
   vm_profile_free(&prof);
-  c->rs.op_case = VMRPC__RESPONSE__OP_PROFILE;
-  c->rs.profile = r;
   return VM_STATUS_OK;
 }
 
@@ -1341,8 +1327,7 @@ static vm_status_t vma_op_stats(vma_ctx_t *c) {
   vmagent_t *a = c->a;
   vma_session_t *s = c->s;
   VM_RETURN_IF_ERROR(vma_no_payload(c));
-  Vmrpc__StatsResponse *r = &c->u.stats;
-  vmrpc__stats_response__init(r);
+  Vmrpc__StatsResponse *r = VMA_RESPONSE(c, STATS, stats, stats_response);
   /* Agent totals first (table lock, then each session's lock: the usual
    * order). Other sessions' figures are as of their last request. */
   pthread_mutex_lock(&a->lock);
@@ -1392,8 +1377,6 @@ static vm_status_t vma_op_stats(vma_ctx_t *c) {
   vma_store_stats(a->store, &r->store_bytes, &r->store_entries, &loaded);
   r->requests = atomic_load(&a->requests);
   r->agent_rss_bytes = vma_rss_bytes();
-  c->rs.op_case = VMRPC__RESPONSE__OP_STATS;
-  c->rs.stats = r;
   return VM_STATUS_OK;
 }
 
@@ -1411,9 +1394,7 @@ static vm_status_t vma_op_cancel(vma_ctx_t *c) {
   }
   pthread_mutex_unlock(&s->lock);
   if (!v) return vma_vm_not_found(q->vm_id);
-  vmrpc__cancel_response__init(&c->u.cancel);
-  c->rs.op_case = VMRPC__RESPONSE__OP_CANCEL;
-  c->rs.cancel = &c->u.cancel;
+  VMA_RESPONSE(c, CANCEL, cancel, cancel_response);
   return VM_STATUS_OK;
 }
 
@@ -1430,10 +1411,7 @@ static vm_status_t vma_op_free_vm(vma_ctx_t *c) {
   if (!v) {
     st = vma_vm_not_found(q->vm_id);
   } else if (busy) {
-    st = vm_status_make(VM_FAILED_PRECONDITION,
-                        "vm %llu is busy: another request on it is still running; wait for its "
-                        "reply (or Cancel it) and retry",
-                        (unsigned long long)q->vm_id);
+    st = vma_vm_busy(q->vm_id);
   } else {
     vma_vm_t **pp = &s->vms;
     while (*pp != v) pp = &(*pp)->next;
@@ -1443,9 +1421,7 @@ static vm_status_t vma_op_free_vm(vma_ctx_t *c) {
   }
   pthread_mutex_unlock(&s->lock);
   if (st) return st;
-  vmrpc__free_vmresponse__init(&c->u.free_vm);
-  c->rs.op_case = VMRPC__RESPONSE__OP_FREE_VM;
-  c->rs.free_vm = &c->u.free_vm;
+  VMA_RESPONSE(c, FREE_VM, free_vm, free_vmresponse);
   return VM_STATUS_OK;
 }
 
@@ -1462,23 +1438,17 @@ static vm_status_t vma_op_free_executable(vma_ctx_t *c) {
     s->num_execs--;
   }
   pthread_mutex_unlock(&s->lock);
-  if (!e)
-    return vm_status_make(VM_NOT_FOUND, "executable %llu not found in this session",
-                          (unsigned long long)q->exec_id);
+  if (!e) return vma_exec_not_found(q->exec_id);
   /* VMs made from it hold their own reference: they keep working. */
   vma_store_release(c->a->store, e->entry);
   free(e);
-  vmrpc__free_executable_response__init(&c->u.free_executable);
-  c->rs.op_case = VMRPC__RESPONSE__OP_FREE_EXECUTABLE;
-  c->rs.free_executable = &c->u.free_executable;
+  VMA_RESPONSE(c, FREE_EXECUTABLE, free_executable, free_executable_response);
   return VM_STATUS_OK;
 }
 
 static vm_status_t vma_op_ping(vma_ctx_t *c) {
   VM_RETURN_IF_ERROR(vma_no_payload(c));
-  vmrpc__ping_response__init(&c->u.ping);
-  c->rs.op_case = VMRPC__RESPONSE__OP_PING;
-  c->rs.ping = &c->u.ping;
+  VMA_RESPONSE(c, PING, ping, ping_response);
   return VM_STATUS_OK;
 }
 
@@ -1486,9 +1456,7 @@ static vm_status_t vma_op_goodbye(vma_ctx_t *c) {
   VM_RETURN_IF_ERROR(vma_no_payload(c));
   VM_LOGI("session %016llx: goodbye", (unsigned long long)c->s->id);
   vma_session_end(c->a, c->s); /* destroyed when this request lets go */
-  vmrpc__goodbye_response__init(&c->u.goodbye);
-  c->rs.op_case = VMRPC__RESPONSE__OP_GOODBYE;
-  c->rs.goodbye = &c->u.goodbye;
+  VMA_RESPONSE(c, GOODBYE, goodbye, goodbye_response);
   return VM_STATUS_OK;
 }
 

@@ -8,6 +8,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +44,8 @@ static void usage(FILE *f) {
           "  --cache-max-bytes SIZE  cap of the executable store, LRU eviction [2G]\n"
           "  --max-sessions N        sessions served at once [64]\n"
           "  --session-mem-limit SIZE  device + staging bytes per session, 0 = none [0]\n"
+          "  --device-mem-limit SIZE  memory cap of the cpu device (all sessions together;\n"
+          "                          OpenCL devices have their own), 0 = none [0]\n"
           "  --idle-timeout SECONDS  end sessions idle this long, 0 = never [600]\n"
           "  --max-message SIZE      largest request accepted [chunk size + 64K]\n"
           "  --chunk-size SIZE       chunk size of uploads and downloads, 4K..64M [1M]\n"
@@ -152,6 +157,7 @@ enum {
   OPT_CACHE_MAX,
   OPT_MAX_SESSIONS,
   OPT_SESSION_MEM,
+  OPT_DEVICE_MEM,
   OPT_IDLE,
   OPT_MAX_MESSAGE,
   OPT_CHUNK,
@@ -173,6 +179,7 @@ static const struct option options[] = {
     {"cache-max-bytes", required_argument, NULL, OPT_CACHE_MAX},
     {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
     {"session-mem-limit", required_argument, NULL, OPT_SESSION_MEM},
+    {"device-mem-limit", required_argument, NULL, OPT_DEVICE_MEM},
     {"idle-timeout", required_argument, NULL, OPT_IDLE},
     {"max-message", required_argument, NULL, OPT_MAX_MESSAGE},
     {"chunk-size", required_argument, NULL, OPT_CHUNK},
@@ -232,6 +239,9 @@ int main(int argc, char **argv) {
         break;
       case OPT_SESSION_MEM:
         if (parse_size(v, &cfg.session_mem_limit)) return bad_value("session-mem-limit", v);
+        break;
+      case OPT_DEVICE_MEM:
+        if (parse_size(v, &cfg.cpu_mem_limit)) return bad_value("device-mem-limit", v);
         break;
       case OPT_IDLE: {
         char *end = NULL;
@@ -308,6 +318,23 @@ int main(int argc, char **argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
   signal(SIGPIPE, SIG_IGN);
+
+#ifdef __GLIBC__
+  /* nng allocates a message per request and per reply: with the default
+   * chunk size, 1 MiB each. glibc's defaults return such blocks to the
+   * kernel (its dynamic mmap threshold and heap trimming), so every chunk
+   * would land in fresh pages and pay a page fault per 4 KiB. Keep
+   * message-sized blocks in the heap and some free heap for reuse (at
+   * most 16 chunks' worth stays resident once a transfer ends).
+   * docs/performance.md has the figures. */
+  {
+    uint64_t msg = cfg.chunk_bytes + (64u << 10);
+    uint64_t mmap_min = 2 * msg < (32u << 20) ? 2 * msg : (32u << 20);
+    if (mmap_min > (128u << 10)) mallopt(M_MMAP_THRESHOLD, (int)mmap_min);
+    uint64_t trim = 16 * msg < (256u << 20) ? 16 * msg : (256u << 20);
+    mallopt(M_TRIM_THRESHOLD, (int)trim);
+  }
+#endif
 
   vm_status_t st = vmagent_create(&cfg, &a);
   if (st) {

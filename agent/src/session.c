@@ -199,15 +199,18 @@ void vma_sessions_close_pipe(vmagent_t *a, uint32_t pipe_id) {
 
 void vma_sessions_reap(vmagent_t *a) {
   vma_session_t *doomed = NULL;
-  uint64_t now = vm_now_ns();
   uint64_t idle_ns = (uint64_t)a->cfg.idle_timeout_ms * 1000000ull;
   int stopping = atomic_load(&a->stopping);
   pthread_mutex_lock(&a->lock);
+  /* Read under the lock: a request may have refreshed last_used_ns after
+   * an earlier reading, and now - last_used_ns would wrap around (a fresh
+   * session torn down as "idle"). */
+  uint64_t now = vm_now_ns();
   doomed = a->dead;
   a->dead = NULL;
   for (uint32_t i = 0; i < a->num_sessions;) {
     vma_session_t *s = a->sessions[i];
-    if (idle_ns && s->refs == 0 && now - s->last_used_ns > idle_ns) {
+    if (idle_ns && s->refs == 0 && now > s->last_used_ns && now - s->last_used_ns > idle_ns) {
       VM_LOGI("session %016llx: idle for %u ms, tearing down", (unsigned long long)s->id,
               a->cfg.idle_timeout_ms);
       vma_remove_locked(a, s);

@@ -42,6 +42,17 @@ static vm_status_t shape_check(vm_dtype_t dtype, uint32_t ndim, const int64_t *s
   return VM_STATUS_OK;
 }
 
+static void tensor_fill(vmc_tensor_t *out, vm_dtype_t dtype, uint32_t ndim, const int64_t *shape,
+                        void *data, uint64_t nbytes, int owns_data) {
+  memset(out, 0, sizeof(*out));
+  out->dtype = dtype;
+  out->ndim = ndim;
+  for (uint32_t i = 0; i < ndim; i++) out->shape[i] = shape[i];
+  out->data = data;
+  out->nbytes = nbytes;
+  out->owns_data = owns_data;
+}
+
 vm_status_t vmc_tensor_alloc(vm_dtype_t dtype, uint32_t ndim, const int64_t *shape,
                              vmc_tensor_t *out) {
   uint64_t nbytes;
@@ -53,13 +64,7 @@ vm_status_t vmc_tensor_alloc(vm_dtype_t dtype, uint32_t ndim, const int64_t *sha
   if (!data)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for a %llu-byte tensor",
                           (unsigned long long)nbytes);
-  memset(out, 0, sizeof(*out));
-  out->dtype = dtype;
-  out->ndim = ndim;
-  for (uint32_t i = 0; i < ndim; i++) out->shape[i] = shape[i];
-  out->data = data;
-  out->nbytes = nbytes;
-  out->owns_data = 1;
+  tensor_fill(out, dtype, ndim, shape, data, nbytes, 1);
   return VM_STATUS_OK;
 }
 
@@ -70,13 +75,7 @@ vm_status_t vmc_tensor_wrap(vm_dtype_t dtype, uint32_t ndim, const int64_t *shap
   if (nbytes && !data)
     return vm_status_make(VM_INVALID_ARGUMENT, "tensor of %llu bytes has no data",
                           (unsigned long long)nbytes);
-  memset(out, 0, sizeof(*out));
-  out->dtype = dtype;
-  out->ndim = ndim;
-  for (uint32_t i = 0; i < ndim; i++) out->shape[i] = shape[i];
-  out->data = data;
-  out->nbytes = nbytes;
-  out->owns_data = 0;
+  tensor_fill(out, dtype, ndim, shape, data, nbytes, 0);
   return VM_STATUS_OK;
 }
 
@@ -249,7 +248,8 @@ static vm_status_t header_parse(const char *h, size_t n, vm_dtype_t *out_dt, uin
   }
   npy_lexer_t l = {h, h + n};
   if (!eat(&l, '{'))
-    return HDR_ERR("corrupt .npy header: expected a dict starting with '{', got '%.20s'", h);
+    return HDR_ERR("corrupt .npy header: expected a dict starting with '{', got '%.*s'",
+                   (int)(n < 20 ? n : 20), h); /* h is not NUL-terminated */
   int have_descr = 0, have_order = 0, have_shape = 0;
   int fortran = 0;
   const char *descr = NULL;
@@ -382,7 +382,7 @@ static vm_status_t data_size_check(uint64_t have, uint64_t need) {
 vm_status_t vmc_npy_read_memory(const void *data, size_t size, vmc_tensor_t *out) {
   if (!data && size) return HDR_ERR("vmc_npy_read_memory: data is NULL");
   const uint8_t *p = data;
-  size_t header_end, dict_off;
+  size_t header_end = 0, dict_off = 0;
   VM_RETURN_IF_ERROR(preamble_parse(p, size, &header_end, &dict_off));
   if (header_end > size)
     return HDR_ERR("truncated .npy file: the header claims %zu bytes, the file has %zu",
@@ -435,7 +435,7 @@ vm_status_t vmc_npy_read_file(const char *path, vmc_tensor_t *out) {
   uint8_t pre[12];
   size_t pre_n = fsize < sizeof(pre) ? (size_t)fsize : sizeof(pre);
   if ((st = read_full(fd, pre, pre_n, path))) goto fail;
-  size_t header_end, dict_off;
+  size_t header_end = 0, dict_off = 0;
   if ((st = preamble_parse(pre, pre_n, &header_end, &dict_off))) goto fail;
   if (header_end > fsize) {
     st = HDR_ERR("truncated .npy file: the header claims %zu bytes, the file has %llu",

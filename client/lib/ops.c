@@ -37,6 +37,26 @@ static void path_str(char *buf, size_t cap, const char *op, const char *func, co
     n += snprintf(buf + n, cap - (size_t)n, "[%u]", path[i]);
 }
 
+/* One request with the connection's request timeout and no payload. */
+static vm_status_t call(vmc_conn_t *c, Vmrpc__Request *req, Vmrpc__Response__OpCase expect,
+                        const char *what, vmci_reply_t *out) {
+  return vmci_call(c, req, NULL, 0, expect, c->request_timeout_ms, what, out);
+}
+
+/* One request whose reply carries nothing but success. */
+static vm_status_t call_ack(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, size_t plen,
+                            Vmrpc__Response__OpCase expect, const char *what) {
+  vmci_reply_t r;
+  VM_RETURN_IF_ERROR(vmci_call(c, req, payload, plen, expect, c->request_timeout_ms, what, &r));
+  vmci_reply_free(&r);
+  return VM_STATUS_OK;
+}
+
+/* Bytes of the chunk at off of a total-byte transfer in chunks of cb. */
+static uint64_t chunk_len(uint64_t total, uint64_t off, uint64_t cb) {
+  return total - off < cb ? total - off : cb;
+}
+
 /* ------------------------------------------------------------------ ping */
 
 vm_status_t vmc_ping(vmc_conn_t *c, double *out_rtt_s) {
@@ -47,7 +67,7 @@ vm_status_t vmc_ping(vmc_conn_t *c, double *out_rtt_s) {
   req.ping = &p;
   vmci_reply_t r;
   double t0 = now_s();
-  VM_RETURN_IF_ERROR(vmci_call(c, &req, NULL, 0, ROP(PING), c->request_timeout_ms, "Ping", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, ROP(PING), "Ping", &r));
   double t1 = now_s();
   vmci_reply_free(&r);
   if (out_rtt_s) *out_rtt_s = t1 - t0;
@@ -56,30 +76,39 @@ vm_status_t vmc_ping(vmc_conn_t *c, double *out_rtt_s) {
 
 /* ---------------------------------------------------------------- upload */
 
-typedef struct upload_ctx {
+/* Chunks sent after an UploadBegin (upload) or a TensorBegin (tensor). */
+typedef struct send_ctx {
   vmc_conn_t *c;
   const uint8_t *data;
   uint64_t size;
-  uint64_t upload_id;
-} upload_ctx_t;
+  uint64_t id; /* upload or transfer id */
+  int tensor;
+} send_ctx_t;
 
-static uint64_t upload_chunk_size(void *ctx, uint64_t idx) {
-  upload_ctx_t *u = ctx;
+static uint64_t send_chunk_size(void *ctx, uint64_t idx) {
+  send_ctx_t *u = ctx;
   uint64_t cb = u->c->limits.chunk_bytes;
-  uint64_t off = idx * cb;
-  return u->size - off < cb ? u->size - off : cb;
+  return chunk_len(u->size, idx * cb, cb);
 }
 
-static vm_status_t upload_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
-  upload_ctx_t *u = ctx;
+static vm_status_t send_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+  send_ctx_t *u = ctx;
+  uint64_t off = idx * u->c->limits.chunk_bytes;
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
-  Vmrpc__UploadChunkRequest ch = VMRPC__UPLOAD_CHUNK_REQUEST__INIT;
-  ch.upload_id = u->upload_id;
-  ch.offset = idx * u->c->limits.chunk_bytes;
-  req.op_case = OP(UPLOAD_CHUNK);
-  req.upload_chunk = &ch;
-  VM_RETURN_IF_ERROR(
-      vmci_build(u->c, &req, u->data + ch.offset, upload_chunk_size(ctx, idx), out_msg));
+  Vmrpc__UploadChunkRequest uc = VMRPC__UPLOAD_CHUNK_REQUEST__INIT;
+  Vmrpc__TensorChunkRequest tc = VMRPC__TENSOR_CHUNK_REQUEST__INIT;
+  if (u->tensor) {
+    tc.transfer_id = u->id;
+    tc.offset = off;
+    req.op_case = OP(TENSOR_CHUNK);
+    req.tensor_chunk = &tc;
+  } else {
+    uc.upload_id = u->id;
+    uc.offset = off;
+    req.op_case = OP(UPLOAD_CHUNK);
+    req.upload_chunk = &uc;
+  }
+  VM_RETURN_IF_ERROR(vmci_build(u->c, &req, u->data + off, send_chunk_size(ctx, idx), out_msg));
   *out_id = req.id;
   return VM_STATUS_OK;
 }
@@ -89,6 +118,25 @@ static vm_status_t ignore_reply(void *ctx, uint64_t idx, vmci_reply_t *r) {
   (void)idx;
   (void)r;
   return VM_STATUS_OK;
+}
+
+/* Sends size bytes of data as the chunks of upload or transfer id. */
+static vm_status_t send_chunks(vmc_conn_t *c, int tensor, uint64_t id, const void *data,
+                               uint64_t size, vmc_progress_fn progress, void *user) {
+  send_ctx_t u = {c, data, size, id, tensor};
+  vmci_pipeline_t p;
+  memset(&p, 0, sizeof(p));
+  p.count = (size + c->limits.chunk_bytes - 1) / c->limits.chunk_bytes;
+  p.make = send_make;
+  p.done = ignore_reply;
+  p.chunk_size = send_chunk_size;
+  p.expect = tensor ? ROP(TENSOR_CHUNK) : ROP(UPLOAD_CHUNK);
+  p.ctx = &u;
+  p.progress = progress;
+  p.user = user;
+  p.progress_total = size;
+  p.what = tensor ? "TensorChunk" : "UploadChunk";
+  return vmci_pipeline_run(c, &p);
 }
 
 vm_status_t vmc_upload_memory(vmc_conn_t *c, const void *data, size_t size,
@@ -110,8 +158,7 @@ vm_status_t vmc_upload_memory(vmc_conn_t *c, const void *data, size_t size,
   req.op_case = OP(UPLOAD_BEGIN);
   req.upload_begin = &b;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(
-      vmci_call(c, &req, NULL, 0, ROP(UPLOAD_BEGIN), c->request_timeout_ms, "UploadBegin", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, ROP(UPLOAD_BEGIN), "UploadBegin", &r));
   const Vmrpc__UploadBeginResponse *br = r.resp->upload_begin;
   int present = br && br->present;
   uint64_t exec_id = br ? br->exec_id : 0;
@@ -128,20 +175,7 @@ vm_status_t vmc_upload_memory(vmc_conn_t *c, const void *data, size_t size,
   if (upload_id == 0)
     return vm_status_make(VM_INTERNAL, "the agent started an upload without an upload id");
 
-  upload_ctx_t u = {c, data, size, upload_id};
-  vmci_pipeline_t p;
-  memset(&p, 0, sizeof(p));
-  p.count = (size + c->limits.chunk_bytes - 1) / c->limits.chunk_bytes;
-  p.make = upload_make;
-  p.done = ignore_reply;
-  p.chunk_size = upload_chunk_size;
-  p.expect = ROP(UPLOAD_CHUNK);
-  p.ctx = &u;
-  p.progress = progress;
-  p.user = user;
-  p.progress_total = size;
-  p.what = "UploadChunk";
-  VM_RETURN_IF_ERROR(vmci_pipeline_run(c, &p));
+  VM_RETURN_IF_ERROR(send_chunks(c, 0, upload_id, data, size, progress, user));
   res.bytes_sent = size;
 
   Vmrpc__Request creq = VMRPC__REQUEST__INIT;
@@ -149,8 +183,7 @@ vm_status_t vmc_upload_memory(vmc_conn_t *c, const void *data, size_t size,
   cm.upload_id = upload_id;
   creq.op_case = OP(UPLOAD_COMMIT);
   creq.upload_commit = &cm;
-  VM_RETURN_IF_ERROR(
-      vmci_call(c, &creq, NULL, 0, ROP(UPLOAD_COMMIT), c->request_timeout_ms, "UploadCommit", &r));
+  VM_RETURN_IF_ERROR(call(c, &creq, ROP(UPLOAD_COMMIT), "UploadCommit", &r));
   exec_id = r.resp->upload_commit ? r.resp->upload_commit->exec_id : 0;
   vmci_reply_free(&r);
   if (exec_id == 0)
@@ -186,11 +219,7 @@ vm_status_t vmc_free_exec(vmc_conn_t *c, vmc_exec_t exec) {
   f.exec_id = exec.id;
   req.op_case = OP(FREE_EXECUTABLE);
   req.free_executable = &f;
-  vmci_reply_t r;
-  VM_RETURN_IF_ERROR(vmci_call(c, &req, NULL, 0, ROP(FREE_EXECUTABLE), c->request_timeout_ms,
-                               "FreeExecutable", &r));
-  vmci_reply_free(&r);
-  return VM_STATUS_OK;
+  return call_ack(c, &req, NULL, 0, ROP(FREE_EXECUTABLE), "FreeExecutable");
 }
 
 /* -------------------------------------------------------------------- VMs */
@@ -225,8 +254,7 @@ vm_status_t vmc_create_vm(vmc_conn_t *c, vmc_exec_t exec, const vmc_device_spec_
   req.op_case = OP(CREATE_VM);
   req.create_vm = &cv;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(
-      vmci_call(c, &req, NULL, 0, ROP(CREATE_VM), c->request_timeout_ms, "CreateVM", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, ROP(CREATE_VM), "CreateVM", &r));
   uint64_t id = r.resp->create_vm ? r.resp->create_vm->vm_id : 0;
   vmci_reply_free(&r);
   if (id == 0) return vm_status_make(VM_INTERNAL, "the agent created a VM without a vm id");
@@ -241,42 +269,10 @@ vm_status_t vmc_free_vm(vmc_conn_t *c, vmc_vm_t vm) {
   f.vm_id = vm.id;
   req.op_case = OP(FREE_VM);
   req.free_vm = &f;
-  vmci_reply_t r;
-  VM_RETURN_IF_ERROR(
-      vmci_call(c, &req, NULL, 0, ROP(FREE_VM), c->request_timeout_ms, "FreeVM", &r));
-  vmci_reply_free(&r);
-  return VM_STATUS_OK;
+  return call_ack(c, &req, NULL, 0, ROP(FREE_VM), "FreeVM");
 }
 
 /* ------------------------------------------------------------- tensors in */
-
-typedef struct tin_ctx {
-  vmc_conn_t *c;
-  const uint8_t *data;
-  uint64_t size;
-  uint64_t transfer_id;
-} tin_ctx_t;
-
-static uint64_t tin_chunk_size(void *ctx, uint64_t idx) {
-  tin_ctx_t *t = ctx;
-  uint64_t cb = t->c->limits.chunk_bytes;
-  uint64_t off = idx * cb;
-  return t->size - off < cb ? t->size - off : cb;
-}
-
-static vm_status_t tin_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
-  tin_ctx_t *t = ctx;
-  Vmrpc__Request req = VMRPC__REQUEST__INIT;
-  Vmrpc__TensorChunkRequest ch = VMRPC__TENSOR_CHUNK_REQUEST__INIT;
-  ch.transfer_id = t->transfer_id;
-  ch.offset = idx * t->c->limits.chunk_bytes;
-  req.op_case = OP(TENSOR_CHUNK);
-  req.tensor_chunk = &ch;
-  VM_RETURN_IF_ERROR(
-      vmci_build(t->c, &req, t->data + ch.offset, tin_chunk_size(ctx, idx), out_msg));
-  *out_id = req.id;
-  return VM_STATUS_OK;
-}
 
 /* TensorBegin + chunks: the tensor waits on the agent as *out_transfer. */
 static vm_status_t tensor_transfer(vmc_conn_t *c, vmc_vm_t vm, const vmc_tensor_t *t,
@@ -292,26 +288,12 @@ static vm_status_t tensor_transfer(vmc_conn_t *c, vmc_vm_t vm, const vmc_tensor_
   req.op_case = OP(TENSOR_BEGIN);
   req.tensor_begin = &tb;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(
-      vmci_call(c, &req, NULL, 0, ROP(TENSOR_BEGIN), c->request_timeout_ms, "TensorBegin", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, ROP(TENSOR_BEGIN), "TensorBegin", &r));
   uint64_t id = r.resp->tensor_begin ? r.resp->tensor_begin->transfer_id : 0;
   vmci_reply_free(&r);
   if (id == 0)
     return vm_status_make(VM_INTERNAL, "the agent began a tensor transfer without an id");
-  if (t->nbytes > 0) {
-    tin_ctx_t tc = {c, t->data, t->nbytes, id};
-    vmci_pipeline_t p;
-    memset(&p, 0, sizeof(p));
-    p.count = (t->nbytes + c->limits.chunk_bytes - 1) / c->limits.chunk_bytes;
-    p.make = tin_make;
-    p.done = ignore_reply;
-    p.chunk_size = tin_chunk_size;
-    p.expect = ROP(TENSOR_CHUNK);
-    p.ctx = &tc;
-    p.progress_total = t->nbytes;
-    p.what = "TensorChunk";
-    VM_RETURN_IF_ERROR(vmci_pipeline_run(c, &p));
-  }
+  if (t->nbytes > 0) VM_RETURN_IF_ERROR(send_chunks(c, 1, id, t->data, t->nbytes, NULL, NULL));
   *out_transfer = id;
   return VM_STATUS_OK;
 }
@@ -415,21 +397,23 @@ vm_status_t vmc_set_input_value(vmc_conn_t *c, vmc_vm_t vm, const char *func, ui
   si.value = &w.v;
   req.op_case = OP(SET_INPUT);
   req.set_input = &si;
-  vmci_reply_t r;
-  VM_RETURN_IF_ERROR(
-      vmci_call(c, &req, payload, plen, ROP(SET_INPUT), c->request_timeout_ms, what, &r));
-  vmci_reply_free(&r);
-  return VM_STATUS_OK;
+  return call_ack(c, &req, payload, plen, ROP(SET_INPUT), what);
 }
 
-vm_status_t vmc_set_input(vmc_conn_t *c, vmc_vm_t vm, const char *func, uint32_t index,
-                          const vmc_tensor_t *t) {
+/* vmc_set_input_value() of a tensor (checked to be given). */
+static vm_status_t set_input_tensor(vmc_conn_t *c, vmc_vm_t vm, const char *func, uint32_t index,
+                                    const char *name, const vmc_tensor_t *t) {
   if (!t) return vm_status_make(VM_INVALID_ARGUMENT, "vmc_set_input: tensor is NULL");
   vmc_value_t v;
   memset(&v, 0, sizeof(v));
   v.kind = VMC_VALUE_TENSOR;
   v.tensor = *t;
-  return vmc_set_input_value(c, vm, func, index, NULL, &v);
+  return vmc_set_input_value(c, vm, func, index, name, &v);
+}
+
+vm_status_t vmc_set_input(vmc_conn_t *c, vmc_vm_t vm, const char *func, uint32_t index,
+                          const vmc_tensor_t *t) {
+  return set_input_tensor(c, vm, func, index, NULL, t);
 }
 
 vm_status_t vmc_set_input_named(vmc_conn_t *c, vmc_vm_t vm, const char *func, const char *name,
@@ -437,11 +421,7 @@ vm_status_t vmc_set_input_named(vmc_conn_t *c, vmc_vm_t vm, const char *func, co
   if (!t) return vm_status_make(VM_INVALID_ARGUMENT, "vmc_set_input: tensor is NULL");
   if (!name || !name[0])
     return vm_status_make(VM_INVALID_ARGUMENT, "vmc_set_input_named: no parameter name");
-  vmc_value_t v;
-  memset(&v, 0, sizeof(v));
-  v.kind = VMC_VALUE_TENSOR;
-  v.tensor = *t;
-  return vmc_set_input_value(c, vm, func, 0, name, &v);
+  return set_input_tensor(c, vm, func, 0, name, t);
 }
 
 /* ---------------------------------------------------------------- invoke */
@@ -453,10 +433,7 @@ vm_status_t vmc_cancel(vmc_conn_t *c, vmc_vm_t vm) {
   cr.vm_id = vm.id;
   req.op_case = OP(CANCEL);
   req.cancel = &cr;
-  vmci_reply_t r;
-  VM_RETURN_IF_ERROR(vmci_call(c, &req, NULL, 0, ROP(CANCEL), c->request_timeout_ms, "Cancel", &r));
-  vmci_reply_free(&r);
-  return VM_STATUS_OK;
+  return call_ack(c, &req, NULL, 0, ROP(CANCEL), "Cancel");
 }
 
 /* How long to wait for a long operation's reply. */
@@ -477,6 +454,15 @@ static void cancel_on_timeout(void *arg) {
   vm_status_free(vmc_cancel(a->c, a->vm));
 }
 
+/* A long operation on vm, cancelled there when its wait runs out. */
+static vm_status_t call_long(vmc_conn_t *c, vmc_vm_t vm, Vmrpc__Request *req,
+                             Vmrpc__Response__OpCase expect, uint32_t deadline_ms, const char *what,
+                             vmci_reply_t *out) {
+  cancel_arg_t ca = {c, vm};
+  return vmci_call_long(c, req, expect, long_wait_ms(c, deadline_ms), what, cancel_on_timeout, &ca,
+                        out);
+}
+
 vm_status_t vmc_invoke(vmc_conn_t *c, vmc_vm_t vm, const char *func, uint32_t deadline_ms,
                        double *out_agent_seconds) {
   VM_RETURN_IF_ERROR(need_conn(c));
@@ -491,9 +477,7 @@ vm_status_t vmc_invoke(vmc_conn_t *c, vmc_vm_t vm, const char *func, uint32_t de
   req.op_case = OP(INVOKE);
   req.invoke = &iv;
   vmci_reply_t r;
-  cancel_arg_t ca = {c, vm};
-  VM_RETURN_IF_ERROR(vmci_call_long(c, &req, ROP(INVOKE), long_wait_ms(c, deadline_ms), what,
-                                    cancel_on_timeout, &ca, &r));
+  VM_RETURN_IF_ERROR(call_long(c, vm, &req, ROP(INVOKE), deadline_ms, what, &r));
   if (out_agent_seconds) *out_agent_seconds = r.resp->invoke ? r.resp->invoke->seconds : 0.0;
   vmci_reply_free(&r);
   return VM_STATUS_OK;
@@ -517,8 +501,7 @@ vm_status_t vmc_get_output_arity(vmc_conn_t *c, vmc_vm_t vm, const char *func, c
   req.op_case = OP(GET_OUTPUT_ARITY);
   req.get_output_arity = &ga;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(
-      vmci_call(c, &req, NULL, 0, ROP(GET_OUTPUT_ARITY), c->request_timeout_ms, what, &r));
+  VM_RETURN_IF_ERROR(call(c, &req, ROP(GET_OUTPUT_ARITY), what, &r));
   int64_t a = r.resp->get_output_arity ? r.resp->get_output_arity->arity : -1;
   vmci_reply_free(&r);
   if (out_arity) *out_arity = a;
@@ -539,32 +522,32 @@ typedef struct tout_ctx {
 static uint64_t tout_chunk_size(void *ctx, uint64_t idx) {
   tout_ctx_t *t = ctx;
   uint64_t cb = t->c->limits.chunk_bytes;
-  uint64_t off = (idx + 1) * cb; /* chunk 0 came with the first reply */
-  return t->nbytes - off < cb ? t->nbytes - off : cb;
+  return chunk_len(t->nbytes, (idx + 1) * cb, cb); /* chunk 0 came with the first reply */
 }
 
-static vm_status_t get_output_request(vmc_conn_t *c, vmc_vm_t vm, const char *func,
-                                      const uint32_t *path, uint32_t path_len, uint64_t offset,
-                                      nng_msg **out_msg, uint64_t *out_id) {
-  Vmrpc__Request req = VMRPC__REQUEST__INIT;
-  Vmrpc__GetOutputRequest go = VMRPC__GET_OUTPUT_REQUEST__INIT;
-  go.vm_id = vm.id;
-  go.func = (char *)func;
-  go.n_path = path_len;
-  go.path = (uint32_t *)path;
-  go.offset = offset;
-  go.max_bytes = c->limits.chunk_bytes;
-  req.op_case = OP(GET_OUTPUT);
-  req.get_output = &go;
-  VM_RETURN_IF_ERROR(vmci_build(c, &req, NULL, 0, out_msg));
-  *out_id = req.id;
-  return VM_STATUS_OK;
+/* Makes *req the GetOutput request (in *go) of up to one chunk at offset. */
+static void get_output_request(const vmc_conn_t *c, vmc_vm_t vm, const char *func,
+                               const uint32_t *path, uint32_t path_len, uint64_t offset,
+                               Vmrpc__Request *req, Vmrpc__GetOutputRequest *go) {
+  go->vm_id = vm.id;
+  go->func = (char *)func;
+  go->n_path = path_len;
+  go->path = (uint32_t *)path;
+  go->offset = offset;
+  go->max_bytes = c->limits.chunk_bytes;
+  req->op_case = OP(GET_OUTPUT);
+  req->get_output = go;
 }
 
 static vm_status_t tout_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
   tout_ctx_t *t = ctx;
-  return get_output_request(t->c, t->vm, t->func, t->path, t->path_len,
-                            (idx + 1) * t->c->limits.chunk_bytes, out_msg, out_id);
+  Vmrpc__Request req = VMRPC__REQUEST__INIT;
+  Vmrpc__GetOutputRequest go = VMRPC__GET_OUTPUT_REQUEST__INIT;
+  get_output_request(t->c, t->vm, t->func, t->path, t->path_len,
+                     (idx + 1) * t->c->limits.chunk_bytes, &req, &go);
+  VM_RETURN_IF_ERROR(vmci_build(t->c, &req, NULL, 0, out_msg));
+  *out_id = req.id;
+  return VM_STATUS_OK;
 }
 
 /* Checks a chunk reply and copies its payload into place. */
@@ -607,16 +590,9 @@ static vm_status_t get_output_impl(vmc_conn_t *c, vmc_vm_t vm, const char *func,
 
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
   Vmrpc__GetOutputRequest go = VMRPC__GET_OUTPUT_REQUEST__INIT;
-  go.vm_id = vm.id;
-  go.func = (char *)func;
-  go.n_path = path_len;
-  go.path = (uint32_t *)path;
-  go.offset = 0;
-  go.max_bytes = c->limits.chunk_bytes;
-  req.op_case = OP(GET_OUTPUT);
-  req.get_output = &go;
+  get_output_request(c, vm, func, path, path_len, 0, &req, &go);
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(vmci_call(c, &req, NULL, 0, ROP(GET_OUTPUT), c->request_timeout_ms, what, &r));
+  VM_RETURN_IF_ERROR(call(c, &req, ROP(GET_OUTPUT), what, &r));
   const Vmrpc__GetOutputResponse *gr = r.resp->get_output;
   const Vmrpc__Value *wv = gr ? gr->value : NULL;
   vm_status_t st = VM_STATUS_OK;
@@ -866,9 +842,7 @@ vm_status_t vmc_save_function(vmc_conn_t *c, vmc_vm_t vm, const char *func, cons
     sf.args = wp;
     req.op_case = OP(SAVE_FUNCTION);
     req.save_function = &sf;
-    vmci_reply_t r;
-    st = vmci_call(c, &req, NULL, 0, ROP(SAVE_FUNCTION), c->request_timeout_ms, what, &r);
-    if (!st) vmci_reply_free(&r);
+    st = call_ack(c, &req, NULL, 0, ROP(SAVE_FUNCTION), what);
   }
 done:
   free(wp);
@@ -917,9 +891,7 @@ vm_status_t vmc_time_evaluate(vmc_conn_t *c, vmc_vm_t vm, const char *func,
   req.op_case = OP(TIME_EVALUATE);
   req.time_evaluate = &te;
   vmci_reply_t r;
-  cancel_arg_t ca = {c, vm};
-  VM_RETURN_IF_ERROR(vmci_call_long(c, &req, ROP(TIME_EVALUATE), long_wait_ms(c, 0), what,
-                                    cancel_on_timeout, &ca, &r));
+  VM_RETURN_IF_ERROR(call_long(c, vm, &req, ROP(TIME_EVALUATE), 0, what, &r));
   const Vmrpc__TimeEvaluateResponse *tr = r.resp->time_evaluate;
   memset(out, 0, sizeof(*out));
   if (!tr) {
@@ -975,9 +947,7 @@ vm_status_t vmc_profile(vmc_conn_t *c, vmc_vm_t vm, const char *func, vmc_profil
   req.op_case = OP(PROFILE);
   req.profile = &pr;
   vmci_reply_t r;
-  cancel_arg_t ca = {c, vm};
-  VM_RETURN_IF_ERROR(
-      vmci_call_long(c, &req, ROP(PROFILE), long_wait_ms(c, 0), what, cancel_on_timeout, &ca, &r));
+  VM_RETURN_IF_ERROR(call_long(c, vm, &req, ROP(PROFILE), 0, what, &r));
   const Vmrpc__ProfileResponse *p = r.resp->profile;
   memset(out, 0, sizeof(*out));
   size_t n = p ? p->n_rows : 0;
@@ -1018,7 +988,7 @@ vm_status_t vmc_stats(vmc_conn_t *c, vmc_stats_t *out) {
   req.op_case = OP(STATS);
   req.stats = &sr;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(vmci_call(c, &req, NULL, 0, ROP(STATS), c->request_timeout_ms, "Stats", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, ROP(STATS), "Stats", &r));
   const Vmrpc__StatsResponse *s = r.resp->stats;
   memset(out, 0, sizeof(*out));
   size_t n = s ? s->n_allocators : 0;

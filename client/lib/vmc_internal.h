@@ -33,7 +33,8 @@ typedef struct vmci_waiter {
 typedef struct vmci_chan {
   struct vmc_conn *conn;
   nng_ctx ctx;
-  nng_aio *aio;
+  nng_aio *aio;  /* with chan_cb: pipelines and long calls */
+  nng_aio *saio; /* no callback: single calls, waited for by the caller */
   int busy;       /* taken from the pool (under conn->mu) */
   int sending;    /* phase of the current op (callback thread only) */
   int done;       /* under waiter->mu */

@@ -297,7 +297,7 @@ vm_status_t vmex_reference_cnn(uint64_t seed, const vmex_cnn_config_t *cfg, cons
   VM_RETURN_IF_ERROR(cnn_weights_make(seed, c, &cw));
   int64_t N = c->n, H = c->h, W = c->w;
   size_t big = (size_t)(N * (c->c1 > c->c2 ? c->c1 : c->c2) * H * W);
-  float *a = malloc(big * sizeof(float)), *t = malloc(big * sizeof(float));
+  float *a = calloc(big, sizeof(float)), *t = calloc(big, sizeof(float));
   float *gp = malloc((size_t)(N * c->c2) * sizeof(float));
   float *logits = malloc((size_t)(N * c->classes) * sizeof(float));
   vm_status_t st = VM_STATUS_OK;

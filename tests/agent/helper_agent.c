@@ -1,10 +1,18 @@
 /* See helper_agent.h. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include "helper_agent.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "test_util.h"
 #include "vm/executable.h"
 
 const char ha_test_program[] =
@@ -206,15 +214,28 @@ int ha_tensor_chunk(hw_conn_t *c, uint64_t transfer, uint64_t offset, const void
   return ha_call(c, &rq, data, len, out);
 }
 
+static void invoke_request(Vmrpc__Request *rq, Vmrpc__InvokeRequest *q, uint64_t vm,
+                           const char *func, uint32_t deadline_ms) {
+  q->vm_id = vm;
+  q->func = (char *)func;
+  q->deadline_ms = deadline_ms;
+  rq->op_case = VMRPC__REQUEST__OP_INVOKE;
+  rq->invoke = q;
+}
+
 int ha_invoke(hw_conn_t *c, uint64_t vm, const char *func, uint32_t deadline_ms, hw_reply_t *out) {
   Vmrpc__Request rq = VMRPC__REQUEST__INIT;
   Vmrpc__InvokeRequest q = VMRPC__INVOKE_REQUEST__INIT;
-  q.vm_id = vm;
-  q.func = (char *)func;
-  q.deadline_ms = deadline_ms;
-  rq.op_case = VMRPC__REQUEST__OP_INVOKE;
-  rq.invoke = &q;
+  invoke_request(&rq, &q, vm, func, deadline_ms);
   return ha_call(c, &rq, NULL, 0, out);
+}
+
+void ha_send_invoke(hw_conn_t *c, int ctx, uint64_t vm, const char *func, uint64_t *out_id) {
+  Vmrpc__Request rq = VMRPC__REQUEST__INIT;
+  Vmrpc__InvokeRequest q = VMRPC__INVOKE_REQUEST__INIT;
+  invoke_request(&rq, &q, vm, func, 0);
+  assert_int_equal(hw_send(c, ctx, &rq, NULL, 0), 0);
+  if (out_id) *out_id = rq.id;
 }
 
 int ha_get_output(hw_conn_t *c, uint64_t vm, const char *func, const uint32_t *path,
@@ -342,4 +363,67 @@ int ha_ping_fresh(const char *url) {
   hw_reply_free(&r);
   hw_close(&c);
   return code;
+}
+
+void ha_open_session(hw_conn_t *c, const char *url) {
+  assert_int_equal(hw_open(c, url), 0);
+  hw_reply_t r;
+  CODE_IS_FREE(hw_hello(c, NULL, &r), 0, &r);
+}
+
+uint64_t ha_upload_ok(hw_conn_t *c, const uint8_t *data, size_t len, size_t chunk) {
+  hw_reply_t r;
+  uint64_t exec = 0;
+  int present = 0;
+  CODE_IS_FREE(ha_upload(c, data, len, chunk, &exec, &present, &r), 0, &r);
+  assert_true(exec > 0);
+  return exec;
+}
+
+uint64_t ha_create_vm_ok(hw_conn_t *c, uint64_t exec_id, const char *selector,
+                         const char *allocator, const char *mode) {
+  hw_reply_t r;
+  uint64_t vm = 0;
+  CODE_IS_FREE(ha_create_vm(c, exec_id, selector, allocator, mode, &vm, &r), 0, &r);
+  return vm;
+}
+
+double ha_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int ha_has_device(vmc_conn_t *c, const char *sel) {
+  vmc_info_t info;
+  vmc_info(c, &info);
+  for (uint32_t i = 0; i < info.num_devices; i++)
+    if (strcmp(info.devices[i].selector, sel) == 0) return 1;
+  return 0;
+}
+
+vmc_vm_t ha_vm_on_device(vmc_conn_t *c, const uint8_t *prog, size_t size, const char *device,
+                         const char *allocator, const char *mode) {
+  if (!ha_has_device(c, device)) {
+    vmc_close(c);
+    skip();
+  }
+  vmc_exec_t ex;
+  ASSERT_OK(vmc_upload_memory(c, prog, size, NULL, NULL, &ex, NULL));
+  vmc_device_spec_t dev = {device, allocator};
+  vmc_vm_t vm;
+  ASSERT_OK(vmc_create_vm(c, ex, &dev, 1, mode, &vm));
+  return vm;
+}
+
+void *ha_spin_main(void *arg) {
+  ha_spin_job_t *j = arg;
+  double t0 = ha_now_s();
+  vm_status_t st = vmc_invoke(j->conn, j->vm, "spin", 0, NULL);
+  j->took = ha_now_s() - t0;
+  j->code = vm_status_code(st);
+  snprintf(j->msg, sizeof(j->msg), "%s", vm_status_message(st));
+  vm_status_free(st);
+  __atomic_store_n(&j->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
 }

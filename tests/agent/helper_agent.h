@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "helper_wire.h"
+#include "vmclient.h"
 
 /* The test program (text form), built by ha_test_exec():
  *   main(x: float32[?]) -> (x, shape_of(x))
@@ -69,5 +70,63 @@ int ha_list_devices(hw_conn_t *c, hw_reply_t *out);
 
 /* Ping on a fresh connection: 0 when the agent answers OK. */
 int ha_ping_fresh(const char *url);
+
+/* ------------------------------------------------------------ cmocka
+ * For the suites, which include <cmocka.h> before this header. */
+
+/* Fails unless expr gives status code want, quoting reply r's message. */
+#define CODE_IS(expr, want, r)                                                                \
+  do {                                                                                        \
+    int ci_code_ = (expr);                                                                    \
+    if (ci_code_ != (want))                                                                   \
+      fail_msg("%s: code %d (%s), expected %d", #expr, ci_code_, hw_message(r), (int)(want)); \
+  } while (0)
+
+/* CODE_IS, then frees reply r. */
+#define CODE_IS_FREE(expr, want, r) \
+  do {                              \
+    CODE_IS(expr, want, r);         \
+    hw_reply_free(r);               \
+  } while (0)
+
+/* hw_call of rq (+ payload), which must get a reply, with code want. */
+#define CALL_CODE_IS(c, rq, payload, len, want, r)        \
+  do {                                                    \
+    assert_int_equal(hw_call(c, rq, payload, len, r), 0); \
+    CODE_IS(hw_code(r), want, r);                         \
+  } while (0)
+
+/* Opens c to url and says Hello: both must succeed. */
+void ha_open_session(hw_conn_t *c, const char *url);
+/* ha_upload(), which must succeed; returns the executable id. */
+uint64_t ha_upload_ok(hw_conn_t *c, const uint8_t *data, size_t len, size_t chunk);
+/* ha_create_vm(), which must succeed; returns the vm id. */
+uint64_t ha_create_vm_ok(hw_conn_t *c, uint64_t exec_id, const char *selector,
+                         const char *allocator, const char *mode);
+/* Sends an Invoke of func on context ctx without waiting for its reply;
+ * *out_id (may be NULL) receives the request id. */
+void ha_send_invoke(hw_conn_t *c, int ctx, uint64_t vm, const char *func, uint64_t *out_id);
+
+/* ------------------------------------------------------------ libvmclient */
+
+/* Monotonic clock in seconds. */
+double ha_now_s(void);
+/* Whether the agent behind c lists the device selector sel. */
+int ha_has_device(vmc_conn_t *c, const char *sel);
+/* Skips the test (closing c) unless the agent has device; else uploads
+ * prog and creates a VM on device with allocator and mode (may be NULL). */
+vmc_vm_t ha_vm_on_device(vmc_conn_t *c, const uint8_t *prog, size_t size, const char *device,
+                         const char *allocator, const char *mode);
+
+/* An endless invoke of "spin", run on a thread by ha_spin_main(). */
+typedef struct ha_spin_job {
+  vmc_conn_t *conn;
+  vmc_vm_t vm;
+  vm_code_t code;
+  char msg[512];
+  volatile int done;
+  double took;
+} ha_spin_job_t;
+void *ha_spin_main(void *arg);
 
 #endif

@@ -26,13 +26,6 @@ static agent_proc_t g_agent;
 static uint8_t *g_prog;
 static size_t g_prog_len;
 
-#define CODE_IS(expr, want, r)                                                                \
-  do {                                                                                        \
-    int ci_code_ = (expr);                                                                    \
-    if (ci_code_ != (want))                                                                   \
-      fail_msg("%s: code %d (%s), expected %d", #expr, ci_code_, hw_message(r), (int)(want)); \
-  } while (0)
-
 /* Asserts the message contains sub, then frees the reply. */
 static void expect_msg(hw_reply_t *r, const char *sub) {
   if (!strstr(hw_message(r), sub)) fail_msg("message '%s' lacks '%s'", hw_message(r), sub);
@@ -57,28 +50,13 @@ static void ping_ok(hw_conn_t *c) {
   hw_reply_t r;
   uint64_t saved = c->session;
   c->session = 0;
-  CODE_IS(ha_ping(c, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_ping(c, &r), 0, &r);
   c->session = saved;
   assert_int_equal(ha_ping_fresh(g_agent.url), 0);
 }
 
-static void open_session(hw_conn_t *c) {
-  assert_int_equal(hw_open(c, g_agent.url), 0);
-  hw_reply_t r;
-  CODE_IS(hw_hello(c, NULL, &r), 0, &r);
-  hw_reply_free(&r);
-}
-
 static uint64_t setup_vm(hw_conn_t *c) {
-  hw_reply_t r;
-  uint64_t exec = 0, vm = 0;
-  int present;
-  CODE_IS(ha_upload(c, g_prog, g_prog_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_create_vm(c, exec, "cpu", NULL, NULL, &vm, &r), 0, &r);
-  hw_reply_free(&r);
-  return vm;
+  return ha_create_vm_ok(c, ha_upload_ok(c, g_prog, g_prog_len, CHUNK), "cpu", NULL, NULL);
 }
 
 /* ------------------------------------------------------------ framing */
@@ -138,7 +116,7 @@ static void test_garbage_bodies(void **state) {
 static void test_truncated_frame(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
+  ha_open_session(&c, g_agent.url);
   Vmrpc__Request rq = VMRPC__REQUEST__INIT;
   Vmrpc__InvokeRequest q = VMRPC__INVOKE_REQUEST__INIT;
   q.vm_id = 1;
@@ -168,7 +146,7 @@ static void test_truncated_frame(void **state) {
 static void test_oversized_message_is_dropped(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
+  ha_open_session(&c, g_agent.url);
   /* max message = 4K + 64K: nng refuses it before the agent sees it and
    * closes the connection (with its sessions); no reply comes. */
   size_t n = 200 * 1024;
@@ -181,14 +159,14 @@ static void test_oversized_message_is_dropped(void **state) {
   hw_close(&c);
   assert_int_equal(ha_ping_fresh(g_agent.url), 0);
   /* A message right at the limit is served. */
-  open_session(&c);
+  ha_open_session(&c, g_agent.url);
   uint64_t vm = setup_vm(&c);
   int64_t shape[1] = {16 * 1024}; /* 64 KiB of float32: inline, > chunk */
   size_t bytes = 64 * 1024;
   uint8_t *x = calloc(1, bytes);
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", shape, 1, bytes, x, bytes, &r), 0,
-          &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(
+      ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", shape, 1, bytes, x, bytes, &r), 0,
+      &r);
   free(x);
   ping_ok(&c);
   hw_close(&c);
@@ -222,8 +200,7 @@ static void test_unexpected_payload(void **state) {
   rq.op_case = VMRPC__REQUEST__OP_PING;
   rq.ping = &q;
   hw_reply_t r;
-  assert_int_equal(hw_call(&c, &rq, "xyz", 3, &r), 0);
-  CODE_IS(hw_code(&r), VM_INVALID_ARGUMENT, &r);
+  CALL_CODE_IS(&c, &rq, "xyz", 3, VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "carries no payload");
   ping_ok(&c);
   hw_close(&c);
@@ -239,9 +216,8 @@ static void test_sessions_and_handles(void **state) {
   /* No session yet. */
   CODE_IS(ha_list_devices(&a, &r), VM_FAILED_PRECONDITION, &r);
   expect_msg(&r, "no session: send Hello first");
-  CODE_IS(hw_hello(&a, NULL, &r), 0, &r);
-  hw_reply_free(&r);
-  open_session(&b);
+  CODE_IS_FREE(hw_hello(&a, NULL, &r), 0, &r);
+  ha_open_session(&b, g_agent.url);
   uint64_t vm_a = setup_vm(&a);
   /* A's session id on B's connection looks exactly like an unknown id. */
   uint64_t b_session = b.session;
@@ -261,14 +237,11 @@ static void test_sessions_and_handles(void **state) {
   snprintf(want, sizeof(want), "vm %llu not found in this session", (unsigned long long)vm_a);
   expect_msg(&r, want);
   /* Stale handle: freed VM. */
-  CODE_IS(ha_free_vm(&a, vm_a, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_free_vm(&a, vm_a, &r), 0, &r);
   CODE_IS(ha_set_input_int(&a, vm_a, "ident", 0, 1, &r), VM_NOT_FOUND, &r);
   expect_msg(&r, want);
-  CODE_IS(ha_free_vm(&a, vm_a, &r), VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_cancel(&a, 0, vm_a, &r), VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_free_vm(&a, vm_a, &r), VM_NOT_FOUND, &r);
+  CODE_IS_FREE(ha_cancel(&a, 0, vm_a, &r), VM_NOT_FOUND, &r);
   /* Ids are never reused: a new VM gets a new id. */
   uint64_t vm2 = setup_vm(&a);
   assert_true(vm2 > vm_a);
@@ -290,8 +263,7 @@ static void test_version_and_token_free_hello(void **state) {
   rq.op_case = VMRPC__REQUEST__OP_HELLO;
   rq.hello = &h;
   hw_reply_t r;
-  assert_int_equal(hw_call(&c, &rq, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), VM_FAILED_PRECONDITION, &r);
+  CALL_CODE_IS(&c, &rq, NULL, 0, VM_FAILED_PRECONDITION, &r);
   expect_msg(&r,
              "protocol version 2.3 is not supported by this agent (1.0); use a vmclient of "
              "the same major version");
@@ -299,12 +271,10 @@ static void test_version_and_token_free_hello(void **state) {
   h.protocol_major = 1;
   h.protocol_minor = 9;
   rq.id = 0;
-  assert_int_equal(hw_call(&c, &rq, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), 0, &r);
+  CALL_CODE_IS(&c, &rq, NULL, 0, 0, &r);
   hw_reply_free(&r);
   /* A token sent to an agent without one is ignored. */
-  CODE_IS(hw_hello(&c, "anything", &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(hw_hello(&c, "anything", &r), 0, &r);
   ping_ok(&c);
   hw_close(&c);
 }
@@ -314,7 +284,7 @@ static void test_version_and_token_free_hello(void **state) {
 static void test_tensor_mismatches(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
+  ha_open_session(&c, g_agent.url);
   uint64_t vm = setup_vm(&c);
   hw_reply_t r;
   int32_t xi[4] = {1, 2, 3, 4};
@@ -325,71 +295,54 @@ static void test_tensor_mismatches(void **state) {
           VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "int32");
   /* Wrong rank. */
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", s2, 2, 16, xf, 16, &r),
-          VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", s2, 2, 16, xf, 16, &r),
+               VM_INVALID_ARGUMENT, &r);
   /* nbytes that does not match shape x dtype. */
   CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", s1, 1, 12, xf, 12, &r),
           VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "claims 12 bytes");
   /* Payload shorter / longer than nbytes. */
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", s1, 1, 16, xf, 8, &r),
-          VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", s1, 1, 16, xf, 8, &r),
+               VM_INVALID_ARGUMENT, &r);
   uint8_t more[20] = {0};
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", s1, 1, 16, more, 20, &r),
-          VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", s1, 1, 16, more, 20, &r),
+               VM_INVALID_ARGUMENT, &r);
   /* Unknown dtype, negative dim, too many dims. */
   CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float33", s1, 1, 16, xf, 16, &r),
           VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "unknown dtype");
   int64_t neg[1] = {-4};
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", neg, 1, 16, xf, 16, &r),
-          VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", neg, 1, 16, xf, 16, &r),
+               VM_INVALID_ARGUMENT, &r);
   int64_t many[17] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", many, 17, 4, xf, 4, &r),
-          VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", many, 17, 4, xf, 4, &r),
+               VM_INVALID_ARGUMENT, &r);
   /* Overflowing shape: checked before anything is allocated. */
   int64_t huge[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
-  CODE_IS(ha_tensor_begin(&c, vm, "float32", huge, 2, 0, &(uint64_t){0}, &r), VM_INVALID_ARGUMENT,
-          &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_begin(&c, vm, "float32", huge, 2, 0, &(uint64_t){0}, &r),
+               VM_INVALID_ARGUMENT, &r);
   /* Unknown function and parameter, index out of range. */
-  CODE_IS(ha_set_input_tensor(&c, vm, "nope", 0, NULL, "float32", s1, 1, 16, xf, 16, &r),
-          VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", -1, "y", "float32", s1, 1, 16, xf, 16, &r),
-          VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_set_input_int(&c, vm, "ident", 5, 1, &r), VM_OUT_OF_RANGE, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "nope", 0, NULL, "float32", s1, 1, 16, xf, 16, &r),
+               VM_NOT_FOUND, &r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "main", -1, "y", "float32", s1, 1, 16, xf, 16, &r),
+               VM_NOT_FOUND, &r);
+  CODE_IS_FREE(ha_set_input_int(&c, vm, "ident", 5, 1, &r), VM_OUT_OF_RANGE, &r);
   /* Neither index nor name. */
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", -1, NULL, "float32", s1, 1, 16, xf, 16, &r),
-          VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "main", -1, NULL, "float32", s1, 1, 16, xf, 16, &r),
+               VM_INVALID_ARGUMENT, &r);
   /* Empty function name. */
-  CODE_IS(ha_invoke(&c, vm, "", 0, &r), VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "", 0, &r), VM_INVALID_ARGUMENT, &r);
   /* Invoke with a missing input; output before any invoke. */
-  CODE_IS(ha_invoke(&c, vm, "main", 0, &r), VM_FAILED_PRECONDITION, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_get_output(&c, vm, "main", NULL, 0, 0, 0, &r), VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "main", 0, &r), VM_FAILED_PRECONDITION, &r);
+  CODE_IS_FREE(ha_get_output(&c, vm, "main", NULL, 0, 0, 0, &r), VM_NOT_FOUND, &r);
   /* A good input, then out-of-range output reads. */
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", s1, 1, 16, xf, 16, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_invoke(&c, vm, "main", 0, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", s1, 1, 16, xf, 16, &r), 0,
+               &r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "main", 0, &r), 0, &r);
   uint32_t p0[1] = {0}, p9[1] = {9}, p1[1] = {1};
-  CODE_IS(ha_get_output(&c, vm, "main", p0, 1, 17, 0, &r), VM_OUT_OF_RANGE, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_get_output(&c, vm, "main", p9, 1, 0, 0, &r), VM_OUT_OF_RANGE, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_get_output(&c, vm, "main", p1, 1, 4, 0, &r), VM_OUT_OF_RANGE, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_get_output(&c, vm, "main", p0, 1, 17, 0, &r), VM_OUT_OF_RANGE, &r);
+  CODE_IS_FREE(ha_get_output(&c, vm, "main", p9, 1, 0, 0, &r), VM_OUT_OF_RANGE, &r);
+  CODE_IS_FREE(ha_get_output(&c, vm, "main", p1, 1, 4, 0, &r), VM_OUT_OF_RANGE, &r);
   ping_ok(&c);
   hw_close(&c);
 }
@@ -397,42 +350,35 @@ static void test_tensor_mismatches(void **state) {
 static void test_chunk_rules(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
+  ha_open_session(&c, g_agent.url);
   uint64_t vm = setup_vm(&c);
   hw_reply_t r;
   int64_t shape[1] = {2500}; /* 10000 bytes: chunks 4096, 4096, 1808 */
   uint64_t t = 0;
   uint8_t *data = calloc(1, 10000);
-  CODE_IS(ha_tensor_begin(&c, vm, "float32", shape, 1, 10000, &t, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_begin(&c, vm, "float32", shape, 1, 10000, &t, &r), 0, &r);
   CODE_IS(ha_tensor_chunk(&c, t, 5 * CHUNK, data, CHUNK, &r), VM_OUT_OF_RANGE, &r);
   expect_msg(&r, "past the announced size");
   CODE_IS(ha_tensor_chunk(&c, t, 100, data, CHUNK, &r), VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "not a multiple of the chunk size");
   CODE_IS(ha_tensor_chunk(&c, t, 0, data, 100, &r), VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "expected 4096");
-  CODE_IS(ha_tensor_chunk(&c, t, 2 * CHUNK, data, CHUNK, &r), VM_OUT_OF_RANGE, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_chunk(&c, t, 2 * CHUNK, data, CHUNK, &r), VM_OUT_OF_RANGE, &r);
   CODE_IS(ha_tensor_chunk(&c, t, 2 * CHUNK, data, 100, &r), VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "expected 1808");
-  CODE_IS(ha_tensor_chunk(&c, t, 0, data, CHUNK, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_chunk(&c, t, 0, data, CHUNK, &r), 0, &r);
   CODE_IS(ha_tensor_chunk(&c, t, 0, data, CHUNK, &r), VM_ALREADY_EXISTS, &r);
   expect_msg(&r, "already sent");
   CODE_IS(ha_set_input_ref(&c, vm, "main", 0, t, &r), VM_FAILED_PRECONDITION, &r);
   expect_msg(&r, "upload incomplete: 4096 of 10000 bytes received");
-  CODE_IS(ha_tensor_chunk(&c, 987654, 0, data, CHUNK, &r), VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_chunk(&c, 987654, 0, data, CHUNK, &r), VM_NOT_FOUND, &r);
   /* Completing it makes it usable; refs to another VM's transfer fail. */
-  CODE_IS(ha_tensor_chunk(&c, t, 2 * CHUNK, data, 1808, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_tensor_chunk(&c, t, CHUNK, data, CHUNK, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_chunk(&c, t, 2 * CHUNK, data, 1808, &r), 0, &r);
+  CODE_IS_FREE(ha_tensor_chunk(&c, t, CHUNK, data, CHUNK, &r), 0, &r);
   uint64_t vm2 = setup_vm(&c);
   CODE_IS(ha_set_input_ref(&c, vm2, "main", 0, t, &r), VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "was begun for vm");
-  CODE_IS(ha_set_input_ref(&c, vm, "main", 0, t, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_ref(&c, vm, "main", 0, t, &r), 0, &r);
 
   /* Uploads follow the same rules. */
   uint8_t sha[32];
@@ -443,27 +389,19 @@ static void test_chunk_rules(void **state) {
   uint64_t up = r.rs->upload_begin->upload_id;
   assert_false(r.rs->upload_begin->present);
   hw_reply_free(&r);
-  CODE_IS(ha_upload_chunk(&c, up, 3 * CHUNK, data, 10, &r), VM_OUT_OF_RANGE, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_upload_chunk(&c, up, 1, data, CHUNK, &r), VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_upload_chunk(&c, up, CHUNK, data, CHUNK - 1, &r), VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_upload_chunk(&c, up, CHUNK, data, CHUNK, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_upload_chunk(&c, up, CHUNK, data, CHUNK, &r), VM_ALREADY_EXISTS, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload_chunk(&c, up, 3 * CHUNK, data, 10, &r), VM_OUT_OF_RANGE, &r);
+  CODE_IS_FREE(ha_upload_chunk(&c, up, 1, data, CHUNK, &r), VM_INVALID_ARGUMENT, &r);
+  CODE_IS_FREE(ha_upload_chunk(&c, up, CHUNK, data, CHUNK - 1, &r), VM_INVALID_ARGUMENT, &r);
+  CODE_IS_FREE(ha_upload_chunk(&c, up, CHUNK, data, CHUNK, &r), 0, &r);
+  CODE_IS_FREE(ha_upload_chunk(&c, up, CHUNK, data, CHUNK, &r), VM_ALREADY_EXISTS, &r);
   CODE_IS(ha_upload_commit(&c, up, &r), VM_FAILED_PRECONDITION, &r);
   expect_msg(&r, "upload incomplete: 4096 of 10000 bytes received");
-  CODE_IS(ha_upload_chunk(&c, up, 0, data, CHUNK, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_upload_chunk(&c, up, 2 * CHUNK, data, 1808, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload_chunk(&c, up, 0, data, CHUNK, &r), 0, &r);
+  CODE_IS_FREE(ha_upload_chunk(&c, up, 2 * CHUNK, data, 1808, &r), 0, &r);
   /* The bytes do not hash to the announced identity. */
   CODE_IS(ha_upload_commit(&c, up, &r), VM_DATA_LOSS, &r);
   expect_msg(&r, "executable hash mismatch");
-  CODE_IS(ha_upload_commit(&c, up, &r), VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload_commit(&c, up, &r), VM_NOT_FOUND, &r);
   free(data);
   ping_ok(&c);
   hw_close(&c);
@@ -472,7 +410,7 @@ static void test_chunk_rules(void **state) {
 static void test_upload_rules(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
+  ha_open_session(&c, g_agent.url);
   hw_reply_t r;
   Vmrpc__Request rq = VMRPC__REQUEST__INIT;
   Vmrpc__UploadBeginRequest q = VMRPC__UPLOAD_BEGIN_REQUEST__INIT;
@@ -482,27 +420,23 @@ static void test_upload_rules(void **state) {
   q.size = 100;
   rq.op_case = VMRPC__REQUEST__OP_UPLOAD_BEGIN;
   rq.upload_begin = &q;
-  assert_int_equal(hw_call(&c, &rq, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), VM_INVALID_ARGUMENT, &r);
+  CALL_CODE_IS(&c, &rq, NULL, 0, VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "sha256 must be 32 bytes");
-  CODE_IS(ha_upload_begin(&c, sha, 0, &r), VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload_begin(&c, sha, 0, &r), VM_INVALID_ARGUMENT, &r);
   CODE_IS(ha_upload_begin(&c, sha, (1u << 20) + 1, &r), VM_RESOURCE_EXHAUSTED, &r);
   expect_msg(&r, "exceeds this agent's limit");
-  CODE_IS(ha_upload_begin(&c, sha, UINT64_MAX, &r), VM_RESOURCE_EXHAUSTED, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload_begin(&c, sha, UINT64_MAX, &r), VM_RESOURCE_EXHAUSTED, &r);
   /* Bytes that hash right but are no executable: the verifier's error. */
   uint8_t junk[100];
   memset(junk, 0x42, sizeof(junk));
   uint64_t exec;
   int present;
-  CODE_IS(ha_upload(&c, junk, sizeof(junk), CHUNK, &exec, &present, &r), VM_INVALID_ARGUMENT, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload(&c, junk, sizeof(junk), CHUNK, &exec, &present, &r), VM_INVALID_ARGUMENT,
+               &r);
   /* Too many uploads in flight. */
   for (int i = 0; i < 4; i++) {
     sha[0] = (uint8_t)(i + 1);
-    CODE_IS(ha_upload_begin(&c, sha, 1000, &r), 0, &r);
-    hw_reply_free(&r);
+    CODE_IS_FREE(ha_upload_begin(&c, sha, 1000, &r), 0, &r);
   }
   sha[0] = 9;
   CODE_IS(ha_upload_begin(&c, sha, 1000, &r), VM_RESOURCE_EXHAUSTED, &r);
@@ -514,22 +448,19 @@ static void test_upload_rules(void **state) {
 static void test_create_vm_rules(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
+  ha_open_session(&c, g_agent.url);
   hw_reply_t r;
   uint64_t exec = 0, vm = 0;
   int present;
-  CODE_IS(ha_upload(&c, g_prog, g_prog_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload(&c, g_prog, g_prog_len, CHUNK, &exec, &present, &r), 0, &r);
   CODE_IS(ha_create_vm(&c, exec, "opencl:7", NULL, NULL, &vm, &r), VM_NOT_FOUND, &r);
   expect_msg(&r, "this agent has: cpu");
   CODE_IS(ha_create_vm(&c, exec, "cpu", "fancy", NULL, &vm, &r), VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "unknown allocator 'fancy'");
   CODE_IS(ha_create_vm(&c, exec, "cpu", NULL, "jit", &vm, &r), VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "unknown exec_mode 'jit'");
-  CODE_IS(ha_create_vm(&c, exec + 100, "cpu", NULL, NULL, &vm, &r), VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_create_vm(&c, exec, "cpu", "naive", "compiled", &vm, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_create_vm(&c, exec + 100, "cpu", NULL, NULL, &vm, &r), VM_NOT_FOUND, &r);
+  CODE_IS_FREE(ha_create_vm(&c, exec, "cpu", "naive", "compiled", &vm, &r), 0, &r);
   /* Missing builtins: one NOT_FOUND naming all of them. */
   uint8_t *bad;
   size_t bad_len;
@@ -542,8 +473,7 @@ static void test_create_vm_rules(void **state) {
                                  "}\n",
                                  &bad, &bad_len),
                    0);
-  CODE_IS(ha_upload(&c, bad, bad_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload(&c, bad, bad_len, CHUNK, &exec, &present, &r), 0, &r);
   free(bad);
   CODE_IS(ha_create_vm(&c, exec, "cpu", NULL, NULL, &vm, &r), VM_NOT_FOUND, &r);
   if (!strstr(hw_message(&r), "test.missing_one") || !strstr(hw_message(&r), "test.missing_two"))
@@ -556,11 +486,10 @@ static void test_create_vm_rules(void **state) {
 static void test_time_evaluate_limits(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
+  ha_open_session(&c, g_agent.url);
   uint64_t vm = setup_vm(&c);
   hw_reply_t r;
-  CODE_IS(ha_set_input_int(&c, vm, "ident", 0, 1, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_int(&c, vm, "ident", 0, 1, &r), 0, &r);
   Vmrpc__Request rq = VMRPC__REQUEST__INIT;
   Vmrpc__TimeEvaluateRequest q = VMRPC__TIME_EVALUATE_REQUEST__INIT;
   q.vm_id = vm;
@@ -569,34 +498,29 @@ static void test_time_evaluate_limits(void **state) {
   rq.op_case = VMRPC__REQUEST__OP_TIME_EVALUATE;
   rq.time_evaluate = &q;
   q.repeat = 2049;
-  assert_int_equal(hw_call(&c, &rq, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), VM_INVALID_ARGUMENT, &r);
+  CALL_CODE_IS(&c, &rq, NULL, 0, VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "repeat 2049 exceeds");
   q.repeat = 1;
   q.cooldown_interval_ms = 3600 * 1000;
   rq.id = 0;
-  assert_int_equal(hw_call(&c, &rq, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), VM_INVALID_ARGUMENT, &r);
+  CALL_CODE_IS(&c, &rq, NULL, 0, VM_INVALID_ARGUMENT, &r);
   expect_msg(&r, "cooldown_interval_ms");
   q.cooldown_interval_ms = 0;
   q.cache_flush_bytes = UINT64_MAX;
   rq.id = 0;
-  assert_int_equal(hw_call(&c, &rq, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), VM_RESOURCE_EXHAUSTED, &r);
+  CALL_CODE_IS(&c, &rq, NULL, 0, VM_RESOURCE_EXHAUSTED, &r);
   expect_msg(&r, "cache_flush_bytes");
   q.cache_flush_bytes = 0;
   q.number = -3;
   q.defaults = 0;
   rq.id = 0;
-  assert_int_equal(hw_call(&c, &rq, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), VM_INVALID_ARGUMENT, &r);
+  CALL_CODE_IS(&c, &rq, NULL, 0, VM_INVALID_ARGUMENT, &r);
   hw_reply_free(&r);
   q.func = (char *)"nope";
   q.defaults = 1;
   q.number = 0;
   rq.id = 0;
-  assert_int_equal(hw_call(&c, &rq, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), VM_NOT_FOUND, &r);
+  CALL_CODE_IS(&c, &rq, NULL, 0, VM_NOT_FOUND, &r);
   hw_reply_free(&r);
   ping_ok(&c);
   hw_close(&c);
@@ -619,20 +543,15 @@ static void test_token(void **state) {
   assert_int_equal(hw_open(&c, p.url), 0);
   hw_reply_t r;
   /* Ping needs no session (nor token). */
-  CODE_IS(ha_ping(&c, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_ping(&c, &r), 0, &r);
   CODE_IS(hw_hello(&c, NULL, &r), VM_UNAUTHENTICATED, &r);
   expect_msg(&r, "pass --token or --token-file");
   CODE_IS(hw_hello(&c, "s3cret-token-valuE", &r), VM_UNAUTHENTICATED, &r);
   expect_msg(&r, "pass --token or --token-file");
-  CODE_IS(hw_hello(&c, "s3cret", &r), VM_UNAUTHENTICATED, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_list_devices(&c, &r), VM_FAILED_PRECONDITION, &r);
-  hw_reply_free(&r);
-  CODE_IS(hw_hello(&c, "s3cret-token-value", &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_list_devices(&c, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(hw_hello(&c, "s3cret", &r), VM_UNAUTHENTICATED, &r);
+  CODE_IS_FREE(ha_list_devices(&c, &r), VM_FAILED_PRECONDITION, &r);
+  CODE_IS_FREE(hw_hello(&c, "s3cret-token-value", &r), 0, &r);
+  CODE_IS_FREE(ha_list_devices(&c, &r), 0, &r);
   hw_close(&c);
   assert_int_equal(agent_proc_stop(&p), 0);
   unlink(path);
@@ -648,18 +567,13 @@ static void test_max_sessions(void **state) {
   assert_int_equal(hw_open(&c1, p.url), 0);
   assert_int_equal(hw_open(&c2, p.url), 0);
   assert_int_equal(hw_open(&c3, p.url), 0);
-  CODE_IS(hw_hello(&c1, NULL, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(hw_hello(&c2, NULL, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(hw_hello(&c1, NULL, &r), 0, &r);
+  CODE_IS_FREE(hw_hello(&c2, NULL, &r), 0, &r);
   CODE_IS(hw_hello(&c3, NULL, &r), VM_RESOURCE_EXHAUSTED, &r);
   expect_msg(&r, "the agent serves 2 sessions, its limit (--max-sessions 2)");
-  CODE_IS(ha_ping(&c3, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_goodbye(&c1, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(hw_hello(&c3, NULL, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_ping(&c3, &r), 0, &r);
+  CODE_IS_FREE(ha_goodbye(&c1, &r), 0, &r);
+  CODE_IS_FREE(hw_hello(&c3, NULL, &r), 0, &r);
   /* A closed connection frees its slot too (asynchronously). */
   hw_close(&c2);
   int code = -1;
@@ -674,16 +588,6 @@ static void test_max_sessions(void **state) {
   assert_int_equal(agent_proc_stop(&p), 0);
 }
 
-static void send_spin(hw_conn_t *c, int ctx, uint64_t vm) {
-  Vmrpc__Request rq = VMRPC__REQUEST__INIT;
-  Vmrpc__InvokeRequest q = VMRPC__INVOKE_REQUEST__INIT;
-  q.vm_id = vm;
-  q.func = (char *)"spin";
-  rq.op_case = VMRPC__REQUEST__OP_INVOKE;
-  rq.invoke = &q;
-  assert_int_equal(hw_send(c, ctx, &rq, NULL, 0), 0);
-}
-
 /* Invocations queued behind a busy device hold their workers; the pool
  * grows so that Ping and Cancel still get through, and a cancel ends a
  * wait for the device. */
@@ -694,35 +598,27 @@ static void test_device_queue_keeps_a_worker_free(void **state) {
   assert_int_equal(agent_proc_start(&p, args), 0);
   hw_conn_t c;
   hw_reply_t r;
-  assert_int_equal(hw_open(&c, p.url), 0);
-  CODE_IS(hw_hello(&c, NULL, &r), 0, &r);
-  hw_reply_free(&r);
+  ha_open_session(&c, p.url);
   enum { N = 5 };
   uint64_t vm[N];
   for (int i = 0; i < N; i++) vm[i] = setup_vm(&c);
-  for (int i = 0; i < N; i++) send_spin(&c, 1 + i, vm[i]); /* 1 runs, 4 wait */
+  for (int i = 0; i < N; i++) ha_send_invoke(&c, 1 + i, vm[i], "spin", NULL); /* 1 runs, 4 wait */
   usleep(300000);
   for (int i = 0; i < 3; i++) {
-    CODE_IS(ha_ping(&c, &r), 0, &r);
-    hw_reply_free(&r);
-    CODE_IS(ha_stats(&c, &r), 0, &r);
-    hw_reply_free(&r);
+    CODE_IS_FREE(ha_ping(&c, &r), 0, &r);
+    CODE_IS_FREE(ha_stats(&c, &r), 0, &r);
   }
   /* Waiting ones first, the running one last: all end CANCELLED. */
   for (int i = N; i-- > 0;) {
-    CODE_IS(ha_cancel(&c, 10, vm[i], &r), 0, &r);
-    hw_reply_free(&r);
+    CODE_IS_FREE(ha_cancel(&c, 10, vm[i], &r), 0, &r);
   }
   for (int i = 0; i < N; i++) {
     assert_int_equal(hw_recv(&c, 1 + i, &r, 10000), 0);
-    CODE_IS(hw_code(&r), VM_CANCELLED, &r);
-    hw_reply_free(&r);
+    CODE_IS_FREE(hw_code(&r), VM_CANCELLED, &r);
   }
   /* Everything still works, and the agent stops cleanly. */
-  CODE_IS(ha_set_input_int(&c, vm[0], "ident", 0, 1, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_invoke(&c, vm[0], "ident", 0, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_int(&c, vm[0], "ident", 0, 1, &r), 0, &r);
+  CODE_IS_FREE(ha_invoke(&c, vm[0], "ident", 0, &r), 0, &r);
   hw_close(&c);
   assert_int_equal(agent_proc_stop(&p), 0);
 }
@@ -739,21 +635,14 @@ static void test_session_mem_limit(void **state) {
   CODE_IS(hw_hello(&c, NULL, &r), 0, &r);
   assert_int_equal(r.rs->hello->limits->session_mem_bytes, 64 * 1024);
   hw_reply_free(&r);
-  uint64_t exec = 0, vm = 0, t = 0;
-  int present;
-  CODE_IS(ha_upload(&c, g_prog, g_prog_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_create_vm(&c, exec, "cpu", NULL, NULL, &vm, &r), 0, &r);
-  hw_reply_free(&r);
+  uint64_t vm = setup_vm(&c), t = 0;
   int64_t big[1] = {1 << 18}; /* 1 MiB */
   CODE_IS(ha_tensor_begin(&c, vm, "float32", big, 1, 1 << 20, &t, &r), VM_RESOURCE_EXHAUSTED, &r);
   expect_msg(&r, "session memory limit");
   int64_t small[1] = {1024}; /* 4 KiB fits */
-  CODE_IS(ha_tensor_begin(&c, vm, "float32", small, 1, 4096, &t, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_begin(&c, vm, "float32", small, 1, 4096, &t, &r), 0, &r);
   uint8_t sha[32] = {7};
-  CODE_IS(ha_upload_begin(&c, sha, 100000, &r), VM_RESOURCE_EXHAUSTED, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload_begin(&c, sha, 100000, &r), VM_RESOURCE_EXHAUSTED, &r);
   hw_close(&c);
   assert_int_equal(agent_proc_stop(&p), 0);
 }

@@ -39,13 +39,6 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-#define CODE_IS(expr, want, r)                                                                \
-  do {                                                                                        \
-    int ci_code_ = (expr);                                                                    \
-    if (ci_code_ != (want))                                                                   \
-      fail_msg("%s: code %d (%s), expected %d", #expr, ci_code_, hw_message(r), (int)(want)); \
-  } while (0)
-
 static int setup(void **state) {
   (void)state;
   const char *args[] = {"--chunk-size", "4K", "--workers", "4", NULL};
@@ -71,28 +64,15 @@ static int teardown(void **state) {
 }
 
 static void open_session(hw_conn_t *c) {
-  assert_int_equal(hw_open(c, g_agent.url), 0);
-  hw_reply_t r;
-  CODE_IS(hw_hello(c, NULL, &r), 0, &r);
-  hw_reply_free(&r);
+  ha_open_session(c, g_agent.url);
 }
 
-static uint64_t upload_prog(hw_conn_t *c) {
-  hw_reply_t r;
-  uint64_t exec = 0;
-  int present = 0;
-  CODE_IS(ha_upload(c, g_prog, g_prog_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
-  assert_true(exec > 0);
-  return exec;
-}
-
-static uint64_t make_vm(hw_conn_t *c, uint64_t exec, const char *sel) {
-  hw_reply_t r;
-  uint64_t vm = 0;
-  CODE_IS(ha_create_vm(c, exec, sel, "pooled", "bytecode", &vm, &r), 0, &r);
-  hw_reply_free(&r);
-  return vm;
+/* A session with the test program loaded in a VM on sel. */
+static uint64_t session_vm(hw_conn_t *c, const char *sel, uint64_t *out_exec) {
+  open_session(c);
+  uint64_t exec = ha_upload_ok(c, g_prog, g_prog_len, CHUNK);
+  if (out_exec) *out_exec = exec;
+  return ha_create_vm_ok(c, exec, sel, "pooled", "bytecode");
 }
 
 /* ------------------------------------------------------------------ */
@@ -135,38 +115,38 @@ static void test_hello_and_list_devices(void **state) {
   hw_close(&c);
 }
 
+/* The serialised MLP example with `layers` layers; *out is malloc'ed. */
+static uint8_t *mlp_bytes(int layers, size_t *out_len) {
+  vm_executable_t *e = NULL;
+  ASSERT_OK(vmex_build_mlp(layers, NULL, &e, NULL));
+  uint8_t *mlp;
+  ASSERT_OK(vm_executable_write(e, &mlp, out_len));
+  vm_executable_free(e);
+  return mlp;
+}
+
 static void test_upload_store_hit(void **state) {
   (void)state;
   hw_conn_t a, b;
   open_session(&a);
   open_session(&b);
   /* The MLP is ~1 MiB: many 4K chunks, sent last-first. */
-  vm_executable_t *e = NULL;
-  ASSERT_OK(vmex_build_mlp(3, NULL, &e, NULL));
-  uint8_t *mlp;
   size_t mlp_len;
-  ASSERT_OK(vm_executable_write(e, &mlp, &mlp_len));
-  vm_executable_free(e);
+  uint8_t *mlp = mlp_bytes(3, &mlp_len);
   hw_reply_t r;
   uint64_t exec = 0, exec2 = 0;
   int present = -1;
-  CODE_IS(ha_upload(&a, mlp, mlp_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload(&a, mlp, mlp_len, CHUNK, &exec, &present, &r), 0, &r);
   /* Same session again, then another session: hits, answered at Begin. */
-  CODE_IS(ha_upload(&a, mlp, mlp_len, CHUNK, &exec2, &present, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload(&a, mlp, mlp_len, CHUNK, &exec2, &present, &r), 0, &r);
   assert_int_equal(present, 1);
   assert_true(exec2 != exec);
-  CODE_IS(ha_upload(&b, mlp, mlp_len, CHUNK, &exec2, &present, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload(&b, mlp, mlp_len, CHUNK, &exec2, &present, &r), 0, &r);
   assert_int_equal(present, 1);
   /* After every handle is freed, the disk store still answers. */
-  CODE_IS(ha_free_exec(&a, exec, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_free_exec(&b, exec2, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_upload(&b, mlp, mlp_len, CHUNK, &exec2, &present, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_free_exec(&a, exec, &r), 0, &r);
+  CODE_IS_FREE(ha_free_exec(&b, exec2, &r), 0, &r);
+  CODE_IS_FREE(ha_upload(&b, mlp, mlp_len, CHUNK, &exec2, &present, &r), 0, &r);
   assert_int_equal(present, 1);
   CODE_IS(ha_stats(&b, &r), 0, &r);
   assert_true(r.rs->stats->store_entries >= 1);
@@ -177,6 +157,22 @@ static void test_upload_store_hit(void **state) {
   hw_close(&b);
 }
 
+/* Starts a private agent with args, uploads the test program (a store hit
+ * or not, as want_present says) and stops the agent. */
+static void upload_to_new_agent(const char *const *args, int want_present) {
+  agent_proc_t p;
+  assert_int_equal(agent_proc_start(&p, args), 0);
+  hw_conn_t c;
+  hw_reply_t r;
+  uint64_t exec;
+  int present = -1;
+  ha_open_session(&c, p.url);
+  CODE_IS_FREE(ha_upload(&c, g_prog, g_prog_len, CHUNK, &exec, &present, &r), 0, &r);
+  assert_int_equal(present, want_present);
+  hw_close(&c);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
 /* A private agent with its own cache dir: the store survives a restart,
  * and a corrupted file is detected, deleted and treated as a miss. */
 static void test_store_disk_restart_and_corruption(void **state) {
@@ -184,20 +180,7 @@ static void test_store_disk_restart_and_corruption(void **state) {
   char dir[] = "/tmp/vmagent-store-XXXXXX";
   assert_non_null(mkdtemp(dir));
   const char *args[] = {"--cache-dir", dir, "--device", "cpu", NULL};
-  agent_proc_t p;
-  assert_int_equal(agent_proc_start(&p, args), 0);
-  hw_conn_t c;
-  hw_reply_t r;
-  uint64_t exec;
-  int present = -1;
-  assert_int_equal(hw_open(&c, p.url), 0);
-  CODE_IS(hw_hello(&c, NULL, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_upload(&c, g_prog, g_prog_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
-  assert_int_equal(present, 0);
-  hw_close(&c);
-  assert_int_equal(agent_proc_stop(&p), 0);
+  upload_to_new_agent(args, 0);
 
   uint8_t sha[32];
   char hex[65], path[512];
@@ -209,15 +192,7 @@ static void test_store_disk_restart_and_corruption(void **state) {
   assert_int_equal((size_t)st.st_size, g_prog_len);
 
   /* Restart: a hit from disk. */
-  assert_int_equal(agent_proc_start(&p, args), 0);
-  assert_int_equal(hw_open(&c, p.url), 0);
-  CODE_IS(hw_hello(&c, NULL, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_upload(&c, g_prog, g_prog_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
-  assert_int_equal(present, 1);
-  hw_close(&c);
-  assert_int_equal(agent_proc_stop(&p), 0);
+  upload_to_new_agent(args, 1);
 
   /* Flip a byte: the next lookup re-hashes, deletes, and asks for bytes. */
   FILE *f = fopen(path, "r+b");
@@ -227,15 +202,7 @@ static void test_store_disk_restart_and_corruption(void **state) {
   fseek(f, (long)g_prog_len / 2, SEEK_SET);
   fputc(ch ^ 0x5a, f);
   fclose(f);
-  assert_int_equal(agent_proc_start(&p, args), 0);
-  assert_int_equal(hw_open(&c, p.url), 0);
-  CODE_IS(hw_hello(&c, NULL, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_upload(&c, g_prog, g_prog_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
-  assert_int_equal(present, 0); /* a miss: uploaded again */
-  hw_close(&c);
-  assert_int_equal(agent_proc_stop(&p), 0);
+  upload_to_new_agent(args, 0);         /* a miss: uploaded again */
   assert_int_equal(stat(path, &st), 0); /* rewritten, intact */
   uint8_t *data = NULL;
   size_t len = 0;
@@ -251,31 +218,26 @@ static void test_store_disk_restart_and_corruption(void **state) {
 
 static void roundtrip(const char *sel, int chunked) {
   hw_conn_t c;
-  open_session(&c);
-  uint64_t exec = upload_prog(&c);
-  uint64_t vm = make_vm(&c, exec, sel);
+  uint64_t vm = session_vm(&c, sel, NULL);
   hw_reply_t r;
   size_t n = chunked ? 3000 : 5; /* 12000 bytes = 3 chunks of 4K */
   float *x = malloc(n * sizeof(float));
   for (size_t i = 0; i < n; i++) x[i] = (float)i * 0.5f - 3.0f;
   int64_t shape[1] = {(int64_t)n};
   if (!chunked) {
-    CODE_IS(ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", shape, 1, n * 4, x, n * 4, &r),
-            0, &r);
-    hw_reply_free(&r);
+    CODE_IS_FREE(
+        ha_set_input_tensor(&c, vm, "main", 0, NULL, "float32", shape, 1, n * 4, x, n * 4, &r), 0,
+        &r);
   } else {
     uint64_t t = 0;
-    CODE_IS(ha_tensor_begin(&c, vm, "float32", shape, 1, n * 4, &t, &r), 0, &r);
-    hw_reply_free(&r);
+    CODE_IS_FREE(ha_tensor_begin(&c, vm, "float32", shape, 1, n * 4, &t, &r), 0, &r);
     /* Out of order: 2, 0, 1. */
     const size_t order[3] = {2, 0, 1};
     for (int k = 0; k < 3; k++) {
       size_t off = order[k] * CHUNK, len = n * 4 - off < CHUNK ? n * 4 - off : CHUNK;
-      CODE_IS(ha_tensor_chunk(&c, t, off, (uint8_t *)x + off, len, &r), 0, &r);
-      hw_reply_free(&r);
+      CODE_IS_FREE(ha_tensor_chunk(&c, t, off, (uint8_t *)x + off, len, &r), 0, &r);
     }
-    CODE_IS(ha_set_input_ref(&c, vm, "main", 0, t, &r), 0, &r);
-    hw_reply_free(&r);
+    CODE_IS_FREE(ha_set_input_ref(&c, vm, "main", 0, t, &r), 0, &r);
     /* Consumed: a second use is NOT_FOUND. */
     CODE_IS(ha_set_input_ref(&c, vm, "main", 0, t, &r), VM_NOT_FOUND, &r);
     assert_non_null(strstr(hw_message(&r), "transfer"));
@@ -286,12 +248,10 @@ static void roundtrip(const char *sel, int chunked) {
   hw_reply_free(&r);
 
   int64_t arity = 0;
-  CODE_IS(ha_get_arity(&c, vm, "main", NULL, 0, &arity, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_get_arity(&c, vm, "main", NULL, 0, &arity, &r), 0, &r);
   assert_int_equal(arity, 2);
   uint32_t p0[1] = {0}, p1[1] = {1};
-  CODE_IS(ha_get_arity(&c, vm, "main", p0, 1, &arity, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_get_arity(&c, vm, "main", p0, 1, &arity, &r), 0, &r);
   assert_int_equal(arity, -1);
 
   /* The whole result is a tuple: its arity comes back, no payload. */
@@ -325,10 +285,8 @@ static void roundtrip(const char *sel, int chunked) {
   assert_int_equal(r.rs->get_output->value->shape->dims[0], (int64_t)n);
   hw_reply_free(&r);
 
-  CODE_IS(ha_free_vm(&c, vm, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_goodbye(&c, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_free_vm(&c, vm, &r), 0, &r);
+  CODE_IS_FREE(ha_goodbye(&c, &r), 0, &r);
   free(x);
   hw_close(&c);
 }
@@ -355,9 +313,7 @@ static void test_opencl_inline_and_chunked(void **state) {
 static void test_parallel_chunks_and_reads(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
-  uint64_t exec = upload_prog(&c);
-  uint64_t vm = make_vm(&c, exec, "cpu");
+  uint64_t vm = session_vm(&c, "cpu", NULL);
   hw_reply_t r;
   enum { N = 8 };
   size_t bytes = N * CHUNK - 100;
@@ -365,8 +321,7 @@ static void test_parallel_chunks_and_reads(void **state) {
   for (size_t i = 0; i < bytes; i++) x[i] = (uint8_t)(i * 7 + 3);
   int64_t shape[1] = {(int64_t)bytes};
   uint64_t t = 0;
-  CODE_IS(ha_tensor_begin(&c, vm, "uint8", shape, 1, bytes, &t, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_begin(&c, vm, "uint8", shape, 1, bytes, &t, &r), 0, &r);
   Vmrpc__Request rq[N];
   Vmrpc__TensorChunkRequest q[N];
   for (int k = 0; k < N; k++) {
@@ -385,10 +340,8 @@ static void test_parallel_chunks_and_reads(void **state) {
     assert_int_equal(r.rs->id, rq[k].id);
     hw_reply_free(&r);
   }
-  CODE_IS(ha_set_input_ref(&c, vm, "ident", 0, t, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_invoke(&c, vm, "ident", 0, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_ref(&c, vm, "ident", 0, t, &r), 0, &r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "ident", 0, &r), 0, &r);
   Vmrpc__GetOutputRequest g[N];
   for (int k = 0; k < N; k++) {
     vmrpc__request__init(&rq[k]);
@@ -416,15 +369,12 @@ static void test_default_device_and_compiled_mode(void **state) {
   (void)state;
   hw_conn_t c;
   open_session(&c);
-  uint64_t exec = upload_prog(&c);
+  uint64_t exec = ha_upload_ok(&c, g_prog, g_prog_len, CHUNK);
   hw_reply_t r;
   uint64_t vm = 0;
-  CODE_IS(ha_create_vm(&c, exec, NULL, NULL, "compiled", &vm, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_set_input_int(&c, vm, "ident", 0, 42, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_invoke(&c, vm, "ident", 0, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_create_vm(&c, exec, NULL, NULL, "compiled", &vm, &r), 0, &r);
+  CODE_IS_FREE(ha_set_input_int(&c, vm, "ident", 0, 42, &r), 0, &r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "ident", 0, &r), 0, &r);
   CODE_IS(ha_get_output(&c, vm, "ident", NULL, 0, 0, 0, &r), 0, &r);
   assert_int_equal(r.rs->get_output->value->kind_case, VMRPC__VALUE__KIND_I);
   assert_int_equal(r.rs->get_output->value->i, 42);
@@ -437,19 +387,12 @@ static void test_mlp_on_opencl_matches_reference(void **state) {
   if (!g_have_opencl) skip();
   hw_conn_t c;
   open_session(&c);
-  vm_executable_t *e = NULL;
-  ASSERT_OK(vmex_build_mlp(5, NULL, &e, NULL));
-  uint8_t *mlp;
   size_t mlp_len;
-  ASSERT_OK(vm_executable_write(e, &mlp, &mlp_len));
-  vm_executable_free(e);
+  uint8_t *mlp = mlp_bytes(5, &mlp_len);
   hw_reply_t r;
-  uint64_t exec = 0;
-  int present;
-  CODE_IS(ha_upload(&c, mlp, mlp_len, CHUNK, &exec, &present, &r), 0, &r);
-  hw_reply_free(&r);
+  uint64_t exec = ha_upload_ok(&c, mlp, mlp_len, CHUNK);
   free(mlp);
-  uint64_t vm = make_vm(&c, exec, "opencl:0");
+  uint64_t vm = ha_create_vm_ok(&c, exec, "opencl:0", "pooled", "bytecode");
   vmex_io_shape_t io;
   vmex_mlp_io_shape(NULL, &io);
   float *x = malloc(io.in_numel * sizeof(float));
@@ -457,17 +400,13 @@ static void test_mlp_on_opencl_matches_reference(void **state) {
   vmex_make_input(9, x, io.in_numel);
   ASSERT_OK(vmex_reference_mlp(5, NULL, x, want));
   uint64_t nbytes = io.in_numel * sizeof(float), t = 0;
-  CODE_IS(ha_tensor_begin(&c, vm, "float32", io.in_shape, io.in_ndim, nbytes, &t, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_begin(&c, vm, "float32", io.in_shape, io.in_ndim, nbytes, &t, &r), 0, &r);
   for (uint64_t off = 0; off < nbytes; off += CHUNK) {
     size_t len = nbytes - off < CHUNK ? (size_t)(nbytes - off) : CHUNK;
-    CODE_IS(ha_tensor_chunk(&c, t, off, (uint8_t *)x + off, len, &r), 0, &r);
-    hw_reply_free(&r);
+    CODE_IS_FREE(ha_tensor_chunk(&c, t, off, (uint8_t *)x + off, len, &r), 0, &r);
   }
-  CODE_IS(ha_set_input_ref(&c, vm, "main", 0, t, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_invoke(&c, vm, "main", 0, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_ref(&c, vm, "main", 0, t, &r), 0, &r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "main", 0, &r), 0, &r);
   uint8_t *out;
   size_t out_len;
   int chunks;
@@ -486,17 +425,13 @@ static void test_mlp_on_opencl_matches_reference(void **state) {
 static void test_save_function_time_evaluate_profile(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
-  uint64_t exec = upload_prog(&c);
-  uint64_t vm = make_vm(&c, exec, "cpu");
+  uint64_t vm = session_vm(&c, "cpu", NULL);
   hw_reply_t r;
   float x[6] = {1, 2, 3, 4, 5, 6};
   int64_t shape[1] = {6};
   uint64_t t = 0;
-  CODE_IS(ha_tensor_begin(&c, vm, "float32", shape, 1, sizeof(x), &t, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_tensor_chunk(&c, t, 0, x, sizeof(x), &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_begin(&c, vm, "float32", shape, 1, sizeof(x), &t, &r), 0, &r);
+  CODE_IS_FREE(ha_tensor_chunk(&c, t, 0, x, sizeof(x), &r), 0, &r);
 
   /* pair(tensor_ref, 7) saved as "bound". */
   Vmrpc__Request rq = VMRPC__REQUEST__INIT;
@@ -514,8 +449,7 @@ static void test_save_function_time_evaluate_profile(void **state) {
   q.args = args;
   rq.op_case = VMRPC__REQUEST__OP_SAVE_FUNCTION;
   rq.save_function = &q;
-  assert_int_equal(hw_call(&c, &rq, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), 0, &r);
+  CALL_CODE_IS(&c, &rq, NULL, 0, 0, &r);
   hw_reply_free(&r);
 
   /* An inline tensor argument takes its bytes from the payload. */
@@ -528,8 +462,7 @@ static void test_save_function_time_evaluate_profile(void **state) {
   a0.tensor = &m;
   q.saved_name = (char *)"bound_inline";
   rq.id = 0;
-  assert_int_equal(hw_call(&c, &rq, x, sizeof(x), &r), 0);
-  CODE_IS(hw_code(&r), 0, &r);
+  CALL_CODE_IS(&c, &rq, x, sizeof(x), 0, &r);
   hw_reply_free(&r);
 
   Vmrpc__Request tr = VMRPC__REQUEST__INIT;
@@ -541,8 +474,7 @@ static void test_save_function_time_evaluate_profile(void **state) {
   te.defaults = 1;
   tr.op_case = VMRPC__REQUEST__OP_TIME_EVALUATE;
   tr.time_evaluate = &te;
-  assert_int_equal(hw_call(&c, &tr, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), 0, &r);
+  CALL_CODE_IS(&c, &tr, NULL, 0, 0, &r);
   const Vmrpc__TimeEvaluateResponse *ter = r.rs->time_evaluate;
   assert_int_equal(ter->number, 3);
   assert_int_equal(ter->n_seconds, 4);
@@ -555,23 +487,20 @@ static void test_save_function_time_evaluate_profile(void **state) {
   te.defaults = 0;
   te.number = 0;
   tr.id = 0;
-  assert_int_equal(hw_call(&c, &tr, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), VM_INVALID_ARGUMENT, &r);
+  CALL_CODE_IS(&c, &tr, NULL, 0, VM_INVALID_ARGUMENT, &r);
   hw_reply_free(&r);
 
   /* Profile main with a stateful input. */
-  CODE_IS(ha_set_input_tensor(&c, vm, "main", -1, "x", "float32", shape, 1, sizeof(x), x, sizeof(x),
-                              &r),
-          0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_tensor(&c, vm, "main", -1, "x", "float32", shape, 1, sizeof(x), x,
+                                   sizeof(x), &r),
+               0, &r);
   Vmrpc__Request pr = VMRPC__REQUEST__INIT;
   Vmrpc__ProfileRequest pq = VMRPC__PROFILE_REQUEST__INIT;
   pq.vm_id = vm;
   pq.func = (char *)"main";
   pr.op_case = VMRPC__REQUEST__OP_PROFILE;
   pr.profile = &pq;
-  assert_int_equal(hw_call(&c, &pr, NULL, 0, &r), 0);
-  CODE_IS(hw_code(&r), 0, &r);
+  CALL_CODE_IS(&c, &pr, NULL, 0, 0, &r);
   int shape_of = 0, make_tuple = 0;
   for (size_t i = 0; i < r.rs->profile->n_rows; i++) {
     const Vmrpc__ProfileRow *row = r.rs->profile->rows[i];
@@ -602,21 +531,13 @@ static void test_save_function_time_evaluate_profile(void **state) {
 static void test_cancel_from_second_context(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
-  uint64_t exec = upload_prog(&c);
-  uint64_t vm = make_vm(&c, exec, "cpu");
+  uint64_t vm = session_vm(&c, "cpu", NULL);
   hw_reply_t r;
   /* Cancel of an idle VM is a no-op. */
-  CODE_IS(ha_cancel(&c, 0, vm, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_cancel(&c, 0, vm, &r), 0, &r);
 
-  Vmrpc__Request rq = VMRPC__REQUEST__INIT;
-  Vmrpc__InvokeRequest q = VMRPC__INVOKE_REQUEST__INIT;
-  q.vm_id = vm;
-  q.func = (char *)"spin";
-  rq.op_case = VMRPC__REQUEST__OP_INVOKE;
-  rq.invoke = &q;
-  assert_int_equal(hw_send(&c, 1, &rq, NULL, 0), 0);
+  uint64_t spin_id = 0;
+  ha_send_invoke(&c, 1, vm, "spin", &spin_id);
   /* While it spins: other ops on this VM are refused ("busy" as soon as
    * the invoke has started: poll, a loaded machine may be slow). */
   float x[1] = {1};
@@ -633,39 +554,30 @@ static void test_cancel_from_second_context(void **state) {
   CODE_IS(code, VM_FAILED_PRECONDITION, &b);
   assert_non_null(strstr(hw_message(&b), "busy"));
   hw_reply_free(&b);
-  CODE_IS(ha_free_vm(&c, vm, &b), VM_FAILED_PRECONDITION, &b);
-  hw_reply_free(&b);
-  CODE_IS(ha_stats(&c, &b), 0, &b);
-  hw_reply_free(&b);
-  CODE_IS(ha_ping(&c, &b), 0, &b);
-  hw_reply_free(&b);
+  CODE_IS_FREE(ha_free_vm(&c, vm, &b), VM_FAILED_PRECONDITION, &b);
+  CODE_IS_FREE(ha_stats(&c, &b), 0, &b);
+  CODE_IS_FREE(ha_ping(&c, &b), 0, &b);
 
   uint64_t t0 = vm_now_ns();
-  CODE_IS(ha_cancel(&c, 2, vm, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_cancel(&c, 2, vm, &r), 0, &r);
   assert_int_equal(hw_recv(&c, 1, &r, 10000), 0);
   CODE_IS(hw_code(&r), VM_CANCELLED, &r);
-  assert_int_equal(r.rs->id, rq.id);
+  assert_int_equal(r.rs->id, spin_id);
   hw_reply_free(&r);
   assert_true(vm_now_ns() - t0 < 5000000000ull);
   /* The VM works afterwards. */
-  CODE_IS(ha_set_input_int(&c, vm, "ident", 0, 1, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_invoke(&c, vm, "ident", 0, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_int(&c, vm, "ident", 0, 1, &r), 0, &r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "ident", 0, &r), 0, &r);
   hw_close(&c);
 }
 
 static void test_deadline(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
-  uint64_t exec = upload_prog(&c);
-  uint64_t vm = make_vm(&c, exec, "cpu");
+  uint64_t vm = session_vm(&c, "cpu", NULL);
   hw_reply_t r;
   uint64_t t0 = vm_now_ns();
-  CODE_IS(ha_invoke(&c, vm, "spin", 200, &r), VM_DEADLINE_EXCEEDED, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "spin", 200, &r), VM_DEADLINE_EXCEEDED, &r);
   uint64_t ms = (vm_now_ns() - t0) / 1000000;
   assert_true(ms >= 150 && ms < 5000);
   hw_close(&c);
@@ -674,30 +586,21 @@ static void test_deadline(void **state) {
 static void test_free_executable_keeps_vm_and_goodbye(void **state) {
   (void)state;
   hw_conn_t c;
-  open_session(&c);
-  uint64_t exec = upload_prog(&c);
-  uint64_t vm = make_vm(&c, exec, "cpu");
+  uint64_t exec;
+  uint64_t vm = session_vm(&c, "cpu", &exec);
   hw_reply_t r;
-  CODE_IS(ha_free_exec(&c, exec, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_free_exec(&c, exec, &r), 0, &r);
   CODE_IS(ha_free_exec(&c, exec, &r), VM_NOT_FOUND, &r);
   assert_non_null(strstr(hw_message(&r), "executable"));
   hw_reply_free(&r);
   /* The VM still runs the executable it was made from. */
-  CODE_IS(ha_set_input_int(&c, vm, "ident", 0, 5, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_invoke(&c, vm, "ident", 0, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_free_vm(&c, vm, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_invoke(&c, vm, "ident", 0, &r), VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_goodbye(&c, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_stats(&c, &r), VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_ping(&c, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_set_input_int(&c, vm, "ident", 0, 5, &r), 0, &r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "ident", 0, &r), 0, &r);
+  CODE_IS_FREE(ha_free_vm(&c, vm, &r), 0, &r);
+  CODE_IS_FREE(ha_invoke(&c, vm, "ident", 0, &r), VM_NOT_FOUND, &r);
+  CODE_IS_FREE(ha_goodbye(&c, &r), 0, &r);
+  CODE_IS_FREE(ha_stats(&c, &r), VM_NOT_FOUND, &r);
+  CODE_IS_FREE(ha_ping(&c, &r), 0, &r);
   hw_close(&c);
 }
 
@@ -715,26 +618,16 @@ static void test_disconnect_tears_down(void **state) {
   open_session(&obs);
   uint32_t before = agent_sessions(&obs);
   hw_conn_t c;
-  open_session(&c);
-  uint64_t exec = upload_prog(&c);
-  uint64_t vm = make_vm(&c, exec, "cpu");
+  uint64_t vm = session_vm(&c, "cpu", NULL);
   hw_reply_t r;
   int64_t shape[1] = {100};
   uint64_t t;
   /* A half-done transfer and an upload in flight: both must be freed. */
-  CODE_IS(ha_tensor_begin(&c, vm, "float32", shape, 1, 400, &t, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_tensor_begin(&c, vm, "float32", shape, 1, 400, &t, &r), 0, &r);
   uint8_t sha[32] = {1};
-  CODE_IS(ha_upload_begin(&c, sha, 10000, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_upload_begin(&c, sha, 10000, &r), 0, &r);
   /* A spinning invoke is cancelled by the teardown. */
-  Vmrpc__Request rq = VMRPC__REQUEST__INIT;
-  Vmrpc__InvokeRequest q = VMRPC__INVOKE_REQUEST__INIT;
-  q.vm_id = vm;
-  q.func = (char *)"spin";
-  rq.op_case = VMRPC__REQUEST__OP_INVOKE;
-  rq.invoke = &q;
-  assert_int_equal(hw_send(&c, 1, &rq, NULL, 0), 0);
+  ha_send_invoke(&c, 1, vm, "spin", NULL);
   sleep_ms(200);
   assert_int_equal(agent_sessions(&obs), before + 1);
   hw_close(&c);
@@ -756,8 +649,7 @@ static void test_quiet_live_session_survives(void **state) {
   open_session(&c);
   sleep_ms(2500);
   hw_reply_t r;
-  CODE_IS(ha_stats(&c, &r), 0, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_stats(&c, &r), 0, &r);
   hw_close(&c);
 }
 
@@ -775,13 +667,11 @@ static void test_idle_timeout(void **state) {
   /* Requests keep it alive... */
   for (int i = 0; i < 8; i++) {
     sleep_ms(250);
-    CODE_IS(ha_stats(&c, &r), 0, &r);
-    hw_reply_free(&r);
+    CODE_IS_FREE(ha_stats(&c, &r), 0, &r);
   }
   /* ...silence ends it. */
   sleep_ms(2500);
-  CODE_IS(ha_stats(&c, &r), VM_NOT_FOUND, &r);
-  hw_reply_free(&r);
+  CODE_IS_FREE(ha_stats(&c, &r), VM_NOT_FOUND, &r);
   hw_close(&c);
   assert_int_equal(agent_proc_stop(&p), 0);
 }

@@ -247,87 +247,86 @@ static void expect_dict_error(int major, const char *dict, size_t ndata, const c
 
 static void test_hostile_dicts(void **state) {
   (void)state;
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24,
-                    "Fortran order");
-  expect_dict_error(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24,
-                    "big-endian");
-  expect_dict_error(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", 16,
-                    "dtype '<c8' is not supported");
-  expect_dict_error(1, "{'descr': '<U3', 'fortran_order': False, 'shape': (2,), }", 24,
-                    "dtype '<U3' is not supported");
-  expect_dict_error(1, "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16,
-                    "dtype '|O' is not supported");
-  expect_dict_error(1, "{'descr': '|f4', 'fortran_order': False, 'shape': (2,), }", 8,
-                    "no byte order");
-  expect_dict_error(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8,
-                    "structured dtypes");
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': False, }", 4, "missing key 'shape'");
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", 4,
-                    "unknown key 'x'");
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", 4,
-                    "neither True nor False");
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", 4,
-                    "non-negative integers");
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2 3), }", 24,
-                    "expected ',' or ')'");
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': False, 'shape': 5, }", 20,
-                    "'shape' is not a tuple");
-  expect_dict_error(1, "['descr', '<f4']", 4, "expected a dict");
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), } junk", 4,
-                    "unexpected text after the dict");
-  expect_dict_error(1, "{'descr: '<f4', 'fortran_order': False, 'shape': (1,), }", 4,
-                    "corrupt .npy header");
-  /* Sizes: a dim past int64, a product that overflows, 17 dims, and a
-   * huge array the file does not contain (nothing is allocated for it). */
-  expect_dict_error(1,
-                    "{'descr': '<f4', 'fortran_order': False, 'shape': "
-                    "(99999999999999999999,), }",
-                    0, "larger than 2^63");
-  expect_dict_error(1,
-                    "{'descr': '<f8', 'fortran_order': False, 'shape': "
-                    "(4294967296, 4294967296), }",
-                    0, "overflows 64 bits");
-  expect_dict_error(1,
-                    "{'descr': '<f4', 'fortran_order': False, 'shape': "
-                    "(1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1), }",
-                    4, "more than 16 dimensions");
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", 16,
-                    "the shape needs 4398046511104 data bytes, only 16 present");
-  /* Data shorter / longer than the shape. */
-  expect_dict_error(2, "{'descr': '<i2', 'fortran_order': False, 'shape': (5,), }", 9,
-                    "truncated .npy file: the shape needs 10 data bytes, only 9 present");
-  expect_dict_error(3, "{'descr': '<i2', 'fortran_order': False, 'shape': (5,), }", 12,
-                    "2 bytes follow the 10 data bytes");
-  /* Non-ASCII junk in the header. */
-  expect_dict_error(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), \xff\xfe}", 4,
-                    "byte 0xff at header offset");
-  expect_dict_error(1, "{'descr': '<f4',\x01 'fortran_order': False, 'shape': (1,), }", 4,
-                    "byte 0x01");
+  static const struct {
+    int major;
+    const char *dict;
+    size_t ndata;
+    const char *substr;
+  } cases[] = {
+      {1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24, "Fortran order"},
+      {1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24, "big-endian"},
+      {1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", 16,
+       "dtype '<c8' is not supported"},
+      {1, "{'descr': '<U3', 'fortran_order': False, 'shape': (2,), }", 24,
+       "dtype '<U3' is not supported"},
+      {1, "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16,
+       "dtype '|O' is not supported"},
+      {1, "{'descr': '|f4', 'fortran_order': False, 'shape': (2,), }", 8, "no byte order"},
+      {1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8,
+       "structured dtypes"},
+      {1, "{'descr': '<f4', 'fortran_order': False, }", 4, "missing key 'shape'"},
+      {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", 4, "unknown key 'x'"},
+      {1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", 4, "neither True nor False"},
+      {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", 4, "non-negative integers"},
+      {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2 3), }", 24, "expected ',' or ')'"},
+      {1, "{'descr': '<f4', 'fortran_order': False, 'shape': 5, }", 20, "'shape' is not a tuple"},
+      {1, "['descr', '<f4']", 4, "expected a dict"},
+      {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), } junk", 4,
+       "unexpected text after the dict"},
+      {1, "{'descr: '<f4', 'fortran_order': False, 'shape': (1,), }", 4, "corrupt .npy header"},
+      /* Sizes: a dim past int64, a product that overflows, 17 dims, and a
+       * huge array the file does not contain (nothing is allocated for it). */
+      {1,
+       "{'descr': '<f4', 'fortran_order': False, 'shape': "
+       "(99999999999999999999,), }",
+       0, "larger than 2^63"},
+      {1,
+       "{'descr': '<f8', 'fortran_order': False, 'shape': "
+       "(4294967296, 4294967296), }",
+       0, "overflows 64 bits"},
+      {1,
+       "{'descr': '<f4', 'fortran_order': False, 'shape': "
+       "(1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1), }",
+       4, "more than 16 dimensions"},
+      {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", 16,
+       "the shape needs 4398046511104 data bytes, only 16 present"},
+      /* Data shorter / longer than the shape. */
+      {2, "{'descr': '<i2', 'fortran_order': False, 'shape': (5,), }", 9,
+       "truncated .npy file: the shape needs 10 data bytes, only 9 present"},
+      {3, "{'descr': '<i2', 'fortran_order': False, 'shape': (5,), }", 12,
+       "2 bytes follow the 10 data bytes"},
+      /* Non-ASCII junk in the header. */
+      {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), \xff\xfe}", 4,
+       "byte 0xff at header offset"},
+      {1, "{'descr': '<f4',\x01 'fortran_order': False, 'shape': (1,), }", 4, "byte 0x01"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    expect_dict_error(cases[i].major, cases[i].dict, cases[i].ndata, cases[i].substr);
 }
 
 static void test_hostile_preambles(void **state) {
   (void)state;
+  static const struct {
+    const char *bytes;
+    size_t len;
+    const char *substr;
+  } cases[] = {
+      {"", 0, "0 bytes, shorter than the 10-byte preamble"},
+      {"\x93NUMP", 5, "shorter than the 10-byte preamble"},
+      {"PK\x03\x04xxxxxxxxxxxx", 16, "magic string"},
+      {"\x93NUMPY\x04\x00\x10\x00", 10, "version 4.0 is not supported"},
+      {"\x93NUMPY\x01\x01\x10\x00", 10, "version 1.1 is not supported"},
+      {"\x93NUMPY\x02\x00\x10\x00", 10, "preamble needs 12 bytes"},
+      /* Header length past the end of the input. */
+      {"\x93NUMPY\x01\x00\x76\x00{'descr'", 17, "the header claims 118 bytes, the file has 7"},
+      /* Header length beyond any sane header (v2/v3 u32). */
+      {"\x93NUMPY\x02\x00\xff\xff\xff\xff", 12, "exceeds the limit"},
+      {"\x93NUMPY\x03\x00\x00\x01\x01\x00", 12, "exceeds the limit"},
+  };
   vmc_tensor_t t;
-  ASSERT_STATUS(vmc_npy_read_memory("", 0, &t), VM_INVALID_ARGUMENT,
-                "0 bytes, shorter than the 10-byte preamble");
-  ASSERT_STATUS(vmc_npy_read_memory("\x93NUMP", 5, &t), VM_INVALID_ARGUMENT,
-                "shorter than the 10-byte preamble");
-  ASSERT_STATUS(vmc_npy_read_memory("PK\x03\x04xxxxxxxxxxxx", 16, &t), VM_INVALID_ARGUMENT,
-                "magic string");
-  ASSERT_STATUS(vmc_npy_read_memory("\x93NUMPY\x04\x00\x10\x00", 10, &t), VM_INVALID_ARGUMENT,
-                "version 4.0 is not supported");
-  ASSERT_STATUS(vmc_npy_read_memory("\x93NUMPY\x01\x01\x10\x00", 10, &t), VM_INVALID_ARGUMENT,
-                "version 1.1 is not supported");
-  ASSERT_STATUS(vmc_npy_read_memory("\x93NUMPY\x02\x00\x10\x00", 10, &t), VM_INVALID_ARGUMENT,
-                "preamble needs 12 bytes");
-  /* Header length past the end of the input. */
-  ASSERT_STATUS(vmc_npy_read_memory("\x93NUMPY\x01\x00\x76\x00{'descr'", 17, &t),
-                VM_INVALID_ARGUMENT, "the header claims 118 bytes, the file has 7");
-  /* Header length beyond any sane header (v2/v3 u32). */
-  ASSERT_STATUS(vmc_npy_read_memory("\x93NUMPY\x02\x00\xff\xff\xff\xff", 12, &t),
-                VM_INVALID_ARGUMENT, "exceeds the limit");
-  ASSERT_STATUS(vmc_npy_read_memory("\x93NUMPY\x03\x00\x00\x01\x01\x00", 12, &t),
-                VM_INVALID_ARGUMENT, "exceeds the limit");
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    ASSERT_STATUS(vmc_npy_read_memory(cases[i].bytes, cases[i].len, &t), VM_INVALID_ARGUMENT,
+                  cases[i].substr);
 
   char path[300];
   tmp_path(path, sizeof(path), "trunc.npy");

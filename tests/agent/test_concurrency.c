@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "agent_proc.h"
+#include "helper_agent.h"
 #include "test_util.h"
 #include "vm/executable.h"
 #include "vmclient.h"
@@ -70,20 +71,6 @@ static int teardown(void **state) {
   free(g_mlp);
   free(g_prog);
   return agent_proc_stop(&g_agent) == 0 ? 0 : -1;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int has_device(vmc_conn_t *c, const char *sel) {
-  vmc_info_t info;
-  vmc_info(c, &info);
-  for (uint32_t i = 0; i < info.num_devices; i++)
-    if (strcmp(info.devices[i].selector, sel) == 0) return 1;
-  return 0;
 }
 
 typedef struct worker {
@@ -200,14 +187,14 @@ static void test_threads_share_one_connection(void **state) {
   (void)state;
   vmc_conn_t *c;
   ASSERT_OK(vmc_connect(g_agent.url, NULL, &c));
-  if (!has_device(c, "opencl:0")) {
+  if (!ha_has_device(c, "opencl:0")) {
     vmc_close(c);
     skip();
   }
-  double t0 = now_s();
+  double t0 = ha_now_s();
   run_workers(c, g_agent.url, "opencl:0");
   fprintf(stderr, "  %d threads x %d cycles on one connection: %.2f s\n", NTHREADS, NCYCLES,
-          now_s() - t0);
+          ha_now_s() - t0);
   vmc_stats_t st;
   ASSERT_OK(vmc_stats(c, &st));
   assert_int_equal(st.session_vms, 0);
@@ -276,62 +263,33 @@ static void test_parallel_big_transfers(void **state) {
   vmc_close(c);
 }
 
-typedef struct invoke_job {
-  vmc_conn_t *conn;
-  vmc_vm_t vm;
-  vm_code_t code;
-  char msg[512];
-  volatile int done;
-  double took;
-} invoke_job_t;
-
-static void *invoke_main(void *arg) {
-  invoke_job_t *j = arg;
-  double t0 = now_s();
-  vm_status_t st = vmc_invoke(j->conn, j->vm, "spin", 0, NULL);
-  j->took = now_s() - t0;
-  j->code = vm_status_code(st);
-  snprintf(j->msg, sizeof(j->msg), "%s", vm_status_message(st));
-  vm_status_free(st);
-  __atomic_store_n(&j->done, 1, __ATOMIC_SEQ_CST);
-  return NULL;
-}
-
 /* Cancel from another thread while an endless invoke is in flight. The
  * VM clears its cancel flag when an invocation starts, so the canceller
  * repeats (bounded) until the invoke returns. */
 static void cancel_while_spinning(const char *device) {
   vmc_conn_t *c;
   ASSERT_OK(vmc_connect(g_agent.url, NULL, &c));
-  if (!has_device(c, device)) {
-    vmc_close(c);
-    skip();
-  }
-  vmc_exec_t ex;
-  ASSERT_OK(vmc_upload_memory(c, g_prog, g_prog_size, NULL, NULL, &ex, NULL));
-  vmc_device_spec_t dev = {device, NULL};
-  vmc_vm_t vm;
-  ASSERT_OK(vmc_create_vm(c, ex, &dev, 1, NULL, &vm));
-  invoke_job_t j;
+  vmc_vm_t vm = ha_vm_on_device(c, g_prog, g_prog_size, device, NULL, NULL);
+  ha_spin_job_t j;
   memset(&j, 0, sizeof(j));
   j.conn = c;
   j.vm = vm;
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, invoke_main, &j), 0);
+  assert_int_equal(pthread_create(&th, NULL, ha_spin_main, &j), 0);
   usleep(200 * 1000);
   assert_false(__atomic_load_n(&j.done, __ATOMIC_SEQ_CST)); /* it spins */
   /* Other calls on the same connection are not blocked by the invoke. */
-  double t0 = now_s();
+  double t0 = ha_now_s();
   ASSERT_OK(vmc_ping(c, NULL));
   vmc_stats_t st;
   ASSERT_OK(vmc_stats(c, &st));
   vmc_stats_free(&st);
-  assert_true(now_s() - t0 < 2.0);
+  assert_true(ha_now_s() - t0 < 2.0);
   double worst_cancel = 0;
   for (int i = 0; i < 100 && !__atomic_load_n(&j.done, __ATOMIC_SEQ_CST); i++) {
-    double c0 = now_s();
+    double c0 = ha_now_s();
     ASSERT_OK(vmc_cancel(c, vm));
-    double dt = now_s() - c0;
+    double dt = ha_now_s() - c0;
     if (dt > worst_cancel) worst_cancel = dt;
     usleep(100 * 1000);
   }

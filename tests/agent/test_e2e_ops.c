@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "agent_proc.h"
+#include "helper_agent.h"
 #include "test_util.h"
 #include "vm/executable.h"
 #include "vmclient.h"
@@ -95,14 +96,6 @@ static vmc_conn_t *connect_ok(void) {
   return c;
 }
 
-static int has_device(vmc_conn_t *c, const char *sel) {
-  vmc_info_t info;
-  vmc_info(c, &info);
-  for (uint32_t i = 0; i < info.num_devices; i++)
-    if (strcmp(info.devices[i].selector, sel) == 0) return 1;
-  return 0;
-}
-
 static void fill_random(uint8_t *p, size_t n, uint64_t seed) {
   uint64_t x = seed | 1;
   size_t i = 0;
@@ -148,7 +141,7 @@ static void test_info_and_ping(void **state) {
   assert_int_equal(info.protocol_major, 1);
   assert_true(info.session != 0);
   assert_true(info.num_devices >= 1);
-  assert_true(has_device(c, "cpu"));
+  assert_true(ha_has_device(c, "cpu"));
   assert_true(info.limits.chunk_bytes > 0);
   assert_true(info.limits.max_inflight_chunks > 0);
   assert_true(info.limits.max_message_bytes > info.limits.chunk_bytes);
@@ -183,7 +176,7 @@ static void test_connect_errors(void **state) {
 static void test_mlp_all_ops(void **state) {
   (void)state;
   vmc_conn_t *c = connect_ok();
-  if (!has_device(c, "opencl:0")) {
+  if (!ha_has_device(c, "opencl:0")) {
     vmc_close(c);
     skip();
   }
@@ -406,7 +399,7 @@ static void test_upload_progress(void **state) {
   assert_int_equal(ur.bytes_sent, 0);
   assert_int_equal(again.calls, 0);
   free(bytes);
-  if (has_device(c, "opencl:0")) {
+  if (ha_has_device(c, "opencl:0")) {
     vmc_device_spec_t dev = {"opencl:0", NULL};
     vmc_vm_t vm;
     ASSERT_OK(vmc_create_vm(c, ex, &dev, 1, "compiled", &vm));
@@ -433,15 +426,7 @@ static void test_upload_progress(void **state) {
  * comes back bit-exactly, allocated and into a caller buffer. */
 static void big_roundtrip(const char *device) {
   vmc_conn_t *c = connect_ok();
-  if (!has_device(c, device)) {
-    vmc_close(c);
-    skip();
-  }
-  vmc_exec_t ex;
-  ASSERT_OK(vmc_upload_memory(c, S.prog, S.prog_size, NULL, NULL, &ex, NULL));
-  vmc_device_spec_t dev = {device, NULL};
-  vmc_vm_t vm;
-  ASSERT_OK(vmc_create_vm(c, ex, &dev, 1, NULL, &vm));
+  vmc_vm_t vm = ha_vm_on_device(c, S.prog, S.prog_size, device, NULL, NULL);
   vmc_info_t info;
   vmc_info(c, &info);
   int64_t n = (64 << 20) + 12345; /* bytes: 64 MiB and a partial chunk */
@@ -491,15 +476,7 @@ static void test_big_tensor_opencl(void **state) {
 /* Tuples, shapes and scalars: inputs and outputs. */
 static void tuple_outputs(const char *device) {
   vmc_conn_t *c = connect_ok();
-  if (!has_device(c, device)) {
-    vmc_close(c);
-    skip();
-  }
-  vmc_exec_t ex;
-  ASSERT_OK(vmc_upload_memory(c, S.prog, S.prog_size, NULL, NULL, &ex, NULL));
-  vmc_device_spec_t dev = {device, "naive"};
-  vmc_vm_t vm;
-  ASSERT_OK(vmc_create_vm(c, ex, &dev, 1, "compiled", &vm));
+  vmc_vm_t vm = ha_vm_on_device(c, S.prog, S.prog_size, device, "naive", "compiled");
   int64_t shape[2] = {2, 3};
   int32_t data[6] = {1, 2, 3, 4, 5, 6};
   vmc_tensor_t t;

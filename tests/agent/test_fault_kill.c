@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "agent_proc.h"
+#include "helper_agent.h"
 #include "test_util.h"
 #include "vm/executable.h"
 #include "vmclient.h"
@@ -39,12 +40,6 @@ static const char k_prog[] =
     "}\n";
 
 static agent_proc_t g_agent;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t xorshift(uint64_t *s) {
   *s ^= *s << 13;
@@ -59,7 +54,7 @@ static uint64_t xorshift(uint64_t *s) {
  * kill lands on a live session, not before the first connect. */
 static int child_main(const char *url, uint64_t seed, int ready_fd) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  double end = now_s() + 30.0; /* stops by itself even if nobody kills it */
+  double end = ha_now_s() + 30.0; /* stops by itself even if nobody kills it */
   vm_executable_t *e;
   uint8_t *prog;
   size_t prog_size;
@@ -73,7 +68,7 @@ static int child_main(const char *url, uint64_t seed, int ready_fd) {
   if (!junk || !data) return 2;
   memset(data, 0x5a, (size_t)n);
   uint64_t s = seed | 1;
-  while (now_s() < end) {
+  while (ha_now_s() < end) {
     vmc_conn_t *c;
     vm_status_t st = vmc_connect(url, NULL, &c);
     if (st) {
@@ -87,7 +82,7 @@ static int child_main(const char *url, uint64_t seed, int ready_fd) {
       close(ready_fd);
       ready_fd = -1;
     }
-    for (int round = 0; round < 50 && now_s() < end; round++) {
+    for (int round = 0; round < 50 && ha_now_s() < end; round++) {
       /* An upload of bytes the agent has never seen: chunks travel, then
        * the commit fails verification (or never happens). */
       for (size_t i = 0; i + 8 <= junk_size; i += 8) {
@@ -191,7 +186,7 @@ static void test_killed_clients_leak_nothing(void **state) {
     /* The agent must notice the dead pipe and free everything. */
     vmc_conn_t *c;
     ASSERT_OK(vmc_connect(g_agent.url, NULL, &c));
-    double t0 = now_s();
+    double t0 = ha_now_s();
     vmc_stats_t st;
     memset(&st, 0, sizeof(st));
     for (;;) {
@@ -201,7 +196,7 @@ static void test_killed_clients_leak_nothing(void **state) {
       uint64_t bytes = st.agent_bytes;
       vmc_stats_free(&st);
       if (back) break;
-      if (now_s() - t0 > 5.0)
+      if (ha_now_s() - t0 > 5.0)
         fail_msg(
             "trial %d (killed after %u ms): after 5 s the agent still has %u sessions and "
             "%llu bytes (baseline %u, %llu)",
@@ -209,32 +204,13 @@ static void test_killed_clients_leak_nothing(void **state) {
             (unsigned long long)base_bytes);
       usleep(20000);
     }
-    double took = now_s() - t0;
+    double took = ha_now_s() - t0;
     if (took > worst) worst = took;
     ASSERT_OK(vmc_ping(c, NULL));
     vmc_close(c);
     assert_int_equal(kill(g_agent.pid, 0), 0); /* still up */
   }
   fprintf(stderr, "  %d kills: slowest recovery %.3f s\n", TRIALS, worst);
-}
-
-typedef struct spin_job {
-  vmc_conn_t *conn;
-  vmc_vm_t vm;
-  vm_code_t code;
-  char msg[512];
-  double took;
-} spin_job_t;
-
-static void *spin_main(void *arg) {
-  spin_job_t *j = arg;
-  double t0 = now_s();
-  vm_status_t st = vmc_invoke(j->conn, j->vm, "spin", 0, NULL);
-  j->took = now_s() - t0;
-  j->code = vm_status_code(st);
-  snprintf(j->msg, sizeof(j->msg), "%s", vm_status_message(st));
-  vm_status_free(st);
-  return NULL;
 }
 
 /* The agent dies under a client: the invoke in flight (with no timeout at
@@ -260,27 +236,27 @@ static void test_agent_dies_mid_invoke(void **state) {
   vmc_exec_t ex;
   ASSERT_OK(vmc_upload_memory(c, bytes, size, NULL, NULL, &ex, NULL));
   free(bytes);
-  spin_job_t j;
+  ha_spin_job_t j;
   memset(&j, 0, sizeof(j));
   j.conn = c;
   ASSERT_OK(vmc_create_vm(c, ex, NULL, 0, NULL, &j.vm));
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, spin_main, &j), 0);
+  assert_int_equal(pthread_create(&th, NULL, ha_spin_main, &j), 0);
   usleep(300 * 1000);
-  double t0 = now_s();
+  double t0 = ha_now_s();
   assert_int_equal(kill(a.pid, SIGKILL), 0);
   pthread_join(th, NULL);
-  double after_kill = now_s() - t0;
+  double after_kill = ha_now_s() - t0;
   agent_proc_stop(&a); /* reaps it; -1: it died of a signal */
   if (j.code != VM_UNAVAILABLE)
     fail_msg("invoke returned %s (%s), expected UNAVAILABLE", vm_code_name(j.code), j.msg);
   assert_non_null(strstr(j.msg, "was lost"));
   assert_true(after_kill < 3.0);
-  t0 = now_s();
+  t0 = ha_now_s();
   ASSERT_STATUS(vmc_ping(c, NULL), VM_UNAVAILABLE, "connect again");
   ASSERT_STATUS(vmc_stats(c, &(vmc_stats_t){0}), VM_UNAVAILABLE, "was lost");
   vmc_close(c);
-  assert_true(now_s() - t0 < 3.0);
+  assert_true(ha_now_s() - t0 < 3.0);
 }
 
 int main(int argc, char **argv) {

@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 #include <math.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "test_util.h"
@@ -271,6 +272,46 @@ static void test_time_evaluate_errors(void **state) {
   vm_time_result_free(&r);
 }
 
+/* A Cancel that lands between two runs of an evaluation (here: during a
+ * long cooldown pause) ends it at once with CANCELLED; before the fix, each
+ * run, a new top-level invocation, forgot it and the evaluation went on for
+ * all its repeats (100 s here). A cancel from before the evaluation does not
+ * fail it, as for an invocation. */
+static void *cancel_later(void *arg) {
+  struct timespec ts = {0, 150 * 1000 * 1000};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  vm_machine_cancel(arg);
+  return NULL;
+}
+
+static void test_time_evaluate_cancel_between_runs(void **state) {
+  env_t *e = *state;
+  vm_time_params_t p = vm_time_params_default();
+  p.number = 1;
+  p.repeat = 100;
+  p.cooldown_interval_ms = 1000;
+  p.repeats_to_cooldown = 1;
+  vm_time_result_t r;
+  pthread_t th;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  assert_int_equal(pthread_create(&th, NULL, cancel_later, e->m), 0);
+  ASSERT_STATUS(vm_machine_time_evaluate(e->m, "inner", &p, &r), VM_CANCELLED, "cancelled");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  pthread_join(th, NULL);
+  assert_null(r.seconds);
+  double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  assert_true(took < 5.0);
+  /* a stale cancel (the VM was idle) is forgotten */
+  vm_machine_cancel(e->m);
+  p.repeat = 2;
+  p.cooldown_interval_ms = 1;
+  ASSERT_OK(vm_machine_time_evaluate(e->m, "inner", &p, &r));
+  assert_int_equal(r.repeat, 2);
+  vm_time_result_free(&r);
+}
+
 /* The cpu device dressed up with a device timer that reports 1 ms for every
  * timed region, to check how device time is aggregated. */
 static int timer_regions;
@@ -324,6 +365,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_profile_errors_remove_callback, setup, teardown),
       cmocka_unit_test_setup_teardown(test_time_evaluate_on_machine, setup, teardown),
       cmocka_unit_test_setup_teardown(test_time_evaluate_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_time_evaluate_cancel_between_runs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_device_timer_is_used, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1472,7 +1472,7 @@ static vm_status_t parse_params(asm_parser_t *p, vm_function_t *f) {
 static vm_status_t parse_func(asm_parser_t *p) {
   tok_t t;
   char b[96];
-  vm_function_t *f;
+  vm_function_t *f = NULL;
   VM_RETURN_IF_ERROR(take_decl(p, VM_FUNC_BYTECODE, &f));
   VM_RETURN_IF_ERROR(parse_params(p, f));
   VM_RETURN_IF_ERROR(expect_word(p, "regs", "after the parameter list"));

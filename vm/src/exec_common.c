@@ -306,11 +306,13 @@ vm_status_t vm_write_file_atomic(const char *path, const void *data, size_t size
     }
     done += (size_t)n;
   }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    int e = errno;
+  /* Both always run: a failed fsync must not leak the descriptor. */
+  int err = fsync(fd) != 0 ? errno : 0;
+  if (close(fd) != 0 && !err) err = errno;
+  if (err) {
     unlink(tmp);
-    vm_status_t st = vm_status_make(e == ENOSPC ? VM_RESOURCE_EXHAUSTED : VM_UNAVAILABLE,
-                                    "flushing '%s': %s", tmp, strerror(e));
+    vm_status_t st = vm_status_make(err == ENOSPC ? VM_RESOURCE_EXHAUSTED : VM_UNAVAILABLE,
+                                    "flushing '%s': %s", tmp, strerror(err));
     free(tmp);
     return st;
   }

@@ -368,7 +368,7 @@ static vm_status_t output_at(vm_machine_t *m, const char *func, const uint32_t *
 vm_status_t vm_machine_get_output(vm_machine_t *m, const char *func, const uint32_t *path,
                                   uint32_t path_len, vm_value_t *out) {
   *out = vm_value_none();
-  const vm_value_t *v;
+  const vm_value_t *v = NULL;
   VM_RETURN_IF_ERROR(output_at(m, func, path, path_len, &v));
   *out = *v;
   vm_value_retain(out);
@@ -378,7 +378,7 @@ vm_status_t vm_machine_get_output(vm_machine_t *m, const char *func, const uint3
 vm_status_t vm_machine_get_output_arity(vm_machine_t *m, const char *func, const uint32_t *path,
                                         uint32_t path_len, int64_t *out_arity) {
   *out_arity = -1;
-  const vm_value_t *v;
+  const vm_value_t *v = NULL;
   VM_RETURN_IF_ERROR(output_at(m, func, path, path_len, &v));
   const vm_tuple_t *t = vm_value_as_tuple(v);
   if (t) *out_arity = t->size;

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "machine_internal.h"
 #include "vm/vm.h"
 
 /* Largest `number` that growth may reach: 2^24 calls per batch. Far past any
@@ -244,8 +245,18 @@ typedef struct machine_timer {
   uint8_t flush_fill; /* changes every flush so no write can be skipped */
 } machine_timer_t;
 
+/* Whether a Cancel arrived (vm_machine_cancel sets the flag; an invocation
+ * start clears it). */
+static int mt_cancelled(const machine_timer_t *t) {
+  return atomic_load_explicit(&t->m->cancel_requested, memory_order_relaxed) != 0;
+}
+
 static vm_status_t mt_run(void *ctx) {
   machine_timer_t *t = ctx;
+  /* Every run is a new top-level invocation, which forgets an earlier
+   * cancel: one that arrived between runs (during a sync, a flush or a
+   * cooldown pause) must still end the evaluation, not be lost. */
+  if (mt_cancelled(t)) return vm_status_make(VM_CANCELLED, "invocation cancelled");
   return vm_machine_invoke_stateful(t->m, t->func);
 }
 
@@ -299,9 +310,19 @@ static uint64_t mt_now(void *ctx) {
   return vm_now_ns();
 }
 
+/* A cooldown pause, in slices of at most 10 ms so that a Cancel ends it at
+ * once (the next run then reports CANCELLED). */
 static void mt_sleep(void *ctx, int32_t ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  machine_timer_t *t = ctx;
+  uint64_t end = vm_now_ns() + (uint64_t)ms * 1000000ull;
+  for (;;) {
+    if (mt_cancelled(t)) return;
+    uint64_t now = vm_now_ns();
+    if (now >= end) return;
+    uint64_t left = end - now < 10000000ull ? end - now : 10000000ull;
+    struct timespec ts = {0, (long)left};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
   }
 }
 
@@ -311,6 +332,9 @@ vm_status_t vm_machine_time_evaluate(vm_machine_t *m, const char *func,
   if (!m || !func)
     return vm_status_make(VM_INVALID_ARGUMENT, "time evaluator: machine and function required");
   machine_timer_t t = {m, func, NULL, 0, 0};
+  /* Like an invocation, an evaluation forgets a cancel that came before it;
+   * one that comes during it ends it (mt_run, mt_sleep). */
+  atomic_store_explicit(&m->cancel_requested, 0, memory_order_relaxed);
   vm_device_t *dev0 = vm_machine_device(m, 0);
   int has_timer =
       dev0 && dev0->props.has_device_timer && dev0->ops->timer_begin && dev0->ops->timer_end;

@@ -53,6 +53,16 @@ typedef struct vmagent_config {
   uint64_t chunk_bytes;          /* 4 KiB .. 64 MiB */
   uint64_t max_executable_bytes; /* largest executable accepted */
   uint32_t workers;              /* nng contexts / worker threads, 1 .. 256 */
+  /* Memory cap of the agent's cpu device, all sessions together (as if the
+   * device had that much memory; past it, allocations there fail with
+   * RESOURCE_EXHAUSTED), 0 = none. OpenCL devices have their own. */
+  uint64_t cpu_mem_limit;
+  /* Brute-force protection of the token: after auth_max_failures failed
+   * Hello tokens from one peer (IP address) within auth_window_ms of the
+   * first, its Hellos get RESOURCE_EXHAUSTED until the window has passed.
+   * 0 = the defaults (5 failures, 60 s). */
+  uint32_t auth_max_failures;
+  uint32_t auth_window_ms;
   /* Listen beyond loopback without a token. */
   int insecure;
 } vmagent_config_t;
@@ -60,7 +70,8 @@ typedef struct vmagent_config {
 /* The defaults: listen tcp://127.0.0.1:9090, all devices, no token, no
  * cache dir (main.c supplies ~/.cache/vmrpc), cache cap 2 GiB, 64 sessions,
  * no session memory limit, idle timeout 600 s, chunks of 1 MiB, messages up
- * to chunk + 64 KiB, executables up to 1 GiB, 8 workers. */
+ * to chunk + 64 KiB, executables up to 1 GiB, 8 workers, no cpu memory cap,
+ * 5 failed tokens per peer per 60 s. */
 void vmagent_config_default(vmagent_config_t *cfg);
 
 typedef struct vmagent vmagent_t;

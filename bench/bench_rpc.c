@@ -1,0 +1,699 @@
+/* The wire against the physical limits of this machine: vmrpc's round trip
+ * and bulk transfers through a real vmagent child on a loopback port,
+ * each next to a raw TCP baseline measured in the same run (two threads of
+ * this process on a loopback socket pair, TCP_NODELAY, blocking calls).
+ *
+ * Figures (median over rounds; rounds interleave baseline and vmrpc so
+ * drift of the shared machine hits both alike):
+ *   raw_tcp_rtt_us        32-byte ping-pong between two threads
+ *   nng_rtt_us            bare nng req0/rep0 echo (both ends in this process,
+ *                         blocking nng_sendmsg/nng_recvmsg): what nng itself
+ *                         costs, a diagnostic, not a baseline
+ *   ping_rtt_us           vmc_ping (no work on the agent)
+ *   get_output4_rtt_us    vmc_get_output_into of a 4-byte tensor
+ *   rtt_ratio             ping / raw; get_output4_rtt_ratio likewise
+ *   raw_tcp_gbps_N        N MiB sent on request between two threads (an
+ *                         8-byte request, then N MiB into a reused buffer)
+ *   upload_gbps_N         vmc_set_input of an N MiB u8 tensor (cpu device)
+ *   download_gbps_N       vmc_get_output_into of it into a reused buffer
+ *   upload/download_ratio_N   against raw_tcp_gbps_N
+ *   cold_upload_ms        vmc_upload_memory of a 64 MiB executable (one big
+ *                         tensor constant) the agent has never seen
+ *   store_hit_upload_ms   the same bytes again: UploadBegin finds them
+ *   store_hit_ratio       store_hit / cold
+ *   client_sha256_ms      vm_sha256 of those bytes in this process (part of
+ *                         both uploads: the client must name the bytes)
+ * N is 1, 64 and 256 (MiB).
+ *
+ * Usage: bench_rpc [rounds [parts]]: rounds 3..51 (default 7); parts is a
+ * comma list of rtt, bulk, exec (default all three; the JSON then holds
+ * only those figures, for tuning one path at a time). The agent serves only the
+ * cpu device (--device cpu) with its defaults otherwise, and a fresh
+ * executable store in a temporary directory (removed at the end). Needs
+ * VMRPC_BUILD_DIR (defaults to the directory above this program). Prints
+ * one JSON object.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdarg.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <dirent.h>
+#include <ftw.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "agent_proc.h"
+#include "vm/executable.h"
+#include "vm/vm.h"
+#include "vmclient.h"
+
+#define MAX_ROUNDS 51
+#define RTT_ITERS 2000 /* round trips per round and figure */
+#define MIB (1ull << 20)
+#define NSIZES 3
+static const uint64_t SIZES_MIB[NSIZES] = {1, 64, 256};
+/* Transfers per round: small sizes repeat to rise above timer noise. */
+static const int REPS[NSIZES] = {32, 2, 1};
+#define EXEC_CONST_BYTES (64 * MIB)
+#define PING_BYTES 32
+
+static void check(vm_status_t st, const char *what) {
+  if (!st) return;
+  fprintf(stderr, "bench_rpc: %s: %s: %s\n", what, vm_code_name(vm_status_code(st)),
+          vm_status_message(st));
+  exit(1);
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_rpc: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+static double now_s(void) {
+  return (double)vm_now_ns() * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+  double t[MAX_ROUNDS];
+  memcpy(t, v, (size_t)n * sizeof(*v));
+  qsort(t, (size_t)n, sizeof(*t), cmp_double);
+  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+/* Touches every page so that no figure pays for first-touch faults. */
+static void *alloc_touched(size_t n, unsigned char fill) {
+  unsigned char *p = malloc(n);
+  if (!p) die("malloc");
+  memset(p, fill, n);
+  return p;
+}
+
+/* ------------------------------------------------------------ raw TCP */
+
+/* A connected loopback pair, TCP_NODELAY on both ends. */
+static void tcp_pair(int *a, int *b) {
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (l < 0) die("socket");
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof(sa);
+  if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(l, 1) != 0 ||
+      getsockname(l, (struct sockaddr *)&sa, &sl) != 0)
+    die("listen");
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c < 0 || connect(c, (struct sockaddr *)&sa, sizeof(sa)) != 0) die("connect");
+  int s = accept(l, NULL, NULL);
+  if (s < 0) die("accept");
+  close(l);
+  int one = 1;
+  setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  *a = c;
+  *b = s;
+}
+
+static int read_full(int fd, void *buf, size_t n) {
+  unsigned char *p = buf;
+  while (n) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n) {
+  const unsigned char *p = buf;
+  while (n) {
+    ssize_t r = write(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+/* The peer thread: answers 8-byte requests. A request n > 0 asks for n
+ * bulk bytes; n == 0 is a ping (PING_BYTES follow, echoed back); EOF ends
+ * the thread. */
+typedef struct raw_peer {
+  int fd;
+  const unsigned char *src; /* bulk source, the largest size */
+} raw_peer_t;
+
+static void *raw_peer_main(void *arg) {
+  raw_peer_t *p = arg;
+  unsigned char ping[PING_BYTES];
+  for (;;) {
+    uint64_t n;
+    if (read_full(p->fd, &n, sizeof(n)) != 0) break;
+    if (n == 0) {
+      if (read_full(p->fd, ping, sizeof(ping)) != 0 || write_full(p->fd, ping, sizeof(ping)) != 0)
+        break;
+    } else if (write_full(p->fd, p->src, n) != 0) {
+      break;
+    }
+  }
+  close(p->fd);
+  return NULL;
+}
+
+/* Mean microseconds of one ping-pong (request header + 32 bytes each way
+ * would be 40 bytes out; to match a Ping frame the header is sent once
+ * with the payload). */
+static double raw_rtt_us(int fd, int iters) {
+  unsigned char msg[8 + PING_BYTES];
+  memset(msg, 0, sizeof(msg));
+  unsigned char back[PING_BYTES];
+  double t0 = now_s();
+  for (int i = 0; i < iters; i++) {
+    if (write_full(fd, msg, sizeof(msg)) != 0 || read_full(fd, back, sizeof(back)) != 0)
+      die("raw ping");
+  }
+  return (now_s() - t0) / iters * 1e6;
+}
+
+/* GB/s of `reps` requests of n bytes each, received into dst. */
+static double raw_bulk_gbps(int fd, unsigned char *dst, uint64_t n, int reps) {
+  double t0 = now_s();
+  for (int r = 0; r < reps; r++) {
+    if (write_full(fd, &n, sizeof(n)) != 0 || read_full(fd, dst, n) != 0) die("raw bulk");
+  }
+  return (double)n * reps / (now_s() - t0) / 1e9;
+}
+
+/* ---------------------------------------------------------- bare nng */
+
+typedef struct nng_peer {
+  nng_socket sock;
+} nng_peer_t;
+
+static void *nng_peer_main(void *arg) {
+  nng_peer_t *p = arg;
+  for (;;) {
+    nng_msg *m;
+    if (nng_recvmsg(p->sock, &m, 0) != 0) break;
+    if (nng_sendmsg(p->sock, m, 0) != 0) {
+      nng_msg_free(m);
+      break;
+    }
+  }
+  return NULL;
+}
+
+static double nng_rtt_us(nng_socket req, int iters) {
+  double t0 = now_s();
+  for (int i = 0; i < iters; i++) {
+    nng_msg *m;
+    if (nng_msg_alloc(&m, PING_BYTES) != 0) die("nng_msg_alloc");
+    memset(nng_msg_body(m), 0, PING_BYTES);
+    if (nng_sendmsg(req, m, 0) != 0) die("nng send");
+    if (nng_recvmsg(req, &m, 0) != 0) die("nng recv");
+    nng_msg_free(m);
+  }
+  return (now_s() - t0) / iters * 1e6;
+}
+
+/* ----------------------------------------------------- vmrpc helpers */
+
+/* main(x) returns x: whatever tensor is set comes back as the result. */
+static vm_executable_t *identity_exec(void) {
+  vm_builder_t *b;
+  check(vm_builder_create(&b), "builder");
+  const char *params[] = {"x"};
+  uint32_t f;
+  vm_builder_declare_function(b, "main", 1, params, &f);
+  vm_builder_begin_function(b, f);
+  vm_builder_emit_ret(b, 0);
+  vm_builder_end_function(b, 0);
+  vm_executable_t *e;
+  check(vm_builder_finish(b, &e), "building the identity executable");
+  vm_builder_free(b);
+  return e;
+}
+
+/* The identity function plus a tensor constant of nbytes (a model's
+ * weights); nonce makes the bytes (and so the hash) unique. */
+static void big_exec_bytes(const unsigned char *weights, uint64_t nbytes, uint64_t nonce,
+                           uint8_t **out, size_t *out_len) {
+  vm_builder_t *b;
+  check(vm_builder_create(&b), "builder");
+  int64_t shape[1] = {(int64_t)nbytes};
+  uint32_t ci;
+  vm_builder_const_tensor(b, VM_U8, 1, shape, weights, nbytes, NULL, &ci);
+  char nb[32];
+  snprintf(nb, sizeof(nb), "%llu", (unsigned long long)nonce);
+  vm_builder_add_meta(b, "bench.nonce", nb);
+  const char *params[] = {"x"};
+  uint32_t f;
+  vm_builder_declare_function(b, "main", 1, params, &f);
+  vm_builder_begin_function(b, f);
+  vm_builder_emit_ret(b, 0);
+  vm_builder_end_function(b, 0);
+  vm_executable_t *e;
+  check(vm_builder_finish(b, &e), "building the 64 MiB executable");
+  vm_builder_free(b);
+  check(vm_executable_write(e, out, out_len), "serialising the 64 MiB executable");
+  vm_executable_free(e);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void set_build_dir(void) {
+  if (getenv("VMRPC_BUILD_DIR")) return;
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) {
+    fprintf(stderr, "bench_rpc: set VMRPC_BUILD_DIR to the build tree\n");
+    exit(1);
+  }
+  exe[n] = '\0';
+  for (int k = 0; k < 2; k++) {
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+  }
+  setenv("VMRPC_BUILD_DIR", exe, 1);
+}
+
+static void upload_tensor(vmc_conn_t *c, vmc_vm_t vm, unsigned char *src, uint64_t n) {
+  int64_t shape[1] = {(int64_t)n};
+  vmc_tensor_t t;
+  check(vmc_tensor_wrap(VM_U8, 1, shape, src, &t), "wrap");
+  check(vmc_set_input(c, vm, "main", 0, &t), "set_input");
+}
+
+static void download_tensor(vmc_conn_t *c, vmc_vm_t vm, unsigned char *dst, uint64_t n) {
+  vmc_tensor_t meta;
+  check(vmc_get_output_into(c, vm, "main", NULL, 0, dst, n, &meta), "get_output");
+  if (meta.nbytes != n) {
+    fprintf(stderr, "bench_rpc: output of %llu bytes, expected %llu\n",
+            (unsigned long long)meta.nbytes, (unsigned long long)n);
+    exit(1);
+  }
+}
+
+/* Context switches (voluntary + involuntary) of every thread of pid: a
+ * thread hand-off costs one; the load-independent view of a round trip. */
+static uint64_t ctx_switches(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  uint64_t total = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char sp[PATH_MAX];
+    snprintf(sp, sizeof(sp), "%s/%.32s/status", path, e->d_name);
+    FILE *f = fopen(sp, "r");
+    if (!f) continue;
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+      unsigned long long v;
+      if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1 ||
+          sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+        total += v;
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return total;
+}
+
+/* CPU nanoseconds run by every thread of pid (schedstat's first field). */
+static uint64_t cpu_ns(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  uint64_t total = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char sp[PATH_MAX];
+    snprintf(sp, sizeof(sp), "%s/%.32s/schedstat", path, e->d_name);
+    FILE *f = fopen(sp, "r");
+    if (!f) continue;
+    unsigned long long v;
+    if (fscanf(f, "%llu", &v) == 1) total += v;
+    fclose(f);
+  }
+  closedir(d);
+  return total;
+}
+
+static double load_avg(void) {
+  double l[1] = {0};
+  return getloadavg(l, 1) == 1 ? l[0] : -1;
+}
+
+/* The JSON object, built part by part. */
+static char g_json[8192];
+static size_t g_len;
+
+static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void out(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(g_json + g_len, sizeof(g_json) - g_len, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= sizeof(g_json) - g_len) {
+    fprintf(stderr, "bench_rpc: JSON buffer too small\n");
+    exit(1);
+  }
+  g_len += (size_t)n;
+}
+
+/* What every part shares. */
+typedef struct bench {
+  int rounds;
+  vmc_conn_t *c;
+  vmc_exec_t ident; /* main(x) = x */
+  int raw_fd;       /* raw TCP, the peer thread answers */
+  nng_socket nreq;  /* bare nng, the echo thread answers */
+  unsigned char *src, *dst;
+  pid_t agent_pid;
+  uint64_t chunk; /* the agent's chunk size */
+} bench_t;
+
+static void part_rtt(bench_t *b) {
+  vmc_conn_t *c = b->c;
+  int rounds = b->rounds;
+  vmc_device_spec_t cpu = {"cpu", "pooled"};
+  vmc_vm_t vm;
+  check(vmc_create_vm(c, b->ident, &cpu, 1, "bytecode", &vm), "create VM");
+  float four = 1.0f;
+  unsigned char four_back[4];
+  int64_t shape[1] = {1};
+  vmc_tensor_t t;
+  check(vmc_tensor_wrap(VM_F32, 1, shape, &four, &t), "wrap");
+  check(vmc_set_input(c, vm, "main", 0, &t), "set 4-byte input");
+  check(vmc_invoke(c, vm, "main", 0, NULL), "invoke");
+  /* warm-up */
+  raw_rtt_us(b->raw_fd, 200);
+  nng_rtt_us(b->nreq, 200);
+  for (int i = 0; i < 200; i++) check(vmc_ping(c, NULL), "ping");
+  for (int i = 0; i < 200; i++) download_tensor(c, vm, four_back, 4);
+
+  double raw[MAX_ROUNDS], nng[MAX_ROUNDS], ping[MAX_ROUNDS], go[MAX_ROUNDS];
+  for (int r = 0; r < rounds; r++) {
+    raw[r] = raw_rtt_us(b->raw_fd, RTT_ITERS);
+    nng[r] = nng_rtt_us(b->nreq, RTT_ITERS);
+    double t0 = now_s();
+    for (int i = 0; i < RTT_ITERS; i++) check(vmc_ping(c, NULL), "ping");
+    ping[r] = (now_s() - t0) / RTT_ITERS * 1e6;
+    t0 = now_s();
+    for (int i = 0; i < RTT_ITERS; i++) download_tensor(c, vm, four_back, 4);
+    go[r] = (now_s() - t0) / RTT_ITERS * 1e6;
+  }
+  check(vmc_free_vm(c, vm), "free VM");
+  double raw_m = median(raw, rounds), nng_m = median(nng, rounds);
+  double ping_m = median(ping, rounds), go_m = median(go, rounds);
+  /* Thread hand-offs per round trip, each side (raw TCP: one per side). */
+  uint64_t cs0 = ctx_switches(getpid()), as0 = ctx_switches(b->agent_pid);
+  uint64_t cpu0 = cpu_ns(getpid()) + cpu_ns(b->agent_pid);
+  for (int i = 0; i < RTT_ITERS; i++) check(vmc_ping(c, NULL), "ping");
+  uint64_t cs1 = ctx_switches(getpid()), as1 = ctx_switches(b->agent_pid);
+  uint64_t cpu1 = cpu_ns(getpid()) + cpu_ns(b->agent_pid);
+  raw_rtt_us(b->raw_fd, RTT_ITERS);
+  uint64_t cs2 = ctx_switches(getpid());
+  uint64_t cpu2 = cpu_ns(getpid()) + cpu_ns(b->agent_pid);
+  out("\"ping_ctx_switches_client\":%.2f,\"ping_ctx_switches_agent\":%.2f,"
+      "\"raw_ctx_switches\":%.2f,\"ping_cpu_us\":%.2f,\"raw_cpu_us\":%.2f,",
+      (double)(cs1 - cs0) / RTT_ITERS, (double)(as1 - as0) / RTT_ITERS,
+      (double)(cs2 - cs1) / RTT_ITERS, (double)(cpu1 - cpu0) / RTT_ITERS / 1e3,
+      (double)(cpu2 - cpu1) / RTT_ITERS / 1e3);
+  out("\"raw_tcp_rtt_us\":%.2f,\"nng_rtt_us\":%.2f,\"ping_rtt_us\":%.2f,"
+      "\"get_output4_rtt_us\":%.2f,\"rtt_ratio\":%.3f,\"get_output4_rtt_ratio\":%.3f,"
+      "\"nng_rtt_ratio\":%.3f,",
+      raw_m, nng_m, ping_m, go_m, ping_m / raw_m, go_m / raw_m, nng_m / raw_m);
+}
+
+/* One timed phase: wall seconds and the CPU nanoseconds both processes
+ * spent (this one and the agent). */
+typedef struct phase {
+  double t0;
+  uint64_t cpu0, cs0;
+} phase_t;
+
+static void phase_start(const bench_t *b, phase_t *p) {
+  p->cs0 = ctx_switches(getpid()) + ctx_switches(b->agent_pid);
+  p->cpu0 = cpu_ns(getpid()) + cpu_ns(b->agent_pid);
+  p->t0 = now_s();
+}
+
+/* Wall seconds; *cpu_s the CPU seconds, *cs the context switches (both
+ * processes). */
+static double phase_end(const bench_t *b, const phase_t *p, double *cpu_s, double *cs) {
+  double wall = now_s() - p->t0;
+  *cpu_s = (double)(cpu_ns(getpid()) + cpu_ns(b->agent_pid) - p->cpu0) * 1e-9;
+  *cs = (double)(ctx_switches(getpid()) + ctx_switches(b->agent_pid) - p->cs0);
+  return wall;
+}
+
+static void part_bulk(bench_t *b) {
+  vmc_conn_t *c = b->c;
+  int rounds = b->rounds;
+  vmc_device_spec_t cpu = {"cpu", "pooled"};
+  double raw_g[NSIZES], up_g[NSIZES], down_g[NSIZES], up_r[NSIZES], down_r[NSIZES];
+  double raw_cpu[NSIZES], up_cpu[NSIZES], down_cpu[NSIZES], up_cs[NSIZES], down_cs[NSIZES];
+  for (int s = 0; s < NSIZES; s++) {
+    uint64_t n = SIZES_MIB[s] * MIB;
+    int reps = REPS[s];
+    double bytes = (double)n * reps;
+    /* A VM per size, so the agent's pool holds only this size's blocks. */
+    vmc_vm_t vm;
+    check(vmc_create_vm(c, b->ident, &cpu, 1, "bytecode", &vm), "create VM");
+    upload_tensor(c, vm, b->src, n); /* warm-up: pool blocks, message buffers */
+    check(vmc_invoke(c, vm, "main", 0, NULL), "invoke");
+    download_tensor(c, vm, b->dst, n);
+    upload_tensor(c, vm, b->src, n);
+    raw_bulk_gbps(b->raw_fd, b->dst, n, 1);
+    double rg[MAX_ROUNDS], ug[MAX_ROUNDS], dg[MAX_ROUNDS], ur[MAX_ROUNDS], dr[MAX_ROUNDS];
+    double rc[MAX_ROUNDS], uc[MAX_ROUNDS], dc[MAX_ROUNDS], ucs[MAX_ROUNDS], dcs[MAX_ROUNDS];
+    double chunks = (double)reps * (double)((n + b->chunk - 1) / b->chunk);
+    for (int r = 0; r < rounds; r++) {
+      phase_t ph;
+      double cs, sw;
+      phase_start(b, &ph);
+      raw_bulk_gbps(b->raw_fd, b->dst, n, reps);
+      rg[r] = bytes / phase_end(b, &ph, &cs, &sw) / 1e9;
+      rc[r] = cs * 1e9 / bytes;
+      memset(b->dst, 0, 4096);
+      phase_start(b, &ph);
+      for (int k = 0; k < reps; k++) upload_tensor(c, vm, b->src, n);
+      ug[r] = bytes / phase_end(b, &ph, &cs, &sw) / 1e9;
+      uc[r] = cs * 1e9 / bytes;
+      ucs[r] = sw / chunks;
+      phase_start(b, &ph);
+      for (int k = 0; k < reps; k++) download_tensor(c, vm, b->dst, n);
+      dg[r] = bytes / phase_end(b, &ph, &cs, &sw) / 1e9;
+      dc[r] = cs * 1e9 / bytes;
+      dcs[r] = sw / chunks;
+      if (b->dst[0] != 0x5a || b->dst[n - 1] != 0x5a) {
+        fprintf(stderr, "bench_rpc: downloaded bytes differ from the uploaded ones\n");
+        exit(1);
+      }
+      /* Ratios per round: the baseline ran moments before, under the same
+       * load; their median is steadier than a ratio of medians. */
+      ur[r] = ug[r] / rg[r];
+      dr[r] = dg[r] / rg[r];
+    }
+    raw_g[s] = median(rg, rounds);
+    up_g[s] = median(ug, rounds);
+    down_g[s] = median(dg, rounds);
+    up_r[s] = median(ur, rounds);
+    down_r[s] = median(dr, rounds);
+    raw_cpu[s] = median(rc, rounds);
+    up_cpu[s] = median(uc, rounds);
+    down_cpu[s] = median(dc, rounds);
+    up_cs[s] = median(ucs, rounds);
+    down_cs[s] = median(dcs, rounds);
+    check(vmc_free_vm(c, vm), "free VM");
+  }
+  out("\"raw_tcp_gbps\":%.3f,", raw_g[1]);
+  for (int s = 0; s < NSIZES; s++) {
+    unsigned long long m = (unsigned long long)SIZES_MIB[s];
+    out("\"raw_tcp_gbps_%llu\":%.3f,\"upload_gbps_%llu\":%.3f,\"download_gbps_%llu\":%.3f,"
+        "\"upload_ratio_%llu\":%.3f,\"download_ratio_%llu\":%.3f,",
+        m, raw_g[s], m, up_g[s], m, down_g[s], m, up_r[s], m, down_r[s]);
+    out("\"raw_cpu_ns_per_byte_%llu\":%.3f,\"upload_cpu_ns_per_byte_%llu\":%.3f,"
+        "\"download_cpu_ns_per_byte_%llu\":%.3f,\"upload_ctx_switches_per_chunk_%llu\":%.1f,"
+        "\"download_ctx_switches_per_chunk_%llu\":%.1f,",
+        m, raw_cpu[s], m, up_cpu[s], m, down_cpu[s], m, up_cs[s], m, down_cs[s]);
+  }
+}
+
+static void part_exec(bench_t *b) {
+  vmc_conn_t *c = b->c;
+  int rounds = b->rounds < 5 ? b->rounds : 5;
+  double cold[MAX_ROUNDS], hit[MAX_ROUNDS], hash_ms[MAX_ROUNDS];
+  size_t exec_len = 0;
+  for (int r = 0; r < rounds; r++) {
+    uint8_t *xb;
+    big_exec_bytes(b->src, EXEC_CONST_BYTES,
+                   vm_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)r, &xb, &exec_len);
+    uint8_t digest[32];
+    double t0 = now_s();
+    vm_sha256(xb, exec_len, digest);
+    hash_ms[r] = (now_s() - t0) * 1e3;
+    vmc_exec_t e1, e2;
+    vmc_upload_result_t res1, res2;
+    t0 = now_s();
+    check(vmc_upload_memory(c, xb, exec_len, NULL, NULL, &e1, &res1), "cold upload");
+    cold[r] = (now_s() - t0) * 1e3;
+    t0 = now_s();
+    check(vmc_upload_memory(c, xb, exec_len, NULL, NULL, &e2, &res2), "store-hit upload");
+    hit[r] = (now_s() - t0) * 1e3;
+    if (res1.store_hit || !res2.store_hit) {
+      fprintf(stderr, "bench_rpc: expected a miss then a hit (got %d, %d)\n", res1.store_hit,
+              res2.store_hit);
+      exit(1);
+    }
+    check(vmc_free_exec(c, e1), "free exec");
+    check(vmc_free_exec(c, e2), "free exec");
+    free(xb);
+  }
+  double cold_m = median(cold, rounds), hit_m = median(hit, rounds);
+  out("\"exec_bytes\":%zu,\"exec_rounds\":%d,\"cold_upload_ms\":%.2f,"
+      "\"store_hit_upload_ms\":%.2f,\"store_hit_ratio\":%.4f,\"client_sha256_ms\":%.2f,",
+      exec_len, rounds, cold_m, hit_m, hit_m / cold_m, median(hash_ms, rounds));
+}
+
+int main(int argc, char **argv) {
+  int rounds = 7;
+  if (argc > 1) {
+    char *end;
+    long v = strtol(argv[1], &end, 10);
+    if (*end || v < 3 || v > MAX_ROUNDS) {
+      fprintf(stderr, "usage: bench_rpc [rounds(3..%d) [rtt,bulk,exec]]\n", MAX_ROUNDS);
+      return 2;
+    }
+    rounds = (int)v;
+  }
+  const char *parts = argc > 2 ? argv[2] : "rtt,bulk,exec";
+  set_build_dir();
+  double load_start = load_avg();
+
+  /* A fresh executable store: the cold upload must miss. */
+  char store[PATH_MAX];
+  snprintf(store, sizeof(store), "%s/bench-rpc-store-XXXXXX", getenv("VMRPC_BUILD_DIR"));
+  if (!mkdtemp(store)) die("mkdtemp");
+  agent_proc_t agent;
+  /* $VMRPC_BENCH_AGENT_ARGS: extra agent flags (space separated) for
+   * experiments, e.g. "--chunk-size 4M"; the figures then describe them. */
+  const char *agent_args[24] = {"--device", "cpu", "--cache-dir", store};
+  int nargs = 4;
+  char extra[512] = "";
+  if (getenv("VMRPC_BENCH_AGENT_ARGS")) {
+    snprintf(extra, sizeof(extra), "%s", getenv("VMRPC_BENCH_AGENT_ARGS"));
+    for (char *sv = NULL, *tok = strtok_r(extra, " ", &sv); tok && nargs < 22;
+         tok = strtok_r(NULL, " ", &sv))
+      agent_args[nargs++] = tok;
+  }
+  agent_args[nargs] = NULL;
+  if (agent_proc_start(&agent, agent_args) != 0) {
+    fprintf(stderr, "bench_rpc: could not start vmagent\n");
+    return 1;
+  }
+  bench_t b;
+  memset(&b, 0, sizeof(b));
+  b.rounds = rounds;
+  b.agent_pid = agent.pid;
+  check(vmc_connect(agent.url, NULL, &b.c), "connecting");
+  vmc_info_t info;
+  vmc_info(b.c, &info);
+  b.chunk = info.limits.chunk_bytes;
+
+  /* Raw TCP peer thread. */
+  uint64_t max_bytes = SIZES_MIB[NSIZES - 1] * MIB;
+  b.src = alloc_touched(max_bytes, 0x5a);
+  b.dst = alloc_touched(max_bytes, 0);
+  int peer_fd;
+  tcp_pair(&b.raw_fd, &peer_fd);
+  raw_peer_t rp = {peer_fd, b.src};
+  pthread_t raw_thr;
+  if (pthread_create(&raw_thr, NULL, raw_peer_main, &rp) != 0) die("pthread_create");
+
+  /* Bare nng echo thread. */
+  nng_peer_t np;
+  pthread_t nng_thr;
+  {
+    int rv = nng_rep0_open(&np.sock);
+    nng_listener l;
+    if (!rv) rv = nng_listener_create(&l, np.sock, "tcp://127.0.0.1:0");
+    if (!rv) rv = nng_listener_start(l, 0);
+    int port = 0;
+    if (!rv) rv = nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port);
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+    if (!rv) rv = nng_req0_open(&b.nreq);
+    if (!rv) rv = nng_dial(b.nreq, url, NULL, 0);
+    if (rv) {
+      fprintf(stderr, "bench_rpc: bare nng setup: %s\n", nng_strerror(rv));
+      return 1;
+    }
+    if (pthread_create(&nng_thr, NULL, nng_peer_main, &np) != 0) die("pthread_create");
+  }
+
+  vm_executable_t *ident = identity_exec();
+  uint8_t *ibytes;
+  size_t ilen;
+  check(vm_executable_write(ident, &ibytes, &ilen), "serialising");
+  vm_executable_free(ident);
+  check(vmc_upload_memory(b.c, ibytes, ilen, NULL, NULL, &b.ident, NULL), "upload identity");
+  free(ibytes);
+
+  out("{\"bench\":\"rpc\",\"rounds\":%d,\"device\":\"cpu\",\"transport\":\"tcp loopback\","
+      "\"agent_args\":\"%s\",\"chunk_bytes\":%llu,\"max_inflight_chunks\":%u,"
+      "\"loadavg_start\":%.2f,",
+      rounds, getenv("VMRPC_BENCH_AGENT_ARGS") ? getenv("VMRPC_BENCH_AGENT_ARGS") : "", (unsigned long long)info.limits.chunk_bytes, info.limits.max_inflight_chunks,
+      load_start);
+  if (strstr(parts, "rtt")) part_rtt(&b);
+  if (strstr(parts, "bulk")) part_bulk(&b);
+  if (strstr(parts, "exec")) part_exec(&b);
+
+  check(vmc_free_exec(b.c, b.ident), "free exec");
+  vmc_close(b.c);
+  int arc = agent_proc_stop(&agent);
+  shutdown(b.raw_fd, SHUT_RDWR);
+  close(b.raw_fd);
+  pthread_join(raw_thr, NULL);
+  nng_close(b.nreq);
+  nng_close(np.sock);
+  pthread_join(nng_thr, NULL);
+  nftw(store, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  free(b.src);
+  free(b.dst);
+  if (arc != 0) fprintf(stderr, "bench_rpc: vmagent exited with status %d\n", arc);
+  out("\"loadavg_end\":%.2f,\"agent_exit\":%d}", load_avg(), arc);
+  printf("%s\n", g_json);
+  return arc == 0 ? 0 : 1;
+}
