@@ -19,8 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-[ $# -ge 1 ] && [ $# -le 2 ] || usage
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then usage; fi
 target=$1
 case "$target" in
   fuzz_loader|fuzz_asm|fuzz_npy|fuzz_request) ;;
@@ -63,4 +63,4 @@ if [ $rc -ne 0 ]; then
   ls -l "$work/artifacts/" >&2
   exit 1
 fi
-echo "fuzz.sh: $target ok (${seconds}s, corpus $(ls "$work/corpus" | wc -l) files)"
+echo "fuzz.sh: $target ok (${seconds}s, corpus $(find "$work/corpus" -type f | wc -l) files)"

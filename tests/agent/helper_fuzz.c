@@ -139,7 +139,7 @@ void fuzz_npy_one(const uint8_t *data, size_t size) {
 
 #define FUZZ_MAX_SESSIONS 8
 #define FUZZ_RESET_EVERY 2000
-#define FUZZ_WATCHDOG_MS 100
+#define FUZZ_WATCHDOG_MS 30
 
 void (*fuzz_trace_hook)(const char *line);
 
@@ -154,7 +154,7 @@ static uint64_t fuzz_now_ms(void) {
 }
 
 /* The watchdog: cancels a VM whose Invoke/TimeEvaluate/Profile has run for
- * FUZZ_WATCHDOG_MS (a program may loop forever), repeating every 50 ms
+ * FUZZ_WATCHDOG_MS (a program may loop forever), repeating every 20 ms
  * until the request returns. */
 static struct {
   pthread_mutex_t mu;
@@ -192,7 +192,7 @@ static void *fuzz_watchdog_main(void *arg) {
   for (;;) {
     while (!wd.armed) pthread_cond_wait(&wd.cv, &wd.mu);
     uint64_t now = fuzz_now_ms();
-    if (now - wd.start_ms >= FUZZ_WATCHDOG_MS && now - wd.last_ms >= 50) {
+    if (now - wd.start_ms >= FUZZ_WATCHDOG_MS && now - wd.last_ms >= 20) {
       wd.last_ms = now;
       wd.in_cancel = 1;
       vmagent_t *a = wd.agent;
@@ -207,7 +207,7 @@ static void *fuzz_watchdog_main(void *arg) {
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 10 * 1000 * 1000;
+    ts.tv_nsec += 5 * 1000 * 1000;
     if (ts.tv_nsec >= 1000000000) {
       ts.tv_sec++;
       ts.tv_nsec -= 1000000000;
@@ -281,8 +281,8 @@ static uint64_t fuzz_adjust(Vmrpc__Request *rq, const uint64_t *sessions, uint32
   switch (rq->op_case) {
     case VMRPC__REQUEST__OP_INVOKE:
       if (!rq->invoke) return 0;
-      if (rq->invoke->deadline_ms == 0 || rq->invoke->deadline_ms > 50)
-        rq->invoke->deadline_ms = 50;
+      if (rq->invoke->deadline_ms == 0 || rq->invoke->deadline_ms > 10)
+        rq->invoke->deadline_ms = 10;
       return rq->invoke->vm_id;
     case VMRPC__REQUEST__OP_TIME_EVALUATE: {
       Vmrpc__TimeEvaluateRequest *t = rq->time_evaluate;

@@ -35,9 +35,9 @@ void fuzz_npy_one(const uint8_t *data, size_t size);
  * that the fuzzer can reach deep states and every input ends quickly:
  * - Request.session k in 1..8 names the k-th session this input's Hellos
  *   created (real ids are random);
- * - Invoke deadlines are capped at 50 ms; TimeEvaluate counts, repeats,
+ * - Invoke deadlines are capped at 10 ms; TimeEvaluate counts, repeats,
  *   minimum times, cooldowns and cache flushes are capped small;
- * - a watchdog cancels an Invoke/TimeEvaluate/Profile running over 100 ms.
+ * - a watchdog cancels an Invoke/TimeEvaluate/Profile running over 30 ms.
  * Checks: every message gets exactly one well-formed Response echoing the
  * request id; closing the pipe leaves the agent without sessions. The
  * agent (cpu device only, no listening, token "fuzz-token") is created on
