@@ -148,8 +148,15 @@ typedef struct vma_session {
   uint64_t last_used_ns;
   uint64_t bytes; /* last computed session_bytes, for agent totals */
   struct vma_session *next_dead;
+  /* Ended while requests still held it (on agent->ending): the reaper
+   * keeps cancelling its invocations, since one may start after the end. */
+  struct vma_session *next_ending;
   /* under session->lock */
   pthread_mutex_t lock;
+  /* Set when the session ends (Goodbye, closed pipe): a request that took
+   * its reference before the end may no longer start running VM code, as
+   * no Cancel, close or shutdown would ever reach that run again. */
+  int ended;
   uint64_t next_handle; /* one counter for every handle kind, from 1 */
   vma_execref_t *execs;
   vma_upload_t *uploads;
@@ -209,7 +216,8 @@ struct vmagent {
   pthread_mutex_t lock;
   vma_session_t **sessions; /* cfg.max_sessions slots */
   uint32_t num_sessions;
-  vma_session_t *dead; /* removed, refs 0: for the reaper */
+  vma_session_t *dead;   /* removed, refs 0: for the reaper */
+  vma_session_t *ending; /* removed, refs > 0 (next_ending) */
   atomic_ullong requests;
   atomic_int stopping;
 

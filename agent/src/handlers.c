@@ -225,6 +225,13 @@ static vm_status_t vma_vm_acquire(vma_session_t *s, uint64_t id, vma_use_t use, 
     pthread_mutex_unlock(&s->lock);
     return vma_vm_busy(id);
   }
+  if (use == VMA_USE_RUN && s->ended) {
+    /* The session ended while this request was on its way here: its
+     * cancel has been and gone, so this run would never be stopped. */
+    pthread_mutex_unlock(&s->lock);
+    return vm_status_make(VM_CANCELLED, "vm %llu: the session ended (Goodbye or closed connection)",
+                          (unsigned long long)id);
+  }
   if (use == VMA_USE_READ) {
     v->readers++;
   } else {

@@ -119,6 +119,17 @@ vm_status_t vma_session_acquire(vmagent_t *a, uint64_t id, uint32_t pipe_id,
   return VM_STATUS_OK;
 }
 
+/* Takes s off agent->ending (if there); agent lock held. */
+static void vma_unlink_ending_locked(vmagent_t *a, vma_session_t *s) {
+  for (vma_session_t **pp = &a->ending; *pp; pp = &(*pp)->next_ending) {
+    if (*pp == s) {
+      *pp = s->next_ending;
+      s->next_ending = NULL;
+      return;
+    }
+  }
+}
+
 void vma_session_release(vmagent_t *a, vma_session_t *s) {
   pthread_mutex_lock(&a->lock);
   pthread_mutex_lock(&s->lock);
@@ -126,6 +137,7 @@ void vma_session_release(vmagent_t *a, vma_session_t *s) {
   pthread_mutex_unlock(&s->lock);
   s->last_used_ns = vm_now_ns();
   int destroy = --s->refs == 0 && s->dead;
+  if (destroy) vma_unlink_ending_locked(a, s);
   pthread_mutex_unlock(&a->lock);
   if (destroy) vma_session_destroy(a, s);
 }
@@ -146,8 +158,19 @@ void vma_session_cancel_running(vma_session_t *s, int all) {
 static int vma_end_locked(vmagent_t *a, vma_session_t *s) {
   if (s->dead) return 0;
   vma_remove_locked(a, s);
+  /* Runs that start from now on are refused (vma_vm_acquire); the ones
+   * that started before are cancelled. */
+  pthread_mutex_lock(&s->lock);
+  s->ended = 1;
+  pthread_mutex_unlock(&s->lock);
   vma_session_cancel_running(s, 1);
-  return s->refs == 0;
+  if (s->refs == 0) return 1;
+  /* A request of it may be about to start an invocation (it holds the
+   * session but not yet the VM): the reaper cancels again until the last
+   * request is gone. */
+  s->next_ending = a->ending;
+  a->ending = s;
+  return 0;
 }
 
 void vma_session_end(vmagent_t *a, vma_session_t *s) {
@@ -224,6 +247,7 @@ void vma_sessions_reap(vmagent_t *a) {
     vma_session_cancel_running(s, stopping);
     i++;
   }
+  for (vma_session_t *s = a->ending; s; s = s->next_ending) vma_session_cancel_running(s, 1);
   pthread_mutex_unlock(&a->lock);
   while (doomed) {
     vma_session_t *s = doomed;
@@ -239,6 +263,12 @@ void vma_sessions_destroy_all(vmagent_t *a) {
   while (a->num_sessions) {
     vma_session_t *s = a->sessions[0];
     vma_remove_locked(a, s);
+    s->next_dead = doomed;
+    doomed = s;
+  }
+  while (a->ending) { /* only with requests still in flight: a bug */
+    vma_session_t *s = a->ending;
+    a->ending = s->next_ending;
     s->next_dead = doomed;
     doomed = s;
   }

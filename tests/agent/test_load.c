@@ -42,6 +42,10 @@ static double g_end;
 static atomic_uint g_errors, g_ops, g_sessions, g_invokes, g_bytes_checked, g_time_evals;
 static atomic_uint g_inj_upload, g_inj_transfer, g_inj_spin, g_inj_close;
 static pthread_mutex_t g_msg_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The monitor connection and its Stats results live here, so that the
+ * teardown frees them when a failed assertion leaves test_load early. */
+static vmc_conn_t *g_mon;
+static vmc_stats_t g_base, g_stats;
 
 static double now_s(void) {
   struct timespec ts;
@@ -268,13 +272,18 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
+  vmc_stats_free(&g_stats);
+  vmc_stats_free(&g_base);
+  vmc_close(g_mon);
+  g_mon = NULL;
   int rc = agent_proc_stop(&g_agent);
   free(g_prog);
   return rc == 0 ? 0 : -1;
 }
 
+/* Frees *s's earlier result first. */
 static void stats_of(vmc_conn_t *c, vmc_stats_t *s) {
-  memset(s, 0, sizeof(*s));
+  vmc_stats_free(s);
   ASSERT_OK(vmc_stats(c, s));
 }
 
@@ -285,11 +294,11 @@ static void test_load(void **state) {
   if (env && *env) seconds = atof(env);
   if (seconds < 1) seconds = 1;
 
-  vmc_conn_t *mon = NULL;
-  ASSERT_OK(vmc_connect(g_agent.url, NULL, &mon));
-  vmc_stats_t base;
-  stats_of(mon, &base);
-  assert_int_equal(base.agent_sessions, 1); /* the monitor */
+  ASSERT_OK(vmc_connect(g_agent.url, NULL, &g_mon));
+  vmc_conn_t *mon = g_mon;
+  vmc_stats_t *base = &g_base, *s = &g_stats;
+  stats_of(mon, base);
+  assert_int_equal(base->agent_sessions, 1); /* the monitor */
 
   g_end = now_s() + seconds;
   pthread_t th[THREADS];
@@ -299,15 +308,12 @@ static void test_load(void **state) {
 
   /* Everything the clients held is freed: sessions and bytes back at the
    * baseline (abrupt closes are torn down asynchronously). */
-  vmc_stats_t s;
-  memset(&s, 0, sizeof(s));
   double deadline = now_s() + 20;
   for (;;) {
-    stats_of(mon, &s);
-    if ((s.agent_sessions == base.agent_sessions && s.agent_bytes == base.agent_bytes) ||
+    stats_of(mon, s);
+    if ((s->agent_sessions == base->agent_sessions && s->agent_bytes == base->agent_bytes) ||
         now_s() > deadline)
       break;
-    vmc_stats_free(&s);
     usleep(50000);
   }
   print_message(
@@ -318,21 +324,22 @@ static void test_load(void **state) {
       seconds, THREADS, atomic_load(&g_sessions), atomic_load(&g_ops), atomic_load(&g_invokes),
       atomic_load(&g_bytes_checked) / 1024, atomic_load(&g_time_evals), atomic_load(&g_inj_upload),
       atomic_load(&g_inj_transfer), atomic_load(&g_inj_spin), atomic_load(&g_inj_close),
-      atomic_load(&g_errors), s.agent_sessions, base.agent_sessions,
-      (unsigned long long)s.agent_bytes, (unsigned long long)base.agent_bytes,
-      (unsigned long long)(base.agent_rss_bytes >> 20),
-      (unsigned long long)(s.agent_rss_bytes >> 20), (unsigned long long)s.requests);
+      atomic_load(&g_errors), s->agent_sessions, base->agent_sessions,
+      (unsigned long long)s->agent_bytes, (unsigned long long)base->agent_bytes,
+      (unsigned long long)(base->agent_rss_bytes >> 20),
+      (unsigned long long)(s->agent_rss_bytes >> 20), (unsigned long long)s->requests);
   assert_int_equal(atomic_load(&g_errors), 0);
-  assert_int_equal(s.agent_sessions, base.agent_sessions);
-  assert_int_equal(s.agent_bytes, base.agent_bytes);
+  assert_int_equal(s->agent_sessions, base->agent_sessions);
+  assert_int_equal(s->agent_bytes, base->agent_bytes);
   assert_true(atomic_load(&g_invokes) >= THREADS); /* it did real work */
   assert_true(atomic_load(&g_inj_upload) + atomic_load(&g_inj_transfer) + atomic_load(&g_inj_spin) +
                   atomic_load(&g_inj_close) >
               0);
-  vmc_stats_free(&s);
-  vmc_stats_free(&base);
+  vmc_stats_free(s);
+  vmc_stats_free(base);
   ASSERT_OK(vmc_ping(mon, NULL));
   vmc_close(mon);
+  g_mon = NULL;
   assert_int_equal(ha_ping_fresh(g_agent.url), 0);
 }
 
