@@ -21,7 +21,7 @@ dir=${1:-build-aarch64}
 shift || true
 
 host_packages=(gcc-${triple} cmake pkg-config protobuf-c-compiler opencl-headers file)
-target_packages=(libc6-dev libnng-dev libmbedtls-dev libprotobuf-c-dev ocl-icd-opencl-dev
+target_packages=(libc6-dev libnng-dev libmbedtls-dev libssl-dev libprotobuf-c-dev ocl-icd-opencl-dev
                  libclblast-dev)
 
 installed() {

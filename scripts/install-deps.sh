@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config clang
-  libnng-dev libmbedtls-dev
+  libnng-dev libmbedtls-dev libssl-dev
   libprotobuf-c-dev protobuf-c-compiler
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libclblast-dev libopenblas-dev
