@@ -195,7 +195,6 @@ int main(int argc, char **argv) {
       allocs_warm = device_allocs(c);
       t_warm = vm_now_ns();
     }
-    if (getenv("BM_TRACE") && i % 250 == 0) fprintf(stderr, "%d %ld %ld\n", i, status_kib(agent.pid, "VmRSS"), status_kib(agent.pid, "RssAnon"));
     check(vmc_set_input(c, vm, "main", 0, &xt), "set_input");
     check(vmc_invoke(c, vm, "main", 0, NULL), "invoke");
     check(vmc_get_output_into(c, vm, "main", NULL, 0, y, io.out_numel * sizeof(float), NULL),
@@ -231,20 +230,23 @@ int main(int argc, char **argv) {
   free(y);
 
   double cycle_ms = (double)(t_end - t_warm) / 1e6 / (cycles - warm_at);
-  printf("{\"bench\":\"memory\",\"device\":\"%s\",\"device_name\":\"%s\",\"cycles\":%d,"
-         "\"warm_cycles\":%d,\"cycle_ms\":%.3f,\"setup_and_warm_s\":%.3f,",
-         sel, dev_name, cycles, warm_at, cycle_ms, (double)(t_warm - t0) / 1e9);
-  printf("\"rss_idle_kib\":%ld,\"rss_idle_anon_kib\":%ld,\"rss_idle_file_kib\":%ld,"
-         "\"idle_threads\":%d,\"rss_idle_cpu_only_kib\":%ld,\"rss_idle_cpu_only_anon_kib\":%ld,"
-         "\"rss_idle_cpu_only_file_kib\":%ld,",
-         idle.rss_kib, idle.anon_kib, idle.file_kib, idle.threads, cpu_idle.rss_kib,
-         cpu_idle.anon_kib, cpu_idle.file_kib);
-  printf("\"rss_warm_kib\":%ld,\"rss_after_kib\":%ld,\"rss_growth_kib\":%ld,"
-         "\"rss_growth_ratio\":%.4f,\"anon_warm_kib\":%ld,\"anon_after_kib\":%ld,"
-         "\"device_allocs_warm\":%llu,\"device_allocs_after\":%llu,\"device_allocs_delta\":%llu,"
-         "\"agent_exit\":%d}\n",
-         rss_warm, rss_after, rss_after - rss_warm, (double)rss_after / (double)rss_warm,
-         anon_warm, anon_after, (unsigned long long)allocs_warm,
-         (unsigned long long)allocs_after, (unsigned long long)(allocs_after - allocs_warm), rc);
+  printf(
+      "{\"bench\":\"memory\",\"device\":\"%s\",\"device_name\":\"%s\",\"cycles\":%d,"
+      "\"warm_cycles\":%d,\"cycle_ms\":%.3f,\"setup_and_warm_s\":%.3f,",
+      sel, dev_name, cycles, warm_at, cycle_ms, (double)(t_warm - t0) / 1e9);
+  printf(
+      "\"rss_idle_kib\":%ld,\"rss_idle_anon_kib\":%ld,\"rss_idle_file_kib\":%ld,"
+      "\"idle_threads\":%d,\"rss_idle_cpu_only_kib\":%ld,\"rss_idle_cpu_only_anon_kib\":%ld,"
+      "\"rss_idle_cpu_only_file_kib\":%ld,",
+      idle.rss_kib, idle.anon_kib, idle.file_kib, idle.threads, cpu_idle.rss_kib, cpu_idle.anon_kib,
+      cpu_idle.file_kib);
+  printf(
+      "\"rss_warm_kib\":%ld,\"rss_after_kib\":%ld,\"rss_growth_kib\":%ld,"
+      "\"rss_growth_ratio\":%.4f,\"anon_warm_kib\":%ld,\"anon_after_kib\":%ld,"
+      "\"device_allocs_warm\":%llu,\"device_allocs_after\":%llu,\"device_allocs_delta\":%llu,"
+      "\"agent_exit\":%d}\n",
+      rss_warm, rss_after, rss_after - rss_warm, (double)rss_after / (double)rss_warm, anon_warm,
+      anon_after, (unsigned long long)allocs_warm, (unsigned long long)allocs_after,
+      (unsigned long long)(allocs_after - allocs_warm), rc);
   return rc == 0 ? 0 : 1;
 }

@@ -16,19 +16,32 @@
  *                         8-byte request, then N MiB into a reused buffer)
  *   upload_gbps_N         vmc_set_input of an N MiB u8 tensor (cpu device)
  *   download_gbps_N       vmc_get_output_into of it into a reused buffer
- *   upload/download_ratio_N   against raw_tcp_gbps_N
- *   cold_upload_ms        vmc_upload_memory of a 64 MiB executable (one big
+ *   upload/download_ratio_N   against raw_tcp_gbps_N (median of the
+ *                         per-round ratios)
+ *   ..._client_mallopt    64 and 256 MiB again after this process tuned
+ *                         glibc's malloc (docs/performance.md)
+ *   *_cpu_ns_per_byte_N, *_ctx_switches_per_chunk_N   CPU time and
+ *                         context switches of both processes, and
+ *   *_faults_per_mib_N    page faults of each (a fresh 4 KiB page costs
+ *                         one): diagnostics
+ *   cold_upload_ms        vmc_upload_file of a 64 MiB executable (one big
  *                         tensor constant) the agent has never seen
- *   store_hit_upload_ms   the same bytes again: UploadBegin finds them
- *   store_hit_ratio       store_hit / cold
- *   client_sha256_ms      vm_sha256 of those bytes in this process (part of
- *                         both uploads: the client must name the bytes)
+ *   store_hit_upload_ms   the same file again: UploadBegin finds it in the
+ *                         agent's store; store_hit_ratio = hit / cold
+ *   store_hit_memory_upload_ms   the same bytes from memory
+ *                         (vmc_upload_memory, which hashes them again);
+ *                         store_hit_memory_ratio
+ *   client_sha256_ms      vm_sha256 of those bytes in this process
+ *   ping_cpu_us, ping_ctx_switches_*   CPU time and context switches per
+ *                         Ping (both processes / each side), raw_* the same
+ *                         for the raw ping-pong (diagnostics)
  * N is 1, 64 and 256 (MiB).
  *
  * Usage: bench_rpc [rounds [parts]]: rounds 3..51 (default 7); parts is a
  * comma list of rtt, bulk, exec (default all three; the JSON then holds
- * only those figures, for tuning one path at a time). The agent serves only the
- * cpu device (--device cpu) with its defaults otherwise, and a fresh
+ * only those figures, for tuning one path at a time). The agent serves
+ * only the cpu device (--device cpu) with its defaults otherwise (extra
+ * flags from $VMRPC_BENCH_AGENT_ARGS, for experiments), and a fresh
  * executable store in a temporary directory (removed at the end). Needs
  * VMRPC_BUILD_DIR (defaults to the directory above this program). Prints
  * one JSON object.
@@ -39,6 +52,9 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -347,6 +363,21 @@ static uint64_t ctx_switches(pid_t pid) {
   return total;
 }
 
+/* Minor page faults of pid (field 10 of /proc/PID/stat). */
+static uint64_t minor_faults(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+  unsigned long long v = 0;
+  if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %llu", &v) == 1) return v;
+  return 0;
+}
+
 /* CPU nanoseconds run by every thread of pid (schedstat's first field). */
 static uint64_t cpu_ns(pid_t pid) {
   char path[64];
@@ -460,31 +491,41 @@ static void part_rtt(bench_t *b) {
  * spent (this one and the agent). */
 typedef struct phase {
   double t0;
-  uint64_t cpu0, cs0;
+  uint64_t cpu0, cs0, agent_flt0, client_flt0;
 } phase_t;
 
 static void phase_start(const bench_t *b, phase_t *p) {
+  p->agent_flt0 = minor_faults(b->agent_pid);
+  p->client_flt0 = minor_faults(getpid());
   p->cs0 = ctx_switches(getpid()) + ctx_switches(b->agent_pid);
   p->cpu0 = cpu_ns(getpid()) + cpu_ns(b->agent_pid);
   p->t0 = now_s();
 }
 
-/* Wall seconds; *cpu_s the CPU seconds, *cs the context switches (both
- * processes). */
-static double phase_end(const bench_t *b, const phase_t *p, double *cpu_s, double *cs) {
+/* What a phase cost both processes. */
+typedef struct phase_cost {
+  double cpu_s, switches, agent_faults, client_faults;
+} phase_cost_t;
+
+/* Wall seconds; *c what it cost. */
+static double phase_end(const bench_t *b, const phase_t *p, phase_cost_t *c) {
   double wall = now_s() - p->t0;
-  *cpu_s = (double)(cpu_ns(getpid()) + cpu_ns(b->agent_pid) - p->cpu0) * 1e-9;
-  *cs = (double)(ctx_switches(getpid()) + ctx_switches(b->agent_pid) - p->cs0);
+  c->cpu_s = (double)(cpu_ns(getpid()) + cpu_ns(b->agent_pid) - p->cpu0) * 1e-9;
+  c->switches = (double)(ctx_switches(getpid()) + ctx_switches(b->agent_pid) - p->cs0);
+  c->agent_faults = (double)(minor_faults(b->agent_pid) - p->agent_flt0);
+  c->client_faults = (double)(minor_faults(getpid()) - p->client_flt0);
   return wall;
 }
 
-static void part_bulk(bench_t *b) {
+/* Bulk figures for sizes [first, NSIZES); key names end in suffix. */
+static void part_bulk(bench_t *b, int first, const char *suffix) {
   vmc_conn_t *c = b->c;
   int rounds = b->rounds;
   vmc_device_spec_t cpu = {"cpu", "pooled"};
   double raw_g[NSIZES], up_g[NSIZES], down_g[NSIZES], up_r[NSIZES], down_r[NSIZES];
   double raw_cpu[NSIZES], up_cpu[NSIZES], down_cpu[NSIZES], up_cs[NSIZES], down_cs[NSIZES];
-  for (int s = 0; s < NSIZES; s++) {
+  double up_af[NSIZES], up_cf[NSIZES], down_af[NSIZES], down_cf[NSIZES];
+  for (int s = first; s < NSIZES; s++) {
     uint64_t n = SIZES_MIB[s] * MIB;
     int reps = REPS[s];
     double bytes = (double)n * reps;
@@ -498,25 +539,31 @@ static void part_bulk(bench_t *b) {
     raw_bulk_gbps(b->raw_fd, b->dst, n, 1);
     double rg[MAX_ROUNDS], ug[MAX_ROUNDS], dg[MAX_ROUNDS], ur[MAX_ROUNDS], dr[MAX_ROUNDS];
     double rc[MAX_ROUNDS], uc[MAX_ROUNDS], dc[MAX_ROUNDS], ucs[MAX_ROUNDS], dcs[MAX_ROUNDS];
+    double uaf[MAX_ROUNDS], ucf[MAX_ROUNDS], daf[MAX_ROUNDS], dcf[MAX_ROUNDS];
+    double mibs = bytes / (double)MIB;
     double chunks = (double)reps * (double)((n + b->chunk - 1) / b->chunk);
     for (int r = 0; r < rounds; r++) {
       phase_t ph;
-      double cs, sw;
+      phase_cost_t pc;
       phase_start(b, &ph);
       raw_bulk_gbps(b->raw_fd, b->dst, n, reps);
-      rg[r] = bytes / phase_end(b, &ph, &cs, &sw) / 1e9;
-      rc[r] = cs * 1e9 / bytes;
+      rg[r] = bytes / phase_end(b, &ph, &pc) / 1e9;
+      rc[r] = pc.cpu_s * 1e9 / bytes;
       memset(b->dst, 0, 4096);
       phase_start(b, &ph);
       for (int k = 0; k < reps; k++) upload_tensor(c, vm, b->src, n);
-      ug[r] = bytes / phase_end(b, &ph, &cs, &sw) / 1e9;
-      uc[r] = cs * 1e9 / bytes;
-      ucs[r] = sw / chunks;
+      ug[r] = bytes / phase_end(b, &ph, &pc) / 1e9;
+      uc[r] = pc.cpu_s * 1e9 / bytes;
+      ucs[r] = pc.switches / chunks;
+      uaf[r] = pc.agent_faults / mibs;
+      ucf[r] = pc.client_faults / mibs;
       phase_start(b, &ph);
       for (int k = 0; k < reps; k++) download_tensor(c, vm, b->dst, n);
-      dg[r] = bytes / phase_end(b, &ph, &cs, &sw) / 1e9;
-      dc[r] = cs * 1e9 / bytes;
-      dcs[r] = sw / chunks;
+      dg[r] = bytes / phase_end(b, &ph, &pc) / 1e9;
+      dc[r] = pc.cpu_s * 1e9 / bytes;
+      dcs[r] = pc.switches / chunks;
+      daf[r] = pc.agent_faults / mibs;
+      dcf[r] = pc.client_faults / mibs;
       if (b->dst[0] != 0x5a || b->dst[n - 1] != 0x5a) {
         fprintf(stderr, "bench_rpc: downloaded bytes differ from the uploaded ones\n");
         exit(1);
@@ -536,55 +583,92 @@ static void part_bulk(bench_t *b) {
     down_cpu[s] = median(dc, rounds);
     up_cs[s] = median(ucs, rounds);
     down_cs[s] = median(dcs, rounds);
+    up_af[s] = median(uaf, rounds);
+    up_cf[s] = median(ucf, rounds);
+    down_af[s] = median(daf, rounds);
+    down_cf[s] = median(dcf, rounds);
     check(vmc_free_vm(c, vm), "free VM");
   }
-  out("\"raw_tcp_gbps\":%.3f,", raw_g[1]);
-  for (int s = 0; s < NSIZES; s++) {
+  if (first <= 1) out("\"raw_tcp_gbps%s\":%.3f,", suffix, raw_g[1]);
+  for (int s = first; s < NSIZES; s++) {
     unsigned long long m = (unsigned long long)SIZES_MIB[s];
-    out("\"raw_tcp_gbps_%llu\":%.3f,\"upload_gbps_%llu\":%.3f,\"download_gbps_%llu\":%.3f,"
-        "\"upload_ratio_%llu\":%.3f,\"download_ratio_%llu\":%.3f,",
-        m, raw_g[s], m, up_g[s], m, down_g[s], m, up_r[s], m, down_r[s]);
-    out("\"raw_cpu_ns_per_byte_%llu\":%.3f,\"upload_cpu_ns_per_byte_%llu\":%.3f,"
-        "\"download_cpu_ns_per_byte_%llu\":%.3f,\"upload_ctx_switches_per_chunk_%llu\":%.1f,"
-        "\"download_ctx_switches_per_chunk_%llu\":%.1f,",
-        m, raw_cpu[s], m, up_cpu[s], m, down_cpu[s], m, up_cs[s], m, down_cs[s]);
+    const char *x = suffix;
+    out("\"raw_tcp_gbps_%llu%s\":%.3f,\"upload_gbps_%llu%s\":%.3f,\"download_gbps_%llu%s\":%.3f,"
+        "\"upload_ratio_%llu%s\":%.3f,\"download_ratio_%llu%s\":%.3f,",
+        m, x, raw_g[s], m, x, up_g[s], m, x, down_g[s], m, x, up_r[s], m, x, down_r[s]);
+    out("\"raw_cpu_ns_per_byte_%llu%s\":%.3f,\"upload_cpu_ns_per_byte_%llu%s\":%.3f,"
+        "\"download_cpu_ns_per_byte_%llu%s\":%.3f,\"upload_ctx_switches_per_chunk_%llu%s\":%.1f,"
+        "\"download_ctx_switches_per_chunk_%llu%s\":%.1f,",
+        m, x, raw_cpu[s], m, x, up_cpu[s], m, x, down_cpu[s], m, x, up_cs[s], m, x, down_cs[s]);
+    out("\"upload_faults_per_mib_%llu%s\":{\"client\":%.1f,\"agent\":%.1f},"
+        "\"download_faults_per_mib_%llu%s\":{\"client\":%.1f,\"agent\":%.1f},",
+        m, x, up_cf[s], up_af[s], m, x, down_cf[s], down_af[s]);
   }
 }
 
 static void part_exec(bench_t *b) {
   vmc_conn_t *c = b->c;
   int rounds = b->rounds < 5 ? b->rounds : 5;
-  double cold[MAX_ROUNDS], hit[MAX_ROUNDS], hash_ms[MAX_ROUNDS];
+  /* The executables as files (what `vmclient upload` and most programs
+   * send), written first and then left alone for a few seconds: the
+   * client trusts a remembered hash only for a file that was not just
+   * written (client/lib/hashmemo.c). */
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof(dir), "%s/bench-rpc-files-XXXXXX", getenv("VMRPC_BUILD_DIR"));
+  if (!mkdtemp(dir)) die("mkdtemp");
+  char path[MAX_ROUNDS][PATH_MAX + 32];
   size_t exec_len = 0;
   for (int r = 0; r < rounds; r++) {
     uint8_t *xb;
-    big_exec_bytes(b->src, EXEC_CONST_BYTES,
-                   vm_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)r, &xb, &exec_len);
-    uint8_t digest[32];
+    big_exec_bytes(b->src, EXEC_CONST_BYTES, vm_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)r,
+                   &xb, &exec_len);
+    snprintf(path[r], sizeof(path[r]), "%s/x%d.vmx", dir, r);
+    check(vm_write_file_atomic(path[r], xb, exec_len), "writing an executable file");
+    free(xb);
+  }
+  sleep(3);
+  double cold[MAX_ROUNDS], hit[MAX_ROUNDS], hit_mem[MAX_ROUNDS], hash_ms[MAX_ROUNDS];
+  for (int r = 0; r < rounds; r++) {
+    vmc_exec_t e1, e2, e3;
+    vmc_upload_result_t res1, res2, res3;
     double t0 = now_s();
-    vm_sha256(xb, exec_len, digest);
-    hash_ms[r] = (now_s() - t0) * 1e3;
-    vmc_exec_t e1, e2;
-    vmc_upload_result_t res1, res2;
-    t0 = now_s();
-    check(vmc_upload_memory(c, xb, exec_len, NULL, NULL, &e1, &res1), "cold upload");
+    check(vmc_upload_file(c, path[r], NULL, NULL, &e1, &res1), "cold upload");
     cold[r] = (now_s() - t0) * 1e3;
     t0 = now_s();
-    check(vmc_upload_memory(c, xb, exec_len, NULL, NULL, &e2, &res2), "store-hit upload");
+    check(vmc_upload_file(c, path[r], NULL, NULL, &e2, &res2), "store-hit upload");
     hit[r] = (now_s() - t0) * 1e3;
-    if (res1.store_hit || !res2.store_hit) {
-      fprintf(stderr, "bench_rpc: expected a miss then a hit (got %d, %d)\n", res1.store_hit,
-              res2.store_hit);
+    /* The same bytes from memory: nothing to remember them by, so the
+     * client hashes them again. */
+    uint8_t *xb;
+    size_t xl;
+    check(vm_read_file(path[r], UINT64_MAX, &xb, &xl), "reading back");
+    uint8_t digest[32];
+    t0 = now_s();
+    vm_sha256(xb, xl, digest);
+    hash_ms[r] = (now_s() - t0) * 1e3;
+    t0 = now_s();
+    check(vmc_upload_memory(c, xb, xl, NULL, NULL, &e3, &res3), "store-hit upload (memory)");
+    hit_mem[r] = (now_s() - t0) * 1e3;
+    free(xb);
+    if (res1.store_hit || !res2.store_hit || !res3.store_hit) {
+      fprintf(stderr, "bench_rpc: expected a miss then hits (got %d, %d, %d)\n", res1.store_hit,
+              res2.store_hit, res3.store_hit);
       exit(1);
     }
     check(vmc_free_exec(c, e1), "free exec");
     check(vmc_free_exec(c, e2), "free exec");
-    free(xb);
+    check(vmc_free_exec(c, e3), "free exec");
+    unlink(path[r]);
   }
+  rmdir(dir);
   double cold_m = median(cold, rounds), hit_m = median(hit, rounds);
+  double hit_mem_m = median(hit_mem, rounds);
   out("\"exec_bytes\":%zu,\"exec_rounds\":%d,\"cold_upload_ms\":%.2f,"
-      "\"store_hit_upload_ms\":%.2f,\"store_hit_ratio\":%.4f,\"client_sha256_ms\":%.2f,",
-      exec_len, rounds, cold_m, hit_m, hit_m / cold_m, median(hash_ms, rounds));
+      "\"store_hit_upload_ms\":%.3f,\"store_hit_ratio\":%.5f,"
+      "\"store_hit_memory_upload_ms\":%.2f,\"store_hit_memory_ratio\":%.4f,"
+      "\"client_sha256_ms\":%.2f,",
+      exec_len, rounds, cold_m, hit_m, hit_m / cold_m, hit_mem_m, hit_mem_m / cold_m,
+      median(hash_ms, rounds));
 }
 
 int main(int argc, char **argv) {
@@ -674,10 +758,21 @@ int main(int argc, char **argv) {
   out("{\"bench\":\"rpc\",\"rounds\":%d,\"device\":\"cpu\",\"transport\":\"tcp loopback\","
       "\"agent_args\":\"%s\",\"chunk_bytes\":%llu,\"max_inflight_chunks\":%u,"
       "\"loadavg_start\":%.2f,",
-      rounds, getenv("VMRPC_BENCH_AGENT_ARGS") ? getenv("VMRPC_BENCH_AGENT_ARGS") : "", (unsigned long long)info.limits.chunk_bytes, info.limits.max_inflight_chunks,
-      load_start);
+      rounds, getenv("VMRPC_BENCH_AGENT_ARGS") ? getenv("VMRPC_BENCH_AGENT_ARGS") : "",
+      (unsigned long long)info.limits.chunk_bytes, info.limits.max_inflight_chunks, load_start);
   if (strstr(parts, "rtt")) part_rtt(&b);
-  if (strstr(parts, "bulk")) part_bulk(&b);
+  if (strstr(parts, "bulk")) {
+    part_bulk(&b, 0, "");
+    /* Again with this process's malloc tuned as docs/performance.md
+     * recommends for programs that move big tensors: chunk-sized message
+     * buffers then stay in the heap instead of being unmapped and faulted
+     * in again for every chunk (the agent does this itself). */
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 128 << 20);
+    part_bulk(&b, 1, "_client_mallopt");
+#endif
+  }
   if (strstr(parts, "exec")) part_exec(&b);
 
   check(vmc_free_exec(b.c, b.ident), "free exec");

@@ -333,6 +333,11 @@ int main(int argc, char **argv) {
     if (mmap_min > (128u << 10)) mallopt(M_MMAP_THRESHOLD, (int)mmap_min);
     uint64_t trim = 16 * msg < (256u << 20) ? 16 * msg : (256u << 20);
     mallopt(M_TRIM_THRESHOLD, (int)trim);
+    /* One heap for all threads: requests land on any of the workers and
+     * nng's threads, and a heap per thread (glibc's default, up to 8 per
+     * core) keeps growing until every thread has seen every kind of
+     * request. */
+    mallopt(M_ARENA_MAX, 1);
   }
 #endif
 

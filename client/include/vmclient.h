@@ -261,7 +261,13 @@ vm_status_t vmc_upload_memory(vmc_conn_t *conn, const void *data, size_t size,
                               vmc_upload_result_t *out_result);
 
 /* Reads path (capped at the agent's max_executable_bytes) and uploads it as
- * vmc_upload_memory() does. NOT_FOUND / UNAVAILABLE for I/O errors. */
+ * vmc_upload_memory() does. The process remembers the SHA-256 of files it
+ * read (by device, inode, size, mtime and ctime, for files left unchanged
+ * for a few seconds before): uploading such a file again starts with
+ * UploadBegin and reads nothing when the agent has it. A remembered hash
+ * never loads wrong code: on a miss the agent checks the bytes it gets
+ * (DATA_LOSS if the file changed unnoticed; the entry is then dropped).
+ * NOT_FOUND / UNAVAILABLE for I/O errors. */
 vm_status_t vmc_upload_file(vmc_conn_t *conn, const char *path, vmc_progress_fn progress,
                             void *user, vmc_exec_t *out_exec, vmc_upload_result_t *out_result);
 

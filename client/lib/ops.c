@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "vm/executable.h"
@@ -139,6 +140,65 @@ static vm_status_t send_chunks(vmc_conn_t *c, int tensor, uint64_t id, const voi
   return vmci_pipeline_run(c, &p);
 }
 
+/* UploadBegin for size bytes hashing to sha: *present with *exec_id (a
+ * store hit), or the *upload_id of a new upload. */
+static vm_status_t upload_begin(vmc_conn_t *c, const uint8_t sha[32], uint64_t size, int *present,
+                                uint64_t *exec_id, uint64_t *upload_id) {
+  Vmrpc__Request req = VMRPC__REQUEST__INIT;
+  Vmrpc__UploadBeginRequest b = VMRPC__UPLOAD_BEGIN_REQUEST__INIT;
+  b.sha256.data = (uint8_t *)sha;
+  b.sha256.len = 32;
+  b.size = size;
+  req.op_case = OP(UPLOAD_BEGIN);
+  req.upload_begin = &b;
+  vmci_reply_t r;
+  VM_RETURN_IF_ERROR(call(c, &req, ROP(UPLOAD_BEGIN), "UploadBegin", &r));
+  const Vmrpc__UploadBeginResponse *br = r.resp->upload_begin;
+  *present = br && br->present;
+  *exec_id = br ? br->exec_id : 0;
+  *upload_id = br ? br->upload_id : 0;
+  vmci_reply_free(&r);
+  if (*present && *exec_id == 0)
+    return vm_status_make(VM_INTERNAL, "the agent reported a store hit without an exec id");
+  if (!*present && *upload_id == 0)
+    return vm_status_make(VM_INTERNAL, "the agent started an upload without an upload id");
+  return VM_STATUS_OK;
+}
+
+/* The chunks and the UploadCommit of upload_id. */
+static vm_status_t upload_finish(vmc_conn_t *c, uint64_t upload_id, const void *data, size_t size,
+                                 vmc_progress_fn progress, void *user, uint64_t *exec_id) {
+  VM_RETURN_IF_ERROR(send_chunks(c, 0, upload_id, data, size, progress, user));
+  Vmrpc__Request creq = VMRPC__REQUEST__INIT;
+  Vmrpc__UploadCommitRequest cm = VMRPC__UPLOAD_COMMIT_REQUEST__INIT;
+  cm.upload_id = upload_id;
+  creq.op_case = OP(UPLOAD_COMMIT);
+  creq.upload_commit = &cm;
+  vmci_reply_t r;
+  VM_RETURN_IF_ERROR(call(c, &creq, ROP(UPLOAD_COMMIT), "UploadCommit", &r));
+  *exec_id = r.resp->upload_commit ? r.resp->upload_commit->exec_id : 0;
+  vmci_reply_free(&r);
+  if (*exec_id == 0)
+    return vm_status_make(VM_INTERNAL, "the agent committed the upload without an exec id");
+  return VM_STATUS_OK;
+}
+
+/* vmc_upload_memory() with the hash already in res->sha256. */
+static vm_status_t upload_hashed(vmc_conn_t *c, const void *data, size_t size,
+                                 vmc_progress_fn progress, void *user, vmc_exec_t *out_exec,
+                                 vmc_upload_result_t *res) {
+  int present;
+  uint64_t exec_id, upload_id;
+  VM_RETURN_IF_ERROR(upload_begin(c, res->sha256, size, &present, &exec_id, &upload_id));
+  if (!present) {
+    VM_RETURN_IF_ERROR(upload_finish(c, upload_id, data, size, progress, user, &exec_id));
+    res->bytes_sent = size;
+  }
+  res->store_hit = present;
+  out_exec->id = exec_id;
+  return VM_STATUS_OK;
+}
+
 vm_status_t vmc_upload_memory(vmc_conn_t *c, const void *data, size_t size,
                               vmc_progress_fn progress, void *user, vmc_exec_t *out_exec,
                               vmc_upload_result_t *out_result) {
@@ -149,47 +209,42 @@ vm_status_t vmc_upload_memory(vmc_conn_t *c, const void *data, size_t size,
   vmc_upload_result_t res;
   memset(&res, 0, sizeof(res));
   vm_sha256(data, size, res.sha256);
-
-  Vmrpc__Request req = VMRPC__REQUEST__INIT;
-  Vmrpc__UploadBeginRequest b = VMRPC__UPLOAD_BEGIN_REQUEST__INIT;
-  b.sha256.data = res.sha256;
-  b.sha256.len = sizeof(res.sha256);
-  b.size = size;
-  req.op_case = OP(UPLOAD_BEGIN);
-  req.upload_begin = &b;
-  vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call(c, &req, ROP(UPLOAD_BEGIN), "UploadBegin", &r));
-  const Vmrpc__UploadBeginResponse *br = r.resp->upload_begin;
-  int present = br && br->present;
-  uint64_t exec_id = br ? br->exec_id : 0;
-  uint64_t upload_id = br ? br->upload_id : 0;
-  vmci_reply_free(&r);
-  if (present) {
-    if (exec_id == 0)
-      return vm_status_make(VM_INTERNAL, "the agent reported a store hit without an exec id");
-    res.store_hit = 1;
-    out_exec->id = exec_id;
-    if (out_result) *out_result = res;
-    return VM_STATUS_OK;
-  }
-  if (upload_id == 0)
-    return vm_status_make(VM_INTERNAL, "the agent started an upload without an upload id");
-
-  VM_RETURN_IF_ERROR(send_chunks(c, 0, upload_id, data, size, progress, user));
-  res.bytes_sent = size;
-
-  Vmrpc__Request creq = VMRPC__REQUEST__INIT;
-  Vmrpc__UploadCommitRequest cm = VMRPC__UPLOAD_COMMIT_REQUEST__INIT;
-  cm.upload_id = upload_id;
-  creq.op_case = OP(UPLOAD_COMMIT);
-  creq.upload_commit = &cm;
-  VM_RETURN_IF_ERROR(call(c, &creq, ROP(UPLOAD_COMMIT), "UploadCommit", &r));
-  exec_id = r.resp->upload_commit ? r.resp->upload_commit->exec_id : 0;
-  vmci_reply_free(&r);
-  if (exec_id == 0)
-    return vm_status_make(VM_INTERNAL, "the agent committed the upload without an exec id");
-  out_exec->id = exec_id;
+  VM_RETURN_IF_ERROR(upload_hashed(c, data, size, progress, user, out_exec, &res));
   if (out_result) *out_result = res;
+  return VM_STATUS_OK;
+}
+
+/* A file whose hash this process already knows (hashmemo.c): UploadBegin
+ * first, and the file is read only when the agent lacks it. */
+static vm_status_t upload_file_known(vmc_conn_t *c, const char *path, const struct stat *st,
+                                     uint64_t cap, vmc_progress_fn progress, void *user,
+                                     vmc_exec_t *out_exec, vmc_upload_result_t *res) {
+  int present;
+  uint64_t exec_id, upload_id;
+  VM_RETURN_IF_ERROR(
+      upload_begin(c, res->sha256, (uint64_t)st->st_size, &present, &exec_id, &upload_id));
+  if (!present) {
+    uint8_t *data;
+    size_t size;
+    VM_RETURN_IF_ERROR(vm_read_file(path, cap, &data, &size));
+    vm_status_t st2 = VM_STATUS_OK;
+    if (size != (uint64_t)st->st_size)
+      st2 = vm_status_make(VM_ABORTED,
+                           "the file changed while it was being uploaded (%llu "
+                           "bytes announced, %zu read): upload it again",
+                           (unsigned long long)st->st_size, size);
+    else
+      st2 = upload_finish(c, upload_id, data, size, progress, user, &exec_id);
+    free(data);
+    if (st2) {
+      /* DATA_LOSS: the bytes no longer hash to the remembered hash. */
+      vmci_memo_forget(st);
+      return st2;
+    }
+    res->bytes_sent = size;
+  }
+  res->store_hit = present;
+  out_exec->id = exec_id;
   return VM_STATUS_OK;
 }
 
@@ -197,7 +252,20 @@ vm_status_t vmc_upload_file(vmc_conn_t *c, const char *path, vmc_progress_fn pro
                             vmc_exec_t *out_exec, vmc_upload_result_t *out_result) {
   VM_RETURN_IF_ERROR(need_conn(c));
   if (!path) return vm_status_make(VM_INVALID_ARGUMENT, "no executable path given");
+  if (!out_exec) return vm_status_make(VM_INVALID_ARGUMENT, "vmc_upload: out_exec is NULL");
   uint64_t cap = c->limits.max_executable_bytes ? c->limits.max_executable_bytes : UINT64_MAX;
+  vmc_upload_result_t res;
+  memset(&res, 0, sizeof(res));
+  struct stat before, after;
+  int have_before = stat(path, &before) == 0;
+  if (have_before && S_ISREG(before.st_mode) && before.st_size > 0 &&
+      (uint64_t)before.st_size <= cap && vmci_memo_get(&before, res.sha256)) {
+    vm_status_t st = upload_file_known(c, path, &before, cap, progress, user, out_exec, &res);
+    if (st) return vm_status_annotate(st, "uploading '%s'", path);
+    if (out_result) *out_result = res;
+    return VM_STATUS_OK;
+  }
+  time_t read_start = time(NULL);
   uint8_t *data;
   size_t size;
   vm_status_t st = vm_read_file(path, cap, &data, &size);
@@ -207,9 +275,20 @@ vm_status_t vmc_upload_file(vmc_conn_t *c, const char *path, vmc_progress_fn pro
                                 (unsigned long long)cap);
     return st;
   }
-  st = vmc_upload_memory(c, data, size, progress, user, out_exec, out_result);
+  if (size == 0) {
+    free(data);
+    return vm_status_annotate(
+        vm_status_make(VM_INVALID_ARGUMENT, "the executable is empty: nothing to upload"),
+        "uploading '%s'", path);
+  }
+  vm_sha256(data, size, res.sha256);
+  if (have_before && stat(path, &after) == 0 && (uint64_t)after.st_size == size)
+    vmci_memo_put(&before, &after, read_start, res.sha256);
+  st = upload_hashed(c, data, size, progress, user, out_exec, &res);
   free(data);
-  return vm_status_annotate(st, "uploading '%s'", path);
+  if (st) return vm_status_annotate(st, "uploading '%s'", path);
+  if (out_result) *out_result = res;
+  return VM_STATUS_OK;
 }
 
 vm_status_t vmc_free_exec(vmc_conn_t *c, vmc_exec_t exec) {

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "vmclient.h"
 #include "vmproto/wire.h"
@@ -33,8 +34,8 @@ typedef struct vmci_waiter {
 typedef struct vmci_chan {
   struct vmc_conn *conn;
   nng_ctx ctx;
-  nng_aio *aio;  /* with chan_cb: pipelines and long calls */
-  nng_aio *saio; /* no callback: single calls, waited for by the caller */
+  nng_aio *aio;   /* with chan_cb: pipelines and long calls */
+  nng_aio *saio;  /* no callback: single calls, waited for by the caller */
   int busy;       /* taken from the pool (under conn->mu) */
   int sending;    /* phase of the current op (callback thread only) */
   int done;       /* under waiter->mu */
@@ -148,5 +149,17 @@ VMCI_API vm_status_t vmci_nng_error(vmc_conn_t *c, int rv, const char *what, int
  * points to, dtype_buf its dtype string. */
 VMCI_API void vmci_meta_from_tensor(const vmc_tensor_t *t, Vmrpc__TensorMeta *meta,
                                     int64_t *dims_buf, char *dtype_buf, size_t dtype_buf_len);
+
+/* Hashes of executable files (hashmemo.c). get: 1 and out filled when st
+ * (a stat of the file now) matches an entry. put: records sha for the file
+ * whose stat was `before` when reading began at read_start (realtime s)
+ * and `after` once it ended; nothing is recorded unless both agree and the
+ * file had been left alone for a while before. forget: drops the file's
+ * entry. */
+struct stat;
+VMCI_API int vmci_memo_get(const struct stat *st, uint8_t out[32]);
+VMCI_API void vmci_memo_put(const struct stat *before, const struct stat *after, time_t read_start,
+                            const uint8_t sha[32]);
+VMCI_API void vmci_memo_forget(const struct stat *st);
 
 #endif /* VMC_INTERNAL_H */
