@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "sample_exec.h"
+#include "run_proc.h"
 #include "test_util.h"
 #include "vm/executable.h"
 
@@ -33,131 +34,11 @@ enum { EXIT_USAGE = 2, EXIT_INPUT = 3, EXIT_IO = 4 };
 static char g_vmclient[4096];
 static char g_dir[4096]; /* scratch directory, removed at the end */
 
-typedef struct run_result {
-  int status; /* from waitpid */
-  char *out;
-  size_t out_n;
-  char *err;
-  size_t err_n;
-} run_result_t;
 
-static void result_free(run_result_t *r) {
-  free(r->out);
-  free(r->err);
-  memset(r, 0, sizeof(*r));
-}
-
-static void buf_add(char **b, size_t *n, const char *d, size_t k) {
-  *b = realloc(*b, *n + k + 1);
-  assert_non_null(*b);
-  memcpy(*b + *n, d, k);
-  *n += k;
-  (*b)[*n] = '\0';
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Runs vmclient with args (NULL-terminated, without argv[0]), feeding in
- * on stdin (NULL: an empty stdin), in the scratch directory. stdout goes to stdout_file when given,
- * else is captured. Bounded: a run over 60 s is killed and fails the test. */
+/* Runs vmclient in the scratch directory (see run_proc); 60 s bound. */
 static void run_cli(const char *const *args, const void *in, size_t in_n, const char *stdout_file,
                     run_result_t *r) {
-  memset(r, 0, sizeof(*r));
-  buf_add(&r->out, &r->out_n, "", 0);
-  buf_add(&r->err, &r->err_n, "", 0);
-  const char *argv[32];
-  int argc = 0;
-  argv[argc++] = g_vmclient;
-  for (; args[argc - 1] && argc < 31; argc++) argv[argc] = args[argc - 1];
-  argv[argc] = NULL;
-
-  int pin[2], pout[2], perr[2];
-  assert_int_equal(pipe(pin), 0);
-  assert_int_equal(pipe(pout), 0);
-  assert_int_equal(pipe(perr), 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    if (chdir(g_dir) != 0) _exit(125);
-    dup2(pin[0], 0);
-    if (stdout_file) {
-      int fd = open(stdout_file, O_WRONLY);
-      if (fd < 0) _exit(126);
-      dup2(fd, 1);
-      close(fd);
-    } else {
-      dup2(pout[1], 1);
-    }
-    dup2(perr[1], 2);
-    close(pin[0]);
-    close(pin[1]);
-    close(pout[0]);
-    close(pout[1]);
-    close(perr[0]);
-    close(perr[1]);
-    execv(g_vmclient, (char *const *)argv);
-    _exit(127);
-  }
-  close(pin[0]);
-  close(pout[1]);
-  close(perr[1]);
-  fcntl(pin[1], F_SETFL, O_NONBLOCK);
-  size_t in_done = 0;
-  if (!in || in_n == 0) {
-    close(pin[1]);
-    pin[1] = -1;
-  }
-  int open_out = 1, open_err = 1;
-  double deadline = now_s() + 60;
-  while (open_out || open_err) {
-    struct pollfd fds[3] = {{pout[0], POLLIN, 0}, {perr[0], POLLIN, 0}, {pin[1], POLLOUT, 0}};
-    if (!open_out) fds[0].fd = -1;
-    if (!open_err) fds[1].fd = -1;
-    int rc = poll(fds, 3, 200);
-    if (now_s() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, NULL, 0);
-      fail_msg("vmclient %s did not finish within 60 s", args[0] ? args[0] : "");
-    }
-    if (rc < 0 && errno == EINTR) continue;
-    assert_true(rc >= 0);
-    char buf[65536];
-    if (open_out && (fds[0].revents & (POLLIN | POLLHUP))) {
-      ssize_t k = read(pout[0], buf, sizeof(buf));
-      if (k > 0)
-        buf_add(&r->out, &r->out_n, buf, (size_t)k);
-      else
-        open_out = 0;
-    }
-    if (open_err && (fds[1].revents & (POLLIN | POLLHUP))) {
-      ssize_t k = read(perr[0], buf, sizeof(buf));
-      if (k > 0)
-        buf_add(&r->err, &r->err_n, buf, (size_t)k);
-      else
-        open_err = 0;
-    }
-    if (pin[1] >= 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
-      ssize_t k = write(pin[1], (const char *)in + in_done, in_n - in_done);
-      if (k > 0) in_done += (size_t)k;
-      if (k < 0 && errno != EAGAIN) in_done = in_n; /* the child closed stdin */
-      if (in_done == in_n) {
-        close(pin[1]);
-        pin[1] = -1;
-      }
-    }
-  }
-  if (pin[1] >= 0) close(pin[1]);
-  close(pout[0]);
-  close(perr[0]);
-  for (;;) {
-    pid_t w = waitpid(pid, &r->status, 0);
-    if (w == pid) break;
-    assert_true(w < 0 && errno == EINTR);
-  }
+  run_proc(g_vmclient, args, g_dir, in, in_n, stdout_file, 60, r);
 }
 
 /* Runs and checks the exit code (never a signal). A failure must print
@@ -218,29 +99,29 @@ static void test_help_and_version(void **state) {
   assert_non_null(strstr(r.out, "disasm"));
   assert_non_null(strstr(r.out, "stats"));
   assert_non_null(strstr(r.out, "Exit codes"));
-  result_free(&r);
+  run_result_free(&r);
   run_expect((const char *[]){"-h", NULL}, NULL, 0, 0, &r);
-  result_free(&r);
+  run_result_free(&r);
   run_expect((const char *[]){"--version", NULL}, NULL, 0, 0, &r);
   assert_true(strncmp(r.out, "vmclient ", 9) == 0);
   assert_non_null(strstr(r.out, "executable format 1."));
-  result_free(&r);
+  run_result_free(&r);
   static const char *cmds[] = {"asm", "disasm", "stats"};
   for (int i = 0; i < 3; i++) {
     run_expect((const char *[]){cmds[i], "--help", NULL}, NULL, 0, 0, &r);
     char want[64];
     snprintf(want, sizeof(want), "usage: vmclient %s ", cmds[i]);
     assert_true(strncmp(r.out, want, strlen(want)) == 0);
-    result_free(&r);
+    run_result_free(&r);
     run_expect((const char *[]){cmds[i], "-h", NULL}, NULL, 0, 0, &r);
-    result_free(&r);
+    run_result_free(&r);
     run_expect((const char *[]){"help", cmds[i], NULL}, NULL, 0, 0, &r);
     assert_true(strncmp(r.out, want, strlen(want)) == 0);
-    result_free(&r);
+    run_result_free(&r);
   }
   run_expect((const char *[]){"help", NULL}, NULL, 0, 0, &r);
   assert_non_null(strstr(r.out, "usage: vmclient"));
-  result_free(&r);
+  run_result_free(&r);
 }
 
 static void test_usage_errors(void **state) {
@@ -274,15 +155,15 @@ static void test_usage_errors(void **state) {
     const char *args[6] = {0};
     for (int k = 0; k < 5 && cases[i][k]; k++) args[k] = cases[i][k];
     run_expect(args, NULL, 0, EXIT_USAGE, &r);
-    result_free(&r);
+    run_result_free(&r);
   }
   run_expect((const char *[]){"frob", NULL}, NULL, 0, EXIT_USAGE, &r);
   assert_string_equal(r.err, "vmclient: unknown command 'frob' (see 'vmclient --help')\n");
-  result_free(&r);
+  run_result_free(&r);
   run_expect((const char *[]){"asm", "--frob", "x", NULL}, NULL, 0, EXIT_USAGE, &r);
   assert_string_equal(r.err,
                       "vmclient: asm: unknown option '--frob' (see 'vmclient asm --help')\n");
-  result_free(&r);
+  run_result_free(&r);
 }
 
 static void test_round_trip_through_files(void **state) {
@@ -302,7 +183,7 @@ static void test_round_trip_through_files(void **state) {
   /* asm -o: the exact bytes the library writes. */
   run_expect((const char *[]){"asm", in, "-o", out, NULL}, NULL, 0, 0, &r);
   assert_int_equal(r.out_n, 0);
-  result_free(&r);
+  run_result_free(&r);
   size_t n;
   uint8_t *got = read_file(out, &n);
   assert_int_equal(n, nbytes);
@@ -311,7 +192,7 @@ static void test_round_trip_through_files(void **state) {
 
   /* Default output name: IN.vmasm -> IN.vmx. */
   run_expect((const char *[]){"asm", in, NULL}, NULL, 0, 0, &r);
-  result_free(&r);
+  run_result_free(&r);
   got = read_file(def, &n);
   assert_int_equal(n, nbytes);
   assert_memory_equal(got, bytes, n);
@@ -320,10 +201,10 @@ static void test_round_trip_through_files(void **state) {
   /* disasm to stdout and to a file: the input text again. */
   run_expect((const char *[]){"disasm", out, NULL}, NULL, 0, 0, &r);
   assert_string_equal(r.out, text);
-  result_free(&r);
+  run_result_free(&r);
   run_expect((const char *[]){"disasm", "--output", out2, out, NULL}, NULL, 0, 0, &r);
   assert_int_equal(r.out_n, 0);
-  result_free(&r);
+  run_result_free(&r);
   got = read_file(out2, &n);
   assert_int_equal(n, strlen(text));
   assert_memory_equal(got, text, n);
@@ -333,10 +214,10 @@ static void test_round_trip_through_files(void **state) {
   run_expect((const char *[]){"asm", "-", "-o", "-", NULL}, text, strlen(text), 0, &r);
   assert_int_equal(r.out_n, nbytes);
   assert_memory_equal(r.out, bytes, nbytes);
-  result_free(&r);
+  run_result_free(&r);
   run_expect((const char *[]){"disasm", "-", NULL}, bytes, nbytes, 0, &r);
   assert_string_equal(r.out, text);
-  result_free(&r);
+  run_result_free(&r);
   /* Names that look like options (runs happen in the scratch directory):
    * an option's value is taken as is, and "--" ends the options. */
   char dash_in[4200], dash_out[4200];
@@ -344,13 +225,13 @@ static void test_round_trip_through_files(void **state) {
   path_in_dir(dash_out, sizeof(dash_out), "-out.vmasm");
   write_file(dash_in, bytes, nbytes);
   run_expect((const char *[]){"disasm", "-o", "-out.vmasm", "--", "-in.vmx", NULL}, NULL, 0, 0, &r);
-  result_free(&r);
+  run_result_free(&r);
   got = read_file(dash_out, &n);
   assert_int_equal(n, strlen(text));
   assert_memory_equal(got, text, n);
   free(got);
   run_expect((const char *[]){"disasm", "-in.vmx", NULL}, NULL, 0, EXIT_USAGE, &r);
-  result_free(&r);
+  run_result_free(&r);
   free(text);
   free(bytes);
 }
@@ -377,7 +258,7 @@ static void test_stats_prints_sha256(void **state) {
   snprintf(size_line, sizeof(size_line), "file size:    %zu bytes\n", nbytes);
   assert_non_null(strstr(r.out, size_line));
   assert_non_null(strstr(r.out, "  bytecode     2     5      11  @main\n"));
-  result_free(&r);
+  run_result_free(&r);
   free(text);
   free(bytes);
 }
@@ -395,7 +276,7 @@ static void expect_bad_vmx(const char *path, int code) {
       snprintf(prefix, sizeof(prefix), "vmclient: %s: ", cmds[i]);
       assert_true(strncmp(r.err, prefix, strlen(prefix)) == 0);
     }
-    result_free(&r);
+    run_result_free(&r);
   }
 }
 
@@ -462,25 +343,25 @@ static void test_asm_errors(void **state) {
   write_file(in, bad, strlen(bad));
   run_expect((const char *[]){"asm", in, "-o", out, NULL}, NULL, 0, EXIT_INPUT, &r);
   assert_non_null(strstr(r.err, "line 3: unknown mnemonic 'frob'"));
-  result_free(&r);
+  run_result_free(&r);
   assert_int_equal(access(out, F_OK), -1); /* nothing written */
 
   /* Control bytes in the text never break the one-line rule. */
   const char garbage[] = "\x01\n\x1b[31m\r\n\0zz";
   write_file(in, garbage, sizeof(garbage));
   run_expect((const char *[]){"asm", in, "-o", out, NULL}, NULL, 0, EXIT_INPUT, &r);
-  result_free(&r);
+  run_result_free(&r);
 
   run_expect((const char *[]){"asm", "-", "-o", out, NULL}, "\"", 1, EXIT_INPUT, &r);
   assert_non_null(strstr(r.err, "<stdin>: line 1: unterminated string"));
-  result_free(&r);
+  run_result_free(&r);
 
   char missing[4200];
   path_in_dir(missing, sizeof(missing), "missing.vmasm");
   run_expect((const char *[]){"asm", missing, "-o", out, NULL}, NULL, 0, EXIT_IO, &r);
-  result_free(&r);
+  run_result_free(&r);
   run_expect((const char *[]){"asm", g_dir, "-o", out, NULL}, NULL, 0, EXIT_IO, &r);
-  result_free(&r);
+  run_result_free(&r);
 
   /* Output that cannot be written. */
   const char *good = ".packed $p\n";
@@ -488,17 +369,17 @@ static void test_asm_errors(void **state) {
   char nodir[4200];
   path_in_dir(nodir, sizeof(nodir), "no/such/dir/x.vmx");
   run_expect((const char *[]){"asm", in, "-o", nodir, NULL}, NULL, 0, EXIT_IO, &r);
-  result_free(&r);
+  run_result_free(&r);
   run_expect((const char *[]){"asm", in, "-o", out, NULL}, NULL, 0, 0, &r);
-  result_free(&r);
+  run_result_free(&r);
   run_expect((const char *[]){"disasm", out, "-o", nodir, NULL}, NULL, 0, EXIT_IO, &r);
-  result_free(&r);
+  run_result_free(&r);
   /* stdout on a full device. */
   run_cli((const char *[]){"disasm", out, NULL}, NULL, 0, "/dev/full", &r);
   assert_true(WIFEXITED(r.status));
   assert_int_equal(WEXITSTATUS(r.status), EXIT_IO);
   assert_non_null(strstr(r.err, "vmclient: disasm: writing to standard output"));
-  result_free(&r);
+  run_result_free(&r);
 }
 
 /* Garbage of every kind on stdin: always an exit, never a signal. */
@@ -522,7 +403,7 @@ static void test_random_inputs_never_crash(void **state) {
     if (!WIFEXITED(r.status)) fail_msg("signal %d", WTERMSIG(r.status));
     int c = WEXITSTATUS(r.status);
     assert_true(c == 0 || c == EXIT_INPUT);
-    result_free(&r);
+    run_result_free(&r);
     free(d);
   }
   free(text);

@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 
 #include "agent_proc.h"
+#include "run_proc.h"
 #include "test_util.h"
 #include "vm/executable.h"
 
@@ -282,103 +283,11 @@ static const jnode_t *jarr(const jnode_t *n, const char *key) {
 /* ------------------------------------------------------------------------
  * Running programs
  */
-typedef struct run_result {
-  int status;
-  char *out;
-  size_t out_n;
-  char *err;
-  size_t err_n;
-} run_result_t;
 
-static void result_free(run_result_t *r) {
-  free(r->out);
-  free(r->err);
-  memset(r, 0, sizeof(*r));
-}
-
-static void buf_add(char **b, size_t *n, const char *d, size_t k) {
-  *b = realloc(*b, *n + k + 1);
-  assert_non_null(*b);
-  memcpy(*b + *n, d, k);
-  *n += k;
-  (*b)[*n] = '\0';
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Runs prog with args (NULL-terminated, without argv[0]) in the scratch
- * directory with an empty stdin; captures stdout and stderr. A run over
- * 300 s is killed and fails the test. */
+/* Runs prog in the scratch directory with an empty stdin (see run_proc);
+ * 300 s bound. */
 static void run_prog(const char *prog, const char *const *args, run_result_t *r) {
-  memset(r, 0, sizeof(*r));
-  buf_add(&r->out, &r->out_n, "", 0);
-  buf_add(&r->err, &r->err_n, "", 0);
-  const char *argv[64];
-  int argc = 0;
-  argv[argc++] = prog;
-  for (; args[argc - 1] && argc < 63; argc++) argv[argc] = args[argc - 1];
-  argv[argc] = NULL;
-  int pout[2], perr[2];
-  assert_int_equal(pipe(pout), 0);
-  assert_int_equal(pipe(perr), 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    if (chdir(g_dir) != 0) _exit(125);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(pout[1], 1);
-    dup2(perr[1], 2);
-    close(pout[0]);
-    close(pout[1]);
-    close(perr[0]);
-    close(perr[1]);
-    execv(prog, (char *const *)argv);
-    _exit(127);
-  }
-  close(pout[1]);
-  close(perr[1]);
-  int open_out = 1, open_err = 1;
-  double deadline = now_s() + 300;
-  while (open_out || open_err) {
-    struct pollfd fds[2] = {{pout[0], POLLIN, 0}, {perr[0], POLLIN, 0}};
-    if (!open_out) fds[0].fd = -1;
-    if (!open_err) fds[1].fd = -1;
-    int rc = poll(fds, 2, 200);
-    if (now_s() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, NULL, 0);
-      fail_msg("%s %s did not finish within 300 s", prog, args[0] ? args[0] : "");
-    }
-    if (rc < 0 && errno == EINTR) continue;
-    assert_true(rc >= 0);
-    char buf[65536];
-    if (open_out && (fds[0].revents & (POLLIN | POLLHUP))) {
-      ssize_t k = read(pout[0], buf, sizeof(buf));
-      if (k > 0)
-        buf_add(&r->out, &r->out_n, buf, (size_t)k);
-      else
-        open_out = 0;
-    }
-    if (open_err && (fds[1].revents & (POLLIN | POLLHUP))) {
-      ssize_t k = read(perr[0], buf, sizeof(buf));
-      if (k > 0)
-        buf_add(&r->err, &r->err_n, buf, (size_t)k);
-      else
-        open_err = 0;
-    }
-  }
-  close(pout[0]);
-  close(perr[0]);
-  for (;;) {
-    pid_t w = waitpid(pid, &r->status, 0);
-    if (w == pid) break;
-    assert_true(w < 0 && errno == EINTR);
-  }
+  run_proc(prog, args, g_dir, NULL, 0, NULL, 300, r);
 }
 
 /* Runs vmclient and checks the exit code (never a signal). A failure must
@@ -548,7 +457,7 @@ static void make_mlp(void) {
   run_prog(g_gen_model, args, &r);
   if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0)
     fail_msg("vmrpc-gen-model failed: %s", r.err);
-  result_free(&r);
+  run_result_free(&r);
 }
 
 /* Does the agent serve opencl:0? (PoCL on CI.) */
@@ -561,7 +470,7 @@ static int agent_has_opencl(void) {
   for (size_t i = 0; i < devs->n; i++)
     if (strcmp(jstr(devs->kids[i], "selector"), "opencl:0") == 0) has = 1;
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
   return has;
 }
 
@@ -580,7 +489,7 @@ static void test_help(void **state) {
     expect_in(r.out, want);
     expect_in(r.out, "--host URL");
     expect_in(r.out, "--json");
-    result_free(&r);
+    run_result_free(&r);
   }
   run_result_t r;
   CLI(0, &r, "bench", "--help");
@@ -597,11 +506,11 @@ static void test_help(void **state) {
                          "--func",
                          "--input"};
   for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) expect_in(r.out, flags[i]);
-  result_free(&r);
+  run_result_free(&r);
   CLI(0, &r, "--help");
   expect_in(r.out, "7 check: outputs differ");
   expect_in(r.out, "VMCLIENT_HOST");
-  result_free(&r);
+  run_result_free(&r);
 }
 
 static void test_info_and_ping(void **state) {
@@ -610,7 +519,7 @@ static void test_info_and_ping(void **state) {
   CLI(0, &r, "--host", g_agent.url, "info");
   expect_in(r.out, "agent:     vmagent ");
   expect_in(r.out, "cpu");
-  result_free(&r);
+  run_result_free(&r);
 
   CLI(0, &r, "info", "--host", g_agent.url, "--json");
   jnode_t *j = jparse(r.out);
@@ -628,7 +537,7 @@ static void test_info_and_ping(void **state) {
   assert_true(has_cpu);
   assert_true(jnum(jget(j, "limits"), "chunk_bytes") > 0);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
 
   /* VMCLIENT_HOST is the default host. */
   setenv("VMCLIENT_HOST", g_agent.url, 1);
@@ -641,14 +550,14 @@ static void test_info_and_ping(void **state) {
   double mean = jnum(j, "mean_s");
   assert_true(mn > 0 && mn <= med && med <= mx && mn <= mean && mean <= mx);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
 
   CLI(0, &r, "--host", g_agent.url, "ping");
   expect_in(r.out, "10 pings");
   expect_in(r.out, "min/median/mean/max");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "ping", "-n", "0");
-  result_free(&r);
+  run_result_free(&r);
 }
 
 static void test_upload_and_stats(void **state) {
@@ -661,15 +570,15 @@ static void test_upload_and_stats(void **state) {
   assert_int_equal(strlen(sha), 64);
   assert_int_equal((int)jnum(j, "bytecode_functions"), 3);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
   /* The file form keeps its text output. */
   CLI(0, &r, "stats", "prog.vmx");
   expect_in(r.out, "sha256:       ");
-  result_free(&r);
+  run_result_free(&r);
 
   CLI(0, &r, "--host", g_agent.url, "upload", "prog.vmx");
   expect_in(r.out, sha);
-  result_free(&r);
+  run_result_free(&r);
   /* Now it is in the store: a second upload sends nothing. */
   CLI(0, &r, "--host", g_agent.url, "--json", "upload", "prog.vmx");
   j = jparse(r.out);
@@ -677,28 +586,28 @@ static void test_upload_and_stats(void **state) {
   assert_true(jbool(j, "store_hit"));
   assert_int_equal((int)jnum(j, "bytes_sent"), 0);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
 
   /* stats without a file: the agent's counters. */
   CLI(0, &r, "--host", g_agent.url, "stats");
   expect_in(r.out, "requests:");
   expect_in(r.out, "store:");
-  result_free(&r);
+  run_result_free(&r);
   CLI(0, &r, "--host", g_agent.url, "stats", "--json");
   j = jparse(r.out);
   assert_true(jnum(j, "requests") >= 1);
   assert_true(jnum(j, "store_entries") >= 1);
   assert_true(jnum(j, "agent_sessions") >= 1);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
 
   /* An invalid executable is the user's input error, found before any
    * network traffic. */
   write_file("broken.vmx", "not an executable", 17);
   CLI(EXIT_INPUT, &r, "--host", g_agent.url, "upload", "broken.vmx");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_IO, &r, "--host", g_agent.url, "upload", "missing.vmx");
-  result_free(&r);
+  run_result_free(&r);
 }
 
 static void test_run(void **state) {
@@ -707,7 +616,7 @@ static void test_run(void **state) {
   run_result_t r;
   CLI(0, &r, "--host", g_agent.url, "run", "-d", "cpu", "prog.vmx", "x.npy", "--output-dir", "out");
   expect_in(r.out, "output 0: float32[2, 3] -> out/output_0.npy");
-  result_free(&r);
+  run_result_free(&r);
   float got[6];
   read_npy_tail_f32("out/output_0.npy", got, 6);
   assert_memory_equal(got, k_x, sizeof(got));
@@ -730,12 +639,12 @@ static void test_run(void **state) {
   assert_int_equal((int)shape->kids[1]->num, 3);
   assert_true(jnum(jget(j, "timing"), "run_s") > 0);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
 
   CLI(0, &r, "--host", g_agent.url, "run", "prog.vmx", "-i", "0=x.npy", "--memory-cfg",
       "cpu=pooled", "-q");
   assert_int_equal(r.out_n, 0);
-  result_free(&r);
+  run_result_free(&r);
 
   /* A tuple result: outputs 0 (the tensor) and 1 (its shape). */
   CLI(0, &r, "--host", g_agent.url, "--json", "run", "-d", "cpu", "-f", "pair", "prog.vmx", "x.npy",
@@ -751,7 +660,7 @@ static void test_run(void **state) {
   assert_int_equal((int)vals->kids[0]->num, 2);
   assert_int_equal((int)vals->kids[1]->num, 3);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
   struct stat sb;
   char path[4200];
   path_in_dir(path, sizeof(path), "pair/output_1.npy");
@@ -760,7 +669,7 @@ static void test_run(void **state) {
   /* Two parameters, positional and named mixed. */
   CLI(0, &r, "--host", g_agent.url, "run", "-d", "cpu", "-f", "second", "prog.vmx", "x_off.npy",
       "--input", "b=x.npy", "-o", "second");
-  result_free(&r);
+  run_result_free(&r);
   read_npy_tail_f32("second/output_0.npy", got, 6);
   assert_memory_equal(got, k_x, sizeof(got));
 }
@@ -772,46 +681,46 @@ static void test_run_errors(void **state) {
   /* Missing input: a usage error naming the parameter and its type. */
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run", "-d", "cpu", "prog.vmx");
   expect_in(r.err, "missing input for parameter 0 'x' (float32[2, 3])");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run", "-d", "cpu", "-f", "second", "prog.vmx",
       "x.npy");
   expect_in(r.err, "'b'");
-  result_free(&r);
+  run_result_free(&r);
   /* Shape mismatch: the agent's INVALID_ARGUMENT. */
   CLI(EXIT_REMOTE, &r, "--host", g_agent.url, "run", "-d", "cpu", "prog.vmx", "x_32.npy");
   expect_in(r.err, "INVALID_ARGUMENT");
   expect_in(r.err, "float32[2, 3]");
-  result_free(&r);
+  run_result_free(&r);
   /* Bad .npy: invalid input file. Missing file: I/O. */
   CLI(EXIT_INPUT, &r, "--host", g_agent.url, "run", "-d", "cpu", "prog.vmx", "garbage.npy");
   expect_in(r.err, "garbage.npy");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_IO, &r, "--host", g_agent.url, "run", "-d", "cpu", "prog.vmx", "nothere.npy");
-  result_free(&r);
+  run_result_free(&r);
   /* Unknown parameter, function, device; bad options. */
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run", "prog.vmx", "-i", "zz=x.npy");
   expect_in(r.err, "no parameter 'zz'");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run", "prog.vmx", "-f", "nope", "x.npy");
   expect_in(r.err, "no function 'nope'");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_REMOTE, &r, "--host", g_agent.url, "run", "prog.vmx", "-d", "opencl:99", "x.npy");
   expect_in(r.err, "NOT_FOUND");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run", "prog.vmx", "--memory-cfg", "huge", "x.npy");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run", "prog.vmx", "-d", "cpu", "--memory-cfg",
       "opencl:0=naive", "x.npy");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run", "prog.vmx", "--exec-mode", "jit", "x.npy");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run", "prog.vmx", "x.npy", "-i", "0=x.npy");
   expect_in(r.err, "given twice");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--timeout", "abc", "info");
-  result_free(&r);
+  run_result_free(&r);
 }
 
 static void test_check(void **state) {
@@ -821,7 +730,7 @@ static void test_check(void **state) {
   CLI(0, &r, "--host", g_agent.url, "check", "-d", "cpu", "prog.vmx", "x.npy", "-e", "x.npy");
   expect_in(r.out, "check: OK");
   expect_in(r.out, "max abs err 0");
-  result_free(&r);
+  run_result_free(&r);
 
   /* Element 4 is off by 0.5 (rel 0.005): differs under the defaults. */
   CLI(EXIT_MISMATCH, &r, "--host", g_agent.url, "check", "-d", "cpu", "prog.vmx", "x.npy", "-e",
@@ -829,7 +738,7 @@ static void test_check(void **state) {
   expect_in(r.out, "DIFFERENT");
   expect_in(r.out, "1 of 6 elements differ; first at [1, 1]");
   expect_in(r.err, "check");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_MISMATCH, &r, "--host", g_agent.url, "--json", "check", "-d", "cpu", "prog.vmx", "x.npy",
       "-e", "0=x_off.npy");
   jnode_t *j = jparse(r.out);
@@ -840,35 +749,35 @@ static void test_check(void **state) {
   assert_true(fabs(jnum(c, "max_abs_err") - 0.5) < 1e-6);
   assert_true(fabs(jnum(c, "max_rel_err") - 0.5 / 100.5) < 1e-6);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
   /* allclose: |a - e| <= atol + rtol * |e|. 0.5 <= 0.01 * 100.5 passes. */
   CLI(0, &r, "--host", g_agent.url, "check", "-d", "cpu", "prog.vmx", "x.npy", "-e", "x_off.npy",
       "--rtol", "0.01");
-  result_free(&r);
+  run_result_free(&r);
   CLI(0, &r, "--host", g_agent.url, "check", "-d", "cpu", "prog.vmx", "x.npy", "-e", "x_off.npy",
       "--rtol", "0", "--atol", "0.5");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_MISMATCH, &r, "--host", g_agent.url, "check", "-d", "cpu", "prog.vmx", "x.npy", "-e",
       "x_off.npy", "--rtol", "0", "--atol", "0.49");
-  result_free(&r);
+  run_result_free(&r);
   /* Shape differs; more expected files than outputs. */
   CLI(EXIT_MISMATCH, &r, "--host", g_agent.url, "check", "-d", "cpu", "prog.vmx", "x.npy", "-e",
       "x_32.npy");
   expect_in(r.out, "DIFFERENT SHAPE");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_MISMATCH, &r, "--host", g_agent.url, "check", "-d", "cpu", "prog.vmx", "x.npy", "-e",
       "x.npy", "-e", "x.npy");
-  result_free(&r);
+  run_result_free(&r);
   /* Usage and input errors. */
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "check", "-d", "cpu", "prog.vmx", "x.npy");
   expect_in(r.err, "--expected");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_INPUT, &r, "--host", g_agent.url, "check", "-d", "cpu", "prog.vmx", "x.npy", "-e",
       "garbage.npy");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "check", "prog.vmx", "x.npy", "-e", "x.npy", "--rtol",
       "-1");
-  result_free(&r);
+  run_result_free(&r);
 }
 
 static void test_bench_profile_cpu(void **state) {
@@ -881,7 +790,7 @@ static void test_bench_profile_cpu(void **state) {
   expect_in(r.out, "first run:");
   expect_in(r.out, "3 repeats x 4 calls");
   expect_in(r.out, "median");
-  result_free(&r);
+  run_result_free(&r);
 
   CLI(0, &r, "--host", g_agent.url, "--json", "bench", "-d", "cpu", "prog.vmx", "-r", "12", "-n",
       "2", "--min-repeat-ms", "1", "--cooldown-interval-ms", "1", "--repeats-to-cooldown", "6",
@@ -912,20 +821,20 @@ static void test_bench_profile_cpu(void **state) {
   assert_int_equal(strlen(jstr(j, "sha256")), 64);
   assert_true(strlen(jstr(jget(j, "agent"), "version")) > 0);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
 
   /* Out-of-range evaluator flags are usage errors. */
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "bench", "prog.vmx", "--number", "0");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "bench", "prog.vmx", "--repeat", "x");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "bench", "prog.vmx", "--cache-flush-bytes", "1Q");
-  result_free(&r);
+  run_result_free(&r);
 
   CLI(0, &r, "--host", g_agent.url, "profile", "-d", "cpu", "prog.vmx", "x.npy");
   expect_in(r.out, "operator");
   expect_in(r.out, "vm.builtin.copy");
-  result_free(&r);
+  run_result_free(&r);
   CLI(0, &r, "--host", g_agent.url, "--json", "profile", "-d", "cpu", "prog.vmx", "-f", "pair");
   j = jparse(r.out);
   const jnode_t *rows = jarr(j, "rows");
@@ -937,7 +846,7 @@ static void test_bench_profile_cpu(void **state) {
   }
   assert_true(fabs(share - 1.0) < 1e-3);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
 }
 
 /* The example MLP on opencl:0: run, check against the host reference,
@@ -953,7 +862,7 @@ static void test_mlp_opencl(void **state) {
   CLI(0, &r, "--host", g_agent.url, "check", "-d", "opencl:0", "mlp.vmx", "--input", "x=mlp_x.npy",
       "--expected", "mlp_y.npy", "--rtol", "1e-4", "--atol", "1e-6");
   expect_in(r.out, "check: OK");
-  result_free(&r);
+  run_result_free(&r);
 
   CLI(0, &r, "--host", g_agent.url, "--json", "bench", "-d", "opencl:0", "mlp.vmx", "mlp_x.npy",
       "-r", "10", "-n", "3");
@@ -971,14 +880,14 @@ static void test_mlp_opencl(void **state) {
   assert_true(jbool(d0, "has_device_timer"));
   assert_false(jbool(jget(j, "inputs")->kids[0], "generated"));
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
 
   CLI(0, &r, "--host", g_agent.url, "--json", "profile", "-d", "opencl:0", "mlp.vmx");
   expect_in(r.out, "\"cl.gemm\"");
   j = jparse(r.out);
   assert_true(jarr(j, "rows")->n >= 4);
   jfree(j);
-  result_free(&r);
+  run_result_free(&r);
 
   /* README's C API example: same output as the reference. */
   const char *args[] = {g_agent.url, "mlp.vmx", "mlp_x.npy", "api_y.npy", NULL};
@@ -986,7 +895,7 @@ static void test_mlp_opencl(void **state) {
   if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0)
     fail_msg("example_api failed (%d): %s", r.status, r.err);
   expect_in(r.out, "median");
-  result_free(&r);
+  run_result_free(&r);
   float got[80], want[80];
   read_npy_tail_f32("api_y.npy", got, 80);
   read_npy_tail_f32("mlp_y.npy", want, 80);
@@ -1029,7 +938,7 @@ static void test_agent_down(void **state) {
     cli(EXIT_CONNECT, &r, args);
     expect_in(r.err, "is vmagent running?");
     expect_in(r.err, "vmagent --listen");
-    result_free(&r);
+    run_result_free(&r);
   }
   /* HOST:PORT without a scheme means tcp://. */
   char hp[64];
@@ -1037,10 +946,10 @@ static void test_agent_down(void **state) {
   run_result_t r;
   CLI(EXIT_CONNECT, &r, "--host", hp, "info");
   expect_in(r.err, "tcp://127.0.0.1:");
-  result_free(&r);
+  run_result_free(&r);
   /* A malformed URL is a usage error. */
   CLI(EXIT_USAGE, &r, "--host", "bogus://x", "info");
-  result_free(&r);
+  run_result_free(&r);
 }
 
 static void test_token(void **state) {
@@ -1056,18 +965,18 @@ static void test_token(void **state) {
   CLI(EXIT_REMOTE, &r, "--host", a.url, "info");
   expect_in(r.err, "UNAUTHENTICATED");
   expect_in(r.err, "--token");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_REMOTE, &r, "--host", a.url, "--token", "wrong", "info");
   expect_in(r.err, "UNAUTHENTICATED");
-  result_free(&r);
+  run_result_free(&r);
   CLI(0, &r, "--host", a.url, "--token", "s3cret-token", "info");
-  result_free(&r);
+  run_result_free(&r);
   CLI(0, &r, "--host", a.url, "--token-file", "token", "ping", "-n", "2");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_IO, &r, "--host", a.url, "--token-file", "no-such-token", "info");
-  result_free(&r);
+  run_result_free(&r);
   CLI(EXIT_USAGE, &r, "--host", a.url, "--token", "x", "--token-file", "token", "info");
-  result_free(&r);
+  run_result_free(&r);
   assert_int_equal(agent_proc_stop(&a), 0);
 }
 

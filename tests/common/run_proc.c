@@ -1,0 +1,135 @@
+/* One process runner for the CLI suites. See run_proc.h. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "run_proc.h"
+
+void run_result_free(run_result_t *r) {
+  free(r->out);
+  free(r->err);
+  memset(r, 0, sizeof(*r));
+}
+
+static void buf_add(char **b, size_t *n, const char *d, size_t k) {
+  *b = realloc(*b, *n + k + 1);
+  assert_non_null(*b);
+  memcpy(*b + *n, d, k);
+  *n += k;
+  (*b)[*n] = '\0';
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void run_proc(const char *prog, const char *const *args, const char *dir, const void *in,
+              size_t in_n, const char *stdout_file, double timeout_s, run_result_t *r) {
+  memset(r, 0, sizeof(*r));
+  buf_add(&r->out, &r->out_n, "", 0);
+  buf_add(&r->err, &r->err_n, "", 0);
+  const char *argv[64];
+  int argc = 0;
+  argv[argc++] = prog;
+  for (; args[argc - 1] && argc < 63; argc++) argv[argc] = args[argc - 1];
+  argv[argc] = NULL;
+
+  int pin[2], pout[2], perr[2];
+  assert_int_equal(pipe(pin), 0);
+  assert_int_equal(pipe(pout), 0);
+  assert_int_equal(pipe(perr), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (chdir(dir) != 0) _exit(125);
+    dup2(pin[0], 0);
+    if (stdout_file) {
+      int fd = open(stdout_file, O_WRONLY);
+      if (fd < 0) _exit(126);
+      dup2(fd, 1);
+      close(fd);
+    } else {
+      dup2(pout[1], 1);
+    }
+    dup2(perr[1], 2);
+    close(pin[0]);
+    close(pin[1]);
+    close(pout[0]);
+    close(pout[1]);
+    close(perr[0]);
+    close(perr[1]);
+    execv(prog, (char *const *)argv);
+    _exit(127);
+  }
+  close(pin[0]);
+  close(pout[1]);
+  close(perr[1]);
+  fcntl(pin[1], F_SETFL, O_NONBLOCK);
+  size_t in_done = 0;
+  if (!in || in_n == 0) {
+    close(pin[1]);
+    pin[1] = -1;
+  }
+  int open_out = 1, open_err = 1;
+  double deadline = now_s() + timeout_s;
+  while (open_out || open_err) {
+    struct pollfd fds[3] = {{pout[0], POLLIN, 0}, {perr[0], POLLIN, 0}, {pin[1], POLLOUT, 0}};
+    if (!open_out) fds[0].fd = -1;
+    if (!open_err) fds[1].fd = -1;
+    int rc = poll(fds, 3, 200);
+    if (now_s() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      fail_msg("%s %s did not finish within %.0f s", prog, args[0] ? args[0] : "", timeout_s);
+    }
+    if (rc < 0 && errno == EINTR) continue;
+    assert_true(rc >= 0);
+    char buf[65536];
+    if (open_out && (fds[0].revents & (POLLIN | POLLHUP))) {
+      ssize_t k = read(pout[0], buf, sizeof(buf));
+      if (k > 0)
+        buf_add(&r->out, &r->out_n, buf, (size_t)k);
+      else
+        open_out = 0;
+    }
+    if (open_err && (fds[1].revents & (POLLIN | POLLHUP))) {
+      ssize_t k = read(perr[0], buf, sizeof(buf));
+      if (k > 0)
+        buf_add(&r->err, &r->err_n, buf, (size_t)k);
+      else
+        open_err = 0;
+    }
+    if (pin[1] >= 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      ssize_t k = write(pin[1], (const char *)in + in_done, in_n - in_done);
+      if (k > 0) in_done += (size_t)k;
+      if (k < 0 && errno != EAGAIN) in_done = in_n; /* the child closed stdin */
+      if (in_done == in_n) {
+        close(pin[1]);
+        pin[1] = -1;
+      }
+    }
+  }
+  if (pin[1] >= 0) close(pin[1]);
+  close(pout[0]);
+  close(perr[0]);
+  for (;;) {
+    pid_t w = waitpid(pid, &r->status, 0);
+    if (w == pid) break;
+    assert_true(w < 0 && errno == EINTR);
+  }
+}

@@ -1,0 +1,24 @@
+/* Runs a program to completion for CLI tests, capturing its output. */
+#ifndef VMRPC_TEST_RUN_PROC_H
+#define VMRPC_TEST_RUN_PROC_H
+
+#include <stddef.h>
+
+typedef struct run_result {
+  int status; /* from waitpid */
+  char *out;  /* captured stdout, NUL-terminated ("" when redirected) */
+  size_t out_n;
+  char *err; /* captured stderr, NUL-terminated */
+  size_t err_n;
+} run_result_t;
+
+/* Runs prog with args (NULL-terminated, without argv[0], at most 62) in dir,
+ * feeding in[0..in_n) on stdin (NULL: an empty stdin). stdout goes to
+ * stdout_file when given, else is captured. A run over timeout_s seconds is
+ * killed and fails the test (cmocka). */
+void run_proc(const char *prog, const char *const *args, const char *dir, const void *in,
+              size_t in_n, const char *stdout_file, double timeout_s, run_result_t *r);
+
+void run_result_free(run_result_t *r);
+
+#endif
