@@ -11,7 +11,10 @@
  * unloadable file is deleted and treated as a miss (ggml's cache once served
  * truncated files). The total size is capped with LRU eviction; recency is
  * kept in memory and mirrored into the files' mtime so it survives restarts
- * (the list is rebuilt from mtimes at start).
+ * (the list is rebuilt from mtimes at start). The file is written before
+ * the upload is acknowledged: when it cannot be (disk full), older files
+ * are evicted if that makes room, else the upload fails with
+ * RESOURCE_EXHAUSTED and nothing of it is kept (vma_disk_write).
  *
  * One lock covers both maps. Disk reads happen under it: lookups of
  * different executables serialise, which keeps the code simple and is cheap
@@ -24,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -350,6 +354,73 @@ done:
   return st;
 }
 
+/* Bytes the file system holding the store can still give us (0 if
+ * unknown). */
+static uint64_t vma_disk_available(const vma_store_t *s) {
+  struct statvfs v;
+  if (statvfs(s->dir, &v) != 0) return 0;
+  return (uint64_t)v.f_bavail * v.f_frsize;
+}
+
+/* Room for a file of `size` bytes: its blocks plus the file system's own
+ * bookkeeping. */
+#define VMA_DISK_SLACK (16u << 10)
+
+/* Writes a new store file and lists it. The file system full (ENOSPC,
+ * EDQUOT) while older store files would free enough: evicts those, least
+ * recently used first, only as many as needed, and writes once more; when
+ * eviction cannot help (a file-size limit, a disk filled by others) nothing
+ * is evicted. On failure no file or temporary file is left. Lock held. */
+static vm_status_t vma_disk_write(vma_store_t *s, const uint8_t hash[VM_SHA256_BYTES],
+                                  const uint8_t *data, size_t size) {
+  char path[4200];
+  vma_store_path(s, hash, path, sizeof(path));
+  vm_status_t st = vm_write_file_atomic(path, data, size);
+  if (st && vm_status_code(st) == VM_RESOURCE_EXHAUSTED && s->tail) {
+    uint64_t need = (uint64_t)size + VMA_DISK_SLACK, avail = vma_disk_available(s);
+    if (avail < need && avail + s->disk_bytes >= need) {
+      while (s->tail && vma_disk_available(s) < need) {
+        char hex[2 * VM_SHA256_BYTES + 1];
+        vm_sha256_hex(s->tail->hash, hex);
+        VM_LOGI("store: disk full; evicting %s (%llu bytes) to make room", hex,
+                (unsigned long long)s->tail->size);
+        vma_disk_drop(s, s->tail);
+      }
+      vm_status_free(st);
+      st = vm_write_file_atomic(path, data, size);
+    }
+  }
+  if (st) {
+    VM_LOGW("store: cannot keep an executable of %zu bytes: %s", size, vm_status_message(st));
+    /* The client learns what to do; the agent's paths stay in its log. */
+    vm_status_t out = vm_status_make(
+        vm_status_code(st) == VM_RESOURCE_EXHAUSTED ? VM_RESOURCE_EXHAUSTED : VM_UNAVAILABLE,
+        "the agent's executable store cannot keep this executable (%zu bytes): %s; nothing was "
+        "stored. Free disk space in the agent's --cache-dir (or restart it with a smaller "
+        "--cache-max-bytes, or --cache-dir '' to keep executables in memory only), then upload "
+        "again",
+        size,
+        vm_status_code(st) == VM_RESOURCE_EXHAUSTED
+            ? "its disk is full or a file size limit was reached"
+            : "writing the store file failed (see the agent's log)");
+    vm_status_free(st);
+    return out;
+  }
+  vma_disk_entry_t *d = calloc(1, sizeof(*d));
+  if (!d) { /* an unlisted file is only found again at the next start */
+    (void)unlink(path);
+    return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory listing a stored executable");
+  }
+  memcpy(d->hash, hash, VM_SHA256_BYTES);
+  d->size = size;
+  d->stamp_ns = vma_now_real_ns();
+  vma_lru_push_head(s, d);
+  s->disk_bytes += size;
+  s->disk_entries++;
+  vma_disk_evict(s, d);
+  return VM_STATUS_OK;
+}
+
 vm_status_t vma_store_insert(vma_store_t *s, const uint8_t hash[VM_SHA256_BYTES],
                              const uint8_t *data, size_t size, vma_exec_entry_t **out_entry) {
   *out_entry = NULL;
@@ -365,36 +436,25 @@ vm_status_t vma_store_insert(vma_store_t *s, const uint8_t hash[VM_SHA256_BYTES]
     *out_entry = e;
     return VM_STATUS_OK;
   }
+  /* Disk first: an upload the store cannot keep fails as a whole, so what
+   * a client was told is stored is stored (an executable larger than the
+   * whole --cache-max-bytes is the operator's choice: memory only). */
+  if (s->dir && size <= s->max_bytes) {
+    vma_disk_entry_t *d = vma_disk_find(s, hash);
+    vm_status_t wst = d ? VM_STATUS_OK : vma_disk_write(s, hash, data, size);
+    if (wst) {
+      pthread_mutex_unlock(&s->lock);
+      vm_executable_free(exec);
+      return wst;
+    }
+    if (d) vma_disk_touch(s, d);
+  }
   e = vma_loaded_add(s, hash, size, exec);
-  if (!e) {
-    pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->lock);
+  if (!e) { /* a stored file stays: it is complete and valid */
     vm_executable_free(exec);
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory keeping an executable");
   }
-  if (s->dir && size <= s->max_bytes) {
-    vma_disk_entry_t *d = vma_disk_find(s, hash);
-    if (d) {
-      vma_disk_touch(s, d);
-    } else {
-      char path[4200];
-      vma_store_path(s, hash, path, sizeof(path));
-      vm_status_t wst = vm_write_file_atomic(path, data, size);
-      if (wst) {
-        /* The executable still works from memory; only persistence failed. */
-        VM_LOGW("store: cannot write %s: %s", path, vm_status_message(wst));
-        vm_status_free(wst);
-      } else if ((d = calloc(1, sizeof(*d))) != NULL) {
-        memcpy(d->hash, hash, VM_SHA256_BYTES);
-        d->size = size;
-        d->stamp_ns = vma_now_real_ns();
-        vma_lru_push_head(s, d);
-        s->disk_bytes += size;
-        s->disk_entries++;
-        vma_disk_evict(s, d);
-      }
-    }
-  }
-  pthread_mutex_unlock(&s->lock);
   *out_entry = e;
   return VM_STATUS_OK;
 }

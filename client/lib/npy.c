@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "vm/executable.h"
 #include "vmclient.h"
 
 /* Headers longer than this are refused (numpy writes < 200 bytes for up to
@@ -522,44 +523,14 @@ vm_status_t vmc_npy_write_memory(const vmc_tensor_t *t, uint8_t **out_data, size
   return VM_STATUS_OK;
 }
 
-static vm_status_t write_full(int fd, const void *buf, size_t n, const char *path) {
-  const uint8_t *b = buf;
-  size_t done = 0;
-  while (done < n) {
-    ssize_t w = write(fd, b + done, n - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0)
-      return vm_status_make(VM_UNAVAILABLE, "writing '%s': %s", path,
-                            w < 0 ? strerror(errno) : "no progress");
-    done += (size_t)w;
-  }
-  return VM_STATUS_OK;
-}
-
 vm_status_t vmc_npy_write_file(const char *path, const vmc_tensor_t *t) {
   if (!path) return HDR_ERR("no .npy path given");
   char hdr[640];
   size_t hlen;
   VM_RETURN_IF_ERROR(header_build(t, hdr, sizeof(hdr), &hlen));
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 32);
-  if (!tmp) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-  snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int e = errno;
-    vm_status_t st = vm_status_make(e == ENOENT ? VM_NOT_FOUND : VM_UNAVAILABLE,
-                                    "cannot create '%s': %s", tmp, strerror(e));
-    free(tmp);
-    return st;
-  }
-  vm_status_t st = write_full(fd, hdr, hlen, path);
-  if (!st && t->nbytes) st = write_full(fd, t->data, (size_t)t->nbytes, path);
-  if (close(fd) != 0 && !st)
-    st = vm_status_make(VM_UNAVAILABLE, "closing '%s': %s", tmp, strerror(errno));
-  if (!st && rename(tmp, path) != 0)
-    st = vm_status_make(VM_UNAVAILABLE, "renaming '%s' to '%s': %s", tmp, path, strerror(errno));
-  if (st) unlink(tmp);
-  free(tmp);
-  return st;
+  if ((size_t)t->nbytes != t->nbytes)
+    return vm_status_make(VM_RESOURCE_EXHAUSTED, "tensor too large for memory");
+  const void *parts[2] = {hdr, t->data};
+  size_t sizes[2] = {hlen, (size_t)t->nbytes};
+  return vm_write_file_atomic_parts(path, parts, sizes, t->nbytes ? 2 : 1);
 }

@@ -12,11 +12,14 @@
  * - Disk full for the executable store: the cache dir on a 128 KiB tmpfs
  *   (when this process may mount one; real ENOSPC), and, always, a file
  *   size limit (RLIMIT_FSIZE inherited by the agent, SIGXFSZ ignored: the
- *   write fails with EFBIG halfway through the file). An executable too
- *   big for the disk still uploads and runs from memory (persistence is
- *   best effort), no partial or temporary file is left, the store does not
- *   list it, and an agent restarted on that cache dir does not serve it
- *   (a miss), while a small executable stored before is a hit. */
+ *   write fails with EFBIG halfway through the file). Uploading an
+ *   executable too big for the disk fails with RESOURCE_EXHAUSTED, nothing
+ *   of it is left (no partial or temporary file, not listed, not loaded,
+ *   its staging released), the session goes on with what was stored, and
+ *   an agent restarted on that cache dir does not serve it (a miss) while
+ *   a small executable stored before is a hit. When older store files
+ *   would make room, the least recently used go and the upload succeeds
+ *   (on a 256 KiB tmpfs). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -212,6 +215,31 @@ static int upload_begin_present(const char *url, const uint8_t *data, size_t len
   return present;
 }
 
+/* Fails unless st is RESOURCE_EXHAUSTED with the store's full-disk message;
+ * frees st. */
+static void expect_store_full(vm_status_t st) {
+  assert_non_null(st);
+  const char *m = vm_status_message(st);
+  if (vm_status_code(st) != VM_RESOURCE_EXHAUSTED ||
+      !strstr(m, "the agent's executable store cannot keep this executable") ||
+      !strstr(m, "its disk is full or a file size limit was reached; nothing was stored") ||
+      !strstr(m, "then upload again"))
+    fail_msg("expected RESOURCE_EXHAUSTED (store full), got code %d: %s", (int)vm_status_code(st),
+             m);
+  vm_status_free(st);
+}
+
+/* The store's entry count; *out_agent_bytes (may be NULL) the bytes all
+ * sessions hold. */
+static uint32_t store_entries(vmc_conn_t *c, uint64_t *out_agent_bytes) {
+  vmc_stats_t s;
+  ASSERT_OK(vmc_stats(c, &s));
+  uint32_t n = s.store_entries;
+  if (out_agent_bytes) *out_agent_bytes = s.agent_bytes;
+  vmc_stats_free(&s);
+  return n;
+}
+
 /* The scenario, on an agent whose store cannot hold `big`. */
 static void disk_full_scenario(const char *dir, int limit_fsize) {
   uint8_t *small, *big;
@@ -238,29 +266,34 @@ static void disk_full_scenario(const char *dir, int limit_fsize) {
   vmc_exec_t ex;
   /* the small one is stored */
   ASSERT_OK(vmc_upload_memory(c, small, small_len, NULL, NULL, &ex, NULL));
-  vmc_stats_t s;
-  ASSERT_OK(vmc_stats(c, &s));
-  assert_int_equal(s.store_entries, 1);
-  vmc_stats_free(&s);
-  /* the big one does not fit on the disk: it uploads, and runs from memory */
-  vmc_upload_result_t res;
-  ASSERT_OK(vmc_upload_memory(c, big, big_len, NULL, NULL, &ex, &res));
-  assert_false(res.store_hit);
-  vmc_device_spec_t d = {"cpu", NULL};
-  vmc_vm_t vm;
-  ASSERT_OK(vmc_create_vm(c, ex, &d, 1, NULL, &vm));
-  ASSERT_OK(vmc_invoke(c, vm, "big", 0, NULL));
-  vmc_tensor_t y;
-  ASSERT_OK(vmc_get_output(c, vm, "big", NULL, 0, &y));
-  assert_int_equal(y.nbytes, 256u << 10);
-  vmc_tensor_free(&y);
-  ASSERT_OK(vmc_stats(c, &s));
-  assert_int_equal(s.store_entries, 1); /* not listed */
-  vmc_stats_free(&s);
+  uint64_t bytes0, bytes1;
+  assert_int_equal(store_entries(c, &bytes0), 1);
+  /* the big one does not fit on the disk: the upload fails as a whole */
+  vmc_exec_t ex_big;
+  expect_store_full(vmc_upload_memory(c, big, big_len, NULL, NULL, &ex_big, NULL));
+  ASSERT_OK(vmc_ping(c, NULL));
+  assert_int_equal(store_entries(c, &bytes1), 1); /* not listed; nothing evicted for it */
+  assert_int_equal(bytes1, bytes0);                /* its staging is released */
   int all, tmp;
   count_files(dir, &all, &tmp);
   assert_int_equal(tmp, 0); /* no partial file left behind */
   assert_int_equal(all, 1); /* only the small one */
+  /* not served from memory either, and trying again fails the same way */
+  assert_false(upload_begin_present(p.url, big, big_len));
+  expect_store_full(vmc_upload_memory(c, big, big_len, NULL, NULL, &ex_big, NULL));
+  /* the session keeps working with what was stored */
+  vmc_upload_result_t res;
+  ASSERT_OK(vmc_upload_memory(c, small, small_len, NULL, NULL, &ex, &res));
+  assert_true(res.store_hit);
+  vmc_device_spec_t d = {"cpu", NULL};
+  vmc_vm_t vm;
+  ASSERT_OK(vmc_create_vm(c, ex, &d, 1, NULL, &vm));
+  vmc_tensor_t x;
+  make_input(&x, 4096, 1.5f);
+  ASSERT_OK(vmc_set_input(c, vm, "ident", 0, &x));
+  ASSERT_OK(vmc_invoke(c, vm, "ident", 0, NULL));
+  expect_output(c, vm, "ident", &x);
+  vmc_tensor_free(&x);
   ASSERT_OK(vmc_ping(c, NULL));
   vmc_close(c);
   assert_int_equal(agent_proc_stop(&p), 0);
@@ -283,21 +316,86 @@ static void rm_rf(const char *dir) {
   assert_int_equal(system(cmd), 0);
 }
 
-static void test_store_disk_full_tmpfs(void **state) {
-  (void)state;
-  char dir[] = "/tmp/vmagent-full-XXXXXX";
+/* Mounts a tmpfs of `size` (e.g. "128k") on a new directory: 0, or -1
+ * when this process may not (not root). */
+static int mount_tmpfs(const char *size, char dir[26]) {
+  strcpy(dir, "/tmp/vmagent-full-XXXXXX");
   assert_non_null(mkdtemp(dir));
   char cmd[700];
-  snprintf(cmd, sizeof(cmd), "mount -t tmpfs -o size=128k vmrpc-test %s >/dev/null 2>&1", dir);
+  snprintf(cmd, sizeof(cmd), "mount -t tmpfs -o size=%s vmrpc-test %s >/dev/null 2>&1", size,
+           dir);
   if (geteuid() != 0 || system(cmd) != 0) {
     rmdir(dir);
     print_message("cannot mount a tmpfs here (needs root): covered by the RLIMIT_FSIZE test\n");
-    skip();
+    return -1;
   }
-  disk_full_scenario(dir, 0);
+  return 0;
+}
+
+static void unmount_tmpfs(const char *dir) {
+  char cmd[700];
   snprintf(cmd, sizeof(cmd), "umount %s", dir);
   assert_int_equal(system(cmd), 0);
   rm_rf(dir);
+}
+
+static void test_store_disk_full_tmpfs(void **state) {
+  (void)state;
+  char dir[26];
+  if (mount_tmpfs("128k", dir) != 0) skip();
+  disk_full_scenario(dir, 0);
+  unmount_tmpfs(dir);
+}
+
+/* A disk full of older store files: the least recently used ones make
+ * room, only as many as needed, and the new upload succeeds. On a 256 KiB
+ * tmpfs (64 pages): A and B of ~96 KiB each are stored (50 pages), A is
+ * used again (a store hit from disk in a new session), then C of ~96 KiB
+ * does not fit: B, the least recently used, is evicted and C is stored. */
+static void test_store_disk_full_evicts_oldest(void **state) {
+  (void)state;
+  char dir[26];
+  if (mount_tmpfs("256k", dir) != 0) skip();
+  uint8_t *x[3];
+  size_t len[3];
+  for (int i = 0; i < 3; i++) big_exec(96u << 10, 100u + (unsigned)i, &x[i], &len[i]);
+  const char *args[] = {"--device", "cpu", "--cache-dir", dir, NULL};
+  agent_proc_t p;
+  assert_int_equal(agent_proc_start(&p, args), 0);
+  vmc_conn_t *c = connect_ok(p.url);
+  vmc_exec_t ex;
+  ASSERT_OK(vmc_upload_memory(c, x[0], len[0], NULL, NULL, &ex, NULL));
+  ASSERT_OK(vmc_upload_memory(c, x[1], len[1], NULL, NULL, &ex, NULL));
+  assert_int_equal(store_entries(c, NULL), 2);
+  vmc_close(c); /* the session's handles go: both now live on disk only */
+  assert_true(upload_begin_present(p.url, x[0], len[0])); /* A used again */
+  c = connect_ok(p.url);
+  ASSERT_OK(vmc_upload_memory(c, x[2], len[2], NULL, NULL, &ex, NULL));
+  assert_int_equal(store_entries(c, NULL), 2); /* A and C */
+  vmc_device_spec_t d = {"cpu", NULL};
+  vmc_vm_t vm;
+  ASSERT_OK(vmc_create_vm(c, ex, &d, 1, NULL, &vm));
+  ASSERT_OK(vmc_invoke(c, vm, "big", 0, NULL));
+  vmc_tensor_t y;
+  ASSERT_OK(vmc_get_output(c, vm, "big", NULL, 0, &y));
+  assert_int_equal(y.nbytes, 96u << 10);
+  vmc_tensor_free(&y);
+  ASSERT_OK(vmc_ping(c, NULL));
+  vmc_close(c);
+  int all, tmp;
+  count_files(dir, &all, &tmp);
+  assert_int_equal(all, 2);
+  assert_int_equal(tmp, 0);
+  assert_int_equal(agent_proc_stop(&p), 0);
+  /* what is on the disk is what a restarted agent serves */
+  assert_int_equal(agent_proc_start(&p, args), 0);
+  assert_true(upload_begin_present(p.url, x[0], len[0]));
+  assert_false(upload_begin_present(p.url, x[1], len[1]));
+  assert_true(upload_begin_present(p.url, x[2], len[2]));
+  assert_int_equal(ha_ping_fresh(p.url), 0);
+  assert_int_equal(agent_proc_stop(&p), 0);
+  for (int i = 0; i < 3; i++) free(x[i]);
+  unmount_tmpfs(dir);
 }
 
 static void test_store_file_too_large(void **state) {
@@ -312,6 +410,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_device_out_of_memory),
       cmocka_unit_test(test_store_disk_full_tmpfs),
+      cmocka_unit_test(test_store_disk_full_evicts_oldest),
       cmocka_unit_test(test_store_file_too_large),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

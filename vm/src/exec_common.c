@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,54 +279,58 @@ vm_status_t vm_read_file(const char *path, uint64_t max_bytes, uint8_t **out_dat
   return VM_STATUS_OK;
 }
 
-vm_status_t vm_write_file_atomic(const char *path, const void *data, size_t size) {
+/* Out of room (a full disk, a quota, a file-size limit) is RESOURCE_EXHAUSTED:
+ * the caller may free space and retry; anything else is UNAVAILABLE. */
+static vm_code_t vm_write_errno_code(int e) {
+  return e == ENOSPC || e == EDQUOT || e == EFBIG ? VM_RESOURCE_EXHAUSTED : VM_UNAVAILABLE;
+}
+
+vm_status_t vm_write_file_atomic_parts(const char *path, const void *const *parts,
+                                       const size_t *sizes, size_t num_parts) {
   size_t pl = strlen(path);
-  char *tmp = malloc(pl + 32);
+  char *tmp = malloc(pl + 48);
   if (!tmp) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-  snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
+  /* Unique per process and call: two threads may write the same path. */
+  static _Atomic unsigned seq;
+  snprintf(tmp, pl + 48, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&seq, 1));
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    vm_status_t st = vm_status_make(VM_UNAVAILABLE, "cannot create '%s': %s", tmp,
-                                    strerror(errno));
+    int e = errno;
+    vm_status_t st = vm_status_make(e == ENOENT ? VM_NOT_FOUND : vm_write_errno_code(e),
+                                    "cannot create '%s': %s", tmp, strerror(e));
     free(tmp);
     return st;
   }
-  const uint8_t *p = data;
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = write(fd, p + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = n < 0 ? errno : EIO;
-      close(fd);
-      unlink(tmp);
-      vm_status_t st = vm_status_make(e == ENOSPC ? VM_RESOURCE_EXHAUSTED : VM_UNAVAILABLE,
-                                      "writing '%s': %s", tmp, strerror(e));
-      free(tmp);
-      return st;
+  vm_status_t st = VM_STATUS_OK;
+  for (size_t i = 0; i < num_parts && !st; i++) {
+    const uint8_t *p = parts[i];
+    for (size_t done = 0; done < sizes[i];) {
+      ssize_t n = write(fd, p + done, sizes[i] - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int e = n < 0 ? errno : EIO;
+        st = vm_status_make(vm_write_errno_code(e), "writing '%s': %s", tmp, strerror(e));
+        break;
+      }
+      done += (size_t)n;
     }
-    done += (size_t)n;
   }
   /* Both always run: a failed fsync must not leak the descriptor. */
-  int err = fsync(fd) != 0 ? errno : 0;
+  int err = !st && fsync(fd) != 0 ? errno : 0;
   if (close(fd) != 0 && !err) err = errno;
-  if (err) {
-    unlink(tmp);
-    vm_status_t st = vm_status_make(err == ENOSPC ? VM_RESOURCE_EXHAUSTED : VM_UNAVAILABLE,
-                                    "flushing '%s': %s", tmp, strerror(err));
-    free(tmp);
-    return st;
-  }
-  if (rename(tmp, path) != 0) {
+  if (err && !st)
+    st = vm_status_make(vm_write_errno_code(err), "flushing '%s': %s", tmp, strerror(err));
+  if (!st && rename(tmp, path) != 0) {
     int e = errno;
-    unlink(tmp);
-    vm_status_t st =
-        vm_status_make(VM_UNAVAILABLE, "renaming '%s' to '%s': %s", tmp, path, strerror(e));
-    free(tmp);
-    return st;
+    st = vm_status_make(VM_UNAVAILABLE, "renaming '%s' to '%s': %s", tmp, path, strerror(e));
   }
+  if (st) unlink(tmp);
   free(tmp);
-  return VM_STATUS_OK;
+  return st;
+}
+
+vm_status_t vm_write_file_atomic(const char *path, const void *data, size_t size) {
+  return vm_write_file_atomic_parts(path, &data, &size, 1);
 }
 
 vm_status_t vm_executable_load_file(const char *path, const vm_limits_t *limits,

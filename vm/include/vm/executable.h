@@ -293,8 +293,14 @@ vm_status_t vm_executable_write_file(const vm_executable_t *exec, const char *pa
  * (RESOURCE_EXHAUSTED) and unreadable ones (NOT_FOUND / UNAVAILABLE). */
 vm_status_t vm_read_file(const char *path, uint64_t max_bytes, uint8_t **out_data,
                          size_t *out_size);
-/* Writes data to path atomically: path.tmp.<pid> then rename. */
+/* Writes data to path atomically: path.tmp.<pid>.<n>, fsync, then rename;
+ * on failure nothing is left. Out of room (ENOSPC, EDQUOT, EFBIG):
+ * RESOURCE_EXHAUSTED; other I/O errors: UNAVAILABLE. */
 vm_status_t vm_write_file_atomic(const char *path, const void *data, size_t size);
+/* As vm_write_file_atomic(), the file being the concatenation of parts.
+ * A missing directory: NOT_FOUND. */
+vm_status_t vm_write_file_atomic_parts(const char *path, const void *const *parts,
+                                       const size_t *sizes, size_t num_parts);
 
 /* Decodes instruction pc of a verified executable. */
 vm_instr_t vm_executable_instr(const vm_executable_t *exec, uint64_t pc);
