@@ -57,8 +57,9 @@ static int group_teardown(void **state) {
  * out_path (or /dev/null), stderr to /dev/null; returns its exit code. */
 static int run_gen(const env_t *e, const char *args, const char *out_path) {
   char cmd[2048];
-  snprintf(cmd, sizeof(cmd), "'%s' %s >'%s' 2>/dev/null", e->bin, args,
-           out_path ? out_path : "/dev/null");
+  int n = snprintf(cmd, sizeof(cmd), "'%s' %s >'%s' 2>/dev/null", e->bin, args,
+                   out_path ? out_path : "/dev/null");
+  assert_true(n > 0 && (size_t)n < sizeof(cmd));
   int rc = system(cmd);
   assert_true(rc != -1 && WIFEXITED(rc));
   return WEXITSTATUS(rc);
