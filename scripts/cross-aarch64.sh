@@ -8,8 +8,9 @@
 #
 # Installs what is missing (enables the arm64 architecture in dpkg once;
 # apt never removes a package for it: --no-remove). Copy the results to the
-# board with their runtime libraries (libnng1, libprotobuf-c1, libmbedtls14,
-# ocl-icd-libopencl1 or the vendor's libOpenCL.so, libclblast1):
+# board with their runtime libraries (libnng1, libprotobuf-c1, libssl3,
+# ocl-icd-libopencl1 or the vendor's libOpenCL.so; libclblast1 for tuned GEMM
+# on GPUs, opened when a GEMM first runs):
 #   scp build-aarch64/agent/vmagent board:
 #   ssh board ./vmagent --device opencl:0
 set -euo pipefail

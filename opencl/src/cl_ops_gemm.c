@@ -10,12 +10,75 @@
  *    and writes halves).
  * The environment variable VMCL_GEMM=clblast|tiled overrides the choice
  * (benchmarks and tests use it to compare the two on one device).
+ *
+ * CLBlast is opened on the first GEMM that wants it, not linked: an idle
+ * agent then carries neither it nor the C++ runtime it needs (~4.6 MiB).
+ * VMCL_CLBLAST_LIB names another file (a phone has no system CLBlast: push
+ * libclblast.so beside the agent). When it cannot be opened, GEMM falls
+ * back to the kernel (said once in the log), unless VMCL_GEMM=clblast asked
+ * for it: FAILED_PRECONDITION.
  */
 #include <clblast_c.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cl_ops_internal.h"
+#include "vm/log.h"
+
+/* The CLBlast entry points used, typed from its header. */
+typedef struct clblast_api {
+  __typeof__(&CLBlastSgemm) sgemm;
+  __typeof__(&CLBlastHgemm) hgemm;
+  __typeof__(&CLBlastSgemmStridedBatched) sgemm_sb;
+  __typeof__(&CLBlastHgemmStridedBatched) hgemm_sb;
+  int loaded;
+  char error[320]; /* why not, when !loaded */
+} clblast_api_t;
+
+static clblast_api_t g_clblast;
+static pthread_once_t g_clblast_once = PTHREAD_ONCE_INIT;
+
+/* dlsym into a function pointer (POSIX guarantees the conversion). */
+static int clblast_sym(void *h, const char *lib, const char *name, void *fn_ptr) {
+  void *sym = dlsym(h, name);
+  if (!sym) {
+    snprintf(g_clblast.error, sizeof(g_clblast.error), "%.200s has no %s", lib, name);
+    return -1;
+  }
+  memcpy(fn_ptr, &sym, sizeof(sym));
+  return 0;
+}
+
+static void clblast_load(void) {
+  const char *name = getenv("VMCL_CLBLAST_LIB");
+  if (!name || !*name) name = VMCL_CLBLAST_SONAME;
+  void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *why = dlerror();
+    snprintf(g_clblast.error, sizeof(g_clblast.error), "%s", why ? why : name);
+    return;
+  }
+  if (clblast_sym(h, name, "CLBlastSgemm", &g_clblast.sgemm) ||
+      clblast_sym(h, name, "CLBlastHgemm", &g_clblast.hgemm) ||
+      clblast_sym(h, name, "CLBlastSgemmStridedBatched", &g_clblast.sgemm_sb) ||
+      clblast_sym(h, name, "CLBlastHgemmStridedBatched", &g_clblast.hgemm_sb)) {
+    dlclose(h);
+    return;
+  }
+  g_clblast.loaded = 1; /* open for the life of the process */
+  VM_LOGI("cl.gemm: CLBlast loaded from %s", name);
+}
+
+/* CLBlast's entry points, or NULL with *why set. */
+static const clblast_api_t *clblast_api(const char **why) {
+  pthread_once(&g_clblast_once, clblast_load);
+  *why = g_clblast.error;
+  return g_clblast.loaded ? &g_clblast : NULL;
+}
 
 typedef struct gemm_shape {
   int64_t batch, m, n, k;
@@ -24,16 +87,18 @@ typedef struct gemm_shape {
   int64_t sa, sb, sc; /* batch strides in elements; 0 broadcasts */
 } gemm_shape_t;
 
-static int use_clblast(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt) {
-  if (vm_dtype_equal(dt, VM_F16) && !dev->props.supports_fp16) return 0;
+enum { GEMM_TILED, GEMM_CLBLAST, GEMM_CLBLAST_FORCED };
+
+static int gemm_backend(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt) {
+  if (vm_dtype_equal(dt, VM_F16) && !dev->props.supports_fp16) return GEMM_TILED;
   const char *env = getenv("VMCL_GEMM");
-  if (env && strcmp(env, "clblast") == 0) return 1;
-  if (env && strcmp(env, "tiled") == 0) return 0;
+  if (env && strcmp(env, "clblast") == 0) return GEMM_CLBLAST_FORCED;
+  if (env && strcmp(env, "tiled") == 0) return GEMM_TILED;
   cl_device_type type = 0;
   if (clGetDeviceInfo(d->device, CL_DEVICE_TYPE, sizeof(type), &type, NULL) != CL_SUCCESS) {
-    return 1;
+    return GEMM_CLBLAST;
   }
-  return (type & CL_DEVICE_TYPE_CPU) == 0;
+  return (type & CL_DEVICE_TYPE_CPU) == 0 ? GEMM_CLBLAST : GEMM_TILED;
 }
 
 static vm_status_t clblast_status(CLBlastStatusCode s, const char *what) {
@@ -44,9 +109,9 @@ static vm_status_t clblast_status(CLBlastStatusCode s, const char *what) {
   return vm_status_make(VM_INTERNAL, "%s: CLBlast status %d", what, (int)s);
 }
 
-static vm_status_t gemm_clblast(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt,
-                                const vm_tensor_t *A, const vm_tensor_t *B, const vm_tensor_t *C,
-                                float alpha, float beta) {
+static vm_status_t gemm_clblast(const clblast_api_t *api, vmcl_dev_t *d, const gemm_shape_t *g,
+                                vm_dtype_t dt, const vm_tensor_t *A, const vm_tensor_t *B,
+                                const vm_tensor_t *C, float alpha, float beta) {
   int f16 = vm_dtype_equal(dt, VM_F16);
   CLBlastTranspose ta = g->ta ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastTranspose tb = g->tb ? CLBlastTransposeYes : CLBlastTransposeNo;
@@ -66,24 +131,23 @@ static vm_status_t gemm_clblast(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t
     if (strided) {
       what = f16 ? "CLBlastHgemmStridedBatched" : "CLBlastSgemmStridedBatched";
       if (f16) {
-        s = CLBlastHgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, ha, a, ao,
-                                       g->lda, g->sa, b, bo, g->ldb, g->sb, hb, c, co, g->ldc,
-                                       g->sc, g->batch, &q, &ev);
+        s = api->hgemm_sb(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, ha, a, ao, g->lda, g->sa,
+                          b, bo, g->ldb, g->sb, hb, c, co, g->ldc, g->sc, g->batch, &q, &ev);
       } else {
-        s = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, alpha, a,
-                                       ao, g->lda, g->sa, b, bo, g->ldb, g->sb, beta, c, co, g->ldc,
-                                       g->sc, g->batch, &q, &ev);
+        s = api->sgemm_sb(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, alpha, a, ao, g->lda,
+                          g->sa, b, bo, g->ldb, g->sb, beta, c, co, g->ldc, g->sc, g->batch, &q,
+                          &ev);
       }
     } else {
       size_t oa = ao + (size_t)(i * g->sa), ob = bo + (size_t)(i * g->sb);
       size_t oc = co + (size_t)(i * g->sc);
       what = f16 ? "CLBlastHgemm" : "CLBlastSgemm";
       if (f16) {
-        s = CLBlastHgemm(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, ha, a, oa, g->lda, b, ob,
-                         g->ldb, hb, c, oc, g->ldc, &q, &ev);
+        s = api->hgemm(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, ha, a, oa, g->lda, b, ob,
+                       g->ldb, hb, c, oc, g->ldc, &q, &ev);
       } else {
-        s = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, alpha, a, oa, g->lda, b,
-                         ob, g->ldb, beta, c, oc, g->ldc, &q, &ev);
+        s = api->sgemm(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, alpha, a, oa, g->lda, b, ob,
+                       g->ldb, beta, c, oc, g->ldc, &q, &ev);
       }
     }
     if (s != CLBlastSuccess) {
@@ -221,8 +285,23 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
 
   vmcl_dev_t *d = op.d;
   /* CLBlast rejects k == 0; the kernel then just scales C by beta */
-  if (g.k > 0 && use_clblast(d, op.dev, A->dtype)) {
-    return gemm_clblast(d, &g, A->dtype, A, B, C, (float)alpha, (float)beta);
+  int backend = g.k > 0 ? gemm_backend(d, op.dev, A->dtype) : GEMM_TILED;
+  if (backend != GEMM_TILED) {
+    const char *why;
+    const clblast_api_t *api = clblast_api(&why);
+    if (api) return gemm_clblast(api, d, &g, A->dtype, A, B, C, (float)alpha, (float)beta);
+    if (backend == GEMM_CLBLAST_FORCED) {
+      return vm_status_make(VM_FAILED_PRECONDITION,
+                            "cl.gemm: VMCL_GEMM=clblast, but CLBlast cannot be loaded (%s); "
+                            "install libclblast1, or set VMCL_CLBLAST_LIB to the library's path",
+                            why);
+    }
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&warned))
+      VM_LOGW(
+          "cl.gemm: CLBlast cannot be loaded (%s); using the built-in kernel (install "
+          "libclblast1, or set VMCL_CLBLAST_LIB, for tuned GEMM on GPUs)",
+          why);
   }
   return gemm_tiled(d, &g, A->dtype, A, B, C, (float)alpha, (float)beta);
 }

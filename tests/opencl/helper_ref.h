@@ -23,7 +23,6 @@ typedef struct tops_env {
   vm_device_t *dev; /* the first OpenCL device (PoCL here) */
   vm_allocator_t *alloc;
   vm_registry_t *reg; /* vm.builtin.* and every cl.* operator */
-  int clblast_ok;     /* VMCL_GEMM may be switched to exercise CLBlast */
 } tops_env_t;
 
 /* cmocka group setup/teardown: *state becomes a tops_env_t. */
