@@ -440,6 +440,23 @@ int cli_model_load(cli_model_t *m, const char *cmd, cli_model_opts_t *o) {
   return CLI_EXIT_OK;
 }
 
+void cli_model_note_generated(const cli_model_t *m, const cli_global_t *g) {
+  for (uint32_t i = 0; i < m->num_params && !g->quiet && !g->json; i++)
+    if (m->input_generated[i])
+      fprintf(stderr, "vmclient: %s: note: no input for '%s': using generated data\n", m->cmd,
+              m->fn->params[i].name);
+}
+
+int cli_model_invoke(cli_model_t *m, const char *func, double *out_wall_s, double *out_agent_s) {
+  double t0 = cli_now_s();
+  vm_status_t st = vmc_invoke(m->conn, m->vm, func, 0, out_agent_s);
+  if (out_wall_s) *out_wall_s = cli_now_s() - t0;
+  if (!st) return CLI_EXIT_OK;
+  char what[160];
+  snprintf(what, sizeof(what), "invoke %s", func);
+  return cli_remote_error(m->cmd, what, st);
+}
+
 int cli_model_open(cli_model_t *m, const cli_global_t *g) {
   const char *cmd = m->cmd;
   const char *func = m->o->func ? m->o->func : "main";

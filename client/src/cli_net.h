@@ -134,6 +134,13 @@ int cli_model_open(cli_model_t *m, const cli_global_t *g);
 /* Frees everything (the session ends with the connection). */
 void cli_model_close(cli_model_t *m);
 
+/* Says on stderr which inputs were generated (not with --quiet/--json). */
+void cli_model_note_generated(const cli_model_t *m, const cli_global_t *g);
+
+/* Invokes func once; out_wall_s (the client's clock) and out_agent_s (the
+ * agent's) may be NULL. Prints and returns the exit code on failure. */
+int cli_model_invoke(cli_model_t *m, const char *func, double *out_wall_s, double *out_agent_s);
+
 /* Writes "model", "sha256", "function", "agent" and "device" members. */
 void cli_model_json(cli_json_t *j, const cli_model_t *m);
 

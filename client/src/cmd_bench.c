@@ -175,24 +175,15 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
   if (rc) goto done;
   rc = cli_model_open(&m, &g);
   if (rc) goto done;
-  for (uint32_t i = 0; i < m.num_params && !g.quiet && !g.json; i++)
-    if (m.input_generated[i])
-      fprintf(stderr, "vmclient: bench: note: no input for '%s': using generated data\n",
-              m.fn->params[i].name);
+  cli_model_note_generated(&m, &g);
   double init_s = m.upload_s + m.create_s + m.set_inputs_s;
 
   /* First run: cold caches, kernel builds, pool fills. */
-  double first_agent_s = 0, t0 = cli_now_s();
-  vm_status_t st = vmc_invoke(m.conn, m.vm, func, 0, &first_agent_s);
-  double first_s = cli_now_s() - t0;
-  if (st) {
-    char what[160];
-    snprintf(what, sizeof(what), "invoke %s", func);
-    rc = cli_remote_error(cmd, what, st);
-    goto done;
-  }
-  t0 = cli_now_s();
-  st = vmc_time_evaluate(m.conn, m.vm, func, &tp, &tr);
+  double first_agent_s = 0, first_s = 0;
+  rc = cli_model_invoke(&m, func, &first_s, &first_agent_s);
+  if (rc) goto done;
+  double t0 = cli_now_s();
+  vm_status_t st = vmc_time_evaluate(m.conn, m.vm, func, &tp, &tr);
   double eval_s = cli_now_s() - t0;
   if (st) {
     rc = cli_remote_error(cmd, "time evaluate", st);
@@ -309,20 +300,12 @@ int cli_cmd_profile(const cli_global_t *g0, int argc, char **argv) {
   if (rc) goto done;
   rc = cli_model_open(&m, &g);
   if (rc) goto done;
-  for (uint32_t i = 0; i < m.num_params && !g.quiet && !g.json; i++)
-    if (m.input_generated[i])
-      fprintf(stderr, "vmclient: profile: note: no input for '%s': using generated data\n",
-              m.fn->params[i].name);
+  cli_model_note_generated(&m, &g);
   /* One plain run first, so the profile does not show first-run costs
    * (kernel builds) as operator time. */
-  vm_status_t st = vmc_invoke(m.conn, m.vm, func, 0, NULL);
-  if (st) {
-    char what[160];
-    snprintf(what, sizeof(what), "invoke %s", func);
-    rc = cli_remote_error(cmd, what, st);
-    goto done;
-  }
-  st = vmc_profile(m.conn, m.vm, func, &p);
+  rc = cli_model_invoke(&m, func, NULL, NULL);
+  if (rc) goto done;
+  vm_status_t st = vmc_profile(m.conn, m.vm, func, &p);
   if (st) {
     rc = cli_remote_error(cmd, "profile", st);
     goto done;

@@ -639,16 +639,10 @@ static int run_or_check(const cli_global_t *g0, int argc, char **argv, int check
   rc = cli_model_open(&m, &g);
   if (rc) goto done;
   const char *func = ro.mo.func ? ro.mo.func : "main";
-  double agent_s = 0, t0 = cli_now_s();
-  vm_status_t st = vmc_invoke(m.conn, m.vm, func, 0, &agent_s);
-  double run_s = cli_now_s() - t0;
-  if (st) {
-    char what[160];
-    snprintf(what, sizeof(what), "invoke %s", func);
-    rc = cli_remote_error(cmd, what, st);
-    goto done;
-  }
-  t0 = cli_now_s();
+  double agent_s = 0, run_s = 0;
+  rc = cli_model_invoke(&m, func, &run_s, &agent_s);
+  if (rc) goto done;
+  double t0 = cli_now_s();
   rc = cli_fetch_outputs(&m, &outs, &nouts);
   double fetch_s = cli_now_s() - t0;
   if (rc) goto done;

@@ -823,6 +823,15 @@ static void test_bench_profile_cpu(void **state) {
   jfree(j);
   run_result_free(&r);
 
+  /* Without the input file: generated data, and stderr says so. */
+  CLI(0, &r, "--host", g_agent.url, "bench", "-d", "cpu", "prog.vmx", "-r", "2");
+  expect_in(r.err, "vmclient: bench: note: no input for '");
+  expect_in(r.err, "': using generated data");
+  run_result_free(&r);
+  CLI(0, &r, "--host", g_agent.url, "profile", "-d", "cpu", "prog.vmx");
+  expect_in(r.err, "vmclient: profile: note: no input for '");
+  run_result_free(&r);
+
   /* Out-of-range evaluator flags are usage errors. */
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "bench", "prog.vmx", "--number", "0");
   run_result_free(&r);
