@@ -348,7 +348,8 @@ static size_t fill_pattern(const vmcl_op_t *op, const vm_value_t *v, vm_dtype_t 
         return 0;
       }
       uint64_t u = (uint64_t)iv; /* two's complement: the low bytes are the value */
-      for (int i = 0; i < bits / 8; i++) pattern[i] = (uint8_t)(u >> (8 * i));
+      /* i < 8 restates bits <= 64 for GCC's overflow analysis */
+      for (int i = 0; i < bits / 8 && i < 8; i++) pattern[i] = (uint8_t)(u >> (8 * i));
       return (size_t)bits / 8;
     }
     default: break;
