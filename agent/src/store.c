@@ -143,6 +143,24 @@ static void vma_lru_insert_sorted(vma_store_t *s, vma_disk_entry_t *d) {
   at->prev = d;
 }
 
+/* Lists a store file: at its place by stamp (sorted, while scanning) or as
+ * the most recently used. NULL when out of memory. Lock held. */
+static vma_disk_entry_t *vma_disk_add(vma_store_t *s, const uint8_t hash[VM_SHA256_BYTES],
+                                      uint64_t size, int64_t stamp_ns, int sorted) {
+  vma_disk_entry_t *d = calloc(1, sizeof(*d));
+  if (!d) return NULL;
+  memcpy(d->hash, hash, VM_SHA256_BYTES);
+  d->size = size;
+  d->stamp_ns = stamp_ns;
+  if (sorted)
+    vma_lru_insert_sorted(s, d);
+  else
+    vma_lru_push_head(s, d);
+  s->disk_bytes += size;
+  s->disk_entries++;
+  return d;
+}
+
 static vma_disk_entry_t *vma_disk_find(vma_store_t *s, const uint8_t hash[VM_SHA256_BYTES]) {
   for (vma_disk_entry_t *d = s->head; d; d = d->next)
     if (memcmp(d->hash, hash, VM_SHA256_BYTES) == 0) return d;
@@ -209,14 +227,8 @@ static void vma_store_scan(vma_store_t *s) {
     if (vma_parse_name(de->d_name, hash) != 0) continue;
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    vma_disk_entry_t *d = calloc(1, sizeof(*d));
-    if (!d) break;
-    memcpy(d->hash, hash, sizeof(hash));
-    d->size = (uint64_t)st.st_size;
-    d->stamp_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-    vma_lru_insert_sorted(s, d);
-    s->disk_bytes += d->size;
-    s->disk_entries++;
+    int64_t stamp = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    if (!vma_disk_add(s, hash, (uint64_t)st.st_size, stamp, 1)) break;
   }
   closedir(dir);
   vma_disk_evict(s, NULL);
@@ -406,17 +418,11 @@ static vm_status_t vma_disk_write(vma_store_t *s, const uint8_t hash[VM_SHA256_B
     vm_status_free(st);
     return out;
   }
-  vma_disk_entry_t *d = calloc(1, sizeof(*d));
+  vma_disk_entry_t *d = vma_disk_add(s, hash, size, vma_now_real_ns(), 0);
   if (!d) { /* an unlisted file is only found again at the next start */
     (void)unlink(path);
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory listing a stored executable");
   }
-  memcpy(d->hash, hash, VM_SHA256_BYTES);
-  d->size = size;
-  d->stamp_ns = vma_now_real_ns();
-  vma_lru_push_head(s, d);
-  s->disk_bytes += size;
-  s->disk_entries++;
   vma_disk_evict(s, d);
   return VM_STATUS_OK;
 }

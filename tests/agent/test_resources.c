@@ -19,7 +19,8 @@
  *   an agent restarted on that cache dir does not serve it (a miss) while
  *   a small executable stored before is a hit. When older store files
  *   would make room, the least recently used go and the upload succeeds
- *   (on a 256 KiB tmpfs). */
+ *   (on a 256 KiB tmpfs). A store directory that cannot be written for
+ *   another reason: UNAVAILABLE, the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -406,12 +407,48 @@ static void test_store_file_too_large(void **state) {
   rm_rf(dir);
 }
 
+/* A store directory that cannot be written for another reason than room
+ * (here it was replaced by a plain file while the agent ran: ENOTDIR, which
+ * root's permissions cannot bypass): UNAVAILABLE, nothing kept, and the
+ * session goes on. */
+static void test_store_write_error(void **state) {
+  (void)state;
+  char dir[] = "/tmp/vmagent-werr-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  const char *args[] = {"--device", "cpu", "--cache-dir", dir, NULL};
+  agent_proc_t p;
+  assert_int_equal(agent_proc_start(&p, args), 0);
+  char path[600];
+  snprintf(path, sizeof(path), "%s/executables", dir);
+  assert_int_equal(rmdir(path), 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fclose(f);
+  uint8_t *prog;
+  size_t len;
+  assert_int_equal(ha_exec_bytes(k_prog, &prog, &len), 0);
+  vmc_conn_t *c = connect_ok(p.url);
+  vmc_exec_t ex;
+  ASSERT_STATUS(vmc_upload_memory(c, prog, len, NULL, NULL, &ex, NULL), VM_UNAVAILABLE,
+                "the agent's executable store cannot keep this executable");
+  ASSERT_STATUS(vmc_upload_memory(c, prog, len, NULL, NULL, &ex, NULL), VM_UNAVAILABLE,
+                "writing the store file failed (see the agent's log); nothing was stored");
+  assert_int_equal(store_entries(c, NULL), 0);
+  assert_false(upload_begin_present(p.url, prog, len));
+  ASSERT_OK(vmc_ping(c, NULL));
+  vmc_close(c);
+  assert_int_equal(agent_proc_stop(&p), 0);
+  free(prog);
+  rm_rf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_device_out_of_memory),
       cmocka_unit_test(test_store_disk_full_tmpfs),
       cmocka_unit_test(test_store_disk_full_evicts_oldest),
       cmocka_unit_test(test_store_file_too_large),
+      cmocka_unit_test(test_store_write_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
