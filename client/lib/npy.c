@@ -354,6 +354,10 @@ static vm_status_t preamble_parse(const uint8_t *p, size_t avail, size_t *out_he
     return HDR_ERR(".npy format version %u.%u is not supported (1.0, 2.0, 3.0 are)", major, minor);
   if (hlen > NPY_MAX_HEADER)
     return HDR_ERR(".npy header of %zu bytes exceeds the limit of %u bytes", hlen, NPY_MAX_HEADER);
+  /* Also what lets a reader holding the first 12 bytes trust that they
+   * all belong to the preamble and header. */
+  if (hlen < 2)
+    return HDR_ERR("corrupt .npy file: a header of %zu bytes cannot hold its dictionary", hlen);
   *out_dict_off = off;
   *out_header_end = off + hlen;
   return VM_STATUS_OK;

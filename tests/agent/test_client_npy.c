@@ -322,6 +322,11 @@ static void test_hostile_preambles(void **state) {
       /* Header length beyond any sane header (v2/v3 u32). */
       {"\x93NUMPY\x02\x00\xff\xff\xff\xff", 12, "exceeds the limit"},
       {"\x93NUMPY\x03\x00\x00\x01\x01\x00", 12, "exceeds the limit"},
+      /* A header too short for a dict (a reader of the first 12 bytes
+       * would hold data bytes as header). */
+      {"\x93NUMPY\x01\x00\x00\x00{}AAAAAAAAAAAAAAAAAAAAAA", 32,
+       "a header of 0 bytes cannot hold its dictionary"},
+      {"\x93NUMPY\x01\x00\x01\x00{}AAAAAAAAAAAAAAAAAAAAAA", 32, "a header of 1 bytes"},
   };
   vmc_tensor_t t;
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -335,6 +340,11 @@ static void test_hostile_preambles(void **state) {
                 "the header claims 118 bytes, the file has 7");
   write_bytes(path, "", 0);
   ASSERT_STATUS(vmc_npy_read_file(path, &t), VM_INVALID_ARGUMENT, "shorter than the 10-byte");
+  /* Through a file too: the reader held 12 bytes and used to copy them
+   * into a 10-byte header buffer (heap overflow under ASan). */
+  write_bytes(path, "\x93NUMPY\x01\x00\x00\x00{}AAAAAAAAAAAAAAAAAAAAAA", 32);
+  ASSERT_STATUS(vmc_npy_read_file(path, &t), VM_INVALID_ARGUMENT,
+                "a header of 0 bytes cannot hold its dictionary");
   tmp_path(path, sizeof(path), "does-not-exist.npy");
   ASSERT_STATUS(vmc_npy_read_file(path, &t), VM_NOT_FOUND, "cannot open");
   ASSERT_STATUS(vmc_npy_read_file(tmp_dir, &t), VM_INVALID_ARGUMENT, "not a regular file");
