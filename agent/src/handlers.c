@@ -280,13 +280,12 @@ static void vma_vm_apply_limit(vmagent_t *a, vma_session_t *s, vma_vm_t *v) {
 }
 
 /* RESOURCE_EXHAUSTED when the session cannot take extra bytes more. */
-static vm_status_t vma_check_session_mem(vmagent_t *a, vma_session_t *s, uint64_t extra,
-                                         const char *what) {
+/* Whether `extra` bytes more fit the session memory limit. s->lock held. */
+static vm_status_t vma_check_session_mem_locked(vmagent_t *a, vma_session_t *s, uint64_t extra,
+                                                const char *what) {
   uint64_t limit = a->cfg.session_mem_limit;
   if (!limit) return VM_STATUS_OK;
-  pthread_mutex_lock(&s->lock);
   uint64_t used = vma_session_bytes_locked(s, NULL);
-  pthread_mutex_unlock(&s->lock);
   if (extra > limit || used > limit - extra)
     return vm_status_make(VM_RESOURCE_EXHAUSTED,
                           "%s of %llu bytes would exceed the session memory limit: %llu of %llu "
@@ -294,6 +293,15 @@ static vm_status_t vma_check_session_mem(vmagent_t *a, vma_session_t *s, uint64_
                           what, (unsigned long long)extra, (unsigned long long)used,
                           (unsigned long long)limit);
   return VM_STATUS_OK;
+}
+
+static vm_status_t vma_check_session_mem(vmagent_t *a, vma_session_t *s, uint64_t extra,
+                                         const char *what) {
+  if (!a->cfg.session_mem_limit) return VM_STATUS_OK;
+  pthread_mutex_lock(&s->lock);
+  vm_status_t st = vma_check_session_mem_locked(a, s, extra, what);
+  pthread_mutex_unlock(&s->lock);
+  return st;
 }
 
 /* Takes the run locks of the VM's devices in index order (no deadlock
@@ -635,35 +643,47 @@ static vm_status_t vma_op_upload_begin(vma_ctx_t *c) {
     return VM_STATUS_OK;
   }
 
-  VM_RETURN_IF_ERROR(vma_check_session_mem(a, s, q->size, "an executable upload"));
-  vma_upload_t *u = calloc(1, sizeof(*u));
-  if (!u) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-  vm_status_t st = vma_chunks_init(&u->ck, q->size, a->cfg.chunk_bytes);
-  if (!st && !(u->data = malloc(q->size)))
-    st = vm_status_make(VM_RESOURCE_EXHAUSTED, "cannot allocate %llu bytes for the upload",
-                        (unsigned long long)q->size);
-  if (st) goto fail;
-  memcpy(u->hash, q->sha256.data, VM_SHA256_BYTES);
+  /* Checked and reserved in one step, before anything is allocated:
+   * concurrent UploadBegins cannot together pass the limits. */
   pthread_mutex_lock(&s->lock);
-  if (s->num_uploads >= VMA_MAX_UPLOADS) {
-    pthread_mutex_unlock(&s->lock);
-    st = vm_status_make(VM_RESOURCE_EXHAUSTED,
-                        "this session already has %d uploads in progress; commit them first",
-                        VMA_MAX_UPLOADS);
-    goto fail;
+  vm_status_t st =
+      s->num_uploads >= VMA_MAX_UPLOADS
+          ? vm_status_make(VM_RESOURCE_EXHAUSTED,
+                           "this session already has %d uploads in progress; commit them first",
+                           VMA_MAX_UPLOADS)
+          : vma_check_session_mem_locked(a, s, q->size, "an executable upload");
+  if (!st) {
+    s->num_uploads++;
+    s->staging_bytes += q->size;
   }
-  u->id = vma_new_handle(s);
-  u->next = s->uploads;
-  s->uploads = u;
-  s->num_uploads++;
-  s->staging_bytes += q->size;
-  r->upload_id = u->id;
   pthread_mutex_unlock(&s->lock);
-  return VM_STATUS_OK;
-fail:
-  free(u->data);
-  free(u->ck.claimed);
-  free(u);
+  if (st) return st;
+  vma_upload_t *u = calloc(1, sizeof(*u));
+  if (!u) {
+    st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    st = vma_chunks_init(&u->ck, q->size, a->cfg.chunk_bytes);
+    if (!st && !(u->data = malloc(q->size)))
+      st = vm_status_make(VM_RESOURCE_EXHAUSTED, "cannot allocate %llu bytes for the upload",
+                          (unsigned long long)q->size);
+  }
+  pthread_mutex_lock(&s->lock);
+  if (st) {
+    s->num_uploads--;
+    s->staging_bytes -= q->size;
+  } else {
+    memcpy(u->hash, q->sha256.data, VM_SHA256_BYTES);
+    u->id = vma_new_handle(s);
+    u->next = s->uploads;
+    s->uploads = u;
+    r->upload_id = u->id;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (st && u) {
+    free(u->data);
+    free(u->ck.claimed);
+    free(u);
+  }
   return st;
 }
 
