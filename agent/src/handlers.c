@@ -911,10 +911,12 @@ static vm_status_t vma_op_tensor_begin(vma_ctx_t *c) {
   }
   st = vma_check_session_mem(a, s, nbytes, "a tensor transfer");
   if (st) goto fail;
-  st = vma_chunks_init(&t->ck, nbytes, a->cfg.chunk_bytes);
-  if (st) goto fail;
   vma_vm_apply_limit(a, s, v);
+  /* The device refuses an impossible size first; only then is the chunk
+   * bitmap (nbytes / chunk bits) sized from it. */
   st = vm_tensor_alloc(vm_machine_allocator(v->m, 0), dt, dims, ndim, &t->tensor);
+  if (st) goto fail;
+  st = vma_chunks_init(&t->ck, nbytes, a->cfg.chunk_bytes);
   if (st) goto fail;
   t->vm = v;
   pthread_mutex_lock(&s->lock);

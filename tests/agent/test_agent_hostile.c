@@ -321,6 +321,12 @@ static void test_tensor_mismatches(void **state) {
   int64_t huge[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
   CODE_IS_FREE(ha_tensor_begin(&c, vm, "float32", huge, 2, 0, &(uint64_t){0}, &r),
                VM_INVALID_ARGUMENT, &r);
+  /* A size that does not overflow but no device holds: the device says so
+   * (before, a chunk bitmap of nbytes / chunk bits was sized from it). */
+  int64_t vast[1] = {INT64_C(1) << 59};
+  CODE_IS(ha_tensor_begin(&c, vm, "float32", vast, 1, UINT64_C(1) << 61, &(uint64_t){0}, &r),
+          VM_RESOURCE_EXHAUSTED, &r);
+  expect_msg(&r, "cpu device out of memory: 2305843009213693952 bytes requested, more than the host");
   /* Unknown function and parameter, index out of range. */
   CODE_IS_FREE(ha_set_input_tensor(&c, vm, "nope", 0, NULL, "float32", s1, 1, 16, xf, 16, &r),
                VM_NOT_FOUND, &r);
