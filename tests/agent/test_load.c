@@ -47,12 +47,6 @@ static pthread_mutex_t g_msg_lock = PTHREAD_MUTEX_INITIALIZER;
 static vmc_conn_t *g_mon;
 static vmc_stats_t g_base, g_stats;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Counts an unexpected failure and prints the first few. Frees st. */
 static void error(int thread, const char *what, vm_status_t st) {
   unsigned n = atomic_fetch_add(&g_errors, 1);
@@ -252,7 +246,7 @@ out:
 static void *thread_main(void *arg) {
   int id = (int)(intptr_t)arg;
   unsigned seed = 0x5eed0000u + (unsigned)id;
-  while (now_s() < g_end) {
+  while (ha_now_s() < g_end) {
     if (rand_r(&seed) % 10 == 0)
       inject_abrupt(id, &seed);
     else
@@ -300,7 +294,7 @@ static void test_load(void **state) {
   stats_of(mon, base);
   assert_int_equal(base->agent_sessions, 1); /* the monitor */
 
-  g_end = now_s() + seconds;
+  g_end = ha_now_s() + seconds;
   pthread_t th[THREADS];
   for (int i = 0; i < THREADS; i++)
     assert_int_equal(pthread_create(&th[i], NULL, thread_main, (void *)(intptr_t)i), 0);
@@ -308,11 +302,11 @@ static void test_load(void **state) {
 
   /* Everything the clients held is freed: sessions and bytes back at the
    * baseline (abrupt closes are torn down asynchronously). */
-  double deadline = now_s() + 20;
+  double deadline = ha_now_s() + 20;
   for (;;) {
     stats_of(mon, s);
     if ((s->agent_sessions == base->agent_sessions && s->agent_bytes == base->agent_bytes) ||
-        now_s() > deadline)
+        ha_now_s() > deadline)
       break;
     usleep(50000);
   }

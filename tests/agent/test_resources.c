@@ -43,15 +43,6 @@
 
 #define MIB (1u << 20)
 
-/* Fails unless expr (a helper returning a reply's status code) gives want,
- * quoting the message of reply r. */
-#define EXPECT_CODE(expr, want, r)                                                            \
-  do {                                                                                        \
-    int ec_code_ = (expr);                                                                    \
-    if (ec_code_ != (int)(want))                                                              \
-      fail_msg("%s: code %d (%s), expected %d", #expr, ec_code_, hw_message(r), (int)(want)); \
-  } while (0)
-
 /* ident(x) -> x; dup(x) -> a new tensor of x's shape (device memory
  * allocated at run time; its bytes are not copied). */
 static const char k_prog[] =
@@ -205,11 +196,11 @@ static int upload_begin_present(const char *url, const uint8_t *data, size_t len
   hw_conn_t c;
   hw_reply_t r;
   assert_int_equal(hw_open(&c, url), 0);
-  EXPECT_CODE(hw_hello(&c, NULL, &r), 0, &r);
+  CODE_IS(hw_hello(&c, NULL, &r), 0, &r);
   hw_reply_free(&r);
   uint8_t sha[32];
   vm_sha256(data, len, sha);
-  EXPECT_CODE(ha_upload_begin(&c, sha, len, &r), 0, &r);
+  CODE_IS(ha_upload_begin(&c, sha, len, &r), 0, &r);
   int present = r.rs->upload_begin->present;
   hw_reply_free(&r);
   hw_close(&c);
