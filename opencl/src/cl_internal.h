@@ -54,9 +54,11 @@ vmcl_dev_t *vmcl_get(const vm_device_t *dev);
 /* Returns a kernel of a program built from source with options, through the
  * cache (memory, then disk, then a build whose failure carries the build
  * log as INVALID_ARGUMENT). The kernel is owned by the cache and valid while
- * the device lives; callers on one device are serialised. */
-vm_status_t vmcl_get_kernel(vmcl_dev_t *d, const char *source, const char *options,
-                            const char *kernel_name, cl_kernel *out_kernel);
+ * the device lives; callers on one device are serialised. source_static:
+ * the text lives, unchanged, as long as the process (the operators' own
+ * sources), so its address identifies it and a launch skips comparing it. */
+vm_status_t vmcl_get_kernel(vmcl_dev_t *d, const char *source, int source_static,
+                            const char *options, const char *kernel_name, cl_kernel *out_kernel);
 
 /* Enqueues a kernel; when the device timer runs, keeps its event for
  * timing. local may be NULL. */

@@ -186,7 +186,7 @@ static vm_status_t vmcl_kernel_op(vm_machine_t *m, const vm_value_t *args, uint3
    * clSetKernelArg to the enqueue */
   pthread_mutex_lock(&d->lock);
   cl_kernel k = NULL;
-  st = vmcl_get_kernel(d, mod->source, mod->options, kern_name->data, &k);
+  st = vmcl_get_kernel(d, mod->source, 0, mod->options, kern_name->data, &k);
   if (st) {
     st = vm_status_annotate(st, "%s '%s.%s'", VMCL_OP, mod_name->data, kern_name->data);
     goto done;

@@ -46,7 +46,7 @@ vm_status_t vmcl_family_kernel(vmcl_dev_t *d, vmcl_family_t fam, const char *opt
   if ((unsigned)fam >= VMCL_FAM_COUNT || !family_sources[fam]) {
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory for kernel sources");
   }
-  return vmcl_get_kernel(d, family_sources[fam], options, name, out_kernel);
+  return vmcl_get_kernel(d, family_sources[fam], 1, options, name, out_kernel);
 }
 
 const char *vmcl_float_options(vm_dtype_t dt) {

@@ -7,9 +7,10 @@
  * invalidates every entry.
  *
  * Memory: one entry per (source, options) holding the cl_program and the
- * kernels created from it by name. A lookup compares the source and options
- * bytes (no hashing on the hot path: operators look their kernel up on every
- * launch).
+ * kernels created from it by name. Operators look their kernel up on every
+ * launch: their sources live for the process, so the address and the
+ * options identify the entry; other sources (carried modules) are compared
+ * byte for byte, options first (no hashing on the hot path).
  *
  * Disk: <dir>/<hex key>.clbin, written atomically after a kernel has been
  * created from the program (Mali compiles lazily in clCreateKernel, so the
@@ -58,6 +59,7 @@ typedef struct vmcl_program_entry {
   uint8_t key[VM_SHA256_BYTES];
   char *source;
   size_t source_len;
+  const char *static_source; /* the caller's process-lifetime text, or NULL */
   char *options;
   cl_program program;
   int on_disk; /* binary saved (or loaded, or saving is off / has failed) */
@@ -244,9 +246,18 @@ static vmcl_program_entry_t *vmcl_find_entry(const vmcl_program_cache_t *c, cons
                                              size_t source_len, const char *options) {
   for (uint32_t i = 0; i < c->num_entries; i++) {
     vmcl_program_entry_t *e = c->entries[i];
-    if (e->source_len == source_len && memcmp(e->source, source, source_len) == 0 &&
-        strcmp(e->options, options) == 0)
+    if (e->source_len == source_len && strcmp(e->options, options) == 0 &&
+        memcmp(e->source, source, source_len) == 0)
       return e;
+  }
+  return NULL;
+}
+
+static vmcl_program_entry_t *vmcl_find_static(const vmcl_program_cache_t *c, const char *source,
+                                              const char *options) {
+  for (uint32_t i = 0; i < c->num_entries; i++) {
+    vmcl_program_entry_t *e = c->entries[i];
+    if (e->static_source == source && strcmp(e->options, options) == 0) return e;
   }
   return NULL;
 }
@@ -513,9 +524,11 @@ void vmcl_cache_stats(const vm_device_t *dev, vmcl_cache_stats_t *out) {
 
 /* Finds or creates the entry for (source, options). Lock held. */
 static vm_status_t vmcl_lookup_locked(vmcl_program_cache_t *c, const char *source,
-                                      const char *options, vmcl_program_entry_t **out_entry) {
-  size_t source_len = strlen(source);
-  vmcl_program_entry_t *e = vmcl_find_entry(c, source, source_len, options);
+                                      int source_static, const char *options,
+                                      vmcl_program_entry_t **out_entry) {
+  vmcl_program_entry_t *e = source_static ? vmcl_find_static(c, source, options) : NULL;
+  size_t source_len = e ? 0 : strlen(source);
+  if (!e) e = vmcl_find_entry(c, source, source_len, options);
   if (e) {
     c->stats.memory_hits++;
     *out_entry = e;
@@ -538,6 +551,7 @@ static vm_status_t vmcl_lookup_locked(vmcl_program_cache_t *c, const char *sourc
     goto fail;
   }
   memcpy(e->source, source, source_len + 1);
+  e->static_source = source_static ? source : NULL;
   e->source_len = source_len;
   st = vmcl_compute_key(c, source, source_len, options, e->key);
   if (st) goto fail;
@@ -559,8 +573,8 @@ fail:
   return st;
 }
 
-vm_status_t vmcl_get_kernel(vmcl_dev_t *d, const char *source, const char *options,
-                            const char *kernel_name, cl_kernel *out_kernel) {
+vm_status_t vmcl_get_kernel(vmcl_dev_t *d, const char *source, int source_static,
+                            const char *options, const char *kernel_name, cl_kernel *out_kernel) {
   *out_kernel = NULL;
   if (!d || !d->cache) return vm_status_make(VM_INTERNAL, "vmcl_get_kernel: no device");
   if (!source || !kernel_name || !kernel_name[0])
@@ -569,7 +583,7 @@ vm_status_t vmcl_get_kernel(vmcl_dev_t *d, const char *source, const char *optio
   vmcl_program_cache_t *c = d->cache;
   pthread_mutex_lock(&d->lock);
   vmcl_program_entry_t *e = NULL;
-  vm_status_t st = vmcl_lookup_locked(c, source, options, &e);
+  vm_status_t st = vmcl_lookup_locked(c, source, source_static, options, &e);
   if (!st) st = vmcl_entry_kernel(e, kernel_name, out_kernel);
   /* after a kernel exists: the driver's binary is complete (Mali) */
   if (!st && !e->on_disk) vmcl_save_binary(c, e);

@@ -66,7 +66,8 @@ static int child_main(const char *dir) {
   vm_status_t st = vmcl_device_open(NULL, &opts, &dev);
   cl_kernel k = NULL;
   int ok = 0;
-  if (!st) st = vmcl_get_kernel(vmcl_get(dev), k_add_src, "-cl-fast-relaxed-math", "add_one", &k);
+  if (!st)
+    st = vmcl_get_kernel(vmcl_get(dev), k_add_src, 0, "-cl-fast-relaxed-math", "add_one", &k);
   if (!st) st = run_add_one(dev, k, &ok);
   if (st) {
     fprintf(stderr, "child: %s\n", vm_status_message(st));
@@ -182,7 +183,7 @@ static void test_memory_hit(void **state) {
   ASSERT_OK(vmcl_device_open(NULL, NULL, &dev));
   vmcl_dev_t *d = vmcl_get(dev);
   cl_kernel k1 = NULL, k2 = NULL, k3 = NULL;
-  ASSERT_OK(vmcl_get_kernel(d, k_add_src, NULL, "add_one", &k1));
+  ASSERT_OK(vmcl_get_kernel(d, k_add_src, 0, NULL, "add_one", &k1));
   vmcl_cache_stats_t s;
   vmcl_cache_stats(dev, &s);
   assert_int_equal(s.builds, 1);
@@ -192,23 +193,43 @@ static void test_memory_hit(void **state) {
   /* the same source again, from a different buffer: no build */
   char *copy = strdup(k_add_src);
   assert_non_null(copy);
-  ASSERT_OK(vmcl_get_kernel(d, copy, "", "add_one", &k2));
+  ASSERT_OK(vmcl_get_kernel(d, copy, 0, "", "add_one", &k2));
   assert_ptr_equal(k1, k2);
-  ASSERT_OK(vmcl_get_kernel(d, copy, "", "twice", &k3)); /* another kernel, same program */
+  ASSERT_OK(vmcl_get_kernel(d, copy, 0, "", "twice", &k3)); /* another kernel, same program */
   assert_ptr_not_equal(k1, k3);
   free(copy);
   vmcl_cache_stats(dev, &s);
   assert_int_equal(s.builds, 1);
   assert_int_equal(s.memory_hits, 2);
 
+  /* a process-lifetime source, found by its address and options: the
+   * options still tell programs apart, and the bytes path finds the same
+   * entry */
+  cl_kernel k4 = NULL, k5 = NULL, k6 = NULL;
+  ASSERT_OK(vmcl_get_kernel(d, k_add_src, 1, "-DVMRPC_TEST=1", "add_one", &k4));
+  assert_ptr_not_equal(k1, k4);
+  ASSERT_OK(vmcl_get_kernel(d, k_add_src, 1, "-DVMRPC_TEST=1", "add_one", &k5));
+  assert_ptr_equal(k4, k5);
+  ASSERT_OK(vmcl_get_kernel(d, k_add_src, 1, "", "add_one", &k6));
+  assert_ptr_equal(k1, k6);
+  copy = strdup(k_add_src);
+  assert_non_null(copy);
+  ASSERT_OK(vmcl_get_kernel(d, copy, 0, "-DVMRPC_TEST=1", "add_one", &k6));
+  assert_ptr_equal(k4, k6);
+  free(copy);
+  vmcl_cache_stats(dev, &s);
+  assert_int_equal(s.builds, 2);
+  assert_int_equal(s.memory_hits, 5);
+
   int ok = 0;
   ASSERT_OK(run_add_one(dev, k1, &ok));
   assert_true(ok);
 
   /* an unknown kernel name in a cached program */
-  ASSERT_STATUS(vmcl_get_kernel(d, k_add_src, "", "nope", &k2), VM_NOT_FOUND, "no kernel 'nope'");
+  ASSERT_STATUS(vmcl_get_kernel(d, k_add_src, 0, "", "nope", &k2), VM_NOT_FOUND,
+                "no kernel 'nope'");
   assert_null(k2);
-  ASSERT_STATUS(vmcl_get_kernel(d, k_add_src, "", "", &k2), VM_INVALID_ARGUMENT, NULL);
+  ASSERT_STATUS(vmcl_get_kernel(d, k_add_src, 0, "", "", &k2), VM_INVALID_ARGUMENT, NULL);
   vm_device_destroy(dev);
 }
 
@@ -218,12 +239,12 @@ static void test_build_error_carries_log(void **state) {
   ASSERT_OK(vmcl_device_open(NULL, NULL, &dev));
   cl_kernel k = (cl_kernel)1;
   const char *bad = "__kernel void broken(__global float* x) { x[0] = not_declared_anywhere; }\n";
-  ASSERT_STATUS(vmcl_get_kernel(vmcl_get(dev), bad, "", "broken", &k), VM_INVALID_ARGUMENT,
+  ASSERT_STATUS(vmcl_get_kernel(vmcl_get(dev), bad, 0, "", "broken", &k), VM_INVALID_ARGUMENT,
                 "CL_BUILD_PROGRAM_FAILURE");
   assert_null(k);
-  ASSERT_STATUS(vmcl_get_kernel(vmcl_get(dev), bad, "", "broken", &k), VM_INVALID_ARGUMENT,
+  ASSERT_STATUS(vmcl_get_kernel(vmcl_get(dev), bad, 0, "", "broken", &k), VM_INVALID_ARGUMENT,
                 "not_declared_anywhere");
-  ASSERT_STATUS(vmcl_get_kernel(vmcl_get(dev), k_add_src, "-no-such-option", "add_one", &k),
+  ASSERT_STATUS(vmcl_get_kernel(vmcl_get(dev), k_add_src, 0, "-no-such-option", "add_one", &k),
                 VM_INVALID_ARGUMENT, "-no-such-option");
   vmcl_cache_stats_t s;
   vmcl_cache_stats(dev, &s);
@@ -243,8 +264,8 @@ static void test_disk_cache_across_processes(void **state) {
   vm_device_t *dev = NULL;
   ASSERT_OK(vmcl_device_open(NULL, &opts, &dev));
   cl_kernel k = NULL;
-  ASSERT_OK(vmcl_get_kernel(vmcl_get(dev), k_add_src, "-cl-fast-relaxed-math", "add_one", &k));
-  ASSERT_OK(vmcl_get_kernel(vmcl_get(dev), k_add_src, "-cl-fast-relaxed-math", "twice", &k));
+  ASSERT_OK(vmcl_get_kernel(vmcl_get(dev), k_add_src, 0, "-cl-fast-relaxed-math", "add_one", &k));
+  ASSERT_OK(vmcl_get_kernel(vmcl_get(dev), k_add_src, 0, "-cl-fast-relaxed-math", "twice", &k));
   vmcl_cache_stats_t s;
   vmcl_cache_stats(dev, &s);
   assert_int_equal(s.builds, 1);
@@ -317,8 +338,8 @@ static void test_cache_key_separates_options_and_sources(void **state) {
   cl_kernel k1 = NULL, k2 = NULL;
   /* options are part of the key: a define changes the program */
   const char *src = "__kernel void v(__global int* x) { x[0] = VALUE; }\n";
-  ASSERT_OK(vmcl_get_kernel(d, src, "-DVALUE=1", "v", &k1));
-  ASSERT_OK(vmcl_get_kernel(d, src, "-DVALUE=2", "v", &k2));
+  ASSERT_OK(vmcl_get_kernel(d, src, 0, "-DVALUE=1", "v", &k1));
+  ASSERT_OK(vmcl_get_kernel(d, src, 0, "-DVALUE=2", "v", &k2));
   assert_ptr_not_equal(k1, k2);
   vmcl_cache_stats_t s;
   vmcl_cache_stats(dev, &s);

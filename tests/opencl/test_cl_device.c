@@ -225,7 +225,7 @@ static void test_timer_measures_kernels_and_copies(void **state) {
   ASSERT_OK(dev->ops->alloc(dev, N * sizeof(float), &buf));
 
   cl_kernel k = NULL;
-  ASSERT_OK(vmcl_get_kernel(d, k_fill_src, "", "fill", &k));
+  ASSERT_OK(vmcl_get_kernel(d, k_fill_src, 0, "", "fill", &k));
   cl_mem mem = (cl_mem)buf.handle;
   float v = 2.0f;
   cl_int n = N;
