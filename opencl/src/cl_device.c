@@ -471,19 +471,18 @@ void vmcl_track_event(vmcl_dev_t *d, cl_event ev) {
   pthread_mutex_unlock(&d->lock);
 }
 
-/* True while the device timer runs: enqueues then ask for an event. */
-static int vmcl_timing(vmcl_dev_t *d) {
+cl_event *vmcl_event_slot(vmcl_dev_t *d, cl_event *ev) {
   pthread_mutex_lock(&d->lock);
   int t = d->timing;
   pthread_mutex_unlock(&d->lock);
-  return t;
+  return t ? ev : NULL;
 }
 
 vm_status_t vmcl_launch(vmcl_dev_t *d, cl_kernel k, cl_uint dims, const size_t *global,
                         const size_t *local) {
   cl_event ev = NULL;
   cl_int err = clEnqueueNDRangeKernel(d->queue, k, dims, NULL, global, local, 0, NULL,
-                                      vmcl_timing(d) ? &ev : NULL);
+                                      vmcl_event_slot(d, &ev));
   if (err != CL_SUCCESS) return vmcl_status(err, "clEnqueueNDRangeKernel");
   vmcl_track_event(d, ev);
   return VM_STATUS_OK;
@@ -572,7 +571,7 @@ static vm_status_t vmcl_copy_from_host(vm_device_t *dev, vm_buffer_t dst, uint64
   VM_RETURN_IF_ERROR(vmcl_check_range(dst_offset, nbytes, "copy_from_host"));
   cl_event ev = NULL;
   cl_int err = clEnqueueWriteBuffer(d->queue, (cl_mem)dst.handle, CL_TRUE, (size_t)dst_offset,
-                                    (size_t)nbytes, src, 0, NULL, vmcl_timing(d) ? &ev : NULL);
+                                    (size_t)nbytes, src, 0, NULL, vmcl_event_slot(d, &ev));
   if (err != CL_SUCCESS) return vmcl_status(err, "clEnqueueWriteBuffer");
   vmcl_track_event(d, ev);
   return VM_STATUS_OK;
@@ -585,7 +584,7 @@ static vm_status_t vmcl_copy_to_host(vm_device_t *dev, void *dst, vm_buffer_t sr
   VM_RETURN_IF_ERROR(vmcl_check_range(src_offset, nbytes, "copy_to_host"));
   cl_event ev = NULL;
   cl_int err = clEnqueueReadBuffer(d->queue, (cl_mem)src.handle, CL_TRUE, (size_t)src_offset,
-                                   (size_t)nbytes, dst, 0, NULL, vmcl_timing(d) ? &ev : NULL);
+                                   (size_t)nbytes, dst, 0, NULL, vmcl_event_slot(d, &ev));
   if (err != CL_SUCCESS) return vmcl_status(err, "clEnqueueReadBuffer");
   vmcl_track_event(d, ev);
   return VM_STATUS_OK;
@@ -600,7 +599,7 @@ static vm_status_t vmcl_copy_within(vm_device_t *dev, vm_buffer_t dst, uint64_t 
   cl_event ev = NULL;
   cl_int err =
       clEnqueueCopyBuffer(d->queue, (cl_mem)src.handle, (cl_mem)dst.handle, (size_t)src_offset,
-                          (size_t)dst_offset, (size_t)nbytes, 0, NULL, vmcl_timing(d) ? &ev : NULL);
+                          (size_t)dst_offset, (size_t)nbytes, 0, NULL, vmcl_event_slot(d, &ev));
   if (err != CL_SUCCESS) return vmcl_status(err, "clEnqueueCopyBuffer");
   vmcl_track_event(d, ev);
   return VM_STATUS_OK;

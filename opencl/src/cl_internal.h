@@ -65,6 +65,10 @@ vm_status_t vmcl_get_kernel(vmcl_dev_t *d, const char *source, int source_static
 vm_status_t vmcl_launch(vmcl_dev_t *d, cl_kernel k, cl_uint dims, const size_t *global,
                         const size_t *local);
 
+/* The event argument for an enqueue: ev while the device timer runs, else
+ * NULL (no driver event is made and released for nothing). */
+cl_event *vmcl_event_slot(vmcl_dev_t *d, cl_event *ev);
+
 /* Records an event produced by another enqueue (CLBlast, copies) for the
  * device timer, taking ownership of it. */
 void vmcl_track_event(vmcl_dev_t *d, cl_event ev);

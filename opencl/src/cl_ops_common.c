@@ -359,9 +359,9 @@ vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int6
    * contiguous slices). */
   if (it->rank == 0 || (it->rank == 1 && it->stride[0][0] == 1 && it->stride[1][0] == 1)) {
     cl_event ev = NULL;
-    cl_int err =
-        clEnqueueCopyBuffer(d->queue, src, dst, (size_t)src_off * elem_bytes,
-                            (size_t)dst_off * elem_bytes, (size_t)n * elem_bytes, 0, NULL, &ev);
+    cl_int err = clEnqueueCopyBuffer(d->queue, src, dst, (size_t)src_off * elem_bytes,
+                                     (size_t)dst_off * elem_bytes, (size_t)n * elem_bytes, 0, NULL,
+                                     vmcl_event_slot(d, &ev));
     if (err != CL_SUCCESS) return vmcl_status(err, "clEnqueueCopyBuffer");
     vmcl_track_event(d, ev);
     return VM_STATUS_OK;

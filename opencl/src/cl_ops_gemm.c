@@ -125,18 +125,18 @@ static vm_status_t gemm_clblast(const clblast_api_t *api, vmcl_dev_t *d, const g
   int strided = g->batch > 1 && g->sa != 0 && g->sb != 0;
   int64_t calls = strided ? 1 : g->batch;
   for (int64_t i = 0; i < calls; i++) {
-    cl_event ev = NULL;
+    cl_event ev = NULL, *evp = vmcl_event_slot(d, &ev);
     CLBlastStatusCode s;
     const char *what;
     if (strided) {
       what = f16 ? "CLBlastHgemmStridedBatched" : "CLBlastSgemmStridedBatched";
       if (f16) {
         s = api->hgemm_sb(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, ha, a, ao, g->lda, g->sa,
-                          b, bo, g->ldb, g->sb, hb, c, co, g->ldc, g->sc, g->batch, &q, &ev);
+                          b, bo, g->ldb, g->sb, hb, c, co, g->ldc, g->sc, g->batch, &q, evp);
       } else {
         s = api->sgemm_sb(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, alpha, a, ao, g->lda,
                           g->sa, b, bo, g->ldb, g->sb, beta, c, co, g->ldc, g->sc, g->batch, &q,
-                          &ev);
+                          evp);
       }
     } else {
       size_t oa = ao + (size_t)(i * g->sa), ob = bo + (size_t)(i * g->sb);
@@ -144,10 +144,10 @@ static vm_status_t gemm_clblast(const clblast_api_t *api, vmcl_dev_t *d, const g
       what = f16 ? "CLBlastHgemm" : "CLBlastSgemm";
       if (f16) {
         s = api->hgemm(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, ha, a, oa, g->lda, b, ob,
-                       g->ldb, hb, c, oc, g->ldc, &q, &ev);
+                       g->ldb, hb, c, oc, g->ldc, &q, evp);
       } else {
         s = api->sgemm(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, alpha, a, oa, g->lda, b, ob,
-                       g->ldb, beta, c, oc, g->ldc, &q, &ev);
+                       g->ldb, beta, c, oc, g->ldc, &q, evp);
       }
     }
     if (s != CLBlastSuccess) {

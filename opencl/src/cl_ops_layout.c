@@ -381,7 +381,7 @@ vm_status_t vmcl_op_fill(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   vmcl_dev_t *d = op.d;
   cl_event ev = NULL;
   cl_int e = clEnqueueFillBuffer(d->queue, vmcl_tensor_mem(y), pattern, psize, (size_t)y->offset,
-                                 (size_t)nbytes, 0, NULL, &ev);
+                                 (size_t)nbytes, 0, NULL, vmcl_event_slot(d, &ev));
   if (e != CL_SUCCESS) return vmcl_status(e, "clEnqueueFillBuffer");
   vmcl_track_event(d, ev);
   return VM_STATUS_OK;
