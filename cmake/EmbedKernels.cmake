@@ -1,18 +1,11 @@
 # Writes OUT, a C file defining, for each kernels/NAME.cl in SOURCES,
 #   const char vmcl_src_NAME[];   (the file's text, NUL-terminated)
-# plus a table vmcl_kernel_sources[] of {name, text} ending with {0, 0}.
 set(body "/* Generated from the opencl/kernels .cl files by cmake/EmbedKernels.cmake. */\n")
-string(APPEND body "#include <stddef.h>\n")
-set(table "")
 list(SORT SOURCES)
 foreach(src ${SOURCES})
   get_filename_component(name ${src} NAME_WE)
   file(READ ${src} hex HEX)
-  string(LENGTH "${hex}" hexlen)
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
   string(APPEND body "const char vmcl_src_${name}[] = {${bytes}0x00};\n")
-  string(APPEND table "  {\"${name}\", vmcl_src_${name}},\n")
 endforeach()
-string(APPEND body "struct vmcl_kernel_source { const char *name; const char *text; };\n")
-string(APPEND body "const struct vmcl_kernel_source vmcl_kernel_sources[] = {\n${table}  {NULL, NULL}\n};\n")
 file(WRITE ${OUT} "${body}")

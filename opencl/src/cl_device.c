@@ -134,9 +134,7 @@ vm_status_t vmcl_status(cl_int err, const char *what) {
                         vmcl_error_name(err), (int)err);
 }
 
-/* Release calls in cleanup paths cannot be acted on, but are not ignored:
- * a failure means a handle was already gone, which is worth a log line. */
-static void vmcl_released(cl_int err, const char *what) {
+void vmcl_released(cl_int err, const char *what) {
   if (err != CL_SUCCESS) VM_LOGW("%s: %s (%d)", what, vmcl_error_name(err), (int)err);
 }
 
@@ -150,10 +148,8 @@ typedef struct vmcl_found {
   cl_device_id device;
 } vmcl_found_t;
 
-/* Reads a string property of a device (platform when device is NULL) into
- * a malloc'ed, NUL-terminated buffer that the caller frees. */
-static vm_status_t vmcl_info_string(cl_platform_id platform, cl_device_id device, cl_uint param,
-                                    const char *what, char **out) {
+vm_status_t vmcl_info_string(cl_platform_id platform, cl_device_id device, cl_uint param,
+                             const char *what, char **out) {
   *out = NULL;
   size_t size = 0;
   cl_int err = device ? clGetDeviceInfo(device, param, 0, NULL, &size)

@@ -65,6 +65,15 @@ vm_status_t vmcl_get_kernel(vmcl_dev_t *d, const char *source, int source_static
 vm_status_t vmcl_launch(vmcl_dev_t *d, cl_kernel k, cl_uint dims, const size_t *global,
                         const size_t *local);
 
+/* Reads a string property of a device (platform when device is NULL) into
+ * a malloc'ed, NUL-terminated buffer that the caller frees. */
+vm_status_t vmcl_info_string(cl_platform_id platform, cl_device_id device, cl_uint param,
+                             const char *what, char **out);
+
+/* Release calls in cleanup paths cannot be acted on, but are not ignored:
+ * a failure means a handle was already gone, which is worth a log line. */
+void vmcl_released(cl_int err, const char *what);
+
 /* The event argument for an enqueue: ev while the device timer runs, else
  * NULL (no driver event is made and released for nothing). */
 cl_event *vmcl_event_slot(vmcl_dev_t *d, cl_event *ev);

@@ -433,29 +433,3 @@ uint16_t vmcl_f32_to_f16(float f) {
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
   return (uint16_t)(sign | h);
 }
-
-float vmcl_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t man = h & 0x3ffu;
-  uint32_t x;
-  if (exp == 0) {
-    if (man == 0) {
-      x = sign;
-    } else { /* subnormal: normalise */
-      int e = -1;
-      do {
-        e++;
-        man <<= 1;
-      } while (!(man & 0x400u));
-      x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    x = sign | 0x7f800000u | (man << 13);
-  } else {
-    x = sign | ((exp - 15 + 127) << 23) | (man << 13);
-  }
-  float f;
-  memcpy(&f, &x, sizeof(f));
-  return f;
-}

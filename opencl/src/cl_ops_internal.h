@@ -185,7 +185,6 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
 
 /* ---- float16 on the host ---- */
 uint16_t vmcl_f32_to_f16(float f); /* round to nearest even */
-float vmcl_f16_to_f32(uint16_t h);
 
 /* ---- the operators (cl_ops_*.c) ---- */
 vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,

@@ -81,12 +81,6 @@ struct vmcl_program_cache {
  * Helpers
  */
 
-/* Release calls in cleanup paths cannot be acted on, but are not ignored:
- * a failure means a handle was already gone, which is worth a log line. */
-static void vmcl_released(cl_int err, const char *what) {
-  if (err != CL_SUCCESS) VM_LOGW("%s: %s (%d)", what, vmcl_error_name(err), (int)err);
-}
-
 static char *vmcl_strdup(const char *s) {
   size_t n = strlen(s);
   char *d = malloc(n + 1);
@@ -96,27 +90,6 @@ static char *vmcl_strdup(const char *s) {
 
 static vm_status_t vmcl_oom(const char *what) {
   return vm_status_make(VM_RESOURCE_EXHAUSTED, "%s: out of host memory", what);
-}
-
-/* A string property of the device (platform if device is NULL), malloc'ed. */
-static vm_status_t vmcl_query_string(cl_platform_id platform, cl_device_id device, cl_uint param,
-                                     const char *what, char **out) {
-  *out = NULL;
-  size_t size = 0;
-  cl_int err = device ? clGetDeviceInfo(device, param, 0, NULL, &size)
-                      : clGetPlatformInfo(platform, param, 0, NULL, &size);
-  if (err != CL_SUCCESS) return vmcl_status(err, what);
-  char *s = malloc(size + 1);
-  if (!s) return vmcl_oom(what);
-  err = device ? clGetDeviceInfo(device, param, size, s, NULL)
-               : clGetPlatformInfo(platform, param, size, s, NULL);
-  if (err != CL_SUCCESS) {
-    free(s);
-    return vmcl_status(err, what);
-  }
-  s[size] = '\0';
-  *out = s;
-  return VM_STATUS_OK;
 }
 
 /* mkdir -p. */
@@ -469,15 +442,15 @@ vm_status_t vmcl_cache_create(vmcl_dev_t *d, const char *cache_dir,
   vmcl_program_cache_t *c = calloc(1, sizeof(*c));
   if (!c) return vmcl_oom("program cache");
   c->d = d;
-  st = vmcl_query_string(NULL, d->device, CL_DEVICE_NAME, "clGetDeviceInfo(NAME)", &c->device_name);
+  st = vmcl_info_string(NULL, d->device, CL_DEVICE_NAME, "clGetDeviceInfo(NAME)", &c->device_name);
   if (st) goto fail;
-  st = vmcl_query_string(NULL, d->device, CL_DRIVER_VERSION, "clGetDeviceInfo(DRIVER_VERSION)",
+  st = vmcl_info_string(NULL, d->device, CL_DRIVER_VERSION, "clGetDeviceInfo(DRIVER_VERSION)",
                          &c->driver_version);
   if (st) goto fail;
-  st = vmcl_query_string(d->platform, NULL, CL_PLATFORM_NAME, "clGetPlatformInfo(NAME)",
+  st = vmcl_info_string(d->platform, NULL, CL_PLATFORM_NAME, "clGetPlatformInfo(NAME)",
                          &c->platform_name);
   if (st) goto fail;
-  st = vmcl_query_string(d->platform, NULL, CL_PLATFORM_VERSION, "clGetPlatformInfo(VERSION)",
+  st = vmcl_info_string(d->platform, NULL, CL_PLATFORM_VERSION, "clGetPlatformInfo(VERSION)",
                          &c->platform_version);
   if (st) goto fail;
   if (cache_dir && cache_dir[0]) {
