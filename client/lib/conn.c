@@ -493,7 +493,7 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
   vmci_chan_t *inflight[VMCI_MAX_INFLIGHT];
   uint32_t n_inflight = 0;
   uint64_t next = 0;
-  uint64_t bytes_done = p->progress_base;
+  uint64_t bytes_done = 0;
   vm_status_t first_err = VM_STATUS_OK;
   int32_t timeout_ms = c->request_timeout_ms;
   vmci_waiter_t w;

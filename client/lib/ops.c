@@ -237,7 +237,8 @@ static vm_status_t upload_file_known(vmc_conn_t *c, const char *path, const stru
       st2 = upload_finish(c, upload_id, data, size, progress, user, &exec_id);
     free(data);
     if (st2) {
-      /* DATA_LOSS: the bytes no longer hash to the remembered hash. */
+      /* Any failure forgets the remembered hash (DATA_LOSS: the bytes no
+       * longer hash to it); the next upload hashes the file again. */
       vmci_memo_forget(st);
       return st2;
     }

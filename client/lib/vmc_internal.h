@@ -130,7 +130,6 @@ typedef struct vmci_pipeline {
   void *ctx;
   vmc_progress_fn progress;
   void *user;
-  uint64_t progress_base; /* bytes already done before chunk 0 */
   uint64_t progress_total;
   const char *what;
 } vmci_pipeline_t;

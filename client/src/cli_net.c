@@ -613,6 +613,7 @@ typedef struct fetch_ctx {
   cli_output_t *outs;
   uint32_t n;
   int rc;
+  uint64_t nodes; /* tuple elements walked: bounds round trips to the agent */
 } fetch_ctx_t;
 
 static void fetch_rec(fetch_ctx_t *c, uint32_t *path, uint32_t depth) {
@@ -629,6 +630,14 @@ static void fetch_rec(fetch_ctx_t *c, uint32_t *path, uint32_t depth) {
       c->rc = CLI_EXIT_REMOTE;
       return;
     }
+    /* The arity comes from the agent: a result of empty tuples has no
+     * values to count, so the walk itself is bounded. */
+    if ((uint64_t)arity > 4u * CLI_MAX_OUTPUTS - c->nodes) {
+      cli_error(c->m->cmd, "the result has more than %d values", CLI_MAX_OUTPUTS);
+      c->rc = CLI_EXIT_REMOTE;
+      return;
+    }
+    c->nodes += (uint64_t)arity;
     for (int64_t i = 0; i < arity && !c->rc; i++) {
       path[depth] = (uint32_t)i;
       fetch_rec(c, path, depth + 1);
@@ -671,7 +680,7 @@ static void fetch_rec(fetch_ctx_t *c, uint32_t *path, uint32_t depth) {
 int cli_fetch_outputs(const cli_model_t *m, cli_output_t **out, uint32_t *out_n) {
   *out = NULL;
   *out_n = 0;
-  fetch_ctx_t c = {m, m->o->func ? m->o->func : "main", NULL, 0, 0};
+  fetch_ctx_t c = {m, m->o->func ? m->o->func : "main", NULL, 0, 0, 0};
   c.outs = calloc(CLI_MAX_OUTPUTS, sizeof(cli_output_t));
   if (!c.outs) {
     cli_error(m->cmd, "out of memory");

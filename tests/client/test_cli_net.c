@@ -674,10 +674,47 @@ static void test_run(void **state) {
   assert_memory_equal(got, k_x, sizeof(got));
 }
 
+/* Writes an executable whose results are tuples too big to fetch: wide
+ * (2 x 600 ints: more values than vmclient fetches) and hollow (5 x 1000
+ * empty tuples: no values at all, but 5,005 tuple elements to walk). */
+static void write_big_tuples(void) {
+  size_t cap = 64 * 1024, n = 0;
+  char *t = malloc(cap);
+  assert_non_null(t);
+  n += (size_t)snprintf(t + n, cap - n,
+                        ".packed $vm.builtin.make_tuple\n"
+                        ".func @wide() regs 3 {\n  %%0 = call $vm.builtin.make_tuple(");
+  for (int i = 0; i < 600; i++) n += (size_t)snprintf(t + n, cap - n, "%s1", i ? ", " : "");
+  n += (size_t)snprintf(t + n, cap - n,
+                        ")\n  %%1 = call $vm.builtin.make_tuple(%%0, %%0)\n  ret %%1\n}\n"
+                        ".func @hollow() regs 3 {\n  %%0 = call $vm.builtin.make_tuple()\n"
+                        "  %%1 = call $vm.builtin.make_tuple(");
+  for (int i = 0; i < 1000; i++) n += (size_t)snprintf(t + n, cap - n, "%s%%0", i ? ", " : "");
+  n += (size_t)snprintf(t + n, cap - n,
+                        ")\n  %%2 = call $vm.builtin.make_tuple(%%1, %%1, %%1, %%1, %%1)\n"
+                        "  ret %%2\n}\n");
+  assert_true(n < cap);
+  vm_executable_t *e;
+  ASSERT_OK(vm_executable_asm(t, n, NULL, &e));
+  char path[4200];
+  path_in_dir(path, sizeof(path), "tuples.vmx");
+  ASSERT_OK(vm_executable_write_file(e, path));
+  vm_executable_free(e);
+  free(t);
+}
+
 static void test_run_errors(void **state) {
   (void)state;
   write_prog_inputs();
   run_result_t r;
+  /* Results too big to fetch: the agent's tuple arities bound the walk. */
+  write_big_tuples();
+  CLI(EXIT_REMOTE, &r, "--host", g_agent.url, "run", "-d", "cpu", "-f", "wide", "tuples.vmx");
+  expect_in(r.err, "the result has more than 1024 values");
+  run_result_free(&r);
+  CLI(EXIT_REMOTE, &r, "--host", g_agent.url, "run", "-d", "cpu", "-f", "hollow", "tuples.vmx");
+  expect_in(r.err, "the result has more than 1024 values");
+  run_result_free(&r);
   /* Missing input: a usage error naming the parameter and its type. */
   CLI(EXIT_USAGE, &r, "--host", g_agent.url, "run", "-d", "cpu", "prog.vmx");
   expect_in(r.err, "missing input for parameter 0 'x' (float32[2, 3])");
