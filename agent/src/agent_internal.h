@@ -71,7 +71,8 @@ vm_status_t vma_store_insert(vma_store_t *s, const uint8_t hash[VM_SHA256_BYTES]
                              const uint8_t *data, size_t size, vma_exec_entry_t **out_entry);
 void vma_store_retain(vma_store_t *s, vma_exec_entry_t *e);
 void vma_store_release(vma_store_t *s, vma_exec_entry_t *e);
-/* Disk bytes and entries, plus loaded entries. */
+/* Disk bytes and entries, plus loaded entries (tests check executables
+ * leave memory with their last user). */
 void vma_store_stats(vma_store_t *s, uint64_t *out_disk_bytes, uint32_t *out_disk_entries,
                      uint32_t *out_loaded);
 
@@ -233,7 +234,6 @@ struct vmagent {
   pthread_mutex_t pool_lock; /* worker slots and the counts below */
   int pool_lock_ready;
   uint32_t idle_workers; /* waiting in recv (or about to) */
-  uint32_t live_workers;
   int pool_full_logged;
   /* Called by a request about to wait for a device (transport hook). */
   void (*on_block)(struct vmagent *a);

@@ -85,9 +85,6 @@ static void *vma_worker_main(void *arg) {
     }
   }
   if (w->extra) nng_ctx_close(w->ctx); /* the socket is still open here */
-  pthread_mutex_lock(&a->pool_lock);
-  a->live_workers--;
-  pthread_mutex_unlock(&a->pool_lock);
   atomic_store(&w->exited, 1);
   return NULL;
 }
@@ -124,11 +121,9 @@ static int vma_spawn_locked(vmagent_t *a, int extra) {
     return rv;
   }
   a->idle_workers++; /* idle until it takes a request */
-  a->live_workers++;
   if (pthread_create(&w->thread, NULL, vma_worker_main, w) != 0) {
     a->idle_workers--;
-    a->live_workers--;
-    nng_ctx_close(w->ctx);
+      nng_ctx_close(w->ctx);
     nng_aio_free(w->aio);
     w->aio = NULL;
     return -1;

@@ -485,7 +485,6 @@ vm_status_t vmi_compile(vm_machine_t *m) {
           r->op = (uint8_t)callee->kind;
           r->nargs = in.num_args;
           r->a = in.dst == VM_REG_VOID ? VMI_REG_NONE : (uint32_t)in.dst;
-          r->func_idx = (uint32_t)in.func_idx;
           r->u.callee = callee;
           r->args = m->cargs + ai;
           for (uint32_t i = 0; i < in.num_args; i++) {

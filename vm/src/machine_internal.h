@@ -64,7 +64,6 @@ typedef struct vmi_crec {
   uint16_t pad_;
   uint32_t nargs; /* CALL */
   uint32_t a;     /* CALL: dst (VMI_REG_NONE = void); RET: result; IF: cond */
-  uint32_t func_idx;
   union {
     const vmi_func_t *callee; /* CALL */
     uint64_t target;          /* GOTO: target pc; IF: pc when cond is zero */
@@ -177,11 +176,6 @@ vm_status_t vmi_call_function(vm_machine_t *m, uint32_t func_idx, const vm_value
 
 /* ---- stateful.c ---- */
 
-/* Runs func the way invoke_stateful does (a bytecode function with its set
- * inputs, or a saved binding with no further args) without keeping the
- * result: *out is owned by the caller. For the profiler and the time
- * evaluator. */
-vm_status_t vmi_run_stateful(vm_machine_t *m, const char *func, vm_value_t *out);
 /* Frees all stateful data. */
 void vmi_state_free(vm_machine_t *m);
 

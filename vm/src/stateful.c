@@ -297,7 +297,10 @@ static vm_status_t run_with_inputs(vm_machine_t *m, uint32_t fi, vm_value_t *out
   return st;
 }
 
-vm_status_t vmi_run_stateful(vm_machine_t *m, const char *func, vm_value_t *out) {
+/* Runs func the way invoke_stateful does (a bytecode function with its set
+ * inputs, or a saved binding with no further args) without keeping the
+ * result: *out is owned by the caller. */
+static vm_status_t vmi_run_stateful(vm_machine_t *m, const char *func, vm_value_t *out) {
   *out = vm_value_none();
   if (!func) return vm_status_make(VM_INVALID_ARGUMENT, "no function name given");
   int64_t fi = find_bytecode(m, func);
