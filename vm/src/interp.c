@@ -127,11 +127,16 @@ void vmi_stacks_free(vm_machine_t *m) {
  * Checks and messages (cold)
  */
 
-static inline vm_status_t check_interrupt(vm_machine_t *m) {
+static vm_status_t deadline_check(vm_machine_t *m);
+
+/* The cancel flag on every call; the deadline clock at every entry into the
+ * machine and on every VMI_DEADLINE_EVERY-th call inside it (a clock read
+ * per call would cost more than the call). */
+static inline vm_status_t check_interrupt(vm_machine_t *m, int entry) {
   if (VMI_UNLIKELY(atomic_load_explicit(&m->cancel_requested, memory_order_relaxed)))
     return vm_status_make(VM_CANCELLED, "invocation cancelled");
-  if (m->active_deadline_ns && vm_now_ns() >= m->active_deadline_ns)
-    return vm_status_make(VM_DEADLINE_EXCEEDED, "invocation deadline exceeded");
+  if (m->active_deadline_ns && (entry || ++m->calls_since_clock % VMI_DEADLINE_EVERY == 0))
+    return deadline_check(m);
   return VM_STATUS_OK;
 }
 
@@ -142,7 +147,7 @@ static vm_status_t frame_push(vm_machine_t *m, const vmi_func_t *f, uint32_t ret
   if (VMI_UNLIKELY(m->depth >= m->max_call_depth))
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "call depth limit of %u exceeded",
                           m->max_call_depth);
-  VM_RETURN_IF_ERROR(check_interrupt(m));
+  VM_RETURN_IF_ERROR(check_interrupt(m, entry));
   if (VMI_UNLIKELY(m->depth == m->frames_cap)) {
     uint32_t ncap = m->frames_cap ? m->frames_cap * 2 : 16;
     if (ncap > m->max_call_depth || ncap < m->frames_cap) ncap = m->max_call_depth;
@@ -424,7 +429,7 @@ vm_status_t vmi_call_function(vm_machine_t *m, uint32_t func_idx, const vm_value
   vm_status_t st;
   m->nesting++;
   if (f->kind == VM_FUNC_PACKED) {
-    st = check_interrupt(m);
+    st = check_interrupt(m, 1);
     if (!st) st = f->fn(m, args, nargs, out, f->user);
   } else if (nargs != f->num_args) {
     st = arity_error(f, nargs);

@@ -148,6 +148,7 @@ struct vm_machine {
   atomic_int cancel_requested;
   uint64_t deadline_ns;        /* for invocations started from now on */
   uint64_t active_deadline_ns; /* of the invocation running now */
+  uint32_t calls_since_clock;   /* bytecode calls; the deadline is read every 1024th */
 
   /* Instrumentation. */
   vm_instrument_fn instrument_fn;
