@@ -115,7 +115,9 @@ vm_status_t vm_machine_call_value(vm_machine_t *m, const vm_value_t *callee,
 void vm_machine_cancel(vm_machine_t *m);
 
 /* Absolute deadline on CLOCK_MONOTONIC in nanoseconds for invocations that
- * start from now on (0 = none). Past it: DEADLINE_EXCEEDED. */
+ * start from now on (0 = none). Past it: DEADLINE_EXCEEDED. The clock is
+ * read when an invocation enters the machine and on every 1024th call or
+ * backward jump inside it. */
 void vm_machine_set_deadline(vm_machine_t *m, uint64_t deadline_ns);
 
 /* Monotonic clock in nanoseconds. */
