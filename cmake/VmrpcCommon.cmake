@@ -26,5 +26,11 @@ function(vmrpc_target_defaults tgt)
   target_compile_definitions(${tgt} PRIVATE _GNU_SOURCE)
   if(VMRPC_SAN_FLAGS)
     target_link_options(${tgt} PRIVATE ${VMRPC_SAN_FLAGS})
+    get_target_property(type ${tgt} TYPE)
+    if(type STREQUAL "EXECUTABLE")
+      # Runtime defaults that keep LeakSanitizer's exit check working with
+      # PoCL's threads (see the file).
+      target_sources(${tgt} PRIVATE ${PROJECT_SOURCE_DIR}/cmake/sanitizer_defaults.c)
+    endif()
   endif()
 endfunction()
