@@ -54,6 +54,9 @@ static const op_entry_t ops[] = {
     {"cl.slice", vmcl_op_slice, NULL},
     {"cl.cast", vmcl_op_cast, NULL},
     {"cl.fill", vmcl_op_fill, NULL},
+    {"cl.broadcast_to", vmcl_op_broadcast_to, NULL},
+    {"cl.pad", vmcl_op_pad, NULL},
+    {"cl.gather", vmcl_op_gather, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

@@ -11,38 +11,6 @@
  * vmcl_local_size. */
 #define ELEMENTWISE_LOCAL 256
 
-/* Broadcasts shapes a and b (NumPy rules: align trailing dims; a dim of 1
- * stretches). Returns 0 and the result shape, or -1 if they conflict. */
-static int broadcast_shape(const vm_tensor_t *a, const vm_tensor_t *b, int64_t *out,
-                           uint32_t *out_ndim) {
-  uint32_t nd = a->ndim > b->ndim ? a->ndim : b->ndim;
-  for (uint32_t i = 0; i < nd; i++) {
-    /* i counts from the last dim */
-    int64_t da = i < a->ndim ? a->shape[a->ndim - 1 - i] : 1;
-    int64_t db = i < b->ndim ? b->shape[b->ndim - 1 - i] : 1;
-    if (da != db && da != 1 && db != 1) return -1;
-    out[nd - 1 - i] = da == 1 ? db : da;
-  }
-  *out_ndim = nd;
-  return 0;
-}
-
-/* Element strides of t viewed with the output's rank: 0 along dims that t
- * lacks or has as 1 (broadcast). */
-static void broadcast_strides(const vm_tensor_t *t, uint32_t nd, int64_t *out) {
-  int64_t dense[VMCL_MAX_RANK];
-  vmcl_dense_strides(t->shape, t->ndim, dense);
-  for (uint32_t i = 0; i < nd; i++) {
-    uint32_t back = nd - 1 - i;
-    if (back >= t->ndim) {
-      out[i] = 0;
-    } else {
-      uint32_t ti = t->ndim - 1 - back;
-      out[i] = t->shape[ti] == 1 ? 0 : dense[ti];
-    }
-  }
-}
-
 vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   const char *opname = user;
@@ -60,7 +28,7 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, c, 2, "c", a->dtype, "a"));
   int64_t shape[VMCL_MAX_RANK];
   uint32_t nd;
-  if (broadcast_shape(a, b, shape, &nd) != 0) {
+  if (vmcl_broadcast_shape(a->shape, a->ndim, b->shape, b->ndim, shape, &nd) != 0) {
     char b1[192], b2[192];
     return vmcl_op_error(&op, "shapes %s of a and %s of b do not broadcast",
                          vmcl_shape_str(a->shape, a->ndim, b1, sizeof(b1)),
@@ -79,8 +47,8 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   if (!vec) {
     it.rank = (int)nd;
     memcpy(it.shape, shape, nd * sizeof(int64_t));
-    broadcast_strides(a, nd, it.stride[0]);
-    broadcast_strides(b, nd, it.stride[1]);
+    vmcl_broadcast_strides(a, nd, it.stride[0]);
+    vmcl_broadcast_strides(b, nd, it.stride[1]);
     vmcl_collapse(&it, 2);
   }
   char kname[48];
