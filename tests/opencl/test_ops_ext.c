@@ -414,12 +414,96 @@ static void test_gather(void **state) {
   release_all((vm_value_t[]){x, y, i2, f2}, 4);
 }
 
+/* ---------------------------------------------------------------------------
+ * cl.layer_norm with ONNX's Mean and InvStdDev outputs
+ */
+
+static void check_layer_norm_stats(tops_env_t *e, vm_dtype_t dt, uint32_t nd, const int64_t *dims,
+                                   int axis, int want_mean, int want_rstd) {
+  int ax = axis < 0 ? axis + (int)nd : axis;
+  int64_t rows = tops_numel((uint32_t)ax, dims), len = tops_numel(nd - (uint32_t)ax, dims + ax);
+  size_t n = (size_t)(rows * len);
+  float *x = tops_rand(n, 11, -3, 5);
+  float *want = malloc(n * sizeof(float) + 4), *got = malloc(n * sizeof(float) + 4);
+  float *wmean = malloc((size_t)rows * sizeof(float) + 4);
+  float *wrstd = malloc((size_t)rows * sizeof(float) + 4);
+  float *gs = malloc((size_t)rows * sizeof(float) + 4);
+  if (is_f16(dt)) tops_round_f16(x, n);
+  ref_layer_norm(x, rows, len, NULL, NULL, 1e-5f, want);
+  for (int64_t r = 0; r < rows; r++) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < len; j++) m += x[r * len + j];
+    m /= (double)len;
+    for (int64_t j = 0; j < len; j++) v += (x[r * len + j] - m) * (x[r * len + j] - m);
+    wmean[r] = (float)m;
+    wrstd[r] = (float)(1.0 / sqrt(v / (double)len + 1e-5));
+  }
+  int64_t sd[8];
+  for (uint32_t i = 0; i < nd; i++) sd[i] = (int)i < ax ? dims[i] : 1;
+  vm_value_t args[8] = {tops_tensor_f(e, dt, nd, dims, x),
+                        vm_value_none(),
+                        vm_value_none(),
+                        vm_value_int(axis),
+                        vm_value_float(1e-5),
+                        tops_tensor(e, dt, nd, dims, NULL),
+                        want_mean ? tops_tensor(e, VM_F32, nd, sd, NULL) : vm_value_none(),
+                        want_rstd ? tops_tensor(e, VM_F32, nd, sd, NULL) : vm_value_none()};
+  ASSERT_OK(tops_call(e, "cl.layer_norm", args, 8));
+  tops_read_f(e, &args[5], got);
+  tops_assert_close(got, want, n, is_f16(dt) ? 4e-3 : 1e-4, is_f16(dt) ? 2e-3 : 1e-4,
+                    "layer_norm y");
+  if (want_mean) {
+    tops_read_f(e, &args[6], gs);
+    tops_assert_close(gs, wmean, (size_t)rows, 1e-5, 1e-5, "layer_norm mean");
+    tops_check_guard(e, &args[6]);
+  }
+  if (want_rstd) {
+    tops_read_f(e, &args[7], gs);
+    tops_assert_close(gs, wrstd, (size_t)rows, 1e-5, 1e-4, "layer_norm inv_std");
+    tops_check_guard(e, &args[7]);
+  }
+  release_all(args, 8);
+  free(x);
+  free(want);
+  free(got);
+  free(wmean);
+  free(wrstd);
+  free(gs);
+}
+
+static void test_layer_norm_stats(void **state) {
+  tops_env_t *e = *state;
+  check_layer_norm_stats(e, VM_F32, 3, DIMS(4, 6, 5), -1, 1, 1);
+  check_layer_norm_stats(e, VM_F32, 3, DIMS(4, 6, 5), 1, 1, 1); /* [4, 1, 1] statistics */
+  check_layer_norm_stats(e, VM_F32, 2, DIMS(3, 700), -1, 0, 1);
+  check_layer_norm_stats(e, VM_F16, 2, DIMS(5, 40), -1, 1, 0); /* float32 statistics */
+
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t m = tops_plain(e, VM_F32, 2, DIMS(3, 1)), m16 = tops_plain(e, VM_F16, 2, DIMS(3, 1));
+  vm_value_t m1 = tops_plain(e, VM_F32, 1, DIMS(3));
+  vm_value_t args[8] = {
+      x, vm_value_none(), vm_value_none(), vm_value_int(-1), vm_value_float(1e-5), y, m, m};
+  ASSERT_OK(tops_call(e, "cl.layer_norm", args, 8));
+  ASSERT_STATUS(tops_call(e, "cl.layer_norm", args, 7), VM_INVALID_ARGUMENT,
+                "cl.layer_norm: expected 6 or 8 arguments (x, gamma|none, beta|none, axis, eps, "
+                "y[, mean|none, inv_std|none]), got 7");
+  args[6] = m1;
+  ASSERT_STATUS(tops_call(e, "cl.layer_norm", args, 8), VM_INVALID_ARGUMENT,
+                "cl.layer_norm: mean (argument 6) has shape [3], expected [3, 1]");
+  args[6] = vm_value_none();
+  args[7] = m16;
+  ASSERT_STATUS(tops_call(e, "cl.layer_norm", args, 8), VM_INVALID_ARGUMENT,
+                "cl.layer_norm: inv_std (argument 7) has dtype float16, expected float32");
+  release_all((vm_value_t[]){x, y, m, m16, m1}, 5);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ext),
       cmocka_unit_test(test_broadcast_to),
       cmocka_unit_test(test_pad),
       cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_layer_norm_stats),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
