@@ -278,11 +278,25 @@ static vm_status_t vmcl_kernel_op(vm_machine_t *m, const vm_value_t *args, uint3
   vm_device_t *dev = NULL;
   VM_RETURN_IF_ERROR(vmcl_pick_device(m, kargs, nk, &dev));
   vmcl_dev_t *d = vmcl_get(dev);
+  pthread_mutex_lock(&d->lock);
+  if (d->kernels_denied) {
+    vm_status_t denied = vm_status_make(VM_PERMISSION_DENIED,
+                                        "%s '%s.%s': kernels carried by executables may not run "
+                                        "on %s: %s",
+                                        VMCL_OP, mod_name->data, kern_name->data, dev->props.name,
+                                        d->kernels_denied);
+    pthread_mutex_unlock(&d->lock);
+    return denied;
+  }
+  pthread_mutex_unlock(&d->lock);
 
   vm_status_t st = VM_STATUS_OK;
   cl_mem *subs = NULL;
   cl_uint base_align = 0;
   cl_int err = CL_SUCCESS;
+  cl_event ev = NULL;
+  char what[160];
+  snprintf(what, sizeof(what), "'%s.%s'", mod_name->data, kern_name->data);
   /* the module's options plus the argument info that says what each
    * parameter takes */
   size_t olen = strlen(mod->options ? mod->options : "");
@@ -317,8 +331,6 @@ static vm_status_t vmcl_kernel_op(vm_machine_t *m, const vm_value_t *args, uint3
       goto done;
     }
   }
-  char what[160];
-  snprintf(what, sizeof(what), "'%s.%s'", mod_name->data, kern_name->data);
   for (uint32_t i = 0; i < nk; i++) {
     const vm_value_t *v = &kargs[i];
     const vm_tensor_t *t = vm_value_as_tensor(v);
@@ -393,11 +405,8 @@ static vm_status_t vmcl_kernel_op(vm_machine_t *m, const vm_value_t *args, uint3
   }
 
   if (global[0] != 0 && global[1] != 0 && global[2] != 0) { /* empty range: nothing to run */
-    st = vmcl_launch(d, k, gdims, global, has_local ? local : NULL);
-    if (st) {
-      st = vm_status_annotate(st, "%s '%s.%s'", VMCL_OP, mod_name->data, kern_name->data);
-      goto done;
-    }
+    st = vmcl_launch_watched(d, k, gdims, global, has_local ? local : NULL, &ev);
+    if (st) st = vm_status_annotate(st, "%s %s", VMCL_OP, what);
   }
 
 done:
@@ -411,6 +420,9 @@ done:
   free(subs);
   free(opts);
   (void)out;
+  /* the bounded wait must not hold the device lock; the enqueued kernel
+   * keeps its own references to its arguments */
+  if (ev) st = vmcl_wait_bounded(d, ev, m, what);
   return st;
 }
 
