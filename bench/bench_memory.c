@@ -146,7 +146,8 @@ int main(int argc, char **argv) {
   /* Idle, default devices; this one then runs the cycles. */
   agent_proc_t agent;
   idle_rss_t idle;
-  const char *args[] = {"--cache-dir", cache, NULL};
+  /* the CNN carries a kernel (cl.kernel): allowed for this trusted run */
+  const char *args[] = {"--cache-dir", cache, "--kernels", "allow", NULL};
   idle_agent(&agent, args, &idle, 1);
 
   vmc_conn_t *c;

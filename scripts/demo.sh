@@ -69,7 +69,7 @@ step "start vmagent on a free loopback port (PoCL, opencl:0)"
 # tree, so a second run of the demo starts warm.
 export POCL_CACHE_DIR=$bin/pocl-cache
 mkdir -p "$POCL_CACHE_DIR"
-"$vmagent" --listen tcp://127.0.0.1:0 --device opencl:0 --cache-dir "$bin/demo-cache" \
+"$vmagent" --listen tcp://127.0.0.1:0 --device opencl:0 --kernels cpu=allow --cache-dir "$bin/demo-cache" \
   --log-level warn >agent.out 2>agent.log &
 agent_pid=$!
 url=""

@@ -21,6 +21,9 @@ void vmagent_config_default(vmagent_config_t *cfg) {
   cfg->workers = 8;
   cfg->auth_max_failures = 5;
   cfg->auth_window_ms = 60u * 1000u;
+  cfg->kernels_cpu = VMAGENT_KERNELS_DENY;
+  cfg->kernels_gpu = VMAGENT_KERNELS_DENY;
+  cfg->kernel_timeout_ms = 10u * 1000u;
 }
 
 /* True when url can only be reached from this machine: ipc/inproc, or a
@@ -119,6 +122,25 @@ static vm_status_t vma_add_device(vmagent_t *a, vm_device_t *dev) {
   if (pthread_mutex_init(&d->run_lock, NULL) != 0) {
     vm_device_destroy(dev);
     return vm_status_make(VM_INTERNAL, "pthread_mutex_init failed");
+  }
+  if (vmcl_is_device(dev)) {
+    int cpu = vmcl_device_is_cpu(dev);
+    int allow = cpu ? a->cfg.kernels_cpu : a->cfg.kernels_gpu;
+    vm_status_t st = vmcl_set_kernel_policy(
+        dev,
+        allow ? NULL
+        : cpu ? "this agent denies them on CPU OpenCL devices, where a kernel runs as native code "
+                "inside the agent (vmagent --kernels cpu=allow enables them; docs/security.md)"
+              : "this agent denies them on GPU OpenCL devices (vmagent --kernels gpu=allow "
+                "enables them; docs/security.md)",
+        a->cfg.kernel_timeout_ms);
+    if (st) {
+      pthread_mutex_destroy(&d->run_lock);
+      vm_device_destroy(dev);
+      return st;
+    }
+    VM_LOGI("device %s: carried kernels %s (%s device)", sel, allow ? "allowed" : "denied",
+            cpu ? "cpu" : "gpu");
   }
   d->dev = dev;
   snprintf(d->selector, sizeof(d->selector), "%s", sel);

@@ -3,10 +3,13 @@
  * Prints exactly one line, "vmagent listening on URL", to stdout once it
  * serves (logs go to stderr), and shuts down cleanly on SIGTERM/SIGINT.
  * Exit codes: 0 clean shutdown (or --help/--version), 1 runtime failure
- * (devices, listen), 2 bad flags or a refused configuration.
+ * (devices, listen), 2 bad flags or a refused configuration, 3 stopped on a
+ * signal without the clean shutdown finishing within VMA_STOP_GRACE_S: a
+ * device still busy with a kernel that does not end cannot be waited for.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -15,11 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "agent_internal.h"
 #include "vm/log.h"
+#include "vm/vm.h"
 
 #define VMA_MAX_DEVICE_FLAGS 32
+/* Seconds a clean shutdown may take after SIGTERM/SIGINT before the agent
+ * exits without it (status 3). */
+#define VMA_STOP_GRACE_S 5
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -53,11 +62,20 @@ static void usage(FILE *f) {
           "  --workers N             requests served in parallel (nng contexts) [8]\n"
           "  --log-level LEVEL       debug, info, warn, error or off [info]\n"
           "  --insecure              allow a non-loopback --listen without a token [off]\n"
+          "  --kernels POLICY        kernels carried by executables (cl.kernel): allow,\n"
+          "                          deny, or per device class cpu=allow|deny,gpu=...;\n"
+          "                          on a cpu OpenCL device a kernel runs as native code\n"
+          "                          inside the agent [deny]\n"
+          "  --kernel-timeout SECONDS  longest a carried kernel may run; past it the call\n"
+          "                          fails and the device refuses work until the kernel\n"
+          "                          ends, 0 = no bound [10]\n"
           "  --version               print the version and exit\n"
           "  --help                  print this help and exit\n"
           "\n"
           "SIZE takes a K, M or G suffix (powers of 1024).\n"
-          "exit status: 0 clean shutdown, 1 runtime failure, 2 bad flags or refused setup\n");
+          "exit status: 0 clean shutdown, 1 runtime failure, 2 bad flags or refused setup,\n"
+          "3 stopped on a signal without cleaning up: a device was still busy (a kernel\n"
+          "that does not end) 5 s after the signal\n");
 }
 
 static int parse_size(const char *s, uint64_t *out) {
@@ -165,6 +183,8 @@ enum {
   OPT_WORKERS,
   OPT_LOG_LEVEL,
   OPT_INSECURE,
+  OPT_KERNELS,
+  OPT_KERNEL_TIMEOUT,
   OPT_VERSION,
   OPT_HELP,
 };
@@ -187,10 +207,81 @@ static const struct option options[] = {
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"insecure", no_argument, NULL, OPT_INSECURE},
+    {"kernels", required_argument, NULL, OPT_KERNELS},
+    {"kernel-timeout", required_argument, NULL, OPT_KERNEL_TIMEOUT},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
+
+/* --kernels: "allow", "deny", or a comma list of cpu=allow|deny and
+ * gpu=allow|deny (a class not named keeps its default). */
+static int parse_kernels(const char *s, vmagent_config_t *cfg) {
+  if (strcmp(s, "allow") == 0 || strcmp(s, "deny") == 0) {
+    cfg->kernels_cpu = cfg->kernels_gpu = s[0] == 'a';
+    return 0;
+  }
+  while (*s) {
+    size_t n = strcspn(s, ",");
+    int *slot = NULL;
+    const char *val = NULL;
+    if (n > 4 && strncmp(s, "cpu=", 4) == 0) {
+      slot = &cfg->kernels_cpu;
+      val = s + 4;
+    } else if (n > 4 && strncmp(s, "gpu=", 4) == 0) {
+      slot = &cfg->kernels_gpu;
+      val = s + 4;
+    } else {
+      return -1;
+    }
+    size_t vn = n - 4;
+    if (vn == 5 && strncmp(val, "allow", 5) == 0)
+      *slot = VMAGENT_KERNELS_ALLOW;
+    else if (vn == 4 && strncmp(val, "deny", 4) == 0)
+      *slot = VMAGENT_KERNELS_DENY;
+    else
+      return -1;
+    s += n;
+    if (*s == ',') {
+      s++;
+      if (!*s) return -1;
+    }
+  }
+  return 0;
+}
+
+/* SECONDS as a decimal number of seconds in [0, max_s] -> milliseconds; a
+ * positive value never rounds to 0. */
+static int parse_seconds_ms(const char *v, double max_s, uint32_t *out_ms) {
+  char *end = NULL;
+  errno = 0;
+  double s = strtod(v, &end);
+  if (errno || end == v || *end || !(s >= 0) || s > max_s) return -1;
+  *out_ms = (uint32_t)(s * 1000.0 + 0.5);
+  if (s > 0 && *out_ms == 0) *out_ms = 1;
+  return 0;
+}
+
+/* Started at the first signal: a clean shutdown waits for the workers, and
+ * a worker may be waiting for a device that a kernel never gives back. If
+ * the shutdown has not finished VMA_STOP_GRACE_S later, the process ends
+ * here. Later signals are taken (and ignored) meanwhile. */
+static void *stop_watchdog(void *arg) {
+  const sigset_t *set = arg;
+  uint64_t end = vm_now_ns() + (uint64_t)VMA_STOP_GRACE_S * 1000000000ull;
+  for (uint64_t now = vm_now_ns(); now < end; now = vm_now_ns()) {
+    struct timespec ts = {(time_t)((end - now) / 1000000000ull),
+                          (long)((end - now) % 1000000000ull)};
+    int sig = sigtimedwait(set, NULL, &ts);
+    if (sig > 0) VM_LOGW("signal %d: already shutting down", sig);
+  }
+  VM_LOGE(
+      "shutdown did not finish within %d s (a device is still busy, e.g. with a kernel that "
+      "does not end): exiting without cleanup",
+      VMA_STOP_GRACE_S);
+  _exit(3);
+  return NULL;
+}
 
 static int bad_value(const char *flag, const char *value) {
   fprintf(stderr, "vmagent: bad value '%s' for --%s (see vmagent --help)\n", value, flag);
@@ -243,16 +334,17 @@ int main(int argc, char **argv) {
       case OPT_DEVICE_MEM:
         if (parse_size(v, &cfg.cpu_mem_limit)) return bad_value("device-mem-limit", v);
         break;
-      case OPT_IDLE: {
-        char *end = NULL;
-        errno = 0;
-        double s = strtod(v, &end);
-        if (errno || end == v || *end || !(s >= 0) || s > 30.0 * 86400)
+      case OPT_IDLE:
+        if (parse_seconds_ms(v, 30.0 * 86400, &cfg.idle_timeout_ms))
           return bad_value("idle-timeout", v);
-        cfg.idle_timeout_ms = (uint32_t)(s * 1000.0 + 0.5);
-        if (s > 0 && cfg.idle_timeout_ms == 0) cfg.idle_timeout_ms = 1;
         break;
-      }
+      case OPT_KERNELS:
+        if (parse_kernels(v, &cfg)) return bad_value("kernels", v);
+        break;
+      case OPT_KERNEL_TIMEOUT:
+        if (parse_seconds_ms(v, 86400, &cfg.kernel_timeout_ms))
+          return bad_value("kernel-timeout", v);
+        break;
       case OPT_MAX_MESSAGE:
         if (parse_size(v, &cfg.max_message_bytes)) return bad_value("max-message", v);
         break;
@@ -363,6 +455,8 @@ int main(int argc, char **argv) {
   while (sigwait(&set, &sig) != 0) {
   }
   VM_LOGI("signal %d: shutting down", sig);
+  pthread_t watchdog;
+  if (pthread_create(&watchdog, NULL, stop_watchdog, &set) == 0) pthread_detach(watchdog);
 done:
   vmagent_free(a);
   if (token) {

@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cl_internal.h"
 #include "vm/log.h"
+#include "vm/vm.h"
 
 /* ---------------------------------------------------------------------------
  * Errors
@@ -474,8 +476,108 @@ cl_event *vmcl_event_slot(vmcl_dev_t *d, cl_event *ev) {
   return t ? ev : NULL;
 }
 
+vm_status_t vmcl_check_in_service(vmcl_dev_t *d) {
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = VM_STATUS_OK;
+  if (d->hung) {
+    cl_int status = CL_QUEUED;
+    cl_int err =
+        clGetEventInfo(d->hung, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL);
+    if (err != CL_SUCCESS || status <= CL_COMPLETE) { /* it has ended (or failed) */
+      VM_LOGI("OpenCL device: the kernel %s has ended; the device is back in service",
+              d->hung_what);
+      vmcl_released(clReleaseEvent(d->hung), "clReleaseEvent");
+      d->hung = NULL;
+    } else {
+      st = vm_status_make(VM_UNAVAILABLE,
+                          "the OpenCL device is out of service: the kernel %s ran past its "
+                          "time bound (%u ms) and still runs; it cannot be stopped from the "
+                          "host. Use another device or try again later",
+                          d->hung_what, d->kernel_timeout_ms);
+    }
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+vm_status_t vmcl_launch_watched(vmcl_dev_t *d, cl_kernel k, cl_uint dims, const size_t *global,
+                                const size_t *local, cl_event *out_ev) {
+  *out_ev = NULL;
+  if (!d->kernel_timeout_ms) return vmcl_launch(d, k, dims, global, local);
+  VM_RETURN_IF_ERROR(vmcl_check_in_service(d));
+  cl_event ev = NULL;
+  pthread_mutex_lock(&d->lock);
+  cl_int err = clEnqueueNDRangeKernel(d->queue, k, dims, NULL, global, local, 0, NULL, &ev);
+  if (err == CL_SUCCESS && d->timing) {
+    err = clRetainEvent(ev); /* one reference for the timer, one for the wait */
+    if (err == CL_SUCCESS) vmcl_track_event(d, ev);
+  }
+  pthread_mutex_unlock(&d->lock);
+  if (err != CL_SUCCESS) {
+    if (ev) vmcl_released(clReleaseEvent(ev), "clReleaseEvent");
+    return vmcl_status(err, "clEnqueueNDRangeKernel");
+  }
+  clFlush(d->queue);
+  *out_ev = ev;
+  return VM_STATUS_OK;
+}
+
+vm_status_t vmcl_wait_bounded(vmcl_dev_t *d, cl_event ev, vm_machine_t *m, const char *what) {
+  if (!ev) return VM_STATUS_OK;
+  cl_int err = CL_SUCCESS;
+  uint64_t start = vm_now_ns();
+  uint64_t bound = start + (uint64_t)d->kernel_timeout_ms * 1000000ull;
+  long nap_ns = 20 * 1000; /* 20 us, doubling to 5 ms */
+  vm_status_t st = VM_STATUS_OK;
+  for (;;) {
+    cl_int status = CL_QUEUED;
+    err = clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL);
+    if (err != CL_SUCCESS) {
+      st = vmcl_status(err, "clGetEventInfo(EXECUTION_STATUS)");
+      break;
+    }
+    if (status < 0) {
+      st = vm_status_annotate(vmcl_status(status, "kernel execution"), "%s", what);
+      break;
+    }
+    if (status == CL_COMPLETE) break;
+    vm_status_t stop = vm_machine_check_stop(m);
+    if (stop || vm_now_ns() >= bound) {
+      pthread_mutex_lock(&d->lock);
+      if (!d->hung) { /* the first one keeps the device; later ones queue behind it */
+        d->hung = ev;
+        ev = NULL;
+        snprintf(d->hung_what, sizeof(d->hung_what), "%s", what);
+      }
+      pthread_mutex_unlock(&d->lock);
+      VM_LOGW(
+          "OpenCL device: the kernel %s still runs after %.1f s%s; the device is out of "
+          "service until it ends",
+          what, (double)(vm_now_ns() - start) / 1e9, stop ? " (invocation stopped)" : "");
+      if (stop) {
+        st = vm_status_annotate(stop,
+                                "%s still runs on the device, which is out of service "
+                                "until it ends",
+                                what);
+      } else {
+        st = vm_status_make(VM_DEADLINE_EXCEEDED,
+                            "%s ran past the device's kernel time bound of %u ms (--kernel-timeout)"
+                            "; the device is out of service until it ends",
+                            what, d->kernel_timeout_ms);
+      }
+      break;
+    }
+    struct timespec ts = {0, nap_ns};
+    nanosleep(&ts, NULL);
+    if (nap_ns < 5 * 1000 * 1000) nap_ns *= 2;
+  }
+  if (ev) vmcl_released(clReleaseEvent(ev), "clReleaseEvent");
+  return st;
+}
+
 vm_status_t vmcl_launch(vmcl_dev_t *d, cl_kernel k, cl_uint dims, const size_t *global,
                         const size_t *local) {
+  VM_RETURN_IF_ERROR(vmcl_check_in_service(d));
   cl_event ev = NULL;
   cl_int err = clEnqueueNDRangeKernel(d->queue, k, dims, NULL, global, local, 0, NULL,
                                       vmcl_event_slot(d, &ev));
@@ -497,7 +599,8 @@ static vm_status_t vmcl_timer_begin(vm_device_t *dev) {
 static vm_status_t vmcl_timer_end(vm_device_t *dev, double *out_seconds) {
   vmcl_dev_t *d = dev->impl;
   *out_seconds = -1.0;
-  cl_int err = clFinish(d->queue);
+  vm_status_t busy = vmcl_check_in_service(d);
+  cl_int err = busy ? CL_SUCCESS : clFinish(d->queue);
   pthread_mutex_lock(&d->lock);
   if (!d->timing) {
     pthread_mutex_unlock(&d->lock);
@@ -513,6 +616,10 @@ static vm_status_t vmcl_timer_end(vm_device_t *dev, double *out_seconds) {
   d->timing = 0;
   d->timed_seconds = 0.0;
   pthread_mutex_unlock(&d->lock);
+  if (busy) {
+    *out_seconds = -1.0;
+    return busy;
+  }
   return vmcl_status(err, "clFinish");
 }
 
@@ -565,6 +672,7 @@ static vm_status_t vmcl_copy_from_host(vm_device_t *dev, vm_buffer_t dst, uint64
   vmcl_dev_t *d = dev->impl;
   if (nbytes == 0) return VM_STATUS_OK;
   VM_RETURN_IF_ERROR(vmcl_check_range(dst_offset, nbytes, "copy_from_host"));
+  VM_RETURN_IF_ERROR(vmcl_check_in_service(d));
   cl_event ev = NULL;
   cl_int err = clEnqueueWriteBuffer(d->queue, (cl_mem)dst.handle, CL_TRUE, (size_t)dst_offset,
                                     (size_t)nbytes, src, 0, NULL, vmcl_event_slot(d, &ev));
@@ -578,6 +686,7 @@ static vm_status_t vmcl_copy_to_host(vm_device_t *dev, void *dst, vm_buffer_t sr
   vmcl_dev_t *d = dev->impl;
   if (nbytes == 0) return VM_STATUS_OK;
   VM_RETURN_IF_ERROR(vmcl_check_range(src_offset, nbytes, "copy_to_host"));
+  VM_RETURN_IF_ERROR(vmcl_check_in_service(d));
   cl_event ev = NULL;
   cl_int err = clEnqueueReadBuffer(d->queue, (cl_mem)src.handle, CL_TRUE, (size_t)src_offset,
                                    (size_t)nbytes, dst, 0, NULL, vmcl_event_slot(d, &ev));
@@ -592,6 +701,7 @@ static vm_status_t vmcl_copy_within(vm_device_t *dev, vm_buffer_t dst, uint64_t 
   if (nbytes == 0) return VM_STATUS_OK;
   VM_RETURN_IF_ERROR(vmcl_check_range(dst_offset, nbytes, "copy_within"));
   VM_RETURN_IF_ERROR(vmcl_check_range(src_offset, nbytes, "copy_within"));
+  VM_RETURN_IF_ERROR(vmcl_check_in_service(d));
   cl_event ev = NULL;
   cl_int err =
       clEnqueueCopyBuffer(d->queue, (cl_mem)src.handle, (cl_mem)dst.handle, (size_t)src_offset,
@@ -603,6 +713,7 @@ static vm_status_t vmcl_copy_within(vm_device_t *dev, vm_buffer_t dst, uint64_t 
 
 static vm_status_t vmcl_sync(vm_device_t *dev) {
   vmcl_dev_t *d = dev->impl;
+  VM_RETURN_IF_ERROR(vmcl_check_in_service(d));
   VMCL_CHECK(clFinish(d->queue), "clFinish");
   return VM_STATUS_OK;
 }
@@ -633,10 +744,39 @@ vmcl_dev_t *vmcl_get(const vm_device_t *dev) {
   return vmcl_is_device(dev) ? (vmcl_dev_t *)dev->impl : NULL;
 }
 
+/* Devices whose queue a kernel never gave back stay here, reachable, for
+ * the rest of the process: releasing them would wait for that kernel, and
+ * a leak checker should not report state kept on purpose. */
+static vm_device_t *vmcl_parked[16];
+static pthread_mutex_t vmcl_parked_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void vmcl_park(vm_device_t *dev) {
+  pthread_mutex_lock(&vmcl_parked_lock);
+  for (size_t i = 0; i < sizeof(vmcl_parked) / sizeof(vmcl_parked[0]); i++) {
+    if (!vmcl_parked[i]) {
+      vmcl_parked[i] = dev;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&vmcl_parked_lock);
+}
+
 static void vmcl_destroy(vm_device_t *dev) {
   if (!dev) return;
   vmcl_dev_t *d = dev->impl;
+  vm_status_t busy = d && d->hung ? vmcl_check_in_service(d) : VM_STATUS_OK;
+  if (busy) {
+    vm_status_free(busy);
+    /* A kernel that never ended still owns the queue: finishing or releasing
+     * it would wait forever. Leave the device's state to the process's
+     * end. */
+    VM_LOGW("%s: a kernel (%s) still runs; its OpenCL state is not released", dev->props.name,
+            d->hung_what);
+    vmcl_park(dev);
+    return;
+  }
   if (d) {
+    free(d->kernels_denied);
     if (d->queue) {
       cl_int err = clFinish(d->queue);
       if (err != CL_SUCCESS)
@@ -652,6 +792,28 @@ static void vmcl_destroy(vm_device_t *dev) {
     free(d);
   }
   free(dev);
+}
+
+int vmcl_device_is_cpu(const vm_device_t *dev) {
+  const vmcl_dev_t *d = vmcl_get(dev);
+  return d && (d->type & CL_DEVICE_TYPE_CPU);
+}
+
+vm_status_t vmcl_set_kernel_policy(vm_device_t *dev, const char *deny_reason, uint32_t timeout_ms) {
+  vmcl_dev_t *d = vmcl_get(dev);
+  if (!d)
+    return vm_status_make(VM_INVALID_ARGUMENT, "vmcl_set_kernel_policy: not an OpenCL device");
+  char *reason = NULL;
+  if (deny_reason) {
+    reason = strdup(deny_reason);
+    if (!reason) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  pthread_mutex_lock(&d->lock);
+  free(d->kernels_denied);
+  d->kernels_denied = reason;
+  d->kernel_timeout_ms = timeout_ms;
+  pthread_mutex_unlock(&d->lock);
+  return VM_STATUS_OK;
 }
 
 vm_status_t vmcl_device_open(const char *selector, const vmcl_options_t *opts,
@@ -682,6 +844,11 @@ vm_status_t vmcl_device_open(const char *selector, const vmcl_options_t *opts,
   dev->impl = d;
   st = vmcl_read_props(d->platform, d->device, &dev->props);
   if (st) goto fail;
+  err = clGetDeviceInfo(d->device, CL_DEVICE_TYPE, sizeof(d->type), &d->type, NULL);
+  if (err != CL_SUCCESS) {
+    st = vmcl_status(err, "clGetDeviceInfo(TYPE)");
+    goto fail;
+  }
 
   pthread_mutexattr_t attr;
   if (pthread_mutexattr_init(&attr) != 0) {

@@ -22,9 +22,9 @@ const char *vmcl_error_name(cl_int err);
  * arguments to INVALID_ARGUMENT, the rest to INTERNAL. */
 vm_status_t vmcl_status(cl_int err, const char *what);
 
-#define VMCL_CHECK(call, what)                           \
-  do {                                                   \
-    cl_int vmcl_err_ = (call);                           \
+#define VMCL_CHECK(call, what)                                        \
+  do {                                                                \
+    cl_int vmcl_err_ = (call);                                        \
     if (vmcl_err_ != CL_SUCCESS) return vmcl_status(vmcl_err_, what); \
   } while (0)
 
@@ -46,7 +46,33 @@ typedef struct vmcl_dev {
    * that sets arguments on a cached (shared) cl_kernel holds it from the
    * first clSetKernelArg through vmcl_launch. */
   pthread_mutex_t lock;
+  cl_device_type type;
+  /* carried-kernel policy (vmcl_set_kernel_policy) */
+  char *kernels_denied; /* NULL: allowed; else why not */
+  uint32_t kernel_timeout_ms;
+  /* A carried kernel that ran past kernel_timeout_ms and still runs: the
+   * device is out of service until it completes. Guarded by lock. */
+  cl_event hung;
+  char hung_what[192];
 } vmcl_dev_t;
+
+/* UNAVAILABLE while a kernel that ran past its bound still occupies the
+ * device (once it has ended the device is back in service). Every use of
+ * the queue checks it first, so nothing waits behind such a kernel. */
+vm_status_t vmcl_check_in_service(vmcl_dev_t *d);
+
+/* Enqueues a carried kernel. Under a timeout policy *out_ev receives its
+ * event (the caller passes it to vmcl_wait_bounded), else NULL and the
+ * launch is asynchronous like vmcl_launch. */
+vm_status_t vmcl_launch_watched(vmcl_dev_t *d, cl_kernel k, cl_uint dims, const size_t *global,
+                                const size_t *local, cl_event *out_ev);
+
+/* Waits for ev (NULL: returns OK) at most d->kernel_timeout_ms, less when
+ * the invocation of m is cancelled or passes its deadline; releases ev. A
+ * kernel still running then puts the device out of service
+ * (vmcl_check_in_service) and the call fails with DEADLINE_EXCEEDED (or
+ * CANCELLED). Call without d->lock held. */
+vm_status_t vmcl_wait_bounded(vmcl_dev_t *d, cl_event ev, vm_machine_t *m, const char *what);
 
 /* The OpenCL state of a device, or NULL if dev is not an OpenCL device. */
 vmcl_dev_t *vmcl_get(const vm_device_t *dev);

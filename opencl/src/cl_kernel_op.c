@@ -8,11 +8,17 @@
  *                  is used (typically the output)
  * local_size       none or 0 (the driver chooses), int, or shape with as many
  *                  dims as global_size
- * kernel args      tensor -> its cl_mem (a tensor at a nonzero offset into
- *                  its storage -> a sub-buffer, when the offset is a multiple
- *                  of CL_DEVICE_MEM_BASE_ADDR_ALIGN); int/bool -> int (a long
- *                  when the kernel parameter is 8 bytes); float -> float (a
- *                  double when the parameter is 8 bytes)
+ * kernel args      by the kernel's parameter types, which the driver reports
+ *                  (the module is built with -cl-kernel-arg-info): a
+ *                  __global/__constant pointer takes a tensor -> its cl_mem
+ *                  (a tensor at a nonzero offset into its storage -> a
+ *                  sub-buffer, when the offset is a multiple of
+ *                  CL_DEVICE_MEM_BASE_ADDR_ALIGN); an integer parameter
+ *                  (char .. ulong) an int or bool that fits its width; a
+ *                  float/double parameter a float or an int. Anything else
+ *                  (a number for a pointer, a tensor for a number, __local
+ *                  pointers, images, vectors, structs) is INVALID_ARGUMENT
+ *                  naming the kernel, the argument and its type.
  *
  * The kernel runs on the OpenCL device of its tensor arguments (all on one
  * device), or on the machine's device 0 when no tensor is passed.
@@ -26,6 +32,7 @@
 #include "vm/vm.h"
 
 #define VMCL_OP "cl.kernel"
+#define VMCL_ARG_INFO_OPTION "-cl-kernel-arg-info"
 
 /* Reads a work size (global or local) into dims[3]. */
 static vm_status_t vmcl_work_size(const vm_value_t *v, const char *what, int allow_tensor,
@@ -107,28 +114,122 @@ static vm_status_t vmcl_pick_device(vm_machine_t *m, const vm_value_t *kargs, ui
   return VM_STATUS_OK;
 }
 
-/* Sets a scalar: the 4-byte form first, the 8-byte one when the kernel's
- * parameter is 8 bytes wide (the driver answers CL_INVALID_ARG_SIZE). */
-static cl_int vmcl_set_scalar(cl_kernel k, cl_uint idx, const vm_value_t *v, int *out_range) {
-  *out_range = 0;
-  if (v->kind == VM_VAL_FLOAT) {
-    cl_float f = (cl_float)v->u.f;
-    cl_int err = clSetKernelArg(k, idx, sizeof(f), &f);
-    if (err != CL_INVALID_ARG_SIZE) return err;
-    cl_double dbl = v->u.f;
-    return clSetKernelArg(k, idx, sizeof(dbl), &dbl);
+/* What a kernel parameter takes, from the kernel's own argument info (the
+ * module is built with -cl-kernel-arg-info): a buffer (a __global or
+ * __constant pointer), a scalar of a known type, or something cl.kernel
+ * cannot pass (__local pointers, images, samplers, vectors, structs). The
+ * value's kind is never used to guess: a number set where the driver wants
+ * a cl_mem would be dereferenced by the driver. */
+typedef enum { VMCL_PARAM_BUFFER, VMCL_PARAM_INT, VMCL_PARAM_FLOAT, VMCL_PARAM_OTHER } vmcl_param_t;
+
+typedef struct vmcl_param_info {
+  vmcl_param_t kind;
+  size_t size;     /* of a scalar: 1, 2, 4 or 8 bytes */
+  int is_unsigned; /* of an integer scalar */
+  char type[64];   /* the type's name, for messages */
+} vmcl_param_info_t;
+
+static const struct {
+  const char *name;
+  vmcl_param_t kind;
+  uint8_t size, is_unsigned;
+} vmcl_scalar_types[] = {
+    {"char", VMCL_PARAM_INT, 1, 0},          {"uchar", VMCL_PARAM_INT, 1, 1},
+    {"unsigned char", VMCL_PARAM_INT, 1, 1}, {"short", VMCL_PARAM_INT, 2, 0},
+    {"ushort", VMCL_PARAM_INT, 2, 1},        {"unsigned short", VMCL_PARAM_INT, 2, 1},
+    {"int", VMCL_PARAM_INT, 4, 0},           {"uint", VMCL_PARAM_INT, 4, 1},
+    {"unsigned int", VMCL_PARAM_INT, 4, 1},  {"long", VMCL_PARAM_INT, 8, 0},
+    {"ulong", VMCL_PARAM_INT, 8, 1},         {"unsigned long", VMCL_PARAM_INT, 8, 1},
+    {"float", VMCL_PARAM_FLOAT, 4, 0},       {"double", VMCL_PARAM_FLOAT, 8, 0},
+};
+
+static vm_status_t vmcl_param_info(cl_kernel k, cl_uint idx, const char *what,
+                                   vmcl_param_info_t *out) {
+  memset(out, 0, sizeof(*out));
+  out->kind = VMCL_PARAM_OTHER;
+  cl_kernel_arg_address_qualifier aq = 0;
+  cl_int err = clGetKernelArgInfo(k, idx, CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof(aq), &aq, NULL);
+  size_t len = 0;
+  if (err == CL_SUCCESS)
+    err =
+        clGetKernelArgInfo(k, idx, CL_KERNEL_ARG_TYPE_NAME, sizeof(out->type) - 1, out->type, &len);
+  if (err != CL_SUCCESS) {
+    /* without the driver's word on the parameter's type nothing is set */
+    return vm_status_annotate(vmcl_status(err, "clGetKernelArgInfo"),
+                              "%s %s argument %u: the driver does not say what the parameter "
+                              "is, so no value is passed to it",
+                              VMCL_OP, what, idx);
   }
-  int64_t i = v->u.i; /* INT or BOOL */
-  cl_long l = (cl_long)i;
-  if (i >= INT32_MIN && i <= (int64_t)UINT32_MAX) { /* int or uint bit pattern */
-    cl_uint u = (cl_uint)(uint64_t)i;
-    cl_int err = clSetKernelArg(k, idx, sizeof(u), &u);
-    if (err != CL_INVALID_ARG_SIZE) return err;
-    return clSetKernelArg(k, idx, sizeof(l), &l);
+  out->type[sizeof(out->type) - 1] = '\0';
+  size_t n = strlen(out->type);
+  while (n > 0 && out->type[n - 1] == ' ') out->type[--n] = '\0';
+  if (n > 0 && out->type[n - 1] == '*') {
+    if (aq == CL_KERNEL_ARG_ADDRESS_GLOBAL || aq == CL_KERNEL_ARG_ADDRESS_CONSTANT)
+      out->kind = VMCL_PARAM_BUFFER;
+    return VM_STATUS_OK;
   }
-  cl_int err = clSetKernelArg(k, idx, sizeof(l), &l);
-  if (err == CL_INVALID_ARG_SIZE) *out_range = 1;
-  return err;
+  if (aq != CL_KERNEL_ARG_ADDRESS_PRIVATE) return VM_STATUS_OK; /* images and the like */
+  for (size_t i = 0; i < sizeof(vmcl_scalar_types) / sizeof(vmcl_scalar_types[0]); i++) {
+    if (strcmp(out->type, vmcl_scalar_types[i].name) == 0) {
+      out->kind = vmcl_scalar_types[i].kind;
+      out->size = vmcl_scalar_types[i].size;
+      out->is_unsigned = vmcl_scalar_types[i].is_unsigned;
+      break;
+    }
+  }
+  return VM_STATUS_OK;
+}
+
+/* Sets a scalar parameter from an int, bool or float value, in exactly the
+ * parameter's width; an int that does not fit is refused. */
+static vm_status_t vmcl_set_scalar(cl_kernel k, cl_uint idx, const vmcl_param_info_t *p,
+                                   const vm_value_t *v, const char *what) {
+  union {
+    uint8_t u8;
+    uint16_t u16;
+    uint32_t u32;
+    uint64_t u64;
+    float f32;
+    double f64;
+  } val;
+  memset(&val, 0, sizeof(val));
+  if (p->kind == VMCL_PARAM_FLOAT) {
+    double d = v->kind == VM_VAL_FLOAT ? v->u.f : (double)v->u.i;
+    if (p->size == 4)
+      val.f32 = (float)d;
+    else
+      val.f64 = d;
+  } else {
+    if (v->kind == VM_VAL_FLOAT) {
+      return vm_status_make(VM_INVALID_ARGUMENT,
+                            "%s %s argument %u is a float, the kernel's parameter is %s; pass "
+                            "an int",
+                            VMCL_OP, what, idx, p->type);
+    }
+    int64_t i = v->u.i; /* INT or BOOL: the signed or the unsigned bit pattern */
+    unsigned bits = (unsigned)p->size * 8;
+    if (bits < 64) {
+      int64_t lo = -(INT64_C(1) << (bits - 1)), hi = (INT64_C(1) << bits) - 1;
+      if (i < lo || i > hi) {
+        return vm_status_make(VM_INVALID_ARGUMENT,
+                              "%s %s argument %u: %lld does not fit the kernel's %u-bit "
+                              "parameter (%s)",
+                              VMCL_OP, what, idx, (long long)i, bits, p->type);
+      }
+    }
+    uint64_t u = (uint64_t)i;
+    switch (p->size) {
+      case 1: val.u8 = (uint8_t)u; break;
+      case 2: val.u16 = (uint16_t)u; break;
+      case 4: val.u32 = (uint32_t)u; break;
+      default: val.u64 = u; break;
+    }
+  }
+  cl_int err = clSetKernelArg(k, idx, p->size, &val);
+  if (err != CL_SUCCESS)
+    return vm_status_annotate(vmcl_status(err, "clSetKernelArg"), "%s %s argument %u", VMCL_OP,
+                              what, idx);
+  return VM_STATUS_OK;
 }
 
 static vm_status_t vmcl_kernel_op(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
@@ -177,16 +278,37 @@ static vm_status_t vmcl_kernel_op(vm_machine_t *m, const vm_value_t *args, uint3
   vm_device_t *dev = NULL;
   VM_RETURN_IF_ERROR(vmcl_pick_device(m, kargs, nk, &dev));
   vmcl_dev_t *d = vmcl_get(dev);
+  pthread_mutex_lock(&d->lock);
+  if (d->kernels_denied) {
+    vm_status_t denied = vm_status_make(VM_PERMISSION_DENIED,
+                                        "%s '%s.%s': kernels carried by executables may not run "
+                                        "on %s: %s",
+                                        VMCL_OP, mod_name->data, kern_name->data, dev->props.name,
+                                        d->kernels_denied);
+    pthread_mutex_unlock(&d->lock);
+    return denied;
+  }
+  pthread_mutex_unlock(&d->lock);
 
   vm_status_t st = VM_STATUS_OK;
   cl_mem *subs = NULL;
   cl_uint base_align = 0;
   cl_int err = CL_SUCCESS;
+  cl_event ev = NULL;
+  char what[160];
+  snprintf(what, sizeof(what), "'%s.%s'", mod_name->data, kern_name->data);
+  /* the module's options plus the argument info that says what each
+   * parameter takes */
+  size_t olen = strlen(mod->options ? mod->options : "");
+  char *opts = malloc(olen + sizeof(VMCL_ARG_INFO_OPTION) + 1);
+  if (!opts) return vm_status_make(VM_RESOURCE_EXHAUSTED, "%s: out of host memory", VMCL_OP);
+  snprintf(opts, olen + sizeof(VMCL_ARG_INFO_OPTION) + 1, "%s%s" VMCL_ARG_INFO_OPTION,
+           mod->options ? mod->options : "", olen ? " " : "");
   /* a cached cl_kernel is shared: hold the device lock from the first
    * clSetKernelArg to the enqueue */
   pthread_mutex_lock(&d->lock);
   cl_kernel k = NULL;
-  st = vmcl_get_kernel(d, mod->source, 0, mod->options, kern_name->data, &k);
+  st = vmcl_get_kernel(d, mod->source, 0, opts, kern_name->data, &k);
   if (st) {
     st = vm_status_annotate(st, "%s '%s.%s'", VMCL_OP, mod_name->data, kern_name->data);
     goto done;
@@ -212,69 +334,79 @@ static vm_status_t vmcl_kernel_op(vm_machine_t *m, const vm_value_t *args, uint3
   for (uint32_t i = 0; i < nk; i++) {
     const vm_value_t *v = &kargs[i];
     const vm_tensor_t *t = vm_value_as_tensor(v);
-    int range = 0;
-    if (t) {
-      cl_mem mem = vmcl_tensor_mem(t);
-      uint64_t nbytes = vm_tensor_nbytes_of(t);
-      if (t->offset != 0 && nbytes != 0) {
-        if (base_align == 0) {
-          err = clGetDeviceInfo(d->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(base_align),
-                                &base_align, NULL);
-          if (err != CL_SUCCESS) {
-            st = vmcl_status(err, "clGetDeviceInfo(MEM_BASE_ADDR_ALIGN)");
-            goto done;
-          }
-          base_align /= 8; /* bits -> bytes */
-          if (base_align == 0) base_align = 1;
-        }
-        if (t->offset % base_align != 0) {
-          st = vm_status_make(VM_INVALID_ARGUMENT,
-                              "%s: kernel argument %u is a tensor at byte offset %llu of its "
-                              "storage, not a multiple of the device's base address alignment "
-                              "(%u bytes); copy it into a tensor of its own first",
-                              VMCL_OP, i, (unsigned long long)t->offset, base_align);
-          goto done;
-        }
-        cl_buffer_region region = {(size_t)t->offset, (size_t)nbytes};
-        subs[i] = clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
-        if (err != CL_SUCCESS || !subs[i]) {
-          subs[i] = NULL;
-          st = vm_status_annotate(
-              vmcl_status(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateSubBuffer"),
-              "%s '%s.%s' argument %u", VMCL_OP, mod_name->data, kern_name->data, i);
-          goto done;
-        }
-        mem = subs[i];
-      }
-      err = clSetKernelArg(k, i, sizeof(mem), &mem);
-    } else if (v->kind == VM_VAL_INT || v->kind == VM_VAL_BOOL || v->kind == VM_VAL_FLOAT) {
-      err = vmcl_set_scalar(k, i, v, &range);
-    } else {
+    int is_number = v->kind == VM_VAL_INT || v->kind == VM_VAL_BOOL || v->kind == VM_VAL_FLOAT;
+    if (!t && !is_number) {
       st = vm_status_make(VM_INVALID_ARGUMENT,
                           "%s: kernel argument %u is %s; pass tensors, ints or floats", VMCL_OP, i,
                           vm_value_kind_name(v->kind));
       goto done;
     }
-    if (range) {
+    vmcl_param_info_t p;
+    st = vmcl_param_info(k, i, what, &p);
+    if (st) goto done;
+    if (p.kind == VMCL_PARAM_OTHER) {
       st = vm_status_make(VM_INVALID_ARGUMENT,
-                          "%s: kernel argument %u: %lld does not fit the kernel's 32-bit "
-                          "parameter",
-                          VMCL_OP, i, (long long)v->u.i);
+                          "%s %s argument %u is a parameter of type %s; cl.kernel passes only "
+                          "__global or __constant pointers (tensors) and scalar numbers",
+                          VMCL_OP, what, i, p.type);
       goto done;
     }
+    if ((p.kind == VMCL_PARAM_BUFFER) != (t != NULL)) {
+      st = vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s %s argument %u is %s, the kernel's parameter "
+                          "is %s; pass %s",
+                          VMCL_OP, what, i, vm_value_kind_name(v->kind), p.type,
+                          t ? "a number" : "a tensor");
+      goto done;
+    }
+    if (!t) {
+      st = vmcl_set_scalar(k, i, &p, v, what);
+      if (st) goto done;
+      continue;
+    }
+    cl_mem mem = vmcl_tensor_mem(t);
+    uint64_t nbytes = vm_tensor_nbytes_of(t);
+    if (t->offset != 0 && nbytes != 0) {
+      if (base_align == 0) {
+        err = clGetDeviceInfo(d->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(base_align),
+                              &base_align, NULL);
+        if (err != CL_SUCCESS) {
+          st = vmcl_status(err, "clGetDeviceInfo(MEM_BASE_ADDR_ALIGN)");
+          goto done;
+        }
+        base_align /= 8; /* bits -> bytes */
+        if (base_align == 0) base_align = 1;
+      }
+      if (t->offset % base_align != 0) {
+        st = vm_status_make(VM_INVALID_ARGUMENT,
+                            "%s: kernel argument %u is a tensor at byte offset %llu of its "
+                            "storage, not a multiple of the device's base address alignment "
+                            "(%u bytes); copy it into a tensor of its own first",
+                            VMCL_OP, i, (unsigned long long)t->offset, base_align);
+        goto done;
+      }
+      cl_buffer_region region = {(size_t)t->offset, (size_t)nbytes};
+      subs[i] = clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+      if (err != CL_SUCCESS || !subs[i]) {
+        subs[i] = NULL;
+        st = vm_status_annotate(
+            vmcl_status(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateSubBuffer"),
+            "%s %s argument %u", VMCL_OP, what, i);
+        goto done;
+      }
+      mem = subs[i];
+    }
+    err = clSetKernelArg(k, i, sizeof(mem), &mem);
     if (err != CL_SUCCESS) {
-      st = vm_status_annotate(vmcl_status(err, "clSetKernelArg"), "%s '%s.%s' argument %u", VMCL_OP,
-                              mod_name->data, kern_name->data, i);
+      st = vm_status_annotate(vmcl_status(err, "clSetKernelArg"), "%s %s argument %u", VMCL_OP,
+                              what, i);
       goto done;
     }
   }
 
   if (global[0] != 0 && global[1] != 0 && global[2] != 0) { /* empty range: nothing to run */
-    st = vmcl_launch(d, k, gdims, global, has_local ? local : NULL);
-    if (st) {
-      st = vm_status_annotate(st, "%s '%s.%s'", VMCL_OP, mod_name->data, kern_name->data);
-      goto done;
-    }
+    st = vmcl_launch_watched(d, k, gdims, global, has_local ? local : NULL, &ev);
+    if (st) st = vm_status_annotate(st, "%s %s", VMCL_OP, what);
   }
 
 done:
@@ -286,7 +418,11 @@ done:
       VM_LOGW("%s: clReleaseMemObject: %s (%d)", VMCL_OP, vmcl_error_name(err_rel), (int)err_rel);
   }
   free(subs);
+  free(opts);
   (void)out;
+  /* the bounded wait must not hold the device lock; the enqueued kernel
+   * keeps its own references to its arguments */
+  if (ev) st = vmcl_wait_bounded(d, ev, m, what);
   return st;
 }
 

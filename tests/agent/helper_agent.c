@@ -14,6 +14,7 @@
 
 #include "test_util.h"
 #include "vm/executable.h"
+#include "vmexamples/models.h"
 
 const char ha_test_program[] =
     ".packed $vm.builtin.make_tuple\n"
@@ -37,17 +38,30 @@ const char ha_test_program[] =
     "  goto L0\n"
     "}\n";
 
-int ha_exec_bytes(const char *text, uint8_t **out, size_t *out_len) {
-  vm_executable_t *e = NULL;
-  vm_status_t st = vm_executable_asm(text, strlen(text), NULL, &e);
+/* Writes e (when st is OK) into *out and frees it; -1 with the reason on
+ * stderr otherwise. */
+static int ha_write_exec(vm_status_t st, vm_executable_t *e, const char *what, uint8_t **out,
+                         size_t *out_len) {
   if (!st) st = vm_executable_write(e, out, out_len);
   vm_executable_free(e);
   if (st) {
-    fprintf(stderr, "ha_exec_bytes: %s\n", vm_status_message(st));
+    fprintf(stderr, "%s: %s\n", what, vm_status_message(st));
     vm_status_free(st);
     return -1;
   }
   return 0;
+}
+
+int ha_exec_bytes(const char *text, uint8_t **out, size_t *out_len) {
+  vm_executable_t *e = NULL;
+  vm_status_t st = vm_executable_asm(text, strlen(text), NULL, &e);
+  return ha_write_exec(st, e, "ha_exec_bytes", out, out_len);
+}
+
+int ha_mlp_bytes(uint64_t seed, uint8_t **out, size_t *out_len) {
+  vm_executable_t *e = NULL;
+  vm_status_t st = vmex_build_mlp(seed, NULL, &e, NULL);
+  return ha_write_exec(st, e, "ha_mlp_bytes", out, out_len);
 }
 
 static int ha_call(hw_conn_t *c, Vmrpc__Request *rq, const void *payload, size_t len,

@@ -21,6 +21,8 @@ extern const char ha_test_program[];
 /* Assembles + serialises a program; returns 0 or -1 (message on stderr).
  * *out is malloc'ed. */
 int ha_exec_bytes(const char *text, uint8_t **out, size_t *out_len);
+/* The example MLP (examples/, weights from seed) serialised the same way. */
+int ha_mlp_bytes(uint64_t seed, uint8_t **out, size_t *out_len);
 
 /* UploadBegin + chunks of `chunk` bytes + UploadCommit. *out_present tells
  * whether Begin was a store hit. */

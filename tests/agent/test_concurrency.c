@@ -47,23 +47,8 @@ static int setup(void **state) {
    * agent answers the 8th concurrent invoke UNAVAILABLE "retry later". */
   static const char *const args[] = {"--workers", "16", NULL};
   if (agent_proc_start(&g_agent, args) != 0) return -1;
-  vm_executable_t *e;
-  vm_status_t st = vmex_build_mlp(11, NULL, &e, NULL);
-  if (!st) {
-    st = vm_executable_write(e, &g_mlp, &g_mlp_size);
-    vm_executable_free(e);
-  }
-  if (!st) st = vm_executable_asm(k_prog, sizeof(k_prog) - 1, NULL, &e);
-  if (!st) {
-    st = vm_executable_write(e, &g_prog, &g_prog_size);
-    vm_executable_free(e);
-  }
-  if (st) {
-    fprintf(stderr, "setup: %s\n", vm_status_message(st));
-    vm_status_free(st);
-    return -1;
-  }
-  return 0;
+  if (ha_mlp_bytes(11, &g_mlp, &g_mlp_size) != 0) return -1;
+  return ha_exec_bytes(k_prog, &g_prog, &g_prog_size);
 }
 
 static int teardown(void **state) {

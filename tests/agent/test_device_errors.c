@@ -104,7 +104,7 @@ static void expect_scale_ok(vmc_conn_t *c, vmc_vm_t vm) {
 
 static void test_opencl_errors_fail_one_call(void **state) {
   (void)state;
-  const char *args[] = {"--device", "opencl:0", "--device", "cpu", NULL};
+  const char *args[] = {"--device", "opencl:0", "--device", "cpu", "--kernels", "allow", NULL};
   if (agent_proc_start(&g_agent, args) != 0) skip(); /* no OpenCL device */
   vmc_conn_t *c = NULL;
   ASSERT_OK(vmc_connect(g_agent.url, NULL, &c));

@@ -44,6 +44,12 @@ static const char *k_module_src =
     "__kernel void axpy(__global float* y, __global const float* x, float a) {\n"
     "  size_t i = get_global_id(0);\n"
     "  y[i] = a * x[i] + y[i];\n"
+    "}\n"
+    "__kernel void narrow(__global int* x, char c, ushort s) {\n"
+    "  x[0] = c; x[1] = s;\n"
+    "}\n"
+    "__kernel void with_local(__global float* x, __local float* tmp) {\n"
+    "  tmp[0] = x[0]; x[0] = tmp[0];\n"
     "}\n";
 
 static const char *k_broken_src =
@@ -475,13 +481,90 @@ static void test_errors(void **state) {
   release_all(a, 6);
 }
 
+/* Every value must match what the kernel's parameter is, as the driver
+ * reports it: a number where a kernel wants a buffer would otherwise reach
+ * the driver as a cl_mem (a crash inside the OpenCL library). */
+static void test_argument_types(void **state) {
+  env_t *e = *state;
+  int64_t dims[] = {4};
+  vm_value_t a[6];
+  a[0] = str("m");
+  a[1] = str("fill_i");
+  a[2] = vm_value_int(4);
+  a[3] = vm_value_none();
+  a[4] = vm_value_int(0x4141414141LL); /* a number for __global int* */
+  a[5] = vm_value_int(1);
+  ASSERT_STATUS(call(e, "run2", a, 6), VM_INVALID_ARGUMENT,
+                "cl.kernel 'm.fill_i' argument 0 is int, the kernel's parameter is int*; pass a "
+                "tensor");
+  a[4] = vm_value_int(7);
+  ASSERT_STATUS(call(e, "run2", a, 6), VM_INVALID_ARGUMENT, "argument 0 is int");
+  a[4] = vm_value_float(1e300);
+  ASSERT_STATUS(call(e, "run2", a, 6), VM_INVALID_ARGUMENT,
+                "argument 0 is float, the kernel's parameter is int*");
+  a[4] = vm_value_bool(1);
+  ASSERT_STATUS(call(e, "run2", a, 6), VM_INVALID_ARGUMENT, "argument 0 is bool");
+
+  /* a tensor where the kernel wants a number */
+  a[4] = cl_tensor(e, VM_I32, 1, dims, NULL);
+  vm_value_t t2 = cl_tensor(e, VM_I32, 1, dims, NULL);
+  vm_value_t b[6] = {a[0], a[1], a[2], a[3], a[4], t2};
+  ASSERT_STATUS(call(e, "run2", b, 6), VM_INVALID_ARGUMENT,
+                "cl.kernel 'm.fill_i' argument 1 is tensor, the kernel's parameter is int; "
+                "pass a number");
+  /* a float for an integer parameter */
+  a[5] = vm_value_float(2.5);
+  ASSERT_STATUS(call(e, "run2", a, 6), VM_INVALID_ARGUMENT,
+                "argument 1 is a float, the kernel's parameter is int; pass an int");
+
+  /* narrow parameters take exactly their width */
+  vm_value_release(&a[1]);
+  a[1] = str("narrow");
+  vm_value_t n[7] = {a[0], a[1], a[2], a[3], a[4], vm_value_int(-5), vm_value_int(65535)};
+  ASSERT_OK(call(e, "run3", n, 7));
+  int32_t back[4];
+  read_back(e, &a[4], back);
+  assert_int_equal(back[0], -5);
+  assert_int_equal(back[1], 65535);
+  n[5] = vm_value_int(300);
+  ASSERT_STATUS(call(e, "run3", n, 7), VM_INVALID_ARGUMENT,
+                "argument 1: 300 does not fit the kernel's 8-bit parameter (char)");
+  n[5] = vm_value_int(1);
+  n[6] = vm_value_int(70000);
+  ASSERT_STATUS(call(e, "run3", n, 7), VM_INVALID_ARGUMENT,
+                "argument 2: 70000 does not fit the kernel's 16-bit parameter (ushort)");
+
+  /* parameters cl.kernel cannot fill */
+  vm_value_t f = cl_tensor(e, VM_F32, 1, dims, NULL);
+  vm_value_t l[6] = {a[0], str("with_local"), a[2], a[3], f, t2};
+  ASSERT_STATUS(call(e, "run2", l, 6), VM_INVALID_ARGUMENT,
+                "cl.kernel 'm.with_local' argument 1 is a parameter of type float*; cl.kernel "
+                "passes only __global or __constant pointers (tensors) and scalar numbers");
+  l[5] = vm_value_int(64);
+  ASSERT_STATUS(call(e, "run2", l, 6), VM_INVALID_ARGUMENT, "argument 1 is a parameter of type");
+  vm_value_release(&l[1]);
+
+  /* an int for a float parameter is converted */
+  vm_value_t sc[6] = {a[0], str("scale"), a[2], a[3], f, vm_value_int(3)};
+  ASSERT_OK(call(e, "run2", sc, 6));
+  vm_value_release(&sc[1]);
+
+  /* the machine still works after every refusal */
+  vm_value_t ok[6] = {a[0], str("fill_i"), a[2], a[3], a[4], vm_value_int(9)};
+  ASSERT_OK(call(e, "run2", ok, 6));
+  read_back(e, &a[4], back);
+  assert_int_equal(back[3], 12);
+  vm_value_release(&ok[1]);
+  vm_value_release(&f);
+  vm_value_release(&t2);
+  release_all(a, 6);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_scale_from_constants),
-      cmocka_unit_test(test_int_uint_long_float_args),
-      cmocka_unit_test(test_work_sizes),
-      cmocka_unit_test(test_tensor_offsets),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_argument_types),           cmocka_unit_test(test_scale_from_constants),
+      cmocka_unit_test(test_int_uint_long_float_args), cmocka_unit_test(test_work_sizes),
+      cmocka_unit_test(test_tensor_offsets),           cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

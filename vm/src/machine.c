@@ -367,6 +367,14 @@ void vm_machine_cancel(vm_machine_t *m) {
   atomic_store_explicit(&m->cancel_requested, 1, memory_order_relaxed);
 }
 
+vm_status_t vm_machine_check_stop(const vm_machine_t *m) {
+  if (atomic_load_explicit(&m->cancel_requested, memory_order_relaxed))
+    return vm_status_make(VM_CANCELLED, "invocation cancelled");
+  if (m->active_deadline_ns && vm_now_ns() >= m->active_deadline_ns)
+    return vm_status_make(VM_DEADLINE_EXCEEDED, "invocation deadline exceeded");
+  return VM_STATUS_OK;
+}
+
 void vm_machine_set_deadline(vm_machine_t *m, uint64_t deadline_ns) {
   m->deadline_ns = deadline_ns;
 }

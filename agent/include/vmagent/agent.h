@@ -65,13 +65,28 @@ typedef struct vmagent_config {
   uint32_t auth_window_ms;
   /* Listen beyond loopback without a token. */
   int insecure;
+  /* Kernels carried by executables (cl.kernel) per OpenCL device class:
+   * VMAGENT_KERNELS_DENY or _ALLOW. cpu: CL_DEVICE_TYPE_CPU devices (PoCL),
+   * where a kernel is native code inside the agent; gpu: every other
+   * OpenCL device. Denied: cl.kernel fails with PERMISSION_DENIED and the
+   * kernel's source is never compiled. Default: denied on both. */
+  int kernels_cpu;
+  int kernels_gpu;
+  /* Longest a carried kernel may run, ms (0 = no bound): past it the call
+   * fails with DEADLINE_EXCEEDED and, until the kernel ends, the device
+   * answers UNAVAILABLE at once instead of queueing work behind it.
+   * Default 10 s. */
+  uint32_t kernel_timeout_ms;
 } vmagent_config_t;
+
+enum { VMAGENT_KERNELS_DENY = 0, VMAGENT_KERNELS_ALLOW = 1 };
 
 /* The defaults: listen tcp://127.0.0.1:9090, all devices, no token, no
  * cache dir (main.c supplies ~/.cache/vmrpc), cache cap 2 GiB, 64 sessions,
  * no session memory limit, idle timeout 600 s, chunks of 1 MiB, messages up
  * to chunk + 64 KiB, executables up to 1 GiB, 8 workers, no cpu memory cap,
- * 5 failed tokens per peer per 60 s. */
+ * 5 failed tokens per peer per 60 s, carried kernels denied on every
+ * device, a 10 s bound on a carried kernel. */
 void vmagent_config_default(vmagent_config_t *cfg);
 
 typedef struct vmagent vmagent_t;

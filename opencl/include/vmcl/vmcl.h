@@ -50,6 +50,25 @@ typedef struct vmcl_cache_stats {
 /* Program cache counters of an OpenCL device (zeros for other devices). */
 void vmcl_cache_stats(const vm_device_t *dev, vmcl_cache_stats_t *out);
 
+/* True for an OpenCL device of type CL_DEVICE_TYPE_CPU (PoCL's CPU
+ * device): its kernels run as native code inside this process. */
+int vmcl_device_is_cpu(const vm_device_t *dev);
+
+/* Policy for kernels that executables carry (cl.kernel) on an OpenCL
+ * device (docs/security.md):
+ *   deny_reason  NULL: they may run; else cl.kernel fails with
+ *                PERMISSION_DENIED and this text says why and what to do
+ *                (copied). Nothing of a refused module is compiled.
+ *   timeout_ms   0: a launch is asynchronous like any operator; else
+ *                cl.kernel waits for its kernel at most this long (and
+ *                stops waiting when the invocation is cancelled or passes
+ *                its deadline). A kernel still running then leaves the
+ *                device out of service: until it ends, every use of the
+ *                device fails at once with UNAVAILABLE instead of
+ *                queueing behind it.
+ * INVALID_ARGUMENT when dev is not an OpenCL device. */
+vm_status_t vmcl_set_kernel_policy(vm_device_t *dev, const char *deny_reason, uint32_t timeout_ms);
+
 /* Registers every cl.* operator (docs/operators.md) and cl.kernel. */
 vm_status_t vmcl_register_ops(vm_registry_t *reg);
 

@@ -120,6 +120,11 @@ void vm_machine_cancel(vm_machine_t *m);
  * backward jump inside it. */
 void vm_machine_set_deadline(vm_machine_t *m, uint64_t deadline_ns);
 
+/* For builtins that wait (e.g. on a device): CANCELLED when the running
+ * invocation was cancelled, DEADLINE_EXCEEDED when it is past its deadline,
+ * else OK. Reads the clock. */
+vm_status_t vm_machine_check_stop(const vm_machine_t *m);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t vm_now_ns(void);
 

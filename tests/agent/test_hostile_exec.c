@@ -1,0 +1,247 @@
+/* Hostile executables that pass the verifier, against a real vmagent on the
+ * OpenCL device (PoCL here). Each case expects its exact status and then
+ * shows that the agent still serves a normal model (the example MLP, checked
+ * against its host reference) to another client on the same device
+ * (docs/security.md, "Hostile executables"):
+ * - carried kernels under the default policy: PERMISSION_DENIED, nothing
+ *   compiled;
+ * - a number where a kernel wants a buffer (int, float, bool, a huge int):
+ *   INVALID_ARGUMENT naming kernel, argument and type, no driver crash;
+ * - a kernel that never ends (kernels allowed, 1 s bound): the call gets
+ *   DEADLINE_EXCEEDED, other clients of that device get UNAVAILABLE at once
+ *   instead of hanging, other devices and Ping keep working, and SIGTERM
+ *   stops the agent with a documented status (0, or 3 when a device could
+ *   not be released).
+ * Skipped without an OpenCL device. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_proc.h"
+#include "helper_agent.h"
+#include "vmexamples/models.h"
+#include "test_util.h"
+#include "vm/executable.h"
+#include "vmclient.h"
+
+#define N 16
+
+static const char k_prog[] =
+    ".kernel m {\n"
+    "  \"__kernel void fill(__global int* x, int v) { x[get_global_id(0)] = v; }\\n\"\n"
+    "  \"__kernel void spin(__global int* x) {\\n\"\n"
+    "  \"  while (x[0] == 0) { x[1]++; }\\n\"\n"
+    "  \"}\\n\"\n"
+    "}\n"
+    ".const c0 string \"m\"\n"
+    ".const c1 string \"fill\"\n"
+    ".const c2 int 7\n"
+    ".const c3 int 1094795585\n"
+    ".const c4 float 1e300\n"
+    ".const c5 int -9223372036854775808\n"
+    ".const c6 string \"spin\"\n"
+    ".packed $cl.kernel\n"
+    ".func @fill(x) regs 1 {\n"
+    "  call $cl.kernel(%vm, c0, c1, %0, 0, %0, c2)\n"
+    "  ret %0\n"
+    "}\n"
+    ".func @int_for_buffer(x) regs 1 {\n"
+    "  call $cl.kernel(%vm, c0, c1, %0, 0, c3, c2)\n"
+    "  ret %0\n"
+    "}\n"
+    ".func @float_for_buffer(x) regs 1 {\n"
+    "  call $cl.kernel(%vm, c0, c1, %0, 0, c4, c2)\n"
+    "  ret %0\n"
+    "}\n"
+    ".func @wide_for_buffer(x) regs 1 {\n"
+    "  call $cl.kernel(%vm, c0, c1, %0, 0, c5, c2)\n"
+    "  ret %0\n"
+    "}\n"
+    ".func @buffer_for_int(x) regs 1 {\n"
+    "  call $cl.kernel(%vm, c0, c1, %0, 0, %0, %0)\n"
+    "  ret %0\n"
+    "}\n"
+    ".func @spin(x) regs 1 {\n"
+    "  call $cl.kernel(%vm, c0, c6, %0, 0, %0)\n"
+    "  ret %0\n"
+    "}\n";
+
+static uint8_t *g_prog, *g_mlp;
+static size_t g_prog_len, g_mlp_len;
+
+static int setup(void **state) {
+  (void)state;
+  if (ha_exec_bytes(k_prog, &g_prog, &g_prog_len) != 0) return -1;
+  return ha_mlp_bytes(11, &g_mlp, &g_mlp_len);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  free(g_prog);
+  free(g_mlp);
+  return 0;
+}
+
+/* Starts an agent on opencl:0 and cpu with extra flags; skips the test
+ * without an OpenCL device. */
+static void start_agent(agent_proc_t *p, const char *const *extra) {
+  const char *args[16] = {"--device", "opencl:0", "--device", "cpu"};
+  size_t n = 4;
+  for (size_t i = 0; extra && extra[i] && n < 15; i++) args[n++] = extra[i];
+  args[n] = NULL;
+  if (agent_proc_start(p, args) != 0) skip(); /* no OpenCL device */
+}
+
+/* Runs the example MLP as a new client on device: the output must match
+ * the host reference. Returns the first failing status (owned). */
+static vm_status_t mlp_on(const char *url, const char *device) {
+  vmex_io_shape_t io;
+  vmex_io_shape(VMEX_MODEL_MLP, &io);
+  float *x = malloc(io.in_numel * sizeof(float));
+  float *want = malloc(io.out_numel * sizeof(float));
+  float *got = malloc(io.out_numel * sizeof(float));
+  vmc_conn_t *c = NULL;
+  vmc_exec_t ex;
+  vmc_vm_t vm;
+  vmc_tensor_t t, meta;
+  vmex_make_input(5, x, io.in_numel);
+  vm_status_t st = vmex_reference_mlp(11, NULL, x, want);
+  if (!st) st = vmc_connect(url, NULL, &c);
+  if (!st) st = vmc_upload_memory(c, g_mlp, g_mlp_len, NULL, NULL, &ex, NULL);
+  vmc_device_spec_t dev = {device, NULL};
+  if (!st) st = vmc_create_vm(c, ex, &dev, 1, NULL, &vm);
+  if (!st) st = vmc_tensor_wrap(VM_F32, io.in_ndim, io.in_shape, x, &t);
+  if (!st) st = vmc_set_input(c, vm, "main", 0, &t);
+  if (!st) st = vmc_invoke(c, vm, "main", 30000, NULL);
+  if (!st)
+    st = vmc_get_output_into(c, vm, "main", NULL, 0, got, io.out_numel * sizeof(float), &meta);
+  for (size_t j = 0; !st && j < io.out_numel; j++) {
+    if (fabs((double)got[j] - (double)want[j]) > 1e-5 + 1e-4 * fabs((double)want[j]))
+      st = vm_status_make(VM_INTERNAL, "mlp output %zu is %g, want %g", j, (double)got[j],
+                          (double)want[j]);
+  }
+  vmc_close(c);
+  free(x);
+  free(want);
+  free(got);
+  return st;
+}
+
+/* Uploads the hostile program in a session of its own and makes a VM on
+ * opencl:0; x = 0..N-1 as int32 input of func, then Invoke: the status. */
+static vm_status_t run_hostile(vmc_conn_t *c, const char *func, uint32_t deadline_ms) {
+  vmc_exec_t ex;
+  vmc_vm_t vm;
+  vm_status_t st = vmc_upload_memory(c, g_prog, g_prog_len, NULL, NULL, &ex, NULL);
+  vmc_device_spec_t dev = {"opencl:0", NULL};
+  if (!st) st = vmc_create_vm(c, ex, &dev, 1, NULL, &vm);
+  if (st) return st;
+  int64_t n = N;
+  vmc_tensor_t x;
+  ASSERT_OK(vmc_tensor_alloc(VM_I32, 1, &n, &x));
+  memset(x.data, 0, N * sizeof(int32_t));
+  st = vmc_set_input(c, vm, func, 0, &x);
+  vmc_tensor_free(&x);
+  if (st) return st;
+  return vmc_invoke(c, vm, func, deadline_ms, NULL);
+}
+
+static void test_carried_kernels_denied_by_default(void **state) {
+  (void)state;
+  agent_proc_t p;
+  start_agent(&p, NULL);
+  vmc_conn_t *c = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  ASSERT_STATUS(run_hostile(c, "fill", 0), VM_PERMISSION_DENIED,
+                "cl.kernel 'm.fill': kernels carried by executables may not run on");
+  ASSERT_STATUS(run_hostile(c, "spin", 0), VM_PERMISSION_DENIED,
+                "this agent denies them on CPU OpenCL devices, where a kernel runs as native "
+                "code inside the agent (vmagent --kernels cpu=allow enables them");
+  ASSERT_STATUS(run_hostile(c, "int_for_buffer", 0), VM_PERMISSION_DENIED, "may not run");
+  ASSERT_OK(vmc_ping(c, NULL));
+  vmc_close(c);
+  ASSERT_OK(mlp_on(p.url, "opencl:0"));
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
+static void test_number_for_buffer(void **state) {
+  (void)state;
+  agent_proc_t p;
+  const char *allow[] = {"--kernels", "allow", NULL};
+  start_agent(&p, allow);
+  vmc_conn_t *c = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  ASSERT_OK(run_hostile(c, "fill", 0)); /* the kernel itself is fine */
+  ASSERT_STATUS(run_hostile(c, "int_for_buffer", 0), VM_INVALID_ARGUMENT,
+                "cl.kernel 'm.fill' argument 0 is int, the kernel's parameter is int*; pass a "
+                "tensor");
+  ASSERT_STATUS(run_hostile(c, "float_for_buffer", 0), VM_INVALID_ARGUMENT,
+                "cl.kernel 'm.fill' argument 0 is float, the kernel's parameter is int*");
+  ASSERT_STATUS(run_hostile(c, "wide_for_buffer", 0), VM_INVALID_ARGUMENT,
+                "argument 0 is int, the kernel's parameter is int*");
+  ASSERT_STATUS(run_hostile(c, "buffer_for_int", 0), VM_INVALID_ARGUMENT,
+                "cl.kernel 'm.fill' argument 1 is tensor, the kernel's parameter is int; pass a "
+                "number");
+  ASSERT_OK(vmc_ping(c, NULL));
+  vmc_close(c);
+  ASSERT_OK(mlp_on(p.url, "opencl:0"));
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
+static void test_kernel_that_never_ends(void **state) {
+  (void)state;
+  agent_proc_t p;
+  const char *allow[] = {"--kernels", "cpu=allow", "--kernel-timeout", "1", NULL};
+  start_agent(&p, allow);
+  vmc_conn_t *c = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  ASSERT_STATUS(run_hostile(c, "spin", 0), VM_DEADLINE_EXCEEDED,
+                "(call cl.kernel): 'm.spin' ran past the device's kernel time bound of 1000 ms "
+                "(--kernel-timeout); the device is out of service until it ends");
+  /* the agent answers; the device refuses work at once instead of queueing
+   * it behind the kernel */
+  ASSERT_OK(vmc_ping(c, NULL));
+  ASSERT_STATUS(mlp_on(p.url, "opencl:0"), VM_UNAVAILABLE,
+                "the OpenCL device is out of service: the kernel 'm.spin' ran past its time "
+                "bound (1000 ms) and still runs");
+  ASSERT_STATUS(run_hostile(c, "fill", 0), VM_UNAVAILABLE, "out of service");
+  vmc_close(c);
+  /* SIGTERM stops the agent: status 0, or 3 when the busy device kept the
+   * clean shutdown from finishing within its 5 s */
+  int rc = agent_proc_stop(&p);
+  if (rc != 0 && rc != 3) fail_msg("vmagent exited with %d after SIGTERM, want 0 or 3", rc);
+}
+
+static void test_policy_flags(void **state) {
+  (void)state;
+  char out[4096];
+  const char *bad[][3] = {{"--kernels", "maybe", NULL},
+                          {"--kernels", "cpu=allow,", NULL},
+                          {"--kernels", "tpu=allow", NULL},
+                          {"--kernel-timeout", "-1", NULL}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_int_equal(agent_proc_run(bad[i], out, sizeof(out), 30), 2);
+    if (!strstr(out, "bad value")) fail_msg("%s %s: %s", bad[i][0], bad[i][1], out);
+  }
+  const char *help[] = {"--help", NULL};
+  assert_int_equal(agent_proc_run(help, out, sizeof(out), 30), 0);
+  assert_non_null(strstr(out, "--kernels POLICY"));
+  assert_non_null(strstr(out, "--kernel-timeout SECONDS"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_policy_flags),
+      cmocka_unit_test(test_carried_kernels_denied_by_default),
+      cmocka_unit_test(test_number_for_buffer),
+      cmocka_unit_test(test_kernel_that_never_ends),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
