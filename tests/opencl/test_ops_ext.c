@@ -356,7 +356,7 @@ static void check_gather(tops_env_t *e, vm_dtype_t dt, uint32_t nx, const int64_
   int64_t yd[8];
   uint32_t ny = nx - 1 + ni;
   memcpy(yd, xd, (size_t)ax * sizeof(int64_t));
-  memcpy(yd + ax, id, ni * sizeof(int64_t));
+  if (ni) memcpy(yd + ax, id, ni * sizeof(int64_t));
   memcpy(yd + ax + ni, xd + ax + 1, (nx - (uint32_t)ax - 1) * sizeof(int64_t));
   size_t n = (size_t)tops_numel(ny, yd), nind = (size_t)tops_numel(ni, id);
   uint8_t *x = pattern_data((size_t)tops_numel(nx, xd), eb, 9);
