@@ -57,6 +57,7 @@ static const op_entry_t ops[] = {
     {"cl.broadcast_to", vmcl_op_broadcast_to, NULL},
     {"cl.pad", vmcl_op_pad, NULL},
     {"cl.gather", vmcl_op_gather, NULL},
+    {"cl.resize", vmcl_op_resize, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {
