@@ -32,7 +32,7 @@ typedef enum vmcl_family {
   VMCL_FAM_REDUCE,          /* cl.reduce.*, cl.softmax, cl.layer_norm, global_avg */
   VMCL_FAM_POOL,            /* cl.pool2d.{max,avg} */
   VMCL_FAM_GEMM,            /* cl.gemm (tiled kernel) */
-  VMCL_FAM_CONV,            /* cl.conv2d */
+  VMCL_FAM_CONV,            /* cl.conv2d, cl.conv_transpose2d */
   VMCL_FAM_COPY,            /* cl.transpose, cl.slice, cl.concat, cl.broadcast_to, ... */
   VMCL_FAM_CAST,            /* cl.cast */
   VMCL_FAM_RESIZE,          /* cl.resize */
@@ -216,6 +216,8 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
                          void *user);
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
+vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                     vm_value_t *out, void *user);
 /* user: a const char* naming the operation ("add", "relu"...) */
 vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
