@@ -497,6 +497,109 @@ static void test_layer_norm_stats(void **state) {
   release_all((vm_value_t[]){x, y, m, m16, m1}, 5);
 }
 
+/* ---------------------------------------------------------------------------
+ * cl.where and the comparisons
+ */
+
+/* Offset in a broadcast operand (dims d, nd of them) of output index idx. */
+static int64_t bc_offset(const int64_t *idx, uint32_t ny, uint32_t nd, const int64_t *d) {
+  int64_t off = 0;
+  for (uint32_t k = 0; k < nd; k++) off = off * d[k] + (d[k] == 1 ? 0 : idx[ny - nd + k]);
+  return off;
+}
+
+typedef struct bshape {
+  uint32_t nd;
+  int64_t d[4];
+} bshape_t;
+
+static void check_where(tops_env_t *e, vm_dtype_t dt, bshape_t cs, bshape_t as, bshape_t bs,
+                        bshape_t ys) {
+  size_t eb = vm_dtype_bytes(dt), n = (size_t)tops_numel(ys.nd, ys.d);
+  size_t nc = (size_t)tops_numel(cs.nd, cs.d);
+  uint8_t *cond = malloc(nc + 1);
+  for (size_t i = 0; i < nc; i++) cond[i] = (uint8_t)(i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 0x80);
+  uint8_t *a = pattern_data((size_t)tops_numel(as.nd, as.d), eb, 21);
+  uint8_t *b = pattern_data((size_t)tops_numel(bs.nd, bs.d), eb, 77);
+  uint8_t *want = malloc(n * eb + 1), *got = malloc(n * eb + 1);
+  int64_t idx[8];
+  for (size_t i = 0; i < n; i++) {
+    unravel((int64_t)i, ys.nd, ys.d, idx);
+    int take_a = cond[bc_offset(idx, ys.nd, cs.nd, cs.d)] != 0;
+    const uint8_t *src = take_a ? a + bc_offset(idx, ys.nd, as.nd, as.d) * eb
+                                : b + bc_offset(idx, ys.nd, bs.nd, bs.d) * eb;
+    memcpy(want + i * eb, src, eb);
+  }
+  vm_value_t args[4] = {tops_tensor(e, VM_BOOL, cs.nd, cs.d, cond),
+                        tops_tensor(e, dt, as.nd, as.d, a), tops_tensor(e, dt, bs.nd, bs.d, b),
+                        tops_tensor(e, dt, ys.nd, ys.d, NULL)};
+  ASSERT_OK(tops_call(e, "cl.where", args, 4));
+  tops_read(e, &args[3], got);
+  assert_memory_equal(got, want, n * eb);
+  tops_check_guard(e, &args[3]);
+  release_all(args, 4);
+  free(cond);
+  free(a);
+  free(b);
+  free(want);
+  free(got);
+}
+
+static void test_where(void **state) {
+  tops_env_t *e = *state;
+  bshape_t s34 = {2, {3, 4}}, s4 = {1, {4}}, s31 = {2, {3, 1}}, s0 = {0, {0}};
+  bshape_t s234 = {3, {2, 3, 4}}, s134 = {3, {1, 3, 4}};
+  check_where(e, VM_F32, s34, s34, s34, s34);
+  check_where(e, VM_F32, s4, s31, s0, s34); /* a scalar b */
+  check_where(e, VM_I64, s31, s234, s4, s234);
+  check_where(e, VM_F16, s134, s0, s34, s134);
+  check_where(e, VM_U8, s234, s4, s31, s234);
+
+  vm_value_t c = tops_plain(e, VM_BOOL, 2, DIMS(3, 4)), a = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t b5 = tops_plain(e, VM_F32, 1, DIMS(5)), cf = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t b16 = tops_plain(e, VM_F16, 2, DIMS(3, 4));
+  ASSERT_STATUS(tops_call(e, "cl.where", (vm_value_t[]){c, a, b5, a}, 4), VM_INVALID_ARGUMENT,
+                "cl.where: shapes [3, 4] of cond, [3, 4] of a and [5] of b do not broadcast");
+  ASSERT_STATUS(tops_call(e, "cl.where", (vm_value_t[]){cf, a, a, a}, 4), VM_INVALID_ARGUMENT,
+                "cl.where: cond (argument 0) has dtype float32, expected bool");
+  ASSERT_STATUS(tops_call(e, "cl.where", (vm_value_t[]){c, a, b16, a}, 4), VM_INVALID_ARGUMENT,
+                "cl.where: b (argument 2) has dtype float16, expected float32 (the dtype of a)");
+  release_all((vm_value_t[]){c, a, b5, cf, b16}, 5);
+}
+
+static void test_compare(void **state) {
+  tops_env_t *e = *state;
+  static const char *ops[] = {"equal", "less", "less_equal", "greater", "greater_equal"};
+  /* small integers so that equal is often true; one NaN */
+  float a[12], b[3] = {1, NAN, 2};
+  for (int i = 0; i < 12; i++) a[i] = (float)(i % 4);
+  a[5] = NAN;
+  for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
+    for (int f16 = 0; f16 < 2; f16++) {
+      vm_dtype_t dt = f16 ? VM_F16 : VM_F32;
+      vm_value_t args[3] = {tops_tensor_f(e, dt, 2, DIMS(4, 3), a),
+                            tops_tensor_f(e, dt, 2, DIMS(1, 3), b),
+                            tops_tensor(e, VM_BOOL, 2, DIMS(4, 3), NULL)};
+      char name[48];
+      snprintf(name, sizeof(name), "cl.binary.%s", ops[k]);
+      ASSERT_OK(tops_call(e, name, args, 3));
+      uint8_t got[12];
+      tops_read(e, &args[2], got);
+      for (int i = 0; i < 12; i++) {
+        float x = a[i], y = b[i % 3];
+        int want = k == 0 ? x == y : k == 1 ? x < y : k == 2 ? x <= y : k == 3 ? x > y : x >= y;
+        if (got[i] != want) fail_msg("%s element %d is %u, expected %d", name, i, got[i], want);
+      }
+      tops_check_guard(e, &args[2]);
+      release_all(args, 3);
+    }
+  }
+  vm_value_t x = tops_plain(e, VM_F32, 1, DIMS(3)), c32 = tops_plain(e, VM_F32, 1, DIMS(3));
+  ASSERT_STATUS(tops_call(e, "cl.binary.less", (vm_value_t[]){x, x, c32}, 3), VM_INVALID_ARGUMENT,
+                "cl.binary.less: c (argument 2) has dtype float32, expected bool");
+  release_all((vm_value_t[]){x, c32}, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ext),
@@ -504,6 +607,8 @@ int main(void) {
       cmocka_unit_test(test_pad),
       cmocka_unit_test(test_gather),
       cmocka_unit_test(test_layer_norm_stats),
+      cmocka_unit_test(test_where),
+      cmocka_unit_test(test_compare),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
