@@ -65,6 +65,7 @@ static const op_entry_t ops[] = {
     {"cl.pad", vmcl_op_pad, NULL},
     {"cl.gather", vmcl_op_gather, NULL},
     {"cl.resize", vmcl_op_resize, NULL},
+    {"cl.elementwise", vmcl_op_elementwise, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

@@ -253,6 +253,8 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
                            void *user);
 vm_status_t vmcl_op_where(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                           void *user);
+vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                vm_value_t *out, void *user);
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
 

@@ -600,6 +600,173 @@ static void test_compare(void **state) {
   release_all((vm_value_t[]){x, c32}, 2);
 }
 
+/* ---------------------------------------------------------------------------
+ * cl.elementwise: a postfix evaluator in double as the reference
+ */
+
+static double rpn_eval(const char *prog, const double *in) {
+  double st[64];
+  int sp = 0;
+  char buf[512];
+  snprintf(buf, sizeof(buf), "%s", prog);
+  for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+    double c = sp > 0 ? st[sp - 1] : 0, b = sp > 1 ? st[sp - 2] : 0, a3 = sp > 2 ? st[sp - 3] : 0;
+    if (t[0] == 'x' && t[1] >= '0' && t[1] <= '9') {
+      st[sp++] = in[t[1] - '0'];
+    } else if (!strcmp(t, "add")) {
+      st[--sp - 1] = b + c;
+    } else if (!strcmp(t, "sub")) {
+      st[--sp - 1] = b - c;
+    } else if (!strcmp(t, "mul")) {
+      st[--sp - 1] = b * c;
+    } else if (!strcmp(t, "div")) {
+      st[--sp - 1] = b / c;
+    } else if (!strcmp(t, "max")) {
+      st[--sp - 1] = fmax(b, c);
+    } else if (!strcmp(t, "min")) {
+      st[--sp - 1] = fmin(b, c);
+    } else if (!strcmp(t, "pow")) {
+      st[--sp - 1] = pow(b, c);
+    } else if (!strcmp(t, "clip")) {
+      sp -= 2;
+      st[sp - 1] = fmin(fmax(a3, b), c);
+    } else if (!strcmp(t, "fma")) {
+      sp -= 2;
+      st[sp - 1] = a3 * b + c;
+    } else if (!strcmp(t, "relu")) {
+      st[sp - 1] = c < 0 ? 0 : c;
+    } else if (!strcmp(t, "tanh")) {
+      st[sp - 1] = tanh(c);
+    } else if (!strcmp(t, "sigmoid")) {
+      st[sp - 1] = 1 / (1 + exp(-c));
+    } else if (!strcmp(t, "sqrt")) {
+      st[sp - 1] = sqrt(c);
+    } else if (!strcmp(t, "rsqrt")) {
+      st[sp - 1] = 1 / sqrt(c);
+    } else if (!strcmp(t, "square")) {
+      st[sp - 1] = c * c;
+    } else if (!strcmp(t, "neg")) {
+      st[sp - 1] = -c;
+    } else if (!strcmp(t, "exp")) {
+      st[sp - 1] = exp(c);
+    } else if (!strcmp(t, "gelu")) {
+      st[sp - 1] = 0.5 * c * (1 + erf(c / sqrt(2.0)));
+    } else {
+      st[sp++] = strtod(t, NULL);
+    }
+  }
+  assert_int_equal(sp, 1);
+  return st[0];
+}
+
+typedef struct ew_case {
+  const char *prog;
+  uint32_t nin;
+  bshape_t in[3], out;
+} ew_case_t;
+
+static void check_elementwise(tops_env_t *e, vm_dtype_t dt, const ew_case_t *c) {
+  size_t n = (size_t)tops_numel(c->out.nd, c->out.d);
+  float *x[3] = {NULL, NULL, NULL};
+  float *want = malloc(n * sizeof(float) + 4), *got = malloc(n * sizeof(float) + 4);
+  vm_value_t args[5];
+  args[0] = vm_value_none();
+  ASSERT_OK(vm_string_new(c->prog, (uint32_t)strlen(c->prog), &args[0]));
+  for (uint32_t i = 0; i < c->nin; i++) {
+    size_t ni = (size_t)tops_numel(c->in[i].nd, c->in[i].d);
+    x[i] = tops_rand(ni, 90 + i, 0.1f, 2);
+    if (is_f16(dt)) tops_round_f16(x[i], ni);
+    args[1 + i] = tops_tensor_f(e, dt, c->in[i].nd, c->in[i].d, x[i]);
+  }
+  args[1 + c->nin] = tops_tensor(e, dt, c->out.nd, c->out.d, NULL);
+  int64_t idx[8];
+  for (size_t i = 0; i < n; i++) {
+    double v[3];
+    unravel((int64_t)i, c->out.nd, c->out.d, idx);
+    for (uint32_t k = 0; k < c->nin; k++) {
+      v[k] = x[k][bc_offset(idx, c->out.nd, c->in[k].nd, c->in[k].d)];
+    }
+    want[i] = (float)rpn_eval(c->prog, v);
+  }
+  ASSERT_OK(tops_call(e, "cl.elementwise", args, 2 + c->nin));
+  tops_read_f(e, &args[1 + c->nin], got);
+  tops_assert_close(got, want, n, is_f16(dt) ? 4e-3 : 1e-5, is_f16(dt) ? 4e-3 : 2e-5, c->prog);
+  tops_check_guard(e, &args[1 + c->nin]);
+  release_all(args, 2 + c->nin);
+  for (int i = 0; i < 3; i++) free(x[i]);
+  free(want);
+  free(got);
+}
+
+static void test_elementwise(void **state) {
+  tops_env_t *e = *state;
+  bshape_t s34 = {2, {3, 4}}, s4 = {1, {4}}, s31 = {2, {3, 1}}, s234 = {3, {2, 3, 4}};
+  static const char *silu = "x0 x0 sigmoid mul";
+  static const char *gelu_tanh =
+      "0.5 x0 mul x0 0.044715 x0 x0 x0 mul mul mul add "
+      "0.7978845608 mul tanh 1 add mul";
+  const ew_case_t cases[] = {
+      {"x0 x1 add relu", 2, {s34, s4}, s34}, /* bias + relu */
+      {"x0 x1 mul x2 add", 3, {s234, s31, s4}, s234},
+      {"x0 x1 x2 fma", 3, {s34, s34, s4}, s34},
+      {silu, 1, {s234}, s234},
+      {gelu_tanh, 1, {s34}, s34},
+      {"x0 0.5 1.5 clip x1 max x1 min", 2, {s34, s31}, s34},
+      {"x0 square x1 div 1e-5 add rsqrt neg exp", 2, {s34, s34}, s34},
+      {"x0 2 pow x0 sqrt sub gelu", 1, {s4}, s234}, /* y has more dims than the input */
+      {"2.5", 0, {s4}, s31},                        /* constants only */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    check_elementwise(e, VM_F32, &cases[i]);
+  }
+  check_elementwise(e, VM_F16, &cases[1]);
+  check_elementwise(e, VM_F16, &cases[4]);
+
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t y5 = tops_plain(e, VM_F32, 1, DIMS(5)), x16 = tops_plain(e, VM_F16, 2, DIMS(3, 4));
+  static const struct {
+    const char *prog;
+    const char *msg;
+  } bad[] = {
+      {"x0 x1 add",
+       "program (argument 0) token 2 'x1' names an input the call does not have (it "
+       "has 1)"},
+      {"x0 add", "program (argument 0) token 2 'add' needs 2 operands, the stack holds 1"},
+      {"x0 x0", "program (argument 0) leaves 2 values on the stack, expected 1"},
+      {"", "program (argument 0) leaves 0 values on the stack, expected 1"},
+      {"x0 foo",
+       "program (argument 0) token 2 'foo' is not an input (x0 to x0), a number or an "
+       "operation"},
+      {"x0 1e999 mul", "program (argument 0) token 2 '1e999' is not a finite float"},
+      {"x0 (x0) add", "token 2 '(x0)' is not an input"},
+      {"x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 "
+       "x0 x0 x0 x0",
+       "program (argument 0) stacks more than 32 values"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    vm_value_t p;
+    ASSERT_OK(vm_string_new(bad[i].prog, (uint32_t)strlen(bad[i].prog), &p));
+    ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x, y}, 3), VM_INVALID_ARGUMENT,
+                  bad[i].msg);
+    vm_value_release(&p);
+  }
+  vm_value_t p;
+  ASSERT_OK(vm_string_new("x0 relu", 7, &p));
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){vm_value_int(1), x, y}, 3),
+                VM_INVALID_ARGUMENT,
+                "cl.elementwise: program (argument 0) must be a string, got int");
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x, y5}, 3), VM_INVALID_ARGUMENT,
+                "cl.elementwise: y (argument 2) has shape [5], but the inputs broadcast to [3, 4]");
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x16, y}, 3), VM_INVALID_ARGUMENT,
+                "cl.elementwise: x0 (argument 1) has dtype float16, expected float32 (the dtype of "
+                "y)");
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x, y5, y}, 4), VM_INVALID_ARGUMENT,
+                "cl.elementwise: x1 (argument 2) of shape [5] does not broadcast with the inputs "
+                "before it");
+  vm_value_release(&p);
+  release_all((vm_value_t[]){x, y, y5, x16}, 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ext),
@@ -609,6 +776,7 @@ int main(void) {
       cmocka_unit_test(test_layer_norm_stats),
       cmocka_unit_test(test_where),
       cmocka_unit_test(test_compare),
+      cmocka_unit_test(test_elementwise),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
