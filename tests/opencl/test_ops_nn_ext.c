@@ -411,18 +411,19 @@ typedef struct resize_case {
 } resize_case_t;
 
 static double rs_source(const resize_case_t *c, int ax, int64_t o, double s) {
-  double x = (double)o, in = (double)c->in[ax], out = (double)c->out[ax];
+  /* the resized length is s * in, a real number, as ONNX's reference */
+  double x = (double)o, in = (double)c->in[ax], len = s * in;
   double lo = c->roi[ax], hi = c->roi[c->nd + ax];
   switch (c->coord) {
     case 0: return (x + 0.5) / s - 0.5;
     case 1: return x / s;
-    case 2: return out > 1 ? (x + 0.5) / s - 0.5 : 0;
+    case 2: return len > 1 ? (x + 0.5) / s - 0.5 : 0;
     case 3:
-      return out > 1 ? lo * (in - 1) + x * (hi - lo) * (in - 1) / (out - 1)
+      return len > 1 ? lo * (in - 1) + x * (hi - lo) * (in - 1) / (len - 1)
                      : 0.5 * (lo + hi) * (in - 1);
-    case 4: return out > 1 ? x * (in - 1) / (out - 1) : 0;
+    case 4: return len > 1 ? x * (in - 1) / (len - 1) : 0;
     default: {
-      double adj = out / (s * in);
+      double adj = (double)c->out[ax] / len;
       return in / 2 * (1 - adj) + (x + 0.5) / s - 0.5;
     }
   }
@@ -595,6 +596,8 @@ static const resize_case_t resize_cases[] = {
      1,
      {1, 1, 0.6f, 0.2f},
      {0, 0, 0.1f, 0.2f, 1, 1, 0.7f, 0.6f}},
+    /* align_corners where scale * in (4.8, 3.6) is not the extent: the real length counts */
+    {4, {1, 1, 8, 6}, {1, 1, 4, 3}, 1, 4, 0, -0.75, 0, 0, 1, {1, 1, 0.6f, 0.6f}, {0}},
     /* a middle axis of a 3-D tensor */
     {3, {2, 4, 3}, {2, 7, 3}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
     /* the identity */
