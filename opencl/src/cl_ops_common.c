@@ -21,6 +21,7 @@ static const char *const family_files[VMCL_FAM_COUNT] = {
     [VMCL_FAM_CONV] = vmcl_src_conv,
     [VMCL_FAM_COPY] = vmcl_src_copy,
     [VMCL_FAM_CAST] = vmcl_src_cast,
+    [VMCL_FAM_RESIZE] = vmcl_src_resize,
 };
 
 static char *family_sources[VMCL_FAM_COUNT];

@@ -25,7 +25,15 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "c", &c));
   VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, a, 0, "a"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, b, 1, "b", a->dtype, "a"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, c, 2, "c", a->dtype, "a"));
+  /* comparisons (equal, less, ...) store bool */
+  int cmp = strcmp(opname, "equal") == 0 || strncmp(opname, "less", 4) == 0 ||
+            strncmp(opname, "greater", 7) == 0;
+  if (cmp && !vm_dtype_equal(c->dtype, VM_BOOL)) {
+    char buf[24];
+    return vmcl_op_error(&op, "c (argument 2) has dtype %s, expected bool",
+                         vm_dtype_str(c->dtype, buf, sizeof(buf)));
+  }
+  if (!cmp) VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, c, 2, "c", a->dtype, "a"));
   int64_t shape[VMCL_MAX_RANK];
   uint32_t nd;
   if (vmcl_broadcast_shape(a->shape, a->ndim, b->shape, b->ndim, shape, &nd) != 0) {
@@ -42,7 +50,7 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   int64_t na = vm_tensor_numel(a), nb = vm_tensor_numel(b);
   /* Dense operands (same element count as c, so the same layout) or single
    * elements take the float4 kernel; anything else the strided one. */
-  int vec = (na == n || na == 1) && (nb == n || nb == 1);
+  int vec = !cmp && (na == n || na == 1) && (nb == n || nb == 1);
   vmcl_iter_t it;
   if (!vec) {
     it.rank = (int)nd;
@@ -52,7 +60,7 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     vmcl_collapse(&it, 2);
   }
   char kname[48];
-  snprintf(kname, sizeof(kname), "binary_%s_%s", opname, vec ? "vec" : "nd");
+  snprintf(kname, sizeof(kname), "%s_%s_%s", cmp ? "cmp" : "binary", opname, vec ? "vec" : "nd");
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);

@@ -22,6 +22,7 @@ extern const char vmcl_src_gemm[];
 extern const char vmcl_src_conv[];
 extern const char vmcl_src_copy[];
 extern const char vmcl_src_cast[];
+extern const char vmcl_src_resize[];
 
 /* Operator families. Each is one OpenCL program (per set of build options)
  * holding all the kernels of the family, so a process builds few
@@ -31,9 +32,10 @@ typedef enum vmcl_family {
   VMCL_FAM_REDUCE,          /* cl.reduce.*, cl.softmax, cl.layer_norm, global_avg */
   VMCL_FAM_POOL,            /* cl.pool2d.{max,avg} */
   VMCL_FAM_GEMM,            /* cl.gemm (tiled kernel) */
-  VMCL_FAM_CONV,            /* cl.conv2d */
-  VMCL_FAM_COPY, /* cl.transpose, cl.slice, cl.concat, cl.broadcast_to, cl.pad, cl.gather */
-  VMCL_FAM_CAST, /* cl.cast */
+  VMCL_FAM_CONV,            /* cl.conv2d, cl.conv_transpose2d */
+  VMCL_FAM_COPY,            /* cl.transpose, cl.slice, cl.concat, cl.broadcast_to, ... */
+  VMCL_FAM_CAST,            /* cl.cast */
+  VMCL_FAM_RESIZE,          /* cl.resize */
   VMCL_FAM_COUNT
 } vmcl_family_t;
 
@@ -214,6 +216,8 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
                          void *user);
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
+vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                     vm_value_t *out, void *user);
 /* user: a const char* naming the operation ("add", "relu"...) */
 vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
@@ -245,6 +249,12 @@ vm_status_t vmcl_op_broadcast_to(vm_machine_t *m, const vm_value_t *args, uint32
                                  vm_value_t *out, void *user);
 vm_status_t vmcl_op_pad(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                         void *user);
+vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
+vm_status_t vmcl_op_where(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                          void *user);
+vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                vm_value_t *out, void *user);
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
 

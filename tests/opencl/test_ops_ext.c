@@ -356,7 +356,7 @@ static void check_gather(tops_env_t *e, vm_dtype_t dt, uint32_t nx, const int64_
   int64_t yd[8];
   uint32_t ny = nx - 1 + ni;
   memcpy(yd, xd, (size_t)ax * sizeof(int64_t));
-  memcpy(yd + ax, id, ni * sizeof(int64_t));
+  if (ni) memcpy(yd + ax, id, ni * sizeof(int64_t));
   memcpy(yd + ax + ni, xd + ax + 1, (nx - (uint32_t)ax - 1) * sizeof(int64_t));
   size_t n = (size_t)tops_numel(ny, yd), nind = (size_t)tops_numel(ni, id);
   uint8_t *x = pattern_data((size_t)tops_numel(nx, xd), eb, 9);
@@ -497,6 +497,276 @@ static void test_layer_norm_stats(void **state) {
   release_all((vm_value_t[]){x, y, m, m16, m1}, 5);
 }
 
+/* ---------------------------------------------------------------------------
+ * cl.where and the comparisons
+ */
+
+/* Offset in a broadcast operand (dims d, nd of them) of output index idx. */
+static int64_t bc_offset(const int64_t *idx, uint32_t ny, uint32_t nd, const int64_t *d) {
+  int64_t off = 0;
+  for (uint32_t k = 0; k < nd; k++) off = off * d[k] + (d[k] == 1 ? 0 : idx[ny - nd + k]);
+  return off;
+}
+
+typedef struct bshape {
+  uint32_t nd;
+  int64_t d[4];
+} bshape_t;
+
+static void check_where(tops_env_t *e, vm_dtype_t dt, bshape_t cs, bshape_t as, bshape_t bs,
+                        bshape_t ys) {
+  size_t eb = vm_dtype_bytes(dt), n = (size_t)tops_numel(ys.nd, ys.d);
+  size_t nc = (size_t)tops_numel(cs.nd, cs.d);
+  uint8_t *cond = malloc(nc + 1);
+  for (size_t i = 0; i < nc; i++) cond[i] = (uint8_t)(i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 0x80);
+  uint8_t *a = pattern_data((size_t)tops_numel(as.nd, as.d), eb, 21);
+  uint8_t *b = pattern_data((size_t)tops_numel(bs.nd, bs.d), eb, 77);
+  uint8_t *want = malloc(n * eb + 1), *got = malloc(n * eb + 1);
+  int64_t idx[8];
+  for (size_t i = 0; i < n; i++) {
+    unravel((int64_t)i, ys.nd, ys.d, idx);
+    int take_a = cond[bc_offset(idx, ys.nd, cs.nd, cs.d)] != 0;
+    const uint8_t *src = take_a ? a + bc_offset(idx, ys.nd, as.nd, as.d) * eb
+                                : b + bc_offset(idx, ys.nd, bs.nd, bs.d) * eb;
+    memcpy(want + i * eb, src, eb);
+  }
+  vm_value_t args[4] = {tops_tensor(e, VM_BOOL, cs.nd, cs.d, cond),
+                        tops_tensor(e, dt, as.nd, as.d, a), tops_tensor(e, dt, bs.nd, bs.d, b),
+                        tops_tensor(e, dt, ys.nd, ys.d, NULL)};
+  ASSERT_OK(tops_call(e, "cl.where", args, 4));
+  tops_read(e, &args[3], got);
+  assert_memory_equal(got, want, n * eb);
+  tops_check_guard(e, &args[3]);
+  release_all(args, 4);
+  free(cond);
+  free(a);
+  free(b);
+  free(want);
+  free(got);
+}
+
+static void test_where(void **state) {
+  tops_env_t *e = *state;
+  bshape_t s34 = {2, {3, 4}}, s4 = {1, {4}}, s31 = {2, {3, 1}}, s0 = {0, {0}};
+  bshape_t s234 = {3, {2, 3, 4}}, s134 = {3, {1, 3, 4}};
+  check_where(e, VM_F32, s34, s34, s34, s34);
+  check_where(e, VM_F32, s4, s31, s0, s34); /* a scalar b */
+  check_where(e, VM_I64, s31, s234, s4, s234);
+  check_where(e, VM_F16, s134, s0, s34, s134);
+  check_where(e, VM_U8, s234, s4, s31, s234);
+
+  vm_value_t c = tops_plain(e, VM_BOOL, 2, DIMS(3, 4)), a = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t b5 = tops_plain(e, VM_F32, 1, DIMS(5)), cf = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t b16 = tops_plain(e, VM_F16, 2, DIMS(3, 4));
+  ASSERT_STATUS(tops_call(e, "cl.where", (vm_value_t[]){c, a, b5, a}, 4), VM_INVALID_ARGUMENT,
+                "cl.where: shapes [3, 4] of cond, [3, 4] of a and [5] of b do not broadcast");
+  ASSERT_STATUS(tops_call(e, "cl.where", (vm_value_t[]){cf, a, a, a}, 4), VM_INVALID_ARGUMENT,
+                "cl.where: cond (argument 0) has dtype float32, expected bool");
+  ASSERT_STATUS(tops_call(e, "cl.where", (vm_value_t[]){c, a, b16, a}, 4), VM_INVALID_ARGUMENT,
+                "cl.where: b (argument 2) has dtype float16, expected float32 (the dtype of a)");
+  release_all((vm_value_t[]){c, a, b5, cf, b16}, 5);
+}
+
+static void test_compare(void **state) {
+  tops_env_t *e = *state;
+  static const char *ops[] = {"equal", "less", "less_equal", "greater", "greater_equal"};
+  /* small integers so that equal is often true; one NaN */
+  float a[12], b[3] = {1, NAN, 2};
+  for (int i = 0; i < 12; i++) a[i] = (float)(i % 4);
+  a[5] = NAN;
+  for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
+    for (int f16 = 0; f16 < 2; f16++) {
+      vm_dtype_t dt = f16 ? VM_F16 : VM_F32;
+      vm_value_t args[3] = {tops_tensor_f(e, dt, 2, DIMS(4, 3), a),
+                            tops_tensor_f(e, dt, 2, DIMS(1, 3), b),
+                            tops_tensor(e, VM_BOOL, 2, DIMS(4, 3), NULL)};
+      char name[48];
+      snprintf(name, sizeof(name), "cl.binary.%s", ops[k]);
+      ASSERT_OK(tops_call(e, name, args, 3));
+      uint8_t got[12];
+      tops_read(e, &args[2], got);
+      for (int i = 0; i < 12; i++) {
+        float x = a[i], y = b[i % 3];
+        int want = k == 0 ? x == y : k == 1 ? x < y : k == 2 ? x <= y : k == 3 ? x > y : x >= y;
+        if (got[i] != want) fail_msg("%s element %d is %u, expected %d", name, i, got[i], want);
+      }
+      tops_check_guard(e, &args[2]);
+      release_all(args, 3);
+    }
+  }
+  vm_value_t x = tops_plain(e, VM_F32, 1, DIMS(3)), c32 = tops_plain(e, VM_F32, 1, DIMS(3));
+  ASSERT_STATUS(tops_call(e, "cl.binary.less", (vm_value_t[]){x, x, c32}, 3), VM_INVALID_ARGUMENT,
+                "cl.binary.less: c (argument 2) has dtype float32, expected bool");
+  release_all((vm_value_t[]){x, c32}, 2);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.elementwise: a postfix evaluator in double as the reference
+ */
+
+static double rpn_eval(const char *prog, const double *in) {
+  double st[64];
+  int sp = 0;
+  char buf[512];
+  snprintf(buf, sizeof(buf), "%s", prog);
+  for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+    double c = sp > 0 ? st[sp - 1] : 0, b = sp > 1 ? st[sp - 2] : 0, a3 = sp > 2 ? st[sp - 3] : 0;
+    if (t[0] == 'x' && t[1] >= '0' && t[1] <= '9') {
+      st[sp++] = in[t[1] - '0'];
+    } else if (!strcmp(t, "add")) {
+      st[--sp - 1] = b + c;
+    } else if (!strcmp(t, "sub")) {
+      st[--sp - 1] = b - c;
+    } else if (!strcmp(t, "mul")) {
+      st[--sp - 1] = b * c;
+    } else if (!strcmp(t, "div")) {
+      st[--sp - 1] = b / c;
+    } else if (!strcmp(t, "max")) {
+      st[--sp - 1] = fmax(b, c);
+    } else if (!strcmp(t, "min")) {
+      st[--sp - 1] = fmin(b, c);
+    } else if (!strcmp(t, "pow")) {
+      st[--sp - 1] = pow(b, c);
+    } else if (!strcmp(t, "clip")) {
+      sp -= 2;
+      st[sp - 1] = fmin(fmax(a3, b), c);
+    } else if (!strcmp(t, "fma")) {
+      sp -= 2;
+      st[sp - 1] = a3 * b + c;
+    } else if (!strcmp(t, "relu")) {
+      st[sp - 1] = c < 0 ? 0 : c;
+    } else if (!strcmp(t, "tanh")) {
+      st[sp - 1] = tanh(c);
+    } else if (!strcmp(t, "sigmoid")) {
+      st[sp - 1] = 1 / (1 + exp(-c));
+    } else if (!strcmp(t, "sqrt")) {
+      st[sp - 1] = sqrt(c);
+    } else if (!strcmp(t, "rsqrt")) {
+      st[sp - 1] = 1 / sqrt(c);
+    } else if (!strcmp(t, "square")) {
+      st[sp - 1] = c * c;
+    } else if (!strcmp(t, "neg")) {
+      st[sp - 1] = -c;
+    } else if (!strcmp(t, "exp")) {
+      st[sp - 1] = exp(c);
+    } else if (!strcmp(t, "gelu")) {
+      st[sp - 1] = 0.5 * c * (1 + erf(c / sqrt(2.0)));
+    } else {
+      st[sp++] = strtod(t, NULL);
+    }
+  }
+  assert_int_equal(sp, 1);
+  return st[0];
+}
+
+typedef struct ew_case {
+  const char *prog;
+  uint32_t nin;
+  bshape_t in[3], out;
+} ew_case_t;
+
+static void check_elementwise(tops_env_t *e, vm_dtype_t dt, const ew_case_t *c) {
+  size_t n = (size_t)tops_numel(c->out.nd, c->out.d);
+  float *x[3] = {NULL, NULL, NULL};
+  float *want = malloc(n * sizeof(float) + 4), *got = malloc(n * sizeof(float) + 4);
+  vm_value_t args[5];
+  args[0] = vm_value_none();
+  ASSERT_OK(vm_string_new(c->prog, (uint32_t)strlen(c->prog), &args[0]));
+  for (uint32_t i = 0; i < c->nin; i++) {
+    size_t ni = (size_t)tops_numel(c->in[i].nd, c->in[i].d);
+    x[i] = tops_rand(ni, 90 + i, 0.1f, 2);
+    if (is_f16(dt)) tops_round_f16(x[i], ni);
+    args[1 + i] = tops_tensor_f(e, dt, c->in[i].nd, c->in[i].d, x[i]);
+  }
+  args[1 + c->nin] = tops_tensor(e, dt, c->out.nd, c->out.d, NULL);
+  int64_t idx[8];
+  for (size_t i = 0; i < n; i++) {
+    double v[3];
+    unravel((int64_t)i, c->out.nd, c->out.d, idx);
+    for (uint32_t k = 0; k < c->nin; k++) {
+      v[k] = x[k][bc_offset(idx, c->out.nd, c->in[k].nd, c->in[k].d)];
+    }
+    want[i] = (float)rpn_eval(c->prog, v);
+  }
+  ASSERT_OK(tops_call(e, "cl.elementwise", args, 2 + c->nin));
+  tops_read_f(e, &args[1 + c->nin], got);
+  tops_assert_close(got, want, n, is_f16(dt) ? 4e-3 : 1e-5, is_f16(dt) ? 4e-3 : 2e-5, c->prog);
+  tops_check_guard(e, &args[1 + c->nin]);
+  release_all(args, 2 + c->nin);
+  for (int i = 0; i < 3; i++) free(x[i]);
+  free(want);
+  free(got);
+}
+
+static void test_elementwise(void **state) {
+  tops_env_t *e = *state;
+  bshape_t s34 = {2, {3, 4}}, s4 = {1, {4}}, s31 = {2, {3, 1}}, s234 = {3, {2, 3, 4}};
+  static const char *silu = "x0 x0 sigmoid mul";
+  static const char *gelu_tanh =
+      "0.5 x0 mul x0 0.044715 x0 x0 x0 mul mul mul add "
+      "0.7978845608 mul tanh 1 add mul";
+  const ew_case_t cases[] = {
+      {"x0 x1 add relu", 2, {s34, s4}, s34}, /* bias + relu */
+      {"x0 x1 mul x2 add", 3, {s234, s31, s4}, s234},
+      {"x0 x1 x2 fma", 3, {s34, s34, s4}, s34},
+      {silu, 1, {s234}, s234},
+      {gelu_tanh, 1, {s34}, s34},
+      {"x0 0.5 1.5 clip x1 max x1 min", 2, {s34, s31}, s34},
+      {"x0 square x1 div 1e-5 add rsqrt neg exp", 2, {s34, s34}, s34},
+      {"x0 2 pow x0 sqrt sub gelu", 1, {s4}, s234}, /* y has more dims than the input */
+      {"2.5", 0, {s4}, s31},                        /* constants only */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    check_elementwise(e, VM_F32, &cases[i]);
+  }
+  check_elementwise(e, VM_F16, &cases[1]);
+  check_elementwise(e, VM_F16, &cases[4]);
+
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t y5 = tops_plain(e, VM_F32, 1, DIMS(5)), x16 = tops_plain(e, VM_F16, 2, DIMS(3, 4));
+  static const struct {
+    const char *prog;
+    const char *msg;
+  } bad[] = {
+      {"x0 x1 add",
+       "program (argument 0) token 2 'x1' names an input the call does not have (it "
+       "has 1)"},
+      {"x0 add", "program (argument 0) token 2 'add' needs 2 operands, the stack holds 1"},
+      {"x0 x0", "program (argument 0) leaves 2 values on the stack, expected 1"},
+      {"", "program (argument 0) leaves 0 values on the stack, expected 1"},
+      {"x0 foo",
+       "program (argument 0) token 2 'foo' is not an input (x0 to x0), a number or an "
+       "operation"},
+      {"x0 1e999 mul", "program (argument 0) token 2 '1e999' is not a finite float"},
+      {"x0 (x0) add", "token 2 '(x0)' is not an input"},
+      {"x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 "
+       "x0 x0 x0 x0",
+       "program (argument 0) stacks more than 32 values"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    vm_value_t p;
+    ASSERT_OK(vm_string_new(bad[i].prog, (uint32_t)strlen(bad[i].prog), &p));
+    ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x, y}, 3), VM_INVALID_ARGUMENT,
+                  bad[i].msg);
+    vm_value_release(&p);
+  }
+  vm_value_t p;
+  ASSERT_OK(vm_string_new("x0 relu", 7, &p));
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){vm_value_int(1), x, y}, 3),
+                VM_INVALID_ARGUMENT,
+                "cl.elementwise: program (argument 0) must be a string, got int");
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x, y5}, 3), VM_INVALID_ARGUMENT,
+                "cl.elementwise: y (argument 2) has shape [5], but the inputs broadcast to [3, 4]");
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x16, y}, 3), VM_INVALID_ARGUMENT,
+                "cl.elementwise: x0 (argument 1) has dtype float16, expected float32 (the dtype of "
+                "y)");
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x, y5, y}, 4), VM_INVALID_ARGUMENT,
+                "cl.elementwise: x1 (argument 2) of shape [5] does not broadcast with the inputs "
+                "before it");
+  vm_value_release(&p);
+  release_all((vm_value_t[]){x, y, y5, x16}, 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ext),
@@ -504,6 +774,9 @@ int main(void) {
       cmocka_unit_test(test_pad),
       cmocka_unit_test(test_gather),
       cmocka_unit_test(test_layer_norm_stats),
+      cmocka_unit_test(test_where),
+      cmocka_unit_test(test_compare),
+      cmocka_unit_test(test_elementwise),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }

@@ -40,11 +40,58 @@ typedef struct conv_case {
   int64_t N, C, H, W, O, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, groups;
 } conv_case_t;
 
-static void check_conv13(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
-  int64_t OH = (c->H + c->pt + c->pb - c->dh * (c->KH - 1) - 1) / c->sh + 1;
-  int64_t OW = (c->W + c->pl + c->pr - c->dw * (c->KW - 1) - 1) / c->sw + 1;
-  int64_t xd[4] = {c->N, c->C, c->H, c->W}, wd[4] = {c->O, c->C / c->groups, c->KH, c->KW};
-  int64_t yd[4] = {c->N, c->O, OH, OW};
+/* ---------------------------------------------------------------------------
+ * cl.conv_transpose2d against a scatter reference (each input element adds
+ * its products into the outputs it reaches: the definition the kernel's
+ * gather inverts)
+ */
+
+static void ref_conv_t(const float *x, const float *w, const float *bias, float *y,
+                       const conv_case_t *c, int64_t OH, int64_t OW) {
+  int64_t Cg = c->C / c->groups, Og = c->O / c->groups;
+  for (int64_t i = 0; i < c->N * c->O * OH * OW; i++) y[i] = 0;
+  double *acc = calloc((size_t)(c->N * c->O * OH * OW) + 1, sizeof(double));
+  assert_non_null(acc);
+  for (int64_t n = 0; n < c->N; n++)
+    for (int64_t ci = 0; ci < c->C; ci++) {
+      int64_t g = ci / Cg;
+      for (int64_t ih = 0; ih < c->H; ih++)
+        for (int64_t iw = 0; iw < c->W; iw++) {
+          double xv = x[((n * c->C + ci) * c->H + ih) * c->W + iw];
+          for (int64_t ol = 0; ol < Og; ol++)
+            for (int64_t kh = 0; kh < c->KH; kh++)
+              for (int64_t kw = 0; kw < c->KW; kw++) {
+                int64_t oh = ih * c->sh - c->pt + kh * c->dh, ow = iw * c->sw - c->pl + kw * c->dw;
+                if (oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+                int64_t o = g * Og + ol;
+                acc[((n * c->O + o) * OH + oh) * OW + ow] +=
+                    xv * w[((ci * Og + ol) * c->KH + kh) * c->KW + kw];
+              }
+        }
+    }
+  for (int64_t n = 0; n < c->N; n++)
+    for (int64_t o = 0; o < c->O; o++)
+      for (int64_t p = 0; p < OH * OW; p++) {
+        int64_t i = (n * c->O + o) * OH * OW + p;
+        y[i] = (float)(acc[i] + (bias ? bias[o] : 0.0));
+      }
+  free(acc);
+}
+
+/* Runs cl.conv2d (13-argument form) or, with transpose, cl.conv_transpose2d
+ * on random inputs and compares with the reference. */
+static void check_conv(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c, int transpose,
+                       int with_bias) {
+  int64_t OH, OW;
+  if (transpose) {
+    OH = (c->H - 1) * c->sh + c->dh * (c->KH - 1) + 1 - c->pt - c->pb;
+    OW = (c->W - 1) * c->sw + c->dw * (c->KW - 1) + 1 - c->pl - c->pr;
+  } else {
+    OH = (c->H + c->pt + c->pb - c->dh * (c->KH - 1) - 1) / c->sh + 1;
+    OW = (c->W + c->pl + c->pr - c->dw * (c->KW - 1) - 1) / c->sw + 1;
+  }
+  int64_t xd[4] = {c->N, c->C, c->H, c->W}, yd[4] = {c->N, c->O, OH, OW};
+  int64_t wd[4] = {transpose ? c->C : c->O, (transpose ? c->O : c->C) / c->groups, c->KH, c->KW};
   size_t nx = (size_t)tops_numel(4, xd), nw = (size_t)tops_numel(4, wd);
   size_t ny = (size_t)tops_numel(4, yd);
   float *x = tops_rand(nx, 61, -1, 1), *w = tops_rand(nw, 62, -1, 1);
@@ -55,12 +102,16 @@ static void check_conv13(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
     tops_round_f16(w, nw);
     tops_round_f16(bias, (size_t)c->O);
   }
-  /* the reference takes the begin pads; the end pads only shape y */
-  ref_conv2d(x, w, bias, want, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, c->sh, c->sw, c->pt,
-             c->pl, c->dh, c->dw, c->groups, OH, OW);
+  if (transpose) {
+    ref_conv_t(x, w, with_bias ? bias : NULL, want, c, OH, OW);
+  } else {
+    /* the reference takes the begin pads; the end pads only shape y */
+    ref_conv2d(x, w, with_bias ? bias : NULL, want, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW,
+               c->sh, c->sw, c->pt, c->pl, c->dh, c->dw, c->groups, OH, OW);
+  }
   vm_value_t args[13] = {tops_tensor_f(e, dt, 4, xd, x),
                          tops_tensor_f(e, dt, 4, wd, w),
-                         tops_tensor_f(e, dt, 1, &c->O, bias),
+                         with_bias ? tops_tensor_f(e, dt, 1, &c->O, bias) : vm_value_none(),
                          vm_value_int(c->sh),
                          vm_value_int(c->sw),
                          vm_value_int(c->pt),
@@ -71,11 +122,11 @@ static void check_conv13(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
                          vm_value_int(c->dw),
                          vm_value_int(c->groups),
                          tops_tensor(e, dt, 4, yd, NULL)};
-  ASSERT_OK(tops_call(e, "cl.conv2d", args, 13));
+  const char *name = transpose ? "cl.conv_transpose2d" : "cl.conv2d";
+  ASSERT_OK(tops_call(e, name, args, 13));
   tops_read_f(e, &args[12], got);
-  double sk = sqrt((double)(wd[1] * c->KH * c->KW) + 1);
-  tops_assert_close(got, want, ny, (is_f16(dt) ? 2e-3 : 1e-4) * sk, is_f16(dt) ? 2e-3 : 1e-4,
-                    "conv2d 13-argument form");
+  double sk = sqrt((double)(c->C / c->groups * c->KH * c->KW) + 1);
+  tops_assert_close(got, want, ny, (is_f16(dt) ? 2e-3 : 1e-4) * sk, is_f16(dt) ? 2e-3 : 1e-4, name);
   tops_check_guard(e, &args[12]);
   release_all(args, 13);
   free(x);
@@ -96,8 +147,11 @@ static void test_conv2d_asym(void **state) {
       {1, 8, 5, 5, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* 1x1 */
       {1, 3, 20, 21, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* equals the 11-argument form */
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv13(e, VM_F32, &cases[i]);
-  check_conv13(e, VM_F16, &cases[1]);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    check_conv(e, VM_F32, &cases[i], 0, 1);
+  }
+  check_conv(e, VM_F16, &cases[1], 0, 1);
+  check_conv(e, VM_F32, &cases[2], 0, 0);
 
   vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 2, 5, 5));
   vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(2, 2, 3, 3));
@@ -278,10 +332,353 @@ static void test_pool2d_onnx(void **state) {
   release_all((vm_value_t[]){x, y}, 2);
 }
 
+static void test_conv_transpose2d(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H  W  O  KH KW sh sw pt pl pb pr dh dw g */
+      {1, 3, 4, 5, 2, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* full */
+      {2, 4, 3, 4, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 2},   /* stride 2, groups */
+      {1, 2, 4, 4, 3, 4, 4, 2, 2, 1, 1, 0, 0, 1, 1, 1},   /* output_padding 1 folded: pb 1 - 1 */
+      {1, 2, 5, 3, 2, 3, 2, 3, 2, 1, 0, -1, -2, 2, 1, 1}, /* dilation, negative end pads */
+      {1, 4, 5, 5, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 4},   /* depthwise */
+      {1, 3, 1, 1, 5, 2, 2, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* a 1x1 input: the kernel itself */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    check_conv(e, VM_F32, &cases[i], 1, (int)(i % 2));
+  }
+  check_conv(e, VM_F16, &cases[1], 1, 1);
+
+  vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 4, 3, 3));
+  vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(4, 2, 3, 3));
+  vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 4, 5, 5));
+  vm_value_t args[13] = {x,
+                         w,
+                         vm_value_none(),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(2),
+                         y};
+  ASSERT_OK(tops_call(e, "cl.conv_transpose2d", args, 13));
+  args[11] = vm_value_int(1);
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: y (argument 12) has shape [1, 4, 5, 5], expected [1, 2, 5, "
+                "5]");
+  args[11] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: groups (argument 11) is 3, which must divide the 4 input "
+                "channels");
+  args[11] = vm_value_int(2);
+  args[5] = vm_value_int(3);
+  args[7] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: the pads leave an output of -1x5");
+  args[5] = vm_value_int(-2000000);
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: pad_top (argument 5) is -2000000, expected -1048576 to "
+                "1048576");
+  args[5] = vm_value_int(0);
+  args[7] = vm_value_int(0);
+  args[1] = x;
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: w (argument 1) has 1 input channels, expected 4 (the "
+                "channels of x)");
+  release_all((vm_value_t[]){x, w, y}, 3);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.resize against a reference written the way ONNX's specification
+ * states it: per axis, the source coordinate; the n integers nearest to it
+ * (ties to the smaller) on the edge-padded axis; coefficients from the
+ * ratio in (0, 1]; axes interpolated one after the other (recursively).
+ */
+
+typedef struct resize_case {
+  uint32_t nd;
+  int64_t in[4], out[4];
+  int mode, coord, nearest;
+  double a;
+  int exclude;
+  double extrap;
+  int with_scales; /* 0: none (out / in) */
+  float scales[4];
+  float roi[8]; /* used with coord 3 */
+} resize_case_t;
+
+static double rs_source(const resize_case_t *c, int ax, int64_t o, double s) {
+  /* the resized length is s * in, a real number, as ONNX's reference */
+  double x = (double)o, in = (double)c->in[ax], len = s * in;
+  double lo = c->roi[ax], hi = c->roi[c->nd + ax];
+  switch (c->coord) {
+    case 0: return (x + 0.5) / s - 0.5;
+    case 1: return x / s;
+    case 2: return len > 1 ? (x + 0.5) / s - 0.5 : 0;
+    case 3:
+      return len > 1 ? lo * (in - 1) + x * (hi - lo) * (in - 1) / (len - 1)
+                     : 0.5 * (lo + hi) * (in - 1);
+    case 4: return len > 1 ? x * (in - 1) / (len - 1) : 0;
+    default: {
+      double adj = (double)c->out[ax] / len;
+      return in / 2 * (1 - adj) + (x + 0.5) / s - 0.5;
+    }
+  }
+}
+
+static double rs_eval(const resize_case_t *c, const float *x, const int64_t *stride,
+                      const double *s, const int64_t *oidx, uint32_t ax, int64_t base) {
+  if (ax == c->nd) return x[base];
+  int64_t in = c->in[ax];
+  double xo = rs_source(c, (int)ax, oidx[ax], s[ax]);
+  if (c->coord == 3 && (xo < 0 || xo > (double)(in - 1))) return c->extrap;
+  double fl = floor(xo), r = xo == fl ? 1.0 : xo - fl, A = c->a;
+  double co[4];
+  int n;
+  if (c->mode == 0) {
+    n = 2;
+    int up;
+    if (xo == fl) {
+      up = 1;
+    } else if (c->nearest == 0) {
+      up = r > 0.5;
+    } else if (c->nearest == 1) {
+      up = r >= 0.5;
+    } else {
+      up = c->nearest == 3;
+    }
+    co[0] = !up;
+    co[1] = up;
+  } else if (c->mode == 1) {
+    n = 2;
+    co[0] = 1 - r;
+    co[1] = r;
+  } else {
+    n = 4;
+    co[0] = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+    co[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
+    co[2] = ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1;
+    co[3] = ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A;
+  }
+  /* the n integers nearest to xo, ties to the smaller, ascending */
+  int64_t cand[16], idx[4];
+  int nc = 0;
+  for (int64_t k = (int64_t)fl - 4; k <= (int64_t)fl + 4; k++) cand[nc++] = k;
+  for (int i = 0; i < n; i++) {
+    int best = -1;
+    for (int j = 0; j < nc; j++) {
+      if (cand[j] == INT64_MIN) continue;
+      double dj = fabs(xo - (double)cand[j]);
+      if (best < 0 || dj < fabs(xo - (double)cand[best])) best = j;
+    }
+    idx[i] = cand[best];
+    cand[best] = INT64_MIN;
+  }
+  for (int i = 0; i < n; i++) /* sort ascending */
+    for (int j = i + 1; j < n; j++)
+      if (idx[j] < idx[i]) {
+        int64_t t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+      }
+  if (c->exclude) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+      if (idx[i] < 0 || idx[i] >= in) co[i] = 0;
+      sum += co[i];
+    }
+    for (int i = 0; i < n; i++) co[i] /= sum;
+  }
+  double acc = 0;
+  for (int i = 0; i < n; i++) {
+    if (co[i] == 0) continue;
+    int64_t k = idx[i] < 0 ? 0 : idx[i] >= in ? in - 1 : idx[i];
+    acc += co[i] * rs_eval(c, x, stride, s, oidx, ax + 1, base + k * stride[ax]);
+  }
+  return acc;
+}
+
+static void check_resize(tops_env_t *e, vm_dtype_t dt, const resize_case_t *c) {
+  size_t nx = (size_t)tops_numel(c->nd, c->in), ny = (size_t)tops_numel(c->nd, c->out);
+  float *x = tops_rand(nx, 71, -2, 2);
+  float *want = malloc(ny * sizeof(float) + 4), *got = malloc(ny * sizeof(float) + 4);
+  if (is_f16(dt)) tops_round_f16(x, nx);
+  int64_t stride[4], oidx[4];
+  double s[4];
+  stride[c->nd - 1] = 1;
+  for (uint32_t i = c->nd - 1; i-- > 0;) stride[i] = stride[i + 1] * c->in[i + 1];
+  for (uint32_t i = 0; i < c->nd; i++) {
+    s[i] = c->with_scales ? (double)c->scales[i] : (double)c->out[i] / (double)c->in[i];
+  }
+  for (size_t i = 0; i < ny; i++) {
+    int64_t r = (int64_t)i;
+    for (uint32_t k = c->nd; k-- > 0;) {
+      oidx[k] = r % c->out[k];
+      r /= c->out[k];
+    }
+    want[i] = (float)rs_eval(c, x, stride, s, oidx, 0, 0);
+  }
+  int64_t nsc = c->nd, nroi = 2 * c->nd;
+  vm_value_t args[10] = {
+      tops_tensor_f(e, dt, c->nd, c->in, x),
+      vm_value_int(c->mode),
+      vm_value_int(c->coord),
+      vm_value_int(c->nearest),
+      vm_value_float(c->a),
+      vm_value_int(c->exclude),
+      vm_value_float(c->extrap),
+      c->with_scales ? tops_tensor(e, VM_F32, 1, &nsc, c->scales) : vm_value_none(),
+      c->coord == 3 ? tops_tensor(e, VM_F32, 1, &nroi, c->roi) : vm_value_none(),
+      tops_tensor(e, dt, c->nd, c->out, NULL)};
+  ASSERT_OK(tops_call(e, "cl.resize", args, 10));
+  tops_read_f(e, &args[9], got);
+  char what[96];
+  snprintf(what, sizeof(what), "resize mode %d coord %d nearest %d exclude %d %s", c->mode,
+           c->coord, c->nearest, c->exclude, is_f16(dt) ? "f16" : "f32");
+  tops_assert_close(got, want, ny, is_f16(dt) ? 4e-3 : 2e-6, is_f16(dt) ? 2e-3 : 1e-5, what);
+  tops_check_guard(e, &args[9]);
+  release_all(args, 10);
+  free(x);
+  free(want);
+  free(got);
+}
+
+/* Fields: nd, in, out, mode (0 nearest, 1 linear, 2 cubic), coord (0
+ * half_pixel, 1 asymmetric, 2 pytorch_half_pixel, 3 tf_crop_and_resize, 4
+ * align_corners, 5 half_pixel_symmetric), nearest mode, cubic a,
+ * exclude_outside, extrapolation value, scales given, scales, roi. */
+static const resize_case_t resize_cases[] = {
+    /* ONNX Upsample: nearest, asymmetric, floor */
+    {4, {1, 2, 3, 4}, {1, 2, 6, 8}, 0, 1, 2, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}},
+    /* up on one axis, down on the other */
+    {4, {1, 2, 5, 4}, {1, 2, 15, 2}, 0, 0, 0, -0.75, 0, 0, 1, {1, 1, 3, 0.5f}, {0}},
+    /* round_prefer_ceil; scales none (from the sizes) */
+    {4, {1, 1, 5, 7}, {1, 1, 8, 4}, 0, 0, 1, -0.75, 0, 0, 0, {0}, {0}},
+    /* ceil with align_corners */
+    {4, {1, 1, 5, 7}, {1, 1, 8, 11}, 0, 4, 3, -0.75, 0, 0, 0, {0}, {0}},
+    /* bilinear */
+    {4, {1, 3, 4, 5}, {1, 3, 8, 10}, 1, 0, 0, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}},
+    {4, {1, 3, 4, 5}, {1, 3, 7, 3}, 1, 4, 0, -0.75, 0, 0, 0, {0}, {0}},
+    /* pytorch_half_pixel with an output extent of 1 */
+    {4, {1, 1, 4, 4}, {1, 1, 1, 3}, 1, 2, 0, -0.75, 0, 0, 0, {0}, {0}},
+    /* bicubic */
+    {4, {1, 2, 4, 5}, {1, 2, 9, 11}, 2, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    /* cubic, a = -0.5, exclude_outside, downscaling */
+    {4, {1, 2, 9, 8}, {1, 2, 4, 3}, 2, 1, 0, -0.5, 1, 0, 1, {1, 1, 0.5f, 0.4f}, {0}},
+    /* half_pixel_symmetric where out (6, 8) is not scale * in (6.8, 8.5) */
+    {4, {1, 1, 4, 5}, {1, 1, 6, 8}, 2, 5, 0, -0.75, 0, 0, 1, {1, 1, 1.7f, 1.7f}, {0}},
+    {4, {1, 1, 4, 5}, {1, 1, 6, 8}, 1, 5, 0, -0.75, 1, 0, 1, {1, 1, 1.7f, 1.7f}, {0}},
+    /* tf_crop_and_resize: crops past the input take the extrapolation value */
+    {4,
+     {1, 2, 5, 6},
+     {1, 2, 4, 7},
+     1,
+     3,
+     0,
+     -0.75,
+     0,
+     10,
+     1,
+     {1, 1, 0.8f, 1.2f},
+     {0, 0, -0.2f, 0.1f, 1, 1, 0.9f, 1.3f}},
+    {4,
+     {1, 2, 5, 6},
+     {1, 2, 3, 1},
+     0,
+     3,
+     0,
+     -0.75,
+     0,
+     -1,
+     1,
+     {1, 1, 0.6f, 0.2f},
+     {0, 0, 0.1f, 0.2f, 1, 1, 0.7f, 0.6f}},
+    /* align_corners where scale * in (4.8, 3.6) is not the extent: the real length counts */
+    {4, {1, 1, 8, 6}, {1, 1, 4, 3}, 1, 4, 0, -0.75, 0, 0, 1, {1, 1, 0.6f, 0.6f}, {0}},
+    /* a middle axis of a 3-D tensor */
+    {3, {2, 4, 3}, {2, 7, 3}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    /* the identity */
+    {2, {3, 3}, {3, 3}, 2, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+};
+
+static void test_resize(void **state) {
+  tops_env_t *e = *state;
+  for (size_t i = 0; i < sizeof(resize_cases) / sizeof(resize_cases[0]); i++) {
+    check_resize(e, VM_F32, &resize_cases[i]);
+  }
+  check_resize(e, VM_F16, &resize_cases[4]);
+  check_resize(e, VM_F16, &resize_cases[7]);
+
+  /* scales on the host CPU device (what a compiler's constants would use) */
+  vm_device_t *cpu = NULL;
+  vm_allocator_t *calloc_ = NULL;
+  ASSERT_OK(vm_cpu_device_create(0, &cpu));
+  ASSERT_OK(vm_allocator_create(cpu, VM_ALLOC_NAIVE, &calloc_));
+  vm_value_t sc;
+  ASSERT_OK(vm_tensor_alloc(calloc_, VM_F32, DIMS(4), 1, &sc));
+  const float sv[4] = {1, 1, 2, 2};
+  vm_tensor_t *st = vm_value_as_tensor(&sc);
+  ASSERT_OK(cpu->ops->copy_from_host(cpu, st->storage->buffer, st->offset, sv, sizeof(sv)));
+  vm_value_t x = tops_tensor_f(e, VM_F32, 4, DIMS(1, 1, 2, 2), (const float[]){1, 2, 3, 4});
+  vm_value_t y = tops_tensor(e, VM_F32, 4, DIMS(1, 1, 4, 4), NULL);
+  vm_value_t args[10] = {x,
+                         vm_value_int(0),
+                         vm_value_int(1),
+                         vm_value_int(2),
+                         vm_value_float(-0.75),
+                         vm_value_int(0),
+                         vm_value_float(0),
+                         sc,
+                         vm_value_none(),
+                         y};
+  ASSERT_OK(tops_call(e, "cl.resize", args, 10));
+  float got[16];
+  tops_read_f(e, &y, got);
+  tops_assert_close(got, (const float[]){1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, 16, 0, 0,
+                    "nearest 2x with scales on the cpu");
+
+  /* errors */
+  args[2] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: roi (argument 8) is none, but coord_mode 3 (tf_crop_and_resize) needs "
+                "it");
+  args[2] = vm_value_int(6);
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: coord_mode (argument 2) is 6, expected 0 to 5");
+  args[2] = vm_value_int(1);
+  args[7] = tops_tensor(e, VM_F32, 1, DIMS(3), (const float[]){1, 2, 2});
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: scales (argument 7) is a float32 tensor of shape [3], expected "
+                "float32 [4]");
+  vm_value_release(&args[7]);
+  args[7] = tops_tensor(e, VM_F32, 1, DIMS(4), (const float[]){1, 0, 2, 2});
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: scales (argument 7) value 0 for axis 1 is not a positive number");
+  vm_value_release(&args[7]);
+  args[7] = vm_value_none();
+  args[9] = tops_plain(e, VM_F32, 3, DIMS(1, 4, 4));
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: y (argument 9) has shape [1, 4, 4], expected 4 dims like x");
+  vm_value_release(&args[9]);
+  args[9] = y;
+  args[1] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: mode (argument 1) is 3, expected 0 to 2");
+  vm_value_release(&sc);
+  release_all((vm_value_t[]){x, y}, 2);
+  vm_allocator_destroy(calloc_);
+  vm_device_destroy(cpu);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv2d_asym),
       cmocka_unit_test(test_pool2d_onnx),
+      cmocka_unit_test(test_resize),
+      cmocka_unit_test(test_conv_transpose2d),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
