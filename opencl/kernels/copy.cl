@@ -1,4 +1,4 @@
-/* Layout operators: cl.transpose, cl.slice and cl.concat are all one
+/* Layout operators: cl.transpose, cl.slice, cl.concat and cl.broadcast_to are one
  * strided copy. They only move bytes, so the element type T is picked by
  * size (-DT=uchar|ushort|uint|ulong) and one build serves every dtype of
  * that size.
@@ -14,3 +14,72 @@ __kernel void copy_nd(__global const T *src, int so, __global T *dst, int dof, i
   int2 o = nd_offsets(i, rank, shape, sstride, dstride);
   dst[dof + o.y] = src[so + o.x];
 }
+
+/* cl.pad: one work-item per output element. Per dim (innermost first):
+ * the output extent, the input extent and element stride, and the begin
+ * pad (negative: a crop). A coordinate c = o - before outside the input
+ * takes the constant (mode 0; value's low bytes are the element) or is
+ * mapped back: reflect (1, mirror without repeating the edge, periodic
+ * for pads beyond the extent, as NumPy), edge (2, clamp), wrap (3,
+ * modulo). Coordinates are long: a crop's offset plus an index may pass
+ * the int range. The host guarantees every input extent is > 0 unless
+ * the mode is constant. */
+__kernel void pad_nd(__global const T *src, int so, __global T *dst, int dof, int n, int rank,
+                     int8 oshape8, int8 ishape8, int8 istride8, int8 before8, int mode,
+                     ulong value) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int os[8], is[8], st[8], bf[8];
+  vstore8(oshape8, 0, os);
+  vstore8(ishape8, 0, is);
+  vstore8(istride8, 0, st);
+  vstore8(before8, 0, bf);
+  int rem = i, off = 0;
+  for (int d = 0; d < rank; d++) {
+    int o = rem % os[d];
+    rem /= os[d];
+    long c = (long)o - bf[d], len = is[d];
+    if (c < 0 || c >= len) {
+      if (mode == 0) {
+        dst[dof + i] = (T)value;
+        return;
+      }
+      if (mode == 1) {
+        long period = 2 * (len - 1);
+        if (period == 0) {
+          c = 0;
+        } else {
+          c %= period;
+          if (c < 0) c += period;
+          if (c >= len) c = period - c;
+        }
+      } else if (mode == 2) {
+        c = c < 0 ? 0 : len - 1;
+      } else {
+        c %= len;
+        if (c < 0) c += len;
+      }
+    }
+    off += (int)c * st[d];
+  }
+  dst[dof + i] = src[so + off];
+}
+
+#ifdef IDX
+/* cl.gather along one axis: x viewed as [outer, axis_len, inner], the
+ * indices (type IDX: int or long) as [nind]; y is [outer, nind, inner].
+ * A negative index counts from the end; one still out of range yields a
+ * zero element and reads nothing. */
+__kernel void gather(__global const T *x, int xo, __global const IDX *ind, int io,
+                     __global T *y, int yo, int n, int nind, int inner, int axis_len) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int in = i % inner;
+  int t = i / inner;
+  int j = t % nind;
+  int outer = t / nind;
+  long k = ind[io + j];
+  if (k < 0) k += axis_len;
+  y[yo + i] = k >= 0 && k < axis_len ? x[xo + (outer * axis_len + (int)k) * inner + in] : (T)0;
+}
+#endif

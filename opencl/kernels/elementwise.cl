@@ -76,10 +76,19 @@ BINARY_ND(min)
 BINARY_VEC(pow)
 BINARY_ND(pow)
 
+/* Unary operations on a float4 v; pa and pb are the operator's float
+ * attributes (0 for operations that take none). Clamps are written with
+ * fmax/fmin plus a select that keeps NaN, as NumPy's clip does (fmax and
+ * fmin would turn NaN into the bound). */
+#define KEEP_NAN(r, v) select((r), (v), isnan(v))
 /* relu keeps NaN (x < 0 is false for it), as NumPy's maximum(x, 0) does. */
 #define UN_relu(x) select((x), (float4)(0.0f), (x) < (float4)(0.0f))
 /* Exact (erf) GELU, as PyTorch's default and ONNX's Gelu. */
 #define UN_gelu(x) (0.5f * (x) * (1.0f + erf((x) * 0.70710678118654752f)))
+/* The tanh approximation of GELU (ONNX Gelu with approximate = "tanh"). */
+#define UN_gelu_tanh(x)                                                                \
+  (0.5f * (x) *                                                                        \
+   (1.0f + tanh(0.79788456080286536f * ((x) + 0.044715f * (x) * (x) * (x)))))
 /* exp(-x) overflows to inf for very negative x, giving the right limit 0. */
 #define UN_sigmoid(x) (1.0f / (1.0f + exp(-(x))))
 #define UN_tanh(x) tanh(x)
@@ -88,12 +97,30 @@ BINARY_ND(pow)
 #define UN_sqrt(x) sqrt(x)
 #define UN_neg(x) (-(x))
 #define UN_abs(x) fabs(x)
+#define UN_erf(x) erf(x)
+#define UN_reciprocal(x) (1.0f / (x))
+#define UN_floor(x) floor(x)
+#define UN_ceil(x) ceil(x)
+/* ONNX Round: halves to even (rint in the default rounding mode). */
+#define UN_round(x) rint(x)
+#define UN_sin(x) sin(x)
+#define UN_cos(x) cos(x)
+/* log(1 + exp(x)) without overflow: x + log1p(exp(-x)) for large x. */
+#define UN_softplus(x) select(log1p(exp(x)), (x) + log1p(exp(-(x))), (x) > (float4)(0.0f))
+/* x * relu6(x + 3) / 6, written as ONNX's x * max(0, min(1, x / 6 + 1/2)) */
+#define UN_hard_swish(x) ((x) * fmin(fmax((x) * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f))
+#define UN_leaky_relu(x) select((x), pa * (x), (x) < (float4)(0.0f))
+#define UN_hard_sigmoid(x) KEEP_NAN(fmin(fmax(pa * (x) + pb, 0.0f), 1.0f), pa * (x) + pb)
+/* min(max(x, lo), hi): hi wins when lo > hi, as NumPy's clip */
+#define UN_clip(x) KEEP_NAN(fmin(fmax((x), pa), pb), (x))
+#define UN_elu(x) select((x), pa * expm1(x), (x) < (float4)(0.0f))
+#define UN_selu(x) (pb * select((x), pa * expm1(x), (x) <= (float4)(0.0f)))
 
 /* unary_OP: dense input and output of the same shape, float4 per
- * work-item as in binary_OP_vec. */
+ * work-item as in binary_OP_vec; pa, pb: see above. */
 #define UNARY(name)                                                                   \
   __kernel void unary_##name(__global const S *x, int xo, __global S *y, int yo,      \
-                             int n) {                                                 \
+                             int n, float pa, float pb) {                             \
     int i = get_global_id(0);                                                         \
     int n4 = n >> 2;                                                                  \
     x += xo;                                                                          \
@@ -111,6 +138,7 @@ BINARY_ND(pow)
 
 UNARY(relu)
 UNARY(gelu)
+UNARY(gelu_tanh)
 UNARY(sigmoid)
 UNARY(tanh)
 UNARY(exp)
@@ -118,3 +146,17 @@ UNARY(log)
 UNARY(sqrt)
 UNARY(neg)
 UNARY(abs)
+UNARY(erf)
+UNARY(reciprocal)
+UNARY(floor)
+UNARY(ceil)
+UNARY(round)
+UNARY(sin)
+UNARY(cos)
+UNARY(softplus)
+UNARY(hard_swish)
+UNARY(leaky_relu)
+UNARY(hard_sigmoid)
+UNARY(clip)
+UNARY(elu)
+UNARY(selu)

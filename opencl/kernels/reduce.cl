@@ -112,11 +112,14 @@ __kernel void softmax_col(__global const S *x, int xo, __global S *y, int yo, in
 /* ---- cl.layer_norm ----
  * y = (x - mean) / sqrt(var + eps) * gamma + beta over rows of len
  * elements; two passes (mean, then squared deviations) for accuracy. With
- * has_gamma / has_beta 0 the buffers are placeholders and not read. */
+ * has_gamma / has_beta 0 the buffers are placeholders and not read; with
+ * has_stats, the row's mean and 1 / sqrt(var + eps) are stored (float32)
+ * at mean[mo + row] and rstd[ro + row] when has_stats & 1 and & 2. */
 __kernel void layer_norm_row(__global const S *x, int xo, __global const S *gamma, int go,
                              int has_gamma, __global const S *beta, int bo, int has_beta,
                              __global S *y, int yo, int len, float eps,
-                             __local float *scratch) {
+                             __local float *scratch, __global float *mean_out, int mo,
+                             __global float *rstd_out, int ro, int has_stats) {
   int row = get_group_id(0), l = get_local_id(0), n = get_local_size(0);
   int base = row * len;
   x += xo + base;
@@ -130,6 +133,8 @@ __kernel void layer_norm_row(__global const S *x, int xo, __global const S *gamm
     v += d * d;
   }
   float rstd = rsqrt(wg_sum(v, scratch) / (float)len + eps);
+  if (l == 0 && (has_stats & 1)) mean_out[mo + row] = mean;
+  if (l == 0 && (has_stats & 2)) rstd_out[ro + row] = rstd;
   for (int j = l; j < len; j += n) {
     float t = (LD(x, j) - mean) * rstd;
     if (has_gamma) t *= LD(gamma, go + j);

@@ -1,6 +1,7 @@
 /* Shared machinery of the cl.* operators: program sources, argument
  * checking, kernel-argument and launch helpers, shape collapsing, float16
  * conversion. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ static const char *const family_files[VMCL_FAM_COUNT] = {
     [VMCL_FAM_CONV] = vmcl_src_conv,
     [VMCL_FAM_COPY] = vmcl_src_copy,
     [VMCL_FAM_CAST] = vmcl_src_cast,
+    [VMCL_FAM_RESIZE] = vmcl_src_resize,
 };
 
 static char *family_sources[VMCL_FAM_COUNT];
@@ -264,6 +266,138 @@ vm_status_t vmcl_op_shape_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t
                        vmcl_shape_str(shape, ndim, b2, sizeof(b2)));
 }
 
+vm_status_t vmcl_op_copyable(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                             const char *what) {
+  size_t eb = vm_dtype_bytes(t->dtype);
+  if (t->dtype.lanes == 1 && (eb == 1 || eb == 2 || eb == 4 || eb == 8)) return VM_STATUS_OK;
+  char buf[24];
+  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected one of 1, 2, 4 or 8 bytes",
+                       what, idx, vm_dtype_str(t->dtype, buf, sizeof(buf)));
+}
+
+vm_status_t vmcl_value_pattern(const vmcl_op_t *op, uint32_t vidx, vm_dtype_t dt, uint32_t yidx,
+                               uint8_t *pattern, size_t *size) {
+  *size = 0;
+  if (vidx >= op->nargs) return vmcl_op_error(op, "missing value (argument %u)", vidx);
+  const vm_value_t *v = &op->args[vidx];
+  if (v->kind != VM_VAL_FLOAT && v->kind != VM_VAL_INT && v->kind != VM_VAL_BOOL) {
+    return vmcl_op_error(op, "value (argument %u) must be a float, int or bool, got %s", vidx,
+                         vm_value_kind_name(v->kind));
+  }
+  int is_int = v->kind != VM_VAL_FLOAT;
+  int64_t iv = is_int ? v->u.i : 0;
+  double fv = is_int ? (double)v->u.i : v->u.f;
+  char buf[24];
+  if (dt.lanes != 1) goto unsupported;
+  switch (dt.code) {
+    case VM_DTYPE_FLOAT:
+      if (dt.bits == 32) {
+        float f = (float)fv;
+        memcpy(pattern, &f, 4);
+        *size = 4;
+        return VM_STATUS_OK;
+      }
+      if (dt.bits == 16) {
+        uint16_t h = vmcl_f32_to_f16((float)fv);
+        memcpy(pattern, &h, 2);
+        *size = 2;
+        return VM_STATUS_OK;
+      }
+      if (dt.bits == 64) {
+        memcpy(pattern, &fv, 8);
+        *size = 8;
+        return VM_STATUS_OK;
+      }
+      goto unsupported;
+    case VM_DTYPE_BFLOAT: {
+      /* bfloat16 is the top half of a float32, rounded to nearest even */
+      float f = (float)fv;
+      uint32_t bits;
+      memcpy(&bits, &f, 4);
+      uint16_t h = isnan(f) ? (uint16_t)((bits >> 16) | 0x40u)
+                            : (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+      memcpy(pattern, &h, 2);
+      *size = 2;
+      return VM_STATUS_OK;
+    }
+    case VM_DTYPE_BOOL:
+      pattern[0] = fv != 0.0;
+      *size = 1;
+      return VM_STATUS_OK;
+    case VM_DTYPE_INT:
+    case VM_DTYPE_UINT: {
+      if (!is_int) {
+        if (!(fv == floor(fv))) {
+          return vmcl_op_error(op, "value (argument %u) %g is not an integer, y has dtype %s", vidx,
+                               fv, vm_dtype_str(dt, buf, sizeof(buf)));
+        }
+        /* within int64 (the conversion of anything beyond is undefined) */
+        if (!(fv >= -9.2e18 && fv <= 9.2e18)) {
+          return vmcl_op_error(op, "value (argument %u) %g does not fit dtype %s of y", vidx, fv,
+                               vm_dtype_str(dt, buf, sizeof(buf)));
+        }
+        iv = (int64_t)fv;
+      }
+      int bits = dt.bits;
+      if (bits != 8 && bits != 16 && bits != 32 && bits != 64) goto unsupported;
+      int ok;
+      if (dt.code == VM_DTYPE_INT) {
+        ok = bits == 64 || (iv >= -(INT64_C(1) << (bits - 1)) && iv < (INT64_C(1) << (bits - 1)));
+      } else {
+        ok = iv >= 0 && (bits == 64 || iv < (INT64_C(1) << bits));
+      }
+      if (!ok) {
+        return vmcl_op_error(op, "value (argument %u) %lld does not fit dtype %s of y", vidx,
+                             (long long)iv, vm_dtype_str(dt, buf, sizeof(buf)));
+      }
+      uint64_t u = (uint64_t)iv; /* two's complement: the low bytes are the value */
+      /* i < 8 restates bits <= 64 for GCC's overflow analysis */
+      for (int i = 0; i < bits / 8 && i < 8; i++) pattern[i] = (uint8_t)(u >> (8 * i));
+      *size = (size_t)bits / 8;
+      return VM_STATUS_OK;
+    }
+    default: break;
+  }
+unsupported:
+  return vmcl_op_error(op, "y (argument %u) has dtype %s, which %s does not support", yidx,
+                       vm_dtype_str(dt, buf, sizeof(buf)), op->name);
+}
+
+/* ---------------------------------------------------------------------------
+ * Broadcasting
+ */
+
+int vmcl_broadcast_shape(const int64_t *a, uint32_t na, const int64_t *b, uint32_t nb, int64_t *out,
+                         uint32_t *out_ndim) {
+  uint32_t nd = na > nb ? na : nb;
+  int64_t r[VMCL_MAX_RANK];
+  if (nd > VMCL_MAX_RANK) return -1;
+  for (uint32_t i = 0; i < nd; i++) {
+    /* i counts from the last dim */
+    int64_t da = i < na ? a[na - 1 - i] : 1;
+    int64_t db = i < nb ? b[nb - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) return -1;
+    r[nd - 1 - i] = da == 1 ? db : da;
+  }
+  memcpy(out, r, nd * sizeof(int64_t));
+  *out_ndim = nd;
+  return 0;
+}
+
+void vmcl_broadcast_strides(const vm_tensor_t *t, uint32_t nd, int64_t *out) {
+  int64_t dense[VMCL_MAX_RANK];
+  vmcl_dense_strides(t->shape, t->ndim, dense);
+  for (uint32_t i = 0; i < nd; i++) {
+    uint32_t back = nd - 1 - i;
+    if (back >= t->ndim) {
+      out[i] = 0;
+    } else {
+      uint32_t ti = t->ndim - 1 - back;
+      out[i] = t->shape[ti] == 1 ? 0 : dense[ti];
+    }
+  }
+}
+
 /* ---------------------------------------------------------------------------
  * Kernel arguments and launches
  */
@@ -349,6 +483,16 @@ void vmcl_collapse(vmcl_iter_t *it, int nstr) {
   it->rank = r;
 }
 
+const char *vmcl_copy_type(size_t elem_bytes) {
+  switch (elem_bytes) {
+    case 1: return "uchar";
+    case 2: return "ushort";
+    case 4: return "uint";
+    case 8: return "ulong";
+    default: return NULL;
+  }
+}
+
 vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int64_t src_off,
                               cl_mem dst, int64_t dst_off, vmcl_iter_t *it) {
   int64_t n = 1;
@@ -366,16 +510,13 @@ vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int6
     vmcl_track_event(d, ev);
     return VM_STATUS_OK;
   }
-  const char *opts;
-  switch (elem_bytes) {
-    case 1: opts = "-DT=uchar"; break;
-    case 2: opts = "-DT=ushort"; break;
-    case 4: opts = "-DT=uint"; break;
-    case 8: opts = "-DT=ulong"; break;
-    default:
-      return vm_status_make(VM_INVALID_ARGUMENT, "copy of %zu-byte elements is not supported",
-                            elem_bytes);
+  const char *type = vmcl_copy_type(elem_bytes);
+  if (!type) {
+    return vm_status_make(VM_INVALID_ARGUMENT, "copy of %zu-byte elements is not supported",
+                          elem_bytes);
   }
+  char opts[32];
+  snprintf(opts, sizeof(opts), "-DT=%s", type);
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);

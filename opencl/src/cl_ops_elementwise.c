@@ -1,4 +1,5 @@
 /* cl.binary.* (NumPy broadcasting) and cl.unary.*: kernels/elementwise.cl. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,38 +10,6 @@
  * compile), and 256 measured best there; GPUs clamp it via
  * vmcl_local_size. */
 #define ELEMENTWISE_LOCAL 256
-
-/* Broadcasts shapes a and b (NumPy rules: align trailing dims; a dim of 1
- * stretches). Returns 0 and the result shape, or -1 if they conflict. */
-static int broadcast_shape(const vm_tensor_t *a, const vm_tensor_t *b, int64_t *out,
-                           uint32_t *out_ndim) {
-  uint32_t nd = a->ndim > b->ndim ? a->ndim : b->ndim;
-  for (uint32_t i = 0; i < nd; i++) {
-    /* i counts from the last dim */
-    int64_t da = i < a->ndim ? a->shape[a->ndim - 1 - i] : 1;
-    int64_t db = i < b->ndim ? b->shape[b->ndim - 1 - i] : 1;
-    if (da != db && da != 1 && db != 1) return -1;
-    out[nd - 1 - i] = da == 1 ? db : da;
-  }
-  *out_ndim = nd;
-  return 0;
-}
-
-/* Element strides of t viewed with the output's rank: 0 along dims that t
- * lacks or has as 1 (broadcast). */
-static void broadcast_strides(const vm_tensor_t *t, uint32_t nd, int64_t *out) {
-  int64_t dense[VMCL_MAX_RANK];
-  vmcl_dense_strides(t->shape, t->ndim, dense);
-  for (uint32_t i = 0; i < nd; i++) {
-    uint32_t back = nd - 1 - i;
-    if (back >= t->ndim) {
-      out[i] = 0;
-    } else {
-      uint32_t ti = t->ndim - 1 - back;
-      out[i] = t->shape[ti] == 1 ? 0 : dense[ti];
-    }
-  }
-}
 
 vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
@@ -59,7 +28,7 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, c, 2, "c", a->dtype, "a"));
   int64_t shape[VMCL_MAX_RANK];
   uint32_t nd;
-  if (broadcast_shape(a, b, shape, &nd) != 0) {
+  if (vmcl_broadcast_shape(a->shape, a->ndim, b->shape, b->ndim, shape, &nd) != 0) {
     char b1[192], b2[192];
     return vmcl_op_error(&op, "shapes %s of a and %s of b do not broadcast",
                          vmcl_shape_str(a->shape, a->ndim, b1, sizeof(b1)),
@@ -78,8 +47,8 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   if (!vec) {
     it.rank = (int)nd;
     memcpy(it.shape, shape, nd * sizeof(int64_t));
-    broadcast_strides(a, nd, it.stride[0]);
-    broadcast_strides(b, nd, it.stride[1]);
+    vmcl_broadcast_strides(a, nd, it.stride[0]);
+    vmcl_broadcast_strides(b, nd, it.stride[1]);
     vmcl_collapse(&it, 2);
   }
   char kname[48];
@@ -126,20 +95,50 @@ done:
   return st;
 }
 
+/* Unary operations with float attributes, passed to the kernel as pa, pb
+ * (elementwise.cl); every other operation takes none. */
+typedef struct unary_attrs {
+  const char *op;
+  const char *usage;
+  uint32_t n;
+  const char *names[2];
+} unary_attrs_t;
+
+static const unary_attrs_t unary_attr_table[] = {
+    {"leaky_relu", "(x, alpha, y)", 1, {"alpha", NULL}},
+    {"hard_sigmoid", "(x, alpha, beta, y)", 2, {"alpha", "beta"}},
+    {"clip", "(x, lo, hi, y)", 2, {"lo", "hi"}},
+    {"elu", "(x, alpha, y)", 1, {"alpha", NULL}},
+    {"selu", "(x, alpha, gamma, y)", 2, {"alpha", "gamma"}},
+};
+
 vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                           void *user) {
   const char *opname = user;
   char name[32];
   snprintf(name, sizeof(name), "cl.unary.%s", opname);
+  const unary_attrs_t *ua = NULL;
+  for (size_t i = 0; i < sizeof(unary_attr_table) / sizeof(unary_attr_table[0]); i++) {
+    if (strcmp(unary_attr_table[i].op, opname) == 0) ua = &unary_attr_table[i];
+  }
+  uint32_t na = ua ? ua->n : 0;
   vmcl_op_t op;
-  vmcl_op_init(&op, name, "(x, y)", args, nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2, 2));
+  vmcl_op_init(&op, name, ua ? ua->usage : "(x, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2 + na, 2 + na));
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1 + na, "y", &y));
   VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 1, "y", x->dtype, "x"));
-  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 1 + na, "y", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1 + na, "y", x->shape, x->ndim));
+  double p[2] = {0.0, 0.0};
+  for (uint32_t i = 0; i < na; i++) {
+    VM_RETURN_IF_ERROR(vmcl_op_float(&op, 1 + i, ua->names[i], &p[i]));
+    /* infinite bounds are meaningful for clip; NaN never is */
+    if (isnan(p[i])) {
+      return vmcl_op_error(&op, "%s (argument %u) is NaN, expected a number", ua->names[i], 1 + i);
+    }
+  }
   int64_t n = vm_tensor_numel(x);
   if (n == 0) return VM_STATUS_OK;
 
@@ -157,6 +156,8 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   vmcl_arg_mem(&ka, vmcl_tensor_mem(y));
   vmcl_arg_int(&ka, vmcl_elem_offset(y));
   vmcl_arg_int(&ka, n);
+  vmcl_arg_float(&ka, (float)p[0]);
+  vmcl_arg_float(&ka, (float)p[1]);
   if (ka.err != CL_SUCCESS) {
     st = vmcl_status(ka.err, "clSetKernelArg");
     goto done;

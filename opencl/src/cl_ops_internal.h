@@ -22,6 +22,7 @@ extern const char vmcl_src_gemm[];
 extern const char vmcl_src_conv[];
 extern const char vmcl_src_copy[];
 extern const char vmcl_src_cast[];
+extern const char vmcl_src_resize[];
 
 /* Operator families. Each is one OpenCL program (per set of build options)
  * holding all the kernels of the family, so a process builds few
@@ -32,8 +33,9 @@ typedef enum vmcl_family {
   VMCL_FAM_POOL,            /* cl.pool2d.{max,avg} */
   VMCL_FAM_GEMM,            /* cl.gemm (tiled kernel) */
   VMCL_FAM_CONV,            /* cl.conv2d */
-  VMCL_FAM_COPY,            /* cl.transpose, cl.slice, cl.concat */
+  VMCL_FAM_COPY,            /* cl.transpose, cl.slice, cl.concat, cl.broadcast_to, ... */
   VMCL_FAM_CAST,            /* cl.cast */
+  VMCL_FAM_RESIZE,          /* cl.resize */
   VMCL_FAM_COUNT
 } vmcl_family_t;
 
@@ -110,6 +112,16 @@ vm_status_t vmcl_op_dtype_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t
 vm_status_t vmcl_op_shape_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                              const char *what, const int64_t *shape, uint32_t ndim);
 
+/* t's dtype must be a single-lane type of 1, 2, 4 or 8 bytes (what the
+ * copy kernels move). */
+vm_status_t vmcl_op_copyable(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                             const char *what);
+/* Encodes the float, int or bool argument vidx as one element of dt (the
+ * dtype of the output, argument yidx) into pattern (8 bytes), its size in
+ * *size. Integer dtypes need an integral value that fits. */
+vm_status_t vmcl_value_pattern(const vmcl_op_t *op, uint32_t vidx, vm_dtype_t dt, uint32_t yidx,
+                               uint8_t *pattern, size_t *size);
+
 /* "[2, 3, 4]" into buf (always terminated); returns buf. */
 char *vmcl_shape_str(const int64_t *shape, uint32_t ndim, char *buf, size_t len);
 
@@ -163,8 +175,21 @@ typedef struct vmcl_iter {
  * (stride[i] == stride[i+1] * shape[i+1]). Rank 0 means one element. */
 void vmcl_collapse(vmcl_iter_t *it, int nstr);
 
+/* NumPy broadcast of shapes a and b (trailing dims aligned; a dim of 1
+ * stretches) into out (may alias a or b). Returns 0, or -1 when they
+ * conflict or the result has more than VMCL_MAX_RANK dims. */
+int vmcl_broadcast_shape(const int64_t *a, uint32_t na, const int64_t *b, uint32_t nb, int64_t *out,
+                         uint32_t *out_ndim);
+/* Element strides of dense t viewed with nd >= t->ndim dims (trailing
+ * aligned): 0 along dims that t lacks or has as 1. */
+void vmcl_broadcast_strides(const vm_tensor_t *t, uint32_t nd, int64_t *out);
+
 /* Row-major element strides of a shape. */
 void vmcl_dense_strides(const int64_t *shape, uint32_t ndim, int64_t *strides);
+
+/* The unsigned OpenCL type moving elements of 1, 2, 4 or 8 bytes (the T
+ * of copy.cl), NULL for other sizes. */
+const char *vmcl_copy_type(size_t elem_bytes);
 
 /* Strided copy over it (stride set 0: source, 1: destination; offsets in
  * elements), dtype-agnostic (elem_bytes 1, 2, 4 or 8). Used by transpose,
@@ -218,5 +243,13 @@ vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
                          void *user);
 vm_status_t vmcl_op_fill(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user);
+vm_status_t vmcl_op_broadcast_to(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                 vm_value_t *out, void *user);
+vm_status_t vmcl_op_pad(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                        void *user);
+vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
+vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
 
 #endif

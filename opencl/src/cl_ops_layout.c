@@ -9,16 +9,6 @@
 
 #include "cl_ops_internal.h"
 
-/* The copy kernels move whole elements of 1, 2, 4 or 8 bytes. */
-static vm_status_t copyable(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
-                            const char *what) {
-  size_t eb = vm_dtype_bytes(t->dtype);
-  if (t->dtype.lanes == 1 && (eb == 1 || eb == 2 || eb == 4 || eb == 8)) return VM_STATUS_OK;
-  char buf[24];
-  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected one of 1, 2, 4 or 8 bytes",
-                       what, idx, vm_dtype_str(t->dtype, buf, sizeof(buf)));
-}
-
 vm_status_t vmcl_op_transpose(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                               vm_value_t *out, void *user) {
   vmcl_op_t op;
@@ -27,7 +17,7 @@ vm_status_t vmcl_op_transpose(vm_machine_t *m, const vm_value_t *args, uint32_t 
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "y", &y));
-  VM_RETURN_IF_ERROR(copyable(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 2, "y", x->dtype, "x"));
   int64_t perm[VMCL_MAX_RANK];
   uint32_t np;
@@ -73,7 +63,7 @@ vm_status_t vmcl_op_concat(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   uint32_t nin = na - 2;
   vm_tensor_t *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, na - 1, "y", &y));
-  VM_RETURN_IF_ERROR(copyable(&op, y, na - 1, "y"));
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, y, na - 1, "y"));
   if (y->ndim == 0) {
     return vmcl_op_error(&op, "y (argument %u) must have at least one dim", na - 1);
   }
@@ -154,7 +144,7 @@ vm_status_t vmcl_op_slice(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 4, "y", &y));
-  VM_RETURN_IF_ERROR(copyable(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 4, "y", x->dtype, "x"));
   int64_t begin[VMCL_MAX_RANK], end[VMCL_MAX_RANK], step[VMCL_MAX_RANK];
   uint32_t nb, ne, ns;
@@ -286,80 +276,6 @@ done:
   return st;
 }
 
-/* Encodes value as one element of dt into pattern (returns its size), or
- * returns 0 with *err set when the value does not fit the dtype. */
-static size_t fill_pattern(const vmcl_op_t *op, const vm_value_t *v, vm_dtype_t dt,
-                           uint8_t *pattern, vm_status_t *err) {
-  int is_int = v->kind != VM_VAL_FLOAT;
-  int64_t iv = is_int ? v->u.i : 0;
-  double fv = is_int ? (double)v->u.i : v->u.f;
-  char buf[24];
-  *err = VM_STATUS_OK;
-  if (dt.lanes != 1) goto unsupported;
-  switch (dt.code) {
-    case VM_DTYPE_FLOAT:
-      if (dt.bits == 32) {
-        float f = (float)fv;
-        memcpy(pattern, &f, 4);
-        return 4;
-      }
-      if (dt.bits == 16) {
-        uint16_t h = vmcl_f32_to_f16((float)fv);
-        memcpy(pattern, &h, 2);
-        return 2;
-      }
-      if (dt.bits == 64) {
-        memcpy(pattern, &fv, 8);
-        return 8;
-      }
-      goto unsupported;
-    case VM_DTYPE_BFLOAT: {
-      /* bfloat16 is the top half of a float32, rounded to nearest even */
-      float f = (float)fv;
-      uint32_t bits;
-      memcpy(&bits, &f, 4);
-      uint16_t h = isnan(f) ? (uint16_t)((bits >> 16) | 0x40u)
-                            : (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-      memcpy(pattern, &h, 2);
-      return 2;
-    }
-    case VM_DTYPE_BOOL: pattern[0] = fv != 0.0; return 1;
-    case VM_DTYPE_INT:
-    case VM_DTYPE_UINT: {
-      if (!is_int) {
-        if (!(fv == floor(fv)) || fv < -9.3e18 || fv > 1.8e19) {
-          *err = vmcl_op_error(op, "value (argument 0) %g is not an integer, y has dtype %s", fv,
-                               vm_dtype_str(dt, buf, sizeof(buf)));
-          return 0;
-        }
-        iv = (int64_t)fv;
-      }
-      int bits = dt.bits;
-      if (bits != 8 && bits != 16 && bits != 32 && bits != 64) goto unsupported;
-      int ok;
-      if (dt.code == VM_DTYPE_INT) {
-        ok = bits == 64 || (iv >= -(INT64_C(1) << (bits - 1)) && iv < (INT64_C(1) << (bits - 1)));
-      } else {
-        ok = iv >= 0 && (bits == 64 || iv < (INT64_C(1) << bits));
-      }
-      if (!ok) {
-        *err = vmcl_op_error(op, "value (argument 0) %lld does not fit dtype %s of y",
-                             (long long)iv, vm_dtype_str(dt, buf, sizeof(buf)));
-        return 0;
-      }
-      uint64_t u = (uint64_t)iv; /* two's complement: the low bytes are the value */
-      /* i < 8 restates bits <= 64 for GCC's overflow analysis */
-      for (int i = 0; i < bits / 8 && i < 8; i++) pattern[i] = (uint8_t)(u >> (8 * i));
-      return (size_t)bits / 8;
-    }
-    default: break;
-  }
-unsupported:
-  *err = vmcl_op_error(op, "y (argument 1) has dtype %s, which cl.fill does not support",
-                       vm_dtype_str(dt, buf, sizeof(buf)));
-  return 0;
-}
-
 vm_status_t vmcl_op_fill(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user) {
   vmcl_op_t op;
@@ -367,15 +283,9 @@ vm_status_t vmcl_op_fill(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2, 2));
   vm_tensor_t *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
-  const vm_value_t *v = &op.args[0];
-  if (v->kind != VM_VAL_FLOAT && v->kind != VM_VAL_INT && v->kind != VM_VAL_BOOL) {
-    return vmcl_op_error(&op, "value (argument 0) must be a float, int or bool, got %s",
-                         vm_value_kind_name(v->kind));
-  }
   uint8_t pattern[8];
-  vm_status_t err;
-  size_t psize = fill_pattern(&op, v, y->dtype, pattern, &err);
-  if (err) return err;
+  size_t psize;
+  VM_RETURN_IF_ERROR(vmcl_value_pattern(&op, 0, y->dtype, 1, pattern, &psize));
   uint64_t nbytes = vm_tensor_nbytes_of(y);
   if (nbytes == 0) return VM_STATUS_OK;
   vmcl_dev_t *d = op.d;

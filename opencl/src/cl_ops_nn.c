@@ -16,36 +16,91 @@ static vm_status_t attr(const vmcl_op_t *op, uint32_t idx, const char *what, int
   return vmcl_op_int(op, idx, what, lo, ATTR_MAX, out);
 }
 
-/* The padded extent and the dilated window of one spatial dim must stay in
- * int range for the kernels' index arithmetic. */
-static int extent_ok(int64_t in, int64_t pad, int64_t window) {
-  return in + 2 * pad + window <= INT_MAX;
+/* Strides, begin/end pads and dilations of a conv/pool window, and its
+ * dilated extent (eh, ew: set by window_fits). */
+typedef struct window {
+  int64_t sh, sw, pt, pl, pb, pr, dh, dw, eh, ew;
+} window_t;
+
+/* Usage of cl.conv2d's two forms: symmetric pads (11 arguments) and
+ * ONNX's begin/end pads (13). */
+#define CONV2D_USAGE11 \
+  "(x, w, bias|none, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, y)"
+#define CONV2D_USAGE13                                                                      \
+  "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
+  "dil_w, groups, y)"
+
+/* Reads the stride, pad and dilation attributes from argument first on:
+ * (stride_h, stride_w, pad_h, pad_w) when !asym, (stride_h, stride_w,
+ * pad_top, pad_left, pad_bottom, pad_right) when asym, then (dil_h, dil_w)
+ * when has_dil (else 1). Pads lie in [pad_lo, pad_hi_h or pad_hi_w]. */
+static vm_status_t window_attrs(const vmcl_op_t *op, uint32_t first, int asym, int has_dil,
+                                int64_t pad_lo, int64_t pad_hi_h, int64_t pad_hi_w, window_t *wa) {
+  uint32_t i = first;
+  VM_RETURN_IF_ERROR(attr(op, i++, "stride_h", 1, &wa->sh));
+  VM_RETURN_IF_ERROR(attr(op, i++, "stride_w", 1, &wa->sw));
+  if (asym) {
+    VM_RETURN_IF_ERROR(vmcl_op_int(op, i++, "pad_top", pad_lo, pad_hi_h, &wa->pt));
+    VM_RETURN_IF_ERROR(vmcl_op_int(op, i++, "pad_left", pad_lo, pad_hi_w, &wa->pl));
+    VM_RETURN_IF_ERROR(vmcl_op_int(op, i++, "pad_bottom", pad_lo, pad_hi_h, &wa->pb));
+    VM_RETURN_IF_ERROR(vmcl_op_int(op, i++, "pad_right", pad_lo, pad_hi_w, &wa->pr));
+  } else {
+    VM_RETURN_IF_ERROR(vmcl_op_int(op, i++, "pad_h", pad_lo, pad_hi_h, &wa->pt));
+    VM_RETURN_IF_ERROR(vmcl_op_int(op, i++, "pad_w", pad_lo, pad_hi_w, &wa->pl));
+    wa->pb = wa->pt;
+    wa->pr = wa->pl;
+  }
+  wa->dh = wa->dw = 1;
+  if (has_dil) {
+    VM_RETURN_IF_ERROR(attr(op, i++, "dil_h", 1, &wa->dh));
+    VM_RETURN_IF_ERROR(attr(op, i++, "dil_w", 1, &wa->dw));
+  }
+  return VM_STATUS_OK;
+}
+
+/* The dilated window must fit the padded input, and the padded extent with
+ * a window and a stride beyond it must stay in int range for the kernels'
+ * index arithmetic (every term is at most 2^40: no int64 overflow). what
+ * names the window ("dilated kernel", "window"). */
+static vm_status_t window_fits(const vmcl_op_t *op, const char *what, int64_t H, int64_t W,
+                               int64_t KH, int64_t KW, window_t *wa) {
+  wa->eh = wa->dh * (KH - 1) + 1;
+  wa->ew = wa->dw * (KW - 1) + 1;
+  int64_t ph = H + wa->pt + wa->pb, pw = W + wa->pl + wa->pr;
+  if (ph < wa->eh || pw < wa->ew) {
+    return vmcl_op_error(op, "the %s (%lldx%lld) is larger than the padded input (%lldx%lld)", what,
+                         (long long)wa->eh, (long long)wa->ew, (long long)ph, (long long)pw);
+  }
+  if (ph + wa->eh + wa->sh > INT_MAX || pw + wa->ew + wa->sw > INT_MAX) {
+    return vmcl_op_error(op, "padded input extent exceeds the 32-bit index range");
+  }
+  return VM_STATUS_OK;
 }
 
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
-  vmcl_op_init(&op, "cl.conv2d",
-               "(x, w, bias|none, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, y)", args,
-               nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 11, 11));
+  vmcl_op_init(&op, "cl.conv2d", CONV2D_USAGE11, args, nargs);
+  int asym = op.nargs == 13;
+  if (asym) op.usage = CONV2D_USAGE13;
+  if (op.nargs != 11 && op.nargs != 13) {
+    return vmcl_op_error(&op, "expected 11 arguments %s or 13 arguments %s, got %u", CONV2D_USAGE11,
+                         CONV2D_USAGE13, op.nargs);
+  }
+  uint32_t iy = op.nargs - 1, ig = op.nargs - 2;
   vm_tensor_t *x, *w, *bias, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "w", &w));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "bias", &bias));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 10, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, iy, "y", &y));
   VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, w, 1, "w", x->dtype, "x"));
   if (bias) VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, bias, 2, "bias", x->dtype, "x"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 10, "y", x->dtype, "x"));
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-  VM_RETURN_IF_ERROR(attr(&op, 3, "stride_h", 1, &sh));
-  VM_RETURN_IF_ERROR(attr(&op, 4, "stride_w", 1, &sw));
-  VM_RETURN_IF_ERROR(attr(&op, 5, "pad_h", 0, &ph));
-  VM_RETURN_IF_ERROR(attr(&op, 6, "pad_w", 0, &pw));
-  VM_RETURN_IF_ERROR(attr(&op, 7, "dil_h", 1, &dh));
-  VM_RETURN_IF_ERROR(attr(&op, 8, "dil_w", 1, &dw));
-  VM_RETURN_IF_ERROR(attr(&op, 9, "groups", 1, &groups));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, iy, "y", x->dtype, "x"));
+  window_t wa;
+  int64_t groups;
+  VM_RETURN_IF_ERROR(window_attrs(&op, 3, asym, 1, 0, ATTR_MAX, ATTR_MAX, &wa));
+  VM_RETURN_IF_ERROR(attr(&op, ig, "groups", 1, &groups));
   if (x->ndim != 4) {
     return vmcl_op_error(&op, "x (argument 0) must be 4-D (N, C, H, W), got %u dims", x->ndim);
   }
@@ -57,9 +112,9 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   int64_t O = w->shape[0], KH = w->shape[2], KW = w->shape[3];
   if (C % groups != 0 || O % groups != 0) {
     return vmcl_op_error(&op,
-                         "groups (argument 9) is %lld, which must divide the %lld input and "
+                         "groups (argument %u) is %lld, which must divide the %lld input and "
                          "%lld output channels",
-                         (long long)groups, (long long)C, (long long)O);
+                         ig, (long long)groups, (long long)C, (long long)O);
   }
   if (w->shape[1] != C / groups) {
     return vmcl_op_error(&op,
@@ -73,21 +128,11 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
                          (long long)KW);
   }
   if (bias) VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, bias, 2, "bias", &O, 1));
-  /* effective (dilated) kernel extent must fit the padded input */
-  int64_t eh = dh * (KH - 1) + 1, ew = dw * (KW - 1) + 1;
-  if (H + 2 * ph < eh || W + 2 * pw < ew) {
-    return vmcl_op_error(&op,
-                         "the dilated kernel (%lldx%lld) is larger than the padded input "
-                         "(%lldx%lld)",
-                         (long long)eh, (long long)ew, (long long)(H + 2 * ph),
-                         (long long)(W + 2 * pw));
-  }
-  if (!extent_ok(H, ph, eh) || !extent_ok(W, pw, ew)) {
-    return vmcl_op_error(&op, "padded input extent exceeds the 32-bit index range");
-  }
-  int64_t OH = (H + 2 * ph - eh) / sh + 1, OW = (W + 2 * pw - ew) / sw + 1;
+  VM_RETURN_IF_ERROR(window_fits(&op, "dilated kernel", H, W, KH, KW, &wa));
+  int64_t OH = (H + wa.pt + wa.pb - wa.eh) / wa.sh + 1,
+          OW = (W + wa.pl + wa.pr - wa.ew) / wa.sw + 1;
   int64_t yshape[4] = {N, O, OH, OW};
-  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 10, "y", yshape, 4));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, iy, "y", yshape, 4));
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
 
   vmcl_dev_t *d = op.d;
@@ -107,7 +152,8 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   vmcl_arg_int(&a, bias != NULL);
   vmcl_arg_mem(&a, vmcl_tensor_mem(y));
   vmcl_arg_int(&a, vmcl_elem_offset(y));
-  int64_t ints[] = {C, H, W, O, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, groups};
+  /* the end pads only shape the output */
+  int64_t ints[] = {C, H, W, O, OH, OW, KH, KW, wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");
@@ -126,42 +172,61 @@ done:
   return st;
 }
 
+#define POOL2D_USAGE8 "(x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, y)"
+#define POOL2D_USAGE14                                                                     \
+  "(x, kernel_h, kernel_w, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, " \
+  "dil_h, dil_w, ceil_mode, count_include_pad, y)"
+
+/* ONNX's pooled extent of one axis: in padded by pb and pe, a window of
+ * dilated extent e, stride s; with ceil a last partial window counts
+ * unless it starts in the end padding. window_fits bounds the terms. */
+static int64_t pool_extent(int64_t in, int64_t pb, int64_t pe, int64_t e, int64_t s, int ceil) {
+  int64_t span = in + pb + pe - e;
+  int64_t out = (ceil ? (span + s - 1) / s : span / s) + 1;
+  if (ceil && (out - 1) * s >= in + pb) out--;
+  return out;
+}
+
 vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   const char *opname = user;
   char name[32];
   snprintf(name, sizeof(name), "cl.pool2d.%s", opname);
   vmcl_op_t op;
-  vmcl_op_init(&op, name, "(x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, y)", args,
-               nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, 8));
+  vmcl_op_init(&op, name, POOL2D_USAGE8, args, nargs);
+  int full = op.nargs == 14;
+  if (full) op.usage = POOL2D_USAGE14;
+  if (op.nargs != 8 && op.nargs != 14) {
+    return vmcl_op_error(&op, "expected 8 arguments %s or 14 arguments %s, got %u", POOL2D_USAGE8,
+                         POOL2D_USAGE14, op.nargs);
+  }
+  uint32_t iy = op.nargs - 1;
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 7, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, iy, "y", &y));
   VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 7, "y", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, iy, "y", x->dtype, "x"));
   if (x->ndim != 4) {
     return vmcl_op_error(&op, "x (argument 0) must be 4-D (N, C, H, W), got %u dims", x->ndim);
   }
-  int64_t kh, kw, sh, sw, ph, pw;
+  int64_t kh, kw, ceil_mode = 0, include_pad = 0;
   VM_RETURN_IF_ERROR(attr(&op, 1, "kernel_h", 1, &kh));
   VM_RETURN_IF_ERROR(attr(&op, 2, "kernel_w", 1, &kw));
-  VM_RETURN_IF_ERROR(attr(&op, 3, "stride_h", 1, &sh));
-  VM_RETURN_IF_ERROR(attr(&op, 4, "stride_w", 1, &sw));
-  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 5, "pad_h", 0, kh - 1, &ph));
-  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 6, "pad_w", 0, kw - 1, &pw));
+  window_t wa;
+  if (full) {
+    VM_RETURN_IF_ERROR(window_attrs(&op, 3, 1, 1, 0, ATTR_MAX, ATTR_MAX, &wa));
+    VM_RETURN_IF_ERROR(vmcl_op_int(&op, 11, "ceil_mode", 0, 1, &ceil_mode));
+    VM_RETURN_IF_ERROR(vmcl_op_int(&op, 12, "count_include_pad", 0, 1, &include_pad));
+  } else {
+    /* the short form keeps every window on the input: pad < kernel */
+    VM_RETURN_IF_ERROR(window_attrs(&op, 3, 0, 0, 0, kh - 1, kw - 1, &wa));
+  }
   int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
-  if (H + 2 * ph < kh || W + 2 * pw < kw) {
-    return vmcl_op_error(&op, "the %lldx%lld window is larger than the padded input (%lldx%lld)",
-                         (long long)kh, (long long)kw, (long long)(H + 2 * ph),
-                         (long long)(W + 2 * pw));
-  }
-  if (!extent_ok(H, ph, kh) || !extent_ok(W, pw, kw)) {
-    return vmcl_op_error(&op, "padded input extent exceeds the 32-bit index range");
-  }
-  int64_t OH = (H + 2 * ph - kh) / sh + 1, OW = (W + 2 * pw - kw) / sw + 1;
+  VM_RETURN_IF_ERROR(window_fits(&op, "window", H, W, kh, kw, &wa));
+  int64_t OH = pool_extent(H, wa.pt, wa.pb, wa.eh, wa.sh, (int)ceil_mode);
+  int64_t OW = pool_extent(W, wa.pl, wa.pr, wa.ew, wa.sw, (int)ceil_mode);
   int64_t yshape[4] = {N, C, OH, OW};
-  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 7, "y", yshape, 4));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, iy, "y", yshape, 4));
   int64_t n = vm_tensor_numel(y);
   if (n == 0) return VM_STATUS_OK;
 
@@ -178,7 +243,8 @@ vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   vmcl_arg_int(&a, vmcl_elem_offset(x));
   vmcl_arg_mem(&a, vmcl_tensor_mem(y));
   vmcl_arg_int(&a, vmcl_elem_offset(y));
-  int64_t ints[] = {n, H, W, OH, OW, kh, kw, sh, sw, ph, pw};
+  int64_t ints[] = {n,     H,     W,     OH,        OW,        kh,    kw,    wa.sh,
+                    wa.sw, wa.pt, wa.pl, H + wa.pb, W + wa.pr, wa.dh, wa.dw, include_pad};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");

@@ -198,12 +198,25 @@ done:
   return st;
 }
 
+/* cl.layer_norm's statistics are float32 whatever x's dtype (ONNX's
+ * stash_type default). */
+static vm_status_t stats_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                               const char *what) {
+  if (vm_dtype_equal(t->dtype, VM_F32)) return VM_STATUS_OK;
+  char buf[24];
+  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected float32", what, idx,
+                       vm_dtype_str(t->dtype, buf, sizeof(buf)));
+}
+
 vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                                vm_value_t *out, void *user) {
   vmcl_op_t op;
-  vmcl_op_init(&op, "cl.layer_norm", "(x, gamma|none, beta|none, axis, eps, y)", args, nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 6, 6));
-  vm_tensor_t *x, *gamma, *beta, *y;
+  vmcl_op_init(&op, "cl.layer_norm",
+               "(x, gamma|none, beta|none, axis, eps, y[, mean|none, inv_std|none])", args, nargs);
+  if (op.nargs != 6 && op.nargs != 8) {
+    return vmcl_op_error(&op, "expected 6 or 8 arguments %s, got %u", op.usage, op.nargs);
+  }
+  vm_tensor_t *x, *gamma, *beta, *y, *mean = NULL, *rstd = NULL;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 1, "gamma", &gamma));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "beta", &beta));
@@ -230,6 +243,21 @@ vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t
   if (beta) {
     VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, beta, 2, "beta", x->dtype, "x"));
     VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, beta, 2, "beta", nshape, nnd));
+  }
+  if (op.nargs == 8) {
+    /* ONNX's Mean and InvStdDev: x's shape with the normalised dims as 1 */
+    int64_t sshape[VMCL_MAX_RANK];
+    for (uint32_t i = 0; i < x->ndim; i++) sshape[i] = (int)i < ax ? x->shape[i] : 1;
+    VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 6, "mean", &mean));
+    VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 7, "inv_std", &rstd));
+    if (mean) {
+      VM_RETURN_IF_ERROR(stats_dtype(&op, mean, 6, "mean"));
+      VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, mean, 6, "mean", sshape, x->ndim));
+    }
+    if (rstd) {
+      VM_RETURN_IF_ERROR(stats_dtype(&op, rstd, 7, "inv_std"));
+      VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, rstd, 7, "inv_std", sshape, x->ndim));
+    }
   }
   int64_t rows = 1, len = 1;
   for (int i = 0; i < ax; i++) rows *= x->shape[i];
@@ -258,6 +286,12 @@ vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t
   vmcl_arg_int(&a, len);
   vmcl_arg_float(&a, (float)eps);
   vmcl_arg_local(&a, local * sizeof(cl_float));
+  /* absent statistics: y's buffer stands in (never written) */
+  vmcl_arg_mem(&a, vmcl_tensor_mem(mean ? mean : y));
+  vmcl_arg_int(&a, mean ? vmcl_elem_offset(mean) : 0);
+  vmcl_arg_mem(&a, vmcl_tensor_mem(rstd ? rstd : y));
+  vmcl_arg_int(&a, rstd ? vmcl_elem_offset(rstd) : 0);
+  vmcl_arg_int(&a, (mean ? 1 : 0) | (rstd ? 2 : 0));
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;

@@ -1,0 +1,58 @@
+/* cl.resize: ONNX Resize as a separable interpolation (storage S,
+ * common.cl). The host computes, per resized axis and output coordinate,
+ * T taps (1 nearest, 2 linear, 4 cubic): input indices (already clamped
+ * to the edge) and weights, in double precision, and marks coordinates
+ * that fall outside a tf_crop_and_resize crop with index -1. Axes whose
+ * mapping is the identity are not tables: they index directly.
+ *
+ * Per dim (innermost first): the output extent, the input element stride
+ * and the row offset of the dim's table (-1: identity). One work-item per
+ * output element sums over the T^r tap combinations of its r resized axes
+ * (an odometer over the taps).
+ */
+__kernel void resize_nd(__global const S *x, int xo, __global S *y, int yo, int n, int rank,
+                        int8 oshape8, int8 istride8, int8 table8, int T,
+                        __global const int *tidx, __global const float *tw, float extrap) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int os[8], st[8], tb[8];
+  vstore8(oshape8, 0, os);
+  vstore8(istride8, 0, st);
+  vstore8(table8, 0, tb);
+  /* the resized axes' table rows and strides, and the fixed offset */
+  int row[8], rst[8], r = 0, base = 0, rem = i;
+  for (int d = 0; d < rank; d++) {
+    int o = rem % os[d];
+    rem /= os[d];
+    if (tb[d] < 0) {
+      base += o * st[d];
+    } else {
+      int at = (tb[d] + o) * T;
+      if (tidx[at] < 0) {
+        ST(extrap, yo + i, y);
+        return;
+      }
+      row[r] = at;
+      rst[r] = st[d];
+      r++;
+    }
+  }
+  int tap[8];
+  for (int k = 0; k < r; k++) tap[k] = 0;
+  float acc = 0.0f;
+  for (;;) {
+    float w = 1.0f;
+    int off = base;
+    for (int k = 0; k < r; k++) {
+      w *= tw[row[k] + tap[k]];
+      off += tidx[row[k] + tap[k]] * rst[k];
+    }
+    /* zero weights (taps excluded outside, nearest's unused ones) read
+     * nothing, so a NaN elsewhere in the input cannot leak in */
+    if (w != 0.0f) acc += w * LD(x, xo + off);
+    int k = 0;
+    while (k < r && ++tap[k] == T) tap[k++] = 0;
+    if (k == r) break;
+  }
+  ST(acc, yo + i, y);
+}

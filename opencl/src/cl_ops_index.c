@@ -1,0 +1,232 @@
+/* Indexing operators of any dtype of 1, 2, 4 or 8 bytes (kernels/copy.cl):
+ * cl.broadcast_to (a strided copy with zero strides), cl.pad and
+ * cl.gather. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cl_ops_internal.h"
+
+/* Work-items per group of the one-element-per-item kernels. */
+#define INDEX_LOCAL 256
+
+vm_status_t vmcl_op_broadcast_to(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                 vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.broadcast_to", "(x, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2, 2));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 1, "y", x->dtype, "x"));
+  /* x broadcasts to y when broadcasting both gives y's shape */
+  int64_t shape[VMCL_MAX_RANK];
+  uint32_t nd;
+  int same =
+      vmcl_broadcast_shape(x->shape, x->ndim, y->shape, y->ndim, shape, &nd) == 0 && nd == y->ndim;
+  for (uint32_t i = 0; same && i < nd; i++) same = shape[i] == y->shape[i];
+  if (!same) {
+    char b1[192], b2[192];
+    return vmcl_op_error(&op,
+                         "x (argument 0) has shape %s, which does not broadcast to %s (the "
+                         "shape of y)",
+                         vmcl_shape_str(x->shape, x->ndim, b1, sizeof(b1)),
+                         vmcl_shape_str(y->shape, y->ndim, b2, sizeof(b2)));
+  }
+  if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
+  vmcl_iter_t it;
+  it.rank = (int)nd;
+  memcpy(it.shape, y->shape, nd * sizeof(int64_t));
+  vmcl_broadcast_strides(x, nd, it.stride[0]);
+  vmcl_dense_strides(y->shape, nd, it.stride[1]);
+  return vmcl_copy_strided(op.d, vm_dtype_bytes(x->dtype), vmcl_tensor_mem(x), vmcl_elem_offset(x),
+                           vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
+}
+
+/* Runs a copy.cl kernel whose arguments set_args sets, over n items. */
+typedef void (*index_args_fn)(vmcl_args_t *a, const void *ctx);
+
+static vm_status_t index_launch(vmcl_dev_t *d, const char *options, const char *kname, int64_t n,
+                                index_args_fn set_args, const void *ctx) {
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_COPY, options, kname, &k);
+  if (st) goto done;
+  vmcl_args_t a = vmcl_args_begin(k);
+  set_args(&a, ctx);
+  if (a.err != CL_SUCCESS) {
+    st = vmcl_status(a.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, INDEX_LOCAL));
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+/* ---- cl.pad ---- */
+
+static const char *const pad_modes[] = {"constant", "reflect", "edge", "wrap"};
+
+typedef struct pad_ctx {
+  const vm_tensor_t *x, *y;
+  int64_t n, mode;
+  int64_t ishape[VMCL_MAX_RANK], istride[VMCL_MAX_RANK], before[VMCL_MAX_RANK];
+  uint64_t value;
+} pad_ctx_t;
+
+static void pad_args(vmcl_args_t *a, const void *p) {
+  const pad_ctx_t *c = p;
+  int rank = (int)c->x->ndim;
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->x));
+  vmcl_arg_int(a, vmcl_elem_offset(c->x));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->y));
+  vmcl_arg_int(a, vmcl_elem_offset(c->y));
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, rank);
+  vmcl_arg_dims(a, c->y->shape, rank, 1);
+  vmcl_arg_dims(a, c->ishape, rank, 1);
+  vmcl_arg_dims(a, c->istride, rank, 0);
+  vmcl_arg_dims(a, c->before, rank, 0);
+  vmcl_arg_int(a, c->mode);
+  cl_ulong v = c->value;
+  cl_int err = clSetKernelArg(a->k, a->next++, sizeof(v), &v);
+  if (a->err == CL_SUCCESS) a->err = err;
+}
+
+vm_status_t vmcl_op_pad(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                        void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.pad", "(x, pads, mode, value, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 5, 5));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 4, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 4, "y", x->dtype, "x"));
+  int64_t pads[2 * VMCL_MAX_RANK];
+  uint32_t np;
+  VM_RETURN_IF_ERROR(vmcl_op_int_list(&op, 1, "pads", pads, 2 * VMCL_MAX_RANK, &np));
+  uint32_t nd = x->ndim;
+  if (np != 2 * nd) {
+    return vmcl_op_error(&op,
+                         "pads (argument 1) has %u values, expected %u (a begin and an end "
+                         "per dim of x)",
+                         np, 2 * nd);
+  }
+  pad_ctx_t c;
+  memset(&c, 0, sizeof(c));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "mode", 0, 3, &c.mode));
+  uint8_t pattern[8] = {0};
+  size_t psize;
+  VM_RETURN_IF_ERROR(vmcl_value_pattern(&op, 3, x->dtype, 4, pattern, &psize));
+  for (size_t i = 0; i < psize; i++) c.value |= (uint64_t)pattern[i] << (8 * i);
+  int64_t yshape[VMCL_MAX_RANK];
+  for (uint32_t i = 0; i < np; i++) {
+    /* the kernel takes pads as ints; bounded, the sums below cannot overflow */
+    if (pads[i] < -(int64_t)INT32_MAX || pads[i] > INT32_MAX) {
+      return vmcl_op_error(&op,
+                           "pads (argument 1) value %lld is out of range (magnitude at most "
+                           "%d)",
+                           (long long)pads[i], INT32_MAX);
+    }
+  }
+  for (uint32_t i = 0; i < nd; i++) {
+    yshape[i] = x->shape[i] + pads[i] + pads[nd + i];
+    if (yshape[i] < 0) {
+      return vmcl_op_error(&op, "pads (argument 1) crop axis %u of extent %lld by %lld elements", i,
+                           (long long)x->shape[i], (long long)-(pads[i] + pads[nd + i]));
+    }
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 4, "y", yshape, nd));
+  c.n = vm_tensor_numel(y);
+  if (c.n == 0) return VM_STATUS_OK;
+  for (uint32_t i = 0; i < nd && c.mode != 0; i++) {
+    if (x->shape[i] == 0) {
+      return vmcl_op_error(&op,
+                           "x (argument 0) is empty along axis %u: %s padding needs an "
+                           "element to repeat",
+                           i, pad_modes[c.mode]);
+    }
+  }
+  c.x = x;
+  c.y = y;
+  memcpy(c.ishape, x->shape, nd * sizeof(int64_t));
+  vmcl_dense_strides(x->shape, nd, c.istride);
+  memcpy(c.before, pads, nd * sizeof(int64_t));
+  char opts[32];
+  snprintf(opts, sizeof(opts), "-DT=%s", vmcl_copy_type(vm_dtype_bytes(x->dtype)));
+  return index_launch(op.d, opts, "pad_nd", c.n, pad_args, &c);
+}
+
+/* ---- cl.gather ---- */
+
+typedef struct gather_ctx {
+  const vm_tensor_t *x, *ind, *y;
+  int64_t n, nind, inner, axis_len;
+} gather_ctx_t;
+
+static void gather_args(vmcl_args_t *a, const void *p) {
+  const gather_ctx_t *c = p;
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->x));
+  vmcl_arg_int(a, vmcl_elem_offset(c->x));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->ind));
+  vmcl_arg_int(a, vmcl_elem_offset(c->ind));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->y));
+  vmcl_arg_int(a, vmcl_elem_offset(c->y));
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, c->nind);
+  vmcl_arg_int(a, c->inner);
+  vmcl_arg_int(a, c->axis_len);
+}
+
+vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.gather", "(x, indices, axis, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 4, 4));
+  gather_ctx_t c;
+  memset(&c, 0, sizeof(c));
+  vm_tensor_t *x, *ind, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "indices", &ind));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", x->dtype, "x"));
+  int i64 = vm_dtype_equal(ind->dtype, VM_I64);
+  if (!i64 && !vm_dtype_equal(ind->dtype, VM_I32)) {
+    char buf[24];
+    return vmcl_op_error(&op, "indices (argument 1) has dtype %s, expected int32 or int64",
+                         vm_dtype_str(ind->dtype, buf, sizeof(buf)));
+  }
+  if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
+  int64_t axis;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
+  uint32_t ax = (uint32_t)(axis < 0 ? axis + x->ndim : axis);
+  uint32_t nd = x->ndim - 1 + ind->ndim;
+  if (nd > VMCL_MAX_RANK) {
+    return vmcl_op_error(&op,
+                         "y would have %u dims (x's %u - 1 + the indices' %u), at most %d "
+                         "are supported",
+                         nd, x->ndim, ind->ndim, VMCL_MAX_RANK);
+  }
+  int64_t yshape[VMCL_MAX_RANK];
+  memcpy(yshape, x->shape, ax * sizeof(int64_t));
+  memcpy(yshape + ax, ind->shape, ind->ndim * sizeof(int64_t));
+  memcpy(yshape + ax + ind->ndim, x->shape + ax + 1, (x->ndim - ax - 1) * sizeof(int64_t));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 3, "y", yshape, nd));
+  c.n = vm_tensor_numel(y);
+  if (c.n == 0) return VM_STATUS_OK;
+  c.x = x;
+  c.ind = ind;
+  c.y = y;
+  c.nind = vm_tensor_numel(ind);
+  c.axis_len = x->shape[ax];
+  c.inner = 1;
+  for (uint32_t i = ax + 1; i < x->ndim; i++) c.inner *= x->shape[i];
+  char opts[48];
+  snprintf(opts, sizeof(opts), "-DT=%s -DIDX=%s", vmcl_copy_type(vm_dtype_bytes(x->dtype)),
+           i64 ? "long" : "int");
+  return index_launch(op.d, opts, "gather", c.n, gather_args, &c);
+}

@@ -1,0 +1,509 @@
+/* The operators an ONNX importer needs beyond the first set (test_ops.c):
+ * unary operations with attributes, cl.gather, cl.pad, cl.broadcast_to,
+ * cl.where, comparisons and cl.layer_norm's statistics outputs, against
+ * plain C references computed in double.
+ *
+ * Tolerances (|got - want| <= atol + rtol * |want|): float32 1e-5 / 1e-5
+ * (one rounding of a float computation); float16 inputs are rounded to
+ * half first and the output's rounding is 2^-11 relative: 2e-3 / 2e-3.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "helper_ref.h"
+#include "test_util.h"
+#include "vm/vm.h"
+#include "vmcl/vmcl.h"
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static void release_all(vm_value_t *v, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) vm_value_release(&v[i]);
+}
+
+static int is_f16(vm_dtype_t dt) {
+  return vm_dtype_equal(dt, VM_F16);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.unary.* with and without attributes
+ */
+
+/* The reference of one unary operation with attributes p0, p1. */
+static double ref_unary_ext(const char *op, double x, double p0, double p1) {
+  if (!strcmp(op, "erf")) return erf(x);
+  if (!strcmp(op, "gelu_tanh")) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  }
+  if (!strcmp(op, "reciprocal")) return 1.0 / x;
+  if (!strcmp(op, "floor")) return floor(x);
+  if (!strcmp(op, "ceil")) return ceil(x);
+  if (!strcmp(op, "round")) return nearbyint(x); /* halves to even */
+  if (!strcmp(op, "sin")) return sin(x);
+  if (!strcmp(op, "cos")) return cos(x);
+  if (!strcmp(op, "softplus")) return log(1.0 + exp(x));
+  if (!strcmp(op, "hard_swish")) return x * fmax(0.0, fmin(1.0, x / 6.0 + 0.5));
+  if (!strcmp(op, "leaky_relu")) return x < 0 ? p0 * x : x;
+  if (!strcmp(op, "hard_sigmoid")) return fmax(0.0, fmin(1.0, p0 * x + p1));
+  if (!strcmp(op, "clip")) return fmin(fmax(x, p0), p1);
+  if (!strcmp(op, "elu")) return x < 0 ? p0 * (exp(x) - 1.0) : x;
+  if (!strcmp(op, "selu")) return p1 * (x <= 0 ? p0 * (exp(x) - 1.0) : x);
+  fail_msg("unknown unary op %s", op);
+  return 0;
+}
+
+typedef struct unary_case {
+  const char *op;
+  int nattr;
+  double p0, p1;
+  float lo, hi;
+} unary_case_t;
+
+static void check_unary(tops_env_t *e, const unary_case_t *u, vm_dtype_t dt, uint32_t nd,
+                        const int64_t *dims) {
+  size_t n = (size_t)tops_numel(nd, dims);
+  float *x = tops_rand(n, 7, u->lo, u->hi);
+  float *want = malloc(n * sizeof(float) + 4), *got = malloc(n * sizeof(float) + 4);
+  if (is_f16(dt)) tops_round_f16(x, n);
+  /* floor, ceil and round of a value near a half: keep exact halves in */
+  if (n > 3) {
+    x[0] = 2.5f;
+    x[1] = -2.5f;
+    x[2] = 3.5f;
+  }
+  for (size_t i = 0; i < n; i++) want[i] = (float)ref_unary_ext(u->op, x[i], u->p0, u->p1);
+  vm_value_t args[4];
+  uint32_t na = 0;
+  args[na++] = tops_tensor_f(e, dt, nd, dims, x);
+  if (u->nattr >= 1) args[na++] = vm_value_float(u->p0);
+  if (u->nattr >= 2) args[na++] = vm_value_float(u->p1);
+  args[na++] = tops_tensor(e, dt, nd, dims, NULL);
+  char name[48];
+  snprintf(name, sizeof(name), "cl.unary.%s", u->op);
+  ASSERT_OK(tops_call(e, name, args, na));
+  tops_read_f(e, &args[na - 1], got);
+  tops_assert_close(got, want, n, is_f16(dt) ? 2e-3 : 1e-5, is_f16(dt) ? 2e-3 : 1e-5, name);
+  tops_check_guard(e, &args[na - 1]);
+  release_all(args, na);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static const unary_case_t unary_cases[] = {
+    {"erf", 0, 0, 0, -3, 3},
+    {"gelu_tanh", 0, 0, 0, -5, 5},
+    {"reciprocal", 0, 0, 0, 0.1f, 4},
+    {"floor", 0, 0, 0, -5, 5},
+    {"ceil", 0, 0, 0, -5, 5},
+    {"round", 0, 0, 0, -5, 5},
+    {"sin", 0, 0, 0, -4, 4},
+    {"cos", 0, 0, 0, -4, 4},
+    {"softplus", 0, 0, 0, -30, 30},
+    {"hard_swish", 0, 0, 0, -5, 5},
+    {"leaky_relu", 1, 0.01, 0, -3, 3},
+    {"hard_sigmoid", 2, 0.2, 0.5, -5, 5},
+    {"clip", 2, -0.5, 0.75, -2, 2},
+    {"clip", 2, -INFINITY, 0.25, -2, 2}, /* only an upper bound */
+    {"clip", 2, 1.0, -1.0, -2, 2},       /* lo > hi: everything is hi */
+    {"elu", 1, 0.7, 0, -4, 4},
+    {"selu", 2, 1.6732632423543772, 1.0507009873554805, -4, 4},
+};
+
+static void test_unary_ext(void **state) {
+  tops_env_t *e = *state;
+  for (size_t i = 0; i < sizeof(unary_cases) / sizeof(unary_cases[0]); i++) {
+    check_unary(e, &unary_cases[i], VM_F32, 3, DIMS(5, 7, 3));
+    check_unary(e, &unary_cases[i], VM_F32, 1, DIMS(3)); /* tail only */
+  }
+  check_unary(e, &unary_cases[1], VM_F16, 2, DIMS(9, 11));  /* gelu_tanh */
+  check_unary(e, &unary_cases[12], VM_F16, 2, DIMS(9, 11)); /* clip */
+  check_unary(e, &unary_cases[0], VM_F32, 1, DIMS(0));      /* empty */
+
+  /* NaN passes through clip and hard_sigmoid (NumPy's clip keeps it) */
+  float x[3] = {NAN, -3, 3}, got[3];
+  vm_value_t args[4] = {tops_tensor_f(e, VM_F32, 1, DIMS(3), x), vm_value_float(-1),
+                        vm_value_int(1), tops_tensor(e, VM_F32, 1, DIMS(3), NULL)};
+  ASSERT_OK(tops_call(e, "cl.unary.clip", args, 4));
+  tops_read_f(e, &args[3], got);
+  tops_assert_close(got, (const float[]){NAN, -1, 1}, 3, 0, 0, "clip NaN");
+  ASSERT_OK(tops_call(e, "cl.unary.hard_sigmoid", args, 4));
+  tops_read_f(e, &args[3], got);
+  tops_assert_close(got, (const float[]){NAN, 1, 0}, 3, 0, 0, "hard_sigmoid NaN"); /* -x + 1 */
+  /* in place */
+  ASSERT_OK(tops_call(e, "cl.unary.leaky_relu",
+                      (vm_value_t[]){args[0], vm_value_float(0.5), args[0]}, 3));
+  tops_read_f(e, &args[0], got);
+  tops_assert_close(got, (const float[]){NAN, -1.5f, 3}, 3, 0, 0, "leaky_relu in place");
+
+  /* errors */
+  ASSERT_STATUS(
+      tops_call(e, "cl.unary.clip", (vm_value_t[]){args[0], vm_value_float(0), args[3]}, 3),
+      VM_INVALID_ARGUMENT, "cl.unary.clip: expected 4 arguments (x, lo, hi, y), got 3");
+  ASSERT_STATUS(
+      tops_call(e, "cl.unary.leaky_relu", (vm_value_t[]){args[0], vm_value_none(), args[3]}, 3),
+      VM_INVALID_ARGUMENT, "cl.unary.leaky_relu: alpha (argument 1) must be a float, got none");
+  ASSERT_STATUS(
+      tops_call(e, "cl.unary.clip",
+                (vm_value_t[]){args[0], vm_value_float(0), vm_value_float(NAN), args[3]}, 4),
+      VM_INVALID_ARGUMENT, "cl.unary.clip: hi (argument 2) is NaN, expected a number");
+  ASSERT_STATUS(tops_call(e, "cl.unary.erf", (vm_value_t[]){args[0], args[0], args[3]}, 3),
+                VM_INVALID_ARGUMENT, "cl.unary.erf: expected 2 arguments (x, y), got 3");
+  vm_value_t wrong = tops_plain(e, VM_F32, 1, DIMS(4));
+  ASSERT_STATUS(tops_call(e, "cl.unary.selu",
+                          (vm_value_t[]){args[0], vm_value_float(1), vm_value_float(1), wrong}, 4),
+                VM_INVALID_ARGUMENT, "cl.unary.selu: y (argument 3) has shape [4], expected [3]");
+  vm_value_release(&wrong);
+  release_all(args, 4);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.broadcast_to, cl.pad, cl.gather (byte-moving: exact comparisons)
+ */
+
+/* Row-major index digits of i in shape. */
+static void unravel(int64_t i, uint32_t nd, const int64_t *shape, int64_t *idx) {
+  for (uint32_t k = nd; k-- > 0;) {
+    idx[k] = i % shape[k];
+    i /= shape[k];
+  }
+}
+
+/* Fills n elements of eb bytes with distinct byte patterns. */
+static void *pattern_data(size_t n, size_t eb, uint32_t seed) {
+  uint8_t *p = malloc(n * eb + 1);
+  assert_non_null(p);
+  for (size_t i = 0; i < n * eb; i++) p[i] = (uint8_t)(i * 7 + seed + i / eb * 13);
+  return p;
+}
+
+static void check_broadcast(tops_env_t *e, vm_dtype_t dt, uint32_t nx, const int64_t *xd,
+                            uint32_t ny, const int64_t *yd) {
+  size_t eb = vm_dtype_bytes(dt), n = (size_t)tops_numel(ny, yd);
+  uint8_t *x = pattern_data((size_t)tops_numel(nx, xd), eb, 1);
+  uint8_t *want = malloc(n * eb + 1), *got = malloc(n * eb + 1);
+  int64_t idx[8];
+  for (size_t i = 0; i < n; i++) {
+    unravel((int64_t)i, ny, yd, idx);
+    int64_t off = 0;
+    for (uint32_t k = 0; k < nx; k++) {
+      int64_t d = xd[k], ix = idx[ny - nx + k];
+      off = off * d + (d == 1 ? 0 : ix);
+    }
+    memcpy(want + i * eb, x + off * eb, eb);
+  }
+  vm_value_t args[2] = {tops_tensor(e, dt, nx, xd, x), tops_tensor(e, dt, ny, yd, NULL)};
+  ASSERT_OK(tops_call(e, "cl.broadcast_to", args, 2));
+  tops_read(e, &args[1], got);
+  assert_memory_equal(got, want, n * eb);
+  tops_check_guard(e, &args[1]);
+  release_all(args, 2);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void test_broadcast_to(void **state) {
+  tops_env_t *e = *state;
+  check_broadcast(e, VM_F32, 1, DIMS(4), 3, DIMS(2, 3, 4));
+  check_broadcast(e, VM_F32, 3, DIMS(2, 1, 4), 3, DIMS(2, 3, 4));
+  check_broadcast(e, VM_I64, 2, DIMS(3, 1), 4, DIMS(2, 5, 3, 7));
+  check_broadcast(e, VM_U8, 0, NULL, 2, DIMS(3, 5)); /* a scalar */
+  check_broadcast(e, VM_F16, 2, DIMS(1, 6), 2, DIMS(4, 6));
+  check_broadcast(e, VM_F32, 2, DIMS(2, 3), 2, DIMS(2, 3)); /* the same shape: a copy */
+  check_broadcast(e, VM_F32, 2, DIMS(1, 3), 2, DIMS(0, 3)); /* empty */
+
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(5, 3));
+  vm_value_t y16 = tops_plain(e, VM_F16, 2, DIMS(3, 4)), y1 = tops_plain(e, VM_F32, 1, DIMS(4));
+  ASSERT_STATUS(tops_call(e, "cl.broadcast_to", (vm_value_t[]){x, y}, 2), VM_INVALID_ARGUMENT,
+                "cl.broadcast_to: x (argument 0) has shape [3, 4], which does not broadcast to "
+                "[5, 3] (the shape of y)");
+  ASSERT_STATUS(tops_call(e, "cl.broadcast_to", (vm_value_t[]){x, y1}, 2), VM_INVALID_ARGUMENT,
+                "x (argument 0) has shape [3, 4], which does not broadcast to [4]");
+  ASSERT_STATUS(tops_call(e, "cl.broadcast_to", (vm_value_t[]){x, y16}, 2), VM_INVALID_ARGUMENT,
+                "cl.broadcast_to: y (argument 1) has dtype float16, expected float32 (the dtype "
+                "of x)");
+  release_all((vm_value_t[]){x, y, y16, y1}, 4);
+}
+
+/* NumPy's pad of one coordinate c of an axis of n elements; -1 for the
+ * constant. Reflection is written as repeated mirroring, independently of
+ * the kernel's period arithmetic. */
+static int64_t ref_pad_coord(int64_t c, int64_t n, int mode) {
+  if (c >= 0 && c < n) return c;
+  switch (mode) {
+    case 0: return -1;
+    case 1:
+      if (n == 1) return 0;
+      while (c < 0 || c >= n) c = c < 0 ? -c : 2 * (n - 1) - c;
+      return c;
+    case 2: return c < 0 ? 0 : n - 1;
+    default: return ((c % n) + n) % n;
+  }
+}
+
+static void check_pad(tops_env_t *e, vm_dtype_t dt, uint32_t nd, const int64_t *xd,
+                      const int64_t *pads, int mode, double value) {
+  size_t eb = vm_dtype_bytes(dt);
+  int64_t yd[8];
+  for (uint32_t i = 0; i < nd; i++) yd[i] = xd[i] + pads[i] + pads[nd + i];
+  size_t n = (size_t)tops_numel(nd, yd);
+  uint8_t *x = pattern_data((size_t)tops_numel(nd, xd), eb, 5);
+  uint8_t *want = malloc(n * eb + 1), *got = malloc(n * eb + 1);
+  uint8_t vbytes[8];
+  if (vm_dtype_equal(dt, VM_F32)) {
+    float f = (float)value;
+    memcpy(vbytes, &f, 4);
+  } else if (vm_dtype_equal(dt, VM_F16)) {
+    uint16_t h = ref_f32_to_f16((float)value);
+    memcpy(vbytes, &h, 2);
+  } else { /* integers: little-endian two's complement */
+    int64_t iv = (int64_t)value;
+    for (size_t i = 0; i < 8; i++) vbytes[i] = (uint8_t)((uint64_t)iv >> (8 * i));
+  }
+  int64_t idx[8];
+  for (size_t i = 0; i < n; i++) {
+    unravel((int64_t)i, nd, yd, idx);
+    int64_t off = 0;
+    int constant = 0;
+    for (uint32_t k = 0; k < nd; k++) {
+      int64_t c = ref_pad_coord(idx[k] - pads[k], xd[k], mode);
+      if (c < 0) constant = 1;
+      off = off * xd[k] + c;
+    }
+    memcpy(want + i * eb, constant ? vbytes : x + off * eb, eb);
+  }
+  vm_value_t args[5] = {tops_tensor(e, dt, nd, xd, x), tops_int_tuple(2 * nd, pads),
+                        vm_value_int(mode), vm_value_float(value),
+                        tops_tensor(e, dt, nd, yd, NULL)};
+  ASSERT_OK(tops_call(e, "cl.pad", args, 5));
+  tops_read(e, &args[4], got);
+  char what[64];
+  snprintf(what, sizeof(what), "pad mode %d", mode);
+  for (size_t i = 0; i < n * eb; i++) {
+    if (got[i] != want[i]) fail_msg("%s: byte %zu is %u, expected %u", what, i, got[i], want[i]);
+  }
+  tops_check_guard(e, &args[4]);
+  release_all(args, 5);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void test_pad(void **state) {
+  tops_env_t *e = *state;
+  for (int mode = 0; mode < 4; mode++) {
+    check_pad(e, VM_F32, 2, DIMS(3, 4), DIMS(1, 2, 2, 1), mode, 1.5);
+    check_pad(e, VM_F32, 4, DIMS(1, 2, 3, 3), DIMS(0, 0, 2, 2, 0, 0, 2, 2), mode, 0); /* NCHW */
+    check_pad(e, VM_I8, 1, DIMS(4), DIMS(-1, 2), mode, -3); /* crop one side, pad the other */
+    check_pad(e, VM_I64, 2, DIMS(2, 3), DIMS(7, 0, 0, 8), mode, 42); /* beyond the extent */
+    check_pad(e, VM_F16, 3, DIMS(2, 1, 5), DIMS(1, 3, 0, 0, 2, -2), mode, -2.0);
+  }
+  check_pad(e, VM_F32, 2, DIMS(0, 3), DIMS(1, 0, 1, 0), 0, 7); /* constant around nothing */
+  check_pad(e, VM_U8, 1, DIMS(5), DIMS(-5, 0), 1, 0);          /* cropped to nothing */
+
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(5, 6));
+  vm_value_t e0 = tops_plain(e, VM_F32, 2, DIMS(0, 3)), y2 = tops_plain(e, VM_F32, 2, DIMS(2, 3));
+  vm_value_t y25 = tops_plain(e, VM_F32, 2, DIMS(2, 5));
+  vm_value_t p4 = tops_int_tuple(4, DIMS(1, 1, 1, 1)), p3 = tops_int_tuple(3, DIMS(1, 1, 1));
+  vm_value_t pbig = tops_int_tuple(4, DIMS(1, INT64_MIN, 1, 1));
+  vm_value_t pcrop = tops_int_tuple(4, DIMS(-2, 0, -2, 0));
+  vm_value_t args[5] = {x, p4, vm_value_int(0), vm_value_float(0), y};
+  ASSERT_OK(tops_call(e, "cl.pad", args, 5));
+  args[1] = p3;
+  ASSERT_STATUS(tops_call(e, "cl.pad", args, 5), VM_INVALID_ARGUMENT,
+                "cl.pad: pads (argument 1) has 3 values, expected 4 (a begin and an end per dim "
+                "of x)");
+  args[1] = pbig;
+  ASSERT_STATUS(tops_call(e, "cl.pad", args, 5), VM_INVALID_ARGUMENT,
+                "cl.pad: pads (argument 1) value -9223372036854775808 is out of range (magnitude "
+                "at most 2147483647)");
+  args[1] = pcrop;
+  ASSERT_STATUS(tops_call(e, "cl.pad", args, 5), VM_INVALID_ARGUMENT,
+                "cl.pad: pads (argument 1) crop axis 0 of extent 3 by 4 elements");
+  args[1] = p4;
+  args[2] = vm_value_int(4);
+  ASSERT_STATUS(tops_call(e, "cl.pad", args, 5), VM_INVALID_ARGUMENT,
+                "cl.pad: mode (argument 2) is 4, expected 0 to 3");
+  args[2] = vm_value_int(1);
+  args[3] = vm_value_none();
+  ASSERT_STATUS(tops_call(e, "cl.pad", args, 5), VM_INVALID_ARGUMENT,
+                "cl.pad: value (argument 3) must be a float, int or bool, got none");
+  args[3] = vm_value_float(0);
+  args[4] = y2;
+  ASSERT_STATUS(tops_call(e, "cl.pad", args, 5), VM_INVALID_ARGUMENT,
+                "cl.pad: y (argument 4) has shape [2, 3], expected [5, 6]");
+  args[0] = e0;
+  args[4] = y25;
+  ASSERT_STATUS(tops_call(e, "cl.pad", args, 5), VM_INVALID_ARGUMENT,
+                "cl.pad: x (argument 0) is empty along axis 0: reflect padding needs an element "
+                "to repeat");
+  release_all((vm_value_t[]){x, y, e0, y2, y25, p4, p3, pbig, pcrop}, 9);
+}
+
+static void check_gather(tops_env_t *e, vm_dtype_t dt, uint32_t nx, const int64_t *xd, int axis,
+                         vm_dtype_t it, uint32_t ni, const int64_t *id, const int64_t *ind) {
+  size_t eb = vm_dtype_bytes(dt);
+  int ax = axis < 0 ? axis + (int)nx : axis;
+  int64_t yd[8];
+  uint32_t ny = nx - 1 + ni;
+  memcpy(yd, xd, (size_t)ax * sizeof(int64_t));
+  if (ni) memcpy(yd + ax, id, ni * sizeof(int64_t));
+  memcpy(yd + ax + ni, xd + ax + 1, (nx - (uint32_t)ax - 1) * sizeof(int64_t));
+  size_t n = (size_t)tops_numel(ny, yd), nind = (size_t)tops_numel(ni, id);
+  uint8_t *x = pattern_data((size_t)tops_numel(nx, xd), eb, 9);
+  uint8_t *want = calloc(n * eb + 1, 1), *got = malloc(n * eb + 1);
+  int64_t outer = 1, inner = 1, len = xd[ax];
+  for (int i = 0; i < ax; i++) outer *= xd[i];
+  for (uint32_t i = (uint32_t)ax + 1; i < nx; i++) inner *= xd[i];
+  for (int64_t o = 0; o < outer; o++)
+    for (size_t j = 0; j < nind; j++)
+      for (int64_t k = 0; k < inner; k++) {
+        int64_t v = ind[j] < 0 ? ind[j] + len : ind[j];
+        if (v < 0 || v >= len) continue; /* out of range: zeros */
+        memcpy(want + ((o * (int64_t)nind + (int64_t)j) * inner + k) * eb,
+               x + ((o * len + v) * inner + k) * eb, eb);
+      }
+  int32_t ind32[64];
+  assert_true(nind <= 64);
+  for (size_t j = 0; j < nind; j++) ind32[j] = (int32_t)ind[j];
+  vm_value_t args[4] = {
+      tops_tensor(e, dt, nx, xd, x),
+      tops_tensor(e, it, ni, id, vm_dtype_equal(it, VM_I64) ? (const void *)ind : ind32),
+      vm_value_int(axis), tops_tensor(e, dt, ny, yd, NULL)};
+  ASSERT_OK(tops_call(e, "cl.gather", args, 4));
+  tops_read(e, &args[3], got);
+  assert_memory_equal(got, want, n * eb);
+  tops_check_guard(e, &args[3]);
+  release_all(args, 4);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void test_gather(void **state) {
+  tops_env_t *e = *state;
+  /* an embedding lookup: [vocab, dim] by [batch, seq] token ids */
+  check_gather(e, VM_F32, 2, DIMS(10, 6), 0, VM_I64, 2, DIMS(2, 3), DIMS(0, 9, 3, 3, -1, 5));
+  check_gather(e, VM_F16, 3, DIMS(2, 5, 3), 1, VM_I32, 1, DIMS(4), DIMS(4, -5, 2, 0));
+  check_gather(e, VM_I64, 3, DIMS(2, 3, 4), -1, VM_I32, 0, NULL, DIMS(-2)); /* scalar index */
+  check_gather(e, VM_I8, 2, DIMS(3, 7), 1, VM_I64, 1, DIMS(5), DIMS(1, 7, -8, 100, -1));
+  check_gather(e, VM_F32, 1, DIMS(4), 0, VM_I64, 1, DIMS(0), NULL); /* no indices */
+
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(2, 4));
+  vm_value_t i2 = tops_plain(e, VM_I32, 1, DIMS(2)), f2 = tops_plain(e, VM_F32, 1, DIMS(2));
+  vm_value_t args[4] = {x, i2, vm_value_int(0), y};
+  ASSERT_OK(tops_call(e, "cl.gather", args, 4));
+  args[2] = vm_value_int(2);
+  ASSERT_STATUS(tops_call(e, "cl.gather", args, 4), VM_INVALID_ARGUMENT,
+                "cl.gather: axis (argument 2) is 2, expected -2 to 1");
+  args[2] = vm_value_int(-1);
+  ASSERT_STATUS(tops_call(e, "cl.gather", args, 4), VM_INVALID_ARGUMENT,
+                "cl.gather: y (argument 3) has shape [2, 4], expected [3, 2]");
+  args[1] = f2;
+  ASSERT_STATUS(tops_call(e, "cl.gather", args, 4), VM_INVALID_ARGUMENT,
+                "cl.gather: indices (argument 1) has dtype float32, expected int32 or int64");
+  release_all((vm_value_t[]){x, y, i2, f2}, 4);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.layer_norm with ONNX's Mean and InvStdDev outputs
+ */
+
+static void check_layer_norm_stats(tops_env_t *e, vm_dtype_t dt, uint32_t nd, const int64_t *dims,
+                                   int axis, int want_mean, int want_rstd) {
+  int ax = axis < 0 ? axis + (int)nd : axis;
+  int64_t rows = tops_numel((uint32_t)ax, dims), len = tops_numel(nd - (uint32_t)ax, dims + ax);
+  size_t n = (size_t)(rows * len);
+  float *x = tops_rand(n, 11, -3, 5);
+  float *want = malloc(n * sizeof(float) + 4), *got = malloc(n * sizeof(float) + 4);
+  float *wmean = malloc((size_t)rows * sizeof(float) + 4);
+  float *wrstd = malloc((size_t)rows * sizeof(float) + 4);
+  float *gs = malloc((size_t)rows * sizeof(float) + 4);
+  if (is_f16(dt)) tops_round_f16(x, n);
+  ref_layer_norm(x, rows, len, NULL, NULL, 1e-5f, want);
+  for (int64_t r = 0; r < rows; r++) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < len; j++) m += x[r * len + j];
+    m /= (double)len;
+    for (int64_t j = 0; j < len; j++) v += (x[r * len + j] - m) * (x[r * len + j] - m);
+    wmean[r] = (float)m;
+    wrstd[r] = (float)(1.0 / sqrt(v / (double)len + 1e-5));
+  }
+  int64_t sd[8];
+  for (uint32_t i = 0; i < nd; i++) sd[i] = (int)i < ax ? dims[i] : 1;
+  vm_value_t args[8] = {tops_tensor_f(e, dt, nd, dims, x),
+                        vm_value_none(),
+                        vm_value_none(),
+                        vm_value_int(axis),
+                        vm_value_float(1e-5),
+                        tops_tensor(e, dt, nd, dims, NULL),
+                        want_mean ? tops_tensor(e, VM_F32, nd, sd, NULL) : vm_value_none(),
+                        want_rstd ? tops_tensor(e, VM_F32, nd, sd, NULL) : vm_value_none()};
+  ASSERT_OK(tops_call(e, "cl.layer_norm", args, 8));
+  tops_read_f(e, &args[5], got);
+  tops_assert_close(got, want, n, is_f16(dt) ? 4e-3 : 1e-4, is_f16(dt) ? 2e-3 : 1e-4,
+                    "layer_norm y");
+  if (want_mean) {
+    tops_read_f(e, &args[6], gs);
+    tops_assert_close(gs, wmean, (size_t)rows, 1e-5, 1e-5, "layer_norm mean");
+    tops_check_guard(e, &args[6]);
+  }
+  if (want_rstd) {
+    tops_read_f(e, &args[7], gs);
+    tops_assert_close(gs, wrstd, (size_t)rows, 1e-5, 1e-4, "layer_norm inv_std");
+    tops_check_guard(e, &args[7]);
+  }
+  release_all(args, 8);
+  free(x);
+  free(want);
+  free(got);
+  free(wmean);
+  free(wrstd);
+  free(gs);
+}
+
+static void test_layer_norm_stats(void **state) {
+  tops_env_t *e = *state;
+  check_layer_norm_stats(e, VM_F32, 3, DIMS(4, 6, 5), -1, 1, 1);
+  check_layer_norm_stats(e, VM_F32, 3, DIMS(4, 6, 5), 1, 1, 1); /* [4, 1, 1] statistics */
+  check_layer_norm_stats(e, VM_F32, 2, DIMS(3, 700), -1, 0, 1);
+  check_layer_norm_stats(e, VM_F16, 2, DIMS(5, 40), -1, 1, 0); /* float32 statistics */
+
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t m = tops_plain(e, VM_F32, 2, DIMS(3, 1)), m16 = tops_plain(e, VM_F16, 2, DIMS(3, 1));
+  vm_value_t m1 = tops_plain(e, VM_F32, 1, DIMS(3));
+  vm_value_t args[8] = {
+      x, vm_value_none(), vm_value_none(), vm_value_int(-1), vm_value_float(1e-5), y, m, m};
+  ASSERT_OK(tops_call(e, "cl.layer_norm", args, 8));
+  ASSERT_STATUS(tops_call(e, "cl.layer_norm", args, 7), VM_INVALID_ARGUMENT,
+                "cl.layer_norm: expected 6 or 8 arguments (x, gamma|none, beta|none, axis, eps, "
+                "y[, mean|none, inv_std|none]), got 7");
+  args[6] = m1;
+  ASSERT_STATUS(tops_call(e, "cl.layer_norm", args, 8), VM_INVALID_ARGUMENT,
+                "cl.layer_norm: mean (argument 6) has shape [3], expected [3, 1]");
+  args[6] = vm_value_none();
+  args[7] = m16;
+  ASSERT_STATUS(tops_call(e, "cl.layer_norm", args, 8), VM_INVALID_ARGUMENT,
+                "cl.layer_norm: inv_std (argument 7) has dtype float16, expected float32");
+  release_all((vm_value_t[]){x, y, m, m16, m1}, 5);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_unary_ext),
+      cmocka_unit_test(test_broadcast_to),
+      cmocka_unit_test(test_pad),
+      cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_layer_norm_stats),
+  };
+  return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
+}

@@ -1,0 +1,567 @@
+/* The ONNX forms of the NCHW operators: cl.conv2d with begin/end pads,
+ * cl.pool2d.* with dilations, ceil_mode and count_include_pad,
+ * cl.conv_transpose2d and cl.resize, against C references in double.
+ *
+ * Tolerances as tests/opencl/test_ops_nn.c: float32 sums of K products
+ * 1e-4 * sqrt(K) absolute, 1e-4 relative; float16 2e-3 (inputs rounded to
+ * half first).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "helper_ref.h"
+#include "test_util.h"
+#include "vm/vm.h"
+#include "vmcl/vmcl.h"
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static void release_all(vm_value_t *v, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) vm_value_release(&v[i]);
+}
+
+static int is_f16(vm_dtype_t dt) {
+  return vm_dtype_equal(dt, VM_F16);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.conv2d, 13-argument form
+ */
+
+typedef struct conv_case {
+  int64_t N, C, H, W, O, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, groups;
+} conv_case_t;
+
+static void check_conv13(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
+  int64_t OH = (c->H + c->pt + c->pb - c->dh * (c->KH - 1) - 1) / c->sh + 1;
+  int64_t OW = (c->W + c->pl + c->pr - c->dw * (c->KW - 1) - 1) / c->sw + 1;
+  int64_t xd[4] = {c->N, c->C, c->H, c->W}, wd[4] = {c->O, c->C / c->groups, c->KH, c->KW};
+  int64_t yd[4] = {c->N, c->O, OH, OW};
+  size_t nx = (size_t)tops_numel(4, xd), nw = (size_t)tops_numel(4, wd);
+  size_t ny = (size_t)tops_numel(4, yd);
+  float *x = tops_rand(nx, 61, -1, 1), *w = tops_rand(nw, 62, -1, 1);
+  float *bias = tops_rand((size_t)c->O, 63, -1, 1);
+  float *want = malloc(ny * sizeof(float) + 4), *got = malloc(ny * sizeof(float) + 4);
+  if (is_f16(dt)) {
+    tops_round_f16(x, nx);
+    tops_round_f16(w, nw);
+    tops_round_f16(bias, (size_t)c->O);
+  }
+  /* the reference takes the begin pads; the end pads only shape y */
+  ref_conv2d(x, w, bias, want, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, c->sh, c->sw, c->pt,
+             c->pl, c->dh, c->dw, c->groups, OH, OW);
+  vm_value_t args[13] = {tops_tensor_f(e, dt, 4, xd, x),
+                         tops_tensor_f(e, dt, 4, wd, w),
+                         tops_tensor_f(e, dt, 1, &c->O, bias),
+                         vm_value_int(c->sh),
+                         vm_value_int(c->sw),
+                         vm_value_int(c->pt),
+                         vm_value_int(c->pl),
+                         vm_value_int(c->pb),
+                         vm_value_int(c->pr),
+                         vm_value_int(c->dh),
+                         vm_value_int(c->dw),
+                         vm_value_int(c->groups),
+                         tops_tensor(e, dt, 4, yd, NULL)};
+  ASSERT_OK(tops_call(e, "cl.conv2d", args, 13));
+  tops_read_f(e, &args[12], got);
+  double sk = sqrt((double)(wd[1] * c->KH * c->KW) + 1);
+  tops_assert_close(got, want, ny, (is_f16(dt) ? 2e-3 : 1e-4) * sk, is_f16(dt) ? 2e-3 : 1e-4,
+                    "conv2d 13-argument form");
+  tops_check_guard(e, &args[12]);
+  release_all(args, 13);
+  free(x);
+  free(w);
+  free(bias);
+  free(want);
+  free(got);
+}
+
+static void test_conv2d_asym(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H   W  O  KH KW sh sw pt pl pb pr dh dw g */
+      {1, 3, 9, 11, 8, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1, 1},  /* SAME_UPPER-like, stride 1 */
+      {2, 4, 10, 9, 6, 3, 3, 2, 2, 0, 1, 1, 1, 1, 1, 2},  /* SAME_UPPER, stride 2 */
+      {1, 2, 7, 8, 4, 2, 4, 1, 2, 1, 2, 0, 1, 2, 1, 1},   /* uneven, dilation */
+      {1, 4, 6, 6, 4, 3, 3, 1, 1, 2, 0, 0, 2, 1, 1, 4},   /* depthwise, one-sided pads */
+      {1, 8, 5, 5, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* 1x1 */
+      {1, 3, 20, 21, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* equals the 11-argument form */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv13(e, VM_F32, &cases[i]);
+  check_conv13(e, VM_F16, &cases[1]);
+
+  vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 2, 5, 5));
+  vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(2, 2, 3, 3));
+  vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 2, 5, 5));
+  vm_value_t args[13] = {x,
+                         w,
+                         vm_value_none(),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(0),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         y};
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv2d: y (argument 12) has shape [1, 2, 5, 5], expected [1, 2, 4, 5]");
+  args[5] = vm_value_int(1);
+  ASSERT_OK(tops_call(e, "cl.conv2d", args, 13));
+  args[8] = vm_value_int(-1);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv2d: pad_right (argument 8) is -1, expected 0 to 1048576");
+  args[8] = vm_value_int(1);
+  args[11] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 13), VM_INVALID_ARGUMENT,
+                "groups (argument 11) is 3, which must divide the 2 input and 2 output channels");
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 12), VM_INVALID_ARGUMENT,
+                "cl.conv2d: expected 11 arguments (x, w, bias|none, stride_h, stride_w, pad_h, "
+                "pad_w, dil_h, dil_w, groups, y) or 13 arguments (x, w, bias|none, stride_h, "
+                "stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, dil_w, groups, y), got "
+                "12");
+  /* a huge end pad: rejected by range, never overflows */
+  args[11] = vm_value_int(1);
+  args[7] = vm_value_int(INT64_MAX);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 13), VM_INVALID_ARGUMENT,
+                "pad_bottom (argument 7) is 9223372036854775807, expected 0 to 1048576");
+  release_all((vm_value_t[]){x, w, y}, 3);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.pool2d.*, 14-argument form
+ */
+
+typedef struct pool_case {
+  int64_t N, C, H, W, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, ceil, incl;
+} pool_case_t;
+
+/* ONNX's output extent (written out independently of the library). */
+static int64_t ref_pool_out(int64_t in, int64_t pb, int64_t pe, int64_t k, int64_t d, int64_t s,
+                            int ceil_mode) {
+  double v = (double)(in + pb + pe - d * (k - 1) - 1) / (double)s + 1;
+  int64_t out = (int64_t)(ceil_mode ? ceil(v) : floor(v));
+  if (ceil_mode && (out - 1) * s >= in + pb) out--;
+  return out;
+}
+
+static void ref_pool(int is_max, const float *x, const pool_case_t *p, int64_t OH, int64_t OW,
+                     float *y) {
+  for (int64_t nc = 0; nc < p->N * p->C; nc++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        double acc = is_max ? -INFINITY : 0.0;
+        int64_t cnt = 0, cnt_pad = 0;
+        for (int64_t i = 0; i < p->kh; i++)
+          for (int64_t j = 0; j < p->kw; j++) {
+            int64_t h = oh * p->sh - p->pt + i * p->dh, w = ow * p->sw - p->pl + j * p->dw;
+            if (h < p->H + p->pb && w < p->W + p->pr) cnt_pad++;
+            if (h < 0 || h >= p->H || w < 0 || w >= p->W) continue;
+            double v = x[(nc * p->H + h) * p->W + w];
+            acc = is_max ? fmax(acc, v) : acc + v;
+            cnt++;
+          }
+        y[(nc * OH + oh) * OW + ow] =
+            (float)(is_max ? acc : acc / (double)(p->incl ? cnt_pad : cnt));
+      }
+}
+
+static void check_pool14(tops_env_t *e, vm_dtype_t dt, int is_max, const pool_case_t *p) {
+  int64_t OH = ref_pool_out(p->H, p->pt, p->pb, p->kh, p->dh, p->sh, (int)p->ceil);
+  int64_t OW = ref_pool_out(p->W, p->pl, p->pr, p->kw, p->dw, p->sw, (int)p->ceil);
+  int64_t xd[4] = {p->N, p->C, p->H, p->W}, yd[4] = {p->N, p->C, OH, OW};
+  size_t nx = (size_t)tops_numel(4, xd), ny = (size_t)tops_numel(4, yd);
+  float *x = tops_rand(nx, 64, -3, 3);
+  float *want = malloc(ny * sizeof(float) + 4), *got = malloc(ny * sizeof(float) + 4);
+  if (is_f16(dt)) tops_round_f16(x, nx);
+  ref_pool(is_max, x, p, OH, OW, want);
+  vm_value_t args[14] = {tops_tensor_f(e, dt, 4, xd, x),
+                         vm_value_int(p->kh),
+                         vm_value_int(p->kw),
+                         vm_value_int(p->sh),
+                         vm_value_int(p->sw),
+                         vm_value_int(p->pt),
+                         vm_value_int(p->pl),
+                         vm_value_int(p->pb),
+                         vm_value_int(p->pr),
+                         vm_value_int(p->dh),
+                         vm_value_int(p->dw),
+                         vm_value_int(p->ceil),
+                         vm_value_int(p->incl),
+                         tops_tensor(e, dt, 4, yd, NULL)};
+  const char *name = is_max ? "cl.pool2d.max" : "cl.pool2d.avg";
+  ASSERT_OK(tops_call(e, name, args, 14));
+  tops_read_f(e, &args[13], got);
+  char what[160];
+  snprintf(what, sizeof(what),
+           "%s x[%lld,%lld] k%lldx%lld s%lld,%lld p%lld,%lld,%lld,%lld "
+           "d%lld,%lld ceil %lld incl %lld",
+           name, (long long)p->H, (long long)p->W, (long long)p->kh, (long long)p->kw,
+           (long long)p->sh, (long long)p->sw, (long long)p->pt, (long long)p->pl, (long long)p->pb,
+           (long long)p->pr, (long long)p->dh, (long long)p->dw, (long long)p->ceil,
+           (long long)p->incl);
+  tops_assert_close(got, want, ny, is_f16(dt) ? 4e-3 : 1e-5, is_f16(dt) ? 2e-3 : 1e-4, what);
+  tops_check_guard(e, &args[13]);
+  release_all(args, 14);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void test_pool2d_onnx(void **state) {
+  tops_env_t *e = *state;
+  static const pool_case_t cases[] = {
+      /* N C  H   W kh kw sh sw pt pl pb pr dh dw ceil incl */
+      {1, 2, 7, 7, 3, 3, 2, 2, 0, 0, 0, 0, 1, 1, 1, 0},  /* ceil adds a partial window */
+      {1, 2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1},  /* ceil, padding counted */
+      {2, 3, 6, 6, 2, 2, 2, 2, 0, 0, 1, 1, 1, 1, 1, 0},  /* ceil: last window starts in the pad */
+      {1, 2, 9, 10, 3, 2, 1, 2, 2, 0, 0, 1, 2, 3, 0, 1}, /* dilation, uneven pads */
+      {1, 1, 8, 8, 3, 3, 3, 3, 1, 2, 2, 1, 2, 2, 1, 0},  /* dilation + ceil */
+      {1, 3, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1},  /* count_include_pad only */
+      {1, 1, 4, 4, 2, 2, 1, 1, 0, 0, 3, 3, 1, 1, 0, 0},  /* windows wholly in the end pad */
+      {1, 2, 13, 1, 3, 1, 2, 1, 1, 0, 1, 0, 1, 1, 1, 1}, /* a 1-D pool as H x 1 */
+  };
+  for (int is_max = 0; is_max < 2; is_max++) {
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+      check_pool14(e, VM_F32, is_max, &cases[i]);
+    }
+    check_pool14(e, VM_F16, is_max, &cases[1]);
+  }
+
+  vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 2, 6, 6));
+  vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 2, 3, 3));
+  vm_value_t args[14] = {x,
+                         vm_value_int(2),
+                         vm_value_int(2),
+                         vm_value_int(2),
+                         vm_value_int(2),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(0),
+                         y};
+  /* ceil would give 4, but the 4th window would start in the end pad */
+  ASSERT_OK(tops_call(e, "cl.pool2d.max", args, 14));
+  args[11] = vm_value_int(2);
+  ASSERT_STATUS(tops_call(e, "cl.pool2d.max", args, 14), VM_INVALID_ARGUMENT,
+                "cl.pool2d.max: ceil_mode (argument 11) is 2, expected 0 to 1");
+  args[11] = vm_value_int(0);
+  args[12] = vm_value_none();
+  ASSERT_STATUS(tops_call(e, "cl.pool2d.avg", args, 14), VM_INVALID_ARGUMENT,
+                "cl.pool2d.avg: count_include_pad (argument 12) must be an int, got none");
+  args[12] = vm_value_int(0);
+  args[9] = vm_value_int(7);
+  ASSERT_STATUS(tops_call(e, "cl.pool2d.avg", args, 14), VM_INVALID_ARGUMENT,
+                "cl.pool2d.avg: the window (8x2) is larger than the padded input (7x7)");
+  args[9] = vm_value_int(1);
+  args[1] = vm_value_int(1);
+  ASSERT_STATUS(tops_call(e, "cl.pool2d.avg", args, 14), VM_INVALID_ARGUMENT,
+                "cl.pool2d.avg: y (argument 13) has shape [1, 2, 3, 3], expected [1, 2, 4, 3]");
+  ASSERT_STATUS(tops_call(e, "cl.pool2d.avg", args, 9), VM_INVALID_ARGUMENT,
+                "cl.pool2d.avg: expected 8 arguments (x, kernel_h, kernel_w, stride_h, stride_w, "
+                "pad_h, pad_w, y) or 14 arguments");
+  release_all((vm_value_t[]){x, y}, 2);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.resize against a reference written the way ONNX's specification
+ * states it: per axis, the source coordinate; the n integers nearest to it
+ * (ties to the smaller) on the edge-padded axis; coefficients from the
+ * ratio in (0, 1]; axes interpolated one after the other (recursively).
+ */
+
+typedef struct resize_case {
+  uint32_t nd;
+  int64_t in[4], out[4];
+  int mode, coord, nearest;
+  double a;
+  int exclude;
+  double extrap;
+  int with_scales; /* 0: none (out / in) */
+  float scales[4];
+  float roi[8]; /* used with coord 3 */
+} resize_case_t;
+
+static double rs_source(const resize_case_t *c, int ax, int64_t o, double s) {
+  double x = (double)o, in = (double)c->in[ax], out = (double)c->out[ax];
+  double lo = c->roi[ax], hi = c->roi[c->nd + ax];
+  switch (c->coord) {
+    case 0: return (x + 0.5) / s - 0.5;
+    case 1: return x / s;
+    case 2: return out > 1 ? (x + 0.5) / s - 0.5 : 0;
+    case 3:
+      return out > 1 ? lo * (in - 1) + x * (hi - lo) * (in - 1) / (out - 1)
+                     : 0.5 * (lo + hi) * (in - 1);
+    case 4: return out > 1 ? x * (in - 1) / (out - 1) : 0;
+    default: {
+      double adj = out / (s * in);
+      return in / 2 * (1 - adj) + (x + 0.5) / s - 0.5;
+    }
+  }
+}
+
+static double rs_eval(const resize_case_t *c, const float *x, const int64_t *stride,
+                      const double *s, const int64_t *oidx, uint32_t ax, int64_t base) {
+  if (ax == c->nd) return x[base];
+  int64_t in = c->in[ax];
+  double xo = rs_source(c, (int)ax, oidx[ax], s[ax]);
+  if (c->coord == 3 && (xo < 0 || xo > (double)(in - 1))) return c->extrap;
+  double fl = floor(xo), r = xo == fl ? 1.0 : xo - fl, A = c->a;
+  double co[4];
+  int n;
+  if (c->mode == 0) {
+    n = 2;
+    int up;
+    if (xo == fl) {
+      up = 1;
+    } else if (c->nearest == 0) {
+      up = r > 0.5;
+    } else if (c->nearest == 1) {
+      up = r >= 0.5;
+    } else {
+      up = c->nearest == 3;
+    }
+    co[0] = !up;
+    co[1] = up;
+  } else if (c->mode == 1) {
+    n = 2;
+    co[0] = 1 - r;
+    co[1] = r;
+  } else {
+    n = 4;
+    co[0] = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+    co[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
+    co[2] = ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1;
+    co[3] = ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A;
+  }
+  /* the n integers nearest to xo, ties to the smaller, ascending */
+  int64_t cand[16], idx[4];
+  int nc = 0;
+  for (int64_t k = (int64_t)fl - 4; k <= (int64_t)fl + 4; k++) cand[nc++] = k;
+  for (int i = 0; i < n; i++) {
+    int best = -1;
+    for (int j = 0; j < nc; j++) {
+      if (cand[j] == INT64_MIN) continue;
+      double dj = fabs(xo - (double)cand[j]);
+      if (best < 0 || dj < fabs(xo - (double)cand[best])) best = j;
+    }
+    idx[i] = cand[best];
+    cand[best] = INT64_MIN;
+  }
+  for (int i = 0; i < n; i++) /* sort ascending */
+    for (int j = i + 1; j < n; j++)
+      if (idx[j] < idx[i]) {
+        int64_t t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+      }
+  if (c->exclude) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+      if (idx[i] < 0 || idx[i] >= in) co[i] = 0;
+      sum += co[i];
+    }
+    for (int i = 0; i < n; i++) co[i] /= sum;
+  }
+  double acc = 0;
+  for (int i = 0; i < n; i++) {
+    if (co[i] == 0) continue;
+    int64_t k = idx[i] < 0 ? 0 : idx[i] >= in ? in - 1 : idx[i];
+    acc += co[i] * rs_eval(c, x, stride, s, oidx, ax + 1, base + k * stride[ax]);
+  }
+  return acc;
+}
+
+static void check_resize(tops_env_t *e, vm_dtype_t dt, const resize_case_t *c) {
+  size_t nx = (size_t)tops_numel(c->nd, c->in), ny = (size_t)tops_numel(c->nd, c->out);
+  float *x = tops_rand(nx, 71, -2, 2);
+  float *want = malloc(ny * sizeof(float) + 4), *got = malloc(ny * sizeof(float) + 4);
+  if (is_f16(dt)) tops_round_f16(x, nx);
+  int64_t stride[4], oidx[4];
+  double s[4];
+  stride[c->nd - 1] = 1;
+  for (uint32_t i = c->nd - 1; i-- > 0;) stride[i] = stride[i + 1] * c->in[i + 1];
+  for (uint32_t i = 0; i < c->nd; i++) {
+    s[i] = c->with_scales ? (double)c->scales[i] : (double)c->out[i] / (double)c->in[i];
+  }
+  for (size_t i = 0; i < ny; i++) {
+    int64_t r = (int64_t)i;
+    for (uint32_t k = c->nd; k-- > 0;) {
+      oidx[k] = r % c->out[k];
+      r /= c->out[k];
+    }
+    want[i] = (float)rs_eval(c, x, stride, s, oidx, 0, 0);
+  }
+  int64_t nsc = c->nd, nroi = 2 * c->nd;
+  vm_value_t args[10] = {
+      tops_tensor_f(e, dt, c->nd, c->in, x),
+      vm_value_int(c->mode),
+      vm_value_int(c->coord),
+      vm_value_int(c->nearest),
+      vm_value_float(c->a),
+      vm_value_int(c->exclude),
+      vm_value_float(c->extrap),
+      c->with_scales ? tops_tensor(e, VM_F32, 1, &nsc, c->scales) : vm_value_none(),
+      c->coord == 3 ? tops_tensor(e, VM_F32, 1, &nroi, c->roi) : vm_value_none(),
+      tops_tensor(e, dt, c->nd, c->out, NULL)};
+  ASSERT_OK(tops_call(e, "cl.resize", args, 10));
+  tops_read_f(e, &args[9], got);
+  char what[96];
+  snprintf(what, sizeof(what), "resize mode %d coord %d nearest %d exclude %d %s", c->mode,
+           c->coord, c->nearest, c->exclude, is_f16(dt) ? "f16" : "f32");
+  tops_assert_close(got, want, ny, is_f16(dt) ? 4e-3 : 2e-6, is_f16(dt) ? 2e-3 : 1e-5, what);
+  tops_check_guard(e, &args[9]);
+  release_all(args, 10);
+  free(x);
+  free(want);
+  free(got);
+}
+
+/* Fields: nd, in, out, mode (0 nearest, 1 linear, 2 cubic), coord (0
+ * half_pixel, 1 asymmetric, 2 pytorch_half_pixel, 3 tf_crop_and_resize, 4
+ * align_corners, 5 half_pixel_symmetric), nearest mode, cubic a,
+ * exclude_outside, extrapolation value, scales given, scales, roi. */
+static const resize_case_t resize_cases[] = {
+    /* ONNX Upsample: nearest, asymmetric, floor */
+    {4, {1, 2, 3, 4}, {1, 2, 6, 8}, 0, 1, 2, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}},
+    /* up on one axis, down on the other */
+    {4, {1, 2, 5, 4}, {1, 2, 15, 2}, 0, 0, 0, -0.75, 0, 0, 1, {1, 1, 3, 0.5f}, {0}},
+    /* round_prefer_ceil; scales none (from the sizes) */
+    {4, {1, 1, 5, 7}, {1, 1, 8, 4}, 0, 0, 1, -0.75, 0, 0, 0, {0}, {0}},
+    /* ceil with align_corners */
+    {4, {1, 1, 5, 7}, {1, 1, 8, 11}, 0, 4, 3, -0.75, 0, 0, 0, {0}, {0}},
+    /* bilinear */
+    {4, {1, 3, 4, 5}, {1, 3, 8, 10}, 1, 0, 0, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}},
+    {4, {1, 3, 4, 5}, {1, 3, 7, 3}, 1, 4, 0, -0.75, 0, 0, 0, {0}, {0}},
+    /* pytorch_half_pixel with an output extent of 1 */
+    {4, {1, 1, 4, 4}, {1, 1, 1, 3}, 1, 2, 0, -0.75, 0, 0, 0, {0}, {0}},
+    /* bicubic */
+    {4, {1, 2, 4, 5}, {1, 2, 9, 11}, 2, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    /* cubic, a = -0.5, exclude_outside, downscaling */
+    {4, {1, 2, 9, 8}, {1, 2, 4, 3}, 2, 1, 0, -0.5, 1, 0, 1, {1, 1, 0.5f, 0.4f}, {0}},
+    /* half_pixel_symmetric where out (6, 8) is not scale * in (6.8, 8.5) */
+    {4, {1, 1, 4, 5}, {1, 1, 6, 8}, 2, 5, 0, -0.75, 0, 0, 1, {1, 1, 1.7f, 1.7f}, {0}},
+    {4, {1, 1, 4, 5}, {1, 1, 6, 8}, 1, 5, 0, -0.75, 1, 0, 1, {1, 1, 1.7f, 1.7f}, {0}},
+    /* tf_crop_and_resize: crops past the input take the extrapolation value */
+    {4,
+     {1, 2, 5, 6},
+     {1, 2, 4, 7},
+     1,
+     3,
+     0,
+     -0.75,
+     0,
+     10,
+     1,
+     {1, 1, 0.8f, 1.2f},
+     {0, 0, -0.2f, 0.1f, 1, 1, 0.9f, 1.3f}},
+    {4,
+     {1, 2, 5, 6},
+     {1, 2, 3, 1},
+     0,
+     3,
+     0,
+     -0.75,
+     0,
+     -1,
+     1,
+     {1, 1, 0.6f, 0.2f},
+     {0, 0, 0.1f, 0.2f, 1, 1, 0.7f, 0.6f}},
+    /* a middle axis of a 3-D tensor */
+    {3, {2, 4, 3}, {2, 7, 3}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    /* the identity */
+    {2, {3, 3}, {3, 3}, 2, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+};
+
+static void test_resize(void **state) {
+  tops_env_t *e = *state;
+  for (size_t i = 0; i < sizeof(resize_cases) / sizeof(resize_cases[0]); i++) {
+    check_resize(e, VM_F32, &resize_cases[i]);
+  }
+  check_resize(e, VM_F16, &resize_cases[4]);
+  check_resize(e, VM_F16, &resize_cases[7]);
+
+  /* scales on the host CPU device (what a compiler's constants would use) */
+  vm_device_t *cpu = NULL;
+  vm_allocator_t *calloc_ = NULL;
+  ASSERT_OK(vm_cpu_device_create(0, &cpu));
+  ASSERT_OK(vm_allocator_create(cpu, VM_ALLOC_NAIVE, &calloc_));
+  vm_value_t sc;
+  ASSERT_OK(vm_tensor_alloc(calloc_, VM_F32, DIMS(4), 1, &sc));
+  const float sv[4] = {1, 1, 2, 2};
+  vm_tensor_t *st = vm_value_as_tensor(&sc);
+  ASSERT_OK(cpu->ops->copy_from_host(cpu, st->storage->buffer, st->offset, sv, sizeof(sv)));
+  vm_value_t x = tops_tensor_f(e, VM_F32, 4, DIMS(1, 1, 2, 2), (const float[]){1, 2, 3, 4});
+  vm_value_t y = tops_tensor(e, VM_F32, 4, DIMS(1, 1, 4, 4), NULL);
+  vm_value_t args[10] = {x,
+                         vm_value_int(0),
+                         vm_value_int(1),
+                         vm_value_int(2),
+                         vm_value_float(-0.75),
+                         vm_value_int(0),
+                         vm_value_float(0),
+                         sc,
+                         vm_value_none(),
+                         y};
+  ASSERT_OK(tops_call(e, "cl.resize", args, 10));
+  float got[16];
+  tops_read_f(e, &y, got);
+  tops_assert_close(got, (const float[]){1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, 16, 0, 0,
+                    "nearest 2x with scales on the cpu");
+
+  /* errors */
+  args[2] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: roi (argument 8) is none, but coord_mode 3 (tf_crop_and_resize) needs "
+                "it");
+  args[2] = vm_value_int(6);
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: coord_mode (argument 2) is 6, expected 0 to 5");
+  args[2] = vm_value_int(1);
+  args[7] = tops_tensor(e, VM_F32, 1, DIMS(3), (const float[]){1, 2, 2});
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: scales (argument 7) is a float32 tensor of shape [3], expected "
+                "float32 [4]");
+  vm_value_release(&args[7]);
+  args[7] = tops_tensor(e, VM_F32, 1, DIMS(4), (const float[]){1, 0, 2, 2});
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: scales (argument 7) value 0 for axis 1 is not a positive number");
+  vm_value_release(&args[7]);
+  args[7] = vm_value_none();
+  args[9] = tops_plain(e, VM_F32, 3, DIMS(1, 4, 4));
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: y (argument 9) has shape [1, 4, 4], expected 4 dims like x");
+  vm_value_release(&args[9]);
+  args[9] = y;
+  args[1] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: mode (argument 1) is 3, expected 0 to 2");
+  vm_value_release(&sc);
+  release_all((vm_value_t[]){x, y}, 2);
+  vm_allocator_destroy(calloc_);
+  vm_device_destroy(cpu);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_conv2d_asym),
+      cmocka_unit_test(test_pool2d_onnx),
+      cmocka_unit_test(test_resize),
+  };
+  return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
+}
