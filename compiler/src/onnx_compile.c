@@ -56,8 +56,8 @@ static vm_status_t set_shape(onx_ctx_t *c, onx_value_t *v, vm_dtype_t dt, uint32
   v->numel = 1;
   for (uint32_t i = 0; i < ndim; i++) {
     if (dims[i] < 0 || dims[i] > INT32_MAX)
-      return onx_node_err(c, VM_INVALID_ARGUMENT, "value '%.80s' would have dim %u = %lld",
-                          v->name, i, (long long)dims[i]);
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "value '%.80s' would have dim %u = %lld", v->name,
+                          i, (long long)dims[i]);
     v->dims[i] = dims[i];
     v->numel *= dims[i];
     if (v->numel > ((int64_t)1 << 40))
@@ -85,8 +85,8 @@ int onx_out_wanted(const onx_ctx_t *c, uint32_t i) {
   return i < c->node->n_output && c->node->output[i] && c->node->output[i][0];
 }
 
-vm_status_t onx_def_out(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
-                        const int64_t *dims, onx_value_t **out) {
+vm_status_t onx_def_out(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
+                        onx_value_t **out) {
   *out = NULL;
   if (!onx_out_wanted(c, i))
     return onx_node_err(c, VM_INTERNAL, "output %u is not wanted", i); /* callers check */
@@ -165,8 +165,7 @@ int32_t onx_tid(onx_ctx_t *c, onx_value_t *v) {
 }
 
 int32_t onx_reshaped(onx_ctx_t *c, onx_value_t *v, uint32_t ndim, const int64_t *dims) {
-  if (v->ndim == ndim && memcmp(v->dims, dims, ndim * sizeof(int64_t)) == 0)
-    return onx_tid(c, v);
+  if (v->ndim == ndim && memcmp(v->dims, dims, ndim * sizeof(int64_t)) == 0) return onx_tid(c, v);
   if (v->data) {
     int32_t t = vmcc_graph_const(c->g, v->dt, v->data, ndim, dims);
     if (t >= 0 && c->rep) {
@@ -222,8 +221,8 @@ static vm_status_t declared_type(const Onnx__ValueInfoProto *vi, const char *wha
   const Onnx__TypeProto *tp = vi->type;
   if (!tp) return VM_STATUS_OK;
   if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-    return vm_status_make(VM_UNIMPLEMENTED, "%s '%.80s' is not a tensor: supported: tensors",
-                          what, vi->name);
+    return vm_status_make(VM_UNIMPLEMENTED, "%s '%.80s' is not a tensor: supported: tensors", what,
+                          vi->name);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   if (tt->has_elem_type) {
     *elem = tt->elem_type;
@@ -244,8 +243,8 @@ static vm_status_t declared_type(const Onnx__ValueInfoProto *vi, const char *wha
     dims[i] = -1;
     if (d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
       if (d->dim_value < 0 || d->dim_value > INT32_MAX)
-        return vm_status_make(VM_INVALID_ARGUMENT, "%s '%.80s': dim %zu is %lld", what, vi->name,
-                              i, (long long)d->dim_value);
+        return vm_status_make(VM_INVALID_ARGUMENT, "%s '%.80s': dim %zu is %lld", what, vi->name, i,
+                              (long long)d->dim_value);
       dims[i] = d->dim_value;
     }
   }
@@ -337,7 +336,8 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
           !is_initializer(g, g->input[i]->name))
         found = 1;
     if (!found)
-      return vm_status_make(VM_INVALID_ARGUMENT, "input shape for '%.80s': the graph has no such input",
+      return vm_status_make(VM_INVALID_ARGUMENT,
+                            "input shape for '%.80s': the graph has no such input",
                             o->input_shapes[k].name ? o->input_shapes[k].name : "");
   }
   for (uint32_t k = 0; o && k < o->num_consts; k++) {
@@ -347,7 +347,8 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
           strcmp(g->input[i]->name, o->consts[k].name) == 0)
         found = 1;
     if (!found)
-      return vm_status_make(VM_INVALID_ARGUMENT, "constant for '%.80s': the graph has no such input",
+      return vm_status_make(VM_INVALID_ARGUMENT,
+                            "constant for '%.80s': the graph has no such input",
                             o->consts[k].name ? o->consts[k].name : "");
   }
   for (size_t i = 0; i < g->n_input; i++) {
@@ -377,9 +378,9 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
                               "constant for '%.80s': its size does not match its shape", vi->name);
       if (has_dt && !vm_dtype_equal(dt, cv->dtype)) {
         char a[32], b[32];
-        return vm_status_make(VM_INVALID_ARGUMENT,
-                              "constant for '%.80s' has dtype %s, the graph declares %s", vi->name,
-                              vm_dtype_str(cv->dtype, a, sizeof(a)), vm_dtype_str(dt, b, sizeof(b)));
+        return vm_status_make(
+            VM_INVALID_ARGUMENT, "constant for '%.80s' has dtype %s, the graph declares %s",
+            vi->name, vm_dtype_str(cv->dtype, a, sizeof(a)), vm_dtype_str(dt, b, sizeof(b)));
       }
       if (rank >= 0) {
         int ok = rank == (int32_t)cv->ndim;
@@ -408,8 +409,7 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
       continue;
     }
     if (!has_dt)
-      return vm_status_make(VM_INVALID_ARGUMENT, "input '%.80s' declares no data type",
-                            vi->name);
+      return vm_status_make(VM_INVALID_ARGUMENT, "input '%.80s' declares no data type", vi->name);
     if (is) {
       if (rank >= 0 && (uint32_t)rank != is->ndim)
         return vm_status_make(VM_INVALID_ARGUMENT,
@@ -626,7 +626,8 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
   if (!st) st = vm_builder_declare_function(c.b, "main", num_params, names, &fmain);
   if (!st) st = vm_builder_const_float(c.b, 1.0, &c.c_one);
   if (!st) st = vm_builder_const_float(c.b, 0.0, &c.c_zero);
-  if (!st) st = vmcc_graph_create(c.b, fmain, "main", num_params, opts ? opts->plan_align : 0, &c.g);
+  if (!st)
+    st = vmcc_graph_create(c.b, fmain, "main", num_params, opts ? opts->plan_align : 0, &c.g);
   if (st) goto done;
   for (uint32_t i = 0; i < c.num_vals; i++) {
     onx_value_t *v = &c.vals[i];
@@ -738,7 +739,8 @@ vm_status_t vmcc_onnx_read_io(const char *path, vmcc_onnx_io_t *io) {
   io->inputs = calloc(g->n_input + 1, sizeof(char *));
   io->outputs = calloc(g->n_output + 1, sizeof(char *));
   io->node_ops = calloc(g->n_node + 1, sizeof(char *));
-  if (!io->inputs || !io->outputs || !io->node_ops) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  if (!io->inputs || !io->outputs || !io->node_ops)
+    st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; !st && i < g->n_input; i++) {
     if (!g->input[i] || !g->input[i]->name) continue;
     if (is_initializer(g, g->input[i]->name)) continue;
@@ -754,8 +756,7 @@ vm_status_t vmcc_onnx_read_io(const char *path, vmcc_onnx_io_t *io) {
   for (size_t i = 0; !st && i < g->n_node; i++) {
     const char *op = g->node[i] && g->node[i]->op_type ? g->node[i]->op_type : "";
     io->node_ops[io->num_nodes] = strdup(op);
-    if (!io->node_ops[io->num_nodes++])
-      st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+    if (!io->node_ops[io->num_nodes++]) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
   }
   onnx__model_proto__free_unpacked(m, NULL);
   if (st) vmcc_onnx_io_free(io);

@@ -190,8 +190,8 @@ void onx_st_i(vm_dtype_t dt, uint8_t *p, int64_t i, int64_t x) {
   }
 }
 
-vm_status_t onx_const_ints(const onx_ctx_t *c, const onx_value_t *v, const char *what,
-                           int64_t *out, int64_t max, int64_t *out_n) {
+vm_status_t onx_const_ints(const onx_ctx_t *c, const onx_value_t *v, const char *what, int64_t *out,
+                           int64_t max, int64_t *out_n) {
   if (!v->data)
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "input '%s' (%s) must be a constant (computed at compile time)", v->name,

@@ -87,8 +87,8 @@ int onx_out_wanted(const onx_ctx_t *c, uint32_t i);
 /* Defines output i as a new run-time intermediate; returns its tid (-1 on
  * error, with the graph's sticky error set) — or NULL value if the output is
  * not wanted. */
-vm_status_t onx_def_out(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
-                        const int64_t *dims, onx_value_t **out);
+vm_status_t onx_def_out(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
+                        onx_value_t **out);
 /* Defines output i as a host constant taking ownership of data. */
 vm_status_t onx_def_const(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
                           const int64_t *dims, uint8_t *data);
@@ -108,8 +108,7 @@ int32_t onx_const_tensor_f(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int
 /* Defines output i as graph tensor tid (an intermediate the caller has
  * passed to an operator call already) seen with shape (ndim, dims): tid
  * itself, or a view of it when the shapes differ. */
-vm_status_t onx_bind_out(onx_ctx_t *c, uint32_t i, int32_t tid, uint32_t ndim,
-                         const int64_t *dims);
+vm_status_t onx_bind_out(onx_ctx_t *c, uint32_t i, int32_t tid, uint32_t ndim, const int64_t *dims);
 
 /* ---- host helpers (onnx_host.c) ---- */
 int onx_is_float(vm_dtype_t dt);
@@ -119,8 +118,8 @@ int64_t onx_ld_i(vm_dtype_t dt, const uint8_t *data, int64_t i);
 void onx_st_f(vm_dtype_t dt, uint8_t *data, int64_t i, double x);
 void onx_st_i(vm_dtype_t dt, uint8_t *data, int64_t i, int64_t x);
 /* Reads a constant int tensor (any int dtype) into out (at most max). */
-vm_status_t onx_const_ints(const onx_ctx_t *c, const onx_value_t *v, const char *what,
-                           int64_t *out, int64_t max, int64_t *out_n);
+vm_status_t onx_const_ints(const onx_ctx_t *c, const onx_value_t *v, const char *what, int64_t *out,
+                           int64_t max, int64_t *out_n);
 /* NumPy broadcast of two shapes; -1 if they do not broadcast. */
 int onx_broadcast(uint32_t na, const int64_t *a, uint32_t nb, const int64_t *b, uint32_t *nout,
                   int64_t *out);

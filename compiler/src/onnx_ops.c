@@ -10,10 +10,10 @@
 #include "onnx_internal.h"
 
 #define MAXD VMCC_MAX_NDIM
-#define TRY(x)                 \
-  do {                         \
-    vm_status_t st_ = (x);     \
-    if (st_) return st_;       \
+#define TRY(x)             \
+  do {                     \
+    vm_status_t st_ = (x); \
+    if (st_) return st_;   \
   } while (0)
 
 static int32_t new_t(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int64_t *dims) {
@@ -149,7 +149,8 @@ static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, u
   if (x->data && onx_is_float(x->dt)) {
     uint8_t *d;
     TRY(onx_alloc_const(c, x->dt, x->numel, &d));
-    for (int64_t i = 0; i < x->numel; i++) onx_st_f(x->dt, d, i, fn(onx_ld_f(x->dt, x->data, i), p));
+    for (int64_t i = 0; i < x->numel; i++)
+      onx_st_f(x->dt, d, i, fn(onx_ld_f(x->dt, x->data, i), p));
     return onx_def_const(c, 0, x->dt, x->ndim, x->dims, d);
   }
   if (x->data && onx_is_int(x->dt) && (fn == u_neg || fn == u_abs || fn == u_relu)) {
@@ -251,8 +252,8 @@ static vm_status_t scalar_input(onx_ctx_t *c, uint32_t i, const char *what, doub
     return onx_node_err(c, VM_UNIMPLEMENTED, "input '%.80s' (%s) must be a constant", v->name,
                         what);
   if (v->numel != 1)
-    return onx_node_err(c, VM_INVALID_ARGUMENT, "input '%.80s' (%s) must hold one value",
-                        v->name, what);
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input '%.80s' (%s) must hold one value", v->name,
+                        what);
   *out = onx_ld_f(v->dt, v->data, 0);
   return VM_STATUS_OK;
 }
@@ -300,14 +301,22 @@ typedef struct binary_op {
 } binary_op_t;
 
 static const binary_op_t k_binary[] = {
-    {"Add", "cl.binary.add", B_ADD},     {"Sub", "cl.binary.sub", B_SUB},
-    {"Mul", "cl.binary.mul", B_MUL},     {"Div", "cl.binary.div", B_DIV},
-    {"Pow", "cl.binary.pow", B_POW},     {"Max", "cl.binary.max", B_MAX},
-    {"Min", "cl.binary.min", B_MIN},     {"Equal", NULL, B_EQ},
-    {"Less", NULL, B_LT},                {"Greater", NULL, B_GT},
-    {"LessOrEqual", NULL, B_LE},         {"GreaterOrEqual", NULL, B_GE},
-    {"And", NULL, B_AND},                {"Or", NULL, B_OR},
-    {"Xor", NULL, B_XOR},                {"Mod", NULL, B_MOD},
+    {"Add", "cl.binary.add", B_ADD},
+    {"Sub", "cl.binary.sub", B_SUB},
+    {"Mul", "cl.binary.mul", B_MUL},
+    {"Div", "cl.binary.div", B_DIV},
+    {"Pow", "cl.binary.pow", B_POW},
+    {"Max", "cl.binary.max", B_MAX},
+    {"Min", "cl.binary.min", B_MIN},
+    {"Equal", NULL, B_EQ},
+    {"Less", NULL, B_LT},
+    {"Greater", NULL, B_GT},
+    {"LessOrEqual", NULL, B_LE},
+    {"GreaterOrEqual", NULL, B_GE},
+    {"And", NULL, B_AND},
+    {"Or", NULL, B_OR},
+    {"Xor", NULL, B_XOR},
+    {"Mod", NULL, B_MOD},
 };
 
 static int is_compare(bop_t op) {
@@ -384,8 +393,12 @@ static vm_status_t fold_binary(onx_ctx_t *c, bop_t op, onx_value_t *a, onx_value
       onx_st_i(odt, d, i, r);
     } else if (use_int) {
       int64_t x = onx_ld_i(a->dt, a->data, ia), y = onx_ld_i(b->dt, b->data, ib);
-      int r = op == B_EQ ? x == y : op == B_LT ? x < y : op == B_GT ? x > y : op == B_LE ? x <= y
-              : op == B_GE ? x >= y : (int)bin_f(op, (double)x, (double)y);
+      int r = op == B_EQ   ? x == y
+              : op == B_LT ? x < y
+              : op == B_GT ? x > y
+              : op == B_LE ? x <= y
+              : op == B_GE ? x >= y
+                           : (int)bin_f(op, (double)x, (double)y);
       onx_st_i(odt, d, i, r);
     } else {
       onx_st_f(odt, d, i, bin_f(op, onx_ld_f(a->dt, a->data, ia), onx_ld_f(b->dt, b->data, ib)));
@@ -406,9 +419,8 @@ static int32_t const_as(onx_ctx_t *c, onx_value_t *v, vm_dtype_t dt) {
   return t;
 }
 
-static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t *a,
-                               onx_value_t *b, int last, int32_t *out_tid, uint32_t *ondim,
-                               int64_t *odims) {
+static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t *a, onx_value_t *b,
+                               int last, int32_t *out_tid, uint32_t *ondim, int64_t *odims) {
   if (onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, ondim, odims) != 0)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "shapes of '%.60s' and '%.60s' do not broadcast",
                         a->name, b->name);
@@ -571,8 +583,8 @@ static vm_status_t op_gemm(onx_ctx_t *c) {
   int use_c = cc && beta != 0.0f;
   int32_t y = new_t(c, a->dt, 2, yd);
   int32_t mm = use_c ? new_t(c, a->dt, 2, yd) : y;
-  vmcc_arg_t g[7] = {A(onx_tid(c, a)), A(onx_tid(c, b)), I(ta), I(tb), onx_float_arg(c, alpha),
-                     vmcc_a_const(c->c_zero), A(mm)};
+  vmcc_arg_t g[7] = {A(onx_tid(c, a)),        A(onx_tid(c, b)),        I(ta), I(tb),
+                     onx_float_arg(c, alpha), vmcc_a_const(c->c_zero), A(mm)};
   call(c, "cl.gemm", 7, g);
   if (use_c) {
     uint32_t bn;
@@ -724,8 +736,8 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
   if (!wkernel && nks < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "kernel_shape is missing");
   if ((nst >= 0 && nst != (int64_t)nsp) || (ndl >= 0 && ndl != (int64_t)nsp) ||
       (npd >= 0 && npd != 2 * (int64_t)nsp))
-    return onx_node_err(c, VM_INVALID_ARGUMENT, "strides/dilations/pads do not match %u spatial dims",
-                        nsp);
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "strides/dilations/pads do not match %u spatial dims", nsp);
   if (ndl >= 0 && !has_dil) {
     for (uint32_t i = 0; i < nsp; i++)
       if (dl[i] != 1) return onx_unsupported_attr(c, "dilations", "!= 1", "1 before opset 10");
@@ -757,8 +769,8 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
     w->pb[j] = npd >= 0 ? pd[i] : 0;
     w->pe[j] = npd >= 0 ? pd[i + nsp] : 0;
     if (w->k[j] < 1 || w->s[j] < 1 || w->d[j] < 1 || w->pb[j] < 0 || w->pe[j] < 0 ||
-        w->k[j] > (1 << 20) || w->s[j] > (1 << 20) || w->d[j] > (1 << 20) ||
-        w->pb[j] > (1 << 20) || w->pe[j] > (1 << 20))
+        w->k[j] > (1 << 20) || w->s[j] > (1 << 20) || w->d[j] > (1 << 20) || w->pb[j] > (1 << 20) ||
+        w->pe[j] > (1 << 20))
       return onx_node_err(c, VM_INVALID_ARGUMENT,
                           "kernel, strides and dilations must be >= 1 and pads >= 0 (at most "
                           "2^20)");
@@ -793,8 +805,10 @@ static vm_status_t op_conv(onx_ctx_t *c) {
   TRY(onx_in_req(c, 1, &wv));
   TRY(need_float(c, x));
   if (x->ndim != 3 && x->ndim != 4)
-    return onx_node_err(c, VM_UNIMPLEMENTED, "input rank %u: supported: 1-D and 2-D convolutions "
-                        "(rank 3 or 4)", x->ndim);
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input rank %u: supported: 1-D and 2-D convolutions "
+                        "(rank 3 or 4)",
+                        x->ndim);
   if (wv->ndim != x->ndim || !vm_dtype_equal(wv->dt, x->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "W must have X's rank and dtype");
   int64_t group;
@@ -816,11 +830,11 @@ static vm_status_t op_conv(onx_ctx_t *c) {
   int32_t y = new_t(c, x->dt, 4, y4);
   vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
   if (w.pb[0] == w.pe[0] && w.pb[1] == w.pe[1]) {
-    vmcc_arg_t a[11] = {A(tx),      A(tw),      bz,       I(w.s[0]), I(w.s[1]), I(w.pb[0]),
+    vmcc_arg_t a[11] = {A(tx),      A(tw),     bz,        I(w.s[0]), I(w.s[1]), I(w.pb[0]),
                         I(w.pb[1]), I(w.d[0]), I(w.d[1]), I(group),  A(y)};
     call(c, "cl.conv2d", 11, a);
   } else {
-    vmcc_arg_t a[13] = {A(tx),      A(tw),      bz,        I(w.s[0]), I(w.s[1]),
+    vmcc_arg_t a[13] = {A(tx),      A(tw),      bz,         I(w.s[0]),  I(w.s[1]),
                         I(w.pb[0]), I(w.pb[1]), I(w.pe[0]), I(w.pe[1]), I(w.d[0]),
                         I(w.d[1]),  I(group),   A(y)};
     call(c, "cl.conv2d", 13, a);
@@ -845,8 +859,10 @@ static vm_status_t op_conv_transpose(onx_ctx_t *c) {
   uint32_t nsp = x->ndim - 2;
   int64_t ci = wv->dims[0], cog = wv->dims[1];
   if (group < 1 || ci != x->dims[1] || ci % group != 0)
-    return onx_node_err(c, VM_INVALID_ARGUMENT, "W's %lld input channels do not match C=%lld "
-                        "and group %lld", (long long)ci, (long long)x->dims[1], (long long)group);
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "W's %lld input channels do not match C=%lld "
+                        "and group %lld",
+                        (long long)ci, (long long)x->dims[1], (long long)group);
   int64_t co = cog * group;
   int64_t ks[4], st[4], dl[4], pd[8], op[4], os[4], nks, nst, ndl, npd, nop, nos;
   TRY(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
@@ -946,8 +962,10 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   TRY(onx_in_req(c, 0, &x));
   TRY(need_float(c, x));
   if (x->ndim != 3 && x->ndim != 4)
-    return onx_node_err(c, VM_UNIMPLEMENTED, "input rank %u: supported: 1-D and 2-D pooling "
-                        "(rank 3 or 4)", x->ndim);
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input rank %u: supported: 1-D and 2-D pooling "
+                        "(rank 3 or 4)",
+                        x->ndim);
   if (is_max && onx_out_wanted(c, 1))
     return onx_node_err(c, VM_UNIMPLEMENTED, "output Indices: supported: the values only");
   int64_t ceil_mode = 0, cip = 0, so = 0;
@@ -972,13 +990,13 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   for (uint32_t j = 0; simple && j < 2; j++)
     if (w.out[j] != (x4[2 + j] + 2 * w.pb[j] - w.k[j]) / w.s[j] + 1) simple = 0;
   if (simple) {
-    vmcc_arg_t a[8] = {A(tx),      I(w.k[0]), I(w.k[1]), I(w.s[0]),
+    vmcc_arg_t a[8] = {A(tx),     I(w.k[0]),  I(w.k[1]),  I(w.s[0]),
                        I(w.s[1]), I(w.pb[0]), I(w.pb[1]), A(y)};
     call(c, name, 8, a);
   } else {
-    vmcc_arg_t a[14] = {A(tx),      I(w.k[0]),  I(w.k[1]),  I(w.s[0]),  I(w.s[1]),
-                        I(w.pb[0]), I(w.pb[1]), I(w.pe[0]), I(w.pe[1]), I(w.d[0]),
-                        I(w.d[1]),  I(ceil_mode), I(cip),   A(y)};
+    vmcc_arg_t a[14] = {A(tx),      I(w.k[0]),    I(w.k[1]),  I(w.s[0]),  I(w.s[1]),
+                        I(w.pb[0]), I(w.pb[1]),   I(w.pe[0]), I(w.pe[1]), I(w.d[0]),
+                        I(w.d[1]),  I(ceil_mode), I(cip),     A(y)};
     call(c, name, 14, a);
   }
   int64_t yd[4] = {x->dims[0], x->dims[1], w.out[0], w.out[1]};
@@ -1151,8 +1169,10 @@ static vm_status_t op_layernorm(onx_ctx_t *c) {
       int64_t bd[MAXD];
       if (onx_broadcast(p->ndim, p->dims, nn, nd, &bn, bd) != 0 || bn != nn ||
           memcmp(bd, nd, nn * sizeof(int64_t)) != 0)
-        return onx_node_err(c, VM_INVALID_ARGUMENT, "'%.80s' does not broadcast to the "
-                            "normalised shape", p->name);
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "'%.80s' does not broadcast to the "
+                            "normalised shape",
+                            p->name);
       t = new_t(c, x->dt, nn, nd);
       vmcc_arg_t a[2] = {A(onx_tid(c, p)), A(t)};
       call(c, "cl.broadcast_to", 2, a);
@@ -1170,13 +1190,22 @@ static vm_status_t op_layernorm(onx_ctx_t *c) {
   if (want_stats) {
     tm = new_t(c, VM_F32, x->ndim, sd);
     ti = new_t(c, VM_F32, x->ndim, sd);
-    vmcc_arg_t a[8] = {A(onx_tid(c, x)), tg >= 0 ? A(tg) : vmcc_a_none(),
-                       tb >= 0 ? A(tb) : vmcc_a_none(), I(ax), onx_float_arg(c, eps), A(y),
-                       A(tm), A(ti)};
+    vmcc_arg_t a[8] = {A(onx_tid(c, x)),
+                       tg >= 0 ? A(tg) : vmcc_a_none(),
+                       tb >= 0 ? A(tb) : vmcc_a_none(),
+                       I(ax),
+                       onx_float_arg(c, eps),
+                       A(y),
+                       A(tm),
+                       A(ti)};
     call(c, "cl.layer_norm", 8, a);
   } else {
-    vmcc_arg_t a[6] = {A(onx_tid(c, x)), tg >= 0 ? A(tg) : vmcc_a_none(),
-                       tb >= 0 ? A(tb) : vmcc_a_none(), I(ax), onx_float_arg(c, eps), A(y)};
+    vmcc_arg_t a[6] = {A(onx_tid(c, x)),
+                       tg >= 0 ? A(tg) : vmcc_a_none(),
+                       tb >= 0 ? A(tb) : vmcc_a_none(),
+                       I(ax),
+                       onx_float_arg(c, eps),
+                       A(y)};
     call(c, "cl.layer_norm", 6, a);
   }
   TRY(onx_bind_out(c, 0, y, x->ndim, x->dims));
@@ -1227,8 +1256,8 @@ static vm_status_t fold_reduce(onx_ctx_t *c, onx_value_t *x, const uint8_t *red,
   if (!st) {
     for (int64_t i = 0; i < n; i++) {
       double v = acc[i];
-      if (cnt[i] == 0) v = kind == 4 ? 1 : kind == 1 ? NAN : kind == 2 ? -INFINITY
-                                         : kind == 3 ? INFINITY : 0;
+      if (cnt[i] == 0)
+        v = kind == 4 ? 1 : kind == 1 ? NAN : kind == 2 ? -INFINITY : kind == 3 ? INFINITY : 0;
       else if (kind == 1)
         v /= (double)cnt[i];
       if (onx_is_int(x->dt) && kind != 1)
@@ -1292,8 +1321,10 @@ static vm_status_t op_reduce(onx_ctx_t *c) {
   }
   if (x->data) return fold_reduce(c, x, red, kind, (int)keep);
   TRY(need_float(c, x));
-  const char *name = kind == 0 ? "cl.reduce.sum" : kind == 1 ? "cl.reduce.mean"
-                     : kind == 2 ? "cl.reduce.max" : NULL;
+  const char *name = kind == 0   ? "cl.reduce.sum"
+                     : kind == 1 ? "cl.reduce.mean"
+                     : kind == 2 ? "cl.reduce.max"
+                                 : NULL;
   if (!name)
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "%s on run-time tensors: supported: ReduceSum, ReduceMean, ReduceMax", op);
@@ -1362,8 +1393,9 @@ static vm_status_t op_reshape(onx_ctx_t *c) {
       infer = i;
       continue;
     }
-    if (sh[i] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "shape[%lld] = %lld",
-                                       (long long)i, (long long)sh[i]);
+    if (sh[i] < 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "shape[%lld] = %lld", (long long)i,
+                          (long long)sh[i]);
     if (sh[i] > INT32_MAX) return onx_node_err(c, VM_INVALID_ARGUMENT, "shape too large");
     known *= sh[i];
   }
@@ -1413,8 +1445,8 @@ static vm_status_t op_squeeze(onx_ctx_t *c) {
       int64_t a;
       TRY(norm_axis(c, axes[i], x->ndim, "axis", &a));
       if (x->dims[a] != 1)
-        return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld has size %lld, not 1",
-                            (long long)a, (long long)x->dims[a]);
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld has size %lld, not 1", (long long)a,
+                            (long long)x->dims[a]);
       drop[a] = 1;
     }
   }
@@ -1660,8 +1692,11 @@ static vm_status_t op_split(onx_ctx_t *c) {
       left -= sz[i];
     }
   }
-  if (nsz != no) return onx_node_err(c, VM_INVALID_ARGUMENT, "split has %lld values for %u "
-                                     "outputs", (long long)nsz, no);
+  if (nsz != no)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "split has %lld values for %u "
+                        "outputs",
+                        (long long)nsz, no);
   int64_t total = 0;
   for (uint32_t i = 0; i < no; i++) {
     if (sz[i] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "a negative split");
@@ -1771,9 +1806,9 @@ static vm_status_t op_pad(onx_ctx_t *c) {
   TRY(onx_in_req(c, 0, &x));
   char mode[16];
   TRY(onx_attr_str(c, "mode", "constant", mode, sizeof(mode)));
-  int m = strcmp(mode, "constant") == 0  ? 0
-          : strcmp(mode, "reflect") == 0 ? 1
-          : strcmp(mode, "edge") == 0    ? 2
+  int m = strcmp(mode, "constant") == 0                 ? 0
+          : strcmp(mode, "reflect") == 0                ? 1
+          : strcmp(mode, "edge") == 0                   ? 2
           : strcmp(mode, "wrap") == 0 && c->opset >= 19 ? 3
                                                         : -1;
   if (m < 0) return onx_unsupported_attr(c, "mode", mode, "constant, reflect, edge, wrap");
@@ -1807,8 +1842,8 @@ static vm_status_t op_pad(onx_ctx_t *c) {
     }
   } else {
     if (np != 2 * (int64_t)x->ndim)
-      return onx_node_err(c, VM_INVALID_ARGUMENT, "pads has %lld values for rank %u",
-                          (long long)np, x->ndim);
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "pads has %lld values for rank %u", (long long)np,
+                          x->ndim);
     memcpy(full, pads, (size_t)np * sizeof(int64_t));
   }
   int64_t od[MAXD];
@@ -1866,8 +1901,8 @@ static vm_status_t op_resize(onx_ctx_t *c) {
   TRY(need_float(c, x));
   char mode[16], ctm[32], nm[32], kar[16];
   TRY(onx_attr_str(c, "mode", "nearest", mode, sizeof(mode)));
-  TRY(onx_attr_str(c, "coordinate_transformation_mode",
-                   c->opset < 11 ? "asymmetric" : "half_pixel", ctm, sizeof(ctm)));
+  TRY(onx_attr_str(c, "coordinate_transformation_mode", c->opset < 11 ? "asymmetric" : "half_pixel",
+                   ctm, sizeof(ctm)));
   TRY(onx_attr_str(c, "nearest_mode", c->opset < 11 ? "floor" : "round_prefer_floor", nm,
                    sizeof(nm)));
   TRY(onx_attr_str(c, "keep_aspect_ratio_policy", "stretch", kar, sizeof(kar)));
@@ -1878,12 +1913,14 @@ static vm_status_t op_resize(onx_ctx_t *c) {
   TRY(onx_attr_int(c, "exclude_outside", 0, &excl));
   TRY(onx_attr_int(c, "antialias", 0, &antialias));
   if (antialias) return onx_unsupported_attr(c, "antialias", "1", "0");
-  if (strcmp(kar, "stretch") != 0) return onx_unsupported_attr(c, "keep_aspect_ratio_policy", kar,
-                                                                "stretch");
-  int im = strcmp(mode, "nearest") == 0 ? 0 : strcmp(mode, "linear") == 0 ? 1
-           : strcmp(mode, "cubic") == 0 ? 2 : -1;
+  if (strcmp(kar, "stretch") != 0)
+    return onx_unsupported_attr(c, "keep_aspect_ratio_policy", kar, "stretch");
+  int im = strcmp(mode, "nearest") == 0  ? 0
+           : strcmp(mode, "linear") == 0 ? 1
+           : strcmp(mode, "cubic") == 0  ? 2
+                                         : -1;
   if (im < 0) return onx_unsupported_attr(c, "mode", mode, "nearest, linear, cubic");
-  static const char *k_ctm[] = {"half_pixel",        "asymmetric",    "pytorch_half_pixel",
+  static const char *k_ctm[] = {"half_pixel",         "asymmetric",    "pytorch_half_pixel",
                                 "tf_crop_and_resize", "align_corners", "half_pixel_symmetric"};
   int ic = -1;
   for (int i = 0; i < 6; i++)
@@ -1952,8 +1989,8 @@ static vm_status_t op_resize(onx_ctx_t *c) {
   } else {
     int64_t sz[MAXD], nsz;
     TRY(onx_const_ints(c, vsz, "sizes", sz, MAXD, &nsz));
-    if (nsz != (int64_t)na) return onx_node_err(c, VM_INVALID_ARGUMENT, "sizes has %lld values",
-                                                (long long)nsz);
+    if (nsz != (int64_t)na)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "sizes has %lld values", (long long)nsz);
     for (uint32_t i = 0; i < na; i++) {
       if (sz[i] < 0 || sz[i] > (1 << 24))
         return onx_node_err(c, VM_INVALID_ARGUMENT, "size %lld", (long long)sz[i]);
@@ -1966,9 +2003,9 @@ static vm_status_t op_resize(onx_ctx_t *c) {
   int32_t tsc = onx_const_tensor_f(c, VM_F32, 1, rd, scales);
   vmcc_arg_t troi = ic == 3 ? A(onx_const_tensor_f(c, VM_F32, 1, rd2, roi)) : vmcc_a_none();
   int32_t y = new_t(c, x->dt, r, od);
-  vmcc_arg_t a[10] = {A(onx_tid(c, x)),          I(im), I(ic), I(in),
-                      onx_float_arg(c, cubic_a), I(excl), onx_float_arg(c, extrap),
-                      A(tsc),                    troi,  A(y)};
+  vmcc_arg_t a[10] = {
+      A(onx_tid(c, x)),         I(im),  I(ic), I(in), onx_float_arg(c, cubic_a), I(excl),
+      onx_float_arg(c, extrap), A(tsc), troi,  A(y)};
   call(c, "cl.resize", 10, a);
   return onx_bind_out(c, 0, y, r, od);
 }
@@ -2002,7 +2039,8 @@ static vm_status_t op_cast(onx_ctx_t *c) {
   }
   if (vm_dtype_equal(dt, x->dt)) return onx_def_view(c, 0, x, x->ndim, x->dims);
   if (vm_dtype_equal(dt, VM_F64) || vm_dtype_equal(x->dt, VM_F64))
-    return onx_node_err(c, VM_UNIMPLEMENTED, "cast from or to double at run time: supported: "
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "cast from or to double at run time: supported: "
                         "float, float16, bool, int8/16/32/64, uint8/16/32/64");
   int32_t y = new_t(c, dt, x->ndim, x->dims);
   vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
@@ -2123,7 +2161,8 @@ static vm_status_t op_range(onx_ctx_t *c) {
   if (d == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "delta is 0");
   double cnt = ceil((b - a) / d);
   if (!(cnt >= 0)) cnt = 0;
-  if (cnt > (double)ONX_MAX_FOLD_ELEMS) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "range too long");
+  if (cnt > (double)ONX_MAX_FOLD_ELEMS)
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "range too long");
   int64_t n = (int64_t)cnt;
   uint8_t *o;
   TRY(onx_alloc_const(c, s->dt, n, &o));

@@ -42,16 +42,52 @@
 
 /* The ops of docs/onnx.md's table. */
 static const char *const k_ops[] = {
-    "Gemm",        "MatMul",     "Conv",        "ConvTranspose",     "BatchNormalization",
-    "Relu",        "LeakyRelu",  "Sigmoid",     "Tanh",              "HardSigmoid",
-    "HardSwish",   "Clip",       "Erf",         "Gelu",              "Add",
-    "Sub",         "Mul",        "Div",         "Pow",               "Sqrt",
-    "Exp",         "Log",        "Neg",         "Abs",               "MaxPool",
-    "AveragePool", "GlobalAveragePool",         "Softmax",           "LayerNormalization",
-    "ReduceMean",  "ReduceSum",  "ReduceMax",   "Reshape",           "Flatten",
-    "Transpose",   "Concat",     "Split",       "Slice",             "Squeeze",
-    "Unsqueeze",   "Gather",     "Pad",         "Resize",            "Cast",
-    "Identity",    "Dropout",
+    "Gemm",
+    "MatMul",
+    "Conv",
+    "ConvTranspose",
+    "BatchNormalization",
+    "Relu",
+    "LeakyRelu",
+    "Sigmoid",
+    "Tanh",
+    "HardSigmoid",
+    "HardSwish",
+    "Clip",
+    "Erf",
+    "Gelu",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Sqrt",
+    "Exp",
+    "Log",
+    "Neg",
+    "Abs",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "Softmax",
+    "LayerNormalization",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "Reshape",
+    "Flatten",
+    "Transpose",
+    "Concat",
+    "Split",
+    "Slice",
+    "Squeeze",
+    "Unsqueeze",
+    "Gather",
+    "Pad",
+    "Resize",
+    "Cast",
+    "Identity",
+    "Dropout",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
@@ -154,8 +190,7 @@ static int op_index(const char *op) {
 }
 
 /* Compares a device tensor with the expected one; 0 or -1 with why. */
-static int compare(env_t *e, const vm_tensor_t *t, const vmcc_tensor_t *want, char *why,
-                   size_t n) {
+static int compare(env_t *e, const vm_tensor_t *t, const vmcc_tensor_t *want, char *why, size_t n) {
   char a[32], b[32];
   if (!vm_dtype_equal(t->dtype, want->dtype)) {
     snprintf(why, n, "dtype %s, expected %s", vm_dtype_str(t->dtype, a, sizeof(a)),
@@ -176,8 +211,8 @@ static int compare(env_t *e, const vm_tensor_t *t, const vmcc_tensor_t *want, ch
   }
   uint8_t *got = malloc(nb ? nb : 1);
   if (!got) return -1;
-  vm_status_t st = nb ? e->dev->ops->copy_to_host(e->dev, got, t->storage->buffer, t->offset, nb)
-                      : VM_STATUS_OK;
+  vm_status_t st =
+      nb ? e->dev->ops->copy_to_host(e->dev, got, t->storage->buffer, t->offset, nb) : VM_STATUS_OK;
   if (st) {
     snprintf(why, n, "copy back: %s", vm_status_message(st));
     vm_status_free(st);
@@ -373,8 +408,7 @@ static void test_node_cases(void **state) {
       print_message("FAIL %s (%s): %s\n", names[i], k_ops[oi], why);
     } else if (ok && kr) {
       stale++;
-      print_message("note: %s passes now: remove it from onnx_node_known_failures.txt\n",
-                    names[i]);
+      print_message("note: %s passes now: remove it from onnx_node_known_failures.txt\n", names[i]);
     } else if (filter && !ok) {
       print_message("known failure %s:%s -- %s\n", names[i], reason, why);
     }
@@ -392,8 +426,8 @@ static void test_node_cases(void **state) {
   for (size_t i = 0; i < nn; i++) free(names[i]);
   free(names);
   (void)stale;
-  if (unexpected) fail_msg("%d case(s) failed that onnx_node_known_failures.txt does not list",
-                           unexpected);
+  if (unexpected)
+    fail_msg("%d case(s) failed that onnx_node_known_failures.txt does not list", unexpected);
 }
 
 int main(void) {

@@ -77,14 +77,14 @@ typedef struct vmcc_onnx_options {
 
 /* What a compilation did. */
 typedef struct vmcc_onnx_report {
-  int64_t opset;          /* of the default domain */
-  uint32_t num_nodes;     /* in the graph */
-  uint32_t num_folded;    /* nodes evaluated at compile time */
-  uint32_t num_calls;     /* operator calls emitted (views included) */
-  uint32_t num_consts;    /* tensor constants in the executable */
-  uint64_t const_bytes;   /* their bytes */
+  int64_t opset;           /* of the default domain */
+  uint32_t num_nodes;      /* in the graph */
+  uint32_t num_folded;     /* nodes evaluated at compile time */
+  uint32_t num_calls;      /* operator calls emitted (views included) */
+  uint32_t num_consts;     /* tensor constants in the executable */
+  uint64_t const_bytes;    /* their bytes */
   vmcc_plan_report_t plan; /* planned vs unplanned memory */
-  uint32_t num_ops;       /* distinct ONNX op types in the graph */
+  uint32_t num_ops;        /* distinct ONNX op types in the graph */
   struct {
     char name[32];
     uint32_t count;
