@@ -242,10 +242,10 @@ static vm_status_t declared_type(const Onnx__ValueInfoProto *vi, const char *wha
     const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
     dims[i] = -1;
     if (d && d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
-      if (d->dim_value < 0 || d->dim_value > INT32_MAX)
+      if (d->dim_value > INT32_MAX)
         return vm_status_make(VM_INVALID_ARGUMENT, "%s '%.80s': dim %zu is %lld", what, vi->name, i,
                               (long long)d->dim_value);
-      dims[i] = d->dim_value;
+      dims[i] = d->dim_value < 0 ? -1 : d->dim_value; /* exporters write -1 for dynamic */
     }
   }
   return VM_STATUS_OK;
@@ -336,7 +336,7 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
           !is_initializer(g, g->input[i]->name))
         found = 1;
     if (!found)
-      return vm_status_make(VM_INVALID_ARGUMENT,
+      return vm_status_make(VM_FAILED_PRECONDITION,
                             "input shape for '%.80s': the graph has no such input",
                             o->input_shapes[k].name ? o->input_shapes[k].name : "");
   }
@@ -347,7 +347,7 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
           strcmp(g->input[i]->name, o->consts[k].name) == 0)
         found = 1;
     if (!found)
-      return vm_status_make(VM_INVALID_ARGUMENT,
+      return vm_status_make(VM_FAILED_PRECONDITION,
                             "constant for '%.80s': the graph has no such input",
                             o->consts[k].name ? o->consts[k].name : "");
   }
@@ -370,16 +370,16 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
     if (is_initializer(g, vi->name) && !cv) continue; /* IR < 4 lists initializers as inputs */
     if (cv) {
       if (!cv->data && cv->nbytes)
-        return vm_status_make(VM_INVALID_ARGUMENT, "constant for '%.80s' has no data", vi->name);
+        return vm_status_make(VM_FAILED_PRECONDITION, "constant for '%.80s' has no data", vi->name);
       uint64_t nb;
       if (cv->ndim > VMCC_MAX_NDIM || vm_tensor_nbytes(cv->dtype, cv->shape, cv->ndim, &nb) != 0 ||
           nb != cv->nbytes)
-        return vm_status_make(VM_INVALID_ARGUMENT,
+        return vm_status_make(VM_FAILED_PRECONDITION,
                               "constant for '%.80s': its size does not match its shape", vi->name);
       if (has_dt && !vm_dtype_equal(dt, cv->dtype)) {
         char a[32], b[32];
         return vm_status_make(
-            VM_INVALID_ARGUMENT, "constant for '%.80s' has dtype %s, the graph declares %s",
+            VM_FAILED_PRECONDITION, "constant for '%.80s' has dtype %s, the graph declares %s",
             vi->name, vm_dtype_str(cv->dtype, a, sizeof(a)), vm_dtype_str(dt, b, sizeof(b)));
       }
       if (rank >= 0) {
@@ -387,7 +387,7 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
         for (int32_t d = 0; ok && d < rank; d++)
           if (dims[d] >= 0 && dims[d] != cv->shape[d]) ok = 0;
         if (!ok)
-          return vm_status_make(VM_INVALID_ARGUMENT,
+          return vm_status_make(VM_FAILED_PRECONDITION,
                                 "constant for '%.80s' has a shape the graph does not declare",
                                 vi->name);
       }
@@ -412,18 +412,18 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
       return vm_status_make(VM_INVALID_ARGUMENT, "input '%.80s' declares no data type", vi->name);
     if (is) {
       if (rank >= 0 && (uint32_t)rank != is->ndim)
-        return vm_status_make(VM_INVALID_ARGUMENT,
+        return vm_status_make(VM_FAILED_PRECONDITION,
                               "input shape for '%.80s' has %u dims, the graph declares %d",
                               vi->name, is->ndim, rank);
       if (is->ndim > VMCC_MAX_NDIM)
-        return vm_status_make(VM_INVALID_ARGUMENT, "input shape for '%.80s': too many dims",
+        return vm_status_make(VM_FAILED_PRECONDITION, "input shape for '%.80s': too many dims",
                               vi->name);
       for (uint32_t d = 0; d < is->ndim; d++) {
         if (is->dims[d] < 0 || is->dims[d] > INT32_MAX)
-          return vm_status_make(VM_INVALID_ARGUMENT, "input shape for '%.80s': dim %u is %lld",
+          return vm_status_make(VM_FAILED_PRECONDITION, "input shape for '%.80s': dim %u is %lld",
                                 vi->name, d, (long long)is->dims[d]);
         if (rank >= 0 && dims[d] >= 0 && dims[d] != is->dims[d])
-          return vm_status_make(VM_INVALID_ARGUMENT,
+          return vm_status_make(VM_FAILED_PRECONDITION,
                                 "input shape for '%.80s': dim %u is %lld, the graph fixes it "
                                 "to %lld",
                                 vi->name, d, (long long)is->dims[d], (long long)dims[d]);
@@ -432,13 +432,13 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
       memcpy(dims, is->dims, is->ndim * sizeof(int64_t));
     } else {
       if (rank < 0)
-        return vm_status_make(VM_INVALID_ARGUMENT,
+        return vm_status_make(VM_FAILED_PRECONDITION,
                               "input '%.80s' has no declared shape: fix it with an input shape "
                               "(--input-shape %.80s=D0,D1,...)",
                               vi->name, vi->name);
       for (int32_t d = 0; d < rank; d++)
         if (dims[d] < 0)
-          return vm_status_make(VM_INVALID_ARGUMENT,
+          return vm_status_make(VM_FAILED_PRECONDITION,
                                 "input '%.80s': dim %d ('%.40s') is dynamic: fix it with an "
                                 "input shape (--input-shape %.80s=D0,D1,...)",
                                 vi->name, d, dim_name(vi, (uint32_t)d), vi->name);

@@ -12,8 +12,11 @@
  * The model file is hostile: every length, dim, dtype and index is checked.
  * Errors:
  *   INVALID_ARGUMENT   a malformed model, tensor or attribute (the message
- *                      names the node, op and attribute), a bad input shape
- *                      or constant binding, a missing dynamic dimension;
+ *                      names the node, op and attribute);
+ *   FAILED_PRECONDITION  the caller's options do not fit the model: an input
+ *                      shape or constant for an input the graph lacks or that
+ *                      disagrees with it, a dynamic dimension left unfixed
+ *                      (the message names the input and the dimension);
  *   UNIMPLEMENTED      an operator, attribute value or dtype the compiler
  *                      does not support ("node 'x' (Op): attribute 'a' = v:
  *                      supported: ...");
