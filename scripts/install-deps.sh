@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config clang
   libnng-dev libmbedtls-dev libssl-dev
-  libprotobuf-c-dev protobuf-c-compiler
+  libprotobuf-c-dev protobuf-c-compiler libonnx-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libclblast-dev libopenblas-dev
   libcmocka-dev

@@ -35,16 +35,16 @@ enum {
 /* Global options. They may be given before the command or, for the
  * commands that talk to an agent, after it (`vmclient run --json ...`). */
 typedef struct cli_global {
-  const char *host;       /* --host, else $VMCLIENT_HOST, else CLI_DEFAULT_HOST */
-  const char *token;      /* --token */
-  const char *token_file; /* --token-file: first line is the token */
-  int32_t timeout_ms;     /* --timeout: request and long timeouts (0 = library default) */
+  const char *host;           /* --host, else $VMCLIENT_HOST, else CLI_DEFAULT_HOST */
+  const char *token;          /* --token */
+  const char *token_file;     /* --token-file: first line is the token */
+  int32_t timeout_ms;         /* --timeout: request and long timeouts (0 = library default) */
   int32_t connect_timeout_ms; /* --connect-timeout (0 = library default) */
-  const char *tls_ca;     /* --tls-ca */
-  const char *tls_cert;   /* --tls-cert */
-  const char *tls_key;    /* --tls-key */
-  int json;               /* --json: one JSON object on stdout */
-  int quiet;              /* --quiet: no progress, notes or human report */
+  const char *tls_ca;         /* --tls-ca */
+  const char *tls_cert;       /* --tls-cert */
+  const char *tls_key;        /* --tls-key */
+  int json;                   /* --json: one JSON object on stdout */
+  int quiet;                  /* --quiet: no progress, notes or human report */
 } cli_global_t;
 
 typedef int (*cli_cmd_fn)(const cli_global_t *g, int argc, char **argv);
@@ -177,8 +177,8 @@ typedef struct cli_json {
   int need_comma[32];
 } cli_json_t;
 
-void cli_json_begin(cli_json_t *j);               /* "{" */
-void cli_json_end(cli_json_t *j);                 /* "}\n" */
+void cli_json_begin(cli_json_t *j);                /* "{" */
+void cli_json_end(cli_json_t *j);                  /* "}\n" */
 void cli_json_obj(cli_json_t *j, const char *key); /* key NULL inside arrays */
 void cli_json_obj_end(cli_json_t *j);
 void cli_json_arr(cli_json_t *j, const char *key);
@@ -201,6 +201,26 @@ int cli_cmd_run(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_check(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_bench(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_profile(const cli_global_t *g, int argc, char **argv);
+int cli_cmd_compile(const cli_global_t *g, int argc, char **argv);
+
+/* ONNX models (cmd_compile.c). */
+struct vm_executable;
+struct vmcc_onnx_options;
+struct vmcc_onnx_report;
+/* 1 when path names an ONNX model (ends in .onnx). */
+int cli_is_onnx_path(const char *path);
+/* Compiles the model at path; prints the error and returns its exit code
+ * (2 for options that do not fit the model, 3 for a malformed or
+ * unsupported model, 4 for unreadable files). report may be NULL. */
+int cli_onnx_compile(const char *cmd, const char *path, const struct vmcc_onnx_options *opts,
+                     struct vm_executable **out_exec, struct vmcc_onnx_report *report);
+/* For run/check/bench/profile: compiles the model with the shapes of the
+ * given input files (input i: parameter names[i], or graph input idx[i] when
+ * names[i] is NULL, from the .npy at paths[i]) and serialises it. */
+int cli_onnx_compile_for_inputs(const char *cmd, const char *path, uint32_t n,
+                                const char *const *names, const int64_t *idx,
+                                const char *const *paths, struct vm_executable **out_exec,
+                                uint8_t **out_bytes, size_t *out_size);
 /* stats without a file: the agent's counters (cmd_net.c). */
 int cli_agent_stats(const cli_global_t *g, const char *cmd);
 

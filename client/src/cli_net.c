@@ -357,14 +357,29 @@ int cli_model_load(cli_model_t *m, const char *cmd, cli_model_opts_t *o) {
   int rc = apply_memory_cfg(o, cmd);
   if (rc) return rc;
   vm_limits_t lim = vm_limits_default();
-  rc = cli_read_input(cmd, o->model, lim.max_file_bytes, &m->bytes, &m->size);
-  if (rc) return rc;
-  vm_status_t st = vm_executable_load(m->bytes, m->size, &lim, &m->exec);
-  if (st) {
-    rc = cli_input_exit_code(st);
-    cli_error(cmd, "loading '%s': %s", o->model, vm_status_message(st));
-    vm_status_free(st);
-    return rc;
+  vm_status_t st;
+  if (cli_is_onnx_path(o->model)) {
+    /* compiled here, the input shapes taken from the input files */
+    const char *names[CLI_MAX_INPUTS], *paths[CLI_MAX_INPUTS];
+    int64_t idx[CLI_MAX_INPUTS];
+    for (uint32_t i = 0; i < o->num_inputs; i++) {
+      names[i] = o->inputs[i].name;
+      idx[i] = o->inputs[i].index;
+      paths[i] = o->inputs[i].path;
+    }
+    rc = cli_onnx_compile_for_inputs(cmd, o->model, o->num_inputs, names, idx, paths, &m->exec,
+                                     &m->bytes, &m->size);
+    if (rc) return rc;
+  } else {
+    rc = cli_read_input(cmd, o->model, lim.max_file_bytes, &m->bytes, &m->size);
+    if (rc) return rc;
+    st = vm_executable_load(m->bytes, m->size, &lim, &m->exec);
+    if (st) {
+      rc = cli_input_exit_code(st);
+      cli_error(cmd, "loading '%s': %s", o->model, vm_status_message(st));
+      vm_status_free(st);
+      return rc;
+    }
   }
 
   const char *func = o->func ? o->func : "main";
@@ -616,6 +631,16 @@ typedef struct fetch_ctx {
   uint64_t nodes; /* tuple elements walked: bounds round trips to the agent */
 } fetch_ctx_t;
 
+/* The name an executable gives output i ("output.I.name" metadata, which
+ * ONNX imports carry), or NULL. */
+static const char *output_meta_name(const vm_executable_t *e, uint32_t i) {
+  char key[48];
+  snprintf(key, sizeof(key), "output.%u.name", i);
+  for (uint32_t k = 0; e && k < e->num_meta; k++)
+    if (strcmp(e->meta[k].key, key) == 0 && e->meta[k].value[0]) return e->meta[k].value;
+  return NULL;
+}
+
 static void fetch_rec(fetch_ctx_t *c, uint32_t *path, uint32_t depth) {
   if (c->rc) return;
   int64_t arity = -1;
@@ -651,7 +676,19 @@ static void fetch_rec(fetch_ctx_t *c, uint32_t *path, uint32_t depth) {
   }
   cli_output_t *o = &c->outs[c->n];
   memset(o, 0, sizeof(*o));
-  if (depth == 0) {
+  const char *mname = depth <= 1 ? output_meta_name(c->m->exec, depth ? path[0] : 0) : NULL;
+  if (mname) {
+    /* the model's own output name (an ONNX graph's): only characters that
+     * are safe in a file name */
+    size_t k = 0;
+    for (; mname[k] && k < sizeof(o->name) - 1; k++) {
+      char ch = mname[k];
+      int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+               ch == '_' || ch == '-';
+      o->name[k] = ok ? ch : '_';
+    }
+    o->name[k] = 0;
+  } else if (depth == 0) {
     snprintf(o->name, sizeof(o->name), "0");
   } else {
     size_t k = 0;

@@ -44,78 +44,74 @@ static const cli_command_t k_commands[] = {
      "  -h, --help             show this help\n",
      cli_cmd_upload, 1},
     {"run", "[options] MODEL.vmx [INPUT.npy...]", "Run a function once and fetch its outputs.",
-     MODEL_HELP_HEAD
-     "Sets every parameter from an .npy file (by --input NAME=FILE, --input\n"
-     "INDEX=FILE, or positionally in parameter order; all are required), invokes\n"
-     "the function once and fetches every output (tuples are flattened: output\n"
-     "names are paths such as 0, 1.0). Outputs are written as .npy files with\n"
-     "--output-dir, and summarised on standard output.\n"
-     "\n"
-     "options:\n"
-     "%MODEL%"
-     "  -o, --output-dir DIR   write output_NAME.npy files there (created if\n"
-     "                         missing; dots in NAME become _)\n"
-     "  -h, --help             show this help\n",
+     MODEL_HELP_HEAD "Sets every parameter from an .npy file (by --input NAME=FILE, --input\n"
+                     "INDEX=FILE, or positionally in parameter order; all are required), invokes\n"
+                     "the function once and fetches every output (tuples are flattened: output\n"
+                     "names are paths such as 0, 1.0). Outputs are written as .npy files with\n"
+                     "--output-dir, and summarised on standard output.\n"
+                     "\n"
+                     "options:\n"
+                     "%MODEL%"
+                     "  -o, --output-dir DIR   write output_NAME.npy files there (created if\n"
+                     "                         missing; dots in NAME become _)\n"
+                     "  -h, --help             show this help\n",
      cli_cmd_run, 1},
     {"check", "[options] MODEL.vmx [INPUT.npy...] -e EXPECTED.npy...",
      "Run a function and compare its outputs with expected .npy files.",
-     MODEL_HELP_HEAD
-     "Runs like 'vmclient run', then compares each output with its expected\n"
-     "array as numpy.allclose does: |actual - expected| <= atol + rtol *\n"
-     "|expected| element-wise, infinities equal only to themselves, NaN never\n"
-     "equal (unless --equal-nan), and shapes must match. Prints the max\n"
-     "absolute and relative error of each output and the first element that\n"
-     "differs. Exit status 7 when any output differs.\n"
-     "\n"
-     "options:\n"
-     "%MODEL%"
-     "  -e, --expected [OUT=]FILE.npy  expected value of output OUT (a path such\n"
-     "                         as 0 or 1.0); without OUT=, the next output in\n"
-     "                         order; repeatable\n"
-     "  --rtol X               relative tolerance [1e-05]\n"
-     "  --atol X               absolute tolerance [1e-08]\n"
-     "  --equal-nan            NaN equals NaN\n"
-     "  -o, --output-dir DIR   also write the outputs as .npy files there\n"
-     "  -h, --help             show this help\n",
+     MODEL_HELP_HEAD "Runs like 'vmclient run', then compares each output with its expected\n"
+                     "array as numpy.allclose does: |actual - expected| <= atol + rtol *\n"
+                     "|expected| element-wise, infinities equal only to themselves, NaN never\n"
+                     "equal (unless --equal-nan), and shapes must match. Prints the max\n"
+                     "absolute and relative error of each output and the first element that\n"
+                     "differs. Exit status 7 when any output differs.\n"
+                     "\n"
+                     "options:\n"
+                     "%MODEL%"
+                     "  -e, --expected [OUT=]FILE.npy  expected value of output OUT (a path such\n"
+                     "                         as 0 or 1.0); without OUT=, the next output in\n"
+                     "                         order; repeatable\n"
+                     "  --rtol X               relative tolerance [1e-05]\n"
+                     "  --atol X               absolute tolerance [1e-08]\n"
+                     "  --equal-nan            NaN equals NaN\n"
+                     "  -o, --output-dir DIR   also write the outputs as .npy files there\n"
+                     "  -h, --help             show this help\n",
      cli_cmd_check, 1},
     {"bench", "[options] MODEL.vmx [INPUT.npy...]",
      "Time a function on the device with TVM's time_evaluator.",
-     MODEL_HELP_HEAD
-     "Inputs that are not given are generated (uniform [-1, 1) for float32 and\n"
-     "float64, zeros otherwise) for parameters of a fixed type and shape. Prints\n"
-     "the init time (upload + create VM + set inputs), the first run, the\n"
-     "evaluator's discarded warm-up, then mean, median, min, max and std per\n"
-     "call over the repeats (p90 from 10 repeats, p99 from 100), in ms, for the\n"
-     "wall clock and, when the device has a timer, the device time. Timing runs\n"
-     "on the agent: the network is never measured. --json adds the per-repeat\n"
-     "list, the device's properties, the agent's version and the executable's\n"
-     "SHA-256.\n"
-     "\n"
-     "options (time_evaluator's, with its defaults):\n"
-     "  -n, --number N         calls per repeat [10]\n"
-     "  -r, --repeat N         measurements, 1..1048576 [1]\n"
-     "  --min-repeat-ms MS     grow number until a repeat lasts this long [0]\n"
-     "  --limit-zero-time-iterations N  zero readings allowed before a zero is\n"
-     "                         kept [100]\n"
-     "  --cooldown-interval-ms MS  sleep between groups of repeats [0]\n"
-     "  --repeats-to-cooldown N    repeats per group [1]\n"
-     "  --cache-flush-bytes SIZE   bytes written to flush host caches before each\n"
-     "                         repeat; K, M, G suffixes [0]\n"
-     "model options:\n"
-     "%MODEL%"
-     "  -h, --help             show this help\n",
+     MODEL_HELP_HEAD "Inputs that are not given are generated (uniform [-1, 1) for float32 and\n"
+                     "float64, zeros otherwise) for parameters of a fixed type and shape. Prints\n"
+                     "the init time (upload + create VM + set inputs), the first run, the\n"
+                     "evaluator's discarded warm-up, then mean, median, min, max and std per\n"
+                     "call over the repeats (p90 from 10 repeats, p99 from 100), in ms, for the\n"
+                     "wall clock and, when the device has a timer, the device time. Timing runs\n"
+                     "on the agent: the network is never measured. --json adds the per-repeat\n"
+                     "list, the device's properties, the agent's version and the executable's\n"
+                     "SHA-256.\n"
+                     "\n"
+                     "options (time_evaluator's, with its defaults):\n"
+                     "  -n, --number N         calls per repeat [10]\n"
+                     "  -r, --repeat N         measurements, 1..1048576 [1]\n"
+                     "  --min-repeat-ms MS     grow number until a repeat lasts this long [0]\n"
+                     "  --limit-zero-time-iterations N  zero readings allowed before a zero is\n"
+                     "                         kept [100]\n"
+                     "  --cooldown-interval-ms MS  sleep between groups of repeats [0]\n"
+                     "  --repeats-to-cooldown N    repeats per group [1]\n"
+                     "  --cache-flush-bytes SIZE   bytes written to flush host caches before each\n"
+                     "                         repeat; K, M, G suffixes [0]\n"
+                     "model options:\n"
+                     "%MODEL%"
+                     "  -h, --help             show this help\n",
      cli_cmd_bench, 1},
     {"profile", "[options] MODEL.vmx [INPUT.npy...]", "Profile a function per operator.",
-     MODEL_HELP_HEAD
-     "Inputs are given or generated as for 'vmclient bench'. Runs the function\n"
-     "once (first-run costs such as kernel builds), then once more with a\n"
-     "device sync around every operator call, and prints a row per operator:\n"
-     "calls, total and mean wall time, device time (when the device has a\n"
-     "timer) and share of the total, largest first.\n"
-     "\n"
-     "options:\n"
-     "%MODEL%"
-     "  -h, --help             show this help\n",
+     MODEL_HELP_HEAD "Inputs are given or generated as for 'vmclient bench'. Runs the function\n"
+                     "once (first-run costs such as kernel builds), then once more with a\n"
+                     "device sync around every operator call, and prints a row per operator:\n"
+                     "calls, total and mean wall time, device time (when the device has a\n"
+                     "timer) and share of the total, largest first.\n"
+                     "\n"
+                     "options:\n"
+                     "%MODEL%"
+                     "  -h, --help             show this help\n",
      cli_cmd_profile, 1},
     {"stats", "[IN.vmx]", "Summarise a .vmx file, or (without a file) show the agent's counters.",
      "With a file: prints the SHA-256 of the file (the key of the agent's\n"
@@ -130,6 +126,27 @@ static const cli_command_t k_commands[] = {
      "options:\n"
      "  -h, --help             show this help\n",
      cli_cmd_stats, 1},
+    {"compile", "[options] MODEL.onnx", "Compile an ONNX model into a .vmx executable.",
+     "Parses the model, fixes every shape, evaluates the shape arithmetic on\n"
+     "constants here and lowers every other node to the cl.* operators\n"
+     "(docs/onnx.md). main takes the graph's inputs by name and returns its\n"
+     "outputs in order. An operator, attribute value or dtype the compiler does\n"
+     "not support fails with exit 3 and names the node. run, check, bench and\n"
+     "profile also accept MODEL.onnx and compile it on the fly, the input\n"
+     "shapes taken from the input files.\n"
+     "\n"
+     "options:\n"
+     "  -o, --output OUT       where to write (default: MODEL with .onnx replaced\n"
+     "                         by .vmx; \"-\" = standard output)\n"
+     "  --input-shape NAME=D0,D1,...  fix the shape of input NAME (required for\n"
+     "                         dynamic dims; must agree with static ones);\n"
+     "                         repeatable\n"
+     "  --const NAME=FILE.npy  bind input NAME to a constant; repeatable\n"
+     "  --json                 print the summary as JSON: ops used, constants and\n"
+     "                         their bytes, planned vs unplanned memory\n"
+     "  -q, --quiet            no summary\n"
+     "  -h, --help             show this help\n",
+     cli_cmd_compile, 0},
     {"asm", "[-o OUT.vmx] IN.vmasm", "Assemble a .vmasm text file into a .vmx executable.",
      "Reads the text form (docs/vmasm.md; \"-\" = standard input), checks it\n"
      "like the loader checks a file, and writes the executable atomically.\n"

@@ -116,19 +116,19 @@ void vmex_cnn_io_shape(const vmex_cnn_config_t *cfg, vmex_io_shape_t *out) {
 }
 
 /* conv2d(x, w, bias|none, stride 1, pad 1, dilation 1, groups 1, y) */
-static void conv3x3(vmex_graph_t *g, int32_t x, int32_t w, int32_t bias, int32_t y) {
-  vmex_arg_t a[11] = {vmex_a_t(x),   vmex_a_t(w),   bias >= 0 ? vmex_a_t(bias) : vmex_a_none(),
-                      vmex_a_imm(1), vmex_a_imm(1), vmex_a_imm(1),
-                      vmex_a_imm(1), vmex_a_imm(1), vmex_a_imm(1),
-                      vmex_a_imm(1), vmex_a_t(y)};
-  vmex_graph_call(g, "cl.conv2d", 11, a);
+static void conv3x3(vmcc_graph_t *g, int32_t x, int32_t w, int32_t bias, int32_t y) {
+  vmcc_arg_t a[11] = {vmcc_a_t(x),   vmcc_a_t(w),   bias >= 0 ? vmcc_a_t(bias) : vmcc_a_none(),
+                      vmcc_a_imm(1), vmcc_a_imm(1), vmcc_a_imm(1),
+                      vmcc_a_imm(1), vmcc_a_imm(1), vmcc_a_imm(1),
+                      vmcc_a_imm(1), vmcc_a_t(y)};
+  vmcc_graph_call(g, "cl.conv2d", 11, a);
 }
 
 /* pool2d.max(x, 2, 2, 2, 2, 0, 0, y) */
-static void maxpool2(vmex_graph_t *g, int32_t x, int32_t y) {
-  vmex_arg_t a[8] = {vmex_a_t(x),   vmex_a_imm(2), vmex_a_imm(2), vmex_a_imm(2),
-                     vmex_a_imm(2), vmex_a_imm(0), vmex_a_imm(0), vmex_a_t(y)};
-  vmex_graph_call(g, "cl.pool2d.max", 8, a);
+static void maxpool2(vmcc_graph_t *g, int32_t x, int32_t y) {
+  vmcc_arg_t a[8] = {vmcc_a_t(x),   vmcc_a_imm(2), vmcc_a_imm(2), vmcc_a_imm(2),
+                     vmcc_a_imm(2), vmcc_a_imm(0), vmcc_a_imm(0), vmcc_a_t(y)};
+  vmcc_graph_call(g, "cl.pool2d.max", 8, a);
 }
 
 vm_status_t vmex_build_cnn(uint64_t seed, const vmex_cnn_config_t *cfg, vm_executable_t **out_exec,
@@ -136,7 +136,7 @@ vm_status_t vmex_build_cnn(uint64_t seed, const vmex_cnn_config_t *cfg, vm_execu
   vmex_cnn_config_t d = vmex_cnn_config_default();
   const vmex_cnn_config_t *c = cfg ? cfg : &d;
   vm_builder_t *b = NULL;
-  vmex_graph_t *g = NULL;
+  vmcc_graph_t *g = NULL;
   cnn_weights_t cw;
   memset(&cw, 0, sizeof(cw));
   *out_exec = NULL;
@@ -158,7 +158,7 @@ vm_status_t vmex_build_cnn(uint64_t seed, const vmex_cnn_config_t *cfg, vm_execu
   if (!st)
     st = vm_builder_const_string(b, VMEX_CNN_KERNEL_BIAS_RELU, strlen(VMEX_CNN_KERNEL_BIAS_RELU),
                                  &c_kern);
-  if (!st) st = vmex_graph_create(b, fmain, "main", 1, c->plan_align, &g);
+  if (!st) st = vmcc_graph_create(b, fmain, "main", 1, c->plan_align, &g);
   if (st) goto fail;
 
   vmex_io_shape_t io;
@@ -170,53 +170,53 @@ vm_status_t vmex_build_cnn(uint64_t seed, const vmex_cnn_config_t *cfg, vm_execu
   int64_t s_f2[4] = {N, c->c2, H / 2, W / 2}, s_p2[4] = {N, c->c2, H / 4, W / 4};
   int64_t s_gp[4] = {N, c->c2, 1, 1}, s_gv[2] = {N, c->c2};
 
-  int32_t x = vmex_graph_param(g, 0, "x", VM_F32, io.in_ndim, io.in_shape);
-  int32_t w1 = vmex_graph_weight(g, cw.w1, 4, s_w1);
-  int32_t b1 = vmex_graph_weight(g, cw.b1, 1, &c->c1);
-  int32_t w2 = vmex_graph_weight(g, cw.w2, 4, s_w2);
-  int32_t b2 = vmex_graph_weight(g, cw.b2, 1, &c->c2);
-  int32_t wf = vmex_graph_weight(g, cw.wf, 2, s_wf);
-  int32_t bf = vmex_graph_weight(g, cw.bf, 1, &c->classes);
+  int32_t x = vmcc_graph_param(g, 0, "x", VM_F32, io.in_ndim, io.in_shape);
+  int32_t w1 = vmcc_graph_weight(g, cw.w1, 4, s_w1);
+  int32_t b1 = vmcc_graph_weight(g, cw.b1, 1, &c->c1);
+  int32_t w2 = vmcc_graph_weight(g, cw.w2, 4, s_w2);
+  int32_t b2 = vmcc_graph_weight(g, cw.b2, 1, &c->c2);
+  int32_t wf = vmcc_graph_weight(g, cw.wf, 2, s_wf);
+  int32_t bf = vmcc_graph_weight(g, cw.bf, 1, &c->classes);
 
   /* stage 1: conv without bias, then the carried bias + relu kernel */
-  int32_t f1 = vmex_graph_tensor(g, VM_F32, 4, s_f1);
+  int32_t f1 = vmcc_graph_tensor(g, VM_F32, 4, s_f1);
   conv3x3(g, x, w1, -1, f1);
-  int32_t r1 = vmex_graph_tensor(g, VM_F32, 4, s_f1);
+  int32_t r1 = vmcc_graph_tensor(g, VM_F32, 4, s_f1);
   int64_t n1 = N * c->c1 * H * W;
-  vmex_arg_t k[11] = {vmex_a_vm(),       vmex_a_const(c_mod), vmex_a_const(c_kern), vmex_a_imm(n1),
-                      vmex_a_imm(0),     vmex_a_t(f1),        vmex_a_t(b1),         vmex_a_t(r1),
-                      vmex_a_imm(H * W), vmex_a_imm(c->c1),   vmex_a_imm(n1)};
-  vmex_graph_call(g, "cl.kernel", 11, k);
-  int32_t p1 = vmex_graph_tensor(g, VM_F32, 4, s_p1);
+  vmcc_arg_t k[11] = {vmcc_a_vm(),       vmcc_a_const(c_mod), vmcc_a_const(c_kern), vmcc_a_imm(n1),
+                      vmcc_a_imm(0),     vmcc_a_t(f1),        vmcc_a_t(b1),         vmcc_a_t(r1),
+                      vmcc_a_imm(H * W), vmcc_a_imm(c->c1),   vmcc_a_imm(n1)};
+  vmcc_graph_call(g, "cl.kernel", 11, k);
+  int32_t p1 = vmcc_graph_tensor(g, VM_F32, 4, s_p1);
   maxpool2(g, r1, p1);
 
   /* stage 2: conv with its bias, relu operator */
-  int32_t f2 = vmex_graph_tensor(g, VM_F32, 4, s_f2);
+  int32_t f2 = vmcc_graph_tensor(g, VM_F32, 4, s_f2);
   conv3x3(g, p1, w2, b2, f2);
-  int32_t r2 = vmex_graph_tensor(g, VM_F32, 4, s_f2);
-  vmex_arg_t relu[2] = {vmex_a_t(f2), vmex_a_t(r2)};
-  vmex_graph_call(g, "cl.unary.relu", 2, relu);
-  int32_t p2 = vmex_graph_tensor(g, VM_F32, 4, s_p2);
+  int32_t r2 = vmcc_graph_tensor(g, VM_F32, 4, s_f2);
+  vmcc_arg_t relu[2] = {vmcc_a_t(f2), vmcc_a_t(r2)};
+  vmcc_graph_call(g, "cl.unary.relu", 2, relu);
+  int32_t p2 = vmcc_graph_tensor(g, VM_F32, 4, s_p2);
   maxpool2(g, r2, p2);
 
   /* head: global average pool, (n, c2, 1, 1) viewed as (n, c2), classifier */
-  int32_t gp = vmex_graph_tensor(g, VM_F32, 4, s_gp);
-  vmex_arg_t gap[2] = {vmex_a_t(p2), vmex_a_t(gp)};
-  vmex_graph_call(g, "cl.pool2d.global_avg", 2, gap);
-  int32_t gv = vmex_graph_view(g, gp, 2, s_gv);
-  int32_t fc = vmex_graph_tensor(g, VM_F32, 2, io.out_shape);
-  vmex_arg_t gemm[7] = {vmex_a_t(gv),        vmex_a_t(wf),         vmex_a_imm(0), vmex_a_imm(0),
-                        vmex_a_const(c_one), vmex_a_const(c_zero), vmex_a_t(fc)};
-  vmex_graph_call(g, "cl.gemm", 7, gemm);
-  int32_t logits = vmex_graph_tensor(g, VM_F32, 2, io.out_shape);
-  vmex_arg_t add[3] = {vmex_a_t(fc), vmex_a_t(bf), vmex_a_t(logits)};
-  vmex_graph_call(g, "cl.binary.add", 3, add);
-  int32_t y = vmex_graph_tensor(g, VM_F32, 2, io.out_shape);
-  vmex_arg_t sm[3] = {vmex_a_t(logits), vmex_a_imm(-1), vmex_a_t(y)};
-  vmex_graph_call(g, "cl.softmax", 3, sm);
+  int32_t gp = vmcc_graph_tensor(g, VM_F32, 4, s_gp);
+  vmcc_arg_t gap[2] = {vmcc_a_t(p2), vmcc_a_t(gp)};
+  vmcc_graph_call(g, "cl.pool2d.global_avg", 2, gap);
+  int32_t gv = vmcc_graph_view(g, gp, 2, s_gv);
+  int32_t fc = vmcc_graph_tensor(g, VM_F32, 2, io.out_shape);
+  vmcc_arg_t gemm[7] = {vmcc_a_t(gv),        vmcc_a_t(wf),         vmcc_a_imm(0), vmcc_a_imm(0),
+                        vmcc_a_const(c_one), vmcc_a_const(c_zero), vmcc_a_t(fc)};
+  vmcc_graph_call(g, "cl.gemm", 7, gemm);
+  int32_t logits = vmcc_graph_tensor(g, VM_F32, 2, io.out_shape);
+  vmcc_arg_t add[3] = {vmcc_a_t(fc), vmcc_a_t(bf), vmcc_a_t(logits)};
+  vmcc_graph_call(g, "cl.binary.add", 3, add);
+  int32_t y = vmcc_graph_tensor(g, VM_F32, 2, io.out_shape);
+  vmcc_arg_t sm[3] = {vmcc_a_t(logits), vmcc_a_imm(-1), vmcc_a_t(y)};
+  vmcc_graph_call(g, "cl.softmax", 3, sm);
 
   vmex_plan_report_t rep;
-  st = vmex_graph_emit(g, y, &rep);
+  st = vmcc_graph_emit(g, y, &rep);
   if (st) goto fail;
   char cfgs[160];
   snprintf(cfgs, sizeof(cfgs), "n=%lld c=%lld h=%lld w=%lld c1=%lld c2=%lld classes=%lld",
@@ -226,13 +226,13 @@ vm_status_t vmex_build_cnn(uint64_t seed, const vmex_cnn_config_t *cfg, vm_execu
   if (!st) st = vm_builder_finish(b, out_exec);
   if (st) goto fail;
   if (out_report) *out_report = rep;
-  vmex_graph_free(g);
+  vmcc_graph_free(g);
   vm_builder_free(b);
   cnn_weights_free(&cw);
   return VM_STATUS_OK;
 
 fail:
-  vmex_graph_free(g);
+  vmcc_graph_free(g);
   vm_builder_free(b);
   cnn_weights_free(&cw);
   return vm_status_annotate(st, "building the cnn");

@@ -77,7 +77,9 @@ static vm_status_t write_f32_npy(const char *path, const float *data, uint32_t n
   int k = snprintf(hdr, sizeof(hdr), "{'descr': '<f4', 'fortran_order': False, 'shape': (");
   for (uint32_t i = 0; i < ndim; i++)
     k += snprintf(hdr + k, sizeof(hdr) - (size_t)k, "%lld%s", (long long)shape[i],
-                  ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
+                  ndim == 1      ? ","
+                  : i + 1 < ndim ? ", "
+                                 : "");
   k += snprintf(hdr + k, sizeof(hdr) - (size_t)k, "), }");
   /* magic (6) + version (2) + header length (2) + header, padded with
    * spaces to a multiple of 64 and ended by a newline. */
@@ -211,7 +213,8 @@ int main(int argc, char **argv) {
       goto io_done;
     }
     vmex_make_input(seed, x, io.in_numel);
-    if (input_path && (st = write_f32(input_path, npy, x, io.in_ndim, io.in_shape, io.in_numel)) != NULL) {
+    if (input_path &&
+        (st = write_f32(input_path, npy, x, io.in_ndim, io.in_shape, io.in_numel)) != NULL) {
       code = fail(st, input_path, EXIT_IO);
       goto io_done;
     }

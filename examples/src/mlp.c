@@ -109,7 +109,7 @@ vm_status_t vmex_build_mlp(uint64_t seed, const vmex_mlp_config_t *cfg, vm_execu
   vmex_mlp_config_t d = vmex_mlp_config_default();
   const vmex_mlp_config_t *c = cfg ? cfg : &d;
   vm_builder_t *b = NULL;
-  vmex_graph_t *g = NULL;
+  vmcc_graph_t *g = NULL;
   mlp_weights_t mw;
   memset(&mw, 0, sizeof(mw));
   *out_exec = NULL;
@@ -125,39 +125,39 @@ vm_status_t vmex_build_mlp(uint64_t seed, const vmex_mlp_config_t *cfg, vm_execu
   st = vm_builder_declare_function(b, "main", 1, params, &fmain);
   if (!st) st = vm_builder_const_float(b, 1.0, &c_one);
   if (!st) st = vm_builder_const_float(b, 0.0, &c_zero);
-  if (!st) st = vmex_graph_create(b, fmain, "main", 1, 0, &g);
+  if (!st) st = vmcc_graph_create(b, fmain, "main", 1, 0, &g);
   if (st) goto fail;
 
   vmex_io_shape_t io;
   vmex_mlp_io_shape(c, &io);
-  int32_t cur = vmex_graph_param(g, 0, "x", VM_F32, io.in_ndim, io.in_shape);
+  int32_t cur = vmcc_graph_param(g, 0, "x", VM_F32, io.in_ndim, io.in_shape);
   for (uint32_t l = 0; l < mw.layers; l++) {
     int64_t ws[2] = {mw.dims[l], mw.dims[l + 1]};
     int64_t ys[2] = {c->batch, mw.dims[l + 1]};
-    int32_t w = vmex_graph_weight(g, mw.w[l], 2, ws);
-    int32_t bias = vmex_graph_weight(g, mw.b[l], 1, ws + 1);
+    int32_t w = vmcc_graph_weight(g, mw.w[l], 2, ws);
+    int32_t bias = vmcc_graph_weight(g, mw.b[l], 1, ws + 1);
     /* y = x W (alpha 1, beta 0), then + b broadcast over the batch */
-    int32_t mm = vmex_graph_tensor(g, VM_F32, 2, ys);
-    vmex_arg_t gemm[7] = {vmex_a_t(cur),       vmex_a_t(w),          vmex_a_imm(0), vmex_a_imm(0),
-                          vmex_a_const(c_one), vmex_a_const(c_zero), vmex_a_t(mm)};
-    vmex_graph_call(g, "cl.gemm", 7, gemm);
-    int32_t biased = vmex_graph_tensor(g, VM_F32, 2, ys);
-    vmex_arg_t add[3] = {vmex_a_t(mm), vmex_a_t(bias), vmex_a_t(biased)};
-    vmex_graph_call(g, "cl.binary.add", 3, add);
+    int32_t mm = vmcc_graph_tensor(g, VM_F32, 2, ys);
+    vmcc_arg_t gemm[7] = {vmcc_a_t(cur),       vmcc_a_t(w),          vmcc_a_imm(0), vmcc_a_imm(0),
+                          vmcc_a_const(c_one), vmcc_a_const(c_zero), vmcc_a_t(mm)};
+    vmcc_graph_call(g, "cl.gemm", 7, gemm);
+    int32_t biased = vmcc_graph_tensor(g, VM_F32, 2, ys);
+    vmcc_arg_t add[3] = {vmcc_a_t(mm), vmcc_a_t(bias), vmcc_a_t(biased)};
+    vmcc_graph_call(g, "cl.binary.add", 3, add);
     cur = biased;
     if (l + 1 < mw.layers) {
-      int32_t act = vmex_graph_tensor(g, VM_F32, 2, ys);
-      vmex_arg_t relu[2] = {vmex_a_t(biased), vmex_a_t(act)};
-      vmex_graph_call(g, "cl.unary.relu", 2, relu);
+      int32_t act = vmcc_graph_tensor(g, VM_F32, 2, ys);
+      vmcc_arg_t relu[2] = {vmcc_a_t(biased), vmcc_a_t(act)};
+      vmcc_graph_call(g, "cl.unary.relu", 2, relu);
       cur = act;
     }
   }
-  int32_t y = vmex_graph_tensor(g, VM_F32, io.out_ndim, io.out_shape);
-  vmex_arg_t sm[3] = {vmex_a_t(cur), vmex_a_imm(-1), vmex_a_t(y)};
-  vmex_graph_call(g, "cl.softmax", 3, sm);
+  int32_t y = vmcc_graph_tensor(g, VM_F32, io.out_ndim, io.out_shape);
+  vmcc_arg_t sm[3] = {vmcc_a_t(cur), vmcc_a_imm(-1), vmcc_a_t(y)};
+  vmcc_graph_call(g, "cl.softmax", 3, sm);
 
   vmex_plan_report_t rep;
-  st = vmex_graph_emit(g, y, &rep);
+  st = vmcc_graph_emit(g, y, &rep);
   if (st) goto fail;
   char cfgs[160];
   mlp_config_str(c, cfgs, sizeof(cfgs));
@@ -165,13 +165,13 @@ vm_status_t vmex_build_mlp(uint64_t seed, const vmex_mlp_config_t *cfg, vm_execu
   if (!st) st = vm_builder_finish(b, out_exec);
   if (st) goto fail;
   if (out_report) *out_report = rep;
-  vmex_graph_free(g);
+  vmcc_graph_free(g);
   vm_builder_free(b);
   mlp_weights_free(&mw);
   return VM_STATUS_OK;
 
 fail:
-  vmex_graph_free(g);
+  vmcc_graph_free(g);
   vm_builder_free(b);
   mlp_weights_free(&mw);
   return vm_status_annotate(st, "building the mlp");

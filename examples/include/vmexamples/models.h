@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "vm/executable.h"
+#include "vmcompiler/graph.h"
 #include "vm/status.h"
 
 #ifdef __cplusplus
@@ -41,14 +42,7 @@ extern "C" {
 
 /* What the memory planner did for a model's intermediates (the returned
  * tensor is not planned and is counted in output_bytes only). */
-typedef struct vmex_plan_report {
-  uint64_t planned_bytes;   /* sum of the shared storages' sizes */
-  uint64_t unplanned_bytes; /* one storage per intermediate, none reused */
-  uint64_t live_peak_bytes; /* most intermediate bytes live at one step */
-  uint32_t num_storages;    /* shared storages allocated at function entry */
-  uint32_t num_tensors;     /* planned intermediates */
-  uint64_t output_bytes;    /* the returned tensor's own storage */
-} vmex_plan_report_t;
+typedef vmcc_plan_report_t vmex_plan_report_t;
 
 typedef enum vmex_model {
   VMEX_MODEL_MLP = 0,

@@ -1,27 +1,27 @@
-/* The graph emitter of the example models (vmex_internal.h): lifetimes,
- * memory planning and the alloc/call/kill sequence a compiler would write. */
+/* The compiler's back end (vmcompiler/graph.h): lifetimes, memory planning
+ * and the alloc/call/kill sequence of a function body. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "vm/planner.h"
-#include "vmex_internal.h"
+#include "vmcompiler/graph.h"
 
 typedef enum tkind {
   T_PARAM = 0,  /* function parameter: lives in register `index` */
   T_WEIGHT = 1, /* tensor constant `index` */
   T_INTER = 2,  /* intermediate: planned (or the output) */
-  T_VIEW = 3,   /* reshape of an intermediate (root) */
+  T_VIEW = 3,   /* reshape of an intermediate, parameter or view (root) */
 } tkind_t;
 
 typedef struct gtensor {
   tkind_t kind;
   vm_dtype_t dt;
   uint32_t ndim;
-  int64_t shape[VMEX_MAX_NDIM];
+  int64_t shape[VMCC_MAX_NDIM];
   uint64_t nbytes;
   uint32_t index;      /* PARAM: register; WEIGHT: constant */
-  int32_t root;        /* VIEW: the intermediate whose memory it shares */
+  int32_t root;        /* VIEW: the tensor (not a view) whose memory it shares */
   int64_t produced_at; /* call that writes it (-1: none yet) */
   int64_t last_ref;    /* last call naming this id */
   int64_t last;        /* INTER: last call naming it or one of its views */
@@ -34,16 +34,23 @@ typedef struct gcall {
   uint32_t func; /* packed function index */
   int32_t dst;   /* a VIEW id receiving the result, or -1 (void) */
   uint32_t nargs;
-  vmex_arg_t *args;
+  vmcc_arg_t *args;
 } gcall_t;
+
+#define DTYPE_CACHE 16
+
+typedef struct int_list {
+  uint32_t n;
+  int64_t v[VMCC_MAX_INTS];
+} int_list_t;
 
 typedef struct shape_const {
   uint32_t ndim;
-  int64_t dims[VMEX_MAX_NDIM];
+  int64_t dims[VMCC_MAX_NDIM];
   uint32_t idx;
 } shape_const_t;
 
-struct vmex_graph {
+struct vmcc_graph {
   vm_builder_t *b;
   uint32_t func;
   char func_name[64];
@@ -57,11 +64,15 @@ struct vmex_graph {
   uint32_t num_calls, cap_calls;
   shape_const_t *shapes;
   uint32_t num_shapes, cap_shapes;
+  int_list_t *lists;
+  uint32_t num_lists, cap_lists;
+  vm_dtype_t dtypes[DTYPE_CACHE]; /* dtype constants made so far */
+  uint32_t dtype_idx[DTYPE_CACHE], num_dtypes;
   int has_f32_const, has_scope_const;
   uint32_t f32_const, scope_const;
 };
 
-static void set_err(vmex_graph_t *g, vm_status_t st) {
+static void set_err(vmcc_graph_t *g, vm_status_t st) {
   if (!st) return;
   if (g->err) {
     vm_status_free(st);
@@ -81,11 +92,11 @@ static int grow(void **arr, uint32_t *cap, uint32_t count, size_t elem) {
   return 0;
 }
 
-vm_status_t vmex_graph_create(vm_builder_t *b, uint32_t func, const char *func_name,
-                              uint32_t num_params, uint64_t align, vmex_graph_t **out_g) {
+vm_status_t vmcc_graph_create(vm_builder_t *b, uint32_t func, const char *func_name,
+                              uint32_t num_params, uint64_t align, vmcc_graph_t **out_g) {
   *out_g = NULL;
   if (!b || !func_name) return vm_status_make(VM_INVALID_ARGUMENT, "graph: no builder or name");
-  vmex_graph_t *g = calloc(1, sizeof(*g));
+  vmcc_graph_t *g = calloc(1, sizeof(*g));
   if (!g) return vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory");
   g->b = b;
   g->func = func;
@@ -96,22 +107,23 @@ vm_status_t vmex_graph_create(vm_builder_t *b, uint32_t func, const char *func_n
   return VM_STATUS_OK;
 }
 
-void vmex_graph_free(vmex_graph_t *g) {
+void vmcc_graph_free(vmcc_graph_t *g) {
   if (!g) return;
   for (uint32_t i = 0; i < g->num_calls; i++) free(g->calls[i].args);
   free(g->calls);
   free(g->tensors);
   free(g->shapes);
+  free(g->lists);
   vm_status_free(g->err);
   free(g);
 }
 
-static int32_t add_tensor(vmex_graph_t *g, tkind_t kind, vm_dtype_t dt, uint32_t ndim,
+static int32_t add_tensor(vmcc_graph_t *g, tkind_t kind, vm_dtype_t dt, uint32_t ndim,
                           const int64_t *shape) {
   if (g->err) return -1;
-  if (ndim > VMEX_MAX_NDIM || (ndim && !shape)) {
+  if (ndim > VMCC_MAX_NDIM || (ndim && !shape)) {
     set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: tensor of %u dims (at most %d)", ndim,
-                              VMEX_MAX_NDIM));
+                              VMCC_MAX_NDIM));
     return -1;
   }
   gtensor_t t;
@@ -143,11 +155,11 @@ static int32_t add_tensor(vmex_graph_t *g, tkind_t kind, vm_dtype_t dt, uint32_t
   return (int32_t)g->num_tensors++;
 }
 
-static int valid_tid(const vmex_graph_t *g, int64_t tid) {
+static int valid_tid(const vmcc_graph_t *g, int64_t tid) {
   return tid >= 0 && tid < (int64_t)g->num_tensors;
 }
 
-int32_t vmex_graph_param(vmex_graph_t *g, uint32_t index, const char *name, vm_dtype_t dt,
+int32_t vmcc_graph_param(vmcc_graph_t *g, uint32_t index, const char *name, vm_dtype_t dt,
                          uint32_t ndim, const int64_t *shape) {
   if (g->err) return -1;
   if (index >= g->num_params || !name) {
@@ -160,28 +172,33 @@ int32_t vmex_graph_param(vmex_graph_t *g, uint32_t index, const char *name, vm_d
   g->tensors[tid].index = index;
   snprintf(g->tensors[tid].name, sizeof(g->tensors[tid].name), "%s", name);
   /* set_input checks the annotation; the entry checks emitted by
-   * vmex_graph_emit cover direct invocations too. */
+   * vmcc_graph_emit cover direct invocations too. */
   set_err(g, vm_builder_set_param_type(g->b, g->func, index, dt, (int32_t)ndim, shape));
   return g->err ? -1 : tid;
 }
 
-int32_t vmex_graph_weight(vmex_graph_t *g, const float *data, uint32_t ndim, const int64_t *shape) {
-  int32_t tid = add_tensor(g, T_WEIGHT, VM_F32, ndim, shape);
+int32_t vmcc_graph_weight(vmcc_graph_t *g, const float *data, uint32_t ndim, const int64_t *shape) {
+  return vmcc_graph_const(g, VM_F32, data, ndim, shape);
+}
+
+int32_t vmcc_graph_const(vmcc_graph_t *g, vm_dtype_t dt, const void *data, uint32_t ndim,
+                         const int64_t *shape) {
+  int32_t tid = add_tensor(g, T_WEIGHT, dt, ndim, shape);
   if (tid < 0) return -1;
   uint32_t idx;
-  set_err(g, vm_builder_const_tensor(g->b, VM_F32, ndim, shape, data, g->tensors[tid].nbytes,
-                                     "global", &idx));
+  set_err(g, vm_builder_const_tensor(g->b, dt, ndim, shape, data, g->tensors[tid].nbytes, "global",
+                                     &idx));
   if (g->err) return -1;
   g->tensors[tid].index = idx;
   return tid;
 }
 
-int32_t vmex_graph_tensor(vmex_graph_t *g, vm_dtype_t dt, uint32_t ndim, const int64_t *shape) {
+int32_t vmcc_graph_tensor(vmcc_graph_t *g, vm_dtype_t dt, uint32_t ndim, const int64_t *shape) {
   return add_tensor(g, T_INTER, dt, ndim, shape);
 }
 
-static void add_call(vmex_graph_t *g, const char *name, int32_t dst, uint32_t nargs,
-                     const vmex_arg_t *args) {
+static void add_call(vmcc_graph_t *g, const char *name, int32_t dst, uint32_t nargs,
+                     const vmcc_arg_t *args) {
   if (g->err) return;
   gcall_t c;
   memset(&c, 0, sizeof(c));
@@ -189,7 +206,12 @@ static void add_call(vmex_graph_t *g, const char *name, int32_t dst, uint32_t na
   set_err(g, vm_builder_declare_packed(g->b, name, &c.func));
   if (g->err) return;
   for (uint32_t i = 0; i < nargs; i++) {
-    if (args[i].kind == VMEX_ARG_TENSOR && !valid_tid(g, args[i].v)) {
+    if (args[i].kind == VMCC_ARG_INTS && (args[i].v < 0 || args[i].v >= (int64_t)g->num_lists)) {
+      set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: %s argument %u: no int list %lld",
+                                name, i, (long long)args[i].v));
+      return;
+    }
+    if (args[i].kind == VMCC_ARG_TENSOR && !valid_tid(g, args[i].v)) {
       set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: %s argument %u: no tensor %lld", name,
                                 i, (long long)args[i].v));
       return;
@@ -206,11 +228,12 @@ static void add_call(vmex_graph_t *g, const char *name, int32_t dst, uint32_t na
   g->calls[g->num_calls++] = c;
 }
 
-int32_t vmex_graph_view(vmex_graph_t *g, int32_t src, uint32_t ndim, const int64_t *shape) {
+int32_t vmcc_graph_view(vmcc_graph_t *g, int32_t src, uint32_t ndim, const int64_t *shape) {
   if (g->err) return -1;
-  if (!valid_tid(g, src) || (g->tensors[src].kind != T_INTER && g->tensors[src].kind != T_VIEW)) {
+  if (!valid_tid(g, src) || g->tensors[src].kind == T_WEIGHT) {
     set_err(g, vm_status_make(VM_INVALID_ARGUMENT,
-                              "graph: only intermediates can be viewed (tensor %d)", src));
+                              "graph: only intermediates and parameters can be viewed (tensor %d)",
+                              src));
     return -1;
   }
   int32_t tid = add_tensor(g, T_VIEW, g->tensors[src].dt, ndim, shape);
@@ -220,24 +243,60 @@ int32_t vmex_graph_view(vmex_graph_t *g, int32_t src, uint32_t ndim, const int64
             vm_status_make(VM_INVALID_ARGUMENT, "graph: view of tensor %d changes its size", src));
     return -1;
   }
-  /* A view of a view shares the first intermediate's memory. */
+  /* A view of a view shares the first tensor's memory. */
   g->tensors[tid].root = g->tensors[src].kind == T_VIEW ? g->tensors[src].root : src;
   /* The second argument is a placeholder: emission passes a shape
    * constant made from the view's dims. */
-  vmex_arg_t a[2] = {vmex_a_t(src), {VMEX_ARG_IMM, 0}};
+  vmcc_arg_t a[2] = {vmcc_a_t(src), {VMCC_ARG_IMM, 0}};
   add_call(g, "vm.builtin.reshape", tid, 2, a);
   return g->err ? -1 : tid;
 }
 
-void vmex_graph_call(vmex_graph_t *g, const char *name, uint32_t nargs, const vmex_arg_t *args) {
+void vmcc_graph_call(vmcc_graph_t *g, const char *name, uint32_t nargs, const vmcc_arg_t *args) {
   add_call(g, name, -1, nargs, args);
+}
+
+vmcc_arg_t vmcc_graph_ints(vmcc_graph_t *g, uint32_t n, const int64_t *vals) {
+  vmcc_arg_t a = {VMCC_ARG_INTS, -1};
+  if (g->err) return a;
+  if (n > VMCC_MAX_INTS || (n && !vals)) {
+    set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: int list of %u values (at most %d)", n,
+                              VMCC_MAX_INTS));
+    return a;
+  }
+  if (grow((void **)&g->lists, &g->cap_lists, g->num_lists, sizeof(int_list_t)) != 0) {
+    set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory"));
+    return a;
+  }
+  int_list_t *l = &g->lists[g->num_lists];
+  memset(l, 0, sizeof(*l));
+  l->n = n;
+  if (n) memcpy(l->v, vals, n * sizeof(int64_t));
+  a.v = g->num_lists++;
+  return a;
+}
+
+vm_dtype_t vmcc_graph_dtype(const vmcc_graph_t *g, int32_t tid) {
+  return valid_tid(g, tid) ? g->tensors[tid].dt : VM_F32;
+}
+
+uint32_t vmcc_graph_ndim(const vmcc_graph_t *g, int32_t tid) {
+  return valid_tid(g, tid) ? g->tensors[tid].ndim : 0;
+}
+
+const int64_t *vmcc_graph_shape(const vmcc_graph_t *g, int32_t tid) {
+  return valid_tid(g, tid) ? g->tensors[tid].shape : NULL;
+}
+
+int vmcc_graph_is_intermediate(const vmcc_graph_t *g, int32_t tid) {
+  return valid_tid(g, tid) && g->tensors[tid].kind == T_INTER;
 }
 
 /* ---------------------------------------------------------------------------
  * Emission
  */
 
-static uint32_t shape_const(vmex_graph_t *g, uint32_t ndim, const int64_t *dims) {
+static uint32_t shape_const(vmcc_graph_t *g, uint32_t ndim, const int64_t *dims) {
   if (g->err) return 0;
   for (uint32_t i = 0; i < g->num_shapes; i++) {
     if (g->shapes[i].ndim == ndim &&
@@ -259,7 +318,7 @@ static uint32_t shape_const(vmex_graph_t *g, uint32_t ndim, const int64_t *dims)
   return s.idx;
 }
 
-static uint32_t f32_const(vmex_graph_t *g) {
+static uint32_t f32_const(vmcc_graph_t *g) {
   if (!g->has_f32_const && !g->err) {
     set_err(g, vm_builder_const_dtype(g->b, VM_F32, &g->f32_const));
     g->has_f32_const = 1;
@@ -267,14 +326,20 @@ static uint32_t f32_const(vmex_graph_t *g) {
   return g->f32_const;
 }
 
-static uint32_t dtype_const(vmex_graph_t *g, vm_dtype_t dt) {
+static uint32_t dtype_const(vmcc_graph_t *g, vm_dtype_t dt) {
   if (vm_dtype_equal(dt, VM_F32)) return f32_const(g);
+  for (uint32_t i = 0; i < g->num_dtypes; i++)
+    if (vm_dtype_equal(g->dtypes[i], dt)) return g->dtype_idx[i];
   uint32_t idx = 0;
   set_err(g, vm_builder_const_dtype(g->b, dt, &idx));
+  if (!g->err && g->num_dtypes < DTYPE_CACHE) {
+    g->dtypes[g->num_dtypes] = dt;
+    g->dtype_idx[g->num_dtypes++] = idx;
+  }
   return idx;
 }
 
-static uint32_t scope_const(vmex_graph_t *g) {
+static uint32_t scope_const(vmcc_graph_t *g) {
   if (!g->has_scope_const && !g->err) {
     set_err(g, vm_builder_const_string(g->b, "global", 6, &g->scope_const));
     g->has_scope_const = 1;
@@ -282,34 +347,34 @@ static uint32_t scope_const(vmex_graph_t *g) {
   return g->scope_const;
 }
 
-static uint32_t packed(vmex_graph_t *g, const char *name) {
+static uint32_t packed(vmcc_graph_t *g, const char *name) {
   uint32_t idx = 0;
   if (!g->err) set_err(g, vm_builder_declare_packed(g->b, name, &idx));
   return idx;
 }
 
-static void emit(vmex_graph_t *g, int64_t dst, uint32_t func, uint32_t nargs,
+static void emit(vmcc_graph_t *g, int64_t dst, uint32_t func, uint32_t nargs,
                  const int64_t *words) {
   if (!g->err) set_err(g, vm_builder_emit_call(g->b, dst, func, nargs, words));
 }
 
 /* %dst = vm.builtin.alloc_storage(%vm, (elems,), 0, float32, "global") for
  * nbytes rounded up to whole floats (the hint only sizes the storage). */
-static void emit_alloc_storage(vmex_graph_t *g, int64_t dst, uint64_t nbytes) {
+static void emit_alloc_storage(vmcc_graph_t *g, int64_t dst, uint64_t nbytes) {
   int64_t elems = (int64_t)((nbytes + 3) / 4);
   int64_t w[5] = {VM_REG(VM_REG_VM), VM_CONSTI(shape_const(g, 1, &elems)), VM_IMM(0),
                   VM_CONSTI(f32_const(g)), VM_CONSTI(scope_const(g))};
   emit(g, dst, packed(g, "vm.builtin.alloc_storage"), 5, w);
 }
 
-static void emit_alloc_tensor(vmex_graph_t *g, const gtensor_t *t, int64_t storage_reg,
+static void emit_alloc_tensor(vmcc_graph_t *g, const gtensor_t *t, int64_t storage_reg,
                               uint64_t offset) {
   int64_t w[4] = {VM_REG(storage_reg), VM_IMM((int64_t)offset),
                   VM_CONSTI(shape_const(g, t->ndim, t->shape)), VM_CONSTI(dtype_const(g, t->dt))};
   emit(g, t->reg, packed(g, "vm.builtin.alloc_tensor"), 4, w);
 }
 
-static void emit_kill(vmex_graph_t *g, int64_t reg) {
+static void emit_kill(vmcc_graph_t *g, int64_t reg) {
   int64_t w[1] = {VM_REG(reg)};
   emit(g, reg, packed(g, "vm.builtin.kill"), 1, w);
 }
@@ -317,7 +382,7 @@ static void emit_kill(vmex_graph_t *g, int64_t reg) {
 /* check_tensor_info(x, ndim, dtype, ctx) and match_shape(x, dims...) for a
  * typed parameter, as TVM emits them: invoke() with a wrong tensor then
  * fails with a clear message instead of inside an operator. */
-static void emit_param_checks(vmex_graph_t *g, const gtensor_t *t, const char *pname) {
+static void emit_param_checks(vmcc_graph_t *g, const gtensor_t *t, const char *pname) {
   char ctx[160];
   snprintf(ctx, sizeof(ctx), "%s: parameter %s", g->func_name, pname);
   uint32_t cctx = 0;
@@ -325,7 +390,7 @@ static void emit_param_checks(vmex_graph_t *g, const gtensor_t *t, const char *p
   int64_t w1[4] = {VM_REG(t->index), VM_IMM(t->ndim), VM_CONSTI(dtype_const(g, t->dt)),
                    VM_CONSTI(cctx)};
   emit(g, VM_REG_VOID, packed(g, "vm.builtin.check_tensor_info"), 4, w1);
-  int64_t w2[1 + VMEX_MAX_NDIM];
+  int64_t w2[1 + VMCC_MAX_NDIM];
   w2[0] = VM_REG(t->index);
   for (uint32_t i = 0; i < t->ndim; i++) w2[1 + i] = VM_IMM(t->shape[i]);
   emit(g, VM_REG_VOID, packed(g, "vm.builtin.match_shape"), 1 + t->ndim, w2);
@@ -333,13 +398,13 @@ static void emit_param_checks(vmex_graph_t *g, const gtensor_t *t, const char *p
 
 /* Walks the calls: who produces each intermediate, and its last use
  * (through views too). */
-static vm_status_t compute_lifetimes(vmex_graph_t *g) {
+static vm_status_t compute_lifetimes(vmcc_graph_t *g) {
   for (uint32_t i = 0; i < g->num_calls; i++) {
     const gcall_t *c = &g->calls[i];
     for (uint32_t k = 0; k <= c->nargs; k++) {
       int64_t tid;
       if (k < c->nargs) {
-        if (c->args[k].kind != VMEX_ARG_TENSOR) continue;
+        if (c->args[k].kind != VMCC_ARG_TENSOR) continue;
         tid = c->args[k].v;
       } else {
         if (c->dst < 0) continue;
@@ -374,25 +439,37 @@ static vm_status_t compute_lifetimes(vmex_graph_t *g) {
 }
 
 /* The register a call argument reads. */
-static int64_t arg_word(vmex_graph_t *g, const vmex_arg_t *a, int64_t null_reg) {
+static int64_t arg_word(vmcc_graph_t *g, const vmcc_arg_t *a, int64_t null_reg) {
   switch (a->kind) {
-    case VMEX_ARG_TENSOR: {
+    case VMCC_ARG_TENSOR: {
       const gtensor_t *t = &g->tensors[a->v];
       if (t->kind == T_PARAM) return VM_REG(t->index);
       if (t->kind == T_WEIGHT) return VM_CONSTI(t->index);
       return VM_REG(t->reg);
     }
-    case VMEX_ARG_IMM: return VM_IMM(a->v);
-    case VMEX_ARG_CONST: return VM_CONSTI(a->v);
-    case VMEX_ARG_VM: return VM_REG(VM_REG_VM);
-    case VMEX_ARG_NONE: return VM_REG(null_reg);
+    case VMCC_ARG_IMM: return VM_IMM(a->v);
+    case VMCC_ARG_CONST: return VM_CONSTI(a->v);
+    case VMCC_ARG_VM: return VM_REG(VM_REG_VM);
+    case VMCC_ARG_NONE: return VM_REG(null_reg);
+    case VMCC_ARG_INTS: break; /* a register of the call, set by the caller */
   }
   return VM_IMM(0);
 }
 
-vm_status_t vmex_graph_emit(vmex_graph_t *g, int32_t output, vmex_plan_report_t *report) {
+static int is_output(const int32_t *outputs, uint32_t n, int64_t tid) {
+  for (uint32_t i = 0; i < n; i++)
+    if (outputs[i] == tid) return 1;
+  return 0;
+}
+
+vm_status_t vmcc_graph_emit(vmcc_graph_t *g, int32_t output, vmcc_plan_report_t *report) {
+  return vmcc_graph_emit_multi(g, 1, &output, report);
+}
+
+vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const int32_t *outputs,
+                                  vmcc_plan_report_t *report) {
   vm_plan_tensor_t *pt = NULL;
-  int64_t *storage_reg = NULL, *storage_last = NULL, *words = NULL;
+  int64_t *storage_reg = NULL, *storage_last = NULL, *words = NULL, *out_storage_reg = NULL;
   vm_plan_t plan;
   memset(&plan, 0, sizeof(plan));
   vm_status_t st = VM_STATUS_OK;
@@ -401,13 +478,21 @@ vm_status_t vmex_graph_emit(vmex_graph_t *g, int32_t output, vmex_plan_report_t 
     g->err = NULL;
     return st;
   }
-  if (!valid_tid(g, output) || g->tensors[output].kind != T_INTER) {
-    return vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is not an intermediate", output);
+  if (num_outputs == 0 || !outputs)
+    return vm_status_make(VM_INVALID_ARGUMENT, "graph: a function needs an output");
+  for (uint32_t i = 0; i < num_outputs; i++) {
+    if (!valid_tid(g, outputs[i]) || g->tensors[outputs[i]].kind != T_INTER)
+      return vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is not an intermediate",
+                            outputs[i]);
+    for (uint32_t j = 0; j < i; j++)
+      if (outputs[j] == outputs[i])
+        return vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is returned twice",
+                              outputs[i]);
   }
   st = compute_lifetimes(g);
   if (st) goto fail;
 
-  /* Plan every intermediate but the output: the output must survive the
+  /* Plan every intermediate but the outputs: an output must survive the
    * return, so it cannot share memory that later calls reuse. */
   pt = calloc(g->num_tensors ? g->num_tensors : 1, sizeof(*pt));
   if (!pt) goto nomem;
@@ -415,7 +500,7 @@ vm_status_t vmex_graph_emit(vmex_graph_t *g, int32_t output, vmex_plan_report_t 
   uint32_t max_args = 4;
   for (uint32_t i = 0; i < g->num_tensors; i++) {
     gtensor_t *t = &g->tensors[i];
-    if (t->kind != T_INTER || (int32_t)i == output) continue;
+    if (t->kind != T_INTER || is_output(outputs, num_outputs, i)) continue;
     t->plan_idx = np;
     pt[np].nbytes = t->nbytes;
     pt[np].first_step = (uint32_t)t->produced_at;
@@ -427,16 +512,19 @@ vm_status_t vmex_graph_emit(vmex_graph_t *g, int32_t output, vmex_plan_report_t 
   if (st) goto fail;
 
   /* Registers: parameters, then one per storage, one per intermediate or
-   * view, the none register and the output's storage. */
+   * view, the none register, the outputs' storages, the int lists of one
+   * call and the result tuple. */
   int64_t next = g->num_params;
   storage_reg = calloc(plan.num_storages ? plan.num_storages : 1, sizeof(*storage_reg));
   storage_last = calloc(plan.num_storages ? plan.num_storages : 1, sizeof(*storage_last));
-  if (!storage_reg || !storage_last) goto nomem;
+  out_storage_reg = calloc(num_outputs, sizeof(*out_storage_reg));
+  if (!storage_reg || !storage_last || !out_storage_reg) goto nomem;
   for (uint32_t s = 0; s < plan.num_storages; s++) {
     storage_reg[s] = next++;
     storage_last[s] = -1;
   }
   int needs_null = 0;
+  uint32_t max_lists = 0;
   for (uint32_t i = 0; i < g->num_tensors; i++) {
     gtensor_t *t = &g->tensors[i];
     if (t->kind == T_INTER || t->kind == T_VIEW) t->reg = next++;
@@ -447,11 +535,20 @@ vm_status_t vmex_graph_emit(vmex_graph_t *g, int32_t output, vmex_plan_report_t 
   }
   for (uint32_t i = 0; i < g->num_calls; i++) {
     if (g->calls[i].nargs > max_args) max_args = g->calls[i].nargs;
-    for (uint32_t k = 0; k < g->calls[i].nargs; k++)
-      if (g->calls[i].args[k].kind == VMEX_ARG_NONE) needs_null = 1;
+    uint32_t lists = 0;
+    for (uint32_t k = 0; k < g->calls[i].nargs; k++) {
+      if (g->calls[i].args[k].kind == VMCC_ARG_NONE) needs_null = 1;
+      if (g->calls[i].args[k].kind == VMCC_ARG_INTS) lists++;
+    }
+    if (lists > max_lists) max_lists = lists;
   }
+  if (num_outputs > max_args) max_args = num_outputs;
+  if (VMCC_MAX_INTS > max_args) max_args = VMCC_MAX_INTS;
   int64_t null_reg = needs_null ? next++ : -1;
-  int64_t out_storage_reg = next++;
+  for (uint32_t o = 0; o < num_outputs; o++) out_storage_reg[o] = next++;
+  int64_t list_reg0 = next;
+  next += max_lists;
+  int64_t tuple_reg = next++;
   words = malloc(max_args * sizeof(*words));
   if (!words) goto nomem;
 
@@ -471,23 +568,42 @@ vm_status_t vmex_graph_emit(vmex_graph_t *g, int32_t output, vmex_plan_report_t 
     const gcall_t *c = &g->calls[i];
     /* allocate what this call produces, right before it */
     for (uint32_t k = 0; k < c->nargs; k++) {
-      if (c->args[k].kind != VMEX_ARG_TENSOR) continue;
+      if (c->args[k].kind != VMCC_ARG_TENSOR) continue;
       const gtensor_t *t = &g->tensors[c->args[k].v];
       if (t->kind != T_INTER || t->produced_at != (int64_t)i) continue;
       /* the same tensor named twice in one call is allocated once */
       int dup = 0;
       for (uint32_t j = 0; j < k; j++)
-        if (c->args[j].kind == VMEX_ARG_TENSOR && c->args[j].v == c->args[k].v) dup = 1;
+        if (c->args[j].kind == VMCC_ARG_TENSOR && c->args[j].v == c->args[k].v) dup = 1;
       if (dup) continue;
-      if (c->args[k].v == output) {
-        emit_alloc_storage(g, out_storage_reg, t->nbytes);
-        emit_alloc_tensor(g, t, out_storage_reg, 0);
+      int32_t out_idx = -1;
+      for (uint32_t o = 0; o < num_outputs; o++)
+        if (outputs[o] == c->args[k].v) out_idx = (int32_t)o;
+      if (out_idx >= 0) {
+        emit_alloc_storage(g, out_storage_reg[out_idx], t->nbytes);
+        emit_alloc_tensor(g, t, out_storage_reg[out_idx], 0);
       } else {
         emit_alloc_tensor(g, t, storage_reg[plan.storage_of[t->plan_idx]],
                           plan.offset_of[t->plan_idx]);
       }
     }
-    for (uint32_t k = 0; k < c->nargs; k++) words[k] = arg_word(g, &c->args[k], null_reg);
+    /* int lists: tuples of immediates, built right before the call */
+    uint32_t nl = 0;
+    for (uint32_t k = 0; k < c->nargs; k++) {
+      if (c->args[k].kind != VMCC_ARG_INTS) continue;
+      const int_list_t *l = &g->lists[c->args[k].v];
+      int64_t lw[VMCC_MAX_INTS];
+      for (uint32_t j = 0; j < l->n; j++) lw[j] = VM_IMM(l->v[j]);
+      emit(g, list_reg0 + nl, packed(g, "vm.builtin.make_tuple"), l->n, lw);
+      nl++;
+    }
+    nl = 0;
+    for (uint32_t k = 0; k < c->nargs; k++) {
+      if (c->args[k].kind == VMCC_ARG_INTS)
+        words[k] = VM_REG(list_reg0 + nl++);
+      else
+        words[k] = arg_word(g, &c->args[k], null_reg);
+    }
     int64_t dst = VM_REG_VOID;
     if (c->dst >= 0) {
       const gtensor_t *v = &g->tensors[c->dst];
@@ -496,17 +612,24 @@ vm_status_t vmex_graph_emit(vmex_graph_t *g, int32_t output, vmex_plan_report_t 
       words[1] = VM_CONSTI(shape_const(g, v->ndim, v->shape));
     }
     emit(g, dst, c->func, c->nargs, words);
-    /* release registers whose last use this was; the output is returned */
+    for (uint32_t j = 0; j < nl; j++) emit_kill(g, list_reg0 + j);
+    /* release registers whose last use this was; the outputs are returned */
     for (uint32_t t = 0; t < g->num_tensors; t++) {
       const gtensor_t *x = &g->tensors[t];
-      if ((x->kind == T_INTER || x->kind == T_VIEW) && (int32_t)t != output &&
+      if ((x->kind == T_INTER || x->kind == T_VIEW) && !is_output(outputs, num_outputs, t) &&
           x->last_ref == (int64_t)i)
         emit_kill(g, x->reg);
     }
     for (uint32_t s = 0; s < plan.num_storages; s++)
       if (storage_last[s] == (int64_t)i) emit_kill(g, storage_reg[s]);
   }
-  if (!g->err) set_err(g, vm_builder_emit_ret(g->b, g->tensors[output].reg));
+  if (num_outputs == 1) {
+    if (!g->err) set_err(g, vm_builder_emit_ret(g->b, g->tensors[outputs[0]].reg));
+  } else {
+    for (uint32_t o = 0; o < num_outputs; o++) words[o] = VM_REG(g->tensors[outputs[o]].reg);
+    emit(g, tuple_reg, packed(g, "vm.builtin.make_tuple"), num_outputs, words);
+    if (!g->err) set_err(g, vm_builder_emit_ret(g->b, tuple_reg));
+  }
   if (!g->err) set_err(g, vm_builder_end_function(g->b, 0));
   if (g->err) {
     st = g->err;
@@ -521,22 +644,21 @@ vm_status_t vmex_graph_emit(vmex_graph_t *g, int32_t output, vmex_plan_report_t 
     report->live_peak_bytes = plan.live_peak_bytes;
     report->num_storages = plan.num_storages;
     report->num_tensors = np;
-    report->output_bytes = g->tensors[output].nbytes;
+    for (uint32_t o = 0; o < num_outputs; o++)
+      report->output_bytes += g->tensors[outputs[o]].nbytes;
   }
-  vm_plan_free(&plan);
-  free(pt);
-  free(storage_reg);
-  free(storage_last);
-  free(words);
-  return VM_STATUS_OK;
+  st = VM_STATUS_OK;
+  goto done;
 
 nomem:
   st = vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory");
 fail:
+done:
   vm_plan_free(&plan);
   free(pt);
   free(storage_reg);
   free(storage_last);
+  free(out_storage_reg);
   free(words);
   return st;
 }

@@ -1,4 +1,4 @@
-/* The graph emitter of the examples (examples/src/graph.c) on the host cpu
+/* The compiler's graph emitter (compiler/src/graph.c) on the host cpu
  * device with fake host operators, so its lifetimes, planning and
  * alloc/kill sequence are checked without OpenCL:
  *  - a view keeps the memory of its source live until the view's last use
@@ -20,7 +20,7 @@
 
 #include "test_util.h"
 #include "vm/vm.h"
-#include "vmex_internal.h"
+#include "vmcompiler/graph.h"
 
 #define N 256
 
@@ -55,45 +55,45 @@ static vm_status_t op_add(vm_machine_t *m, const vm_value_t *args, uint32_t narg
 
 typedef struct env {
   vm_executable_t *exec;
-  vmex_plan_report_t rep;
+  vmcc_plan_report_t rep;
 } env_t;
 
 /*   a = fill(1); v = view(a, 16x16); b = fill(2); c = add(b, x)
  *   d = fill(3); e = add(v, d)           -- v's (and a's) last use
  *   f = add(e, c); out = add(f, w)
  * out = (1 + 3) + (2 + x) + w = 6 + 0.5 + 0.25 */
-static vm_executable_t *build(vmex_plan_report_t *rep) {
+static vm_executable_t *build(vmcc_plan_report_t *rep) {
   vm_builder_t *b = NULL;
-  vmex_graph_t *g = NULL;
+  vmcc_graph_t *g = NULL;
   ASSERT_OK(vm_builder_create(&b));
   const char *params[] = {"x"};
   uint32_t fmain;
   ASSERT_OK(vm_builder_declare_function(b, "main", 1, params, &fmain));
-  ASSERT_OK(vmex_graph_create(b, fmain, "main", 1, 64, &g));
+  ASSERT_OK(vmcc_graph_create(b, fmain, "main", 1, 64, &g));
   int64_t s1[1] = {N}, s2[2] = {16, 16};
   float w[N];
   for (int i = 0; i < N; i++) w[i] = 0.25f;
-  int32_t x = vmex_graph_param(g, 0, "x", VM_F32, 1, s1);
-  int32_t tw = vmex_graph_weight(g, w, 1, s1);
-  int32_t ta = vmex_graph_tensor(g, VM_F32, 1, s1);
-  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(1), vmex_a_t(ta)});
-  int32_t tv = vmex_graph_view(g, ta, 2, s2);
-  int32_t tb = vmex_graph_tensor(g, VM_F32, 1, s1);
-  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(2), vmex_a_t(tb)});
-  int32_t tc = vmex_graph_tensor(g, VM_F32, 1, s1);
-  vmex_graph_call(g, "t.add", 3, (vmex_arg_t[]){vmex_a_t(tb), vmex_a_t(x), vmex_a_t(tc)});
-  int32_t td = vmex_graph_tensor(g, VM_F32, 1, s1);
-  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(3), vmex_a_t(td)});
-  int32_t te = vmex_graph_tensor(g, VM_F32, 1, s1);
-  vmex_graph_call(g, "t.add", 3, (vmex_arg_t[]){vmex_a_t(tv), vmex_a_t(td), vmex_a_t(te)});
-  int32_t tf = vmex_graph_tensor(g, VM_F32, 1, s1);
-  vmex_graph_call(g, "t.add", 3, (vmex_arg_t[]){vmex_a_t(te), vmex_a_t(tc), vmex_a_t(tf)});
-  int32_t out = vmex_graph_tensor(g, VM_F32, 1, s1);
-  vmex_graph_call(g, "t.add", 3, (vmex_arg_t[]){vmex_a_t(tf), vmex_a_t(tw), vmex_a_t(out)});
-  ASSERT_OK(vmex_graph_emit(g, out, rep));
+  int32_t x = vmcc_graph_param(g, 0, "x", VM_F32, 1, s1);
+  int32_t tw = vmcc_graph_weight(g, w, 1, s1);
+  int32_t ta = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(1), vmcc_a_t(ta)});
+  int32_t tv = vmcc_graph_view(g, ta, 2, s2);
+  int32_t tb = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(2), vmcc_a_t(tb)});
+  int32_t tc = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.add", 3, (vmcc_arg_t[]){vmcc_a_t(tb), vmcc_a_t(x), vmcc_a_t(tc)});
+  int32_t td = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(3), vmcc_a_t(td)});
+  int32_t te = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.add", 3, (vmcc_arg_t[]){vmcc_a_t(tv), vmcc_a_t(td), vmcc_a_t(te)});
+  int32_t tf = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.add", 3, (vmcc_arg_t[]){vmcc_a_t(te), vmcc_a_t(tc), vmcc_a_t(tf)});
+  int32_t out = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.add", 3, (vmcc_arg_t[]){vmcc_a_t(tf), vmcc_a_t(tw), vmcc_a_t(out)});
+  ASSERT_OK(vmcc_graph_emit(g, out, rep));
   vm_executable_t *exec = NULL;
   ASSERT_OK(vm_builder_finish(b, &exec));
-  vmex_graph_free(g);
+  vmcc_graph_free(g);
   vm_builder_free(b);
   return exec;
 }
@@ -200,41 +200,41 @@ static void test_runs_on_cpu(void **state) {
 static void test_errors(void **state) {
   (void)state;
   vm_builder_t *b = NULL;
-  vmex_graph_t *g = NULL;
+  vmcc_graph_t *g = NULL;
   uint32_t f;
   int64_t s1[1] = {8}, s2[1] = {9};
   ASSERT_OK(vm_builder_create(&b));
   ASSERT_OK(vm_builder_declare_function(b, "main", 1, NULL, &f));
 
   /* the output must be an intermediate */
-  ASSERT_OK(vmex_graph_create(b, f, "main", 1, 0, &g));
-  int32_t x = vmex_graph_param(g, 0, "x", VM_F32, 1, s1);
-  ASSERT_STATUS(vmex_graph_emit(g, x, NULL), VM_INVALID_ARGUMENT, "not an intermediate");
-  vmex_graph_free(g);
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 1, 0, &g));
+  int32_t x = vmcc_graph_param(g, 0, "x", VM_F32, 1, s1);
+  ASSERT_STATUS(vmcc_graph_emit(g, x, NULL), VM_INVALID_ARGUMENT, "not an intermediate");
+  vmcc_graph_free(g);
 
   /* an intermediate nobody writes */
-  ASSERT_OK(vmex_graph_create(b, f, "main", 1, 0, &g));
-  int32_t t = vmex_graph_tensor(g, VM_F32, 1, s1);
-  int32_t u = vmex_graph_tensor(g, VM_F32, 1, s1);
-  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(1), vmex_a_t(t)});
-  ASSERT_STATUS(vmex_graph_emit(g, t, NULL), VM_INVALID_ARGUMENT, "never used");
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 1, 0, &g));
+  int32_t t = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  int32_t u = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(1), vmcc_a_t(t)});
+  ASSERT_STATUS(vmcc_graph_emit(g, t, NULL), VM_INVALID_ARGUMENT, "never used");
   (void)u;
-  vmex_graph_free(g);
+  vmcc_graph_free(g);
 
   /* sticky: a view that changes the size, then everything fails */
-  ASSERT_OK(vmex_graph_create(b, f, "main", 1, 0, &g));
-  t = vmex_graph_tensor(g, VM_F32, 1, s1);
-  assert_int_equal(vmex_graph_view(g, t, 1, s2), -1);
-  assert_int_equal(vmex_graph_tensor(g, VM_F32, 1, s1), -1);
-  ASSERT_STATUS(vmex_graph_emit(g, t, NULL), VM_INVALID_ARGUMENT, "changes its size");
-  vmex_graph_free(g);
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 1, 0, &g));
+  t = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  assert_int_equal(vmcc_graph_view(g, t, 1, s2), -1);
+  assert_int_equal(vmcc_graph_tensor(g, VM_F32, 1, s1), -1);
+  ASSERT_STATUS(vmcc_graph_emit(g, t, NULL), VM_INVALID_ARGUMENT, "changes its size");
+  vmcc_graph_free(g);
 
   /* an unknown tensor id in a call */
-  ASSERT_OK(vmex_graph_create(b, f, "main", 1, 0, &g));
-  t = vmex_graph_tensor(g, VM_F32, 1, s1);
-  vmex_graph_call(g, "t.fill", 2, (vmex_arg_t[]){vmex_a_imm(1), vmex_a_t(42)});
-  ASSERT_STATUS(vmex_graph_emit(g, t, NULL), VM_INVALID_ARGUMENT, "no tensor 42");
-  vmex_graph_free(g);
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 1, 0, &g));
+  t = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(1), vmcc_a_t(42)});
+  ASSERT_STATUS(vmcc_graph_emit(g, t, NULL), VM_INVALID_ARGUMENT, "no tensor 42");
+  vmcc_graph_free(g);
   vm_builder_free(b);
 }
 

@@ -1,0 +1,260 @@
+/* Host-side element access, shapes and broadcasting for constant folding. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx_internal.h"
+
+int onx_is_float(vm_dtype_t dt) {
+  return dt.code == VM_DTYPE_FLOAT;
+}
+
+int onx_is_int(vm_dtype_t dt) {
+  return dt.code == VM_DTYPE_INT || dt.code == VM_DTYPE_UINT || dt.code == VM_DTYPE_BOOL;
+}
+
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  float f;
+  if (exp == 0) {
+    f = ldexpf((float)man, -24);
+  } else if (exp == 31) {
+    f = man ? NAN : INFINITY;
+  } else {
+    f = ldexpf((float)(man | 0x400), (int)exp - 25);
+  }
+  return sign ? -f : f;
+}
+
+static uint16_t float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  if (isnan(f)) return (uint16_t)(sign | 0x7e00);
+  float a = fabsf(f);
+  if (a >= 65520.0f) return (uint16_t)(sign | 0x7c00);
+  if (a < ldexpf(1.0f, -24) / 2) return sign;
+  int e;
+  frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+  int exp = e - 1 + 15;
+  if (exp <= 0) { /* subnormal: units of 2^-24, round half to even */
+    float q = nearbyintf(ldexpf(a, 24));
+    return (uint16_t)(sign | (uint16_t)q);
+  }
+  float q = nearbyintf(ldexpf(a, 10 - (e - 1))); /* 1024 .. 2048 */
+  uint32_t m = (uint32_t)q;
+  if (m >= 2048) {
+    m >>= 1;
+    exp++;
+  }
+  if (exp >= 31) return (uint16_t)(sign | 0x7c00);
+  return (uint16_t)(sign | (uint16_t)(exp << 10) | (uint16_t)(m & 0x3ff));
+}
+
+double onx_ld_f(vm_dtype_t dt, const uint8_t *p, int64_t i) {
+  if (dt.code == VM_DTYPE_FLOAT) {
+    if (dt.bits == 32) {
+      float f;
+      memcpy(&f, p + i * 4, 4);
+      return f;
+    }
+    if (dt.bits == 64) {
+      double d;
+      memcpy(&d, p + i * 8, 8);
+      return d;
+    }
+    uint16_t h;
+    memcpy(&h, p + i * 2, 2);
+    return half_to_float(h);
+  }
+  if (dt.code == VM_DTYPE_UINT && dt.bits == 64) {
+    uint64_t u;
+    memcpy(&u, p + i * 8, 8);
+    return (double)u;
+  }
+  return (double)onx_ld_i(dt, p, i);
+}
+
+int64_t onx_ld_i(vm_dtype_t dt, const uint8_t *p, int64_t i) {
+  switch (dt.code) {
+    case VM_DTYPE_BOOL: return p[i] != 0;
+    case VM_DTYPE_INT:
+      switch (dt.bits) {
+        case 8: return (int8_t)p[i];
+        case 16: {
+          int16_t v;
+          memcpy(&v, p + i * 2, 2);
+          return v;
+        }
+        case 32: {
+          int32_t v;
+          memcpy(&v, p + i * 4, 4);
+          return v;
+        }
+        default: {
+          int64_t v;
+          memcpy(&v, p + i * 8, 8);
+          return v;
+        }
+      }
+    case VM_DTYPE_UINT:
+      switch (dt.bits) {
+        case 8: return p[i];
+        case 16: {
+          uint16_t v;
+          memcpy(&v, p + i * 2, 2);
+          return v;
+        }
+        case 32: {
+          uint32_t v;
+          memcpy(&v, p + i * 4, 4);
+          return v;
+        }
+        default: {
+          uint64_t v;
+          memcpy(&v, p + i * 8, 8);
+          return (int64_t)v;
+        }
+      }
+    default: {
+      double d = onx_ld_f(dt, p, i);
+      if (isnan(d)) return 0;
+      if (d >= 9.2e18) return INT64_MAX;
+      if (d <= -9.2e18) return INT64_MIN;
+      return (int64_t)d;
+    }
+  }
+}
+
+void onx_st_f(vm_dtype_t dt, uint8_t *p, int64_t i, double x) {
+  if (dt.code == VM_DTYPE_FLOAT) {
+    if (dt.bits == 32) {
+      float f = (float)x;
+      memcpy(p + i * 4, &f, 4);
+    } else if (dt.bits == 64) {
+      memcpy(p + i * 8, &x, 8);
+    } else {
+      uint16_t h = float_to_half((float)x);
+      memcpy(p + i * 2, &h, 2);
+    }
+    return;
+  }
+  if (dt.code == VM_DTYPE_BOOL) {
+    p[i] = x != 0;
+    return;
+  }
+  /* float -> int: truncation, saturating, NaN -> 0 (as cl.cast) */
+  int64_t v;
+  if (isnan(x))
+    v = 0;
+  else if (x >= 9.2e18)
+    v = INT64_MAX;
+  else if (x <= -9.2e18)
+    v = INT64_MIN;
+  else
+    v = (int64_t)x;
+  if (dt.bits < 64) {
+    int64_t lo = dt.code == VM_DTYPE_UINT ? 0 : -(1ll << (dt.bits - 1));
+    int64_t hi = dt.code == VM_DTYPE_UINT ? (1ll << dt.bits) - 1 : (1ll << (dt.bits - 1)) - 1;
+    if (v < lo) v = lo;
+    if (v > hi) v = hi;
+  } else if (dt.code == VM_DTYPE_UINT && v < 0) {
+    v = 0;
+  }
+  onx_st_i(dt, p, i, v);
+}
+
+void onx_st_i(vm_dtype_t dt, uint8_t *p, int64_t i, int64_t x) {
+  if (dt.code == VM_DTYPE_FLOAT) {
+    onx_st_f(dt, p, i, (double)x);
+    return;
+  }
+  if (dt.code == VM_DTYPE_BOOL) {
+    p[i] = x != 0;
+    return;
+  }
+  /* integer -> integer wraps (two's complement) */
+  switch (dt.bits) {
+    case 8: p[i] = (uint8_t)x; break;
+    case 16: {
+      uint16_t v = (uint16_t)x;
+      memcpy(p + i * 2, &v, 2);
+      break;
+    }
+    case 32: {
+      uint32_t v = (uint32_t)x;
+      memcpy(p + i * 4, &v, 4);
+      break;
+    }
+    default: memcpy(p + i * 8, &x, 8);
+  }
+}
+
+vm_status_t onx_const_ints(const onx_ctx_t *c, const onx_value_t *v, const char *what, int64_t *out,
+                           int64_t max, int64_t *out_n) {
+  if (!v->data)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input '%s' (%s) must be a constant (computed at compile time)", v->name,
+                        what);
+  if (!onx_is_int(v->dt) || v->dt.code == VM_DTYPE_BOOL)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input '%s' (%s) must hold integers", v->name,
+                        what);
+  if (v->ndim > 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input '%s' (%s) must be 1-D", v->name, what);
+  if (v->numel > max)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "input '%s' (%s) has %lld values, at most %lld",
+                        v->name, what, (long long)v->numel, (long long)max);
+  for (int64_t i = 0; i < v->numel; i++) out[i] = onx_ld_i(v->dt, v->data, i);
+  *out_n = v->numel;
+  return VM_STATUS_OK;
+}
+
+int onx_broadcast(uint32_t na, const int64_t *a, uint32_t nb, const int64_t *b, uint32_t *nout,
+                  int64_t *out) {
+  uint32_t n = na > nb ? na : nb;
+  if (n > VMCC_MAX_NDIM) return -1;
+  for (uint32_t i = 0; i < n; i++) {
+    int64_t da = i < n - na ? 1 : a[i - (n - na)];
+    int64_t db = i < n - nb ? 1 : b[i - (n - nb)];
+    if (da != db && da != 1 && db != 1) return -1;
+    out[i] = da == 1 ? db : da;
+  }
+  *nout = n;
+  return 0;
+}
+
+int64_t onx_bcast_offset(uint32_t n, const int64_t *dims, uint32_t nout, const int64_t *idx) {
+  int64_t off = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    int64_t d = dims[i];
+    int64_t k = idx[nout - n + i];
+    off = off * d + (d == 1 ? 0 : k);
+  }
+  return off;
+}
+
+int onx_next_index(uint32_t ndim, const int64_t *dims, int64_t *idx) {
+  for (int32_t i = (int32_t)ndim - 1; i >= 0; i--) {
+    if (++idx[i] < dims[i]) return 1;
+    idx[i] = 0;
+  }
+  return 0;
+}
+
+int64_t onx_numel(uint32_t ndim, const int64_t *dims) {
+  int64_t n = 1;
+  for (uint32_t i = 0; i < ndim; i++) n *= dims[i];
+  return n;
+}
+
+vm_status_t onx_alloc_const(const onx_ctx_t *c, vm_dtype_t dt, int64_t numel, uint8_t **out) {
+  *out = NULL;
+  if (numel < 0 || numel > ONX_MAX_FOLD_ELEMS)
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
+                        "a constant of %lld elements (the compiler folds at most %lld)",
+                        (long long)numel, (long long)ONX_MAX_FOLD_ELEMS);
+  size_t n = (size_t)numel * vm_dtype_bytes(dt);
+  *out = calloc(n ? n : 1, 1);
+  if (!*out) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  return VM_STATUS_OK;
+}

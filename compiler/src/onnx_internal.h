@@ -1,0 +1,142 @@
+/* Internals of the ONNX front end (prefix onx_): values, the compile
+ * context, tensor and attribute readers, host evaluation and the operator
+ * lowerings. */
+#ifndef ONX_INTERNAL_H
+#define ONX_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "onnx.pb-c.h"
+#include "vm/dtype.h"
+#include "vm/status.h"
+#include "vmcompiler/graph.h"
+#include "vmcompiler/onnx.h"
+
+/* Limits on what a model may ask for. */
+#define ONX_MAX_TENSOR_BYTES (4ull << 30) /* one constant */
+#define ONX_MAX_FOLD_ELEMS (64ll << 20)   /* one folded constant */
+
+/* A value of the graph: a host constant (data) or a tensor computed at
+ * run time (tid). */
+typedef struct onx_value {
+  const char *name;
+  vm_dtype_t dt;
+  uint32_t ndim;
+  int64_t dims[VMCC_MAX_NDIM];
+  int64_t numel;
+  uint8_t *data; /* host constant (owned), NULL for a run-time tensor */
+  int32_t tid;   /* graph tensor; for a constant, its materialisation (-1: none yet) */
+} onx_value_t;
+
+typedef struct onx_ctx {
+  const Onnx__GraphProto *graph;
+  int64_t opset;
+  const char *base_dir;
+  vm_builder_t *b;
+  vmcc_graph_t *g;
+  onx_value_t *vals;
+  uint32_t num_vals, cap_vals;
+  const Onnx__NodeProto *node; /* the node being lowered */
+  uint32_t node_idx;
+  vmcc_onnx_report_t *rep;
+  uint32_t c_one, c_zero; /* float constants 1.0 and 0.0 */
+} onx_ctx_t;
+
+/* ---- messages ---- */
+/* "node 'name' (Op): <fmt>" with code. */
+vm_status_t onx_node_err(const onx_ctx_t *c, vm_code_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* UNIMPLEMENTED "node 'n' (Op): attribute 'a' = <what>: supported: <sup>". */
+vm_status_t onx_unsupported_attr(const onx_ctx_t *c, const char *attr, const char *what,
+                                 const char *supported);
+
+/* ---- dtypes and tensors (onnx_tensor.c) ---- */
+/* ONNX TensorProto.DataType -> dtype; -1 if unsupported. */
+int onx_dtype_from_onnx(int32_t elem, vm_dtype_t *out);
+const char *onx_onnx_type_name(int32_t elem);
+/* Parses a TensorProto into a host tensor (data malloc'ed, even for
+ * numel 0). base_dir: folder of external data (NULL: refused). what names
+ * the tensor in messages. */
+vm_status_t onx_tensor_from_proto(const Onnx__TensorProto *tp, const char *base_dir,
+                                  const char *what, vmcc_tensor_t *out);
+
+/* ---- attributes (onnx_tensor.c) ---- */
+const Onnx__AttributeProto *onx_attr(const Onnx__NodeProto *n, const char *name);
+/* Typed readers: the default when absent, INVALID_ARGUMENT for another type. */
+vm_status_t onx_attr_int(const onx_ctx_t *c, const char *name, int64_t def, int64_t *out);
+vm_status_t onx_attr_float(const onx_ctx_t *c, const char *name, float def, float *out);
+/* The string (NUL-terminated copy into buf; def when absent). */
+vm_status_t onx_attr_str(const onx_ctx_t *c, const char *name, const char *def, char *buf,
+                         size_t len);
+/* ints: *out_n = -1 when absent; at most max values. */
+vm_status_t onx_attr_ints(const onx_ctx_t *c, const char *name, int64_t *out, int64_t max,
+                          int64_t *out_n);
+vm_status_t onx_attr_floats(const onx_ctx_t *c, const char *name, float *out, int64_t max,
+                            int64_t *out_n);
+
+/* ---- values (onnx_compile.c) ---- */
+/* Input i of the current node; NULL when absent (index out of range or ""). */
+onx_value_t *onx_in(onx_ctx_t *c, uint32_t i);
+/* Same, but an absent input is an error naming it. */
+vm_status_t onx_in_req(onx_ctx_t *c, uint32_t i, onx_value_t **out);
+uint32_t onx_num_outputs(const onx_ctx_t *c);
+/* 1 when output i is wanted (exists and is not ""). */
+int onx_out_wanted(const onx_ctx_t *c, uint32_t i);
+/* Defines output i as a new run-time intermediate; returns its tid (-1 on
+ * error, with the graph's sticky error set) — or NULL value if the output is
+ * not wanted. */
+vm_status_t onx_def_out(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
+                        onx_value_t **out);
+/* Defines output i as a host constant taking ownership of data. */
+vm_status_t onx_def_const(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
+                          const int64_t *dims, uint8_t *data);
+/* Defines output i as src with another shape (same numel): a view. */
+vm_status_t onx_def_view(onx_ctx_t *c, uint32_t i, onx_value_t *src, uint32_t ndim,
+                         const int64_t *dims);
+/* The graph tensor of v (materialising a constant). -1 on error. */
+int32_t onx_tid(onx_ctx_t *c, onx_value_t *v);
+/* A graph tensor holding v with another shape (same numel). */
+int32_t onx_reshaped(onx_ctx_t *c, onx_value_t *v, uint32_t ndim, const int64_t *dims);
+/* A float constant for an operator argument. */
+vmcc_arg_t onx_float_arg(onx_ctx_t *c, double v);
+/* A graph tensor constant (a scalar or small tensor of dt made from
+ * doubles). */
+int32_t onx_const_tensor_f(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
+                           const double *vals);
+/* Defines output i as graph tensor tid (an intermediate the caller has
+ * passed to an operator call already) seen with shape (ndim, dims): tid
+ * itself, or a view of it when the shapes differ. */
+vm_status_t onx_bind_out(onx_ctx_t *c, uint32_t i, int32_t tid, uint32_t ndim, const int64_t *dims);
+
+/* ---- host helpers (onnx_host.c) ---- */
+int onx_is_float(vm_dtype_t dt);
+int onx_is_int(vm_dtype_t dt); /* int, uint or bool */
+double onx_ld_f(vm_dtype_t dt, const uint8_t *data, int64_t i);
+int64_t onx_ld_i(vm_dtype_t dt, const uint8_t *data, int64_t i);
+void onx_st_f(vm_dtype_t dt, uint8_t *data, int64_t i, double x);
+void onx_st_i(vm_dtype_t dt, uint8_t *data, int64_t i, int64_t x);
+/* Reads a constant int tensor (any int dtype) into out (at most max). */
+vm_status_t onx_const_ints(const onx_ctx_t *c, const onx_value_t *v, const char *what, int64_t *out,
+                           int64_t max, int64_t *out_n);
+/* NumPy broadcast of two shapes; -1 if they do not broadcast. */
+int onx_broadcast(uint32_t na, const int64_t *a, uint32_t nb, const int64_t *b, uint32_t *nout,
+                  int64_t *out);
+/* Offset into a tensor of shape (n, dims) broadcast to out shape, for the
+ * out multi-index idx (right-aligned). */
+int64_t onx_bcast_offset(uint32_t n, const int64_t *dims, uint32_t nout, const int64_t *idx);
+/* Advances a multi-index over dims; returns 0 after the last. */
+int onx_next_index(uint32_t ndim, const int64_t *dims, int64_t *idx);
+int64_t onx_numel(uint32_t ndim, const int64_t *dims);
+/* malloc for a folded constant of numel elements of dt (checked size). */
+vm_status_t onx_alloc_const(const onx_ctx_t *c, vm_dtype_t dt, int64_t numel, uint8_t **out);
+
+/* ---- operators (onnx_ops.c) ---- */
+typedef vm_status_t (*onx_lower_fn)(onx_ctx_t *c);
+/* The lowering of op_type; NULL when unsupported. */
+onx_lower_fn onx_find_op(const char *op_type);
+/* A comma-separated list of the supported op types (static). */
+const char *onx_supported_ops(void);
+
+#endif /* ONX_INTERNAL_H */

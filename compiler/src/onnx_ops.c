@@ -1,0 +1,2280 @@
+/* ONNX operators: shape inference, constant folding on the host and
+ * lowering to cl.* calls (docs/onnx.md lists what is supported). Each
+ * lowering reads the current node (c->node) and defines its outputs. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx_internal.h"
+
+#define MAXD VMCC_MAX_NDIM
+#define TRY(x)             \
+  do {                     \
+    vm_status_t st_ = (x); \
+    if (st_) return st_;   \
+  } while (0)
+
+static int32_t new_t(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int64_t *dims) {
+  return vmcc_graph_tensor(c->g, dt, ndim, dims);
+}
+
+static void call(onx_ctx_t *c, const char *name, uint32_t n, const vmcc_arg_t *a) {
+  vmcc_graph_call(c->g, name, n, a);
+}
+
+static vmcc_arg_t A(int32_t tid) {
+  return vmcc_a_t(tid);
+}
+
+static vmcc_arg_t I(int64_t v) {
+  return vmcc_a_imm(v);
+}
+
+static int all_const(onx_ctx_t *c) {
+  for (uint32_t i = 0; i < c->node->n_input; i++) {
+    onx_value_t *v = onx_in(c, i);
+    if (v && !v->data) return 0;
+  }
+  return 1;
+}
+
+static const char *dt_name(vm_dtype_t dt, char *buf, size_t n) {
+  return vm_dtype_str(dt, buf, n);
+}
+
+/* Run-time float operands: float32 or float16. */
+static vm_status_t need_float(onx_ctx_t *c, const onx_value_t *v) {
+  if (vm_dtype_equal(v->dt, VM_F32) || vm_dtype_equal(v->dt, VM_F16)) return VM_STATUS_OK;
+  char b[32];
+  return onx_node_err(c, VM_UNIMPLEMENTED,
+                      "input '%.80s' has dtype %s: supported: float, float16 (at run time)",
+                      v->name, dt_name(v->dt, b, sizeof(b)));
+}
+
+/* axis in [-r, r) -> [0, r) */
+static vm_status_t norm_axis(onx_ctx_t *c, int64_t axis, uint32_t r, const char *what,
+                             int64_t *out) {
+  *out = 0;
+  if (axis < -(int64_t)r || axis >= (int64_t)r)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "%s %lld is out of range for rank %u", what,
+                        (long long)axis, r);
+  *out = axis < 0 ? axis + r : axis;
+  return VM_STATUS_OK;
+}
+
+static size_t esize(vm_dtype_t dt) {
+  return vm_dtype_bytes(dt);
+}
+
+/* ---------------------------------------------------------------------------
+ * Elementwise
+ */
+
+typedef double (*unary_fn)(double x, const double *p);
+
+static double u_relu(double x, const double *p) {
+  return x > 0 ? x : (isnan(x) ? x : 0);
+}
+static double u_sigmoid(double x, const double *p) {
+  return 1.0 / (1.0 + exp(-x));
+}
+static double u_tanh(double x, const double *p) {
+  return tanh(x);
+}
+static double u_exp(double x, const double *p) {
+  return exp(x);
+}
+static double u_log(double x, const double *p) {
+  return log(x);
+}
+static double u_sqrt(double x, const double *p) {
+  return sqrt(x);
+}
+static double u_neg(double x, const double *p) {
+  return -x;
+}
+static double u_abs(double x, const double *p) {
+  return fabs(x);
+}
+static double u_erf(double x, const double *p) {
+  return erf(x);
+}
+static double u_recip(double x, const double *p) {
+  return 1.0 / x;
+}
+static double u_floor(double x, const double *p) {
+  return floor(x);
+}
+static double u_ceil(double x, const double *p) {
+  return ceil(x);
+}
+static double u_sin(double x, const double *p) {
+  return sin(x);
+}
+static double u_cos(double x, const double *p) {
+  return cos(x);
+}
+static double u_gelu(double x, const double *p) {
+  return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+}
+static double u_leaky(double x, const double *p) {
+  return x >= 0 ? x : p[0] * x;
+}
+static double u_hsig(double x, const double *p) {
+  return fmax(0, fmin(1, p[0] * x + p[1]));
+}
+static double u_hswish(double x, const double *p) {
+  return x * fmax(0, fmin(1, x / 6 + 0.5));
+}
+static double u_clip(double x, const double *p) {
+  return fmin(fmax(x, p[0]), p[1]);
+}
+static double u_elu(double x, const double *p) {
+  return x >= 0 ? x : p[0] * (exp(x) - 1);
+}
+static double u_selu(double x, const double *p) {
+  return x > 0 ? p[1] * x : p[1] * (p[0] * exp(x) - p[0]);
+}
+static double u_gelu_tanh(double x, const double *p) {
+  return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* Folds or emits y = f(x) with nparams float attributes. */
+static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, uint32_t np,
+                                const double *p) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  if (x->data && onx_is_float(x->dt)) {
+    uint8_t *d;
+    TRY(onx_alloc_const(c, x->dt, x->numel, &d));
+    for (int64_t i = 0; i < x->numel; i++)
+      onx_st_f(x->dt, d, i, fn(onx_ld_f(x->dt, x->data, i), p));
+    return onx_def_const(c, 0, x->dt, x->ndim, x->dims, d);
+  }
+  if (x->data && onx_is_int(x->dt) && (fn == u_neg || fn == u_abs || fn == u_relu)) {
+    uint8_t *d;
+    TRY(onx_alloc_const(c, x->dt, x->numel, &d));
+    for (int64_t i = 0; i < x->numel; i++) {
+      int64_t v = onx_ld_i(x->dt, x->data, i);
+      onx_st_i(x->dt, d, i, fn == u_neg ? -v : fn == u_abs ? (v < 0 ? -v : v) : (v > 0 ? v : 0));
+    }
+    return onx_def_const(c, 0, x->dt, x->ndim, x->dims, d);
+  }
+  TRY(need_float(c, x));
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  vmcc_arg_t a[5];
+  uint32_t n = 0;
+  a[n++] = A(onx_tid(c, x));
+  for (uint32_t i = 0; i < np; i++) a[n++] = onx_float_arg(c, p[i]);
+  a[n++] = A(y);
+  call(c, clname, n, a);
+  return onx_bind_out(c, 0, y, x->ndim, x->dims);
+}
+
+typedef struct unary_op {
+  const char *onnx, *cl;
+  unary_fn fn;
+} unary_op_t;
+
+static const unary_op_t k_unary[] = {
+    {"Relu", "cl.unary.relu", u_relu},
+    {"Sigmoid", "cl.unary.sigmoid", u_sigmoid},
+    {"Tanh", "cl.unary.tanh", u_tanh},
+    {"Exp", "cl.unary.exp", u_exp},
+    {"Log", "cl.unary.log", u_log},
+    {"Sqrt", "cl.unary.sqrt", u_sqrt},
+    {"Neg", "cl.unary.neg", u_neg},
+    {"Abs", "cl.unary.abs", u_abs},
+    {"Erf", "cl.unary.erf", u_erf},
+    {"Reciprocal", "cl.unary.reciprocal", u_recip},
+    {"Floor", "cl.unary.floor", u_floor},
+    {"Ceil", "cl.unary.ceil", u_ceil},
+    {"Sin", "cl.unary.sin", u_sin},
+    {"Cos", "cl.unary.cos", u_cos},
+    {"HardSwish", "cl.unary.hard_swish", u_hswish},
+};
+
+static vm_status_t op_unary(onx_ctx_t *c) {
+  for (size_t i = 0; i < sizeof(k_unary) / sizeof(k_unary[0]); i++)
+    if (strcmp(k_unary[i].onnx, c->node->op_type) == 0)
+      return unary_common(c, k_unary[i].cl, k_unary[i].fn, 0, NULL);
+  return onx_node_err(c, VM_INTERNAL, "no unary table entry");
+}
+
+static vm_status_t op_leaky_relu(onx_ctx_t *c) {
+  float alpha;
+  TRY(onx_attr_float(c, "alpha", 0.01f, &alpha));
+  double p[1] = {alpha};
+  return unary_common(c, "cl.unary.leaky_relu", u_leaky, 1, p);
+}
+
+static vm_status_t op_hard_sigmoid(onx_ctx_t *c) {
+  float alpha, beta;
+  TRY(onx_attr_float(c, "alpha", 0.2f, &alpha));
+  TRY(onx_attr_float(c, "beta", 0.5f, &beta));
+  double p[2] = {alpha, beta};
+  return unary_common(c, "cl.unary.hard_sigmoid", u_hsig, 2, p);
+}
+
+static vm_status_t op_elu(onx_ctx_t *c) {
+  float alpha;
+  TRY(onx_attr_float(c, "alpha", 1.0f, &alpha));
+  double p[1] = {alpha};
+  return unary_common(c, "cl.unary.elu", u_elu, 1, p);
+}
+
+static vm_status_t op_selu(onx_ctx_t *c) {
+  float alpha, gamma;
+  TRY(onx_attr_float(c, "alpha", 1.67326319217681884765625f, &alpha));
+  TRY(onx_attr_float(c, "gamma", 1.05070102214813232421875f, &gamma));
+  double p[2] = {alpha, gamma};
+  return unary_common(c, "cl.unary.selu", u_selu, 2, p);
+}
+
+static vm_status_t op_gelu(onx_ctx_t *c) {
+  char approx[16];
+  TRY(onx_attr_str(c, "approximate", "none", approx, sizeof(approx)));
+  if (strcmp(approx, "none") == 0) return unary_common(c, "cl.unary.gelu", u_gelu, 0, NULL);
+  if (strcmp(approx, "tanh") == 0)
+    return unary_common(c, "cl.unary.gelu_tanh", u_gelu_tanh, 0, NULL);
+  return onx_unsupported_attr(c, "approximate", approx, "none, tanh");
+}
+
+/* A scalar bound from an optional constant input (Clip's min/max). */
+static vm_status_t scalar_input(onx_ctx_t *c, uint32_t i, const char *what, double def,
+                                double *out) {
+  onx_value_t *v = onx_in(c, i);
+  *out = def;
+  if (!v) return VM_STATUS_OK;
+  if (!v->data)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "input '%.80s' (%s) must be a constant", v->name,
+                        what);
+  if (v->numel != 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input '%.80s' (%s) must hold one value", v->name,
+                        what);
+  *out = onx_ld_f(v->dt, v->data, 0);
+  return VM_STATUS_OK;
+}
+
+static vm_status_t op_clip(onx_ctx_t *c) {
+  double p[2];
+  if (c->opset < 11) {
+    float lo, hi;
+    TRY(onx_attr_float(c, "min", -FLT_MAX, &lo));
+    TRY(onx_attr_float(c, "max", FLT_MAX, &hi));
+    p[0] = lo;
+    p[1] = hi;
+  } else {
+    TRY(scalar_input(c, 1, "min", -INFINITY, &p[0]));
+    TRY(scalar_input(c, 2, "max", INFINITY, &p[1]));
+  }
+  /* min > max: every value becomes max (min(max(x, lo), hi)) */
+  if (p[0] > p[1]) p[0] = p[1];
+  return unary_common(c, "cl.unary.clip", u_clip, 2, p);
+}
+
+/* Binary ops: host folding over double (float dtypes) or int64. */
+typedef enum bop {
+  B_ADD,
+  B_SUB,
+  B_MUL,
+  B_DIV,
+  B_POW,
+  B_MAX,
+  B_MIN,
+  B_EQ,
+  B_LT,
+  B_GT,
+  B_LE,
+  B_GE,
+  B_AND,
+  B_OR,
+  B_XOR,
+  B_MOD,
+} bop_t;
+
+typedef struct binary_op {
+  const char *onnx, *cl;
+  bop_t op;
+} binary_op_t;
+
+static const binary_op_t k_binary[] = {
+    {"Add", "cl.binary.add", B_ADD},
+    {"Sub", "cl.binary.sub", B_SUB},
+    {"Mul", "cl.binary.mul", B_MUL},
+    {"Div", "cl.binary.div", B_DIV},
+    {"Pow", "cl.binary.pow", B_POW},
+    {"Max", "cl.binary.max", B_MAX},
+    {"Min", "cl.binary.min", B_MIN},
+    {"Equal", NULL, B_EQ},
+    {"Less", NULL, B_LT},
+    {"Greater", NULL, B_GT},
+    {"LessOrEqual", NULL, B_LE},
+    {"GreaterOrEqual", NULL, B_GE},
+    {"And", NULL, B_AND},
+    {"Or", NULL, B_OR},
+    {"Xor", NULL, B_XOR},
+    {"Mod", NULL, B_MOD},
+};
+
+static int is_compare(bop_t op) {
+  return op >= B_EQ && op <= B_XOR;
+}
+
+static double bin_f(bop_t op, double a, double b) {
+  switch (op) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_POW: return pow(a, b);
+    case B_MAX: return isnan(a) || isnan(b) ? NAN : fmax(a, b);
+    case B_MIN: return isnan(a) || isnan(b) ? NAN : fmin(a, b);
+    case B_EQ: return a == b;
+    case B_LT: return a < b;
+    case B_GT: return a > b;
+    case B_LE: return a <= b;
+    case B_GE: return a >= b;
+    case B_AND: return (a != 0) && (b != 0);
+    case B_OR: return (a != 0) || (b != 0);
+    case B_XOR: return (a != 0) != (b != 0);
+    case B_MOD: return fmod(a, b);
+  }
+  return 0;
+}
+
+static int bin_i(bop_t op, int64_t a, int64_t b, int64_t *out) {
+  switch (op) {
+    case B_ADD: *out = (int64_t)((uint64_t)a + (uint64_t)b); return 0;
+    case B_SUB: *out = (int64_t)((uint64_t)a - (uint64_t)b); return 0;
+    case B_MUL: *out = (int64_t)((uint64_t)a * (uint64_t)b); return 0;
+    case B_DIV:
+      if (b == 0 || (a == INT64_MIN && b == -1)) return -1;
+      *out = a / b; /* C truncates, as ONNX's integer Div */
+      return 0;
+    case B_MOD: /* fmod=0: the sign of the divisor, as Python */
+      if (b == 0 || (a == INT64_MIN && b == -1)) return -1;
+      *out = a % b;
+      if (*out != 0 && ((*out < 0) != (b < 0))) *out += b;
+      return 0;
+    case B_POW: {
+      if (b < 0) return -1;
+      int64_t r = 1;
+      for (int64_t k = 0; k < b && k < 64; k++) r = (int64_t)((uint64_t)r * (uint64_t)a);
+      *out = r;
+      return 0;
+    }
+    case B_MAX: *out = a > b ? a : b; return 0;
+    case B_MIN: *out = a < b ? a : b; return 0;
+    default: *out = (int64_t)bin_f(op, (double)a, (double)b); return 0;
+  }
+}
+
+static vm_status_t fold_binary(onx_ctx_t *c, bop_t op, onx_value_t *a, onx_value_t *b,
+                               uint32_t ondim, const int64_t *odims) {
+  vm_dtype_t odt = is_compare(op) ? VM_BOOL : a->dt;
+  int64_t n = onx_numel(ondim, odims);
+  uint8_t *d;
+  TRY(onx_alloc_const(c, odt, n, &d));
+  int64_t idx[MAXD] = {0};
+  int use_int = onx_is_int(a->dt) && onx_is_int(b->dt);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t ia = onx_bcast_offset(a->ndim, a->dims, ondim, idx);
+    int64_t ib = onx_bcast_offset(b->ndim, b->dims, ondim, idx);
+    if (use_int && !is_compare(op)) {
+      int64_t r;
+      if (bin_i(op, onx_ld_i(a->dt, a->data, ia), onx_ld_i(b->dt, b->data, ib), &r) != 0) {
+        free(d);
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "integer division by zero (or negative power) in constants");
+      }
+      onx_st_i(odt, d, i, r);
+    } else if (use_int) {
+      int64_t x = onx_ld_i(a->dt, a->data, ia), y = onx_ld_i(b->dt, b->data, ib);
+      int r = op == B_EQ   ? x == y
+              : op == B_LT ? x < y
+              : op == B_GT ? x > y
+              : op == B_LE ? x <= y
+              : op == B_GE ? x >= y
+                           : (int)bin_f(op, (double)x, (double)y);
+      onx_st_i(odt, d, i, r);
+    } else {
+      onx_st_f(odt, d, i, bin_f(op, onx_ld_f(a->dt, a->data, ia), onx_ld_f(b->dt, b->data, ib)));
+    }
+    onx_next_index(ondim, odims, idx);
+  }
+  return onx_def_const(c, 0, odt, ondim, odims, d);
+}
+
+/* A constant b converted to dtype dt (Pow's exponent may differ). */
+static int32_t const_as(onx_ctx_t *c, onx_value_t *v, vm_dtype_t dt) {
+  if (vm_dtype_equal(v->dt, dt)) return onx_tid(c, v);
+  double *vals = malloc((size_t)(v->numel ? v->numel : 1) * sizeof(double));
+  if (!vals) return vmcc_graph_const(c->g, dt, NULL, MAXD + 1, v->dims); /* sticky error */
+  for (int64_t i = 0; i < v->numel; i++) vals[i] = onx_ld_f(v->dt, v->data, i);
+  int32_t t = onx_const_tensor_f(c, dt, v->ndim, v->dims, vals);
+  free(vals);
+  return t;
+}
+
+static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t *a, onx_value_t *b,
+                               int last, int32_t *out_tid, uint32_t *ondim, int64_t *odims) {
+  if (onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, ondim, odims) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "shapes of '%.60s' and '%.60s' do not broadcast",
+                        a->name, b->name);
+  if (a->data && b->data && last) return fold_binary(c, bo->op, a, b, *ondim, odims);
+  if (!bo->cl) {
+    char b1[32];
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "%s on run-time tensors (dtype %s): supported: constant inputs only",
+                        bo->onnx, dt_name(a->dt, b1, sizeof(b1)));
+  }
+  TRY(need_float(c, a));
+  int32_t tb;
+  if (!vm_dtype_equal(a->dt, b->dt)) {
+    if (!b->data || bo->op != B_POW) {
+      char b1[32], b2[32];
+      return onx_node_err(c, VM_UNIMPLEMENTED, "dtypes %s and %s differ: supported: equal dtypes",
+                          dt_name(a->dt, b1, sizeof(b1)), dt_name(b->dt, b2, sizeof(b2)));
+    }
+    tb = const_as(c, b, a->dt);
+  } else {
+    tb = onx_tid(c, b);
+  }
+  int32_t y = new_t(c, a->dt, *ondim, odims);
+  vmcc_arg_t args[3] = {A(onx_tid(c, a)), A(tb), A(y)};
+  call(c, bo->cl, 3, args);
+  *out_tid = y;
+  return VM_STATUS_OK;
+}
+
+static vm_status_t op_binary(onx_ctx_t *c) {
+  const binary_op_t *bo = NULL;
+  for (size_t i = 0; i < sizeof(k_binary) / sizeof(k_binary[0]); i++)
+    if (strcmp(k_binary[i].onnx, c->node->op_type) == 0) bo = &k_binary[i];
+  if (!bo) return onx_node_err(c, VM_INTERNAL, "no binary table entry");
+  if (bo->op == B_MOD) {
+    int64_t fm;
+    TRY(onx_attr_int(c, "fmod", 0, &fm));
+    onx_value_t *a0 = onx_in(c, 0);
+    if (fm == 0 && a0 && onx_is_float(a0->dt))
+      return onx_unsupported_attr(c, "fmod", "0 with floats", "fmod=1 for floats");
+  }
+  uint32_t n = (uint32_t)c->node->n_input;
+  if (n < 1 || ((bo->op != B_MAX && bo->op != B_MIN) && n != 2))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "%u inputs, expected 2", n);
+  onx_value_t *a;
+  TRY(onx_in_req(c, 0, &a));
+  if (n == 1) return onx_def_view(c, 0, a, a->ndim, a->dims);
+  if (c->opset < 7 && onx_attr(c->node, "axis"))
+    return onx_unsupported_attr(c, "axis", "(legacy broadcast)", "NumPy broadcasting (opset 7+)");
+  /* variadic Max/Min: a chain of pairs; constants fold only when all are */
+  int32_t cur = -1;
+  uint32_t cnd = a->ndim;
+  int64_t cd[MAXD];
+  memcpy(cd, a->dims, sizeof(cd));
+  onx_value_t tmp;
+  onx_value_t *left = a;
+  for (uint32_t k = 1; k < n; k++) {
+    onx_value_t *b;
+    TRY(onx_in_req(c, k, &b));
+    if (n > 2 && all_const(c)) {
+      /* fold pairwise into host constants */
+      if (k < n - 1) {
+        return onx_node_err(c, VM_UNIMPLEMENTED, "variadic %s on constants: supported: 2 inputs",
+                            bo->onnx);
+      }
+    }
+    int32_t y = -1;
+    TRY(binary_pair(c, bo, left, b, k == n - 1, &y, &cnd, cd));
+    if (y < 0) return VM_STATUS_OK; /* folded: output defined */
+    cur = y;
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.name = c->node->output[0];
+    tmp.dt = left->dt;
+    tmp.ndim = cnd;
+    memcpy(tmp.dims, cd, sizeof(cd));
+    tmp.numel = onx_numel(cnd, cd);
+    tmp.tid = y;
+    left = &tmp;
+  }
+  return onx_bind_out(c, 0, cur, cnd, cd);
+}
+
+static vm_status_t op_not(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  if (!x->data)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "Not on run-time tensors: supported: constants");
+  uint8_t *d;
+  TRY(onx_alloc_const(c, VM_BOOL, x->numel, &d));
+  for (int64_t i = 0; i < x->numel; i++) d[i] = !onx_ld_i(x->dt, x->data, i);
+  return onx_def_const(c, 0, VM_BOOL, x->ndim, x->dims, d);
+}
+
+static vm_status_t op_where(onx_ctx_t *c) {
+  onx_value_t *cond, *a, *b;
+  TRY(onx_in_req(c, 0, &cond));
+  TRY(onx_in_req(c, 1, &a));
+  TRY(onx_in_req(c, 2, &b));
+  uint32_t n1, n;
+  int64_t d1[MAXD], d[MAXD];
+  if (onx_broadcast(cond->ndim, cond->dims, a->ndim, a->dims, &n1, d1) != 0 ||
+      onx_broadcast(n1, d1, b->ndim, b->dims, &n, d) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "shapes do not broadcast");
+  if (!vm_dtype_equal(a->dt, b->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "X and Y have different dtypes");
+  if (cond->data && a->data && b->data) {
+    int64_t numel = onx_numel(n, d);
+    uint8_t *o;
+    TRY(onx_alloc_const(c, a->dt, numel, &o));
+    int64_t idx[MAXD] = {0};
+    size_t es = esize(a->dt);
+    for (int64_t i = 0; i < numel; i++) {
+      int64_t ic = onx_bcast_offset(cond->ndim, cond->dims, n, idx);
+      int pick = onx_ld_i(cond->dt, cond->data, ic) != 0;
+      onx_value_t *s = pick ? a : b;
+      int64_t is = onx_bcast_offset(s->ndim, s->dims, n, idx);
+      memcpy(o + i * es, s->data + is * es, es);
+      onx_next_index(n, d, idx);
+    }
+    return onx_def_const(c, 0, a->dt, n, d, o);
+  }
+  int32_t y = new_t(c, a->dt, n, d);
+  vmcc_arg_t args[4] = {A(onx_tid(c, cond)), A(onx_tid(c, a)), A(onx_tid(c, b)), A(y)};
+  call(c, "cl.where", 4, args);
+  return onx_bind_out(c, 0, y, n, d);
+}
+
+/* ---------------------------------------------------------------------------
+ * Linear algebra
+ */
+
+static vm_status_t op_gemm(onx_ctx_t *c) {
+  onx_value_t *a, *b, *cc = onx_in(c, 2);
+  TRY(onx_in_req(c, 0, &a));
+  TRY(onx_in_req(c, 1, &b));
+  float alpha, beta;
+  int64_t ta, tb;
+  TRY(onx_attr_float(c, "alpha", 1.0f, &alpha));
+  TRY(onx_attr_float(c, "beta", 1.0f, &beta));
+  TRY(onx_attr_int(c, "transA", 0, &ta));
+  TRY(onx_attr_int(c, "transB", 0, &tb));
+  if (c->opset < 7) {
+    int64_t bc;
+    TRY(onx_attr_int(c, "broadcast", 0, &bc));
+  }
+  if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "transA/transB must be 0 or 1");
+  if (a->ndim != 2 || b->ndim != 2)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B must be 2-D (ranks %u and %u)", a->ndim,
+                        b->ndim);
+  TRY(need_float(c, a));
+  if (!vm_dtype_equal(a->dt, b->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B have different dtypes");
+  int64_t m = ta ? a->dims[1] : a->dims[0], k = ta ? a->dims[0] : a->dims[1];
+  int64_t kb = tb ? b->dims[1] : b->dims[0], nn = tb ? b->dims[0] : b->dims[1];
+  if (k != kb)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "inner dims differ: %lld and %lld", (long long)k,
+                        (long long)kb);
+  int64_t yd[2] = {m, nn};
+  int use_c = cc && beta != 0.0f;
+  int32_t y = new_t(c, a->dt, 2, yd);
+  int32_t mm = use_c ? new_t(c, a->dt, 2, yd) : y;
+  vmcc_arg_t g[7] = {A(onx_tid(c, a)),        A(onx_tid(c, b)),        I(ta), I(tb),
+                     onx_float_arg(c, alpha), vmcc_a_const(c->c_zero), A(mm)};
+  call(c, "cl.gemm", 7, g);
+  if (use_c) {
+    uint32_t bn;
+    int64_t bd[MAXD];
+    if (onx_broadcast(2, yd, cc->ndim, cc->dims, &bn, bd) != 0 || bn != 2 || bd[0] != m ||
+        bd[1] != nn)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "C does not broadcast to [%lld, %lld]",
+                          (long long)m, (long long)nn);
+    if (!vm_dtype_equal(cc->dt, a->dt))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "C has another dtype than A");
+    int32_t tc;
+    if (beta == 1.0f) {
+      tc = onx_tid(c, cc);
+    } else if (cc->data) {
+      double *vals = malloc((size_t)(cc->numel ? cc->numel : 1) * sizeof(double));
+      if (!vals) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+      for (int64_t i = 0; i < cc->numel; i++) vals[i] = beta * onx_ld_f(cc->dt, cc->data, i);
+      tc = onx_const_tensor_f(c, cc->dt, cc->ndim, cc->dims, vals);
+      free(vals);
+    } else {
+      double bv = beta;
+      int32_t ts = onx_const_tensor_f(c, cc->dt, 0, NULL, &bv);
+      tc = new_t(c, cc->dt, cc->ndim, cc->dims);
+      vmcc_arg_t ma[3] = {A(onx_tid(c, cc)), A(ts), A(tc)};
+      call(c, "cl.binary.mul", 3, ma);
+    }
+    vmcc_arg_t ad[3] = {A(mm), A(tc), A(y)};
+    call(c, "cl.binary.add", 3, ad);
+  }
+  return onx_bind_out(c, 0, y, 2, yd);
+}
+
+static int64_t prod(const int64_t *d, uint32_t n) {
+  int64_t p = 1;
+  for (uint32_t i = 0; i < n; i++) p *= d[i];
+  return p;
+}
+
+static vm_status_t op_matmul(onx_ctx_t *c) {
+  onx_value_t *a, *b;
+  TRY(onx_in_req(c, 0, &a));
+  TRY(onx_in_req(c, 1, &b));
+  if (a->ndim < 1 || b->ndim < 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "MatMul of a 0-d tensor");
+  TRY(need_float(c, a));
+  if (!vm_dtype_equal(a->dt, b->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B have different dtypes");
+  /* 1-D operands: [K] as [1, K] (A) or [K, 1] (B), the dim dropped after */
+  int64_t ad[MAXD], bd[MAXD];
+  uint32_t an = a->ndim, bn = b->ndim;
+  memcpy(ad, a->dims, sizeof(ad));
+  memcpy(bd, b->dims, sizeof(bd));
+  if (an == 1) {
+    ad[1] = ad[0];
+    ad[0] = 1;
+    an = 2;
+  }
+  if (bn == 1) {
+    bd[1] = 1;
+    bn = 2;
+  }
+  int64_t m = ad[an - 2], k = ad[an - 1], kb = bd[bn - 2], n = bd[bn - 1];
+  if (k != kb)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "inner dims differ: %lld and %lld", (long long)k,
+                        (long long)kb);
+  uint32_t nbo;
+  int64_t bo[MAXD];
+  if (onx_broadcast(an - 2, ad, bn - 2, bd, &nbo, bo) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "batch dims do not broadcast");
+  /* output dims */
+  int64_t od[MAXD];
+  uint32_t on = 0;
+  for (uint32_t i = 0; i < nbo; i++) od[on++] = bo[i];
+  if (a->ndim > 1) od[on++] = m;
+  if (b->ndim > 1) od[on++] = n;
+  int64_t pa = prod(ad, an - 2), pb = prod(bd, bn - 2), po = prod(bo, nbo);
+  int32_t ta, tb, y;
+  if (pb == 1 && bn - 2 <= an - 2) {
+    /* B shared by every batch: A as [po*M, K] */
+    int64_t a2[2] = {pa * m, k}, b2[2] = {k, n}, y2[2] = {pa * m, n};
+    ta = onx_reshaped(c, a, 2, a2);
+    tb = onx_reshaped(c, b, 2, b2);
+    y = new_t(c, a->dt, 2, y2);
+  } else if (pa == 1 && an - 2 <= bn - 2) {
+    int64_t a2[2] = {m, k}, b3[3] = {pb, k, n}, y3[3] = {pb, m, n};
+    ta = onx_reshaped(c, a, 2, a2);
+    tb = onx_reshaped(c, b, 3, b3);
+    y = new_t(c, a->dt, 3, y3);
+  } else if (pa == po && pb == po) {
+    int64_t a3[3] = {po, m, k}, b3[3] = {po, k, n}, y3[3] = {po, m, n};
+    ta = onx_reshaped(c, a, 3, a3);
+    tb = onx_reshaped(c, b, 3, b3);
+    y = new_t(c, a->dt, 3, y3);
+  } else {
+    /* materialise the broadcast batches of the smaller side */
+    int64_t fa[MAXD], fb[MAXD];
+    uint32_t nf = nbo + 2;
+    memcpy(fa, bo, nbo * sizeof(int64_t));
+    memcpy(fb, bo, nbo * sizeof(int64_t));
+    fa[nbo] = m, fa[nbo + 1] = k, fb[nbo] = k, fb[nbo + 1] = n;
+    int32_t xa = onx_reshaped(c, a, an, ad), xb = onx_reshaped(c, b, bn, bd);
+    if (pa != po) {
+      int32_t e = new_t(c, a->dt, nf, fa);
+      vmcc_arg_t ba[2] = {A(xa), A(e)};
+      call(c, "cl.broadcast_to", 2, ba);
+      xa = e;
+    }
+    if (pb != po) {
+      int32_t e = new_t(c, b->dt, nf, fb);
+      vmcc_arg_t ba[2] = {A(xb), A(e)};
+      call(c, "cl.broadcast_to", 2, ba);
+      xb = e;
+    }
+    int64_t a3[3] = {po, m, k}, b3[3] = {po, k, n}, y3[3] = {po, m, n};
+    ta = vmcc_graph_view(c->g, xa, 3, a3);
+    tb = vmcc_graph_view(c->g, xb, 3, b3);
+    y = new_t(c, a->dt, 3, y3);
+  }
+  vmcc_arg_t g[7] = {A(ta), A(tb), I(0), I(0), vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero),
+                     A(y)};
+  call(c, "cl.gemm", 7, g);
+  return onx_bind_out(c, 0, y, on, od);
+}
+
+/* ---------------------------------------------------------------------------
+ * Convolution and pooling
+ */
+
+typedef struct win2d {
+  int64_t k[2], s[2], d[2], pb[2], pe[2]; /* per spatial axis (H, W) */
+  int64_t out[2];
+} win2d_t;
+
+/* Reads kernel_shape/strides/dilations/pads/auto_pad for nsp spatial dims
+ * (1 or 2) of input dims in[] and computes the output size. kernel: from
+ * the weight (conv) or -1 (pool: from kernel_shape). ceil: pool ceil_mode. */
+static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
+                               const int64_t *wkernel, int ceil_mode, int has_dil, win2d_t *w) {
+  int64_t ks[4], st[4], dl[4], pd[8], nks, nst, ndl, npd;
+  TRY(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
+  TRY(onx_attr_ints(c, "strides", st, 4, &nst));
+  TRY(onx_attr_ints(c, "dilations", dl, 4, &ndl));
+  TRY(onx_attr_ints(c, "pads", pd, 8, &npd));
+  char ap[32];
+  TRY(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
+  if (nks >= 0 && nks != (int64_t)nsp)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "kernel_shape has %lld values for %u spatial dims",
+                        (long long)nks, nsp);
+  if (!wkernel && nks < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "kernel_shape is missing");
+  if ((nst >= 0 && nst != (int64_t)nsp) || (ndl >= 0 && ndl != (int64_t)nsp) ||
+      (npd >= 0 && npd != 2 * (int64_t)nsp))
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "strides/dilations/pads do not match %u spatial dims", nsp);
+  if (ndl >= 0 && !has_dil) {
+    for (uint32_t i = 0; i < nsp; i++)
+      if (dl[i] != 1) return onx_unsupported_attr(c, "dilations", "!= 1", "1 before opset 10");
+  }
+  int mode = 0; /* 0 NOTSET, 1 SAME_UPPER, 2 SAME_LOWER, 3 VALID */
+  if (strcmp(ap, "NOTSET") == 0 || ap[0] == 0)
+    mode = 0;
+  else if (strcmp(ap, "SAME_UPPER") == 0)
+    mode = 1;
+  else if (strcmp(ap, "SAME_LOWER") == 0)
+    mode = 2;
+  else if (strcmp(ap, "VALID") == 0)
+    mode = 3;
+  else
+    return onx_unsupported_attr(c, "auto_pad", ap, "NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  memset(w, 0, sizeof(*w));
+  for (uint32_t i = 0; i < 2; i++) {
+    w->k[i] = w->s[i] = w->d[i] = 1;
+    w->out[i] = 1;
+  }
+  uint32_t off = 2 - nsp; /* 1-D: the H axis is a dummy of size 1 */
+  for (uint32_t i = 0; i < nsp; i++) {
+    uint32_t j = off + i;
+    w->k[j] = wkernel ? wkernel[i] : ks[i];
+    if (wkernel && nks >= 0 && ks[i] != wkernel[i])
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "kernel_shape differs from the weight's");
+    w->s[j] = nst >= 0 ? st[i] : 1;
+    w->d[j] = ndl >= 0 ? dl[i] : 1;
+    w->pb[j] = npd >= 0 ? pd[i] : 0;
+    w->pe[j] = npd >= 0 ? pd[i + nsp] : 0;
+    if (w->k[j] < 1 || w->s[j] < 1 || w->d[j] < 1 || w->pb[j] < 0 || w->pe[j] < 0 ||
+        w->k[j] > (1 << 20) || w->s[j] > (1 << 20) || w->d[j] > (1 << 20) || w->pb[j] > (1 << 20) ||
+        w->pe[j] > (1 << 20))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "kernel, strides and dilations must be >= 1 and pads >= 0 (at most "
+                          "2^20)");
+    int64_t ek = (w->k[j] - 1) * w->d[j] + 1; /* dilated kernel */
+    int64_t x = in[i];
+    if (mode == 1 || mode == 2) {
+      int64_t o = (x + w->s[j] - 1) / w->s[j];
+      int64_t tot = (o - 1) * w->s[j] + ek - x;
+      if (tot < 0) tot = 0;
+      w->pb[j] = mode == 1 ? tot / 2 : tot - tot / 2;
+      w->pe[j] = tot - w->pb[j];
+      w->out[j] = o;
+      continue;
+    }
+    if (mode == 3) w->pb[j] = w->pe[j] = 0;
+    int64_t span = x + w->pb[j] + w->pe[j] - ek;
+    if (span < 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "the kernel (%lld with dilation) is larger than the padded input (%lld)",
+                          (long long)ek, (long long)(x + w->pb[j] + w->pe[j]));
+    int64_t o = ceil_mode ? (span + w->s[j] - 1) / w->s[j] + 1 : span / w->s[j] + 1;
+    /* ceil_mode: a window that starts in the right padding is dropped */
+    if (ceil_mode && (o - 1) * w->s[j] >= x + w->pb[j]) o--;
+    w->out[j] = o;
+  }
+  return VM_STATUS_OK;
+}
+
+static vm_status_t op_conv(onx_ctx_t *c) {
+  onx_value_t *x, *wv, *bias = onx_in(c, 2);
+  TRY(onx_in_req(c, 0, &x));
+  TRY(onx_in_req(c, 1, &wv));
+  TRY(need_float(c, x));
+  if (x->ndim != 3 && x->ndim != 4)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input rank %u: supported: 1-D and 2-D convolutions "
+                        "(rank 3 or 4)",
+                        x->ndim);
+  if (wv->ndim != x->ndim || !vm_dtype_equal(wv->dt, x->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "W must have X's rank and dtype");
+  int64_t group;
+  TRY(onx_attr_int(c, "group", 1, &group));
+  uint32_t nsp = x->ndim - 2;
+  int64_t co = wv->dims[0], cig = wv->dims[1];
+  if (group < 1 || x->dims[1] % group != 0 || co % group != 0 || cig * group != x->dims[1])
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "group %lld does not fit C=%lld, W's %lld output and %lld input channels",
+                        (long long)group, (long long)x->dims[1], (long long)co, (long long)cig);
+  win2d_t w;
+  TRY(read_window(c, nsp, x->dims + 2, wv->dims + 2, 0, 1, &w));
+  if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
+  int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
+  int64_t w4[4] = {co, cig, w.k[0], w.k[1]};
+  int64_t y4[4] = {x->dims[0], co, w.out[0], w.out[1]};
+  int32_t tx = onx_reshaped(c, x, 4, x4), tw = onx_reshaped(c, wv, 4, w4);
+  int32_t y = new_t(c, x->dt, 4, y4);
+  vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
+  if (w.pb[0] == w.pe[0] && w.pb[1] == w.pe[1]) {
+    vmcc_arg_t a[11] = {A(tx),      A(tw),     bz,        I(w.s[0]), I(w.s[1]), I(w.pb[0]),
+                        I(w.pb[1]), I(w.d[0]), I(w.d[1]), I(group),  A(y)};
+    call(c, "cl.conv2d", 11, a);
+  } else {
+    vmcc_arg_t a[13] = {A(tx),      A(tw),      bz,         I(w.s[0]),  I(w.s[1]),
+                        I(w.pb[0]), I(w.pb[1]), I(w.pe[0]), I(w.pe[1]), I(w.d[0]),
+                        I(w.d[1]),  I(group),   A(y)};
+    call(c, "cl.conv2d", 13, a);
+  }
+  int64_t yd[4] = {x->dims[0], co, w.out[0], w.out[1]};
+  if (nsp == 1) yd[2] = w.out[1];
+  return onx_bind_out(c, 0, y, x->ndim, yd);
+}
+
+static vm_status_t op_conv_transpose(onx_ctx_t *c) {
+  onx_value_t *x, *wv, *bias = onx_in(c, 2);
+  TRY(onx_in_req(c, 0, &x));
+  TRY(onx_in_req(c, 1, &wv));
+  TRY(need_float(c, x));
+  if (x->ndim != 3 && x->ndim != 4)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "input rank %u: supported: 1-D and 2-D (rank 3 or 4)",
+                        x->ndim);
+  if (wv->ndim != x->ndim || !vm_dtype_equal(wv->dt, x->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "W must have X's rank and dtype");
+  int64_t group;
+  TRY(onx_attr_int(c, "group", 1, &group));
+  uint32_t nsp = x->ndim - 2;
+  int64_t ci = wv->dims[0], cog = wv->dims[1];
+  if (group < 1 || ci != x->dims[1] || ci % group != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "W's %lld input channels do not match C=%lld "
+                        "and group %lld",
+                        (long long)ci, (long long)x->dims[1], (long long)group);
+  int64_t co = cog * group;
+  int64_t ks[4], st[4], dl[4], pd[8], op[4], os[4], nks, nst, ndl, npd, nop, nos;
+  TRY(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
+  TRY(onx_attr_ints(c, "strides", st, 4, &nst));
+  TRY(onx_attr_ints(c, "dilations", dl, 4, &ndl));
+  TRY(onx_attr_ints(c, "pads", pd, 8, &npd));
+  TRY(onx_attr_ints(c, "output_padding", op, 4, &nop));
+  TRY(onx_attr_ints(c, "output_shape", os, 4, &nos));
+  char ap[32];
+  TRY(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
+  if ((nst >= 0 && nst != nsp) || (ndl >= 0 && ndl != nsp) || (npd >= 0 && npd != 2 * nsp) ||
+      (nop >= 0 && nop != nsp) || (nks >= 0 && nks != nsp))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "attributes do not match %u spatial dims", nsp);
+  if (nos >= 0 && nos != nsp && nos != nsp + 2)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "output_shape has %lld values", (long long)nos);
+  int mode = 0;
+  if (strcmp(ap, "NOTSET") == 0 || !ap[0])
+    mode = 0;
+  else if (strcmp(ap, "SAME_UPPER") == 0)
+    mode = 1;
+  else if (strcmp(ap, "SAME_LOWER") == 0)
+    mode = 2;
+  else if (strcmp(ap, "VALID") == 0)
+    mode = 3;
+  else
+    return onx_unsupported_attr(c, "auto_pad", ap, "NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  int64_t s2[2] = {1, 1}, d2[2] = {1, 1}, k2[2] = {1, 1}, pb[2] = {0, 0}, pe[2] = {0, 0},
+          o2[2] = {1, 1};
+  uint32_t off = 2 - nsp;
+  for (uint32_t i = 0; i < nsp; i++) {
+    uint32_t j = off + i;
+    k2[j] = wv->dims[2 + i];
+    s2[j] = nst >= 0 ? st[i] : 1;
+    d2[j] = ndl >= 0 ? dl[i] : 1;
+    int64_t opad = nop >= 0 ? op[i] : 0;
+    if (s2[j] < 1 || d2[j] < 1 || opad < 0 || s2[j] > (1 << 20) || d2[j] > (1 << 20) ||
+        opad > (1 << 20) || (nks >= 0 && ks[i] != k2[j]))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "bad strides, dilations or output_padding");
+    int64_t in = x->dims[2 + i];
+    int64_t full = s2[j] * (in - 1) + opad + (k2[j] - 1) * d2[j] + 1;
+    if (nos >= 0) {
+      int64_t want = os[nos - nsp + i];
+      int64_t tot = full - want;
+      if (want < 0 || want > (1 << 24))
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "bad output_shape");
+      if (tot < 0) {
+        /* a larger output: the extra rows and columns come at the end, as
+         * output_padding's do (only the bias reaches them) */
+        pb[j] = pe[j] = 0;
+      } else if (mode == 1) {
+        pb[j] = tot / 2;
+        pe[j] = tot - tot / 2;
+      } else {
+        pb[j] = tot - tot / 2;
+        pe[j] = tot / 2;
+      }
+      o2[j] = want;
+    } else if (mode == 1 || mode == 2) {
+      int64_t want = in * s2[j];
+      int64_t tot = full - want;
+      if (tot < 0) tot = 0;
+      if (mode == 1) {
+        pb[j] = tot / 2;
+        pe[j] = tot - tot / 2;
+      } else {
+        pb[j] = tot - tot / 2;
+        pe[j] = tot / 2;
+      }
+      o2[j] = want;
+    } else {
+      pb[j] = npd >= 0 && mode == 0 ? pd[i] : 0;
+      pe[j] = npd >= 0 && mode == 0 ? pd[i + nsp] : 0;
+      if (pb[j] < 0 || pe[j] < 0 || pb[j] > (1 << 20) || pe[j] > (1 << 20))
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "bad pads");
+      o2[j] = full - pb[j] - pe[j];
+      if (o2[j] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "pads larger than the output");
+    }
+  }
+  if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
+  int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
+  int64_t w4[4] = {ci, cog, k2[0], k2[1]};
+  int64_t y4[4] = {x->dims[0], co, o2[0], o2[1]};
+  int32_t tx = onx_reshaped(c, x, 4, x4), tw = onx_reshaped(c, wv, 4, w4);
+  int32_t y = new_t(c, x->dt, 4, y4);
+  vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
+  vmcc_arg_t a[13] = {A(tx),    A(tw),    bz,       I(s2[0]), I(s2[1]), I(pb[0]), I(pb[1]),
+                      I(pe[0]), I(pe[1]), I(d2[0]), I(d2[1]), I(group), A(y)};
+  call(c, "cl.conv_transpose2d", 13, a);
+  int64_t yd[4] = {x->dims[0], co, o2[0], o2[1]};
+  if (nsp == 1) yd[2] = o2[1];
+  return onx_bind_out(c, 0, y, x->ndim, yd);
+}
+
+static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  TRY(need_float(c, x));
+  if (x->ndim != 3 && x->ndim != 4)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input rank %u: supported: 1-D and 2-D pooling "
+                        "(rank 3 or 4)",
+                        x->ndim);
+  if (is_max && onx_out_wanted(c, 1))
+    return onx_node_err(c, VM_UNIMPLEMENTED, "output Indices: supported: the values only");
+  int64_t ceil_mode = 0, cip = 0, so = 0;
+  if (c->opset >= 10) TRY(onx_attr_int(c, "ceil_mode", 0, &ceil_mode));
+  if (!is_max) TRY(onx_attr_int(c, "count_include_pad", 0, &cip));
+  if (is_max) TRY(onx_attr_int(c, "storage_order", 0, &so));
+  if ((ceil_mode != 0 && ceil_mode != 1) || (cip != 0 && cip != 1))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "ceil_mode and count_include_pad must be 0 or 1");
+  uint32_t nsp = x->ndim - 2;
+  win2d_t w;
+  int has_dil = is_max ? c->opset >= 10 : c->opset >= 19;
+  TRY(read_window(c, nsp, x->dims + 2, NULL, (int)ceil_mode, has_dil, &w));
+  int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
+  int64_t y4[4] = {x->dims[0], x->dims[1], w.out[0], w.out[1]};
+  int32_t tx = onx_reshaped(c, x, 4, x4);
+  int32_t y = new_t(c, x->dt, 4, y4);
+  const char *name = is_max ? "cl.pool2d.max" : "cl.pool2d.avg";
+  /* the short form: symmetric pads smaller than the kernel, no dilation,
+   * floor rounding, padding never counted */
+  int simple = w.pb[0] == w.pe[0] && w.pb[1] == w.pe[1] && w.pb[0] < w.k[0] && w.pb[1] < w.k[1] &&
+               w.d[0] == 1 && w.d[1] == 1 && (is_max || cip == 0 || (w.pb[0] == 0 && w.pb[1] == 0));
+  for (uint32_t j = 0; simple && j < 2; j++)
+    if (w.out[j] != (x4[2 + j] + 2 * w.pb[j] - w.k[j]) / w.s[j] + 1) simple = 0;
+  if (simple) {
+    vmcc_arg_t a[8] = {A(tx),     I(w.k[0]),  I(w.k[1]),  I(w.s[0]),
+                       I(w.s[1]), I(w.pb[0]), I(w.pb[1]), A(y)};
+    call(c, name, 8, a);
+  } else {
+    vmcc_arg_t a[14] = {A(tx),      I(w.k[0]),    I(w.k[1]),  I(w.s[0]),  I(w.s[1]),
+                        I(w.pb[0]), I(w.pb[1]),   I(w.pe[0]), I(w.pe[1]), I(w.d[0]),
+                        I(w.d[1]),  I(ceil_mode), I(cip),     A(y)};
+    call(c, name, 14, a);
+  }
+  int64_t yd[4] = {x->dims[0], x->dims[1], w.out[0], w.out[1]};
+  if (nsp == 1) yd[2] = w.out[1];
+  return onx_bind_out(c, 0, y, x->ndim, yd);
+}
+
+static vm_status_t op_maxpool(onx_ctx_t *c) {
+  return pool_common(c, 1);
+}
+
+static vm_status_t op_avgpool(onx_ctx_t *c) {
+  return pool_common(c, 0);
+}
+
+static vm_status_t reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
+                               const int64_t *axes, int keep);
+
+static vm_status_t op_global_pool(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  TRY(need_float(c, x));
+  if (x->ndim < 3) return onx_node_err(c, VM_INVALID_ARGUMENT, "input rank %u < 3", x->ndim);
+  int is_max = strcmp(c->node->op_type, "GlobalMaxPool") == 0;
+  if (x->ndim == 4 && !is_max) {
+    int64_t yd[4] = {x->dims[0], x->dims[1], 1, 1};
+    int32_t y = new_t(c, x->dt, 4, yd);
+    vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
+    call(c, "cl.pool2d.global_avg", 2, a);
+    return onx_bind_out(c, 0, y, 4, yd);
+  }
+  int64_t axes[MAXD];
+  for (uint32_t i = 2; i < x->ndim; i++) axes[i - 2] = i;
+  return reduce_emit(c, x, is_max ? "cl.reduce.max" : "cl.reduce.mean", x->ndim - 2, axes, 1);
+}
+
+static vm_status_t op_batchnorm(onx_ctx_t *c) {
+  onx_value_t *x, *sc, *bb, *mean, *var;
+  TRY(onx_in_req(c, 0, &x));
+  TRY(onx_in_req(c, 1, &sc));
+  TRY(onx_in_req(c, 2, &bb));
+  TRY(onx_in_req(c, 3, &mean));
+  TRY(onx_in_req(c, 4, &var));
+  float eps;
+  int64_t training = 0;
+  TRY(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  if (c->opset >= 14) TRY(onx_attr_int(c, "training_mode", 0, &training));
+  if (c->opset < 9) {
+    int64_t spatial;
+    TRY(onx_attr_int(c, "spatial", 1, &spatial));
+    if (spatial != 1) return onx_unsupported_attr(c, "spatial", "0", "1");
+  }
+  if (training) return onx_unsupported_attr(c, "training_mode", "1", "0 (inference)");
+  for (uint32_t i = 1; i < 5; i++)
+    if (onx_out_wanted(c, i))
+      return onx_node_err(c, VM_UNIMPLEMENTED, "training outputs: supported: Y only");
+  TRY(need_float(c, x));
+  if (x->ndim < 2) return onx_node_err(c, VM_INVALID_ARGUMENT, "X has rank %u < 2", x->ndim);
+  int64_t ch = x->dims[1];
+  onx_value_t *ps[4] = {sc, bb, mean, var};
+  for (int i = 0; i < 4; i++) {
+    if (!ps[i]->data)
+      return onx_node_err(c, VM_UNIMPLEMENTED,
+                          "input '%.80s' must be a constant: supported: constant scale, bias, "
+                          "mean and var",
+                          ps[i]->name);
+    if (ps[i]->numel != ch)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "input '%.80s' must have %lld values",
+                          ps[i]->name, (long long)ch);
+  }
+  double *s = malloc((size_t)(ch ? ch : 1) * 2 * sizeof(double));
+  if (!s) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  double *t = s + ch;
+  for (int64_t i = 0; i < ch; i++) {
+    double inv = 1.0 / sqrt(onx_ld_f(var->dt, var->data, i) + (double)eps);
+    s[i] = onx_ld_f(sc->dt, sc->data, i) * inv;
+    t[i] = onx_ld_f(bb->dt, bb->data, i) - onx_ld_f(mean->dt, mean->data, i) * s[i];
+  }
+  int64_t cd[MAXD];
+  cd[0] = ch;
+  for (uint32_t i = 2; i < x->ndim; i++) cd[i - 1] = 1;
+  int32_t ts = onx_const_tensor_f(c, x->dt, x->ndim - 1, cd, s);
+  int32_t tt = onx_const_tensor_f(c, x->dt, x->ndim - 1, cd, t);
+  free(s);
+  int32_t m = new_t(c, x->dt, x->ndim, x->dims);
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  vmcc_arg_t a1[3] = {A(onx_tid(c, x)), A(ts), A(m)};
+  call(c, "cl.binary.mul", 3, a1);
+  vmcc_arg_t a2[3] = {A(m), A(tt), A(y)};
+  call(c, "cl.binary.add", 3, a2);
+  return onx_bind_out(c, 0, y, x->ndim, x->dims);
+}
+
+/* ---------------------------------------------------------------------------
+ * Normalisation, softmax, reductions
+ */
+
+static vm_status_t op_softmax(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  TRY(need_float(c, x));
+  int64_t axis;
+  int log_sm = strcmp(c->node->op_type, "LogSoftmax") == 0;
+  TRY(onx_attr_int(c, "axis", c->opset < 13 ? 1 : -1, &axis));
+  if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "X is 0-d");
+  int64_t ax;
+  TRY(norm_axis(c, axis, x->ndim, "axis", &ax));
+  int32_t tx, y;
+  int64_t cax;
+  if (c->opset < 13) {
+    /* coerced to 2-D [prod(dims[:axis]), prod(dims[axis:])], softmax per row */
+    int64_t d2[2] = {prod(x->dims, (uint32_t)ax), prod(x->dims + ax, x->ndim - (uint32_t)ax)};
+    tx = onx_reshaped(c, x, 2, d2);
+    y = new_t(c, x->dt, 2, d2);
+    cax = 1;
+  } else {
+    tx = onx_tid(c, x);
+    y = new_t(c, x->dt, x->ndim, x->dims);
+    cax = ax;
+  }
+  vmcc_arg_t a[3] = {A(tx), I(cax), A(y)};
+  call(c, "cl.softmax", 3, a);
+  if (log_sm) {
+    int32_t l = new_t(c, x->dt, vmcc_graph_ndim(c->g, y), vmcc_graph_shape(c->g, y));
+    vmcc_arg_t b[2] = {A(y), A(l)};
+    call(c, "cl.unary.log", 2, b);
+    y = l;
+  }
+  return onx_bind_out(c, 0, y, x->ndim, x->dims);
+}
+
+static vm_status_t op_layernorm(onx_ctx_t *c) {
+  onx_value_t *x, *sc, *bb = onx_in(c, 2);
+  TRY(onx_in_req(c, 0, &x));
+  TRY(onx_in_req(c, 1, &sc));
+  TRY(need_float(c, x));
+  int64_t axis, stash;
+  float eps;
+  TRY(onx_attr_int(c, "axis", -1, &axis));
+  TRY(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  TRY(onx_attr_int(c, "stash_type", 1, &stash));
+  if (stash != 1) {
+    char v[24];
+    snprintf(v, sizeof(v), "%lld", (long long)stash);
+    return onx_unsupported_attr(c, "stash_type", v, "1 (float)");
+  }
+  int64_t ax;
+  TRY(norm_axis(c, axis, x->ndim, "axis", &ax));
+  uint32_t nn = x->ndim - (uint32_t)ax;
+  const int64_t *nd = x->dims + ax;
+  /* Scale and B: the normalised shape (or broadcastable to it) */
+  int32_t tg = -1, tb = -1;
+  onx_value_t *pp[2] = {sc, bb};
+  for (int i = 0; i < 2; i++) {
+    onx_value_t *p = pp[i];
+    if (!p) continue;
+    if (!vm_dtype_equal(p->dt, x->dt))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "'%.80s' has another dtype than X", p->name);
+    int same = p->ndim == nn && memcmp(p->dims, nd, nn * sizeof(int64_t)) == 0;
+    int32_t t;
+    if (same || p->numel == onx_numel(nn, nd)) {
+      uint32_t bn;
+      int64_t bd[MAXD];
+      if (onx_broadcast(p->ndim, p->dims, nn, nd, &bn, bd) != 0 || bn != nn)
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "'%.80s' does not fit the normalised shape",
+                            p->name);
+      t = onx_reshaped(c, p, nn, nd);
+    } else {
+      uint32_t bn;
+      int64_t bd[MAXD];
+      if (onx_broadcast(p->ndim, p->dims, nn, nd, &bn, bd) != 0 || bn != nn ||
+          memcmp(bd, nd, nn * sizeof(int64_t)) != 0)
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "'%.80s' does not broadcast to the "
+                            "normalised shape",
+                            p->name);
+      t = new_t(c, x->dt, nn, nd);
+      vmcc_arg_t a[2] = {A(onx_tid(c, p)), A(t)};
+      call(c, "cl.broadcast_to", 2, a);
+    }
+    if (i == 0)
+      tg = t;
+    else
+      tb = t;
+  }
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  int64_t sd[MAXD];
+  for (uint32_t i = 0; i < x->ndim; i++) sd[i] = i < ax ? x->dims[i] : 1;
+  int want_stats = onx_out_wanted(c, 1) || onx_out_wanted(c, 2);
+  int32_t tm = -1, ti = -1;
+  if (want_stats) {
+    tm = new_t(c, VM_F32, x->ndim, sd);
+    ti = new_t(c, VM_F32, x->ndim, sd);
+    vmcc_arg_t a[8] = {A(onx_tid(c, x)),
+                       tg >= 0 ? A(tg) : vmcc_a_none(),
+                       tb >= 0 ? A(tb) : vmcc_a_none(),
+                       I(ax),
+                       onx_float_arg(c, eps),
+                       A(y),
+                       A(tm),
+                       A(ti)};
+    call(c, "cl.layer_norm", 8, a);
+  } else {
+    vmcc_arg_t a[6] = {A(onx_tid(c, x)),
+                       tg >= 0 ? A(tg) : vmcc_a_none(),
+                       tb >= 0 ? A(tb) : vmcc_a_none(),
+                       I(ax),
+                       onx_float_arg(c, eps),
+                       A(y)};
+    call(c, "cl.layer_norm", 6, a);
+  }
+  TRY(onx_bind_out(c, 0, y, x->ndim, x->dims));
+  if (want_stats) {
+    TRY(onx_bind_out(c, 1, tm, x->ndim, sd));
+    TRY(onx_bind_out(c, 2, ti, x->ndim, sd));
+  }
+  return VM_STATUS_OK;
+}
+
+/* Host reduction of constants. kind: 0 sum, 1 mean, 2 max, 3 min, 4 prod. */
+static vm_status_t fold_reduce(onx_ctx_t *c, onx_value_t *x, const uint8_t *red, int kind,
+                               int keep) {
+  int64_t od[MAXD], kd[MAXD];
+  uint32_t on = 0;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    kd[i] = red[i] ? 1 : x->dims[i];
+    if (!red[i] || keep) od[on++] = kd[i];
+  }
+  int64_t n = onx_numel(x->ndim, kd);
+  double *acc = calloc((size_t)(n ? n : 1), sizeof(double));
+  int64_t *cnt = calloc((size_t)(n ? n : 1), sizeof(int64_t));
+  if (!acc || !cnt) {
+    free(acc);
+    free(cnt);
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  int64_t idx[MAXD] = {0};
+  for (int64_t i = 0; i < x->numel; i++) {
+    int64_t o = 0;
+    for (uint32_t k = 0; k < x->ndim; k++) o = o * kd[k] + (red[k] ? 0 : idx[k]);
+    double v = onx_ld_f(x->dt, x->data, i);
+    if (cnt[o] == 0)
+      acc[o] = v;
+    else if (kind <= 1)
+      acc[o] += v;
+    else if (kind == 2)
+      acc[o] = fmax(acc[o], v);
+    else if (kind == 3)
+      acc[o] = fmin(acc[o], v);
+    else
+      acc[o] *= v;
+    cnt[o]++;
+    onx_next_index(x->ndim, x->dims, idx);
+  }
+  uint8_t *d;
+  vm_status_t st = onx_alloc_const(c, x->dt, n, &d);
+  if (!st) {
+    for (int64_t i = 0; i < n; i++) {
+      double v = acc[i];
+      if (cnt[i] == 0)
+        v = kind == 4 ? 1 : kind == 1 ? NAN : kind == 2 ? -INFINITY : kind == 3 ? INFINITY : 0;
+      else if (kind == 1)
+        v /= (double)cnt[i];
+      if (onx_is_int(x->dt) && kind != 1)
+        onx_st_i(x->dt, d, i, (int64_t)v);
+      else
+        onx_st_f(x->dt, d, i, v);
+    }
+  }
+  free(acc);
+  free(cnt);
+  if (st) return st;
+  return onx_def_const(c, 0, x->dt, on, od, d);
+}
+
+static vm_status_t reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
+                               const int64_t *axes, int keep) {
+  uint8_t red[MAXD] = {0};
+  for (uint32_t i = 0; i < nax; i++) red[axes[i]] = 1;
+  int64_t od[MAXD];
+  uint32_t on = 0;
+  for (uint32_t i = 0; i < x->ndim; i++)
+    if (!red[i] || keep) od[on++] = red[i] ? 1 : x->dims[i];
+  int32_t y = new_t(c, x->dt, on, od);
+  vmcc_arg_t a[4] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, nax, axes), I(keep ? 1 : 0), A(y)};
+  call(c, name, 4, a);
+  return onx_bind_out(c, 0, y, on, od);
+}
+
+static vm_status_t op_reduce(onx_ctx_t *c) {
+  const char *op = c->node->op_type;
+  int kind = strcmp(op, "ReduceSum") == 0    ? 0
+             : strcmp(op, "ReduceMean") == 0 ? 1
+             : strcmp(op, "ReduceMax") == 0  ? 2
+             : strcmp(op, "ReduceMin") == 0  ? 3
+                                             : 4;
+  /* axes became an input: ReduceSum at 13, the others at 18 */
+  int axes_input = kind == 0 ? c->opset >= 13 : c->opset >= 18;
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t keep, noop = 0, axes[MAXD], nax = -1;
+  TRY(onx_attr_int(c, "keepdims", 1, &keep));
+  if (axes_input) {
+    TRY(onx_attr_int(c, "noop_with_empty_axes", 0, &noop));
+    onx_value_t *av = onx_in(c, 1);
+    if (av) TRY(onx_const_ints(c, av, "axes", axes, MAXD, &nax));
+  } else {
+    TRY(onx_attr_ints(c, "axes", axes, MAXD, &nax));
+  }
+  if (nax <= 0) {
+    if (noop) return onx_def_view(c, 0, x, x->ndim, x->dims);
+    nax = x->ndim;
+    for (uint32_t i = 0; i < x->ndim; i++) axes[i] = i;
+  }
+  uint8_t red[MAXD] = {0};
+  for (int64_t i = 0; i < nax; i++) {
+    int64_t a;
+    TRY(norm_axis(c, axes[i], x->ndim, "axis", &a));
+    if (red[a]) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld repeated", (long long)a);
+    red[a] = 1;
+    axes[i] = a;
+  }
+  if (x->data) return fold_reduce(c, x, red, kind, (int)keep);
+  TRY(need_float(c, x));
+  const char *name = kind == 0   ? "cl.reduce.sum"
+                     : kind == 1 ? "cl.reduce.mean"
+                     : kind == 2 ? "cl.reduce.max"
+                                 : NULL;
+  if (!name)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "%s on run-time tensors: supported: ReduceSum, ReduceMean, ReduceMax", op);
+  return reduce_emit(c, x, name, (uint32_t)nax, axes, (int)keep);
+}
+
+/* ---------------------------------------------------------------------------
+ * Shapes and views
+ */
+
+static vm_status_t op_identity(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  return onx_def_view(c, 0, x, x->ndim, x->dims);
+}
+
+static vm_status_t op_dropout(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  if (c->opset >= 12) {
+    onx_value_t *tm = onx_in(c, 2);
+    if (tm) {
+      if (!tm->data || tm->numel != 1)
+        return onx_node_err(c, VM_UNIMPLEMENTED, "training_mode must be a constant");
+      if (onx_ld_i(tm->dt, tm->data, 0))
+        return onx_unsupported_attr(c, "training_mode", "true", "false (inference)");
+    }
+  } else if (c->opset < 7) {
+    int64_t is_test;
+    TRY(onx_attr_int(c, "is_test", 0, &is_test));
+  }
+  TRY(onx_def_view(c, 0, x, x->ndim, x->dims));
+  if (onx_out_wanted(c, 1)) {
+    uint8_t *d;
+    TRY(onx_alloc_const(c, VM_BOOL, x->numel, &d));
+    memset(d, 1, (size_t)x->numel);
+    return onx_def_const(c, 1, VM_BOOL, x->ndim, x->dims, d);
+  }
+  return VM_STATUS_OK;
+}
+
+static vm_status_t op_reshape(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t sh[MAXD], n;
+  if (c->opset < 5) {
+    TRY(onx_attr_ints(c, "shape", sh, MAXD, &n));
+  } else {
+    onx_value_t *s;
+    TRY(onx_in_req(c, 1, &s));
+    TRY(onx_const_ints(c, s, "shape", sh, MAXD, &n));
+  }
+  if (n < 0) n = 0;
+  int64_t allowzero = 0;
+  if (c->opset >= 14) TRY(onx_attr_int(c, "allowzero", 0, &allowzero));
+  int64_t known = 1, infer = -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (sh[i] == 0 && !allowzero) {
+      if (i >= x->ndim)
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "shape[%lld] = 0 copies a dim X lacks",
+                            (long long)i);
+      sh[i] = x->dims[i];
+    }
+    if (sh[i] == -1) {
+      if (infer >= 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "two -1 in the shape");
+      infer = i;
+      continue;
+    }
+    if (sh[i] < 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "shape[%lld] = %lld", (long long)i,
+                          (long long)sh[i]);
+    if (sh[i] > INT32_MAX) return onx_node_err(c, VM_INVALID_ARGUMENT, "shape too large");
+    known *= sh[i];
+  }
+  if (infer >= 0) {
+    if (known == 0 || x->numel % known != 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "cannot infer the -1 dim of %lld elements",
+                          (long long)x->numel);
+    sh[infer] = x->numel / known;
+  } else if (known != x->numel) {
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "shape holds %lld elements, X has %lld",
+                        (long long)known, (long long)x->numel);
+  }
+  return onx_def_view(c, 0, x, (uint32_t)n, sh);
+}
+
+static vm_status_t op_flatten(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t axis;
+  TRY(onx_attr_int(c, "axis", 1, &axis));
+  if (axis < -(int64_t)x->ndim || axis > (int64_t)x->ndim)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld out of range", (long long)axis);
+  if (axis < 0) axis += x->ndim;
+  int64_t d[2] = {prod(x->dims, (uint32_t)axis), prod(x->dims + axis, x->ndim - (uint32_t)axis)};
+  return onx_def_view(c, 0, x, 2, d);
+}
+
+/* axes from the attribute (before opset 13) or the second input. */
+static vm_status_t read_axes(onx_ctx_t *c, int64_t *axes, int64_t *n) {
+  if (c->opset < 13) return onx_attr_ints(c, "axes", axes, MAXD, n);
+  onx_value_t *a = onx_in(c, 1);
+  *n = -1;
+  if (!a) return VM_STATUS_OK;
+  return onx_const_ints(c, a, "axes", axes, MAXD, n);
+}
+
+static vm_status_t op_squeeze(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t axes[MAXD], n;
+  TRY(read_axes(c, axes, &n));
+  uint8_t drop[MAXD] = {0};
+  if (n < 0) {
+    for (uint32_t i = 0; i < x->ndim; i++) drop[i] = x->dims[i] == 1;
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      int64_t a;
+      TRY(norm_axis(c, axes[i], x->ndim, "axis", &a));
+      if (x->dims[a] != 1)
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld has size %lld, not 1", (long long)a,
+                            (long long)x->dims[a]);
+      drop[a] = 1;
+    }
+  }
+  int64_t d[MAXD];
+  uint32_t on = 0;
+  for (uint32_t i = 0; i < x->ndim; i++)
+    if (!drop[i]) d[on++] = x->dims[i];
+  return onx_def_view(c, 0, x, on, d);
+}
+
+static vm_status_t op_unsqueeze(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t axes[MAXD], n;
+  TRY(read_axes(c, axes, &n));
+  if (n < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "axes are missing");
+  uint32_t on = x->ndim + (uint32_t)n;
+  if (on > MAXD) return onx_node_err(c, VM_UNIMPLEMENTED, "rank %u: at most %d", on, MAXD);
+  uint8_t ins[MAXD] = {0};
+  for (int64_t i = 0; i < n; i++) {
+    int64_t a;
+    TRY(norm_axis(c, axes[i], on, "axis", &a));
+    if (ins[a]) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld repeated", (long long)a);
+    ins[a] = 1;
+  }
+  int64_t d[MAXD];
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < on; i++) d[i] = ins[i] ? 1 : x->dims[k++];
+  return onx_def_view(c, 0, x, on, d);
+}
+
+static vm_status_t op_transpose(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t perm[MAXD], n;
+  TRY(onx_attr_ints(c, "perm", perm, MAXD, &n));
+  if (n < 0) {
+    n = x->ndim;
+    for (uint32_t i = 0; i < x->ndim; i++) perm[i] = x->ndim - 1 - i;
+  }
+  if (n != (int64_t)x->ndim)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "perm has %lld values for rank %u", (long long)n,
+                        x->ndim);
+  uint8_t seen[MAXD] = {0};
+  int64_t od[MAXD];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t p;
+    TRY(norm_axis(c, perm[i], x->ndim, "perm value", &p));
+    if (seen[p]) return onx_node_err(c, VM_INVALID_ARGUMENT, "perm is not a permutation");
+    seen[p] = 1;
+    perm[i] = p;
+    od[i] = x->dims[p];
+  }
+  if (x->data) {
+    uint8_t *d;
+    TRY(onx_alloc_const(c, x->dt, x->numel, &d));
+    size_t es = esize(x->dt);
+    int64_t stride[MAXD], idx[MAXD] = {0};
+    int64_t s = 1;
+    for (int32_t i = (int32_t)x->ndim - 1; i >= 0; i--) {
+      stride[i] = s;
+      s *= x->dims[i];
+    }
+    for (int64_t i = 0; i < x->numel; i++) {
+      int64_t off = 0;
+      for (uint32_t k = 0; k < x->ndim; k++) off += idx[k] * stride[perm[k]];
+      memcpy(d + i * es, x->data + off * es, es);
+      onx_next_index(x->ndim, od, idx);
+    }
+    return onx_def_const(c, 0, x->dt, x->ndim, od, d);
+  }
+  int32_t y = new_t(c, x->dt, x->ndim, od);
+  vmcc_arg_t a[3] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, (uint32_t)n, perm), A(y)};
+  call(c, "cl.transpose", 3, a);
+  return onx_bind_out(c, 0, y, x->ndim, od);
+}
+
+static vm_status_t op_concat(onx_ctx_t *c) {
+  uint32_t n = (uint32_t)c->node->n_input;
+  if (n < 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "no inputs");
+  if (n > 64) return onx_node_err(c, VM_UNIMPLEMENTED, "%u inputs: at most 64", n);
+  onx_value_t *x0;
+  TRY(onx_in_req(c, 0, &x0));
+  int64_t axis;
+  TRY(onx_attr_int(c, "axis", c->opset < 4 ? 1 : 0, &axis));
+  if (x0->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "inputs are 0-d");
+  int64_t ax;
+  TRY(norm_axis(c, axis, x0->ndim, "axis", &ax));
+  int64_t od[MAXD];
+  memcpy(od, x0->dims, sizeof(od));
+  od[ax] = 0;
+  onx_value_t *xs[64];
+  for (uint32_t i = 0; i < n; i++) {
+    TRY(onx_in_req(c, i, &xs[i]));
+    onx_value_t *x = xs[i];
+    if (x->ndim != x0->ndim || !vm_dtype_equal(x->dt, x0->dt))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "input %u differs in rank or dtype", i);
+    for (uint32_t k = 0; k < x->ndim; k++)
+      if (k != ax && x->dims[k] != x0->dims[k])
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "input %u differs in dim %u", i, k);
+    od[ax] += x->dims[ax];
+  }
+  if (all_const(c)) {
+    int64_t numel = onx_numel(x0->ndim, od);
+    uint8_t *d;
+    TRY(onx_alloc_const(c, x0->dt, numel, &d));
+    size_t es = esize(x0->dt);
+    int64_t outer = prod(od, (uint32_t)ax), inner = prod(od + ax + 1, x0->ndim - (uint32_t)ax - 1);
+    int64_t pos = 0;
+    for (int64_t o = 0; o < outer; o++)
+      for (uint32_t i = 0; i < n; i++) {
+        int64_t chunk = xs[i]->dims[ax] * inner;
+        memcpy(d + pos * es, xs[i]->data + o * chunk * es, (size_t)chunk * es);
+        pos += chunk;
+      }
+    return onx_def_const(c, 0, x0->dt, x0->ndim, od, d);
+  }
+  int32_t y = new_t(c, x0->dt, x0->ndim, od);
+  vmcc_arg_t a[66];
+  for (uint32_t i = 0; i < n; i++) a[i] = A(onx_tid(c, xs[i]));
+  a[n] = I(ax);
+  a[n + 1] = A(y);
+  call(c, "cl.concat", n + 2, a);
+  return onx_bind_out(c, 0, y, x0->ndim, od);
+}
+
+/* Slices x along every axis with (start, step, count) and defines output
+ * oi: a host copy for constants, cl.slice otherwise. */
+static vm_status_t slice_out(onx_ctx_t *c, uint32_t oi, onx_value_t *x, const int64_t *start,
+                             const int64_t *step, const int64_t *count) {
+  if (!onx_out_wanted(c, oi)) return VM_STATUS_OK;
+  int64_t od[MAXD];
+  for (uint32_t i = 0; i < x->ndim; i++) od[i] = count[i];
+  if (x->data) {
+    int64_t numel = onx_numel(x->ndim, od);
+    uint8_t *d;
+    TRY(onx_alloc_const(c, x->dt, numel, &d));
+    size_t es = esize(x->dt);
+    int64_t idx[MAXD] = {0};
+    for (int64_t i = 0; i < numel; i++) {
+      int64_t off = 0;
+      for (uint32_t k = 0; k < x->ndim; k++) off = off * x->dims[k] + start[k] + idx[k] * step[k];
+      memcpy(d + i * es, x->data + off * es, es);
+      onx_next_index(x->ndim, od, idx);
+    }
+    return onx_def_const(c, oi, x->dt, x->ndim, od, d);
+  }
+  /* the whole tensor: a view */
+  int whole = 1;
+  for (uint32_t i = 0; i < x->ndim; i++)
+    if (start[i] != 0 || step[i] != 1 || count[i] != x->dims[i]) whole = 0;
+  if (whole) return onx_def_view(c, oi, x, x->ndim, x->dims);
+  int64_t b[MAXD], e[MAXD];
+  uint32_t last = 0;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    b[i] = start[i];
+    e[i] = start[i] + count[i] * step[i];
+    if (step[i] < 0 && e[i] < 0) e[i] = -x->dims[i] - 1; /* through index 0 */
+    if (count[i] == 0) e[i] = b[i];
+    if (start[i] != 0 || step[i] != 1 || count[i] != x->dims[i]) last = i + 1;
+  }
+  int32_t y = new_t(c, x->dt, x->ndim, od);
+  vmcc_arg_t a[5] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, last, b),
+                     vmcc_graph_ints(c->g, last, e), vmcc_graph_ints(c->g, last, step), A(y)};
+  call(c, "cl.slice", 5, a);
+  return onx_bind_out(c, oi, y, x->ndim, od);
+}
+
+static vm_status_t op_slice(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t st[MAXD], en[MAXD], ax[MAXD], sp[MAXD], ns, ne, na = -1, np = -1;
+  if (c->opset < 10) {
+    TRY(onx_attr_ints(c, "starts", st, MAXD, &ns));
+    TRY(onx_attr_ints(c, "ends", en, MAXD, &ne));
+    TRY(onx_attr_ints(c, "axes", ax, MAXD, &na));
+  } else {
+    onx_value_t *vs, *ve, *va = onx_in(c, 3), *vp = onx_in(c, 4);
+    TRY(onx_in_req(c, 1, &vs));
+    TRY(onx_in_req(c, 2, &ve));
+    TRY(onx_const_ints(c, vs, "starts", st, MAXD, &ns));
+    TRY(onx_const_ints(c, ve, "ends", en, MAXD, &ne));
+    if (va) TRY(onx_const_ints(c, va, "axes", ax, MAXD, &na));
+    if (vp) TRY(onx_const_ints(c, vp, "steps", sp, MAXD, &np));
+  }
+  if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (np >= 0 && np != ns))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "starts, ends, axes and steps differ in length");
+  int64_t start[MAXD], step[MAXD], count[MAXD];
+  uint8_t seen[MAXD] = {0};
+  for (uint32_t i = 0; i < x->ndim; i++) start[i] = 0, step[i] = 1, count[i] = x->dims[i];
+  for (int64_t i = 0; i < ns; i++) {
+    int64_t a = na >= 0 ? ax[i] : i;
+    TRY(norm_axis(c, a, x->ndim, "axis", &a));
+    if (seen[a]) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld repeated", (long long)a);
+    seen[a] = 1;
+    int64_t d = x->dims[a], s = st[i], e = en[i], p = np >= 0 ? sp[i] : 1;
+    if (p == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "a step is 0");
+    /* NumPy's rules (the reference the ONNX tests come from) */
+    if (s < 0) s += d;
+    if (e < 0) e += d;
+    if (p > 0) {
+      s = s < 0 ? 0 : s > d ? d : s;
+      e = e < 0 ? 0 : e > d ? d : e;
+    } else {
+      s = s < -1 ? -1 : s > d - 1 ? d - 1 : s;
+      e = e < -1 ? -1 : e > d - 1 ? d - 1 : e;
+    }
+    int64_t cnt = p > 0 ? (e - s + p - 1) / p : (s - e + (-p) - 1) / (-p);
+    if (cnt < 0) cnt = 0;
+    start[a] = cnt ? s : 0;
+    step[a] = p;
+    count[a] = cnt;
+  }
+  return slice_out(c, 0, x, start, step, count);
+}
+
+static vm_status_t op_split(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t axis, sz[64], nsz = -1, num_out = -1;
+  TRY(onx_attr_int(c, "axis", 0, &axis));
+  int64_t ax;
+  TRY(norm_axis(c, axis, x->ndim, "axis", &ax));
+  uint32_t no = onx_num_outputs(c);
+  if (no < 1 || no > 64) return onx_node_err(c, VM_UNIMPLEMENTED, "%u outputs: 1 to 64", no);
+  if (c->opset < 13) {
+    TRY(onx_attr_ints(c, "split", sz, 64, &nsz));
+  } else {
+    onx_value_t *sv = onx_in(c, 1);
+    if (sv) TRY(onx_const_ints(c, sv, "split", sz, 64, &nsz));
+    if (c->opset >= 18) TRY(onx_attr_int(c, "num_outputs", -1, &num_out));
+  }
+  int64_t d = x->dims[ax];
+  if (nsz < 0) {
+    nsz = no;
+    int64_t each = num_out > 0 ? (d + no - 1) / no : d / no;
+    if (num_out <= 0 && d % no != 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "dim %lld does not split into %u equal parts",
+                          (long long)d, no);
+    int64_t left = d;
+    for (uint32_t i = 0; i < no; i++) {
+      sz[i] = left < each ? left : each;
+      left -= sz[i];
+    }
+  }
+  if (nsz != no)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "split has %lld values for %u "
+                        "outputs",
+                        (long long)nsz, no);
+  int64_t total = 0;
+  for (uint32_t i = 0; i < no; i++) {
+    if (sz[i] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "a negative split");
+    total += sz[i];
+  }
+  if (total != d)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "splits add up to %lld, the axis has %lld",
+                        (long long)total, (long long)d);
+  int64_t start[MAXD], step[MAXD], count[MAXD], pos = 0;
+  for (uint32_t i = 0; i < x->ndim; i++) start[i] = 0, step[i] = 1, count[i] = x->dims[i];
+  for (uint32_t i = 0; i < no; i++) {
+    start[ax] = pos;
+    count[ax] = sz[i];
+    TRY(slice_out(c, i, x, start, step, count));
+    pos += sz[i];
+  }
+  return VM_STATUS_OK;
+}
+
+static vm_status_t op_gather(onx_ctx_t *c) {
+  onx_value_t *x, *ind;
+  TRY(onx_in_req(c, 0, &x));
+  TRY(onx_in_req(c, 1, &ind));
+  int64_t axis;
+  TRY(onx_attr_int(c, "axis", 0, &axis));
+  if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "data is 0-d");
+  int64_t ax;
+  TRY(norm_axis(c, axis, x->ndim, "axis", &ax));
+  if (!onx_is_int(ind->dt) || ind->dt.code == VM_DTYPE_BOOL)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "indices must be integers");
+  uint32_t on = x->ndim - 1 + ind->ndim;
+  if (on > MAXD) return onx_node_err(c, VM_UNIMPLEMENTED, "output rank %u: at most %d", on, MAXD);
+  int64_t od[MAXD];
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < ax; i++) od[k++] = x->dims[i];
+  for (uint32_t i = 0; i < ind->ndim; i++) od[k++] = ind->dims[i];
+  for (uint32_t i = (uint32_t)ax + 1; i < x->ndim; i++) od[k++] = x->dims[i];
+  int64_t d = x->dims[ax];
+  int64_t *iv = NULL;
+  if (ind->data) {
+    iv = malloc((size_t)(ind->numel ? ind->numel : 1) * sizeof(int64_t));
+    if (!iv) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    for (int64_t i = 0; i < ind->numel; i++) {
+      int64_t v = onx_ld_i(ind->dt, ind->data, i);
+      if (v < -d || v >= d) {
+        free(iv);
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "index %lld is out of range for dim %lld",
+                            (long long)v, (long long)d);
+      }
+      iv[i] = v < 0 ? v + d : v;
+    }
+  }
+  vm_status_t st = VM_STATUS_OK;
+  if (x->data && iv) {
+    int64_t numel = onx_numel(on, od);
+    uint8_t *o;
+    st = onx_alloc_const(c, x->dt, numel, &o);
+    if (!st) {
+      size_t es = esize(x->dt);
+      int64_t outer = prod(x->dims, (uint32_t)ax),
+              inner = prod(x->dims + ax + 1, x->ndim - (uint32_t)ax - 1);
+      int64_t pos = 0;
+      for (int64_t oo = 0; oo < outer; oo++)
+        for (int64_t j = 0; j < ind->numel; j++) {
+          memcpy(o + pos * es, x->data + ((oo * d) + iv[j]) * inner * es, (size_t)inner * es);
+          pos += inner;
+        }
+      st = onx_def_const(c, 0, x->dt, on, od, o);
+    }
+    free(iv);
+    return st;
+  }
+  if (iv && ind->numel == 1) {
+    /* one index: a slice, seen without the axis (or with it for [1]) */
+    int64_t start[MAXD], count[MAXD];
+    for (uint32_t i = 0; i < x->ndim; i++) start[i] = 0, count[i] = x->dims[i];
+    start[ax] = iv[0];
+    count[ax] = 1;
+    free(iv);
+    int64_t b[MAXD], e[MAXD];
+    for (uint32_t i = 0; i <= ax; i++) b[i] = start[i], e[i] = start[i] + count[i];
+    int64_t sd[MAXD];
+    memcpy(sd, x->dims, sizeof(sd));
+    sd[ax] = 1;
+    int32_t y = new_t(c, x->dt, x->ndim, sd);
+    vmcc_arg_t a[5] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, (uint32_t)ax + 1, b),
+                       vmcc_graph_ints(c->g, (uint32_t)ax + 1, e), vmcc_a_none(), A(y)};
+    call(c, "cl.slice", 5, a);
+    return onx_bind_out(c, 0, y, on, od);
+  }
+  int32_t ti;
+  if (iv) {
+    int32_t t = vmcc_graph_const(c->g, VM_I64, iv, ind->ndim, ind->dims);
+    free(iv);
+    ti = t;
+  } else {
+    ti = onx_tid(c, ind);
+  }
+  int32_t y = new_t(c, x->dt, on, od);
+  vmcc_arg_t a[4] = {A(onx_tid(c, x)), A(ti), I(ax), A(y)};
+  call(c, "cl.gather", 4, a);
+  return onx_bind_out(c, 0, y, on, od);
+}
+
+static vm_status_t op_pad(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  char mode[16];
+  TRY(onx_attr_str(c, "mode", "constant", mode, sizeof(mode)));
+  int m = strcmp(mode, "constant") == 0                 ? 0
+          : strcmp(mode, "reflect") == 0                ? 1
+          : strcmp(mode, "edge") == 0                   ? 2
+          : strcmp(mode, "wrap") == 0 && c->opset >= 19 ? 3
+                                                        : -1;
+  if (m < 0) return onx_unsupported_attr(c, "mode", mode, "constant, reflect, edge, wrap");
+  int64_t pads[2 * MAXD], np, axes[MAXD], nax = -1;
+  double value = 0;
+  if (c->opset < 11) {
+    TRY(onx_attr_ints(c, c->opset < 2 ? "paddings" : "pads", pads, 2 * MAXD, &np));
+    float v;
+    TRY(onx_attr_float(c, "value", 0.0f, &v));
+    value = v;
+  } else {
+    onx_value_t *pv, *cv = onx_in(c, 2), *av = onx_in(c, 3);
+    TRY(onx_in_req(c, 1, &pv));
+    TRY(onx_const_ints(c, pv, "pads", pads, 2 * MAXD, &np));
+    if (cv) {
+      if (!cv->data) return onx_node_err(c, VM_UNIMPLEMENTED, "constant_value must be a constant");
+      if (cv->numel != 1)
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "constant_value must hold one value");
+      value = onx_ld_f(cv->dt, cv->data, 0);
+    }
+    if (av) TRY(onx_const_ints(c, av, "axes", axes, MAXD, &nax));
+  }
+  int64_t full[2 * MAXD] = {0};
+  if (nax >= 0) {
+    if (np != 2 * nax) return onx_node_err(c, VM_INVALID_ARGUMENT, "pads do not match axes");
+    for (int64_t i = 0; i < nax; i++) {
+      int64_t a;
+      TRY(norm_axis(c, axes[i], x->ndim, "axis", &a));
+      full[a] = pads[i];
+      full[a + x->ndim] = pads[i + nax];
+    }
+  } else {
+    if (np != 2 * (int64_t)x->ndim)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "pads has %lld values for rank %u", (long long)np,
+                          x->ndim);
+    memcpy(full, pads, (size_t)np * sizeof(int64_t));
+  }
+  int64_t od[MAXD];
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    if (full[i] > (1 << 24) || full[i + x->ndim] > (1 << 24) || full[i] < -x->dims[i] ||
+        full[i + x->ndim] < -x->dims[i])
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "pads out of range");
+    od[i] = x->dims[i] + full[i] + full[i + x->ndim];
+    if (od[i] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "pads crop below zero");
+    if (m == 1 && (full[i] >= x->dims[i] || full[i + x->ndim] >= x->dims[i]) &&
+        (full[i] > 0 || full[i + x->ndim] > 0))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "reflect pads must be smaller than the dim");
+  }
+  int32_t y = new_t(c, x->dt, x->ndim, od);
+  vmcc_arg_t a[5] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, 2 * x->ndim, full), I(m),
+                     onx_float_arg(c, value), A(y)};
+  call(c, "cl.pad", 5, a);
+  return onx_bind_out(c, 0, y, x->ndim, od);
+}
+
+static vm_status_t op_expand(onx_ctx_t *c) {
+  onx_value_t *x, *sv;
+  TRY(onx_in_req(c, 0, &x));
+  TRY(onx_in_req(c, 1, &sv));
+  int64_t sh[MAXD], n;
+  TRY(onx_const_ints(c, sv, "shape", sh, MAXD, &n));
+  uint32_t on;
+  int64_t od[MAXD];
+  for (int64_t i = 0; i < n; i++)
+    if (sh[i] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "a negative dim in shape");
+  if (onx_broadcast(x->ndim, x->dims, (uint32_t)n, sh, &on, od) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "X does not broadcast to shape");
+  if (x->data) {
+    int64_t numel = onx_numel(on, od);
+    uint8_t *d;
+    TRY(onx_alloc_const(c, x->dt, numel, &d));
+    size_t es = esize(x->dt);
+    int64_t idx[MAXD] = {0};
+    for (int64_t i = 0; i < numel; i++) {
+      memcpy(d + i * es, x->data + onx_bcast_offset(x->ndim, x->dims, on, idx) * es, es);
+      onx_next_index(on, od, idx);
+    }
+    return onx_def_const(c, 0, x->dt, on, od, d);
+  }
+  if (onx_numel(on, od) == x->numel) return onx_def_view(c, 0, x, on, od);
+  int32_t y = new_t(c, x->dt, on, od);
+  vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
+  call(c, "cl.broadcast_to", 2, a);
+  return onx_bind_out(c, 0, y, on, od);
+}
+
+static vm_status_t op_resize(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  TRY(need_float(c, x));
+  char mode[16], ctm[32], nm[32], kar[16];
+  TRY(onx_attr_str(c, "mode", "nearest", mode, sizeof(mode)));
+  TRY(onx_attr_str(c, "coordinate_transformation_mode", c->opset < 11 ? "asymmetric" : "half_pixel",
+                   ctm, sizeof(ctm)));
+  TRY(onx_attr_str(c, "nearest_mode", c->opset < 11 ? "floor" : "round_prefer_floor", nm,
+                   sizeof(nm)));
+  TRY(onx_attr_str(c, "keep_aspect_ratio_policy", "stretch", kar, sizeof(kar)));
+  float cubic_a, extrap;
+  int64_t excl, antialias = 0;
+  TRY(onx_attr_float(c, "cubic_coeff_a", -0.75f, &cubic_a));
+  TRY(onx_attr_float(c, "extrapolation_value", 0.0f, &extrap));
+  TRY(onx_attr_int(c, "exclude_outside", 0, &excl));
+  TRY(onx_attr_int(c, "antialias", 0, &antialias));
+  if (antialias) return onx_unsupported_attr(c, "antialias", "1", "0");
+  if (strcmp(kar, "stretch") != 0)
+    return onx_unsupported_attr(c, "keep_aspect_ratio_policy", kar, "stretch");
+  int im = strcmp(mode, "nearest") == 0  ? 0
+           : strcmp(mode, "linear") == 0 ? 1
+           : strcmp(mode, "cubic") == 0  ? 2
+                                         : -1;
+  if (im < 0) return onx_unsupported_attr(c, "mode", mode, "nearest, linear, cubic");
+  static const char *k_ctm[] = {"half_pixel",         "asymmetric",    "pytorch_half_pixel",
+                                "tf_crop_and_resize", "align_corners", "half_pixel_symmetric"};
+  int ic = -1;
+  for (int i = 0; i < 6; i++)
+    if (strcmp(ctm, k_ctm[i]) == 0) ic = i;
+  if (ic < 0 || (ic == 5 && c->opset < 19))
+    return onx_unsupported_attr(c, "coordinate_transformation_mode", ctm,
+                                "half_pixel, asymmetric, pytorch_half_pixel, tf_crop_and_resize, "
+                                "align_corners, half_pixel_symmetric");
+  static const char *k_nm[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  int in = -1;
+  for (int i = 0; i < 4; i++)
+    if (strcmp(nm, k_nm[i]) == 0) in = i;
+  if (in < 0)
+    return onx_unsupported_attr(c, "nearest_mode", nm,
+                                "round_prefer_floor, round_prefer_ceil, floor, ceil");
+  uint32_t r = x->ndim;
+  double scales[MAXD], roi[2 * MAXD];
+  int64_t od[MAXD], axes[MAXD], nax = -1;
+  TRY(onx_attr_ints(c, "axes", axes, MAXD, &nax));
+  uint32_t na = nax >= 0 ? (uint32_t)nax : r;
+  int64_t axl[MAXD];
+  for (uint32_t i = 0; i < na; i++) {
+    int64_t a = i;
+    if (nax >= 0) TRY(norm_axis(c, axes[i], r, "axis", &a));
+    axl[i] = a;
+  }
+  for (uint32_t i = 0; i < r; i++) {
+    scales[i] = 1, od[i] = x->dims[i];
+    roi[i] = 0, roi[i + r] = 1;
+  }
+  onx_value_t *vroi = NULL, *vsc, *vsz = NULL;
+  if (c->opset < 11) {
+    TRY(onx_in_req(c, 1, &vsc));
+  } else {
+    vroi = onx_in(c, 1);
+    vsc = onx_in(c, 2);
+    vsz = onx_in(c, 3);
+  }
+  if (vsc && vsc->numel == 0) vsc = NULL;
+  if (vroi && vroi->numel == 0) vroi = NULL;
+  if ((vsc != NULL) == (vsz != NULL))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "exactly one of scales and sizes must be given");
+  if (vroi && ic == 3) {
+    if (!vroi->data) return onx_node_err(c, VM_UNIMPLEMENTED, "roi must be a constant");
+    if (vroi->numel != 2 * (int64_t)na)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "roi has %lld values", (long long)vroi->numel);
+    for (uint32_t i = 0; i < na; i++) {
+      roi[axl[i]] = onx_ld_f(vroi->dt, vroi->data, i);
+      roi[axl[i] + r] = onx_ld_f(vroi->dt, vroi->data, i + na);
+    }
+  }
+  if (vsc) {
+    if (!vsc->data) return onx_node_err(c, VM_UNIMPLEMENTED, "scales must be a constant");
+    if (vsc->numel != (int64_t)na || !onx_is_float(vsc->dt))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "scales must be %u floats", na);
+    for (uint32_t i = 0; i < na; i++) {
+      double s = onx_ld_f(vsc->dt, vsc->data, i);
+      if (!(s > 0) || s > 1e6) return onx_node_err(c, VM_INVALID_ARGUMENT, "scale %g", s);
+      int64_t a = axl[i];
+      scales[a] = s;
+      double span = ic == 3 ? (roi[a + r] - roi[a]) : 1.0;
+      double o = floor((double)x->dims[a] * span * s + 1e-9 * 0);
+      if (o < 0 || o > (1 << 24)) return onx_node_err(c, VM_INVALID_ARGUMENT, "output too large");
+      od[a] = (int64_t)o;
+    }
+  } else {
+    int64_t sz[MAXD], nsz;
+    TRY(onx_const_ints(c, vsz, "sizes", sz, MAXD, &nsz));
+    if (nsz != (int64_t)na)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "sizes has %lld values", (long long)nsz);
+    for (uint32_t i = 0; i < na; i++) {
+      if (sz[i] < 0 || sz[i] > (1 << 24))
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "size %lld", (long long)sz[i]);
+      int64_t a = axl[i];
+      od[a] = sz[i];
+      scales[a] = x->dims[a] ? (double)sz[i] / (double)x->dims[a] : 1.0;
+    }
+  }
+  int64_t rd[1] = {r}, rd2[1] = {2 * r};
+  int32_t tsc = onx_const_tensor_f(c, VM_F32, 1, rd, scales);
+  vmcc_arg_t troi = ic == 3 ? A(onx_const_tensor_f(c, VM_F32, 1, rd2, roi)) : vmcc_a_none();
+  int32_t y = new_t(c, x->dt, r, od);
+  vmcc_arg_t a[10] = {
+      A(onx_tid(c, x)),         I(im),  I(ic), I(in), onx_float_arg(c, cubic_a), I(excl),
+      onx_float_arg(c, extrap), A(tsc), troi,  A(y)};
+  call(c, "cl.resize", 10, a);
+  return onx_bind_out(c, 0, y, r, od);
+}
+
+/* ---------------------------------------------------------------------------
+ * Constants, casts and shape arithmetic
+ */
+
+static vm_status_t op_cast(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t to;
+  TRY(onx_attr_int(c, "to", 0, &to));
+  vm_dtype_t dt;
+  if (to < INT32_MIN || to > INT32_MAX || onx_dtype_from_onnx((int32_t)to, &dt) != 0) {
+    char v[32];
+    snprintf(v, sizeof(v), "%lld (%s)", (long long)to, onx_onnx_type_name((int32_t)to));
+    return onx_unsupported_attr(c, "to", v,
+                                "float, float16, double, bool, int8/16/32/64, uint8/16/32/64");
+  }
+  if (x->data) {
+    uint8_t *d;
+    TRY(onx_alloc_const(c, dt, x->numel, &d));
+    for (int64_t i = 0; i < x->numel; i++) {
+      if (onx_is_float(x->dt))
+        onx_st_f(dt, d, i, onx_ld_f(x->dt, x->data, i));
+      else
+        onx_st_i(dt, d, i, onx_ld_i(x->dt, x->data, i));
+    }
+    return onx_def_const(c, 0, dt, x->ndim, x->dims, d);
+  }
+  if (vm_dtype_equal(dt, x->dt)) return onx_def_view(c, 0, x, x->ndim, x->dims);
+  if (vm_dtype_equal(dt, VM_F64) || vm_dtype_equal(x->dt, VM_F64))
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "cast from or to double at run time: supported: "
+                        "float, float16, bool, int8/16/32/64, uint8/16/32/64");
+  int32_t y = new_t(c, dt, x->ndim, x->dims);
+  vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
+  call(c, "cl.cast", 2, a);
+  return onx_bind_out(c, 0, y, x->ndim, x->dims);
+}
+
+static vm_status_t op_shape(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  int64_t start = 0, end = x->ndim;
+  if (c->opset >= 15) {
+    TRY(onx_attr_int(c, "start", 0, &start));
+    TRY(onx_attr_int(c, "end", x->ndim, &end));
+  }
+  int64_t r = x->ndim;
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = start < 0 ? 0 : start > r ? r : start;
+  end = end < 0 ? 0 : end > r ? r : end;
+  int64_t n = end > start ? end - start : 0;
+  uint8_t *d;
+  TRY(onx_alloc_const(c, VM_I64, n, &d));
+  for (int64_t i = 0; i < n; i++) onx_st_i(VM_I64, d, i, x->dims[start + i]);
+  int64_t dd[1] = {n};
+  return onx_def_const(c, 0, VM_I64, 1, dd, d);
+}
+
+static vm_status_t op_size(onx_ctx_t *c) {
+  onx_value_t *x;
+  TRY(onx_in_req(c, 0, &x));
+  uint8_t *d;
+  TRY(onx_alloc_const(c, VM_I64, 1, &d));
+  onx_st_i(VM_I64, d, 0, x->numel);
+  return onx_def_const(c, 0, VM_I64, 0, NULL, d);
+}
+
+static vm_status_t def_from_proto(onx_ctx_t *c, const Onnx__TensorProto *tp) {
+  vmcc_tensor_t t;
+  TRY(onx_tensor_from_proto(tp, c->base_dir, "attribute 'value'", &t));
+  return onx_def_const(c, 0, t.dtype, t.ndim, t.shape, t.data);
+}
+
+static vm_status_t op_constant(onx_ctx_t *c) {
+  const Onnx__AttributeProto *a;
+  if ((a = onx_attr(c->node, "value")) && a->t) return def_from_proto(c, a->t);
+  if ((a = onx_attr(c->node, "value_float"))) {
+    uint8_t *d;
+    TRY(onx_alloc_const(c, VM_F32, 1, &d));
+    onx_st_f(VM_F32, d, 0, a->f);
+    return onx_def_const(c, 0, VM_F32, 0, NULL, d);
+  }
+  if ((a = onx_attr(c->node, "value_int"))) {
+    uint8_t *d;
+    TRY(onx_alloc_const(c, VM_I64, 1, &d));
+    onx_st_i(VM_I64, d, 0, a->i);
+    return onx_def_const(c, 0, VM_I64, 0, NULL, d);
+  }
+  if ((a = onx_attr(c->node, "value_floats"))) {
+    uint8_t *d;
+    TRY(onx_alloc_const(c, VM_F32, (int64_t)a->n_floats, &d));
+    for (size_t i = 0; i < a->n_floats; i++) onx_st_f(VM_F32, d, (int64_t)i, a->floats[i]);
+    int64_t dd[1] = {(int64_t)a->n_floats};
+    return onx_def_const(c, 0, VM_F32, 1, dd, d);
+  }
+  if ((a = onx_attr(c->node, "value_ints"))) {
+    uint8_t *d;
+    TRY(onx_alloc_const(c, VM_I64, (int64_t)a->n_ints, &d));
+    for (size_t i = 0; i < a->n_ints; i++) onx_st_i(VM_I64, d, (int64_t)i, a->ints[i]);
+    int64_t dd[1] = {(int64_t)a->n_ints};
+    return onx_def_const(c, 0, VM_I64, 1, dd, d);
+  }
+  return onx_node_err(c, VM_UNIMPLEMENTED,
+                      "no supported value: supported: value, value_float(s), value_int(s)");
+}
+
+static vm_status_t op_constant_of_shape(onx_ctx_t *c) {
+  onx_value_t *s;
+  TRY(onx_in_req(c, 0, &s));
+  int64_t sh[MAXD], n;
+  TRY(onx_const_ints(c, s, "shape", sh, MAXD, &n));
+  for (int64_t i = 0; i < n; i++)
+    if (sh[i] < 0 || sh[i] > INT32_MAX)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "a bad dim in shape");
+  vm_dtype_t dt = VM_F32;
+  uint8_t val[8] = {0};
+  const Onnx__AttributeProto *a = onx_attr(c->node, "value");
+  if (a && a->t) {
+    vmcc_tensor_t t;
+    TRY(onx_tensor_from_proto(a->t, NULL, "attribute 'value'", &t));
+    if (onx_numel(t.ndim, t.shape) != 1) {
+      vmcc_tensor_free(&t);
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "value must hold one element");
+    }
+    dt = t.dtype;
+    memcpy(val, t.data, vm_dtype_bytes(dt));
+    vmcc_tensor_free(&t);
+  }
+  int64_t numel = onx_numel((uint32_t)n, sh);
+  uint8_t *d;
+  TRY(onx_alloc_const(c, dt, numel, &d));
+  size_t es = esize(dt);
+  for (int64_t i = 0; i < numel; i++) memcpy(d + i * es, val, es);
+  return onx_def_const(c, 0, dt, (uint32_t)n, sh, d);
+}
+
+static vm_status_t op_range(onx_ctx_t *c) {
+  onx_value_t *s, *l, *dl;
+  TRY(onx_in_req(c, 0, &s));
+  TRY(onx_in_req(c, 1, &l));
+  TRY(onx_in_req(c, 2, &dl));
+  if (!s->data || !l->data || !dl->data)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "start, limit and delta must be constants");
+  if (s->numel != 1 || l->numel != 1 || dl->numel != 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "start, limit and delta must be scalars");
+  double a = onx_ld_f(s->dt, s->data, 0), b = onx_ld_f(l->dt, l->data, 0),
+         d = onx_ld_f(dl->dt, dl->data, 0);
+  if (d == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "delta is 0");
+  double cnt = ceil((b - a) / d);
+  if (!(cnt >= 0)) cnt = 0;
+  if (cnt > (double)ONX_MAX_FOLD_ELEMS)
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "range too long");
+  int64_t n = (int64_t)cnt;
+  uint8_t *o;
+  TRY(onx_alloc_const(c, s->dt, n, &o));
+  if (onx_is_int(s->dt)) {
+    int64_t ai = onx_ld_i(s->dt, s->data, 0), di = onx_ld_i(dl->dt, dl->data, 0);
+    for (int64_t i = 0; i < n; i++) onx_st_i(s->dt, o, i, ai + i * di);
+  } else {
+    for (int64_t i = 0; i < n; i++) onx_st_f(s->dt, o, i, a + (double)i * d);
+  }
+  int64_t dd[1] = {n};
+  return onx_def_const(c, 0, s->dt, 1, dd, o);
+}
+
+/* ---------------------------------------------------------------------------
+ * The table
+ */
+
+typedef struct op_entry {
+  const char *name;
+  onx_lower_fn fn;
+} op_entry_t;
+
+static const op_entry_t k_ops[] = {
+    {"Abs", op_unary},
+    {"Add", op_binary},
+    {"And", op_binary},
+    {"AveragePool", op_avgpool},
+    {"BatchNormalization", op_batchnorm},
+    {"Cast", op_cast},
+    {"Ceil", op_unary},
+    {"Clip", op_clip},
+    {"Concat", op_concat},
+    {"Constant", op_constant},
+    {"ConstantOfShape", op_constant_of_shape},
+    {"Conv", op_conv},
+    {"ConvTranspose", op_conv_transpose},
+    {"Cos", op_unary},
+    {"Div", op_binary},
+    {"Dropout", op_dropout},
+    {"Elu", op_elu},
+    {"Equal", op_binary},
+    {"Erf", op_unary},
+    {"Exp", op_unary},
+    {"Expand", op_expand},
+    {"Flatten", op_flatten},
+    {"Floor", op_unary},
+    {"Gather", op_gather},
+    {"Gelu", op_gelu},
+    {"Gemm", op_gemm},
+    {"GlobalAveragePool", op_global_pool},
+    {"GlobalMaxPool", op_global_pool},
+    {"Greater", op_binary},
+    {"GreaterOrEqual", op_binary},
+    {"HardSigmoid", op_hard_sigmoid},
+    {"HardSwish", op_unary},
+    {"Identity", op_identity},
+    {"LayerNormalization", op_layernorm},
+    {"LeakyRelu", op_leaky_relu},
+    {"Less", op_binary},
+    {"LessOrEqual", op_binary},
+    {"Log", op_unary},
+    {"LogSoftmax", op_softmax},
+    {"MatMul", op_matmul},
+    {"Max", op_binary},
+    {"MaxPool", op_maxpool},
+    {"Min", op_binary},
+    {"Mod", op_binary},
+    {"Mul", op_binary},
+    {"Neg", op_unary},
+    {"Not", op_not},
+    {"Or", op_binary},
+    {"Pad", op_pad},
+    {"Pow", op_binary},
+    {"Range", op_range},
+    {"Reciprocal", op_unary},
+    {"ReduceMax", op_reduce},
+    {"ReduceMean", op_reduce},
+    {"ReduceMin", op_reduce},
+    {"ReduceProd", op_reduce},
+    {"ReduceSum", op_reduce},
+    {"Relu", op_unary},
+    {"Reshape", op_reshape},
+    {"Resize", op_resize},
+    {"Selu", op_selu},
+    {"Shape", op_shape},
+    {"Sigmoid", op_unary},
+    {"Sin", op_unary},
+    {"Size", op_size},
+    {"Slice", op_slice},
+    {"Softmax", op_softmax},
+    {"Split", op_split},
+    {"Sqrt", op_unary},
+    {"Squeeze", op_squeeze},
+    {"Sub", op_binary},
+    {"Tanh", op_unary},
+    {"Transpose", op_transpose},
+    {"Unsqueeze", op_unsqueeze},
+    {"Where", op_where},
+    {"Xor", op_binary},
+};
+
+onx_lower_fn onx_find_op(const char *op_type) {
+  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]); i++)
+    if (strcmp(k_ops[i].name, op_type) == 0) return k_ops[i].fn;
+  return NULL;
+}
+
+const char *onx_supported_ops(void) {
+  static char buf[2048];
+  if (buf[0]) return buf;
+  size_t used = 0;
+  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < sizeof(buf); i++)
+    used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s", i ? ", " : "", k_ops[i].name);
+  return buf;
+}

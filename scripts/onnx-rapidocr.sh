@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# End-to-end check of the ONNX importer on two real models: the rapidocr
+# text-line classifier and the PP-OCRv4 text recognizer (inside the PyPI wheel
+# rapidocr-onnxruntime 1.4.4). A venv (BUILD/pyenv) gets onnxruntime, the
+# wheel, Pillow and NumPy: they make the reference only, the C core never
+# needs Python. A line of text is rendered, both models run with onnxruntime,
+# then vmclient compiles each .onnx on the fly and runs it on a vmagent
+# serving opencl:0 (PoCL here) and compares (vmclient check, rtol 1e-3, atol
+# 1e-4); the recognizer's output must also decode to the same text.
+#
+# Usage: scripts/onnx-rapidocr.sh [BUILD_DIR]   (default: build)
+# Exit 0 when both match; 77 (skipped) with a message when PyPI cannot be
+# reached; 1 otherwise.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+venv=$build/pyenv
+work=$build/onnx-rapidocr
+vmclient=$build/client/vmclient
+vmagent=$build/agent/vmagent
+[ -x "$vmclient" ] && [ -x "$vmagent" ] || { echo "onnx-rapidocr: build vmclient and vmagent first" >&2; exit 1; }
+
+if ! "$venv/bin/python" -c "import onnxruntime, rapidocr_onnxruntime, PIL, numpy" 2>/dev/null; then
+  python3 -m venv "$venv"
+  if ! "$venv/bin/pip" install -q onnxruntime rapidocr-onnxruntime==1.4.4 pillow numpy; then
+    echo "onnx-rapidocr: SKIPPED: pip cannot install onnxruntime and rapidocr-onnxruntime==1.4.4 (is PyPI reachable?)"
+    exit 77
+  fi
+fi
+rm -rf "$work"
+mkdir -p "$work/out"
+py=$venv/bin/python
+ref=$root/tests/onnx/rapidocr_ref.py
+"$py" "$ref" "$work"
+models=$("$py" "$ref" --models)
+
+export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$build/pocl-cache}
+"$vmagent" --listen tcp://127.0.0.1:0 --device opencl:0 --cache-dir "$work/cache" >"$work/agent.out" 2>&1 &
+agent=$!
+trap 'kill $agent 2>/dev/null || true' EXIT
+url=
+for _ in $(seq 1 600); do
+  url=$(sed -n 's/^vmagent listening on //p' "$work/agent.out")
+  [ -n "$url" ] && break
+  kill -0 $agent 2>/dev/null || { cat "$work/agent.out" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$url" ] || { echo "onnx-rapidocr: vmagent did not start" >&2; exit 1; }
+export VMCLIENT_HOST=$url
+
+"$vmclient" compile "$models/ch_ppocr_mobile_v2.0_cls_infer.onnx" -o "$work/cls.vmx" --input-shape x=1,3,48,192
+"$vmclient" compile "$models/ch_PP-OCRv4_rec_infer.onnx" -o "$work/rec.vmx" --input-shape x=1,3,48,320
+"$vmclient" check "$models/ch_ppocr_mobile_v2.0_cls_infer.onnx" --device opencl:0 \
+  --input x="$work/cls_x.npy" -e "$work/cls_y.npy" --rtol 1e-3 --atol 1e-4
+"$vmclient" check "$models/ch_PP-OCRv4_rec_infer.onnx" --device opencl:0 \
+  --input x="$work/rec_x.npy" -e "$work/rec_y.npy" --rtol 1e-3 --atol 1e-4 -o "$work/out"
+want=$(cat "$work/rec_text.txt")
+got=$("$py" "$ref" --decode "$work/out/output_softmax_11_tmp_0.npy")
+echo "onnx-rapidocr: onnxruntime reads '$want', vmrpc reads '$got'"
+[ "$got" = "$want" ] || { echo "onnx-rapidocr: FAILED: the texts differ" >&2; exit 1; }
+echo "onnx-rapidocr: OK"

@@ -1,0 +1,438 @@
+/* The ONNX node test cases (Debian libonnx-testdata: one model of a single
+ * node, its inputs and expected outputs as TensorProto files) compiled with
+ * the ONNX front end and run in-process on the OpenCL device (PoCL in CI),
+ * in the execution mode of this run. Every single-node case of the ops the
+ * importer supports runs; a case may fail only if it is listed with its
+ * reason in tests/compiler/onnx_node_known_failures.txt (docs/onnx.md
+ * carries the same table). Prints a table of op, cases and passes.
+ *
+ * As the cases feed every operand as a graph input, input 0 is the run-time
+ * input and the others are bound as constants (what vmclient compile
+ * --const does). Outputs compare as onnxruntime's test runner does: rtol
+ * 1e-3, atol 1e-5, NaN equal to NaN; integers and bools exactly.
+ *
+ * VMRPC_ONNX_TESTDATA overrides the folder (default
+ * /usr/share/libonnx-testdata/data/node); VMRPC_ONNX_CASE runs the cases
+ * whose name contains it and prints why each fails. One OpenCL device for
+ * the whole suite: programs are built once per kernel family.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "test_util.h"
+#include "vm/allocator.h"
+#include "vm/vm.h"
+#include "vmcl/vmcl.h"
+#include "vmcompiler/onnx.h"
+
+#define RTOL 1e-3
+#define ATOL 1e-5
+#define MAX_CASES 2048
+#define MAX_IO 16
+
+/* The ops of docs/onnx.md's table. */
+static const char *const k_ops[] = {
+    "Gemm",
+    "MatMul",
+    "Conv",
+    "ConvTranspose",
+    "BatchNormalization",
+    "Relu",
+    "LeakyRelu",
+    "Sigmoid",
+    "Tanh",
+    "HardSigmoid",
+    "HardSwish",
+    "Clip",
+    "Erf",
+    "Gelu",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Sqrt",
+    "Exp",
+    "Log",
+    "Neg",
+    "Abs",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "Softmax",
+    "LayerNormalization",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "Reshape",
+    "Flatten",
+    "Transpose",
+    "Concat",
+    "Split",
+    "Slice",
+    "Squeeze",
+    "Unsqueeze",
+    "Gather",
+    "Pad",
+    "Resize",
+    "Cast",
+    "Identity",
+    "Dropout",
+};
+#define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
+
+typedef struct env {
+  vm_device_t *dev;
+  vm_device_t *cpu;
+  vm_allocator_t *cpu_alloc;
+  vm_registry_t *reg;
+  char dir[512];
+  int have_data;
+  char *known; /* the known-failures file */
+} env_t;
+
+static int fail_setup(vm_status_t st) {
+  fprintf(stderr, "setup: %s\n", vm_status_message(st));
+  vm_status_free(st);
+  return -1;
+}
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+    free(s);
+    s = NULL;
+  }
+  if (s) s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+static int group_setup(void **state) {
+  env_t *e = calloc(1, sizeof(*e));
+  if (!e) return -1;
+  *state = e;
+  const char *d = getenv("VMRPC_ONNX_TESTDATA");
+  snprintf(e->dir, sizeof(e->dir), "%s", d ? d : "/usr/share/libonnx-testdata/data/node");
+  struct stat sb;
+  e->have_data = stat(e->dir, &sb) == 0 && S_ISDIR(sb.st_mode);
+  const char *src = getenv("VMRPC_SOURCE_DIR");
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/tests/compiler/onnx_node_known_failures.txt", src ? src : ".");
+  e->known = read_text(path);
+  if (!e->known) {
+    fprintf(stderr, "setup: cannot read %s\n", path);
+    return -1;
+  }
+  vm_status_t st = vmcl_device_open(NULL, NULL, &e->dev);
+  if (!st) st = vm_cpu_device_create(0, &e->cpu);
+  if (!st) st = vm_allocator_create(e->cpu, VM_ALLOC_NAIVE, &e->cpu_alloc);
+  if (!st) st = vm_registry_create(&e->reg);
+  if (!st) st = vm_registry_add_builtins(e->reg);
+  if (!st) st = vmcl_register_ops(e->reg);
+  if (st) return fail_setup(st);
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  env_t *e = *state;
+  if (!e) return 0;
+  vm_registry_free(e->reg);
+  vm_allocator_destroy(e->cpu_alloc);
+  vm_device_destroy(e->cpu);
+  vm_device_destroy(e->dev);
+  free(e->known);
+  free(e);
+  return 0;
+}
+
+/* The reason a case is listed with, or NULL. Lines: "test_name: reason". */
+static const char *known_reason(const env_t *e, const char *name, char *buf, size_t n) {
+  size_t len = strlen(name);
+  for (const char *p = e->known; p && *p;) {
+    const char *eol = strchr(p, '\n');
+    size_t ll = eol ? (size_t)(eol - p) : strlen(p);
+    if (ll > len && strncmp(p, name, len) == 0 && p[len] == ':') {
+      size_t rl = ll - len - 1;
+      if (rl >= n) rl = n - 1;
+      memcpy(buf, p + len + 1, rl);
+      buf[rl] = 0;
+      return buf;
+    }
+    p = eol ? eol + 1 : NULL;
+  }
+  return NULL;
+}
+
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int op_index(const char *op) {
+  for (size_t i = 0; i < NUM_OPS; i++)
+    if (strcmp(k_ops[i], op) == 0) return (int)i;
+  return -1;
+}
+
+/* Compares a device tensor with the expected one; 0 or -1 with why. */
+static int compare(env_t *e, const vm_tensor_t *t, const vmcc_tensor_t *want, char *why, size_t n) {
+  char a[32], b[32];
+  if (!vm_dtype_equal(t->dtype, want->dtype)) {
+    snprintf(why, n, "dtype %s, expected %s", vm_dtype_str(t->dtype, a, sizeof(a)),
+             vm_dtype_str(want->dtype, b, sizeof(b)));
+    return -1;
+  }
+  int same = t->ndim == want->ndim;
+  for (uint32_t i = 0; same && i < t->ndim; i++)
+    if (t->shape[i] != want->shape[i]) same = 0;
+  if (!same) {
+    snprintf(why, n, "shape differs (rank %u, expected %u)", t->ndim, want->ndim);
+    return -1;
+  }
+  uint64_t nb = vm_tensor_nbytes_of(t);
+  if (nb != want->nbytes) {
+    snprintf(why, n, "size differs");
+    return -1;
+  }
+  uint8_t *got = malloc(nb ? nb : 1);
+  if (!got) return -1;
+  vm_status_t st =
+      nb ? e->dev->ops->copy_to_host(e->dev, got, t->storage->buffer, t->offset, nb) : VM_STATUS_OK;
+  if (st) {
+    snprintf(why, n, "copy back: %s", vm_status_message(st));
+    vm_status_free(st);
+    free(got);
+    return -1;
+  }
+  int64_t numel = 1;
+  for (uint32_t i = 0; i < t->ndim; i++) numel *= t->shape[i];
+  int rc = 0;
+  const uint8_t *w = want->data;
+  if (t->dtype.code == VM_DTYPE_FLOAT && (t->dtype.bits == 32 || t->dtype.bits == 64)) {
+    for (int64_t i = 0; i < numel; i++) {
+      double g, x;
+      if (t->dtype.bits == 32) {
+        float gf, xf;
+        memcpy(&gf, got + i * 4, 4);
+        memcpy(&xf, w + i * 4, 4);
+        g = gf, x = xf;
+      } else {
+        memcpy(&g, got + i * 8, 8);
+        memcpy(&x, w + i * 8, 8);
+      }
+      if (isnan(g) && isnan(x)) continue;
+      if (isinf(x) && g == x) continue;
+      if (!(fabs(g - x) <= ATOL + RTOL * fabs(x))) {
+        snprintf(why, n, "element %lld is %.7g, expected %.7g", (long long)i, g, x);
+        rc = -1;
+        break;
+      }
+    }
+  } else if (memcmp(got, w, nb) != 0) {
+    snprintf(why, n, "values differ");
+    rc = -1;
+  }
+  free(got);
+  return rc;
+}
+
+/* Runs one case: 0 passed, -1 failed (why says it). */
+static int run_case(env_t *e, const char *case_dir, char *why, size_t n) {
+  char path[1200];
+  vmcc_onnx_io_t io;
+  vmcc_tensor_t ins[MAX_IO], outs[MAX_IO];
+  memset(ins, 0, sizeof(ins));
+  memset(outs, 0, sizeof(outs));
+  vm_executable_t *exec = NULL;
+  vm_machine_t *m = NULL;
+  vm_value_t x = vm_value_none(), res = vm_value_none();
+  int rc = -1;
+  snprintf(path, sizeof(path), "%s/model.onnx", case_dir);
+  vm_status_t st = vmcc_onnx_read_io(path, &io);
+  if (st) goto status;
+  if (io.num_inputs > MAX_IO || io.num_outputs > MAX_IO || io.num_inputs == 0) {
+    snprintf(why, n, "%u inputs, %u outputs", io.num_inputs, io.num_outputs);
+    goto out_io;
+  }
+  for (uint32_t i = 0; i < io.num_inputs; i++) {
+    snprintf(path, sizeof(path), "%s/test_data_set_0/input_%u.pb", case_dir, i);
+    st = vmcc_onnx_read_tensor_file(path, &ins[i]);
+    if (st) goto status_io;
+  }
+  for (uint32_t i = 0; i < io.num_outputs; i++) {
+    snprintf(path, sizeof(path), "%s/test_data_set_0/output_%u.pb", case_dir, i);
+    st = vmcc_onnx_read_tensor_file(path, &outs[i]);
+    if (st) goto status_io;
+  }
+  /* input 0 at run time (its shape fixed by its data), the rest constants */
+  vmcc_input_shape_t shape;
+  memset(&shape, 0, sizeof(shape));
+  shape.name = io.inputs[0];
+  shape.ndim = ins[0].ndim;
+  memcpy(shape.dims, ins[0].shape, sizeof(shape.dims));
+  vmcc_const_binding_t consts[MAX_IO];
+  for (uint32_t i = 1; i < io.num_inputs; i++) {
+    consts[i - 1].name = io.inputs[i];
+    consts[i - 1].value = &ins[i];
+  }
+  vmcc_onnx_options_t opts;
+  memset(&opts, 0, sizeof(opts));
+  opts.num_input_shapes = 1;
+  opts.input_shapes = &shape;
+  opts.num_consts = io.num_inputs - 1;
+  opts.consts = consts;
+  snprintf(path, sizeof(path), "%s/model.onnx", case_dir);
+  st = vmcc_onnx_compile_file(path, &opts, &exec, NULL);
+  if (st) goto status_io;
+
+  vm_machine_config_t cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  vm_allocator_kind_t kind = VM_ALLOC_POOLED;
+  cfg.mode = test_exec_mode() ? VM_EXEC_COMPILED : VM_EXEC_BYTECODE;
+  cfg.num_devices = 1;
+  cfg.devices = &e->dev;
+  cfg.allocators = &kind;
+  cfg.registry = e->reg;
+  st = vm_machine_create(exec, &cfg, &m);
+  if (!st) st = vm_tensor_alloc(e->cpu_alloc, ins[0].dtype, ins[0].shape, ins[0].ndim, &x);
+  if (!st && ins[0].nbytes) {
+    vm_tensor_t *t = vm_value_as_tensor(&x);
+    st = e->cpu->ops->copy_from_host(e->cpu, t->storage->buffer, t->offset, ins[0].data,
+                                     ins[0].nbytes);
+  }
+  if (!st) st = vm_machine_set_input(m, "main", 0, &x);
+  if (!st) st = vm_machine_invoke_stateful(m, "main");
+  if (!st) st = vm_machine_get_output(m, "main", NULL, 0, &res);
+  if (st) goto status_io;
+  for (uint32_t i = 0; i < io.num_outputs; i++) {
+    const vm_value_t *v = &res;
+    if (io.num_outputs > 1) {
+      vm_tuple_t *tu = vm_value_as_tuple(&res);
+      if (!tu || tu->size != io.num_outputs) {
+        snprintf(why, n, "the result is not a tuple of %u", io.num_outputs);
+        goto out_io;
+      }
+      v = &tu->fields[i];
+    }
+    vm_tensor_t *t = vm_value_as_tensor(v);
+    if (!t) {
+      snprintf(why, n, "output %u is not a tensor", i);
+      goto out_io;
+    }
+    char w2[200];
+    if (compare(e, t, &outs[i], w2, sizeof(w2)) != 0) {
+      snprintf(why, n, "output %u: %s", i, w2);
+      goto out_io;
+    }
+  }
+  rc = 0;
+  goto out_io;
+
+status_io:
+status:
+  snprintf(why, n, "%s: %s", vm_code_name(vm_status_code(st)), vm_status_message(st));
+  vm_status_free(st);
+out_io:
+  vm_value_release(&res);
+  vm_value_release(&x);
+  vm_machine_free(m);
+  vm_executable_free(exec);
+  for (uint32_t i = 0; i < MAX_IO; i++) {
+    vmcc_tensor_free(&ins[i]);
+    vmcc_tensor_free(&outs[i]);
+  }
+  vmcc_onnx_io_free(&io);
+  return rc;
+}
+
+static void test_node_cases(void **state) {
+  env_t *e = *state;
+  if (!e->have_data) {
+    print_message("skipped: no ONNX test data at %s (Debian package libonnx-testdata)\n", e->dir);
+    return;
+  }
+  const char *filter = getenv("VMRPC_ONNX_CASE");
+  DIR *d = opendir(e->dir);
+  assert_non_null(d);
+  char **names = calloc(MAX_CASES, sizeof(char *));
+  assert_non_null(names);
+  size_t nn = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) && nn < MAX_CASES) {
+    if (strncmp(de->d_name, "test_", 5) != 0 || strstr(de->d_name, "_expanded")) continue;
+    if (filter && !strstr(de->d_name, filter)) continue;
+    names[nn] = strdup(de->d_name);
+    assert_non_null(names[nn]);
+    nn++;
+  }
+  closedir(d);
+  qsort(names, nn, sizeof(char *), cmp_names);
+  int cases[NUM_OPS] = {0}, passed[NUM_OPS] = {0}, listed_fail[NUM_OPS] = {0};
+  int unexpected = 0, stale = 0;
+  for (size_t i = 0; i < nn; i++) {
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof(dir), "%s/%s", e->dir, names[i]);
+    snprintf(path, sizeof(path), "%s/model.onnx", dir);
+    vmcc_onnx_io_t io;
+    vm_status_t st = vmcc_onnx_read_io(path, &io);
+    if (st) {
+      vm_status_free(st);
+      continue;
+    }
+    int oi = io.num_nodes == 1 ? op_index(io.node_ops[0]) : -1;
+    vmcc_onnx_io_free(&io);
+    if (oi < 0) continue;
+    char why[512] = "", reason[256];
+    int ok = run_case(e, dir, why, sizeof(why)) == 0;
+    const char *kr = known_reason(e, names[i], reason, sizeof(reason));
+    cases[oi]++;
+    if (ok) passed[oi]++;
+    if (!ok && kr) listed_fail[oi]++;
+    if (!ok && !kr) {
+      unexpected++;
+      print_message("FAIL %s (%s): %s\n", names[i], k_ops[oi], why);
+    } else if (ok && kr) {
+      stale++;
+      print_message("note: %s passes now: remove it from onnx_node_known_failures.txt\n", names[i]);
+    } else if (filter && !ok) {
+      print_message("known failure %s:%s -- %s\n", names[i], reason, why);
+    }
+  }
+  int tc = 0, tp = 0;
+  print_message("%-20s %6s %6s %6s\n", "op", "cases", "passed", "listed");
+  for (size_t i = 0; i < NUM_OPS; i++) {
+    if (!cases[i]) continue;
+    print_message("%-20s %6d %6d %6d\n", k_ops[i], cases[i], passed[i], listed_fail[i]);
+    tc += cases[i];
+    tp += passed[i];
+  }
+  print_message("%-20s %6d %6d (%s mode)\n", "total", tc, tp,
+                test_exec_mode() ? "compiled" : "bytecode");
+  for (size_t i = 0; i < nn; i++) free(names[i]);
+  free(names);
+  (void)stale;
+  if (unexpected)
+    fail_msg("%d case(s) failed that onnx_node_known_failures.txt does not list", unexpected);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_node_cases),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
