@@ -81,7 +81,7 @@ static long_call_t *g_calls;
 static struct sigaction g_old_sigint;
 static sem_t g_wake;
 static int g_wake_ok;
-static pid_t g_watcher_pid;
+static int g_watcher_running;
 
 static void on_sigint(int sig, siginfo_t *info, void *uctx) {
   int saved = errno;
@@ -121,23 +121,29 @@ static void *watcher_main(void *arg) {
   return NULL;
 }
 
+/* Set in a forked child, where the watcher thread does not exist. */
+static void watcher_forked(void) {
+  g_watcher_running = 0;
+}
+
 /* Starts the watcher once per process (again in a forked child). */
 static int watcher_ready(void) {
-  pid_t pid = getpid();
-  if (g_watcher_pid == pid) return 1;
+  if (g_watcher_running) return 1;
   if (!g_wake_ok) {
     if (sem_init(&g_wake, 0, 0) != 0) return 0;
     g_wake_ok = 1;
+    pthread_atfork(NULL, NULL, watcher_forked);
   }
   pthread_t th;
   if (pthread_create(&th, NULL, watcher_main, NULL) != 0) return 0;
   pthread_detach(th);
-  g_watcher_pid = pid;
+  g_watcher_running = 1;
   return 1;
 }
 
 /* Called with the GIL held before a long call. Hooks SIGINT when on the
- * main thread and SIGINT has a handler (Python's, normally). */
+ * main thread and SIGINT has a handler (Python's, normally): two sigaction
+ * calls per long call, nothing else. */
 static void long_call_enter(long_call_t *lc, vmc_conn_t *conn, vmc_vm_t vm) {
   lc->conn = conn;
   lc->vm = vm;
@@ -150,16 +156,19 @@ static void long_call_enter(long_call_t *lc, vmc_conn_t *conn, vmc_vm_t vm) {
   ours.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&ours.sa_mask);
   pthread_mutex_lock(&g_calls_lock);
-  if (sigaction(SIGINT, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
-      (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN)) {
-    pthread_mutex_unlock(&g_calls_lock); /* nobody catches Ctrl-C: leave it be */
-    return;
-  }
-  g_old_sigint = old;
-  if (sigaction(SIGINT, &ours, NULL) == 0) {
-    lc->hooked = 1;
-    lc->next = g_calls;
-    g_calls = lc;
+  /* on_sigint() chains to g_old_sigint: know it before ours is in place (it
+   * is Python's handler on every later call, so one query is enough). */
+  static int old_known;
+  if (!old_known && sigaction(SIGINT, NULL, &g_old_sigint) == 0) old_known = 1;
+  if (sigaction(SIGINT, &ours, &old) == 0) {
+    if (!(old.sa_flags & SA_SIGINFO) && (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN)) {
+      sigaction(SIGINT, &old, NULL); /* nobody catches Ctrl-C: leave it be */
+    } else {
+      g_old_sigint = old;
+      lc->hooked = 1;
+      lc->next = g_calls;
+      g_calls = lc;
+    }
   }
   pthread_mutex_unlock(&g_calls_lock);
 }

@@ -1,4 +1,4 @@
-"""Fixtures: a real vmagent on a free loopback port (like tests/common/agent_proc.c),
+"""Fixtures: a real vmagent on a free loopback port (agent_proc.py),
 executables assembled with the built vmclient, and the example MLP.
 
 The C build tree is $VMRPC_BUILD_DIR (default: build/ at the repository root);
@@ -7,22 +7,19 @@ it must hold agent/vmagent, client/vmclient and examples/vmrpc-gen-model.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import pathlib
-import select
-import signal
 import subprocess
 import time
-from typing import Iterator, List, Optional
+from typing import Iterator
 
 import numpy as np
 import pytest
 
 import vmrpc
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BUILD = pathlib.Path(os.environ.get("VMRPC_BUILD_DIR") or ROOT / "build")
+from agent_proc import BUILD, Agent
+
+__all__ = ["BUILD", "Agent", "wait_busy"]
 
 # Builtin-only functions: they run on every device.
 PROG = """
@@ -51,52 +48,6 @@ L0:
   goto L0
 }
 """
-
-
-def _die_with_parent() -> None:
-    # The agent must not outlive a crashed test run (PR_SET_PDEATHSIG = 1).
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-
-
-class Agent:
-    """A vmagent child process listening on a free loopback port."""
-
-    def __init__(self, cache_dir: pathlib.Path, *extra: str) -> None:
-        binary = BUILD / "agent" / "vmagent"
-        if not binary.exists():
-            raise RuntimeError(f"{binary} not found: build the C project first (scripts/build.sh)")
-        args: List[str] = [
-            str(binary),
-            "--listen",
-            "tcp://127.0.0.1:0",
-            "--cache-dir",
-            str(cache_dir),
-            "--log-level",
-            os.environ.get("VMRPC_AGENT_LOG", "warn"),
-            *extra,
-        ]
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, preexec_fn=_die_with_parent, text=True
-        )
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], 60)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line.startswith("vmagent listening on "):
-            self.stop()
-            raise RuntimeError(f"vmagent did not start (first line {line!r})")
-        self.url = line.split()[-1]
-
-    def stop(self) -> Optional[int]:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        return self.proc.returncode
 
 
 @pytest.fixture(scope="session")
