@@ -58,7 +58,7 @@ def main() -> int:
     wall = np.array(r.results) * 1e3
     dev = np.array([d for d in r.device_results if d is not None]) * 1e3
     both = np.concatenate([wall, dev])
-    bins = np.histogram_bin_edges(both, bins=min(40, max(5, len(wall) // 2)))
+    bins = list(np.histogram_bin_edges(both, bins=min(40, max(5, len(wall) // 2))))
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.hist(wall, bins=bins, alpha=0.7, label="wall (agent)")
     if dev.size:

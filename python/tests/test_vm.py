@@ -127,7 +127,7 @@ def test_unsupported_inputs(vm: vmrpc.VirtualMachine) -> None:
     with pytest.raises(ValueError, match="big-endian"):
         vm["ident"](np.zeros(3, ">f4"))
     with pytest.raises(TypeError, match="parameter names must be strings"):
-        vm._conn.set_inputs(vm.id, "ident", (), {1: 2})
+        vm._conn.set_inputs(vm.id, "ident", (), {1: 2})  # type: ignore[dict-item]
 
 
 def test_get_output_into_reuses_memory(vm: vmrpc.VirtualMachine) -> None:
@@ -269,7 +269,7 @@ def test_profile(sess: vmrpc.Session, mlp: Mlp) -> None:
         d = p.to_dict()
         assert d["total_s"] == p.total_s and len(d["rows"]) == len(p)
         try:
-            import pandas  # noqa: F401
+            import pandas  # type: ignore[import-untyped,unused-ignore]  # noqa: F401
         except ImportError:
             with pytest.raises(ImportError, match="pip install pandas"):
                 p.to_pandas()

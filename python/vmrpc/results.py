@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -100,7 +101,7 @@ class ProfileReport:
     def to_pandas(self) -> Any:
         """The rows as a ``pandas.DataFrame`` (needs pandas installed)."""
         try:
-            import pandas  # type: ignore[import-not-found]
+            pandas = importlib.import_module("pandas")
         except ImportError as e:
             raise ImportError("ProfileReport.to_pandas() needs pandas: pip install pandas") from e
         return pandas.DataFrame([asdict(r) for r in self.rows])

@@ -13,7 +13,7 @@ __all__ = ["connect", "Session", "Executable", "VirtualMachine", "Function", "Sh
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class Shape(tuple):
+class Shape(Tuple[int, ...]):
     """A shape value (``R.Shape``): what a function returns for ``shape_of``,
     and how to pass a shape parameter (``vm.set_input("f", Shape((2, 3)))``)."""
 
@@ -163,15 +163,16 @@ class Session:
             sels = [s for s in device.split(",") if s]
         else:
             sels = list(device)
+        specs: List[Tuple[str, Optional[str]]]
         if isinstance(memory, Mapping):
             unknown = [k for k in memory if k not in sels]
             if unknown:
                 raise ValueError(f"memory names devices the VM does not use: {unknown}")
             specs = [(s, memory.get(s)) for s in sels]
         else:
+            if not sels and memory is not None:
+                sels = self.devices[:1]  # the agent's first device, with this allocator
             specs = [(s, memory) for s in sels]
-        if not specs and memory is not None:
-            specs = [(self.devices[0], memory)] if self.devices else []
         vm_id = self._conn.create_vm(exe.id, specs, exec_mode)
         return VirtualMachine(self, exe, vm_id, [s for s, _ in specs] or self.devices[:1])
 
