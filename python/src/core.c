@@ -538,6 +538,19 @@ static PyObject *Connection_closed(Connection *self, void *unused) {
     conn_give(self);                          \
   } while (0)
 
+/* As CONN_CALL for the calls that Ctrl-C cancels (invoke, time_evaluate,
+ * profile); then long_call_status(st) raises. */
+#define LONG_CALL(self, c, vm, st, call)      \
+  do {                                        \
+    long_call_t lc_;                          \
+    long_call_enter(&lc_, c, vm);             \
+    PyThreadState *ts_ = PyEval_SaveThread(); \
+    st = (call);                              \
+    PyEval_RestoreThread(ts_);                \
+    long_call_leave(&lc_);                    \
+    conn_give(self);                          \
+  } while (0)
+
 static PyObject *Connection_ping(Connection *self, PyObject *unused) {
   (void)unused;
   vmc_conn_t *c = conn_take(self);
@@ -674,16 +687,22 @@ static PyObject *Connection_create_vm(Connection *self, PyObject *args) {
   return PyLong_FromUnsignedLongLong(vm.id);
 }
 
-static PyObject *Connection_free_vm(Connection *self, PyObject *args) {
+/* Parses a VM id and runs fn on it (free_vm, cancel). */
+static PyObject *vm_op(Connection *self, PyObject *args,
+                       vm_status_t (*fn)(vmc_conn_t *, vmc_vm_t)) {
   unsigned long long id;
   if (!PyArg_ParseTuple(args, "K", &id)) return NULL;
   vmc_conn_t *c = conn_take(self);
   if (!c) return NULL;
   vmc_vm_t vm = {id};
   vm_status_t st;
-  CONN_CALL(self, c, st, vmc_free_vm(c, vm));
+  CONN_CALL(self, c, st, fn(c, vm));
   if (st) return raise_status(st);
   Py_RETURN_NONE;
+}
+
+static PyObject *Connection_free_vm(Connection *self, PyObject *args) {
+  return vm_op(self, args, vmc_free_vm);
 }
 
 /* Sets args (by index) and kwargs (by name) of func: all are converted with
@@ -757,14 +776,8 @@ static int do_invoke(Connection *self, vmc_vm_t vm, const char *func, uint32_t d
                      double *agent_s) {
   vmc_conn_t *c = conn_take(self);
   if (!c) return -1;
-  long_call_t lc;
-  long_call_enter(&lc, c, vm);
   vm_status_t st;
-  PyThreadState *ts = PyEval_SaveThread();
-  st = vmc_invoke(c, vm, func, deadline_ms, agent_s);
-  PyEval_RestoreThread(ts);
-  long_call_leave(&lc);
-  conn_give(self);
+  LONG_CALL(self, c, vm, st, vmc_invoke(c, vm, func, deadline_ms, agent_s));
   return long_call_status(st);
 }
 
@@ -780,15 +793,7 @@ static PyObject *Connection_invoke(Connection *self, PyObject *args) {
 }
 
 static PyObject *Connection_cancel(Connection *self, PyObject *args) {
-  unsigned long long id;
-  if (!PyArg_ParseTuple(args, "K", &id)) return NULL;
-  vmc_conn_t *c = conn_take(self);
-  if (!c) return NULL;
-  vmc_vm_t vm = {id};
-  vm_status_t st;
-  CONN_CALL(self, c, st, vmc_cancel(c, vm));
-  if (st) return raise_status(st);
-  Py_RETURN_NONE;
+  return vm_op(self, args, vmc_cancel);
 }
 
 #define MAX_PATH 64
@@ -981,14 +986,8 @@ static PyObject *Connection_time_evaluate(Connection *self, PyObject *args) {
   vmc_vm_t vm = {id};
   vmc_time_result_t r;
   memset(&r, 0, sizeof(r));
-  long_call_t lc;
-  long_call_enter(&lc, c, vm);
   vm_status_t st;
-  PyThreadState *ts = PyEval_SaveThread();
-  st = vmc_time_evaluate(c, vm, func, &p, &r);
-  PyEval_RestoreThread(ts);
-  long_call_leave(&lc);
-  conn_give(self);
+  LONG_CALL(self, c, vm, st, vmc_time_evaluate(c, vm, func, &p, &r));
   if (long_call_status(st) != 0) {
     vmc_time_result_free(&r);
     return NULL;
@@ -1019,14 +1018,8 @@ static PyObject *Connection_profile(Connection *self, PyObject *args) {
   vmc_vm_t vm = {id};
   vmc_profile_t p;
   memset(&p, 0, sizeof(p));
-  long_call_t lc;
-  long_call_enter(&lc, c, vm);
   vm_status_t st;
-  PyThreadState *ts = PyEval_SaveThread();
-  st = vmc_profile(c, vm, func, &p);
-  PyEval_RestoreThread(ts);
-  long_call_leave(&lc);
-  conn_give(self);
+  LONG_CALL(self, c, vm, st, vmc_profile(c, vm, func, &p));
   if (long_call_status(st) != 0) {
     vmc_profile_free(&p);
     return NULL;

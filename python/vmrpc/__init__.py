@@ -13,7 +13,7 @@ package yet: use the project's command-line tools for now.
 
 from __future__ import annotations
 
-from . import _core
+from . import _core, errors
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -51,21 +51,5 @@ __all__ = [
     "TimeResult",
     "ProfileReport",
     "ProfileRow",
-    "VMError",
-    "Cancelled",
-    "Unknown",
-    "InvalidArgument",
-    "DeadlineExceeded",
-    "NotFound",
-    "AlreadyExists",
-    "PermissionDenied",
-    "ResourceExhausted",
-    "FailedPrecondition",
-    "Aborted",
-    "OutOfRange",
-    "Unimplemented",
-    "Internal",
-    "Unavailable",
-    "DataLoss",
-    "Unauthenticated",
+    *[name for name in errors.__all__ if name != "error_class"],
 ]
