@@ -13,6 +13,7 @@ PACKAGES=(
   libcmocka-dev
   libclang-rt-14-dev
   openssl
+  python3 python3-dev python3-venv
 )
 
 missing=()

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test suite: first the normal
-# build (build/), then the same tests in the sanitizer build (build-asan/,
-# AddressSanitizer + UndefinedBehaviorSanitizer), then a short run of every
-# libFuzzer target (scripts/fuzz.sh, clang build in build-fuzz/).
+# build (build/), then the Python package's pytest suite against that build's
+# vmagent (the package installed with pip into the venv build/venv-py, numpy
+# and pytest from PyPI), then the same C tests in the sanitizer build
+# (build-asan/, AddressSanitizer + UndefinedBehaviorSanitizer), then a short
+# run of every libFuzzer target (scripts/fuzz.sh, clang build in build-fuzz/).
 #
 #   scripts/test.sh            everything
+#   VMRPC_SKIP_PYTHON=1 ...    no Python package tests
 #   VMRPC_SKIP_ASAN=1 ...      no sanitizer build (quicker while developing)
 #   VMRPC_SKIP_FUZZ=1 ...      no fuzzing
 #   VMRPC_FUZZ_SECONDS=N       seconds per fuzz target [60]
@@ -28,7 +31,22 @@ run_suite() {
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
 }
 
+# The Python package (python/, docs/python.md): `pip install .` builds its
+# extension with -Werror here, then pytest drives it against build/'s vmagent.
+python_suite() {
+  local venv=build/venv-py
+  echo "== python: pip install . into $venv"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  VMRPC_WERROR=ON "$venv/bin/python" -m pip install -q . numpy pytest
+  echo "== test: python (pytest python/tests)"
+  VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/tests
+}
+
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [ "${VMRPC_SKIP_PYTHON:-0}" != 1 ]; then
+  python_suite
+fi
 if [ "${VMRPC_SKIP_ASAN:-0}" != 1 ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

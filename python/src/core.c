@@ -1,0 +1,1229 @@
+/* vmrpc._core: the CPython binding of libvmclient (client/include/vmclient.h).
+ *
+ * The Python package (python/vmrpc) builds its API on this module; nothing
+ * here is meant to be used directly. What it guarantees:
+ * - Every call that goes to the network releases the GIL while it waits.
+ * - Inputs are read in place through the buffer protocol (NumPy arrays,
+ *   memoryviews, bytes): no copy is made on this side, only a
+ *   non-contiguous array is made contiguous first.
+ * - A tensor output is fetched by the library into one allocation of its
+ *   size, which becomes the memory of the NumPy array handed back (no
+ *   second copy); get_output_into() fills caller memory instead.
+ * - Ctrl-C while the main thread waits in invoke, time_evaluate or profile
+ *   cancels the run on the agent (a watcher thread sends the Cancel, repeated
+ *   until the run ends), then KeyboardInterrupt is raised as usual.
+ * - Errors carry the library's status code and message: the Python package
+ *   registers one exception class per code with _set_errors().
+ * Only the public libvmclient API is used. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vmclient.h"
+
+/* ------------------------------------------------------------ module state
+ * Set once by the package at import; borrowed from nowhere (owned here). */
+static PyObject *g_errors;     /* dict: int code -> exception class */
+static PyObject *g_base_error; /* fallback class (VMError) */
+static PyObject *g_shape_type; /* vmrpc.Shape: a tuple subclass for shape values */
+static PyObject *g_asarray;    /* numpy.asarray */
+static PyObject *g_ascontig;   /* numpy.ascontiguousarray */
+static unsigned long g_main_ident;
+
+/* Raises the exception class registered for st's code with st's message,
+ * frees st and returns NULL. */
+static PyObject *raise_status(vm_status_t st) {
+  int code = (int)vm_status_code(st);
+  PyObject *cls = NULL;
+  if (g_errors) {
+    PyObject *key = PyLong_FromLong(code);
+    if (key) {
+      cls = PyDict_GetItemWithError(g_errors, key);
+      Py_DECREF(key);
+    }
+  }
+  if (!cls) cls = g_base_error ? g_base_error : PyExc_RuntimeError;
+  PyObject *exc = PyObject_CallFunction(cls, "si", vm_status_message(st), code);
+  vm_status_free(st);
+  if (exc) {
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------- Ctrl-C handling
+ * While the main thread blocks in a long call (GIL released), SIGINT goes to
+ * on_sigint(): it wakes the watcher thread and hands the signal on to the
+ * handler that was installed before (Python's, which records it). The
+ * watcher sends vmc_cancel() for every registered call, every 100 ms until
+ * the call is gone (a Cancel that reaches the agent before the run starts is
+ * not remembered there). Only calls of the main thread register: it is the
+ * thread that receives KeyboardInterrupt. */
+typedef struct long_call {
+  vmc_conn_t *conn;
+  vmc_vm_t vm;
+  int hooked;
+  struct long_call *next;
+} long_call_t;
+
+static pthread_mutex_t g_calls_lock = PTHREAD_MUTEX_INITIALIZER;
+static long_call_t *g_calls;
+static struct sigaction g_old_sigint;
+static sem_t g_wake;
+static int g_wake_ok;
+static int g_watcher_running;
+
+static void on_sigint(int sig, siginfo_t *info, void *uctx) {
+  int saved = errno;
+  if (g_wake_ok) sem_post(&g_wake);
+  if (g_old_sigint.sa_flags & SA_SIGINFO) {
+    if (g_old_sigint.sa_sigaction) g_old_sigint.sa_sigaction(sig, info, uctx);
+  } else if (g_old_sigint.sa_handler != SIG_DFL && g_old_sigint.sa_handler != SIG_IGN) {
+    g_old_sigint.sa_handler(sig);
+  }
+  errno = saved;
+}
+
+static void *watcher_main(void *arg) {
+  (void)arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  for (;;) {
+    while (sem_wait(&g_wake) != 0 && errno == EINTR) {
+    }
+    for (;;) {
+      pthread_mutex_lock(&g_calls_lock);
+      int any = 0;
+      for (long_call_t *c = g_calls; c; c = c->next) {
+        any = 1;
+        vm_status_free(vmc_cancel(c->conn, c->vm));
+      }
+      pthread_mutex_unlock(&g_calls_lock);
+      if (!any) break;
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    /* Signals that came while cancelling are served by that loop. */
+    while (sem_trywait(&g_wake) == 0) {
+    }
+  }
+  return NULL;
+}
+
+/* fork(): the registry's lock is taken around it so that the child gets it
+ * in a known state; the child has no watcher thread and no long call of
+ * the parent's threads. */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&g_calls_lock);
+}
+
+static void fork_parent(void) {
+  pthread_mutex_unlock(&g_calls_lock);
+}
+
+static void fork_child(void) {
+  g_calls = NULL;
+  g_watcher_running = 0;
+  pthread_mutex_unlock(&g_calls_lock);
+}
+
+/* Starts the watcher once per process (again in a forked child). */
+static int watcher_ready(void) {
+  if (g_watcher_running) return 1;
+  if (!g_wake_ok) {
+    if (sem_init(&g_wake, 0, 0) != 0) return 0;
+    g_wake_ok = 1;
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+  }
+  pthread_t th;
+  if (pthread_create(&th, NULL, watcher_main, NULL) != 0) return 0;
+  pthread_detach(th);
+  g_watcher_running = 1;
+  return 1;
+}
+
+/* Called with the GIL held before a long call. Hooks SIGINT when on the
+ * main thread and SIGINT has a handler (Python's, normally): two sigaction
+ * calls per long call, nothing else. */
+static void long_call_enter(long_call_t *lc, vmc_conn_t *conn, vmc_vm_t vm) {
+  lc->conn = conn;
+  lc->vm = vm;
+  lc->hooked = 0;
+  lc->next = NULL;
+  if (PyThread_get_thread_ident() != g_main_ident || !watcher_ready()) return;
+  struct sigaction ours, old;
+  memset(&ours, 0, sizeof(ours));
+  ours.sa_sigaction = on_sigint;
+  ours.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&ours.sa_mask);
+  pthread_mutex_lock(&g_calls_lock);
+  /* on_sigint() chains to g_old_sigint: know it before ours is in place (it
+   * is Python's handler on every later call, so one query is enough). */
+  static int old_known;
+  if (!old_known && sigaction(SIGINT, NULL, &g_old_sigint) == 0) old_known = 1;
+  if (sigaction(SIGINT, &ours, &old) == 0) {
+    if (!(old.sa_flags & SA_SIGINFO) && (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN)) {
+      sigaction(SIGINT, &old, NULL); /* nobody catches Ctrl-C: leave it be */
+    } else {
+      g_old_sigint = old;
+      lc->hooked = 1;
+      lc->next = g_calls;
+      g_calls = lc;
+    }
+  }
+  pthread_mutex_unlock(&g_calls_lock);
+}
+
+static void long_call_leave(long_call_t *lc) {
+  if (!lc->hooked) return;
+  pthread_mutex_lock(&g_calls_lock);
+  for (long_call_t **p = &g_calls; *p; p = &(*p)->next) {
+    if (*p == lc) {
+      *p = lc->next;
+      break;
+    }
+  }
+  sigaction(SIGINT, &g_old_sigint, NULL);
+  pthread_mutex_unlock(&g_calls_lock);
+}
+
+/* After a long call returned st (GIL held again): a pending KeyboardInterrupt
+ * (or whatever the SIGINT handler raised) wins over the call's result. */
+static int long_call_status(vm_status_t st) {
+  if (PyErr_CheckSignals() < 0) {
+    vm_status_free(st);
+    return -1;
+  }
+  if (st) {
+    raise_status(st);
+    return -1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ HostTensor
+ * A tensor the library allocated, exposed through the buffer protocol so that
+ * numpy.asarray() wraps it without a copy; freed with the last reference. */
+typedef struct {
+  PyObject_HEAD vmc_tensor_t t;
+  Py_ssize_t shape[VMC_MAX_NDIM + 1];
+  Py_ssize_t strides[VMC_MAX_NDIM + 1];
+  int ndim;
+  Py_ssize_t itemsize;
+  char format[4];
+} HostTensor;
+
+static void host_tensor_dealloc(HostTensor *self) {
+  vmc_tensor_free(&self->t);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int host_tensor_getbuffer(HostTensor *self, Py_buffer *view, int flags) {
+  view->obj = (PyObject *)self;
+  Py_INCREF(self);
+  view->buf = self->t.data;
+  view->len = (Py_ssize_t)self->t.nbytes;
+  view->readonly = 0;
+  view->itemsize = self->itemsize;
+  view->format = (flags & PyBUF_FORMAT) ? self->format : NULL;
+  view->ndim = self->ndim;
+  view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
+  view->strides = ((flags & PyBUF_STRIDES) == PyBUF_STRIDES) ? self->strides : NULL;
+  view->suboffsets = NULL;
+  view->internal = NULL;
+  return 0;
+}
+
+static PyBufferProcs host_tensor_as_buffer = {(getbufferproc)host_tensor_getbuffer, NULL};
+
+static PyTypeObject HostTensorType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vmrpc._core.HostTensor",
+    .tp_basicsize = sizeof(HostTensor),
+    .tp_dealloc = (destructor)host_tensor_dealloc,
+    .tp_as_buffer = &host_tensor_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A tensor fetched from the agent (buffer protocol; use numpy.asarray).",
+};
+
+/* The buffer format of one lane of dt, or NULL. bfloat16 has no NumPy type:
+ * its raw bits are exposed as uint16. */
+static const char *dtype_format(vm_dtype_t dt) {
+  switch (dt.code) {
+    case VM_DTYPE_FLOAT:
+      return dt.bits == 16 ? "e" : dt.bits == 32 ? "f" : dt.bits == 64 ? "d" : NULL;
+    case VM_DTYPE_BFLOAT: return dt.bits == 16 ? "H" : NULL;
+    case VM_DTYPE_INT:
+      return dt.bits == 8    ? "b"
+             : dt.bits == 16 ? "h"
+             : dt.bits == 32 ? "i"
+             : dt.bits == 64 ? "q"
+                             : NULL;
+    case VM_DTYPE_UINT:
+      return dt.bits == 8    ? "B"
+             : dt.bits == 16 ? "H"
+             : dt.bits == 32 ? "I"
+             : dt.bits == 64 ? "Q"
+                             : NULL;
+    case VM_DTYPE_BOOL: return dt.bits == 8 ? "?" : NULL;
+    default: return NULL;
+  }
+}
+
+/* Wraps t (taking over its memory; t is reset) as a NumPy array. Vector
+ * dtypes (lanes > 1) get a trailing axis of the lanes. */
+static PyObject *tensor_to_array(vmc_tensor_t *t) {
+  const char *fmt = dtype_format(t->dtype);
+  if (!fmt) {
+    char buf[24];
+    vm_dtype_str(t->dtype, buf, sizeof(buf));
+    vmc_tensor_free(t);
+    return PyErr_Format(PyExc_TypeError, "output dtype %s has no NumPy equivalent", buf);
+  }
+  HostTensor *h = PyObject_New(HostTensor, &HostTensorType);
+  if (!h) {
+    vmc_tensor_free(t);
+    return NULL;
+  }
+  h->t = *t;
+  memset(t, 0, sizeof(*t));
+  h->itemsize = (Py_ssize_t)((h->t.dtype.bits + 7) / 8);
+  snprintf(h->format, sizeof(h->format), "%s", fmt);
+  h->ndim = (int)h->t.ndim;
+  for (int i = 0; i < h->ndim; i++) h->shape[i] = (Py_ssize_t)h->t.shape[i];
+  if (h->t.dtype.lanes > 1) h->shape[h->ndim++] = h->t.dtype.lanes;
+  Py_ssize_t stride = h->itemsize;
+  for (int i = h->ndim - 1; i >= 0; i--) {
+    h->strides[i] = stride;
+    stride *= h->shape[i];
+  }
+  PyObject *arr = PyObject_CallOneArg(g_asarray, (PyObject *)h);
+  Py_DECREF(h);
+  return arr;
+}
+
+/* ---------------------------------------------------------------- inputs */
+
+/* One input being set: the value and, for a tensor, the buffer it views. */
+typedef struct input {
+  vmc_value_t v;
+  uint32_t index;
+  const char *name;
+  Py_buffer view;
+  int has_view;
+  PyObject *keep; /* a converted object the view belongs to */
+} input_t;
+
+static void input_release(input_t *in) {
+  if (in->has_view) PyBuffer_Release(&in->view);
+  in->has_view = 0;
+  Py_CLEAR(in->keep);
+}
+
+/* The dtype of a buffer's format string and item size. */
+static int dtype_of_format(const char *format, Py_ssize_t itemsize, vm_dtype_t *out) {
+  const char *f = format ? format : "B";
+  if (*f == '@' || *f == '=' || *f == '<')
+    f++;
+  else if (*f == '>' || *f == '!') {
+    PyErr_SetString(PyExc_ValueError,
+                    "big-endian arrays are not supported: convert with "
+                    "x.astype(x.dtype.newbyteorder('<'))");
+    return -1;
+  }
+  if (f[0] == '\0' || f[1] != '\0') goto unsupported;
+  uint8_t bits = (uint8_t)(itemsize * 8);
+  switch (f[0]) {
+    case 'b':
+    case 'h':
+    case 'i':
+    case 'l':
+    case 'q':
+    case 'n': *out = VM_DTYPE_MAKE(VM_DTYPE_INT, bits, 1); break;
+    case 'B':
+    case 'H':
+    case 'I':
+    case 'L':
+    case 'Q':
+    case 'N': *out = VM_DTYPE_MAKE(VM_DTYPE_UINT, bits, 1); break;
+    case 'e':
+    case 'f':
+    case 'd': *out = VM_DTYPE_MAKE(VM_DTYPE_FLOAT, bits, 1); break;
+    case '?': *out = VM_BOOL; break;
+    default: goto unsupported;
+  }
+  if (vm_dtype_valid(*out)) return 0;
+unsupported:
+  PyErr_Format(PyExc_TypeError,
+               "unsupported element type '%s' (%zd bytes): use float16/32/64, "
+               "int8/16/32/64, uint8/16/32/64 or bool",
+               format ? format : "B", itemsize);
+  return -1;
+}
+
+/* Fills in->v from o: bool, int, float, str, vmrpc.Shape, or anything with
+ * the buffer protocol or that numpy.asarray() takes (as a tensor). */
+static int input_from_py(PyObject *o, input_t *in) {
+  memset(&in->v, 0, sizeof(in->v));
+  if (PyBool_Check(o)) {
+    in->v.kind = VMC_VALUE_BOOL;
+    in->v.b = o == Py_True;
+    return 0;
+  }
+  if (PyLong_CheckExact(o)) {
+    in->v.kind = VMC_VALUE_INT;
+    in->v.i = PyLong_AsLongLong(o);
+    return (in->v.i == -1 && PyErr_Occurred()) ? -1 : 0;
+  }
+  if (PyFloat_CheckExact(o)) {
+    in->v.kind = VMC_VALUE_FLOAT;
+    in->v.f = PyFloat_AS_DOUBLE(o);
+    return 0;
+  }
+  if (PyUnicode_Check(o)) {
+    in->v.kind = VMC_VALUE_STRING;
+    in->v.s = (char *)PyUnicode_AsUTF8(o);
+    return in->v.s ? 0 : -1;
+  }
+  if (g_shape_type && PyObject_TypeCheck(o, (PyTypeObject *)g_shape_type)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(o);
+    if (n > VMC_MAX_NDIM) {
+      PyErr_Format(PyExc_ValueError, "a shape of %zd dims; at most %d", n, VMC_MAX_NDIM);
+      return -1;
+    }
+    in->v.kind = VMC_VALUE_SHAPE;
+    in->v.shape_ndim = (uint32_t)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+      in->v.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(o, i));
+      if (in->v.shape[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+  }
+  const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+  if (!PyObject_CheckBuffer(o) || PyObject_GetBuffer(o, &in->view, flags) != 0) {
+    /* numpy refuses a non-contiguous view with ValueError, others with
+     * BufferError: either way NumPy makes a contiguous copy (or says why not). */
+    PyErr_Clear();
+    /* Not contiguous, or not a buffer at all: one conversion by NumPy. */
+    in->keep = PyObject_CallOneArg(g_ascontig, o);
+    if (!in->keep) return -1;
+    if (PyObject_GetBuffer(in->keep, &in->view, flags) != 0) return -1;
+  }
+  in->has_view = 1;
+  vm_dtype_t dt;
+  if (dtype_of_format(in->view.format, in->view.itemsize, &dt) != 0) return -1;
+  if (in->view.ndim > VMC_MAX_NDIM) {
+    PyErr_Format(PyExc_ValueError, "an array of %d dims; at most %d", in->view.ndim, VMC_MAX_NDIM);
+    return -1;
+  }
+  int64_t shape[VMC_MAX_NDIM];
+  for (int i = 0; i < in->view.ndim; i++) shape[i] = (int64_t)in->view.shape[i];
+  if (in->view.ndim == 0 && in->view.len != in->view.itemsize) {
+    /* A buffer without shape (bytes, array.array ...): one dimension. */
+    shape[0] = in->view.len / in->view.itemsize;
+    vm_status_t st = vmc_tensor_wrap(dt, 1, shape, in->view.buf, &in->v.tensor);
+    if (st) {
+      raise_status(st);
+      return -1;
+    }
+  } else {
+    vm_status_t st =
+        vmc_tensor_wrap(dt, (uint32_t)in->view.ndim, shape, in->view.buf, &in->v.tensor);
+    if (st) {
+      raise_status(st);
+      return -1;
+    }
+  }
+  in->v.kind = VMC_VALUE_TENSOR;
+  return 0;
+}
+
+/* ----------------------------------------------------------- Connection */
+
+typedef struct {
+  PyObject_HEAD vmc_conn_t *conn;
+  int busy; /* calls in flight (GIL released): close() waits for none */
+} Connection;
+
+/* Takes the connection for a call; sets an exception when closed. */
+static vmc_conn_t *conn_take(Connection *self) {
+  if (!self->conn) {
+    vm_status_t st = vm_status_make(VM_FAILED_PRECONDITION,
+                                    "the session is closed: connect again with vmrpc.connect()");
+    raise_status(st);
+    return NULL;
+  }
+  self->busy++;
+  return self->conn;
+}
+
+static void conn_give(Connection *self) {
+  self->busy--;
+}
+
+static int Connection_init(Connection *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"url",
+                           "token",
+                           "tls_ca",
+                           "tls_cert",
+                           "tls_key",
+                           "connect_timeout_ms",
+                           "request_timeout_ms",
+                           "long_timeout_ms",
+                           "client_name",
+                           NULL};
+  const char *url;
+  vmc_conn_opts_t o;
+  memset(&o, 0, sizeof(o));
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzzziiiz", kwlist, &url, &o.token, &o.tls_ca_file,
+                                   &o.tls_cert, &o.tls_key, &o.connect_timeout_ms,
+                                   &o.request_timeout_ms, &o.long_timeout_ms, &o.client_name))
+    return -1;
+  if (self->conn) {
+    PyErr_SetString(PyExc_RuntimeError, "already connected");
+    return -1;
+  }
+  vmc_conn_t *c = NULL;
+  vm_status_t st;
+  PyThreadState *ts = PyEval_SaveThread();
+  st = vmc_connect(url, &o, &c);
+  PyEval_RestoreThread(ts);
+  if (st) {
+    raise_status(st);
+    return -1;
+  }
+  self->conn = c;
+  return 0;
+}
+
+static void Connection_dealloc(Connection *self) {
+  if (self->conn) {
+    vmc_conn_t *c = self->conn;
+    self->conn = NULL;
+    PyThreadState *ts = PyEval_SaveThread();
+    vmc_close(c);
+    PyEval_RestoreThread(ts);
+  }
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Connection_close(Connection *self, PyObject *unused) {
+  (void)unused;
+  if (self->busy) {
+    return raise_status(vm_status_make(
+        VM_FAILED_PRECONDITION,
+        "the session is in use by %d call(s) of other threads: close it after they return",
+        self->busy));
+  }
+  if (self->conn) {
+    vmc_conn_t *c = self->conn;
+    self->conn = NULL;
+    PyThreadState *ts = PyEval_SaveThread();
+    vmc_close(c);
+    PyEval_RestoreThread(ts);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *Connection_closed(Connection *self, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(self->conn == NULL);
+}
+
+/* Runs `call` with the GIL released on a taken connection; on error raises
+ * and returns -1. */
+#define CONN_CALL(self, c, st, call)          \
+  do {                                        \
+    PyThreadState *ts_ = PyEval_SaveThread(); \
+    st = (call);                              \
+    PyEval_RestoreThread(ts_);                \
+    conn_give(self);                          \
+  } while (0)
+
+/* As CONN_CALL for the calls that Ctrl-C cancels (invoke, time_evaluate,
+ * profile); then long_call_status(st) raises. */
+#define LONG_CALL(self, c, vm, st, call)      \
+  do {                                        \
+    long_call_t lc_;                          \
+    long_call_enter(&lc_, c, vm);             \
+    PyThreadState *ts_ = PyEval_SaveThread(); \
+    st = (call);                              \
+    PyEval_RestoreThread(ts_);                \
+    long_call_leave(&lc_);                    \
+    conn_give(self);                          \
+  } while (0)
+
+static PyObject *Connection_ping(Connection *self, PyObject *unused) {
+  (void)unused;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  double rtt = 0;
+  vm_status_t st;
+  CONN_CALL(self, c, st, vmc_ping(c, &rtt));
+  if (st) return raise_status(st);
+  return PyFloat_FromDouble(rtt);
+}
+
+static PyObject *device_dict(const vmc_device_info_t *d) {
+  return Py_BuildValue("{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:K,s:K,s:K,s:O,s:O}", "selector", d->selector,
+                       "name", d->name, "vendor", d->vendor, "driver_version", d->driver_version,
+                       "version", d->version, "platform", d->platform, "compute_units",
+                       d->compute_units, "global_mem_bytes",
+                       (unsigned long long)d->global_mem_bytes, "local_mem_bytes",
+                       (unsigned long long)d->local_mem_bytes, "max_alloc_bytes",
+                       (unsigned long long)d->max_alloc_bytes, "supports_fp16",
+                       d->supports_fp16 ? Py_True : Py_False, "has_device_timer",
+                       d->has_device_timer ? Py_True : Py_False);
+}
+
+static PyObject *Connection_info(Connection *self, PyObject *unused) {
+  (void)unused;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  conn_give(self);
+  vmc_info_t in;
+  vmc_info(c, &in);
+  PyObject *devs = PyList_New(in.num_devices);
+  if (!devs) return NULL;
+  for (uint32_t i = 0; i < in.num_devices; i++) {
+    PyObject *d = device_dict(&in.devices[i]);
+    if (!d) {
+      Py_DECREF(devs);
+      return NULL;
+    }
+    PyList_SET_ITEM(devs, i, d);
+  }
+  const vmc_limits_t *l = &in.limits;
+  PyObject *limits = Py_BuildValue(
+      "{s:K,s:K,s:I,s:I,s:K,s:K,s:I}", "max_message_bytes",
+      (unsigned long long)l->max_message_bytes, "chunk_bytes", (unsigned long long)l->chunk_bytes,
+      "max_inflight_chunks", l->max_inflight_chunks, "max_sessions", l->max_sessions,
+      "session_mem_bytes", (unsigned long long)l->session_mem_bytes, "max_executable_bytes",
+      (unsigned long long)l->max_executable_bytes, "idle_timeout_ms", l->idle_timeout_ms);
+  if (!limits) {
+    Py_DECREF(devs);
+    return NULL;
+  }
+  return Py_BuildValue("{s:s,s:s,s:(II),s:(II),s:K,s:N,s:N}", "url", in.url, "agent_version",
+                       in.agent_version, "protocol", in.protocol_major, in.protocol_minor,
+                       "client_protocol", in.client_protocol_major, in.client_protocol_minor,
+                       "session", (unsigned long long)in.session, "devices", devs, "limits",
+                       limits);
+}
+
+static PyObject *upload_result(vm_status_t st, vmc_exec_t ex, const vmc_upload_result_t *r) {
+  if (st) return raise_status(st);
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", r->sha256[i]);
+  return Py_BuildValue("(KOKs)", (unsigned long long)ex.id, r->store_hit ? Py_True : Py_False,
+                       (unsigned long long)r->bytes_sent, hex);
+}
+
+static PyObject *Connection_upload_file(Connection *self, PyObject *args) {
+  PyObject *path_obj;
+  if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &path_obj)) return NULL;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) {
+    Py_DECREF(path_obj);
+    return NULL;
+  }
+  const char *path = PyBytes_AS_STRING(path_obj);
+  vmc_exec_t ex = {0};
+  vmc_upload_result_t r;
+  memset(&r, 0, sizeof(r));
+  vm_status_t st;
+  CONN_CALL(self, c, st, vmc_upload_file(c, path, NULL, NULL, &ex, &r));
+  Py_DECREF(path_obj);
+  return upload_result(st, ex, &r);
+}
+
+static PyObject *Connection_upload_memory(Connection *self, PyObject *args) {
+  Py_buffer b;
+  if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) {
+    PyBuffer_Release(&b);
+    return NULL;
+  }
+  vmc_exec_t ex = {0};
+  vmc_upload_result_t r;
+  memset(&r, 0, sizeof(r));
+  vm_status_t st;
+  CONN_CALL(self, c, st, vmc_upload_memory(c, b.buf, (size_t)b.len, NULL, NULL, &ex, &r));
+  PyBuffer_Release(&b);
+  return upload_result(st, ex, &r);
+}
+
+static PyObject *Connection_free_exec(Connection *self, PyObject *args) {
+  unsigned long long id;
+  if (!PyArg_ParseTuple(args, "K", &id)) return NULL;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  vmc_exec_t ex = {id};
+  vm_status_t st;
+  CONN_CALL(self, c, st, vmc_free_exec(c, ex));
+  if (st) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+/* create_vm(exec_id, [(selector, allocator|None), ...], exec_mode|None) */
+static PyObject *Connection_create_vm(Connection *self, PyObject *args) {
+  unsigned long long id;
+  PyObject *devs;
+  const char *mode = NULL;
+  if (!PyArg_ParseTuple(args, "KO!z", &id, &PyList_Type, &devs, &mode)) return NULL;
+  Py_ssize_t n = PyList_GET_SIZE(devs);
+  if (n > 64) return PyErr_Format(PyExc_ValueError, "%zd devices; at most 64", n);
+  vmc_device_spec_t spec[64];
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *d = PyList_GET_ITEM(devs, i);
+    if (!PyArg_ParseTuple(d, "sz", &spec[i].selector, &spec[i].allocator)) return NULL;
+  }
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  vmc_exec_t ex = {id};
+  vmc_vm_t vm = {0};
+  vm_status_t st;
+  CONN_CALL(self, c, st, vmc_create_vm(c, ex, spec, (uint32_t)n, mode, &vm));
+  if (st) return raise_status(st);
+  return PyLong_FromUnsignedLongLong(vm.id);
+}
+
+/* Parses a VM id and runs fn on it (free_vm, cancel). */
+static PyObject *vm_op(Connection *self, PyObject *args,
+                       vm_status_t (*fn)(vmc_conn_t *, vmc_vm_t)) {
+  unsigned long long id;
+  if (!PyArg_ParseTuple(args, "K", &id)) return NULL;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  vmc_vm_t vm = {id};
+  vm_status_t st;
+  CONN_CALL(self, c, st, fn(c, vm));
+  if (st) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Connection_free_vm(Connection *self, PyObject *args) {
+  return vm_op(self, args, vmc_free_vm);
+}
+
+/* Sets args (by index) and kwargs (by name) of func: all are converted with
+ * the GIL held, then sent with it released once. Returns 0 or -1. */
+#define INPUTS_ON_STACK 16
+static int set_inputs(Connection *self, vmc_vm_t vm, const char *func, PyObject *args,
+                      PyObject *kwargs) {
+  Py_ssize_t na = args ? PyTuple_GET_SIZE(args) : 0;
+  Py_ssize_t nk = kwargs ? PyDict_GET_SIZE(kwargs) : 0;
+  Py_ssize_t n = na + nk;
+  if (n == 0) return 0;
+  input_t stack[INPUTS_ON_STACK];
+  input_t *in = n <= INPUTS_ON_STACK ? stack : PyMem_Calloc((size_t)n, sizeof(input_t));
+  if (!in) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  if (in == stack) memset(stack, 0, sizeof(input_t) * (size_t)n);
+  int rc = -1;
+  for (Py_ssize_t i = 0; i < na; i++) {
+    in[i].index = (uint32_t)i;
+    if (input_from_py(PyTuple_GET_ITEM(args, i), &in[i]) != 0) goto out;
+  }
+  {
+    Py_ssize_t pos = 0, i = na;
+    PyObject *key, *val;
+    while (kwargs && PyDict_Next(kwargs, &pos, &key, &val)) {
+      if (!PyUnicode_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "parameter names must be strings");
+        goto out;
+      }
+      in[i].name = PyUnicode_AsUTF8(key);
+      if (!in[i].name || input_from_py(val, &in[i]) != 0) goto out;
+      i++;
+    }
+  }
+  {
+    vmc_conn_t *c = conn_take(self);
+    if (!c) goto out;
+    vm_status_t st = VM_STATUS_OK;
+    PyThreadState *ts = PyEval_SaveThread();
+    for (Py_ssize_t i = 0; i < n && !st; i++)
+      st = vmc_set_input_value(c, vm, func, in[i].index, in[i].name, &in[i].v);
+    PyEval_RestoreThread(ts);
+    conn_give(self);
+    if (st) {
+      raise_status(st);
+      goto out;
+    }
+  }
+  rc = 0;
+out:
+  for (Py_ssize_t i = 0; i < n; i++) input_release(&in[i]);
+  if (in != stack) PyMem_Free(in);
+  return rc;
+}
+
+static PyObject *Connection_set_inputs(Connection *self, PyObject *args) {
+  unsigned long long id;
+  const char *func;
+  PyObject *pos, *kw;
+  if (!PyArg_ParseTuple(args, "KsO!O!", &id, &func, &PyTuple_Type, &pos, &PyDict_Type, &kw))
+    return NULL;
+  vmc_vm_t vm = {id};
+  if (set_inputs(self, vm, func, pos, kw) != 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* invoke with Ctrl-C cancelling; returns the agent's seconds or -1. */
+static int do_invoke(Connection *self, vmc_vm_t vm, const char *func, uint32_t deadline_ms,
+                     double *agent_s) {
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return -1;
+  vm_status_t st;
+  LONG_CALL(self, c, vm, st, vmc_invoke(c, vm, func, deadline_ms, agent_s));
+  return long_call_status(st);
+}
+
+static PyObject *Connection_invoke(Connection *self, PyObject *args) {
+  unsigned long long id;
+  const char *func;
+  unsigned int deadline_ms = 0;
+  if (!PyArg_ParseTuple(args, "Ks|I", &id, &func, &deadline_ms)) return NULL;
+  vmc_vm_t vm = {id};
+  double agent_s = 0;
+  if (do_invoke(self, vm, func, deadline_ms, &agent_s) != 0) return NULL;
+  return PyFloat_FromDouble(agent_s);
+}
+
+static PyObject *Connection_cancel(Connection *self, PyObject *args) {
+  return vm_op(self, args, vmc_cancel);
+}
+
+#define MAX_PATH 64
+
+/* The value of func's last result at path[0..depth): tuples become tuples,
+ * tensors NumPy arrays, shapes vmrpc.Shape, scalars Python scalars. */
+static PyObject *fetch_output(Connection *self, vmc_vm_t vm, const char *func, uint32_t *path,
+                              uint32_t depth) {
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  vmc_value_t v;
+  vm_status_t st;
+  CONN_CALL(self, c, st, vmc_get_output_value(c, vm, func, path, depth, &v));
+  if (st) return raise_status(st);
+  PyObject *r = NULL;
+  switch (v.kind) {
+    case VMC_VALUE_NONE: r = Py_NewRef(Py_None); break;
+    case VMC_VALUE_INT: r = PyLong_FromLongLong(v.i); break;
+    case VMC_VALUE_FLOAT: r = PyFloat_FromDouble(v.f); break;
+    case VMC_VALUE_BOOL: r = PyBool_FromLong(v.b); break;
+    case VMC_VALUE_STRING: r = PyUnicode_DecodeUTF8(v.s, (Py_ssize_t)strlen(v.s), "replace"); break;
+    case VMC_VALUE_SHAPE: {
+      PyObject *t = PyTuple_New(v.shape_ndim);
+      if (!t) break;
+      for (uint32_t i = 0; i < v.shape_ndim; i++) {
+        PyObject *d = PyLong_FromLongLong(v.shape[i]);
+        if (!d) {
+          Py_CLEAR(t);
+          break;
+        }
+        PyTuple_SET_ITEM(t, i, d);
+      }
+      if (t) {
+        r = PyObject_CallOneArg(g_shape_type, t);
+        Py_DECREF(t);
+      }
+      break;
+    }
+    case VMC_VALUE_TENSOR: r = tensor_to_array(&v.tensor); break;
+    case VMC_VALUE_TUPLE: {
+      if (depth >= MAX_PATH) {
+        vmc_value_free(&v);
+        return PyErr_Format(PyExc_ValueError, "result tuples nested deeper than %d levels",
+                            MAX_PATH);
+      }
+      r = PyTuple_New(v.tuple_arity);
+      for (uint32_t i = 0; r && i < v.tuple_arity; i++) {
+        path[depth] = i;
+        PyObject *f = fetch_output(self, vm, func, path, depth + 1);
+        if (!f) {
+          Py_CLEAR(r);
+          break;
+        }
+        PyTuple_SET_ITEM(r, i, f);
+      }
+      break;
+    }
+    default: PyErr_Format(PyExc_TypeError, "output of unknown kind %d", (int)v.kind);
+  }
+  vmc_value_free(&v);
+  return r;
+}
+
+static int parse_path(PyObject *seq, uint32_t *path, uint32_t *depth) {
+  PyObject *fast = PySequence_Fast(seq, "path must be a sequence of ints");
+  if (!fast) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  if (n > MAX_PATH) {
+    Py_DECREF(fast);
+    PyErr_Format(PyExc_ValueError, "output path of %zd levels; at most %d", n, MAX_PATH);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    unsigned long x = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (PyErr_Occurred() || x > UINT32_MAX) {
+      Py_DECREF(fast);
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "path index too large");
+      return -1;
+    }
+    path[i] = (uint32_t)x;
+  }
+  *depth = (uint32_t)n;
+  Py_DECREF(fast);
+  return 0;
+}
+
+static PyObject *Connection_get_output(Connection *self, PyObject *args) {
+  unsigned long long id;
+  const char *func;
+  PyObject *path_obj;
+  if (!PyArg_ParseTuple(args, "KsO", &id, &func, &path_obj)) return NULL;
+  uint32_t path[MAX_PATH + 1];
+  uint32_t depth;
+  if (parse_path(path_obj, path, &depth) != 0) return NULL;
+  vmc_vm_t vm = {id};
+  return fetch_output(self, vm, func, path, depth);
+}
+
+/* get_output_into(vm, func, path, out): out is a writable C-contiguous
+ * buffer whose dtype and shape must match the output. */
+static PyObject *Connection_get_output_into(Connection *self, PyObject *args) {
+  unsigned long long id;
+  const char *func;
+  PyObject *path_obj, *out;
+  if (!PyArg_ParseTuple(args, "KsOO", &id, &func, &path_obj, &out)) return NULL;
+  uint32_t path[MAX_PATH + 1];
+  uint32_t depth;
+  if (parse_path(path_obj, path, &depth) != 0) return NULL;
+  Py_buffer view;
+  if (PyObject_GetBuffer(out, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0)
+    return NULL;
+  vm_dtype_t want;
+  PyObject *result = NULL;
+  if (dtype_of_format(view.format, view.itemsize, &want) != 0) goto done;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) goto done;
+  vmc_vm_t vm = {id};
+  vmc_tensor_t meta;
+  vm_status_t st;
+  CONN_CALL(self, c, st,
+            vmc_get_output_into(c, vm, func, path, depth, view.buf, (uint64_t)view.len, &meta));
+  if (st) {
+    raise_status(st);
+    goto done;
+  }
+  int same = vm_dtype_equal(meta.dtype, want) && (int)meta.ndim == view.ndim &&
+             meta.nbytes == (uint64_t)view.len;
+  for (int i = 0; same && i < view.ndim; i++) same = meta.shape[i] == (int64_t)view.shape[i];
+  if (!same) {
+    char dt[24];
+    vm_dtype_str(meta.dtype, dt, sizeof(dt));
+    PyObject *shape = PyTuple_New(meta.ndim);
+    for (uint32_t i = 0; shape && i < meta.ndim; i++)
+      PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(meta.shape[i]));
+    if (shape)
+      PyErr_Format(PyExc_ValueError,
+                   "the output is %s%R; out= must be an array of that dtype and shape", dt, shape);
+    Py_XDECREF(shape);
+    goto done;
+  }
+  result = Py_NewRef(out);
+done:
+  PyBuffer_Release(&view);
+  return result;
+}
+
+/* call(vm, func, args, kwargs, deadline_ms): set inputs, invoke, fetch the
+ * whole result. */
+static PyObject *Connection_call(Connection *self, PyObject *args) {
+  unsigned long long id;
+  const char *func;
+  PyObject *pos, *kw;
+  unsigned int deadline_ms = 0;
+  if (!PyArg_ParseTuple(args, "KsO!O!|I", &id, &func, &PyTuple_Type, &pos, &PyDict_Type, &kw,
+                        &deadline_ms))
+    return NULL;
+  vmc_vm_t vm = {id};
+  if (set_inputs(self, vm, func, pos, kw) != 0) return NULL;
+  double agent_s;
+  if (do_invoke(self, vm, func, deadline_ms, &agent_s) != 0) return NULL;
+  uint32_t path[MAX_PATH + 1];
+  return fetch_output(self, vm, func, path, 0);
+}
+
+static PyObject *seconds_list(const double *s, uint32_t n, int negative_is_none) {
+  PyObject *l = PyList_New(n);
+  for (uint32_t i = 0; l && i < n; i++) {
+    PyObject *x = (negative_is_none && s[i] < 0) ? Py_NewRef(Py_None) : PyFloat_FromDouble(s[i]);
+    if (!x) {
+      Py_CLEAR(l);
+      break;
+    }
+    PyList_SET_ITEM(l, i, x);
+  }
+  return l;
+}
+
+static PyObject *Connection_time_evaluate(Connection *self, PyObject *args) {
+  unsigned long long id;
+  const char *func;
+  vmc_time_params_t p = vmc_time_params_default();
+  unsigned long long flush = 0;
+  if (!PyArg_ParseTuple(args, "Ksiiiiii|K", &id, &func, &p.number, &p.repeat, &p.min_repeat_ms,
+                        &p.limit_zero_time_iterations, &p.cooldown_interval_ms,
+                        &p.repeats_to_cooldown, &flush))
+    return NULL;
+  p.cache_flush_bytes = flush;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  vmc_vm_t vm = {id};
+  vmc_time_result_t r;
+  memset(&r, 0, sizeof(r));
+  vm_status_t st;
+  LONG_CALL(self, c, vm, st, vmc_time_evaluate(c, vm, func, &p, &r));
+  if (long_call_status(st) != 0) {
+    vmc_time_result_free(&r);
+    return NULL;
+  }
+  PyObject *secs = seconds_list(r.seconds, r.repeat, 0);
+  PyObject *dev = secs ? seconds_list(r.device_seconds, r.repeat, 1) : NULL;
+  PyObject *res = NULL;
+  if (dev) {
+    PyObject *dmed =
+        r.device_median_s < 0 ? Py_NewRef(Py_None) : PyFloat_FromDouble(r.device_median_s);
+    res = Py_BuildValue("{s:i,s:N,s:N,s:d,s:d,s:d,s:d,s:d,s:N,s:d}", "number", r.number, "seconds",
+                        secs, "device_seconds", dev, "min", r.min_s, "mean", r.mean_s, "median",
+                        r.median_s, "max", r.max_s, "std", r.std_s, "device_median", dmed, "warmup",
+                        r.warmup_s);
+  } else {
+    Py_XDECREF(secs);
+  }
+  vmc_time_result_free(&r);
+  return res;
+}
+
+static PyObject *Connection_profile(Connection *self, PyObject *args) {
+  unsigned long long id;
+  const char *func;
+  if (!PyArg_ParseTuple(args, "Ks", &id, &func)) return NULL;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  vmc_vm_t vm = {id};
+  vmc_profile_t p;
+  memset(&p, 0, sizeof(p));
+  vm_status_t st;
+  LONG_CALL(self, c, vm, st, vmc_profile(c, vm, func, &p));
+  if (long_call_status(st) != 0) {
+    vmc_profile_free(&p);
+    return NULL;
+  }
+  PyObject *rows = PyList_New(p.num_rows);
+  for (uint32_t i = 0; rows && i < p.num_rows; i++) {
+    const vmc_profile_row_t *w = &p.rows[i];
+    PyObject *dev = w->device_s < 0 ? Py_NewRef(Py_None) : PyFloat_FromDouble(w->device_s);
+    PyObject *row = Py_BuildValue("{s:s,s:K,s:d,s:d,s:N,s:d}", "name", w->name, "calls",
+                                  (unsigned long long)w->calls, "total_s", w->total_s, "mean_s",
+                                  w->mean_s, "device_s", dev, "share", w->share);
+    if (!row) {
+      Py_CLEAR(rows);
+      break;
+    }
+    PyList_SET_ITEM(rows, i, row);
+  }
+  PyObject *res = rows ? Py_BuildValue("(Nd)", rows, p.total_s) : NULL;
+  vmc_profile_free(&p);
+  return res;
+}
+
+static PyObject *Connection_stats(Connection *self, PyObject *unused) {
+  (void)unused;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  vmc_stats_t s;
+  memset(&s, 0, sizeof(s));
+  vm_status_t st;
+  CONN_CALL(self, c, st, vmc_stats(c, &s));
+  if (st) return raise_status(st);
+  PyObject *allocs = PyList_New(s.num_allocators);
+  for (uint32_t i = 0; allocs && i < s.num_allocators; i++) {
+    const vmc_alloc_stats_t *a = &s.allocators[i];
+    PyObject *d = Py_BuildValue(
+        "{s:s,s:s,s:K,s:K,s:K,s:K,s:K}", "device", a->device, "kind", a->kind, "bytes_in_use",
+        (unsigned long long)a->bytes_in_use, "peak_bytes", (unsigned long long)a->peak_bytes,
+        "bytes_reserved", (unsigned long long)a->bytes_reserved, "device_allocs",
+        (unsigned long long)a->device_allocs, "device_frees", (unsigned long long)a->device_frees);
+    if (!d) {
+      Py_CLEAR(allocs);
+      break;
+    }
+    PyList_SET_ITEM(allocs, i, d);
+  }
+  PyObject *res = NULL;
+  if (allocs)
+    res = Py_BuildValue("{s:K,s:I,s:I,s:I,s:N,s:I,s:K,s:K,s:I,s:K,s:K}", "session_bytes",
+                        (unsigned long long)s.session_bytes, "session_vms", s.session_vms,
+                        "session_executables", s.session_executables, "session_transfers",
+                        s.session_transfers, "allocators", allocs, "agent_sessions",
+                        s.agent_sessions, "agent_bytes", (unsigned long long)s.agent_bytes,
+                        "store_bytes", (unsigned long long)s.store_bytes, "store_entries",
+                        s.store_entries, "requests", (unsigned long long)s.requests,
+                        "agent_rss_bytes", (unsigned long long)s.agent_rss_bytes);
+  vmc_stats_free(&s);
+  return res;
+}
+
+static PyMethodDef Connection_methods[] = {
+    {"close", (PyCFunction)Connection_close, METH_NOARGS, "End the session."},
+    {"ping", (PyCFunction)Connection_ping, METH_NOARGS, "Round trip; returns seconds."},
+    {"info", (PyCFunction)Connection_info, METH_NOARGS, "What Hello told, as a dict."},
+    {"upload_file", (PyCFunction)Connection_upload_file, METH_VARARGS,
+     "upload_file(path) -> (exec_id, store_hit, bytes_sent, sha256_hex)"},
+    {"upload_memory", (PyCFunction)Connection_upload_memory, METH_VARARGS,
+     "upload_memory(bytes) -> (exec_id, store_hit, bytes_sent, sha256_hex)"},
+    {"free_exec", (PyCFunction)Connection_free_exec, METH_VARARGS, "free_exec(exec_id)"},
+    {"create_vm", (PyCFunction)Connection_create_vm, METH_VARARGS,
+     "create_vm(exec_id, [(selector, allocator)], exec_mode) -> vm_id"},
+    {"free_vm", (PyCFunction)Connection_free_vm, METH_VARARGS, "free_vm(vm_id)"},
+    {"set_inputs", (PyCFunction)Connection_set_inputs, METH_VARARGS,
+     "set_inputs(vm_id, func, args_tuple, kwargs_dict)"},
+    {"invoke", (PyCFunction)Connection_invoke, METH_VARARGS,
+     "invoke(vm_id, func, deadline_ms=0) -> agent seconds"},
+    {"cancel", (PyCFunction)Connection_cancel, METH_VARARGS, "cancel(vm_id)"},
+    {"get_output", (PyCFunction)Connection_get_output, METH_VARARGS,
+     "get_output(vm_id, func, path) -> value"},
+    {"get_output_into", (PyCFunction)Connection_get_output_into, METH_VARARGS,
+     "get_output_into(vm_id, func, path, out) -> out"},
+    {"call", (PyCFunction)Connection_call, METH_VARARGS,
+     "call(vm_id, func, args, kwargs, deadline_ms=0) -> result"},
+    {"time_evaluate", (PyCFunction)Connection_time_evaluate, METH_VARARGS,
+     "time_evaluate(vm_id, func, number, repeat, min_repeat_ms, limit_zero_time_iterations, "
+     "cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes=0) -> dict"},
+    {"profile", (PyCFunction)Connection_profile, METH_VARARGS,
+     "profile(vm_id, func) -> (rows, total_s)"},
+    {"stats", (PyCFunction)Connection_stats, METH_NOARGS, "The agent's counters, as a dict."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Connection_getset[] = {
+    {"closed", (getter)Connection_closed, NULL, "True after close()", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ConnectionType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vmrpc._core.Connection",
+    .tp_basicsize = sizeof(Connection),
+    .tp_dealloc = (destructor)Connection_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc =
+        "Connection(url, token=None, tls_ca=None, tls_cert=None, tls_key=None, "
+        "connect_timeout_ms=0, request_timeout_ms=0, long_timeout_ms=0, client_name=None)",
+    .tp_methods = Connection_methods,
+    .tp_getset = Connection_getset,
+    .tp_init = (initproc)Connection_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ------------------------------------------------------------- module */
+
+/* _setup(errors: dict[int, type], base_error: type, shape_type: type) */
+static PyObject *mod_setup(PyObject *mod, PyObject *args) {
+  (void)mod;
+  PyObject *errors, *base, *shape;
+  if (!PyArg_ParseTuple(args, "O!OO", &PyDict_Type, &errors, &base, &shape)) return NULL;
+  PyObject *np = PyImport_ImportModule("numpy");
+  if (!np) return NULL;
+  PyObject *asarray = PyObject_GetAttrString(np, "asarray");
+  PyObject *ascontig = PyObject_GetAttrString(np, "ascontiguousarray");
+  Py_DECREF(np);
+  if (!asarray || !ascontig) {
+    Py_XDECREF(asarray);
+    Py_XDECREF(ascontig);
+    return NULL;
+  }
+  PyObject *threading = PyImport_ImportModule("threading");
+  PyObject *main_thread = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+  PyObject *ident = main_thread ? PyObject_GetAttrString(main_thread, "ident") : NULL;
+  Py_XDECREF(threading);
+  Py_XDECREF(main_thread);
+  if (!ident) {
+    Py_DECREF(asarray);
+    Py_DECREF(ascontig);
+    return NULL;
+  }
+  g_main_ident = PyLong_AsUnsignedLong(ident);
+  Py_DECREF(ident);
+  Py_XSETREF(g_asarray, asarray);
+  Py_XSETREF(g_ascontig, ascontig);
+  Py_XSETREF(g_errors, Py_NewRef(errors));
+  Py_XSETREF(g_base_error, Py_NewRef(base));
+  Py_XSETREF(g_shape_type, Py_NewRef(shape));
+  Py_RETURN_NONE;
+}
+
+static PyObject *mod_code_name(PyObject *mod, PyObject *arg) {
+  (void)mod;
+  long code = PyLong_AsLong(arg);
+  if (code == -1 && PyErr_Occurred()) return NULL;
+  return PyUnicode_FromString(vm_code_name((vm_code_t)code));
+}
+
+static PyMethodDef module_methods[] = {
+    {"_setup", mod_setup, METH_VARARGS, "Called once by the vmrpc package."},
+    {"code_name", mod_code_name, METH_O, "code_name(code) -> 'INVALID_ARGUMENT' ..."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    "_core",
+    "CPython binding of libvmclient (used by vmrpc).",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__core(void);
+PyMODINIT_FUNC PyInit__core(void) {
+  if (PyType_Ready(&ConnectionType) < 0 || PyType_Ready(&HostTensorType) < 0) return NULL;
+  PyObject *m = PyModule_Create(&core_module);
+  if (!m) return NULL;
+  Py_INCREF(&ConnectionType);
+  if (PyModule_AddObject(m, "Connection", (PyObject *)&ConnectionType) < 0) {
+    Py_DECREF(&ConnectionType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  Py_INCREF(&HostTensorType);
+  if (PyModule_AddObject(m, "HostTensor", (PyObject *)&HostTensorType) < 0) {
+    Py_DECREF(&HostTensorType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  if (PyModule_AddIntConstant(m, "MAX_NDIM", VMC_MAX_NDIM) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

@@ -1,0 +1,167 @@
+"""Ctrl-C cancels on the agent, the GIL is released while waiting, and 1,000
+calls leak neither client memory nor agent resources."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import vmrpc
+
+from conftest import Agent, wait_busy
+
+
+def _interrupt_main_when_busy(vm: vmrpc.VirtualMachine) -> threading.Thread:
+    def go() -> None:
+        wait_busy(vm)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
+
+    th = threading.Thread(target=go)
+    th.start()
+    return th
+
+
+@pytest.mark.parametrize("what", ["invoke", "call", "time_evaluator", "profile"])
+def test_ctrl_c_cancels_on_the_agent(vm: vmrpc.VirtualMachine, what: str) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    th = _interrupt_main_when_busy(vm)
+    with pytest.raises(KeyboardInterrupt):
+        if what == "invoke":
+            vm.invoke_stateful("spin")
+        elif what == "call":
+            vm["spin"]()
+        elif what == "time_evaluator":
+            vm.time_evaluator("spin", number=1, repeat=1)()
+        else:
+            vm.profile("spin")
+    th.join()
+    # The run was cancelled on the agent: the VM serves the next call at once
+    # (a still-spinning VM would answer FailedPrecondition "busy").
+    assert vm["ident"](11) == 11
+    # Python's own SIGINT handling is back in place.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_from_outside_the_process(agent: Agent, prog: pathlib.Path) -> None:
+    # As a terminal's Ctrl-C: SIGINT from another process while the main thread waits.
+    script = textwrap.dedent(
+        f"""
+        import sys, threading, vmrpc
+        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+        from conftest import wait_busy
+        s = vmrpc.connect({agent.url!r})
+        vm = s.create_vm(s.upload({str(prog)!r}), device="cpu")
+        def tell():
+            wait_busy(vm)
+            print("spinning", flush=True)
+        threading.Thread(target=tell).start()
+        try:
+            vm.invoke_stateful("spin")
+        except KeyboardInterrupt:
+            print("interrupted", vm["ident"](5), s.stats()["session_vms"], flush=True)
+        """
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "spinning"
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0
+    assert out.strip() == "interrupted 5 1"
+
+
+def test_ctrl_c_with_sigint_ignored_does_not_cancel(vm: vmrpc.VirtualMachine) -> None:
+    # With SIGINT ignored nothing is hooked: a cancel from a thread still works.
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        done: list = []
+
+        def run() -> None:
+            try:
+                vm.invoke_stateful("spin")
+            except vmrpc.Cancelled:
+                done.append(True)
+
+        th = threading.Thread(target=run)
+        th.start()
+        wait_busy(vm)
+        os.kill(os.getpid(), signal.SIGINT)  # ignored
+        while th.is_alive():
+            vm.cancel()
+            th.join(0.1)
+        assert done == [True]
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_gil_is_released_during_a_long_invoke(vm: vmrpc.VirtualMachine) -> None:
+    finished = threading.Event()
+    errors: list = []
+
+    def run() -> None:
+        try:
+            vm.invoke_stateful("spin", deadline=120)
+        except vmrpc.VMError as e:
+            errors.append(e)
+        finished.set()
+
+    th = threading.Thread(target=run)
+    th.start()
+    wait_busy(vm)  # Python code of this thread runs while the other waits
+    # Pure-Python work while the invoke is in flight: impossible if the GIL
+    # were held by the waiting thread.
+    total = sum(i * i for i in range(200000))
+    assert total > 0
+    assert not finished.is_set(), "the invoke ended before this thread ran"
+    while th.is_alive():
+        vm.cancel()
+        th.join(0.1)
+    assert len(errors) == 1 and isinstance(errors[0], vmrpc.Cancelled)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_no_leaks_over_1000_calls(sess: vmrpc.Session, vm: vmrpc.VirtualMachine) -> None:
+    x = np.arange(16384, dtype=np.float32)  # 64 KiB in, 64 KiB out per call
+    t = np.ones(3, np.int32)
+    out = np.empty_like(x)
+
+    def round_() -> None:
+        y = vm["ident"](x)
+        assert y[-1] == x[-1]
+        vm.set_input("tup", t, 2)
+        vm.invoke_stateful("tup")
+        assert vm.get_outputs("tup")[2] == 2
+        vm.set_input("ident", x)
+        vm.invoke_stateful("ident")
+        vm.get_output("ident", out=out)
+        try:
+            vm.invoke_stateful("nosuch")
+        except vmrpc.NotFound:
+            pass
+
+    for _ in range(100):  # warm up allocators and caches
+        round_()
+    rss0, refs0, stats0 = _rss_bytes(), sys.getrefcount(x), sess.stats()
+    for _ in range(1000):
+        round_()
+    rss1, stats1 = _rss_bytes(), sess.stats()
+    # A leaked output alone would be 64 MiB over 1,000 calls.
+    assert rss1 - rss0 < 4 * 1024 * 1024, f"RSS grew by {(rss1 - rss0) / 1024:.0f} KiB"
+    assert sys.getrefcount(x) == refs0
+    for k in ("session_bytes", "session_vms", "session_executables", "session_transfers"):
+        assert stats1[k] == stats0[k], k
+

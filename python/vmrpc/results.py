@@ -1,0 +1,127 @@
+"""Results of timing (:class:`TimeResult`) and profiling (:class:`ProfileReport`)."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["TimeResult", "ProfileRow", "ProfileReport"]
+
+
+def _ms(s: Optional[float]) -> str:
+    return "-" if s is None else f"{s * 1e3:.4f}"
+
+
+class TimeResult:
+    """What ``VirtualMachine.time_evaluator(...)(...)`` measured on the agent.
+
+    As TVM's ``ProfileResult``: seconds per call, wall time on the agent.
+    ``results`` has one entry per repeat; ``mean``, ``median``, ``std``,
+    ``min`` and ``max`` are over them. Beside them, the device timer's
+    figures where the device has one (``device_results`` entries and
+    ``device_median`` are None otherwise). ``number`` is the calls per repeat
+    actually used (min_repeat_ms may have grown it) and ``warmup`` the
+    seconds of the discarded first call.
+    """
+
+    __slots__ = (
+        "number",
+        "results",
+        "device_results",
+        "mean",
+        "median",
+        "std",
+        "min",
+        "max",
+        "device_median",
+        "warmup",
+    )
+
+    def __init__(self, d: Dict[str, Any]) -> None:
+        self.number: int = d["number"]
+        self.results: Tuple[float, ...] = tuple(d["seconds"])
+        self.device_results: Tuple[Optional[float], ...] = tuple(d["device_seconds"])
+        self.mean: float = d["mean"]
+        self.median: float = d["median"]
+        self.std: float = d["std"]
+        self.min: float = d["min"]
+        self.max: float = d["max"]
+        self.device_median: Optional[float] = d["device_median"]
+        self.warmup: float = d["warmup"]
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Every field, as a dict of plain Python values (JSON-ready)."""
+        d = {k: getattr(self, k) for k in self.__slots__}
+        d["results"] = list(self.results)
+        d["device_results"] = list(self.device_results)
+        return d
+
+    def __repr__(self) -> str:
+        return (
+            f"TimeResult(mean={self.mean!r}, median={self.median!r}, std={self.std!r}, "
+            f"repeat={len(self.results)}, number={self.number})"
+        )
+
+    def __str__(self) -> str:
+        return (
+            "Execution time summary (per call, "
+            f"{len(self.results)} repeats x {self.number} calls):\n"
+            f" {'mean (ms)':>12} {'median (ms)':>12} {'max (ms)':>12} {'min (ms)':>12} "
+            f"{'std (ms)':>12} {'device (ms)':>12}\n"
+            f" {_ms(self.mean):>12} {_ms(self.median):>12} {_ms(self.max):>12} "
+            f"{_ms(self.min):>12} {_ms(self.std):>12} {_ms(self.device_median):>12}"
+        )
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """One packed function (operator) of a profiled run."""
+
+    name: str
+    calls: int
+    total_s: float
+    mean_s: float
+    device_s: Optional[float]  # None: the device has no timer
+    share: float  # of the sum of total_s
+
+
+class ProfileReport:
+    """Per-operator timing of one run (``VirtualMachine.profile``), rows
+    sorted by total time, largest first. ``str()`` is a table."""
+
+    def __init__(self, rows: Sequence[Dict[str, Any]], total_s: float) -> None:
+        self.rows: List[ProfileRow] = [ProfileRow(**r) for r in rows]
+        self.total_s: float = total_s
+
+    def to_dict(self) -> Dict[str, Any]:
+        """``{"total_s": ..., "rows": [{name, calls, total_s, mean_s, device_s, share}]}``."""
+        return {"total_s": self.total_s, "rows": [asdict(r) for r in self.rows]}
+
+    def to_pandas(self) -> Any:
+        """The rows as a ``pandas.DataFrame`` (needs pandas installed)."""
+        try:
+            pandas = importlib.import_module("pandas")
+        except ImportError as e:
+            raise ImportError("ProfileReport.to_pandas() needs pandas: pip install pandas") from e
+        return pandas.DataFrame([asdict(r) for r in self.rows])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        return f"ProfileReport({len(self.rows)} rows, total_s={self.total_s!r})"
+
+    def __str__(self) -> str:
+        width = max([len("Name")] + [len(r.name) for r in self.rows])
+        lines = [
+            f"{'Name':<{width}} {'Calls':>7} {'Total (ms)':>12} {'Mean (ms)':>12} "
+            f"{'Device (ms)':>12} {'Percent':>8}"
+        ]
+        for r in self.rows:
+            lines.append(
+                f"{r.name:<{width}} {r.calls:>7} {_ms(r.total_s):>12} {_ms(r.mean_s):>12} "
+                f"{_ms(r.device_s):>12} {r.share * 100:>7.2f}%"
+            )
+        lines.append(f"{'Total':<{width}} {'':>7} {_ms(self.total_s):>12}")
+        return "\n".join(lines)
