@@ -1,7 +1,7 @@
 /* Internals of vmagent. Prefix vma_ (the public API is vmagent_).
  *
  * Threads: N workers (one nng context each: recv -> dispatch -> send), one
- * reaper (idle sessions, sessions of closed pipes, repeated cancels), nng's
+ * reaper (idle sessions, sessions of closed pipes, shutdown cancels), nng's
  * own threads (pipe events), and the caller of vmagent_start/stop.
  *
  * Locks, always taken in this order, never the other way round:
@@ -276,14 +276,14 @@ void vma_session_end(vmagent_t *a, vma_session_t *s);
 /* Pipe closed: ends all its sessions. */
 void vma_sessions_close_pipe(vmagent_t *a, uint32_t pipe_id);
 /* Ends sessions idle past the timeout; destroys dead ones with no refs;
- * re-issues cancels. Called by the reaper. */
+ * on shutdown cancels what runs. Called by the reaper. */
 void vma_sessions_reap(vmagent_t *a);
 /* Ends every session and destroys them (no request may be in flight). */
 void vma_sessions_destroy_all(vmagent_t *a);
 /* Frees everything a session holds. */
 void vma_session_destroy(vmagent_t *a, vma_session_t *s);
 /* Cancels every running op of a session (session lock taken inside). */
-void vma_session_cancel_running(vma_session_t *s, int all);
+void vma_session_cancel_running(vma_session_t *s);
 /* Bytes the session holds (session lock held): VM allocators + staging. */
 uint64_t vma_session_bytes_locked(vma_session_t *s, const vma_vm_t *except);
 /* Refreshes a VM's allocator snapshot (session lock held, VM idle). */

@@ -238,7 +238,10 @@ static vm_status_t vma_vm_acquire(vma_session_t *s, uint64_t id, vma_use_t use, 
     vma_vm_snapshot(v);
     v->exclusive = 1;
     v->running = use == VMA_USE_RUN;
+    /* This request owns the VM's cancel token from here: a Cancel from now
+     * on (same lock) sets it and it stays set, however early it lands. */
     atomic_store(&v->cancel_pending, 0);
+    vm_machine_cancel_reset(v->m);
   }
   pthread_mutex_unlock(&s->lock);
   *out_v = v;
@@ -1416,8 +1419,7 @@ static vm_status_t vma_op_cancel(vma_ctx_t *c) {
   pthread_mutex_lock(&s->lock);
   vma_vm_t *v = vma_find_vm(s, q->vm_id);
   if (v && v->running) {
-    /* The reaper repeats the cancel until the op ends, in case it landed
-     * before the VM cleared its flag at the start of an invocation. */
+    /* Sticky until the next request on this VM resets it. */
     atomic_store(&v->cancel_pending, 1);
     vm_machine_cancel(v->m);
   }

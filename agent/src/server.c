@@ -150,8 +150,10 @@ static void *vma_reaper_main(void *arg) {
   vmagent_t *a = arg;
   pthread_mutex_lock(&a->lock);
   while (!a->reaper_quit) {
+    /* reaper_cond waits on CLOCK_MONOTONIC: a wall clock set back must
+     * not stall idle teardown and shutdown cancels. */
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += 100 * 1000 * 1000;
     if (ts.tv_nsec >= 1000000000) {
       ts.tv_sec++;
@@ -254,8 +256,12 @@ vm_status_t vma_server_start(vmagent_t *a) {
   }
   vma_make_url(a);
 
-  if (pthread_cond_init(&a->reaper_cond, NULL) != 0)
-    return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int crv = pthread_cond_init(&a->reaper_cond, &ca);
+  pthread_condattr_destroy(&ca);
+  if (crv != 0) return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
   pthread_mutex_lock(&a->lock);
   a->reaper_started = 1; /* from now on closed pipes go to the reaper */
   pthread_mutex_unlock(&a->lock);
