@@ -79,6 +79,11 @@ static vm_status_t vma_check_config(const vmagent_config_t *c, int has_token) {
                           "most 2G",
                           (unsigned long long)c->max_message_bytes,
                           (unsigned long long)c->chunk_bytes + 4096);
+  if (c->token && strlen(c->token) > VMA_MAX_TOKEN)
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "the token is longer than %d bytes: Hello must fit in the %d bytes "
+                          "taken before a session exists",
+                          VMA_MAX_TOKEN, VMA_PRE_HELLO_MAX_BYTES);
   if (c->max_executable_bytes < 1024 || c->max_executable_bytes > (4ull << 30))
     return vm_status_make(VM_INVALID_ARGUMENT, "max executable size out of range 1K..4G");
   int tls = strncmp(c->listen_url, "tls+", 4) == 0;

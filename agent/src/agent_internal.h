@@ -41,6 +41,11 @@
 #define VMA_MAX_NAME 1024 /* function / parameter names from the wire */
 #define VMA_MAX_SAVE_ARGS 256
 #define VMA_CLOSED_PIPES 1024 /* ring of recently closed pipe ids */
+/* Largest message taken from a connection with no live session: Hello and
+ * Ping fit in it (a token is at most VMA_MAX_TOKEN bytes). Anything larger
+ * is refused before it is decoded. */
+#define VMA_PRE_HELLO_MAX_BYTES 8192
+#define VMA_MAX_TOKEN 4096
 
 /* ---------------------------------------------------------------- store */
 
@@ -284,6 +289,8 @@ void vma_sessions_destroy_all(vmagent_t *a);
 void vma_session_destroy(vmagent_t *a, vma_session_t *s);
 /* Cancels every running op of a session (session lock taken inside). */
 void vma_session_cancel_running(vma_session_t *s);
+/* Whether connection pipe_id has a live session (it said Hello). */
+int vma_pipe_has_session(vmagent_t *a, uint32_t pipe_id);
 /* Bytes the session holds (session lock held): VM allocators + staging. */
 uint64_t vma_session_bytes_locked(vma_session_t *s, const vma_vm_t *except);
 /* Refreshes a VM's allocator snapshot (session lock held, VM idle). */

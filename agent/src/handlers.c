@@ -1555,7 +1555,15 @@ int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len
   atomic_fetch_add(&a->requests, 1);
   const uint8_t *env, *payload;
   size_t env_len, payload_len;
-  vm_status_t st = vmp_frame_split(body, len, 0, &env, &env_len, &payload, &payload_len);
+  vm_status_t st = VM_STATUS_OK;
+  /* A peer that has not said Hello gets no more than Hello needs: its large
+   * message is not decoded at all. */
+  if (len > VMA_PRE_HELLO_MAX_BYTES && !vma_pipe_has_session(a, pipe_id))
+    st = vm_status_make(VM_FAILED_PRECONDITION,
+                        "a %zu-byte message on a connection without a session: until Hello "
+                        "succeeds the agent takes messages of at most %d bytes; send Hello first",
+                        len, VMA_PRE_HELLO_MAX_BYTES);
+  if (!st) st = vmp_frame_split(body, len, 0, &env, &env_len, &payload, &payload_len);
   if (st) {
     VM_LOGD("pipe %u: %s", pipe_id, vm_status_message(st));
     int rc = vma_write_error(out, 0, st);

@@ -153,6 +153,15 @@ void vma_session_cancel_running(vma_session_t *s) {
   pthread_mutex_unlock(&s->lock);
 }
 
+int vma_pipe_has_session(vmagent_t *a, uint32_t pipe_id) {
+  int found = 0;
+  pthread_mutex_lock(&a->lock);
+  for (uint32_t i = 0; i < a->num_sessions && !found; i++)
+    found = a->sessions[i]->pipe_id == pipe_id;
+  pthread_mutex_unlock(&a->lock);
+  return found;
+}
+
 /* Takes s out of the table; lock held. Returns 1 when nobody uses it any
  * more (the caller destroys it, outside the lock). */
 static int vma_end_locked(vmagent_t *a, vma_session_t *s) {

@@ -361,6 +361,14 @@ static void test_start_stop_in_process(void **state) {
   cfg.workers = 0;
   ASSERT_STATUS(vmagent_create(&cfg, &a), VM_INVALID_ARGUMENT, "--workers");
   cfg.workers = 1;
+  /* Hello, token included, must fit in the 8 KiB taken before a session. */
+  char long_token[4098];
+  memset(long_token, 't', sizeof(long_token) - 1);
+  long_token[sizeof(long_token) - 1] = '\0';
+  cfg.token = long_token;
+  ASSERT_STATUS(vmagent_create(&cfg, &a), VM_INVALID_ARGUMENT,
+                "the token is longer than 4096 bytes: Hello must fit in the 8192 bytes");
+  cfg.token = "t";
   /* Address in use. */
   cfg.listen_url = "tcp://127.0.0.1:0";
   vmagent_t *b = NULL;
