@@ -9,6 +9,9 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <nng/supplemental/tls/tls.h>
 #include <nng/transport/tcp/tcp.h>
 
@@ -186,6 +189,22 @@ static vm_status_t vma_read_text(const char *path, const char *what, char **out)
   return VM_STATUS_OK;
 }
 
+/* Logs the SHA-256 fingerprint of the (first) certificate in pem, what a
+ * client pins with --tls-pin. */
+static void vma_log_fingerprint(const char *pem) {
+  BIO *bio = BIO_new_mem_buf(pem, -1);
+  X509 *x = bio ? PEM_read_bio_X509(bio, NULL, NULL, NULL) : NULL;
+  uint8_t md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  if (x && X509_digest(x, EVP_sha256(), md, &n) == 1 && n == 32) {
+    char hex[32 * 3];
+    for (unsigned i = 0; i < n; i++) sprintf(hex + 3 * i, "%02X%s", md[i], i + 1 < n ? ":" : "");
+    VM_LOGI("TLS certificate sha256:%s (what a client gives to --tls-pin)", hex);
+  }
+  X509_free(x);
+  BIO_free(bio);
+}
+
 static vm_status_t vma_tls_setup(vmagent_t *a) {
   const char *engine = nng_tls_engine_name();
   if (!engine || strcmp(engine, "none") == 0)
@@ -207,6 +226,7 @@ static vm_status_t vma_tls_setup(vmagent_t *a) {
   }
   a->tls_config = cfg;
   cfg = NULL;
+  vma_log_fingerprint(cert);
 done:
   if (cfg) nng_tls_config_free(cfg);
   free(cert);
