@@ -125,6 +125,12 @@ static vm_status_t vma_add_device(vmagent_t *a, vm_device_t *dev) {
     vm_device_destroy(dev);
     return vm_status_make(VM_INTERNAL, "pthread_mutex_init failed");
   }
+  vm_status_t gst = vma_gate_init(d);
+  if (gst) {
+    pthread_mutex_destroy(&d->run_lock);
+    vm_device_destroy(dev);
+    return gst;
+  }
   d->dev = dev;
   snprintf(d->selector, sizeof(d->selector), "%s", sel);
   a->num_devices++;
@@ -285,6 +291,7 @@ void vmagent_free(vmagent_t *a) {
   for (uint32_t i = 0; i < a->num_devices; i++) {
     vm_device_destroy(a->devices[i].dev);
     pthread_mutex_destroy(&a->devices[i].run_lock);
+    vma_gate_destroy(&a->devices[i]);
   }
   free(a->sessions);
   pthread_mutex_destroy(&a->lock);

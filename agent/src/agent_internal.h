@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <nng/nng.h>
 
@@ -87,6 +88,12 @@ typedef struct vma_device {
   vm_device_t *dev;
   char selector[32];        /* "cpu", "opencl:0", ... */
   pthread_mutex_t run_lock; /* serialises invocations on this device */
+  /* The quiet gate (device_gate.c): copies outside invocations pass it,
+   * TimeEvaluate / Profile close it. */
+  pthread_mutex_t gate_mu;
+  pthread_cond_t gate_cv;
+  uint32_t copies; /* transfers inside */
+  int measuring;   /* closed: a measurement runs here */
 } vma_device_t;
 
 /* ---------------------------------------------------------------- sessions */
@@ -289,6 +296,23 @@ void vma_sessions_destroy_all(vmagent_t *a);
 void vma_session_destroy(vmagent_t *a, vma_session_t *s);
 /* Cancels every running op of a session (session lock taken inside). */
 void vma_session_cancel_running(vma_session_t *s);
+/* ---- device_gate.c ---- */
+/* *out = now on clock + ms (for timed waits). */
+void vma_time_in(clockid_t clock, uint32_t ms, struct timespec *out);
+vm_status_t vma_gate_init(vma_device_t *d);
+void vma_gate_destroy(vma_device_t *d);
+/* The agent device behind dev, NULL for a VM's private cpu device. */
+vma_device_t *vma_device_of(vmagent_t *a, const vm_device_t *dev);
+/* Around one copy to or from d outside an invocation (d may be NULL):
+ * waits while a measurement runs there (UNAVAILABLE on shutdown). Never
+ * nest two on one thread. */
+vm_status_t vma_copy_enter(vmagent_t *a, vma_device_t *d);
+void vma_copy_exit(vma_device_t *d);
+/* Around a measurement of v (its run locks held): closes the gates of its
+ * devices and waits for the copies inside to finish. */
+void vma_measure_enter(vmagent_t *a, const vma_vm_t *v);
+void vma_measure_exit(vmagent_t *a, const vma_vm_t *v);
+
 /* Whether connection pipe_id has a live session (it said Hello). */
 int vma_pipe_has_session(vmagent_t *a, uint32_t pipe_id);
 /* Bytes the session holds (session lock held): VM allocators + staging. */

@@ -156,12 +156,7 @@ static void *vma_reaper_main(void *arg) {
     /* reaper_cond waits on CLOCK_MONOTONIC: a wall clock set back must
      * not stall idle teardown and shutdown cancels. */
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += 100 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
+    vma_time_in(CLOCK_MONOTONIC, 100, &ts);
     pthread_cond_timedwait(&a->reaper_cond, &a->lock, &ts);
     if (a->reaper_quit) break;
     pthread_mutex_unlock(&a->lock);
