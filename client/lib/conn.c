@@ -23,7 +23,7 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 
-#include "vm/executable.h"
+#include "vm/base.h"
 #include "vmc_internal.h"
 
 #ifndef VMRPC_VERSION
