@@ -8,6 +8,9 @@
 pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 add_library(vmrpc_dep_crypto INTERFACE)
 target_link_libraries(vmrpc_dep_crypto INTERFACE PkgConfig::LIBCRYPTO)
+# libssl: the client's --tls-pin check makes one TLS handshake of its own
+# (nng's TLS engine does not show the peer's certificate).
+pkg_check_modules(LIBSSL REQUIRED IMPORTED_TARGET libssl)
 
 find_package(nng CONFIG QUIET)
 if(NOT nng_FOUND)

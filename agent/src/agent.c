@@ -82,6 +82,11 @@ static vm_status_t vma_check_config(const vmagent_config_t *c, int has_token) {
                           "most 2G",
                           (unsigned long long)c->max_message_bytes,
                           (unsigned long long)c->chunk_bytes + 4096);
+  if (c->token && strlen(c->token) > VMA_MAX_TOKEN)
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "the token is longer than %d bytes: Hello must fit in the %d bytes "
+                          "taken before a session exists",
+                          VMA_MAX_TOKEN, VMA_PRE_HELLO_MAX_BYTES);
   if (c->max_executable_bytes < 1024 || c->max_executable_bytes > (4ull << 30))
     return vm_status_make(VM_INVALID_ARGUMENT, "max executable size out of range 1K..4G");
   int tls = strncmp(c->listen_url, "tls+", 4) == 0;
@@ -141,6 +146,12 @@ static vm_status_t vma_add_device(vmagent_t *a, vm_device_t *dev) {
     }
     VM_LOGI("device %s: carried kernels %s (%s device)", sel, allow ? "allowed" : "denied",
             cpu ? "cpu" : "gpu");
+  }
+  vm_status_t gst = vma_gate_init(d);
+  if (gst) {
+    pthread_mutex_destroy(&d->run_lock);
+    vm_device_destroy(dev);
+    return gst;
   }
   d->dev = dev;
   snprintf(d->selector, sizeof(d->selector), "%s", sel);
@@ -302,6 +313,7 @@ void vmagent_free(vmagent_t *a) {
   for (uint32_t i = 0; i < a->num_devices; i++) {
     vm_device_destroy(a->devices[i].dev);
     pthread_mutex_destroy(&a->devices[i].run_lock);
+    vma_gate_destroy(&a->devices[i]);
   }
   free(a->sessions);
   pthread_mutex_destroy(&a->lock);

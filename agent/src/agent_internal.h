@@ -1,7 +1,7 @@
 /* Internals of vmagent. Prefix vma_ (the public API is vmagent_).
  *
  * Threads: N workers (one nng context each: recv -> dispatch -> send), one
- * reaper (idle sessions, sessions of closed pipes, repeated cancels), nng's
+ * reaper (idle sessions, sessions of closed pipes, shutdown cancels), nng's
  * own threads (pipe events), and the caller of vmagent_start/stop.
  *
  * Locks, always taken in this order, never the other way round:
@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <nng/nng.h>
 
@@ -41,6 +42,11 @@
 #define VMA_MAX_NAME 1024 /* function / parameter names from the wire */
 #define VMA_MAX_SAVE_ARGS 256
 #define VMA_CLOSED_PIPES 1024 /* ring of recently closed pipe ids */
+/* Largest message taken from a connection with no live session: Hello and
+ * Ping fit in it (a token is at most VMA_MAX_TOKEN bytes). Anything larger
+ * is refused before it is decoded. */
+#define VMA_PRE_HELLO_MAX_BYTES 8192
+#define VMA_MAX_TOKEN 4096
 
 /* ---------------------------------------------------------------- store */
 
@@ -82,6 +88,12 @@ typedef struct vma_device {
   vm_device_t *dev;
   char selector[32];        /* "cpu", "opencl:0", ... */
   pthread_mutex_t run_lock; /* serialises invocations on this device */
+  /* The quiet gate (device_gate.c): copies outside invocations pass it,
+   * TimeEvaluate / Profile close it. */
+  pthread_mutex_t gate_mu;
+  pthread_cond_t gate_cv;
+  uint32_t copies; /* transfers inside */
+  int measuring;   /* closed: a measurement runs here */
 } vma_device_t;
 
 /* ---------------------------------------------------------------- sessions */
@@ -276,14 +288,33 @@ void vma_session_end(vmagent_t *a, vma_session_t *s);
 /* Pipe closed: ends all its sessions. */
 void vma_sessions_close_pipe(vmagent_t *a, uint32_t pipe_id);
 /* Ends sessions idle past the timeout; destroys dead ones with no refs;
- * re-issues cancels. Called by the reaper. */
+ * on shutdown cancels what runs. Called by the reaper. */
 void vma_sessions_reap(vmagent_t *a);
 /* Ends every session and destroys them (no request may be in flight). */
 void vma_sessions_destroy_all(vmagent_t *a);
 /* Frees everything a session holds. */
 void vma_session_destroy(vmagent_t *a, vma_session_t *s);
 /* Cancels every running op of a session (session lock taken inside). */
-void vma_session_cancel_running(vma_session_t *s, int all);
+void vma_session_cancel_running(vma_session_t *s);
+/* ---- device_gate.c ---- */
+/* *out = now on clock + ms (for timed waits). */
+void vma_time_in(clockid_t clock, uint32_t ms, struct timespec *out);
+vm_status_t vma_gate_init(vma_device_t *d);
+void vma_gate_destroy(vma_device_t *d);
+/* The agent device behind dev, NULL for a VM's private cpu device. */
+vma_device_t *vma_device_of(vmagent_t *a, const vm_device_t *dev);
+/* Around one copy to or from d outside an invocation (d may be NULL):
+ * waits while a measurement runs there (UNAVAILABLE on shutdown). Never
+ * nest two on one thread. */
+vm_status_t vma_copy_enter(vmagent_t *a, vma_device_t *d);
+void vma_copy_exit(vma_device_t *d);
+/* Around a measurement of v (its run locks held): closes the gates of its
+ * devices and waits for the copies inside to finish. */
+void vma_measure_enter(vmagent_t *a, const vma_vm_t *v);
+void vma_measure_exit(vmagent_t *a, const vma_vm_t *v);
+
+/* Whether connection pipe_id has a live session (it said Hello). */
+int vma_pipe_has_session(vmagent_t *a, uint32_t pipe_id);
 /* Bytes the session holds (session lock held): VM allocators + staging. */
 uint64_t vma_session_bytes_locked(vma_session_t *s, const vma_vm_t *except);
 /* Refreshes a VM's allocator snapshot (session lock held, VM idle). */

@@ -238,7 +238,10 @@ static vm_status_t vma_vm_acquire(vma_session_t *s, uint64_t id, vma_use_t use, 
     vma_vm_snapshot(v);
     v->exclusive = 1;
     v->running = use == VMA_USE_RUN;
+    /* This request owns the VM's cancel token from here: a Cancel from now
+     * on (same lock) sets it and it stays set, however early it lands. */
     atomic_store(&v->cancel_pending, 0);
+    vm_machine_cancel_reset(v->m);
   }
   pthread_mutex_unlock(&s->lock);
   *out_v = v;
@@ -316,12 +319,7 @@ static vm_status_t vma_lock_devices(vmagent_t *a, vma_vm_t *v, uint64_t deadline
     if (a->on_block) a->on_block(a);
     for (;;) {
       struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 50 * 1000 * 1000;
-      if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-      }
+      vma_time_in(CLOCK_REALTIME, 50, &ts);
       if (pthread_mutex_timedlock(&d->run_lock, &ts) == 0) break;
       vm_status_t st = VM_STATUS_OK;
       if (atomic_load(&v->cancel_pending))
@@ -441,8 +439,12 @@ static vm_status_t vma_tensor_from_host(vmagent_t *a, vma_session_t *s, vma_vm_t
   VM_RETURN_IF_ERROR(vm_tensor_alloc(vm_machine_allocator(v->m, 0), dt, dims, ndim, out));
   vm_tensor_t *t = vm_value_as_tensor(out);
   vm_storage_t *sto = t->storage;
-  vm_status_t st =
-      sto->device->ops->copy_from_host(sto->device, sto->buffer, t->offset, data, nbytes);
+  vma_device_t *gate = vma_device_of(a, sto->device);
+  vm_status_t st = vma_copy_enter(a, gate);
+  if (!st) {
+    st = sto->device->ops->copy_from_host(sto->device, sto->buffer, t->offset, data, nbytes);
+    vma_copy_exit(gate);
+  }
   if (st) {
     vm_value_release(out);
     return st;
@@ -852,7 +854,12 @@ static vm_status_t vma_op_create_vm(vma_ctx_t *c) {
   mc.allocators = kinds;
   mc.registry = a->registry;
   mc.mem_limit_bytes = limit ? limit - used : 0;
+  /* Creation copies the tensor constants onto device 0. */
+  vma_device_t *gate = vma_device_of(a, devs[0]);
+  st = vma_copy_enter(a, gate);
+  if (st) goto fail;
   st = vm_machine_create(e->exec, &mc, &v->m);
+  vma_copy_exit(gate);
   if (st) goto fail;
   v->entry = e;
   /* Run locks in index order; the machine's own appended cpu device (if
@@ -956,8 +963,13 @@ static vm_status_t vma_op_tensor_chunk(vma_ctx_t *c) {
    * buffer, not the VM, so it may overlap an invocation of that VM. */
   vm_tensor_t *tt = vm_value_as_tensor(&t->tensor);
   vm_storage_t *sto = tt->storage;
-  st = sto->device->ops->copy_from_host(sto->device, sto->buffer, tt->offset + q->offset,
-                                        c->payload, c->payload_len);
+  vma_device_t *gate = vma_device_of(c->a, sto->device);
+  st = vma_copy_enter(c->a, gate);
+  if (!st) {
+    st = sto->device->ops->copy_from_host(sto->device, sto->buffer, tt->offset + q->offset,
+                                          c->payload, c->payload_len);
+    vma_copy_exit(gate);
+  }
   vma_chunk_finish(s, &t->ck, idx, c->payload_len, st == VM_STATUS_OK);
   if (st) return st;
   VMA_RESPONSE(c, TENSOR_CHUNK, tensor_chunk, tensor_chunk_response);
@@ -985,11 +997,15 @@ static vm_status_t vma_op_set_input(vma_ctx_t *c) {
   if (!st && left)
     st = vm_status_make(VM_INVALID_ARGUMENT, "the tensor needs %zu payload bytes but %zu were sent",
                         c->payload_len - left, c->payload_len);
+  /* Setting may copy the value onto device 0. */
+  vma_device_t *gate = vma_device_of(c->a, vm_machine_device(v->m, 0));
+  if (!st) st = vma_copy_enter(c->a, gate);
   if (!st) {
     if (q->param_case == VMRPC__SET_INPUT_REQUEST__PARAM_NAME)
       st = vm_machine_set_input_by_name(v->m, q->func, q->name, &val);
     else
       st = vm_machine_set_input(v->m, q->func, q->index, &val);
+    vma_copy_exit(gate);
   }
   vm_value_release(&val);
   if (!st) vma_consume_transfers(s, consumed, nc);
@@ -1185,8 +1201,13 @@ static vm_status_t vma_op_get_output(vma_ctx_t *c) {
       vmp_frame_write(&c->rs.base, buf);
       if (len) {
         vm_storage_t *sto = t->storage;
-        st = sto->device->ops->copy_to_host(sto->device, buf + env, sto->buffer,
-                                            t->offset + q->offset, len);
+        vma_device_t *gate = vma_device_of(a, sto->device);
+        st = vma_copy_enter(a, gate);
+        if (!st) {
+          st = sto->device->ops->copy_to_host(sto->device, buf + env, sto->buffer,
+                                              t->offset + q->offset, len);
+          vma_copy_exit(gate);
+        }
       }
       if (!st) c->replied = 1;
     }
@@ -1271,7 +1292,9 @@ static vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
   VM_RETURN_IF_ERROR(vma_run_locked(c, q->vm_id, 0, &v));
   vm_time_result_t res;
   memset(&res, 0, sizeof(res));
+  vma_measure_enter(c->a, v);
   vm_status_t st = vm_machine_time_evaluate(v->m, q->func, &p, &res);
+  vma_measure_exit(c->a, v);
   vma_run_unlock(c, v);
   if (st) return st;
   Vmrpc__TimeEvaluateResponse *r =
@@ -1309,7 +1332,9 @@ static vm_status_t vma_op_profile(vma_ctx_t *c) {
   VM_RETURN_IF_ERROR(vma_run_locked(c, q->vm_id, 0, &v));
   vm_profile_t prof;
   memset(&prof, 0, sizeof(prof));
+  vma_measure_enter(c->a, v);
   vm_status_t st = vm_machine_profile(v->m, q->func, &prof);
+  vma_measure_exit(c->a, v);
   vma_run_unlock(c, v);
   if (st) return st;
   Vmrpc__ProfileResponse *r = VMA_RESPONSE(c, PROFILE, profile, profile_response);
@@ -1416,8 +1441,7 @@ static vm_status_t vma_op_cancel(vma_ctx_t *c) {
   pthread_mutex_lock(&s->lock);
   vma_vm_t *v = vma_find_vm(s, q->vm_id);
   if (v && v->running) {
-    /* The reaper repeats the cancel until the op ends, in case it landed
-     * before the VM cleared its flag at the start of an invocation. */
+    /* Sticky until the next request on this VM resets it. */
     atomic_store(&v->cancel_pending, 1);
     vm_machine_cancel(v->m);
   }
@@ -1553,7 +1577,15 @@ int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len
   atomic_fetch_add(&a->requests, 1);
   const uint8_t *env, *payload;
   size_t env_len, payload_len;
-  vm_status_t st = vmp_frame_split(body, len, 0, &env, &env_len, &payload, &payload_len);
+  vm_status_t st = VM_STATUS_OK;
+  /* A peer that has not said Hello gets no more than Hello needs: its large
+   * message is not decoded at all. */
+  if (len > VMA_PRE_HELLO_MAX_BYTES && !vma_pipe_has_session(a, pipe_id))
+    st = vm_status_make(VM_FAILED_PRECONDITION,
+                        "a %zu-byte message on a connection without a session: until Hello "
+                        "succeeds the agent takes messages of at most %d bytes; send Hello first",
+                        len, VMA_PRE_HELLO_MAX_BYTES);
+  if (!st) st = vmp_frame_split(body, len, 0, &env, &env_len, &payload, &payload_len);
   if (st) {
     VM_LOGD("pipe %u: %s", pipe_id, vm_status_message(st));
     int rc = vma_write_error(out, 0, st);

@@ -9,6 +9,9 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <nng/supplemental/tls/tls.h>
 #include <nng/transport/tcp/tcp.h>
 
@@ -150,13 +153,10 @@ static void *vma_reaper_main(void *arg) {
   vmagent_t *a = arg;
   pthread_mutex_lock(&a->lock);
   while (!a->reaper_quit) {
+    /* reaper_cond waits on CLOCK_MONOTONIC: a wall clock set back must
+     * not stall idle teardown and shutdown cancels. */
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
+    vma_time_in(CLOCK_MONOTONIC, 100, &ts);
     pthread_cond_timedwait(&a->reaper_cond, &a->lock, &ts);
     if (a->reaper_quit) break;
     pthread_mutex_unlock(&a->lock);
@@ -184,6 +184,22 @@ static vm_status_t vma_read_text(const char *path, const char *what, char **out)
   return VM_STATUS_OK;
 }
 
+/* Logs the SHA-256 fingerprint of the (first) certificate in pem, what a
+ * client pins with --tls-pin. */
+static void vma_log_fingerprint(const char *pem) {
+  BIO *bio = BIO_new_mem_buf(pem, -1);
+  X509 *x = bio ? PEM_read_bio_X509(bio, NULL, NULL, NULL) : NULL;
+  uint8_t md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  if (x && X509_digest(x, EVP_sha256(), md, &n) == 1 && n == 32) {
+    char hex[32 * 3];
+    for (unsigned i = 0; i < n; i++) sprintf(hex + 3 * i, "%02X%s", md[i], i + 1 < n ? ":" : "");
+    VM_LOGI("TLS certificate sha256:%s (what a client gives to --tls-pin)", hex);
+  }
+  X509_free(x);
+  BIO_free(bio);
+}
+
 static vm_status_t vma_tls_setup(vmagent_t *a) {
   const char *engine = nng_tls_engine_name();
   if (!engine || strcmp(engine, "none") == 0)
@@ -205,6 +221,7 @@ static vm_status_t vma_tls_setup(vmagent_t *a) {
   }
   a->tls_config = cfg;
   cfg = NULL;
+  vma_log_fingerprint(cert);
 done:
   if (cfg) nng_tls_config_free(cfg);
   free(cert);
@@ -254,8 +271,12 @@ vm_status_t vma_server_start(vmagent_t *a) {
   }
   vma_make_url(a);
 
-  if (pthread_cond_init(&a->reaper_cond, NULL) != 0)
-    return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int crv = pthread_cond_init(&a->reaper_cond, &ca);
+  pthread_condattr_destroy(&ca);
+  if (crv != 0) return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
   pthread_mutex_lock(&a->lock);
   a->reaper_started = 1; /* from now on closed pipes go to the reaper */
   pthread_mutex_unlock(&a->lock);

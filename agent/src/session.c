@@ -142,15 +142,24 @@ void vma_session_release(vmagent_t *a, vma_session_t *s) {
   if (destroy) vma_session_destroy(a, s);
 }
 
-void vma_session_cancel_running(vma_session_t *s, int all) {
+void vma_session_cancel_running(vma_session_t *s) {
   pthread_mutex_lock(&s->lock);
   for (vma_vm_t *v = s->vms; v; v = v->next) {
-    if (v->running && (all || atomic_load(&v->cancel_pending))) {
+    if (v->running) {
       atomic_store(&v->cancel_pending, 1);
       vm_machine_cancel(v->m);
     }
   }
   pthread_mutex_unlock(&s->lock);
+}
+
+int vma_pipe_has_session(vmagent_t *a, uint32_t pipe_id) {
+  int found = 0;
+  pthread_mutex_lock(&a->lock);
+  for (uint32_t i = 0; i < a->num_sessions && !found; i++)
+    found = a->sessions[i]->pipe_id == pipe_id;
+  pthread_mutex_unlock(&a->lock);
+  return found;
 }
 
 /* Takes s out of the table; lock held. Returns 1 when nobody uses it any
@@ -163,7 +172,7 @@ static int vma_end_locked(vmagent_t *a, vma_session_t *s) {
   pthread_mutex_lock(&s->lock);
   s->ended = 1;
   pthread_mutex_unlock(&s->lock);
-  vma_session_cancel_running(s, 1);
+  vma_session_cancel_running(s);
   if (s->refs == 0) return 1;
   /* A request of it may be about to start an invocation (it holds the
    * session but not yet the VM): the reaper cancels again until the last
@@ -241,13 +250,13 @@ void vma_sessions_reap(vmagent_t *a) {
       doomed = s;
       continue;
     }
-    /* A cancel can land between an invocation's start and the moment the
-     * VM clears its cancel flag; repeating it closes that window. On
-     * shutdown every running invocation is cancelled. */
-    vma_session_cancel_running(s, stopping);
+    /* A Cancel is sticky (the VM never clears it), so it needs no
+     * repeating. On shutdown every running invocation is cancelled, again
+     * each round: one may have passed the stopping check just before. */
+    if (stopping) vma_session_cancel_running(s);
     i++;
   }
-  for (vma_session_t *s = a->ending; s; s = s->next_ending) vma_session_cancel_running(s, 1);
+  for (vma_session_t *s = a->ending; s; s = s->next_ending) vma_session_cancel_running(s);
   pthread_mutex_unlock(&a->lock);
   while (doomed) {
     vma_session_t *s = doomed;

@@ -149,9 +149,9 @@ typedef struct vmc_conn vmc_conn_t;
  * strings and 0 numbers take the defaults. */
 typedef struct vmc_conn_opts {
   const char *token;          /* required when the agent has --token-file */
-  const char *tls_ca_file;    /* PEM CA bundle: verify the agent's certificate
-                                 (tls+tcp:// only; without it the certificate is
-                                 not verified) */
+  const char *tls_ca_file;    /* PEM CA bundle that signed the agent's
+                                 certificate (tls+tcp:// only; default: the
+                                 system CA store) */
   const char *tls_cert;       /* PEM client certificate (tls+tcp://, optional) */
   const char *tls_key;        /* PEM private key of tls_cert */
   int32_t connect_timeout_ms; /* dial + Hello (default 5000) */
@@ -161,6 +161,15 @@ typedef struct vmc_conn_opts {
    * Invoke with a deadline waits deadline + request_timeout_ms. */
   int32_t long_timeout_ms;
   const char *client_name; /* shown in the agent's log (default "libvmclient/VERSION") */
+  /* tls+tcp:// trusts, in this order of choice (at most one of the three):
+   * tls_pin "sha256:HEX": exactly the agent certificate with that SHA-256
+   * fingerprint (64 hex digits, colons allowed; the certificate must be
+   * self-signed); tls_ca_file; tls_insecure != 0: nothing — the agent's
+   * certificate is not checked, so anyone on the path can read the token
+   * and the data. Without any of them the system CA store verifies the
+   * agent's certificate and its host name. */
+  const char *tls_pin;
+  int32_t tls_insecure;
 } vmc_conn_opts_t;
 
 /* Connects to url ("tcp://HOST:PORT", "tls+tcp://HOST:PORT", "ipc:///path")
@@ -169,7 +178,10 @@ typedef struct vmc_conn_opts {
  * vmc_close().
  * Errors: INVALID_ARGUMENT for a malformed URL or options; UNAVAILABLE when
  * the agent cannot be reached (the message says how to start one);
- * DEADLINE_EXCEEDED after connect_timeout_ms; UNAUTHENTICATED for a missing
+ * DEADLINE_EXCEEDED after connect_timeout_ms; UNAVAILABLE also when the
+ * agent's TLS certificate fails verification or does not match tls_pin;
+ * NOT_FOUND / PERMISSION_DENIED for a TLS file that cannot be read;
+ * UNAUTHENTICATED for a missing
  * or wrong token; FAILED_PRECONDITION for an agent of another protocol
  * major version; RESOURCE_EXHAUSTED when the agent is at --max-sessions. */
 vm_status_t vmc_connect(const char *url, const vmc_conn_opts_t *opts, vmc_conn_t **out_conn);

@@ -23,7 +23,7 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 
-#include "vm/executable.h"
+#include "vm/base.h"
 #include "vmc_internal.h"
 
 #ifndef VMRPC_VERSION
@@ -658,7 +658,17 @@ static vm_status_t read_pem(const char *path, const char *what, char **out) {
   uint8_t *data;
   size_t size;
   vm_status_t st = vm_read_file(path, 1u << 20, &data, &size);
-  if (st) return vm_status_annotate(st, "reading the %s", what);
+  if (st) {
+    /* Missing: NOT_FOUND; any other reason it cannot be read (permissions,
+     * a directory, too big): PERMISSION_DENIED. Both are I/O errors to the
+     * CLI (exit 4), not usage errors. */
+    if (vm_status_code(st) != VM_NOT_FOUND) {
+      vm_status_t io = vm_status_make(VM_PERMISSION_DENIED, "%s", vm_status_message(st));
+      vm_status_free(st);
+      st = io;
+    }
+    return vm_status_annotate(st, "reading the %s", what);
+  }
   char *s = malloc(size + 1);
   if (!s) {
     free(data);
@@ -671,6 +681,52 @@ static vm_status_t read_pem(const char *path, const char *what, char **out) {
   return VM_STATUS_OK;
 }
 
+/* The trust anchors of a tls+tcp:// connection (see vmc_conn_opts_t):
+ * pinned certificate, CA file, system store, or (insecure) nothing. */
+static vm_status_t tls_trust(vmc_conn_t *c, const vmc_conn_opts_t *o, nng_tls_config *cfg,
+                             const nng_url *u) {
+  int has_ca = o->tls_ca_file && o->tls_ca_file[0], has_pin = o->tls_pin && o->tls_pin[0];
+  if (has_ca + has_pin + (o->tls_insecure != 0) > 1)
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "give at most one of --tls-ca, --tls-pin and --tls-insecure");
+  int rv;
+  if (o->tls_insecure) {
+    rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_NONE);
+    return rv ? vmp_nng_status(rv, "disabling TLS verification") : VM_STATUS_OK;
+  }
+  char *pem = NULL;
+  const char *what;
+  if (has_pin) {
+    uint8_t pin[32];
+    VM_RETURN_IF_ERROR(vmci_tls_pin_parse(o->tls_pin, pin));
+    const char *port = u->u_port && u->u_port[0] ? u->u_port : "443";
+    VM_RETURN_IF_ERROR(vmci_tls_probe_pin(c->url, u->u_hostname, port, c->connect_timeout_ms,
+                                          o->tls_pin, pin, &pem));
+    /* No host name check: the pinned key is the identity. */
+    what = "the pinned certificate";
+  } else {
+    what = has_ca ? o->tls_ca_file : vmci_tls_system_ca();
+    if (!what)
+      return vm_status_make(VM_FAILED_PRECONDITION,
+                            "no system CA store to verify the agent's certificate with (looked "
+                            "at $SSL_CERT_FILE and /etc/ssl/certs/ca-certificates.crt ...): give "
+                            "--tls-ca FILE or --tls-pin sha256:HEX (or, on a trusted network "
+                            "only, --tls-insecure)");
+    VM_RETURN_IF_ERROR(read_pem(what, has_ca ? "TLS CA file" : "system CA store", &pem));
+    nng_tls_config_server_name(cfg, u->u_hostname);
+  }
+  vm_status_t st = VM_STATUS_OK;
+  rv = nng_tls_config_ca_chain(cfg, pem, NULL);
+  if (rv)
+    st = vm_status_make(VM_INVALID_ARGUMENT,
+                        "cannot use '%s' as TLS trust anchors: %s (expected PEM certificates)",
+                        what, nng_strerror(rv));
+  else if ((rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)))
+    st = vmp_nng_status(rv, "requiring TLS verification");
+  free(pem);
+  return st;
+}
+
 static vm_status_t tls_setup(vmc_conn_t *c, const vmc_conn_opts_t *o) {
   nng_url *u = NULL;
   nng_tls_config *cfg = NULL;
@@ -681,20 +737,11 @@ static vm_status_t tls_setup(vmc_conn_t *c, const vmc_conn_opts_t *o) {
     st = vmci_nng_error(c, rv, "setting up TLS (is nng built with TLS support?)", 0);
     goto done;
   }
-  if (nng_url_parse(&u, c->url) == 0 && u->u_hostname && u->u_hostname[0])
-    nng_tls_config_server_name(cfg, u->u_hostname);
-  if (o->tls_ca_file && o->tls_ca_file[0]) {
-    rv = nng_tls_config_ca_file(cfg, o->tls_ca_file);
-    if (rv) {
-      st = vm_status_make(VM_INVALID_ARGUMENT,
-                          "cannot load the TLS CA file '%s': %s (expected a PEM bundle)",
-                          o->tls_ca_file, nng_strerror(rv));
-      goto done;
-    }
-    nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED);
-  } else {
-    nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_NONE);
+  if (nng_url_parse(&u, c->url) != 0 || !u->u_hostname || !u->u_hostname[0]) {
+    st = vm_status_make(VM_INVALID_ARGUMENT, "'%s' names no host: use tls+tcp://HOST:PORT", c->url);
+    goto done;
   }
+  if ((st = tls_trust(c, o, cfg, u))) goto done;
   int has_cert = o->tls_cert && o->tls_cert[0], has_key = o->tls_key && o->tls_key[0];
   if (has_cert != has_key) {
     st = vm_status_make(VM_INVALID_ARGUMENT,
@@ -796,9 +843,10 @@ static vm_status_t dial(vmc_conn_t *c) {
     case NNG_EPEERAUTH:
     case NNG_ECRYPTO:
       return vm_status_make(VM_UNAVAILABLE,
-                            "TLS handshake with the agent at %s failed: %s — check "
-                            "--tls-ca (the agent's certificate must be signed by it) and that "
-                            "the agent listens on tls+tcp://",
+                            "TLS handshake with the agent at %s failed: %s — its certificate "
+                            "must be signed by --tls-ca (default: the system CA store) and name "
+                            "the host, or match --tls-pin sha256:HEX; check also that the agent "
+                            "listens on tls+tcp://",
                             c->url, nng_strerror(j.rv));
     default:
       return vm_status_make(VM_UNAVAILABLE,
@@ -928,7 +976,7 @@ vm_status_t vmc_connect(const char *url, const vmc_conn_opts_t *opts, vmc_conn_t
                           "no agent URL given: pass --host tcp://HOST:PORT or set VMCLIENT_HOST");
   int is_tls = strncmp(url, "tls+", 4) == 0;
   if (!is_tls && ((o.tls_ca_file && o.tls_ca_file[0]) || (o.tls_cert && o.tls_cert[0]) ||
-                  (o.tls_key && o.tls_key[0])))
+                  (o.tls_key && o.tls_key[0]) || (o.tls_pin && o.tls_pin[0]) || o.tls_insecure))
     return vm_status_make(VM_INVALID_ARGUMENT,
                           "TLS options were given but '%s' is not a tls+tcp:// URL: use "
                           "tls+tcp://HOST:PORT",

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "vm/executable.h"
+#include "vm/base.h"
 #include "vmclient.h"
 
 /* Headers longer than this are refused (numpy writes < 200 bytes for up to

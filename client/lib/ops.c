@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "vm/executable.h"
+#include "vm/base.h"
 #include "vmc_internal.h"
 
 #define OP(name) VMRPC__REQUEST__OP_##name

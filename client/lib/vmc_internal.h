@@ -161,4 +161,15 @@ VMCI_API void vmci_memo_put(const struct stat *before, const struct stat *after,
                             const uint8_t sha[32]);
 VMCI_API void vmci_memo_forget(const struct stat *st);
 
+/* TLS trust (tls_trust.c). system_ca: the system's CA bundle ($SSL_CERT_FILE,
+ * else the first readable well-known path), NULL when there is none.
+ * pin_parse: "sha256:" + 64 hex digits (colons allowed) -> 32 bytes.
+ * probe_pin: one TLS handshake with host:port; the presented certificate
+ * must hash to pin and be self-signed; *out_pem receives it (PEM, malloc). */
+VMCI_API const char *vmci_tls_system_ca(void);
+VMCI_API vm_status_t vmci_tls_pin_parse(const char *pin, uint8_t out[32]);
+VMCI_API vm_status_t vmci_tls_probe_pin(const char *url, const char *host, const char *port,
+                                        int32_t timeout_ms, const char *pin_text,
+                                        const uint8_t pin[32], char **out_pem);
+
 #endif /* VMC_INTERNAL_H */

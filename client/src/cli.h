@@ -40,11 +40,13 @@ typedef struct cli_global {
   const char *token_file;     /* --token-file: first line is the token */
   int32_t timeout_ms;         /* --timeout: request and long timeouts (0 = library default) */
   int32_t connect_timeout_ms; /* --connect-timeout (0 = library default) */
-  const char *tls_ca;         /* --tls-ca */
-  const char *tls_cert;       /* --tls-cert */
-  const char *tls_key;        /* --tls-key */
-  int json;                   /* --json: one JSON object on stdout */
-  int quiet;                  /* --quiet: no progress, notes or human report */
+  const char *tls_ca;     /* --tls-ca */
+  const char *tls_cert;   /* --tls-cert */
+  const char *tls_key;    /* --tls-key */
+  const char *tls_pin;    /* --tls-pin sha256:HEX */
+  int tls_insecure;       /* --tls-insecure */
+  int json;               /* --json: one JSON object on stdout */
+  int quiet;              /* --quiet: no progress, notes or human report */
 } cli_global_t;
 
 typedef int (*cli_cmd_fn)(const cli_global_t *g, int argc, char **argv);
@@ -130,6 +132,8 @@ enum {
   CLI_GOPT_TLS_CA,
   CLI_GOPT_TLS_CERT,
   CLI_GOPT_TLS_KEY,
+  CLI_GOPT_TLS_PIN,
+  CLI_GOPT_TLS_INSECURE,
   CLI_GOPT_JSON,
   CLI_GOPT_QUIET,
 };
@@ -144,6 +148,8 @@ enum {
   {"tls-ca", 0, 1, CLI_GOPT_TLS_CA},                    \
   {"tls-cert", 0, 1, CLI_GOPT_TLS_CERT},                \
   {"tls-key", 0, 1, CLI_GOPT_TLS_KEY},                  \
+  {"tls-pin", 0, 1, CLI_GOPT_TLS_PIN},                  \
+  {"tls-insecure", 0, 0, CLI_GOPT_TLS_INSECURE},        \
   {"json", 0, 0, CLI_GOPT_JSON},                        \
   {"quiet", 'q', 0, CLI_GOPT_QUIET}
 /* clang-format on */

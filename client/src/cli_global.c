@@ -19,7 +19,12 @@ const char cli_global_help[] =
     "  --timeout MS           limit of every request, invoke, bench and profile included\n"
     "                         [30000 per request; invoke/bench/profile unlimited]\n"
     "  --connect-timeout MS   limit of connecting and the Hello [5000]\n"
-    "  --tls-ca F             PEM CA bundle to verify a tls+tcp:// agent\n"
+    "  --tls-ca F             PEM CA bundle that signed a tls+tcp:// agent's certificate\n"
+    "                         [the system CA store]\n"
+    "  --tls-pin sha256:HEX   trust exactly the (self-signed) agent certificate with this\n"
+    "                         SHA-256 fingerprint instead\n"
+    "  --tls-insecure         do not verify the agent's certificate (anyone on the path\n"
+    "                         can read the token and the data)\n"
     "  --tls-cert F, --tls-key F  client certificate and key for tls+tcp://\n"
     "  --json                 print one JSON object on standard output\n"
     "  -q, --quiet            no progress bars, notes or human-readable report\n";
@@ -96,6 +101,8 @@ int cli_global_apply(cli_global_t *g, const char *cmd, int id, const char *val) 
     case CLI_GOPT_TLS_CA: return nonempty(cmd, "tls-ca", val, &g->tls_ca);
     case CLI_GOPT_TLS_CERT: return nonempty(cmd, "tls-cert", val, &g->tls_cert);
     case CLI_GOPT_TLS_KEY: return nonempty(cmd, "tls-key", val, &g->tls_key);
+    case CLI_GOPT_TLS_PIN: return nonempty(cmd, "tls-pin", val, &g->tls_pin);
+    case CLI_GOPT_TLS_INSECURE: g->tls_insecure = 1; return CLI_EXIT_OK;
     case CLI_GOPT_JSON: g->json = 1; return CLI_EXIT_OK;
     case CLI_GOPT_QUIET: g->quiet = 1; return CLI_EXIT_OK;
     default:

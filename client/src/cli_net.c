@@ -78,6 +78,12 @@ int cli_connect(const cli_global_t *g, const char *cmd, vmc_conn_t **out_conn) {
   o.tls_ca_file = g->tls_ca;
   o.tls_cert = g->tls_cert;
   o.tls_key = g->tls_key;
+  o.tls_pin = g->tls_pin;
+  o.tls_insecure = g->tls_insecure;
+  if (g->tls_insecure && !g->tls_ca && !g->tls_pin && strncmp(url, "tls+", 4) == 0)
+    cli_error(cmd,
+              "warning: --tls-insecure: the agent's certificate is not verified; anyone on the "
+              "path can read the token and the data (use --tls-ca or --tls-pin)");
   o.connect_timeout_ms = g->connect_timeout_ms;
   o.request_timeout_ms = g->timeout_ms;
   o.long_timeout_ms = g->timeout_ms;

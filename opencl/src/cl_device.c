@@ -395,11 +395,18 @@ static vm_status_t vmcl_select(const char *selector, const vmcl_found_t *found, 
  * Device timer
  *
  * While the timer runs, every enqueue of this module (kernels through
- * vmcl_launch, copies, and events handed to vmcl_track_event) keeps its
- * event. timer_end finishes the queue and sums (END - START) of every event:
- * the busy time of kernels and copies on the device, excluding gaps between
- * commands and host-side overhead.
+ * vmcl_launch, copies, and events handed to vmcl_track_event) made by the
+ * thread that started the timer keeps its event; commands of other threads
+ * on the same device are not counted. timer_end finishes the queue and
+ * sums (END - START) of every kept event: the busy time of the measured
+ * code's kernels and copies, excluding gaps between commands and host-side
+ * overhead.
  */
+
+/* Whether the calling thread's commands are timed now. Lock held. */
+static int vmcl_timed_here_locked(const vmcl_dev_t *d) {
+  return d->timing && pthread_equal(d->timing_thread, pthread_self());
+}
 
 /* Above this many pending events, they are waited for and folded into
  * timed_seconds so a long timed loop does not grow without bound. */
@@ -441,7 +448,7 @@ static void vmcl_release_events_locked(vmcl_dev_t *d) {
 void vmcl_track_event(vmcl_dev_t *d, cl_event ev) {
   if (!ev) return;
   pthread_mutex_lock(&d->lock);
-  if (!d->timing) {
+  if (!vmcl_timed_here_locked(d)) {
     pthread_mutex_unlock(&d->lock);
     vmcl_released(clReleaseEvent(ev), "clReleaseEvent");
     return;
@@ -471,7 +478,7 @@ void vmcl_track_event(vmcl_dev_t *d, cl_event ev) {
 
 cl_event *vmcl_event_slot(vmcl_dev_t *d, cl_event *ev) {
   pthread_mutex_lock(&d->lock);
-  int t = d->timing;
+  int t = vmcl_timed_here_locked(d);
   pthread_mutex_unlock(&d->lock);
   return t ? ev : NULL;
 }
@@ -592,6 +599,7 @@ static vm_status_t vmcl_timer_begin(vm_device_t *dev) {
   vmcl_release_events_locked(d);
   d->timed_seconds = 0.0;
   d->timing = 1;
+  d->timing_thread = pthread_self();
   pthread_mutex_unlock(&d->lock);
   return VM_STATUS_OK;
 }

@@ -37,8 +37,12 @@ typedef struct vmcl_dev {
   cl_context context;
   cl_command_queue queue; /* in order, CL_QUEUE_PROFILING_ENABLE */
   vmcl_program_cache_t *cache;
-  /* device timer: while timing, every enqueue records its event */
+  /* device timer: while timing, every enqueue of the thread that started
+   * it (timing_thread: the one running the measured function) records its
+   * event; other threads' commands (another session's transfers) are not
+   * part of the figure */
   int timing;
+  pthread_t timing_thread;
   cl_event *events;
   uint32_t num_events, cap_events;
   double timed_seconds; /* accumulated from drained events */

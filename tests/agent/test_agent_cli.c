@@ -179,7 +179,8 @@ static void test_tls(void **state) {
   assert_int_equal(agent_proc_start(&p, args), 0);
   assert_non_null(strstr(p.url, "tls+tcp://127.0.0.1:"));
 
-  /* A TLS client (no certificate check: the cert is self-signed). */
+  /* A TLS client that verifies the agent: its self-signed certificate is
+   * the CA, and the host name must match its CN. */
   hw_conn_t c;
   memset(&c, 0, sizeof(c));
   c.next_id = 1;
@@ -189,7 +190,9 @@ static void test_tls(void **state) {
   nng_tls_config *tc;
   assert_int_equal(nng_dialer_create(&d, c.sock, p.url), 0);
   assert_int_equal(nng_tls_config_alloc(&tc, NNG_TLS_MODE_CLIENT), 0);
-  assert_int_equal(nng_tls_config_auth_mode(tc, NNG_TLS_AUTH_MODE_NONE), 0);
+  assert_int_equal(nng_tls_config_ca_file(tc, cert), 0);
+  assert_int_equal(nng_tls_config_server_name(tc, "localhost"), 0);
+  assert_int_equal(nng_tls_config_auth_mode(tc, NNG_TLS_AUTH_MODE_REQUIRED), 0);
   assert_int_equal(nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tc), 0);
   assert_int_equal(nng_dialer_start(d, 0), 0);
   hw_reply_t r;

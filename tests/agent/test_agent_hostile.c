@@ -172,6 +172,50 @@ static void test_oversized_message_is_dropped(void **state) {
   hw_close(&c);
 }
 
+/* Before Hello a connection gets 8 KiB messages, not --max-message: a
+ * larger one is refused undecoded (a 9 KiB Hello used to make a session).
+ * The same connection's Hello then works, and after it the full size. */
+static void test_pre_hello_cap(void **state) {
+  (void)state;
+  hw_conn_t c;
+  assert_int_equal(hw_open(&c, g_agent.url), 0);
+  char *name = malloc(9 * 1024 + 1);
+  memset(name, 'n', 9 * 1024);
+  name[9 * 1024] = '\0';
+  Vmrpc__Request rq = VMRPC__REQUEST__INIT;
+  Vmrpc__HelloRequest h = VMRPC__HELLO_REQUEST__INIT;
+  h.protocol_major = 1;
+  h.client_name = name;
+  h.token = (char *)"";
+  rq.id = 5;
+  rq.op_case = VMRPC__REQUEST__OP_HELLO;
+  rq.hello = &h;
+  hw_reply_t r;
+  CALL_CODE_IS(&c, &rq, NULL, 0, VM_FAILED_PRECONDITION, &r);
+  assert_int_equal(r.rs->id, 0); /* not decoded: the id is unknown */
+  expect_msg(&r, "until Hello succeeds the agent takes messages of at most 8192 bytes; send "
+                 "Hello first");
+  /* A garbage body of the same size: the same answer, not a decode error. */
+  uint8_t *junk = malloc(9 * 1024);
+  memset(junk, 0xff, 9 * 1024);
+  CODE_IS(hw_call_raw(&c, junk, 9 * 1024, &r) ? -1 : hw_code(&r), VM_FAILED_PRECONDITION, &r);
+  expect_msg(&r, "a 9216-byte message on a connection without a session");
+  /* A Hello that fits makes a session; then 9 KiB messages are served. */
+  h.client_name = (char *)"small";
+  CALL_CODE_IS(&c, &rq, NULL, 0, 0, &r);
+  c.session = r.rs->hello->session;
+  hw_reply_free(&r);
+  h.client_name = name;
+  CALL_CODE_IS(&c, &rq, NULL, 0, 0, &r);
+  hw_reply_free(&r);
+  CODE_IS(hw_call_raw(&c, junk, 9 * 1024, &r) ? -1 : hw_code(&r), VM_INVALID_ARGUMENT, &r);
+  expect_msg(&r, "exceeds the limit");
+  free(junk);
+  free(name);
+  ping_ok(&c);
+  hw_close(&c);
+}
+
 static void test_unknown_and_empty_operation(void **state) {
   (void)state;
   hw_conn_t c;
@@ -658,6 +702,7 @@ int main(void) {
       cmocka_unit_test(test_garbage_bodies),
       cmocka_unit_test(test_truncated_frame),
       cmocka_unit_test(test_oversized_message_is_dropped),
+      cmocka_unit_test(test_pre_hello_cap),
       cmocka_unit_test(test_unknown_and_empty_operation),
       cmocka_unit_test(test_unexpected_payload),
       cmocka_unit_test(test_sessions_and_handles),

@@ -15,6 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
 #include "agent_internal.h"
 #include "helper_agent.h"
 #include "helper_wire.h"
@@ -195,6 +199,89 @@ static void test_pipes_and_sessions(void **state) {
   vmagent_free(a); /* frees s2 */
 }
 
+typedef struct gate_probe {
+  vmagent_t *a;
+  vma_vm_t *v;
+  atomic_int done;
+  vm_status_t st;
+} gate_probe_t;
+
+static void *gate_copy_main(void *arg) {
+  gate_probe_t *g = arg;
+  g->st = vma_copy_enter(g->a, &g->a->devices[0]);
+  atomic_store(&g->done, 1);
+  if (!g->st) vma_copy_exit(&g->a->devices[0]);
+  return NULL;
+}
+
+static void *gate_measure_main(void *arg) {
+  gate_probe_t *g = arg;
+  vma_measure_enter(g->a, g->v);
+  atomic_store(&g->done, 1);
+  return NULL;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {0, ms * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+/* The quiet gate of a device: while a TimeEvaluate / Profile measures there,
+ * another request's copy (TensorChunk, GetOutput, SetInput ...) waits, so
+ * it cannot delay the measured syncs or enter the figures; a measurement
+ * first waits for the copies already running. (The waits are checked one
+ * way only: a broken gate lets the other side through at once.) */
+static void test_device_gate(void **state) {
+  (void)state;
+  vmagent_t *a = new_agent(NULL);
+  vma_device_t *d = &a->devices[0];
+  assert_ptr_equal(vma_device_of(a, d->dev), d);
+  assert_null(vma_device_of(a, NULL));
+  vma_vm_t v;
+  memset(&v, 0, sizeof(v));
+  v.num_devs = 1;
+  v.dev_idx[0] = 0;
+  gate_probe_t g = {a, &v, 0, VM_STATUS_OK};
+  pthread_t th;
+
+  /* a copy waits for the measurement */
+  vma_measure_enter(a, &v);
+  assert_int_equal(pthread_create(&th, NULL, gate_copy_main, &g), 0);
+  sleep_ms(200);
+  assert_int_equal(atomic_load(&g.done), 0);
+  assert_int_equal(d->copies, 0);
+  vma_measure_exit(a, &v);
+  pthread_join(th, NULL);
+  assert_int_equal(atomic_load(&g.done), 1);
+  ASSERT_OK(g.st);
+  assert_int_equal(d->copies, 0);
+
+  /* a measurement waits for the copy inside, and closes the gate at once */
+  ASSERT_OK(vma_copy_enter(a, d));
+  atomic_store(&g.done, 0);
+  assert_int_equal(pthread_create(&th, NULL, gate_measure_main, &g), 0);
+  sleep_ms(200);
+  assert_int_equal(atomic_load(&g.done), 0);
+  pthread_mutex_lock(&d->gate_mu);
+  assert_int_equal(d->measuring, 1);
+  pthread_mutex_unlock(&d->gate_mu);
+  vma_copy_exit(d);
+  pthread_join(th, NULL);
+  assert_int_equal(atomic_load(&g.done), 1);
+
+  /* on shutdown a copy stops waiting */
+  atomic_store(&a->stopping, 1);
+  ASSERT_STATUS(vma_copy_enter(a, d), VM_UNAVAILABLE, "the agent is shutting down");
+  atomic_store(&a->stopping, 0);
+  vma_measure_exit(a, &v);
+  ASSERT_OK(vma_copy_enter(a, d));
+  vma_copy_exit(d);
+  ASSERT_OK(vma_copy_enter(a, NULL)); /* a VM's private cpu device: no gate */
+  vma_copy_exit(NULL);
+  vmagent_free(a);
+}
+
 static void test_url_is_local(void **state) {
   (void)state;
   assert_true(vma_url_is_local("tcp://127.0.0.1:9090"));
@@ -361,6 +448,14 @@ static void test_start_stop_in_process(void **state) {
   cfg.workers = 0;
   ASSERT_STATUS(vmagent_create(&cfg, &a), VM_INVALID_ARGUMENT, "--workers");
   cfg.workers = 1;
+  /* Hello, token included, must fit in the 8 KiB taken before a session. */
+  char long_token[4098];
+  memset(long_token, 't', sizeof(long_token) - 1);
+  long_token[sizeof(long_token) - 1] = '\0';
+  cfg.token = long_token;
+  ASSERT_STATUS(vmagent_create(&cfg, &a), VM_INVALID_ARGUMENT,
+                "the token is longer than 4096 bytes: Hello must fit in the 8192 bytes");
+  cfg.token = "t";
   /* Address in use. */
   cfg.listen_url = "tcp://127.0.0.1:0";
   vmagent_t *b = NULL;
@@ -378,6 +473,7 @@ int main(void) {
       cmocka_unit_test(test_handle_message_any_bytes),
       cmocka_unit_test(test_pipes_and_sessions),
       cmocka_unit_test(test_url_is_local),
+      cmocka_unit_test(test_device_gate),
       cmocka_unit_test(test_store_lru_and_corruption),
       cmocka_unit_test(test_start_stop_in_process),
   };

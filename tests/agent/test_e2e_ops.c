@@ -643,8 +643,36 @@ static void test_token(void **state) {
   unlink(path);
 }
 
-/* tls+tcp:// with the agent's self-signed certificate as the CA; a wrong
- * CA fails the handshake with advice. */
+/* The SHA-256 fingerprint of a PEM certificate as "sha256:AA:BB:...". */
+static void cert_fingerprint(const char *cert, char *out, size_t cap) {
+  char cmd[512], line[512];
+  snprintf(cmd, sizeof(cmd), "openssl x509 -noout -fingerprint -sha256 -in %s", cert);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof(line), f));
+  pclose(f);
+  char *eq = strchr(line, '=');
+  assert_non_null(eq);
+  eq[strcspn(eq, "\r\n")] = '\0';
+  snprintf(out, cap, "sha256:%s", eq + 1);
+}
+
+/* Connects with o and uploads: the connection works. */
+static void tls_works(const char *url, const vmc_conn_opts_t *o) {
+  vmc_conn_t *c = NULL;
+  ASSERT_OK(vmc_connect(url, o, &c));
+  vmc_exec_t ex;
+  ASSERT_OK(vmc_upload_memory(c, S.prog, S.prog_size, NULL, NULL, &ex, NULL));
+  ASSERT_OK(vmc_ping(c, NULL));
+  vmc_close(c);
+}
+
+/* tls+tcp:// trust: the agent's self-signed certificate (CN 127.0.0.1) as
+ * the CA, as the system store, or pinned by fingerprint; without any of
+ * them the system store verifies (and refuses this certificate: before,
+ * the client did not verify at all and sent its token to whoever answered);
+ * --tls-insecure is explicit. Wrong CA, wrong pin, bad options and missing
+ * files fail with advice. */
 static void test_tls(void **state) {
   (void)state;
   char dir[64], cmd[2048], cert[96], key[96], other[96], okey[96];
@@ -665,20 +693,79 @@ static void test_tls(void **state) {
   agent_proc_t a;
   assert_int_equal(agent_proc_start(&a, args), 0);
   assert_true(strncmp(a.url, "tls+tcp://", 10) == 0);
+  char *saved_env = getenv("SSL_CERT_FILE") ? strdup(getenv("SSL_CERT_FILE")) : NULL;
   vmc_conn_opts_t o;
   memset(&o, 0, sizeof(o));
-  o.tls_ca_file = cert;
-  vmc_conn_t *c = NULL;
-  ASSERT_OK(vmc_connect(a.url, &o, &c));
-  vmc_exec_t ex;
-  ASSERT_OK(vmc_upload_memory(c, S.prog, S.prog_size, NULL, NULL, &ex, NULL));
-  ASSERT_OK(vmc_ping(c, NULL));
-  vmc_close(c);
-  o.tls_ca_file = other;
   o.connect_timeout_ms = 3000;
+  vmc_conn_t *c = NULL;
+
+  /* Verified by default: the system store does not know this certificate. */
+  unsetenv("SSL_CERT_FILE");
+  vm_status_t st = vmc_connect(a.url, &o, &c);
+  assert_non_null(st);
+  assert_null(c);
+  assert_true(vm_status_code(st) == VM_UNAVAILABLE ||
+              vm_status_code(st) == VM_FAILED_PRECONDITION); /* no system store at all */
+  vm_status_free(st);
+  setenv("SSL_CERT_FILE", other, 1);
+  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_UNAVAILABLE,
+                "must be signed by --tls-ca (default: the system CA store)");
+  setenv("SSL_CERT_FILE", "/nonexistent/store.pem", 1);
+  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_FAILED_PRECONDITION,
+                "no system CA store to verify the agent's certificate with");
+  setenv("SSL_CERT_FILE", cert, 1); /* a store that holds it: verified, host name too */
+  tls_works(a.url, &o);
+  unsetenv("SSL_CERT_FILE");
+
+  /* --tls-ca */
+  o.tls_ca_file = cert;
+  tls_works(a.url, &o);
+  o.tls_ca_file = other;
   ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_UNAVAILABLE, "--tls-ca");
   o.tls_ca_file = "/nonexistent/ca.pem";
-  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_INVALID_ARGUMENT, "cannot load the TLS CA file");
+  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_NOT_FOUND, "reading the TLS CA file");
+  o.tls_ca_file = dir; /* a directory: cannot be read */
+  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_PERMISSION_DENIED, "reading the TLS CA file");
+  o.tls_ca_file = NULL;
+
+  /* --tls-pin, as openssl prints it and as bare lower-case hex */
+  char pin[160], other_pin[160], bare[80];
+  cert_fingerprint(cert, pin, sizeof(pin));
+  cert_fingerprint(other, other_pin, sizeof(other_pin));
+  o.tls_pin = pin;
+  tls_works(a.url, &o);
+  size_t n = 0;
+  n += (size_t)snprintf(bare, sizeof(bare), "SHA256:");
+  for (const char *p = pin + 7; *p; p++)
+    if (*p != ':') bare[n++] = (char)(*p >= 'A' && *p <= 'F' ? *p - 'A' + 'a' : *p);
+  bare[n] = '\0';
+  o.tls_pin = bare;
+  tls_works(a.url, &o);
+  o.tls_pin = other_pin;
+  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_UNAVAILABLE, "not the one pinned by --tls-pin");
+  o.tls_pin = "sha256:abcd";
+  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_INVALID_ARGUMENT,
+                "expected sha256: and the 64 hex digits");
+  o.tls_pin = "md5:00";
+  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_INVALID_ARGUMENT, "expected sha256:");
+  o.tls_pin = pin;
+  o.tls_ca_file = cert;
+  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_INVALID_ARGUMENT,
+                "give at most one of --tls-ca, --tls-pin and --tls-insecure");
+  o.tls_pin = NULL;
+  o.tls_ca_file = NULL;
+
+  /* --tls-insecure: only when asked for, and alone */
+  o.tls_insecure = 1;
+  tls_works(a.url, &o);
+  o.tls_ca_file = cert;
+  ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_INVALID_ARGUMENT, "give at most one of");
+  o.tls_ca_file = NULL;
+  ASSERT_STATUS(vmc_connect("tcp://127.0.0.1:1", &o, &c), VM_INVALID_ARGUMENT,
+                "is not a tls+tcp:// URL");
+
+  if (saved_env) setenv("SSL_CERT_FILE", saved_env, 1);
+  free(saved_env);
   assert_int_equal(agent_proc_stop(&a), 0);
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);

@@ -241,6 +241,24 @@ static void test_tls_with_ca(void **state) {
     vmc_close(c);
     if (round == 1) break;
 
+    /* This certificate matches its pin but is signed by the CA: it cannot be
+     * its own trust anchor, and the client says to use --tls-ca. */
+    char fp_cmd[600], pin[200] = "sha256:";
+    snprintf(fp_cmd, sizeof(fp_cmd), "openssl x509 -noout -fingerprint -sha256 -in %s", cert);
+    FILE *fp = popen(fp_cmd, "r");
+    assert_non_null(fp);
+    char line[200];
+    assert_non_null(fgets(line, sizeof(line), fp));
+    pclose(fp);
+    assert_non_null(strchr(line, '='));
+    strncat(pin, strchr(line, '=') + 1, 100);
+    pin[strcspn(pin, "\r\n")] = '\0';
+    vmc_conn_opts_t pinned = o;
+    pinned.tls_ca_file = NULL;
+    pinned.tls_pin = pin;
+    ASSERT_STATUS(vmc_connect(p.url, &pinned, &c), VM_FAILED_PRECONDITION,
+                  "matches --tls-pin but is not self-signed");
+
     /* A plaintext client on the TLS port: a clean, bounded failure. */
     char plain[300];
     snprintf(plain, sizeof(plain), "tcp://%s", p.url + strlen("tls+tcp://"));

@@ -996,6 +996,29 @@ static void test_agent_down(void **state) {
   /* A malformed URL is a usage error. */
   CLI(EXIT_USAGE, &r, "--host", "bogus://x", "info");
   run_result_free(&r);
+  /* TLS trust options are checked before dialling: a missing --tls-ca is an
+   * I/O error (exit 4, as documented; it used to be 2), a malformed pin or
+   * two trust options a usage error. */
+  char tls[64];
+  snprintf(tls, sizeof(tls), "tls+tcp://127.0.0.1:%d", free_port());
+  CLI(EXIT_IO, &r, "--host", tls, "--tls-ca", "no-such-ca.pem", "info");
+  expect_in(r.err, "NOT_FOUND: reading the TLS CA file");
+  run_result_free(&r);
+  CLI(EXIT_USAGE, &r, "--host", tls, "--tls-pin", "sha256:12", "info");
+  expect_in(r.err, "--tls-pin 'sha256:12': expected sha256: and the 64 hex digits");
+  run_result_free(&r);
+  CLI(EXIT_USAGE, &r, "--host", tls, "--tls-insecure", "--tls-ca", "x.pem", "info");
+  expect_in(r.err, "give at most one of --tls-ca, --tls-pin and --tls-insecure");
+  run_result_free(&r);
+  /* --tls-insecure says what it costs (then the agent is simply down). */
+  const char *insecure[] = {"--host", tls, "--connect-timeout", "3000", "--tls-insecure",
+                            "ping",   NULL};
+  run_prog(g_vmclient, insecure, &r);
+  assert_true(WIFEXITED(r.status) && WEXITSTATUS(r.status) == EXIT_CONNECT);
+  expect_in(r.err,
+            "vmclient: ping: warning: --tls-insecure: the agent's certificate is not "
+            "verified; anyone on the path can read the token and the data");
+  run_result_free(&r);
 }
 
 static void test_token(void **state) {

@@ -1,6 +1,7 @@
 /* The OpenCL device (opencl/src/cl_device.c) on whatever OpenCL platform the
  * machine has (PoCL in CI): enumeration, selection, properties, memory,
  * copies, the device timer and the error table. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -276,6 +277,70 @@ static void test_timer_measures_kernels_and_copies(void **state) {
   free(host);
 }
 
+typedef struct foreign_copy {
+  vm_device_t *dev;
+  vm_buffer_t buf;
+  uint8_t *host;
+  uint64_t nbytes;
+  vm_status_t st;
+} foreign_copy_t;
+
+/* Another session's transfer: a write and a read of the whole buffer. */
+static void *foreign_copy_main(void *arg) {
+  foreign_copy_t *fc = arg;
+  fc->st = fc->dev->ops->copy_from_host(fc->dev, fc->buf, 0, fc->host, fc->nbytes);
+  if (!fc->st) fc->st = fc->dev->ops->copy_to_host(fc->dev, fc->host, fc->buf, 0, fc->nbytes);
+  return NULL;
+}
+
+/* The device timer counts only the commands of the thread that started it
+ * (the one running the measured function): 64 MiB of copies that another
+ * thread (another session's TensorChunk / GetOutput) enqueues on the same
+ * device meanwhile keep no event and add nothing. Before, every enqueue
+ * while the timer ran was counted. */
+static void test_timer_ignores_other_threads(void **state) {
+  fixture_t *f = *state;
+  vm_device_t *dev = f->dev;
+  vmcl_dev_t *d = vmcl_get(dev);
+  foreign_copy_t fc = {dev, {NULL}, NULL, 64u << 20, VM_STATUS_OK};
+  fc.host = malloc(fc.nbytes);
+  assert_non_null(fc.host);
+  memset(fc.host, 7, fc.nbytes);
+  ASSERT_OK(dev->ops->alloc(dev, fc.nbytes, &fc.buf));
+
+  double seconds = -1;
+  ASSERT_OK(dev->ops->timer_begin(dev));
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, foreign_copy_main, &fc), 0);
+  pthread_join(th, NULL);
+  ASSERT_OK(fc.st);
+  assert_int_equal(d->num_events, 0);
+  ASSERT_OK(dev->ops->timer_end(dev, &seconds));
+  assert_true(seconds == 0.0);
+
+  /* the timing thread's own command is counted, the other's copies not */
+  cl_kernel k = NULL;
+  ASSERT_OK(vmcl_get_kernel(d, k_fill_src, 0, "", "fill", &k));
+  cl_mem mem = (cl_mem)fc.buf.handle;
+  float v = 1.0f;
+  cl_int n = 1024;
+  assert_int_equal(clSetKernelArg(k, 0, sizeof(mem), &mem), CL_SUCCESS);
+  assert_int_equal(clSetKernelArg(k, 1, sizeof(v), &v), CL_SUCCESS);
+  assert_int_equal(clSetKernelArg(k, 2, sizeof(n), &n), CL_SUCCESS);
+  ASSERT_OK(dev->ops->timer_begin(dev));
+  assert_int_equal(pthread_create(&th, NULL, foreign_copy_main, &fc), 0);
+  size_t global = 1024;
+  ASSERT_OK(vmcl_launch(d, k, 1, &global, NULL));
+  pthread_join(th, NULL);
+  ASSERT_OK(fc.st);
+  assert_int_equal(d->num_events, 1);
+  ASSERT_OK(dev->ops->timer_end(dev, &seconds));
+  assert_true(seconds > 0.0);
+
+  dev->ops->free(dev, fc.buf, fc.nbytes);
+  free(fc.host);
+}
+
 static void test_cache_stats_of_other_devices(void **state) {
   (void)state;
   vmcl_cache_stats_t s;
@@ -296,6 +361,7 @@ int main(void) {
       cmocka_unit_test(test_alloc_copy_round_trip),
       cmocka_unit_test(test_alloc_over_max_alloc),
       cmocka_unit_test(test_timer_measures_kernels_and_copies),
+      cmocka_unit_test(test_timer_ignores_other_threads),
       cmocka_unit_test(test_cache_stats_of_other_devices),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -457,8 +457,7 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Cancels every millisecond until told to stop: the first cancel may land
- * before the invocation started (which clears the flag). */
+/* Cancels every millisecond until told to stop. */
 static void *cancel_thread(void *arg) {
   canceller_t *c = arg;
   sleep_ms(5);
@@ -489,9 +488,35 @@ static void test_cancel_endless_goto(void **state) {
   emit_sum_loop(f);
   fx_machine(f);
   run_cancelled(f->m, "spin");
+  vm_machine_cancel_reset(f->m);
   run_cancelled(f->m, "spin_if");
-  /* a cancel requested between invocations is forgotten when one starts */
+  vm_machine_cancel_reset(f->m);
+  assert_int_equal(invoke_int1(f->m, "sum", 10), 45);
+}
+
+/* The cancel token is sticky: a cancel that lands before an invocation
+ * starts stops it (the machine used to clear the flag at the start, so such
+ * a cancel was lost and an endless loop ran on), and every later one, until
+ * the caller resets the token. */
+static void test_cancel_before_invoke(void **state) {
+  fx_t *f = *state;
+  emit_endless_goto(f);
+  emit_sum_loop(f);
+  fx_machine(f);
+  assert_false(vm_machine_cancel_requested(f->m));
   vm_machine_cancel(f->m);
+  assert_true(vm_machine_cancel_requested(f->m));
+  /* a safety net so a lost cancel fails the test instead of hanging it */
+  vm_machine_set_deadline(f->m, vm_now_ns() + UINT64_C(20000000000));
+  vm_value_t out;
+  ASSERT_STATUS(vm_machine_invoke(f->m, "spin", NULL, 0, &out), VM_CANCELLED,
+                "invocation cancelled");
+  ASSERT_STATUS(vm_machine_invoke(f->m, "sum", (vm_value_t[]){vm_value_int(10)}, 1, &out),
+                VM_CANCELLED, "invocation cancelled");
+  assert_true(vm_machine_cancel_requested(f->m));
+  vm_machine_set_deadline(f->m, 0);
+  vm_machine_cancel_reset(f->m);
+  assert_false(vm_machine_cancel_requested(f->m));
   assert_int_equal(invoke_int1(f->m, "sum", 10), 45);
 }
 
@@ -960,6 +985,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_depth_limit_config, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_big_register_files, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_cancel_endless_goto, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_cancel_before_invoke, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_deadline_endless_loop, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_missing_builtins_listed, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_builtin_error_annotated, fx_setup, fx_teardown),

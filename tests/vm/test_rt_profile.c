@@ -276,13 +276,11 @@ static void test_time_evaluate_errors(void **state) {
 /* A Cancel that lands between two runs of an evaluation (here: during a
  * long cooldown pause) ends it at once with CANCELLED; before the fix, each
  * run, a new top-level invocation, forgot it and the evaluation went on for
- * all its repeats (100 s here). A cancel from before the evaluation does not
- * fail it, as for an invocation. */
+ * all its repeats (100 s here). The token is sticky: a cancel from before
+ * the evaluation ends it too, until the caller resets the token. */
 static _Atomic int g_eval_done;
 
-/* Cancels every 150 ms until the evaluation returned (at most 40 times): a
- * cancel that a loaded machine delivers before the evaluation started is
- * forgotten by design, and the next one lands between runs. */
+/* Cancels every 150 ms until the evaluation returned (at most 40 times). */
 static void *cancel_later(void *arg) {
   for (int i = 0; i < 40 && !atomic_load(&g_eval_done); i++) {
     struct timespec ts = {0, 150 * 1000 * 1000};
@@ -314,10 +312,14 @@ static void test_time_evaluate_cancel_between_runs(void **state) {
   assert_null(r.seconds);
   double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   assert_true(took < 5.0);
-  /* a stale cancel (the VM was idle) is forgotten */
+  /* a cancel from while the VM was idle is honoured until reset */
+  vm_machine_cancel_reset(e->m);
   vm_machine_cancel(e->m);
   p.repeat = 2;
   p.cooldown_interval_ms = 1;
+  ASSERT_STATUS(vm_machine_time_evaluate(e->m, "inner", &p, &r), VM_CANCELLED,
+                "invocation cancelled");
+  vm_machine_cancel_reset(e->m);
   ASSERT_OK(vm_machine_time_evaluate(e->m, "inner", &p, &r));
   assert_int_equal(r.repeat, 2);
   vm_time_result_free(&r);

@@ -421,9 +421,9 @@ vm_status_t vmi_call_function(vm_machine_t *m, uint32_t func_idx, const vm_value
     return vm_status_make(VM_INVALID_ARGUMENT, "%u arguments but no array", nargs);
   const vmi_func_t *f = &m->funcs[func_idx];
   if (m->nesting == 0) {
-    /* A new top-level invocation: forget an old cancel request and take
-     * the deadline set for invocations from now on. */
-    atomic_store_explicit(&m->cancel_requested, 0, memory_order_relaxed);
+    /* A new top-level invocation takes the deadline set for invocations
+     * from now on. The cancel token is the caller's to reset, never ours:
+     * a cancel that came before this point must still stop the run. */
     m->active_deadline_ns = m->deadline_ns;
   }
   vm_status_t st;

@@ -375,6 +375,14 @@ vm_status_t vm_machine_check_stop(const vm_machine_t *m) {
   return VM_STATUS_OK;
 }
 
+void vm_machine_cancel_reset(vm_machine_t *m) {
+  atomic_store_explicit(&m->cancel_requested, 0, memory_order_relaxed);
+}
+
+int vm_machine_cancel_requested(const vm_machine_t *m) {
+  return atomic_load_explicit(&m->cancel_requested, memory_order_relaxed) != 0;
+}
+
 void vm_machine_set_deadline(vm_machine_t *m, uint64_t deadline_ns) {
   m->deadline_ns = deadline_ns;
 }

@@ -145,7 +145,7 @@ struct vm_machine {
   uint32_t nesting;      /* runs of the loop in progress (re-entry via builtins) */
 
   /* Cancellation and deadline. */
-  atomic_int cancel_requested;
+  atomic_int cancel_requested; /* sticky: set by cancel, cleared only by cancel_reset */
   uint64_t deadline_ns;        /* for invocations started from now on */
   uint64_t active_deadline_ns; /* of the invocation running now */
   uint32_t calls_since_clock;   /* bytecode calls; the deadline is read every 1024th */
@@ -171,7 +171,7 @@ void vmi_stacks_free(vm_machine_t *m);
 
 /* Calls function func_idx (packed or bytecode) with borrowed args; *out
  * receives an owned result (none on error). This is the one entry into the
- * interpreter: it handles nesting, cancellation reset and the deadline. */
+ * interpreter: it handles nesting, cancellation and the deadline. */
 vm_status_t vmi_call_function(vm_machine_t *m, uint32_t func_idx, const vm_value_t *args,
                               uint32_t nargs, vm_value_t *out);
 

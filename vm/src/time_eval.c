@@ -245,17 +245,16 @@ typedef struct machine_timer {
   uint8_t flush_fill; /* changes every flush so no write can be skipped */
 } machine_timer_t;
 
-/* Whether a Cancel arrived (vm_machine_cancel sets the flag; an invocation
- * start clears it). */
+/* Whether a Cancel arrived (vm_machine_cancel sets the sticky token; only
+ * the caller resets it). */
 static int mt_cancelled(const machine_timer_t *t) {
   return atomic_load_explicit(&t->m->cancel_requested, memory_order_relaxed) != 0;
 }
 
 static vm_status_t mt_run(void *ctx) {
   machine_timer_t *t = ctx;
-  /* Every run is a new top-level invocation, which forgets an earlier
-   * cancel: one that arrived between runs (during a sync, a flush or a
-   * cooldown pause) must still end the evaluation, not be lost. */
+  /* A cancel that arrived between runs (during a sync, a flush or a
+   * cooldown pause) ends the evaluation here, before the next run. */
   if (mt_cancelled(t)) return vm_status_make(VM_CANCELLED, "invocation cancelled");
   return vm_machine_invoke_stateful(t->m, t->func);
 }
@@ -332,9 +331,8 @@ vm_status_t vm_machine_time_evaluate(vm_machine_t *m, const char *func,
   if (!m || !func)
     return vm_status_make(VM_INVALID_ARGUMENT, "time evaluator: machine and function required");
   machine_timer_t t = {m, func, NULL, 0, 0};
-  /* Like an invocation, an evaluation forgets a cancel that came before it;
-   * one that comes during it ends it (mt_run, mt_sleep). */
-  atomic_store_explicit(&m->cancel_requested, 0, memory_order_relaxed);
+  /* A cancel that came before the evaluation or comes during it ends it
+   * (mt_run, mt_sleep); resetting the token is the caller's business. */
   vm_device_t *dev0 = vm_machine_device(m, 0);
   int has_timer =
       dev0 && dev0->props.has_device_timer && dev0->ops->timer_begin && dev0->ops->timer_end;

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vm/base.h"
 #include "vm/dtype.h"
 #include "vm/status.h"
 
@@ -289,18 +290,8 @@ vm_status_t vm_executable_load_file(const char *path, const vm_limits_t *limits,
                                     vm_executable_t **out_exec);
 vm_status_t vm_executable_write_file(const vm_executable_t *exec, const char *path);
 
-/* Reads a whole file into a malloc'ed buffer, refusing files over max_bytes
- * (RESOURCE_EXHAUSTED) and unreadable ones (NOT_FOUND / UNAVAILABLE). */
-vm_status_t vm_read_file(const char *path, uint64_t max_bytes, uint8_t **out_data,
-                         size_t *out_size);
-/* Writes data to path atomically: path.tmp.<pid>.<n>, fsync, then rename;
- * on failure nothing is left. Out of room (ENOSPC, EDQUOT, EFBIG):
- * RESOURCE_EXHAUSTED; other I/O errors: UNAVAILABLE. */
-vm_status_t vm_write_file_atomic(const char *path, const void *data, size_t size);
-/* As vm_write_file_atomic(), the file being the concatenation of parts.
- * A missing directory: NOT_FOUND. */
-vm_status_t vm_write_file_atomic_parts(const char *path, const void *const *parts,
-                                       const size_t *sizes, size_t num_parts);
+/* An executable's identity is the SHA-256 of its file bytes (vm_sha256,
+ * vm/base.h). */
 
 /* Decodes instruction pc of a verified executable. */
 vm_instr_t vm_executable_instr(const vm_executable_t *exec, uint64_t pc);
@@ -308,14 +299,6 @@ vm_instr_t vm_executable_instr(const vm_executable_t *exec, uint64_t pc);
 /* Index of the function with this name and kind, or -1. */
 int64_t vm_executable_find_function(const vm_executable_t *exec, const char *name,
                                     vm_func_kind_t kind);
-
-/* ---------------------------------------------------------------------------
- * Identity: SHA-256 of the file bytes (mbedTLS crypto).
- */
-#define VM_SHA256_BYTES 32
-void vm_sha256(const void *data, size_t size, uint8_t out[VM_SHA256_BYTES]);
-/* Lower-case hex, 64 chars + NUL. */
-void vm_sha256_hex(const uint8_t digest[VM_SHA256_BYTES], char out[2 * VM_SHA256_BYTES + 1]);
 
 /* ---------------------------------------------------------------------------
  * Text form (.vmasm). vm_executable_disasm() and vm_executable_asm() round

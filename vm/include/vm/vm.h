@@ -109,10 +109,18 @@ vm_status_t vm_machine_invoke(vm_machine_t *m, const char *func, const vm_value_
 vm_status_t vm_machine_call_value(vm_machine_t *m, const vm_value_t *callee,
                                   const vm_value_t *args, uint32_t nargs, vm_value_t *out);
 
-/* Requests that the running (or next) invocation stop with CANCELLED at the
- * next check (function entry and backward jumps). Safe from any thread. The
- * flag is cleared when an invocation starts. */
+/* Cancellation is a sticky token owned by the caller: vm_machine_cancel()
+ * sets it (safe from any thread) and the running invocation or time
+ * evaluation stops with CANCELLED at its next check (function entry,
+ * backward jumps, between timed runs). The machine never clears it: while
+ * it is set, every invocation and evaluation stops at its first check, so a
+ * cancel that lands just before an invocation starts is honoured, not lost.
+ * The caller resets it with vm_machine_cancel_reset() before the next
+ * invocation it wants to run (not from another thread while one runs). */
 void vm_machine_cancel(vm_machine_t *m);
+void vm_machine_cancel_reset(vm_machine_t *m);
+/* Whether the cancel token is set (safe from any thread). */
+int vm_machine_cancel_requested(const vm_machine_t *m);
 
 /* Absolute deadline on CLOCK_MONOTONIC in nanoseconds for invocations that
  * start from now on (0 = none). Past it: DEADLINE_EXCEEDED. The clock is
