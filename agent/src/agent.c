@@ -232,6 +232,8 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
   a->cfg.tls_key_file = a->tls_key_file;
   a->cfg.cache_dir = a->cache_dir;
   a->cfg.devices = NULL; /* borrowed during create only */
+  vm_budget_init(&a->host, a->cfg.host_mem_limit, NULL, "the agent's host memory limit",
+                 "--host-mem-limit");
   atomic_init(&a->requests, 0);
   atomic_init(&a->stopping, 0);
   if (pthread_mutex_init(&a->lock, NULL) != 0) {

@@ -177,6 +177,8 @@ typedef struct vma_session {
   vma_vm_t *vms;
   uint32_t num_execs, num_uploads, num_transfers, num_vms;
   uint64_t staging_bytes;
+  /* host memory of the session's VMs (a child of the agent's budget) */
+  vm_budget_t host;
 } vma_session_t;
 
 /* ---------------------------------------------------------------- auth */
@@ -228,6 +230,9 @@ struct vmagent {
 
   pthread_mutex_t lock;
   vma_session_t **sessions; /* cfg.max_sessions slots */
+  /* Host memory clients cause (cfg.host_mem_limit): the sessions' VM
+   * budgets are its children; upload staging is charged here directly. */
+  vm_budget_t host;
   uint32_t num_sessions;
   vma_session_t *dead;   /* removed, refs 0: for the reaper */
   vma_session_t *ending; /* removed, refs > 0 (next_ending) */

@@ -654,6 +654,7 @@ static vm_status_t vma_op_upload_begin(vma_ctx_t *c) {
                            "this session already has %d uploads in progress; commit them first",
                            VMA_MAX_UPLOADS)
           : vma_check_session_mem_locked(a, s, q->size, "an executable upload");
+  if (!st) st = vm_budget_charge(&a->host, q->size, "an executable upload's staging");
   if (!st) {
     s->num_uploads++;
     s->staging_bytes += q->size;
@@ -673,6 +674,7 @@ static vm_status_t vma_op_upload_begin(vma_ctx_t *c) {
   if (st) {
     s->num_uploads--;
     s->staging_bytes -= q->size;
+    vm_budget_release(&a->host, q->size);
   } else {
     memcpy(u->hash, q->sha256.data, VM_SHA256_BYTES);
     u->id = vma_new_handle(s);
@@ -753,6 +755,7 @@ static vm_status_t vma_op_upload_commit(vma_ctx_t *c) {
   }
   pthread_mutex_lock(&s->lock);
   s->staging_bytes -= u->ck.size;
+  vm_budget_release(&c->a->host, u->ck.size);
   pthread_mutex_unlock(&s->lock);
   free(u->data);
   free(u->ck.claimed);
@@ -854,6 +857,7 @@ static vm_status_t vma_op_create_vm(vma_ctx_t *c) {
   mc.allocators = kinds;
   mc.registry = a->registry;
   mc.mem_limit_bytes = limit ? limit - used : 0;
+  mc.host_budget = &s->host;
   /* Creation copies the tensor constants onto device 0. */
   vma_device_t *gate = vma_device_of(a, devs[0]);
   st = vma_copy_enter(a, gate);

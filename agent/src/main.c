@@ -52,7 +52,11 @@ static void usage(FILE *f) {
           "                          only [$XDG_CACHE_HOME/vmrpc or ~/.cache/vmrpc]\n"
           "  --cache-max-bytes SIZE  cap of the executable store, LRU eviction [2G]\n"
           "  --max-sessions N        sessions served at once [64]\n"
-          "  --session-mem-limit SIZE  device + staging bytes per session, 0 = none [0]\n"
+          "  --session-mem-limit SIZE  device + host bytes per session, 0 = none [0]\n"
+          "  --host-mem-limit SIZE   host memory that clients cause, all sessions together\n"
+          "                          (upload staging, VM register stacks, frames, compiled\n"
+          "                          code, constants, timing buffers), 0 = none\n"
+          "                          [half the physical memory]\n"
           "  --device-mem-limit SIZE  memory cap of the cpu device (all sessions together;\n"
           "                          OpenCL devices have their own), 0 = none [0]\n"
           "  --idle-timeout SECONDS  end sessions idle this long, 0 = never [600]\n"
@@ -176,6 +180,7 @@ enum {
   OPT_MAX_SESSIONS,
   OPT_SESSION_MEM,
   OPT_DEVICE_MEM,
+  OPT_HOST_MEM,
   OPT_IDLE,
   OPT_MAX_MESSAGE,
   OPT_CHUNK,
@@ -200,6 +205,7 @@ static const struct option options[] = {
     {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
     {"session-mem-limit", required_argument, NULL, OPT_SESSION_MEM},
     {"device-mem-limit", required_argument, NULL, OPT_DEVICE_MEM},
+    {"host-mem-limit", required_argument, NULL, OPT_HOST_MEM},
     {"idle-timeout", required_argument, NULL, OPT_IDLE},
     {"max-message", required_argument, NULL, OPT_MAX_MESSAGE},
     {"chunk-size", required_argument, NULL, OPT_CHUNK},
@@ -296,6 +302,7 @@ int main(int argc, char **argv) {
   const char *token_file = NULL;
   const char *cache_dir = NULL;
   int cache_dir_set = 0;
+  int host_mem_set = 0;
   vm_log_level_t level = VM_LOG_INFO;
   char default_cache[4096];
   char *token = NULL;
@@ -330,6 +337,10 @@ int main(int argc, char **argv) {
         break;
       case OPT_SESSION_MEM:
         if (parse_size(v, &cfg.session_mem_limit)) return bad_value("session-mem-limit", v);
+        break;
+      case OPT_HOST_MEM:
+        if (parse_size(v, &cfg.host_mem_limit)) return bad_value("host-mem-limit", v);
+        host_mem_set = 1;
         break;
       case OPT_DEVICE_MEM:
         if (parse_size(v, &cfg.cpu_mem_limit)) return bad_value("device-mem-limit", v);
@@ -397,6 +408,10 @@ int main(int argc, char **argv) {
     token = read_token(token_file);
     if (!token) return 2;
     cfg.token = token;
+  }
+  if (!host_mem_set) { /* half the physical memory */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) cfg.host_mem_limit = (uint64_t)pages * (uint64_t)page / 2;
   }
   cfg.devices = num_devices ? devices : NULL;
   cfg.num_devices = num_devices;

@@ -65,6 +65,8 @@ vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *clien
   }
   s->pipe_id = pipe_id;
   s->next_handle = 1;
+  vm_budget_init(&s->host, a->cfg.session_mem_limit, &a->host, "the session memory limit",
+                 "--session-mem-limit");
   snprintf(s->client, sizeof(s->client), "%s", client ? client : "");
   /* It goes into log lines: no control characters from the network. */
   for (char *p = s->client; *p; p++)
@@ -301,7 +303,7 @@ void vma_vm_snapshot(vma_vm_t *v) {
 }
 
 uint64_t vma_session_bytes_locked(vma_session_t *s, const vma_vm_t *except) {
-  uint64_t total = s->staging_bytes;
+  uint64_t total = s->staging_bytes + vm_budget_used(&s->host);
   for (vma_vm_t *v = s->vms; v; v = v->next) {
     if (v == except) continue;
     /* An idle VM is read fresh; a busy one changes under another thread,
@@ -350,6 +352,7 @@ void vma_session_destroy(vmagent_t *a, vma_session_t *s) {
   while (s->uploads) {
     vma_upload_t *u = s->uploads;
     s->uploads = u->next;
+    vm_budget_release(&a->host, u->ck.size);
     free(u->data);
     free(u->ck.claimed);
     free(u);

@@ -22,9 +22,9 @@ const char *vmcl_error_name(cl_int err);
  * arguments to INVALID_ARGUMENT, the rest to INTERNAL. */
 vm_status_t vmcl_status(cl_int err, const char *what);
 
-#define VMCL_CHECK(call, what)                                        \
-  do {                                                                \
-    cl_int vmcl_err_ = (call);                                        \
+#define VMCL_CHECK(call, what)                           \
+  do {                                                   \
+    cl_int vmcl_err_ = (call);                           \
     if (vmcl_err_ != CL_SUCCESS) return vmcl_status(vmcl_err_, what); \
   } while (0)
 

@@ -89,7 +89,14 @@ vm_status_t vmcl_op_concat(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     memcpy(want, y->shape, y->ndim * sizeof(int64_t));
     want[ax] = x->shape[ax];
     VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, x, i, what, want, y->ndim));
-    total += x->shape[ax];
+    /* empty inputs may each be huge along the axis: a sum that passes y's
+     * extent is already wrong */
+    if (__builtin_add_overflow(total, x->shape[ax], &total) || total > y->shape[ax]) {
+      return vmcl_op_error(&op,
+                           "y (argument %u) has %lld elements along axis %d, fewer than the "
+                           "inputs up to x%u",
+                           na - 1, (long long)y->shape[ax], ax, i);
+    }
   }
   if (total != y->shape[ax]) {
     return vmcl_op_error(&op,
@@ -128,12 +135,12 @@ static int64_t slice_axis(int64_t dim, int64_t step, int64_t *begin, int64_t end
     if (b > dim) b = dim;
     if (e > dim) e = dim;
     *begin = b;
-    return e > b ? (e - b + step - 1) / step : 0;
+    return e > b ? (e - b - 1) / step + 1 : 0; /* no overflow for any dim and step */
   }
   if (b > dim - 1) b = dim - 1;
   if (e > dim - 1) e = dim - 1;
   *begin = b;
-  return b > e ? (b - e + (-step) - 1) / (-step) : 0;
+  return b > e ? (b - e - 1) / (-step) + 1 : 0;
 }
 
 vm_status_t vmcl_op_slice(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
@@ -180,7 +187,9 @@ vm_status_t vmcl_op_slice(vm_machine_t *m, const vm_value_t *args, uint32_t narg
     }
     yshape[i] = len;
     it.shape[i] = len;
-    it.stride[0][i] = xs[i] * s;
+    /* a step that overflows the stride takes at most one element (s > 1
+     * and |s| * xs[i] past INT64_MAX means it leaves x at once) */
+    if (__builtin_mul_overflow(xs[i], s, &it.stride[0][i])) it.stride[0][i] = 0;
     if (len > 0) src_off += b * xs[i];
   }
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 4, "y", yshape, x->ndim));

@@ -219,6 +219,85 @@ static void test_kernel_that_never_ends(void **state) {
   if (rc != 0 && rc != 3) fail_msg("vmagent exited with %d after SIGTERM, want 0 or 3", rc);
 }
 
+/* Host memory a program causes: a recursion with 65536-register frames
+ * (1 MiB each, up to the 1024-deep call limit: 1 GiB per VM before it was
+ * counted), and a flush buffer of the time evaluator. */
+static const char k_deep_prog[] =
+    ".const c0 int 1\n"
+    ".func @main(x) regs 65536 {\n"
+    "  %1 = call @main(%0)\n"
+    "  ret %1\n"
+    "}\n"
+    ".func @nop(x) regs 1 {\n"
+    "  ret %0\n"
+    "}\n";
+
+static void test_host_memory_counted(void **state) {
+  (void)state;
+  uint8_t *deep = NULL;
+  size_t deep_len = 0;
+  assert_int_equal(ha_exec_bytes(k_deep_prog, &deep, &deep_len), 0);
+  agent_proc_t p;
+  const char *limit[] = {"--session-mem-limit", "16M", NULL};
+  start_agent(&p, limit);
+  vmc_conn_t *c = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  vmc_exec_t ex;
+  ASSERT_OK(vmc_upload_memory(c, deep, deep_len, NULL, NULL, &ex, NULL));
+  vmc_device_spec_t dev = {"opencl:0", NULL};
+  /* four VMs of one session, each recursing until the limit stops it; the
+   * register stack goes back after each invocation, so every one gets
+   * equally far and the next invocation again */
+  for (int i = 0; i < 4; i++) {
+    vmc_vm_t vm;
+    ASSERT_OK(vmc_create_vm(c, ex, &dev, 1, i % 2 ? "compiled" : NULL, &vm));
+    vmc_tensor_t x;
+    int64_t one = 1;
+    ASSERT_OK(vmc_tensor_alloc(VM_F32, 1, &one, &x));
+    ASSERT_OK(vmc_set_input(c, vm, "main", 0, &x));
+    ASSERT_OK(vmc_set_input(c, vm, "nop", 0, &x));
+    vmc_tensor_free(&x);
+    for (int k = 0; k < 2; k++) {
+      ASSERT_STATUS(vmc_invoke(c, vm, "main", 0, NULL), VM_RESOURCE_EXHAUSTED,
+                    "the register stack (1048608 bytes of host memory) would exceed the "
+                    "session memory limit");
+    }
+    /* the time evaluator's flush buffer is host memory too */
+    vmc_time_params_t tp = vmc_time_params_default();
+    tp.cache_flush_bytes = 64u << 20;
+    vmc_time_result_t tr;
+    ASSERT_STATUS(vmc_time_evaluate(c, vm, "nop", &tp, &tr), VM_RESOURCE_EXHAUSTED,
+                  "the time evaluator's cache flush buffer (67108864 bytes of host memory) "
+                  "would exceed the session memory limit");
+  }
+  vmc_stats_t st;
+  ASSERT_OK(vmc_stats(c, &st));
+  vmc_stats_free(&st);
+  vmc_close(c);
+  ASSERT_OK(mlp_on(p.url, "opencl:0"));
+  assert_int_equal(agent_proc_stop(&p), 0);
+
+  /* the agent-wide limit, without a session limit */
+  const char *global[] = {"--host-mem-limit", "8M", NULL};
+  start_agent(&p, global);
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  ASSERT_OK(vmc_upload_memory(c, deep, deep_len, NULL, NULL, &ex, NULL));
+  vmc_vm_t vm;
+  ASSERT_OK(vmc_create_vm(c, ex, &dev, 1, NULL, &vm));
+  vmc_tensor_t x;
+  int64_t one = 1;
+  ASSERT_OK(vmc_tensor_alloc(VM_F32, 1, &one, &x));
+  ASSERT_OK(vmc_set_input(c, vm, "main", 0, &x));
+  vmc_tensor_free(&x);
+  ASSERT_STATUS(vmc_invoke(c, vm, "main", 0, NULL), VM_RESOURCE_EXHAUSTED,
+                "would exceed the agent's host memory limit");
+  ASSERT_STATUS(vmc_invoke(c, vm, "main", 0, NULL), VM_RESOURCE_EXHAUSTED, "(--host-mem-limit)");
+  vmc_close(c);
+  ASSERT_OK(mlp_on(p.url, "opencl:0"));
+  assert_int_equal(agent_proc_stop(&p), 0);
+  free(deep);
+}
+
 static void test_policy_flags(void **state) {
   (void)state;
   char out[4096];
@@ -242,6 +321,7 @@ int main(void) {
       cmocka_unit_test(test_carried_kernels_denied_by_default),
       cmocka_unit_test(test_number_for_buffer),
       cmocka_unit_test(test_kernel_that_never_ends),
+      cmocka_unit_test(test_host_memory_counted),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

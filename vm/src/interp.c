@@ -40,19 +40,35 @@ _Static_assert(VM_VAL_NONE == 0, "registers are cleared with memset");
  * Register stack
  */
 
-static vmi_regchunk_t *chunk_new(size_t cap) {
+static uint64_t chunk_bytes(size_t cap) {
+  return sizeof(vmi_regchunk_t) + (uint64_t)cap * sizeof(vm_value_t);
+}
+
+/* A chunk of cap values, charged to the machine's host budget; NULL with
+ * m->regs_error set when it does not fit. */
+static vmi_regchunk_t *chunk_new(vm_machine_t *m, size_t cap) {
   if (cap > (SIZE_MAX - sizeof(vmi_regchunk_t)) / sizeof(vm_value_t)) return NULL;
+  vm_status_t st = vm_budget_charge(m->budget, chunk_bytes(cap), "the register stack");
+  if (st) {
+    vm_status_free(m->regs_error);
+    m->regs_error = st;
+    return NULL;
+  }
   vmi_regchunk_t *c = malloc(sizeof(*c) + cap * sizeof(vm_value_t));
-  if (!c) return NULL;
+  if (!c) {
+    vm_budget_release(m->budget, chunk_bytes(cap));
+    return NULL;
+  }
   c->prev = c->next = NULL;
   c->cap = cap;
   c->used = 0;
   return c;
 }
 
-static void chunks_free_from(vmi_regchunk_t *c) {
+static void chunks_free_from(vm_machine_t *m, vmi_regchunk_t *c) {
   while (c) {
     vmi_regchunk_t *n = c->next;
+    vm_budget_release(m->budget, chunk_bytes(c->cap));
     free(c);
     c = n;
   }
@@ -63,7 +79,7 @@ static __attribute__((noinline)) vm_value_t *regs_push_slow(vm_machine_t *m, siz
   size_t want = n > VMI_CHUNK_VALUES ? n : VMI_CHUNK_VALUES;
   vmi_regchunk_t *c = m->chunk;
   if (!c) {
-    c = chunk_new(want);
+    c = chunk_new(m, want);
     if (!c) return NULL;
     m->chunk = c;
     mark->chunk = c;
@@ -75,9 +91,10 @@ static __attribute__((noinline)) vm_value_t *regs_push_slow(vm_machine_t *m, siz
   if (!next || next->cap < n) {
     /* Chunks past the current one are unused: replace them by one big
      * enough. */
-    vmi_regchunk_t *fresh = chunk_new(want);
+    chunks_free_from(m, next); /* first, so that their bytes count no more */
+    c->next = NULL;
+    vmi_regchunk_t *fresh = chunk_new(m, want);
     if (!fresh) return NULL;
-    chunks_free_from(next);
     fresh->prev = c;
     c->next = fresh;
     next = fresh;
@@ -115,8 +132,11 @@ static inline void release_regs(vm_value_t *regs, uint32_t n) {
 void vmi_stacks_free(vm_machine_t *m) {
   vmi_regchunk_t *c = m->chunk;
   while (c && c->prev) c = c->prev;
-  chunks_free_from(c);
+  chunks_free_from(m, c);
   m->chunk = NULL;
+  vm_budget_release(m->budget, (uint64_t)m->frames_cap * sizeof(vmi_frame_t));
+  vm_status_free(m->regs_error);
+  m->regs_error = NULL;
   free(m->frames);
   m->frames = NULL;
   m->frames_cap = 0;
@@ -151,16 +171,27 @@ static vm_status_t frame_push(vm_machine_t *m, const vmi_func_t *f, uint32_t ret
   if (VMI_UNLIKELY(m->depth == m->frames_cap)) {
     uint32_t ncap = m->frames_cap ? m->frames_cap * 2 : 16;
     if (ncap > m->max_call_depth || ncap < m->frames_cap) ncap = m->max_call_depth;
+    uint64_t grow = (uint64_t)(ncap - m->frames_cap) * sizeof(*m->frames);
+    VM_RETURN_IF_ERROR(vm_budget_charge(m->budget, grow, "call frames"));
     vmi_frame_t *nf = realloc(m->frames, (size_t)ncap * sizeof(*nf));
-    if (!nf) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for call frames");
+    if (!nf) {
+      vm_budget_release(m->budget, grow);
+      return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for call frames");
+    }
     m->frames = nf;
     m->frames_cap = ncap;
   }
   vmi_frame_t *fr = &m->frames[m->depth];
   vm_value_t *regs = regs_push(m, f->num_regs, &fr->mark);
-  if (VMI_UNLIKELY(!regs))
+  if (VMI_UNLIKELY(!regs)) {
+    vm_status_t why = m->regs_error;
+    m->regs_error = NULL;
+    if (why)
+      return vm_status_annotate(why, "%u registers of '%s' at call depth %u", f->num_regs,
+                                f->def->name, m->depth);
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for %u registers of '%s'",
                           f->num_regs, f->def->name);
+  }
   memset(regs, 0, (size_t)f->num_regs * sizeof(*regs));
   fr->regs = regs;
   fr->func = f;
@@ -445,6 +476,15 @@ vm_status_t vmi_call_function(vm_machine_t *m, uint32_t func_idx, const vm_value
     }
   }
   m->nesting--;
+  if (m->nesting == 0 && m->chunk && m->chunk->next) {
+    /* The invocation is over: register chunks beyond the first (a deep
+     * recursion's) go back, with their bytes in the host budget. */
+    vmi_regchunk_t *base = m->chunk;
+    while (base->prev) base = base->prev;
+    chunks_free_from(m, base->next);
+    base->next = NULL;
+    m->chunk = base;
+  }
   if (st) vm_value_release(out);
   return st;
 }
@@ -469,6 +509,11 @@ vm_status_t vmi_compile(vm_machine_t *m) {
   }
   if (e->num_instrs > SIZE_MAX / sizeof(vmi_crec_t))
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "too many instructions to compile");
+  uint64_t bytes = (uint64_t)e->num_instrs * sizeof(vmi_crec_t) +
+                   (uint64_t)(total_args ? total_args : 1) * sizeof(vmi_carg_t) +
+                   (uint64_t)(total_imms ? total_imms : 1) * sizeof(vm_value_t);
+  VM_RETURN_IF_ERROR(vm_budget_charge(m->budget, bytes, "compiled records"));
+  m->compiled_bytes = bytes;
   m->crecs = vmi_aligned_alloc((size_t)e->num_instrs * sizeof(vmi_crec_t));
   m->cargs = malloc((total_args ? total_args : 1) * sizeof(vmi_carg_t));
   m->cimms = malloc((total_imms ? total_imms : 1) * sizeof(vm_value_t));
@@ -544,6 +589,8 @@ vm_status_t vmi_compile(vm_machine_t *m) {
 }
 
 void vmi_compiled_free(vm_machine_t *m) {
+  vm_budget_release(m->budget, m->compiled_bytes);
+  m->compiled_bytes = 0;
   free(m->crecs);
   free(m->cargs);
   free(m->cimms);

@@ -217,8 +217,16 @@ static vm_status_t materialise_constant(vm_machine_t *m, uint32_t idx, vm_value_
     case VM_CONST_INT: *out = vm_value_int(c->u.i); return VM_STATUS_OK;
     case VM_CONST_FLOAT: *out = vm_value_float(c->u.f); return VM_STATUS_OK;
     case VM_CONST_DTYPE: *out = vm_value_dtype(c->u.dtype); return VM_STATUS_OK;
-    case VM_CONST_STRING: return vm_string_new(c->u.str.data, c->u.str.len, out);
-    case VM_CONST_SHAPE: return vm_shape_new(c->u.shape.dims, c->u.shape.ndim, out);
+    case VM_CONST_STRING:
+    case VM_CONST_SHAPE: {
+      /* a copy per machine: counted */
+      uint64_t bytes = c->kind == VM_CONST_STRING ? (uint64_t)c->u.str.len + 1
+                                                  : (uint64_t)c->u.shape.ndim * sizeof(int64_t);
+      VM_RETURN_IF_ERROR(vm_budget_charge(m->budget, bytes, "a string or shape constant"));
+      m->const_bytes += bytes;
+      if (c->kind == VM_CONST_STRING) return vm_string_new(c->u.str.data, c->u.str.len, out);
+      return vm_shape_new(c->u.shape.dims, c->u.shape.ndim, out);
+    }
     case VM_CONST_TENSOR: {
       vm_value_t t = vm_value_none();
       VM_RETURN_IF_ERROR(vm_tensor_alloc(m->allocators[0], c->u.tensor.dtype, c->u.tensor.shape,
@@ -293,6 +301,7 @@ vm_status_t vm_machine_create(const vm_executable_t *exec, const vm_machine_conf
   m->mode = cfg->mode;
   m->registry = cfg->registry;
   m->max_call_depth = cfg->max_call_depth ? cfg->max_call_depth : VMI_DEFAULT_MAX_CALL_DEPTH;
+  m->budget = cfg->host_budget;
   atomic_init(&m->cancel_requested, 0);
   m->vm_val.kind = VM_VAL_OPAQUE;
   m->vm_val.u.ptr = m;
@@ -327,6 +336,7 @@ void vm_machine_free(vm_machine_t *m) {
   if (m->consts && m->exec)
     for (uint32_t i = 0; i < m->exec->num_constants; i++) vm_value_release(&m->consts[i]);
   free(m->consts);
+  vm_budget_release(m->budget, m->const_bytes);
   vmi_compiled_free(m);
   vmi_stacks_free(m);
   /* Allocators after every value that may hold their memory. */

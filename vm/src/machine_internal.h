@@ -118,6 +118,10 @@ struct vm_machine {
   vm_exec_mode_t mode;
   const vm_registry_t *registry;
   uint32_t max_call_depth;
+  vm_budget_t *budget;  /* host memory (cfg.host_budget), may be NULL */
+  uint64_t const_bytes; /* charged for string and shape constants */
+  uint64_t compiled_bytes; /* charged for the compiled records */
+  vm_status_t regs_error; /* why the last register push failed, owned */
 
   /* Devices: the configured ones, then possibly an appended cpu device
    * (owned_cpu, destroyed with the machine). One allocator each, owned. */

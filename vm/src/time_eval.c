@@ -290,11 +290,15 @@ static vm_status_t mt_timer_end(void *ctx, double *out_s) {
 static vm_status_t mt_flush(void *ctx, uint64_t bytes) {
   machine_timer_t *t = ctx;
   if (!t->flush_buf) {
+    VM_RETURN_IF_ERROR(
+        vm_budget_charge(t->m->budget, bytes, "the time evaluator's cache flush buffer"));
     t->flush_buf = malloc((size_t)bytes);
-    if (!t->flush_buf)
+    if (!t->flush_buf) {
+      vm_budget_release(t->m->budget, bytes);
       return vm_status_make(VM_RESOURCE_EXHAUSTED,
                             "time evaluator: no host memory for a %llu-byte cache flush buffer",
                             (unsigned long long)bytes);
+    }
     t->flush_len = bytes;
   }
   t->flush_fill++;
@@ -347,6 +351,7 @@ vm_status_t vm_machine_time_evaluate(vm_machine_t *m, const char *func,
       .ctx = &t,
   };
   vm_status_t st = vm_time_evaluate(params, &h, out);
+  if (t.flush_buf) vm_budget_release(m->budget, t.flush_len);
   free(t.flush_buf);
   return vm_status_annotate(st, "timing '%s'", func);
 }

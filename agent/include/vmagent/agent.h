@@ -77,6 +77,12 @@ typedef struct vmagent_config {
    * answers UNAVAILABLE at once instead of queueing work behind it.
    * Default 10 s. */
   uint32_t kernel_timeout_ms;
+  /* Host memory that clients cause, all sessions together (upload staging,
+   * the VMs' register stacks, call frames, compiled records, string and
+   * shape constants, timing buffers), 0 = none. Past it: RESOURCE_EXHAUSTED
+   * before the allocation. Each session's share also counts towards
+   * session_mem_limit. */
+  uint64_t host_mem_limit;
 } vmagent_config_t;
 
 enum { VMAGENT_KERNELS_DENY = 0, VMAGENT_KERNELS_ALLOW = 1 };

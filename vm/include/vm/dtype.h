@@ -52,7 +52,10 @@ char *vm_dtype_str(vm_dtype_t dt, char *buf, size_t buflen);
 int vm_dtype_parse(const char *s, size_t len, vm_dtype_t *out_dt);
 
 /* Element count of a shape with overflow check: returns 0 and sets *out, or
- * -1 if a dim is negative or the product overflows int64. ndim 0 -> 1. */
+ * -1 if a dim is negative or the product overflows int64. ndim 0 -> 1.
+ * The product of the nonzero dims must fit too: an empty shape with huge
+ * extents ([0, 2^62, 2^62]) is refused, so that every stride and partial
+ * product that code derives from a valid shape fits in int64. */
 int vm_shape_numel(const int64_t *dims, uint32_t ndim, int64_t *out_numel);
 
 /* Bytes of a dense tensor with overflow check: returns 0 or -1. */

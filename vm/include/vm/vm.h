@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "vm/allocator.h"
+#include "vm/budget.h"
 #include "vm/device.h"
 #include "vm/executable.h"
 #include "vm/status.h"
@@ -74,6 +75,13 @@ typedef struct vm_machine_config {
   uint32_t max_call_depth;
   /* Cap on bytes reserved per device allocator (0 = none). */
   uint64_t mem_limit_bytes;
+  /* Host memory the machine allocates on its program's behalf (register
+   * stack, call frames, compiled records, string and shape constants, the
+   * time evaluator's cache-flush buffer) is charged here before it is
+   * allocated and given back when freed; a charge that does not fit fails
+   * the creation or the call with RESOURCE_EXHAUSTED. NULL = uncounted.
+   * Borrowed: must outlive the machine. */
+  vm_budget_t *host_budget;
 } vm_machine_config_t;
 
 /* Creates a machine for exec (borrowed: must outlive the machine).
