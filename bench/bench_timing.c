@@ -11,12 +11,21 @@
  * (number, repeat); the figure per side is the median over rounds of each
  * round's median.
  *
+ * A third figure per round: the remote evaluation again while a second
+ * client streams 64 MiB tensors to the same device (SetInput on a VM of
+ * its own, in a loop). Nothing of that traffic may enter the figures (the
+ * agent keeps copies off a device while it is timed, and the device timer
+ * counts only the measured thread's commands): contended_ratio, the
+ * contended median over the quiet remote one, should be 1 within noise.
+ *
  * Usage: bench_timing [rounds [number [repeat]]]   (default 7 10 10).
  * Needs VMRPC_BUILD_DIR (defaults to the directory above this program) to
  * find agent/vmagent. Prints one JSON object.
  */
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +57,47 @@ static int cmp_double(const void *a, const void *b) {
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof(*v), cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The other client's program: takes a 64 MiB tensor, returns it. */
+#define STREAM_FLOATS (16 << 20)
+static const char k_sink[] = ".func @main(x: float32[16777216]) regs 1 {\n  ret %0\n}\n";
+
+typedef struct streamer {
+  const char *url;
+  atomic_int stop, ready;
+  uint64_t bytes;
+} streamer_t;
+
+/* Streams 64 MiB tensors to opencl:0 until told to stop; ready after the
+ * first one, so that the timing starts in the steady state. */
+static void *streamer_main(void *arg) {
+  streamer_t *s = arg;
+  vm_executable_t *e;
+  check(vm_executable_asm(k_sink, sizeof(k_sink) - 1, NULL, &e), "streamer program");
+  uint8_t *bytes;
+  size_t n;
+  check(vm_executable_write(e, &bytes, &n), "streamer program bytes");
+  vm_executable_free(e);
+  vmc_conn_t *c;
+  check(vmc_connect(s->url, NULL, &c), "streamer connect");
+  vmc_exec_t ex;
+  check(vmc_upload_memory(c, bytes, n, NULL, NULL, &ex, NULL), "streamer upload");
+  free(bytes);
+  vmc_device_spec_t spec = {"opencl:0", "pooled"};
+  vmc_vm_t vm;
+  check(vmc_create_vm(c, ex, &spec, 1, NULL, &vm), "streamer VM");
+  int64_t shape[1] = {STREAM_FLOATS};
+  vmc_tensor_t t;
+  check(vmc_tensor_alloc(VM_F32, 1, shape, &t), "streamer tensor");
+  while (!atomic_load(&s->stop)) {
+    check(vmc_set_input(c, vm, "main", 0, &t), "streamer set_input");
+    s->bytes += (uint64_t)STREAM_FLOATS * 4;
+    atomic_store(&s->ready, 1);
+  }
+  vmc_tensor_free(&t);
+  vmc_close(c);
+  return NULL;
 }
 
 static int parse_arg(int argc, char **argv, int i, int def, int lo, int hi) {
@@ -153,7 +203,8 @@ int main(int argc, char **argv) {
   rp.number = number;
   rp.repeat = repeat;
   double local[MAX_ROUNDS], remote[MAX_ROUNDS], local_dev[MAX_ROUNDS], remote_dev[MAX_ROUNDS];
-  double client_wall[MAX_ROUNDS];
+  double client_wall[MAX_ROUNDS], busy[MAX_ROUNDS], busy_dev[MAX_ROUNDS];
+  uint64_t streamed = 0;
   int dev_known = 1;
   for (int r = 0; r < rounds; r++) {
     vm_time_result_t lr;
@@ -170,7 +221,21 @@ int main(int argc, char **argv) {
     remote_dev[r] = rr.device_median_s;
     vmc_time_result_free(&rr);
     if (local_dev[r] < 0 || remote_dev[r] < 0) dev_known = 0;
+
+    streamer_t st = {agent.url, 0, 0, 0};
+    pthread_t th;
+    if (pthread_create(&th, NULL, streamer_main, &st) != 0) return 1;
+    while (!atomic_load(&st.ready)) usleep(1000);
+    check(vmc_time_evaluate(conn, rvm, "main", &rp, &rr), "contended time_evaluate");
+    atomic_store(&st.stop, 1);
+    pthread_join(th, NULL);
+    streamed += st.bytes;
+    busy[r] = rr.median_s;
+    busy_dev[r] = rr.device_median_s;
+    vmc_time_result_free(&rr);
+    if (busy_dev[r] < 0) dev_known = 0;
   }
+  double bm = median(busy, rounds), bdm = median(busy_dev, rounds);
   double lm = median(local, rounds), rm = median(remote, rounds);
   double ldm = median(local_dev, rounds), rdm = median(remote_dev, rounds);
   double cw = median(client_wall, rounds);
@@ -193,6 +258,10 @@ int main(int argc, char **argv) {
         "\"local_device_median_s\":%.9g,\"remote_device_median_s\":%.9g,"
         "\"device_rel_diff\":%.5f,",
         ldm, rdm, (rdm - ldm) / ldm);
+  printf("\"contended_median_s\":%.9g,\"contended_ratio\":%.5f,", bm, bm / rm);
+  if (dev_known)
+    printf("\"contended_device_median_s\":%.9g,\"contended_device_ratio\":%.5f,", bdm, bdm / rdm);
+  printf("\"streamed_mib\":%.0f,", (double)streamed / (1 << 20));
   printf("\"remote_call_wall_s\":%.9g,\"within_5_percent\":%s}\n", cw,
          fabs(rel) <= 0.05 ? "true" : "false");
 

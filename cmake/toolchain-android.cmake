@@ -12,8 +12,9 @@
 #
 # VMRPC_ANDROID_PREFIX must hold, built with the same NDK, ABI and API level
 # (include/, lib/, lib/pkgconfig/, lib/cmake/): nng (with mbedTLS for
-# tls+tcp://), mbedTLS, protobuf-c (the library; protoc-c runs on the
-# host), CLBlast (its header is used at build time, the library opened at
+# tls+tcp://), mbedTLS, OpenSSL (libcrypto: SHA-256; libssl: the client's
+# --tls-pin check; with their libcrypto.pc / libssl.pc), protobuf-c (the
+# library; protoc-c runs on the host), CLBlast (its header is used at build time, the library opened at
 # run time), and an OpenCL loader to link against: the ICD loader
 # (ocl-icd / Khronos OpenCL-ICD-Loader) or a stub libOpenCL.so with the
 # device's exports. At run time the device's vendor libOpenCL.so

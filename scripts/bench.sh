@@ -150,6 +150,8 @@ if has rpc; then
 fi
 if has timing; then
   row timing "remote median s / local" remote_median_s local_median_s ratio within:0.95:1.05
+  row timing "  while 64 MiB streams in / quiet" contended_median_s remote_median_s \
+    contended_ratio within:0.95:1.05
 fi
 if has memory; then
   row memory "idle RSS KiB, --device cpu" rss_idle_cpu_only_kib - - le:8192

@@ -62,6 +62,12 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility; what this header declares
+ * is its interface. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* ---------------------------------------------------------------------------
  * Tensors (host side)
  */
@@ -509,6 +515,10 @@ vm_status_t vmc_stats(vmc_conn_t *conn, vmc_stats_t *out);
 
 /* Frees the allocator list and zeroes s. NULL is a no-op. */
 void vmc_stats_free(vmc_stats_t *s);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }
