@@ -46,6 +46,8 @@ static const ew_op_t ew_ops[] = {
     {"round", 1, "rint(%0)"},
     {"sin", 1, "sin(%0)"},
     {"cos", 1, "cos(%0)"},
+    {"sign", 1, "sign(%0)"},
+    {"softplus", 1, "(%0 > 0.0f ? %0 + log1p(exp(-%0)) : log1p(exp(%0)))"},
     {"add", 2, "(%0 + %1)"},
     {"sub", 2, "(%0 - %1)"},
     {"mul", 2, "(%0 * %1)"},
@@ -53,6 +55,13 @@ static const ew_op_t ew_ops[] = {
     {"pow", 2, "pow(%0, %1)"},
     {"max", 2, "NANMAX(%0, %1)"},
     {"min", 2, "(isnan(%0) || isnan(%1) ? %0 + %1 : fmin(%0, %1))"},
+    /* comparisons give 1 or 0 (NaN compares false) */
+    {"eq", 2, "(%0 == %1 ? 1.0f : 0.0f)"},
+    {"lt", 2, "(%0 < %1 ? 1.0f : 0.0f)"},
+    {"le", 2, "(%0 <= %1 ? 1.0f : 0.0f)"},
+    {"gt", 2, "(%0 > %1 ? 1.0f : 0.0f)"},
+    {"ge", 2, "(%0 >= %1 ? 1.0f : 0.0f)"},
+    {"select", 3, "(%0 != 0.0f ? %1 : %2)"},
     {"clip", 3, "(isnan(%0) ? %0 : fmin(fmax(%0, %1), %2))"},
     {"fma", 3, "fma(%0, %1, %2)"},
 };

@@ -630,6 +630,15 @@ static double rpn_eval(const char *prog, const double *in) {
     } else if (!strcmp(t, "clip")) {
       sp -= 2;
       st[sp - 1] = fmin(fmax(a3, b), c);
+    } else if (!strcmp(t, "select")) {
+      sp -= 2;
+      st[sp - 1] = a3 != 0 ? b : c;
+    } else if (!strcmp(t, "lt")) {
+      st[--sp - 1] = b < c;
+    } else if (!strcmp(t, "ge")) {
+      st[--sp - 1] = b >= c;
+    } else if (!strcmp(t, "sign")) {
+      st[sp - 1] = c > 0 ? 1 : c < 0 ? -1 : 0;
     } else if (!strcmp(t, "fma")) {
       sp -= 2;
       st[sp - 1] = a3 * b + c;
