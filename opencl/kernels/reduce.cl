@@ -3,7 +3,7 @@
  * reduce_sum). Float storage S (common.cl); accumulation is in float.
  */
 
-/* ---- cl.reduce.{sum,mean,max} ----
+/* ---- cl.reduce.{sum,mean,max,min,prod} ----
  * The host collapses the input into kept dims (in output order) and
  * reduced dims, each as (size, input element stride) innermost first, at
  * most 8 of each. Mean is sum times scale = 1/count. */
@@ -14,6 +14,15 @@
 #define RED_INIT_max (-INFINITY)
 #define RED_STEP_max(acc, v) NANMAX((acc), (v))
 #define RED_WG_max(v, s) wg_max((v), (s))
+#define RED_INIT_min INFINITY
+#define RED_STEP_min(acc, v) NANMIN((acc), (v))
+#define RED_WG_min(v, s) wg_min((v), (s))
+#define RED_INIT_prod 1.0f
+#define RED_STEP_prod(acc, v) ((acc) * (v))
+#define RED_WG_prod(v, s) wg_prod((v), (s))
+
+WG_REDUCE(wg_min, NANMIN(a, b))
+WG_REDUCE(wg_prod, a * b)
 
 /* reduce_OP_item: one work-item per output element, walking the reduced
  * dims with an odometer (no divisions per element). Chosen when there are
@@ -68,6 +77,10 @@ REDUCE_ITEM(sum)
 REDUCE_GROUP(sum)
 REDUCE_ITEM(max)
 REDUCE_GROUP(max)
+REDUCE_ITEM(min)
+REDUCE_GROUP(min)
+REDUCE_ITEM(prod)
+REDUCE_GROUP(prod)
 
 /* ---- cl.softmax ----
  * Numerically stable: exp(x - max) / sum(exp(x - max)). */

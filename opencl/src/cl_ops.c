@@ -53,6 +53,8 @@ static const op_entry_t ops[] = {
     {"cl.reduce.sum", vmcl_op_reduce, "sum"},
     {"cl.reduce.mean", vmcl_op_reduce, "mean"},
     {"cl.reduce.max", vmcl_op_reduce, "max"},
+    {"cl.reduce.min", vmcl_op_reduce, "min"},
+    {"cl.reduce.prod", vmcl_op_reduce, "prod"},
     {"cl.pool2d.max", vmcl_op_pool2d, "max"},
     {"cl.pool2d.avg", vmcl_op_pool2d, "avg"},
     {"cl.pool2d.global_avg", vmcl_op_global_avg_pool2d, NULL},

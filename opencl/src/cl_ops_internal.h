@@ -203,7 +203,9 @@ vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int6
 typedef enum vmcl_reduce_kind {
   VMCL_REDUCE_SUM,
   VMCL_REDUCE_MEAN,
-  VMCL_REDUCE_MAX
+  VMCL_REDUCE_MAX,
+  VMCL_REDUCE_MIN,
+  VMCL_REDUCE_PROD
 } vmcl_reduce_kind_t;
 vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_tensor_t *x,
                                const int *reduce, const vm_tensor_t *y);

@@ -47,7 +47,10 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
    * large maps) would leave one work-item doing all the work: give each
    * output a work-group instead. */
   int group = nout < 1024 && rcount >= 128;
-  const char *opname = kind == VMCL_REDUCE_MAX ? "max" : "sum";
+  const char *opname = kind == VMCL_REDUCE_MAX    ? "max"
+                       : kind == VMCL_REDUCE_MIN  ? "min"
+                       : kind == VMCL_REDUCE_PROD ? "prod"
+                                                  : "sum";
   char kname[40];
   snprintf(kname, sizeof(kname), "reduce_%s_%s", opname, group ? "group" : "item");
   float scale = 1.0f;
@@ -131,13 +134,16 @@ vm_status_t vmcl_op_reduce(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   }
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 3, "y", shape, nd));
   vmcl_reduce_kind_t kind = strcmp(opname, "max") == 0    ? VMCL_REDUCE_MAX
+                            : strcmp(opname, "min") == 0  ? VMCL_REDUCE_MIN
+                            : strcmp(opname, "prod") == 0 ? VMCL_REDUCE_PROD
                             : strcmp(opname, "mean") == 0 ? VMCL_REDUCE_MEAN
                                                           : VMCL_REDUCE_SUM;
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
-  if (rcount == 0 && kind == VMCL_REDUCE_MAX) {
+  if (rcount == 0 && (kind == VMCL_REDUCE_MAX || kind == VMCL_REDUCE_MIN)) {
     return vmcl_op_error(&op,
-                         "max over zero elements has no identity (x has shape with a 0 "
-                         "on a reduced axis)");
+                         "%s over zero elements has no identity (x has shape with a 0 "
+                         "on a reduced axis)",
+                         opname);
   }
   return vmcl_reduce_launch(op.d, kind, x, reduce, y);
 }

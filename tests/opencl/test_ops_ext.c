@@ -776,6 +776,68 @@ static void test_elementwise(void **state) {
   release_all((vm_value_t[]){x, y, y5, x16}, 4);
 }
 
+/* ---------------------------------------------------------------------------
+ * cl.reduce.{min,prod}
+ */
+
+static void check_reduce_ext(tops_env_t *e, const char *op, vm_dtype_t dt, uint32_t nd,
+                             const int64_t *dims, const int *reduce) {
+  int64_t odims[8];
+  uint32_t ond = 0;
+  for (uint32_t i = 0; i < nd; i++) odims[ond++] = reduce[i] ? 1 : dims[i]; /* keepdims */
+  size_t n = (size_t)tops_numel(nd, dims), no = (size_t)tops_numel(ond, odims);
+  int prod = !strcmp(op, "prod");
+  /* products of many factors stay finite near 1 */
+  float *x = tops_rand(n, 13, prod ? 0.95f : -3, prod ? 1.05f : 3);
+  float *want = malloc(no * sizeof(float) + 4), *got = malloc(no * sizeof(float) + 4);
+  if (is_f16(dt)) tops_round_f16(x, n);
+  ref_reduce(prod ? 4 : 3, x, nd, dims, reduce, want);
+  int64_t axes[8];
+  uint32_t na = 0;
+  for (uint32_t i = 0; i < nd; i++)
+    if (reduce[i]) axes[na++] = i;
+  vm_value_t args[4] = {tops_tensor_f(e, dt, nd, dims, x), tops_int_tuple(na, axes),
+                        vm_value_bool(1), tops_tensor(e, dt, ond, odims, NULL)};
+  char name[32];
+  snprintf(name, sizeof(name), "cl.reduce.%s", op);
+  ASSERT_OK(tops_call(e, name, args, 4));
+  tops_read_f(e, &args[3], got);
+  tops_assert_close(got, want, no, is_f16(dt) ? 4e-3 : 1e-5, is_f16(dt) ? 4e-3 : 1e-4, name);
+  tops_check_guard(e, &args[3]);
+  release_all(args, 4);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void test_reduce_min_prod(void **state) {
+  tops_env_t *e = *state;
+  for (int p = 0; p < 2; p++) {
+    const char *op = p ? "prod" : "min";
+    check_reduce_ext(e, op, VM_F32, 3, DIMS(4, 5, 6), (const int[]){0, 1, 0}); /* per item */
+    check_reduce_ext(e, op, VM_F32, 2, DIMS(3, 700), (const int[]){0, 1});     /* per group */
+    check_reduce_ext(e, op, VM_F32, 3, DIMS(2, 3, 4), (const int[]){1, 1, 1});
+    check_reduce_ext(e, op, VM_F16, 2, DIMS(8, 9), (const int[]){1, 0});
+  }
+  /* min propagates NaN; min over nothing has no identity, prod over nothing is 1 */
+  float x[4] = {1, NAN, -2, 3}, got[2];
+  vm_value_t args[4] = {tops_tensor_f(e, VM_F32, 2, DIMS(2, 2), x), vm_value_int(1),
+                        vm_value_bool(0), tops_tensor(e, VM_F32, 1, DIMS(2), NULL)};
+  ASSERT_OK(tops_call(e, "cl.reduce.min", args, 4));
+  tops_read_f(e, &args[3], got);
+  tops_assert_close(got, (const float[]){NAN, -2}, 2, 0, 0, "min with NaN");
+  vm_value_t x0 = tops_plain(e, VM_F32, 2, DIMS(2, 0)),
+             y2 = tops_tensor(e, VM_F32, 1, DIMS(2), NULL);
+  vm_value_t a0[4] = {x0, vm_value_int(1), vm_value_bool(0), y2};
+  ASSERT_STATUS(tops_call(e, "cl.reduce.min", a0, 4), VM_INVALID_ARGUMENT,
+                "cl.reduce.min: min over zero elements has no identity");
+  ASSERT_OK(tops_call(e, "cl.reduce.prod", a0, 4));
+  tops_read_f(e, &y2, got);
+  tops_assert_close(got, (const float[]){1, 1}, 2, 0, 0, "prod over nothing");
+  release_all(args, 4);
+  release_all((vm_value_t[]){x0, y2}, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ext),
@@ -786,6 +848,7 @@ int main(void) {
       cmocka_unit_test(test_where),
       cmocka_unit_test(test_compare),
       cmocka_unit_test(test_elementwise),
+      cmocka_unit_test(test_reduce_min_prod),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
