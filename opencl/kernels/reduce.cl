@@ -155,3 +155,30 @@ __kernel void layer_norm_row(__global const S *x, int xo, __global const S *gamm
     ST(t, j, y);
   }
 }
+
+/* ---- cl.argmax, cl.argmin ----
+ * One work-item per (outer, inner) position: the index along the axis of
+ * the first maximum (minimum), or of the last with select_last; a NaN wins
+ * over everything (its first index), as NumPy's argmax. Indices are
+ * stored as int64. */
+#define ARG_KERNEL(name, better)                                                          \
+  __kernel void name(__global const S *x, int xo, __global long *y, int yo, int n,       \
+                     int len, int inner, int select_last) {                               \
+    int i = get_global_id(0);                                                             \
+    if (i >= n) return;                                                                   \
+    int o = i / inner, in = i - o * inner;                                                \
+    x += xo + o * len * inner + in;                                                       \
+    float best = LD(x, 0);                                                                \
+    int bi = 0;                                                                           \
+    for (int j = 1; j < len && !isnan(best); j++) {                                       \
+      float v = LD(x, j * inner);                                                         \
+      if (isnan(v) || better || (select_last && v == best)) {                             \
+        best = v;                                                                         \
+        bi = j;                                                                           \
+      }                                                                                   \
+    }                                                                                     \
+    y[yo + i] = bi;                                                                       \
+  }
+
+ARG_KERNEL(argmax, v > best)
+ARG_KERNEL(argmin, v < best)

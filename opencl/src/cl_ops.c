@@ -55,6 +55,8 @@ static const op_entry_t ops[] = {
     {"cl.reduce.max", vmcl_op_reduce, "max"},
     {"cl.reduce.min", vmcl_op_reduce, "min"},
     {"cl.reduce.prod", vmcl_op_reduce, "prod"},
+    {"cl.argmax", vmcl_op_argmax, "argmax"},
+    {"cl.argmin", vmcl_op_argmax, "argmin"},
     {"cl.pool2d.max", vmcl_op_pool2d, "max"},
     {"cl.pool2d.avg", vmcl_op_pool2d, "avg"},
     {"cl.pool2d.global_avg", vmcl_op_global_avg_pool2d, NULL},

@@ -29,7 +29,7 @@ extern const char vmcl_src_resize[];
  * programs: a PoCL build costs ~0.5 s, a mobile GPU's several. */
 typedef enum vmcl_family {
   VMCL_FAM_ELEMENTWISE = 0, /* cl.binary.*, cl.unary.* */
-  VMCL_FAM_REDUCE,          /* cl.reduce.*, cl.softmax, cl.layer_norm, global_avg */
+  VMCL_FAM_REDUCE,          /* cl.reduce.*, cl.arg*, cl.softmax, cl.layer_norm, global_avg */
   VMCL_FAM_POOL,            /* cl.pool2d.{max,avg} */
   VMCL_FAM_GEMM,            /* cl.gemm (tiled kernel) */
   VMCL_FAM_CONV,            /* cl.conv2d, cl.conv_transpose2d */
@@ -225,6 +225,9 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
                            void *user);
 vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                           void *user);
+/* user: "argmax" or "argmin" */
+vm_status_t vmcl_op_argmax(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
 vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                             vm_value_t *out, void *user);
 vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,

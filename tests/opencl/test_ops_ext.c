@@ -838,6 +838,75 @@ static void test_reduce_min_prod(void **state) {
   release_all((vm_value_t[]){x0, y2}, 2);
 }
 
+/* ---------------------------------------------------------------------------
+ * cl.argmax, cl.argmin
+ */
+
+static void check_arg(tops_env_t *e, int is_max, vm_dtype_t dt, uint32_t nd, const int64_t *dims,
+                      int axis, int keepdims, int last) {
+  size_t n = (size_t)tops_numel(nd, dims);
+  float *x = tops_rand(n, 17, 0, 4);
+  for (size_t i = 0; i < n; i++) x[i] = floorf(x[i]); /* many ties */
+  if (n > 7) x[7] = NAN;
+  int ax = axis < 0 ? axis + (int)nd : axis;
+  int64_t outer = 1, len = dims[ax], inner = 1, yd[8];
+  uint32_t ynd = 0;
+  for (uint32_t i = 0; i < nd; i++) {
+    if ((int)i < ax) outer *= dims[i];
+    if ((int)i > ax) inner *= dims[i];
+    if ((int)i != ax || keepdims) yd[ynd++] = (int)i == ax ? 1 : dims[i];
+  }
+  int64_t *want = malloc((size_t)(outer * inner) * 8 + 8),
+          *got = malloc((size_t)(outer * inner) * 8 + 8);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < inner; k++) {
+      int64_t best = 0;
+      for (int64_t j = 0; j < len; j++) {
+        float v = x[(o * len + j) * inner + k], b = x[(o * len + best) * inner + k];
+        if (isnan(b)) break;
+        if (isnan(v) || (is_max ? v > b : v < b) || (last && v == b)) best = j;
+      }
+      want[o * inner + k] = best;
+    }
+  vm_value_t args[5] = {tops_tensor_f(e, dt, nd, dims, x), vm_value_int(axis),
+                        vm_value_int(keepdims), vm_value_int(last),
+                        tops_tensor(e, VM_I64, ynd, yd, NULL)};
+  ASSERT_OK(tops_call(e, is_max ? "cl.argmax" : "cl.argmin", args, 5));
+  tops_read(e, &args[4], got);
+  assert_memory_equal(got, want, (size_t)(outer * inner) * 8);
+  tops_check_guard(e, &args[4]);
+  release_all(args, 5);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void test_argmax(void **state) {
+  tops_env_t *e = *state;
+  for (int is_max = 0; is_max < 2; is_max++) {
+    check_arg(e, is_max, VM_F32, 2, DIMS(4, 10), -1, 0, 0);
+    check_arg(e, is_max, VM_F32, 2, DIMS(4, 10), -1, 1, 1);
+    check_arg(e, is_max, VM_F32, 3, DIMS(3, 5, 4), 1, 1, 0);
+    check_arg(e, is_max, VM_F16, 3, DIMS(3, 5, 4), 0, 0, 1);
+  }
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 1, DIMS(3));
+  vm_value_t y64 = tops_plain(e, VM_I64, 1, DIMS(4)), x0 = tops_plain(e, VM_F32, 2, DIMS(3, 0));
+  vm_value_t y3 = tops_plain(e, VM_I64, 1, DIMS(3));
+  ASSERT_STATUS(
+      tops_call(e, "cl.argmax",
+                (vm_value_t[]){x, vm_value_int(1), vm_value_int(0), vm_value_int(0), y}, 5),
+      VM_INVALID_ARGUMENT, "cl.argmax: y (argument 4) has dtype float32, expected int64");
+  ASSERT_STATUS(
+      tops_call(e, "cl.argmin",
+                (vm_value_t[]){x, vm_value_int(1), vm_value_int(0), vm_value_int(0), y64}, 5),
+      VM_INVALID_ARGUMENT, "cl.argmin: y (argument 4) has shape [4], expected [3]");
+  ASSERT_STATUS(
+      tops_call(e, "cl.argmax",
+                (vm_value_t[]){x0, vm_value_int(1), vm_value_int(0), vm_value_int(0), y3}, 5),
+      VM_INVALID_ARGUMENT, "cl.argmax: x (argument 0) has no elements along axis 1 to choose from");
+  release_all((vm_value_t[]){x, y, y64, x0, y3}, 5);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ext),
@@ -849,6 +918,7 @@ int main(void) {
       cmocka_unit_test(test_compare),
       cmocka_unit_test(test_elementwise),
       cmocka_unit_test(test_reduce_min_prod),
+      cmocka_unit_test(test_argmax),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
