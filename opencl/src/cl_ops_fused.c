@@ -13,7 +13,7 @@
 
 #include "cl_ops_internal.h"
 
-#define EW_MAX_INPUTS 8
+#define EW_MAX_INPUTS VMCL_MAX_STRIDES
 #define EW_MAX_TOKENS 256
 #define EW_MAX_DEPTH 32
 #define EW_MAX_PROGRAM 4096
@@ -260,8 +260,12 @@ vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_
     free(b.s);
     return st;
   }
-  int64_t strides[EW_MAX_INPUTS][VMCL_MAX_RANK];
-  for (uint32_t i = 0; i < nin; i++) vmcl_broadcast_strides(x[i], y->ndim, strides[i]);
+  /* y is dense, so dims the inputs all step through contiguously merge */
+  vmcl_iter_t it;
+  it.rank = (int)y->ndim;
+  memcpy(it.shape, y->shape, y->ndim * sizeof(int64_t));
+  for (uint32_t i = 0; i < nin; i++) vmcl_broadcast_strides(x[i], y->ndim, it.stride[i]);
+  vmcl_collapse(&it, (int)nin);
   vmcl_dev_t *d = op.d;
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
@@ -275,9 +279,9 @@ vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_
     vmcl_arg_mem(&a, vmcl_tensor_mem(y));
     vmcl_arg_int(&a, vmcl_elem_offset(y));
     vmcl_arg_int(&a, n);
-    vmcl_arg_int(&a, y->ndim);
-    vmcl_arg_dims(&a, y->shape, (int)y->ndim, 1);
-    for (uint32_t i = 0; i < nin; i++) vmcl_arg_dims(&a, strides[i], (int)y->ndim, 0);
+    vmcl_arg_int(&a, it.rank);
+    vmcl_arg_dims(&a, it.shape, it.rank, 1);
+    for (uint32_t i = 0; i < nin; i++) vmcl_arg_dims(&a, it.stride[i], it.rank, 0);
     if (a.err != CL_SUCCESS) {
       st = vmcl_status(a.err, "clSetKernelArg");
     } else {

@@ -162,12 +162,15 @@ vm_status_t vmcl_launch_1d(vmcl_dev_t *d, cl_kernel k, size_t items, size_t loca
 
 /* ---- shapes ---- */
 
-/* An iteration space over up to VMCL_MAX_RANK dims with up to three
- * stride sets (in elements, outermost first). */
+/* Most stride sets of an iteration space: cl.elementwise's 8 inputs. */
+#define VMCL_MAX_STRIDES 8
+
+/* An iteration space over up to VMCL_MAX_RANK dims with up to
+ * VMCL_MAX_STRIDES stride sets (in elements, outermost first). */
 typedef struct vmcl_iter {
   int rank;
   int64_t shape[VMCL_MAX_RANK];
-  int64_t stride[3][VMCL_MAX_RANK];
+  int64_t stride[VMCL_MAX_STRIDES][VMCL_MAX_RANK];
 } vmcl_iter_t;
 
 /* Collapses it in place: drops size-1 dims and merges a dim into the next
