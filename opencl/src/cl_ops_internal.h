@@ -23,6 +23,7 @@ extern const char vmcl_src_conv[];
 extern const char vmcl_src_copy[];
 extern const char vmcl_src_cast[];
 extern const char vmcl_src_resize[];
+extern const char vmcl_src_intops[];
 
 /* Operator families. Each is one OpenCL program (per set of build options)
  * holding all the kernels of the family, so a process builds few
@@ -36,6 +37,7 @@ typedef enum vmcl_family {
   VMCL_FAM_COPY,            /* cl.transpose, cl.slice, cl.concat, cl.broadcast_to, ... */
   VMCL_FAM_CAST,            /* cl.cast */
   VMCL_FAM_RESIZE,          /* cl.resize */
+  VMCL_FAM_INT,             /* integer cl.binary.*, cl.unary.clip */
   VMCL_FAM_COUNT
 } vmcl_family_t;
 
@@ -102,6 +104,13 @@ vm_status_t vmcl_op_float(const vmcl_op_t *op, uint32_t idx, const char *what, d
 vm_status_t vmcl_op_int_list(const vmcl_op_t *op, uint32_t idx, const char *what, int64_t *out,
                              uint32_t max, uint32_t *out_n);
 
+/* The OpenCL C type of an integer dtype (int8..64, uint8..64) and the
+ * unsigned type of its size, with its value range; NULL for other dtypes. */
+const char *vmcl_int_type(vm_dtype_t dt, const char **utype, int64_t *lo, int64_t *hi);
+/* Build options "-DT=<type> -DU=<unsigned type> -DSIGNED=<0|1>" of an
+ * integer dtype. */
+void vmcl_int_options(vm_dtype_t dt, char *buf, size_t len);
+
 /* t's dtype must be float32 or float16. */
 vm_status_t vmcl_op_float_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                                 const char *what);
@@ -145,7 +154,8 @@ static inline vmcl_args_t vmcl_args_begin(cl_kernel k) {
   return a;
 }
 void vmcl_arg_mem(vmcl_args_t *a, cl_mem m);
-void vmcl_arg_int(vmcl_args_t *a, int64_t v); /* callers keep v in int range */
+void vmcl_arg_int(vmcl_args_t *a, int64_t v);  /* callers keep v in int range */
+void vmcl_arg_long(vmcl_args_t *a, int64_t v); /* a long (or ulong, same bits) */
 void vmcl_arg_float(vmcl_args_t *a, float v);
 /* v[0..rank) in row-major order (outermost first) as an int8 stored
  * innermost first; unused components are fill. */
