@@ -140,38 +140,6 @@ static int64_t int_bound(double v, int64_t lo, int64_t hi, int up) {
   return (int64_t)(up ? ceil(v) : floor(v));
 }
 
-/* cl.unary.clip on an integer tensor (intops.cl): the bounds become the
- * dtype's integers (lo rounds up, hi down). */
-static vm_status_t int_clip_launch(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *y,
-                                   int64_t n, double lo, double hi, int64_t tmin, int64_t tmax) {
-  int64_t l = int_bound(lo, tmin, tmax, 1), h = int_bound(hi, tmin, tmax, 0);
-  /* uint64 beyond int64: all ones is its largest value once the kernel casts */
-  if (vm_dtype_equal(x->dtype, VM_DTYPE_MAKE(VM_DTYPE_UINT, 64, 1)) && hi >= 9.2e18) h = -1;
-  char opts[48];
-  vmcl_int_options(x->dtype, opts, sizeof(opts));
-  cl_kernel k;
-  vm_status_t st;
-  pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_INT, opts, "iunary_clip", &k);
-  if (st) goto done;
-  vmcl_args_t ka = vmcl_args_begin(k);
-  vmcl_arg_mem(&ka, vmcl_tensor_mem(x));
-  vmcl_arg_int(&ka, vmcl_elem_offset(x));
-  vmcl_arg_mem(&ka, vmcl_tensor_mem(y));
-  vmcl_arg_int(&ka, vmcl_elem_offset(y));
-  vmcl_arg_int(&ka, n);
-  vmcl_arg_long(&ka, l);
-  vmcl_arg_long(&ka, h);
-  if (ka.err != CL_SUCCESS) {
-    st = vmcl_status(ka.err, "clSetKernelArg");
-    goto done;
-  }
-  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, ELEMENTWISE_LOCAL));
-done:
-  pthread_mutex_unlock(&d->lock);
-  return st;
-}
-
 vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                           void *user) {
   const char *opname = user;
@@ -203,15 +171,21 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   }
   int64_t n = vm_tensor_numel(x);
   if (n == 0) return VM_STATUS_OK;
-  if (int_clip) return int_clip_launch(op.d, x, y, n, p[0], p[1], tmin, tmax);
-
+  /* integer clip (intops.cl) takes the bounds as the dtype's integers: lo
+   * rounds up, hi down; uint64 past int64 is all ones once the kernel casts */
+  char opts[48], kname[48];
+  if (int_clip) {
+    vmcl_int_options(x->dtype, opts, sizeof(opts));
+    snprintf(kname, sizeof(kname), "iunary_clip");
+  } else {
+    snprintf(opts, sizeof(opts), "%s", vmcl_float_options(x->dtype));
+    snprintf(kname, sizeof(kname), "unary_%s", opname);
+  }
   vmcl_dev_t *d = op.d;
-  char kname[48];
-  snprintf(kname, sizeof(kname), "unary_%s", opname);
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_ELEMENTWISE, vmcl_float_options(x->dtype), kname, &k);
+  st = vmcl_family_kernel(d, int_clip ? VMCL_FAM_INT : VMCL_FAM_ELEMENTWISE, opts, kname, &k);
   if (st) goto done;
   vmcl_args_t ka = vmcl_args_begin(k);
   vmcl_arg_mem(&ka, vmcl_tensor_mem(x));
@@ -219,13 +193,21 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   vmcl_arg_mem(&ka, vmcl_tensor_mem(y));
   vmcl_arg_int(&ka, vmcl_elem_offset(y));
   vmcl_arg_int(&ka, n);
-  vmcl_arg_float(&ka, (float)p[0]);
-  vmcl_arg_float(&ka, (float)p[1]);
+  if (int_clip) {
+    int u64 = vm_dtype_equal(x->dtype, VM_DTYPE_MAKE(VM_DTYPE_UINT, 64, 1));
+    vmcl_arg_long(&ka, int_bound(p[0], tmin, tmax, 1));
+    vmcl_arg_long(&ka, u64 && p[1] >= 9.2e18 ? -1 : int_bound(p[1], tmin, tmax, 0));
+  } else {
+    vmcl_arg_float(&ka, (float)p[0]);
+    vmcl_arg_float(&ka, (float)p[1]);
+  }
   if (ka.err != CL_SUCCESS) {
     st = vmcl_status(ka.err, "clSetKernelArg");
     goto done;
   }
-  st = vmcl_launch_1d(d, k, (size_t)(n / 4 + 1), vmcl_local_size(d, k, ELEMENTWISE_LOCAL));
+  /* float kernels take a float4 per work-item */
+  st = vmcl_launch_1d(d, k, int_clip ? (size_t)n : (size_t)(n / 4 + 1),
+                      vmcl_local_size(d, k, ELEMENTWISE_LOCAL));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;
