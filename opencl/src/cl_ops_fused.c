@@ -13,7 +13,7 @@
 
 #include "cl_ops_internal.h"
 
-#define EW_MAX_INPUTS 8
+#define EW_MAX_INPUTS VMCL_MAX_STRIDES
 #define EW_MAX_TOKENS 256
 #define EW_MAX_DEPTH 32
 #define EW_MAX_PROGRAM 4096
@@ -46,6 +46,8 @@ static const ew_op_t ew_ops[] = {
     {"round", 1, "rint(%0)"},
     {"sin", 1, "sin(%0)"},
     {"cos", 1, "cos(%0)"},
+    {"sign", 1, "sign(%0)"},
+    {"softplus", 1, "(%0 > 0.0f ? %0 + log1p(exp(-%0)) : log1p(exp(%0)))"},
     {"add", 2, "(%0 + %1)"},
     {"sub", 2, "(%0 - %1)"},
     {"mul", 2, "(%0 * %1)"},
@@ -53,6 +55,13 @@ static const ew_op_t ew_ops[] = {
     {"pow", 2, "pow(%0, %1)"},
     {"max", 2, "NANMAX(%0, %1)"},
     {"min", 2, "(isnan(%0) || isnan(%1) ? %0 + %1 : fmin(%0, %1))"},
+    /* comparisons give 1 or 0 (NaN compares false) */
+    {"eq", 2, "(%0 == %1 ? 1.0f : 0.0f)"},
+    {"lt", 2, "(%0 < %1 ? 1.0f : 0.0f)"},
+    {"le", 2, "(%0 <= %1 ? 1.0f : 0.0f)"},
+    {"gt", 2, "(%0 > %1 ? 1.0f : 0.0f)"},
+    {"ge", 2, "(%0 >= %1 ? 1.0f : 0.0f)"},
+    {"select", 3, "(%0 != 0.0f ? %1 : %2)"},
     {"clip", 3, "(isnan(%0) ? %0 : fmin(fmax(%0, %1), %2))"},
     {"fma", 3, "fma(%0, %1, %2)"},
 };
@@ -221,7 +230,7 @@ vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_
   int64_t shape[VMCL_MAX_RANK];
   uint32_t nd = 0;
   for (uint32_t i = 0; i < nin; i++) {
-    char what[8];
+    char what[16];
     snprintf(what, sizeof(what), "x%u", i);
     VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1 + i, what, &x[i]));
     VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, x[i], 1 + i, what, y->dtype, "y"));
@@ -251,8 +260,12 @@ vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_
     free(b.s);
     return st;
   }
-  int64_t strides[EW_MAX_INPUTS][VMCL_MAX_RANK];
-  for (uint32_t i = 0; i < nin; i++) vmcl_broadcast_strides(x[i], y->ndim, strides[i]);
+  /* y is dense, so dims the inputs all step through contiguously merge */
+  vmcl_iter_t it;
+  it.rank = (int)y->ndim;
+  memcpy(it.shape, y->shape, y->ndim * sizeof(int64_t));
+  for (uint32_t i = 0; i < nin; i++) vmcl_broadcast_strides(x[i], y->ndim, it.stride[i]);
+  vmcl_collapse(&it, (int)nin);
   vmcl_dev_t *d = op.d;
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
@@ -266,9 +279,9 @@ vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_
     vmcl_arg_mem(&a, vmcl_tensor_mem(y));
     vmcl_arg_int(&a, vmcl_elem_offset(y));
     vmcl_arg_int(&a, n);
-    vmcl_arg_int(&a, y->ndim);
-    vmcl_arg_dims(&a, y->shape, (int)y->ndim, 1);
-    for (uint32_t i = 0; i < nin; i++) vmcl_arg_dims(&a, strides[i], (int)y->ndim, 0);
+    vmcl_arg_int(&a, it.rank);
+    vmcl_arg_dims(&a, it.shape, it.rank, 1);
+    for (uint32_t i = 0; i < nin; i++) vmcl_arg_dims(&a, it.stride[i], it.rank, 0);
     if (a.err != CL_SUCCESS) {
       st = vmcl_status(a.err, "clSetKernelArg");
     } else {

@@ -90,9 +90,7 @@ static void pad_args(vmcl_args_t *a, const void *p) {
   vmcl_arg_dims(a, c->istride, rank, 0);
   vmcl_arg_dims(a, c->before, rank, 0);
   vmcl_arg_int(a, c->mode);
-  cl_ulong v = c->value;
-  cl_int err = clSetKernelArg(a->k, a->next++, sizeof(v), &v);
-  if (a->err == CL_SUCCESS) a->err = err;
+  vmcl_arg_long(a, (int64_t)c->value);
 }
 
 vm_status_t vmcl_op_pad(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
