@@ -542,10 +542,8 @@ static vm_status_t op_where(onx_ctx_t *c) {
     }
     return onx_def_const(c, 0, a->dt, n, d, o);
   }
-  int32_t y = new_t(c, a->dt, n, d);
-  vmcc_arg_t args[4] = {A(onx_tid(c, cond)), A(onx_tid(c, a)), A(onx_tid(c, b)), A(y)};
-  call(c, "cl.where", 4, args);
-  return onx_bind_out(c, 0, y, n, d);
+  return onx_node_err(c, VM_UNIMPLEMENTED,
+                      "Where on run-time tensors: supported: constant inputs only (folded)");
 }
 
 /* ---------------------------------------------------------------------------
