@@ -472,6 +472,8 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
       c->node = NULL;
       return vm_status_make(VM_INVALID_ARGUMENT, "node %zu has no op_type", i);
     }
+    if (n->n_output == 0 || !n->output[0] || !n->output[0][0])
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "the node has no output 0");
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
       return onx_node_err(c, VM_UNIMPLEMENTED, "domain '%.60s': supported: the default domain",
                           n->domain);

@@ -116,6 +116,12 @@ static double u_sin(double x, const double *p) {
 static double u_cos(double x, const double *p) {
   return cos(x);
 }
+static double u_round(double x, const double *p) {
+  return nearbyint(x); /* the default rounding mode: halves to even */
+}
+static double u_softplus(double x, const double *p) {
+  return x > 30 ? x : log1p(exp(x));
+}
 static double u_gelu(double x, const double *p) {
   return 0.5 * x * (1 + erf(x / sqrt(2.0)));
 }
@@ -194,6 +200,8 @@ static const unary_op_t k_unary[] = {
     {"Sin", "cl.unary.sin", u_sin},
     {"Cos", "cl.unary.cos", u_cos},
     {"HardSwish", "cl.unary.hard_swish", u_hswish},
+    {"Round", "cl.unary.round", u_round},
+    {"Softplus", "cl.unary.softplus", u_softplus},
 };
 
 static vm_status_t op_unary(onx_ctx_t *c) {
@@ -2422,6 +2430,7 @@ static const op_entry_t k_ops[] = {
     {"ReduceSum", op_reduce},
     {"Relu", op_unary},
     {"Reshape", op_reshape},
+    {"Round", op_unary},
     {"Resize", op_resize},
     {"Selu", op_selu},
     {"Shape", op_shape},
@@ -2429,6 +2438,7 @@ static const op_entry_t k_ops[] = {
     {"Sin", op_unary},
     {"Size", op_size},
     {"Slice", op_slice},
+    {"Softplus", op_unary},
     {"Softmax", op_softmax},
     {"Split", op_split},
     {"Sqrt", op_unary},
