@@ -57,32 +57,29 @@ int2 nd_offsets(int i, int rank, int8 shape, int8 sa, int8 sb) {
 
 /* Work-group reductions over local memory. The local size must be a power
  * of two (the host guarantees it); every work-item of the group must call
- * them. The trailing barrier lets the caller reuse the scratch. */
-float wg_sum(float v, __local float *s) {
-  int l = get_local_id(0), n = get_local_size(0);
-  s[l] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int k = n >> 1; k > 0; k >>= 1) {
-    if (l < k) s[l] += s[l + k];
-    barrier(CLK_LOCAL_MEM_FENCE);
+ * them. The trailing barrier lets the caller reuse the scratch. WG_REDUCE
+ * defines one for a combining expression of a and b. */
+#define WG_REDUCE(name, combine)                      \
+  float name(float v, __local float *s) {             \
+    int l = get_local_id(0), n = get_local_size(0);   \
+    s[l] = v;                                         \
+    barrier(CLK_LOCAL_MEM_FENCE);                     \
+    for (int k = n >> 1; k > 0; k >>= 1) {            \
+      if (l < k) {                                    \
+        float a = s[l], b = s[l + k];                 \
+        s[l] = combine;                               \
+      }                                               \
+      barrier(CLK_LOCAL_MEM_FENCE);                   \
+    }                                                 \
+    float r = s[0];                                   \
+    barrier(CLK_LOCAL_MEM_FENCE);                     \
+    return r;                                         \
   }
-  float r = s[0];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return r;
-}
 
-/* Max that propagates NaN (like NumPy's maximum), unlike fmax. */
+/* Max and min that propagate NaN (like NumPy's maximum/minimum), unlike
+ * fmax and fmin. */
 #define NANMAX(a, b) (isnan(a) || isnan(b) ? (a) + (b) : fmax((a), (b)))
+#define NANMIN(a, b) (isnan(a) || isnan(b) ? (a) + (b) : fmin((a), (b)))
 
-float wg_max(float v, __local float *s) {
-  int l = get_local_id(0), n = get_local_size(0);
-  s[l] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int k = n >> 1; k > 0; k >>= 1) {
-    if (l < k) s[l] = NANMAX(s[l], s[l + k]);
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  float r = s[0];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return r;
-}
+WG_REDUCE(wg_sum, a + b)
+WG_REDUCE(wg_max, NANMAX(a, b))

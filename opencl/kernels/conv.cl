@@ -107,3 +107,41 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
   CONV_OUT(6, c6)
   CONV_OUT(7, c7)
 }
+
+/* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose), one
+ * work-item per output element (n, o, oh, ow), gathering the inputs that
+ * scatter into it: input row ih contributes through tap kh when
+ * oh + PT - kh * DH = ih * SH. Weights are [C, O / groups, KH, KW]. */
+__kernel void conv_transpose2d(__global const S *x, int xo, __global const S *w, int wo,
+                               __global const S *bias, int bo, int has_bias, __global S *y,
+                               int yo, int n, int C, int H, int W, int O, int OH, int OW, int KH,
+                               int KW, int SH, int SW, int PT, int PL, int DH, int DW,
+                               int groups) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int ow = i % OW;
+  int t = i / OW;
+  int oh = t % OH;
+  t /= OH;
+  int o = t % O;
+  int nb = t / O;
+  int Cg = C / groups, Og = O / groups;
+  int g = o / Og, ol = o - g * Og;
+  float acc = has_bias ? LD(bias, bo + o) : 0.0f;
+  __global const S *xg = x + xo + (nb * C + g * Cg) * H * W;
+  __global const S *wg = w + wo + ((g * Cg) * Og + ol) * KH * KW;
+  for (int kh = 0; kh < KH; kh++) {
+    int th = oh + PT - kh * DH;
+    if (th < 0 || th % SH != 0 || th / SH >= H) continue;
+    int ih = th / SH;
+    for (int kw = 0; kw < KW; kw++) {
+      int tw = ow + PL - kw * DW;
+      if (tw < 0 || tw % SW != 0 || tw / SW >= W) continue;
+      int iw = tw / SW;
+      for (int c = 0; c < Cg; c++) {
+        acc += LD(xg, (c * H + ih) * W + iw) * LD(wg, (c * Og * KH + kh) * KW + kw);
+      }
+    }
+  }
+  ST(acc, yo + i, y);
+}

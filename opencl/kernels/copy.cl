@@ -65,6 +65,30 @@ __kernel void pad_nd(__global const T *src, int so, __global T *dst, int dof, in
   dst[dof + i] = src[so + off];
 }
 
+/* cl.where: y = cond ? a : b with NumPy broadcasting; per dim (innermost
+ * first) the collapsed output extent and the element strides of cond, a
+ * and b (0 along broadcast dims). cond is bool (any nonzero byte true). */
+__kernel void where_nd(__global const uchar *cond, int co, __global const T *a, int ao,
+                       __global const T *b, int bo, __global T *y, int yo, int n, int rank,
+                       int8 shape8, int8 cs8, int8 as8, int8 bs8) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int sh[8], cs[8], as[8], bs[8];
+  vstore8(shape8, 0, sh);
+  vstore8(cs8, 0, cs);
+  vstore8(as8, 0, as);
+  vstore8(bs8, 0, bs);
+  int rem = i, oc = co, oa = ao, ob = bo;
+  for (int d = 0; d < rank; d++) {
+    int q = rem / sh[d], r = rem - q * sh[d];
+    rem = q;
+    oc += r * cs[d];
+    oa += r * as[d];
+    ob += r * bs[d];
+  }
+  y[yo + i] = cond[oc] ? a[oa] : b[ob];
+}
+
 #ifdef IDX
 /* cl.gather along one axis: x viewed as [outer, axis_len, inner], the
  * indices (type IDX: int or long) as [nind]; y is [outer, nind, inner].

@@ -76,6 +76,24 @@ BINARY_ND(min)
 BINARY_VEC(pow)
 BINARY_ND(pow)
 
+/* cmp_OP_nd: comparisons with broadcasting as binary_OP_nd, storing bool
+ * (uchar 0/1); NaN compares false (unequal). */
+#define CMP_ND(name, op)                                                              \
+  __kernel void cmp_##name##_nd(__global const S *a, int ao, __global const S *b,     \
+                                int bo, __global uchar *c, int co, int n, int rank,   \
+                                int8 shape, int8 as, int8 bs) {                       \
+    int i = get_global_id(0);                                                         \
+    if (i >= n) return;                                                               \
+    int2 o = nd_offsets(i, rank, shape, as, bs);                                      \
+    c[co + i] = LD(a, ao + o.x) op LD(b, bo + o.y);                                   \
+  }
+
+CMP_ND(equal, ==)
+CMP_ND(less, <)
+CMP_ND(less_equal, <=)
+CMP_ND(greater, >)
+CMP_ND(greater_equal, >=)
+
 /* Unary operations on a float4 v; pa and pb are the operator's float
  * attributes (0 for operations that take none). Clamps are written with
  * fmax/fmin plus a select that keeps NaN, as NumPy's clip does (fmax and

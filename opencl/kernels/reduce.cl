@@ -3,7 +3,7 @@
  * reduce_sum). Float storage S (common.cl); accumulation is in float.
  */
 
-/* ---- cl.reduce.{sum,mean,max} ----
+/* ---- cl.reduce.{sum,mean,max,min,prod} ----
  * The host collapses the input into kept dims (in output order) and
  * reduced dims, each as (size, input element stride) innermost first, at
  * most 8 of each. Mean is sum times scale = 1/count. */
@@ -14,6 +14,15 @@
 #define RED_INIT_max (-INFINITY)
 #define RED_STEP_max(acc, v) NANMAX((acc), (v))
 #define RED_WG_max(v, s) wg_max((v), (s))
+#define RED_INIT_min INFINITY
+#define RED_STEP_min(acc, v) NANMIN((acc), (v))
+#define RED_WG_min(v, s) wg_min((v), (s))
+#define RED_INIT_prod 1.0f
+#define RED_STEP_prod(acc, v) ((acc) * (v))
+#define RED_WG_prod(v, s) wg_prod((v), (s))
+
+WG_REDUCE(wg_min, NANMIN(a, b))
+WG_REDUCE(wg_prod, a * b)
 
 /* reduce_OP_item: one work-item per output element, walking the reduced
  * dims with an odometer (no divisions per element). Chosen when there are
@@ -68,6 +77,10 @@ REDUCE_ITEM(sum)
 REDUCE_GROUP(sum)
 REDUCE_ITEM(max)
 REDUCE_GROUP(max)
+REDUCE_ITEM(min)
+REDUCE_GROUP(min)
+REDUCE_ITEM(prod)
+REDUCE_GROUP(prod)
 
 /* ---- cl.softmax ----
  * Numerically stable: exp(x - max) / sum(exp(x - max)). */
@@ -142,3 +155,30 @@ __kernel void layer_norm_row(__global const S *x, int xo, __global const S *gamm
     ST(t, j, y);
   }
 }
+
+/* ---- cl.argmax, cl.argmin ----
+ * One work-item per (outer, inner) position: the index along the axis of
+ * the first maximum (minimum), or of the last with select_last; a NaN wins
+ * over everything (its first index), as NumPy's argmax. Indices are
+ * stored as int64. */
+#define ARG_KERNEL(name, better)                                                          \
+  __kernel void name(__global const S *x, int xo, __global long *y, int yo, int n,       \
+                     int len, int inner, int select_last) {                               \
+    int i = get_global_id(0);                                                             \
+    if (i >= n) return;                                                                   \
+    int o = i / inner, in = i - o * inner;                                                \
+    x += xo + o * len * inner + in;                                                       \
+    float best = LD(x, 0);                                                                \
+    int bi = 0;                                                                           \
+    for (int j = 1; j < len && !isnan(best); j++) {                                       \
+      float v = LD(x, j * inner);                                                         \
+      if (isnan(v) || better || (select_last && v == best)) {                             \
+        best = v;                                                                         \
+        bi = j;                                                                           \
+      }                                                                                   \
+    }                                                                                     \
+    y[yo + i] = bi;                                                                       \
+  }
+
+ARG_KERNEL(argmax, v > best)
+ARG_KERNEL(argmin, v < best)

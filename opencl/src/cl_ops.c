@@ -10,6 +10,7 @@ typedef struct op_entry {
 static const op_entry_t ops[] = {
     {"cl.gemm", vmcl_op_gemm, NULL},
     {"cl.conv2d", vmcl_op_conv2d, NULL},
+    {"cl.conv_transpose2d", vmcl_op_conv_transpose2d, NULL},
     {"cl.binary.add", vmcl_op_binary, "add"},
     {"cl.binary.sub", vmcl_op_binary, "sub"},
     {"cl.binary.mul", vmcl_op_binary, "mul"},
@@ -17,6 +18,12 @@ static const op_entry_t ops[] = {
     {"cl.binary.max", vmcl_op_binary, "max"},
     {"cl.binary.min", vmcl_op_binary, "min"},
     {"cl.binary.pow", vmcl_op_binary, "pow"},
+    {"cl.binary.equal", vmcl_op_binary, "equal"},
+    {"cl.binary.less", vmcl_op_binary, "less"},
+    {"cl.binary.less_equal", vmcl_op_binary, "less_equal"},
+    {"cl.binary.greater", vmcl_op_binary, "greater"},
+    {"cl.binary.greater_equal", vmcl_op_binary, "greater_equal"},
+    {"cl.where", vmcl_op_where, NULL},
     {"cl.unary.relu", vmcl_op_unary, "relu"},
     {"cl.unary.gelu", vmcl_op_unary, "gelu"},
     {"cl.unary.sigmoid", vmcl_op_unary, "sigmoid"},
@@ -46,6 +53,10 @@ static const op_entry_t ops[] = {
     {"cl.reduce.sum", vmcl_op_reduce, "sum"},
     {"cl.reduce.mean", vmcl_op_reduce, "mean"},
     {"cl.reduce.max", vmcl_op_reduce, "max"},
+    {"cl.reduce.min", vmcl_op_reduce, "min"},
+    {"cl.reduce.prod", vmcl_op_reduce, "prod"},
+    {"cl.argmax", vmcl_op_argmax, "argmax"},
+    {"cl.argmin", vmcl_op_argmax, "argmin"},
     {"cl.pool2d.max", vmcl_op_pool2d, "max"},
     {"cl.pool2d.avg", vmcl_op_pool2d, "avg"},
     {"cl.pool2d.global_avg", vmcl_op_global_avg_pool2d, NULL},
@@ -58,6 +69,7 @@ static const op_entry_t ops[] = {
     {"cl.pad", vmcl_op_pad, NULL},
     {"cl.gather", vmcl_op_gather, NULL},
     {"cl.resize", vmcl_op_resize, NULL},
+    {"cl.elementwise", vmcl_op_elementwise, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

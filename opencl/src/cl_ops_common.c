@@ -22,6 +22,7 @@ static const char *const family_files[VMCL_FAM_COUNT] = {
     [VMCL_FAM_COPY] = vmcl_src_copy,
     [VMCL_FAM_CAST] = vmcl_src_cast,
     [VMCL_FAM_RESIZE] = vmcl_src_resize,
+    [VMCL_FAM_INT] = vmcl_src_intops,
 };
 
 static char *family_sources[VMCL_FAM_COUNT];
@@ -236,6 +237,30 @@ vm_status_t vmcl_op_int_list(const vmcl_op_t *op, uint32_t idx, const char *what
   return VM_STATUS_OK;
 }
 
+const char *vmcl_int_type(vm_dtype_t dt, const char **utype, int64_t *lo, int64_t *hi) {
+  static const char *const s[] = {"char", "short", "int", "long"};
+  static const char *const u[] = {"uchar", "ushort", "uint", "ulong"};
+  if (dt.lanes != 1 || (dt.code != VM_DTYPE_INT && dt.code != VM_DTYPE_UINT)) return NULL;
+  int k = dt.bits == 8 ? 0 : dt.bits == 16 ? 1 : dt.bits == 32 ? 2 : dt.bits == 64 ? 3 : -1;
+  if (k < 0) return NULL;
+  int is_signed = dt.code == VM_DTYPE_INT;
+  if (utype) *utype = u[k];
+  if (lo) *lo = is_signed ? (k == 3 ? INT64_MIN : -(INT64_C(1) << (dt.bits - 1))) : 0;
+  /* uint64's top half is out of int64's range: its bounds stop at INT64_MAX */
+  if (hi) {
+    *hi = k == 3      ? INT64_MAX
+          : is_signed ? (INT64_C(1) << (dt.bits - 1)) - 1
+                      : (INT64_C(1) << dt.bits) - 1;
+  }
+  return is_signed ? s[k] : u[k];
+}
+
+void vmcl_int_options(vm_dtype_t dt, char *buf, size_t len) {
+  const char *ut = "";
+  const char *t = vmcl_int_type(dt, &ut, NULL, NULL);
+  snprintf(buf, len, "-DT=%s -DU=%s -DSIGNED=%d", t ? t : "int", ut, dt.code == VM_DTYPE_INT);
+}
+
 vm_status_t vmcl_op_float_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                                 const char *what) {
   if (vm_dtype_equal(t->dtype, VM_F32) || vm_dtype_equal(t->dtype, VM_F16)) {
@@ -409,6 +434,12 @@ void vmcl_arg_mem(vmcl_args_t *a, cl_mem m) {
 
 void vmcl_arg_int(vmcl_args_t *a, int64_t v) {
   cl_int x = (cl_int)v;
+  cl_int err = clSetKernelArg(a->k, a->next++, sizeof(x), &x);
+  if (a->err == CL_SUCCESS) a->err = err;
+}
+
+void vmcl_arg_long(vmcl_args_t *a, int64_t v) {
+  cl_long x = v;
   cl_int err = clSetKernelArg(a->k, a->next++, sizeof(x), &x);
   if (a->err == CL_SUCCESS) a->err = err;
 }

@@ -23,9 +23,26 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "a", &a));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "b", &b));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "c", &c));
-  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, a, 0, "a"));
+  /* integers take the strided kernels of intops.cl (not pow) */
+  int is_int = vmcl_int_type(a->dtype, NULL, NULL, NULL) != NULL;
+  if (!is_int || strcmp(opname, "pow") == 0) {
+    if (!vm_dtype_equal(a->dtype, VM_F32) && !vm_dtype_equal(a->dtype, VM_F16)) {
+      char buf[24];
+      return vmcl_op_error(&op, "a (argument 0) has dtype %s, expected float32 or float16%s",
+                           vm_dtype_str(a->dtype, buf, sizeof(buf)),
+                           strcmp(opname, "pow") == 0 ? "" : " or an integer type");
+    }
+  }
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, b, 1, "b", a->dtype, "a"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, c, 2, "c", a->dtype, "a"));
+  /* comparisons (equal, less, ...) store bool */
+  int cmp = strcmp(opname, "equal") == 0 || strncmp(opname, "less", 4) == 0 ||
+            strncmp(opname, "greater", 7) == 0;
+  if (cmp && !vm_dtype_equal(c->dtype, VM_BOOL)) {
+    char buf[24];
+    return vmcl_op_error(&op, "c (argument 2) has dtype %s, expected bool",
+                         vm_dtype_str(c->dtype, buf, sizeof(buf)));
+  }
+  if (!cmp) VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, c, 2, "c", a->dtype, "a"));
   int64_t shape[VMCL_MAX_RANK];
   uint32_t nd;
   if (vmcl_broadcast_shape(a->shape, a->ndim, b->shape, b->ndim, shape, &nd) != 0) {
@@ -42,7 +59,7 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   int64_t na = vm_tensor_numel(a), nb = vm_tensor_numel(b);
   /* Dense operands (same element count as c, so the same layout) or single
    * elements take the float4 kernel; anything else the strided one. */
-  int vec = (na == n || na == 1) && (nb == n || nb == 1);
+  int vec = !cmp && !is_int && (na == n || na == 1) && (nb == n || nb == 1);
   vmcl_iter_t it;
   if (!vec) {
     it.rank = (int)nd;
@@ -52,11 +69,15 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     vmcl_collapse(&it, 2);
   }
   char kname[48];
-  snprintf(kname, sizeof(kname), "binary_%s_%s", opname, vec ? "vec" : "nd");
+  snprintf(kname, sizeof(kname), "%s%s_%s_%s", is_int ? "i" : "", cmp ? "cmp" : "binary", opname,
+           vec ? "vec" : "nd");
+  char iopts[48];
+  if (is_int) vmcl_int_options(a->dtype, iopts, sizeof(iopts));
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_ELEMENTWISE, vmcl_float_options(a->dtype), kname, &k);
+  st = vmcl_family_kernel(d, is_int ? VMCL_FAM_INT : VMCL_FAM_ELEMENTWISE,
+                          is_int ? iopts : vmcl_float_options(a->dtype), kname, &k);
   if (st) goto done;
   vmcl_args_t ka = vmcl_args_begin(k);
   size_t items;
@@ -112,6 +133,13 @@ static const unary_attrs_t unary_attr_table[] = {
     {"selu", "(x, alpha, gamma, y)", 2, {"alpha", "gamma"}},
 };
 
+/* v rounded up (up) or down into [lo, hi]; infinities clamp. */
+static int64_t int_bound(double v, int64_t lo, int64_t hi, int up) {
+  if (!(v > (double)lo)) return lo;
+  if (!(v < (double)hi)) return hi;
+  return (int64_t)(up ? ceil(v) : floor(v));
+}
+
 vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                           void *user) {
   const char *opname = user;
@@ -128,7 +156,9 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1 + na, "y", &y));
-  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  int64_t tmin, tmax;
+  int int_clip = strcmp(opname, "clip") == 0 && vmcl_int_type(x->dtype, NULL, &tmin, &tmax);
+  if (!int_clip) VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 1 + na, "y", x->dtype, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1 + na, "y", x->shape, x->ndim));
   double p[2] = {0.0, 0.0};
@@ -141,14 +171,21 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   }
   int64_t n = vm_tensor_numel(x);
   if (n == 0) return VM_STATUS_OK;
-
+  /* integer clip (intops.cl) takes the bounds as the dtype's integers: lo
+   * rounds up, hi down; uint64 past int64 is all ones once the kernel casts */
+  char opts[48], kname[48];
+  if (int_clip) {
+    vmcl_int_options(x->dtype, opts, sizeof(opts));
+    snprintf(kname, sizeof(kname), "iunary_clip");
+  } else {
+    snprintf(opts, sizeof(opts), "%s", vmcl_float_options(x->dtype));
+    snprintf(kname, sizeof(kname), "unary_%s", opname);
+  }
   vmcl_dev_t *d = op.d;
-  char kname[48];
-  snprintf(kname, sizeof(kname), "unary_%s", opname);
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_ELEMENTWISE, vmcl_float_options(x->dtype), kname, &k);
+  st = vmcl_family_kernel(d, int_clip ? VMCL_FAM_INT : VMCL_FAM_ELEMENTWISE, opts, kname, &k);
   if (st) goto done;
   vmcl_args_t ka = vmcl_args_begin(k);
   vmcl_arg_mem(&ka, vmcl_tensor_mem(x));
@@ -156,13 +193,21 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   vmcl_arg_mem(&ka, vmcl_tensor_mem(y));
   vmcl_arg_int(&ka, vmcl_elem_offset(y));
   vmcl_arg_int(&ka, n);
-  vmcl_arg_float(&ka, (float)p[0]);
-  vmcl_arg_float(&ka, (float)p[1]);
+  if (int_clip) {
+    int u64 = vm_dtype_equal(x->dtype, VM_DTYPE_MAKE(VM_DTYPE_UINT, 64, 1));
+    vmcl_arg_long(&ka, int_bound(p[0], tmin, tmax, 1));
+    vmcl_arg_long(&ka, u64 && p[1] >= 9.2e18 ? -1 : int_bound(p[1], tmin, tmax, 0));
+  } else {
+    vmcl_arg_float(&ka, (float)p[0]);
+    vmcl_arg_float(&ka, (float)p[1]);
+  }
   if (ka.err != CL_SUCCESS) {
     st = vmcl_status(ka.err, "clSetKernelArg");
     goto done;
   }
-  st = vmcl_launch_1d(d, k, (size_t)(n / 4 + 1), vmcl_local_size(d, k, ELEMENTWISE_LOCAL));
+  /* float kernels take a float4 per work-item */
+  st = vmcl_launch_1d(d, k, int_clip ? (size_t)n : (size_t)(n / 4 + 1),
+                      vmcl_local_size(d, k, ELEMENTWISE_LOCAL));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;

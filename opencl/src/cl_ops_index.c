@@ -1,6 +1,6 @@
 /* Indexing operators of any dtype of 1, 2, 4 or 8 bytes (kernels/copy.cl):
- * cl.broadcast_to (a strided copy with zero strides), cl.pad and
- * cl.gather. */
+ * cl.broadcast_to (a strided copy with zero strides), cl.pad, cl.gather
+ * and cl.where. */
 #include <stdio.h>
 #include <string.h>
 
@@ -90,9 +90,7 @@ static void pad_args(vmcl_args_t *a, const void *p) {
   vmcl_arg_dims(a, c->istride, rank, 0);
   vmcl_arg_dims(a, c->before, rank, 0);
   vmcl_arg_int(a, c->mode);
-  cl_ulong v = c->value;
-  cl_int err = clSetKernelArg(a->k, a->next++, sizeof(v), &v);
-  if (a->err == CL_SUCCESS) a->err = err;
+  vmcl_arg_long(a, (int64_t)c->value);
 }
 
 vm_status_t vmcl_op_pad(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
@@ -229,4 +227,78 @@ vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   snprintf(opts, sizeof(opts), "-DT=%s -DIDX=%s", vmcl_copy_type(vm_dtype_bytes(x->dtype)),
            i64 ? "long" : "int");
   return index_launch(op.d, opts, "gather", c.n, gather_args, &c);
+}
+
+/* ---- cl.where ---- */
+
+typedef struct where_ctx {
+  const vm_tensor_t *cond, *a, *b, *y;
+  int64_t n;
+  vmcl_iter_t it;
+} where_ctx_t;
+
+static void where_args(vmcl_args_t *ka, const void *p) {
+  const where_ctx_t *c = p;
+  vmcl_arg_mem(ka, vmcl_tensor_mem(c->cond));
+  vmcl_arg_int(ka, vmcl_elem_offset(c->cond));
+  vmcl_arg_mem(ka, vmcl_tensor_mem(c->a));
+  vmcl_arg_int(ka, vmcl_elem_offset(c->a));
+  vmcl_arg_mem(ka, vmcl_tensor_mem(c->b));
+  vmcl_arg_int(ka, vmcl_elem_offset(c->b));
+  vmcl_arg_mem(ka, vmcl_tensor_mem(c->y));
+  vmcl_arg_int(ka, vmcl_elem_offset(c->y));
+  vmcl_arg_int(ka, c->n);
+  vmcl_arg_int(ka, c->it.rank);
+  vmcl_arg_dims(ka, c->it.shape, c->it.rank, 1);
+  vmcl_arg_dims(ka, c->it.stride[0], c->it.rank, 0);
+  vmcl_arg_dims(ka, c->it.stride[1], c->it.rank, 0);
+  vmcl_arg_dims(ka, c->it.stride[2], c->it.rank, 0);
+}
+
+vm_status_t vmcl_op_where(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                          void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.where", "(cond, a, b, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 4, 4));
+  where_ctx_t c;
+  memset(&c, 0, sizeof(c));
+  vm_tensor_t *cond, *a, *b, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "cond", &cond));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "a", &a));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "b", &b));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "y", &y));
+  if (!vm_dtype_equal(cond->dtype, VM_BOOL)) {
+    char buf[24];
+    return vmcl_op_error(&op, "cond (argument 0) has dtype %s, expected bool",
+                         vm_dtype_str(cond->dtype, buf, sizeof(buf)));
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, a, 1, "a"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, b, 2, "b", a->dtype, "a"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", a->dtype, "a"));
+  int64_t shape[VMCL_MAX_RANK];
+  uint32_t nd;
+  if (vmcl_broadcast_shape(cond->shape, cond->ndim, a->shape, a->ndim, shape, &nd) != 0 ||
+      vmcl_broadcast_shape(shape, nd, b->shape, b->ndim, shape, &nd) != 0) {
+    char b1[192], b2[192], b3[192];
+    return vmcl_op_error(&op, "shapes %s of cond, %s of a and %s of b do not broadcast",
+                         vmcl_shape_str(cond->shape, cond->ndim, b1, sizeof(b1)),
+                         vmcl_shape_str(a->shape, a->ndim, b2, sizeof(b2)),
+                         vmcl_shape_str(b->shape, b->ndim, b3, sizeof(b3)));
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 3, "y", shape, nd));
+  c.n = vm_tensor_numel(y);
+  if (c.n == 0) return VM_STATUS_OK;
+  c.cond = cond;
+  c.a = a;
+  c.b = b;
+  c.y = y;
+  c.it.rank = (int)nd;
+  memcpy(c.it.shape, shape, nd * sizeof(int64_t));
+  vmcl_broadcast_strides(cond, nd, c.it.stride[0]);
+  vmcl_broadcast_strides(a, nd, c.it.stride[1]);
+  vmcl_broadcast_strides(b, nd, c.it.stride[2]);
+  vmcl_collapse(&c.it, 3);
+  char opts[32];
+  snprintf(opts, sizeof(opts), "-DT=%s", vmcl_copy_type(vm_dtype_bytes(a->dtype)));
+  return index_launch(op.d, opts, "where_nd", c.n, where_args, &c);
 }

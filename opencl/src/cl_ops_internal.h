@@ -23,19 +23,21 @@ extern const char vmcl_src_conv[];
 extern const char vmcl_src_copy[];
 extern const char vmcl_src_cast[];
 extern const char vmcl_src_resize[];
+extern const char vmcl_src_intops[];
 
 /* Operator families. Each is one OpenCL program (per set of build options)
  * holding all the kernels of the family, so a process builds few
  * programs: a PoCL build costs ~0.5 s, a mobile GPU's several. */
 typedef enum vmcl_family {
   VMCL_FAM_ELEMENTWISE = 0, /* cl.binary.*, cl.unary.* */
-  VMCL_FAM_REDUCE,          /* cl.reduce.*, cl.softmax, cl.layer_norm, global_avg */
+  VMCL_FAM_REDUCE,          /* cl.reduce.*, cl.arg*, cl.softmax, cl.layer_norm, global_avg */
   VMCL_FAM_POOL,            /* cl.pool2d.{max,avg} */
   VMCL_FAM_GEMM,            /* cl.gemm (tiled kernel) */
-  VMCL_FAM_CONV,            /* cl.conv2d */
+  VMCL_FAM_CONV,            /* cl.conv2d, cl.conv_transpose2d */
   VMCL_FAM_COPY,            /* cl.transpose, cl.slice, cl.concat, cl.broadcast_to, ... */
   VMCL_FAM_CAST,            /* cl.cast */
   VMCL_FAM_RESIZE,          /* cl.resize */
+  VMCL_FAM_INT,             /* integer cl.binary.*, cl.unary.clip */
   VMCL_FAM_COUNT
 } vmcl_family_t;
 
@@ -102,6 +104,13 @@ vm_status_t vmcl_op_float(const vmcl_op_t *op, uint32_t idx, const char *what, d
 vm_status_t vmcl_op_int_list(const vmcl_op_t *op, uint32_t idx, const char *what, int64_t *out,
                              uint32_t max, uint32_t *out_n);
 
+/* The OpenCL C type of an integer dtype (int8..64, uint8..64) and the
+ * unsigned type of its size, with its value range; NULL for other dtypes. */
+const char *vmcl_int_type(vm_dtype_t dt, const char **utype, int64_t *lo, int64_t *hi);
+/* Build options "-DT=<type> -DU=<unsigned type> -DSIGNED=<0|1>" of an
+ * integer dtype. */
+void vmcl_int_options(vm_dtype_t dt, char *buf, size_t len);
+
 /* t's dtype must be float32 or float16. */
 vm_status_t vmcl_op_float_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                                 const char *what);
@@ -145,7 +154,8 @@ static inline vmcl_args_t vmcl_args_begin(cl_kernel k) {
   return a;
 }
 void vmcl_arg_mem(vmcl_args_t *a, cl_mem m);
-void vmcl_arg_int(vmcl_args_t *a, int64_t v); /* callers keep v in int range */
+void vmcl_arg_int(vmcl_args_t *a, int64_t v);  /* callers keep v in int range */
+void vmcl_arg_long(vmcl_args_t *a, int64_t v); /* a long (or ulong, same bits) */
 void vmcl_arg_float(vmcl_args_t *a, float v);
 /* v[0..rank) in row-major order (outermost first) as an int8 stored
  * innermost first; unused components are fill. */
@@ -162,12 +172,15 @@ vm_status_t vmcl_launch_1d(vmcl_dev_t *d, cl_kernel k, size_t items, size_t loca
 
 /* ---- shapes ---- */
 
-/* An iteration space over up to VMCL_MAX_RANK dims with up to three
- * stride sets (in elements, outermost first). */
+/* Most stride sets of an iteration space: cl.elementwise's 8 inputs. */
+#define VMCL_MAX_STRIDES 8
+
+/* An iteration space over up to VMCL_MAX_RANK dims with up to
+ * VMCL_MAX_STRIDES stride sets (in elements, outermost first). */
 typedef struct vmcl_iter {
   int rank;
   int64_t shape[VMCL_MAX_RANK];
-  int64_t stride[3][VMCL_MAX_RANK];
+  int64_t stride[VMCL_MAX_STRIDES][VMCL_MAX_RANK];
 } vmcl_iter_t;
 
 /* Collapses it in place: drops size-1 dims and merges a dim into the next
@@ -203,7 +216,9 @@ vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int6
 typedef enum vmcl_reduce_kind {
   VMCL_REDUCE_SUM,
   VMCL_REDUCE_MEAN,
-  VMCL_REDUCE_MAX
+  VMCL_REDUCE_MAX,
+  VMCL_REDUCE_MIN,
+  VMCL_REDUCE_PROD
 } vmcl_reduce_kind_t;
 vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_tensor_t *x,
                                const int *reduce, const vm_tensor_t *y);
@@ -216,11 +231,16 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
                          void *user);
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
+vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                     vm_value_t *out, void *user);
 /* user: a const char* naming the operation ("add", "relu"...) */
 vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
 vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                           void *user);
+/* user: "argmax" or "argmin" */
+vm_status_t vmcl_op_argmax(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
 vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                             vm_value_t *out, void *user);
 vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
@@ -249,6 +269,10 @@ vm_status_t vmcl_op_pad(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                         void *user);
 vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
+vm_status_t vmcl_op_where(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                          void *user);
+vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                vm_value_t *out, void *user);
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
 

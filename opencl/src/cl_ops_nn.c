@@ -1,7 +1,8 @@
-/* cl.conv2d (kernels/conv.cl) and cl.pool2d.* (kernels/pool.cl, and
+/* cl.conv2d, cl.conv_transpose2d (kernels/conv.cl) and cl.pool2d.* (kernels/pool.cl, and
  * global_avg through the reduction of cl_ops_reduce.c). NCHW layout. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cl_ops_internal.h"
 
@@ -77,6 +78,21 @@ static vm_status_t window_fits(const vmcl_op_t *op, const char *what, int64_t H,
   return VM_STATUS_OK;
 }
 
+/* The leading kernel arguments of conv2d and conv_transpose2d: x, w, bias
+ * (x's buffer stands in when there is none: not read) and y. */
+static void conv_tensor_args(vmcl_args_t *a, const vm_tensor_t *x, const vm_tensor_t *w,
+                             const vm_tensor_t *bias, const vm_tensor_t *y) {
+  vmcl_arg_mem(a, vmcl_tensor_mem(x));
+  vmcl_arg_int(a, vmcl_elem_offset(x));
+  vmcl_arg_mem(a, vmcl_tensor_mem(w));
+  vmcl_arg_int(a, vmcl_elem_offset(w));
+  vmcl_arg_mem(a, vmcl_tensor_mem(bias ? bias : x));
+  vmcl_arg_int(a, bias ? vmcl_elem_offset(bias) : 0);
+  vmcl_arg_int(a, bias != NULL);
+  vmcl_arg_mem(a, vmcl_tensor_mem(y));
+  vmcl_arg_int(a, vmcl_elem_offset(y));
+}
+
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
@@ -143,15 +159,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d", &k);
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
-  vmcl_arg_mem(&a, vmcl_tensor_mem(x));
-  vmcl_arg_int(&a, vmcl_elem_offset(x));
-  vmcl_arg_mem(&a, vmcl_tensor_mem(w));
-  vmcl_arg_int(&a, vmcl_elem_offset(w));
-  vmcl_arg_mem(&a, vmcl_tensor_mem(bias ? bias : x)); /* placeholder, not read */
-  vmcl_arg_int(&a, bias ? vmcl_elem_offset(bias) : 0);
-  vmcl_arg_int(&a, bias != NULL);
-  vmcl_arg_mem(&a, vmcl_tensor_mem(y));
-  vmcl_arg_int(&a, vmcl_elem_offset(y));
+  conv_tensor_args(&a, x, w, bias, y);
   /* the end pads only shape the output */
   int64_t ints[] = {C, H, W, O, OH, OW, KH, KW, wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
@@ -167,6 +175,94 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
                       (g1 + local[1] - 1) / local[1] * local[1], (size_t)(N * groups)};
   st = vmcl_launch(d, k, 3, global, local);
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+#define CONV_T_USAGE                                                                        \
+  "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
+  "dil_w, groups, y)"
+
+vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                     vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.conv_transpose2d", CONV_T_USAGE, args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 13, 13));
+  vm_tensor_t *x, *w, *bias, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "w", &w));
+  VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "bias", &bias));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 12, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, w, 1, "w", x->dtype, "x"));
+  if (bias) VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, bias, 2, "bias", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 12, "y", x->dtype, "x"));
+  window_t wa;
+  int64_t groups;
+  /* negative pads enlarge the output (ONNX's output_padding is a negative
+   * end pad) */
+  VM_RETURN_IF_ERROR(window_attrs(&op, 3, 1, 1, -ATTR_MAX, ATTR_MAX, ATTR_MAX, &wa));
+  VM_RETURN_IF_ERROR(attr(&op, 11, "groups", 1, &groups));
+  if (x->ndim != 4) {
+    return vmcl_op_error(&op, "x (argument 0) must be 4-D (N, C, H, W), got %u dims", x->ndim);
+  }
+  if (w->ndim != 4) {
+    return vmcl_op_error(&op, "w (argument 1) must be 4-D (C, O/groups, KH, KW), got %u dims",
+                         w->ndim);
+  }
+  int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+  int64_t KH = w->shape[2], KW = w->shape[3], O = w->shape[1] * groups;
+  if (C % groups != 0) {
+    return vmcl_op_error(&op,
+                         "groups (argument 11) is %lld, which must divide the %lld input "
+                         "channels",
+                         (long long)groups, (long long)C);
+  }
+  if (w->shape[0] != C) {
+    return vmcl_op_error(&op,
+                         "w (argument 1) has %lld input channels, expected %lld (the "
+                         "channels of x)",
+                         (long long)w->shape[0], (long long)C);
+  }
+  if (KH < 1 || KW < 1) {
+    return vmcl_op_error(&op, "w (argument 1) has an empty %lldx%lld kernel", (long long)KH,
+                         (long long)KW);
+  }
+  if (bias) VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, bias, 2, "bias", &O, 1));
+  /* every term is below 2^52: no int64 overflow */
+  int64_t eh = wa.dh * (KH - 1) + 1, ew = wa.dw * (KW - 1) + 1;
+  int64_t OH = (H - 1) * wa.sh + eh - wa.pt - wa.pb, OW = (W - 1) * wa.sw + ew - wa.pl - wa.pr;
+  if (H > 0 && W > 0 && (OH < 1 || OW < 1)) {
+    return vmcl_op_error(&op, "the pads leave an output of %lldx%lld", (long long)OH,
+                         (long long)OW);
+  }
+  if (H == 0 || W == 0) OH = OW = 0; /* nothing scatters: y must be empty too */
+  int64_t yshape[4] = {N, O, OH, OW};
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 12, "y", yshape, 4));
+  /* the kernel's oh + pad - kh * dil stays in int range either way */
+  if (OH + llabs(wa.pt) + eh + wa.sh > INT_MAX || OW + llabs(wa.pl) + ew + wa.sw > INT_MAX) {
+    return vmcl_op_error(&op, "output extent exceeds the 32-bit index range");
+  }
+  int64_t n = vm_tensor_numel(y);
+  if (n == 0) return VM_STATUS_OK;
+
+  vmcl_dev_t *d = op.d;
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv_transpose2d", &k);
+  if (st) goto done;
+  vmcl_args_t a = vmcl_args_begin(k);
+  conv_tensor_args(&a, x, w, bias, y);
+  int64_t ints[] = {n,  C,     H,     W,     O,     OH,    OW,    KH,
+                    KW, wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups};
+  for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+  if (a.err != CL_SUCCESS) {
+    st = vmcl_status(a.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;

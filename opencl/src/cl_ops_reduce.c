@@ -1,4 +1,4 @@
-/* cl.reduce.*, cl.softmax and cl.layer_norm: kernels/reduce.cl. */
+/* cl.reduce.*, cl.argmax/argmin, cl.softmax and cl.layer_norm: kernels/reduce.cl. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,7 +47,10 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
    * large maps) would leave one work-item doing all the work: give each
    * output a work-group instead. */
   int group = nout < 1024 && rcount >= 128;
-  const char *opname = kind == VMCL_REDUCE_MAX ? "max" : "sum";
+  const char *opname = kind == VMCL_REDUCE_MAX    ? "max"
+                       : kind == VMCL_REDUCE_MIN  ? "min"
+                       : kind == VMCL_REDUCE_PROD ? "prod"
+                                                  : "sum";
   char kname[40];
   snprintf(kname, sizeof(kname), "reduce_%s_%s", opname, group ? "group" : "item");
   float scale = 1.0f;
@@ -131,13 +134,16 @@ vm_status_t vmcl_op_reduce(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   }
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 3, "y", shape, nd));
   vmcl_reduce_kind_t kind = strcmp(opname, "max") == 0    ? VMCL_REDUCE_MAX
+                            : strcmp(opname, "min") == 0  ? VMCL_REDUCE_MIN
+                            : strcmp(opname, "prod") == 0 ? VMCL_REDUCE_PROD
                             : strcmp(opname, "mean") == 0 ? VMCL_REDUCE_MEAN
                                                           : VMCL_REDUCE_SUM;
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
-  if (rcount == 0 && kind == VMCL_REDUCE_MAX) {
+  if (rcount == 0 && (kind == VMCL_REDUCE_MAX || kind == VMCL_REDUCE_MIN)) {
     return vmcl_op_error(&op,
-                         "max over zero elements has no identity (x has shape with a 0 "
-                         "on a reduced axis)");
+                         "%s over zero elements has no identity (x has shape with a 0 "
+                         "on a reduced axis)",
+                         opname);
   }
   return vmcl_reduce_launch(op.d, kind, x, reduce, y);
 }
@@ -297,6 +303,72 @@ vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t
     goto done;
   }
   st = vmcl_launch_1d(d, k, (size_t)rows * local, local);
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+vm_status_t vmcl_op_argmax(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user) {
+  const char *opname = user;
+  char name[32];
+  snprintf(name, sizeof(name), "cl.%s", opname);
+  vmcl_op_t op;
+  vmcl_op_init(&op, name, "(x, axis, keepdims, select_last_index, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 5, 5));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 4, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  if (!vm_dtype_equal(y->dtype, VM_I64)) {
+    char buf[24];
+    return vmcl_op_error(&op, "y (argument 4) has dtype %s, expected int64",
+                         vm_dtype_str(y->dtype, buf, sizeof(buf)));
+  }
+  if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
+  int64_t axis, keepdims, last;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 1, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "keepdims", 0, 1, &keepdims));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 3, "select_last_index", 0, 1, &last));
+  int ax = norm_axis(axis, x->ndim);
+  int64_t shape[VMCL_MAX_RANK];
+  uint32_t nd = 0;
+  int64_t outer = 1, len = x->shape[ax], inner = 1;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    if ((int)i != ax) {
+      shape[nd++] = x->shape[i];
+    } else if (keepdims) {
+      shape[nd++] = 1;
+    }
+    if ((int)i < ax) outer *= x->shape[i];
+    if ((int)i > ax) inner *= x->shape[i];
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 4, "y", shape, nd));
+  int64_t n = outer * inner;
+  if (n == 0) return VM_STATUS_OK;
+  if (len == 0) {
+    return vmcl_op_error(&op, "x (argument 0) has no elements along axis %d to choose from", ax);
+  }
+  vmcl_dev_t *d = op.d;
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_REDUCE, vmcl_float_options(x->dtype), opname, &k);
+  if (st) goto done;
+  vmcl_args_t a = vmcl_args_begin(k);
+  vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+  vmcl_arg_int(&a, vmcl_elem_offset(x));
+  vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+  vmcl_arg_int(&a, vmcl_elem_offset(y));
+  vmcl_arg_int(&a, n);
+  vmcl_arg_int(&a, len);
+  vmcl_arg_int(&a, inner);
+  vmcl_arg_int(&a, last);
+  if (a.err != CL_SUCCESS) {
+    st = vmcl_status(a.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, ITEM_LOCAL));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;

@@ -71,23 +71,22 @@ static double cubic_weight(double d, double a) {
 
 /* The input coordinate of output coordinate o along an axis of in
  * elements resized to out with scale s; roi_lo/roi_hi for
- * tf_crop_and_resize. */
+ * tf_crop_and_resize. The resized length in the formulas is s * in, a
+ * real number (as ONNX's reference and its tests have it; it differs from
+ * the integer out only when scales are given and s * in is fractional). */
 static double source_coord(const resize_attrs_t *ra, int64_t o, int64_t in, int64_t out, double s,
                            double roi_lo, double roi_hi) {
-  double x = (double)o;
+  double x = (double)o, len = s * (double)in, span = (double)(in - 1);
   switch (ra->coord) {
     case CT_ASYMMETRIC: return x / s;
-    case CT_PYTORCH_HALF_PIXEL: return out > 1 ? (x + 0.5) / s - 0.5 : 0.0;
+    case CT_PYTORCH_HALF_PIXEL: return len > 1 ? (x + 0.5) / s - 0.5 : 0.0;
     case CT_TF_CROP_AND_RESIZE:
-      if (out > 1)
-        return roi_lo * (double)(in - 1) +
-               x * (roi_hi - roi_lo) * (double)(in - 1) / (double)(out - 1);
-      return 0.5 * (roi_lo + roi_hi) * (double)(in - 1);
-    case CT_ALIGN_CORNERS: return out > 1 ? x * (double)(in - 1) / (double)(out - 1) : 0.0;
+      if (len > 1) return roi_lo * span + x * (roi_hi - roi_lo) * span / (len - 1);
+      return 0.5 * (roi_lo + roi_hi) * span;
+    case CT_ALIGN_CORNERS: return len > 1 ? x * span / (len - 1) : 0.0;
     case CT_HALF_PIXEL_SYMMETRIC: {
       /* the crop's centre stays the canvas centre when out is not s * in */
-      double adjustment = (double)out / (s * (double)in);
-      double offset = (double)in / 2 * (1 - adjustment);
+      double offset = (double)in / 2 * (1 - (double)out / len);
       return offset + (x + 0.5) / s - 0.5;
     }
     default: return (x + 0.5) / s - 0.5; /* half_pixel */

@@ -428,7 +428,9 @@ void ref_reduce(int kind, const float *x, uint32_t ndim, const int64_t *dims, co
   }
   double *acc = malloc((size_t)nout * sizeof(double) + sizeof(double));
   assert_non_null(acc);
-  for (int64_t i = 0; i < nout; i++) acc[i] = kind == 2 ? -INFINITY : 0.0;
+  for (int64_t i = 0; i < nout; i++) {
+    acc[i] = kind == 2 ? -INFINITY : kind == 3 ? INFINITY : kind == 4 ? 1.0 : 0.0;
+  }
   for (int64_t i = 0; i < nin; i++) {
     int64_t r = i, o = 0, mul = 1;
     for (uint32_t k = ndim; k-- > 0;) {
@@ -439,7 +441,10 @@ void ref_reduce(int kind, const float *x, uint32_t ndim, const int64_t *dims, co
         mul *= dims[k];
       }
     }
-    acc[o] = kind == 2 ? fmax(acc[o], x[i]) : acc[o] + x[i];
+    acc[o] = kind == 2   ? fmax(acc[o], x[i])
+             : kind == 3 ? fmin(acc[o], x[i])
+             : kind == 4 ? acc[o] * x[i]
+                         : acc[o] + x[i];
   }
   for (int64_t i = 0; i < nout; i++) {
     y[i] = (float)(kind == 1 ? acc[i] / (double)rcount : acc[i]);

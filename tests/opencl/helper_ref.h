@@ -113,7 +113,7 @@ void ref_conv2d(const float *x, const float *w, const float *bias, float *y, int
 void ref_softmax(const float *x, uint32_t ndim, const int64_t *dims, int axis, float *y);
 void ref_layer_norm(const float *x, int64_t rows, int64_t len, const float *gamma,
                     const float *beta, float eps, float *y);
-/* kind: 0 sum, 1 mean, 2 max; reduce[i] flags the axes */
+/* kind: 0 sum, 1 mean, 2 max, 3 min, 4 prod; reduce[i] flags the axes */
 void ref_reduce(int kind, const float *x, uint32_t ndim, const int64_t *dims, const int *reduce,
                 float *y);
 void ref_pool2d(int is_max, const float *x, int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh,

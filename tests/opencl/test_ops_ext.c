@@ -497,6 +497,551 @@ static void test_layer_norm_stats(void **state) {
   release_all((vm_value_t[]){x, y, m, m16, m1}, 5);
 }
 
+/* ---------------------------------------------------------------------------
+ * cl.where and the comparisons
+ */
+
+/* Offset in a broadcast operand (dims d, nd of them) of output index idx. */
+static int64_t bc_offset(const int64_t *idx, uint32_t ny, uint32_t nd, const int64_t *d) {
+  int64_t off = 0;
+  for (uint32_t k = 0; k < nd; k++) off = off * d[k] + (d[k] == 1 ? 0 : idx[ny - nd + k]);
+  return off;
+}
+
+typedef struct bshape {
+  uint32_t nd;
+  int64_t d[4];
+} bshape_t;
+
+static void check_where(tops_env_t *e, vm_dtype_t dt, bshape_t cs, bshape_t as, bshape_t bs,
+                        bshape_t ys) {
+  size_t eb = vm_dtype_bytes(dt), n = (size_t)tops_numel(ys.nd, ys.d);
+  size_t nc = (size_t)tops_numel(cs.nd, cs.d);
+  uint8_t *cond = malloc(nc + 1);
+  for (size_t i = 0; i < nc; i++) cond[i] = (uint8_t)(i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 0x80);
+  uint8_t *a = pattern_data((size_t)tops_numel(as.nd, as.d), eb, 21);
+  uint8_t *b = pattern_data((size_t)tops_numel(bs.nd, bs.d), eb, 77);
+  uint8_t *want = malloc(n * eb + 1), *got = malloc(n * eb + 1);
+  int64_t idx[8];
+  for (size_t i = 0; i < n; i++) {
+    unravel((int64_t)i, ys.nd, ys.d, idx);
+    int take_a = cond[bc_offset(idx, ys.nd, cs.nd, cs.d)] != 0;
+    const uint8_t *src = take_a ? a + bc_offset(idx, ys.nd, as.nd, as.d) * eb
+                                : b + bc_offset(idx, ys.nd, bs.nd, bs.d) * eb;
+    memcpy(want + i * eb, src, eb);
+  }
+  vm_value_t args[4] = {tops_tensor(e, VM_BOOL, cs.nd, cs.d, cond),
+                        tops_tensor(e, dt, as.nd, as.d, a), tops_tensor(e, dt, bs.nd, bs.d, b),
+                        tops_tensor(e, dt, ys.nd, ys.d, NULL)};
+  ASSERT_OK(tops_call(e, "cl.where", args, 4));
+  tops_read(e, &args[3], got);
+  assert_memory_equal(got, want, n * eb);
+  tops_check_guard(e, &args[3]);
+  release_all(args, 4);
+  free(cond);
+  free(a);
+  free(b);
+  free(want);
+  free(got);
+}
+
+static void test_where(void **state) {
+  tops_env_t *e = *state;
+  bshape_t s34 = {2, {3, 4}}, s4 = {1, {4}}, s31 = {2, {3, 1}}, s0 = {0, {0}};
+  bshape_t s234 = {3, {2, 3, 4}}, s134 = {3, {1, 3, 4}};
+  check_where(e, VM_F32, s34, s34, s34, s34);
+  check_where(e, VM_F32, s4, s31, s0, s34); /* a scalar b */
+  check_where(e, VM_I64, s31, s234, s4, s234);
+  check_where(e, VM_F16, s134, s0, s34, s134);
+  check_where(e, VM_U8, s234, s4, s31, s234);
+
+  vm_value_t c = tops_plain(e, VM_BOOL, 2, DIMS(3, 4)), a = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t b5 = tops_plain(e, VM_F32, 1, DIMS(5)), cf = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t b16 = tops_plain(e, VM_F16, 2, DIMS(3, 4));
+  ASSERT_STATUS(tops_call(e, "cl.where", (vm_value_t[]){c, a, b5, a}, 4), VM_INVALID_ARGUMENT,
+                "cl.where: shapes [3, 4] of cond, [3, 4] of a and [5] of b do not broadcast");
+  ASSERT_STATUS(tops_call(e, "cl.where", (vm_value_t[]){cf, a, a, a}, 4), VM_INVALID_ARGUMENT,
+                "cl.where: cond (argument 0) has dtype float32, expected bool");
+  ASSERT_STATUS(tops_call(e, "cl.where", (vm_value_t[]){c, a, b16, a}, 4), VM_INVALID_ARGUMENT,
+                "cl.where: b (argument 2) has dtype float16, expected float32 (the dtype of a)");
+  release_all((vm_value_t[]){c, a, b5, cf, b16}, 5);
+}
+
+static void test_compare(void **state) {
+  tops_env_t *e = *state;
+  static const char *ops[] = {"equal", "less", "less_equal", "greater", "greater_equal"};
+  /* small integers so that equal is often true; one NaN */
+  float a[12], b[3] = {1, NAN, 2};
+  for (int i = 0; i < 12; i++) a[i] = (float)(i % 4);
+  a[5] = NAN;
+  for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
+    for (int f16 = 0; f16 < 2; f16++) {
+      vm_dtype_t dt = f16 ? VM_F16 : VM_F32;
+      vm_value_t args[3] = {tops_tensor_f(e, dt, 2, DIMS(4, 3), a),
+                            tops_tensor_f(e, dt, 2, DIMS(1, 3), b),
+                            tops_tensor(e, VM_BOOL, 2, DIMS(4, 3), NULL)};
+      char name[48];
+      snprintf(name, sizeof(name), "cl.binary.%s", ops[k]);
+      ASSERT_OK(tops_call(e, name, args, 3));
+      uint8_t got[12];
+      tops_read(e, &args[2], got);
+      for (int i = 0; i < 12; i++) {
+        float x = a[i], y = b[i % 3];
+        int want = k == 0 ? x == y : k == 1 ? x < y : k == 2 ? x <= y : k == 3 ? x > y : x >= y;
+        if (got[i] != want) fail_msg("%s element %d is %u, expected %d", name, i, got[i], want);
+      }
+      tops_check_guard(e, &args[2]);
+      release_all(args, 3);
+    }
+  }
+  vm_value_t x = tops_plain(e, VM_F32, 1, DIMS(3)), c32 = tops_plain(e, VM_F32, 1, DIMS(3));
+  ASSERT_STATUS(tops_call(e, "cl.binary.less", (vm_value_t[]){x, x, c32}, 3), VM_INVALID_ARGUMENT,
+                "cl.binary.less: c (argument 2) has dtype float32, expected bool");
+  release_all((vm_value_t[]){x, c32}, 2);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.elementwise: a postfix evaluator in double as the reference
+ */
+
+static double rpn_eval(const char *prog, const double *in) {
+  double st[64];
+  int sp = 0;
+  char buf[512];
+  snprintf(buf, sizeof(buf), "%s", prog);
+  for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+    double c = sp > 0 ? st[sp - 1] : 0, b = sp > 1 ? st[sp - 2] : 0, a3 = sp > 2 ? st[sp - 3] : 0;
+    if (t[0] == 'x' && t[1] >= '0' && t[1] <= '9') {
+      st[sp++] = in[t[1] - '0'];
+    } else if (!strcmp(t, "add")) {
+      st[--sp - 1] = b + c;
+    } else if (!strcmp(t, "sub")) {
+      st[--sp - 1] = b - c;
+    } else if (!strcmp(t, "mul")) {
+      st[--sp - 1] = b * c;
+    } else if (!strcmp(t, "div")) {
+      st[--sp - 1] = b / c;
+    } else if (!strcmp(t, "max")) {
+      st[--sp - 1] = fmax(b, c);
+    } else if (!strcmp(t, "min")) {
+      st[--sp - 1] = fmin(b, c);
+    } else if (!strcmp(t, "pow")) {
+      st[--sp - 1] = pow(b, c);
+    } else if (!strcmp(t, "clip")) {
+      sp -= 2;
+      st[sp - 1] = fmin(fmax(a3, b), c);
+    } else if (!strcmp(t, "select")) {
+      sp -= 2;
+      st[sp - 1] = a3 != 0 ? b : c;
+    } else if (!strcmp(t, "lt")) {
+      st[--sp - 1] = b < c;
+    } else if (!strcmp(t, "ge")) {
+      st[--sp - 1] = b >= c;
+    } else if (!strcmp(t, "sign")) {
+      st[sp - 1] = c > 0 ? 1 : c < 0 ? -1 : 0;
+    } else if (!strcmp(t, "fma")) {
+      sp -= 2;
+      st[sp - 1] = a3 * b + c;
+    } else if (!strcmp(t, "relu")) {
+      st[sp - 1] = c < 0 ? 0 : c;
+    } else if (!strcmp(t, "tanh")) {
+      st[sp - 1] = tanh(c);
+    } else if (!strcmp(t, "sigmoid")) {
+      st[sp - 1] = 1 / (1 + exp(-c));
+    } else if (!strcmp(t, "sqrt")) {
+      st[sp - 1] = sqrt(c);
+    } else if (!strcmp(t, "rsqrt")) {
+      st[sp - 1] = 1 / sqrt(c);
+    } else if (!strcmp(t, "square")) {
+      st[sp - 1] = c * c;
+    } else if (!strcmp(t, "neg")) {
+      st[sp - 1] = -c;
+    } else if (!strcmp(t, "exp")) {
+      st[sp - 1] = exp(c);
+    } else if (!strcmp(t, "gelu")) {
+      st[sp - 1] = 0.5 * c * (1 + erf(c / sqrt(2.0)));
+    } else {
+      st[sp++] = strtod(t, NULL);
+    }
+  }
+  assert_int_equal(sp, 1);
+  return st[0];
+}
+
+typedef struct ew_case {
+  const char *prog;
+  uint32_t nin;
+  bshape_t in[3], out;
+} ew_case_t;
+
+static void check_elementwise(tops_env_t *e, vm_dtype_t dt, const ew_case_t *c) {
+  size_t n = (size_t)tops_numel(c->out.nd, c->out.d);
+  float *x[3] = {NULL, NULL, NULL};
+  float *want = malloc(n * sizeof(float) + 4), *got = malloc(n * sizeof(float) + 4);
+  vm_value_t args[5];
+  args[0] = vm_value_none();
+  ASSERT_OK(vm_string_new(c->prog, (uint32_t)strlen(c->prog), &args[0]));
+  for (uint32_t i = 0; i < c->nin; i++) {
+    size_t ni = (size_t)tops_numel(c->in[i].nd, c->in[i].d);
+    x[i] = tops_rand(ni, 90 + i, 0.1f, 2);
+    if (is_f16(dt)) tops_round_f16(x[i], ni);
+    args[1 + i] = tops_tensor_f(e, dt, c->in[i].nd, c->in[i].d, x[i]);
+  }
+  args[1 + c->nin] = tops_tensor(e, dt, c->out.nd, c->out.d, NULL);
+  int64_t idx[8];
+  for (size_t i = 0; i < n; i++) {
+    double v[3];
+    unravel((int64_t)i, c->out.nd, c->out.d, idx);
+    for (uint32_t k = 0; k < c->nin; k++) {
+      v[k] = x[k][bc_offset(idx, c->out.nd, c->in[k].nd, c->in[k].d)];
+    }
+    want[i] = (float)rpn_eval(c->prog, v);
+  }
+  ASSERT_OK(tops_call(e, "cl.elementwise", args, 2 + c->nin));
+  tops_read_f(e, &args[1 + c->nin], got);
+  tops_assert_close(got, want, n, is_f16(dt) ? 4e-3 : 1e-5, is_f16(dt) ? 4e-3 : 2e-5, c->prog);
+  tops_check_guard(e, &args[1 + c->nin]);
+  release_all(args, 2 + c->nin);
+  for (int i = 0; i < 3; i++) free(x[i]);
+  free(want);
+  free(got);
+}
+
+static void test_elementwise(void **state) {
+  tops_env_t *e = *state;
+  bshape_t s34 = {2, {3, 4}}, s4 = {1, {4}}, s31 = {2, {3, 1}}, s234 = {3, {2, 3, 4}};
+  static const char *silu = "x0 x0 sigmoid mul";
+  static const char *gelu_tanh =
+      "0.5 x0 mul x0 0.044715 x0 x0 x0 mul mul mul add "
+      "0.7978845608 mul tanh 1 add mul";
+  const ew_case_t cases[] = {
+      {"x0 x1 add relu", 2, {s34, s4}, s34}, /* bias + relu */
+      {"x0 x1 mul x2 add", 3, {s234, s31, s4}, s234},
+      {"x0 x1 x2 fma", 3, {s34, s34, s4}, s34},
+      {silu, 1, {s234}, s234},
+      {gelu_tanh, 1, {s34}, s34},
+      {"x0 0.5 1.5 clip x1 max x1 min", 2, {s34, s31}, s34},
+      {"x0 square x1 div 1e-5 add rsqrt neg exp", 2, {s34, s34}, s34},
+      {"x0 2 pow x0 sqrt sub gelu", 1, {s4}, s234}, /* y has more dims than the input */
+      {"2.5", 0, {s4}, s31},                        /* constants only */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    check_elementwise(e, VM_F32, &cases[i]);
+  }
+  check_elementwise(e, VM_F16, &cases[1]);
+  check_elementwise(e, VM_F16, &cases[4]);
+
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(3, 4));
+  vm_value_t y5 = tops_plain(e, VM_F32, 1, DIMS(5)), x16 = tops_plain(e, VM_F16, 2, DIMS(3, 4));
+  static const struct {
+    const char *prog;
+    const char *msg;
+  } bad[] = {
+      {"x0 x1 add",
+       "program (argument 0) token 2 'x1' names an input the call does not have (it "
+       "has 1)"},
+      {"x0 add", "program (argument 0) token 2 'add' needs 2 operands, the stack holds 1"},
+      {"x0 x0", "program (argument 0) leaves 2 values on the stack, expected 1"},
+      {"", "program (argument 0) leaves 0 values on the stack, expected 1"},
+      {"x0 foo",
+       "program (argument 0) token 2 'foo' is not an input (x0 to x0), a number or an "
+       "operation"},
+      {"x0 1e999 mul", "program (argument 0) token 2 '1e999' is not a finite float"},
+      {"x0 (x0) add", "token 2 '(x0)' is not an input"},
+      {"x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 x0 "
+       "x0 x0 x0 x0",
+       "program (argument 0) stacks more than 32 values"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    vm_value_t p;
+    ASSERT_OK(vm_string_new(bad[i].prog, (uint32_t)strlen(bad[i].prog), &p));
+    ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x, y}, 3), VM_INVALID_ARGUMENT,
+                  bad[i].msg);
+    vm_value_release(&p);
+  }
+  vm_value_t p;
+  ASSERT_OK(vm_string_new("x0 relu", 7, &p));
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){vm_value_int(1), x, y}, 3),
+                VM_INVALID_ARGUMENT,
+                "cl.elementwise: program (argument 0) must be a string, got int");
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x, y5}, 3), VM_INVALID_ARGUMENT,
+                "cl.elementwise: y (argument 2) has shape [5], but the inputs broadcast to [3, 4]");
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x16, y}, 3), VM_INVALID_ARGUMENT,
+                "cl.elementwise: x0 (argument 1) has dtype float16, expected float32 (the dtype of "
+                "y)");
+  ASSERT_STATUS(tops_call(e, "cl.elementwise", (vm_value_t[]){p, x, y5, y}, 4), VM_INVALID_ARGUMENT,
+                "cl.elementwise: x1 (argument 2) of shape [5] does not broadcast with the inputs "
+                "before it");
+  vm_value_release(&p);
+  release_all((vm_value_t[]){x, y, y5, x16}, 4);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.reduce.{min,prod}
+ */
+
+static void check_reduce_ext(tops_env_t *e, const char *op, vm_dtype_t dt, uint32_t nd,
+                             const int64_t *dims, const int *reduce) {
+  int64_t odims[8];
+  uint32_t ond = 0;
+  for (uint32_t i = 0; i < nd; i++) odims[ond++] = reduce[i] ? 1 : dims[i]; /* keepdims */
+  size_t n = (size_t)tops_numel(nd, dims), no = (size_t)tops_numel(ond, odims);
+  int prod = !strcmp(op, "prod");
+  /* products of many factors stay finite near 1 */
+  float *x = tops_rand(n, 13, prod ? 0.95f : -3, prod ? 1.05f : 3);
+  float *want = malloc(no * sizeof(float) + 4), *got = malloc(no * sizeof(float) + 4);
+  if (is_f16(dt)) tops_round_f16(x, n);
+  ref_reduce(prod ? 4 : 3, x, nd, dims, reduce, want);
+  int64_t axes[8];
+  uint32_t na = 0;
+  for (uint32_t i = 0; i < nd; i++)
+    if (reduce[i]) axes[na++] = i;
+  vm_value_t args[4] = {tops_tensor_f(e, dt, nd, dims, x), tops_int_tuple(na, axes),
+                        vm_value_bool(1), tops_tensor(e, dt, ond, odims, NULL)};
+  char name[32];
+  snprintf(name, sizeof(name), "cl.reduce.%s", op);
+  ASSERT_OK(tops_call(e, name, args, 4));
+  tops_read_f(e, &args[3], got);
+  tops_assert_close(got, want, no, is_f16(dt) ? 4e-3 : 1e-5, is_f16(dt) ? 4e-3 : 1e-4, name);
+  tops_check_guard(e, &args[3]);
+  release_all(args, 4);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void test_reduce_min_prod(void **state) {
+  tops_env_t *e = *state;
+  for (int p = 0; p < 2; p++) {
+    const char *op = p ? "prod" : "min";
+    check_reduce_ext(e, op, VM_F32, 3, DIMS(4, 5, 6), (const int[]){0, 1, 0}); /* per item */
+    check_reduce_ext(e, op, VM_F32, 2, DIMS(3, 700), (const int[]){0, 1});     /* per group */
+    check_reduce_ext(e, op, VM_F32, 3, DIMS(2, 3, 4), (const int[]){1, 1, 1});
+    check_reduce_ext(e, op, VM_F16, 2, DIMS(8, 9), (const int[]){1, 0});
+  }
+  /* min propagates NaN; min over nothing has no identity, prod over nothing is 1 */
+  float x[4] = {1, NAN, -2, 3}, got[2];
+  vm_value_t args[4] = {tops_tensor_f(e, VM_F32, 2, DIMS(2, 2), x), vm_value_int(1),
+                        vm_value_bool(0), tops_tensor(e, VM_F32, 1, DIMS(2), NULL)};
+  ASSERT_OK(tops_call(e, "cl.reduce.min", args, 4));
+  tops_read_f(e, &args[3], got);
+  tops_assert_close(got, (const float[]){NAN, -2}, 2, 0, 0, "min with NaN");
+  vm_value_t x0 = tops_plain(e, VM_F32, 2, DIMS(2, 0)),
+             y2 = tops_tensor(e, VM_F32, 1, DIMS(2), NULL);
+  vm_value_t a0[4] = {x0, vm_value_int(1), vm_value_bool(0), y2};
+  ASSERT_STATUS(tops_call(e, "cl.reduce.min", a0, 4), VM_INVALID_ARGUMENT,
+                "cl.reduce.min: min over zero elements has no identity");
+  ASSERT_OK(tops_call(e, "cl.reduce.prod", a0, 4));
+  tops_read_f(e, &y2, got);
+  tops_assert_close(got, (const float[]){1, 1}, 2, 0, 0, "prod over nothing");
+  release_all(args, 4);
+  release_all((vm_value_t[]){x0, y2}, 2);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.argmax, cl.argmin
+ */
+
+static void check_arg(tops_env_t *e, int is_max, vm_dtype_t dt, uint32_t nd, const int64_t *dims,
+                      int axis, int keepdims, int last) {
+  size_t n = (size_t)tops_numel(nd, dims);
+  float *x = tops_rand(n, 17, 0, 4);
+  for (size_t i = 0; i < n; i++) x[i] = floorf(x[i]); /* many ties */
+  if (n > 7) x[7] = NAN;
+  int ax = axis < 0 ? axis + (int)nd : axis;
+  int64_t outer = 1, len = dims[ax], inner = 1, yd[8];
+  uint32_t ynd = 0;
+  for (uint32_t i = 0; i < nd; i++) {
+    if ((int)i < ax) outer *= dims[i];
+    if ((int)i > ax) inner *= dims[i];
+    if ((int)i != ax || keepdims) yd[ynd++] = (int)i == ax ? 1 : dims[i];
+  }
+  int64_t *want = malloc((size_t)(outer * inner) * 8 + 8),
+          *got = malloc((size_t)(outer * inner) * 8 + 8);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < inner; k++) {
+      int64_t best = 0;
+      for (int64_t j = 0; j < len; j++) {
+        float v = x[(o * len + j) * inner + k], b = x[(o * len + best) * inner + k];
+        if (isnan(b)) break;
+        if (isnan(v) || (is_max ? v > b : v < b) || (last && v == b)) best = j;
+      }
+      want[o * inner + k] = best;
+    }
+  vm_value_t args[5] = {tops_tensor_f(e, dt, nd, dims, x), vm_value_int(axis),
+                        vm_value_int(keepdims), vm_value_int(last),
+                        tops_tensor(e, VM_I64, ynd, yd, NULL)};
+  ASSERT_OK(tops_call(e, is_max ? "cl.argmax" : "cl.argmin", args, 5));
+  tops_read(e, &args[4], got);
+  assert_memory_equal(got, want, (size_t)(outer * inner) * 8);
+  tops_check_guard(e, &args[4]);
+  release_all(args, 5);
+  free(x);
+  free(want);
+  free(got);
+}
+
+static void test_argmax(void **state) {
+  tops_env_t *e = *state;
+  for (int is_max = 0; is_max < 2; is_max++) {
+    check_arg(e, is_max, VM_F32, 2, DIMS(4, 10), -1, 0, 0);
+    check_arg(e, is_max, VM_F32, 2, DIMS(4, 10), -1, 1, 1);
+    check_arg(e, is_max, VM_F32, 3, DIMS(3, 5, 4), 1, 1, 0);
+    check_arg(e, is_max, VM_F16, 3, DIMS(3, 5, 4), 0, 0, 1);
+  }
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 1, DIMS(3));
+  vm_value_t y64 = tops_plain(e, VM_I64, 1, DIMS(4)), x0 = tops_plain(e, VM_F32, 2, DIMS(3, 0));
+  vm_value_t y3 = tops_plain(e, VM_I64, 1, DIMS(3));
+  ASSERT_STATUS(
+      tops_call(e, "cl.argmax",
+                (vm_value_t[]){x, vm_value_int(1), vm_value_int(0), vm_value_int(0), y}, 5),
+      VM_INVALID_ARGUMENT, "cl.argmax: y (argument 4) has dtype float32, expected int64");
+  ASSERT_STATUS(
+      tops_call(e, "cl.argmin",
+                (vm_value_t[]){x, vm_value_int(1), vm_value_int(0), vm_value_int(0), y64}, 5),
+      VM_INVALID_ARGUMENT, "cl.argmin: y (argument 4) has shape [4], expected [3]");
+  ASSERT_STATUS(
+      tops_call(e, "cl.argmax",
+                (vm_value_t[]){x0, vm_value_int(1), vm_value_int(0), vm_value_int(0), y3}, 5),
+      VM_INVALID_ARGUMENT, "cl.argmax: x (argument 0) has no elements along axis 1 to choose from");
+  release_all((vm_value_t[]){x, y, y64, x0, y3}, 5);
+}
+
+/* ---------------------------------------------------------------------------
+ * Integer cl.binary.*, comparisons and cl.unary.clip
+ */
+
+/* Reference of one integer operation on values held as int64 (the inputs
+ * already lie in the dtype's range); the result wraps into bits. */
+static int64_t ref_int_op(const char *op, int64_t a, int64_t b, int bits, int is_signed) {
+  uint64_t ua = (uint64_t)a, ub = (uint64_t)b, r;
+  if (!strcmp(op, "add")) {
+    r = ua + ub;
+  } else if (!strcmp(op, "sub")) {
+    r = ua - ub;
+  } else if (!strcmp(op, "mul")) {
+    r = ua * ub;
+  } else if (!strcmp(op, "div")) {
+    if (b == 0) return 0;
+    if (is_signed && b == -1) {
+      r = 0 - ua;
+    } else {
+      return is_signed ? a / b : (int64_t)(ua / ub);
+    }
+  } else if (!strcmp(op, "max")) {
+    return (is_signed ? a > b : ua > ub) ? a : b;
+  } else {
+    return (is_signed ? a < b : ua < ub) ? a : b;
+  }
+  if (bits < 64) {
+    r &= (UINT64_C(1) << bits) - 1;
+    if (is_signed && (r >> (bits - 1)) & 1) r |= ~((UINT64_C(1) << bits) - 1);
+  }
+  return (int64_t)r;
+}
+
+/* Stores v (in range) as an element of bits into p[i]. */
+static void put_int(void *p, size_t i, int bits, int64_t v) {
+  uint64_t u = (uint64_t)v;
+  memcpy((uint8_t *)p + i * (size_t)(bits / 8), &u, (size_t)(bits / 8)); /* little endian */
+}
+
+static int64_t get_int(const void *p, size_t i, int bits, int is_signed) {
+  uint64_t u = 0;
+  memcpy(&u, (const uint8_t *)p + i * (size_t)(bits / 8), (size_t)(bits / 8));
+  if (is_signed && bits < 64 && (u >> (bits - 1)) & 1) u |= ~((UINT64_C(1) << bits) - 1);
+  return (int64_t)u;
+}
+
+static void check_int_binary(tops_env_t *e, const char *op, vm_dtype_t dt) {
+  int bits = dt.bits, sg = dt.code == VM_DTYPE_INT;
+  /* edge values of the type, small numbers, 0 and -1 */
+  int64_t lo = sg ? (bits == 64 ? INT64_MIN : -(INT64_C(1) << (bits - 1))) : 0;
+  int64_t hi = bits == 64 ? INT64_MAX
+               : sg       ? (INT64_C(1) << (bits - 1)) - 1
+                          : (INT64_C(1) << bits) - 1;
+  int64_t vals[8] = {lo, hi, 0, 1, sg ? -1 : 2, 7, sg ? -3 : 3, 100 % (hi + 1)};
+  size_t na = 8 * 3, nb = 8;
+  uint8_t *a = malloc(na * 8), *b = malloc(nb * 8), *want = malloc(na * 8), *got = malloc(na * 8);
+  for (size_t i = 0; i < na; i++) put_int(a, i, bits, vals[(i * 5 + i / 8) % 8]);
+  for (size_t i = 0; i < nb; i++) put_int(b, i, bits, vals[i]);
+  for (size_t i = 0; i < na; i++) {
+    int64_t r = ref_int_op(op, get_int(a, i, bits, sg), get_int(b, i % 8, bits, sg), bits, sg);
+    put_int(want, i, bits, r);
+  }
+  vm_value_t args[3] = {tops_tensor(e, dt, 2, DIMS(3, 8), a), tops_tensor(e, dt, 1, DIMS(8), b),
+                        tops_tensor(e, dt, 2, DIMS(3, 8), NULL)};
+  char name[48];
+  snprintf(name, sizeof(name), "cl.binary.%s", op);
+  ASSERT_OK(tops_call(e, name, args, 3));
+  tops_read(e, &args[2], got);
+  for (size_t i = 0; i < na; i++) {
+    if (get_int(got, i, bits, sg) != get_int(want, i, bits, sg)) {
+      fail_msg("%s %s%d element %zu: %lld %s %lld gave %lld, expected %lld", name,
+               sg ? "int" : "uint", bits, i, (long long)get_int(a, i, bits, sg), op,
+               (long long)get_int(b, i % 8, bits, sg), (long long)get_int(got, i, bits, sg),
+               (long long)get_int(want, i, bits, sg));
+    }
+  }
+  tops_check_guard(e, &args[2]);
+  release_all(args, 3);
+  free(a);
+  free(b);
+  free(want);
+  free(got);
+}
+
+static void test_int_ops(void **state) {
+  tops_env_t *e = *state;
+  static const char *ops[] = {"add", "sub", "mul", "div", "max", "min"};
+  const vm_dtype_t dts[] = {VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), VM_U8, VM_I32, VM_I64,
+                            VM_DTYPE_MAKE(VM_DTYPE_UINT, 64, 1)};
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
+    for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) check_int_binary(e, ops[k], dts[d]);
+
+  /* comparisons of int64 */
+  int64_t a[4] = {INT64_MIN, -1, 5, INT64_MAX}, b[4] = {INT64_MIN, 0, 6, 5};
+  vm_value_t args[3] = {tops_tensor(e, VM_I64, 1, DIMS(4), a),
+                        tops_tensor(e, VM_I64, 1, DIMS(4), b),
+                        tops_tensor(e, VM_BOOL, 1, DIMS(4), NULL)};
+  uint8_t got[4];
+  ASSERT_OK(tops_call(e, "cl.binary.less", args, 3));
+  tops_read(e, &args[2], got);
+  assert_memory_equal(got, ((const uint8_t[]){0, 1, 1, 0}), 4);
+  ASSERT_OK(tops_call(e, "cl.binary.equal", args, 3));
+  tops_read(e, &args[2], got);
+  assert_memory_equal(got, ((const uint8_t[]){1, 0, 0, 0}), 4);
+  release_all(args, 3);
+
+  /* clip of int8: bounds round inward and clamp to the type; -inf: no lower bound */
+  int8_t x8[6] = {-128, -5, 0, 3, 4, 127}, y8[6];
+  vm_value_t c[4] = {tops_tensor(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), 1, DIMS(6), x8),
+                     vm_value_float(-INFINITY), vm_value_float(3.5),
+                     tops_tensor(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), 1, DIMS(6), NULL)};
+  ASSERT_OK(tops_call(e, "cl.unary.clip", c, 4));
+  tops_read(e, &c[3], y8);
+  assert_memory_equal(y8, ((const int8_t[]){-128, -5, 0, 3, 3, 3}), 6);
+  c[1] = vm_value_float(-4.5);
+  c[2] = vm_value_float(1000);
+  ASSERT_OK(tops_call(e, "cl.unary.clip", c, 4));
+  tops_read(e, &c[3], y8);
+  assert_memory_equal(y8, ((const int8_t[]){-4, -4, 0, 3, 4, 127}), 6);
+  tops_check_guard(e, &c[3]);
+  /* pow and the other unary operations stay float-only */
+  ASSERT_STATUS(tops_call(e, "cl.binary.pow", (vm_value_t[]){c[0], c[0], c[3]}, 3),
+                VM_INVALID_ARGUMENT,
+                "cl.binary.pow: a (argument 0) has dtype int8, expected float32 or float16");
+  ASSERT_STATUS(tops_call(e, "cl.unary.relu", (vm_value_t[]){c[0], c[3]}, 2), VM_INVALID_ARGUMENT,
+                "cl.unary.relu: x (argument 0) has dtype int8, expected float32 or float16");
+  vm_value_t f64 = tops_plain(e, VM_F64, 1, DIMS(6));
+  ASSERT_STATUS(tops_call(e, "cl.binary.add", (vm_value_t[]){f64, f64, f64}, 3),
+                VM_INVALID_ARGUMENT,
+                "cl.binary.add: a (argument 0) has dtype float64, expected float32 or float16 or "
+                "an integer type");
+  vm_value_release(&f64);
+  release_all(c, 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ext),
@@ -504,6 +1049,12 @@ int main(void) {
       cmocka_unit_test(test_pad),
       cmocka_unit_test(test_gather),
       cmocka_unit_test(test_layer_norm_stats),
+      cmocka_unit_test(test_where),
+      cmocka_unit_test(test_compare),
+      cmocka_unit_test(test_elementwise),
+      cmocka_unit_test(test_reduce_min_prod),
+      cmocka_unit_test(test_argmax),
+      cmocka_unit_test(test_int_ops),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }

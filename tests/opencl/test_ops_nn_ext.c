@@ -40,11 +40,58 @@ typedef struct conv_case {
   int64_t N, C, H, W, O, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, groups;
 } conv_case_t;
 
-static void check_conv13(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
-  int64_t OH = (c->H + c->pt + c->pb - c->dh * (c->KH - 1) - 1) / c->sh + 1;
-  int64_t OW = (c->W + c->pl + c->pr - c->dw * (c->KW - 1) - 1) / c->sw + 1;
-  int64_t xd[4] = {c->N, c->C, c->H, c->W}, wd[4] = {c->O, c->C / c->groups, c->KH, c->KW};
-  int64_t yd[4] = {c->N, c->O, OH, OW};
+/* ---------------------------------------------------------------------------
+ * cl.conv_transpose2d against a scatter reference (each input element adds
+ * its products into the outputs it reaches: the definition the kernel's
+ * gather inverts)
+ */
+
+static void ref_conv_t(const float *x, const float *w, const float *bias, float *y,
+                       const conv_case_t *c, int64_t OH, int64_t OW) {
+  int64_t Cg = c->C / c->groups, Og = c->O / c->groups;
+  for (int64_t i = 0; i < c->N * c->O * OH * OW; i++) y[i] = 0;
+  double *acc = calloc((size_t)(c->N * c->O * OH * OW) + 1, sizeof(double));
+  assert_non_null(acc);
+  for (int64_t n = 0; n < c->N; n++)
+    for (int64_t ci = 0; ci < c->C; ci++) {
+      int64_t g = ci / Cg;
+      for (int64_t ih = 0; ih < c->H; ih++)
+        for (int64_t iw = 0; iw < c->W; iw++) {
+          double xv = x[((n * c->C + ci) * c->H + ih) * c->W + iw];
+          for (int64_t ol = 0; ol < Og; ol++)
+            for (int64_t kh = 0; kh < c->KH; kh++)
+              for (int64_t kw = 0; kw < c->KW; kw++) {
+                int64_t oh = ih * c->sh - c->pt + kh * c->dh, ow = iw * c->sw - c->pl + kw * c->dw;
+                if (oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+                int64_t o = g * Og + ol;
+                acc[((n * c->O + o) * OH + oh) * OW + ow] +=
+                    xv * w[((ci * Og + ol) * c->KH + kh) * c->KW + kw];
+              }
+        }
+    }
+  for (int64_t n = 0; n < c->N; n++)
+    for (int64_t o = 0; o < c->O; o++)
+      for (int64_t p = 0; p < OH * OW; p++) {
+        int64_t i = (n * c->O + o) * OH * OW + p;
+        y[i] = (float)(acc[i] + (bias ? bias[o] : 0.0));
+      }
+  free(acc);
+}
+
+/* Runs cl.conv2d (13-argument form) or, with transpose, cl.conv_transpose2d
+ * on random inputs and compares with the reference. */
+static void check_conv(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c, int transpose,
+                       int with_bias) {
+  int64_t OH, OW;
+  if (transpose) {
+    OH = (c->H - 1) * c->sh + c->dh * (c->KH - 1) + 1 - c->pt - c->pb;
+    OW = (c->W - 1) * c->sw + c->dw * (c->KW - 1) + 1 - c->pl - c->pr;
+  } else {
+    OH = (c->H + c->pt + c->pb - c->dh * (c->KH - 1) - 1) / c->sh + 1;
+    OW = (c->W + c->pl + c->pr - c->dw * (c->KW - 1) - 1) / c->sw + 1;
+  }
+  int64_t xd[4] = {c->N, c->C, c->H, c->W}, yd[4] = {c->N, c->O, OH, OW};
+  int64_t wd[4] = {transpose ? c->C : c->O, (transpose ? c->O : c->C) / c->groups, c->KH, c->KW};
   size_t nx = (size_t)tops_numel(4, xd), nw = (size_t)tops_numel(4, wd);
   size_t ny = (size_t)tops_numel(4, yd);
   float *x = tops_rand(nx, 61, -1, 1), *w = tops_rand(nw, 62, -1, 1);
@@ -55,12 +102,16 @@ static void check_conv13(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
     tops_round_f16(w, nw);
     tops_round_f16(bias, (size_t)c->O);
   }
-  /* the reference takes the begin pads; the end pads only shape y */
-  ref_conv2d(x, w, bias, want, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, c->sh, c->sw, c->pt,
-             c->pl, c->dh, c->dw, c->groups, OH, OW);
+  if (transpose) {
+    ref_conv_t(x, w, with_bias ? bias : NULL, want, c, OH, OW);
+  } else {
+    /* the reference takes the begin pads; the end pads only shape y */
+    ref_conv2d(x, w, with_bias ? bias : NULL, want, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW,
+               c->sh, c->sw, c->pt, c->pl, c->dh, c->dw, c->groups, OH, OW);
+  }
   vm_value_t args[13] = {tops_tensor_f(e, dt, 4, xd, x),
                          tops_tensor_f(e, dt, 4, wd, w),
-                         tops_tensor_f(e, dt, 1, &c->O, bias),
+                         with_bias ? tops_tensor_f(e, dt, 1, &c->O, bias) : vm_value_none(),
                          vm_value_int(c->sh),
                          vm_value_int(c->sw),
                          vm_value_int(c->pt),
@@ -71,11 +122,11 @@ static void check_conv13(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
                          vm_value_int(c->dw),
                          vm_value_int(c->groups),
                          tops_tensor(e, dt, 4, yd, NULL)};
-  ASSERT_OK(tops_call(e, "cl.conv2d", args, 13));
+  const char *name = transpose ? "cl.conv_transpose2d" : "cl.conv2d";
+  ASSERT_OK(tops_call(e, name, args, 13));
   tops_read_f(e, &args[12], got);
-  double sk = sqrt((double)(wd[1] * c->KH * c->KW) + 1);
-  tops_assert_close(got, want, ny, (is_f16(dt) ? 2e-3 : 1e-4) * sk, is_f16(dt) ? 2e-3 : 1e-4,
-                    "conv2d 13-argument form");
+  double sk = sqrt((double)(c->C / c->groups * c->KH * c->KW) + 1);
+  tops_assert_close(got, want, ny, (is_f16(dt) ? 2e-3 : 1e-4) * sk, is_f16(dt) ? 2e-3 : 1e-4, name);
   tops_check_guard(e, &args[12]);
   release_all(args, 13);
   free(x);
@@ -96,8 +147,11 @@ static void test_conv2d_asym(void **state) {
       {1, 8, 5, 5, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* 1x1 */
       {1, 3, 20, 21, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* equals the 11-argument form */
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv13(e, VM_F32, &cases[i]);
-  check_conv13(e, VM_F16, &cases[1]);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    check_conv(e, VM_F32, &cases[i], 0, 1);
+  }
+  check_conv(e, VM_F16, &cases[1], 0, 1);
+  check_conv(e, VM_F32, &cases[2], 0, 0);
 
   vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 2, 5, 5));
   vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(2, 2, 3, 3));
@@ -278,6 +332,65 @@ static void test_pool2d_onnx(void **state) {
   release_all((vm_value_t[]){x, y}, 2);
 }
 
+static void test_conv_transpose2d(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H  W  O  KH KW sh sw pt pl pb pr dh dw g */
+      {1, 3, 4, 5, 2, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* full */
+      {2, 4, 3, 4, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 2},   /* stride 2, groups */
+      {1, 2, 4, 4, 3, 4, 4, 2, 2, 1, 1, 0, 0, 1, 1, 1},   /* output_padding 1 folded: pb 1 - 1 */
+      {1, 2, 5, 3, 2, 3, 2, 3, 2, 1, 0, -1, -2, 2, 1, 1}, /* dilation, negative end pads */
+      {1, 4, 5, 5, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 4},   /* depthwise */
+      {1, 3, 1, 1, 5, 2, 2, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* a 1x1 input: the kernel itself */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    check_conv(e, VM_F32, &cases[i], 1, (int)(i % 2));
+  }
+  check_conv(e, VM_F16, &cases[1], 1, 1);
+
+  vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 4, 3, 3));
+  vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(4, 2, 3, 3));
+  vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 4, 5, 5));
+  vm_value_t args[13] = {x,
+                         w,
+                         vm_value_none(),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(2),
+                         y};
+  ASSERT_OK(tops_call(e, "cl.conv_transpose2d", args, 13));
+  args[11] = vm_value_int(1);
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: y (argument 12) has shape [1, 4, 5, 5], expected [1, 2, 5, "
+                "5]");
+  args[11] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: groups (argument 11) is 3, which must divide the 4 input "
+                "channels");
+  args[11] = vm_value_int(2);
+  args[5] = vm_value_int(3);
+  args[7] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: the pads leave an output of -1x5");
+  args[5] = vm_value_int(-2000000);
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: pad_top (argument 5) is -2000000, expected -1048576 to "
+                "1048576");
+  args[5] = vm_value_int(0);
+  args[7] = vm_value_int(0);
+  args[1] = x;
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose2d", args, 13), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose2d: w (argument 1) has 1 input channels, expected 4 (the "
+                "channels of x)");
+  release_all((vm_value_t[]){x, w, y}, 3);
+}
+
 /* ---------------------------------------------------------------------------
  * cl.resize against a reference written the way ONNX's specification
  * states it: per axis, the source coordinate; the n integers nearest to it
@@ -298,18 +411,19 @@ typedef struct resize_case {
 } resize_case_t;
 
 static double rs_source(const resize_case_t *c, int ax, int64_t o, double s) {
-  double x = (double)o, in = (double)c->in[ax], out = (double)c->out[ax];
+  /* the resized length is s * in, a real number, as ONNX's reference */
+  double x = (double)o, in = (double)c->in[ax], len = s * in;
   double lo = c->roi[ax], hi = c->roi[c->nd + ax];
   switch (c->coord) {
     case 0: return (x + 0.5) / s - 0.5;
     case 1: return x / s;
-    case 2: return out > 1 ? (x + 0.5) / s - 0.5 : 0;
+    case 2: return len > 1 ? (x + 0.5) / s - 0.5 : 0;
     case 3:
-      return out > 1 ? lo * (in - 1) + x * (hi - lo) * (in - 1) / (out - 1)
+      return len > 1 ? lo * (in - 1) + x * (hi - lo) * (in - 1) / (len - 1)
                      : 0.5 * (lo + hi) * (in - 1);
-    case 4: return out > 1 ? x * (in - 1) / (out - 1) : 0;
+    case 4: return len > 1 ? x * (in - 1) / (len - 1) : 0;
     default: {
-      double adj = out / (s * in);
+      double adj = (double)c->out[ax] / len;
       return in / 2 * (1 - adj) + (x + 0.5) / s - 0.5;
     }
   }
@@ -482,6 +596,8 @@ static const resize_case_t resize_cases[] = {
      1,
      {1, 1, 0.6f, 0.2f},
      {0, 0, 0.1f, 0.2f, 1, 1, 0.7f, 0.6f}},
+    /* align_corners where scale * in (4.8, 3.6) is not the extent: the real length counts */
+    {4, {1, 1, 8, 6}, {1, 1, 4, 3}, 1, 4, 0, -0.75, 0, 0, 1, {1, 1, 0.6f, 0.6f}, {0}},
     /* a middle axis of a 3-D tensor */
     {3, {2, 4, 3}, {2, 7, 3}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
     /* the identity */
@@ -562,6 +678,7 @@ int main(void) {
       cmocka_unit_test(test_conv2d_asym),
       cmocka_unit_test(test_pool2d_onnx),
       cmocka_unit_test(test_resize),
+      cmocka_unit_test(test_conv_transpose2d),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
