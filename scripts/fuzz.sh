@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh TARGET [SECONDS]
 #
-# TARGET: fuzz_loader, fuzz_asm, fuzz_npy or fuzz_request (tests/fuzz/).
+# TARGET: fuzz_loader, fuzz_asm, fuzz_npy, fuzz_request or fuzz_onnx (tests/fuzz/).
 # SECONDS: how long to fuzz [$VMRPC_FUZZ_SECONDS, else 60].
 #
 # Configures a clang build in build-fuzz/ ($VMRPC_FUZZ_BUILD) with
@@ -23,7 +23,7 @@ usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then usage; fi
 target=$1
 case "$target" in
-  fuzz_loader|fuzz_asm|fuzz_npy|fuzz_request) ;;
+  fuzz_loader|fuzz_asm|fuzz_npy|fuzz_request|fuzz_onnx) ;;
   *) echo "fuzz.sh: unknown target '$target'" >&2; usage ;;
 esac
 seconds=${2:-${VMRPC_FUZZ_SECONDS:-60}}
@@ -44,6 +44,13 @@ work=$build/fuzz-work/$target
 mkdir -p "$work/corpus" "$work/artifacts"
 if [ -d "tests/fuzz/corpus/$target" ]; then
   cp -n "tests/fuzz/corpus/$target"/* "$work/corpus/" 2>/dev/null || true
+fi
+# fuzz_onnx: the node models of Debian's libonnx-testdata are the seeds
+onnx_data=/usr/share/libonnx-testdata/data/node
+if [ "$target" = fuzz_onnx ] && [ -d "$onnx_data" ]; then
+  for d in "$onnx_data"/test_*; do
+    [ -f "$d/model.onnx" ] && cp -n "$d/model.onnx" "$work/corpus/$(basename "$d").onnx"
+  done
 fi
 log=$work/last.log
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}

@@ -14,6 +14,8 @@
 #   VMRPC_SKIP_FUZZ=1 ...      no fuzzing
 #   VMRPC_FUZZ_SECONDS=N       seconds per fuzz target [60]
 #   VMRPC_LOAD_SECONDS=N       length of the load test (agent.test_load) [60]
+#   VMRPC_SKIP_ONNX_MODELS=1   no rapidocr check (scripts/onnx-rapidocr.sh; it skips
+#                              itself when PyPI cannot be reached)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -67,6 +69,12 @@ run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 if [ "${VMRPC_SKIP_PYTHON:-0}" != 1 ]; then
   python_suite
 fi
+if [ "${VMRPC_SKIP_ONNX_MODELS:-0}" != 1 ]; then
+  echo "== ONNX models against onnxruntime: scripts/onnx-rapidocr.sh"
+  rc=0
+  scripts/onnx-rapidocr.sh build || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+fi
 if [ "${VMRPC_SKIP_ASAN:-0}" != 1 ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -79,7 +87,7 @@ if [ "${VMRPC_SKIP_ASAN:-0}" != 1 ]; then
   fi
 fi
 if [ "${VMRPC_SKIP_FUZZ:-0}" != 1 ]; then
-  for target in fuzz_loader fuzz_asm fuzz_npy fuzz_request; do
+  for target in fuzz_loader fuzz_asm fuzz_npy fuzz_request fuzz_onnx; do
     scripts/fuzz.sh "$target" "${VMRPC_FUZZ_SECONDS:-60}"
   done
 fi

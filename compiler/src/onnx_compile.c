@@ -140,9 +140,14 @@ vm_status_t onx_def_view(onx_ctx_t *c, uint32_t i, onx_value_t *src, uint32_t nd
 vm_status_t onx_bind_out(onx_ctx_t *c, uint32_t i, int32_t tid, uint32_t ndim,
                          const int64_t *dims) {
   if (!onx_out_wanted(c, i)) return VM_STATUS_OK;
+  return onx_bind_named(c, c->node->output[i], tid, ndim, dims);
+}
+
+vm_status_t onx_bind_named(onx_ctx_t *c, const char *name, int32_t tid, uint32_t ndim,
+                           const int64_t *dims) {
   if (tid < 0) return VM_STATUS_OK; /* the graph's sticky error reports it */
   onx_value_t *v;
-  vm_status_t st = add_value(c, c->node->output[i], &v);
+  vm_status_t st = add_value(c, name, &v);
   if (!st) st = set_shape(c, v, vmcc_graph_dtype(c->g, tid), ndim, dims);
   if (st) return st;
   const int64_t *td = vmcc_graph_shape(c->g, tid);
@@ -152,6 +157,10 @@ vm_status_t onx_bind_out(onx_ctx_t *c, uint32_t i, int32_t tid, uint32_t ndim,
   else
     v->tid = vmcc_graph_view(c->g, tid, ndim, v->dims);
   return VM_STATUS_OK;
+}
+
+onx_value_t *onx_lookup(onx_ctx_t *c, const char *name) {
+  return name && name[0] ? find_value(c, name) : NULL;
 }
 
 int32_t onx_tid(onx_ctx_t *c, onx_value_t *v) {
@@ -463,9 +472,18 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
       c->node = NULL;
       return vm_status_make(VM_INVALID_ARGUMENT, "node %zu has no op_type", i);
     }
+    if (n->n_output == 0 || !n->output[0] || !n->output[0][0])
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "the node has no output 0");
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
       return onx_node_err(c, VM_UNIMPLEMENTED, "domain '%.60s': supported: the default domain",
                           n->domain);
+    if (c->skip && c->skip[i]) { /* fused into an earlier node */
+      if (c->rep) {
+        count_op(c->rep, n->op_type);
+        c->rep->num_folded++;
+      }
+      continue;
+    }
     for (size_t k = 0; k < n->n_input; k++) {
       if (!n->input[k] || !n->input[k][0]) continue;
       if (!find_value(c, n->input[k]))
@@ -480,6 +498,7 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
                           n->op_type, onx_supported_ops());
     if (c->rep) count_op(c->rep, n->op_type);
     uint32_t before = c->num_vals;
+    c->fused = 0;
     vm_status_t st = fn(c);
     if (st) return st;
     int folded = 1;
@@ -487,7 +506,7 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
       if (!c->vals[v].data) folded = 0;
     if (folded && c->rep) c->rep->num_folded++;
     for (size_t k = 0; k < n->n_output; k++) {
-      if (!n->output[k] || !n->output[k][0]) continue;
+      if (!n->output[k] || !n->output[k][0] || c->fused) continue;
       if (!find_value(c, n->output[k]))
         return onx_node_err(c, VM_INTERNAL, "output '%.80s' was not defined", n->output[k]);
     }
@@ -609,7 +628,8 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
     }
     c.cap_vals = (uint32_t)cap + 1;
     c.vals = calloc(c.cap_vals, sizeof(*c.vals));
-    if (!c.vals) {
+    c.skip = calloc(m->graph->n_node + 1, 1);
+    if (!c.vals || !c.skip) {
       st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
       goto done;
     }
@@ -656,6 +676,7 @@ done:
   vm_builder_free(c.b);
   for (uint32_t i = 0; i < c.num_vals; i++) free(c.vals[i].data);
   free(c.vals);
+  free(c.skip);
   free(names);
   free(outs);
   onnx__model_proto__free_unpacked(m, NULL);

@@ -42,6 +42,8 @@ typedef struct onx_ctx {
   uint32_t node_idx;
   vmcc_onnx_report_t *rep;
   uint32_t c_one, c_zero; /* float constants 1.0 and 0.0 */
+  uint8_t *skip;          /* per node: fused into an earlier one */
+  int fused;              /* the current node fused a later one (its output is that one's) */
 } onx_ctx_t;
 
 /* ---- messages ---- */
@@ -105,6 +107,11 @@ vmcc_arg_t onx_float_arg(onx_ctx_t *c, double v);
  * doubles). */
 int32_t onx_const_tensor_f(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
                            const double *vals);
+/* The value of that name defined so far, or NULL. */
+onx_value_t *onx_lookup(onx_ctx_t *c, const char *name);
+/* onx_bind_out for a value of any name (a fused node's output). */
+vm_status_t onx_bind_named(onx_ctx_t *c, const char *name, int32_t tid, uint32_t ndim,
+                           const int64_t *dims);
 /* Defines output i as graph tensor tid (an intermediate the caller has
  * passed to an operator call already) seen with shape (ndim, dims): tid
  * itself, or a view of it when the shapes differ. */

@@ -116,6 +116,12 @@ static double u_sin(double x, const double *p) {
 static double u_cos(double x, const double *p) {
   return cos(x);
 }
+static double u_round(double x, const double *p) {
+  return nearbyint(x); /* the default rounding mode: halves to even */
+}
+static double u_softplus(double x, const double *p) {
+  return x > 30 ? x : log1p(exp(x));
+}
 static double u_gelu(double x, const double *p) {
   return 0.5 * x * (1 + erf(x / sqrt(2.0)));
 }
@@ -194,6 +200,8 @@ static const unary_op_t k_unary[] = {
     {"Sin", "cl.unary.sin", u_sin},
     {"Cos", "cl.unary.cos", u_cos},
     {"HardSwish", "cl.unary.hard_swish", u_hswish},
+    {"Round", "cl.unary.round", u_round},
+    {"Softplus", "cl.unary.softplus", u_softplus},
 };
 
 static vm_status_t op_unary(onx_ctx_t *c) {
@@ -542,10 +550,8 @@ static vm_status_t op_where(onx_ctx_t *c) {
     }
     return onx_def_const(c, 0, a->dt, n, d, o);
   }
-  int32_t y = new_t(c, a->dt, n, d);
-  vmcc_arg_t args[4] = {A(onx_tid(c, cond)), A(onx_tid(c, a)), A(onx_tid(c, b)), A(y)};
-  call(c, "cl.where", 4, args);
-  return onx_bind_out(c, 0, y, n, d);
+  return onx_node_err(c, VM_UNIMPLEMENTED,
+                      "Where on run-time tensors: supported: constant inputs only (folded)");
 }
 
 /* ---------------------------------------------------------------------------
@@ -713,9 +719,11 @@ static vm_status_t op_matmul(onx_ctx_t *c) {
  * Convolution and pooling
  */
 
-typedef struct win2d {
-  int64_t k[2], s[2], d[2], pb[2], pe[2]; /* per spatial axis (H, W) */
-  int64_t out[2];
+/* A window over up to 3 spatial axes, right-aligned: [0] D, [1] H, [2] W
+ * (absent axes have size 1, no padding). */
+typedef struct win {
+  int64_t k[3], s[3], d[3], pb[3], pe[3];
+  int64_t out[3];
 } win2d_t;
 
 /* Reads kernel_shape/strides/dilations/pads/auto_pad for nsp spatial dims
@@ -754,11 +762,11 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
   else
     return onx_unsupported_attr(c, "auto_pad", ap, "NOTSET, SAME_UPPER, SAME_LOWER, VALID");
   memset(w, 0, sizeof(*w));
-  for (uint32_t i = 0; i < 2; i++) {
+  for (uint32_t i = 0; i < 3; i++) {
     w->k[i] = w->s[i] = w->d[i] = 1;
     w->out[i] = 1;
   }
-  uint32_t off = 2 - nsp; /* 1-D: the H axis is a dummy of size 1 */
+  uint32_t off = 3 - nsp; /* absent axes are dummies of size 1 */
   for (uint32_t i = 0; i < nsp; i++) {
     uint32_t j = off + i;
     w->k[j] = wkernel ? wkernel[i] : ks[i];
@@ -799,6 +807,49 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
   return VM_STATUS_OK;
 }
 
+/* A BatchNormalization that alone consumes the current node's output 0 (not
+ * a graph output), in inference mode, with constant parameters of co
+ * values defined by now: its index (params in p: scale, B, mean, var), or
+ * -1. The Conv before it then folds it into its weights and bias. */
+static int64_t bn_after(onx_ctx_t *c, int64_t co, onx_value_t **p, float *eps) {
+  const Onnx__GraphProto *g = c->graph;
+  const char *out = c->node->output[0];
+  for (size_t i = 0; i < g->n_output; i++)
+    if (g->output[i] && g->output[i]->name && strcmp(g->output[i]->name, out) == 0) return -1;
+  int64_t found = -1;
+  for (size_t j = 0; j < g->n_node; j++) {
+    const Onnx__NodeProto *n = g->node[j];
+    if (!n || j == c->node_idx) continue;
+    for (size_t k = 0; k < n->n_input; k++) {
+      if (!n->input[k] || strcmp(n->input[k], out) != 0) continue;
+      if (found >= 0 || k != 0 || j < c->node_idx || !n->op_type ||
+          strcmp(n->op_type, "BatchNormalization") != 0 || (n->domain && n->domain[0]))
+        return -1;
+      found = (int64_t)j;
+    }
+  }
+  if (found < 0) return -1;
+  const Onnx__NodeProto *bn = g->node[found];
+  if (bn->n_input < 5 || bn->n_output < 1 || !bn->output[0] || !bn->output[0][0]) return -1;
+  for (size_t k = 1; k < bn->n_output; k++)
+    if (bn->output[k] && bn->output[k][0]) return -1;
+  const Onnx__AttributeProto *a = onx_attr(bn, "training_mode");
+  if (a && a->i != 0) return -1;
+  a = onx_attr(bn, "spatial");
+  if (a && a->i != 1) return -1;
+  a = onx_attr(bn, "epsilon");
+  *eps = 1e-5f;
+  if (a) {
+    if (a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) return -1;
+    *eps = a->f;
+  }
+  for (int k = 0; k < 4; k++) {
+    p[k] = onx_lookup(c, bn->input[k + 1]);
+    if (!p[k] || !p[k]->data || p[k]->numel != co || !onx_is_float(p[k]->dt)) return -1;
+  }
+  return found;
+}
+
 static vm_status_t op_conv(onx_ctx_t *c) {
   onx_value_t *x, *wv, *bias = onx_in(c, 2);
   TRY(onx_in_req(c, 0, &x));
@@ -824,23 +875,60 @@ static vm_status_t op_conv(onx_ctx_t *c) {
   if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
   int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
-  int64_t w4[4] = {co, cig, w.k[0], w.k[1]};
-  int64_t y4[4] = {x->dims[0], co, w.out[0], w.out[1]};
-  int32_t tx = onx_reshaped(c, x, 4, x4), tw = onx_reshaped(c, wv, 4, w4);
+  int64_t w4[4] = {co, cig, w.k[1], w.k[2]};
+  int64_t y4[4] = {x->dims[0], co, w.out[1], w.out[2]};
+  int32_t tx = onx_reshaped(c, x, 4, x4), tw;
+  vmcc_arg_t bz;
+  onx_value_t *bnp[4];
+  float bn_eps;
+  int64_t bn = wv->data && (!bias || bias->data) ? bn_after(c, co, bnp, &bn_eps) : -1;
+  if (bn >= 0) {
+    /* y = s (conv(x, W) + b - mean) + beta, s = scale / sqrt(var + eps):
+     * W' = s W (per output channel), b' = s (b - mean) + beta */
+    int64_t per = wv->numel / (co ? co : 1);
+    double *nw = malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double));
+    double *nb = malloc((size_t)(co ? co : 1) * sizeof(double));
+    if (!nw || !nb) {
+      free(nw);
+      free(nb);
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+    for (int64_t o = 0; o < co; o++) {
+      double sc = onx_ld_f(bnp[0]->dt, bnp[0]->data, o) /
+                  sqrt(onx_ld_f(bnp[3]->dt, bnp[3]->data, o) + (double)bn_eps);
+      for (int64_t k = 0; k < per; k++)
+        nw[o * per + k] = sc * onx_ld_f(wv->dt, wv->data, o * per + k);
+      double b0 = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
+      nb[o] =
+          sc * (b0 - onx_ld_f(bnp[2]->dt, bnp[2]->data, o)) + onx_ld_f(bnp[1]->dt, bnp[1]->data, o);
+    }
+    tw = onx_const_tensor_f(c, wv->dt, 4, w4, nw);
+    int64_t bd[1] = {co};
+    bz = A(onx_const_tensor_f(c, x->dt, 1, bd, nb));
+    free(nw);
+    free(nb);
+  } else {
+    tw = onx_reshaped(c, wv, 4, w4);
+    bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
+  }
   int32_t y = new_t(c, x->dt, 4, y4);
-  vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
-  if (w.pb[0] == w.pe[0] && w.pb[1] == w.pe[1]) {
-    vmcc_arg_t a[11] = {A(tx),      A(tw),     bz,        I(w.s[0]), I(w.s[1]), I(w.pb[0]),
-                        I(w.pb[1]), I(w.d[0]), I(w.d[1]), I(group),  A(y)};
+  if (w.pb[1] == w.pe[1] && w.pb[2] == w.pe[2]) {
+    vmcc_arg_t a[11] = {A(tx),      A(tw),     bz,        I(w.s[1]), I(w.s[2]), I(w.pb[1]),
+                        I(w.pb[2]), I(w.d[1]), I(w.d[2]), I(group),  A(y)};
     call(c, "cl.conv2d", 11, a);
   } else {
-    vmcc_arg_t a[13] = {A(tx),      A(tw),      bz,         I(w.s[0]),  I(w.s[1]),
-                        I(w.pb[0]), I(w.pb[1]), I(w.pe[0]), I(w.pe[1]), I(w.d[0]),
-                        I(w.d[1]),  I(group),   A(y)};
+    vmcc_arg_t a[13] = {A(tx),      A(tw),      bz,         I(w.s[1]),  I(w.s[2]),
+                        I(w.pb[1]), I(w.pb[2]), I(w.pe[1]), I(w.pe[2]), I(w.d[1]),
+                        I(w.d[2]),  I(group),   A(y)};
     call(c, "cl.conv2d", 13, a);
   }
-  int64_t yd[4] = {x->dims[0], co, w.out[0], w.out[1]};
-  if (nsp == 1) yd[2] = w.out[1];
+  int64_t yd[4] = {x->dims[0], co, w.out[1], w.out[2]};
+  if (nsp == 1) yd[2] = w.out[2];
+  if (bn >= 0) {
+    c->skip[bn] = 1;
+    c->fused = 1;
+    return onx_bind_named(c, c->graph->node[bn]->output[0], y, x->ndim, yd);
+  }
   return onx_bind_out(c, 0, y, x->ndim, yd);
 }
 
@@ -957,14 +1045,40 @@ static vm_status_t op_conv_transpose(onx_ctx_t *c) {
   return onx_bind_out(c, 0, y, x->ndim, yd);
 }
 
+/* One cl.pool2d call of x (a 4-D tensor of dims x4) over the window's H
+ * and W axes ([1], [2]); returns the output tensor. */
+static int32_t pool2d_emit(onx_ctx_t *c, const char *name, int32_t tx, vm_dtype_t dt,
+                           const int64_t *x4, const win2d_t *w, int64_t ceil_mode, int64_t cip,
+                           int is_max) {
+  int64_t y4[4] = {x4[0], x4[1], w->out[1], w->out[2]};
+  int32_t y = new_t(c, dt, 4, y4);
+  /* the short form: symmetric pads smaller than the kernel, no dilation,
+   * floor rounding, padding never counted */
+  int simple = w->pb[1] == w->pe[1] && w->pb[2] == w->pe[2] && w->pb[1] < w->k[1] &&
+               w->pb[2] < w->k[2] && w->d[1] == 1 && w->d[2] == 1 &&
+               (is_max || cip == 0 || (w->pb[1] == 0 && w->pb[2] == 0));
+  for (uint32_t j = 1; simple && j < 3; j++)
+    if (w->out[j] != (x4[1 + j] + 2 * w->pb[j] - w->k[j]) / w->s[j] + 1) simple = 0;
+  if (simple) {
+    vmcc_arg_t a[8] = {A(tx),      I(w->k[1]),  I(w->k[2]),  I(w->s[1]),
+                       I(w->s[2]), I(w->pb[1]), I(w->pb[2]), A(y)};
+    call(c, name, 8, a);
+  } else {
+    vmcc_arg_t a[14] = {A(tx),       I(w->k[1]),   I(w->k[2]),  I(w->s[1]),  I(w->s[2]),
+                        I(w->pb[1]), I(w->pb[2]),  I(w->pe[1]), I(w->pe[2]), I(w->d[1]),
+                        I(w->d[2]),  I(ceil_mode), I(cip),      A(y)};
+    call(c, name, 14, a);
+  }
+  return y;
+}
+
 static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   onx_value_t *x;
   TRY(onx_in_req(c, 0, &x));
   TRY(need_float(c, x));
-  if (x->ndim != 3 && x->ndim != 4)
+  if (x->ndim < 3 || x->ndim > 5)
     return onx_node_err(c, VM_UNIMPLEMENTED,
-                        "input rank %u: supported: 1-D and 2-D pooling "
-                        "(rank 3 or 4)",
+                        "input rank %u: supported: 1-D, 2-D and 3-D pooling (rank 3 to 5)",
                         x->ndim);
   if (is_max && onx_out_wanted(c, 1))
     return onx_node_err(c, VM_UNIMPLEMENTED, "output Indices: supported: the values only");
@@ -978,29 +1092,29 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   win2d_t w;
   int has_dil = is_max ? c->opset >= 10 : c->opset >= 19;
   TRY(read_window(c, nsp, x->dims + 2, NULL, (int)ceil_mode, has_dil, &w));
-  int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
-  int64_t y4[4] = {x->dims[0], x->dims[1], w.out[0], w.out[1]};
-  int32_t tx = onx_reshaped(c, x, 4, x4);
-  int32_t y = new_t(c, x->dt, 4, y4);
   const char *name = is_max ? "cl.pool2d.max" : "cl.pool2d.avg";
-  /* the short form: symmetric pads smaller than the kernel, no dilation,
-   * floor rounding, padding never counted */
-  int simple = w.pb[0] == w.pe[0] && w.pb[1] == w.pe[1] && w.pb[0] < w.k[0] && w.pb[1] < w.k[1] &&
-               w.d[0] == 1 && w.d[1] == 1 && (is_max || cip == 0 || (w.pb[0] == 0 && w.pb[1] == 0));
-  for (uint32_t j = 0; simple && j < 2; j++)
-    if (w.out[j] != (x4[2 + j] + 2 * w.pb[j] - w.k[j]) / w.s[j] + 1) simple = 0;
-  if (simple) {
-    vmcc_arg_t a[8] = {A(tx),     I(w.k[0]),  I(w.k[1]),  I(w.s[0]),
-                       I(w.s[1]), I(w.pb[0]), I(w.pb[1]), A(y)};
-    call(c, name, 8, a);
+  const int64_t *xd = x->dims;
+  int64_t yd[5] = {xd[0], xd[1], 0, 0, 0};
+  for (uint32_t i = 0; i < nsp; i++) yd[2 + i] = w.out[3 - nsp + i];
+  int32_t y;
+  if (nsp < 3) {
+    int64_t x4[4] = {xd[0], xd[1], nsp == 2 ? xd[2] : 1, xd[nsp + 1]};
+    y = pool2d_emit(c, name, onx_reshaped(c, x, 4, x4), x->dt, x4, &w, ceil_mode, cip, is_max);
   } else {
-    vmcc_arg_t a[14] = {A(tx),      I(w.k[0]),    I(w.k[1]),  I(w.s[0]),  I(w.s[1]),
-                        I(w.pb[0]), I(w.pb[1]),   I(w.pe[0]), I(w.pe[1]), I(w.d[0]),
-                        I(w.d[1]),  I(ceil_mode), I(cip),     A(y)};
-    call(c, name, 14, a);
+    /* 3-D: max and average are separable (the in-bounds count of a window
+     * is the product of its per-axis counts): pool H and W with D folded
+     * into the channels, then D with H*W as the last axis */
+    int64_t x4[4] = {xd[0], xd[1] * xd[2], xd[3], xd[4]};
+    int32_t y1 =
+        pool2d_emit(c, name, onx_reshaped(c, x, 4, x4), x->dt, x4, &w, ceil_mode, cip, is_max);
+    int64_t m4[4] = {xd[0], xd[1], xd[2], w.out[1] * w.out[2]};
+    win2d_t w2 = w;
+    w2.k[1] = w.k[0], w2.s[1] = w.s[0], w2.d[1] = w.d[0], w2.pb[1] = w.pb[0], w2.pe[1] = w.pe[0];
+    w2.out[1] = w.out[0];
+    w2.k[2] = w2.s[2] = w2.d[2] = 1, w2.pb[2] = w2.pe[2] = 0, w2.out[2] = m4[3];
+    int32_t v = vmcc_graph_view(c->g, y1, 4, m4);
+    y = pool2d_emit(c, name, v, x->dt, m4, &w2, ceil_mode, cip, is_max);
   }
-  int64_t yd[4] = {x->dims[0], x->dims[1], w.out[0], w.out[1]};
-  if (nsp == 1) yd[2] = w.out[1];
   return onx_bind_out(c, 0, y, x->ndim, yd);
 }
 
@@ -1033,6 +1147,77 @@ static vm_status_t op_global_pool(onx_ctx_t *c) {
   return reduce_emit(c, x, is_max ? "cl.reduce.max" : "cl.reduce.mean", x->ndim - 2, axes, 1);
 }
 
+/* c = a OP b (cl.binary.*) into a new tensor of the broadcast shape. */
+static int32_t emit_binary(onx_ctx_t *c, const char *name, int32_t a, int32_t b) {
+  uint32_t n;
+  int64_t d[MAXD];
+  if (onx_broadcast(vmcc_graph_ndim(c->g, a), vmcc_graph_shape(c->g, a), vmcc_graph_ndim(c->g, b),
+                    vmcc_graph_shape(c->g, b), &n, d) != 0)
+    return vmcc_graph_tensor(c->g, VM_F32, MAXD + 1, d); /* sticky error */
+  int32_t y = new_t(c, vmcc_graph_dtype(c->g, a), n, d);
+  vmcc_arg_t args[3] = {A(a), A(b), A(y)};
+  call(c, name, 3, args);
+  return y;
+}
+
+/* BatchNormalization with training_mode = 1: normalises with the batch's
+ * own mean and (population) variance over every axis but the channels;
+ * outputs 1 and 2 are the running statistics
+ * input * momentum + batch * (1 - momentum). */
+static vm_status_t batchnorm_training(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc,
+                                      onx_value_t *bb, onx_value_t *mean, onx_value_t *var,
+                                      float eps) {
+  float momentum;
+  TRY(onx_attr_float(c, "momentum", 0.9f, &momentum));
+  int64_t ch = x->dims[1], axes[MAXD], kd[MAXD], cd[MAXD];
+  uint32_t na = 0;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    if (i != 1) axes[na++] = i;
+    kd[i] = i == 1 ? ch : 1;
+  }
+  onx_value_t *ps[4] = {sc, bb, mean, var};
+  for (int i = 0; i < 4; i++)
+    if (ps[i]->numel != ch || !vm_dtype_equal(ps[i]->dt, x->dt))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "input '%.80s' must have %lld values of X's "
+                          "dtype",
+                          ps[i]->name, (long long)ch);
+  cd[0] = ch;
+  for (uint32_t i = 2; i < x->ndim; i++) cd[i - 1] = 1;
+  int32_t tx = onx_tid(c, x);
+  int32_t m = new_t(c, x->dt, x->ndim, kd);
+  vmcc_arg_t r1[4] = {A(tx), vmcc_graph_ints(c->g, na, axes), I(1), A(m)};
+  call(c, "cl.reduce.mean", 4, r1);
+  int32_t d = emit_binary(c, "cl.binary.sub", tx, m);
+  int32_t d2 = emit_binary(c, "cl.binary.mul", d, d);
+  int32_t v = new_t(c, x->dt, x->ndim, kd);
+  vmcc_arg_t r2[4] = {A(d2), vmcc_graph_ints(c->g, na, axes), I(1), A(v)};
+  call(c, "cl.reduce.mean", 4, r2);
+  double ev = eps;
+  int32_t ve = emit_binary(c, "cl.binary.add", v, onx_const_tensor_f(c, x->dt, 0, NULL, &ev));
+  int32_t sd = new_t(c, x->dt, x->ndim, kd);
+  vmcc_arg_t sq[2] = {A(ve), A(sd)};
+  call(c, "cl.unary.sqrt", 2, sq);
+  int32_t nrm = emit_binary(c, "cl.binary.div", d, sd);
+  int32_t sy = emit_binary(c, "cl.binary.mul", nrm, onx_reshaped(c, sc, x->ndim - 1, cd));
+  int32_t y = emit_binary(c, "cl.binary.add", sy, onx_reshaped(c, bb, x->ndim - 1, cd));
+  TRY(onx_bind_out(c, 0, y, x->ndim, x->dims));
+  int32_t stats[2] = {m, v};
+  onx_value_t *inputs[2] = {mean, var};
+  for (int k = 0; k < 2; k++) {
+    if (!onx_out_wanted(c, 1 + (uint32_t)k)) continue;
+    double mo = momentum, om = 1.0 - (double)momentum;
+    int64_t c1[1] = {ch};
+    int32_t bs = vmcc_graph_view(c->g, stats[k], 1, c1);
+    int32_t a = emit_binary(c, "cl.binary.mul", bs, onx_const_tensor_f(c, x->dt, 0, NULL, &om));
+    int32_t b = emit_binary(c, "cl.binary.mul", onx_reshaped(c, inputs[k], 1, c1),
+                            onx_const_tensor_f(c, x->dt, 0, NULL, &mo));
+    int32_t o = emit_binary(c, "cl.binary.add", b, a);
+    TRY(onx_bind_out(c, 1 + (uint32_t)k, o, 1, c1));
+  }
+  return VM_STATUS_OK;
+}
+
 static vm_status_t op_batchnorm(onx_ctx_t *c) {
   onx_value_t *x, *sc, *bb, *mean, *var;
   TRY(onx_in_req(c, 0, &x));
@@ -1049,12 +1234,12 @@ static vm_status_t op_batchnorm(onx_ctx_t *c) {
     TRY(onx_attr_int(c, "spatial", 1, &spatial));
     if (spatial != 1) return onx_unsupported_attr(c, "spatial", "0", "1");
   }
-  if (training) return onx_unsupported_attr(c, "training_mode", "1", "0 (inference)");
+  TRY(need_float(c, x));
+  if (x->ndim < 2) return onx_node_err(c, VM_INVALID_ARGUMENT, "X has rank %u < 2", x->ndim);
+  if (training) return batchnorm_training(c, x, sc, bb, mean, var, eps);
   for (uint32_t i = 1; i < 5; i++)
     if (onx_out_wanted(c, i))
       return onx_node_err(c, VM_UNIMPLEMENTED, "training outputs: supported: Y only");
-  TRY(need_float(c, x));
-  if (x->ndim < 2) return onx_node_err(c, VM_INVALID_ARGUMENT, "X has rank %u < 2", x->ndim);
   int64_t ch = x->dims[1];
   onx_value_t *ps[4] = {sc, bb, mean, var};
   for (int i = 0; i < 4; i++) {
@@ -2245,6 +2430,7 @@ static const op_entry_t k_ops[] = {
     {"ReduceSum", op_reduce},
     {"Relu", op_unary},
     {"Reshape", op_reshape},
+    {"Round", op_unary},
     {"Resize", op_resize},
     {"Selu", op_selu},
     {"Shape", op_shape},
@@ -2252,6 +2438,7 @@ static const op_entry_t k_ops[] = {
     {"Sin", op_unary},
     {"Size", op_size},
     {"Slice", op_slice},
+    {"Softplus", op_unary},
     {"Softmax", op_softmax},
     {"Split", op_split},
     {"Sqrt", op_unary},

@@ -34,7 +34,6 @@ enum { EXIT_USAGE = 2, EXIT_INPUT = 3, EXIT_IO = 4 };
 static char g_vmclient[4096];
 static char g_dir[4096]; /* scratch directory, removed at the end */
 
-
 /* Runs vmclient in the scratch directory (see run_proc); 60 s bound. */
 static void run_cli(const char *const *args, const void *in, size_t in_n, const char *stdout_file,
                     run_result_t *r) {
@@ -410,6 +409,59 @@ static void test_random_inputs_never_crash(void **state) {
   free(bytes);
 }
 
+/* vmclient compile on ONNX node test models (Debian libonnx-testdata; the
+ * test is skipped without it) and on files that are not models. */
+static void test_compile_onnx(void **state) {
+  (void)state;
+  const char *relu = "/usr/share/libonnx-testdata/data/node/test_relu/model.onnx";
+  const char *drop = "/usr/share/libonnx-testdata/data/node/test_training_dropout/model.onnx";
+  run_result_t r;
+  char junk[4200], out[4200];
+  path_in_dir(junk, sizeof(junk), "junk.onnx");
+  path_in_dir(out, sizeof(out), "relu.vmx");
+  write_file(junk, "\xff\xff\xffnot a model", 16);
+  const char *a1[] = {"compile", junk, "-o", out, NULL};
+  run_expect(a1, NULL, 0, 3, &r);
+  assert_non_null(strstr(r.err, "not an ONNX model"));
+  run_result_free(&r);
+  const char *a2[] = {"compile", "missing.onnx", NULL};
+  run_expect(a2, NULL, 0, 4, &r);
+  run_result_free(&r);
+  const char *a3[] = {"compile", "--input-shape", "x=2,oops", junk, NULL};
+  run_expect(a3, NULL, 0, 2, &r);
+  assert_non_null(strstr(r.err, "'oops' is not a dim"));
+  run_result_free(&r);
+  if (access(relu, R_OK) != 0 || access(drop, R_OK) != 0) {
+    print_message("skipped the model cases: no libonnx-testdata\n");
+    return;
+  }
+  const char *a4[] = {"compile", relu, "-o", out, NULL};
+  run_expect(a4, NULL, 0, 0, &r);
+  assert_non_null(strstr(r.out, "ops: Relu x1"));
+  assert_non_null(strstr(r.out, "memory: planned"));
+  run_result_free(&r);
+  assert_int_equal(access(out, R_OK), 0);
+  const char *a5[] = {"compile", "--json", relu, "-o", out, NULL};
+  run_expect(a5, NULL, 0, 0, &r);
+  assert_non_null(strstr(r.out, "\"ops\":{\"Relu\":1}"));
+  assert_non_null(strstr(r.out, "\"unplanned_bytes\":"));
+  run_result_free(&r);
+  /* an unsupported attribute value: exit 3, one line naming node and op */
+  const char *a6[] = {"compile", drop, "-o", out, NULL};
+  run_expect(a6, NULL, 0, 3, &r);
+  assert_non_null(strstr(r.err, "node 0 (Dropout): training_mode must be a constant"));
+  run_result_free(&r);
+  /* options that do not fit the model: exit 2 */
+  const char *a7[] = {"compile", "--input-shape", "nope=1,2", relu, "-o", out, NULL};
+  run_expect(a7, NULL, 0, 2, &r);
+  assert_non_null(strstr(r.err, "input shape for 'nope': the graph has no such input"));
+  run_result_free(&r);
+  const char *a8[] = {"compile", "--input-shape", "x=3,4,6", relu, "-o", out, NULL};
+  run_expect(a8, NULL, 0, 2, &r);
+  assert_non_null(strstr(r.err, "dim 2 is 6, the graph fixes it to 5"));
+  run_result_free(&r);
+}
+
 static int setup(void **state) {
   (void)state;
   signal(SIGPIPE, SIG_IGN);
@@ -441,7 +493,7 @@ int main(void) {
       cmocka_unit_test(test_help_and_version),          cmocka_unit_test(test_usage_errors),
       cmocka_unit_test(test_round_trip_through_files),  cmocka_unit_test(test_stats_prints_sha256),
       cmocka_unit_test(test_corrupted_inputs),          cmocka_unit_test(test_asm_errors),
-      cmocka_unit_test(test_random_inputs_never_crash),
+      cmocka_unit_test(test_random_inputs_never_crash), cmocka_unit_test(test_compile_onnx),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

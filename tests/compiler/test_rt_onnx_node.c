@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "helper_onnx_model.h"
 #include "test_util.h"
 #include "vm/allocator.h"
 #include "vm/vm.h"
@@ -251,6 +252,30 @@ static int compare(env_t *e, const vm_tensor_t *t, const vmcc_tensor_t *want, ch
   return rc;
 }
 
+/* A machine for exec on the OpenCL device in this run's mode; sets main's
+ * input 0 from the host tensor in, invokes and gets the result. */
+static vm_status_t run_exec(env_t *e, const vm_executable_t *exec, const vmcc_tensor_t *in,
+                            vm_machine_t **m, vm_value_t *x, vm_value_t *res) {
+  vm_machine_config_t cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  vm_allocator_kind_t kind = VM_ALLOC_POOLED;
+  cfg.mode = test_exec_mode() ? VM_EXEC_COMPILED : VM_EXEC_BYTECODE;
+  cfg.num_devices = 1;
+  cfg.devices = &e->dev;
+  cfg.allocators = &kind;
+  cfg.registry = e->reg;
+  vm_status_t st = vm_machine_create(exec, &cfg, m);
+  if (!st) st = vm_tensor_alloc(e->cpu_alloc, in->dtype, in->shape, in->ndim, x);
+  if (!st && in->nbytes) {
+    vm_tensor_t *t = vm_value_as_tensor(x);
+    st = e->cpu->ops->copy_from_host(e->cpu, t->storage->buffer, t->offset, in->data, in->nbytes);
+  }
+  if (!st) st = vm_machine_set_input(*m, "main", 0, x);
+  if (!st) st = vm_machine_invoke_stateful(*m, "main");
+  if (!st) st = vm_machine_get_output(*m, "main", NULL, 0, res);
+  return st;
+}
+
 /* Runs one case: 0 passed, -1 failed (why says it). */
 static int run_case(env_t *e, const char *case_dir, char *why, size_t n) {
   char path[1200];
@@ -300,24 +325,7 @@ static int run_case(env_t *e, const char *case_dir, char *why, size_t n) {
   st = vmcc_onnx_compile_file(path, &opts, &exec, NULL);
   if (st) goto status_io;
 
-  vm_machine_config_t cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  vm_allocator_kind_t kind = VM_ALLOC_POOLED;
-  cfg.mode = test_exec_mode() ? VM_EXEC_COMPILED : VM_EXEC_BYTECODE;
-  cfg.num_devices = 1;
-  cfg.devices = &e->dev;
-  cfg.allocators = &kind;
-  cfg.registry = e->reg;
-  st = vm_machine_create(exec, &cfg, &m);
-  if (!st) st = vm_tensor_alloc(e->cpu_alloc, ins[0].dtype, ins[0].shape, ins[0].ndim, &x);
-  if (!st && ins[0].nbytes) {
-    vm_tensor_t *t = vm_value_as_tensor(&x);
-    st = e->cpu->ops->copy_from_host(e->cpu, t->storage->buffer, t->offset, ins[0].data,
-                                     ins[0].nbytes);
-  }
-  if (!st) st = vm_machine_set_input(m, "main", 0, &x);
-  if (!st) st = vm_machine_invoke_stateful(m, "main");
-  if (!st) st = vm_machine_get_output(m, "main", NULL, 0, &res);
+  st = run_exec(e, exec, &ins[0], &m, &x, &res);
   if (st) goto status_io;
   for (uint32_t i = 0; i < io.num_outputs; i++) {
     const vm_value_t *v = &res;
@@ -430,9 +438,81 @@ static void test_node_cases(void **state) {
     fail_msg("%d case(s) failed that onnx_node_known_failures.txt does not list", unexpected);
 }
 
+/* A Conv followed by an inference BatchNormalization: the BN is folded
+ * into the convolution (no node of its own) and the result matches the
+ * two computed in turn on the host. */
+static void test_conv_bn_folded(void **state) {
+  env_t *e = *state;
+  enum { N = 1, C = 2, H = 5, W = 5, O = 3, K = 3, OH = H - K + 1, OW = W - K + 1 };
+  static float x[N * C * H * W], w[O * C * K * K], b[O], sc[O], bb[O], mn[O], vr[O];
+  for (int i = 0; i < N * C * H * W; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < O * C * K * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int o = 0; o < O; o++) {
+    b[o] = 0.1f * (float)o - 0.1f;
+    sc[o] = 1.5f - 0.5f * (float)o;
+    bb[o] = 0.25f * (float)o;
+    mn[o] = 0.2f - 0.1f * (float)o;
+    vr[o] = 0.5f + (float)o;
+  }
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {N, C, H, W}, wd[4] = {O, C, K, K}, od[1] = {O}, yd[4] = {N, O, OH, OW};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, yd);
+  mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 1, od, b, sizeof(b));
+  mb_init_raw(&m, "s", 1, 1, od, sc, sizeof(sc));
+  mb_init_raw(&m, "bb", 1, 1, od, bb, sizeof(bb));
+  mb_init_raw(&m, "m", 1, 1, od, mn, sizeof(mn));
+  mb_init_raw(&m, "v", 1, 1, od, vr, sizeof(vr));
+  Onnx__NodeProto *conv = mb_node(&m, "Conv", "conv", "x", "w", "c");
+  mb_node_input(conv, "b");
+  Onnx__NodeProto *bn = mb_node(&m, "BatchNormalization", "bn", "c", "s", "y");
+  mb_node_input(bn, "bb");
+  mb_node_input(bn, "m");
+  mb_node_input(bn, "v");
+  size_t nbytes;
+  uint8_t *bytes = mb_pack(&m, &nbytes);
+  vm_executable_t *exec = NULL;
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, &rep));
+  free(bytes);
+  assert_int_equal(rep.num_folded, 1); /* the BN */
+  assert_int_equal(rep.num_consts, 2); /* W' and b' only */
+
+  vm_machine_t *vm = NULL;
+  vm_value_t xv = vm_value_none(), res = vm_value_none();
+  vmcc_tensor_t xin = {VM_F32, 4, {N, C, H, W}, x, sizeof(x)};
+  ASSERT_OK(run_exec(e, exec, &xin, &vm, &xv, &res));
+  vm_tensor_t *yt = vm_value_as_tensor(&res);
+  assert_non_null(yt);
+  float got[N * O * OH * OW];
+  ASSERT_OK(e->dev->ops->copy_to_host(e->dev, got, yt->storage->buffer, yt->offset, sizeof(got)));
+  double max_err = 0;
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < OH; i++)
+      for (int j = 0; j < OW; j++) {
+        double acc = b[o];
+        for (int ci = 0; ci < C; ci++)
+          for (int ki = 0; ki < K; ki++)
+            for (int kj = 0; kj < K; kj++)
+              acc +=
+                  (double)x[(ci * H + i + ki) * W + j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+        double want = (acc - mn[o]) / sqrt((double)vr[o] + 1e-5) * sc[o] + bb[o];
+        double d = fabs(want - got[(o * OH + i) * OW + j]);
+        if (d > max_err) max_err = d;
+      }
+  if (max_err > 1e-5) fail_msg("conv+bn: max abs error %g", max_err);
+  vm_value_release(&res);
+  vm_value_release(&xv);
+  vm_machine_free(vm);
+  vm_executable_free(exec);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_node_cases),
+      cmocka_unit_test(test_conv_bn_folded),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,135 @@
+/* The ONNX model builder of the compiler suites (helper_onnx_model.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "helper_onnx_model.h"
+
+void mb_init(mb_t *m, int64_t opset) {
+  memset(m, 0, sizeof(*m));
+  onnx__model_proto__init(&m->model);
+  onnx__graph_proto__init(&m->graph);
+  onnx__operator_set_id_proto__init(&m->opset);
+  m->opset.domain = "";
+  m->opset.has_version = 1;
+  m->opset.version = opset;
+  m->opsets[0] = &m->opset;
+  m->model.n_opset_import = 1;
+  m->model.opset_import = m->opsets;
+  m->model.has_ir_version = 1;
+  m->model.ir_version = 8;
+  m->model.graph = &m->graph;
+  m->graph.node = m->node_ptrs;
+  m->graph.input = m->in_ptrs;
+  m->graph.output = m->out_ptrs;
+  m->graph.initializer = m->init_ptrs;
+}
+
+/* A float tensor value info; dims < 0 are dynamic ("N"). */
+Onnx__ValueInfoProto *mb_vi(mb_t *m, const char *name, int32_t elem, uint32_t ndim,
+                            const int64_t *dims) {
+  uint32_t k = m->nv++;
+  Onnx__ValueInfoProto *v = &m->vis[k];
+  onnx__value_info_proto__init(v);
+  onnx__type_proto__init(&m->types[k]);
+  onnx__type_proto__tensor__init(&m->ttypes[k]);
+  onnx__tensor_shape_proto__init(&m->shapes[k]);
+  v->name = (char *)name;
+  v->type = &m->types[k];
+  m->types[k].value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  m->types[k].tensor_type = &m->ttypes[k];
+  m->ttypes[k].has_elem_type = 1;
+  m->ttypes[k].elem_type = elem;
+  m->ttypes[k].shape = &m->shapes[k];
+  m->shapes[k].n_dim = ndim;
+  m->shapes[k].dim = m->dim_ptrs[k];
+  for (uint32_t i = 0; i < ndim; i++) {
+    Onnx__TensorShapeProto__Dimension *d = &m->dims[k][i];
+    onnx__tensor_shape_proto__dimension__init(d);
+    if (dims[i] >= 0) {
+      d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      d->dim_value = dims[i];
+    } else {
+      d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      d->dim_param = "N";
+    }
+    m->dim_ptrs[k][i] = d;
+  }
+  return v;
+}
+
+void mb_input(mb_t *m, const char *name, uint32_t ndim, const int64_t *dims) {
+  m->graph.input[m->graph.n_input++] = mb_vi(m, name, 1, ndim, dims);
+}
+
+void mb_output(mb_t *m, const char *name, uint32_t ndim, const int64_t *dims) {
+  m->graph.output[m->graph.n_output++] = mb_vi(m, name, 1, ndim, dims);
+}
+
+/* A node of up to 4 inputs ("" = absent) and one output. */
+Onnx__NodeProto *mb_node(mb_t *m, const char *op, const char *name, const char *in0,
+                         const char *in1, const char *out) {
+  uint32_t k = (uint32_t)m->graph.n_node++;
+  Onnx__NodeProto *n = &m->nodes[k];
+  onnx__node_proto__init(n);
+  n->op_type = (char *)op;
+  n->name = (char *)name;
+  n->input = m->node_in[k];
+  n->output = m->node_out[k];
+  if (in0) n->input[n->n_input++] = (char *)in0;
+  if (in1) n->input[n->n_input++] = (char *)in1;
+  n->output[n->n_output++] = (char *)out;
+  m->node_ptrs[k] = n;
+  return n;
+}
+
+void mb_attr_s(mb_t *m, Onnx__NodeProto *n, const char *name, const char *s) {
+  uint32_t k = (uint32_t)(n - m->nodes);
+  Onnx__AttributeProto *a = &m->attrs[k];
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = 1;
+  a->s.data = (uint8_t *)s;
+  a->s.len = strlen(s);
+  m->attr_ptrs[k][0] = a;
+  n->n_attribute = 1;
+  n->attribute = m->attr_ptrs[k];
+}
+
+/* An initializer with raw data (nbytes given, so tests can lie). */
+Onnx__TensorProto *mb_init_raw(mb_t *m, const char *name, int32_t elem, uint32_t ndim,
+                               const int64_t *dims, const void *data, size_t nbytes) {
+  uint32_t k = (uint32_t)m->graph.n_initializer++;
+  Onnx__TensorProto *t = &m->inits[k];
+  onnx__tensor_proto__init(t);
+  t->name = (char *)name;
+  t->has_data_type = 1;
+  t->data_type = elem;
+  t->n_dims = ndim;
+  t->dims = m->init_dims[k];
+  for (uint32_t i = 0; i < ndim; i++) t->dims[i] = dims[i];
+  t->has_raw_data = 1;
+  t->raw_data.data = (uint8_t *)data;
+  t->raw_data.len = nbytes;
+  m->init_ptrs[k] = t;
+  return t;
+}
+
+uint8_t *mb_pack(mb_t *m, size_t *n) {
+  *n = onnx__model_proto__get_packed_size(&m->model);
+  uint8_t *buf = malloc(*n ? *n : 1);
+  assert_non_null(buf);
+  onnx__model_proto__pack(&m->model, buf);
+  return buf;
+}
+
+void mb_node_input(Onnx__NodeProto *n, const char *name) {
+  n->input[n->n_input++] = (char *)name;
+}

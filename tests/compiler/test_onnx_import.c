@@ -1,0 +1,408 @@
+/* The ONNX front end on models built here (protobuf-c structs packed to
+ * bytes): what compiles and what it reports, and every error path a hostile
+ * or unsupported file takes, with its exact status and message. No device:
+ * only compilation (test_rt_onnx_node.c runs models). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include <cmocka.h>
+
+#include "helper_onnx_model.h"
+#include "onnx.pb-c.h"
+#include "test_util.h"
+#include "vm/executable.h"
+#include "vmcompiler/onnx.h"
+
+static vm_status_t compile(mb_t *m, const vmcc_onnx_options_t *o, vmcc_onnx_report_t *rep,
+                           vm_executable_t **out) {
+  size_t n;
+  uint8_t *buf = mb_pack(m, &n);
+  vm_executable_t *e = NULL;
+  vm_status_t st = vmcc_onnx_compile(buf, n, NULL, o, &e, rep);
+  free(buf);
+  if (out)
+    *out = e;
+  else
+    vm_executable_free(e);
+  return st;
+}
+
+static const int64_t k_d24[2] = {2, 4};
+
+/* x[2,4] -> Relu -> y */
+static void relu_model(mb_t *m) {
+  mb_init(m, 17);
+  mb_input(m, "x", 2, k_d24);
+  mb_output(m, "y", 2, k_d24);
+  mb_node(m, "Relu", "r", "x", NULL, "y");
+}
+
+static const char *meta(const vm_executable_t *e, const char *key) {
+  for (uint32_t i = 0; i < e->num_meta; i++)
+    if (strcmp(e->meta[i].key, key) == 0) return e->meta[i].value;
+  return NULL;
+}
+
+static void test_relu_compiles(void **state) {
+  mb_t m;
+  relu_model(&m);
+  vmcc_onnx_report_t rep;
+  vm_executable_t *e;
+  ASSERT_OK(compile(&m, NULL, &rep, &e));
+  int64_t fi = vm_executable_find_function(e, "main", VM_FUNC_BYTECODE);
+  assert_true(fi >= 0);
+  assert_int_equal(e->functions[fi].num_args, 1);
+  assert_string_equal(e->functions[fi].params[0].name, "x");
+  assert_string_equal(meta(e, "producer"), VMCC_ONNX_PRODUCER);
+  assert_string_equal(meta(e, "output.0.name"), "y");
+  assert_string_equal(meta(e, "input.x"), "float32[2,4]");
+  assert_int_equal(rep.opset, 17);
+  assert_int_equal(rep.num_nodes, 1);
+  assert_int_equal(rep.num_ops, 1);
+  assert_string_equal(rep.ops[0].name, "Relu");
+  vm_executable_free(e);
+}
+
+/* Shape arithmetic on a run-time input folds away: Shape -> Reshape of
+ * x[2,4] with the shape computed at compile time; only the Relu runs. */
+static void test_shape_arithmetic_folds(void **state) {
+  mb_t m;
+  mb_init(&m, 13);
+  mb_input(&m, "x", 2, k_d24);
+  int64_t d8[1] = {8};
+  mb_output(&m, "y", 1, d8);
+  mb_node(&m, "Shape", "s", "x", NULL, "sh");
+  mb_node(&m, "ReduceProd", "p", "sh", NULL, "n"); /* keepdims 1 -> [1] */
+  mb_node(&m, "Relu", "r", "x", NULL, "rx");
+  mb_node(&m, "Reshape", "f", "rx", "n", "y");
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(compile(&m, NULL, &rep, NULL));
+  assert_int_equal(rep.num_nodes, 4);
+  assert_int_equal(rep.num_folded, 2);
+}
+
+static void test_not_a_model(void **state) {
+  vm_executable_t *e = NULL;
+  const char junk[] = "\xff\xff\xff\xff not protobuf";
+  ASSERT_STATUS(vmcc_onnx_compile(junk, sizeof(junk), NULL, NULL, &e, NULL), VM_INVALID_ARGUMENT,
+                "not an ONNX model");
+  assert_null(e);
+  mb_t m;
+  relu_model(&m);
+  m.model.graph = NULL;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT, "the model has no graph");
+}
+
+static void test_opset_range(void **state) {
+  mb_t m;
+  relu_model(&m);
+  m.opset.version = 22;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "opset 22: supported: opsets 1 to 21");
+  relu_model(&m);
+  m.opset.domain = "com.example";
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "imports no opset of the default ONNX domain");
+}
+
+static void test_unsupported_op_and_attribute(void **state) {
+  mb_t m;
+  relu_model(&m);
+  m.nodes[0].op_type = "Einsum";
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Einsum): operator Einsum is not supported: supported: Abs, Add,");
+  mb_init(&m, 20);
+  mb_input(&m, "x", 2, k_d24);
+  mb_output(&m, "y", 2, k_d24);
+  Onnx__NodeProto *n = mb_node(&m, "Gelu", "g", "x", NULL, "y");
+  mb_attr_s(&m, n, "approximate", "fast");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'g' (Gelu): attribute 'approximate' = fast: supported: none, tanh");
+  relu_model(&m);
+  m.nodes[0].domain = "com.microsoft";
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Relu): domain 'com.microsoft': supported: the default domain");
+}
+
+static void test_input_shapes(void **state) {
+  mb_t m;
+  int64_t dyn[2] = {-1, 4};
+  mb_init(&m, 17);
+  mb_input(&m, "x", 2, dyn);
+  mb_output(&m, "y", 2, dyn);
+  mb_node(&m, "Relu", "r", "x", NULL, "y");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_FAILED_PRECONDITION,
+                "input 'x': dim 0 ('N') is dynamic: fix it with an input shape (--input-shape "
+                "x=D0,D1,...)");
+  vmcc_input_shape_t s = {"x", 2, {3, 4}};
+  vmcc_onnx_options_t o = {1, &s, 0, NULL, 0};
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(compile(&m, &o, &rep, NULL));
+  s.dims[1] = 5;
+  ASSERT_STATUS(compile(&m, &o, NULL, NULL), VM_FAILED_PRECONDITION,
+                "input shape for 'x': dim 1 is 5, the graph fixes it to 4");
+  s.name = "z";
+  ASSERT_STATUS(compile(&m, &o, NULL, NULL), VM_FAILED_PRECONDITION,
+                "input shape for 'z': the graph has no such input");
+}
+
+static void test_const_binding(void **state) {
+  /* y = x + b with b bound to a constant: main takes x only */
+  mb_t m;
+  mb_init(&m, 17);
+  mb_input(&m, "x", 2, k_d24);
+  mb_input(&m, "b", 2, k_d24);
+  mb_output(&m, "y", 2, k_d24);
+  mb_node(&m, "Add", "a", "x", "b", "y");
+  float bv[8] = {0};
+  vmcc_tensor_t b = {VM_F32, 2, {2, 4}, bv, sizeof(bv)};
+  vmcc_const_binding_t cb = {"b", &b};
+  vmcc_onnx_options_t o = {0, NULL, 1, &cb, 0};
+  vm_executable_t *e;
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(compile(&m, &o, &rep, &e));
+  int64_t fi = vm_executable_find_function(e, "main", VM_FUNC_BYTECODE);
+  assert_int_equal(e->functions[fi].num_args, 1);
+  assert_int_equal(rep.num_consts, 1);
+  assert_int_equal(rep.const_bytes, sizeof(bv));
+  vm_executable_free(e);
+  b.dtype = VM_I64;
+  b.nbytes = 64;
+  ASSERT_STATUS(compile(&m, &o, NULL, NULL), VM_FAILED_PRECONDITION,
+                "constant for 'b' has dtype int64, the graph declares float32");
+  b.dtype = VM_F32;
+  b.nbytes = 16;
+  b.shape[1] = 2;
+  ASSERT_STATUS(compile(&m, &o, NULL, NULL), VM_FAILED_PRECONDITION,
+                "constant for 'b' has a shape the graph does not declare");
+  b.nbytes = 4;
+  ASSERT_STATUS(compile(&m, &o, NULL, NULL), VM_FAILED_PRECONDITION,
+                "constant for 'b': its size does not match its shape");
+}
+
+static void test_hostile_initializers(void **state) {
+  mb_t m;
+  float w[4] = {1, 2, 3, 4};
+  int64_t d4[1] = {4};
+  mb_init(&m, 17);
+  mb_input(&m, "x", 1, d4);
+  mb_output(&m, "y", 1, d4);
+  mb_node(&m, "Add", "a", "x", "w", "y");
+  Onnx__TensorProto *t = mb_init_raw(&m, "w", 1, 1, d4, w, 3);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "initializer 'w': raw_data has 3 bytes, expected 16");
+  t->raw_data.len = 16;
+  t->dims[0] = -1;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT, "initializer 'w': dim 0 is -1");
+  t->dims[0] = 4;
+  t->data_type = 8;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "initializer 'w': data type 8 (string) is not supported");
+  t->data_type = 1;
+  t->dims[0] = (int64_t)1 << 31;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT, "dim 0 is 2147483648");
+  t->dims[0] = 4;
+  t->n_dims = 9;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, "9 dims, at most 8");
+  t->n_dims = 1;
+  /* typed fields: the count must match */
+  t->has_raw_data = 0;
+  t->n_float_data = 2;
+  t->float_data = w;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "initializer 'w': 2 values for 4 elements");
+  t->n_float_data = 4;
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+}
+
+static void test_external_data(void **state) {
+  char dir[] = "/tmp/vmrpc-onnx-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char sub[64], data[96], model[96], link[96];
+  snprintf(sub, sizeof(sub), "%s/m", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  snprintf(data, sizeof(data), "%s/w.bin", sub);
+  float w[4] = {1, 2, 3, 4};
+  FILE *f = fopen(data, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(w, 1, sizeof(w), f), sizeof(w));
+  fclose(f);
+  /* a secret outside the model's folder, and a link to it inside */
+  char secret[96];
+  snprintf(secret, sizeof(secret), "%s/secret.bin", dir);
+  f = fopen(secret, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(w, 1, sizeof(w), f), sizeof(w));
+  fclose(f);
+  snprintf(link, sizeof(link), "%s/link.bin", sub);
+  assert_int_equal(symlink(secret, link), 0);
+
+  mb_t m;
+  int64_t d4[1] = {4};
+  mb_init(&m, 17);
+  mb_input(&m, "x", 1, d4);
+  mb_output(&m, "y", 1, d4);
+  mb_node(&m, "Add", "a", "x", "w", "y");
+  Onnx__TensorProto *t = mb_init_raw(&m, "w", 1, 1, d4, NULL, 0);
+  t->has_raw_data = 0;
+  t->has_data_location = 1;
+  t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+  Onnx__StringStringEntryProto loc, *ents[1] = {&loc};
+  onnx__string_string_entry_proto__init(&loc);
+  loc.key = "location";
+  t->n_external_data = 1;
+  t->external_data = ents;
+  snprintf(model, sizeof(model), "%s/model.onnx", sub);
+  const char *cases[][2] = {
+      {"w.bin", NULL},
+      {"../secret.bin", "must be a relative path inside the model's folder"},
+      {"/etc/passwd", "must be a relative path inside the model's folder"},
+      {"link.bin", "resolves outside the model's folder"},
+      {"missing.bin", "external data file 'missing.bin'"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    loc.value = (char *)cases[i][0];
+    size_t n;
+    uint8_t *buf = mb_pack(&m, &n);
+    f = fopen(model, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    vm_executable_t *e = NULL;
+    vmcc_onnx_report_t rep;
+    vm_status_t st = vmcc_onnx_compile_file(model, NULL, &e, &rep);
+    if (!cases[i][1]) {
+      ASSERT_OK(st);
+      assert_int_equal(rep.const_bytes, sizeof(w));
+      vm_executable_free(e);
+      e = NULL;
+      /* from bytes, without the folder, it is refused */
+      ASSERT_STATUS(vmcc_onnx_compile(buf, n, NULL, NULL, &e, NULL), VM_INVALID_ARGUMENT,
+                    "needs the model's folder");
+    } else {
+      vm_code_t want = strstr(cases[i][0], "missing") ? VM_NOT_FOUND : VM_INVALID_ARGUMENT;
+      ASSERT_STATUS(st, want, cases[i][1]);
+    }
+    vm_executable_free(e);
+    free(buf);
+  }
+  unlink(model);
+  unlink(link);
+  unlink(data);
+  unlink(secret);
+  rmdir(sub);
+  rmdir(dir);
+}
+
+static void test_graph_errors(void **state) {
+  mb_t m;
+  /* not in topological order */
+  mb_init(&m, 17);
+  mb_input(&m, "x", 2, k_d24);
+  mb_output(&m, "y", 2, k_d24);
+  mb_node(&m, "Relu", "r2", "t", NULL, "y");
+  mb_node(&m, "Relu", "r1", "x", NULL, "t");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'r2' (Relu): input 't' is not defined before the node");
+  /* a value defined twice */
+  mb_init(&m, 17);
+  mb_input(&m, "x", 2, k_d24);
+  mb_output(&m, "y", 2, k_d24);
+  mb_node(&m, "Relu", "r1", "x", NULL, "y");
+  mb_node(&m, "Relu", "r2", "x", NULL, "y");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'r2' (Relu): value 'y' is defined twice");
+  /* an output never computed; an output declared with another shape */
+  relu_model(&m);
+  m.vis[1].name = "z";
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "graph output 'z' is never computed");
+  relu_model(&m);
+  m.dims[1][1].dim_value = 5;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "graph output 'y': the model declares another type than the inferred "
+                "float32[2,4]");
+  /* a shape operand computed at run time */
+  mb_init(&m, 17);
+  mb_input(&m, "x", 2, k_d24);
+  int64_t d2[1] = {2};
+  mb_input(&m, "s", 1, d2);
+  m.ttypes[1].elem_type = 7;
+  mb_output(&m, "y", 2, k_d24);
+  mb_node(&m, "Reshape", "re", "x", "s", "y");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 're' (Reshape): input 's' (shape) must be a constant");
+  /* a gather index out of range in constants */
+  mb_init(&m, 17);
+  int64_t d3[1] = {3}, d1[1] = {1};
+  mb_input(&m, "x", 1, d3);
+  mb_output(&m, "y", 1, d1);
+  int64_t idx = 5;
+  mb_init_raw(&m, "i", 7, 1, d1, &idx, 8);
+  mb_node(&m, "Gather", "g", "x", "i", "y");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'g' (Gather): index 5 is out of range for dim 3");
+  /* a run-time integer input of an arithmetic op */
+  mb_init(&m, 17);
+  mb_input(&m, "x", 2, k_d24);
+  m.ttypes[0].elem_type = 7;
+  mb_output(&m, "y", 2, k_d24);
+  m.ttypes[1].elem_type = 7;
+  mb_node(&m, "Relu", "r", "x", NULL, "y");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Relu): input 'x' has dtype int64: supported: float, float16");
+}
+
+/* Every input the ONNX fuzzer (tests/fuzz/fuzz_onnx.c) ever crashed on
+ * (tests/fuzz/regressions/fuzz_onnx/) compiles to a status or an
+ * executable; the sanitizer build catches a memory error. */
+static void test_fuzz_regressions(void **state) {
+  const char *src = getenv("VMRPC_SOURCE_DIR");
+  assert_non_null(src);
+  char dir[1024];
+  snprintf(dir, sizeof(dir), "%s/tests/fuzz/regressions/fuzz_onnx", src);
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *de; (de = readdir(d)) != NULL;) {
+    if (de->d_name[0] == '.') continue;
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+    uint8_t *data = NULL;
+    size_t len = 0;
+    ASSERT_OK(vm_read_file(path, 16u << 20, &data, &len));
+    vm_executable_t *e = NULL;
+    vm_status_free(vmcc_onnx_compile(data, len, NULL, NULL, &e, NULL));
+    vm_executable_free(e);
+    free(data);
+    n++;
+  }
+  closedir(d);
+  print_message("%d fuzz regression inputs replayed\n", n);
+  assert_true(n > 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_relu_compiles),
+      cmocka_unit_test(test_shape_arithmetic_folds),
+      cmocka_unit_test(test_not_a_model),
+      cmocka_unit_test(test_opset_range),
+      cmocka_unit_test(test_unsupported_op_and_attribute),
+      cmocka_unit_test(test_input_shapes),
+      cmocka_unit_test(test_const_binding),
+      cmocka_unit_test(test_hostile_initializers),
+      cmocka_unit_test(test_external_data),
+      cmocka_unit_test(test_graph_errors),
+      cmocka_unit_test(test_fuzz_regressions),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
