@@ -7,6 +7,7 @@
 
 #include "helper_agent.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,39 @@ int ha_exec_bytes(const char *text, uint8_t **out, size_t *out_len) {
   vm_executable_t *e = NULL;
   vm_status_t st = vm_executable_asm(text, strlen(text), NULL, &e);
   return ha_write_exec(st, e, "ha_exec_bytes", out, out_len);
+}
+
+vm_status_t ha_mlp_check(const char *url, const char *device, const uint8_t *mlp, size_t len) {
+  vmex_io_shape_t io;
+  vmex_io_shape(VMEX_MODEL_MLP, &io);
+  float *x = malloc(io.in_numel * sizeof(float));
+  float *want = malloc(io.out_numel * sizeof(float));
+  float *got = malloc(io.out_numel * sizeof(float));
+  vmc_conn_t *c = NULL;
+  vmc_exec_t ex;
+  vmc_vm_t vm;
+  vmc_tensor_t t, meta;
+  vmex_make_input(5, x, io.in_numel);
+  vm_status_t st = vmex_reference_mlp(11, NULL, x, want);
+  if (!st) st = vmc_connect(url, NULL, &c);
+  if (!st) st = vmc_upload_memory(c, mlp, len, NULL, NULL, &ex, NULL);
+  vmc_device_spec_t dev = {device, NULL};
+  if (!st) st = vmc_create_vm(c, ex, &dev, 1, NULL, &vm);
+  if (!st) st = vmc_tensor_wrap(VM_F32, io.in_ndim, io.in_shape, x, &t);
+  if (!st) st = vmc_set_input(c, vm, "main", 0, &t);
+  if (!st) st = vmc_invoke(c, vm, "main", 30000, NULL);
+  if (!st)
+    st = vmc_get_output_into(c, vm, "main", NULL, 0, got, io.out_numel * sizeof(float), &meta);
+  for (size_t j = 0; !st && j < io.out_numel; j++) {
+    if (fabs((double)got[j] - (double)want[j]) > 1e-5 + 1e-4 * fabs((double)want[j]))
+      st = vm_status_make(VM_INTERNAL, "mlp output %zu is %g, want %g", j, (double)got[j],
+                          (double)want[j]);
+  }
+  vmc_close(c);
+  free(x);
+  free(want);
+  free(got);
+  return st;
 }
 
 int ha_mlp_bytes(uint64_t seed, uint8_t **out, size_t *out_len) {

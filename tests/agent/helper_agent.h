@@ -23,6 +23,10 @@ extern const char ha_test_program[];
 int ha_exec_bytes(const char *text, uint8_t **out, size_t *out_len);
 /* The example MLP (examples/, weights from seed) serialised the same way. */
 int ha_mlp_bytes(uint64_t seed, uint8_t **out, size_t *out_len);
+/* Runs that MLP (mlp: ha_mlp_bytes of seed 11) as a new client of the agent
+ * at url on device, checking its output against the host reference: the
+ * first failing status (owned), OK when it is served correctly. */
+vm_status_t ha_mlp_check(const char *url, const char *device, const uint8_t *mlp, size_t len);
 
 /* UploadBegin + chunks of `chunk` bytes + UploadCommit. *out_present tells
  * whether Begin was a store hit. */

@@ -99,39 +99,8 @@ static void start_agent(agent_proc_t *p, const char *const *extra) {
   if (agent_proc_start(p, args) != 0) skip(); /* no OpenCL device */
 }
 
-/* Runs the example MLP as a new client on device: the output must match
- * the host reference. Returns the first failing status (owned). */
 static vm_status_t mlp_on(const char *url, const char *device) {
-  vmex_io_shape_t io;
-  vmex_io_shape(VMEX_MODEL_MLP, &io);
-  float *x = malloc(io.in_numel * sizeof(float));
-  float *want = malloc(io.out_numel * sizeof(float));
-  float *got = malloc(io.out_numel * sizeof(float));
-  vmc_conn_t *c = NULL;
-  vmc_exec_t ex;
-  vmc_vm_t vm;
-  vmc_tensor_t t, meta;
-  vmex_make_input(5, x, io.in_numel);
-  vm_status_t st = vmex_reference_mlp(11, NULL, x, want);
-  if (!st) st = vmc_connect(url, NULL, &c);
-  if (!st) st = vmc_upload_memory(c, g_mlp, g_mlp_len, NULL, NULL, &ex, NULL);
-  vmc_device_spec_t dev = {device, NULL};
-  if (!st) st = vmc_create_vm(c, ex, &dev, 1, NULL, &vm);
-  if (!st) st = vmc_tensor_wrap(VM_F32, io.in_ndim, io.in_shape, x, &t);
-  if (!st) st = vmc_set_input(c, vm, "main", 0, &t);
-  if (!st) st = vmc_invoke(c, vm, "main", 30000, NULL);
-  if (!st)
-    st = vmc_get_output_into(c, vm, "main", NULL, 0, got, io.out_numel * sizeof(float), &meta);
-  for (size_t j = 0; !st && j < io.out_numel; j++) {
-    if (fabs((double)got[j] - (double)want[j]) > 1e-5 + 1e-4 * fabs((double)want[j]))
-      st = vm_status_make(VM_INTERNAL, "mlp output %zu is %g, want %g", j, (double)got[j],
-                          (double)want[j]);
-  }
-  vmc_close(c);
-  free(x);
-  free(want);
-  free(got);
-  return st;
+  return ha_mlp_check(url, device, g_mlp, g_mlp_len);
 }
 
 /* Uploads the hostile program in a session of its own and makes a VM on

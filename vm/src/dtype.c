@@ -109,13 +109,13 @@ int vm_shape_numel(const int64_t *dims, uint32_t ndim, int64_t *out_numel) {
 
 int vm_tensor_nbytes(vm_dtype_t dt, const int64_t *dims, uint32_t ndim, uint64_t *out_nbytes) {
   int64_t n;
+  if (vm_shape_numel(dims, ndim, &n) != 0) return -1;
   /* byte strides of an empty tensor must fit as well */
   int64_t extent = 1;
   for (uint32_t i = 0; i < ndim; i++) {
     if (dims[i] > 0) extent *= dims[i]; /* fits: checked above */
   }
   if (__builtin_mul_overflow(extent, (int64_t)vm_dtype_bytes(dt), &extent)) return -1;
-  if (vm_shape_numel(dims, ndim, &n) != 0) return -1;
   uint64_t b;
   if (__builtin_mul_overflow((uint64_t)n, (uint64_t)vm_dtype_bytes(dt), &b)) return -1;
   if (b > (uint64_t)INT64_MAX) return -1;
