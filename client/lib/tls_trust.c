@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,9 +127,10 @@ static int tcp_connect(const char *host, const char *port, int32_t timeout_ms) {
   return fd;
 }
 
-vm_status_t vmci_tls_probe_pin(const char *url, const char *host, const char *port,
-                               int32_t timeout_ms, const char *pin_text, const uint8_t pin[32],
-                               char **out_pem) {
+/* vmci_tls_probe_pin() without the SIGPIPE guard. */
+static vm_status_t probe_pin(const char *url, const char *host, const char *port,
+                             int32_t timeout_ms, const char *pin_text, const uint8_t pin[32],
+                             char **out_pem) {
   *out_pem = NULL;
   vm_status_t st = VM_STATUS_OK;
   SSL_CTX *ctx = NULL;
@@ -203,5 +206,25 @@ done:
   if (ssl) SSL_free(ssl);
   SSL_CTX_free(ctx);
   close(fd);
+  return st;
+}
+
+vm_status_t vmci_tls_probe_pin(const char *url, const char *host, const char *port,
+                               int32_t timeout_ms, const char *pin_text, const uint8_t pin[32],
+                               char **out_pem) {
+  /* OpenSSL writes with plain send(): a peer that hangs up mid-handshake
+   * would raise SIGPIPE and kill the caller. Block it on this thread for
+   * the probe and drop one it raised. */
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  vm_status_t st = probe_pin(url, host, port, timeout_ms, pin_text, pin, out_pem);
+  sigset_t pending;
+  if (!sigismember(&old, SIGPIPE) && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+    struct timespec zero = {0, 0};
+    (void)sigtimedwait(&pipe_set, NULL, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   return st;
 }

@@ -193,8 +193,9 @@ static void test_pre_hello_cap(void **state) {
   hw_reply_t r;
   CALL_CODE_IS(&c, &rq, NULL, 0, VM_FAILED_PRECONDITION, &r);
   assert_int_equal(r.rs->id, 0); /* not decoded: the id is unknown */
-  expect_msg(&r, "until Hello succeeds the agent takes messages of at most 8192 bytes; send "
-                 "Hello first");
+  expect_msg(&r,
+             "until Hello succeeds the agent takes messages of at most 8192 bytes; send "
+             "Hello first");
   /* A garbage body of the same size: the same answer, not a decode error. */
   uint8_t *junk = malloc(9 * 1024);
   memset(junk, 0xff, 9 * 1024);

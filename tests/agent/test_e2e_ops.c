@@ -743,6 +743,10 @@ static void test_tls(void **state) {
   tls_works(a.url, &o);
   o.tls_pin = other_pin;
   ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_UNAVAILABLE, "not the one pinned by --tls-pin");
+  /* the check's own handshake with something that does not speak TLS */
+  char plain[320];
+  snprintf(plain, sizeof(plain), "tls+tcp://%s", S.agent.url + strlen("tcp://"));
+  ASSERT_STATUS(vmc_connect(plain, &o, &c), VM_UNAVAILABLE, "failed while checking --tls-pin");
   o.tls_pin = "sha256:abcd";
   ASSERT_STATUS(vmc_connect(a.url, &o, &c), VM_INVALID_ARGUMENT,
                 "expected sha256: and the 64 hex digits");

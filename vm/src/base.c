@@ -41,8 +41,8 @@ vm_status_t vm_read_file(const char *path, uint64_t max_bytes, uint8_t **out_dat
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
-    return vm_status_make(e == ENOENT ? VM_NOT_FOUND : VM_UNAVAILABLE, "cannot open '%s': %s",
-                          path, strerror(e));
+    return vm_status_make(e == ENOENT ? VM_NOT_FOUND : VM_UNAVAILABLE, "cannot open '%s': %s", path,
+                          strerror(e));
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -51,16 +51,15 @@ vm_status_t vm_read_file(const char *path, uint64_t max_bytes, uint8_t **out_dat
   }
   if ((uint64_t)st.st_size > max_bytes) {
     close(fd);
-    return vm_status_make(VM_RESOURCE_EXHAUSTED,
-                          "'%s' is %lld bytes, over the limit of %llu bytes", path,
-                          (long long)st.st_size, (unsigned long long)max_bytes);
+    return vm_status_make(VM_RESOURCE_EXHAUSTED, "'%s' is %lld bytes, over the limit of %llu bytes",
+                          path, (long long)st.st_size, (unsigned long long)max_bytes);
   }
   size_t size = (size_t)st.st_size;
   uint8_t *buf = malloc(size ? size : 1);
   if (!buf) {
     close(fd);
-    return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory reading '%s' (%zu bytes)",
-                          path, size);
+    return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory reading '%s' (%zu bytes)", path,
+                          size);
   }
   size_t got = 0;
   while (got < size) {
@@ -134,4 +133,3 @@ vm_status_t vm_write_file_atomic_parts(const char *path, const void *const *part
 vm_status_t vm_write_file_atomic(const char *path, const void *data, size_t size) {
   return vm_write_file_atomic_parts(path, &data, &size, 1);
 }
-
