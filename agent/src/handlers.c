@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "agent_internal.h"
+#include "handler_ctx.h"
 #include "vm/log.h"
 
 #define VMA_MSG_MAX 4096
@@ -23,43 +24,6 @@
 #define VMA_MAX_REPEAT 2048
 #define VMA_MAX_PROFILE_ROWS 256
 #define VMA_MAX_COOLDOWN_MS 60000
-
-typedef struct vma_ctx {
-  vmagent_t *a;
-  uint32_t pipe_id;
-  const Vmrpc__Request *rq;
-  const uint8_t *payload;
-  size_t payload_len;
-  vma_session_t *s; /* NULL for Hello/Ping */
-  vma_out_t *out;
-  int replied; /* the handler wrote the reply itself (GetOutput) */
-  Vmrpc__Response rs;
-  union {
-    Vmrpc__HelloResponse hello;
-    Vmrpc__ListDevicesResponse list_devices;
-    Vmrpc__UploadBeginResponse upload_begin;
-    Vmrpc__UploadChunkResponse upload_chunk;
-    Vmrpc__UploadCommitResponse upload_commit;
-    Vmrpc__CreateVMResponse create_vm;
-    Vmrpc__TensorBeginResponse tensor_begin;
-    Vmrpc__TensorChunkResponse tensor_chunk;
-    Vmrpc__SetInputResponse set_input;
-    Vmrpc__InvokeResponse invoke;
-    Vmrpc__GetOutputArityResponse get_output_arity;
-    Vmrpc__SaveFunctionResponse save_function;
-    Vmrpc__TimeEvaluateResponse time_evaluate;
-    Vmrpc__ProfileResponse profile;
-    Vmrpc__StatsResponse stats;
-    Vmrpc__CancelResponse cancel;
-    Vmrpc__FreeVMResponse free_vm;
-    Vmrpc__FreeExecutableResponse free_executable;
-    Vmrpc__PingResponse ping;
-    Vmrpc__GoodbyeResponse goodbye;
-  } u;
-  Vmrpc__Limits limits;
-  /* Heap blocks the response points into, freed after it is packed. */
-  void *owned[4];
-} vma_ctx_t;
 
 static void *vma_own(vma_ctx_t *c, void *p) {
   for (size_t i = 0; i < sizeof(c->owned) / sizeof(c->owned[0]); i++) {
@@ -73,12 +37,6 @@ static void *vma_own(vma_ctx_t *c, void *p) {
 }
 
 /* ------------------------------------------------------------ replies */
-
-/* Makes c->u.field, set up by vmrpc__<stem>__init, the reply of op NAME;
- * evaluates to it for the handler to fill. */
-#define VMA_RESPONSE(c, NAME, field, stem)                                             \
-  (vmrpc__##stem##__init(&(c)->u.field), (c)->rs.op_case = VMRPC__RESPONSE__OP_##NAME, \
-   (c)->rs.field = &(c)->u.field)
 
 static int vma_write(vma_out_t *out, const Vmrpc__Response *r) {
   size_t n = vmp_frame_size(&r->base);
@@ -101,7 +59,7 @@ static int vma_write_error(vma_out_t *out, uint64_t id, vm_status_t st) {
 
 /* ------------------------------------------------------------ helpers */
 
-static vm_status_t vma_check_name(const char *name, const char *what) {
+vm_status_t vma_check_name(const char *name, const char *what) {
   if (!name || !*name) return vm_status_make(VM_INVALID_ARGUMENT, "%s is empty", what);
   size_t n = strnlen(name, VMA_MAX_NAME + 1);
   if (n > VMA_MAX_NAME)
@@ -194,7 +152,7 @@ static vm_status_t vma_vm_busy(uint64_t id) {
                         (unsigned long long)id);
 }
 
-static vm_status_t vma_exec_not_found(uint64_t id) {
+vm_status_t vma_exec_not_found(uint64_t id) {
   return vm_status_make(VM_NOT_FOUND, "executable %llu not found in this session",
                         (unsigned long long)id);
 }
@@ -204,16 +162,10 @@ static vm_status_t vma_transfer_not_found(uint64_t id) {
                         (unsigned long long)id);
 }
 
-typedef enum vma_use {
-  VMA_USE_EXCL = 0, /* changes the VM: alone */
-  VMA_USE_RUN = 1,  /* alone and runs VM code: cancellable */
-  VMA_USE_READ = 2, /* reads a result: alongside other readers */
-} vma_use_t;
-
 /* Claims a VM for one request. A VM runs one request at a time (its value
  * reference counts are not atomic); a second one gets "busy" instead of
  * racing it. */
-static vm_status_t vma_vm_acquire(vma_session_t *s, uint64_t id, vma_use_t use, vma_vm_t **out_v) {
+vm_status_t vma_vm_acquire(vma_session_t *s, uint64_t id, vma_use_t use, vma_vm_t **out_v) {
   *out_v = NULL;
   pthread_mutex_lock(&s->lock);
   vma_vm_t *v = vma_find_vm(s, id);
@@ -248,7 +200,7 @@ static vm_status_t vma_vm_acquire(vma_session_t *s, uint64_t id, vma_use_t use, 
   return VM_STATUS_OK;
 }
 
-static void vma_vm_release(vma_session_t *s, vma_vm_t *v, vma_use_t use) {
+void vma_vm_release(vma_session_t *s, vma_vm_t *v, vma_use_t use) {
   pthread_mutex_lock(&s->lock);
   if (use == VMA_USE_READ) {
     v->readers--;
@@ -594,7 +546,7 @@ static vm_status_t vma_op_list_devices(vma_ctx_t *c) {
 
 /* Adds an executable handle for a retained store entry (taking it over:
  * released on failure). */
-static vm_status_t vma_add_execref(vma_ctx_t *c, vma_exec_entry_t *e, uint64_t *out_id) {
+vm_status_t vma_add_execref(vma_ctx_t *c, vma_exec_entry_t *e, uint64_t *out_id) {
   vma_session_t *s = c->s;
   vma_execref_t *r = calloc(1, sizeof(*r));
   vm_status_t st = VM_STATUS_OK;
@@ -775,7 +727,7 @@ static int vma_find_device(const vmagent_t *a, const char *sel) {
   return -1;
 }
 
-static vm_status_t vma_op_create_vm(vma_ctx_t *c) {
+vm_status_t vma_op_create_vm(vma_ctx_t *c) {
   const Vmrpc__CreateVMRequest *q = c->rq->create_vm;
   vmagent_t *a = c->a;
   vma_session_t *s = c->s;
@@ -980,7 +932,7 @@ static vm_status_t vma_op_tensor_chunk(vma_ctx_t *c) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_set_input(vma_ctx_t *c) {
+vm_status_t vma_op_set_input(vma_ctx_t *c) {
   const Vmrpc__SetInputRequest *q = c->rq->set_input;
   vma_session_t *s = c->s;
   VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
@@ -1040,7 +992,7 @@ static void vma_run_unlock(vma_ctx_t *c, vma_vm_t *v) {
   vma_vm_release(c->s, v, VMA_USE_RUN);
 }
 
-static vm_status_t vma_op_invoke(vma_ctx_t *c) {
+vm_status_t vma_op_invoke(vma_ctx_t *c) {
   const Vmrpc__InvokeRequest *q = c->rq->invoke;
   VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
   uint64_t deadline = q->deadline_ms ? vm_now_ns() + (uint64_t)q->deadline_ms * 1000000ull : 0;
@@ -1093,8 +1045,8 @@ static vm_status_t vma_op_get_output_arity(vma_ctx_t *c) {
 }
 
 /* Describes an output value on the wire. dims must hold VMP_MAX_NDIM. */
-static vm_status_t vma_value_out(const vm_value_t *val, Vmrpc__Value *w, Vmrpc__TensorMeta *meta,
-                                 Vmrpc__ShapeValue *shape, char *dtype_buf, size_t dtype_len) {
+vm_status_t vma_value_out(const vm_value_t *val, Vmrpc__Value *w, Vmrpc__TensorMeta *meta,
+                          Vmrpc__ShapeValue *shape, char *dtype_buf, size_t dtype_len) {
   vmrpc__value__init(w);
   switch (val->kind) {
     case VM_VAL_NONE:
@@ -1455,7 +1407,7 @@ static vm_status_t vma_op_cancel(vma_ctx_t *c) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_free_vm(vma_ctx_t *c) {
+vm_status_t vma_op_free_vm(vma_ctx_t *c) {
   const Vmrpc__FreeVMRequest *q = c->rq->free_vm;
   vma_session_t *s = c->s;
   VM_RETURN_IF_ERROR(vma_no_payload(c));
@@ -1546,6 +1498,7 @@ static const void *vma_op_msg(const Vmrpc__Request *rq) {
     case VMRPC__REQUEST__OP_FREE_EXECUTABLE: return rq->free_executable;
     case VMRPC__REQUEST__OP_PING: return rq->ping;
     case VMRPC__REQUEST__OP_GOODBYE: return rq->goodbye;
+    case VMRPC__REQUEST__OP_RUN: return rq->run;
     default: return NULL;
   }
 }
@@ -1573,6 +1526,7 @@ static vma_handler_fn vma_handler(Vmrpc__Request__OpCase op) {
     case VMRPC__REQUEST__OP_FREE_EXECUTABLE: return vma_op_free_executable;
     case VMRPC__REQUEST__OP_PING: return vma_op_ping;
     case VMRPC__REQUEST__OP_GOODBYE: return vma_op_goodbye;
+    case VMRPC__REQUEST__OP_RUN: return vma_op_run;
     default: return NULL;
   }
 }

@@ -421,6 +421,73 @@ vm_status_t vmc_save_function(vmc_conn_t *conn, vmc_vm_t vm, const char *func,
                               const char *saved_name, const vmc_value_t *args, uint32_t nargs);
 
 /* ---------------------------------------------------------------------------
+ * Fused run (protocol 1.1): one request instead of CreateVM, SetInput per
+ * parameter, Invoke and the GetOutput requests of a small result.
+ */
+
+/* Tuple levels of a result that vmc_run() describes output by output. */
+#define VMC_RUN_MAX_DEPTH 8
+
+/* Options of vmc_run(). Zero-initialise, then set what you need. */
+typedef struct vmc_run_opts {
+  const char *func;                 /* NULL = "main" */
+  const vmc_device_spec_t *devices; /* a new VM's devices, as vmc_create_vm() */
+  uint32_t num_devices;
+  const char *exec_mode; /* a new VM's mode, as vmc_create_vm() */
+  uint32_t deadline_ms;  /* 0 = none, as vmc_invoke() */
+  /* Output bytes the agent returns inside its reply (it caps this at its
+   * chunk size): 0 = the chunk size. Tensors that do not fit are fetched
+   * afterwards (several at once) unless keep_remote is set. */
+  uint64_t inline_bytes;
+  int32_t no_inline;        /* nonzero: no output bytes inline (inline_bytes ignored) */
+  int32_t keep_remote;      /* nonzero: tensors not inline stay on the agent (data NULL) */
+  vmc_progress_fn progress; /* of an upload on a store miss (may be NULL) */
+  void *progress_user;
+} vmc_run_opts_t;
+
+/* One value of the result: the leaves of its tuples, depth first. */
+typedef struct vmc_run_output {
+  uint32_t path_len;
+  uint32_t path[VMC_RUN_MAX_DEPTH];
+  /* Owned. A tensor left on the agent has data NULL: fetch it with
+   * vmc_get_output*() and this path. VMC_VALUE_TUPLE: a tuple the agent
+   * did not walk (too deep or too many values): fetch its fields with a
+   * longer path. */
+  vmc_value_t value;
+  int remote; /* a tensor whose bytes stayed on the agent */
+} vmc_run_output_t;
+
+/* What vmc_run() did and got. Free with vmc_run_result_free(). */
+typedef struct vmc_run_result {
+  vmc_exec_t exec;            /* the executable (0 when vm was given) */
+  vmc_vm_t vm;                /* the VM that ran: pass it to the next vmc_run() */
+  vmc_upload_result_t upload; /* when run from executable bytes */
+  double agent_seconds;       /* the agent's wall time of the invocation */
+  uint32_t requests;          /* requests this call sent (chunks included) */
+  uint32_t num_outputs;
+  vmc_run_output_t *outputs;
+} vmc_run_result_t;
+
+/* Runs a function with inputs[0..num_inputs) as its parameters 0, 1, ...
+ * (fewer: the VM keeps the values set before). With vm.id == 0, exec and
+ * exec_size are the .vmx bytes: the agent runs them from its store (one
+ * Run request) or, on a miss, they are uploaded first (as
+ * vmc_upload_memory()) and run by handle; a new VM is created. With a vm,
+ * exec must be NULL and that VM runs again. Inputs up to the chunk size
+ * travel inside the Run request; larger ones are transferred in chunks
+ * first. Against an agent of protocol 1.0 the same is done with the
+ * stateful requests. Errors: as the stateful operations, prefixed with
+ * the step ("Run: input 1: ..."); a VM the call created is freed again
+ * when a later step fails. */
+vm_status_t vmc_run(vmc_conn_t *conn, const void *exec, size_t exec_size, vmc_vm_t vm,
+                    const vmc_value_t *inputs, uint32_t num_inputs, const vmc_run_opts_t *opts,
+                    vmc_run_result_t *out);
+
+/* Frees the outputs and zeroes r (the VM stays on the agent). NULL is a
+ * no-op. */
+void vmc_run_result_free(vmc_run_result_t *r);
+
+/* ---------------------------------------------------------------------------
  * Timing and profiling (runs entirely on the agent)
  */
 

@@ -304,16 +304,13 @@ vm_status_t vmc_free_exec(vmc_conn_t *c, vmc_exec_t exec) {
 
 /* -------------------------------------------------------------------- VMs */
 
-vm_status_t vmc_create_vm(vmc_conn_t *c, vmc_exec_t exec, const vmc_device_spec_t *devices,
-                          uint32_t num_devices, const char *exec_mode, vmc_vm_t *out_vm) {
-  VM_RETURN_IF_ERROR(need_conn(c));
-  if (!out_vm) return vm_status_make(VM_INVALID_ARGUMENT, "vmc_create_vm: out_vm is NULL");
+/* The wire form of a VM's device list (at most 64). */
+static vm_status_t device_specs(const vmc_device_spec_t *devices, uint32_t num_devices,
+                                Vmrpc__DeviceSpec specs[64], Vmrpc__DeviceSpec *spec_ptrs[64]) {
   if (num_devices > 64)
     return vm_status_make(VM_INVALID_ARGUMENT, "%u devices given; at most 64 per VM", num_devices);
   if (num_devices && !devices)
     return vm_status_make(VM_INVALID_ARGUMENT, "vmc_create_vm: devices is NULL");
-  Vmrpc__DeviceSpec specs[64];
-  Vmrpc__DeviceSpec *spec_ptrs[64];
   for (uint32_t i = 0; i < num_devices; i++) {
     vmrpc__device_spec__init(&specs[i]);
     if (!devices[i].selector || !devices[i].selector[0])
@@ -325,6 +322,16 @@ vm_status_t vmc_create_vm(vmc_conn_t *c, vmc_exec_t exec, const vmc_device_spec_
     specs[i].allocator = (char *)(devices[i].allocator ? devices[i].allocator : "");
     spec_ptrs[i] = &specs[i];
   }
+  return VM_STATUS_OK;
+}
+
+vm_status_t vmc_create_vm(vmc_conn_t *c, vmc_exec_t exec, const vmc_device_spec_t *devices,
+                          uint32_t num_devices, const char *exec_mode, vmc_vm_t *out_vm) {
+  VM_RETURN_IF_ERROR(need_conn(c));
+  if (!out_vm) return vm_status_make(VM_INVALID_ARGUMENT, "vmc_create_vm: out_vm is NULL");
+  Vmrpc__DeviceSpec specs[64];
+  Vmrpc__DeviceSpec *spec_ptrs[64];
+  VM_RETURN_IF_ERROR(device_specs(devices, num_devices, specs, spec_ptrs));
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
   Vmrpc__CreateVMRequest cv = VMRPC__CREATE_VMREQUEST__INIT;
   cv.exec_id = exec.id;
@@ -655,6 +662,63 @@ static vm_status_t tout_done(void *ctx, uint64_t idx, vmci_reply_t *r) {
   return chunk_into(t, r, off, tout_chunk_size(ctx, idx));
 }
 
+/* Decodes a value of a reply into *out (zeroed first): scalars whole,
+ * a tensor's kind and meta only (data NULL, nbytes checked). */
+static vm_status_t value_from_wire(const Vmrpc__Value *wv, const char *what, vmc_value_t *out) {
+  memset(out, 0, sizeof(*out));
+  if (!wv) return vm_status_make(VM_INTERNAL, "%s: the agent's reply carries no value", what);
+  switch (wv->kind_case) {
+    case VMRPC__VALUE__KIND_NONE: out->kind = VMC_VALUE_NONE; return VM_STATUS_OK;
+    case VMRPC__VALUE__KIND_I:
+      out->kind = VMC_VALUE_INT;
+      out->i = wv->i;
+      return VM_STATUS_OK;
+    case VMRPC__VALUE__KIND_F:
+      out->kind = VMC_VALUE_FLOAT;
+      out->f = wv->f;
+      return VM_STATUS_OK;
+    case VMRPC__VALUE__KIND_B:
+      out->kind = VMC_VALUE_BOOL;
+      out->b = wv->b != 0;
+      return VM_STATUS_OK;
+    case VMRPC__VALUE__KIND_S: {
+      size_t n = strlen(wv->s ? wv->s : "");
+      out->s = malloc(n + 1);
+      if (!out->s) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+      memcpy(out->s, wv->s ? wv->s : "", n + 1);
+      out->kind = VMC_VALUE_STRING;
+      return VM_STATUS_OK;
+    }
+    case VMRPC__VALUE__KIND_SHAPE:
+      if (!wv->shape || wv->shape->n_dims > VMC_MAX_NDIM)
+        return vm_status_make(VM_INTERNAL, "%s: the agent sent a shape of more than %d dims", what,
+                              VMC_MAX_NDIM);
+      out->kind = VMC_VALUE_SHAPE;
+      out->shape_ndim = (uint32_t)wv->shape->n_dims;
+      for (size_t i = 0; i < wv->shape->n_dims; i++) out->shape[i] = wv->shape->dims[i];
+      return VM_STATUS_OK;
+    case VMRPC__VALUE__KIND_TUPLE_ARITY:
+      out->kind = VMC_VALUE_TUPLE;
+      out->tuple_arity = wv->tuple_arity;
+      return VM_STATUS_OK;
+    case VMRPC__VALUE__KIND_TENSOR: break;
+    default:
+      return vm_status_make(VM_INTERNAL, "%s: the agent sent a value of unknown kind %d", what,
+                            (int)wv->kind_case);
+  }
+  vmc_tensor_t *t = &out->tensor;
+  int64_t dims[VMP_MAX_NDIM];
+  uint32_t ndim;
+  uint64_t nbytes;
+  vm_status_t st = vmp_meta_check(wv->tensor, 0, &t->dtype, dims, &ndim, &nbytes);
+  if (st) return vm_status_annotate(st, "%s: the agent sent bad tensor metadata", what);
+  t->ndim = ndim;
+  for (uint32_t i = 0; i < ndim; i++) t->shape[i] = dims[i];
+  t->nbytes = nbytes;
+  out->kind = VMC_VALUE_TENSOR;
+  return VM_STATUS_OK;
+}
+
 /* The common path of every GetOutput flavour. dst NULL: allocate. */
 static vm_status_t get_output_impl(vmc_conn_t *c, vmc_vm_t vm, const char *func,
                                    const uint32_t *path, uint32_t path_len, void *dst,
@@ -674,70 +738,11 @@ static vm_status_t get_output_impl(vmc_conn_t *c, vmc_vm_t vm, const char *func,
   vmci_reply_t r;
   VM_RETURN_IF_ERROR(call(c, &req, ROP(GET_OUTPUT), what, &r));
   const Vmrpc__GetOutputResponse *gr = r.resp->get_output;
-  const Vmrpc__Value *wv = gr ? gr->value : NULL;
-  vm_status_t st = VM_STATUS_OK;
-  if (!wv) {
-    st = vm_status_make(VM_INTERNAL, "%s: the agent's reply carries no value", what);
-    goto done;
-  }
-  switch (wv->kind_case) {
-    case VMRPC__VALUE__KIND_NONE: out->kind = VMC_VALUE_NONE; goto done;
-    case VMRPC__VALUE__KIND_I:
-      out->kind = VMC_VALUE_INT;
-      out->i = wv->i;
-      goto done;
-    case VMRPC__VALUE__KIND_F:
-      out->kind = VMC_VALUE_FLOAT;
-      out->f = wv->f;
-      goto done;
-    case VMRPC__VALUE__KIND_B:
-      out->kind = VMC_VALUE_BOOL;
-      out->b = wv->b != 0;
-      goto done;
-    case VMRPC__VALUE__KIND_S: {
-      size_t n = strlen(wv->s ? wv->s : "");
-      out->s = malloc(n + 1);
-      if (!out->s) {
-        st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-        goto done;
-      }
-      memcpy(out->s, wv->s ? wv->s : "", n + 1);
-      out->kind = VMC_VALUE_STRING;
-      goto done;
-    }
-    case VMRPC__VALUE__KIND_SHAPE:
-      if (!wv->shape || wv->shape->n_dims > VMC_MAX_NDIM) {
-        st = vm_status_make(VM_INTERNAL, "%s: the agent sent a shape of more than %d dims", what,
-                            VMC_MAX_NDIM);
-        goto done;
-      }
-      out->kind = VMC_VALUE_SHAPE;
-      out->shape_ndim = (uint32_t)wv->shape->n_dims;
-      for (size_t i = 0; i < wv->shape->n_dims; i++) out->shape[i] = wv->shape->dims[i];
-      goto done;
-    case VMRPC__VALUE__KIND_TUPLE_ARITY:
-      out->kind = VMC_VALUE_TUPLE;
-      out->tuple_arity = wv->tuple_arity;
-      goto done;
-    case VMRPC__VALUE__KIND_TENSOR: break;
-    default:
-      st = vm_status_make(VM_INTERNAL, "%s: the agent sent a value of unknown kind %d", what,
-                          (int)wv->kind_case);
-      goto done;
-  }
+  vm_status_t st = value_from_wire(gr ? gr->value : NULL, what, out);
+  if (st || out->kind != VMC_VALUE_TENSOR) goto done;
   {
     vmc_tensor_t *t = &out->tensor;
-    int64_t dims[VMP_MAX_NDIM];
-    uint32_t ndim;
-    uint64_t nbytes;
-    st = vmp_meta_check(wv->tensor, 0, &t->dtype, dims, &ndim, &nbytes);
-    if (st) {
-      st = vm_status_annotate(st, "%s: the agent sent bad tensor metadata", what);
-      goto done;
-    }
-    t->ndim = ndim;
-    for (uint32_t i = 0; i < ndim; i++) t->shape[i] = dims[i];
-    t->nbytes = nbytes;
+    uint64_t nbytes = t->nbytes;
     if (nbytes > SIZE_MAX) {
       st = vm_status_make(VM_RESOURCE_EXHAUSTED, "%s: %llu bytes do not fit in memory", what,
                           (unsigned long long)nbytes);
@@ -763,7 +768,6 @@ static vm_status_t get_output_impl(vmc_conn_t *c, vmc_vm_t vm, const char *func,
       }
       t->owns_data = 1;
     }
-    out->kind = VMC_VALUE_TENSOR;
     uint64_t cb = c->limits.chunk_bytes;
     tout_ctx_t tc = {c, vm, func, path, path_len, t->data, nbytes, what};
     uint64_t first = nbytes < cb ? nbytes : cb;
@@ -1109,4 +1113,243 @@ void vmc_stats_free(vmc_stats_t *s) {
   if (!s) return;
   free(s->allocators);
   memset(s, 0, sizeof(*s));
+}
+
+/* -------------------------------------------------------------- fused run */
+
+/* Most entries a Run reply may describe (the agent sends at most 128). */
+#define RUN_MAX_OUTPUTS 4096
+
+void vmc_run_result_free(vmc_run_result_t *r) {
+  if (!r) return;
+  for (uint32_t i = 0; r->outputs && i < r->num_outputs; i++) vmc_value_free(&r->outputs[i].value);
+  free(r->outputs);
+  memset(r, 0, sizeof(*r));
+}
+
+/* Fetches the tensors the reply left on the agent, unless asked not to. */
+static vm_status_t run_fetch_remote(vmc_conn_t *c, const char *func, const vmc_run_opts_t *o,
+                                    vmc_run_result_t *out) {
+  if (o->keep_remote) return VM_STATUS_OK;
+  for (uint32_t i = 0; i < out->num_outputs; i++) {
+    vmc_run_output_t *ro = &out->outputs[i];
+    if (!ro->remote) continue;
+    vmc_value_t v;
+    VM_RETURN_IF_ERROR(get_output_impl(c, out->vm, func, ro->path, ro->path_len, NULL, 0, &v));
+    vmc_value_free(&ro->value);
+    ro->value = v;
+    ro->remote = 0;
+  }
+  return VM_STATUS_OK;
+}
+
+/* The outputs of a Run reply, inline tensors copied out of its payload. */
+static vm_status_t run_outputs_from_reply(const vmci_reply_t *r, const char *what,
+                                          vmc_run_result_t *out) {
+  const Vmrpc__RunResponse *rr = r->resp->run;
+  if (rr->n_outputs > RUN_MAX_OUTPUTS)
+    return vm_status_make(VM_INTERNAL, "%s: the agent described %zu outputs, at most %d", what,
+                          rr->n_outputs, RUN_MAX_OUTPUTS);
+  out->outputs = calloc(rr->n_outputs ? rr->n_outputs : 1, sizeof(vmc_run_output_t));
+  if (!out->outputs) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  const uint8_t *p = r->payload;
+  size_t left = r->payload_len;
+  for (size_t i = 0; i < rr->n_outputs; i++) {
+    const Vmrpc__RunOutput *o = rr->outputs[i];
+    if (!o || o->n_path > VMC_RUN_MAX_DEPTH)
+      return vm_status_make(VM_INTERNAL, "%s: output %zu has a path deeper than %d", what, i,
+                            VMC_RUN_MAX_DEPTH);
+    vmc_run_output_t *ro = &out->outputs[out->num_outputs++];
+    ro->path_len = (uint32_t)o->n_path;
+    for (size_t k = 0; k < o->n_path; k++) ro->path[k] = o->path[k];
+    VM_RETURN_IF_ERROR(value_from_wire(o->value, what, &ro->value));
+    if (ro->value.kind != VMC_VALUE_TENSOR) continue;
+    vmc_tensor_t *t = &ro->value.tensor;
+    if (!o->data_inline) {
+      ro->remote = 1;
+      continue;
+    }
+    if (t->nbytes > left)
+      return vm_status_make(VM_INTERNAL,
+                            "%s: output %zu has %llu bytes inline but only %zu payload bytes "
+                            "are left",
+                            what, i, (unsigned long long)t->nbytes, left);
+    t->data = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+    if (!t->data) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+    t->owns_data = 1;
+    memcpy(t->data, p, (size_t)t->nbytes);
+    p += t->nbytes;
+    left -= (size_t)t->nbytes;
+  }
+  if (left)
+    return vm_status_make(VM_INTERNAL, "%s: %zu payload bytes follow the inline outputs", what,
+                          left);
+  return VM_STATUS_OK;
+}
+
+/* Against a protocol 1.0 agent: the stateful requests. */
+static vm_status_t run_stateful(vmc_conn_t *c, const void *exec, size_t exec_size,
+                                const vmc_value_t *inputs, uint32_t num_inputs, const char *func,
+                                const vmc_run_opts_t *o, vmc_run_result_t *out, int *created) {
+  if (!out->vm.id) {
+    VM_RETURN_IF_ERROR(
+        upload_hashed(c, exec, exec_size, o->progress, o->progress_user, &out->exec, &out->upload));
+    VM_RETURN_IF_ERROR(
+        vmc_create_vm(c, out->exec, o->devices, o->num_devices, o->exec_mode, &out->vm));
+    *created = 1;
+  }
+  for (uint32_t i = 0; i < num_inputs; i++)
+    VM_RETURN_IF_ERROR(vmc_set_input_value(c, out->vm, func, i, NULL, &inputs[i]));
+  VM_RETURN_IF_ERROR(vmc_invoke(c, out->vm, func, o->deadline_ms, &out->agent_seconds));
+  out->outputs = calloc(1, sizeof(vmc_run_output_t));
+  if (!out->outputs) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  out->num_outputs = 1;
+  return vmc_get_output_value(c, out->vm, func, NULL, 0, &out->outputs[0].value);
+}
+
+/* The Run request itself: inputs inline or (larger ones) transferred
+ * first, which needs the VM to exist before. */
+static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
+                             const vmc_value_t *inputs, uint32_t num_inputs, const char *func,
+                             const vmc_run_opts_t *o, vmc_run_result_t *out, int *created) {
+  uint64_t cb = c->limits.chunk_bytes;
+  uint64_t inline_total = 0;
+  int transfer = 0;
+  for (uint32_t i = 0; i < num_inputs; i++) {
+    if (inputs[i].kind != VMC_VALUE_TENSOR) continue;
+    vm_status_t st = vmc_tensor_check(&inputs[i].tensor);
+    if (st) return vm_status_annotate(st, "Run %s: input %u", func, i);
+    if (inputs[i].tensor.nbytes <= cb - inline_total)
+      inline_total += inputs[i].tensor.nbytes;
+    else
+      transfer = 1;
+  }
+  if (!out->vm.id) vm_sha256(exec, exec_size, out->upload.sha256);
+  if (transfer && !out->vm.id) { /* the tensors need their VM first */
+    VM_RETURN_IF_ERROR(
+        upload_hashed(c, exec, exec_size, o->progress, o->progress_user, &out->exec, &out->upload));
+    VM_RETURN_IF_ERROR(
+        vmc_create_vm(c, out->exec, o->devices, o->num_devices, o->exec_mode, &out->vm));
+    *created = 1;
+  }
+  wire_value_t *w = calloc(num_inputs ? num_inputs : 1, sizeof(*w));
+  Vmrpc__Value **wp = calloc(num_inputs ? num_inputs : 1, sizeof(*wp));
+  uint8_t *payload = malloc(inline_total ? (size_t)inline_total : 1);
+  vm_status_t st = VM_STATUS_OK;
+  if (!w || !wp || !payload) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  uint64_t plen = 0;
+  for (uint32_t i = 0; !st && i < num_inputs; i++) {
+    wp[i] = &w[i].v;
+    const vmc_value_t *v = &inputs[i];
+    if (v->kind != VMC_VALUE_TENSOR) {
+      st = scalar_to_wire(v, &w[i]);
+      continue;
+    }
+    const vmc_tensor_t *t = &v->tensor;
+    vmrpc__value__init(&w[i].v);
+    if (t->nbytes <= inline_total - plen) {
+      vmci_meta_from_tensor(t, &w[i].meta, w[i].dims, w[i].dtype, sizeof(w[i].dtype));
+      w[i].v.kind_case = VMRPC__VALUE__KIND_TENSOR;
+      w[i].v.tensor = &w[i].meta;
+      if (t->nbytes) memcpy(payload + plen, t->data, (size_t)t->nbytes);
+      plen += t->nbytes;
+    } else {
+      uint64_t tid = 0;
+      st = tensor_transfer(c, out->vm, t, &tid);
+      if (st) st = vm_status_annotate(st, "Run %s: input %u", func, i);
+      w[i].v.kind_case = VMRPC__VALUE__KIND_TENSOR_REF;
+      w[i].v.tensor_ref = tid;
+    }
+  }
+  Vmrpc__DeviceSpec specs[64];
+  Vmrpc__DeviceSpec *spec_ptrs[64];
+  Vmrpc__Request req = VMRPC__REQUEST__INIT;
+  Vmrpc__RunRequest rq = VMRPC__RUN_REQUEST__INIT;
+  rq.func = (char *)func;
+  rq.n_inputs = num_inputs;
+  rq.inputs = wp;
+  rq.deadline_ms = o->deadline_ms;
+  rq.inline_bytes = o->no_inline ? 0 : o->inline_bytes ? o->inline_bytes : cb;
+  if (out->vm.id) {
+    rq.vm_id = out->vm.id;
+  } else if (!st) {
+    st = device_specs(o->devices, o->num_devices, specs, spec_ptrs);
+    rq.n_devices = o->num_devices;
+    rq.devices = spec_ptrs;
+    rq.exec_mode = (char *)(o->exec_mode ? o->exec_mode : "");
+    rq.sha256.data = out->upload.sha256;
+    rq.sha256.len = 32;
+    rq.size = exec_size;
+  }
+  req.op_case = OP(RUN);
+  req.run = &rq;
+  char what[160];
+  snprintf(what, sizeof(what), "Run %s", func);
+  int32_t wait = long_wait_ms(c, o->deadline_ms);
+  vmci_reply_t r;
+  memset(&r, 0, sizeof(r));
+  if (!st) st = vmci_call(c, &req, payload, (size_t)plen, ROP(RUN), wait, what, &r);
+  if (!st && r.resp->run && !r.resp->run->present && !out->vm.id) {
+    /* A store miss: upload, then run by handle (the agent did nothing). */
+    vmci_reply_free(&r);
+    out->upload.store_hit = 0;
+    st = upload_hashed(c, exec, exec_size, o->progress, o->progress_user, &out->exec, &out->upload);
+    rq.sha256.data = NULL;
+    rq.sha256.len = 0;
+    rq.size = 0;
+    rq.exec_id = out->exec.id;
+    if (!st) st = vmci_call(c, &req, payload, (size_t)plen, ROP(RUN), wait, what, &r);
+  } else if (!st && !out->vm.id) {
+    out->upload.store_hit = 1;
+  }
+  if (!st && (!r.resp->run || !r.resp->run->present || !r.resp->run->vm_id))
+    st = vm_status_make(VM_INTERNAL, "%s: the agent's reply names no VM", what);
+  if (!st) {
+    const Vmrpc__RunResponse *rr = r.resp->run;
+    if (!out->vm.id) *created = 1;
+    out->vm.id = rr->vm_id;
+    if (rr->exec_id) out->exec.id = rr->exec_id;
+    out->agent_seconds = rr->seconds;
+    st = run_outputs_from_reply(&r, what, out);
+  }
+  vmci_reply_free(&r);
+  free(payload);
+  free(wp);
+  free(w);
+  return st;
+}
+
+vm_status_t vmc_run(vmc_conn_t *c, const void *exec, size_t exec_size, vmc_vm_t vm,
+                    const vmc_value_t *inputs, uint32_t num_inputs, const vmc_run_opts_t *opts,
+                    vmc_run_result_t *out) {
+  VM_RETURN_IF_ERROR(need_conn(c));
+  if (!out) return vm_status_make(VM_INVALID_ARGUMENT, "vmc_run: out is NULL");
+  memset(out, 0, sizeof(*out));
+  vmc_run_opts_t o;
+  memset(&o, 0, sizeof(o));
+  if (opts) o = *opts;
+  const char *func = o.func ? o.func : "main";
+  VM_RETURN_IF_ERROR(need_func(func));
+  if (vm.id && exec)
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "vmc_run: give a VM or the executable's bytes, not both");
+  if (!vm.id && (!exec || !exec_size))
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "vmc_run: no VM and no executable given: pass the .vmx bytes");
+  if (num_inputs && !inputs) return vm_status_make(VM_INVALID_ARGUMENT, "vmc_run: inputs is NULL");
+  uint64_t id0 = atomic_load(&c->next_id);
+  out->vm = vm;
+  int created = 0;
+  vm_status_t st;
+  if (c->protocol_major == 1 && c->protocol_minor < 1)
+    st = run_stateful(c, exec, exec_size, inputs, num_inputs, func, &o, out, &created);
+  else
+    st = run_fused(c, exec, exec_size, inputs, num_inputs, func, &o, out, &created);
+  if (!st) st = run_fetch_remote(c, func, &o, out);
+  out->requests = (uint32_t)(atomic_load(&c->next_id) - id0);
+  if (st) {
+    if (created) vm_status_free(vmc_free_vm(c, out->vm));
+    vmc_run_result_free(out);
+  }
+  return st;
 }

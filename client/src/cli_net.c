@@ -468,19 +468,9 @@ void cli_model_note_generated(const cli_model_t *m, const cli_global_t *g) {
               m->fn->params[i].name);
 }
 
-int cli_model_invoke(cli_model_t *m, const char *func, double *out_wall_s, double *out_agent_s) {
-  double t0 = cli_now_s();
-  vm_status_t st = vmc_invoke(m->conn, m->vm, func, 0, out_agent_s);
-  if (out_wall_s) *out_wall_s = cli_now_s() - t0;
-  if (!st) return CLI_EXIT_OK;
-  char what[160];
-  snprintf(what, sizeof(what), "invoke %s", func);
-  return cli_remote_error(m->cmd, what, st);
-}
-
-int cli_model_open(cli_model_t *m, const cli_global_t *g) {
+/* Connects and picks the VM's devices: as given, else the agent's first. */
+static int model_connect(cli_model_t *m, const cli_global_t *g) {
   const char *cmd = m->cmd;
-  const char *func = m->o->func ? m->o->func : "main";
   double t0 = cli_now_s();
   int rc = cli_connect(g, cmd, &m->conn);
   if (rc) return rc;
@@ -501,32 +491,44 @@ int cli_model_open(cli_model_t *m, const cli_global_t *g) {
   for (uint32_t i = 0; i < m->info.num_devices; i++)
     if (strcmp(m->info.devices[i].selector, m->specs[0].selector) == 0)
       m->device = &m->info.devices[i];
+  return CLI_EXIT_OK;
+}
 
-  cli_progress_t pr;
-  vmc_progress_fn pf = cli_progress_for(g, &pr, "upload", m->size);
-  t0 = cli_now_s();
-  vm_status_t st = vmc_upload_memory(m->conn, m->bytes, m->size, pf, &pr, &m->xid, &m->upload);
-  cli_progress_done(&pr);
-  m->upload_s = cli_now_s() - t0;
-  if (st) return cli_remote_error(cmd, "upload", st);
-  /* The library hashed the bytes for the store lookup: reuse it. */
-  vm_sha256_hex(m->upload.sha256, m->sha256_hex);
-
-  t0 = cli_now_s();
-  st = vmc_create_vm(m->conn, m->xid, m->specs, m->num_specs, o->exec_mode, &m->vm);
-  m->create_s = cli_now_s() - t0;
-  if (st) return cli_remote_error(cmd, "create VM", st);
-
-  t0 = cli_now_s();
+int cli_model_run(cli_model_t *m, const cli_global_t *g, int keep_outputs, vmc_run_result_t *res,
+                  double *out_wall_s) {
+  memset(res, 0, sizeof(*res));
+  int rc = model_connect(m, g);
+  if (rc) return rc;
+  vmc_value_t in[CLI_MAX_INPUTS];
+  memset(in, 0, sizeof(in));
   for (uint32_t i = 0; i < m->num_params; i++) {
-    st = vmc_set_input(m->conn, m->vm, func, i, &m->inputs[i]);
-    if (st) {
-      char what[256];
-      snprintf(what, sizeof(what), "set input %u '%s' of %s", i, m->fn->params[i].name, func);
-      return cli_remote_error(cmd, what, st);
-    }
+    in[i].kind = VMC_VALUE_TENSOR;
+    in[i].tensor = m->inputs[i];
   }
-  m->set_inputs_s = cli_now_s() - t0;
+  vmc_run_opts_t ro;
+  memset(&ro, 0, sizeof(ro));
+  ro.func = m->o->func ? m->o->func : "main";
+  ro.devices = m->specs;
+  ro.num_devices = m->num_specs;
+  ro.exec_mode = m->o->exec_mode;
+  ro.no_inline = !keep_outputs;
+  ro.keep_remote = !keep_outputs;
+  cli_progress_t pr;
+  ro.progress = cli_progress_for(g, &pr, "upload", m->size);
+  ro.progress_user = &pr;
+  double t0 = cli_now_s();
+  vm_status_t st = vmc_run(m->conn, m->bytes, m->size, (vmc_vm_t){0}, in, m->num_params, &ro, res);
+  cli_progress_done(&pr);
+  if (out_wall_s) *out_wall_s = cli_now_s() - t0;
+  if (st) {
+    char what[160];
+    snprintf(what, sizeof(what), "run %s", ro.func);
+    return cli_remote_error(m->cmd, what, st);
+  }
+  m->vm = res->vm;
+  m->xid = res->exec;
+  m->upload = res->upload;
+  vm_sha256_hex(m->upload.sha256, m->sha256_hex);
   return CLI_EXIT_OK;
 }
 
@@ -647,6 +649,51 @@ static const char *output_meta_name(const vm_executable_t *e, uint32_t i) {
   return NULL;
 }
 
+/* The name of the output at path: the model's own (an ONNX graph's, only
+ * characters that are safe in a file name), else the path ("0", "1.0"). */
+static const char *leaf_name(const fetch_ctx_t *c, const uint32_t *path, uint32_t depth, char *name,
+                             size_t cap) {
+  const char *mname = depth <= 1 ? output_meta_name(c->m->exec, depth ? path[0] : 0) : NULL;
+  if (mname) {
+    size_t k = 0;
+    for (; mname[k] && k < cap - 1; k++) {
+      char ch = mname[k];
+      int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+               ch == '_' || ch == '-';
+      name[k] = ok ? ch : '_';
+    }
+    name[k] = 0;
+  } else if (depth == 0) {
+    snprintf(name, cap, "0");
+  } else {
+    size_t k = 0;
+    for (uint32_t i = 0; i < depth && k < cap; i++)
+      k += (size_t)snprintf(name + k, cap - k, "%s%u", i ? "." : "", path[i]);
+  }
+  return name;
+}
+
+/* Adds the leaf at path with value v (taken over) to the outputs. */
+static void leaf_take(fetch_ctx_t *c, const uint32_t *path, uint32_t depth, vmc_value_t *v) {
+  if (c->n >= CLI_MAX_OUTPUTS) {
+    vmc_value_free(v);
+    cli_error(c->m->cmd, "the result has more than %d values", CLI_MAX_OUTPUTS);
+    c->rc = CLI_EXIT_REMOTE;
+    return;
+  }
+  cli_output_t *o = &c->outs[c->n];
+  memset(o, 0, sizeof(*o));
+  leaf_name(c, path, depth, o->name, sizeof(o->name));
+  c->n++;
+  vm_status_t st = value_to_tensor(v, o);
+  vmc_value_free(v);
+  if (st) {
+    cli_error(c->m->cmd, "%s", vm_status_message(st));
+    vm_status_free(st);
+    c->rc = CLI_EXIT_INTERNAL;
+  }
+}
+
 static void fetch_rec(fetch_ctx_t *c, uint32_t *path, uint32_t depth) {
   if (c->rc) return;
   int64_t arity = -1;
@@ -680,47 +727,21 @@ static void fetch_rec(fetch_ctx_t *c, uint32_t *path, uint32_t depth) {
     c->rc = CLI_EXIT_REMOTE;
     return;
   }
-  cli_output_t *o = &c->outs[c->n];
-  memset(o, 0, sizeof(*o));
-  const char *mname = depth <= 1 ? output_meta_name(c->m->exec, depth ? path[0] : 0) : NULL;
-  if (mname) {
-    /* the model's own output name (an ONNX graph's): only characters that
-     * are safe in a file name */
-    size_t k = 0;
-    for (; mname[k] && k < sizeof(o->name) - 1; k++) {
-      char ch = mname[k];
-      int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-               ch == '_' || ch == '-';
-      o->name[k] = ok ? ch : '_';
-    }
-    o->name[k] = 0;
-  } else if (depth == 0) {
-    snprintf(o->name, sizeof(o->name), "0");
-  } else {
-    size_t k = 0;
-    for (uint32_t i = 0; i < depth && k < sizeof(o->name); i++)
-      k += (size_t)snprintf(o->name + k, sizeof(o->name) - k, "%s%u", i ? "." : "", path[i]);
-  }
   vmc_value_t v;
   memset(&v, 0, sizeof(v));
   st = vmc_get_output_value(c->m->conn, c->m->vm, c->func, path, depth, &v);
   if (st) {
     char what[96];
-    snprintf(what, sizeof(what), "get output %s", o->name);
+    snprintf(what, sizeof(what), "get output %s",
+             leaf_name(c, path, depth, c->outs[c->n].name, sizeof(c->outs[c->n].name)));
     c->rc = cli_remote_error(c->m->cmd, what, st);
     return;
   }
-  c->n++;
-  st = value_to_tensor(&v, o);
-  vmc_value_free(&v);
-  if (st) {
-    cli_error(c->m->cmd, "%s", vm_status_message(st));
-    vm_status_free(st);
-    c->rc = CLI_EXIT_INTERNAL;
-  }
+  leaf_take(c, path, depth, &v);
 }
 
-int cli_fetch_outputs(const cli_model_t *m, cli_output_t **out, uint32_t *out_n) {
+int cli_outputs_from_run(const cli_model_t *m, vmc_run_result_t *res, cli_output_t **out,
+                         uint32_t *out_n) {
   *out = NULL;
   *out_n = 0;
   fetch_ctx_t c = {m, m->o->func ? m->o->func : "main", NULL, 0, 0, 0};
@@ -730,7 +751,20 @@ int cli_fetch_outputs(const cli_model_t *m, cli_output_t **out, uint32_t *out_n)
     return CLI_EXIT_INTERNAL;
   }
   uint32_t path[CLI_MAX_OUTPUT_DEPTH + 1] = {0};
-  fetch_rec(&c, path, 0);
+  for (uint32_t i = 0; i < res->num_outputs && !c.rc; i++) {
+    vmc_run_output_t *ro = &res->outputs[i];
+    if (ro->path_len > CLI_MAX_OUTPUT_DEPTH) {
+      cli_error(m->cmd, "the result is nested deeper than %d tuples", CLI_MAX_OUTPUT_DEPTH);
+      c.rc = CLI_EXIT_REMOTE;
+      break;
+    }
+    memcpy(path, ro->path, ro->path_len * sizeof(uint32_t));
+    c.nodes++;
+    if (ro->value.kind == VMC_VALUE_TUPLE)
+      fetch_rec(&c, path, ro->path_len); /* left for the client to walk */
+    else
+      leaf_take(&c, path, ro->path_len, &ro->value);
+  }
   if (c.rc) {
     cli_outputs_free(c.outs, c.n);
     return c.rc;

@@ -128,18 +128,19 @@ typedef struct cli_model {
  * code on failure. */
 int cli_model_load(cli_model_t *m, const char *cmd, cli_model_opts_t *o);
 
-/* Connects, uploads, creates the VM and sets the inputs. */
-int cli_model_open(cli_model_t *m, const cli_global_t *g);
+/* Connects and runs the function once with the fused Run (the upload
+ * first on a store miss): the VM, executable and upload result land in m.
+ * keep_outputs: small outputs come back inline and the rest is fetched
+ * into res; 0: the outputs stay on the agent (bench, profile). Prints and
+ * returns the exit code on failure. Free res with vmc_run_result_free(). */
+int cli_model_run(cli_model_t *m, const cli_global_t *g, int keep_outputs, vmc_run_result_t *res,
+                  double *out_wall_s);
 
 /* Frees everything (the session ends with the connection). */
 void cli_model_close(cli_model_t *m);
 
 /* Says on stderr which inputs were generated (not with --quiet/--json). */
 void cli_model_note_generated(const cli_model_t *m, const cli_global_t *g);
-
-/* Invokes func once; out_wall_s (the client's clock) and out_agent_s (the
- * agent's) may be NULL. Prints and returns the exit code on failure. */
-int cli_model_invoke(cli_model_t *m, const char *func, double *out_wall_s, double *out_agent_s);
 
 /* Writes "model", "sha256", "function", "agent" and "device" members. */
 void cli_model_json(cli_json_t *j, const cli_model_t *m);
@@ -158,10 +159,13 @@ typedef struct cli_output {
   char *text;            /* !is_tensor: "none" or the string (owned) */
 } cli_output_t;
 
-/* Fetches every leaf of func's last result (tuples flattened depth-first;
- * scalars as 0-d tensors, shapes as 1-d int64). Free with
- * cli_outputs_free(). Prints and returns the exit code on failure. */
-int cli_fetch_outputs(const cli_model_t *m, cli_output_t **out, uint32_t *out_n);
+/* Every leaf of func's last result (tuples flattened depth-first;
+ * scalars as 0-d tensors, shapes as 1-d int64) from a fused run's outputs
+ * (their values taken over); tuples the agent did not walk are fetched
+ * here. Free with cli_outputs_free(). Prints and returns the exit code on
+ * failure. */
+int cli_outputs_from_run(const cli_model_t *m, vmc_run_result_t *res, cli_output_t **out,
+                         uint32_t *out_n);
 void cli_outputs_free(cli_output_t *o, uint32_t n);
 
 /* Number of scalar elements (all lanes) of t. */

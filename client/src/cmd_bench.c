@@ -171,17 +171,19 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
   vmc_time_result_t tr;
   memset(&tr, 0, sizeof(tr));
   const char *func = mo.func ? mo.func : "main";
+  vmc_run_result_t res;
+  memset(&res, 0, sizeof(res));
   rc = cli_model_load(&m, cmd, &mo);
   if (rc) goto done;
-  rc = cli_model_open(&m, &g);
+  /* First run (cold caches, kernel builds, pool fills) in one Run request
+   * that also creates the VM and sets the inputs: the init figures are
+   * part of it. */
+  double first_s = 0;
+  rc = cli_model_run(&m, &g, 0, &res, &first_s);
   if (rc) goto done;
   cli_model_note_generated(&m, &g);
-  double init_s = m.upload_s + m.create_s + m.set_inputs_s;
-
-  /* First run: cold caches, kernel builds, pool fills. */
-  double first_agent_s = 0, first_s = 0;
-  rc = cli_model_invoke(&m, func, &first_s, &first_agent_s);
-  if (rc) goto done;
+  double first_agent_s = res.agent_seconds;
+  double init_s = m.connect_s;
   double t0 = cli_now_s();
   vm_status_t st = vmc_time_evaluate(m.conn, m.vm, func, &tp, &tr);
   double eval_s = cli_now_s() - t0;
@@ -225,6 +227,7 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
     cli_json_obj(&j, "first_run");
     cli_json_num(&j, "wall_s", first_s);
     cli_json_num(&j, "agent_s", first_agent_s);
+    cli_json_uint(&j, "requests", res.requests);
     cli_json_obj_end(&j);
     cli_json_num(&j, "warmup_s", tr.warmup_s);
     cli_json_int(&j, "number", tr.number);
@@ -250,9 +253,10 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
     printf("model:      %s (sha256 %.16s...), function %s\n", mo.model, m.sha256_hex, func);
     printf("agent:      vmagent %s at %s\n", m.info.agent_version, m.info.url);
     printf("device:     %s (%s)\n", m.specs[0].selector, m.device ? m.device->name : "?");
-    printf("init:       %.3f ms (upload %.3f ms%s, create VM %.3f ms, set inputs %.3f ms)\n",
-           init_s * 1e3, m.upload_s * 1e3, m.upload.store_hit ? " [store hit]" : "",
-           m.create_s * 1e3, m.set_inputs_s * 1e3);
+    printf(
+        "init:       %.3f ms (connect; the executable %s, the VM and the inputs go with the "
+        "first run's Run request)\n",
+        init_s * 1e3, m.upload.store_hit ? "[store hit]" : "uploaded");
     printf("first run:  %.3f ms (agent %.3f ms)\n", first_s * 1e3, first_agent_s * 1e3);
     printf("warm-up:    %.3f ms\n", tr.warmup_s * 1e3);
     printf("timing:     %u repeat%s x %d call%s (min_repeat_ms %d), per call:\n", tr.repeat,
@@ -269,6 +273,7 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
   }
 done:
   vmc_time_result_free(&tr);
+  vmc_run_result_free(&res);
   cli_model_close(&m);
   return rc;
 }
@@ -296,15 +301,15 @@ int cli_cmd_profile(const cli_global_t *g0, int argc, char **argv) {
   vmc_profile_t p;
   memset(&p, 0, sizeof(p));
   const char *func = mo.func ? mo.func : "main";
+  vmc_run_result_t res;
+  memset(&res, 0, sizeof(res));
   rc = cli_model_load(&m, cmd, &mo);
   if (rc) goto done;
-  rc = cli_model_open(&m, &g);
-  if (rc) goto done;
-  cli_model_note_generated(&m, &g);
   /* One plain run first, so the profile does not show first-run costs
    * (kernel builds) as operator time. */
-  rc = cli_model_invoke(&m, func, NULL, NULL);
+  rc = cli_model_run(&m, &g, 0, &res, NULL);
   if (rc) goto done;
+  cli_model_note_generated(&m, &g);
   vm_status_t st = vmc_profile(m.conn, m.vm, func, &p);
   if (st) {
     rc = cli_remote_error(cmd, "profile", st);
@@ -357,6 +362,7 @@ int cli_cmd_profile(const cli_global_t *g0, int argc, char **argv) {
   }
 done:
   vmc_profile_free(&p);
+  vmc_run_result_free(&res);
   cli_model_close(&m);
   return rc;
 }

@@ -611,6 +611,8 @@ static int run_or_check(const cli_global_t *g0, int argc, char **argv, int check
   cli_model_t m;
   cli_output_t *outs = NULL;
   uint32_t nouts = 0;
+  vmc_run_result_t res;
+  memset(&res, 0, sizeof(res));
   rc = cli_model_load(&m, cmd, &ro.mo);
   if (rc) goto done;
   if (ro.num_expected) {
@@ -636,14 +638,14 @@ static int run_or_check(const cli_global_t *g0, int argc, char **argv, int check
     goto done;
   }
 
-  rc = cli_model_open(&m, &g);
-  if (rc) goto done;
+  /* One Run request: VM, inputs, invoke and the small outputs. */
   const char *func = ro.mo.func ? ro.mo.func : "main";
-  double agent_s = 0, run_s = 0;
-  rc = cli_model_invoke(&m, func, &run_s, &agent_s);
+  double run_s = 0;
+  rc = cli_model_run(&m, &g, 1, &res, &run_s);
   if (rc) goto done;
+  double agent_s = res.agent_seconds;
   double t0 = cli_now_s();
-  rc = cli_fetch_outputs(&m, &outs, &nouts);
+  rc = cli_outputs_from_run(&m, &res, &outs, &nouts);
   double fetch_s = cli_now_s() - t0;
   if (rc) goto done;
 
@@ -684,6 +686,7 @@ static int run_or_check(const cli_global_t *g0, int argc, char **argv, int check
     cli_json_num(&j, "run_s", run_s);
     cli_json_num(&j, "run_agent_s", agent_s);
     cli_json_num(&j, "fetch_s", fetch_s);
+    cli_json_uint(&j, "requests", res.requests);
     cli_json_obj_end(&j);
   } else if (!g.quiet) {
     printf("model:    %s (sha256 %.16s..., %s)\n", ro.mo.model, m.sha256_hex,
@@ -784,6 +787,7 @@ static int run_or_check(const cli_global_t *g0, int argc, char **argv, int check
     }
   }
 done:
+  vmc_run_result_free(&res);
   cli_outputs_free(outs, nouts);
   if (exp_t)
     for (uint32_t i = 0; i < ro.num_expected; i++) vmc_tensor_free(&exp_t[i]);

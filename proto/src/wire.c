@@ -88,6 +88,7 @@ const char *vmp_op_name(Vmrpc__Request__OpCase op) {
     case VMRPC__REQUEST__OP_FREE_EXECUTABLE: return "FreeExecutable";
     case VMRPC__REQUEST__OP_PING: return "Ping";
     case VMRPC__REQUEST__OP_GOODBYE: return "Goodbye";
+    case VMRPC__REQUEST__OP_RUN: return "Run";
     default: return "unknown";
   }
 }

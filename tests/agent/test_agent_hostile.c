@@ -310,7 +310,7 @@ static void test_version_and_token_free_hello(void **state) {
   hw_reply_t r;
   CALL_CODE_IS(&c, &rq, NULL, 0, VM_FAILED_PRECONDITION, &r);
   expect_msg(&r,
-             "protocol version 2.3 is not supported by this agent (1.0); use a vmclient of "
+             "protocol version 2.3 is not supported by this agent (1.1); use a vmclient of "
              "the same major version");
   /* A newer minor is fine. */
   h.protocol_major = 1;

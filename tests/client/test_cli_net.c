@@ -674,6 +674,39 @@ static void test_run(void **state) {
   assert_memory_equal(got, k_x, sizeof(got));
 }
 
+/* The agent's request counter (a `vmclient stats` costs Hello and Stats
+ * before it reads it, and a Goodbye after). */
+static double agent_requests(void) {
+  run_result_t r;
+  CLI(0, &r, "--host", g_agent.url, "stats", "--json");
+  jnode_t *j = jparse(r.out);
+  double n = jnum(j, "requests");
+  jfree(j);
+  run_result_free(&r);
+  return n;
+}
+
+/* A `vmclient run` of an executable the agent has stored costs at most 3
+ * requests (Hello, Run, Goodbye), counted by the agent itself. */
+static void test_run_cached_request_count(void **state) {
+  (void)state;
+  write_prog_inputs();
+  run_result_t r;
+  CLI(0, &r, "--host", g_agent.url, "run", "prog.vmx", "x.npy", "-q"); /* now stored */
+  run_result_free(&r);
+  double before = agent_requests();
+  CLI(0, &r, "--host", g_agent.url, "--json", "run", "prog.vmx", "x.npy");
+  jnode_t *j = jparse(r.out);
+  assert_true(jbool(jget(j, "timing"), "store_hit"));
+  assert_int_equal((int)jnum(jget(j, "timing"), "requests"), 1); /* Run alone */
+  jfree(j);
+  run_result_free(&r);
+  double after = agent_requests();
+  double run_requests = after - before - 3; /* stats' Goodbye, then Hello + Stats */
+  if (run_requests > 3) fail_msg("a cached vmclient run took %.0f requests", run_requests);
+  assert_int_equal((int)run_requests, 3);
+}
+
 /* Writes an executable whose results are tuples too big to fetch: wide
  * (2 x 600 ints: more values than vmclient fetches) and hollow (5 x 1000
  * empty tuples: no values at all, but 5,005 tuple elements to walk). */
@@ -1082,6 +1115,7 @@ int main(void) {
       cmocka_unit_test(test_info_and_ping),
       cmocka_unit_test(test_upload_and_stats),
       cmocka_unit_test(test_run),
+      cmocka_unit_test(test_run_cached_request_count),
       cmocka_unit_test(test_run_errors),
       cmocka_unit_test(test_check),
       cmocka_unit_test(test_bench_profile_cpu),

@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define VMRPC_PROTOCOL_MAJOR 1
-#define VMRPC_PROTOCOL_MINOR 0
+#define VMRPC_PROTOCOL_MINOR 1
 
 /* Bytes before the envelope. */
 #define VMP_FRAME_HEADER 4
