@@ -244,6 +244,8 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "cl.resize: out of host memory for %lld taps",
                           (long long)(total * T));
   }
+  /* every axis's rows, in axis order (identity axes are marked -1 for the
+   * N-d kernel, which indexes them directly) */
   int64_t table[VMCL_MAX_RANK], rows = 0;
   for (uint32_t i = 0; i < nd; i++) {
     int64_t in = x->shape[i], outn = y->shape[i];
@@ -253,15 +255,23 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     for (int64_t o = 0; o < outn; o++) {
       axis_taps(&ra, o, in, outn, s[i], lo, hi, T, ri + o * T, rw + o * T);
     }
-    if (in == outn && axis_identity(ri, rw, outn, T)) {
-      table[i] = -1;
-    } else {
-      table[i] = rows;
-      rows += outn;
-    }
+    table[i] = in == outn && axis_identity(ri, rw, outn, T) ? -1 : rows;
+    rows += outn;
   }
   int64_t istride[VMCL_MAX_RANK];
   vmcl_dense_strides(x->shape, nd, istride);
+  /* only the last two axes resized (images): the 2-D kernel, with both
+   * tables (an identity one is a valid table too) */
+  int hw = nd >= 2;
+  for (uint32_t i = 0; hw && i + 2 < nd; i++) hw = table[i] < 0;
+  int64_t th = 0, tww = 0;
+  if (hw) {
+    /* the tables were laid out in axis order, identity rows included */
+    int64_t at = 0;
+    for (uint32_t i = 0; i + 2 < nd; i++) at += y->shape[i];
+    th = at;
+    tww = at + y->shape[nd - 2];
+  }
 
   vmcl_dev_t *d = op.d;
   cl_int err;
@@ -280,7 +290,11 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   }
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_RESIZE, vmcl_float_options(x->dtype), "resize_nd", &k);
+  char opts[48];
+  snprintf(opts, sizeof(opts), "%s%s-DTAPS=%d", vmcl_float_options(x->dtype),
+           vmcl_float_options(x->dtype)[0] ? " " : "", T);
+  st = vmcl_family_kernel(d, VMCL_FAM_RESIZE, hw ? opts : vmcl_float_options(x->dtype),
+                          hw ? "resize_hw" : "resize_nd", &k);
   if (!st) {
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_mem(&a, vmcl_tensor_mem(x));
@@ -288,11 +302,17 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     vmcl_arg_mem(&a, vmcl_tensor_mem(y));
     vmcl_arg_int(&a, vmcl_elem_offset(y));
     vmcl_arg_int(&a, n);
-    vmcl_arg_int(&a, nd);
-    vmcl_arg_dims(&a, y->shape, (int)nd, 1);
-    vmcl_arg_dims(&a, istride, (int)nd, 0);
-    vmcl_arg_dims(&a, table, (int)nd, -1);
-    vmcl_arg_int(&a, T);
+    if (hw) {
+      int64_t ints[] = {
+          x->shape[nd - 2], x->shape[nd - 1], y->shape[nd - 2], y->shape[nd - 1], th, tww};
+      for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+    } else {
+      vmcl_arg_int(&a, nd);
+      vmcl_arg_dims(&a, y->shape, (int)nd, 1);
+      vmcl_arg_dims(&a, istride, (int)nd, 0);
+      vmcl_arg_dims(&a, table, (int)nd, -1);
+      vmcl_arg_int(&a, T);
+    }
     vmcl_arg_mem(&a, bidx);
     vmcl_arg_mem(&a, bw);
     vmcl_arg_float(&a, (float)extrap);

@@ -598,6 +598,10 @@ static const resize_case_t resize_cases[] = {
      {0, 0, 0.1f, 0.2f, 1, 1, 0.7f, 0.6f}},
     /* align_corners where scale * in (4.8, 3.6) is not the extent: the real length counts */
     {4, {1, 1, 8, 6}, {1, 1, 4, 3}, 1, 4, 0, -0.75, 0, 0, 1, {1, 1, 0.6f, 0.6f}, {0}},
+    /* leading axes resized too: the N-d kernel (the others take the 2-D one) */
+    {3, {3, 2, 4}, {5, 3, 2}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    {4, {2, 3, 4, 3}, {2, 5, 3, 6}, 2, 1, 0, -0.6, 1, 0, 0, {0}, {0}},
+    {4, {2, 3, 4, 5}, {3, 3, 4, 5}, 0, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
     /* a middle axis of a 3-D tensor */
     {3, {2, 4, 3}, {2, 7, 3}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
     /* the identity */
