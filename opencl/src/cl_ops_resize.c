@@ -28,18 +28,37 @@ typedef struct resize_attrs {
   double a; /* cubic coefficient */
 } resize_attrs_t;
 
-/* Reads a float32 tensor argument of exactly n values on any device (the
- * host reads it: a blocking read when it lives on an OpenCL device), or
- * none (returns 0 in *present). */
+/* Reads n floats from a float32 tensor argument of exactly n values on any
+ * device (the host reads it: a blocking read when it lives on an OpenCL
+ * device) or from a tuple of n floats (or ints); none returns 0 in
+ * *present. */
 static vm_status_t host_floats(const vmcl_op_t *op, uint32_t idx, const char *what, uint32_t n,
                                float *out, int *present) {
   *present = 0;
   if (idx >= op->nargs) return vmcl_op_error(op, "missing %s (argument %u)", what, idx);
   if (op->args[idx].kind == VM_VAL_NONE) return VM_STATUS_OK;
+  /* a tuple of numbers needs no device read at all */
+  const vm_tuple_t *tu = vm_value_as_tuple(&op->args[idx]);
+  if (tu) {
+    if (tu->size != n) {
+      return vmcl_op_error(op, "%s (argument %u) is a tuple of %u values, expected %u", what, idx,
+                           tu->size, n);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      const vm_value_t *f = &tu->fields[i];
+      if (f->kind != VM_VAL_FLOAT && f->kind != VM_VAL_INT) {
+        return vmcl_op_error(op, "%s (argument %u) field %u must be a float, got %s", what, idx, i,
+                             vm_value_kind_name(f->kind));
+      }
+      out[i] = f->kind == VM_VAL_FLOAT ? (float)f->u.f : (float)f->u.i;
+    }
+    *present = 1;
+    return VM_STATUS_OK;
+  }
   const vm_tensor_t *t = vm_value_as_tensor(&op->args[idx]);
   if (!t) {
-    return vmcl_op_error(op, "%s (argument %u) must be a tensor or none, got %s", what, idx,
-                         vm_value_kind_name(op->args[idx].kind));
+    return vmcl_op_error(op, "%s (argument %u) must be a tensor, a tuple of floats or none, got %s",
+                         what, idx, vm_value_kind_name(op->args[idx].kind));
   }
   if (!vm_dtype_equal(t->dtype, VM_F32) || vm_tensor_numel(t) != (int64_t)n || t->ndim != 1) {
     char b1[24], b2[192];
