@@ -1103,7 +1103,11 @@ static int32_t pool2d_emit(onx_ctx_t *c, const char *name, int32_t tx, vm_dtype_
 static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   onx_value_t *x;
   TRY(onx_in_req(c, 0, &x));
-  TRY(need_float(c, x));
+  /* 8- and 16-bit integers max-pool exactly in float32 (every value is
+   * representable; padding never contributes to a max) */
+  int small_int =
+      is_max && (x->dt.code == VM_DTYPE_INT || x->dt.code == VM_DTYPE_UINT) && x->dt.bits <= 16;
+  if (!small_int) TRY(need_float(c, x));
   if (x->ndim < 3 || x->ndim > 5)
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "input rank %u: supported: 1-D, 2-D and 3-D pooling (rank 3 to 5)",
@@ -1125,6 +1129,22 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   int64_t yd[5] = {xd[0], xd[1], 0, 0, 0};
   for (uint32_t i = 0; i < nsp; i++) yd[2 + i] = w.out[3 - nsp + i];
   int32_t y;
+  vm_dtype_t pdt = small_int ? VM_F32 : x->dt;
+  if (small_int) {
+    int32_t f = new_t(c, VM_F32, x->ndim, x->dims);
+    vmcc_arg_t ca[2] = {A(onx_tid(c, x)), A(f)};
+    call(c, "cl.cast", 2, ca);
+    if (nsp < 3) {
+      int64_t x4[4] = {xd[0], xd[1], nsp == 2 ? xd[2] : 1, xd[nsp + 1]};
+      int32_t yf =
+          pool2d_emit(c, name, vmcc_graph_view(c->g, f, 4, x4), pdt, x4, &w, ceil_mode, cip, 1);
+      y = new_t(c, x->dt, 4, vmcc_graph_shape(c->g, yf));
+      vmcc_arg_t cb[2] = {A(yf), A(y)};
+      call(c, "cl.cast", 2, cb);
+      return onx_bind_out(c, 0, y, x->ndim, yd);
+    }
+    return onx_node_err(c, VM_UNIMPLEMENTED, "3-D pooling of integers: supported: float, float16");
+  }
   if (nsp < 3) {
     int64_t x4[4] = {xd[0], xd[1], nsp == 2 ? xd[2] : 1, xd[nsp + 1]};
     y = pool2d_emit(c, name, onx_reshaped(c, x, 4, x4), x->dt, x4, &w, ceil_mode, cip, is_max);
