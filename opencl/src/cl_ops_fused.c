@@ -230,7 +230,7 @@ vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_
   int64_t shape[VMCL_MAX_RANK];
   uint32_t nd = 0;
   for (uint32_t i = 0; i < nin; i++) {
-    char what[8];
+    char what[16];
     snprintf(what, sizeof(what), "x%u", i);
     VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1 + i, what, &x[i]));
     VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, x[i], 1 + i, what, y->dtype, "y"));

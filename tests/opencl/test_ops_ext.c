@@ -960,7 +960,7 @@ static void check_int_binary(tops_env_t *e, const char *op, vm_dtype_t dt) {
   int64_t hi = bits == 64 ? INT64_MAX
                : sg       ? (INT64_C(1) << (bits - 1)) - 1
                           : (INT64_C(1) << bits) - 1;
-  int64_t vals[8] = {lo, hi, 0, 1, sg ? -1 : 2, 7, sg ? -3 : 3, 100 % (hi + 1)};
+  int64_t vals[8] = {lo, hi, 0, 1, sg ? -1 : 2, 7, sg ? -3 : 3, hi < 100 ? hi / 2 : 100};
   size_t na = 8 * 3, nb = 8;
   uint8_t *a = malloc(na * 8), *b = malloc(nb * 8), *want = malloc(na * 8), *got = malloc(na * 8);
   for (size_t i = 0; i < na; i++) put_int(a, i, bits, vals[(i * 5 + i / 8) % 8]);
