@@ -1,19 +1,20 @@
 """vmrpc: drive models on remote vmagent devices from NumPy.
 
     import numpy as np, vmrpc
+    exe = vmrpc.compile("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
     sess = vmrpc.connect("tcp://board:9090", token_file="token")
-    ex = sess.upload("model.vmx")
+    ex = sess.upload(exe)            # or a .vmx path or bytes
     vm = sess.create_vm(ex, device="opencl:0")
     y = vm["main"](x)
 
-See docs/python.md. Producing ``.vmx`` files from ONNX models (a future
-``vmrpc.compile``) belongs to the importer, which is not part of this
-package yet: use the project's command-line tools for now.
+See docs/python.md.
 """
 
 from __future__ import annotations
 
 from . import _core, errors
+from .compiler import Compiled as Compiled
+from .compiler import compile as compile
 from .errors import _CLASSES
 from .errors import Aborted as Aborted
 from .errors import AlreadyExists as AlreadyExists
@@ -49,6 +50,8 @@ _core._setup(dict(_CLASSES), VMError, Shape)
 # Literal, so that type checkers (mypy --strict) see every name.
 __all__ = [
     "connect",
+    "compile",
+    "Compiled",
     "Session",
     "Executable",
     "VirtualMachine",
