@@ -55,7 +55,12 @@ static PyObject *raise_status(vm_status_t st) {
     }
   }
   if (!cls) cls = g_base_error ? g_base_error : PyExc_RuntimeError;
-  PyObject *exc = PyObject_CallFunction(cls, "si", vm_status_message(st), code);
+  /* Messages quote names from models and peers: bytes that are not UTF-8
+   * must not turn the error into a UnicodeDecodeError. */
+  const char *msg = vm_status_message(st);
+  PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+  PyObject *exc = text ? PyObject_CallFunction(cls, "Oi", text, code) : NULL;
+  Py_XDECREF(text);
   vm_status_free(st);
   if (exc) {
     PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);

@@ -60,9 +60,14 @@ def tensor(name: str, array: np.ndarray) -> bytes:
 
 
 def node(
-    op: str, inputs: Sequence[str], outputs: Sequence[str], name: str = "", **ints: int
+    op: str,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    name: Union[str, bytes] = "",
+    **ints: int,
 ) -> bytes:
-    """A NodeProto; keyword arguments are int attributes."""
+    """A NodeProto (name: bytes to write any); keyword arguments are int
+    attributes."""
     attrs = b"".join(_len(5, _len(1, k) + _int(3, v) + _int(20, 2)) for k, v in ints.items())
     return (
         b"".join(_len(1, i) for i in inputs)

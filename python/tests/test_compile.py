@@ -190,6 +190,14 @@ def test_unsupported_operator_is_unimplemented() -> None:
     assert "Relu" in msg and "MatMul" in msg
 
 
+def test_names_that_are_not_utf8_keep_the_error_class() -> None:
+    bad = op.node("FancyOp", ["x"], ["y"], name=b"n\xff")
+    m = op.model([bad], [op.value_info("x", [2])], [op.value_info("y", [2])])
+    with pytest.raises(vmrpc.Unimplemented) as ei:
+        vmrpc.compile(m)
+    assert ei.value.message.startswith("node 'n\ufffd' (FancyOp): operator FancyOp is not")
+
+
 def test_bad_files(tmp_path: pathlib.Path) -> None:
     with pytest.raises(vmrpc.InvalidArgument) as ei:
         vmrpc.compile(b"\xff\xff\xffnot a model")
