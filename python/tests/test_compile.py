@@ -6,7 +6,9 @@ with its messages."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import sys
 from typing import Any, Dict, List
 
 import numpy as np
@@ -255,3 +257,35 @@ def test_error_names_are_exported_literally() -> None:
             assert getattr(vmrpc, name) is getattr(vmrpc.errors, name)
     for name in vmrpc.__all__:
         assert hasattr(vmrpc, name)
+
+
+def test_no_leaks_over_300_compiles() -> None:
+    # A 64 KiB constant: a leaked copy of it, or of the executable holding
+    # it, would be about 19 MiB over 300 compilations.
+    w = np.ones((4, 4096), np.float32)
+    m = op.model(
+        [op.node("MatMul", ["x", "W"], ["y"])],
+        [op.value_info("x", ["N", 4]), op.value_info("W", [4, 4096])],
+        [op.value_info("y", ["N", 4096])],
+    )
+
+    def round_() -> None:
+        c = vmrpc.compile(m, input_shapes={"x": (2, 4)}, consts={"W": w})
+        assert c.report["constants_bytes"] >= w.nbytes
+        try:
+            vmrpc.compile(m, consts={"W": w})
+        except vmrpc.FailedPrecondition:
+            pass
+
+    for _ in range(30):
+        round_()
+    with open("/proc/self/statm") as f:
+        rss0 = int(f.read().split()[1])
+    refs0 = sys.getrefcount(w)
+    for _ in range(300):
+        round_()
+    with open("/proc/self/statm") as f:
+        rss1 = int(f.read().split()[1])
+    grew = (rss1 - rss0) * os.sysconf("SC_PAGE_SIZE")
+    assert grew < 4 * 1024 * 1024, f"RSS grew by {grew / 1024:.0f} KiB"
+    assert sys.getrefcount(w) == refs0
