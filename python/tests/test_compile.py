@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+import threading
 from typing import Any, Dict, List
 
 import numpy as np
@@ -190,6 +191,35 @@ def test_unsupported_operator_is_unimplemented() -> None:
     msg = ei.value.message
     assert msg.startswith("node 'f' (FancyOp): operator FancyOp is not supported: supported: ")
     assert "Relu" in msg and "MatMul" in msg
+
+
+def test_compiles_on_several_threads_at_once() -> None:
+    # The GIL is released while compiling: each thread gets the same bytes,
+    # and the same message for an unsupported operator.
+    fancy = op.model(
+        [op.node("FancyOp", ["x"], ["y"], name="f")],
+        [op.value_info("x", [2])],
+        [op.value_info("y", [2])],
+    )
+    with pytest.raises(vmrpc.Unimplemented) as ei:
+        vmrpc.compile(fancy)
+    want_msg, want_data = ei.value.message, vmrpc.compile(mlp_model(), {"x": (2, 4)}, {"W": W}).data
+    got: List[Any] = []
+
+    def work() -> None:
+        for _ in range(20):
+            try:
+                vmrpc.compile(fancy)
+            except vmrpc.Unimplemented as e:
+                got.append(e.message)
+            got.append(vmrpc.compile(mlp_model(), {"x": (2, 4)}, {"W": W}).data)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got.count(want_msg) == 80 and got.count(want_data) == 80
 
 
 def test_names_that_are_not_utf8_keep_the_error_class() -> None:
