@@ -37,6 +37,15 @@ def mlp_model() -> bytes:
     )
 
 
+def fancy_model() -> bytes:
+    """One node of an operator nobody supports, named 'f'."""
+    return op.model(
+        [op.node("FancyOp", ["x"], ["y"], name="f")],
+        [op.value_info("x", [2])],
+        [op.value_info("y", [2])],
+    )
+
+
 W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10 - 0.5
 B = np.array([0.5, -1.0, 0.25], np.float32)
 
@@ -181,11 +190,7 @@ def test_options_that_do_not_fit_the_model() -> None:
 
 
 def test_unsupported_operator_is_unimplemented() -> None:
-    m = op.model(
-        [op.node("FancyOp", ["x"], ["y"], name="f")],
-        [op.value_info("x", [2])],
-        [op.value_info("y", [2])],
-    )
+    m = fancy_model()
     with pytest.raises(vmrpc.Unimplemented) as ei:
         vmrpc.compile(m)
     msg = ei.value.message
@@ -196,11 +201,7 @@ def test_unsupported_operator_is_unimplemented() -> None:
 def test_compiles_on_several_threads_at_once() -> None:
     # The GIL is released while compiling: each thread gets the same bytes,
     # and the same message for an unsupported operator.
-    fancy = op.model(
-        [op.node("FancyOp", ["x"], ["y"], name="f")],
-        [op.value_info("x", [2])],
-        [op.value_info("y", [2])],
-    )
+    fancy = fancy_model()
     with pytest.raises(vmrpc.Unimplemented) as ei:
         vmrpc.compile(fancy)
     want_msg, want_data = ei.value.message, vmrpc.compile(mlp_model(), {"x": (2, 4)}, {"W": W}).data
