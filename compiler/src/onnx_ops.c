@@ -3,6 +3,7 @@
  * lowering reads the current node (c->node) and defines its outputs. */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2501,11 +2502,19 @@ onx_lower_fn onx_find_op(const char *op_type) {
   return NULL;
 }
 
-const char *onx_supported_ops(void) {
-  static char buf[2048];
-  if (buf[0]) return buf;
+/* Written once, by the first thread that needs it: compilations may run
+ * on several threads at once (vmrpc.compile releases the GIL). */
+static char g_supported_ops[2048];
+static pthread_once_t g_supported_once = PTHREAD_ONCE_INIT;
+
+static void supported_ops_init(void) {
   size_t used = 0;
-  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < sizeof(buf); i++)
-    used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s", i ? ", " : "", k_ops[i].name);
-  return buf;
+  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < sizeof(g_supported_ops); i++)
+    used += (size_t)snprintf(g_supported_ops + used, sizeof(g_supported_ops) - used, "%s%s",
+                             i ? ", " : "", k_ops[i].name);
+}
+
+const char *onx_supported_ops(void) {
+  pthread_once(&g_supported_once, supported_ops_init);
+  return g_supported_ops;
 }
