@@ -10,7 +10,7 @@ PACKAGES=(
   libprotobuf-c-dev protobuf-c-compiler libonnx-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libclblast-dev libopenblas-dev
-  libcmocka-dev
+  libcmocka-dev libonnx-testdata fonts-dejavu-core
   libclang-rt-14-dev
   openssl
   python3 python3-dev python3-venv

@@ -3,6 +3,7 @@
  * lowering reads the current node (c->node) and defines its outputs. */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,16 +160,21 @@ static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, u
       onx_st_f(x->dt, d, i, fn(onx_ld_f(x->dt, x->data, i), p));
     return onx_def_const(c, 0, x->dt, x->ndim, x->dims, d);
   }
-  if (x->data && onx_is_int(x->dt) && (fn == u_neg || fn == u_abs || fn == u_relu)) {
+  if (x->data && onx_is_int(x->dt) &&
+      (fn == u_neg || fn == u_abs || fn == u_relu || fn == u_clip)) {
     uint8_t *d;
     TRY(onx_alloc_const(c, x->dt, x->numel, &d));
     for (int64_t i = 0; i < x->numel; i++) {
       int64_t v = onx_ld_i(x->dt, x->data, i);
-      onx_st_i(x->dt, d, i, fn == u_neg ? -v : fn == u_abs ? (v < 0 ? -v : v) : (v > 0 ? v : 0));
+      if (fn == u_clip)
+        onx_st_f(x->dt, d, i, fmin(fmax((double)v, ceil(p[0])), floor(p[1])));
+      else
+        onx_st_i(x->dt, d, i, fn == u_neg ? -v : fn == u_abs ? (v < 0 ? -v : v) : (v > 0 ? v : 0));
     }
     return onx_def_const(c, 0, x->dt, x->ndim, x->dims, d);
   }
-  TRY(need_float(c, x));
+  /* integer clip runs too (cl.unary.clip rounds lo up and hi down) */
+  if (!(fn == u_clip && onx_is_int(x->dt) && x->dt.code != VM_DTYPE_BOOL)) TRY(need_float(c, x));
   int32_t y = new_t(c, x->dt, x->ndim, x->dims);
   vmcc_arg_t a[5];
   uint32_t n = 0;
@@ -301,6 +307,7 @@ typedef enum bop {
   B_OR,
   B_XOR,
   B_MOD,
+  B_FMOD, /* Mod with fmod=1: the sign of the dividend, as C */
 } bop_t;
 
 typedef struct binary_op {
@@ -316,11 +323,11 @@ static const binary_op_t k_binary[] = {
     {"Pow", "cl.binary.pow", B_POW},
     {"Max", "cl.binary.max", B_MAX},
     {"Min", "cl.binary.min", B_MIN},
-    {"Equal", NULL, B_EQ},
-    {"Less", NULL, B_LT},
-    {"Greater", NULL, B_GT},
-    {"LessOrEqual", NULL, B_LE},
-    {"GreaterOrEqual", NULL, B_GE},
+    {"Equal", "cl.binary.equal", B_EQ},
+    {"Less", "cl.binary.less", B_LT},
+    {"Greater", "cl.binary.greater", B_GT},
+    {"LessOrEqual", "cl.binary.less_equal", B_LE},
+    {"GreaterOrEqual", "cl.binary.greater_equal", B_GE},
     {"And", NULL, B_AND},
     {"Or", NULL, B_OR},
     {"Xor", NULL, B_XOR},
@@ -348,7 +355,11 @@ static double bin_f(bop_t op, double a, double b) {
     case B_AND: return (a != 0) && (b != 0);
     case B_OR: return (a != 0) || (b != 0);
     case B_XOR: return (a != 0) != (b != 0);
-    case B_MOD: return fmod(a, b);
+    case B_MOD: {
+      double r = fmod(a, b); /* the sign of the divisor, as Python */
+      return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+    }
+    case B_FMOD: return fmod(a, b);
   }
   return 0;
 }
@@ -361,6 +372,10 @@ static int bin_i(bop_t op, int64_t a, int64_t b, int64_t *out) {
     case B_DIV:
       if (b == 0 || (a == INT64_MIN && b == -1)) return -1;
       *out = a / b; /* C truncates, as ONNX's integer Div */
+      return 0;
+    case B_FMOD:
+      if (b == 0 || (a == INT64_MIN && b == -1)) return -1;
+      *out = a % b;
       return 0;
     case B_MOD: /* fmod=0: the sign of the divisor, as Python */
       if (b == 0 || (a == INT64_MIN && b == -1)) return -1;
@@ -439,7 +454,8 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
                         "%s on run-time tensors (dtype %s): supported: constant inputs only",
                         bo->onnx, dt_name(a->dt, b1, sizeof(b1)));
   }
-  TRY(need_float(c, a));
+  /* integers: the cl.* arithmetic but pow, and the comparisons */
+  if (!(onx_is_int(a->dt) && a->dt.code != VM_DTYPE_BOOL && bo->op != B_POW)) TRY(need_float(c, a));
   int32_t tb;
   if (!vm_dtype_equal(a->dt, b->dt)) {
     if (!b->data || bo->op != B_POW) {
@@ -451,7 +467,7 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
   } else {
     tb = onx_tid(c, b);
   }
-  int32_t y = new_t(c, a->dt, *ondim, odims);
+  int32_t y = new_t(c, is_compare(bo->op) ? VM_BOOL : a->dt, *ondim, odims);
   vmcc_arg_t args[3] = {A(onx_tid(c, a)), A(tb), A(y)};
   call(c, bo->cl, 3, args);
   *out_tid = y;
@@ -463,12 +479,18 @@ static vm_status_t op_binary(onx_ctx_t *c) {
   for (size_t i = 0; i < sizeof(k_binary) / sizeof(k_binary[0]); i++)
     if (strcmp(k_binary[i].onnx, c->node->op_type) == 0) bo = &k_binary[i];
   if (!bo) return onx_node_err(c, VM_INTERNAL, "no binary table entry");
+  binary_op_t fmod_op;
   if (bo->op == B_MOD) {
     int64_t fm;
     TRY(onx_attr_int(c, "fmod", 0, &fm));
     onx_value_t *a0 = onx_in(c, 0);
     if (fm == 0 && a0 && onx_is_float(a0->dt))
-      return onx_unsupported_attr(c, "fmod", "0 with floats", "fmod=1 for floats");
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "fmod must be 1 for floating-point inputs");
+    if (fm) {
+      fmod_op = *bo;
+      fmod_op.op = B_FMOD;
+      bo = &fmod_op;
+    }
   }
   uint32_t n = (uint32_t)c->node->n_input;
   if (n < 1 || ((bo->op != B_MAX && bo->op != B_MIN) && n != 2))
@@ -550,8 +572,12 @@ static vm_status_t op_where(onx_ctx_t *c) {
     }
     return onx_def_const(c, 0, a->dt, n, d, o);
   }
-  return onx_node_err(c, VM_UNIMPLEMENTED,
-                      "Where on run-time tensors: supported: constant inputs only (folded)");
+  if (!vm_dtype_equal(cond->dt, VM_BOOL))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "condition must be bool");
+  int32_t y = new_t(c, a->dt, n, d);
+  vmcc_arg_t args[4] = {A(onx_tid(c, cond)), A(onx_tid(c, a)), A(onx_tid(c, b)), A(y)};
+  call(c, "cl.where", 4, args);
+  return onx_bind_out(c, 0, y, n, d);
 }
 
 /* ---------------------------------------------------------------------------
@@ -1028,6 +1054,9 @@ static vm_status_t op_conv_transpose(onx_ctx_t *c) {
       o2[j] = full - pb[j] - pe[j];
       if (o2[j] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "pads larger than the output");
     }
+    /* cl.conv_transpose2d's extent is s (in - 1) + dilated kernel - begin -
+     * end: output_padding and a larger output_shape make the end negative */
+    pe[j] = s2[j] * (in - 1) + (k2[j] - 1) * d2[j] + 1 - pb[j] - o2[j];
   }
   if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
@@ -1075,7 +1104,11 @@ static int32_t pool2d_emit(onx_ctx_t *c, const char *name, int32_t tx, vm_dtype_
 static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   onx_value_t *x;
   TRY(onx_in_req(c, 0, &x));
-  TRY(need_float(c, x));
+  /* 8- and 16-bit integers max-pool exactly in float32 (every value is
+   * representable; padding never contributes to a max) */
+  int small_int =
+      is_max && (x->dt.code == VM_DTYPE_INT || x->dt.code == VM_DTYPE_UINT) && x->dt.bits <= 16;
+  if (!small_int) TRY(need_float(c, x));
   if (x->ndim < 3 || x->ndim > 5)
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "input rank %u: supported: 1-D, 2-D and 3-D pooling (rank 3 to 5)",
@@ -1097,6 +1130,22 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   int64_t yd[5] = {xd[0], xd[1], 0, 0, 0};
   for (uint32_t i = 0; i < nsp; i++) yd[2 + i] = w.out[3 - nsp + i];
   int32_t y;
+  vm_dtype_t pdt = small_int ? VM_F32 : x->dt;
+  if (small_int) {
+    int32_t f = new_t(c, VM_F32, x->ndim, x->dims);
+    vmcc_arg_t ca[2] = {A(onx_tid(c, x)), A(f)};
+    call(c, "cl.cast", 2, ca);
+    if (nsp < 3) {
+      int64_t x4[4] = {xd[0], xd[1], nsp == 2 ? xd[2] : 1, xd[nsp + 1]};
+      int32_t yf =
+          pool2d_emit(c, name, vmcc_graph_view(c->g, f, 4, x4), pdt, x4, &w, ceil_mode, cip, 1);
+      y = new_t(c, x->dt, 4, vmcc_graph_shape(c->g, yf));
+      vmcc_arg_t cb[2] = {A(yf), A(y)};
+      call(c, "cl.cast", 2, cb);
+      return onx_bind_out(c, 0, y, x->ndim, yd);
+    }
+    return onx_node_err(c, VM_UNIMPLEMENTED, "3-D pooling of integers: supported: float, float16");
+  }
   if (nsp < 3) {
     int64_t x4[4] = {xd[0], xd[1], nsp == 2 ? xd[2] : 1, xd[nsp + 1]};
     y = pool2d_emit(c, name, onx_reshaped(c, x, 4, x4), x->dt, x4, &w, ceil_mode, cip, is_max);
@@ -1506,13 +1555,9 @@ static vm_status_t op_reduce(onx_ctx_t *c) {
   }
   if (x->data) return fold_reduce(c, x, red, kind, (int)keep);
   TRY(need_float(c, x));
-  const char *name = kind == 0   ? "cl.reduce.sum"
-                     : kind == 1 ? "cl.reduce.mean"
-                     : kind == 2 ? "cl.reduce.max"
-                                 : NULL;
-  if (!name)
-    return onx_node_err(c, VM_UNIMPLEMENTED,
-                        "%s on run-time tensors: supported: ReduceSum, ReduceMean, ReduceMax", op);
+  static const char *const k_names[] = {"cl.reduce.sum", "cl.reduce.mean", "cl.reduce.max",
+                                        "cl.reduce.min", "cl.reduce.prod"};
+  const char *name = k_names[kind];
   return reduce_emit(c, x, name, (uint32_t)nax, axes, (int)keep);
 }
 
@@ -2457,11 +2502,19 @@ onx_lower_fn onx_find_op(const char *op_type) {
   return NULL;
 }
 
-const char *onx_supported_ops(void) {
-  static char buf[2048];
-  if (buf[0]) return buf;
+/* Written once, by the first thread that needs it: compilations may run
+ * on several threads at once (vmrpc.compile releases the GIL). */
+static char g_supported_ops[2048];
+static pthread_once_t g_supported_once = PTHREAD_ONCE_INIT;
+
+static void supported_ops_init(void) {
   size_t used = 0;
-  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < sizeof(buf); i++)
-    used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s", i ? ", " : "", k_ops[i].name);
-  return buf;
+  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < sizeof(g_supported_ops); i++)
+    used += (size_t)snprintf(g_supported_ops + used, sizeof(g_supported_ops) - used, "%s%s",
+                             i ? ", " : "", k_ops[i].name);
+}
+
+const char *onx_supported_ops(void) {
+  pthread_once(&g_supported_once, supported_ops_init);
+  return g_supported_ops;
 }

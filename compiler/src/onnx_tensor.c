@@ -293,9 +293,9 @@ vm_status_t onx_attr_str(const onx_ctx_t *c, const char *name, const char *def, 
   if (!a) return VM_STATUS_OK;
   if (a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING && !a->has_s)
     return attr_type_err(c, name, "a string");
-  if (a->s.len >= len || memchr(a->s.data, 0, a->s.len))
+  if (a->s.len >= len || (a->s.len && (!a->s.data || memchr(a->s.data, 0, a->s.len))))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "attribute '%s' is too long or holds a NUL", name);
-  memcpy(buf, a->s.data, a->s.len);
+  if (a->s.len) memcpy(buf, a->s.data, a->s.len);
   buf[a->s.len] = 0;
   return VM_STATUS_OK;
 }

@@ -108,40 +108,68 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
   CONV_OUT(7, c7)
 }
 
-/* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose), one
- * work-item per output element (n, o, oh, ow), gathering the inputs that
- * scatter into it: input row ih contributes through tap kh when
- * oh + PT - kh * DH = ih * SH. Weights are [C, O / groups, KH, KW]. */
+/* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose). Output
+ * (oh, ow) gathers the inputs that scatter into it: input row ih reaches
+ * it through tap kh when oh + PT - kh * DH = ih * SH. Weights are
+ * [C, O / groups, KH, KW].
+ *
+ * Work-items are ordered by stride phase: id = ((((n * O + o) * SH + rh) *
+ * SW + rw) * QH + qh) * QW + qw with oh = qh * SH + rh (QH = ceil(OH / SH)),
+ * so neighbouring work-items share (oh + PT) mod SH and therefore the same
+ * taps: no divergence inside a work-group, which the CPU device's
+ * vectoriser needs. Items past OH or OW are masked. */
 __kernel void conv_transpose2d(__global const S *x, int xo, __global const S *w, int wo,
                                __global const S *bias, int bo, int has_bias, __global S *y,
                                int yo, int n, int C, int H, int W, int O, int OH, int OW, int KH,
                                int KW, int SH, int SW, int PT, int PL, int DH, int DW,
-                               int groups) {
+                               int groups, int QH, int QW) {
   int i = get_global_id(0);
   if (i >= n) return;
-  int ow = i % OW;
-  int t = i / OW;
-  int oh = t % OH;
-  t /= OH;
+  int qw = i % QW;
+  int t = i / QW;
+  int qh = t % QH;
+  t /= QH;
+  int rw = t % SW;
+  t /= SW;
+  int rh = t % SH;
+  t /= SH;
   int o = t % O;
   int nb = t / O;
+  int oh = qh * SH + rh, ow = qw * SW + rw;
+  if (oh >= OH || ow >= OW) return;
   int Cg = C / groups, Og = O / groups;
   int g = o / Og, ol = o - g * Og;
+  int HW = H * W, KK = KH * KW, wstep = Og * KK;
   float acc = has_bias ? LD(bias, bo + o) : 0.0f;
-  __global const S *xg = x + xo + (nb * C + g * Cg) * H * W;
-  __global const S *wg = w + wo + ((g * Cg) * Og + ol) * KH * KW;
-  for (int kh = 0; kh < KH; kh++) {
+  __global const S *xg = x + xo + (nb * C + g * Cg) * HW;
+  __global const S *wg = w + wo + ((g * Cg) * Og + ol) * KK;
+  /* the taps that reach this phase: kh = kh0, kh0 + kstep, ... (with
+   * dilation 1 they step by the stride; otherwise every kh is tried) */
+  int kh0 = 0, khs = 1, kw0 = 0, kws = 1;
+  if (DH == 1) {
+    kh0 = (oh + PT) % SH;
+    kh0 = kh0 < 0 ? kh0 + SH : kh0;
+    khs = SH;
+  }
+  if (DW == 1) {
+    kw0 = (ow + PL) % SW;
+    kw0 = kw0 < 0 ? kw0 + SW : kw0;
+    kws = SW;
+  }
+  for (int kh = kh0; kh < KH; kh += khs) {
     int th = oh + PT - kh * DH;
     if (th < 0 || th % SH != 0 || th / SH >= H) continue;
-    int ih = th / SH;
-    for (int kw = 0; kw < KW; kw++) {
-      int tw = ow + PL - kw * DW;
-      if (tw < 0 || tw % SW != 0 || tw / SW >= W) continue;
-      int iw = tw / SW;
-      for (int c = 0; c < Cg; c++) {
-        acc += LD(xg, (c * H + ih) * W + iw) * LD(wg, (c * Og * KH + kh) * KW + kw);
+    __global const S *xr = xg + (th / SH) * W;
+    __global const S *wr = wg + kh * KW;
+    /* channels outside, kw inside: one input row and one weight row per
+     * channel stay in cache */
+    for (int c = 0; c < Cg; c++, xr += HW, wr += wstep) {
+      for (int kw = kw0; kw < KW; kw += kws) {
+        int tw = ow + PL - kw * DW;
+        if (tw < 0 || tw % SW != 0 || tw / SW >= W) continue;
+        acc += LD(xr, tw / SW) * LD(wr, kw);
       }
     }
   }
-  ST(acc, yo + i, y);
+  ST(acc, yo + (nb * O + o) * OH * OW + oh * OW + ow, y);
 }

@@ -244,8 +244,16 @@ vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, ui
   if (OH + llabs(wa.pt) + eh + wa.sh > INT_MAX || OW + llabs(wa.pl) + ew + wa.sw > INT_MAX) {
     return vmcl_op_error(&op, "output extent exceeds the 32-bit index range");
   }
-  int64_t n = vm_tensor_numel(y);
-  if (n == 0) return VM_STATUS_OK;
+  if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
+  /* the work-items in stride-phase order (conv.cl): a little more than y */
+  int64_t QH = (OH + wa.sh - 1) / wa.sh, QW = (OW + wa.sw - 1) / wa.sw;
+  int64_t n = N * O * wa.sh * wa.sw * QH * QW;
+  if (n > (int64_t)VMCL_MAX_ELEMENTS) {
+    return vmcl_op_error(&op,
+                         "y (argument 12) needs %lld work-items, more than the %lld that "
+                         "the kernel indexes",
+                         (long long)n, (long long)VMCL_MAX_ELEMENTS);
+  }
 
   vmcl_dev_t *d = op.d;
   cl_kernel k;
@@ -255,8 +263,8 @@ vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, ui
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
   conv_tensor_args(&a, x, w, bias, y);
-  int64_t ints[] = {n,  C,     H,     W,     O,     OH,    OW,    KH,
-                    KW, wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups};
+  int64_t ints[] = {n,     C,     H,     W,     O,     OH,    OW,     KH, KW,
+                    wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups, QH, QW};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");

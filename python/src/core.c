@@ -14,7 +14,8 @@
  *   until the run ends), then KeyboardInterrupt is raised as usual.
  * - Errors carry the library's status code and message: the Python package
  *   registers one exception class per code with _set_errors().
- * Only the public libvmclient API is used. */
+ * Only public APIs are used: libvmclient's and the compiler library's
+ * (vmcompiler/onnx.h, for compile_onnx). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -28,7 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vm/executable.h"
 #include "vmclient.h"
+#include "vmcompiler/onnx.h"
 
 /* ------------------------------------------------------------ module state
  * Set once by the package at import; borrowed from nowhere (owned here). */
@@ -52,7 +55,12 @@ static PyObject *raise_status(vm_status_t st) {
     }
   }
   if (!cls) cls = g_base_error ? g_base_error : PyExc_RuntimeError;
-  PyObject *exc = PyObject_CallFunction(cls, "si", vm_status_message(st), code);
+  /* Messages quote names from models and peers: bytes that are not UTF-8
+   * must not turn the error into a UnicodeDecodeError. */
+  const char *msg = vm_status_message(st);
+  PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+  PyObject *exc = text ? PyObject_CallFunction(cls, "Oi", text, code) : NULL;
+  Py_XDECREF(text);
   vm_status_free(st);
   if (exc) {
     PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
@@ -1148,6 +1156,152 @@ static PyTypeObject ConnectionType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* --------------------------------------------------------- ONNX import
+ * The compiler library (compiler/include/vmcompiler/onnx.h) is linked in
+ * like libvmclient: vmrpc.compile() (python/vmrpc/compiler.py) is built on
+ * compile_onnx(). */
+
+/* The report of a compilation as the dict `vmclient compile --json` prints. */
+static PyObject *onnx_report_dict(const vmcc_onnx_report_t *r) {
+  PyObject *ops = PyDict_New();
+  for (uint32_t i = 0; ops && i < r->num_ops && i < VMCC_ONNX_MAX_REPORT_OPS; i++) {
+    PyObject *n = PyLong_FromUnsignedLong(r->ops[i].count);
+    if (!n || PyDict_SetItemString(ops, r->ops[i].name, n) != 0) Py_CLEAR(ops);
+    Py_XDECREF(n);
+  }
+  if (!ops) return NULL;
+  const vmcc_plan_report_t *p = &r->plan;
+  return Py_BuildValue(
+      "{s:L,s:I,s:I,s:N,s:I,s:K,s:{s:K,s:K,s:K,s:I,s:I,s:K}}", "opset", (long long)r->opset,
+      "nodes", r->num_nodes, "folded_nodes", r->num_folded, "ops", ops, "constants", r->num_consts,
+      "constants_bytes", (unsigned long long)r->const_bytes, "memory", "planned_bytes",
+      (unsigned long long)p->planned_bytes, "unplanned_bytes",
+      (unsigned long long)p->unplanned_bytes, "live_peak_bytes",
+      (unsigned long long)p->live_peak_bytes, "storages", p->num_storages, "planned_tensors",
+      p->num_tensors, "output_bytes", (unsigned long long)p->output_bytes);
+}
+
+/* A (name, value) pair of the lists compile_onnx() takes: the name (UTF-8,
+ * kept alive by the pair) and the value (borrowed). */
+static int onnx_named(PyObject *pair, const char *what, const char **name, PyObject **value) {
+  if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+      !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
+    PyErr_Format(PyExc_TypeError, "%s: expected (name, value) pairs with str names", what);
+    return -1;
+  }
+  *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 0));
+  *value = PyTuple_GET_ITEM(pair, 1);
+  return *name ? 0 : -1;
+}
+
+/* compile_onnx(path, data, input_shapes, consts) -> (vmx bytes, report):
+ * the model is the file at path (external data beside it), or, when path
+ * is None, the bytes-like data (no external data). input_shapes: a list of
+ * (name, sequence of ints); consts: a list of (name, array) binding graph
+ * inputs to constants (arrays read in place). The GIL is released while
+ * compiling. */
+static PyObject *mod_compile_onnx(PyObject *mod, PyObject *args) {
+  (void)mod;
+  PyObject *path_obj, *data_obj, *shapes_obj, *consts_obj;
+  if (!PyArg_ParseTuple(args, "OOO!O!", &path_obj, &data_obj, &PyList_Type, &shapes_obj,
+                        &PyList_Type, &consts_obj))
+    return NULL;
+  Py_ssize_t ns = PyList_GET_SIZE(shapes_obj), nc = PyList_GET_SIZE(consts_obj);
+  PyObject *path_bytes = NULL, *result = NULL;
+  Py_buffer data = {0};
+  int has_data = 0;
+  vmcc_input_shape_t *shapes = PyMem_Calloc((size_t)ns + 1, sizeof(*shapes));
+  vmcc_const_binding_t *binds = PyMem_Calloc((size_t)nc + 1, sizeof(*binds));
+  vmcc_tensor_t *cvals = PyMem_Calloc((size_t)nc + 1, sizeof(*cvals));
+  input_t *in = PyMem_Calloc((size_t)nc + 1, sizeof(*in));
+  if (!shapes || !binds || !cvals || !in) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  for (Py_ssize_t i = 0; i < ns; i++) {
+    PyObject *dims;
+    if (onnx_named(PyList_GET_ITEM(shapes_obj, i), "input_shapes", &shapes[i].name, &dims) != 0)
+      goto out;
+    PyObject *fast = PySequence_Fast(dims, "an input shape must be a sequence of ints");
+    if (!fast) goto out;
+    Py_ssize_t nd = PySequence_Fast_GET_SIZE(fast);
+    if (nd > VMCC_MAX_NDIM) {
+      Py_DECREF(fast);
+      PyErr_Format(PyExc_ValueError, "input shape for '%s' has %zd dims; at most %d",
+                   shapes[i].name, nd, VMCC_MAX_NDIM);
+      goto out;
+    }
+    shapes[i].ndim = (uint32_t)nd;
+    for (Py_ssize_t d = 0; d < nd; d++) {
+      shapes[i].dims[d] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, d));
+      if (shapes[i].dims[d] == -1 && PyErr_Occurred()) {
+        Py_DECREF(fast);
+        goto out;
+      }
+    }
+    Py_DECREF(fast);
+  }
+  for (Py_ssize_t i = 0; i < nc; i++) {
+    PyObject *value;
+    if (onnx_named(PyList_GET_ITEM(consts_obj, i), "consts", &binds[i].name, &value) != 0 ||
+        input_from_py(value, &in[i]) != 0)
+      goto out;
+    const vmc_tensor_t *t = &in[i].v.tensor;
+    if (in[i].v.kind != VMC_VALUE_TENSOR || t->ndim > VMCC_MAX_NDIM) {
+      PyErr_Format(PyExc_ValueError, "constant for '%s' must be an array of at most %d dims",
+                   binds[i].name, VMCC_MAX_NDIM);
+      goto out;
+    }
+    cvals[i].dtype = t->dtype;
+    cvals[i].ndim = t->ndim;
+    memcpy(cvals[i].shape, t->shape, t->ndim * sizeof(int64_t));
+    cvals[i].data = t->data;
+    cvals[i].nbytes = t->nbytes;
+    binds[i].value = &cvals[i];
+  }
+  if (path_obj != Py_None) {
+    if (!PyUnicode_FSConverter(path_obj, &path_bytes)) goto out;
+  } else {
+    if (PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) != 0) goto out;
+    has_data = 1;
+  }
+  vmcc_onnx_options_t o;
+  memset(&o, 0, sizeof(o));
+  o.num_input_shapes = (uint32_t)ns;
+  o.input_shapes = shapes;
+  o.num_consts = (uint32_t)nc;
+  o.consts = binds;
+  vmcc_onnx_report_t rep;
+  vm_executable_t *exec = NULL;
+  uint8_t *vmx = NULL;
+  size_t size = 0;
+  vm_status_t st;
+  PyThreadState *ts = PyEval_SaveThread();
+  if (path_bytes)
+    st = vmcc_onnx_compile_file(PyBytes_AS_STRING(path_bytes), &o, &exec, &rep);
+  else
+    st = vmcc_onnx_compile(data.buf, (size_t)data.len, NULL, &o, &exec, &rep);
+  if (!st) st = vm_executable_write(exec, &vmx, &size);
+  vm_executable_free(exec);
+  PyEval_RestoreThread(ts);
+  if (st) {
+    raise_status(st);
+    goto out;
+  }
+  PyObject *report = onnx_report_dict(&rep);
+  if (report) result = Py_BuildValue("(y#N)", (const char *)vmx, (Py_ssize_t)size, report);
+  free(vmx);
+out:
+  for (Py_ssize_t i = 0; in && i < nc; i++) input_release(&in[i]);
+  if (has_data) PyBuffer_Release(&data);
+  Py_XDECREF(path_bytes);
+  PyMem_Free(shapes);
+  PyMem_Free(binds);
+  PyMem_Free(cvals);
+  PyMem_Free(in);
+  return result;
+}
+
 /* ------------------------------------------------------------- module */
 
 /* _setup(errors: dict[int, type], base_error: type, shape_type: type) */
@@ -1195,6 +1349,8 @@ static PyObject *mod_code_name(PyObject *mod, PyObject *arg) {
 static PyMethodDef module_methods[] = {
     {"_setup", mod_setup, METH_VARARGS, "Called once by the vmrpc package."},
     {"code_name", mod_code_name, METH_O, "code_name(code) -> 'INVALID_ARGUMENT' ..."},
+    {"compile_onnx", mod_compile_onnx, METH_VARARGS,
+     "compile_onnx(path, data, input_shapes, consts) -> (vmx_bytes, report)"},
     {NULL, NULL, 0, NULL},
 };
 

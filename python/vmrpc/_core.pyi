@@ -1,6 +1,6 @@
 # Types of the extension module vmrpc._core (python/src/core.c). Internal:
 # use the vmrpc package's API.
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 MAX_NDIM: int
 
@@ -55,3 +55,9 @@ class Connection:
 
 def _setup(errors: Dict[int, type], base_error: type, shape_type: type) -> None: ...
 def code_name(code: int) -> str: ...
+def compile_onnx(
+    path: Optional[str],
+    data: Optional[Union[bytes, bytearray, memoryview]],
+    input_shapes: List[Tuple[str, List[int]]],
+    consts: List[Tuple[str, Any]],
+) -> Tuple[bytes, Dict[str, Any]]: ...

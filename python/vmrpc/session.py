@@ -7,6 +7,8 @@ import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
+from . import compiler as _compiler
+from .compiler import Compiled
 from .results import ProfileReport, TimeResult
 
 __all__ = ["connect", "Session", "Executable", "VirtualMachine", "Function", "Shape"]
@@ -132,13 +134,24 @@ class Session:
         return dict(self._conn.stats())
 
     # -- executables and VMs ------------------------------------------------
-    def upload(self, model: Union[PathLike, bytes, bytearray, memoryview]) -> "Executable":
-        """Uploads a ``.vmx`` executable (a path, or its bytes). Its SHA-256
-        goes first: nothing more is sent when the agent's store has it."""
+    def upload(
+        self, model: Union[PathLike, bytes, bytearray, memoryview, Compiled]
+    ) -> "Executable":
+        """Uploads an executable: a ``.vmx`` path or its bytes, what
+        :func:`vmrpc.compile` returned, or the path of a ``.onnx`` model
+        (compiled here first, as ``vmrpc.compile(path)`` does: call that to
+        give input shapes or constants). Its SHA-256 goes first: nothing
+        more is sent when the agent's store has it."""
+        if isinstance(model, Compiled):
+            model = model.data
         if isinstance(model, (bytes, bytearray, memoryview)):
             r = self._conn.upload_memory(model)
         else:
-            r = self._conn.upload_file(os.fspath(model))
+            path = os.fspath(model)
+            if path.endswith(".onnx"):
+                r = self._conn.upload_memory(_compiler.compile(path).data)
+            else:
+                r = self._conn.upload_file(path)
         return Executable(self, *r)
 
     def create_vm(
