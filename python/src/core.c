@@ -821,13 +821,12 @@ static PyObject *Connection_cancel(Connection *self, PyObject *args) {
 /* The value of func's last result at path[0..depth): tuples become tuples,
  * tensors NumPy arrays, shapes vmrpc.Shape, scalars Python scalars. */
 static PyObject *fetch_output(Connection *self, vmc_vm_t vm, const char *func, uint32_t *path,
-                              uint32_t depth) {
-  vmc_conn_t *c = conn_take(self);
-  if (!c) return NULL;
-  vmc_value_t v;
-  vm_status_t st;
-  CONN_CALL(self, c, st, vmc_get_output_value(c, vm, func, path, depth, &v));
-  if (st) return raise_status(st);
+                              uint32_t depth);
+
+/* The Python object of value v (freed here) at path[0..depth) of func's
+ * result; a tuple's fields are fetched. */
+static PyObject *value_to_py(Connection *self, vmc_vm_t vm, const char *func, uint32_t *path,
+                             uint32_t depth, vmc_value_t v) {
   PyObject *r = NULL;
   switch (v.kind) {
     case VMC_VALUE_NONE: r = Py_NewRef(Py_None); break;
@@ -875,6 +874,17 @@ static PyObject *fetch_output(Connection *self, vmc_vm_t vm, const char *func, u
   }
   vmc_value_free(&v);
   return r;
+}
+
+static PyObject *fetch_output(Connection *self, vmc_vm_t vm, const char *func, uint32_t *path,
+                              uint32_t depth) {
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  vmc_value_t v;
+  vm_status_t st;
+  CONN_CALL(self, c, st, vmc_get_output_value(c, vm, func, path, depth, &v));
+  if (st) return raise_status(st);
+  return value_to_py(self, vm, func, path, depth, v);
 }
 
 static int parse_path(PyObject *seq, uint32_t *path, uint32_t *depth) {
@@ -960,6 +970,53 @@ done:
   return result;
 }
 
+/* call() with inputs by position only: one fused Run request (vmc_run)
+ * sets them, invokes and brings back a plain result (a tensor up to the
+ * chunk size inline); a tuple result's fields are then fetched. args are
+ * call()'s (vm_id, func, *inputs). */
+static PyObject *run_positional(Connection *self, vmc_vm_t vm, const char *func, PyObject *args) {
+  Py_ssize_t n = PyTuple_GET_SIZE(args) - 2;
+  input_t stack[INPUTS_ON_STACK];
+  input_t *in = n <= INPUTS_ON_STACK ? stack : PyMem_Calloc((size_t)n, sizeof(input_t));
+  vmc_value_t vstack[INPUTS_ON_STACK];
+  vmc_value_t *v = n <= INPUTS_ON_STACK ? vstack : PyMem_Calloc((size_t)n, sizeof(vmc_value_t));
+  PyObject *r = NULL;
+  if (!in || !v) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  memset(in, 0, sizeof(input_t) * (size_t)n);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (input_from_py(PyTuple_GET_ITEM(args, i + 2), &in[i]) != 0) goto out;
+    v[i] = in[i].v;
+  }
+  {
+    vmc_conn_t *c = conn_take(self);
+    if (!c) goto out;
+    vmc_run_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.func = func;
+    o.keep_remote = 1; /* a large or tuple result is fetched below */
+    vmc_run_result_t res;
+    vm_status_t st;
+    LONG_CALL(self, c, vm, st, vmc_run(c, NULL, 0, vm, v, (uint32_t)n, &o, &res));
+    if (long_call_status(st) != 0) goto out;
+    uint32_t path[MAX_PATH + 1];
+    if (res.num_outputs == 1 && res.outputs[0].path_len == 0 && !res.outputs[0].remote) {
+      r = value_to_py(self, vm, func, path, 0, res.outputs[0].value);
+      memset(&res.outputs[0].value, 0, sizeof(vmc_value_t)); /* taken over */
+    } else {
+      r = fetch_output(self, vm, func, path, 0);
+    }
+    vmc_run_result_free(&res);
+  }
+out:
+  for (Py_ssize_t i = 0; in && i < n; i++) input_release(&in[i]);
+  if (in && in != stack) PyMem_Free(in);
+  if (v && v != vstack) PyMem_Free(v);
+  return r;
+}
+
 /* call(vm_id, func, *inputs, **named_inputs): set inputs, invoke, fetch the
  * whole result. Its inputs are its own arguments so that vm["f"] can be a
  * functools.partial of it: no Python frame between the caller and here. */
@@ -973,6 +1030,8 @@ static PyObject *Connection_call(Connection *self, PyObject *args, PyObject *kwa
   if (vm.id == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
   const char *func = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 1));
   if (!func) return NULL;
+  uint32_t path[MAX_PATH + 1];
+  if (!kwargs || PyDict_GET_SIZE(kwargs) == 0) return run_positional(self, vm, func, args);
   PyObject *inputs = PyTuple_GetSlice(args, 2, n);
   if (!inputs) return NULL;
   int rc = set_inputs(self, vm, func, inputs, kwargs);
@@ -980,7 +1039,6 @@ static PyObject *Connection_call(Connection *self, PyObject *args, PyObject *kwa
   if (rc != 0) return NULL;
   double agent_s;
   if (do_invoke(self, vm, func, 0, &agent_s) != 0) return NULL;
-  uint32_t path[MAX_PATH + 1];
   return fetch_output(self, vm, func, path, 0);
 }
 

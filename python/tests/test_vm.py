@@ -297,3 +297,15 @@ def test_memory_option_per_device(sess: vmrpc.Session, prog: pathlib.Path) -> No
         sess.create_vm(ex, device="cpu", memory={"opencl:0": "naive"})
     with pytest.raises(TypeError):
         sess.create_vm("not an executable")  # type: ignore[arg-type]
+
+
+def test_call_is_one_request(sess: vmrpc.Session, vm: vmrpc.VirtualMachine) -> None:
+    # vm["f"](inputs by position) is one fused Run request: inputs, invoke
+    # and a small result inline (the agent's counter also sees the Stats).
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    vm["ident"](x)
+    before = sess.stats()["requests"]
+    np.testing.assert_array_equal(vm["ident"](x), x)
+    assert sess.stats()["requests"] - before == 2
+    # named inputs take the stateful requests, with the same result
+    np.testing.assert_array_equal(vm["ident"](x=x), x)
