@@ -1127,19 +1127,104 @@ void vmc_run_result_free(vmc_run_result_t *r) {
   memset(r, 0, sizeof(*r));
 }
 
-/* Fetches the tensors the reply left on the agent, unless asked not to. */
+/* The chunks of every tensor a Run reply left on the agent, fetched as one
+ * pipeline: several outputs (and chunks) in flight at once, never one by
+ * one. Their metas came with the reply, so every buffer is allocated
+ * first and each GetOutput names its offset. */
+typedef struct remote_chunk {
+  uint32_t out;    /* index in res->outputs */
+  uint64_t offset; /* of the chunk */
+} remote_chunk_t;
+
+typedef struct remote_ctx {
+  vmc_conn_t *c;
+  vmc_run_result_t *res;
+  const char *func;
+  remote_chunk_t *chunks;
+  tout_ctx_t *touts; /* per output */
+} remote_ctx_t;
+
+static uint64_t remote_chunk_size(void *ctx, uint64_t idx) {
+  remote_ctx_t *x = ctx;
+  const remote_chunk_t *k = &x->chunks[idx];
+  return chunk_len(x->touts[k->out].nbytes, k->offset, x->c->limits.chunk_bytes);
+}
+
+static vm_status_t remote_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+  remote_ctx_t *x = ctx;
+  const remote_chunk_t *k = &x->chunks[idx];
+  const vmc_run_output_t *ro = &x->res->outputs[k->out];
+  Vmrpc__Request req = VMRPC__REQUEST__INIT;
+  Vmrpc__GetOutputRequest go = VMRPC__GET_OUTPUT_REQUEST__INIT;
+  get_output_request(x->c, x->res->vm, x->func, ro->path, ro->path_len, k->offset, &req, &go);
+  VM_RETURN_IF_ERROR(vmci_build(x->c, &req, NULL, 0, out_msg));
+  *out_id = req.id;
+  return VM_STATUS_OK;
+}
+
+static vm_status_t remote_done(void *ctx, uint64_t idx, vmci_reply_t *r) {
+  remote_ctx_t *x = ctx;
+  const remote_chunk_t *k = &x->chunks[idx];
+  return chunk_into(&x->touts[k->out], r, k->offset, remote_chunk_size(ctx, idx));
+}
+
 static vm_status_t run_fetch_remote(vmc_conn_t *c, const char *func, const vmc_run_opts_t *o,
                                     vmc_run_result_t *out) {
   if (o->keep_remote) return VM_STATUS_OK;
+  uint64_t cb = c->limits.chunk_bytes, count = 0;
   for (uint32_t i = 0; i < out->num_outputs; i++) {
     vmc_run_output_t *ro = &out->outputs[i];
     if (!ro->remote) continue;
-    vmc_value_t v;
-    VM_RETURN_IF_ERROR(get_output_impl(c, out->vm, func, ro->path, ro->path_len, NULL, 0, &v));
-    vmc_value_free(&ro->value);
-    ro->value = v;
-    ro->remote = 0;
+    vmc_tensor_t *t = &ro->value.tensor;
+    if (t->nbytes > SIZE_MAX - 1)
+      return vm_status_make(VM_RESOURCE_EXHAUSTED, "Run %s: %llu bytes do not fit in memory", func,
+                            (unsigned long long)t->nbytes);
+    t->data = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+    if (!t->data)
+      return vm_status_make(VM_RESOURCE_EXHAUSTED,
+                            "Run %s: out of host memory for a %llu-byte output", func,
+                            (unsigned long long)t->nbytes);
+    t->owns_data = 1;
+    count += (t->nbytes + cb - 1) / cb;
   }
+  if (count == 0) {
+    for (uint32_t i = 0; i < out->num_outputs; i++) out->outputs[i].remote = 0;
+    return VM_STATUS_OK;
+  }
+  char what[160];
+  snprintf(what, sizeof(what), "GetOutput %s", func);
+  remote_ctx_t x = {c, out, func, calloc(count, sizeof(remote_chunk_t)),
+                    calloc(out->num_outputs, sizeof(tout_ctx_t))};
+  vm_status_t st = VM_STATUS_OK;
+  if (!x.chunks || !x.touts) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  uint64_t n = 0;
+  for (uint32_t i = 0; !st && i < out->num_outputs; i++) {
+    vmc_run_output_t *ro = &out->outputs[i];
+    if (!ro->remote) continue;
+    const vmc_tensor_t *t = &ro->value.tensor;
+    tout_ctx_t tc = {c, out->vm, func, ro->path, ro->path_len, t->data, t->nbytes, what};
+    x.touts[i] = tc;
+    for (uint64_t off = 0; off < t->nbytes; off += cb) {
+      x.chunks[n].out = i;
+      x.chunks[n++].offset = off;
+    }
+  }
+  if (!st) {
+    vmci_pipeline_t p;
+    memset(&p, 0, sizeof(p));
+    p.count = count;
+    p.make = remote_make;
+    p.done = remote_done;
+    p.chunk_size = remote_chunk_size;
+    p.expect = ROP(GET_OUTPUT);
+    p.ctx = &x;
+    p.what = what;
+    st = vmci_pipeline_run(c, &p);
+  }
+  free(x.chunks);
+  free(x.touts);
+  if (st) return st;
+  for (uint32_t i = 0; i < out->num_outputs; i++) out->outputs[i].remote = 0;
   return VM_STATUS_OK;
 }
 

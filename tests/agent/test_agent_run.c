@@ -359,11 +359,63 @@ static void test_vmc_run_request_count(void **state) {
   assert_int_equal(after - before, 1 + 4 + 2);
 }
 
+/* Inputs larger than a chunk (4 KiB here) are transferred before the Run
+ * (which then needs the VM first); outputs past the inline budget are
+ * fetched afterwards, the chunks of both outputs in one pipeline. */
+static void test_vmc_run_large_inputs_and_outputs(void **state) {
+  (void)state;
+  vmc_conn_t *conn;
+  ASSERT_OK(vmc_connect(g_agent.url, NULL, &conn));
+  enum { N = 3000 }; /* 12,000 bytes: 3 chunks */
+  float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float));
+  assert_non_null(a);
+  assert_non_null(b);
+  for (int i = 0; i < N; i++) {
+    a[i] = (float)i * 0.5f;
+    b[i] = -(float)i;
+  }
+  vmc_value_t in[2];
+  memset(in, 0, sizeof(in));
+  in[0].kind = in[1].kind = VMC_VALUE_TENSOR;
+  ASSERT_OK(vmc_tensor_wrap(VM_F32, 1, (const int64_t[]){N}, a, &in[0].tensor));
+  ASSERT_OK(vmc_tensor_wrap(VM_F32, 1, (const int64_t[]){N}, b, &in[1].tensor));
+  vmc_run_opts_t o;
+  memset(&o, 0, sizeof(o));
+  o.func = "pair";
+  vmc_run_result_t res;
+  ASSERT_OK(vmc_run(conn, g_prog, g_prog_len, (vmc_vm_t){0}, in, 2, &o, &res));
+  assert_int_equal(res.num_outputs, 2);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(res.outputs[k].path_len, 1);
+    assert_int_equal(res.outputs[k].path[0], k);
+    assert_false(res.outputs[k].remote);
+    assert_int_equal(res.outputs[k].value.tensor.nbytes, N * sizeof(float));
+    assert_memory_equal(res.outputs[k].value.tensor.data, k ? b : a, N * sizeof(float));
+  }
+  /* UploadBegin (a store hit), CreateVM, per input TensorBegin + 3
+   * chunks, Run, then 3 GetOutput chunks per output. */
+  assert_int_equal(res.requests, 1 + 1 + 2 * (1 + 3) + 1 + 2 * 3);
+  vmc_run_result_free(&res);
+  /* keep_remote: the metas only. */
+  o.keep_remote = 1;
+  ASSERT_OK(vmc_run(conn, g_prog, g_prog_len, (vmc_vm_t){0}, in, 2, &o, &res));
+  assert_true(res.outputs[0].remote && res.outputs[1].remote);
+  assert_null(res.outputs[0].value.tensor.data);
+  vmc_run_result_free(&res);
+  vmc_close(conn);
+  free(a);
+  free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_run_by_hash_inline),      cmocka_unit_test(test_run_store_miss),
-      cmocka_unit_test(test_run_again_output_remote), cmocka_unit_test(test_run_errors),
-      cmocka_unit_test(test_protocol_1_0_sequence),   cmocka_unit_test(test_vmc_run_request_count),
+      cmocka_unit_test(test_run_by_hash_inline),
+      cmocka_unit_test(test_run_store_miss),
+      cmocka_unit_test(test_run_again_output_remote),
+      cmocka_unit_test(test_run_errors),
+      cmocka_unit_test(test_protocol_1_0_sequence),
+      cmocka_unit_test(test_vmc_run_request_count),
+      cmocka_unit_test(test_vmc_run_large_inputs_and_outputs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
