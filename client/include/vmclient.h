@@ -473,9 +473,9 @@ typedef struct vmc_run_result {
  * exec_size are the .vmx bytes: the agent runs them from its store (one
  * Run request) or, on a miss, they are uploaded first (as
  * vmc_upload_memory()) and run by handle; a new VM is created. With a vm,
- * exec must be NULL and that VM runs again. Inputs up to the chunk size
- * travel inside the Run request; larger ones are transferred in chunks
- * first. Against an agent of protocol 1.0 the same is done with the
+ * exec must be NULL and that VM runs again. Inputs travel inside the Run request while
+ * they fit one chunk in all; the others are transferred first, every
+ * TensorBegin and then all their chunks in flight together. Against an agent of protocol 1.0 the same is done with the
  * stateful requests. Errors: as the stateful operations, prefixed with
  * the step ("Run: input 1: ..."); a VM the call created is freed again
  * when a later step fails. */

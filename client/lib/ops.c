@@ -1292,6 +1292,108 @@ static vm_status_t run_stateful(vmc_conn_t *c, const void *exec, size_t exec_siz
   return vmc_get_output_value(c, out->vm, func, NULL, 0, &out->outputs[0].value);
 }
 
+/* The inputs of a Run too large to travel inside it (in[k] for the k
+ * listed), transferred to vm with every TensorBegin in flight at once,
+ * then the chunks of all of them in one pipeline; tid[k] receives each
+ * transfer id. */
+typedef struct xfer_ctx {
+  vmc_conn_t *c;
+  vmc_vm_t vm;
+  const vmc_value_t *in;
+  const uint32_t *which; /* the inputs transferred */
+  uint64_t *tid;         /* per input */
+  remote_chunk_t *chunks;
+} xfer_ctx_t;
+
+static uint64_t xfer_begin_size(void *ctx, uint64_t idx) {
+  (void)ctx;
+  (void)idx;
+  return 0;
+}
+
+static vm_status_t xfer_begin_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+  xfer_ctx_t *x = ctx;
+  const vmc_tensor_t *t = &x->in[x->which[idx]].tensor;
+  Vmrpc__Request req = VMRPC__REQUEST__INIT;
+  Vmrpc__TensorBeginRequest tb = VMRPC__TENSOR_BEGIN_REQUEST__INIT;
+  Vmrpc__TensorMeta meta;
+  int64_t dims[VMC_MAX_NDIM];
+  char dts[24];
+  vmci_meta_from_tensor(t, &meta, dims, dts, sizeof(dts));
+  tb.vm_id = x->vm.id;
+  tb.meta = &meta;
+  req.op_case = OP(TENSOR_BEGIN);
+  req.tensor_begin = &tb;
+  VM_RETURN_IF_ERROR(vmci_build(x->c, &req, NULL, 0, out_msg));
+  *out_id = req.id;
+  return VM_STATUS_OK;
+}
+
+static vm_status_t xfer_begin_done(void *ctx, uint64_t idx, vmci_reply_t *r) {
+  xfer_ctx_t *x = ctx;
+  uint64_t id = r->resp->tensor_begin ? r->resp->tensor_begin->transfer_id : 0;
+  if (id == 0)
+    return vm_status_make(VM_INTERNAL, "the agent began a tensor transfer without an id");
+  x->tid[x->which[idx]] = id;
+  return VM_STATUS_OK;
+}
+
+static uint64_t xfer_chunk_size(void *ctx, uint64_t idx) {
+  xfer_ctx_t *x = ctx;
+  const remote_chunk_t *k = &x->chunks[idx];
+  return chunk_len(x->in[k->out].tensor.nbytes, k->offset, x->c->limits.chunk_bytes);
+}
+
+static vm_status_t xfer_chunk_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+  xfer_ctx_t *x = ctx;
+  const remote_chunk_t *k = &x->chunks[idx];
+  Vmrpc__Request req = VMRPC__REQUEST__INIT;
+  Vmrpc__TensorChunkRequest tc = VMRPC__TENSOR_CHUNK_REQUEST__INIT;
+  tc.transfer_id = x->tid[k->out];
+  tc.offset = k->offset;
+  req.op_case = OP(TENSOR_CHUNK);
+  req.tensor_chunk = &tc;
+  const uint8_t *data = x->in[k->out].tensor.data;
+  VM_RETURN_IF_ERROR(vmci_build(x->c, &req, data + k->offset, xfer_chunk_size(ctx, idx), out_msg));
+  *out_id = req.id;
+  return VM_STATUS_OK;
+}
+
+static vm_status_t run_transfer_inputs(vmc_conn_t *c, vmc_vm_t vm, const vmc_value_t *in,
+                                       const uint32_t *which, uint32_t n, uint64_t *tid) {
+  uint64_t cb = c->limits.chunk_bytes, count = 0;
+  for (uint32_t i = 0; i < n; i++) count += (in[which[i]].tensor.nbytes + cb - 1) / cb;
+  xfer_ctx_t x = {c, vm, in, which, tid, calloc(count ? count : 1, sizeof(remote_chunk_t))};
+  if (!x.chunks) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  uint64_t k = 0;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint64_t off = 0; off < in[which[i]].tensor.nbytes; off += cb) {
+      x.chunks[k].out = which[i];
+      x.chunks[k++].offset = off;
+    }
+  vmci_pipeline_t p;
+  memset(&p, 0, sizeof(p));
+  p.count = n;
+  p.make = xfer_begin_make;
+  p.done = xfer_begin_done;
+  p.chunk_size = xfer_begin_size;
+  p.expect = ROP(TENSOR_BEGIN);
+  p.ctx = &x;
+  p.what = "TensorBegin";
+  vm_status_t st = vmci_pipeline_run(c, &p);
+  if (!st && count) {
+    p.count = count;
+    p.make = xfer_chunk_make;
+    p.done = ignore_reply;
+    p.chunk_size = xfer_chunk_size;
+    p.expect = ROP(TENSOR_CHUNK);
+    p.what = "TensorChunk";
+    st = vmci_pipeline_run(c, &p);
+  }
+  free(x.chunks);
+  return st;
+}
+
 /* The Run request itself: inputs inline or (larger ones) transferred
  * first, which needs the VM to exist before. */
 static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
@@ -1299,30 +1401,40 @@ static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
                              const vmc_run_opts_t *o, vmc_run_result_t *out, int *created) {
   uint64_t cb = c->limits.chunk_bytes;
   uint64_t inline_total = 0;
-  int transfer = 0;
-  for (uint32_t i = 0; i < num_inputs; i++) {
-    if (inputs[i].kind != VMC_VALUE_TENSOR) continue;
-    vm_status_t st = vmc_tensor_check(&inputs[i].tensor);
-    if (st) return vm_status_annotate(st, "Run %s: input %u", func, i);
-    if (inputs[i].tensor.nbytes <= cb - inline_total)
-      inline_total += inputs[i].tensor.nbytes;
-    else
-      transfer = 1;
-  }
-  if (!out->vm.id) vm_sha256(exec, exec_size, out->upload.sha256);
-  if (transfer && !out->vm.id) { /* the tensors need their VM first */
-    VM_RETURN_IF_ERROR(
-        upload_hashed(c, exec, exec_size, o->progress, o->progress_user, &out->exec, &out->upload));
-    VM_RETURN_IF_ERROR(
-        vmc_create_vm(c, out->exec, o->devices, o->num_devices, o->exec_mode, &out->vm));
-    *created = 1;
-  }
+  uint32_t nx = 0; /* tensors transferred before the Run: which[0..nx) */
   wire_value_t *w = calloc(num_inputs ? num_inputs : 1, sizeof(*w));
   Vmrpc__Value **wp = calloc(num_inputs ? num_inputs : 1, sizeof(*wp));
-  uint8_t *payload = malloc(inline_total ? (size_t)inline_total : 1);
+  uint32_t *which = calloc(num_inputs ? num_inputs : 1, sizeof(*which));
+  uint64_t *tid = calloc(num_inputs ? num_inputs : 1, sizeof(*tid));
+  uint8_t *payload = NULL;
   vm_status_t st = VM_STATUS_OK;
-  if (!w || !wp || !payload) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  if (!w || !wp || !which || !tid) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  /* Tensors travel inline in order while they fit one chunk in all. */
+  for (uint32_t i = 0; !st && i < num_inputs; i++) {
+    if (inputs[i].kind != VMC_VALUE_TENSOR) continue;
+    st = vmc_tensor_check(&inputs[i].tensor);
+    if (st)
+      st = vm_status_annotate(st, "Run %s: input %u", func, i);
+    else if (inputs[i].tensor.nbytes <= cb - inline_total)
+      inline_total += inputs[i].tensor.nbytes;
+    else
+      which[nx++] = i;
+  }
+  if (!st && !(payload = malloc(inline_total ? (size_t)inline_total : 1)))
+    st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st && !out->vm.id) vm_sha256(exec, exec_size, out->upload.sha256);
+  if (!st && nx && !out->vm.id) { /* the tensors need their VM first */
+    st = upload_hashed(c, exec, exec_size, o->progress, o->progress_user, &out->exec, &out->upload);
+    if (!st) st = vmc_create_vm(c, out->exec, o->devices, o->num_devices, o->exec_mode, &out->vm);
+    if (!st) *created = 1;
+  }
+  if (!st && nx) {
+    st = run_transfer_inputs(c, out->vm, inputs, which, nx, tid);
+    if (st)
+      st = vm_status_annotate(st, "Run %s: transferring %u input%s", func, nx, nx == 1 ? "" : "s");
+  }
   uint64_t plen = 0;
+  uint32_t xi = 0;
   for (uint32_t i = 0; !st && i < num_inputs; i++) {
     wp[i] = &w[i].v;
     const vmc_value_t *v = &inputs[i];
@@ -1332,18 +1444,16 @@ static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
     }
     const vmc_tensor_t *t = &v->tensor;
     vmrpc__value__init(&w[i].v);
-    if (t->nbytes <= inline_total - plen) {
+    if (xi < nx && which[xi] == i) {
+      xi++;
+      w[i].v.kind_case = VMRPC__VALUE__KIND_TENSOR_REF;
+      w[i].v.tensor_ref = tid[i];
+    } else {
       vmci_meta_from_tensor(t, &w[i].meta, w[i].dims, w[i].dtype, sizeof(w[i].dtype));
       w[i].v.kind_case = VMRPC__VALUE__KIND_TENSOR;
       w[i].v.tensor = &w[i].meta;
       if (t->nbytes) memcpy(payload + plen, t->data, (size_t)t->nbytes);
       plen += t->nbytes;
-    } else {
-      uint64_t tid = 0;
-      st = tensor_transfer(c, out->vm, t, &tid);
-      if (st) st = vm_status_annotate(st, "Run %s: input %u", func, i);
-      w[i].v.kind_case = VMRPC__VALUE__KIND_TENSOR_REF;
-      w[i].v.tensor_ref = tid;
     }
   }
   Vmrpc__DeviceSpec specs[64];
@@ -1398,6 +1508,8 @@ static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
     st = run_outputs_from_reply(&r, what, out);
   }
   vmci_reply_free(&r);
+  free(tid);
+  free(which);
   free(payload);
   free(wp);
   free(w);
