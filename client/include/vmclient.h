@@ -473,11 +473,13 @@ typedef struct vmc_run_result {
  * exec_size are the .vmx bytes: the agent runs them from its store (one
  * Run request) or, on a miss, they are uploaded first (as
  * vmc_upload_memory()) and run by handle; a new VM is created. With a vm,
- * exec must be NULL and that VM runs again. Inputs travel inside the Run request while
- * they fit one chunk in all; the others are transferred first, every
- * TensorBegin and then all their chunks in flight together. Against an agent of protocol 1.0 the
- * same is done with the stateful requests. Errors: as the stateful operations, prefixed with the
- * step ("Run: input 1: ..."); a VM the call created is freed again when a later step fails. */
+ * exec must be NULL and that VM runs again. Inputs travel inside the Run
+ * request while they fit one chunk in all; the others are transferred
+ * first, every TensorBegin and then all their chunks in flight together.
+ * Against an agent of protocol 1.0 the same is done with the stateful
+ * requests. Errors: as the stateful operations, prefixed with the step
+ * ("Run: input 1: ..."); a VM the call created is freed again when a
+ * later step fails. */
 vm_status_t vmc_run(vmc_conn_t *conn, const void *exec, size_t exec_size, vmc_vm_t vm,
                     const vmc_value_t *inputs, uint32_t num_inputs, const vmc_run_opts_t *opts,
                     vmc_run_result_t *out);
