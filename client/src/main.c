@@ -4,6 +4,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "cli.h"
 #include "vm/executable.h"
@@ -228,6 +231,15 @@ static const cli_opt_t k_global_opts[] = {
 int main(int argc, char **argv) {
   /* A closed stdout pipe must end in an I/O error exit, not a signal. */
   signal(SIGPIPE, SIG_IGN);
+#ifdef __GLIBC__
+  /* Chunk messages (up to 64 MiB each, 1 MiB by default) are allocated and
+   * freed by the thousand during a transfer: keep them in the heap instead
+   * of handing their pages back to the kernel after each one, so the next
+   * chunk reuses them rather than faulting fresh pages in (the library
+   * leaves its host's allocator alone; docs/performance.md). */
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+#endif
   cli_global_t g;
   memset(&g, 0, sizeof(g));
 
