@@ -33,14 +33,18 @@ run_suite() {
 
 # The Python package (python/, docs/python.md): `pip install .` builds its
 # extension with -Werror here, then pytest drives it against build/'s vmagent.
+# The farm (python/vmrpc_farm, docs/farm.md) is tested beside it, on its
+# engine (Dask distributed, the package's `farm` extra) in the same venv.
 python_suite() {
   local venv=build/venv-py
   echo "== python: pip install . into $venv"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  VMRPC_WERROR=ON "$venv/bin/python" -m pip install -q . numpy pytest
+  VMRPC_WERROR=ON "$venv/bin/python" -m pip install -q ".[farm]" numpy pytest
   echo "== test: python (pytest python/tests)"
   VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/tests
+  echo "== test: farm (pytest python/farm_tests)"
+  VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/farm_tests
 }
 
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
