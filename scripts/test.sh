@@ -3,8 +3,10 @@
 # build (build/), then the Python package's pytest suite against that build's
 # vmagent (the package installed with pip into the venv build/venv-py, numpy
 # and pytest from PyPI), then the same C tests in the sanitizer build
-# (build-asan/, AddressSanitizer + UndefinedBehaviorSanitizer), then a short
-# run of every libFuzzer target (scripts/fuzz.sh, clang build in build-fuzz/).
+# (build-asan/, AddressSanitizer + UndefinedBehaviorSanitizer) and the pytest
+# suite again with the Python extension and vmagent from that build, then a
+# short run of every libFuzzer target (scripts/fuzz.sh, clang build in
+# build-fuzz/).
 #
 #   scripts/test.sh            everything
 #   VMRPC_SKIP_PYTHON=1 ...    no Python package tests
@@ -47,6 +49,24 @@ python_suite() {
   VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/farm_tests
 }
 
+# The pytest suite with build-asan/'s extension module (preloading the
+# sanitizer runtimes into the venv's Python, which is not instrumented) and
+# vmagent. Python's own allocations go through malloc so that ASan sees
+# them; no leak check (the interpreter keeps memory at exit) and no
+# quarantine (the suite checks that RSS stays flat).
+python_asan_suite() {
+  local pkg=build-asan/python-pkg
+  rm -rf "$pkg"
+  mkdir -p "$pkg"
+  cp -r python/vmrpc "$pkg/"
+  cp build-asan/python/_core*.so "$pkg/vmrpc/"
+  echo "== test: python (pytest python/tests, extension and vmagent from build-asan)"
+  LD_PRELOAD="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)" \
+    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:quarantine_size_mb=0 PYTHONMALLOC=malloc \
+    PYTHONPATH=$PWD/$pkg VMRPC_BUILD_DIR=$PWD/build-asan \
+    build/venv-py/bin/python -m pytest -q -p no:cacheprovider python/tests
+}
+
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 if [ "${VMRPC_SKIP_PYTHON:-0}" != 1 ]; then
   python_suite
@@ -54,7 +74,13 @@ fi
 if [ "${VMRPC_SKIP_ASAN:-0}" != 1 ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DVMRPC_SANITIZE=ON -DVMRPC_BENCH=OFF
+  if [ "${VMRPC_SKIP_PYTHON:-0}" != 1 ]; then
+    run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DVMRPC_SANITIZE=ON -DVMRPC_BENCH=OFF \
+      -DVMRPC_PYTHON=ON -DPython_EXECUTABLE="$PWD/build/venv-py/bin/python"
+    python_asan_suite
+  else
+    run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DVMRPC_SANITIZE=ON -DVMRPC_BENCH=OFF
+  fi
 fi
 if [ "${VMRPC_SKIP_FUZZ:-0}" != 1 ]; then
   for target in fuzz_loader fuzz_asm fuzz_npy fuzz_request; do

@@ -121,9 +121,21 @@ static void *watcher_main(void *arg) {
   return NULL;
 }
 
-/* Set in a forked child, where the watcher thread does not exist. */
-static void watcher_forked(void) {
+/* fork(): the registry's lock is taken around it so that the child gets it
+ * in a known state; the child has no watcher thread and no long call of
+ * the parent's threads. */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&g_calls_lock);
+}
+
+static void fork_parent(void) {
+  pthread_mutex_unlock(&g_calls_lock);
+}
+
+static void fork_child(void) {
+  g_calls = NULL;
   g_watcher_running = 0;
+  pthread_mutex_unlock(&g_calls_lock);
 }
 
 /* Starts the watcher once per process (again in a forked child). */
@@ -132,7 +144,7 @@ static int watcher_ready(void) {
   if (!g_wake_ok) {
     if (sem_init(&g_wake, 0, 0) != 0) return 0;
     g_wake_ok = 1;
-    pthread_atfork(NULL, NULL, watcher_forked);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
   }
   pthread_t th;
   if (pthread_create(&th, NULL, watcher_main, NULL) != 0) return 0;

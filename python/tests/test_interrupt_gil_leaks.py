@@ -164,3 +164,4 @@ def test_no_leaks_over_1000_calls(sess: vmrpc.Session, vm: vmrpc.VirtualMachine)
     assert sys.getrefcount(x) == refs0
     for k in ("session_bytes", "session_vms", "session_executables", "session_transfers"):
         assert stats1[k] == stats0[k], k
+
