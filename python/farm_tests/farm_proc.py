@@ -67,9 +67,10 @@ class _Proc:
 class Head(_Proc):
     """vmrpc-farm head on a free loopback port."""
 
-    def __init__(self, workdir: pathlib.Path, lifetime: float = 1800) -> None:
+    def __init__(self, workdir: pathlib.Path, lifetime: float = 1800,
+                 extra: Sequence[str] = (), name: str = "head") -> None:
         super().__init__(farm_cmd() + ["head", "--listen", "127.0.0.1:0", "--lifetime",
-                                       str(lifetime)], workdir / "head.log")
+                                       str(lifetime), *extra], workdir / f"{name}.log")
         self.address = self.wait_line("vmrpc-farm head listening on ").split()[-1]
 
 
@@ -78,9 +79,9 @@ class Node(_Proc):
 
     def __init__(self, workdir: pathlib.Path, address: str, agents: Sequence[Agent],
                  tags: Sequence[str], name: str = "node", interval: float = 0.5,
-                 lifetime: float = 1800) -> None:
+                 lifetime: float = 1800, extra: Sequence[str] = ()) -> None:
         args = farm_cmd() + ["serve", "--address", address, "--interval", str(interval),
-                             "--head-timeout", "10", "--lifetime", str(lifetime)]
+                             "--head-timeout", "10", "--lifetime", str(lifetime), *extra]
         for a in agents:
             args += ["--agent", a.url]
         for t in tags:

@@ -204,3 +204,57 @@ def test_cli_errors(head: Any, tmp_path: pathlib.Path, mlp: Mlp) -> None:
     assert r.returncode == 2 and "--agent 'http://x': expected tcp://HOST:PORT" in r.stderr
     r = run("serve", "--address", head.address, "--agent", "tcp://127.0.0.1:1", "--tag", "vendor=ARM")
     assert r.returncode == 2 and "'vendor' is a property the node fills" in r.stderr
+
+
+def make_cert(d: pathlib.Path, name: str, ca: str = "") -> List[str]:
+    key, pem = d / f"{name}.key", d / f"{name}.pem"
+    if not ca:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(pem)],
+                       check=True, capture_output=True)
+    else:
+        csr = d / f"{name}.csr"
+        subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                        "-keyout", str(key), "-out", str(csr)], check=True, capture_output=True)
+        subprocess.run(["openssl", "x509", "-req", "-in", str(csr), "-CA", f"{d / ca}.pem",
+                        "-CAkey", f"{d / ca}.key", "-CAcreateserial", "-days", "2", "-out",
+                        str(pem)], check=True, capture_output=True)
+    return [str(pem), str(key)]
+
+
+def test_tls_farm_lets_in_only_its_ca(workdir: pathlib.Path, tmp_path: pathlib.Path,
+                                      mlp: Mlp) -> None:
+    from farm_proc import Agent, Head, Node
+
+    make_cert(tmp_path, "ca")
+    cert, key = make_cert(tmp_path, "farm", ca="ca")
+    tls = ["--tls-ca", str(tmp_path / "ca.pem"), "--tls-cert", cert, "--tls-key", key]
+    head = Head(tmp_path, extra=tls, name="tls-head")
+    agent = node = None
+    try:
+        assert head.address.startswith("tls://127.0.0.1:")
+        agent = Agent(tmp_path / "cache")
+        node = Node(tmp_path, head.address, [agent], ["test=tls"], name="tls-node", extra=tls)
+        node.wait_line("vmrpc-farm serve: agent ")
+        r = subprocess.run(farm_cmd() + ["run", str(mlp.vmx), str(mlp.x), "--address",
+                                         head.address, "--where", "test=tls", "-q",
+                                         "--json", "-"] + tls,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["summary"]["ok"] == 1
+        # A certificate from another CA is turned away; so is plain TCP.
+        other = make_cert(tmp_path, "other")
+        r = subprocess.run(farm_cmd() + ["status", "--address", head.address, "--tls-ca",
+                                         str(tmp_path / "ca.pem"), "--tls-cert", other[0],
+                                         "--tls-key", other[1]],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 3 and "cannot reach the head" in r.stderr
+        r = subprocess.run(farm_cmd() + ["status", "--address", head.address],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "a tls:// head needs --tls-ca" in r.stderr
+    finally:
+        if node is not None:
+            assert node.stop() == 0
+        if agent is not None:
+            agent.stop()
+        assert head.stop() == 0

@@ -109,11 +109,35 @@ def _inputs(positional: Sequence[str], named: Sequence[str]) -> Tuple[Tuple[Any,
     return tuple(by_index[i] for i in range(len(by_index))), kwargs
 
 
+def _add_tls(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tls-ca", metavar="PEM", help="CA bundle: every farm connection is mutual "
+                   "TLS, and only certificates it signed are let in (needs --tls-cert, --tls-key)")
+    p.add_argument("--tls-cert", metavar="PEM", help="this process's certificate")
+    p.add_argument("--tls-key", metavar="PEM", help="its private key")
+
+
 def _add_address(p: argparse.ArgumentParser) -> None:
     from .farm import default_address
 
     p.add_argument("--address", default=default_address(),
                    help="the head, HOST:PORT (default $VMRPC_FARM_ADDRESS or 127.0.0.1:8786)")
+    _add_tls(p)
+
+
+def _tls(a: argparse.Namespace) -> Optional[engine.Tls]:
+    given = [a.tls_ca, a.tls_cert, a.tls_key]
+    if not any(given):
+        return None
+    if not all(given):
+        raise UsageError("--tls-ca, --tls-cert and --tls-key go together")
+    for opt, path in zip(("--tls-ca", "--tls-cert", "--tls-key"), given):
+        try:
+            with open(path, "rb") as f:
+                if b"-----BEGIN " not in f.read(1 << 20):
+                    raise UsageError(f"{opt} {path}: not a PEM file")
+        except OSError as e:
+            raise UsageError(f"{opt} {path}: {e.strerror}") from None
+    return engine.Tls(a.tls_ca, a.tls_cert, a.tls_key)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--listen", default="127.0.0.1:8786",
                    help="HOST:PORT to listen on (default 127.0.0.1:8786; port 0: any free)")
     h.add_argument("--lifetime", type=_positive, help="stop after this many seconds")
+    _add_tls(h)
 
     s = sub.add_parser("serve", help="advertise this host's agents to the head")
     _add_address(s)
@@ -195,7 +220,7 @@ def _cmd_head(a: argparse.Namespace) -> int:
     host, sep, port = a.listen.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         raise UsageError(f"--listen {a.listen!r}: expected HOST:PORT")
-    return engine.run_head(host or "127.0.0.1", int(port), a.lifetime)
+    return engine.run_head(host or "127.0.0.1", int(port), a.lifetime, _tls(a))
 
 
 def _cmd_serve(a: argparse.Namespace) -> int:
@@ -216,18 +241,23 @@ def _cmd_serve(a: argparse.Namespace) -> int:
         agents.append(engine.AgentConfig(url, f"{a.name_prefix}/{url.split('://', 1)[1]}", token))
     if len({c.name for c in agents}) != len(agents):
         raise UsageError("an agent is given twice")
-    return engine.run_node(engine.normalize_address(a.address), agents, dict(a.tag), a.interval,
-                           a.head_timeout, a.lifetime)
+    tls = _tls(a)
+    return engine.run_node(engine.normalize_address(a.address, tls is not None), agents,
+                           dict(a.tag), a.interval, a.head_timeout, a.lifetime, tls)
 
 
-def _open_farm(address: str) -> Any:
+def _open_farm(a: argparse.Namespace) -> Any:
     from .farm import Farm
 
+    address = a.address
+    tls = _tls(a)
     try:
-        return Farm(address)
+        return Farm(address, tls=tls)
     except (OSError, TimeoutError) as e:
+        hint = (" and is --tls-cert signed by the CA the head trusts?" if tls else
+                " (a head started with --tls-* takes only TLS clients)")
         raise FarmError(f"cannot reach the head at {address}: {e}; is `vmrpc-farm head` "
-                        "running there?") from None
+                        f"running there{hint}") from None
 
 
 class FarmError(Exception):
@@ -263,7 +293,7 @@ def _cmd_job(a: argparse.Namespace) -> int:
     mode = a.mode or "all"
     log = (lambda m: None) if a.quiet else (lambda m: print(f"vmrpc-farm: {m}", file=sys.stderr,
                                                              flush=True))
-    with _open_farm(a.address) as farm:
+    with _open_farm(a) as farm:
         matches = farm.select(a.where)
         if not matches:
             cond = " and ".join(str(w) for w in a.where) or "(none)"
@@ -315,7 +345,7 @@ def _size(n: Any) -> str:
 
 
 def _cmd_status(a: argparse.Namespace) -> int:
-    with _open_farm(a.address) as farm:
+    with _open_farm(a) as farm:
         agents = farm.agents(with_leases=True)
         queue = farm.queue()
     if a.json:

@@ -29,11 +29,46 @@ DEFAULT_ADDRESS = "tcp://127.0.0.1:8786"
 log = logging.getLogger("vmrpc_farm")
 
 
-def normalize_address(address: str) -> str:
-    """``HOST:PORT`` or ``tcp://HOST:PORT`` (or ``tls://``) -> a Dask address."""
+@dataclass(frozen=True)
+class Tls:
+    """Mutual TLS for every connection of the farm (head, nodes, clients):
+    a PEM CA bundle, and this process's certificate and key, signed by it."""
+
+    ca: str
+    cert: str
+    key: str
+
+
+def make_security(tls: Optional[Tls]) -> Any:
+    """The engine's security settings for tls (None: plain TCP)."""
+    if tls is None:
+        return None
+    from distributed.security import Security
+
+    return Security(
+        require_encryption=True,
+        tls_ca_file=tls.ca,
+        tls_client_cert=tls.cert,
+        tls_client_key=tls.key,
+        tls_scheduler_cert=tls.cert,
+        tls_scheduler_key=tls.key,
+        tls_worker_cert=tls.cert,
+        tls_worker_key=tls.key,
+    )
+
+
+def normalize_address(address: str, tls: bool = False) -> str:
+    """``HOST:PORT``, ``tcp://HOST:PORT`` or ``tls://HOST:PORT`` -> a Dask
+    address (tls:// when tls is on, which it must be for a tls:// head)."""
     a = address.strip()
     if "://" not in a:
-        a = "tcp://" + a
+        a = ("tls://" if tls else "tcp://") + a
+    if a.startswith("tcp://") and tls:
+        raise ValueError(f"address {address!r}: with --tls-ca/--tls-cert/--tls-key the head's "
+                         "address is tls://HOST:PORT (or HOST:PORT)")
+    if a.startswith("tls://") and not tls:
+        raise ValueError(f"address {address!r}: a tls:// head needs --tls-ca, --tls-cert and "
+                         "--tls-key")
     scheme, _, rest = a.partition("://")
     host, sep, port = rest.rpartition(":")
     if scheme not in ("tcp", "tls") or not sep or not host or not port.isdigit():
@@ -86,7 +121,7 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-async def _head(host: str, port: int, lifetime: Optional[float]) -> int:
+async def _head(host: str, port: int, lifetime: Optional[float], tls: Optional[Tls]) -> int:
     import dask
     from distributed import Scheduler
 
@@ -94,7 +129,8 @@ async def _head(host: str, port: int, lifetime: Optional[float]) -> int:
     # Dask always serves HTTP (health, metrics) beside the scheduler: on the
     # scheduler's own host and a free port, never on every interface.
     with dask.config.set(engine_config()):
-        async with Scheduler(host=host, port=port, dashboard=False, protocol="tcp",
+        async with Scheduler(host=host, port=port, dashboard=False,
+                             protocol="tls" if tls else "tcp", security=make_security(tls),
                              dashboard_address=f"{host}:0") as s:
             print(f"vmrpc-farm head listening on {s.address}", flush=True)
             stop = asyncio.Event()
@@ -106,8 +142,9 @@ async def _head(host: str, port: int, lifetime: Optional[float]) -> int:
     return 0
 
 
-def run_head(host: str, port: int, lifetime: Optional[float] = None) -> int:
-    return asyncio.run(_head(host, port, lifetime))
+def run_head(host: str, port: int, lifetime: Optional[float] = None,
+             tls: Optional[Tls] = None) -> int:
+    return asyncio.run(_head(host, port, lifetime, tls))
 
 
 @dataclass
@@ -121,7 +158,7 @@ class _AgentKeeper:
     """Keeps one agent's worker in the engine while the agent answers."""
 
     def __init__(self, client: Any, address: str, cfg: AgentConfig, tags: Dict[str, str],
-                 interval: float) -> None:
+                 interval: float, tls: Optional[Tls]) -> None:
         from . import jobs
 
         self.client = client
@@ -133,6 +170,7 @@ class _AgentKeeper:
         self.slot = jobs.AgentSlot(cfg.name, cfg.url, cfg.token, {})
         self.state = "starting"
         self.listen_host = route_host(address)
+        self.tls = tls
 
     async def _publish(self, state: str, error: str = "") -> None:
         self.state = state
@@ -175,6 +213,8 @@ class _AgentKeeper:
             memory_limit=0,
             dashboard=False,
             host=self.listen_host,
+            protocol="tls" if self.tls else "tcp",
+            security=make_security(self.tls),
             dashboard_address=f"{self.listen_host}:0",
             death_timeout=60,
         )
@@ -230,7 +270,8 @@ class _AgentKeeper:
 
 
 async def _node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str],
-                interval: float, head_timeout: float, lifetime: Optional[float]) -> int:
+                interval: float, head_timeout: float, lifetime: Optional[float],
+                tls: Optional[Tls]) -> int:
     import dask
     from distributed import Client
 
@@ -238,12 +279,12 @@ async def _node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str
     with dask.config.set(engine_config()):
         try:
             client = await Client(address, asynchronous=True, timeout=head_timeout,
-                                  name="vmrpc-farm-node")
+                                  name="vmrpc-farm-node", security=make_security(tls))
         except (OSError, asyncio.TimeoutError) as e:
             print(f"vmrpc-farm serve: cannot reach the head at {address}: {e}; start it with "
                   "`vmrpc-farm head` and check --address", file=sys.stderr, flush=True)
             return 3
-        keepers = [_AgentKeeper(client, address, a, tags, interval) for a in agents]
+        keepers = [_AgentKeeper(client, address, a, tags, interval, tls) for a in agents]
         tasks = [asyncio.create_task(k.keep()) for k in keepers]
         stop = asyncio.Event()
         _stop_on_signals(stop)
@@ -282,18 +323,18 @@ async def _node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str
 
 def run_node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str],
              interval: float = 2.0, head_timeout: float = 30.0,
-             lifetime: Optional[float] = None) -> int:
-    return asyncio.run(_node(address, agents, tags, interval, head_timeout, lifetime))
+             lifetime: Optional[float] = None, tls: Optional[Tls] = None) -> int:
+    return asyncio.run(_node(address, agents, tags, interval, head_timeout, lifetime, tls))
 
 
-def connect(address: str, timeout: float = 10.0) -> Any:
+def connect(address: str, timeout: float = 10.0, tls: Optional[Tls] = None) -> Any:
     """A synchronous Dask client of the head at address."""
     import dask
     from distributed import Client
 
     _quiet_engine()
     dask.config.set(engine_config())
-    return Client(address, timeout=timeout, name="vmrpc-farm")
+    return Client(address, timeout=timeout, name="vmrpc-farm", security=make_security(tls))
 
 
 def scheduler_view(dask_scheduler: Any) -> Dict[str, Any]:

@@ -69,9 +69,10 @@ def _quiet(_: str) -> None:
 class Farm:
     """A client of the farm's head."""
 
-    def __init__(self, address: str, timeout: float = 10.0) -> None:
-        self.address = engine.normalize_address(address)
-        self.client = engine.connect(self.address, timeout)
+    def __init__(self, address: str, timeout: float = 10.0,
+                 tls: Optional[engine.Tls] = None) -> None:
+        self.address = engine.normalize_address(address, tls is not None)
+        self.client = engine.connect(self.address, timeout, tls)
 
     def close(self) -> None:
         self.client.close()
