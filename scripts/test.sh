@@ -10,6 +10,7 @@
 #
 #   scripts/test.sh            everything
 #   VMRPC_SKIP_PYTHON=1 ...    no Python package tests
+#   VMRPC_SKIP_FARM=1 ...      no device-farm tests (python/farm_tests, docs/farm.md)
 #   VMRPC_SKIP_ASAN=1 ...      no sanitizer build (quicker while developing)
 #   VMRPC_SKIP_FUZZ=1 ...      no fuzzing
 #   VMRPC_FUZZ_SECONDS=N       seconds per fuzz target [60]
@@ -45,8 +46,10 @@ python_suite() {
   VMRPC_WERROR=ON "$venv/bin/python" -m pip install -q ".[farm]" numpy pytest
   echo "== test: python (pytest python/tests)"
   VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/tests
-  echo "== test: farm (pytest python/farm_tests)"
-  VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/farm_tests
+  if [ "${VMRPC_SKIP_FARM:-0}" != 1 ]; then
+    echo "== test: farm (pytest python/farm_tests)"
+    VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/farm_tests
+  fi
 }
 
 # The pytest suite with build-asan/'s extension module (preloading the

@@ -291,8 +291,10 @@ def _cmd_job(a: argparse.Namespace) -> int:
         spec.expected = [_load_npy(p) for p in a.expected]
         spec.rtol, spec.atol = a.rtol, a.atol
     mode = a.mode or "all"
-    log = (lambda m: None) if a.quiet else (lambda m: print(f"vmrpc-farm: {m}", file=sys.stderr,
-                                                             flush=True))
+    def log(msg: str) -> None:
+        if not a.quiet:
+            print(f"vmrpc-farm: {msg}", file=sys.stderr, flush=True)
+
     with _open_farm(a) as farm:
         matches = farm.select(a.where)
         if not matches:

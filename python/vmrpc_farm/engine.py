@@ -45,7 +45,7 @@ def make_security(tls: Optional[Tls]) -> Any:
         return None
     from distributed.security import Security
 
-    return Security(
+    return Security(  # type: ignore[no-untyped-call]
         require_encryption=True,
         tls_ca_file=tls.ca,
         tls_client_cert=tls.cert,
@@ -184,12 +184,12 @@ class _AgentKeeper:
         await self.client.set_metadata(META + [self.cfg.name], entry)
 
     def _probe(self) -> Any:
-        import vmrpc
+        from vmrpc.errors import VMError
 
         try:
             with self.slot.connect(connect_timeout=3, timeout=5) as s:
                 return dict(s.info)
-        except vmrpc.VMError as e:
+        except VMError as e:
             return str(e)
 
     async def _up(self, info: Dict[str, Any]) -> None:
@@ -278,8 +278,9 @@ async def _node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str
     _quiet_engine()
     with dask.config.set(engine_config()):
         try:
-            client = await Client(address, asynchronous=True, timeout=head_timeout,
-                                  name="vmrpc-farm-node", security=make_security(tls))
+            client = await Client(  # type: ignore[no-untyped-call]
+                address, asynchronous=True, timeout=head_timeout, name="vmrpc-farm-node",
+                security=make_security(tls))
         except (OSError, asyncio.TimeoutError) as e:
             print(f"vmrpc-farm serve: cannot reach the head at {address}: {e}; start it with "
                   "`vmrpc-farm head` and check --address", file=sys.stderr, flush=True)
@@ -334,7 +335,8 @@ def connect(address: str, timeout: float = 10.0, tls: Optional[Tls] = None) -> A
 
     _quiet_engine()
     dask.config.set(engine_config())
-    return Client(address, timeout=timeout, name="vmrpc-farm", security=make_security(tls))
+    return Client(  # type: ignore[no-untyped-call]
+        address, timeout=timeout, name="vmrpc-farm", security=make_security(tls))
 
 
 def scheduler_view(dask_scheduler: Any) -> Dict[str, Any]:

@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from . import engine
 from .jobs import AgentDown, JobSpec, execute
@@ -155,7 +155,7 @@ class Farm:
             for n, t in enumerate(t for t in targets for _ in range(count))
         ]
         by_name = {a.name: a for a in matches}
-        down: set = set()
+        down: Set[str] = set()
         pending: Dict[Any, Job] = {}
         attempt_no = itertools.count()
         end_by = None if deadline is None else time.monotonic() + deadline
@@ -188,7 +188,7 @@ class Farm:
                 pure=False,
                 retries=0,
             )
-            fut.vmrpc_names = names  # type: ignore[attr-defined]
+            fut.vmrpc_names = names
             pending[fut] = job
 
         def failed_attempt(job: Job, agent: Optional[str], why: str) -> None:
@@ -206,12 +206,13 @@ class Farm:
         last_check = 0.0
         while pending:
             try:
-                wait(list(pending), timeout=0.5, return_when="FIRST_COMPLETED")
+                wait(list(pending), timeout=0.5,  # type: ignore[no-untyped-call]
+                     return_when="FIRST_COMPLETED")
             except TimeoutError:  # Dask raises it rather than return nothing done
                 pass
             for fut in [f for f in pending if f.done()]:
                 job = pending.pop(fut)
-                names = fut.vmrpc_names  # type: ignore[attr-defined]
+                names = fut.vmrpc_names
                 if fut.status == "finished":
                     res, outputs = fut.result()
                     job.result, job.outputs = res, outputs
@@ -240,7 +241,7 @@ class Farm:
                 last_check = now
                 alive = {a.name: a for a in self.agents()}
                 for fut, job in list(pending.items()):
-                    names = fut.vmrpc_names  # type: ignore[attr-defined]
+                    names = fut.vmrpc_names
                     gone = [n for n in names
                             if n not in alive or alive[n].state != "up"
                             or alive[n].worker != by_name[n].worker]

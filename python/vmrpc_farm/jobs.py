@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 import vmrpc
+from vmrpc.errors import VMError  # vmrpc.VMError, spelt so that mypy sees it exported
 
 __all__ = ["JobSpec", "AgentDown", "AgentSlot", "execute", "register_slot", "slot_of"]
 
@@ -78,7 +79,7 @@ class AgentSlot:
             with self.connect(connect_timeout=3, timeout=5) as s:
                 s.ping()
             return None
-        except vmrpc.VMError as e:
+        except VMError as e:
             return str(e)
 
 
@@ -197,7 +198,7 @@ def execute(spec: JobSpec) -> Tuple[Dict[str, Any], Optional[List[Any]]]:
     outputs = None
     try:
         outputs = _run(slot, spec, res)
-    except vmrpc.VMError as e:
+    except VMError as e:
         why = slot.alive()
         if why is not None:
             slot.down_reason = f"{e}; then {why}"
