@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT / "python" / "farm_tests"))
 
 from farm_proc import BUILD, Agent, Head, Node, farm_cmd  # noqa: E402
 
+from vmrpc_farm import Farm  # noqa: E402
+
 AGENTS, COUNT = 3, 2
 
 
@@ -90,22 +92,21 @@ def main() -> int:
             "--junit", str(xml)])
         bench = subprocess.Popen(cmd)
         victim = agents[2]
-        victim_name = None
-        for _ in range(1500):
-            st = subprocess.run(farm_cmd() + ["status", "--address", head.address, "--json"],
-                                capture_output=True, text=True, timeout=60)
-            if st.returncode == 0:
-                for ag in json.loads(st.stdout)["agents"]:
-                    if ag["props"].get("agent") == victim.url and ag["lease"]:
-                        victim_name = ag["name"]
+        victim_name = held = None
+        with Farm(head.address) as farm:
+            for _ in range(3000):
+                for ag in farm.agents(with_leases=True):
+                    if ag.props.get("agent") == victim.url and ag.lease:
+                        victim_name, held = ag.name, ag.lease
                 if victim_name:
                     break
-            time.sleep(0.1)
-        if victim_name is None:
-            bench.kill()
-            raise RuntimeError("agent 2 never got a job")
-        print(f"\n>>> kill -9 the vmagent of {victim_name} (it holds a job)\n", flush=True)
-        victim.proc.send_signal(signal.SIGKILL)
+                time.sleep(0.05)
+            if victim_name is None:
+                bench.kill()
+                raise RuntimeError("agent 2 never got a job")
+            victim.proc.send_signal(signal.SIGKILL)
+        print(f"\n>>> killed (SIGKILL) the vmagent of {victim_name} while it ran {held}\n",
+              flush=True)
         rc = bench.wait(400)
         print(f"(vmrpc-farm bench exited {rc})")
         subprocess.run(show(farm_cmd() + ["status", "--address", head.address]), check=True)
