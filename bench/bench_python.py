@@ -24,7 +24,14 @@ medians over rounds, per call:
   bulk_overhead_us_per_mib, bulk_into_overhead_us_per_mib, and _cpu_ the same
                                     in calling-thread CPU; bulk_ratio, bulk_into_ratio
 
-Usage: bench/bench_python.py [--rounds N] [--batch N] [--bulk-mib N]
+With --instructions (needs valgrind), also the instructions the calling
+thread executes per call, counted by callgrind (deterministic, unlike time
+on a busy machine): ping_instr_c / _py, call4_instr_c / _py, their
+differences *_overhead_instr and call4_instr_ratio. Each side runs in its own
+process under callgrind twice, with N and 3N calls; the difference divided
+by 2N takes start-up out.
+
+Usage: bench/bench_python.py [--rounds N] [--batch N] [--bulk-mib N] [--instructions]
 Needs the C build ($VMRPC_BUILD_DIR, default build/: agent/vmagent,
 client/vmclient, bench/libcapi_calls.so) and the vmrpc package installed
 (pip install .). Prints one JSON object.
@@ -87,11 +94,62 @@ def py_batch(fn: Callable[[], object], n: int) -> Tuple[float, float]:
     return time.perf_counter() - w0, time.thread_time() - c0
 
 
+def worker(lib: ctypes.CDLL, url: str, vmx: str, side: str, fig: str, n: int) -> None:
+    """--worker: n calls of one figure on one side (run under callgrind)."""
+    x4 = np.ones(1, np.float32)
+    if side == "c":
+        h = lib.capi_open(url.encode(), vmx.encode())
+        if not h:
+            raise RuntimeError("capi_open failed")
+        for k in (20, n):  # warm up, then the counted calls
+            if fig == "ping":
+                c_batch(lib.capi_ping, h, k)
+            else:
+                c_batch(lib.capi_call, h, k, x4, x4.size)
+        lib.capi_close(h)
+    else:
+        sess = vmrpc.connect(url)
+        vm = sess.create_vm(sess.upload(vmx), device="cpu")
+        for k in (20, n):
+            if fig == "ping":
+                py_batch(sess.ping, k)
+            else:
+                py_batch(lambda: vm["ident"](x4), k)
+        sess.close()
+
+
+def instructions(url: str, vmx: pathlib.Path, tmp: pathlib.Path, n: int) -> Dict[str, float]:
+    """Calling-thread instructions per call, by callgrind (see the docstring)."""
+    res: Dict[str, float] = {}
+    for fig in ("ping", "call4"):
+        for side in ("c", "py"):
+            counts = []
+            for k in (n, 3 * n):
+                out = tmp / f"cg.{fig}.{side}.{k}"
+                subprocess.run(
+                    ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                     f"--callgrind-out-file={out}", sys.executable, __file__,
+                     "--worker", side, fig, str(k), url, str(vmx)],
+                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+                main_thread = pathlib.Path(f"{out}-01").read_text()
+                line = next(x for x in main_thread.splitlines() if x.startswith("summary:"))
+                counts.append(int(line.split()[1]))
+            res[f"{fig}_instr_{side}"] = (counts[1] - counts[0]) / (2 * n)
+        res[f"{fig}_overhead_instr"] = res[f"{fig}_instr_py"] - res[f"{fig}_instr_c"]
+    res["call4_instr_ratio"] = res["call4_instr_py"] / res["call4_instr_c"]
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--batch", type=int, default=200, help="small calls per batch")
     ap.add_argument("--bulk-mib", type=int, default=16)
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions per call with callgrind (valgrind)")
+    ap.add_argument("--worker", nargs=5, metavar=("SIDE", "FIG", "N", "URL", "VMX"),
+                    help=argparse.SUPPRESS)
     a = ap.parse_args()
     so = BUILD / "bench" / "libcapi_calls.so"
     if not so.exists():
@@ -99,6 +157,10 @@ def main() -> int:
               file=sys.stderr)
         return 1
     lib = load_capi(so)
+    if a.worker:
+        side, fig, k, url, model = a.worker
+        worker(lib, url, model, side, fig, int(k))
+        return 0
     n, mib = a.batch, a.bulk_mib
     nbulk = max(2, 64 // mib)
     x4 = np.ones(1, np.float32)
@@ -151,6 +213,7 @@ def main() -> int:
             assert np.array_equal(out, big)
             vm.free()
             sess.close()
+            counted = instructions(agent.url, vmx, t, 100) if a.instructions else {}
         finally:
             if h:
                 lib.capi_close(h)
@@ -190,6 +253,7 @@ def main() -> int:
         "bulk_into_overhead_us_per_mib": over("bulk_into", False, us),
         "bulk_into_overhead_cpu_us_per_mib": over("bulk_into", True, us),
         "bulk_into_ratio": med("bulk_into", 2, 1) / med("bulk_into", 0, 1),
+        **counted,
     }
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()}))
     return 0

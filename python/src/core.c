@@ -952,20 +952,26 @@ done:
   return result;
 }
 
-/* call(vm, func, args, kwargs, deadline_ms): set inputs, invoke, fetch the
- * whole result. */
-static PyObject *Connection_call(Connection *self, PyObject *args) {
-  unsigned long long id;
-  const char *func;
-  PyObject *pos, *kw;
-  unsigned int deadline_ms = 0;
-  if (!PyArg_ParseTuple(args, "KsO!O!|I", &id, &func, &PyTuple_Type, &pos, &PyDict_Type, &kw,
-                        &deadline_ms))
+/* call(vm_id, func, *inputs, **named_inputs): set inputs, invoke, fetch the
+ * whole result. Its inputs are its own arguments so that vm["f"] can be a
+ * functools.partial of it: no Python frame between the caller and here. */
+static PyObject *Connection_call(Connection *self, PyObject *args, PyObject *kwargs) {
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if (n < 2) {
+    PyErr_SetString(PyExc_TypeError, "call(vm_id, func, *inputs, **named_inputs)");
     return NULL;
-  vmc_vm_t vm = {id};
-  if (set_inputs(self, vm, func, pos, kw) != 0) return NULL;
+  }
+  vmc_vm_t vm = {PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args, 0))};
+  if (vm.id == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  const char *func = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 1));
+  if (!func) return NULL;
+  PyObject *inputs = PyTuple_GetSlice(args, 2, n);
+  if (!inputs) return NULL;
+  int rc = set_inputs(self, vm, func, inputs, kwargs);
+  Py_DECREF(inputs);
+  if (rc != 0) return NULL;
   double agent_s;
-  if (do_invoke(self, vm, func, deadline_ms, &agent_s) != 0) return NULL;
+  if (do_invoke(self, vm, func, 0, &agent_s) != 0) return NULL;
   uint32_t path[MAX_PATH + 1];
   return fetch_output(self, vm, func, path, 0);
 }
@@ -1112,8 +1118,8 @@ static PyMethodDef Connection_methods[] = {
      "get_output(vm_id, func, path) -> value"},
     {"get_output_into", (PyCFunction)Connection_get_output_into, METH_VARARGS,
      "get_output_into(vm_id, func, path, out) -> out"},
-    {"call", (PyCFunction)Connection_call, METH_VARARGS,
-     "call(vm_id, func, args, kwargs, deadline_ms=0) -> result"},
+    {"call", (PyCFunction)(void (*)(void))Connection_call, METH_VARARGS | METH_KEYWORDS,
+     "call(vm_id, func, *inputs, **named_inputs) -> result"},
     {"time_evaluate", (PyCFunction)Connection_time_evaluate, METH_VARARGS,
      "time_evaluate(vm_id, func, number, repeat, min_repeat_ms, limit_zero_time_iterations, "
      "cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes=0) -> dict"},

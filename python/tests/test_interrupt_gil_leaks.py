@@ -165,3 +165,27 @@ def test_no_leaks_over_1000_calls(sess: vmrpc.Session, vm: vmrpc.VirtualMachine)
     for k in ("session_bytes", "session_vms", "session_executables", "session_transfers"):
         assert stats1[k] == stats0[k], k
 
+
+
+def test_long_timeout_cancels_on_the_agent(agent: Agent, prog: pathlib.Path) -> None:
+    with vmrpc.connect(agent.url, long_timeout=0.3) as s:
+        vm = s.create_vm(s.upload(prog), device="cpu")
+        with pytest.raises(vmrpc.DeadlineExceeded) as ei:
+            vm.invoke_stateful("spin")
+        assert "cancel" in ei.value.message
+        assert vm["ident"](6) == 6  # the agent stopped the run
+
+
+def test_close_waits_for_calls_in_flight(agent: Agent, prog: pathlib.Path) -> None:
+    s = vmrpc.connect(agent.url)
+    vm = s.create_vm(s.upload(prog), device="cpu")
+    th = threading.Thread(target=lambda: pytest.raises(vmrpc.Cancelled, vm.invoke_stateful, "spin"))
+    th.start()
+    wait_busy(vm)
+    with pytest.raises(vmrpc.FailedPrecondition, match="in use by 1 call"):
+        s.close()
+    while th.is_alive():
+        vm.cancel()
+        th.join(0.1)
+    s.close()
+    assert s.closed

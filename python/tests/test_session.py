@@ -124,3 +124,35 @@ def test_session_frees_what_it_made(agent: Agent, prog: pathlib.Path) -> None:
         before = watcher.stats()["agent_sessions"]
     with vmrpc.connect(agent.url) as w2:
         assert w2.stats()["agent_sessions"] <= before - 1
+
+
+def _make_ca_and_cert(d: pathlib.Path) -> None:
+    # A CA and an agent certificate it signs (SAN IP and DNS 127.0.0.1),
+    # plus a second CA that signed nothing; as tests/agent/test_security.c.
+    (d / "ext.cnf").write_text("subjectAltName=DNS:127.0.0.1,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run = lambda *a: subprocess.run(["openssl", *a], cwd=d, check=True, capture_output=True)  # noqa: E731
+    for ca in ("ca", "other"):
+        run("req", "-x509", *ec, "-days", "2", "-subj", f"/CN=vmrpc-{ca}",
+            "-keyout", f"{ca}.key", "-out", f"{ca}.pem")
+    run("req", *ec, "-subj", "/CN=127.0.0.1", "-keyout", "agent.key", "-out", "agent.csr")
+    run("x509", "-req", "-in", "agent.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "ext.cnf", "-out", "agent.pem")
+
+
+def test_tls_with_ca(workdir: pathlib.Path, tmp_path: pathlib.Path, prog: pathlib.Path) -> None:
+    _make_ca_and_cert(tmp_path)
+    a = Agent(workdir / "cache", "--listen", "tls+tcp://127.0.0.1:0", "--tls-cert",
+              str(tmp_path / "agent.pem"), "--tls-key", str(tmp_path / "agent.key"),
+              "--device", "cpu")
+    try:
+        assert a.url.startswith("tls+tcp://127.0.0.1:")
+        with vmrpc.connect(a.url, tls_ca=tmp_path / "ca.pem", connect_timeout=10) as s:
+            vm = s.create_vm(s.upload(prog))
+            assert vm["ident"](b"\x01\x02\x03").tobytes() == b"\x01\x02\x03"
+        with pytest.raises(vmrpc.VMError) as ei:  # a CA that did not sign the agent's certificate
+            vmrpc.connect(a.url, tls_ca=tmp_path / "other.pem", connect_timeout=10)
+        assert type(ei.value) is vmrpc.Unavailable
+        assert "TLS handshake with the agent" in ei.value.message
+    finally:
+        assert a.stop() == 0

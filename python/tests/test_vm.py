@@ -53,6 +53,16 @@ def test_set_input_by_position_and_name(vm: vmrpc.VirtualMachine) -> None:
     assert vm.get_output("tup", 1) == (2, 3)
 
 
+def test_function_handle(vm: vmrpc.VirtualMachine) -> None:
+    f = vm["ident"]
+    assert vm["ident"] is f and isinstance(f, vmrpc.Function)
+    assert f.name == "ident" and "ident" in repr(f)
+    assert f(x=3) == 3  # by name
+    assert vm["tup"](np.zeros(2), n=1)[2] == 1  # mixed
+    with pytest.raises(vmrpc.NotFound):
+        vm["nosuch"]()
+
+
 def test_tuples_stay_tuples(vm: vmrpc.VirtualMachine) -> None:
     a = np.ones((2,), np.int32)
     b = np.float64(2.5)

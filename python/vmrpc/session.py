@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -202,22 +203,18 @@ class Executable:
         return f"<vmrpc.Executable {self.sha256[:16]}... ({how})>"
 
 
-class Function:
-    """``vm["main"]``: call it with the function's parameters; returns its
-    result (NumPy arrays; tuples stay tuples). Inputs, the run and the
-    outputs are one C call."""
+class Function(functools.partial):  # type: ignore[type-arg]
+    """``vm["main"]``: call it with the function's parameters (positional,
+    or by name); returns its result (NumPy arrays; tuples stay tuples).
+    Inputs, the run and the outputs are one C call: a Function is a
+    ``functools.partial`` of it, with no Python code in between."""
 
-    __slots__ = ("_vm", "name")
-
-    def __init__(self, vm: "VirtualMachine", name: str) -> None:
-        self._vm = vm
-        self.name = name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._vm._conn.call(self._vm.id, self.name, args, kwargs)
+    @property
+    def name(self) -> str:
+        return str(self.args[1])
 
     def __repr__(self) -> str:
-        return f"<vmrpc.Function {self.name} of VM {self._vm.id}>"
+        return f"<vmrpc.Function {self.name} of VM {self.args[0]}>"
 
 
 class VirtualMachine:
@@ -238,9 +235,13 @@ class VirtualMachine:
         self.id: int = vm_id
         self.devices: List[str] = devices
         self._freed = False
+        self._funcs: Dict[str, Function] = {}
 
     def __getitem__(self, func: str) -> Function:
-        return Function(self, func)
+        f = self._funcs.get(func)
+        if f is None:
+            f = self._funcs[func] = Function(self._conn.call, self.id, func)
+        return f
 
     def set_input(self, func: str, *args: Any, **kwargs: Any) -> None:
         """Sets func's parameters: positional ones by index from 0, keyword
