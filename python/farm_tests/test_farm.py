@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+import traceback
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Dict, List
 
@@ -39,14 +40,14 @@ def test_six_jobs_on_two_agents_never_share_one(cluster: Callable[[int], Cluster
     c = cluster(2)
     spec = bench_spec(mlp, 150)
     results: List[List[Job]] = []
-    errors: List[BaseException] = []
+    errors: List[str] = []
 
     def ci_job() -> None:  # two CI jobs at once, each with its own client
         try:
             with Farm(head.address) as f:
                 results.append(f.dispatch(spec, c.where, mode="any", count=3, deadline=300))
-        except BaseException as e:
-            errors.append(e)
+        except BaseException:
+            errors.append(traceback.format_exc())
 
     threads = [threading.Thread(target=ci_job) for _ in range(2)]
     for t in threads:

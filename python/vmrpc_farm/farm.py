@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -158,6 +159,7 @@ class Farm:
         down: Set[str] = set()
         pending: Dict[Any, Job] = {}
         attempt_no = itertools.count()
+        woken = threading.Event()
         end_by = None if deadline is None else time.monotonic() + deadline
 
         def candidates(job: Job) -> List[str]:
@@ -190,6 +192,7 @@ class Farm:
             )
             fut.vmrpc_names = names
             pending[fut] = job
+            fut.add_done_callback(lambda _: woken.set())
 
         def failed_attempt(job: Job, agent: Optional[str], why: str) -> None:
             job.attempts.append({"agent": agent, "error": why, "at": time.time()})
@@ -201,15 +204,13 @@ class Farm:
 
         for job in jobs:
             submit(job)
-        from distributed import wait
 
         last_check = 0.0
         while pending:
-            try:
-                wait(list(pending), timeout=0.5,  # type: ignore[no-untyped-call]
-                     return_when="FIRST_COMPLETED")
-            except TimeoutError:  # Dask raises it rather than return nothing done
-                pass
+            # Woken by a job ending (the callbacks below), or every 0.5 s
+            # for the watchdog and the deadline.
+            woken.wait(0.5)
+            woken.clear()
             for fut in [f for f in pending if f.done()]:
                 job = pending.pop(fut)
                 names = fut.vmrpc_names
