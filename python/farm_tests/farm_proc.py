@@ -68,8 +68,8 @@ class Head(_Proc):
     """vmrpc-farm head on a free loopback port."""
 
     def __init__(self, workdir: pathlib.Path, lifetime: float = 1800,
-                 extra: Sequence[str] = (), name: str = "head") -> None:
-        super().__init__(farm_cmd() + ["head", "--listen", "127.0.0.1:0", "--lifetime",
+                 extra: Sequence[str] = (), name: str = "head", port: int = 0) -> None:
+        super().__init__(farm_cmd() + ["head", "--listen", f"127.0.0.1:{port}", "--lifetime",
                                        str(lifetime), *extra], workdir / f"{name}.log")
         self.address = self.wait_line("vmrpc-farm head listening on ").split()[-1]
 

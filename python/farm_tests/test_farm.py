@@ -19,7 +19,7 @@ import pytest
 
 from conftest import Cluster, Mlp, overlaps
 from farm_proc import farm_cmd
-from vmrpc_farm import Farm, Job, JobSpec
+from vmrpc_farm import Farm, Job, JobSpec, Where
 
 
 def bench_spec(mlp: Mlp, min_repeat_ms: int) -> JobSpec:
@@ -259,3 +259,37 @@ def test_tls_farm_lets_in_only_its_ca(workdir: pathlib.Path, tmp_path: pathlib.P
         if agent is not None:
             agent.stop()
         assert head.stop() == 0
+
+
+def test_node_comes_back_after_the_head_restarts(tmp_path: pathlib.Path, mlp: Mlp) -> None:
+    import socket
+
+    from farm_proc import Agent, Head, Node
+
+    with socket.socket() as s:  # a free port for both heads
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    head = Head(tmp_path, name="head-1", port=port)
+    agent = Agent(tmp_path / "cache")
+    node = Node(tmp_path, head.address, [agent], ["test=restart"], name="restart-node",
+                interval=0.5)
+    head2 = None
+    try:
+        node.wait_line("vmrpc-farm serve: agent ")
+        assert head.stop() == 0
+        head2 = Head(tmp_path, name="head-2", port=port)
+        where = [Where.parse("test=restart")]
+        with Farm(head2.address) as f:
+            for _ in range(600):  # the new head knows nothing until the node says again
+                if f.select(where):
+                    break
+                time.sleep(0.1)
+            jobs = f.dispatch(JobSpec("run", "mlp.vmx", mlp.vmx.read_bytes(),
+                                      args=(np.load(mlp.x),)), where, deadline=120)
+        assert [j.state for j in jobs] == ["ok"], [j.to_dict() for j in jobs]
+    finally:
+        assert node.stop() == 0
+        agent.stop()
+        if head2 is not None:
+            assert head2.stop() == 0
+        head.stop()

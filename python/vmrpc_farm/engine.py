@@ -169,11 +169,12 @@ class _AgentKeeper:
         self.worker: Any = None
         self.slot = jobs.AgentSlot(cfg.name, cfg.url, cfg.token, {})
         self.state = "starting"
+        self.error = ""
         self.listen_host = route_host(address)
         self.tls = tls
 
     async def _publish(self, state: str, error: str = "") -> None:
-        self.state = state
+        self.state, self.error = state, error
         entry = {
             "state": state,
             "since": time.time(),
@@ -249,11 +250,40 @@ class _AgentKeeper:
                 print(f"vmrpc-farm serve: agent {self.cfg.name} not answering: {got}",
                       flush=True)
             last_error = got if not isinstance(got, dict) else None
+            await self._check_engine()
             # Wake early when a job saw the agent die.
             for _ in range(max(1, int(self.interval / 0.1))):
                 if self.worker is not None and self.slot.down.is_set():
                     break
                 await asyncio.sleep(0.1)
+
+    async def _check_engine(self) -> None:
+        """After the head restarted, or the engine closed the worker: a new
+        worker, and the agent published again (the new head knows nothing)."""
+        from distributed.core import Status
+
+        if self.worker is not None and self.worker.status != Status.running:
+            log.debug("worker of %s is %s: replacing it", self.cfg.name, self.worker.status)
+            w, self.worker = self.worker, None
+            try:
+                await asyncio.wait_for(w.close(timeout=5, executor_wait=False), 15)
+            except Exception as e:  # it is closed or closing already
+                log.debug("closing worker: %s", e)
+            return  # the next round starts a new one if the agent answers
+        if self.state == "starting":
+            return
+        try:
+            entry = await asyncio.wait_for(
+                self.client.get_metadata(META + [self.cfg.name], default=None), 5)
+        except Exception as e:  # the head is away: the node's main loop times out on it
+            log.debug("reading metadata: %s", e)
+            return
+        mine = self.worker.address if self.worker is not None else None
+        if not isinstance(entry, dict) or entry.get("worker") != mine or (
+                entry.get("state") != self.state):
+            await self._publish(self.state, self.error)
+            print(f"vmrpc-farm serve: agent {self.cfg.name} published again ({self.state})",
+                  flush=True)
 
     async def close(self) -> None:
         if self.worker is not None:

@@ -163,7 +163,7 @@ class Farm:
         end_by = None if deadline is None else time.monotonic() + deadline
 
         def candidates(job: Job) -> List[str]:
-            if job.target is not None and not job.attempts and job.target not in down:
+            if job.target is not None and job.target not in down:
                 return [job.target]
             return [n for n in by_name if n not in down]
 
@@ -191,6 +191,7 @@ class Farm:
                 retries=0,
             )
             fut.vmrpc_names = names
+            fut.vmrpc_workers = workers
             pending[fut] = job
             fut.add_done_callback(lambda _: woken.set())
 
@@ -199,7 +200,7 @@ class Farm:
             if agent is not None and agent not in down:
                 down.add(agent)
                 log(f"agent {agent} down: {why}")
-            log(f"job {job.id}: retrying elsewhere ({len(job.attempts)} failed)")
+            log(f"job {job.id}: retrying ({len(job.attempts)} failed)")
             submit(job)
 
         for job in jobs:
@@ -223,6 +224,9 @@ class Farm:
                                          "at": res.get("end")})
                     log(f"job {job.id}: {job.state} on {res['agent']}")
                     continue
+                if fut.status != "error":  # cancelled or lost: the head restarted
+                    failed_attempt(job, None, f"the engine dropped the job ({fut.status})")
+                    continue
                 exc = fut.exception()
                 if isinstance(exc, AgentDown):
                     failed_attempt(job, exc.agent, exc.message)
@@ -241,22 +245,30 @@ class Farm:
                 # the head for ever: take it back and send it elsewhere.
                 last_check = now
                 alive = {a.name: a for a in self.agents()}
+                for n, a in alive.items():
+                    if n in by_name and a.state == "up":
+                        by_name[n] = a  # maybe a new worker: the agent or the head came back
                 for fut, job in list(pending.items()):
                     names = fut.vmrpc_names
-                    gone = [n for n in names
-                            if n not in alive or alive[n].state != "up"
-                            or alive[n].worker != by_name[n].worker]
-                    if len(gone) == len(names):
+                    up = [n for n in names if n in alive and alive[n].state == "up"]
+                    if not up:
                         del pending[fut]
                         fut.cancel()
-                        for n in gone:
+                        for n in names:
                             if n not in down:
                                 down.add(n)
-                                a = alive.get(n)
-                                log(f"agent {n} {a.state if a else 'gone'}: "
-                                    f"{(a.error if a else '') or 'its worker left the engine'}")
+                                seen = alive.get(n)
+                                log(f"agent {n} {seen.state if seen else 'gone'}: "
+                                    f"{(seen.error if seen else '') or 'its worker left the engine'}")
                         failed_attempt(job, names[0] if len(names) == 1 else None,
                                        "its agent went down before the job ended")
+                    elif not any(alive[n].worker in fut.vmrpc_workers for n in up):
+                        # Its agents are up under new workers (the head
+                        # restarted): send it to them; not a failure.
+                        del pending[fut]
+                        fut.cancel()
+                        log(f"job {job.id}: its agents have new workers; sending it again")
+                        submit(job)
             if end_by is not None and now > end_by and pending:
                 for fut, job in pending.items():
                     fut.cancel()

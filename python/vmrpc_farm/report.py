@@ -115,6 +115,6 @@ def to_table(jobs: Sequence[Job]) -> str:
     s = summary(jobs)
     lines.append(
         f"{s['jobs']} jobs: {s['ok']} ok, {s['mismatch']} mismatch, {s['error']} error, "
-        f"{s['lost']} lost; {s['retried']} retried on another agent"
+        f"{s['lost']} lost; {s['retried']} retried"
     )
     return "\n".join(lines) + "\n"
