@@ -118,28 +118,29 @@ def test_killed_agent_job_retried_on_another(cluster: Callable[[int], Cluster], 
     c = cluster(2)
     victim = c.name_of(c.agents[1])
     other = c.name_of(c.agents[0])
-    jobs = run_and_kill(c, bench_spec(mlp, 1500), 1, "all", 1)
+    # Jobs of 4 s at least: the victim is killed well inside its job.
+    jobs = run_and_kill(c, bench_spec(mlp, 4000), 1, "all", 1)
     assert len(jobs) == 2
     assert [j.state for j in jobs] == ["ok", "ok"], [j.to_dict() for j in jobs]
     moved = [j for j in jobs if j.target == victim][0]
-    assert moved.result is not None and moved.result["agent"] == other
-    assert [a["agent"] for a in moved.attempts] == [victim, other]
+    assert moved.result is not None and moved.result["agent"] == other, moved.to_dict()
+    assert [a["agent"] for a in moved.attempts] == [victim, other], moved.attempts
     assert moved.attempts[0]["error"]
     assert moved.result["properties"]["agent"] == c.agents[0].url
     assert moved.result["version"] and moved.result["timing"]["number"] >= 1
     states = {a.name: a.state for a in c.farm.agents()}
-    for _ in range(200):
+    for _ in range(600):  # the node marks it down after closing its worker
         if states[victim] == "down":
             break
         time.sleep(0.05)
         states = {a.name: a.state for a in c.farm.agents()}
-    assert states[victim] == "down" and states[other] == "up"
+    assert states[victim] == "down" and states[other] == "up", states
 
 
 def test_job_lost_when_no_match_is_left(cluster: Callable[[int], Cluster], mlp: Mlp) -> None:
     c = cluster(1)
     victim = c.name_of(c.agents[0])
-    jobs = run_and_kill(c, bench_spec(mlp, 1500), 0, "any", 2)
+    jobs = run_and_kill(c, bench_spec(mlp, 3000), 0, "any", 2)
     assert [j.state for j in jobs] == ["lost", "lost"], [j.to_dict() for j in jobs]
     for j in jobs:
         assert j.error == f"no matching agent left to run it (tried: {victim})" or (
