@@ -41,9 +41,22 @@ def main() -> None:
     a = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-farm.", dir=BUILD))
     vmx, x = work / "mlp.vmx", work / "x.npy"
-    subprocess.run([str(BUILD / "examples" / "vmrpc-gen-model"), "mlp", "--seed", "7", "--out",
-                    str(vmx), "--input", str(x), "--expected", str(work / "y.npy")], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            str(BUILD / "examples" / "vmrpc-gen-model"),
+            "mlp",
+            "--seed",
+            "7",
+            "--out",
+            str(vmx),
+            "--input",
+            str(x),
+            "--expected",
+            str(work / "y.npy"),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     spec = JobSpec("run", "mlp.vmx", vmx.read_bytes(), args=(np.load(x),))
     agent = Agent(work / "cache")
     head = node = None
@@ -74,18 +87,22 @@ def main() -> None:
             assert all(j.state == "ok" for j in js)
         time.sleep(1.0)
         d, o = statistics.median(direct), statistics.median(one)
-        print(json.dumps({
-            "jobs": a.jobs,
-            "direct_s": d,
-            "farm_job_s": o,
-            "farm_batch_per_job_s": batch,
-            "overhead_job_s": o - d,
-            "overhead_batch_per_job_s": batch - d,
-            "ratio_job_to_direct": o / d,
-            "ratio_batch_to_direct": batch / d,
-            "head_rss_bytes": rss_tree(head.proc.pid),
-            "node_rss_bytes": rss_tree(node.proc.pid),
-        }))
+        print(
+            json.dumps(
+                {
+                    "jobs": a.jobs,
+                    "direct_s": d,
+                    "farm_job_s": o,
+                    "farm_batch_per_job_s": batch,
+                    "overhead_job_s": o - d,
+                    "overhead_batch_per_job_s": batch - d,
+                    "ratio_job_to_direct": o / d,
+                    "ratio_batch_to_direct": batch / d,
+                    "head_rss_bytes": rss_tree(head.proc.pid),
+                    "node_rss_bytes": rss_tree(node.proc.pid),
+                }
+            )
+        )
     finally:
         for p in (node, head):
             if p is not None:

@@ -101,8 +101,14 @@ def main() -> None:
         import distributed
         from distributed import Client, LocalCluster
 
-        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address=None, memory_limit=0)
+        cluster = LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            memory_limit=0,
+        )
         client = Client(cluster)
         out["version"] = distributed.__version__
         out["start_s"] = time.perf_counter() - t0
@@ -116,12 +122,18 @@ def main() -> None:
         def close() -> None:
             client.close()
             cluster.close()
+
         dist = "distributed"
     else:
         import ray
 
-        ray.init(num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 logging_level="ERROR", log_to_driver=False)
+        ray.init(
+            num_cpus=1,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
         rnoop = ray.remote(num_cpus=1)(noop)
         out["version"] = ray.__version__
         out["start_s"] = time.perf_counter() - t0
@@ -141,8 +153,9 @@ def main() -> None:
     out["per_task_s"] = (time.perf_counter() - t1) / a.tasks
     time.sleep(1.0)
     out["rss_bytes"] = rss_tree(os.getpid()) - rss0
-    out["baseline_call_s"] = median_rtt(noop, a.tasks)
-    out["ratio_rtt_to_baseline"] = out["rtt_s"] / max(out["baseline_call_s"], 1e-9)  # type: ignore[operator]
+    base = median_rtt(noop, a.tasks)
+    out["baseline_call_s"] = base
+    out["ratio_rtt_to_baseline"] = float(out["rtt_s"]) / max(base, 1e-9)  # type: ignore[arg-type]
     out["install_bytes"] = install_bytes(dist)
     close()
     print(json.dumps(out))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import signal
 import subprocess
@@ -35,7 +34,7 @@ def say(msg: str) -> None:
 
 
 def show(args: list) -> list:
-    print("$ vmrpc-farm " + " ".join(str(a) for a in args[len(farm_cmd()):]), flush=True)
+    print("$ vmrpc-farm " + " ".join(str(a) for a in args[len(farm_cmd()) :]), flush=True)
     return args
 
 
@@ -54,9 +53,22 @@ def main() -> int:
     try:
         say("model: the example MLP")
         vmx, x = work / "mlp.vmx", work / "x.npy"
-        subprocess.run([str(BUILD / "examples" / "vmrpc-gen-model"), "mlp", "--seed", "7",
-                        "--out", str(vmx), "--input", str(x), "--expected",
-                        str(work / "y.npy")], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                str(BUILD / "examples" / "vmrpc-gen-model"),
+                "mlp",
+                "--seed",
+                "7",
+                "--out",
+                str(vmx),
+                "--input",
+                str(x),
+                "--expected",
+                str(work / "y.npy"),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
         say("the head (engine scheduler) on loopback")
         head = Head(work, lifetime=900)
@@ -67,16 +79,32 @@ def main() -> int:
         for i in range(AGENTS):
             ag = Agent(work / f"cache-{i}")
             agents.append(ag)
-            node = Node(work, head.address, [ag], [f"board=loopback-{i}", "farm=demo"],
-                        name=f"node-{i}", interval=1.0, lifetime=900)
+            node = Node(
+                work,
+                head.address,
+                [ag],
+                [f"board=loopback-{i}", "farm=demo"],
+                name=f"node-{i}",
+                interval=1.0,
+                lifetime=900,
+            )
             procs.append(node)
-            print(f"node {i}: vmrpc-farm serve --address {head.address} --agent {ag.url} "
-                  f"--tag board=loopback-{i} --tag farm=demo")
+            print(
+                f"node {i}: vmrpc-farm serve --address {head.address} --agent {ag.url} "
+                f"--tag board=loopback-{i} --tag farm=demo"
+            )
         for _ in range(600):
-            st = subprocess.run(farm_cmd() + ["status", "--address", head.address, "--json"],
-                                capture_output=True, text=True, timeout=60)
-            up = [x for x in json.loads(st.stdout)["agents"] if x["state"] == "up"] \
-                if st.returncode == 0 else []
+            st = subprocess.run(
+                farm_cmd() + ["status", "--address", head.address, "--json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            up = (
+                [x for x in json.loads(st.stdout)["agents"] if x["state"] == "up"]
+                if st.returncode == 0
+                else []
+            )
             if len(up) == AGENTS:
                 break
             time.sleep(0.2)
@@ -85,11 +113,32 @@ def main() -> int:
         subprocess.run(show(farm_cmd() + ["status", "--address", head.address]), check=True)
 
         say(f"bench --all, {COUNT} jobs per agent; agent 2 is killed while it holds a job")
-        cmd = show(farm_cmd() + [
-            "bench", str(vmx), "--address", head.address, "--input", f"0={x}",
-            "--where", "farm=demo", "--all", "--count", str(COUNT), "-n", "1",
-            "--min-repeat-ms", "1500", "--deadline", "300", "--json", str(js),
-            "--junit", str(xml)])
+        cmd = show(
+            farm_cmd()
+            + [
+                "bench",
+                str(vmx),
+                "--address",
+                head.address,
+                "--input",
+                f"0={x}",
+                "--where",
+                "farm=demo",
+                "--all",
+                "--count",
+                str(COUNT),
+                "-n",
+                "1",
+                "--min-repeat-ms",
+                "1500",
+                "--deadline",
+                "300",
+                "--json",
+                str(js),
+                "--junit",
+                str(xml),
+            ]
+        )
         bench = subprocess.Popen(cmd)
         victim = agents[2]
         victim_name = held = None
@@ -105,8 +154,9 @@ def main() -> int:
                 bench.kill()
                 raise RuntimeError("agent 2 never got a job")
             victim.proc.send_signal(signal.SIGKILL)
-        print(f"\n>>> killed (SIGKILL) the vmagent of {victim_name} while it ran {held}\n",
-              flush=True)
+        print(
+            f"\n>>> killed (SIGKILL) the vmagent of {victim_name} while it ran {held}\n", flush=True
+        )
         rc = bench.wait(400)
         print(f"(vmrpc-farm bench exited {rc})")
         subprocess.run(show(farm_cmd() + ["status", "--address", head.address]), check=True)
@@ -134,9 +184,11 @@ def main() -> int:
         if problems:
             print("demo: NOT every job is accounted for: " + "; ".join(problems))
             return 1
-        print(f"demo: every one of the {want} jobs is accounted for "
-              f"({doc['summary']['ok']} ok, {doc['summary']['retried']} retried after the kill, "
-              f"{doc['summary']['lost']} lost); results in {js} and {xml}")
+        print(
+            f"demo: every one of the {want} jobs is accounted for "
+            f"({doc['summary']['ok']} ok, {doc['summary']['retried']} retried after the kill, "
+            f"{doc['summary']['lost']} lost); results in {js} and {xml}"
+        )
         return 0
     finally:
         for p in reversed(procs):

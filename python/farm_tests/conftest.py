@@ -39,8 +39,9 @@ class Mlp(NamedTuple):
 def mlp(workdir: pathlib.Path) -> Mlp:
     m = Mlp(workdir / "mlp.vmx", workdir / "mlp_x.npy", workdir / "mlp_y.npy")
     gen = [str(BUILD / "examples" / "vmrpc-gen-model"), "mlp", "--seed", "7"]
-    subprocess.run(gen + ["--out", str(m.vmx), "--input", str(m.x), "--expected", str(m.y)],
-                   check=True)
+    subprocess.run(
+        gen + ["--out", str(m.vmx), "--input", str(m.x), "--expected", str(m.y)], check=True
+    )
     return m
 
 
@@ -55,8 +56,9 @@ class Cluster:
         try:
             for i in range(n):
                 self.agents.append(Agent(workdir / f"cache-{name}-{i}"))
-            self.node = Node(workdir, head.address, self.agents, [f"test={name}"],
-                             name=f"node-{name}")
+            self.node = Node(
+                workdir, head.address, self.agents, [f"test={name}"], name=f"node-{name}"
+            )
             self.farm = Farm(head.address)
             self.wait_up(n)
         except BaseException:
@@ -71,8 +73,7 @@ class Cluster:
         raise AssertionError(f"{n} agents never came up:\n{self.node.log.read_text()}")
 
     def name_of(self, agent: Agent) -> str:
-        return next(a.name for a in self.farm.select(self.where)
-                    if a.props["agent"] == agent.url)
+        return next(a.name for a in self.farm.select(self.where) if a.props["agent"] == agent.url)
 
     def stop(self) -> None:
         if getattr(self, "farm", None) is not None:
@@ -84,8 +85,9 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(workdir: pathlib.Path, head: Head,
-            request: pytest.FixtureRequest) -> Iterator[Callable[[int], Cluster]]:
+def cluster(
+    workdir: pathlib.Path, head: Head, request: pytest.FixtureRequest
+) -> Iterator[Callable[[int], Cluster]]:
     made: List[Cluster] = []
 
     def make(n: int) -> Cluster:

@@ -5,9 +5,7 @@ parent (like python/tests/agent_proc.py, whose Agent this reuses)."""
 from __future__ import annotations
 
 import ctypes
-import os
 import pathlib
-import select
 import signal
 import subprocess
 import sys
@@ -36,7 +34,9 @@ class _Proc:
         self.log = log
         self._out = open(log, "w")
         self.proc = subprocess.Popen(
-            list(args), stdout=self._out, stderr=subprocess.STDOUT,
+            list(args),
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
         )
 
@@ -67,21 +67,48 @@ class _Proc:
 class Head(_Proc):
     """vmrpc-farm head on a free loopback port."""
 
-    def __init__(self, workdir: pathlib.Path, lifetime: float = 1800,
-                 extra: Sequence[str] = (), name: str = "head", port: int = 0) -> None:
-        super().__init__(farm_cmd() + ["head", "--listen", f"127.0.0.1:{port}", "--lifetime",
-                                       str(lifetime), *extra], workdir / f"{name}.log")
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        lifetime: float = 1800,
+        extra: Sequence[str] = (),
+        name: str = "head",
+        port: int = 0,
+    ) -> None:
+        super().__init__(
+            farm_cmd()
+            + ["head", "--listen", f"127.0.0.1:{port}", "--lifetime", str(lifetime), *extra],
+            workdir / f"{name}.log",
+        )
         self.address = self.wait_line("vmrpc-farm head listening on ").split()[-1]
 
 
 class Node(_Proc):
     """vmrpc-farm serve for some agents, with tags."""
 
-    def __init__(self, workdir: pathlib.Path, address: str, agents: Sequence[Agent],
-                 tags: Sequence[str], name: str = "node", interval: float = 0.5,
-                 lifetime: float = 1800, extra: Sequence[str] = ()) -> None:
-        args = farm_cmd() + ["serve", "--address", address, "--interval", str(interval),
-                             "--head-timeout", "10", "--lifetime", str(lifetime), *extra]
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        address: str,
+        agents: Sequence[Agent],
+        tags: Sequence[str],
+        name: str = "node",
+        interval: float = 0.5,
+        lifetime: float = 1800,
+        extra: Sequence[str] = (),
+    ) -> None:
+        args = farm_cmd() + [
+            "serve",
+            "--address",
+            address,
+            "--interval",
+            str(interval),
+            "--head-timeout",
+            "10",
+            "--lifetime",
+            str(lifetime),
+            *extra,
+        ]
         for a in agents:
             args += ["--agent", a.url]
         for t in tags:

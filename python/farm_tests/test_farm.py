@@ -4,7 +4,6 @@ killed agent, lost jobs accounted for, and the reports (JSON, JUnit)."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import signal
 import subprocess
@@ -15,7 +14,6 @@ import xml.etree.ElementTree as ET
 from typing import Any, Callable, Dict, List
 
 import numpy as np
-import pytest
 
 from conftest import Cluster, Mlp, overlaps
 from farm_proc import farm_cmd
@@ -23,8 +21,15 @@ from vmrpc_farm import Farm, Job, JobSpec, Where
 
 
 def bench_spec(mlp: Mlp, min_repeat_ms: int) -> JobSpec:
-    return JobSpec("bench", "mlp.vmx", mlp.vmx.read_bytes(), args=(np.load(mlp.x),),
-                   number=1, repeat=1, min_repeat_ms=min_repeat_ms)
+    return JobSpec(
+        "bench",
+        "mlp.vmx",
+        mlp.vmx.read_bytes(),
+        args=(np.load(mlp.x),),
+        number=1,
+        repeat=1,
+        min_repeat_ms=min_repeat_ms,
+    )
 
 
 def by_agent(jobs: List[Job]) -> Dict[str, List[tuple]]:
@@ -35,8 +40,9 @@ def by_agent(jobs: List[Job]) -> Dict[str, List[tuple]]:
     return out
 
 
-def test_six_jobs_on_two_agents_never_share_one(cluster: Callable[[int], Cluster],
-                                                 mlp: Mlp, head: Any) -> None:
+def test_six_jobs_on_two_agents_never_share_one(
+    cluster: Callable[[int], Cluster], mlp: Mlp, head: Any
+) -> None:
     c = cluster(2)
     spec = bench_spec(mlp, 150)
     results: List[List[Job]] = []
@@ -68,8 +74,11 @@ def test_six_jobs_on_two_agents_never_share_one(cluster: Callable[[int], Cluster
 def test_jobs_queue_while_the_agent_is_busy(cluster: Callable[[int], Cluster], mlp: Mlp) -> None:
     c = cluster(1)
     out: List[Job] = []
-    t = threading.Thread(target=lambda: out.extend(
-        c.farm.dispatch(bench_spec(mlp, 400), c.where, mode="any", count=3, deadline=300)))
+    t = threading.Thread(
+        target=lambda: out.extend(
+            c.farm.dispatch(bench_spec(mlp, 400), c.where, mode="any", count=3, deadline=300)
+        )
+    )
     t.start()
     seen_waiting = 0
     seen_lease = None
@@ -87,15 +96,19 @@ def test_jobs_queue_while_the_agent_is_busy(cluster: Callable[[int], Cluster], m
     assert seen_waiting >= 1, "status never showed a job waiting for the busy agent"
 
 
-def run_and_kill(c: Cluster, spec: JobSpec, victim: int, mode: str, count: int,
-                 retries: int = 2) -> List[Job]:
+def run_and_kill(
+    c: Cluster, spec: JobSpec, victim: int, mode: str, count: int, retries: int = 2
+) -> List[Job]:
     out: List[Job] = []
     errors: List[BaseException] = []
 
     def go() -> None:
         try:
-            out.extend(c.farm.dispatch(spec, c.where, mode=mode, count=count, retries=retries,
-                                       deadline=300))
+            out.extend(
+                c.farm.dispatch(
+                    spec, c.where, mode=mode, count=count, retries=retries, deadline=300
+                )
+            )
         except BaseException as e:
             errors.append(e)
 
@@ -144,29 +157,70 @@ def test_job_lost_when_no_match_is_left(cluster: Callable[[int], Cluster], mlp: 
     assert [j.state for j in jobs] == ["lost", "lost"], [j.to_dict() for j in jobs]
     for j in jobs:
         assert j.error == f"no matching agent left to run it (tried: {victim})" or (
-            j.error == "no matching agent left to run it (tried: none)"), j.error
+            j.error == "no matching agent left to run it (tried: none)"
+        ), j.error
 
 
-def test_cli_check_json_and_junit(cluster: Callable[[int], Cluster], mlp: Mlp, head: Any,
-                                  tmp_path: pathlib.Path) -> None:
+def test_cli_check_json_and_junit(
+    cluster: Callable[[int], Cluster], mlp: Mlp, head: Any, tmp_path: pathlib.Path
+) -> None:
     c = cluster(2)
     wrong = tmp_path / "wrong.npy"
     y = np.load(mlp.y)
     np.save(wrong, y + 1)
-    cmd = farm_cmd() + ["check", str(mlp.vmx), str(mlp.x), "--address", head.address,
-                        "--where", f"test={c.name}", "--all", "-q"]
-    ok = subprocess.run(cmd + ["-e", str(mlp.y), "--json", str(tmp_path / "ok.json"),
-                               "--junit", str(tmp_path / "ok.xml")],
-                        capture_output=True, text=True, timeout=300)
+    cmd = farm_cmd() + [
+        "check",
+        str(mlp.vmx),
+        str(mlp.x),
+        "--address",
+        head.address,
+        "--where",
+        f"test={c.name}",
+        "--all",
+        "-q",
+    ]
+    ok = subprocess.run(
+        cmd
+        + [
+            "-e",
+            str(mlp.y),
+            "--json",
+            str(tmp_path / "ok.json"),
+            "--junit",
+            str(tmp_path / "ok.xml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run(cmd + ["-e", str(wrong), "--json", str(tmp_path / "bad.json"),
-                                "--junit", str(tmp_path / "bad.xml")],
-                         capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        cmd
+        + [
+            "-e",
+            str(wrong),
+            "--json",
+            str(tmp_path / "bad.json"),
+            "--junit",
+            str(tmp_path / "bad.xml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 1, bad.stderr
 
     doc = json.loads((tmp_path / "bad.json").read_text())
-    assert doc["summary"] == {"jobs": 2, "ok": 0, "mismatch": 2, "error": 0, "lost": 0,
-                              "pending": 0, "retried": 0, "accounted": 2}
+    assert doc["summary"] == {
+        "jobs": 2,
+        "ok": 0,
+        "mismatch": 2,
+        "error": 0,
+        "lost": 0,
+        "pending": 0,
+        "retried": 0,
+        "accounted": 2,
+    }
     r = doc["jobs"][0]["result"]
     assert r["match"] is False and r["outputs"][0]["check"]["mismatched"] == y.size
     assert r["properties"]["vendor"] and r["version"] == r["properties"]["version"]
@@ -204,28 +258,80 @@ def test_cli_errors(head: Any, tmp_path: pathlib.Path, mlp: Mlp) -> None:
     assert r.returncode == 2 and "expected HOST:PORT" in r.stderr
     r = run("serve", "--address", head.address, "--agent", "http://x", "--lifetime", "5")
     assert r.returncode == 2 and "--agent 'http://x': expected tcp://HOST:PORT" in r.stderr
-    r = run("serve", "--address", head.address, "--agent", "tcp://127.0.0.1:1", "--tag", "vendor=ARM")
+    r = run(
+        "serve", "--address", head.address, "--agent", "tcp://127.0.0.1:1", "--tag", "vendor=ARM"
+    )
     assert r.returncode == 2 and "'vendor' is a property the node fills" in r.stderr
 
 
 def make_cert(d: pathlib.Path, name: str, ca: str = "") -> List[str]:
     key, pem = d / f"{name}.key", d / f"{name}.pem"
     if not ca:
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                        "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(pem)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                f"/CN={name}",
+                "-keyout",
+                str(key),
+                "-out",
+                str(pem),
+            ],
+            check=True,
+            capture_output=True,
+        )
     else:
         csr = d / f"{name}.csr"
-        subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
-                        "-keyout", str(key), "-out", str(csr)], check=True, capture_output=True)
-        subprocess.run(["openssl", "x509", "-req", "-in", str(csr), "-CA", f"{d / ca}.pem",
-                        "-CAkey", f"{d / ca}.key", "-CAcreateserial", "-days", "2", "-out",
-                        str(pem)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                f"/CN={name}",
+                "-keyout",
+                str(key),
+                "-out",
+                str(csr),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                "openssl",
+                "x509",
+                "-req",
+                "-in",
+                str(csr),
+                "-CA",
+                f"{d / ca}.pem",
+                "-CAkey",
+                f"{d / ca}.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                str(pem),
+            ],
+            check=True,
+            capture_output=True,
+        )
     return [str(pem), str(key)]
 
 
-def test_tls_farm_lets_in_only_its_ca(workdir: pathlib.Path, tmp_path: pathlib.Path,
-                                      mlp: Mlp) -> None:
+def test_tls_farm_lets_in_only_its_ca(
+    workdir: pathlib.Path, tmp_path: pathlib.Path, mlp: Mlp
+) -> None:
     from farm_proc import Agent, Head, Node
 
     make_cert(tmp_path, "ca")
@@ -238,21 +344,53 @@ def test_tls_farm_lets_in_only_its_ca(workdir: pathlib.Path, tmp_path: pathlib.P
         agent = Agent(tmp_path / "cache")
         node = Node(tmp_path, head.address, [agent], ["test=tls"], name="tls-node", extra=tls)
         node.wait_line("vmrpc-farm serve: agent ")
-        r = subprocess.run(farm_cmd() + ["run", str(mlp.vmx), str(mlp.x), "--address",
-                                         head.address, "--where", "test=tls", "-q",
-                                         "--json", "-"] + tls,
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            farm_cmd()
+            + [
+                "run",
+                str(mlp.vmx),
+                str(mlp.x),
+                "--address",
+                head.address,
+                "--where",
+                "test=tls",
+                "-q",
+                "--json",
+                "-",
+            ]
+            + tls,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["summary"]["ok"] == 1
         # A certificate from another CA is turned away; so is plain TCP.
         other = make_cert(tmp_path, "other")
-        r = subprocess.run(farm_cmd() + ["status", "--address", head.address, "--tls-ca",
-                                         str(tmp_path / "ca.pem"), "--tls-cert", other[0],
-                                         "--tls-key", other[1]],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            farm_cmd()
+            + [
+                "status",
+                "--address",
+                head.address,
+                "--tls-ca",
+                str(tmp_path / "ca.pem"),
+                "--tls-cert",
+                other[0],
+                "--tls-key",
+                other[1],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 3 and "cannot reach the head" in r.stderr
-        r = subprocess.run(farm_cmd() + ["status", "--address", head.address],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            farm_cmd() + ["status", "--address", head.address],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 2 and "a tls:// head needs --tls-ca" in r.stderr
     finally:
         if node is not None:
@@ -272,8 +410,9 @@ def test_node_comes_back_after_the_head_restarts(tmp_path: pathlib.Path, mlp: Ml
         port = s.getsockname()[1]
     head = Head(tmp_path, name="head-1", port=port)
     agent = Agent(tmp_path / "cache")
-    node = Node(tmp_path, head.address, [agent], ["test=restart"], name="restart-node",
-                interval=0.5)
+    node = Node(
+        tmp_path, head.address, [agent], ["test=restart"], name="restart-node", interval=0.5
+    )
     head2 = None
     try:
         node.wait_line("vmrpc-farm serve: agent ")
@@ -285,8 +424,11 @@ def test_node_comes_back_after_the_head_restarts(tmp_path: pathlib.Path, mlp: Ml
                 if f.select(where):
                     break
                 time.sleep(0.1)
-            jobs = f.dispatch(JobSpec("run", "mlp.vmx", mlp.vmx.read_bytes(),
-                                      args=(np.load(mlp.x),)), where, deadline=120)
+            jobs = f.dispatch(
+                JobSpec("run", "mlp.vmx", mlp.vmx.read_bytes(), args=(np.load(mlp.x),)),
+                where,
+                deadline=120,
+            )
         assert [j.state for j in jobs] == ["ok"], [j.to_dict() for j in jobs]
     finally:
         assert node.stop() == 0

@@ -11,12 +11,28 @@ INFO = {
     "agent_version": "0.1.0",
     "protocol": (1, 0),
     "devices": [
-        {"selector": "opencl:0", "name": "Mali-G610", "vendor": "ARM", "platform": "ARM Platform",
-         "driver_version": "r41", "compute_units": 4, "global_mem_bytes": 8 << 30,
-         "supports_fp16": True, "has_device_timer": True},
-        {"selector": "cpu", "name": "host cpu", "vendor": "", "platform": "",
-         "driver_version": "", "compute_units": 8, "global_mem_bytes": 0,
-         "supports_fp16": False, "has_device_timer": False},
+        {
+            "selector": "opencl:0",
+            "name": "Mali-G610",
+            "vendor": "ARM",
+            "platform": "ARM Platform",
+            "driver_version": "r41",
+            "compute_units": 4,
+            "global_mem_bytes": 8 << 30,
+            "supports_fp16": True,
+            "has_device_timer": True,
+        },
+        {
+            "selector": "cpu",
+            "name": "host cpu",
+            "vendor": "",
+            "platform": "",
+            "driver_version": "",
+            "compute_units": 8,
+            "global_mem_bytes": 0,
+            "supports_fp16": False,
+            "has_device_timer": False,
+        },
     ],
 }
 
@@ -28,13 +44,25 @@ def test_properties_from_info_and_tags() -> None:
     assert p["version"] == "0.1.0" and p["protocol"] == "1.0" and p["board"] == "rk3588"
 
 
-@pytest.mark.parametrize("cond,want", [
-    ("vendor=ARM", True), ("vendor=arm", True), ("vendor=AMD", False),
-    ("vendor!=AMD", True), ("vendor!=ARM", False), ("device_name~=mali", True),
-    ("memory>=4G", True), ("memory>=16GiB", False), ("memory<=8G", True),
-    ("board=rk3588", True), ("nosuch=x", False), ("nosuch!=x", False),
-    ("device=cpu", True), ("compute_units>=5", False),
-])
+@pytest.mark.parametrize(
+    "cond,want",
+    [
+        ("vendor=ARM", True),
+        ("vendor=arm", True),
+        ("vendor=AMD", False),
+        ("vendor!=AMD", True),
+        ("vendor!=ARM", False),
+        ("device_name~=mali", True),
+        ("memory>=4G", True),
+        ("memory>=16GiB", False),
+        ("memory<=8G", True),
+        ("board=rk3588", True),
+        ("nosuch=x", False),
+        ("nosuch!=x", False),
+        ("device=cpu", True),
+        ("compute_units>=5", False),
+    ],
+)
 def test_where(cond: str, want: bool) -> None:
     p = agent_properties("b1", "b1", INFO, {"board": "rk3588"})
     assert Where.parse(cond).matches(p) is want
@@ -49,8 +77,9 @@ def test_where_errors(text: str) -> None:
 def test_where_error_message() -> None:
     with pytest.raises(ValueError) as e:
         Where.parse("vendor")
-    assert str(e.value) == ("--where 'vendor': expected KEY=VALUE, KEY!=VALUE, KEY~=TEXT, "
-                            "KEY>=N or KEY<=N")
+    assert str(e.value) == (
+        "--where 'vendor': expected KEY=VALUE, KEY!=VALUE, KEY~=TEXT, KEY>=N or KEY<=N"
+    )
 
 
 def test_tags() -> None:

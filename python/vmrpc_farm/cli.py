@@ -87,14 +87,18 @@ def _load_npy(path: str) -> np.ndarray:
     return a
 
 
-def _inputs(positional: Sequence[str], named: Sequence[str]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+def _inputs(
+    positional: Sequence[str], named: Sequence[str]
+) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
     by_index: Dict[int, Any] = {i: _load_npy(p) for i, p in enumerate(positional)}
     kwargs: Dict[str, Any] = {}
     for item in named:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise UsageError(f"--input {item!r}: expected NAME=FILE.npy (NAME: a parameter "
-                             "name or its index from 0)")
+            raise UsageError(
+                f"--input {item!r}: expected NAME=FILE.npy (NAME: a parameter "
+                "name or its index from 0)"
+            )
         if name.isdigit():
             i = int(name)
             if i in by_index:
@@ -110,8 +114,12 @@ def _inputs(positional: Sequence[str], named: Sequence[str]) -> Tuple[Tuple[Any,
 
 
 def _add_tls(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tls-ca", metavar="PEM", help="CA bundle: every farm connection is mutual "
-                   "TLS, and only certificates it signed are let in (needs --tls-cert, --tls-key)")
+    p.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="CA bundle: every farm connection is mutual "
+        "TLS, and only certificates it signed are let in (needs --tls-cert, --tls-key)",
+    )
     p.add_argument("--tls-cert", metavar="PEM", help="this process's certificate")
     p.add_argument("--tls-key", metavar="PEM", help="its private key")
 
@@ -119,8 +127,11 @@ def _add_tls(p: argparse.ArgumentParser) -> None:
 def _add_address(p: argparse.ArgumentParser) -> None:
     from .farm import default_address
 
-    p.add_argument("--address", default=default_address(),
-                   help="the head, HOST:PORT (default $VMRPC_FARM_ADDRESS or 127.0.0.1:8786)")
+    p.add_argument(
+        "--address",
+        default=default_address(),
+        help="the head, HOST:PORT (default $VMRPC_FARM_ADDRESS or 127.0.0.1:8786)",
+    )
     _add_tls(p)
 
 
@@ -145,55 +156,122 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     h = sub.add_parser("head", help="run the farm's head (the engine's scheduler)")
-    h.add_argument("--listen", default="127.0.0.1:8786",
-                   help="HOST:PORT to listen on (default 127.0.0.1:8786; port 0: any free)")
+    h.add_argument(
+        "--listen",
+        default="127.0.0.1:8786",
+        help="HOST:PORT to listen on (default 127.0.0.1:8786; port 0: any free)",
+    )
     h.add_argument("--lifetime", type=_positive, help="stop after this many seconds")
     _add_tls(h)
 
     s = sub.add_parser("serve", help="advertise this host's agents to the head")
     _add_address(s)
-    s.add_argument("--agent", action="append", required=True, metavar="URL",
-                   help="an agent of this host (tcp://..., tls+tcp://..., ipc://...); repeatable")
-    s.add_argument("--tag", action="append", type=_tag, default=[], metavar="KEY=VALUE",
-                   help="a property added to every agent of this node; repeatable")
+    s.add_argument(
+        "--agent",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="an agent of this host (tcp://..., tls+tcp://..., ipc://...); repeatable",
+    )
+    s.add_argument(
+        "--tag",
+        action="append",
+        type=_tag,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a property added to every agent of this node; repeatable",
+    )
     s.add_argument("--token-file", help="the agents' token (first line)")
-    s.add_argument("--name-prefix", default=socket.gethostname(),
-                   help="agents are named PREFIX/HOST:PORT (default: this host's name)")
-    s.add_argument("--interval", type=_positive, default=2.0,
-                   help="seconds between health checks of each agent (default 2)")
-    s.add_argument("--head-timeout", type=_positive, default=30.0,
-                   help="stop when the head is unreachable this long (default 30 s)")
+    s.add_argument(
+        "--name-prefix",
+        default=socket.gethostname(),
+        help="agents are named PREFIX/HOST:PORT (default: this host's name)",
+    )
+    s.add_argument(
+        "--interval",
+        type=_positive,
+        default=2.0,
+        help="seconds between health checks of each agent (default 2)",
+    )
+    s.add_argument(
+        "--head-timeout",
+        type=_positive,
+        default=30.0,
+        help="stop when the head is unreachable this long (default 30 s)",
+    )
     s.add_argument("--lifetime", type=_positive, help="stop after this many seconds")
 
-    for kind, what in (("bench", "time a function on the agents (time_evaluator)"),
-                       ("run", "run a function once on the agents"),
-                       ("check", "run, then compare the outputs with expected .npy files")):
+    for kind, what in (
+        ("bench", "time a function on the agents (time_evaluator)"),
+        ("run", "run a function once on the agents"),
+        ("check", "run, then compare the outputs with expected .npy files"),
+    ):
         m = sub.add_parser(kind, help=what)
         _add_address(m)
         m.add_argument("model", metavar="MODEL.vmx")
-        m.add_argument("inputs", nargs="*", metavar="INPUT.npy",
-                       help="inputs for parameters 0, 1, ... in order")
-        m.add_argument("-i", "--input", action="append", default=[], metavar="P=FILE.npy",
-                       help="parameter P (name or index from 0); repeatable")
+        m.add_argument(
+            "inputs",
+            nargs="*",
+            metavar="INPUT.npy",
+            help="inputs for parameters 0, 1, ... in order",
+        )
+        m.add_argument(
+            "-i",
+            "--input",
+            action="append",
+            default=[],
+            metavar="P=FILE.npy",
+            help="parameter P (name or index from 0); repeatable",
+        )
         m.add_argument("-f", "--func", default="main")
         m.add_argument("-d", "--device", help="device selector(s) of each agent (default: first)")
         m.add_argument("--exec-mode", choices=("bytecode", "compiled"))
-        m.add_argument("--where", action="append", type=_where, default=[],
-                       metavar="COND", help="KEY=VALUE, KEY!=VALUE, KEY~=TEXT, KEY>=N, KEY<=N; "
-                       "repeatable (all must hold)")
+        m.add_argument(
+            "--where",
+            action="append",
+            type=_where,
+            default=[],
+            metavar="COND",
+            help="KEY=VALUE, KEY!=VALUE, KEY~=TEXT, KEY>=N, KEY<=N; repeatable (all must hold)",
+        )
         g = m.add_mutually_exclusive_group()
-        g.add_argument("--all", dest="mode", action="store_const", const="all",
-                       help="run on every matching agent (default)")
-        g.add_argument("--any", dest="mode", action="store_const", const="any",
-                       help="run on any one matching agent")
-        m.add_argument("--count", type=_count(1, 10000), default=1,
-                       help="jobs per agent (--all) or in all (--any) (default 1)")
-        m.add_argument("--retries", type=_count(0, 100), default=2,
-                       help="times a job whose agent died goes to another match (default 2)")
-        m.add_argument("--deadline", type=_positive, default=3600.0,
-                       help="seconds for all jobs (default 3600); jobs not done are lost")
-        m.add_argument("--timeout", type=_positive,
-                       help="seconds one run may take on an agent (default: no limit)")
+        g.add_argument(
+            "--all",
+            dest="mode",
+            action="store_const",
+            const="all",
+            help="run on every matching agent (default)",
+        )
+        g.add_argument(
+            "--any",
+            dest="mode",
+            action="store_const",
+            const="any",
+            help="run on any one matching agent",
+        )
+        m.add_argument(
+            "--count",
+            type=_count(1, 10000),
+            default=1,
+            help="jobs per agent (--all) or in all (--any) (default 1)",
+        )
+        m.add_argument(
+            "--retries",
+            type=_count(0, 100),
+            default=2,
+            help="times a job whose agent died goes to another match (default 2)",
+        )
+        m.add_argument(
+            "--deadline",
+            type=_positive,
+            default=3600.0,
+            help="seconds for all jobs (default 3600); jobs not done are lost",
+        )
+        m.add_argument(
+            "--timeout",
+            type=_positive,
+            help="seconds one run may take on an agent (default: no limit)",
+        )
         m.add_argument("--json", metavar="FILE", help="write the results as JSON ('-': stdout)")
         m.add_argument("--junit", metavar="FILE", help="write the results as JUnit XML")
         m.add_argument("-q", "--quiet", action="store_true", help="no table, no progress")
@@ -202,13 +280,20 @@ def _parser() -> argparse.ArgumentParser:
             m.add_argument("-r", "--repeat", type=_count(1, 1 << 20), default=1)
             m.add_argument("--min-repeat-ms", type=_count(0, 1 << 30), default=0)
         if kind == "check":
-            m.add_argument("-e", "--expected", action="append", required=True, metavar="FILE.npy",
-                           help="expected value of the next output in order; repeatable")
+            m.add_argument(
+                "-e",
+                "--expected",
+                action="append",
+                required=True,
+                metavar="FILE.npy",
+                help="expected value of the next output in order; repeatable",
+            )
             m.add_argument("--rtol", type=float, default=1e-5)
             m.add_argument("--atol", type=float, default=1e-8)
         if kind == "run":
-            m.add_argument("-o", "--output-dir",
-                           help="write each agent's outputs to DIR/AGENT/OUT.npy")
+            m.add_argument(
+                "-o", "--output-dir", help="write each agent's outputs to DIR/AGENT/OUT.npy"
+            )
 
     st = sub.add_parser("status", help="agents, their leases, and the queue")
     _add_address(st)
@@ -236,14 +321,22 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     agents = []
     for url in a.agent:
         if not url.startswith(("tcp://", "tls+tcp://", "ipc://")):
-            raise UsageError(f"--agent {url!r}: expected tcp://HOST:PORT, tls+tcp://HOST:PORT or "
-                             "ipc:///PATH")
+            raise UsageError(
+                f"--agent {url!r}: expected tcp://HOST:PORT, tls+tcp://HOST:PORT or ipc:///PATH"
+            )
         agents.append(engine.AgentConfig(url, f"{a.name_prefix}/{url.split('://', 1)[1]}", token))
     if len({c.name for c in agents}) != len(agents):
         raise UsageError("an agent is given twice")
     tls = _tls(a)
-    return engine.run_node(engine.normalize_address(a.address, tls is not None), agents,
-                           dict(a.tag), a.interval, a.head_timeout, a.lifetime, tls)
+    return engine.run_node(
+        engine.normalize_address(a.address, tls is not None),
+        agents,
+        dict(a.tag),
+        a.interval,
+        a.head_timeout,
+        a.lifetime,
+        tls,
+    )
 
 
 def _open_farm(a: argparse.Namespace) -> Any:
@@ -254,10 +347,14 @@ def _open_farm(a: argparse.Namespace) -> Any:
     try:
         return Farm(address, tls=tls)
     except (OSError, TimeoutError) as e:
-        hint = (" and is --tls-cert signed by the CA the head trusts?" if tls else
-                " (a head started with --tls-* takes only TLS clients)")
-        raise FarmError(f"cannot reach the head at {address}: {e}; is `vmrpc-farm head` "
-                        f"running there{hint}") from None
+        hint = (
+            " and is --tls-cert signed by the CA the head trusts?"
+            if tls
+            else " (a head started with --tls-* takes only TLS clients)"
+        )
+        raise FarmError(
+            f"cannot reach the head at {address}: {e}; is `vmrpc-farm head` running there{hint}"
+        ) from None
 
 
 class FarmError(Exception):
@@ -283,14 +380,24 @@ def _cmd_job(a: argparse.Namespace) -> int:
     except OSError as e:
         raise UsageError(f"{a.model}: {e.strerror}") from None
     args, kwargs = _inputs(a.inputs, a.input)
-    spec = JobSpec(a.cmd, os.path.basename(a.model), model, a.func, args, kwargs, a.device,
-                   a.exec_mode, timeout=a.timeout)
+    spec = JobSpec(
+        a.cmd,
+        os.path.basename(a.model),
+        model,
+        a.func,
+        args,
+        kwargs,
+        a.device,
+        a.exec_mode,
+        timeout=a.timeout,
+    )
     if a.cmd == "bench":
         spec.number, spec.repeat, spec.min_repeat_ms = a.number, a.repeat, a.min_repeat_ms
     if a.cmd == "check":
         spec.expected = [_load_npy(p) for p in a.expected]
         spec.rtol, spec.atol = a.rtol, a.atol
     mode = a.mode or "all"
+
     def log(msg: str) -> None:
         if not a.quiet:
             print(f"vmrpc-farm: {msg}", file=sys.stderr, flush=True)
@@ -300,8 +407,10 @@ def _cmd_job(a: argparse.Namespace) -> int:
         if not matches:
             cond = " and ".join(str(w) for w in a.where) or "(none)"
             known = farm.agents()
-            raise FarmError(f"no agent that is up matches {cond}; {len(known)} known "
-                            f"({sum(k.state == 'up' for k in known)} up): see `vmrpc-farm status`")
+            raise FarmError(
+                f"no agent that is up matches {cond}; {len(known)} known "
+                f"({sum(k.state == 'up' for k in known)} up): see `vmrpc-farm status`"
+            )
         log(f"{len(matches)} matching agent(s): {', '.join(m.name for m in matches)}")
         started = time.time()
         jobs = farm.dispatch(spec, a.where, mode, a.retries, a.deadline, log, a.count)
@@ -351,24 +460,54 @@ def _cmd_status(a: argparse.Namespace) -> int:
         agents = farm.agents(with_leases=True)
         queue = farm.queue()
     if a.json:
-        print(json.dumps({
-            "address": farm.address,
-            "agents": [vars(x) for x in agents],
-            "queue": queue,
-        }, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "address": farm.address,
+                    "agents": [vars(x) for x in agents],
+                    "queue": queue,
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return EXIT_OK
-    reserved = {"name", "agent", "host", "version", "protocol", "devices", "device", "vendor",
-                "device_name", "platform", "driver", "memory", "compute_units", "fp16",
-                "device_timer"}
-    rows = [["agent", "state", "version", "devices", "vendor", "memory", "tags", "lease",
-             "waiting"]]
+    reserved = {
+        "name",
+        "agent",
+        "host",
+        "version",
+        "protocol",
+        "devices",
+        "device",
+        "vendor",
+        "device_name",
+        "platform",
+        "driver",
+        "memory",
+        "compute_units",
+        "fp16",
+        "device_timer",
+    }
+    rows = [
+        ["agent", "state", "version", "devices", "vendor", "memory", "tags", "lease", "waiting"]
+    ]
     for x in agents:
         p = x.props
         tags = ",".join(f"{k}={v}" for k, v in p.items() if k not in reserved)
-        rows.append([x.name, x.state + (f" ({x.error[:40]})" if x.error and x.state != "up" else ""),
-                     str(p.get("version", "-")), ",".join(p.get("device") or []) or "-",
-                     ",".join(p.get("vendor") or []) or "-", _size(p.get("memory")), tags or "-",
-                     x.lease or "-", str(len(x.waiting))])
+        rows.append(
+            [
+                x.name,
+                x.state + (f" ({x.error[:40]})" if x.error and x.state != "up" else ""),
+                str(p.get("version", "-")),
+                ",".join(p.get("device") or []) or "-",
+                ",".join(p.get("vendor") or []) or "-",
+                _size(p.get("memory")),
+                tags or "-",
+                x.lease or "-",
+                str(len(x.waiting)),
+            ]
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

@@ -64,11 +64,14 @@ def normalize_address(address: str, tls: bool = False) -> str:
     if "://" not in a:
         a = ("tls://" if tls else "tcp://") + a
     if a.startswith("tcp://") and tls:
-        raise ValueError(f"address {address!r}: with --tls-ca/--tls-cert/--tls-key the head's "
-                         "address is tls://HOST:PORT (or HOST:PORT)")
+        raise ValueError(
+            f"address {address!r}: with --tls-ca/--tls-cert/--tls-key the head's "
+            "address is tls://HOST:PORT (or HOST:PORT)"
+        )
     if a.startswith("tls://") and not tls:
-        raise ValueError(f"address {address!r}: a tls:// head needs --tls-ca, --tls-cert and "
-                         "--tls-key")
+        raise ValueError(
+            f"address {address!r}: a tls:// head needs --tls-ca, --tls-cert and --tls-key"
+        )
     scheme, _, rest = a.partition("://")
     host, sep, port = rest.rpartition(":")
     if scheme not in ("tcp", "tls") or not sep or not host or not port.isdigit():
@@ -87,8 +90,7 @@ def route_host(address: str) -> str:
     hostport = address.partition("://")[2]
     host, _, port = hostport.rpartition(":")
     host = host.strip("[]")
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
-                       socket.SOCK_DGRAM) as s:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect((host, int(port)))  # UDP: no packet is sent
         return str(s.getsockname()[0])
 
@@ -129,9 +131,14 @@ async def _head(host: str, port: int, lifetime: Optional[float], tls: Optional[T
     # Dask always serves HTTP (health, metrics) beside the scheduler: on the
     # scheduler's own host and a free port, never on every interface.
     with dask.config.set(engine_config()):
-        async with Scheduler(host=host, port=port, dashboard=False,
-                             protocol="tls" if tls else "tcp", security=make_security(tls),
-                             dashboard_address=f"{host}:0") as s:
+        async with Scheduler(
+            host=host,
+            port=port,
+            dashboard=False,
+            protocol="tls" if tls else "tcp",
+            security=make_security(tls),
+            dashboard_address=f"{host}:0",
+        ) as s:
             print(f"vmrpc-farm head listening on {s.address}", flush=True)
             stop = asyncio.Event()
             _stop_on_signals(stop)
@@ -142,8 +149,9 @@ async def _head(host: str, port: int, lifetime: Optional[float], tls: Optional[T
     return 0
 
 
-def run_head(host: str, port: int, lifetime: Optional[float] = None,
-             tls: Optional[Tls] = None) -> int:
+def run_head(
+    host: str, port: int, lifetime: Optional[float] = None, tls: Optional[Tls] = None
+) -> int:
     return asyncio.run(_head(host, port, lifetime, tls))
 
 
@@ -157,8 +165,15 @@ class AgentConfig:
 class _AgentKeeper:
     """Keeps one agent's worker in the engine while the agent answers."""
 
-    def __init__(self, client: Any, address: str, cfg: AgentConfig, tags: Dict[str, str],
-                 interval: float, tls: Optional[Tls]) -> None:
+    def __init__(
+        self,
+        client: Any,
+        address: str,
+        cfg: AgentConfig,
+        tags: Dict[str, str],
+        interval: float,
+        tls: Optional[Tls],
+    ) -> None:
         from . import jobs
 
         self.client = client
@@ -220,8 +235,10 @@ class _AgentKeeper:
             death_timeout=60,
         )
         await self._publish("up")
-        print(f"vmrpc-farm serve: agent {self.cfg.name} up ({self.cfg.url}) as "
-              f"{self.worker.address}", flush=True)
+        print(
+            f"vmrpc-farm serve: agent {self.cfg.name} up ({self.cfg.url}) as {self.worker.address}",
+            flush=True,
+        )
 
     async def _down(self, why: str) -> None:
         w, self.worker = self.worker, None
@@ -247,8 +264,7 @@ class _AgentKeeper:
                 await self._down(got)
             elif got != last_error and self.state != "down":
                 await self._publish("down", got)
-                print(f"vmrpc-farm serve: agent {self.cfg.name} not answering: {got}",
-                      flush=True)
+                print(f"vmrpc-farm serve: agent {self.cfg.name} not answering: {got}", flush=True)
             last_error = got if not isinstance(got, dict) else None
             await self._check_engine()
             # Wake early when a job saw the agent die.
@@ -274,16 +290,22 @@ class _AgentKeeper:
             return
         try:
             entry = await asyncio.wait_for(
-                self.client.get_metadata(META + [self.cfg.name], default=None), 5)
+                self.client.get_metadata(META + [self.cfg.name], default=None), 5
+            )
         except Exception as e:  # the head is away: the node's main loop times out on it
             log.debug("reading metadata: %s", e)
             return
         mine = self.worker.address if self.worker is not None else None
-        if not isinstance(entry, dict) or entry.get("worker") != mine or (
-                entry.get("state") != self.state):
+        if (
+            not isinstance(entry, dict)
+            or entry.get("worker") != mine
+            or (entry.get("state") != self.state)
+        ):
             await self._publish(self.state, self.error)
-            print(f"vmrpc-farm serve: agent {self.cfg.name} published again ({self.state})",
-                  flush=True)
+            print(
+                f"vmrpc-farm serve: agent {self.cfg.name} published again ({self.state})",
+                flush=True,
+            )
 
     async def close(self) -> None:
         if self.worker is not None:
@@ -292,16 +314,27 @@ class _AgentKeeper:
         try:
             await self.client.set_metadata(
                 META + [self.cfg.name],
-                {"state": "gone", "since": time.time(), "props": self.slot.props,
-                 "worker": None, "error": "its node stopped"},
+                {
+                    "state": "gone",
+                    "since": time.time(),
+                    "props": self.slot.props,
+                    "worker": None,
+                    "error": "its node stopped",
+                },
             )
         except Exception as e:  # the head may be gone already
             log.debug("publishing gone: %s", e)
 
 
-async def _node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str],
-                interval: float, head_timeout: float, lifetime: Optional[float],
-                tls: Optional[Tls]) -> int:
+async def _node(
+    address: str,
+    agents: Sequence[AgentConfig],
+    tags: Dict[str, str],
+    interval: float,
+    head_timeout: float,
+    lifetime: Optional[float],
+    tls: Optional[Tls],
+) -> int:
     import dask
     from distributed import Client
 
@@ -309,11 +342,19 @@ async def _node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str
     with dask.config.set(engine_config()):
         try:
             client = await Client(  # type: ignore[no-untyped-call]
-                address, asynchronous=True, timeout=head_timeout, name="vmrpc-farm-node",
-                security=make_security(tls))
+                address,
+                asynchronous=True,
+                timeout=head_timeout,
+                name="vmrpc-farm-node",
+                security=make_security(tls),
+            )
         except (OSError, asyncio.TimeoutError) as e:
-            print(f"vmrpc-farm serve: cannot reach the head at {address}: {e}; start it with "
-                  "`vmrpc-farm head` and check --address", file=sys.stderr, flush=True)
+            print(
+                f"vmrpc-farm serve: cannot reach the head at {address}: {e}; start it with "
+                "`vmrpc-farm head` and check --address",
+                file=sys.stderr,
+                flush=True,
+            )
             return 3
         keepers = [_AgentKeeper(client, address, a, tags, interval, tls) for a in agents]
         tasks = [asyncio.create_task(k.keep()) for k in keepers]
@@ -333,8 +374,12 @@ async def _node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str
                 if client.status != "running":
                     lost_since = lost_since or time.monotonic()
                     if time.monotonic() - lost_since > head_timeout:
-                        print(f"vmrpc-farm serve: lost the head at {address} for {head_timeout} s, "
-                              "stopping", file=sys.stderr, flush=True)
+                        print(
+                            f"vmrpc-farm serve: lost the head at {address} for {head_timeout} s, "
+                            "stopping",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         rc = 3
                         break
                 else:
@@ -352,9 +397,15 @@ async def _node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str
         return rc
 
 
-def run_node(address: str, agents: Sequence[AgentConfig], tags: Dict[str, str],
-             interval: float = 2.0, head_timeout: float = 30.0,
-             lifetime: Optional[float] = None, tls: Optional[Tls] = None) -> int:
+def run_node(
+    address: str,
+    agents: Sequence[AgentConfig],
+    tags: Dict[str, str],
+    interval: float = 2.0,
+    head_timeout: float = 30.0,
+    lifetime: Optional[float] = None,
+    tls: Optional[Tls] = None,
+) -> int:
     return asyncio.run(_node(address, agents, tags, interval, head_timeout, lifetime, tls))
 
 
@@ -366,7 +417,8 @@ def connect(address: str, timeout: float = 10.0, tls: Optional[Tls] = None) -> A
     _quiet_engine()
     dask.config.set(engine_config())
     return Client(  # type: ignore[no-untyped-call]
-        address, timeout=timeout, name="vmrpc-farm", security=make_security(tls))
+        address, timeout=timeout, name="vmrpc-farm", security=make_security(tls)
+    )
 
 
 def scheduler_view(dask_scheduler: Any) -> Dict[str, Any]:
@@ -391,6 +443,6 @@ def worker_view(dask_worker: Any) -> Dict[str, Any]:
     st = dask_worker.state
     return {
         "executing": sorted(str(t.key) for t in st.executing),
-        "waiting": sorted(str(t.key) for t in st.constrained) + sorted(
-            str(t.key) for t in st.ready),
+        "waiting": sorted(str(t.key) for t in st.constrained)
+        + sorted(str(t.key) for t in st.ready),
     }

@@ -70,8 +70,9 @@ def _quiet(_: str) -> None:
 class Farm:
     """A client of the farm's head."""
 
-    def __init__(self, address: str, timeout: float = 10.0,
-                 tls: Optional[engine.Tls] = None) -> None:
+    def __init__(
+        self, address: str, timeout: float = 10.0, tls: Optional[engine.Tls] = None
+    ) -> None:
         self.address = engine.normalize_address(address, tls is not None)
         self.client = engine.connect(self.address, timeout, tls)
 
@@ -96,8 +97,16 @@ class Farm:
             worker = e.get("worker")
             if state == "up" and worker not in alive:
                 state = "lost"  # the node died without saying so
-            out.append(AgentView(name, state, dict(e.get("props") or {}), worker,
-                                 float(e.get("since") or 0), str(e.get("error") or "")))
+            out.append(
+                AgentView(
+                    name,
+                    state,
+                    dict(e.get("props") or {}),
+                    worker,
+                    float(e.get("since") or 0),
+                    str(e.get("error") or ""),
+                )
+            )
         if with_leases:
             held = self.client.run_on_scheduler(engine.scheduler_view)["held"]
             up = [a.worker for a in out if a.state == "up" and a.worker]
@@ -174,7 +183,8 @@ class Farm:
                 job.state = "lost"
                 tried = ", ".join(a["agent"] or "?" for a in job.attempts) or "none"
                 job.error = (
-                    f"no matching agent left to run it (tried: {tried})" if not names
+                    f"no matching agent left to run it (tried: {tried})"
+                    if not names
                     else f"gave up after {tries} attempts (tried: {tried}; raise --retries)"
                 )
                 log(f"job {job.id}: lost: {job.error}")
@@ -220,8 +230,9 @@ class Farm:
                     job.result, job.outputs = res, outputs
                     job.state = res.get("status", "error")
                     job.error = res.get("error", "")
-                    job.attempts.append({"agent": res["agent"], "error": job.error,
-                                         "at": res.get("end")})
+                    job.attempts.append(
+                        {"agent": res["agent"], "error": job.error, "at": res.get("end")}
+                    )
                     log(f"job {job.id}: {job.state} on {res['agent']}")
                     continue
                 if fut.status != "error":  # cancelled or lost: the head restarted
@@ -231,13 +242,19 @@ class Farm:
                 if isinstance(exc, AgentDown):
                     failed_attempt(job, exc.agent, exc.message)
                 elif type(exc).__name__ == "KilledWorker":
-                    failed_attempt(job, names[0] if len(names) == 1 else None,
-                                   f"its worker died: {exc}")
+                    failed_attempt(
+                        job, names[0] if len(names) == 1 else None, f"its worker died: {exc}"
+                    )
                 else:
                     job.state = "error"
                     job.error = f"{type(exc).__name__}: {exc}"
-                    job.attempts.append({"agent": names[0] if len(names) == 1 else None,
-                                         "error": job.error, "at": time.time()})
+                    job.attempts.append(
+                        {
+                            "agent": names[0] if len(names) == 1 else None,
+                            "error": job.error,
+                            "at": time.time(),
+                        }
+                    )
                     log(f"job {job.id}: error: {job.error}")
             now = time.monotonic()
             if pending and now - last_check > 1.0:
@@ -258,10 +275,13 @@ class Farm:
                             if n not in down:
                                 down.add(n)
                                 seen = alive.get(n)
-                                log(f"agent {n} {seen.state if seen else 'gone'}: "
-                                    f"{(seen.error if seen else '') or 'its worker left the engine'}")
-                        failed_attempt(job, names[0] if len(names) == 1 else None,
-                                       "its agent went down before the job ended")
+                                why = (seen.error if seen else "") or "its worker left the engine"
+                                log(f"agent {n} {seen.state if seen else 'gone'}: {why}")
+                        failed_attempt(
+                            job,
+                            names[0] if len(names) == 1 else None,
+                            "its agent went down before the job ended",
+                        )
                     elif not any(alive[n].worker in fut.vmrpc_workers for n in up):
                         # Its agents are up under new workers (the head
                         # restarted): send it to them; not a failure.

@@ -165,8 +165,7 @@ def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[A
                 ok = ok and c["ok"]
             if len(spec.expected) > len(leaves):
                 res["error"] = (
-                    f"{len(spec.expected)} expected outputs but the function returned "
-                    f"{len(leaves)}"
+                    f"{len(spec.expected)} expected outputs but the function returned {len(leaves)}"
                 )
             res["match"] = ok
             res["status"] = "ok" if ok else "mismatch"

@@ -13,8 +13,15 @@ __all__ = ["to_json", "to_junit", "to_table", "summary"]
 
 
 def summary(jobs: Sequence[Job]) -> Dict[str, int]:
-    out = {"jobs": len(jobs), "ok": 0, "mismatch": 0, "error": 0, "lost": 0, "pending": 0,
-           "retried": 0}
+    out = {
+        "jobs": len(jobs),
+        "ok": 0,
+        "mismatch": 0,
+        "error": 0,
+        "lost": 0,
+        "pending": 0,
+        "retried": 0,
+    }
     for j in jobs:
         out[j.state] = out.get(j.state, 0) + 1
         if len(j.attempts) > 1:
@@ -67,23 +74,30 @@ def to_junit(jobs: Sequence[Job], suite: str, meta: Dict[str, Any]) -> str:
             time=f"{max(0.0, took):.3f}",
         )
         if j.state == "mismatch":
-            ET.SubElement(tc, "failure", message="outputs differ from the expected ones",
-                          type="mismatch").text = json.dumps(r.get("outputs"), default=str)
+            ET.SubElement(
+                tc, "failure", message="outputs differ from the expected ones", type="mismatch"
+            ).text = json.dumps(r.get("outputs"), default=str)
         elif j.state in ("error", "lost", "pending"):
             ET.SubElement(tc, "error", message=j.error or j.state, type=j.state).text = json.dumps(
-                j.attempts, default=str)
+                j.attempts, default=str
+            )
         out: List[str] = []
         if len(j.attempts) > 1:
-            out.append("attempts: " + "; ".join(
-                f"{a['agent']}: {a['error'] or 'ok'}" for a in j.attempts))
+            out.append(
+                "attempts: " + "; ".join(f"{a['agent']}: {a['error'] or 'ok'}" for a in j.attempts)
+            )
         if r:
             p = r.get("properties") or {}
-            out.append(f"agent {r.get('agent')} version {r.get('version')} device {r.get('device')} "
-                       f"vendor {','.join(p.get('vendor') or []) or '-'}")
+            out.append(
+                f"agent {r.get('agent')} version {r.get('version')} device {r.get('device')} "
+                f"vendor {','.join(p.get('vendor') or []) or '-'}"
+            )
             t = r.get("timing")
             if t:
-                out.append(f"median {_ms(t.get('median'))} ms mean {_ms(t.get('mean'))} ms "
-                           f"x{t.get('number')} calls x{len(t.get('results') or [])} repeats")
+                out.append(
+                    f"median {_ms(t.get('median'))} ms mean {_ms(t.get('mean'))} ms "
+                    f"x{t.get('number')} calls x{len(t.get('results') or [])} repeats"
+                )
         if out:
             ET.SubElement(tc, "system-out").text = "\n".join(out)
     ET.indent(root)
@@ -91,25 +105,37 @@ def to_junit(jobs: Sequence[Job], suite: str, meta: Dict[str, Any]) -> str:
 
 
 def to_table(jobs: Sequence[Job]) -> str:
-    head = ["job", "state", "agent", "device", "vendor", "version", "median ms", "mean ms",
-            "tries", "note"]
+    head = [
+        "job",
+        "state",
+        "agent",
+        "device",
+        "vendor",
+        "version",
+        "median ms",
+        "mean ms",
+        "tries",
+        "note",
+    ]
     rows = [head]
     for j in jobs:
         r = j.result or {}
         t = r.get("timing") or {}
         p = r.get("properties") or {}
-        rows.append([
-            j.id,
-            j.state,
-            str(r.get("agent") or j.target or "-"),
-            str(r.get("device") or "-"),
-            ",".join(p.get("vendor") or []) or "-",
-            str(r.get("version") or "-"),
-            _ms(t.get("median")) if t else "-",
-            _ms(t.get("mean")) if t else "-",
-            str(len(j.attempts)),
-            (j.error or "")[:60],
-        ])
+        rows.append(
+            [
+                j.id,
+                j.state,
+                str(r.get("agent") or j.target or "-"),
+                str(r.get("device") or "-"),
+                ",".join(p.get("vendor") or []) or "-",
+                str(r.get("version") or "-"),
+                _ms(t.get("median")) if t else "-",
+                _ms(t.get("mean")) if t else "-",
+                str(len(j.attempts)),
+                (j.error or "")[:60],
+            ]
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     s = summary(jobs)
