@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import numpy as np  # noqa: E402
 from bench_farm_engines import rss_tree  # noqa: E402
-from farm_proc import BUILD, Agent, Head, Node  # noqa: E402
+from farm_proc import BUILD, Agent, Head, Node, gen_mlp  # noqa: E402
 
 from vmrpc_farm import Farm, JobSpec, Where  # noqa: E402
 from vmrpc_farm import jobs as farm_jobs  # noqa: E402
@@ -40,23 +40,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=40)
     a = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-farm.", dir=BUILD))
-    vmx, x = work / "mlp.vmx", work / "x.npy"
-    subprocess.run(
-        [
-            str(BUILD / "examples" / "vmrpc-gen-model"),
-            "mlp",
-            "--seed",
-            "7",
-            "--out",
-            str(vmx),
-            "--input",
-            str(x),
-            "--expected",
-            str(work / "y.npy"),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    vmx, x, _ = gen_mlp(work)
     spec = JobSpec("run", "mlp.vmx", vmx.read_bytes(), args=(np.load(x),))
     agent = Agent(work / "cache")
     head = node = None

@@ -22,7 +22,7 @@ import xml.etree.ElementTree as ET
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python" / "farm_tests"))
 
-from farm_proc import BUILD, Agent, Head, Node, farm_cmd  # noqa: E402
+from farm_proc import BUILD, Agent, Head, Node, gen_mlp, farm_cmd  # noqa: E402
 
 from vmrpc_farm import Farm  # noqa: E402
 
@@ -52,23 +52,7 @@ def main() -> int:
     agents: list = []
     try:
         say("model: the example MLP")
-        vmx, x = work / "mlp.vmx", work / "x.npy"
-        subprocess.run(
-            [
-                str(BUILD / "examples" / "vmrpc-gen-model"),
-                "mlp",
-                "--seed",
-                "7",
-                "--out",
-                str(vmx),
-                "--input",
-                str(x),
-                "--expected",
-                str(work / "y.npy"),
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        vmx, x, _ = gen_mlp(work)
 
         say("the head (engine scheduler) on loopback")
         head = Head(work, lifetime=900)

@@ -5,13 +5,12 @@ each test selects only its agents with --where."""
 from __future__ import annotations
 
 import pathlib
-import subprocess
 import time
-from typing import Callable, Iterator, List, NamedTuple
+from typing import Callable, Iterator, List
 
 import pytest
 
-from farm_proc import BUILD, Agent, Head, Node
+from farm_proc import Agent, Head, Mlp, Node, gen_mlp
 from vmrpc_farm import Farm, Where
 
 
@@ -27,22 +26,9 @@ def head(workdir: pathlib.Path) -> Iterator[Head]:
     assert h.stop() == 0, "the head did not exit cleanly on SIGTERM"
 
 
-class Mlp(NamedTuple):
-    """The example MLP as files: the executable, its input, its output."""
-
-    vmx: pathlib.Path
-    x: pathlib.Path
-    y: pathlib.Path
-
-
 @pytest.fixture(scope="session")
 def mlp(workdir: pathlib.Path) -> Mlp:
-    m = Mlp(workdir / "mlp.vmx", workdir / "mlp_x.npy", workdir / "mlp_y.npy")
-    gen = [str(BUILD / "examples" / "vmrpc-gen-model"), "mlp", "--seed", "7"]
-    subprocess.run(
-        gen + ["--out", str(m.vmx), "--input", str(m.x), "--expected", str(m.y)], check=True
-    )
-    return m
+    return gen_mlp(workdir)
 
 
 class Cluster:

@@ -10,14 +10,34 @@ import signal
 import subprocess
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from agent_proc import BUILD, ROOT, Agent  # noqa: E402
 
-__all__ = ["BUILD", "ROOT", "Agent", "Head", "Node", "farm_cmd"]
+__all__ = ["BUILD", "ROOT", "Agent", "Head", "Node", "Mlp", "farm_cmd", "gen_mlp"]
+
+
+class Mlp(NamedTuple):
+    """The example MLP as files: the executable, its input, its output."""
+
+    vmx: pathlib.Path
+    x: pathlib.Path
+    y: pathlib.Path
+
+
+def gen_mlp(d: pathlib.Path) -> Mlp:
+    """Writes the example MLP (seed 7) into d with the build's generator."""
+    m = Mlp(d / "mlp.vmx", d / "mlp_x.npy", d / "mlp_y.npy")
+    gen = [str(BUILD / "examples" / "vmrpc-gen-model"), "mlp", "--seed", "7"]
+    subprocess.run(
+        gen + ["--out", str(m.vmx), "--input", str(m.x), "--expected", str(m.y)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return m
 
 
 def _die_with_parent() -> None:

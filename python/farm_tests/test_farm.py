@@ -179,35 +179,16 @@ def test_cli_check_json_and_junit(
         "--all",
         "-q",
     ]
-    ok = subprocess.run(
-        cmd
-        + [
-            "-e",
-            str(mlp.y),
-            "--json",
-            str(tmp_path / "ok.json"),
-            "--junit",
-            str(tmp_path / "ok.xml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+    def check(expected: pathlib.Path, out: str) -> "subprocess.CompletedProcess[str]":
+        files = ["--json", str(tmp_path / f"{out}.json"), "--junit", str(tmp_path / f"{out}.xml")]
+        return subprocess.run(
+            cmd + ["-e", str(expected)] + files, capture_output=True, text=True, timeout=300
+        )
+
+    ok = check(mlp.y, "ok")
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run(
-        cmd
-        + [
-            "-e",
-            str(wrong),
-            "--json",
-            str(tmp_path / "bad.json"),
-            "--junit",
-            str(tmp_path / "bad.xml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = check(wrong, "bad")
     assert bad.returncode == 1, bad.stderr
 
     doc = json.loads((tmp_path / "bad.json").read_text())

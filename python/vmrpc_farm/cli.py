@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import engine
-from .props import Where, parse_tag
+from .props import RESERVED, Where, parse_tag
 
 EXIT_OK, EXIT_JOBS, EXIT_USAGE, EXIT_FARM = 0, 1, 2, 3
 
@@ -472,29 +472,12 @@ def _cmd_status(a: argparse.Namespace) -> int:
             )
         )
         return EXIT_OK
-    reserved = {
-        "name",
-        "agent",
-        "host",
-        "version",
-        "protocol",
-        "devices",
-        "device",
-        "vendor",
-        "device_name",
-        "platform",
-        "driver",
-        "memory",
-        "compute_units",
-        "fp16",
-        "device_timer",
-    }
     rows = [
         ["agent", "state", "version", "devices", "vendor", "memory", "tags", "lease", "waiting"]
     ]
     for x in agents:
         p = x.props
-        tags = ",".join(f"{k}={v}" for k, v in p.items() if k not in reserved)
+        tags = ",".join(f"{k}={v}" for k, v in p.items() if k not in RESERVED)
         rows.append(
             [
                 x.name,
