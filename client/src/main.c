@@ -142,6 +142,8 @@ static const cli_command_t k_commands[] = {
      "                         dynamic dims; must agree with static ones);\n"
      "                         repeatable\n"
      "  --const NAME=FILE.npy  bind input NAME to a constant; repeatable\n"
+     "  --no-fusion            one operator call per elementwise node (no\n"
+     "                         cl.elementwise)\n"
      "  --json                 print the summary as JSON: ops used, constants and\n"
      "                         their bytes, planned vs unplanned memory\n"
      "  -q, --quiet            no summary\n"
