@@ -74,7 +74,7 @@ static void json_report(cli_json_t *j, const vmcc_onnx_report_t *r) {
   cli_json_obj_end(j);
 }
 
-enum { OPT_OUT = 1, OPT_SHAPE, OPT_CONST, OPT_NO_FUSION };
+enum { OPT_OUT = 1, OPT_SHAPE, OPT_CONST, OPT_FUSE };
 
 int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
   const char *cmd = argv[0];
@@ -82,7 +82,7 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
   static const cli_opt_t opts[] = {{"output", 'o', 1, OPT_OUT},
                                    {"input-shape", 0, 1, OPT_SHAPE},
                                    {"const", 0, 1, OPT_CONST},
-                                   {"no-fusion", 0, 0, OPT_NO_FUSION},
+                                   {"fuse-elementwise", 0, 0, OPT_FUSE},
                                    {"json", 0, 0, CLI_GOPT_JSON},
                                    {"quiet", 'q', 0, CLI_GOPT_QUIET},
                                    {0}};
@@ -93,7 +93,7 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
   vmcc_tensor_t cvals[MAX_SHAPES];
   const char *cpaths[MAX_SHAPES];
   uint32_t ns = 0, nc = 0;
-  int rc = CLI_EXIT_OK, no_fusion = 0;
+  int rc = CLI_EXIT_OK, fuse = 0;
   for (;;) {
     int r = cli_next_arg(&a, opts, &val);
     if (r == CLI_ARG_END) break;
@@ -106,8 +106,8 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
       if ((rc = cli_global_apply(&g, cmd, r, val))) return rc;
       continue;
     }
-    if (r == OPT_NO_FUSION) {
-      no_fusion = 1;
+    if (r == OPT_FUSE) {
+      fuse = 1;
     } else if (r == OPT_OUT) {
       if (out) return cli_usage_error(cmd, "-o given twice");
       if (!*val) return cli_usage_error(cmd, "-o needs a non-empty path");
@@ -177,7 +177,7 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
   o.input_shapes = shapes;
   o.num_consts = nc;
   o.consts = consts;
-  o.no_fusion = no_fusion;
+  o.fuse_elementwise = fuse;
   vm_executable_t *exec = NULL;
   vmcc_onnx_report_t rep;
   rc = cli_onnx_compile(cmd, in, &o, &exec, &rep);

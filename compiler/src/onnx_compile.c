@@ -636,7 +636,7 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
   memset(&c, 0, sizeof(c));
   c.rep = report;
   c.base_dir = base_dir;
-  c.no_fusion = opts ? opts->no_fusion : 0;
+  c.fuse = opts ? opts->fuse_elementwise : 0;
   const char **names = NULL;
   int32_t *outs = NULL;
   uint32_t num_params = 0;

@@ -50,7 +50,7 @@ typedef struct onx_ctx {
   uint32_t c_one, c_zero; /* float constants 1.0 and 0.0 */
   uint8_t *skip;          /* per node: fused into an earlier one */
   int fused;              /* the current node fused a later one (its output is that one's) */
-  int no_fusion;          /* elementwise chains stay one call per node */
+  int fuse;               /* fuse elementwise chains into cl.elementwise */
 } onx_ctx_t;
 
 /* ---- messages ---- */

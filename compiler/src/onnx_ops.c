@@ -221,7 +221,7 @@ static vm_status_t try_fuse(onx_ctx_t *c, const char *clname, const char *bin_to
                             onx_value_t **opnd, uint32_t nopnd, uint32_t np, const double *p,
                             uint32_t ndim, const int64_t *dims, int *done) {
   *done = 0;
-  if (c->no_fusion || !fusable_dtype(opnd[0]->dt)) return VM_STATUS_OK;
+  if (!c->fuse || !fusable_dtype(opnd[0]->dt)) return VM_STATUS_OK;
   if (nopnd == 2 && !vm_dtype_equal(opnd[0]->dt, opnd[1]->dt)) return VM_STATUS_OK;
   uint32_t ntail = bin_tok ? 1 : (uint32_t)ex_unary_tokens(NULL, clname, p, 1);
   if (!ntail) return VM_STATUS_OK;

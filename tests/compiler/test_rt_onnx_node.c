@@ -593,7 +593,7 @@ static void test_elementwise_fusion(void **state) {
   for (int fuse = 0; fuse < 2; fuse++) {
     vmcc_onnx_options_t o;
     memset(&o, 0, sizeof(o));
-    o.no_fusion = !fuse;
+    o.fuse_elementwise = fuse;
     vm_executable_t *exec = NULL;
     vmcc_onnx_report_t rep;
     ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, &o, &exec, &rep));

@@ -74,10 +74,11 @@ typedef struct vmcc_onnx_options {
   uint32_t num_consts;
   const vmcc_const_binding_t *consts;
   uint64_t plan_align; /* byte alignment of planned offsets (0 = 64) */
-  /* 1: one call per elementwise node; 0 (default): chains of float
-   * elementwise nodes whose intermediates have no other use become one
-   * cl.elementwise call each */
-  int no_fusion;
+  /* 1: chains of float elementwise nodes whose intermediates have no other
+   * use become one cl.elementwise call each; 0 (default): one call per node
+   * (on PoCL the fused kernels are slower than the operators they replace:
+   * docs/onnx.md) */
+  int fuse_elementwise;
 } vmcc_onnx_options_t;
 
 #define VMCC_ONNX_MAX_REPORT_OPS 64
