@@ -519,9 +519,12 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
                             n->input[k]);
     }
     onx_lower_fn fn = onx_find_op(n->op_type);
-    if (!fn)
+    if (!fn) {
+      char ops[1280];
+      onx_supported_ops(ops, sizeof(ops));
       return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
-                          n->op_type, onx_supported_ops());
+                          n->op_type, ops);
+    }
     if (c->rep) count_op(c->rep, n->op_type);
     uint32_t before = c->num_vals;
     c->fused = 0;

@@ -156,7 +156,7 @@ vm_status_t onx_alloc_const(const onx_ctx_t *c, vm_dtype_t dt, int64_t numel, ui
 typedef vm_status_t (*onx_lower_fn)(onx_ctx_t *c);
 /* The lowering of op_type; NULL when unsupported. */
 onx_lower_fn onx_find_op(const char *op_type);
-/* A comma-separated list of the supported op types (static). */
-const char *onx_supported_ops(void);
+/* A comma-separated list of the supported op types into buf. */
+void onx_supported_ops(char *buf, size_t len);
 
 #endif /* ONX_INTERNAL_H */

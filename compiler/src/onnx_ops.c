@@ -2740,11 +2740,9 @@ onx_lower_fn onx_find_op(const char *op_type) {
   return NULL;
 }
 
-const char *onx_supported_ops(void) {
-  static char buf[2048];
-  if (buf[0]) return buf;
+void onx_supported_ops(char *buf, size_t len) {
   size_t used = 0;
-  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < sizeof(buf); i++)
-    used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s", i ? ", " : "", k_ops[i].name);
-  return buf;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", k_ops[i].name);
 }
