@@ -56,3 +56,38 @@ __kernel void resize_nd(__global const S *x, int xo, __global S *y, int yo, int 
   }
   ST(acc, yo + i, y);
 }
+
+/* resize_hw: the common case where only the last two axes are resized
+ * (NCHW images): both tables are given (an identity axis has one of
+ * weight 1), taps are a compile-time TAPS (-DTAPS=1|2|4) so the loops
+ * unroll, and no per-dim arrays are needed. th, tw: the tables' first
+ * rows. */
+#ifdef TAPS
+__kernel void resize_hw(__global const S *x, int xo, __global S *y, int yo, int n, int H, int W,
+                        int OH, int OW, int th, int tw, __global const int *tidx,
+                        __global const float *twt, float extrap) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int ow = i % OW;
+  int t = i / OW;
+  int oh = t % OH;
+  int nc = t / OH;
+  int rh = (th + oh) * TAPS, rw = (tw + ow) * TAPS;
+  if (tidx[rh] < 0 || tidx[rw] < 0) {
+    ST(extrap, yo + i, y);
+    return;
+  }
+  x += xo + nc * H * W;
+  float acc = 0.0f;
+  for (int a = 0; a < TAPS; a++) {
+    float wa = twt[rh + a];
+    if (wa == 0.0f) continue;
+    int row = tidx[rh + a] * W;
+    for (int b = 0; b < TAPS; b++) {
+      float wb = twt[rw + b];
+      if (wb != 0.0f) acc += wa * wb * LD(x, row + tidx[rw + b]);
+    }
+  }
+  ST(acc, yo + i, y);
+}
+#endif

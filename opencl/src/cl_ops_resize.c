@@ -28,18 +28,37 @@ typedef struct resize_attrs {
   double a; /* cubic coefficient */
 } resize_attrs_t;
 
-/* Reads a float32 tensor argument of exactly n values on any device (the
- * host reads it: a blocking read when it lives on an OpenCL device), or
- * none (returns 0 in *present). */
+/* Reads n floats from a float32 tensor argument of exactly n values on any
+ * device (the host reads it: a blocking read when it lives on an OpenCL
+ * device) or from a tuple of n floats (or ints); none returns 0 in
+ * *present. */
 static vm_status_t host_floats(const vmcl_op_t *op, uint32_t idx, const char *what, uint32_t n,
                                float *out, int *present) {
   *present = 0;
   if (idx >= op->nargs) return vmcl_op_error(op, "missing %s (argument %u)", what, idx);
   if (op->args[idx].kind == VM_VAL_NONE) return VM_STATUS_OK;
+  /* a tuple of numbers needs no device read at all */
+  const vm_tuple_t *tu = vm_value_as_tuple(&op->args[idx]);
+  if (tu) {
+    if (tu->size != n) {
+      return vmcl_op_error(op, "%s (argument %u) is a tuple of %u values, expected %u", what, idx,
+                           tu->size, n);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      const vm_value_t *f = &tu->fields[i];
+      if (f->kind != VM_VAL_FLOAT && f->kind != VM_VAL_INT) {
+        return vmcl_op_error(op, "%s (argument %u) field %u must be a float, got %s", what, idx, i,
+                             vm_value_kind_name(f->kind));
+      }
+      out[i] = f->kind == VM_VAL_FLOAT ? (float)f->u.f : (float)f->u.i;
+    }
+    *present = 1;
+    return VM_STATUS_OK;
+  }
   const vm_tensor_t *t = vm_value_as_tensor(&op->args[idx]);
   if (!t) {
-    return vmcl_op_error(op, "%s (argument %u) must be a tensor or none, got %s", what, idx,
-                         vm_value_kind_name(op->args[idx].kind));
+    return vmcl_op_error(op, "%s (argument %u) must be a tensor, a tuple of floats or none, got %s",
+                         what, idx, vm_value_kind_name(op->args[idx].kind));
   }
   if (!vm_dtype_equal(t->dtype, VM_F32) || vm_tensor_numel(t) != (int64_t)n || t->ndim != 1) {
     char b1[24], b2[192];
@@ -244,6 +263,8 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "cl.resize: out of host memory for %lld taps",
                           (long long)(total * T));
   }
+  /* every axis's rows, in axis order (identity axes are marked -1 for the
+   * N-d kernel, which indexes them directly) */
   int64_t table[VMCL_MAX_RANK], rows = 0;
   for (uint32_t i = 0; i < nd; i++) {
     int64_t in = x->shape[i], outn = y->shape[i];
@@ -253,15 +274,23 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     for (int64_t o = 0; o < outn; o++) {
       axis_taps(&ra, o, in, outn, s[i], lo, hi, T, ri + o * T, rw + o * T);
     }
-    if (in == outn && axis_identity(ri, rw, outn, T)) {
-      table[i] = -1;
-    } else {
-      table[i] = rows;
-      rows += outn;
-    }
+    table[i] = in == outn && axis_identity(ri, rw, outn, T) ? -1 : rows;
+    rows += outn;
   }
   int64_t istride[VMCL_MAX_RANK];
   vmcl_dense_strides(x->shape, nd, istride);
+  /* only the last two axes resized (images): the 2-D kernel, with both
+   * tables (an identity one is a valid table too) */
+  int hw = nd >= 2;
+  for (uint32_t i = 0; hw && i + 2 < nd; i++) hw = table[i] < 0;
+  int64_t th = 0, tww = 0;
+  if (hw) {
+    /* the tables were laid out in axis order, identity rows included */
+    int64_t at = 0;
+    for (uint32_t i = 0; i + 2 < nd; i++) at += y->shape[i];
+    th = at;
+    tww = at + y->shape[nd - 2];
+  }
 
   vmcl_dev_t *d = op.d;
   cl_int err;
@@ -280,7 +309,11 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   }
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_RESIZE, vmcl_float_options(x->dtype), "resize_nd", &k);
+  char opts[48];
+  snprintf(opts, sizeof(opts), "%s%s-DTAPS=%d", vmcl_float_options(x->dtype),
+           vmcl_float_options(x->dtype)[0] ? " " : "", T);
+  st = vmcl_family_kernel(d, VMCL_FAM_RESIZE, hw ? opts : vmcl_float_options(x->dtype),
+                          hw ? "resize_hw" : "resize_nd", &k);
   if (!st) {
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_mem(&a, vmcl_tensor_mem(x));
@@ -288,11 +321,17 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     vmcl_arg_mem(&a, vmcl_tensor_mem(y));
     vmcl_arg_int(&a, vmcl_elem_offset(y));
     vmcl_arg_int(&a, n);
-    vmcl_arg_int(&a, nd);
-    vmcl_arg_dims(&a, y->shape, (int)nd, 1);
-    vmcl_arg_dims(&a, istride, (int)nd, 0);
-    vmcl_arg_dims(&a, table, (int)nd, -1);
-    vmcl_arg_int(&a, T);
+    if (hw) {
+      int64_t ints[] = {
+          x->shape[nd - 2], x->shape[nd - 1], y->shape[nd - 2], y->shape[nd - 1], th, tww};
+      for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+    } else {
+      vmcl_arg_int(&a, nd);
+      vmcl_arg_dims(&a, y->shape, (int)nd, 1);
+      vmcl_arg_dims(&a, istride, (int)nd, 0);
+      vmcl_arg_dims(&a, table, (int)nd, -1);
+      vmcl_arg_int(&a, T);
+    }
     vmcl_arg_mem(&a, bidx);
     vmcl_arg_mem(&a, bw);
     vmcl_arg_float(&a, (float)extrap);

@@ -598,6 +598,10 @@ static const resize_case_t resize_cases[] = {
      {0, 0, 0.1f, 0.2f, 1, 1, 0.7f, 0.6f}},
     /* align_corners where scale * in (4.8, 3.6) is not the extent: the real length counts */
     {4, {1, 1, 8, 6}, {1, 1, 4, 3}, 1, 4, 0, -0.75, 0, 0, 1, {1, 1, 0.6f, 0.6f}, {0}},
+    /* leading axes resized too: the N-d kernel (the others take the 2-D one) */
+    {3, {3, 2, 4}, {5, 3, 2}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    {4, {2, 3, 4, 3}, {2, 5, 3, 6}, 2, 1, 0, -0.6, 1, 0, 0, {0}, {0}},
+    {4, {2, 3, 4, 5}, {3, 3, 4, 5}, 0, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
     /* a middle axis of a 3-D tensor */
     {3, {2, 4, 3}, {2, 7, 3}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
     /* the identity */
@@ -639,6 +643,29 @@ static void test_resize(void **state) {
   tops_read_f(e, &y, got);
   tops_assert_close(got, (const float[]){1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, 16, 0, 0,
                     "nearest 2x with scales on the cpu");
+
+  /* scales as a tuple of numbers: no device read */
+  vm_value_t fields[4] = {vm_value_int(1), vm_value_float(1), vm_value_float(2), vm_value_int(2)};
+  vm_value_t tup;
+  ASSERT_OK(vm_tuple_new(fields, 4, &tup));
+  args[7] = tup;
+  ASSERT_OK(tops_call(e, "cl.resize", args, 10));
+  memset(got, 0, sizeof(got));
+  tops_read_f(e, &y, got);
+  tops_assert_close(got, (const float[]){1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, 16, 0, 0,
+                    "nearest 2x with scales as a tuple");
+  vm_value_t tup3;
+  ASSERT_OK(vm_tuple_new(fields, 3, &tup3));
+  args[7] = tup3;
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: scales (argument 7) is a tuple of 3 values, expected 4");
+  args[7] = vm_value_int(2);
+  ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
+                "cl.resize: scales (argument 7) must be a tensor, a tuple of floats or none, got "
+                "int");
+  vm_value_release(&tup);
+  vm_value_release(&tup3);
+  args[7] = sc;
 
   /* errors */
   args[2] = vm_value_int(3);
