@@ -2447,10 +2447,13 @@ static vm_status_t op_resize(onx_ctx_t *c) {
     for (uint32_t i = 0; i < na; i++) {
       double s = onx_ld_f(vsc->dt, vsc->data, i);
       if (!(s > 0) || s > 1e6) return onx_node_err(c, VM_INVALID_ARGUMENT, "scale %g", s);
+      /* Resize-10 (Upsample's semantics) is pinned down for upsampling only */
+      if (c->opset < 11 && s < 1)
+        return onx_unsupported_attr(c, "scales", "< 1 (opset 10)", "scales >= 1 before opset 11");
       int64_t a = axl[i];
       scales[a] = s;
       double span = ic == 3 ? (roi[a + r] - roi[a]) : 1.0;
-      double o = floor((double)x->dims[a] * span * s + 1e-9 * 0);
+      double o = floor((double)x->dims[a] * span * s);
       if (o < 0 || o > (1 << 24)) return onx_node_err(c, VM_INVALID_ARGUMENT, "output too large");
       od[a] = (int64_t)o;
     }
