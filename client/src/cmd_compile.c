@@ -138,6 +138,8 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
     }
   }
   if (!in) return cli_usage_error(cmd, "missing MODEL.onnx");
+  if (out && strcmp(out, "-") == 0 && g.json)
+    return cli_usage_error(cmd, "--json and -o - both want standard output");
   char outbuf[4096];
   if (!out) {
     size_t n = strlen(in);

@@ -2447,10 +2447,13 @@ static vm_status_t op_resize(onx_ctx_t *c) {
     for (uint32_t i = 0; i < na; i++) {
       double s = onx_ld_f(vsc->dt, vsc->data, i);
       if (!(s > 0) || s > 1e6) return onx_node_err(c, VM_INVALID_ARGUMENT, "scale %g", s);
+      /* Resize-10 (Upsample's semantics) is pinned down for upsampling only */
+      if (c->opset < 11 && s < 1)
+        return onx_unsupported_attr(c, "scales", "< 1 (opset 10)", "scales >= 1 before opset 11");
       int64_t a = axl[i];
       scales[a] = s;
       double span = ic == 3 ? (roi[a + r] - roi[a]) : 1.0;
-      double o = floor((double)x->dims[a] * span * s + 1e-9 * 0);
+      double o = floor((double)x->dims[a] * span * s);
       if (o < 0 || o > (1 << 24)) return onx_node_err(c, VM_INVALID_ARGUMENT, "output too large");
       od[a] = (int64_t)o;
     }
@@ -2467,13 +2470,13 @@ static vm_status_t op_resize(onx_ctx_t *c) {
       scales[a] = x->dims[a] ? (double)sz[i] / (double)x->dims[a] : 1.0;
     }
   }
-  int64_t rd[1] = {r}, rd2[1] = {2 * r};
-  int32_t tsc = onx_const_tensor_f(c, VM_F32, 1, rd, scales);
-  vmcc_arg_t troi = ic == 3 ? A(onx_const_tensor_f(c, VM_F32, 1, rd2, roi)) : vmcc_a_none();
+  /* tuples of numbers: cl.resize reads them on the host, no device transfer */
+  vmcc_arg_t tsc = vmcc_graph_floats(c->g, r, scales);
+  vmcc_arg_t troi = ic == 3 ? vmcc_graph_floats(c->g, 2 * r, roi) : vmcc_a_none();
   int32_t y = new_t(c, x->dt, r, od);
   vmcc_arg_t a[10] = {
-      A(onx_tid(c, x)),         I(im),  I(ic), I(in), onx_float_arg(c, cubic_a), I(excl),
-      onx_float_arg(c, extrap), A(tsc), troi,  A(y)};
+      A(onx_tid(c, x)),         I(im), I(ic), I(in), onx_float_arg(c, cubic_a), I(excl),
+      onx_float_arg(c, extrap), tsc,   troi,  A(y)};
   call(c, "cl.resize", 10, a);
   return onx_bind_out(c, 0, y, r, od);
 }

@@ -624,11 +624,54 @@ static void test_elementwise_fusion(void **state) {
   }
 }
 
+/* Gelu (opset 20: no case in libonnx-testdata 1.12), exact and tanh, on
+ * the device against the host. */
+static void test_gelu(void **state) {
+  env_t *e = *state;
+  enum { N = 64 };
+  float x[N], got[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i / 8.0f - 4.0f;
+  for (int approx = 0; approx < 2; approx++) {
+    mb_t m;
+    mb_init(&m, 20);
+    int64_t xd[1] = {N};
+    mb_input(&m, "x", 1, xd);
+    mb_output(&m, "y", 1, xd);
+    Onnx__NodeProto *n = mb_node(&m, "Gelu", "g", "x", NULL, "y");
+    if (approx) mb_attr_s(&m, n, "approximate", "tanh");
+    size_t nbytes;
+    uint8_t *bytes = mb_pack(&m, &nbytes);
+    vm_executable_t *exec = NULL;
+    ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, NULL));
+    free(bytes);
+    vm_machine_t *vm = NULL;
+    vm_value_t xv = vm_value_none(), res = vm_value_none();
+    vmcc_tensor_t xin = {VM_F32, 1, {N}, x, sizeof(x)};
+    ASSERT_OK(run_exec(e, exec, &xin, &vm, &xv, &res));
+    vm_tensor_t *yt = vm_value_as_tensor(&res);
+    assert_non_null(yt);
+    ASSERT_OK(e->dev->ops->copy_to_host(e->dev, got, yt->storage->buffer, yt->offset, sizeof(got)));
+    for (int i = 0; i < N; i++) {
+      double v = x[i];
+      double want = approx ? 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+                           : 0.5 * v * (1 + erf(v / sqrt(2.0)));
+      if (fabs(got[i] - want) > 1e-5 + 1e-4 * fabs(want))
+        fail_msg("gelu (approximate %s) of %g: %.7g, expected %.7g", approx ? "tanh" : "none", v,
+                 got[i], want);
+    }
+    vm_value_release(&res);
+    vm_value_release(&xv);
+    vm_machine_free(vm);
+    vm_executable_free(exec);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_node_cases),
       cmocka_unit_test(test_conv_bn_folded),
       cmocka_unit_test(test_elementwise_fusion),
+      cmocka_unit_test(test_gelu),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
