@@ -6,7 +6,8 @@
 # needs Python. A line of text is rendered, both models run with onnxruntime,
 # then vmclient compiles each .onnx on the fly and runs it on a vmagent
 # serving opencl:0 (PoCL here) and compares (vmclient check, rtol 1e-3, atol
-# 1e-4); the recognizer's output must also decode to the same text.
+# 1e-4; the recognizer also compiled with --fuse-elementwise); the recognizer's
+# output must also decode to the same text.
 #
 # Usage: scripts/onnx-rapidocr.sh [BUILD_DIR]   (default: build)
 # Exit 0 when both match; 77 (skipped) with a message when PyPI cannot be
@@ -49,11 +50,15 @@ done
 export VMCLIENT_HOST=$url
 
 "$vmclient" compile "$models/ch_ppocr_mobile_v2.0_cls_infer.onnx" -o "$work/cls.vmx" --input-shape x=1,3,48,192
-"$vmclient" compile "$models/ch_PP-OCRv4_rec_infer.onnx" -o "$work/rec.vmx" --input-shape x=1,3,48,320
+"$vmclient" compile "$models/ch_PP-OCRv4_rec_infer.onnx" -o "$work/rec_fused.vmx" --input-shape x=1,3,48,320 \
+  --fuse-elementwise
 "$vmclient" check "$models/ch_ppocr_mobile_v2.0_cls_infer.onnx" --device opencl:0 \
   --input x="$work/cls_x.npy" -e "$work/cls_y.npy" --rtol 1e-3 --atol 1e-4
 "$vmclient" check "$models/ch_PP-OCRv4_rec_infer.onnx" --device opencl:0 \
   --input x="$work/rec_x.npy" -e "$work/rec_y.npy" --rtol 1e-3 --atol 1e-4 -o "$work/out"
+# the same with elementwise chains fused into cl.elementwise calls
+"$vmclient" check "$work/rec_fused.vmx" --device opencl:0 \
+  --input x="$work/rec_x.npy" -e "$work/rec_y.npy" --rtol 1e-3 --atol 1e-4
 want=$(cat "$work/rec_text.txt")
 got=$("$py" "$ref" --decode "$work/out/output_softmax_11_tmp_0.npy")
 echo "onnx-rapidocr: onnxruntime reads '$want', vmrpc reads '$got'"

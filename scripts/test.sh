@@ -10,6 +10,7 @@
 #
 #   scripts/test.sh            everything
 #   VMRPC_SKIP_PYTHON=1 ...    no Python package tests
+#   VMRPC_SKIP_FARM=1 ...      no device-farm tests (python/farm_tests, docs/farm.md)
 #   VMRPC_SKIP_ASAN=1 ...      no sanitizer build (quicker while developing)
 #   VMRPC_SKIP_FUZZ=1 ...      no fuzzing
 #   VMRPC_FUZZ_SECONDS=N       seconds per fuzz target [60]
@@ -37,14 +38,20 @@ run_suite() {
 
 # The Python package (python/, docs/python.md): `pip install .` builds its
 # extension with -Werror here, then pytest drives it against build/'s vmagent.
+# The farm (python/vmrpc_farm, docs/farm.md) is tested beside it, on its
+# engine (Dask distributed, the package's `farm` extra) in the same venv.
 python_suite() {
   local venv=build/venv-py
   echo "== python: pip install . into $venv"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  VMRPC_WERROR=ON "$venv/bin/python" -m pip install -q . numpy pytest
+  VMRPC_WERROR=ON "$venv/bin/python" -m pip install -q ".[farm]" numpy pytest
   echo "== test: python (pytest python/tests)"
   VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/tests
+  if [ "${VMRPC_SKIP_FARM:-0}" != 1 ]; then
+    echo "== test: farm (pytest python/farm_tests)"
+    VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/farm_tests
+  fi
 }
 
 # The pytest suite with build-asan/'s extension module (preloading the

@@ -23,6 +23,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +213,17 @@ static void vma_disk_touch(vma_store_t *s, vma_disk_entry_t *d) {
   (void)utimensat(AT_FDCWD, path, NULL, 0);
 }
 
+/* Whether the process that names a temp file ("PID.N...") still runs; a
+ * name without a PID counts as dead. */
+static int vma_tmp_writer_alive(const char *pid_part) {
+  char *end;
+  errno = 0;
+  long pid = strtol(pid_part, &end, 10);
+  if (errno || end == pid_part || *end != '.' || pid <= 0 || pid > INT32_MAX) return 0;
+  if ((pid_t)pid == getpid()) return 1;
+  return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
 static void vma_store_scan(vma_store_t *s) {
   DIR *dir = opendir(s->dir);
   if (!dir) return;
@@ -218,9 +231,12 @@ static void vma_store_scan(vma_store_t *s) {
   while ((de = readdir(dir)) != NULL) {
     char path[4200];
     snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
-    /* Leftovers of an atomic write interrupted by a crash. */
-    if (strstr(de->d_name, ".vmx.tmp.")) {
-      (void)unlink(path);
+    /* Leftovers of an atomic write interrupted by a crash: NAME.vmx.tmp.PID.N
+     * (vm_write_file_atomic). Another live agent sharing this folder may be
+     * writing one right now, so only a dead writer's file goes. */
+    const char *t = strstr(de->d_name, ".vmx.tmp.");
+    if (t) {
+      if (!vma_tmp_writer_alive(t + strlen(".vmx.tmp."))) (void)unlink(path);
       continue;
     }
     uint8_t hash[VM_SHA256_BYTES];

@@ -58,6 +58,7 @@ static void json_report(cli_json_t *j, const vmcc_onnx_report_t *r) {
   cli_json_int(j, "opset", r->opset);
   cli_json_uint(j, "nodes", r->num_nodes);
   cli_json_uint(j, "folded_nodes", r->num_folded);
+  cli_json_uint(j, "fused_calls", r->num_fused);
   cli_json_obj(j, "ops");
   for (uint32_t i = 0; i < r->num_ops; i++) cli_json_uint(j, r->ops[i].name, r->ops[i].count);
   cli_json_obj_end(j);
@@ -73,14 +74,18 @@ static void json_report(cli_json_t *j, const vmcc_onnx_report_t *r) {
   cli_json_obj_end(j);
 }
 
-enum { OPT_OUT = 1, OPT_SHAPE, OPT_CONST };
+enum { OPT_OUT = 1, OPT_SHAPE, OPT_CONST, OPT_FUSE };
 
 int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
   const char *cmd = argv[0];
   cli_global_t g = *gin;
-  static const cli_opt_t opts[] = {
-      {"output", 'o', 1, OPT_OUT},   {"input-shape", 0, 1, OPT_SHAPE},  {"const", 0, 1, OPT_CONST},
-      {"json", 0, 0, CLI_GOPT_JSON}, {"quiet", 'q', 0, CLI_GOPT_QUIET}, {0}};
+  static const cli_opt_t opts[] = {{"output", 'o', 1, OPT_OUT},
+                                   {"input-shape", 0, 1, OPT_SHAPE},
+                                   {"const", 0, 1, OPT_CONST},
+                                   {"fuse-elementwise", 0, 0, OPT_FUSE},
+                                   {"json", 0, 0, CLI_GOPT_JSON},
+                                   {"quiet", 'q', 0, CLI_GOPT_QUIET},
+                                   {0}};
   cli_args_t a = {cmd, argc, argv, 1, 0};
   const char *val, *in = NULL, *out = NULL;
   vmcc_input_shape_t shapes[MAX_SHAPES];
@@ -88,7 +93,7 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
   vmcc_tensor_t cvals[MAX_SHAPES];
   const char *cpaths[MAX_SHAPES];
   uint32_t ns = 0, nc = 0;
-  int rc = CLI_EXIT_OK;
+  int rc = CLI_EXIT_OK, fuse = 0;
   for (;;) {
     int r = cli_next_arg(&a, opts, &val);
     if (r == CLI_ARG_END) break;
@@ -101,7 +106,9 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
       if ((rc = cli_global_apply(&g, cmd, r, val))) return rc;
       continue;
     }
-    if (r == OPT_OUT) {
+    if (r == OPT_FUSE) {
+      fuse = 1;
+    } else if (r == OPT_OUT) {
       if (out) return cli_usage_error(cmd, "-o given twice");
       if (!*val) return cli_usage_error(cmd, "-o needs a non-empty path");
       out = val;
@@ -131,6 +138,8 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
     }
   }
   if (!in) return cli_usage_error(cmd, "missing MODEL.onnx");
+  if (out && strcmp(out, "-") == 0 && g.json)
+    return cli_usage_error(cmd, "--json and -o - both want standard output");
   char outbuf[4096];
   if (!out) {
     size_t n = strlen(in);
@@ -170,6 +179,7 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
   o.input_shapes = shapes;
   o.num_consts = nc;
   o.consts = consts;
+  o.fuse_elementwise = fuse;
   vm_executable_t *exec = NULL;
   vmcc_onnx_report_t rep;
   rc = cli_onnx_compile(cmd, in, &o, &exec, &rep);
@@ -194,8 +204,8 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
     cli_json_end(&j);
   } else if (!rc && !g.quiet && strcmp(out, "-") != 0) {
     printf("compiled %s -> %s (%zu bytes)\n", in, out, size);
-    printf("opset %lld, %u nodes (%u folded at compile time)\n", (long long)rep.opset,
-           rep.num_nodes, rep.num_folded);
+    printf("opset %lld, %u nodes (%u folded at compile time), %u fused elementwise calls\n",
+           (long long)rep.opset, rep.num_nodes, rep.num_folded, rep.num_fused);
     printf("ops:");
     for (uint32_t i = 0; i < rep.num_ops; i++)
       printf(" %s x%u%s", rep.ops[i].name, rep.ops[i].count, i + 1 < rep.num_ops ? "," : "");

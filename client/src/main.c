@@ -145,6 +145,8 @@ static const cli_command_t k_commands[] = {
      "                         dynamic dims; must agree with static ones);\n"
      "                         repeatable\n"
      "  --const NAME=FILE.npy  bind input NAME to a constant; repeatable\n"
+     "  --fuse-elementwise     fuse chains of elementwise nodes into\n"
+     "                         cl.elementwise calls (default: one call per node)\n"
      "  --json                 print the summary as JSON: ops used, constants and\n"
      "                         their bytes, planned vs unplanned memory\n"
      "  -q, --quiet            no summary\n"

@@ -41,7 +41,9 @@ typedef struct gcall {
 
 typedef struct int_list {
   uint32_t n;
+  int is_float; /* vals in f (a float list) rather than v */
   int64_t v[VMCC_MAX_INTS];
+  double f[VMCC_MAX_INTS];
 } int_list_t;
 
 typedef struct shape_const {
@@ -256,10 +258,10 @@ void vmcc_graph_call(vmcc_graph_t *g, const char *name, uint32_t nargs, const vm
   add_call(g, name, -1, nargs, args);
 }
 
-vmcc_arg_t vmcc_graph_ints(vmcc_graph_t *g, uint32_t n, const int64_t *vals) {
+static vmcc_arg_t add_list(vmcc_graph_t *g, uint32_t n, const int64_t *vals, const double *fvals) {
   vmcc_arg_t a = {VMCC_ARG_INTS, -1};
   if (g->err) return a;
-  if (n > VMCC_MAX_INTS || (n && !vals)) {
+  if (n > VMCC_MAX_INTS || (n && !vals && !fvals)) {
     set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: int list of %u values (at most %d)", n,
                               VMCC_MAX_INTS));
     return a;
@@ -271,9 +273,19 @@ vmcc_arg_t vmcc_graph_ints(vmcc_graph_t *g, uint32_t n, const int64_t *vals) {
   int_list_t *l = &g->lists[g->num_lists];
   memset(l, 0, sizeof(*l));
   l->n = n;
-  if (n) memcpy(l->v, vals, n * sizeof(int64_t));
+  l->is_float = fvals != NULL;
+  if (n && vals) memcpy(l->v, vals, n * sizeof(int64_t));
+  if (n && fvals) memcpy(l->f, fvals, n * sizeof(double));
   a.v = g->num_lists++;
   return a;
+}
+
+vmcc_arg_t vmcc_graph_ints(vmcc_graph_t *g, uint32_t n, const int64_t *vals) {
+  return add_list(g, n, vals, NULL);
+}
+
+vmcc_arg_t vmcc_graph_floats(vmcc_graph_t *g, uint32_t n, const double *vals) {
+  return add_list(g, n, NULL, vals);
 }
 
 vm_dtype_t vmcc_graph_dtype(const vmcc_graph_t *g, int32_t tid) {
@@ -593,7 +605,15 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
       if (c->args[k].kind != VMCC_ARG_INTS) continue;
       const int_list_t *l = &g->lists[c->args[k].v];
       int64_t lw[VMCC_MAX_INTS];
-      for (uint32_t j = 0; j < l->n; j++) lw[j] = VM_IMM(l->v[j]);
+      for (uint32_t j = 0; j < l->n; j++) {
+        if (!l->is_float) {
+          lw[j] = VM_IMM(l->v[j]);
+          continue;
+        }
+        uint32_t fc = 0;
+        if (!g->err) set_err(g, vm_builder_const_float(g->b, l->f[j], &fc));
+        lw[j] = VM_CONSTI(fc);
+      }
       emit(g, list_reg0 + nl, packed(g, "vm.builtin.make_tuple"), l->n, lw);
       nl++;
     }

@@ -42,6 +42,13 @@ static vm_status_t add_value(onx_ctx_t *c, const char *name, onx_value_t **out) 
   memset(v, 0, sizeof(*v));
   v->name = name;
   v->tid = -1;
+  /* uses: decides whether an expression may be fused into its consumer */
+  const Onnx__GraphProto *g = c->graph;
+  for (size_t i = 0; g && i < g->n_node; i++)
+    for (size_t k = 0; g->node[i] && k < g->node[i]->n_input; k++)
+      if (g->node[i]->input[k] && strcmp(g->node[i]->input[k], name) == 0) v->uses++;
+  for (size_t i = 0; g && i < g->n_output; i++)
+    if (g->output[i] && g->output[i]->name && strcmp(g->output[i]->name, name) == 0) v->uses++;
   *out = v;
   return VM_STATUS_OK;
 }
@@ -163,7 +170,26 @@ onx_value_t *onx_lookup(onx_ctx_t *c, const char *name) {
   return name && name[0] ? find_value(c, name) : NULL;
 }
 
+vm_status_t onx_def_expr(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
+                         const int64_t *dims, onx_expr_t *e) {
+  onx_value_t *v;
+  vm_status_t st = add_value(c, c->node->output[i], &v);
+  if (!st) st = set_shape(c, v, dt, ndim, dims);
+  if (st) {
+    onx_expr_free(e);
+    return st;
+  }
+  v->expr = e;
+  return VM_STATUS_OK;
+}
+
 int32_t onx_tid(onx_ctx_t *c, onx_value_t *v) {
+  if (v->expr) {
+    v->tid = onx_expr_emit(c, v);
+    onx_expr_free(v->expr);
+    v->expr = NULL;
+    return v->tid;
+  }
   if (v->tid >= 0 || !v->data) return v->tid;
   v->tid = vmcc_graph_const(c->g, v->dt, v->data, v->ndim, v->dims);
   if (v->tid >= 0 && c->rep) {
@@ -493,9 +519,12 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
                             n->input[k]);
     }
     onx_lower_fn fn = onx_find_op(n->op_type);
-    if (!fn)
+    if (!fn) {
+      char ops[1280];
+      onx_supported_ops(ops, sizeof(ops));
       return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
-                          n->op_type, onx_supported_ops());
+                          n->op_type, ops);
+    }
     if (c->rep) count_op(c->rep, n->op_type);
     uint32_t before = c->num_vals;
     c->fused = 0;
@@ -610,6 +639,7 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
   memset(&c, 0, sizeof(c));
   c.rep = report;
   c.base_dir = base_dir;
+  c.fuse = opts ? opts->fuse_elementwise : 0;
   const char **names = NULL;
   int32_t *outs = NULL;
   uint32_t num_params = 0;
@@ -674,7 +704,10 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
 done:
   vmcc_graph_free(c.g);
   vm_builder_free(c.b);
-  for (uint32_t i = 0; i < c.num_vals; i++) free(c.vals[i].data);
+  for (uint32_t i = 0; i < c.num_vals; i++) {
+    free(c.vals[i].data);
+    onx_expr_free(c.vals[i].expr);
+  }
   free(c.vals);
   free(c.skip);
   free(names);

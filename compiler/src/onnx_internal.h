@@ -18,16 +18,22 @@
 #define ONX_MAX_TENSOR_BYTES (4ull << 30) /* one constant */
 #define ONX_MAX_FOLD_ELEMS (64ll << 20)   /* one folded constant */
 
-/* A value of the graph: a host constant (data) or a tensor computed at
- * run time (tid). */
+/* A pending fused elementwise expression (onnx_ops.c). */
+typedef struct onx_expr onx_expr_t;
+
+/* A value of the graph: a host constant (data), a tensor computed at run
+ * time (tid), or a pending elementwise expression (expr) that onx_tid
+ * emits when something needs it as a tensor. */
 typedef struct onx_value {
   const char *name;
   vm_dtype_t dt;
   uint32_t ndim;
   int64_t dims[VMCC_MAX_NDIM];
   int64_t numel;
-  uint8_t *data; /* host constant (owned), NULL for a run-time tensor */
-  int32_t tid;   /* graph tensor; for a constant, its materialisation (-1: none yet) */
+  uint8_t *data;    /* host constant (owned), NULL for a run-time tensor */
+  int32_t tid;      /* graph tensor; for a constant, its materialisation (-1: none yet) */
+  onx_expr_t *expr; /* pending expression (owned), or NULL */
+  uint32_t uses;    /* node inputs and graph outputs naming it */
 } onx_value_t;
 
 typedef struct onx_ctx {
@@ -44,6 +50,7 @@ typedef struct onx_ctx {
   uint32_t c_one, c_zero; /* float constants 1.0 and 0.0 */
   uint8_t *skip;          /* per node: fused into an earlier one */
   int fused;              /* the current node fused a later one (its output is that one's) */
+  int fuse;               /* fuse elementwise chains into cl.elementwise */
 } onx_ctx_t;
 
 /* ---- messages ---- */
@@ -97,7 +104,13 @@ vm_status_t onx_def_const(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim
 /* Defines output i as src with another shape (same numel): a view. */
 vm_status_t onx_def_view(onx_ctx_t *c, uint32_t i, onx_value_t *src, uint32_t ndim,
                          const int64_t *dims);
-/* The graph tensor of v (materialising a constant). -1 on error. */
+/* Defines output i as a pending expression (taking ownership of e). */
+vm_status_t onx_def_expr(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
+                         const int64_t *dims, onx_expr_t *e);
+/* Emits v's pending expression (onnx_ops.c): its tensor, -1 on error. */
+int32_t onx_expr_emit(onx_ctx_t *c, onx_value_t *v);
+void onx_expr_free(onx_expr_t *e);
+/* The graph tensor of v (materialising a constant or an expression). -1 on error. */
 int32_t onx_tid(onx_ctx_t *c, onx_value_t *v);
 /* A graph tensor holding v with another shape (same numel). */
 int32_t onx_reshaped(onx_ctx_t *c, onx_value_t *v, uint32_t ndim, const int64_t *dims);
@@ -143,7 +156,7 @@ vm_status_t onx_alloc_const(const onx_ctx_t *c, vm_dtype_t dt, int64_t numel, ui
 typedef vm_status_t (*onx_lower_fn)(onx_ctx_t *c);
 /* The lowering of op_type; NULL when unsupported. */
 onx_lower_fn onx_find_op(const char *op_type);
-/* A comma-separated list of the supported op types (static). */
-const char *onx_supported_ops(void);
+/* A comma-separated list of the supported op types into buf. */
+void onx_supported_ops(char *buf, size_t len);
 
 #endif /* ONX_INTERNAL_H */

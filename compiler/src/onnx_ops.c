@@ -3,7 +3,6 @@
  * lowering reads the current node (c->node) and defines its outputs. */
 #include <float.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +66,232 @@ static vm_status_t norm_axis(onx_ctx_t *c, int64_t axis, uint32_t r, const char 
 
 static size_t esize(vm_dtype_t dt) {
   return vm_dtype_bytes(dt);
+}
+
+/* ---------------------------------------------------------------------------
+ * Elementwise fusion: a float elementwise node becomes a pending expression
+ * (postfix tokens over at most 8 leaf tensors, cl.elementwise's language)
+ * instead of a call; a consumer that is elementwise too and the only user
+ * of it extends the expression, anything else (onx_tid) emits it: as the
+ * node's own cl.* call when it holds one operation, as one cl.elementwise
+ * call otherwise.
+ */
+
+#define EX_MAX_TOK 256
+#define EX_MAX_LEAF 8
+#define EX_MAX_DEPTH 32
+
+typedef struct etok {
+  uint8_t kind; /* 0 leaf, 1 number, 2 operation */
+  uint8_t leaf;
+  float num;
+  const char *op;
+} etok_t;
+
+struct onx_expr {
+  etok_t tok[EX_MAX_TOK];
+  uint32_t ntok, depth, nops;
+  int32_t leaf[EX_MAX_LEAF];
+  uint32_t nleaf;
+  /* the single operation, for nops == 1: its own cl.* call */
+  const char *cl;
+  uint32_t np, nopnd;
+  double p[2];
+  onx_value_t *opnd[2];
+};
+
+void onx_expr_free(onx_expr_t *e) {
+  free(e);
+}
+
+static int fusable_dtype(vm_dtype_t dt) {
+  return vm_dtype_equal(dt, VM_F32) || vm_dtype_equal(dt, VM_F16);
+}
+
+/* Tokens and leaves operand v would add to e (0 when it cannot join). */
+static int ex_fits(const onx_expr_t *e, const onx_value_t *v, uint32_t extra_tok) {
+  uint32_t nt = 1, nl = 1;
+  if (v->expr && v->uses == 1) nt = v->expr->ntok, nl = v->expr->nleaf;
+  return e->ntok + nt + extra_tok <= EX_MAX_TOK && e->nleaf + nl <= EX_MAX_LEAF;
+}
+
+static int ex_leaf(onx_expr_t *e, int32_t tid) {
+  for (uint32_t i = 0; i < e->nleaf; i++)
+    if (e->leaf[i] == tid) return (int)i;
+  e->leaf[e->nleaf] = tid;
+  return (int)e->nleaf++;
+}
+
+/* Appends operand v (its expression when it is v's only use, a scalar
+ * constant as a number, else a leaf); returns its stack depth. */
+static uint32_t ex_operand(onx_ctx_t *c, onx_expr_t *e, onx_value_t *v) {
+  if (v->expr && v->uses == 1) {
+    onx_expr_t *s = v->expr;
+    for (uint32_t i = 0; i < s->ntok; i++) {
+      etok_t t = s->tok[i];
+      if (t.kind == 0) t.leaf = (uint8_t)ex_leaf(e, s->leaf[t.leaf]);
+      e->tok[e->ntok++] = t;
+    }
+    e->nops += s->nops;
+    uint32_t d = s->depth;
+    onx_expr_free(s);
+    v->expr = NULL; /* consumed: its only use is this expression */
+    return d;
+  }
+  if (v->data && v->numel == 1 && onx_is_float(v->dt)) {
+    /* structural numbers (3, 6, 0.5 ...) go into the program; learned
+     * scalars stay tensors, so that programs repeat across a model and
+     * each distinct one is built once */
+    double x = onx_ld_f(v->dt, v->data, 0);
+    if (fabs(x) <= 1024 && x * 1024 == floor(x * 1024)) {
+      etok_t t = {1, 0, (float)x, NULL};
+      e->tok[e->ntok++] = t;
+      return 1;
+    }
+  }
+  etok_t t = {0, (uint8_t)ex_leaf(e, onx_tid(c, v)), 0, NULL};
+  e->tok[e->ntok++] = t;
+  return 1;
+}
+
+static void ex_num(onx_expr_t *e, double x) {
+  etok_t t = {1, 0, (float)x, NULL};
+  e->tok[e->ntok++] = t;
+}
+
+static void ex_op(onx_expr_t *e, const char *op) {
+  etok_t t = {2, 0, 0, op};
+  e->tok[e->ntok++] = t;
+}
+
+/* The token program of a fusable unary operation: op tokens after x
+ * (numbers from p); NULL when it has none. */
+static int ex_unary_tokens(onx_expr_t *e, const char *clname, const double *p, int dry) {
+  static const struct {
+    const char *cl, *tok;
+  } k_map[] = {
+      {"cl.unary.relu", "relu"},         {"cl.unary.sigmoid", "sigmoid"}, {"cl.unary.tanh", "tanh"},
+      {"cl.unary.exp", "exp"},           {"cl.unary.log", "log"},         {"cl.unary.sqrt", "sqrt"},
+      {"cl.unary.neg", "neg"},           {"cl.unary.abs", "abs"},         {"cl.unary.erf", "erf"},
+      {"cl.unary.reciprocal", "recip"},  {"cl.unary.floor", "floor"},     {"cl.unary.ceil", "ceil"},
+      {"cl.unary.round", "round"},       {"cl.unary.sin", "sin"},         {"cl.unary.cos", "cos"},
+      {"cl.unary.softplus", "softplus"}, {"cl.unary.gelu", "gelu"}};
+  for (size_t i = 0; i < sizeof(k_map) / sizeof(k_map[0]); i++) {
+    if (strcmp(k_map[i].cl, clname) != 0) continue;
+    if (!dry) ex_op(e, k_map[i].tok);
+    return 1;
+  }
+  if (strcmp(clname, "cl.unary.clip") == 0) {
+    /* infinite bounds are no bound (numbers must be finite) */
+    int lo = isfinite(p[0]), hi = isfinite(p[1]);
+    if ((!lo && p[0] > 0) || (!hi && p[1] < 0)) return 0;
+    if (dry) return 3;
+    if (lo && hi) {
+      ex_num(e, p[0]);
+      ex_num(e, p[1]);
+      ex_op(e, "clip");
+    } else if (lo) {
+      ex_num(e, p[0]);
+      ex_op(e, "max");
+    } else if (hi) {
+      ex_num(e, p[1]);
+      ex_op(e, "min");
+    }
+    return 3;
+  }
+  if (strcmp(clname, "cl.unary.hard_sigmoid") == 0) {
+    if (!dry) {
+      ex_num(e, p[0]);
+      ex_op(e, "mul");
+      ex_num(e, p[1]);
+      ex_op(e, "add");
+      ex_num(e, 0);
+      ex_num(e, 1);
+      ex_op(e, "clip");
+    }
+    return 7;
+  }
+  return 0;
+}
+
+/* Defines the node's output 0 as a pending expression of the operation
+ * clname over operands (1 or 2, float, same dtype) with params p, when the
+ * operation fuses; *done = 0 otherwise (the caller emits it itself). */
+static vm_status_t try_fuse(onx_ctx_t *c, const char *clname, const char *bin_tok,
+                            onx_value_t **opnd, uint32_t nopnd, uint32_t np, const double *p,
+                            uint32_t ndim, const int64_t *dims, int *done) {
+  *done = 0;
+  if (!c->fuse || !fusable_dtype(opnd[0]->dt)) return VM_STATUS_OK;
+  if (nopnd == 2 && !vm_dtype_equal(opnd[0]->dt, opnd[1]->dt)) return VM_STATUS_OK;
+  uint32_t ntail = bin_tok ? 1 : (uint32_t)ex_unary_tokens(NULL, clname, p, 1);
+  if (!ntail) return VM_STATUS_OK;
+  onx_expr_t *e = calloc(1, sizeof(*e));
+  if (!e) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  /* an operand that does not fit is emitted and joins as a leaf */
+  for (uint32_t i = 0; i < nopnd; i++)
+    if (!ex_fits(e, opnd[i], ntail + (i ? 0 : EX_MAX_TOK / 2)) && opnd[i]->expr)
+      onx_tid(c, opnd[i]);
+  uint32_t d0 = ex_operand(c, e, opnd[0]), depth = d0;
+  if (nopnd == 2) {
+    if (!ex_fits(e, opnd[1], ntail) && opnd[1]->expr) onx_tid(c, opnd[1]);
+    uint32_t d1 = ex_operand(c, e, opnd[1]);
+    if (d1 + 1 > depth) depth = d1 + 1;
+  }
+  depth += 2; /* the tail's numbers */
+  if (depth > EX_MAX_DEPTH || e->ntok + ntail > EX_MAX_TOK) {
+    /* cannot happen with the checks above; emitted unfused then */
+    onx_expr_free(e);
+    return onx_node_err(c, VM_INTERNAL, "fused expression over its limits");
+  }
+  if (bin_tok)
+    ex_op(e, bin_tok);
+  else
+    ex_unary_tokens(e, clname, p, 0);
+  e->depth = depth;
+  e->nops++;
+  e->cl = clname;
+  e->np = np;
+  for (uint32_t i = 0; i < np; i++) e->p[i] = p[i];
+  e->nopnd = nopnd;
+  for (uint32_t i = 0; i < nopnd; i++) e->opnd[i] = opnd[i];
+  *done = 1;
+  return onx_def_expr(c, 0, opnd[0]->dt, ndim, dims, e);
+}
+
+int32_t onx_expr_emit(onx_ctx_t *c, onx_value_t *v) {
+  onx_expr_t *e = v->expr;
+  int32_t y = new_t(c, v->dt, v->ndim, v->dims);
+  if (e->nops == 1) {
+    vmcc_arg_t a[6];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->nopnd; i++) a[n++] = A(onx_tid(c, e->opnd[i]));
+    for (uint32_t i = 0; i < e->np; i++) a[n++] = onx_float_arg(c, e->p[i]);
+    a[n++] = A(y);
+    call(c, e->cl, n, a);
+    return y;
+  }
+  char prog[EX_MAX_TOK * 20];
+  size_t used = 0;
+  for (uint32_t i = 0; i < e->ntok && used < sizeof(prog); i++) {
+    const etok_t *t = &e->tok[i];
+    const char *sep = i ? " " : "";
+    if (t->kind == 0)
+      used += (size_t)snprintf(prog + used, sizeof(prog) - used, "%sx%u", sep, t->leaf);
+    else if (t->kind == 1)
+      used += (size_t)snprintf(prog + used, sizeof(prog) - used, "%s%.9g", sep, (double)t->num);
+    else
+      used += (size_t)snprintf(prog + used, sizeof(prog) - used, "%s%s", sep, t->op);
+  }
+  uint32_t idx = 0;
+  vm_status_free(vm_builder_const_string(c->b, prog, strlen(prog), &idx));
+  vmcc_arg_t a[EX_MAX_LEAF + 2];
+  uint32_t n = 0;
+  a[n++] = vmcc_a_const(idx);
+  for (uint32_t i = 0; i < e->nleaf; i++) a[n++] = A(e->leaf[i]);
+  a[n++] = A(y);
+  call(c, "cl.elementwise", n, a);
+  if (c->rep) c->rep->num_fused++;
+  return y;
 }
 
 /* ---------------------------------------------------------------------------
@@ -175,6 +400,9 @@ static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, u
   }
   /* integer clip runs too (cl.unary.clip rounds lo up and hi down) */
   if (!(fn == u_clip && onx_is_int(x->dt) && x->dt.code != VM_DTYPE_BOOL)) TRY(need_float(c, x));
+  int done;
+  TRY(try_fuse(c, clname, NULL, &x, 1, np, p, x->ndim, x->dims, &done));
+  if (done) return VM_STATUS_OK;
   int32_t y = new_t(c, x->dt, x->ndim, x->dims);
   vmcc_arg_t a[5];
   uint32_t n = 0;
@@ -456,6 +684,16 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
   }
   /* integers: the cl.* arithmetic but pow, and the comparisons */
   if (!(onx_is_int(a->dt) && a->dt.code != VM_DTYPE_BOOL && bo->op != B_POW)) TRY(need_float(c, a));
+  static const char *const k_tok[] = {"add", "sub", "mul", "div", "pow", "max", "min"};
+  if (last && bo->op <= B_MIN && *out_tid == -2) {
+    onx_value_t *ops[2] = {a, b};
+    int done;
+    TRY(try_fuse(c, bo->cl, k_tok[bo->op], ops, 2, 0, NULL, *ondim, odims, &done));
+    if (done) {
+      *out_tid = -1; /* defined */
+      return VM_STATUS_OK;
+    }
+  }
   int32_t tb;
   if (!vm_dtype_equal(a->dt, b->dt)) {
     if (!b->data || bo->op != B_POW) {
@@ -517,7 +755,7 @@ static vm_status_t op_binary(onx_ctx_t *c) {
                             bo->onnx);
       }
     }
-    int32_t y = -1;
+    int32_t y = n == 2 ? -2 : -1; /* -2: the pair may fuse */
     TRY(binary_pair(c, bo, left, b, k == n - 1, &y, &cnd, cd));
     if (y < 0) return VM_STATUS_OK; /* folded: output defined */
     cur = y;
@@ -2209,10 +2447,13 @@ static vm_status_t op_resize(onx_ctx_t *c) {
     for (uint32_t i = 0; i < na; i++) {
       double s = onx_ld_f(vsc->dt, vsc->data, i);
       if (!(s > 0) || s > 1e6) return onx_node_err(c, VM_INVALID_ARGUMENT, "scale %g", s);
+      /* Resize-10 (Upsample's semantics) is pinned down for upsampling only */
+      if (c->opset < 11 && s < 1)
+        return onx_unsupported_attr(c, "scales", "< 1 (opset 10)", "scales >= 1 before opset 11");
       int64_t a = axl[i];
       scales[a] = s;
       double span = ic == 3 ? (roi[a + r] - roi[a]) : 1.0;
-      double o = floor((double)x->dims[a] * span * s + 1e-9 * 0);
+      double o = floor((double)x->dims[a] * span * s);
       if (o < 0 || o > (1 << 24)) return onx_node_err(c, VM_INVALID_ARGUMENT, "output too large");
       od[a] = (int64_t)o;
     }
@@ -2229,13 +2470,13 @@ static vm_status_t op_resize(onx_ctx_t *c) {
       scales[a] = x->dims[a] ? (double)sz[i] / (double)x->dims[a] : 1.0;
     }
   }
-  int64_t rd[1] = {r}, rd2[1] = {2 * r};
-  int32_t tsc = onx_const_tensor_f(c, VM_F32, 1, rd, scales);
-  vmcc_arg_t troi = ic == 3 ? A(onx_const_tensor_f(c, VM_F32, 1, rd2, roi)) : vmcc_a_none();
+  /* tuples of numbers: cl.resize reads them on the host, no device transfer */
+  vmcc_arg_t tsc = vmcc_graph_floats(c->g, r, scales);
+  vmcc_arg_t troi = ic == 3 ? vmcc_graph_floats(c->g, 2 * r, roi) : vmcc_a_none();
   int32_t y = new_t(c, x->dt, r, od);
   vmcc_arg_t a[10] = {
-      A(onx_tid(c, x)),         I(im),  I(ic), I(in), onx_float_arg(c, cubic_a), I(excl),
-      onx_float_arg(c, extrap), A(tsc), troi,  A(y)};
+      A(onx_tid(c, x)),         I(im), I(ic), I(in), onx_float_arg(c, cubic_a), I(excl),
+      onx_float_arg(c, extrap), tsc,   troi,  A(y)};
   call(c, "cl.resize", 10, a);
   return onx_bind_out(c, 0, y, r, od);
 }
@@ -2502,19 +2743,9 @@ onx_lower_fn onx_find_op(const char *op_type) {
   return NULL;
 }
 
-/* Written once, by the first thread that needs it: compilations may run
- * on several threads at once (vmrpc.compile releases the GIL). */
-static char g_supported_ops[2048];
-static pthread_once_t g_supported_once = PTHREAD_ONCE_INIT;
-
-static void supported_ops_init(void) {
+void onx_supported_ops(char *buf, size_t len) {
   size_t used = 0;
-  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < sizeof(g_supported_ops); i++)
-    used += (size_t)snprintf(g_supported_ops + used, sizeof(g_supported_ops) - used, "%s%s",
-                             i ? ", " : "", k_ops[i].name);
-}
-
-const char *onx_supported_ops(void) {
-  pthread_once(&g_supported_once, supported_ops_init);
-  return g_supported_ops;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", k_ops[i].name);
 }

@@ -13,7 +13,7 @@
 #include "onnx_internal.h"
 
 vm_status_t onx_node_err(const onx_ctx_t *c, vm_code_t code, const char *fmt, ...) {
-  char msg[512];
+  char msg[1536];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);

@@ -672,18 +672,6 @@ static PyObject *Connection_upload_memory(Connection *self, PyObject *args) {
   return upload_result(st, ex, &r);
 }
 
-static PyObject *Connection_free_exec(Connection *self, PyObject *args) {
-  unsigned long long id;
-  if (!PyArg_ParseTuple(args, "K", &id)) return NULL;
-  vmc_conn_t *c = conn_take(self);
-  if (!c) return NULL;
-  vmc_exec_t ex = {id};
-  vm_status_t st;
-  CONN_CALL(self, c, st, vmc_free_exec(c, ex));
-  if (st) return raise_status(st);
-  Py_RETURN_NONE;
-}
-
 /* create_vm(exec_id, [(selector, allocator|None), ...], exec_mode|None) */
 static PyObject *Connection_create_vm(Connection *self, PyObject *args) {
   unsigned long long id;
@@ -707,7 +695,7 @@ static PyObject *Connection_create_vm(Connection *self, PyObject *args) {
   return PyLong_FromUnsignedLongLong(vm.id);
 }
 
-/* Parses a VM id and runs fn on it (free_vm, cancel). */
+/* Parses an id and runs fn on it (free_vm, cancel, free_exec). */
 static PyObject *vm_op(Connection *self, PyObject *args,
                        vm_status_t (*fn)(vmc_conn_t *, vmc_vm_t)) {
   unsigned long long id;
@@ -723,6 +711,15 @@ static PyObject *vm_op(Connection *self, PyObject *args,
 
 static PyObject *Connection_free_vm(Connection *self, PyObject *args) {
   return vm_op(self, args, vmc_free_vm);
+}
+
+static vm_status_t free_exec_id(vmc_conn_t *c, vmc_vm_t id) {
+  vmc_exec_t ex = {id.id};
+  return vmc_free_exec(c, ex);
+}
+
+static PyObject *Connection_free_exec(Connection *self, PyObject *args) {
+  return vm_op(self, args, free_exec_id);
 }
 
 /* Sets args (by index) and kwargs (by name) of func: all are converted with

@@ -8,9 +8,11 @@ it must hold agent/vmagent, client/vmclient and examples/vmrpc-gen-model.
 from __future__ import annotations
 
 import pathlib
+import signal
 import subprocess
+import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ import vmrpc
 
 from agent_proc import BUILD, Agent
 
-__all__ = ["BUILD", "Agent", "wait_busy"]
+__all__ = ["BUILD", "Agent", "wait_busy", "spin_in_thread", "cancel_until_done", "interrupted"]
 
 # Builtin-only functions: they run on every device.
 PROG = """
@@ -100,16 +102,90 @@ def vm(sess: vmrpc.Session, prog: pathlib.Path) -> Iterator[vmrpc.VirtualMachine
     v.free()
 
 
-def wait_busy(vm: vmrpc.VirtualMachine) -> None:
-    """Returns once vm is running an invoke (the agent answers "busy"), polling
-    without a time limit on the assertion but with a bounded count."""
+def wait_busy(vm: vmrpc.VirtualMachine, stop: Optional[threading.Event] = None) -> bool:
+    """True once vm runs an invoke (the agent answers a SetInput with "busy");
+    False when stop is set first. Polls a bounded number of times."""
     x = np.zeros(1, np.float32)
     for _ in range(20000):
+        if stop is not None and stop.is_set():
+            return False
         try:
             vm.set_input("ident", x)
         except vmrpc.FailedPrecondition as e:
             if "busy" in e.message:
-                return
+                return True
             raise
         time.sleep(0.001)
     raise AssertionError("the invoke never started")
+
+
+def _lost_race(e: BaseException) -> None:
+    # A poll reached the agent before the invoke did: the invoke got "busy".
+    assert isinstance(e, vmrpc.FailedPrecondition) and "busy" in e.message, repr(e)
+
+
+def spin_in_thread(
+    vm: vmrpc.VirtualMachine, call: Optional[Callable[[], object]] = None
+) -> Tuple[threading.Thread, List[BaseException]]:
+    """Starts call (default: vm.invoke_stateful("spin")) on a thread and returns
+    once it runs on the agent, with the thread and a list that receives what
+    the call raised. A poll can claim the VM before the invoke arrives (the
+    invoke is then refused "busy"): the call is made again, at most 10 times."""
+    run = call or (lambda: vm.invoke_stateful("spin"))
+    for _ in range(10):
+        raised: List[BaseException] = []
+        ended = threading.Event()
+
+        def body() -> None:
+            try:
+                run()
+            except BaseException as e:  # handed to the test
+                raised.append(e)
+            finally:
+                ended.set()
+
+        th = threading.Thread(target=body)
+        th.start()
+        if wait_busy(vm, ended):
+            return th, raised
+        th.join()
+        _lost_race(raised[0])
+    raise AssertionError("the invoke lost the race to the polls 10 times")
+
+
+def cancel_until_done(vm: vmrpc.VirtualMachine, th: threading.Thread) -> None:
+    """Cancels vm's run until th ends (a Cancel that reaches the agent before
+    the run starts is not remembered there)."""
+    while th.is_alive():
+        vm.cancel()
+        th.join(0.1)
+
+
+def interrupted(vm: vmrpc.VirtualMachine, call: Callable[[], object]) -> None:
+    """Makes call on this (the main) thread while another thread sends it
+    SIGINT once the call runs on the agent; returns when call raised
+    KeyboardInterrupt. Retries when the call lost the race to the polls."""
+    assert threading.current_thread() is threading.main_thread()
+    main = threading.main_thread().ident
+    assert main is not None
+    for _ in range(10):
+        stop = threading.Event()
+
+        def poke() -> None:
+            if wait_busy(vm, stop):
+                signal.pthread_kill(main, signal.SIGINT)
+
+        th = threading.Thread(target=poke)
+        th.start()
+        try:
+            call()
+        except KeyboardInterrupt:
+            return
+        except vmrpc.FailedPrecondition as e:
+            _lost_race(e)
+            continue
+        finally:
+            stop.set()
+            th.join()
+        raise AssertionError("the call returned without being interrupted")
+    raise AssertionError("the call lost the race to the polls 10 times")

@@ -9,40 +9,24 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 
 import numpy as np
 import pytest
 
 import vmrpc
 
-from conftest import Agent, wait_busy
-
-
-def _interrupt_main_when_busy(vm: vmrpc.VirtualMachine) -> threading.Thread:
-    def go() -> None:
-        wait_busy(vm)
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
-
-    th = threading.Thread(target=go)
-    th.start()
-    return th
+from conftest import Agent, cancel_until_done, interrupted, spin_in_thread
 
 
 @pytest.mark.parametrize("what", ["invoke", "call", "time_evaluator", "profile"])
 def test_ctrl_c_cancels_on_the_agent(vm: vmrpc.VirtualMachine, what: str) -> None:
-    assert threading.current_thread() is threading.main_thread()
-    th = _interrupt_main_when_busy(vm)
-    with pytest.raises(KeyboardInterrupt):
-        if what == "invoke":
-            vm.invoke_stateful("spin")
-        elif what == "call":
-            vm["spin"]()
-        elif what == "time_evaluator":
-            vm.time_evaluator("spin", number=1, repeat=1)()
-        else:
-            vm.profile("spin")
-    th.join()
+    calls = {
+        "invoke": lambda: vm.invoke_stateful("spin"),
+        "call": lambda: vm["spin"](),
+        "time_evaluator": lambda: vm.time_evaluator("spin", number=1, repeat=1)(),
+        "profile": lambda: vm.profile("spin"),
+    }
+    interrupted(vm, calls[what])
     # The run was cancelled on the agent: the VM serves the next call at once
     # (a still-spinning VM would answer FailedPrecondition "busy").
     assert vm["ident"](11) == 11
@@ -59,14 +43,24 @@ def test_ctrl_c_from_outside_the_process(agent: Agent, prog: pathlib.Path) -> No
         from conftest import wait_busy
         s = vmrpc.connect({agent.url!r})
         vm = s.create_vm(s.upload({str(prog)!r}), device="cpu")
-        def tell():
-            wait_busy(vm)
-            print("spinning", flush=True)
-        threading.Thread(target=tell).start()
-        try:
-            vm.invoke_stateful("spin")
-        except KeyboardInterrupt:
-            print("interrupted", vm["ident"](5), s.stats()["session_vms"], flush=True)
+        for attempt in range(10):
+            stop = threading.Event()
+            def tell():
+                if wait_busy(vm, stop):
+                    print("spinning", flush=True)
+            t = threading.Thread(target=tell)
+            t.start()
+            try:
+                vm.invoke_stateful("spin")
+            except vmrpc.FailedPrecondition as e:  # a poll claimed the VM first
+                assert "busy" in e.message
+                continue
+            except KeyboardInterrupt:
+                print("interrupted", vm["ident"](5), s.stats()["session_vms"], flush=True)
+                break
+            finally:
+                stop.set()
+                t.join()
         """
     )
     p = subprocess.Popen(
@@ -84,49 +78,25 @@ def test_ctrl_c_with_sigint_ignored_does_not_cancel(vm: vmrpc.VirtualMachine) ->
     # With SIGINT ignored nothing is hooked: a cancel from a thread still works.
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        done: list = []
-
-        def run() -> None:
-            try:
-                vm.invoke_stateful("spin")
-            except vmrpc.Cancelled:
-                done.append(True)
-
-        th = threading.Thread(target=run)
-        th.start()
-        wait_busy(vm)
+        th, raised = spin_in_thread(vm)
         os.kill(os.getpid(), signal.SIGINT)  # ignored
-        while th.is_alive():
-            vm.cancel()
-            th.join(0.1)
-        assert done == [True]
+        assert th.is_alive()
+        cancel_until_done(vm, th)
+        assert type(raised[0]) is vmrpc.Cancelled
     finally:
         signal.signal(signal.SIGINT, old)
 
 
 def test_gil_is_released_during_a_long_invoke(vm: vmrpc.VirtualMachine) -> None:
-    finished = threading.Event()
-    errors: list = []
-
-    def run() -> None:
-        try:
-            vm.invoke_stateful("spin", deadline=120)
-        except vmrpc.VMError as e:
-            errors.append(e)
-        finished.set()
-
-    th = threading.Thread(target=run)
-    th.start()
-    wait_busy(vm)  # Python code of this thread runs while the other waits
-    # Pure-Python work while the invoke is in flight: impossible if the GIL
-    # were held by the waiting thread.
+    # spin_in_thread's polls are Python code of this thread running while
+    # the other thread waits in the invoke; then more pure-Python work:
+    # impossible if the waiting thread held the GIL.
+    th, raised = spin_in_thread(vm, lambda: vm.invoke_stateful("spin", deadline=120))
     total = sum(i * i for i in range(200000))
     assert total > 0
-    assert not finished.is_set(), "the invoke ended before this thread ran"
-    while th.is_alive():
-        vm.cancel()
-        th.join(0.1)
-    assert len(errors) == 1 and isinstance(errors[0], vmrpc.Cancelled)
+    assert th.is_alive() and not raised, "the invoke ended before this thread ran"
+    cancel_until_done(vm, th)
+    assert len(raised) == 1 and type(raised[0]) is vmrpc.Cancelled
 
 
 def _rss_bytes() -> int:
@@ -179,13 +149,10 @@ def test_long_timeout_cancels_on_the_agent(agent: Agent, prog: pathlib.Path) -> 
 def test_close_waits_for_calls_in_flight(agent: Agent, prog: pathlib.Path) -> None:
     s = vmrpc.connect(agent.url)
     vm = s.create_vm(s.upload(prog), device="cpu")
-    th = threading.Thread(target=lambda: pytest.raises(vmrpc.Cancelled, vm.invoke_stateful, "spin"))
-    th.start()
-    wait_busy(vm)
+    th, raised = spin_in_thread(vm)
     with pytest.raises(vmrpc.FailedPrecondition, match="in use by 1 call"):
         s.close()
-    while th.is_alive():
-        vm.cancel()
-        th.join(0.1)
+    cancel_until_done(vm, th)
+    assert type(raised[0]) is vmrpc.Cancelled
     s.close()
     assert s.closed

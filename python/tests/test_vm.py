@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pathlib
 import sys
-import threading
 
 import numpy as np
 import pytest
 
 import vmrpc
 
-from conftest import Mlp
+from conftest import Mlp, cancel_until_done, spin_in_thread
 
 
 def test_mlp_matches_reference(sess: vmrpc.Session, mlp: Mlp) -> None:
@@ -211,38 +210,19 @@ def test_error_classes_are_python_errors_too() -> None:
 
 
 def test_cancel_from_another_thread(vm: vmrpc.VirtualMachine) -> None:
-    caught: list = []
-
-    def run() -> None:
-        try:
-            vm.invoke_stateful("spin")
-        except vmrpc.VMError as e:
-            caught.append(e)
-
-    th = threading.Thread(target=run)
-    th.start()
-    from conftest import wait_busy
-
-    wait_busy(vm)
-    while th.is_alive():  # a Cancel before the run starts is not remembered: repeat
-        vm.cancel()
-        th.join(0.1)
-    assert len(caught) == 1 and isinstance(caught[0], vmrpc.Cancelled)
-    assert "cancelled" in caught[0].message
+    th, raised = spin_in_thread(vm)
+    cancel_until_done(vm, th)
+    assert len(raised) == 1 and type(raised[0]) is vmrpc.Cancelled
+    assert "cancelled" in raised[0].message  # type: ignore[attr-defined]
     assert vm["ident"](3) == 3  # usable again
 
 
 def test_busy_vm_is_refused_not_queued(vm: vmrpc.VirtualMachine) -> None:
-    th = threading.Thread(target=lambda: pytest.raises(vmrpc.Cancelled, vm.invoke_stateful, "spin"))
-    th.start()
-    from conftest import wait_busy
-
-    wait_busy(vm)
+    th, raised = spin_in_thread(vm)
     with pytest.raises(vmrpc.FailedPrecondition, match="busy"):
         vm["ident"](1)
-    while th.is_alive():
-        vm.cancel()
-        th.join(0.1)
+    cancel_until_done(vm, th)
+    assert type(raised[0]) is vmrpc.Cancelled
 
 
 def test_time_evaluator(vm: vmrpc.VirtualMachine) -> None:

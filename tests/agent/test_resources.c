@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent_proc.h"
@@ -433,6 +435,40 @@ static void test_store_write_error(void **state) {
   rm_rf(dir);
 }
 
+/* Agents may share a store folder (a farm host runs several): one that
+ * starts removes the temp files of crashed writers only, never one that a
+ * live agent is writing (its upload would then fail). */
+static void test_store_scan_keeps_live_writers_temp_files(void **state) {
+  (void)state;
+  char dir[] = "/tmp/vmagent-tmpscan-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char sub[600], live[700], dead[700], odd[700];
+  snprintf(sub, sizeof(sub), "%s/executables", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) _exit(0);
+  assert_int_equal(waitpid(child, NULL, 0), child);
+  snprintf(live, sizeof(live), "%s/%064d.vmx.tmp.%ld.7", sub, 1, (long)getpid());
+  snprintf(dead, sizeof(dead), "%s/%064d.vmx.tmp.%ld.7", sub, 2, (long)child);
+  snprintf(odd, sizeof(odd), "%s/%064d.vmx.tmp.x", sub, 3);
+  const char *files[] = {live, dead, odd};
+  for (int i = 0; i < 3; i++) {
+    FILE *f = fopen(files[i], "w");
+    assert_non_null(f);
+    fclose(f);
+  }
+  const char *args[] = {"--device", "cpu", "--cache-dir", dir, NULL};
+  agent_proc_t p;
+  assert_int_equal(agent_proc_start(&p, args), 0);
+  assert_int_equal(ha_ping_fresh(p.url), 0);
+  assert_int_equal(access(live, F_OK), 0);
+  assert_int_equal(access(dead, F_OK), -1);
+  assert_int_equal(access(odd, F_OK), -1);
+  assert_int_equal(agent_proc_stop(&p), 0);
+  rm_rf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_device_out_of_memory),
@@ -440,6 +476,7 @@ int main(void) {
       cmocka_unit_test(test_store_disk_full_evicts_oldest),
       cmocka_unit_test(test_store_file_too_large),
       cmocka_unit_test(test_store_write_error),
+      cmocka_unit_test(test_store_scan_keeps_live_writers_temp_files),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

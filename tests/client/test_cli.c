@@ -419,7 +419,8 @@ static void test_compile_onnx(void **state) {
   char junk[4200], out[4200];
   path_in_dir(junk, sizeof(junk), "junk.onnx");
   path_in_dir(out, sizeof(out), "relu.vmx");
-  write_file(junk, "\xff\xff\xffnot a model", 16);
+  static const char k_junk[] = "\xff\xff\xffnot a model";
+  write_file(junk, k_junk, sizeof(k_junk) - 1);
   const char *a1[] = {"compile", junk, "-o", out, NULL};
   run_expect(a1, NULL, 0, 3, &r);
   assert_non_null(strstr(r.err, "not an ONNX model"));

@@ -1109,6 +1109,45 @@ static void test_readme_example_in_sync(void **state) {
   free(example);
 }
 
+/* An ONNX model where a .vmx goes: run/check/bench compile it on the fly
+ * (shapes from the input file), outputs carry the graph's names; an
+ * unsupported model fails before any network traffic. Uses the node models
+ * of Debian's libonnx-testdata (skipped without them). */
+static void test_onnx_models(void **state) {
+  (void)state;
+  const char *relu = "/usr/share/libonnx-testdata/data/node/test_relu/model.onnx";
+  const char *drop = "/usr/share/libonnx-testdata/data/node/test_training_dropout/model.onnx";
+  if (!agent_has_opencl() || access(relu, R_OK) != 0 || access(drop, R_OK) != 0) {
+    print_message("no opencl:0 on the agent or no libonnx-testdata: skipped\n");
+    skip();
+  }
+  float x[60], y[60], got[60];
+  for (int i = 0; i < 60; i++) {
+    x[i] = (float)(i % 7) - 3.0f;
+    y[i] = x[i] > 0 ? x[i] : 0;
+  }
+  int64_t shape[3] = {3, 4, 5};
+  write_npy_f32("relu_x.npy", 3, shape, x, 60);
+  write_npy_f32("relu_y.npy", 3, shape, y, 60);
+  run_result_t r;
+  CLI(0, &r, "--host", g_agent.url, "run", "-d", "opencl:0", relu, "--input", "x=relu_x.npy", "-o",
+      "onnx_out");
+  expect_in(r.out, "output y: float32[3, 4, 5] -> onnx_out/output_y.npy");
+  run_result_free(&r);
+  read_npy_tail_f32("onnx_out/output_y.npy", got, 60);
+  assert_memory_equal(got, y, sizeof(got));
+  CLI(0, &r, "--host", g_agent.url, "check", "-d", "opencl:0", relu, "relu_x.npy", "-e",
+      "relu_y.npy");
+  expect_in(r.out, "check: OK");
+  run_result_free(&r);
+  CLI(0, &r, "--host", g_agent.url, "bench", "-d", "opencl:0", relu, "relu_x.npy", "-n", "2");
+  run_result_free(&r);
+  /* an unsupported model: exit 3 naming the node, even with no agent */
+  CLI(EXIT_INPUT, &r, "--host", "tcp://127.0.0.1:1", "run", drop, "relu_x.npy");
+  expect_in(r.err, "node 0 (Dropout)");
+  run_result_free(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help),
@@ -1120,6 +1159,7 @@ int main(void) {
       cmocka_unit_test(test_check),
       cmocka_unit_test(test_bench_profile_cpu),
       cmocka_unit_test(test_mlp_opencl),
+      cmocka_unit_test(test_onnx_models),
       cmocka_unit_test(test_agent_down),
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_readme_example_in_sync),

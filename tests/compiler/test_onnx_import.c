@@ -143,7 +143,7 @@ static void test_input_shapes(void **state) {
                 "input 'x': dim 0 ('N') is dynamic: fix it with an input shape (--input-shape "
                 "x=D0,D1,...)");
   vmcc_input_shape_t s = {"x", 2, {3, 4}};
-  vmcc_onnx_options_t o = {1, &s, 0, NULL, 0};
+  vmcc_onnx_options_t o = {1, &s, 0, NULL, 0, 0};
   vmcc_onnx_report_t rep;
   ASSERT_OK(compile(&m, &o, &rep, NULL));
   s.dims[1] = 5;
@@ -165,7 +165,7 @@ static void test_const_binding(void **state) {
   float bv[8] = {0};
   vmcc_tensor_t b = {VM_F32, 2, {2, 4}, bv, sizeof(bv)};
   vmcc_const_binding_t cb = {"b", &b};
-  vmcc_onnx_options_t o = {0, NULL, 1, &cb, 0};
+  vmcc_onnx_options_t o = {0, NULL, 1, &cb, 0, 0};
   vm_executable_t *e;
   vmcc_onnx_report_t rep;
   ASSERT_OK(compile(&m, &o, &rep, &e));

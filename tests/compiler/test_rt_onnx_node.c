@@ -561,10 +561,117 @@ static void test_conv_bn_folded(void **state) {
   vm_executable_free(exec);
 }
 
+/* A chain of float elementwise nodes (Add of a bias, Relu, Mul by a
+ * scalar, Sigmoid, Clip, Add of the input again) becomes one cl.elementwise
+ * call whose result equals the unfused one, node by node. */
+static void test_elementwise_fusion(void **state) {
+  env_t *e = *state;
+  enum { N = 2, C = 3, L = 5 };
+  static float x[N * C * L], bias[L];
+  for (int i = 0; i < N * C * L; i++) x[i] = (float)((i * 29) % 17) / 4.0f - 2.0f;
+  for (int i = 0; i < L; i++) bias[i] = 0.3f * (float)i - 0.5f;
+  float half = 0.5f, lo = 0.1f, hi = 0.9f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[3] = {N, C, L}, bd[1] = {L};
+  mb_input(&m, "x", 3, xd);
+  mb_output(&m, "y", 3, xd);
+  mb_init_raw(&m, "b", 1, 1, bd, bias, sizeof(bias));
+  mb_init_raw(&m, "h", 1, 0, NULL, &half, 4);
+  mb_init_raw(&m, "lo", 1, 0, NULL, &lo, 4);
+  mb_init_raw(&m, "hi", 1, 0, NULL, &hi, 4);
+  mb_node(&m, "Add", "a1", "x", "b", "t1");
+  mb_node(&m, "Relu", "r", "t1", NULL, "t2");
+  mb_node(&m, "Mul", "m", "t2", "h", "t3");
+  mb_node(&m, "Sigmoid", "s", "t3", NULL, "t4");
+  Onnx__NodeProto *clip = mb_node(&m, "Clip", "c", "t4", "lo", "t5");
+  mb_node_input(clip, "hi");
+  mb_node(&m, "Add", "a2", "t5", "x", "y");
+  size_t nbytes;
+  uint8_t *bytes = mb_pack(&m, &nbytes);
+  float out[2][N * C * L];
+  for (int fuse = 0; fuse < 2; fuse++) {
+    vmcc_onnx_options_t o;
+    memset(&o, 0, sizeof(o));
+    o.fuse_elementwise = fuse;
+    vm_executable_t *exec = NULL;
+    vmcc_onnx_report_t rep;
+    ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, &o, &exec, &rep));
+    assert_int_equal(rep.num_fused, fuse ? 1 : 0);
+    vm_machine_t *vm = NULL;
+    vm_value_t xv = vm_value_none(), res = vm_value_none();
+    vmcc_tensor_t xin = {VM_F32, 3, {N, C, L}, x, sizeof(x)};
+    ASSERT_OK(run_exec(e, exec, &xin, &vm, &xv, &res));
+    vm_tensor_t *yt = vm_value_as_tensor(&res);
+    assert_non_null(yt);
+    ASSERT_OK(e->dev->ops->copy_to_host(e->dev, out[fuse], yt->storage->buffer, yt->offset,
+                                        sizeof(out[fuse])));
+    vm_value_release(&res);
+    vm_value_release(&xv);
+    vm_machine_free(vm);
+    vm_executable_free(exec);
+  }
+  free(bytes);
+  for (int i = 0; i < N * C * L; i++) {
+    double t = x[i] + bias[i % L];
+    t = (t > 0 ? t : 0) * 0.5;
+    t = 1.0 / (1.0 + exp(-t));
+    t = t < 0.1 ? 0.1 : t > 0.9 ? 0.9 : t;
+    double want = t + x[i];
+    if (fabs(out[0][i] - want) > 1e-5 || fabs(out[1][i] - want) > 1e-5)
+      fail_msg("element %d: unfused %.7g, fused %.7g, expected %.7g", i, out[0][i], out[1][i],
+               want);
+  }
+}
+
+/* Gelu (opset 20: no case in libonnx-testdata 1.12), exact and tanh, on
+ * the device against the host. */
+static void test_gelu(void **state) {
+  env_t *e = *state;
+  enum { N = 64 };
+  float x[N], got[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i / 8.0f - 4.0f;
+  for (int approx = 0; approx < 2; approx++) {
+    mb_t m;
+    mb_init(&m, 20);
+    int64_t xd[1] = {N};
+    mb_input(&m, "x", 1, xd);
+    mb_output(&m, "y", 1, xd);
+    Onnx__NodeProto *n = mb_node(&m, "Gelu", "g", "x", NULL, "y");
+    if (approx) mb_attr_s(&m, n, "approximate", "tanh");
+    size_t nbytes;
+    uint8_t *bytes = mb_pack(&m, &nbytes);
+    vm_executable_t *exec = NULL;
+    ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, NULL));
+    free(bytes);
+    vm_machine_t *vm = NULL;
+    vm_value_t xv = vm_value_none(), res = vm_value_none();
+    vmcc_tensor_t xin = {VM_F32, 1, {N}, x, sizeof(x)};
+    ASSERT_OK(run_exec(e, exec, &xin, &vm, &xv, &res));
+    vm_tensor_t *yt = vm_value_as_tensor(&res);
+    assert_non_null(yt);
+    ASSERT_OK(e->dev->ops->copy_to_host(e->dev, got, yt->storage->buffer, yt->offset, sizeof(got)));
+    for (int i = 0; i < N; i++) {
+      double v = x[i];
+      double want = approx ? 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+                           : 0.5 * v * (1 + erf(v / sqrt(2.0)));
+      if (fabs(got[i] - want) > 1e-5 + 1e-4 * fabs(want))
+        fail_msg("gelu (approximate %s) of %g: %.7g, expected %.7g", approx ? "tanh" : "none", v,
+                 got[i], want);
+    }
+    vm_value_release(&res);
+    vm_value_release(&xv);
+    vm_machine_free(vm);
+    vm_executable_free(exec);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_node_cases),
       cmocka_unit_test(test_conv_bn_folded),
+      cmocka_unit_test(test_elementwise_fusion),
+      cmocka_unit_test(test_gelu),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

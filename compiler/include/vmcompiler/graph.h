@@ -62,7 +62,7 @@ typedef enum vmcc_arg_kind {
   VMCC_ARG_CONST = 2,  /* a constant-pool index (floats, strings, ...) */
   VMCC_ARG_VM = 3,     /* the %vm register */
   VMCC_ARG_NONE = 4,   /* a none value (e.g. an absent bias) */
-  VMCC_ARG_INTS = 5,   /* an int list made by vmcc_graph_ints (a tuple at run time) */
+  VMCC_ARG_INTS = 5,   /* an int or float list (vmcc_graph_ints/floats: a tuple at run time) */
 } vmcc_arg_kind_t;
 
 typedef struct vmcc_arg {
@@ -118,6 +118,9 @@ int32_t vmcc_graph_view(vmcc_graph_t *g, int32_t src, uint32_t ndim, const int64
 /* An int-list argument (any values, negative too; at most VMCC_MAX_INTS),
  * passed as a tuple of ints built right before the call that names it. */
 vmcc_arg_t vmcc_graph_ints(vmcc_graph_t *g, uint32_t n, const int64_t *vals);
+/* A float-list argument (at most VMCC_MAX_INTS), a tuple of floats at run
+ * time, built like an int list. */
+vmcc_arg_t vmcc_graph_floats(vmcc_graph_t *g, uint32_t n, const double *vals);
 /* Records a call of packed function name whose result is discarded. */
 void vmcc_graph_call(vmcc_graph_t *g, const char *name, uint32_t nargs, const vmcc_arg_t *args);
 

@@ -74,6 +74,11 @@ typedef struct vmcc_onnx_options {
   uint32_t num_consts;
   const vmcc_const_binding_t *consts;
   uint64_t plan_align; /* byte alignment of planned offsets (0 = 64) */
+  /* 1: chains of float elementwise nodes whose intermediates have no other
+   * use become one cl.elementwise call each; 0 (default): one call per node
+   * (on PoCL the fused kernels are slower than the operators they replace:
+   * docs/onnx.md) */
+  int fuse_elementwise;
 } vmcc_onnx_options_t;
 
 #define VMCC_ONNX_MAX_REPORT_OPS 64
@@ -83,7 +88,8 @@ typedef struct vmcc_onnx_report {
   int64_t opset;           /* of the default domain */
   uint32_t num_nodes;      /* in the graph */
   uint32_t num_folded;     /* nodes evaluated at compile time */
-  uint32_t num_calls;      /* operator calls emitted (views included) */
+  uint32_t num_calls;      /* nodes lowered to calls (not folded or fused away) */
+  uint32_t num_fused;      /* cl.elementwise calls, each fusing several nodes */
   uint32_t num_consts;     /* tensor constants in the executable */
   uint64_t const_bytes;    /* their bytes */
   vmcc_plan_report_t plan; /* planned vs unplanned memory */

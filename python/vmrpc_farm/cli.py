@@ -1,0 +1,529 @@
+"""vmrpc-farm: a device farm of vmagents under Dask distributed (docs/farm.md).
+
+    vmrpc-farm head [--listen 127.0.0.1:8786]                  # once
+    vmrpc-farm serve --address HEAD --agent URL --tag k=v      # on each host with devices
+    vmrpc-farm bench MODEL.vmx --address HEAD --input x=x.npy --where vendor=ARM --all \\
+                     --json results.json --junit results.xml   # from CI
+    vmrpc-farm status --address HEAD                           # agents, leases, queue
+
+Exit status: 0 every job ok; 1 a job failed, differed (check) or was lost;
+2 usage error or unreadable input; 3 the head cannot be reached or no agent
+matches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import socket
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import engine
+from .props import RESERVED, Where, parse_tag
+
+EXIT_OK, EXIT_JOBS, EXIT_USAGE, EXIT_FARM = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    pass
+
+
+def _err(msg: str) -> None:
+    print(f"vmrpc-farm: {msg}", file=sys.stderr, flush=True)
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number > 0")
+    return v
+
+
+def _count(lo: int, hi: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r} must be in {lo}..{hi}")
+        return v
+
+    return parse
+
+
+def _where(text: str) -> Where:
+    try:
+        return Where.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _tag(text: str) -> Tuple[str, str]:
+    try:
+        return parse_tag(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _load_npy(path: str) -> np.ndarray:
+    try:
+        a = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (ValueError, OSError, EOFError) as e:
+        raise UsageError(f"{path}: not a readable .npy array ({e})") from None
+    if not isinstance(a, np.ndarray):
+        raise UsageError(f"{path}: holds several arrays (.npz); give one .npy per input")
+    return a
+
+
+def _inputs(
+    positional: Sequence[str], named: Sequence[str]
+) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    by_index: Dict[int, Any] = {i: _load_npy(p) for i, p in enumerate(positional)}
+    kwargs: Dict[str, Any] = {}
+    for item in named:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(
+                f"--input {item!r}: expected NAME=FILE.npy (NAME: a parameter "
+                "name or its index from 0)"
+            )
+        if name.isdigit():
+            i = int(name)
+            if i in by_index:
+                raise UsageError(f"--input {item!r}: parameter {i} is given twice")
+            by_index[i] = _load_npy(path)
+        else:
+            if name in kwargs:
+                raise UsageError(f"--input {item!r}: parameter {name!r} is given twice")
+            kwargs[name] = _load_npy(path)
+    if by_index and sorted(by_index) != list(range(len(by_index))):
+        raise UsageError(f"inputs by index must be 0, 1, ... without gaps; got {sorted(by_index)}")
+    return tuple(by_index[i] for i in range(len(by_index))), kwargs
+
+
+def _add_tls(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="CA bundle: every farm connection is mutual "
+        "TLS, and only certificates it signed are let in (needs --tls-cert, --tls-key)",
+    )
+    p.add_argument("--tls-cert", metavar="PEM", help="this process's certificate")
+    p.add_argument("--tls-key", metavar="PEM", help="its private key")
+
+
+def _add_address(p: argparse.ArgumentParser) -> None:
+    from .farm import default_address
+
+    p.add_argument(
+        "--address",
+        default=default_address(),
+        help="the head, HOST:PORT (default $VMRPC_FARM_ADDRESS or 127.0.0.1:8786)",
+    )
+    _add_tls(p)
+
+
+def _tls(a: argparse.Namespace) -> Optional[engine.Tls]:
+    given = [a.tls_ca, a.tls_cert, a.tls_key]
+    if not any(given):
+        return None
+    if not all(given):
+        raise UsageError("--tls-ca, --tls-cert and --tls-key go together")
+    for opt, path in zip(("--tls-ca", "--tls-cert", "--tls-key"), given):
+        try:
+            with open(path, "rb") as f:
+                if b"-----BEGIN " not in f.read(1 << 20):
+                    raise UsageError(f"{opt} {path}: not a PEM file")
+        except OSError as e:
+            raise UsageError(f"{opt} {path}: {e.strerror}") from None
+    return engine.Tls(a.tls_ca, a.tls_cert, a.tls_key)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="vmrpc-farm", description="A device farm of vmagents.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    h = sub.add_parser("head", help="run the farm's head (the engine's scheduler)")
+    h.add_argument(
+        "--listen",
+        default="127.0.0.1:8786",
+        help="HOST:PORT to listen on (default 127.0.0.1:8786; port 0: any free)",
+    )
+    h.add_argument("--lifetime", type=_positive, help="stop after this many seconds")
+    _add_tls(h)
+
+    s = sub.add_parser("serve", help="advertise this host's agents to the head")
+    _add_address(s)
+    s.add_argument(
+        "--agent",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="an agent of this host (tcp://..., tls+tcp://..., ipc://...); repeatable",
+    )
+    s.add_argument(
+        "--tag",
+        action="append",
+        type=_tag,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a property added to every agent of this node; repeatable",
+    )
+    s.add_argument("--token-file", help="the agents' token (first line)")
+    s.add_argument(
+        "--name-prefix",
+        default=socket.gethostname(),
+        help="agents are named PREFIX/HOST:PORT (default: this host's name)",
+    )
+    s.add_argument(
+        "--interval",
+        type=_positive,
+        default=2.0,
+        help="seconds between health checks of each agent (default 2)",
+    )
+    s.add_argument(
+        "--head-timeout",
+        type=_positive,
+        default=30.0,
+        help="stop when the head is unreachable this long (default 30 s)",
+    )
+    s.add_argument("--lifetime", type=_positive, help="stop after this many seconds")
+
+    for kind, what in (
+        ("bench", "time a function on the agents (time_evaluator)"),
+        ("run", "run a function once on the agents"),
+        ("check", "run, then compare the outputs with expected .npy files"),
+    ):
+        m = sub.add_parser(kind, help=what)
+        _add_address(m)
+        m.add_argument("model", metavar="MODEL.vmx")
+        m.add_argument(
+            "inputs",
+            nargs="*",
+            metavar="INPUT.npy",
+            help="inputs for parameters 0, 1, ... in order",
+        )
+        m.add_argument(
+            "-i",
+            "--input",
+            action="append",
+            default=[],
+            metavar="P=FILE.npy",
+            help="parameter P (name or index from 0); repeatable",
+        )
+        m.add_argument("-f", "--func", default="main")
+        m.add_argument("-d", "--device", help="device selector(s) of each agent (default: first)")
+        m.add_argument("--exec-mode", choices=("bytecode", "compiled"))
+        m.add_argument(
+            "--where",
+            action="append",
+            type=_where,
+            default=[],
+            metavar="COND",
+            help="KEY=VALUE, KEY!=VALUE, KEY~=TEXT, KEY>=N, KEY<=N; repeatable (all must hold)",
+        )
+        g = m.add_mutually_exclusive_group()
+        g.add_argument(
+            "--all",
+            dest="mode",
+            action="store_const",
+            const="all",
+            help="run on every matching agent (default)",
+        )
+        g.add_argument(
+            "--any",
+            dest="mode",
+            action="store_const",
+            const="any",
+            help="run on any one matching agent",
+        )
+        m.add_argument(
+            "--count",
+            type=_count(1, 10000),
+            default=1,
+            help="jobs per agent (--all) or in all (--any) (default 1)",
+        )
+        m.add_argument(
+            "--retries",
+            type=_count(0, 100),
+            default=2,
+            help="times a job whose agent died goes to another match (default 2)",
+        )
+        m.add_argument(
+            "--deadline",
+            type=_positive,
+            default=3600.0,
+            help="seconds for all jobs (default 3600); jobs not done are lost",
+        )
+        m.add_argument(
+            "--timeout",
+            type=_positive,
+            help="seconds one run may take on an agent (default: no limit)",
+        )
+        m.add_argument("--json", metavar="FILE", help="write the results as JSON ('-': stdout)")
+        m.add_argument("--junit", metavar="FILE", help="write the results as JUnit XML")
+        m.add_argument("-q", "--quiet", action="store_true", help="no table, no progress")
+        if kind == "bench":
+            m.add_argument("-n", "--number", type=_count(1, 1 << 30), default=10)
+            m.add_argument("-r", "--repeat", type=_count(1, 1 << 20), default=1)
+            m.add_argument("--min-repeat-ms", type=_count(0, 1 << 30), default=0)
+        if kind == "check":
+            m.add_argument(
+                "-e",
+                "--expected",
+                action="append",
+                required=True,
+                metavar="FILE.npy",
+                help="expected value of the next output in order; repeatable",
+            )
+            m.add_argument("--rtol", type=float, default=1e-5)
+            m.add_argument("--atol", type=float, default=1e-8)
+        if kind == "run":
+            m.add_argument(
+                "-o", "--output-dir", help="write each agent's outputs to DIR/AGENT/OUT.npy"
+            )
+
+    st = sub.add_parser("status", help="agents, their leases, and the queue")
+    _add_address(st)
+    st.add_argument("--json", action="store_true", help="print JSON")
+    return ap
+
+
+def _cmd_head(a: argparse.Namespace) -> int:
+    host, sep, port = a.listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise UsageError(f"--listen {a.listen!r}: expected HOST:PORT")
+    return engine.run_head(host or "127.0.0.1", int(port), a.lifetime, _tls(a))
+
+
+def _cmd_serve(a: argparse.Namespace) -> int:
+    token = None
+    if a.token_file:
+        try:
+            with open(a.token_file, encoding="utf-8") as f:
+                token = f.readline().rstrip("\r\n")
+        except OSError as e:
+            raise UsageError(f"--token-file: {e}") from None
+        if not token:
+            raise UsageError(f"{a.token_file}: the first line (the token) is empty")
+    agents = []
+    for url in a.agent:
+        if not url.startswith(("tcp://", "tls+tcp://", "ipc://")):
+            raise UsageError(
+                f"--agent {url!r}: expected tcp://HOST:PORT, tls+tcp://HOST:PORT or ipc:///PATH"
+            )
+        agents.append(engine.AgentConfig(url, f"{a.name_prefix}/{url.split('://', 1)[1]}", token))
+    if len({c.name for c in agents}) != len(agents):
+        raise UsageError("an agent is given twice")
+    tls = _tls(a)
+    return engine.run_node(
+        engine.normalize_address(a.address, tls is not None),
+        agents,
+        dict(a.tag),
+        a.interval,
+        a.head_timeout,
+        a.lifetime,
+        tls,
+    )
+
+
+def _open_farm(a: argparse.Namespace) -> Any:
+    from .farm import Farm
+
+    address = a.address
+    tls = _tls(a)
+    try:
+        return Farm(address, tls=tls)
+    except (OSError, TimeoutError) as e:
+        hint = (
+            " and is --tls-cert signed by the CA the head trusts?"
+            if tls
+            else " (a head started with --tls-* takes only TLS clients)"
+        )
+        raise FarmError(
+            f"cannot reach the head at {address}: {e}; is `vmrpc-farm head` running there{hint}"
+        ) from None
+
+
+class FarmError(Exception):
+    pass
+
+
+def _write(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    p = pathlib.Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, p)
+
+
+def _cmd_job(a: argparse.Namespace) -> int:
+    from . import report
+    from .jobs import JobSpec
+
+    try:
+        model = pathlib.Path(a.model).read_bytes()
+    except OSError as e:
+        raise UsageError(f"{a.model}: {e.strerror}") from None
+    args, kwargs = _inputs(a.inputs, a.input)
+    spec = JobSpec(
+        a.cmd,
+        os.path.basename(a.model),
+        model,
+        a.func,
+        args,
+        kwargs,
+        a.device,
+        a.exec_mode,
+        timeout=a.timeout,
+    )
+    if a.cmd == "bench":
+        spec.number, spec.repeat, spec.min_repeat_ms = a.number, a.repeat, a.min_repeat_ms
+    if a.cmd == "check":
+        spec.expected = [_load_npy(p) for p in a.expected]
+        spec.rtol, spec.atol = a.rtol, a.atol
+    mode = a.mode or "all"
+
+    def log(msg: str) -> None:
+        if not a.quiet:
+            print(f"vmrpc-farm: {msg}", file=sys.stderr, flush=True)
+
+    with _open_farm(a) as farm:
+        matches = farm.select(a.where)
+        if not matches:
+            cond = " and ".join(str(w) for w in a.where) or "(none)"
+            known = farm.agents()
+            raise FarmError(
+                f"no agent that is up matches {cond}; {len(known)} known "
+                f"({sum(k.state == 'up' for k in known)} up): see `vmrpc-farm status`"
+            )
+        log(f"{len(matches)} matching agent(s): {', '.join(m.name for m in matches)}")
+        started = time.time()
+        jobs = farm.dispatch(spec, a.where, mode, a.retries, a.deadline, log, a.count)
+    meta = {
+        "address": farm.address,
+        "command": a.cmd,
+        "model": spec.model_name,
+        "func": spec.func,
+        "where": [str(w) for w in a.where],
+        "mode": mode,
+        "retries": a.retries,
+        "started": started,
+        "seconds": time.time() - started,
+    }
+    if a.json:
+        _write(a.json, report.to_json(jobs, meta))
+    if a.junit:
+        _write(a.junit, report.to_junit(jobs, f"vmrpc-farm.{a.cmd}", meta))
+    if a.cmd == "run" and a.output_dir:
+        for j in jobs:
+            if j.outputs is None or j.result is None:
+                continue
+            d = pathlib.Path(a.output_dir) / j.result["agent"].replace("/", "_").replace(":", "_")
+            d.mkdir(parents=True, exist_ok=True)
+            for o, v in zip(j.result["outputs"], j.outputs):
+                if isinstance(v, np.ndarray):
+                    np.save(d / f"{o['name']}.npy", v)
+    if not a.quiet and a.json != "-":
+        sys.stdout.write(report.to_table(jobs))
+    return EXIT_OK if all(j.state == "ok" for j in jobs) else EXIT_JOBS
+
+
+def _size(n: Any) -> str:
+    try:
+        v = float(n)
+    except (TypeError, ValueError):
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if v < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return "-"
+
+
+def _cmd_status(a: argparse.Namespace) -> int:
+    with _open_farm(a) as farm:
+        agents = farm.agents(with_leases=True)
+        queue = farm.queue()
+    if a.json:
+        print(
+            json.dumps(
+                {
+                    "address": farm.address,
+                    "agents": [vars(x) for x in agents],
+                    "queue": queue,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return EXIT_OK
+    rows = [
+        ["agent", "state", "version", "devices", "vendor", "memory", "tags", "lease", "waiting"]
+    ]
+    for x in agents:
+        p = x.props
+        tags = ",".join(f"{k}={v}" for k, v in p.items() if k not in RESERVED)
+        rows.append(
+            [
+                x.name,
+                x.state + (f" ({x.error[:40]})" if x.error and x.state != "up" else ""),
+                str(p.get("version", "-")),
+                ",".join(p.get("device") or []) or "-",
+                ",".join(p.get("vendor") or []) or "-",
+                _size(p.get("memory")),
+                tags or "-",
+                x.lease or "-",
+                str(len(x.waiting)),
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    up = sum(x.state == "up" for x in agents)
+    busy = sum(1 for x in agents if x.lease)
+    waiting = sum(len(x.waiting) for x in agents) + len(queue)
+    print(f"{len(agents)} agents ({up} up, {busy} leased); {waiting} jobs waiting")
+    return EXIT_OK
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    a = _parser().parse_args(argv)
+    try:
+        if a.cmd == "head":
+            return _cmd_head(a)
+        if a.cmd == "serve":
+            return _cmd_serve(a)
+        if a.cmd == "status":
+            return _cmd_status(a)
+        return _cmd_job(a)
+    except UsageError as e:
+        _err(str(e))
+        return EXIT_USAGE
+    except ValueError as e:  # bad --address
+        _err(str(e))
+        return EXIT_USAGE
+    except FarmError as e:
+        _err(str(e))
+        return EXIT_FARM
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Jobs: what runs on a farm node, inside the engine's worker that holds
+one agent's lease (one job at a time per agent).
+
+A job is a :class:`JobSpec` (the model's bytes, the function, its inputs,
+what to do); :func:`execute` runs it on the worker's agent and returns a
+plain dict (JSON-ready) plus, for ``run``, the outputs. An agent that stops
+answering raises :class:`AgentDown`, which the dispatcher retries on
+another agent; any other failure is the job's result (``status: error``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+import vmrpc
+from vmrpc.errors import VMError  # vmrpc.VMError, spelt so that mypy sees it exported
+
+__all__ = ["JobSpec", "AgentDown", "AgentSlot", "execute", "register_slot", "slot_of"]
+
+KINDS = ("bench", "run", "check")
+
+
+class AgentDown(Exception):
+    """The agent stopped answering during a job (args: agent name, message)."""
+
+    def __init__(self, agent: str, message: str) -> None:
+        super().__init__(agent, message)
+        self.agent = agent
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"agent {self.agent} is down: {self.message}"
+
+
+@dataclass
+class JobSpec:
+    kind: str  # bench | run | check
+    model_name: str
+    model: bytes
+    func: str = "main"
+    args: Tuple[Any, ...] = ()
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    device: Optional[str] = None
+    exec_mode: Optional[str] = None
+    # bench: time_evaluator's parameters
+    number: int = 10
+    repeat: int = 1
+    min_repeat_ms: int = 0
+    # check: expected outputs in order (flattened depth-first), tolerances
+    expected: List[Any] = field(default_factory=list)
+    rtol: float = 1e-5
+    atol: float = 1e-8
+    # seconds a run may take on the agent (None: no limit)
+    timeout: Optional[float] = None
+
+
+@dataclass
+class AgentSlot:
+    """One agent served by this node: how to reach it and what it is."""
+
+    name: str
+    url: str
+    token: Optional[str]
+    props: Dict[str, Any]
+    down: threading.Event = field(default_factory=threading.Event)
+    down_reason: str = ""
+
+    def connect(self, **kw: Any) -> vmrpc.Session:
+        return vmrpc.connect(self.url, token=self.token, **kw)
+
+    def alive(self) -> Optional[str]:
+        """None when the agent answers a fresh connect and a ping, else why not."""
+        try:
+            with self.connect(connect_timeout=3, timeout=5) as s:
+                s.ping()
+            return None
+        except VMError as e:
+            return str(e)
+
+
+_SLOTS: Dict[str, AgentSlot] = {}
+_LOCK = threading.Lock()
+
+
+def register_slot(slot: AgentSlot) -> None:
+    with _LOCK:
+        _SLOTS[slot.name] = slot
+
+
+def slot_of(worker_name: str) -> AgentSlot:
+    with _LOCK:
+        slot = _SLOTS.get(worker_name)
+    if slot is None:
+        raise RuntimeError(f"worker {worker_name!r} serves no vmrpc agent in this process")
+    return slot
+
+
+def _flatten(value: Any, path: str, out: List[Tuple[str, Any]]) -> None:
+    if isinstance(value, tuple) and not isinstance(value, vmrpc.Shape):
+        for i, v in enumerate(value):
+            _flatten(v, f"{path}.{i}" if path else str(i), out)
+    else:
+        out.append((path or "0", value))
+
+
+def _describe(value: Any) -> Dict[str, Any]:
+    if isinstance(value, np.ndarray):
+        return {"dtype": str(value.dtype), "shape": list(value.shape)}
+    if isinstance(value, vmrpc.Shape):
+        return {"dtype": "shape", "shape": [len(value)], "values": list(value)}
+    return {"dtype": type(value).__name__, "shape": [], "value": repr(value)}
+
+
+def _compare(got: Any, want: Any, rtol: float, atol: float) -> Dict[str, Any]:
+    g = np.asarray(got)
+    w = np.asarray(want)
+    if g.shape != w.shape:
+        return {"ok": False, "shape_ok": False, "expected_shape": list(w.shape)}
+    if g.size == 0:
+        return {"ok": True, "shape_ok": True, "mismatched": 0, "max_abs_err": 0.0}
+    gf, wf = g.astype(np.float64), w.astype(np.float64)
+    close = np.isclose(gf, wf, rtol=rtol, atol=atol)
+    err = np.abs(gf - wf)
+    return {
+        "ok": bool(close.all()),
+        "shape_ok": True,
+        "mismatched": int((~close).sum()),
+        "max_abs_err": float(np.nanmax(err)) if err.size else 0.0,
+    }
+
+
+def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[Any]]:
+    t0 = time.perf_counter()
+    with slot.connect(long_timeout=spec.timeout, client_name="vmrpc-farm") as s:
+        exe = s.upload(spec.model)
+        vm = s.create_vm(exe, device=spec.device, exec_mode=spec.exec_mode)
+        res["device"] = ",".join(vm.devices)
+        dev = [d for d in s.info["devices"] if d["selector"] == vm.devices[0]]
+        res["device_info"] = dev[0] if dev else None
+        res["store_hit"] = exe.store_hit
+        res["init_s"] = time.perf_counter() - t0
+        if spec.kind == "bench":
+            ev = vm.time_evaluator(
+                spec.func, number=spec.number, repeat=spec.repeat, min_repeat_ms=spec.min_repeat_ms
+            )
+            res["timing"] = ev(*spec.args, **spec.kwargs).to_dict()
+            res["status"] = "ok"
+            return None
+        out = vm[spec.func](*spec.args, **spec.kwargs)
+        leaves: List[Tuple[str, Any]] = []
+        _flatten(out, "", leaves)
+        res["outputs"] = [dict(name=n, **_describe(v)) for n, v in leaves]
+        if spec.kind == "check":
+            ok = len(spec.expected) <= len(leaves)
+            for i, want in enumerate(spec.expected):
+                if i >= len(leaves):
+                    break
+                c = _compare(leaves[i][1], want, spec.rtol, spec.atol)
+                res["outputs"][i]["check"] = c
+                ok = ok and c["ok"]
+            if len(spec.expected) > len(leaves):
+                res["error"] = (
+                    f"{len(spec.expected)} expected outputs but the function returned {len(leaves)}"
+                )
+            res["match"] = ok
+            res["status"] = "ok" if ok else "mismatch"
+        else:
+            res["status"] = "ok"
+        return [v for _, v in leaves]
+
+
+def execute(spec: JobSpec) -> Tuple[Dict[str, Any], Optional[List[Any]]]:
+    """Runs spec on the agent whose lease this worker holds (the engine calls
+    it on the worker). Returns (result dict, outputs of ``run`` or None)."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    slot = slot_of(str(worker.name))
+    res: Dict[str, Any] = {
+        "kind": spec.kind,
+        "model": spec.model_name,
+        "func": spec.func,
+        "agent": slot.name,
+        "url": slot.url,
+        "version": slot.props.get("version"),
+        "properties": slot.props,
+        "worker": worker.address,
+        "start": time.time(),
+    }
+    if slot.down.is_set():
+        raise AgentDown(slot.name, slot.down_reason or "marked down by its node")
+    outputs = None
+    try:
+        outputs = _run(slot, spec, res)
+    except VMError as e:
+        why = slot.alive()
+        if why is not None:
+            slot.down_reason = f"{e}; then {why}"
+            slot.down.set()
+            raise AgentDown(slot.name, slot.down_reason) from None
+        res["status"] = "error"
+        res["error"] = str(e)
+    res["end"] = time.time()
+    if spec.kind == "run" and outputs is not None:
+        return res, outputs
+    return res, None
