@@ -296,6 +296,10 @@ static uint64_t fuzz_adjust(Vmrpc__Request *rq, const uint64_t *sessions, uint32
       return t->vm_id;
     }
     case VMRPC__REQUEST__OP_PROFILE: return rq->profile ? rq->profile->vm_id : 0;
+    case VMRPC__REQUEST__OP_RUN: /* the VM it makes has no id yet: the deadline bounds it */
+      if (!rq->run) return 0;
+      if (rq->run->deadline_ms == 0 || rq->run->deadline_ms > 10) rq->run->deadline_ms = 10;
+      return rq->run->vm_id;
     default: return 0;
   }
 }
