@@ -165,6 +165,14 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
   conv_tensor_args(&a, x, w, bias, y);
+  /* A 1x1 kernel at stride 1 without padding maps output pixel p to input
+   * pixel p: the kernels see the map as one row of H*W pixels, so every
+   * full 8-pixel block is one vector load, also across row ends. */
+  if (KH == 1 && KW == 1 && wa.sh == 1 && wa.sw == 1 && wa.pt == 0 && wa.pl == 0 && wa.pb == 0 &&
+      wa.pr == 0) {
+    W = OW = P;
+    H = OH = 1;
+  }
   /* the end pads only shape the output; conv2d_og1 takes groups as O */
   int64_t ints[] = {C, H, W, O, OH, OW, KH, KW, wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups};
   size_t nints = sizeof(ints) / sizeof(ints[0]) - (og1 ? 1 : 0);
