@@ -26,8 +26,53 @@
   c6 = fma((float8)(LD(wp, w6 + wc)), xv, c6); \
   c7 = fma((float8)(LD(wp, w7 + wc)), xv, c7);
 
-/* Masked gather of lane t: 0 where the tap falls into the padding. */
+/* Masked gather of the 8 pixels at xc + off: 0 where m is clear (the tap
+ * falls into the padding, or the pixel is past the output). */
 #define CONV_LANE(t) (m.s##t ? LD(xc, off.s##t) : 0.0f)
+float8 conv_gather(__global const S *xc, int8 m, int8 off) {
+  return (float8)(CONV_LANE(0), CONV_LANE(1), CONV_LANE(2), CONV_LANE(3), CONV_LANE(4),
+                  CONV_LANE(5), CONV_LANE(6), CONV_LANE(7));
+}
+
+/* Declares the output pixels p0 .. p0 + 7 of a work-item: live (below P),
+ * their first input row and column (ih0, iw0) and whether they lie on one
+ * output row (same_row: a contiguous input run when SW == 1). */
+#define CONV_PIXELS                                                  \
+  int8 pv = (int8)(p0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);             \
+  int8 live = pv < (int8)(P);                                        \
+  int8 ohv = pv / OW;                                                \
+  int8 owv = pv - ohv * OW;                                          \
+  int8 ih0 = ohv * SH - PH, iw0 = owv * SW - PW;                     \
+  int same_row = p0 + 7 < P && ohv.s0 == ohv.s7;
+
+/* Accumulates over the taps (kh, kw) and the group's input channels c:
+ * ACCUM sees xv (the 8 input pixels of channel c at the tap, 0 in the
+ * padding) and wc (the weight offset of (c, kh, kw) in an output channel's
+ * row). The loops run kh, kw outside and c inside so that whether the 8
+ * pixels form one contiguous in-bounds run (one vector load) is decided
+ * once per tap. Needs CONV_PIXELS, xg, H, W, HW, KH, KW, KK, DH, DW, SW, Cg. */
+#define CONV_TAPS(ACCUM)                                                                  \
+  for (int kh = 0; kh < KH; kh++) {                                                       \
+    for (int kw = 0; kw < KW; kw++) {                                                     \
+      int8 ih = ih0 + kh * DH, iw = iw0 + kw * DW;                                        \
+      int tap = kh * KW + kw;                                                             \
+      if (same_row && SW == 1 && ih.s0 >= 0 && ih.s0 < H && iw.s0 >= 0 && iw.s7 < W) {    \
+        __global const S *xc = xg + ih.s0 * W + iw.s0;                                    \
+        for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += KK) {                      \
+          float8 xv = LD8(xc, 0);                                                         \
+          ACCUM                                                                           \
+        }                                                                                 \
+      } else {                                                                            \
+        int8 m = live & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W);                      \
+        int8 off = ih * W + iw;                                                           \
+        __global const S *xc = xg;                                                        \
+        for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += KK) {                      \
+          float8 xv = conv_gather(xc, m, off);                                            \
+          ACCUM                                                                           \
+        }                                                                                 \
+      }                                                                                   \
+    }                                                                                     \
+  }
 
 /* Stores row r of the block (channel oc + r) with the bias added. */
 void conv_store(__global S *yrow, int npix, float b, float8 acc) {
@@ -59,38 +104,11 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
   int w5 = min(ob + 5, Og - 1) * CKK, w6 = min(ob + 6, Og - 1) * CKK;
   int w7 = min(ob + 7, Og - 1) * CKK;
 
-  int8 pv = (int8)(p0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-  int8 live = pv < (int8)(P);
-  int8 ohv = pv / OW;
-  int8 owv = pv - ohv * OW;
-  int8 ih0 = ohv * SH - PH, iw0 = owv * SW - PW;
-  /* one output row for all 8 pixels: a contiguous run when SW == 1 */
-  int same_row = p0 + 7 < P && ohv.s0 == ohv.s7;
+  CONV_PIXELS
 
   float8 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
   float8 c4 = 0.0f, c5 = 0.0f, c6 = 0.0f, c7 = 0.0f;
-  for (int kh = 0; kh < KH; kh++) {
-    for (int kw = 0; kw < KW; kw++) {
-      int8 ih = ih0 + kh * DH, iw = iw0 + kw * DW;
-      int tap = kh * KW + kw;
-      if (same_row && SW == 1 && ih.s0 >= 0 && ih.s0 < H && iw.s0 >= 0 && iw.s7 < W) {
-        __global const S *xc = xg + ih.s0 * W + iw.s0;
-        for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += KK) {
-          float8 xv = LD8(xc, 0);
-          CONV_FMA8(xv)
-        }
-      } else {
-        int8 m = live & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W);
-        int8 off = ih * W + iw;
-        __global const S *xc = xg;
-        for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += KK) {
-          float8 xv = (float8)(CONV_LANE(0), CONV_LANE(1), CONV_LANE(2), CONV_LANE(3),
-                               CONV_LANE(4), CONV_LANE(5), CONV_LANE(6), CONV_LANE(7));
-          CONV_FMA8(xv)
-        }
-      }
-    }
-  }
+  CONV_TAPS(CONV_FMA8(xv))
 
   int npix = min(8, P - p0);
   int oc = g * Og + ob; /* absolute output channel of row 0 */
@@ -106,6 +124,31 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
   CONV_OUT(5, c5)
   CONV_OUT(6, c6)
   CONV_OUT(7, c7)
+}
+
+/* cl.conv2d with one output channel per group (depthwise: groups == C ==
+ * O, or any groups == O): the 8-channel block of conv2d would compute 7
+ * clamped copies of the one channel, so here each work-item computes 8
+ * consecutive output pixels of one output channel as one float8.
+ *
+ * Global ids: 0 = pixel block, 1 = n * O + o (o = the group). */
+__kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int wo,
+                         __global const S *bias, int bo, int has_bias, __global S *y, int yo,
+                         int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH,
+                         int SW, int PH, int PW, int DH, int DW) {
+  int p0 = get_global_id(0) * 8, no = get_global_id(1);
+  int P = OH * OW;
+  if (p0 >= P) return;
+  int n = no / O, o = no - n * O;
+  int Cg = C / O, HW = H * W, KK = KH * KW;
+  __global const S *xg = x + xo + (n * C + o * Cg) * HW;
+  __global const S *wp = w + wo + o * Cg * KK;
+
+  CONV_PIXELS
+
+  float8 acc = has_bias ? (float8)(LD(bias, bo + o)) : (float8)(0.0f);
+  CONV_TAPS(acc = fma((float8)(LD(wp, wc)), xv, acc);)
+  conv_store(y + yo + no * P + p0, min(8, P - p0), 0.0f, acc);
 }
 
 /* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose). Output

@@ -183,10 +183,35 @@ static void test_conv2d(void **state) {
       {1, 2, 3, 3, 3, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1},   /* kernel larger than the map */
       {1, 3, 32, 40, 9, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0}, /* wide rows: mostly vector loads */
       {0, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* empty batch */
+      /* 1x1, stride 1, no pads: the map as one row of H*W pixels */
+      {2, 7, 3, 5, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},  /* batch, odd map, no bias */
+      {1, 6, 9, 7, 10, 1, 1, 1, 1, 0, 0, 2, 3, 2, 1}, /* dilation (no effect), groups */
+      {1, 4, 5, 5, 3, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1},  /* stride 2: not flattened */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
   check_conv(e, VM_F16, &cases[0]);
   check_conv(e, VM_F16, &cases[2]);
+  check_conv(e, VM_F16, &cases[8]);
+}
+
+/* One output channel per group (depthwise and groups == O): the conv2d_og1
+ * kernel, at odd sizes, partial pixel blocks, padding on every side. */
+static void test_conv2d_depthwise(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C   H   W   O  KH KW sh sw ph pw dh dw g   bias */
+      {2, 5, 7, 13, 5, 3, 3, 1, 1, 1, 1, 1, 1, 5, 0},     /* batch, no bias, odd W */
+      {1, 12, 24, 80, 12, 3, 3, 1, 1, 1, 1, 1, 1, 12, 1}, /* wide rows: vector loads */
+      {1, 9, 11, 17, 9, 5, 5, 2, 2, 2, 2, 1, 1, 9, 1},    /* 5x5, stride 2 */
+      {1, 3, 9, 9, 3, 3, 3, 1, 2, 2, 1, 2, 1, 3, 1},      /* stride_w 2, dilation */
+      {2, 6, 6, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3, 1},      /* 2 input channels per group */
+      {1, 4, 1, 3, 1, 1, 3, 1, 1, 0, 1, 1, 1, 1, 1},      /* groups 1, one output channel */
+      {1, 7, 3, 3, 7, 3, 3, 1, 1, 0, 0, 1, 1, 7, 1},      /* a 1x1 output */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
+  check_conv(e, VM_F16, &cases[0]);
+  check_conv(e, VM_F16, &cases[1]);
+  check_conv(e, VM_F16, &cases[4]);
 }
 
 static void test_conv2d_errors(void **state) {
@@ -439,10 +464,10 @@ static void test_machine_model(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gemm_tiled),    cmocka_unit_test(test_gemm_f16),
-      cmocka_unit_test(test_gemm_errors),   cmocka_unit_test(test_conv2d),
-      cmocka_unit_test(test_conv2d_errors), cmocka_unit_test(test_pool2d),
-      cmocka_unit_test(test_machine_model),
+      cmocka_unit_test(test_gemm_tiled),       cmocka_unit_test(test_gemm_f16),
+      cmocka_unit_test(test_gemm_errors),      cmocka_unit_test(test_conv2d),
+      cmocka_unit_test(test_conv2d_depthwise), cmocka_unit_test(test_conv2d_errors),
+      cmocka_unit_test(test_pool2d),           cmocka_unit_test(test_machine_model),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }

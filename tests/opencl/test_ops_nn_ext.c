@@ -144,6 +144,7 @@ static void test_conv2d_asym(void **state) {
       {2, 4, 10, 9, 6, 3, 3, 2, 2, 0, 1, 1, 1, 1, 1, 2},  /* SAME_UPPER, stride 2 */
       {1, 2, 7, 8, 4, 2, 4, 1, 2, 1, 2, 0, 1, 2, 1, 1},   /* uneven, dilation */
       {1, 4, 6, 6, 4, 3, 3, 1, 1, 2, 0, 0, 2, 1, 1, 4},   /* depthwise, one-sided pads */
+      {2, 6, 9, 10, 6, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, 6},  /* depthwise, SAME_UPPER stride 2 */
       {1, 8, 5, 5, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* 1x1 */
       {1, 3, 20, 21, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}, /* equals the 11-argument form */
   };
@@ -152,6 +153,8 @@ static void test_conv2d_asym(void **state) {
   }
   check_conv(e, VM_F16, &cases[1], 0, 1);
   check_conv(e, VM_F32, &cases[2], 0, 0);
+  check_conv(e, VM_F16, &cases[4], 0, 1);
+  check_conv(e, VM_F32, &cases[4], 0, 0);
 
   vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 2, 5, 5));
   vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(2, 2, 3, 3));
