@@ -1293,9 +1293,10 @@ static vm_status_t run_stateful(vmc_conn_t *c, const void *exec, size_t exec_siz
 }
 
 /* The inputs of a Run too large to travel inside it (in[k] for the k
- * listed), transferred to vm with every TensorBegin in flight at once,
- * then the chunks of all of them in one pipeline; tid[k] receives each
- * transfer id. */
+ * listed), transferred to vm: one TensorBegin after the other (each claims
+ * the VM for a moment to allocate its tensor, so two in flight at once
+ * would find it busy), then the chunks of all of them in one pipeline;
+ * tid[k] receives each transfer id. */
 typedef struct xfer_ctx {
   vmc_conn_t *c;
   vmc_vm_t vm;
@@ -1303,6 +1304,7 @@ typedef struct xfer_ctx {
   const uint32_t *which; /* the inputs transferred */
   uint64_t *tid;         /* per input */
   remote_chunk_t *chunks;
+  uint32_t first; /* the TensorBegin pipeline's idx 0 is which[first] */
 } xfer_ctx_t;
 
 static uint64_t xfer_begin_size(void *ctx, uint64_t idx) {
@@ -1313,7 +1315,7 @@ static uint64_t xfer_begin_size(void *ctx, uint64_t idx) {
 
 static vm_status_t xfer_begin_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
   xfer_ctx_t *x = ctx;
-  const vmc_tensor_t *t = &x->in[x->which[idx]].tensor;
+  const vmc_tensor_t *t = &x->in[x->which[x->first + idx]].tensor;
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
   Vmrpc__TensorBeginRequest tb = VMRPC__TENSOR_BEGIN_REQUEST__INIT;
   Vmrpc__TensorMeta meta;
@@ -1334,7 +1336,7 @@ static vm_status_t xfer_begin_done(void *ctx, uint64_t idx, vmci_reply_t *r) {
   uint64_t id = r->resp->tensor_begin ? r->resp->tensor_begin->transfer_id : 0;
   if (id == 0)
     return vm_status_make(VM_INTERNAL, "the agent began a tensor transfer without an id");
-  x->tid[x->which[idx]] = id;
+  x->tid[x->which[x->first + idx]] = id;
   return VM_STATUS_OK;
 }
 
@@ -1363,7 +1365,7 @@ static vm_status_t run_transfer_inputs(vmc_conn_t *c, vmc_vm_t vm, const vmc_val
                                        const uint32_t *which, uint32_t n, uint64_t *tid) {
   uint64_t cb = c->limits.chunk_bytes, count = 0;
   for (uint32_t i = 0; i < n; i++) count += (in[which[i]].tensor.nbytes + cb - 1) / cb;
-  xfer_ctx_t x = {c, vm, in, which, tid, calloc(count ? count : 1, sizeof(remote_chunk_t))};
+  xfer_ctx_t x = {c, vm, in, which, tid, calloc(count ? count : 1, sizeof(remote_chunk_t)), 0};
   if (!x.chunks) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
   uint64_t k = 0;
   for (uint32_t i = 0; i < n; i++)
@@ -1373,14 +1375,15 @@ static vm_status_t run_transfer_inputs(vmc_conn_t *c, vmc_vm_t vm, const vmc_val
     }
   vmci_pipeline_t p;
   memset(&p, 0, sizeof(p));
-  p.count = n;
+  p.count = 1;
   p.make = xfer_begin_make;
   p.done = xfer_begin_done;
   p.chunk_size = xfer_begin_size;
   p.expect = ROP(TENSOR_BEGIN);
   p.ctx = &x;
   p.what = "TensorBegin";
-  vm_status_t st = vmci_pipeline_run(c, &p);
+  vm_status_t st = VM_STATUS_OK;
+  for (x.first = 0; !st && x.first < n; x.first++) st = vmci_pipeline_run(c, &p);
   if (!st && count) {
     p.count = count;
     p.make = xfer_chunk_make;
