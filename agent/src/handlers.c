@@ -1006,6 +1006,13 @@ vm_status_t vma_op_invoke(vma_ctx_t *c) {
     vm_machine_set_deadline(v->m, deadline);
     uint64_t t0 = vm_now_ns();
     st = vm_machine_invoke_stateful(v->m, q->func);
+    /* Operators only enqueue their kernels: the reply (and its seconds)
+     * means the work is done, and the devices are free of it before their
+     * run locks go to another session. */
+    for (uint32_t k = 0; !st && k < vm_machine_num_devices(v->m); k++) {
+      vm_device_t *dev = vm_machine_device(v->m, k);
+      st = dev->ops->sync(dev);
+    }
     secs = (double)(vm_now_ns() - t0) * 1e-9;
     vm_machine_set_deadline(v->m, 0);
   }

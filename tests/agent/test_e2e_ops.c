@@ -55,7 +55,6 @@ typedef struct suite {
   size_t mlp_size;
   uint8_t *prog;
   size_t prog_size;
-  int has_opencl;
 } suite_t;
 
 static suite_t S;
@@ -775,6 +774,54 @@ static void test_tls(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* An Invoke's reply means the work is done on the device: operators only
+ * enqueue their kernels, so without a sync the reply (and its seconds) came
+ * back after the enqueueing, the device still busy for the next session.
+ * 32 fills of a 64 MiB tensor: the invoke takes as long as a timed call. */
+static void test_invoke_waits_for_the_device(void **state) {
+  (void)state;
+  char text[4096];
+  size_t n = (size_t)snprintf(text, sizeof(text),
+                              ".const c0 shape [16777216]\n"
+                              ".const c1 dtype float32\n"
+                              ".const c2 string \"global\"\n"
+                              ".const c3 float 1.5\n"
+                              ".packed $vm.builtin.alloc_storage\n"
+                              ".packed $vm.builtin.alloc_tensor\n"
+                              ".packed $cl.fill\n"
+                              ".func @fills() regs 2 {\n"
+                              "  %%0 = call $vm.builtin.alloc_storage(%%vm, c0, 0, c1, c2)\n"
+                              "  %%1 = call $vm.builtin.alloc_tensor(%%0, 0, c0, c1)\n");
+  for (int i = 0; i < 32; i++)
+    n += (size_t)snprintf(text + n, sizeof(text) - n, "  call $cl.fill(c3, %%1)\n");
+  n += (size_t)snprintf(text + n, sizeof(text) - n, "  ret %%1\n}\n");
+  assert_true(n < sizeof(text));
+  uint8_t *prog;
+  size_t len;
+  assert_int_equal(ha_exec_bytes(text, &prog, &len), 0);
+  vmc_conn_t *c = connect_ok();
+  if (!ha_has_device(c, "opencl:0")) {
+    vmc_close(c);
+    free(prog);
+    skip();
+  }
+  vmc_vm_t vm = ha_vm_on_device(c, prog, len, "opencl:0", "naive", "bytecode");
+  double invoke_s = 0;
+  ASSERT_OK(vmc_invoke(c, vm, "fills", 0, NULL)); /* warm: the fill program */
+  ASSERT_OK(vmc_invoke(c, vm, "fills", 0, &invoke_s));
+  vmc_time_params_t tp = vmc_time_params_default();
+  tp.number = 1;
+  tp.repeat = 3;
+  vmc_time_result_t r;
+  ASSERT_OK(vmc_time_evaluate(c, vm, "fills", &tp, &r));
+  /* Before: the invoke took the enqueueing only, under a tenth of this. */
+  if (!(invoke_s >= 0.5 * r.min_s))
+    fail_msg("invoke %.6f s, timed call %.6f s (min of 3)", invoke_s, r.min_s);
+  vmc_time_result_free(&r);
+  vmc_close(c);
+  free(prog);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_info_and_ping),
@@ -786,6 +833,7 @@ int main(void) {
       cmocka_unit_test(test_big_tensor_opencl),
       cmocka_unit_test(test_tuples_cpu),
       cmocka_unit_test(test_tuples_opencl),
+      cmocka_unit_test(test_invoke_waits_for_the_device),
       cmocka_unit_test(test_sessions_isolated),
       cmocka_unit_test(test_timeouts),
       cmocka_unit_test(test_token),
