@@ -787,94 +787,13 @@ void cli_outputs_free(cli_output_t *o, uint32_t n) {
  * Elements
  */
 
-static double half_to_double(uint16_t h) {
-  int s = h >> 15, e = (h >> 10) & 0x1f, f = h & 0x3ff;
-  double v;
-  if (e == 0)
-    v = ldexp((double)f, -24);
-  else if (e == 31)
-    v = f ? NAN : INFINITY;
-  else
-    v = ldexp((double)(f | 0x400), e - 25);
-  return s ? -v : v;
-}
-
 uint64_t cli_tensor_count(const vmc_tensor_t *t) {
   size_t b = (t->dtype.bits + 7) / 8;
   return b ? t->nbytes / b : 0;
 }
 
 double cli_tensor_elem(const vmc_tensor_t *t, uint64_t i) {
-  const uint8_t *p = (const uint8_t *)t->data;
-  switch (t->dtype.code) {
-    case VM_DTYPE_FLOAT:
-      if (t->dtype.bits == 16) {
-        uint16_t h;
-        memcpy(&h, p + i * 2, 2);
-        return half_to_double(h);
-      }
-      if (t->dtype.bits == 32) {
-        float f;
-        memcpy(&f, p + i * 4, 4);
-        return f;
-      }
-      if (t->dtype.bits == 64) {
-        double d;
-        memcpy(&d, p + i * 8, 8);
-        return d;
-      }
-      break;
-    case VM_DTYPE_BFLOAT: {
-      uint16_t h;
-      memcpy(&h, p + i * 2, 2);
-      uint32_t w = (uint32_t)h << 16;
-      float f;
-      memcpy(&f, &w, 4);
-      return f;
-    }
-    case VM_DTYPE_INT:
-      switch (t->dtype.bits) {
-        case 8: return (int8_t)p[i];
-        case 16: {
-          int16_t v;
-          memcpy(&v, p + i * 2, 2);
-          return v;
-        }
-        case 32: {
-          int32_t v;
-          memcpy(&v, p + i * 4, 4);
-          return v;
-        }
-        case 64: {
-          int64_t v;
-          memcpy(&v, p + i * 8, 8);
-          return (double)v;
-        }
-      }
-      break;
-    case VM_DTYPE_UINT:
-      switch (t->dtype.bits) {
-        case 8: return p[i];
-        case 16: {
-          uint16_t v;
-          memcpy(&v, p + i * 2, 2);
-          return v;
-        }
-        case 32: {
-          uint32_t v;
-          memcpy(&v, p + i * 4, 4);
-          return v;
-        }
-        case 64: {
-          uint64_t v;
-          memcpy(&v, p + i * 8, 8);
-          return (double)v;
-        }
-      }
-      break;
-    case VM_DTYPE_BOOL: return p[i] ? 1.0 : 0.0;
-  }
-  return NAN;
+  return vm_dtype_load_f64(t->dtype, t->data, i);
 }
 
 const char *cli_tensor_type(const vmc_tensor_t *t, char *buf, size_t n) {

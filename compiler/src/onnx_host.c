@@ -13,19 +13,6 @@ int onx_is_int(vm_dtype_t dt) {
   return dt.code == VM_DTYPE_INT || dt.code == VM_DTYPE_UINT || dt.code == VM_DTYPE_BOOL;
 }
 
-static float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  float f;
-  if (exp == 0) {
-    f = ldexpf((float)man, -24);
-  } else if (exp == 31) {
-    f = man ? NAN : INFINITY;
-  } else {
-    f = ldexpf((float)(man | 0x400), (int)exp - 25);
-  }
-  return sign ? -f : f;
-}
-
 static uint16_t float_to_half(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
@@ -52,78 +39,11 @@ static uint16_t float_to_half(float f) {
 }
 
 double onx_ld_f(vm_dtype_t dt, const uint8_t *p, int64_t i) {
-  if (dt.code == VM_DTYPE_FLOAT) {
-    if (dt.bits == 32) {
-      float f;
-      memcpy(&f, p + i * 4, 4);
-      return f;
-    }
-    if (dt.bits == 64) {
-      double d;
-      memcpy(&d, p + i * 8, 8);
-      return d;
-    }
-    uint16_t h;
-    memcpy(&h, p + i * 2, 2);
-    return half_to_float(h);
-  }
-  if (dt.code == VM_DTYPE_UINT && dt.bits == 64) {
-    uint64_t u;
-    memcpy(&u, p + i * 8, 8);
-    return (double)u;
-  }
-  return (double)onx_ld_i(dt, p, i);
+  return vm_dtype_load_f64(dt, p, (uint64_t)i);
 }
 
 int64_t onx_ld_i(vm_dtype_t dt, const uint8_t *p, int64_t i) {
-  switch (dt.code) {
-    case VM_DTYPE_BOOL: return p[i] != 0;
-    case VM_DTYPE_INT:
-      switch (dt.bits) {
-        case 8: return (int8_t)p[i];
-        case 16: {
-          int16_t v;
-          memcpy(&v, p + i * 2, 2);
-          return v;
-        }
-        case 32: {
-          int32_t v;
-          memcpy(&v, p + i * 4, 4);
-          return v;
-        }
-        default: {
-          int64_t v;
-          memcpy(&v, p + i * 8, 8);
-          return v;
-        }
-      }
-    case VM_DTYPE_UINT:
-      switch (dt.bits) {
-        case 8: return p[i];
-        case 16: {
-          uint16_t v;
-          memcpy(&v, p + i * 2, 2);
-          return v;
-        }
-        case 32: {
-          uint32_t v;
-          memcpy(&v, p + i * 4, 4);
-          return v;
-        }
-        default: {
-          uint64_t v;
-          memcpy(&v, p + i * 8, 8);
-          return (int64_t)v;
-        }
-      }
-    default: {
-      double d = onx_ld_f(dt, p, i);
-      if (isnan(d)) return 0;
-      if (d >= 9.2e18) return INT64_MAX;
-      if (d <= -9.2e18) return INT64_MIN;
-      return (int64_t)d;
-    }
-  }
+  return vm_dtype_load_i64(dt, p, (uint64_t)i);
 }
 
 void onx_st_f(vm_dtype_t dt, uint8_t *p, int64_t i, double x) {

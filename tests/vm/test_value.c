@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -405,9 +407,51 @@ static void test_typed_access(void **state) {
   assert_null(vm_value_as_closure(&v));
 }
 
+/* vm_dtype_load_*: every storable single-lane dtype read from unaligned
+ * bytes, as the CLI prints outputs and the compiler folds constants. */
+static void test_dtype_load(void **state) {
+  (void)state;
+  uint8_t buf[1 + 8];
+  uint8_t *p = buf + 1; /* unaligned on purpose */
+  float f = -2.75f;
+  memcpy(p, &f, 4);
+  assert_true(vm_dtype_load_f64(VM_F32, p, 0) == -2.75);
+  assert_int_equal(vm_dtype_load_i64(VM_F32, p, 0), -2);
+  uint16_t h[2] = {0x3e00, 0xfc00}; /* 1.5, -inf */
+  memcpy(p, h, 4);
+  assert_true(vm_dtype_load_f64(VM_F16, p, 0) == 1.5);
+  assert_true(isinf(vm_dtype_load_f64(VM_F16, p, 1)) && vm_dtype_load_f64(VM_F16, p, 1) < 0);
+  assert_int_equal(vm_dtype_load_i64(VM_F16, p, 1), INT64_MIN);
+  uint16_t bf = 0x4049; /* bfloat16 3.140625 */
+  memcpy(p, &bf, 2);
+  assert_true(vm_dtype_load_f64(VM_DTYPE_MAKE(VM_DTYPE_BFLOAT, 16, 1), p, 0) == 3.140625);
+  double d = NAN;
+  memcpy(p, &d, 8);
+  assert_true(isnan(vm_dtype_load_f64(VM_DTYPE_MAKE(VM_DTYPE_FLOAT, 64, 1), p, 0)));
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_FLOAT, 64, 1), p, 0), 0);
+  memset(p, 0xff, 8);
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), p, 0), -1);
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_UINT, 8, 1), p, 0), 255);
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_INT, 16, 1), p, 0), -1);
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_UINT, 16, 1), p, 0), 65535);
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_INT, 32, 1), p, 0), -1);
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_UINT, 32, 1), p, 0), 4294967295LL);
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_INT, 64, 1), p, 0), -1);
+  assert_true(vm_dtype_load_f64(VM_DTYPE_MAKE(VM_DTYPE_UINT, 64, 1), p, 0) == 18446744073709551615.0);
+  int64_t big = INT64_MAX;
+  memcpy(p, &big, 8);
+  assert_true(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_INT, 64, 1), p, 0) == INT64_MAX);
+  p[1] = 7;
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(VM_DTYPE_BOOL, 8, 1), p, 1), 1);
+  assert_true(vm_dtype_load_f64(VM_DTYPE_MAKE(VM_DTYPE_BOOL, 8, 1), p, 1) == 1.0);
+  assert_true(isnan(vm_dtype_load_f64(VM_DTYPE_MAKE(9, 8, 1), p, 0)));
+  assert_int_equal(vm_dtype_load_i64(VM_DTYPE_MAKE(9, 8, 1), p, 0), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scalars),
+      cmocka_unit_test(test_dtype_load),
       cmocka_unit_test(test_kind_names),
       cmocka_unit_test(test_string),
       cmocka_unit_test(test_shape),

@@ -1,5 +1,7 @@
 #include "vm/dtype.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -120,5 +122,94 @@ int vm_tensor_nbytes(vm_dtype_t dt, const int64_t *dims, uint32_t ndim, uint64_t
   if (__builtin_mul_overflow((uint64_t)n, (uint64_t)vm_dtype_bytes(dt), &b)) return -1;
   if (b > (uint64_t)INT64_MAX) return -1;
   *out_nbytes = b;
+  return 0;
+}
+
+static double half_bits_to_f64(uint16_t h) {
+  int s = h >> 15, e = (h >> 10) & 0x1f, f = h & 0x3ff;
+  double v;
+  if (e == 0)
+    v = ldexp((double)f, -24);
+  else if (e == 31)
+    v = f ? NAN : INFINITY;
+  else
+    v = ldexp((double)(f | 0x400), e - 25);
+  return s ? -v : v;
+}
+
+/* Integer element of 1, 2, 4 or 8 bytes, sign- or zero-extended. */
+static int64_t load_int(const uint8_t *p, uint64_t i, unsigned bits, int is_signed) {
+  switch (bits) {
+    case 8: return is_signed ? (int8_t)p[i] : p[i];
+    case 16: {
+      uint16_t v;
+      memcpy(&v, p + i * 2, 2);
+      return is_signed ? (int16_t)v : v;
+    }
+    case 32: {
+      uint32_t v;
+      memcpy(&v, p + i * 4, 4);
+      return is_signed ? (int32_t)v : (int64_t)v;
+    }
+    default: {
+      uint64_t v;
+      memcpy(&v, p + i * 8, 8);
+      return (int64_t)v;
+    }
+  }
+}
+
+double vm_dtype_load_f64(vm_dtype_t dt, const void *data, uint64_t i) {
+  const uint8_t *p = data;
+  switch (dt.code) {
+    case VM_DTYPE_FLOAT:
+      if (dt.bits == 16) {
+        uint16_t h;
+        memcpy(&h, p + i * 2, 2);
+        return half_bits_to_f64(h);
+      }
+      if (dt.bits == 32) {
+        float f;
+        memcpy(&f, p + i * 4, 4);
+        return f;
+      }
+      if (dt.bits == 64) {
+        double d;
+        memcpy(&d, p + i * 8, 8);
+        return d;
+      }
+      return NAN;
+    case VM_DTYPE_BFLOAT: {
+      uint16_t h;
+      memcpy(&h, p + i * 2, 2);
+      uint32_t w = (uint32_t)h << 16;
+      float f;
+      memcpy(&f, &w, 4);
+      return f;
+    }
+    case VM_DTYPE_INT: return (double)load_int(p, i, dt.bits, 1);
+    case VM_DTYPE_UINT:
+      if (dt.bits == 64) return (double)(uint64_t)load_int(p, i, 64, 0);
+      return (double)load_int(p, i, dt.bits, 0);
+    case VM_DTYPE_BOOL: return p[i] ? 1.0 : 0.0;
+  }
+  return NAN;
+}
+
+int64_t vm_dtype_load_i64(vm_dtype_t dt, const void *data, uint64_t i) {
+  const uint8_t *p = data;
+  switch (dt.code) {
+    case VM_DTYPE_INT: return load_int(p, i, dt.bits, 1);
+    case VM_DTYPE_UINT: return load_int(p, i, dt.bits, 0);
+    case VM_DTYPE_BOOL: return p[i] != 0;
+    case VM_DTYPE_FLOAT:
+    case VM_DTYPE_BFLOAT: {
+      double d = vm_dtype_load_f64(dt, data, i);
+      if (isnan(d)) return 0;
+      if (d >= 9.2e18) return INT64_MAX;
+      if (d <= -9.2e18) return INT64_MIN;
+      return (int64_t)d;
+    }
+  }
   return 0;
 }

@@ -51,6 +51,15 @@ char *vm_dtype_str(vm_dtype_t dt, char *buf, size_t buflen);
  * checked with vm_dtype_valid(). */
 int vm_dtype_parse(const char *s, size_t len, vm_dtype_t *out_dt);
 
+/* Element i of a dense array of single-lane dtype dt at p, read without
+ * alignment assumptions. As a double: float16/32/64, bfloat16, integers
+ * (beyond 2^53 rounded), bool 0/1; NaN for any other dtype. */
+double vm_dtype_load_f64(vm_dtype_t dt, const void *p, uint64_t i);
+/* As an int64: integers exactly (uint64 above INT64_MAX wraps), bool 0/1,
+ * floats truncated toward zero and saturated (NaN gives 0); 0 for any
+ * other dtype. */
+int64_t vm_dtype_load_i64(vm_dtype_t dt, const void *p, uint64_t i);
+
 /* Element count of a shape with overflow check: returns 0 and sets *out, or
  * -1 if a dim is negative or the product overflows int64. ndim 0 -> 1.
  * The product of the nonzero dims must fit too: an empty shape with huge
