@@ -712,7 +712,134 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
   return VM_STATUS_OK;
 }
 
+/* The node that alone consumes the value `name` (which is no graph output),
+ * as its input `*slot`, placed after node `after`: its index, or -1. */
+static int64_t sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *slot) {
+  const Onnx__GraphProto *g = c->graph;
+  for (size_t i = 0; i < g->n_output; i++)
+    if (g->output[i] && g->output[i]->name && strcmp(g->output[i]->name, name) == 0) return -1;
+  int64_t found = -1;
+  for (size_t j = 0; j < g->n_node; j++) {
+    const Onnx__NodeProto *n = g->node[j];
+    if (!n || j == after) continue;
+    for (size_t k = 0; k < n->n_input; k++) {
+      if (!n->input[k] || strcmp(n->input[k], name) != 0) continue;
+      if (found >= 0 || j < after || !n->op_type || (n->domain && n->domain[0])) return -1;
+      found = (int64_t)j;
+      *slot = k;
+    }
+  }
+  if (found < 0) return -1;
+  const Onnx__NodeProto *n = g->node[found];
+  if (n->n_output < 1 || !n->output[0] || !n->output[0][0]) return -1;
+  for (size_t k = 1; k < n->n_output; k++)
+    if (n->output[k] && n->output[k][0]) return -1;
+  return found;
+}
+
+/* Whether `name` is a float32 constant (defined by now, or a Constant node
+ * later in the graph) that holds the one value v and leaves the shape of a
+ * rank-ndim operand as it is. */
+static int const_is(onx_ctx_t *c, const char *name, uint32_t ndim, double v) {
+  if (!name || !name[0]) return 0;
+  onx_value_t *k = onx_lookup(c, name);
+  if (k)
+    return k->data && vm_dtype_equal(k->dt, VM_F32) && k->numel == 1 && k->ndim <= ndim &&
+           onx_ld_f(k->dt, k->data, 0) == v;
+  const Onnx__GraphProto *g = c->graph;
+  for (size_t j = c->node_idx + 1; j < g->n_node; j++) {
+    const Onnx__NodeProto *n = g->node[j];
+    if (!n || n->n_output != 1 || !n->output[0] || strcmp(n->output[0], name) != 0) continue;
+    const Onnx__AttributeProto *a =
+        n->op_type && strcmp(n->op_type, "Constant") == 0 && n->n_attribute == 1
+            ? onx_attr(n, "value")
+            : NULL;
+    const Onnx__TensorProto *t = a ? a->t : NULL;
+    if (!t || t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || t->n_dims > ndim ||
+        t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+      return 0;
+    for (size_t i = 0; i < t->n_dims; i++)
+      if (t->dims[i] != 1) return 0;
+    float f;
+    if (t->raw_data.len == sizeof(f) && t->n_float_data == 0)
+      memcpy(&f, t->raw_data.data, sizeof(f)); /* little-endian, as every tensor here */
+    else if (t->n_float_data == 1 && t->raw_data.len == 0)
+      f = t->float_data[0];
+    else
+      return 0;
+    return (double)f == v;
+  }
+  return 0;
+}
+
+/* The current node as Add(x, 3) of a float32 run-time x, feeding alone
+ * clip(., 0, 6), then either Mul by x and Div by 6 (HardSwish) or Div by 6
+ * (HardSigmoid, alpha 1/6, beta 1/2), every constant exactly so: emits the
+ * one cl.unary call, skips the rest and sets *done. */
+static vm_status_t hard_act(onx_ctx_t *c, int *done) {
+  *done = 0;
+  const Onnx__NodeProto *add = c->node;
+  onx_value_t *x = NULL;
+  for (int s = 0; s < 2 && !x; s++) {
+    onx_value_t *v = onx_in(c, s);
+    if (v && !v->data && vm_dtype_equal(v->dt, VM_F32) &&
+        const_is(c, add->input[1 - s], v->ndim, 3))
+      x = v;
+  }
+  if (!x) return VM_STATUS_OK;
+  size_t slot;
+  int64_t ic = sole_consumer(c, add->output[0], c->node_idx, &slot);
+  if (ic < 0 || slot != 0) return VM_STATUS_OK;
+  const Onnx__NodeProto *clip = c->graph->node[ic];
+  if (strcmp(clip->op_type, "Clip") != 0) return VM_STATUS_OK;
+  if (c->opset < 11) {
+    const Onnx__AttributeProto *lo = onx_attr(clip, "min"), *hi = onx_attr(clip, "max");
+    if (clip->n_input != 1 || !lo || !hi ||
+        lo->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT ||
+        hi->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT || lo->f != 0 || hi->f != 6)
+      return VM_STATUS_OK;
+  } else if (clip->n_input != 3 || !const_is(c, clip->input[1], 0, 0) ||
+             !const_is(c, clip->input[2], 0, 6)) {
+    return VM_STATUS_OK;
+  }
+  int64_t im = sole_consumer(c, clip->output[0], (size_t)ic, &slot);
+  if (im < 0) return VM_STATUS_OK;
+  const Onnx__NodeProto *n = c->graph->node[im];
+  int64_t id = -1;
+  int swish = 0;
+  if (strcmp(n->op_type, "Mul") == 0 && n->n_input == 2 && n->input[1 - slot] &&
+      strcmp(n->input[1 - slot], x->name) == 0) {
+    swish = 1;
+    id = sole_consumer(c, n->output[0], (size_t)im, &slot);
+  } else {
+    id = im;
+  }
+  if (id < 0 || slot != 0) return VM_STATUS_OK;
+  const Onnx__NodeProto *div = c->graph->node[id];
+  if (strcmp(div->op_type, "Div") != 0 || div->n_input != 2 ||
+      !const_is(c, div->input[1], x->ndim, 6))
+    return VM_STATUS_OK;
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  if (swish) {
+    vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
+    call(c, "cl.unary.hard_swish", 2, a);
+  } else {
+    vmcc_arg_t a[4] = {A(onx_tid(c, x)), onx_float_arg(c, 1.0 / 6.0), onx_float_arg(c, 0.5), A(y)};
+    call(c, "cl.unary.hard_sigmoid", 4, a);
+  }
+  c->skip[ic] = c->skip[id] = 1;
+  if (swish) c->skip[im] = 1;
+  c->fused = 1;
+  *done = 1;
+  return onx_bind_named(c, div->output[0], y, x->ndim, x->dims);
+}
+
 static vm_status_t op_binary(onx_ctx_t *c) {
+  if (strcmp(c->node->op_type, "Add") == 0 && c->node->n_input == 2) {
+    int done;
+    TRY(hard_act(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
   const binary_op_t *bo = NULL;
   for (size_t i = 0; i < sizeof(k_binary) / sizeof(k_binary[0]); i++)
     if (strcmp(k_binary[i].onnx, c->node->op_type) == 0) bo = &k_binary[i];
@@ -1069,31 +1196,6 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
     w->out[j] = o;
   }
   return VM_STATUS_OK;
-}
-
-/* The node that alone consumes the value `name` (which is no graph output),
- * as its input `*slot`, placed after node `after`: its index, or -1. */
-static int64_t sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *slot) {
-  const Onnx__GraphProto *g = c->graph;
-  for (size_t i = 0; i < g->n_output; i++)
-    if (g->output[i] && g->output[i]->name && strcmp(g->output[i]->name, name) == 0) return -1;
-  int64_t found = -1;
-  for (size_t j = 0; j < g->n_node; j++) {
-    const Onnx__NodeProto *n = g->node[j];
-    if (!n || j == after) continue;
-    for (size_t k = 0; k < n->n_input; k++) {
-      if (!n->input[k] || strcmp(n->input[k], name) != 0) continue;
-      if (found >= 0 || j < after || !n->op_type || (n->domain && n->domain[0])) return -1;
-      found = (int64_t)j;
-      *slot = k;
-    }
-  }
-  if (found < 0) return -1;
-  const Onnx__NodeProto *n = g->node[found];
-  if (n->n_output < 1 || !n->output[0] || !n->output[0][0]) return -1;
-  for (size_t k = 1; k < n->n_output; k++)
-    if (n->output[k] && n->output[k][0]) return -1;
-  return found;
 }
 
 /* Node `bn` as an inference-mode BatchNormalization with constant

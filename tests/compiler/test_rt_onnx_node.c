@@ -632,6 +632,60 @@ static void test_conv_affine_folded(void **state) {
   for (int v = 0; v < 4; v++) conv_affine_case(*state, v);
 }
 
+/* x * clip(x + 3, 0, 6) / 6 and clip(x + 3, 0, 6) / 6 (Clip bounds from
+ * Constant nodes placed after the Add, as exporters write them) in five
+ * variants: 0 HardSwish, 1 HardSigmoid, each one cl.unary call (the three or
+ * two nodes after the Add skipped); 2 HardSwish with 2.5 instead of 3; 3 its
+ * Clip output also feeds the final Add (another consumer); 4 Div by [L] 6s
+ * (a per-element operand): none of those is rewritten. Every result matches
+ * the host. */
+static void hard_act_case(env_t *e, int variant) {
+  enum { N = 2, L = 8 };
+  static float x[N * L], six[L];
+  for (int i = 0; i < N * L; i++) x[i] = (float)i * 0.75f - 5.0f;
+  for (int i = 0; i < L; i++) six[i] = 6.0f;
+  float k3 = variant == 2 ? 2.5f : 3.0f, k0 = 0.0f, k6 = 6.0f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[2] = {N, L}, ld[1] = {L};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, xd);
+  mb_init_raw(&m, "k3", 1, 0, NULL, &k3, 4);
+  mb_init_raw(&m, "six", 1, 1, ld, six, sizeof(six));
+  mb_node(&m, "Add", "add", "x", "k3", "a");
+  Onnx__NodeProto *lo = mb_node(&m, "Constant", "lo", NULL, NULL, "k0");
+  mb_attr_scalar(&m, lo, "value", 1, &k0, 4);
+  Onnx__NodeProto *hi = mb_node(&m, "Constant", "hi", NULL, NULL, "k6");
+  mb_attr_scalar(&m, hi, "value", 1, &k6, 4);
+  Onnx__NodeProto *clip = mb_node(&m, "Clip", "clip", "a", "k0", "cl");
+  mb_node_input(clip, "k6");
+  const char *dv = variant == 4 ? "six" : "k6";
+  if (variant == 1) {
+    mb_node(&m, "Div", "div", "cl", dv, "y");
+  } else {
+    mb_node(&m, "Mul", "mul", "x", "cl", "p");
+    mb_node(&m, "Div", "div", "p", dv, variant == 3 ? "q" : "y");
+    if (variant == 3) mb_node(&m, "Add", "add2", "q", "cl", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 2, {N, L}, x, sizeof(x)};
+  float got[N * L];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  /* the two Constant nodes fold always */
+  assert_int_equal(rep.num_folded, 2 + (variant == 0 ? 3 : variant == 1 ? 2 : 0));
+  for (int i = 0; i < N * L; i++) {
+    double v = x[i], c = fmin(fmax(v + k3, 0), 6);
+    double want = variant == 1 ? c / 6 : v * c / 6;
+    if (variant == 3) want += c;
+    if (fabs(got[i] - want) > 1e-6)
+      fail_msg("variant %d, x %g: %.7g, expected %.7g", variant, v, got[i], want);
+  }
+}
+
+static void test_hard_act_rewritten(void **state) {
+  for (int v = 0; v < 5; v++) hard_act_case(*state, v);
+}
+
 /* A chain of float elementwise nodes (Add of a bias, Relu, Mul by a
  * scalar, Sigmoid, Clip, Add of the input again) becomes one cl.elementwise
  * call whose result equals the unfused one, node by node. */
@@ -739,11 +793,9 @@ static void test_gelu(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_node_cases),
-      cmocka_unit_test(test_conv_bn_folded),
-      cmocka_unit_test(test_conv_affine_folded),
-      cmocka_unit_test(test_elementwise_fusion),
-      cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_node_cases),         cmocka_unit_test(test_conv_bn_folded),
+      cmocka_unit_test(test_conv_affine_folded), cmocka_unit_test(test_hard_act_rewritten),
+      cmocka_unit_test(test_elementwise_fusion), cmocka_unit_test(test_gelu),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
