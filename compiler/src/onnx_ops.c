@@ -712,7 +712,134 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
   return VM_STATUS_OK;
 }
 
+/* The node that alone consumes the value `name` (which is no graph output),
+ * as its input `*slot`, placed after node `after`: its index, or -1. */
+static int64_t sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *slot) {
+  const Onnx__GraphProto *g = c->graph;
+  for (size_t i = 0; i < g->n_output; i++)
+    if (g->output[i] && g->output[i]->name && strcmp(g->output[i]->name, name) == 0) return -1;
+  int64_t found = -1;
+  for (size_t j = 0; j < g->n_node; j++) {
+    const Onnx__NodeProto *n = g->node[j];
+    if (!n || j == after) continue;
+    for (size_t k = 0; k < n->n_input; k++) {
+      if (!n->input[k] || strcmp(n->input[k], name) != 0) continue;
+      if (found >= 0 || j < after || !n->op_type || (n->domain && n->domain[0])) return -1;
+      found = (int64_t)j;
+      *slot = k;
+    }
+  }
+  if (found < 0) return -1;
+  const Onnx__NodeProto *n = g->node[found];
+  if (n->n_output < 1 || !n->output[0] || !n->output[0][0]) return -1;
+  for (size_t k = 1; k < n->n_output; k++)
+    if (n->output[k] && n->output[k][0]) return -1;
+  return found;
+}
+
+/* Whether `name` is a float32 constant (defined by now, or a Constant node
+ * later in the graph) that holds the one value v and leaves the shape of a
+ * rank-ndim operand as it is. */
+static int const_is(onx_ctx_t *c, const char *name, uint32_t ndim, double v) {
+  if (!name || !name[0]) return 0;
+  onx_value_t *k = onx_lookup(c, name);
+  if (k)
+    return k->data && vm_dtype_equal(k->dt, VM_F32) && k->numel == 1 && k->ndim <= ndim &&
+           onx_ld_f(k->dt, k->data, 0) == v;
+  const Onnx__GraphProto *g = c->graph;
+  for (size_t j = c->node_idx + 1; j < g->n_node; j++) {
+    const Onnx__NodeProto *n = g->node[j];
+    if (!n || n->n_output != 1 || !n->output[0] || strcmp(n->output[0], name) != 0) continue;
+    const Onnx__AttributeProto *a =
+        n->op_type && strcmp(n->op_type, "Constant") == 0 && n->n_attribute == 1
+            ? onx_attr(n, "value")
+            : NULL;
+    const Onnx__TensorProto *t = a ? a->t : NULL;
+    if (!t || t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || t->n_dims > ndim ||
+        t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+      return 0;
+    for (size_t i = 0; i < t->n_dims; i++)
+      if (t->dims[i] != 1) return 0;
+    float f;
+    if (t->raw_data.len == sizeof(f) && t->n_float_data == 0)
+      memcpy(&f, t->raw_data.data, sizeof(f)); /* little-endian, as every tensor here */
+    else if (t->n_float_data == 1 && t->raw_data.len == 0)
+      f = t->float_data[0];
+    else
+      return 0;
+    return (double)f == v;
+  }
+  return 0;
+}
+
+/* The current node as Add(x, 3) of a float32 run-time x, feeding alone
+ * clip(., 0, 6), then either Mul by x and Div by 6 (HardSwish) or Div by 6
+ * (HardSigmoid, alpha 1/6, beta 1/2), every constant exactly so: emits the
+ * one cl.unary call, skips the rest and sets *done. */
+static vm_status_t hard_act(onx_ctx_t *c, int *done) {
+  *done = 0;
+  const Onnx__NodeProto *add = c->node;
+  onx_value_t *x = NULL;
+  for (int s = 0; s < 2 && !x; s++) {
+    onx_value_t *v = onx_in(c, s);
+    if (v && !v->data && vm_dtype_equal(v->dt, VM_F32) &&
+        const_is(c, add->input[1 - s], v->ndim, 3))
+      x = v;
+  }
+  if (!x) return VM_STATUS_OK;
+  size_t slot;
+  int64_t ic = sole_consumer(c, add->output[0], c->node_idx, &slot);
+  if (ic < 0 || slot != 0) return VM_STATUS_OK;
+  const Onnx__NodeProto *clip = c->graph->node[ic];
+  if (strcmp(clip->op_type, "Clip") != 0) return VM_STATUS_OK;
+  if (c->opset < 11) {
+    const Onnx__AttributeProto *lo = onx_attr(clip, "min"), *hi = onx_attr(clip, "max");
+    if (clip->n_input != 1 || !lo || !hi ||
+        lo->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT ||
+        hi->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT || lo->f != 0 || hi->f != 6)
+      return VM_STATUS_OK;
+  } else if (clip->n_input != 3 || !const_is(c, clip->input[1], 0, 0) ||
+             !const_is(c, clip->input[2], 0, 6)) {
+    return VM_STATUS_OK;
+  }
+  int64_t im = sole_consumer(c, clip->output[0], (size_t)ic, &slot);
+  if (im < 0) return VM_STATUS_OK;
+  const Onnx__NodeProto *n = c->graph->node[im];
+  int64_t id = -1;
+  int swish = 0;
+  if (strcmp(n->op_type, "Mul") == 0 && n->n_input == 2 && n->input[1 - slot] &&
+      strcmp(n->input[1 - slot], x->name) == 0) {
+    swish = 1;
+    id = sole_consumer(c, n->output[0], (size_t)im, &slot);
+  } else {
+    id = im;
+  }
+  if (id < 0 || slot != 0) return VM_STATUS_OK;
+  const Onnx__NodeProto *div = c->graph->node[id];
+  if (strcmp(div->op_type, "Div") != 0 || div->n_input != 2 ||
+      !const_is(c, div->input[1], x->ndim, 6))
+    return VM_STATUS_OK;
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  if (swish) {
+    vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
+    call(c, "cl.unary.hard_swish", 2, a);
+  } else {
+    vmcc_arg_t a[4] = {A(onx_tid(c, x)), onx_float_arg(c, 1.0 / 6.0), onx_float_arg(c, 0.5), A(y)};
+    call(c, "cl.unary.hard_sigmoid", 4, a);
+  }
+  c->skip[ic] = c->skip[id] = 1;
+  if (swish) c->skip[im] = 1;
+  c->fused = 1;
+  *done = 1;
+  return onx_bind_named(c, div->output[0], y, x->ndim, x->dims);
+}
+
 static vm_status_t op_binary(onx_ctx_t *c) {
+  if (strcmp(c->node->op_type, "Add") == 0 && c->node->n_input == 2) {
+    int done;
+    TRY(hard_act(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
   const binary_op_t *bo = NULL;
   for (size_t i = 0; i < sizeof(k_binary) / sizeof(k_binary[0]); i++)
     if (strcmp(k_binary[i].onnx, c->node->op_type) == 0) bo = &k_binary[i];
@@ -1071,47 +1198,90 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
   return VM_STATUS_OK;
 }
 
-/* A BatchNormalization that alone consumes the current node's output 0 (not
- * a graph output), in inference mode, with constant parameters of co
- * values defined by now: its index (params in p: scale, B, mean, var), or
- * -1. The Conv before it then folds it into its weights and bias. */
-static int64_t bn_after(onx_ctx_t *c, int64_t co, onx_value_t **p, float *eps) {
-  const Onnx__GraphProto *g = c->graph;
-  const char *out = c->node->output[0];
-  for (size_t i = 0; i < g->n_output; i++)
-    if (g->output[i] && g->output[i]->name && strcmp(g->output[i]->name, out) == 0) return -1;
-  int64_t found = -1;
-  for (size_t j = 0; j < g->n_node; j++) {
-    const Onnx__NodeProto *n = g->node[j];
-    if (!n || j == c->node_idx) continue;
-    for (size_t k = 0; k < n->n_input; k++) {
-      if (!n->input[k] || strcmp(n->input[k], out) != 0) continue;
-      if (found >= 0 || k != 0 || j < c->node_idx || !n->op_type ||
-          strcmp(n->op_type, "BatchNormalization") != 0 || (n->domain && n->domain[0]))
-        return -1;
-      found = (int64_t)j;
-    }
+/* Node `bn` as an inference-mode BatchNormalization with constant
+ * parameters of co values defined by now, folded into the per-channel
+ * y = a y + b: 1, or 0 when it does not fit. */
+static int fold_bn(onx_ctx_t *c, const Onnx__NodeProto *bn, int64_t co, double *a, double *b) {
+  if (bn->n_input < 5) return 0;
+  const Onnx__AttributeProto *at = onx_attr(bn, "training_mode");
+  if (at && at->i != 0) return 0;
+  at = onx_attr(bn, "spatial");
+  if (at && at->i != 1) return 0;
+  at = onx_attr(bn, "epsilon");
+  float eps = 1e-5f;
+  if (at) {
+    if (at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) return 0;
+    eps = at->f;
   }
-  if (found < 0) return -1;
-  const Onnx__NodeProto *bn = g->node[found];
-  if (bn->n_input < 5 || bn->n_output < 1 || !bn->output[0] || !bn->output[0][0]) return -1;
-  for (size_t k = 1; k < bn->n_output; k++)
-    if (bn->output[k] && bn->output[k][0]) return -1;
-  const Onnx__AttributeProto *a = onx_attr(bn, "training_mode");
-  if (a && a->i != 0) return -1;
-  a = onx_attr(bn, "spatial");
-  if (a && a->i != 1) return -1;
-  a = onx_attr(bn, "epsilon");
-  *eps = 1e-5f;
-  if (a) {
-    if (a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) return -1;
-    *eps = a->f;
-  }
+  onx_value_t *p[4];
   for (int k = 0; k < 4; k++) {
     p[k] = onx_lookup(c, bn->input[k + 1]);
-    if (!p[k] || !p[k]->data || p[k]->numel != co || !onx_is_float(p[k]->dt)) return -1;
+    if (!p[k] || !p[k]->data || p[k]->numel != co || !onx_is_float(p[k]->dt)) return 0;
   }
-  return found;
+  /* s (y - mean) + beta, s = scale / sqrt(var + eps) */
+  for (int64_t o = 0; o < co; o++) {
+    double s =
+        onx_ld_f(p[0]->dt, p[0]->data, o) / sqrt(onx_ld_f(p[3]->dt, p[3]->data, o) + (double)eps);
+    a[o] *= s;
+    b[o] = s * (b[o] - onx_ld_f(p[2]->dt, p[2]->data, o)) + onx_ld_f(p[1]->dt, p[1]->data, o);
+  }
+  return 1;
+}
+
+/* Node `n`, a float32 Mul or Add of the rank-`ndim` value y with a constant
+ * defined by now that holds one value or one per output channel and
+ * broadcasts to y's shape without changing it (a scalar, [co, 1, 1],
+ * [1, co, 1, 1], ...), folded into y = a y + b: 1, or 0 when it does not fit. */
+static int fold_affine(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uint32_t ndim,
+                       int64_t co, double *a, double *b) {
+  int mul = strcmp(n->op_type, "Mul") == 0;
+  if ((!mul && strcmp(n->op_type, "Add") != 0) || n->n_input != 2 || !n->input[1 - slot]) return 0;
+  onx_value_t *k = onx_lookup(c, n->input[1 - slot]);
+  if (!k || !k->data || !vm_dtype_equal(k->dt, VM_F32) || k->ndim > ndim ||
+      (k->numel != 1 && k->numel != co))
+    return 0;
+  for (uint32_t i = 0; i < k->ndim; i++) {
+    uint32_t axis = ndim - k->ndim + i; /* y's axis, right-aligned */
+    if (k->dims[i] != 1 && !(axis == 1 && k->dims[i] == co)) return 0;
+  }
+  for (int64_t o = 0; o < co; o++) {
+    double v = onx_ld_f(k->dt, k->data, k->numel == 1 ? 0 : o);
+    if (mul) {
+      a[o] *= v;
+      b[o] *= v;
+    } else {
+      b[o] += v;
+    }
+  }
+  return 1;
+}
+
+/* Folds the chain of per-channel affine nodes (BatchNormalization; for
+ * float32 also Mul and Add by constants) that alone consume the current
+ * Conv's output into a[o] y + b[o], marking them skipped: the index of the
+ * last one, or -1 when none fits. */
+static int64_t affine_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, int64_t co, double *a,
+                            double *b) {
+  const char *cur = c->node->output[0];
+  size_t after = c->node_idx;
+  int64_t last = -1;
+  for (;;) {
+    size_t slot = 0;
+    int64_t j = sole_consumer(c, cur, after, &slot);
+    if (j < 0) break;
+    const Onnx__NodeProto *n = c->graph->node[j];
+    int ok = 0;
+    if (strcmp(n->op_type, "BatchNormalization") == 0)
+      ok = slot == 0 && fold_bn(c, n, co, a, b);
+    else if (vm_dtype_equal(dt, VM_F32))
+      ok = fold_affine(c, n, slot, ndim, co, a, b);
+    if (!ok) break;
+    c->skip[j] = 1;
+    last = j;
+    cur = n->output[0];
+    after = (size_t)j;
+  }
+  return last;
 }
 
 static vm_status_t op_conv(onx_ctx_t *c) {
@@ -1143,38 +1313,44 @@ static vm_status_t op_conv(onx_ctx_t *c) {
   int64_t y4[4] = {x->dims[0], co, w.out[1], w.out[2]};
   int32_t tx = onx_reshaped(c, x, 4, x4), tw;
   vmcc_arg_t bz;
-  onx_value_t *bnp[4];
-  float bn_eps;
-  int64_t bn = wv->data && (!bias || bias->data) ? bn_after(c, co, bnp, &bn_eps) : -1;
-  if (bn >= 0) {
-    /* y = s (conv(x, W) + b - mean) + beta, s = scale / sqrt(var + eps):
-     * W' = s W (per output channel), b' = s (b - mean) + beta */
-    int64_t per = wv->numel / (co ? co : 1);
-    double *nw = malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double));
-    double *nb = malloc((size_t)(co ? co : 1) * sizeof(double));
-    if (!nw || !nb) {
-      free(nw);
-      free(nb);
+  int64_t bn = -1;
+  double *fa = NULL, *fb = NULL;
+  if (wv->data && (!bias || bias->data)) {
+    fa = malloc((size_t)(co ? co : 1) * sizeof(double));
+    fb = malloc((size_t)(co ? co : 1) * sizeof(double));
+    if (!fa || !fb) {
+      free(fa);
+      free(fb);
       return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
     }
     for (int64_t o = 0; o < co; o++) {
-      double sc = onx_ld_f(bnp[0]->dt, bnp[0]->data, o) /
-                  sqrt(onx_ld_f(bnp[3]->dt, bnp[3]->data, o) + (double)bn_eps);
-      for (int64_t k = 0; k < per; k++)
-        nw[o * per + k] = sc * onx_ld_f(wv->dt, wv->data, o * per + k);
-      double b0 = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
-      nb[o] =
-          sc * (b0 - onx_ld_f(bnp[2]->dt, bnp[2]->data, o)) + onx_ld_f(bnp[1]->dt, bnp[1]->data, o);
+      fa[o] = 1.0;
+      fb[o] = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
     }
+    bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
+  }
+  if (bn >= 0) {
+    /* a (conv(x, W) + b) + c = conv(x, a W) + (a b + c), per output channel */
+    int64_t per = wv->numel / (co ? co : 1);
+    double *nw = malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double));
+    if (!nw) {
+      free(fa);
+      free(fb);
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+    for (int64_t o = 0; o < co; o++)
+      for (int64_t k = 0; k < per; k++)
+        nw[o * per + k] = fa[o] * onx_ld_f(wv->dt, wv->data, o * per + k);
     tw = onx_const_tensor_f(c, wv->dt, 4, w4, nw);
     int64_t bd[1] = {co};
-    bz = A(onx_const_tensor_f(c, x->dt, 1, bd, nb));
+    bz = A(onx_const_tensor_f(c, x->dt, 1, bd, fb));
     free(nw);
-    free(nb);
   } else {
     tw = onx_reshaped(c, wv, 4, w4);
     bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
   }
+  free(fa);
+  free(fb);
   int32_t y = new_t(c, x->dt, 4, y4);
   if (w.pb[1] == w.pe[1] && w.pb[2] == w.pe[2]) {
     vmcc_arg_t a[11] = {A(tx),      A(tw),     bz,        I(w.s[1]), I(w.s[2]), I(w.pb[1]),
@@ -1189,7 +1365,6 @@ static vm_status_t op_conv(onx_ctx_t *c) {
   int64_t yd[4] = {x->dims[0], co, w.out[1], w.out[2]};
   if (nsp == 1) yd[2] = w.out[2];
   if (bn >= 0) {
-    c->skip[bn] = 1;
     c->fused = 1;
     return onx_bind_named(c, c->graph->node[bn]->output[0], y, x->ndim, yd);
   }

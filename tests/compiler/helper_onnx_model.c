@@ -88,19 +88,40 @@ Onnx__NodeProto *mb_node(mb_t *m, const char *op, const char *name, const char *
   return n;
 }
 
-void mb_attr_s(mb_t *m, Onnx__NodeProto *n, const char *name, const char *s) {
+/* n's single attribute, of the given name and type (the caller fills its
+ * value). */
+static Onnx__AttributeProto *attr_slot(mb_t *m, Onnx__NodeProto *n, const char *name,
+                                       Onnx__AttributeProto__AttributeType type) {
   uint32_t k = (uint32_t)(n - m->nodes);
   Onnx__AttributeProto *a = &m->attrs[k];
   onnx__attribute_proto__init(a);
   a->name = (char *)name;
   a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-  a->has_s = 1;
-  a->s.data = (uint8_t *)s;
-  a->s.len = strlen(s);
+  a->type = type;
   m->attr_ptrs[k][0] = a;
   n->n_attribute = 1;
   n->attribute = m->attr_ptrs[k];
+  return a;
+}
+
+void mb_attr_s(mb_t *m, Onnx__NodeProto *n, const char *name, const char *s) {
+  Onnx__AttributeProto *a = attr_slot(m, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+  a->has_s = 1;
+  a->s.data = (uint8_t *)s;
+  a->s.len = strlen(s);
+}
+
+/* Sets n's single attribute to a scalar tensor (a Constant node's value). */
+void mb_attr_scalar(mb_t *m, Onnx__NodeProto *n, const char *name, int32_t elem, const void *data,
+                    size_t nbytes) {
+  Onnx__TensorProto *t = &m->attr_tensors[n - m->nodes];
+  onnx__tensor_proto__init(t);
+  t->has_data_type = 1;
+  t->data_type = elem;
+  t->has_raw_data = 1;
+  t->raw_data.data = (uint8_t *)data;
+  t->raw_data.len = nbytes;
+  attr_slot(m, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t = t;
 }
 
 /* An initializer with raw data (nbytes given, so tests can lie). */

@@ -29,6 +29,7 @@ typedef struct mb {
   Onnx__TensorShapeProto__Dimension dims[MAXN][4];
   Onnx__TensorShapeProto__Dimension *dim_ptrs[MAXN][4];
   Onnx__TensorProto inits[MAXN];
+  Onnx__TensorProto attr_tensors[MAXN];
   Onnx__TensorProto *init_ptrs[MAXN];
   int64_t init_dims[MAXN][4];
   uint32_t nv;
@@ -49,6 +50,10 @@ Onnx__NodeProto *mb_node(mb_t *m, const char *op, const char *name, const char *
 void mb_node_input(Onnx__NodeProto *n, const char *name);
 /* Sets n's single attribute to a string. */
 void mb_attr_s(mb_t *m, Onnx__NodeProto *n, const char *name, const char *s);
+/* Sets n's single attribute to a scalar tensor of ONNX elem type with raw
+ * data (a Constant node's value). */
+void mb_attr_scalar(mb_t *m, Onnx__NodeProto *n, const char *name, int32_t elem, const void *data,
+                    size_t nbytes);
 /* An initializer with raw data (nbytes given, so tests can lie). */
 Onnx__TensorProto *mb_init_raw(mb_t *m, const char *name, int32_t elem, uint32_t ndim,
                                const int64_t *dims, const void *data, size_t nbytes);

@@ -490,6 +490,27 @@ static void test_node_cases(void **state) {
     fail_msg("%d case(s) failed that onnx_node_known_failures.txt does not list", unexpected);
 }
 
+/* Packs m, compiles it (report in rep), runs it on xin and copies its one
+ * output's first n bytes to got. */
+static void compile_run(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep, void *got,
+                        size_t n) {
+  size_t nbytes;
+  uint8_t *bytes = mb_pack(m, &nbytes);
+  vm_executable_t *exec = NULL;
+  ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, rep));
+  free(bytes);
+  vm_machine_t *vm = NULL;
+  vm_value_t xv = vm_value_none(), res = vm_value_none();
+  ASSERT_OK(run_exec(e, exec, xin, &vm, &xv, &res));
+  vm_tensor_t *yt = vm_value_as_tensor(&res);
+  assert_non_null(yt);
+  ASSERT_OK(e->dev->ops->copy_to_host(e->dev, got, yt->storage->buffer, yt->offset, n));
+  vm_value_release(&res);
+  vm_value_release(&xv);
+  vm_machine_free(vm);
+  vm_executable_free(exec);
+}
+
 /* A Conv followed by an inference BatchNormalization: the BN is folded
  * into the convolution (no node of its own) and the result matches the
  * two computed in turn on the host. */
@@ -523,23 +544,12 @@ static void test_conv_bn_folded(void **state) {
   mb_node_input(bn, "bb");
   mb_node_input(bn, "m");
   mb_node_input(bn, "v");
-  size_t nbytes;
-  uint8_t *bytes = mb_pack(&m, &nbytes);
-  vm_executable_t *exec = NULL;
   vmcc_onnx_report_t rep;
-  ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, &rep));
-  free(bytes);
+  vmcc_tensor_t xin = {VM_F32, 4, {N, C, H, W}, x, sizeof(x)};
+  float got[N * O * OH * OW];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
   assert_int_equal(rep.num_folded, 1); /* the BN */
   assert_int_equal(rep.num_consts, 2); /* W' and b' only */
-
-  vm_machine_t *vm = NULL;
-  vm_value_t xv = vm_value_none(), res = vm_value_none();
-  vmcc_tensor_t xin = {VM_F32, 4, {N, C, H, W}, x, sizeof(x)};
-  ASSERT_OK(run_exec(e, exec, &xin, &vm, &xv, &res));
-  vm_tensor_t *yt = vm_value_as_tensor(&res);
-  assert_non_null(yt);
-  float got[N * O * OH * OW];
-  ASSERT_OK(e->dev->ops->copy_to_host(e->dev, got, yt->storage->buffer, yt->offset, sizeof(got)));
   double max_err = 0;
   for (int o = 0; o < O; o++)
     for (int i = 0; i < OH; i++)
@@ -555,10 +565,125 @@ static void test_conv_bn_folded(void **state) {
         if (d > max_err) max_err = d;
       }
   if (max_err > 1e-5) fail_msg("conv+bn: max abs error %g", max_err);
-  vm_value_release(&res);
-  vm_value_release(&xv);
-  vm_machine_free(vm);
-  vm_executable_free(exec);
+}
+
+/* Conv (3 output channels, 3x3 map) then Mul by ms and Add of as, in four
+ * variants: 0 ms [3, 1, 1] and as [1, 3, 1, 1], both folded into the
+ * convolution; 1 the Conv's output also feeds a final Add (another
+ * consumer); 2 ms is [3, 1], which broadcasts along the rows, not the
+ * channels; 3 Mul by a second Conv's output (not a constant). Only variant
+ * 0 folds; every variant's result matches the host. */
+static void conv_affine_case(env_t *e, int variant) {
+  enum { C = 2, H = 5, W = 5, O = 3, K = 3, OH = H - K + 1, OW = W - K + 1 };
+  static float x[C * H * W], w[O * C * K * K], b[O], ms[O], as[O];
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < O * C * K * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int o = 0; o < O; o++) {
+    b[o] = 0.1f * (float)o - 0.1f;
+    ms[o] = 1.5f - 0.75f * (float)o;
+    as[o] = 0.25f * (float)o - 0.3f;
+  }
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, C, H, W}, wd[4] = {O, C, K, K}, od[1] = {O}, yd[4] = {1, O, OH, OW};
+  int64_t md3[3] = {O, 1, 1}, md2[2] = {O, 1}, ad[4] = {1, O, 1, 1};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, yd);
+  mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 1, od, b, sizeof(b));
+  if (variant == 2)
+    mb_init_raw(&m, "ms", 1, 2, md2, ms, sizeof(ms));
+  else
+    mb_init_raw(&m, "ms", 1, 3, md3, ms, sizeof(ms));
+  mb_init_raw(&m, "as", 1, 4, ad, as, sizeof(as));
+  Onnx__NodeProto *conv = mb_node(&m, "Conv", "conv", "x", "w", "c");
+  mb_node_input(conv, "b");
+  if (variant == 3) mb_node(&m, "Conv", "conv2", "x", "w", "c2");
+  mb_node(&m, "Mul", "mul", "c", variant == 3 ? "c2" : "ms", "t");
+  mb_node(&m, "Add", "add", "t", "as", variant == 1 ? "t2" : "y");
+  if (variant == 1) mb_node(&m, "Add", "add2", "t2", "c", "y");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(x)};
+  float got[O * OH * OW];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  assert_int_equal(rep.num_folded, variant == 0 ? 2 : 0);
+  double max_err = 0;
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < OH; i++)
+      for (int j = 0; j < OW; j++) {
+        double acc = 0;
+        for (int ci = 0; ci < C; ci++)
+          for (int ki = 0; ki < K; ki++)
+            for (int kj = 0; kj < K; kj++)
+              acc +=
+                  (double)x[(ci * H + i + ki) * W + j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+        double c = acc + b[o];
+        double want = variant == 3   ? c * acc + as[o]
+                      : variant == 2 ? c * ms[i] + as[o]
+                                     : c * ms[o] + as[o];
+        if (variant == 1) want += c;
+        double d = fabs(want - got[(o * OH + i) * OW + j]);
+        if (d > max_err) max_err = d;
+      }
+  if (max_err > 1e-5) fail_msg("conv, mul, add (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_conv_affine_folded(void **state) {
+  for (int v = 0; v < 4; v++) conv_affine_case(*state, v);
+}
+
+/* x * clip(x + 3, 0, 6) / 6 and clip(x + 3, 0, 6) / 6 (Clip bounds from
+ * Constant nodes placed after the Add, as exporters write them) in five
+ * variants: 0 HardSwish, 1 HardSigmoid, each one cl.unary call (the three or
+ * two nodes after the Add skipped); 2 HardSwish with 2.5 instead of 3; 3 its
+ * Clip output also feeds the final Add (another consumer); 4 Div by [L] 6s
+ * (a per-element operand): none of those is rewritten. Every result matches
+ * the host. */
+static void hard_act_case(env_t *e, int variant) {
+  enum { N = 2, L = 8 };
+  static float x[N * L], six[L];
+  for (int i = 0; i < N * L; i++) x[i] = (float)i * 0.75f - 5.0f;
+  for (int i = 0; i < L; i++) six[i] = 6.0f;
+  float k3 = variant == 2 ? 2.5f : 3.0f, k0 = 0.0f, k6 = 6.0f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[2] = {N, L}, ld[1] = {L};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, xd);
+  mb_init_raw(&m, "k3", 1, 0, NULL, &k3, 4);
+  mb_init_raw(&m, "six", 1, 1, ld, six, sizeof(six));
+  mb_node(&m, "Add", "add", "x", "k3", "a");
+  Onnx__NodeProto *lo = mb_node(&m, "Constant", "lo", NULL, NULL, "k0");
+  mb_attr_scalar(&m, lo, "value", 1, &k0, 4);
+  Onnx__NodeProto *hi = mb_node(&m, "Constant", "hi", NULL, NULL, "k6");
+  mb_attr_scalar(&m, hi, "value", 1, &k6, 4);
+  Onnx__NodeProto *clip = mb_node(&m, "Clip", "clip", "a", "k0", "cl");
+  mb_node_input(clip, "k6");
+  const char *dv = variant == 4 ? "six" : "k6";
+  if (variant == 1) {
+    mb_node(&m, "Div", "div", "cl", dv, "y");
+  } else {
+    mb_node(&m, "Mul", "mul", "x", "cl", "p");
+    mb_node(&m, "Div", "div", "p", dv, variant == 3 ? "q" : "y");
+    if (variant == 3) mb_node(&m, "Add", "add2", "q", "cl", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 2, {N, L}, x, sizeof(x)};
+  float got[N * L];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  /* the two Constant nodes fold always */
+  assert_int_equal(rep.num_folded, 2 + (variant == 0 ? 3 : variant == 1 ? 2 : 0));
+  for (int i = 0; i < N * L; i++) {
+    double v = x[i], c = fmin(fmax(v + k3, 0), 6);
+    double want = variant == 1 ? c / 6 : v * c / 6;
+    if (variant == 3) want += c;
+    if (fabs(got[i] - want) > 1e-6)
+      fail_msg("variant %d, x %g: %.7g, expected %.7g", variant, v, got[i], want);
+  }
+}
+
+static void test_hard_act_rewritten(void **state) {
+  for (int v = 0; v < 5; v++) hard_act_case(*state, v);
 }
 
 /* A chain of float elementwise nodes (Add of a bias, Relu, Mul by a
@@ -668,10 +793,9 @@ static void test_gelu(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_node_cases),
-      cmocka_unit_test(test_conv_bn_folded),
-      cmocka_unit_test(test_elementwise_fusion),
-      cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_node_cases),         cmocka_unit_test(test_conv_bn_folded),
+      cmocka_unit_test(test_conv_affine_folded), cmocka_unit_test(test_hard_act_rewritten),
+      cmocka_unit_test(test_elementwise_fusion), cmocka_unit_test(test_gelu),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
