@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "agent_internal.h"
+#include "isolate.h"
 #include "vm/log.h"
 #include "vmcl/vmcl.h"
 
@@ -24,6 +26,8 @@ void vmagent_config_default(vmagent_config_t *cfg) {
   cfg->kernels_cpu = VMAGENT_KERNELS_DENY;
   cfg->kernels_gpu = VMAGENT_KERNELS_DENY;
   cfg->kernel_timeout_ms = 10u * 1000u;
+  cfg->isolate = VMAGENT_ISOLATE_AUTO;
+  cfg->spare_workers = 1;
 }
 
 /* True when url can only be reached from this machine: ipc/inproc, or a
@@ -89,6 +93,16 @@ static vm_status_t vma_check_config(const vmagent_config_t *c, int has_token) {
                           VMA_MAX_TOKEN, VMA_PRE_HELLO_MAX_BYTES);
   if (c->max_executable_bytes < 1024 || c->max_executable_bytes > (4ull << 30))
     return vm_status_make(VM_INVALID_ARGUMENT, "max executable size out of range 1K..4G");
+  if (c->isolate < VMAGENT_ISOLATE_AUTO || c->isolate > VMAGENT_ISOLATE_SESSION)
+    return vm_status_make(VM_INVALID_ARGUMENT, "isolate %d is not auto, none or session",
+                          c->isolate);
+  if (c->spare_workers > 64)
+    return vm_status_make(VM_INVALID_ARGUMENT, "--spare-workers %u is out of range 0..64",
+                          c->spare_workers);
+  if (c->isolate == VMAGENT_ISOLATE_SESSION && !(c->worker_exe && *c->worker_exe))
+    return vm_status_make(VM_FAILED_PRECONDITION,
+                          "session isolation needs the vmagent binary to start as workers "
+                          "(worker_exe); run vmagent, or use --isolate none");
   int tls = strncmp(c->listen_url, "tls+", 4) == 0;
   if (tls && !(c->tls_cert_file && *c->tls_cert_file && c->tls_key_file && *c->tls_key_file))
     return vm_status_make(VM_INVALID_ARGUMENT,
@@ -154,6 +168,7 @@ static vm_status_t vma_add_device(vmagent_t *a, vm_device_t *dev) {
     return gst;
   }
   d->dev = dev;
+  d->owner = a;
   snprintf(d->selector, sizeof(d->selector), "%s", sel);
   a->num_devices++;
   VM_LOGI("device %s: %s (%s)", sel, dev->props.name, dev->props.version);
@@ -226,6 +241,15 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
   a->tls_cert_file = vma_strdup_or_null(cfg->tls_cert_file);
   a->tls_key_file = vma_strdup_or_null(cfg->tls_key_file);
   a->cache_dir = vma_strdup_or_null(cfg->cache_dir);
+  a->worker_exe = vma_strdup_or_null(cfg->worker_exe);
+  a->xlock_fd = -1;
+  /* auto: isolated when carried kernels (native code on a cpu device, the
+   * driver's fault handling on a gpu) may run; docs/security.md. */
+  int kernels =
+      cfg->kernels_cpu == VMAGENT_KERNELS_ALLOW || cfg->kernels_gpu == VMAGENT_KERNELS_ALLOW;
+  if (cfg->isolate == VMAGENT_ISOLATE_AUTO)
+    a->cfg.isolate = kernels && a->worker_exe ? VMAGENT_ISOLATE_SESSION : VMAGENT_ISOLATE_NONE;
+  a->cfg.worker_exe = a->worker_exe;
   a->cfg.listen_url = a->listen_url;
   a->cfg.token = a->token;
   a->cfg.tls_cert_file = a->tls_cert_file;
@@ -265,7 +289,9 @@ fail:
 vm_status_t vmagent_start(vmagent_t *a) {
   if (a->started) return vm_status_make(VM_FAILED_PRECONDITION, "the agent is already started");
   a->started = 1;
-  vm_status_t st = vma_server_start(a);
+  vm_status_t st = VM_STATUS_OK;
+  if (a->cfg.isolate == VMAGENT_ISOLATE_SESSION) st = vma_iso_start(a);
+  if (!st) st = vma_server_start(a);
   if (st) vma_server_stop(a);
   return st;
 }
@@ -274,7 +300,7 @@ const char *vmagent_url(const vmagent_t *a) {
   return a->url;
 }
 
-static uint8_t *vma_heap_alloc(vma_out_t *o, size_t size) {
+uint8_t *vma_heap_alloc(vma_out_t *o, size_t size) {
   free(o->buf);
   o->buf = malloc(size ? size : 1);
   o->len = o->buf ? size : 0;
@@ -303,8 +329,10 @@ void vmagent_close_pipe(vmagent_t *a, uint32_t pipe_id) {
 void vmagent_stop(vmagent_t *a) {
   if (!a || a->stopped) return;
   a->stopped = 1;
+  vma_iso_stop(a); /* requests waiting for workers return at once */
   if (a->started) vma_server_stop(a);
   vma_sessions_destroy_all(a);
+  vma_iso_free(a);
 }
 
 void vmagent_free(vmagent_t *a) {
@@ -328,5 +356,7 @@ void vmagent_free(vmagent_t *a) {
   free(a->tls_cert_file);
   free(a->tls_key_file);
   free(a->cache_dir);
+  free(a->worker_exe);
+  if (a->xlock_fd >= 0) close(a->xlock_fd);
   free(a);
 }

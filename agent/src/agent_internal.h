@@ -94,6 +94,10 @@ typedef struct vma_device {
   pthread_cond_t gate_cv;
   uint32_t copies; /* transfers inside */
   int measuring;   /* closed: a measurement runs here */
+  /* In a worker (gate_mu): this process holds the device's cross-process
+   * gate shared, for its copies (isolate.h, vma_xgate_*). */
+  int xgate_shared;
+  struct vmagent *owner;
 } vma_device_t;
 
 /* ---------------------------------------------------------------- sessions */
@@ -179,6 +183,11 @@ typedef struct vma_session {
   uint64_t staging_bytes;
   /* host memory of the session's VMs (a child of the agent's budget) */
   vm_budget_t host;
+  /* Isolation (isolate.c, under its lock): the session's worker process,
+   * how many it had (handle ranges), and its bytes as last reported. */
+  struct vma_iso_worker *worker;
+  uint32_t worker_gen;
+  uint64_t worker_bytes;
 } vma_session_t;
 
 /* ---------------------------------------------------------------- auth */
@@ -259,6 +268,13 @@ struct vmagent {
   uint32_t closed_pipes[VMA_CLOSED_PIPES];
   uint32_t closed_next;
   vma_auth_slot_t auth[VMA_AUTH_SLOTS]; /* under lock (auth.c) */
+  /* Session isolation (isolate.c): NULL when sessions run in-process. */
+  struct vma_iso *iso;
+  char *worker_exe;
+  /* This process is a worker (worker.c): its link to the parent, and its
+   * handle of the cross-process device lock file (-1: none). */
+  int worker_mode;
+  int xlock_fd;
   pthread_t reaper;
   int reaper_started;
   int reaper_quit; /* under lock */
@@ -275,6 +291,9 @@ typedef struct vma_out {
   size_t len;
 } vma_out_t;
 
+/* A vma_out_t allocator on the heap (malloc; the caller frees o->buf). */
+uint8_t *vma_heap_alloc(vma_out_t *o, size_t size);
+
 /* Serves one request body from pipe_id into out (always produces a reply
  * unless allocation fails: returns -1). */
 int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len, vma_out_t *out);
@@ -282,6 +301,10 @@ int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len
 /* Session table (session.c). */
 vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *client,
                                vma_session_t **out_s);
+/* In a worker: the session the parent names (id), handles from
+ * first_handle. */
+vm_status_t vma_session_create_as(vmagent_t *a, uint32_t pipe_id, const char *client, uint64_t id,
+                                  uint64_t first_handle, vma_session_t **out_s);
 /* Finds id for pipe_id and takes a reference (refs++); NOT_FOUND for an
  * unknown id or one of another pipe (indistinguishable). */
 vm_status_t vma_session_acquire(vmagent_t *a, uint64_t id, uint32_t pipe_id, vma_session_t **out_s);

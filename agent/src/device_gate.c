@@ -10,10 +10,15 @@
  * they wait; a measurement closes the gate of all its devices first and
  * then waits for the copies already inside to finish. So the two never wait
  * on each other in a circle.
+ *
+ * Worker processes (isolate.h) that share a device hold the same gate
+ * across processes too: a byte-range lock per device, shared while the
+ * process has copies inside, exclusive while it measures.
  */
 #include <time.h>
 
 #include "agent_internal.h"
+#include "isolate.h"
 
 vm_status_t vma_gate_init(vma_device_t *d) {
   pthread_condattr_t ca;
@@ -76,6 +81,12 @@ vm_status_t vma_copy_enter(vmagent_t *a, vma_device_t *d) {
     vma_gate_wait_slice(d);
   }
   d->copies++;
+  if (a->xlock_fd >= 0 && !d->xgate_shared) {
+    /* A worker: its copies hold the gate shared across workers too, while
+     * any is inside (a measurement in another worker closes it). */
+    (void)vma_xgate_lock(a, d, 0);
+    d->xgate_shared = 1;
+  }
   pthread_mutex_unlock(&d->gate_mu);
   return VM_STATUS_OK;
 }
@@ -83,7 +94,13 @@ vm_status_t vma_copy_enter(vmagent_t *a, vma_device_t *d) {
 void vma_copy_exit(vma_device_t *d) {
   if (!d) return;
   pthread_mutex_lock(&d->gate_mu);
-  if (--d->copies == 0) pthread_cond_broadcast(&d->gate_cv);
+  if (--d->copies == 0) {
+    if (d->xgate_shared) {
+      vma_xgate_unlock(d->owner, d);
+      d->xgate_shared = 0;
+    }
+    pthread_cond_broadcast(&d->gate_cv);
+  }
   pthread_mutex_unlock(&d->gate_mu);
 }
 
@@ -100,12 +117,15 @@ void vma_measure_enter(vmagent_t *a, const vma_vm_t *v) {
     pthread_mutex_lock(&d->gate_mu);
     while (d->copies) vma_gate_wait_slice(d);
     pthread_mutex_unlock(&d->gate_mu);
+    /* ... and, in a worker, the other workers' copies. */
+    (void)vma_xgate_lock(a, d, 1);
   }
 }
 
 void vma_measure_exit(vmagent_t *a, const vma_vm_t *v) {
   for (uint32_t k = 0; k < v->num_devs; k++) {
     vma_device_t *d = &a->devices[v->dev_idx[k]];
+    vma_xgate_unlock(a, d);
     pthread_mutex_lock(&d->gate_mu);
     d->measuring = 0;
     pthread_cond_broadcast(&d->gate_cv);

@@ -14,6 +14,7 @@
 
 #include "agent_internal.h"
 #include "handler_ctx.h"
+#include "isolate.h"
 #include "vm/log.h"
 
 #define VMA_MSG_MAX 4096
@@ -289,12 +290,24 @@ static vm_status_t vma_lock_devices(vmagent_t *a, vma_vm_t *v, uint64_t deadline
       }
     }
   }
+  /* In a worker, the devices' run locks across workers (isolate.h). */
+  for (uint32_t k = 0; k < v->num_devs; k++) {
+    vm_status_t st = vma_xrun_lock(a, &a->devices[v->dev_idx[k]], v, deadline_ns);
+    if (st) {
+      for (uint32_t j = k; j-- > 0;) vma_xrun_unlock(a, &a->devices[v->dev_idx[j]]);
+      for (uint32_t j = v->num_devs; j-- > 0;)
+        pthread_mutex_unlock(&a->devices[v->dev_idx[j]].run_lock);
+      return st;
+    }
+  }
   return VM_STATUS_OK;
 }
 
 static void vma_unlock_devices(vmagent_t *a, vma_vm_t *v) {
-  for (uint32_t k = v->num_devs; k-- > 0;)
+  for (uint32_t k = v->num_devs; k-- > 0;) {
+    vma_xrun_unlock(a, &a->devices[v->dev_idx[k]]);
     pthread_mutex_unlock(&a->devices[v->dev_idx[k]].run_lock);
+  }
 }
 
 /* ------------------------------------------------------------ chunks */
@@ -1605,7 +1618,12 @@ int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len
     st = vm_status_make(VM_FAILED_PRECONDITION, "no session: send Hello first");
   } else {
     st = vma_session_acquire(a, rq->session, pipe_id, &c->s);
-    if (!st) st = fn(c);
+    if (!st && vma_iso_forwards(a, rq)) { /* the session's worker process serves it */
+      st = vma_iso_forward(a, c->s, rq, body, len, out);
+      c->replied = !st;
+    } else if (!st) {
+      st = fn(c);
+    }
   }
 
   int rc = 0;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "agent_internal.h"
+#include "isolate.h"
 #include "vm/log.h"
 #include "vm/vm.h"
 
@@ -73,6 +74,12 @@ static void usage(FILE *f) {
           "  --kernel-timeout SECONDS  longest a carried kernel may run; past it the call\n"
           "                          fails and the device refuses work until the kernel\n"
           "                          ends, 0 = no bound [10]\n"
+          "  --isolate MODE          where sessions' VMs run: session (a worker process\n"
+          "                          per session: a crash or hung kernel there ends that\n"
+          "                          session's VMs only), none (inside the agent), or\n"
+          "                          auto: session when --kernels allows carried kernels\n"
+          "                          on some device class, else none [auto]\n"
+          "  --spare-workers N       worker processes started ahead of sessions [1]\n"
           "  --version               print the version and exit\n"
           "  --help                  print this help and exit\n"
           "\n"
@@ -190,6 +197,10 @@ enum {
   OPT_INSECURE,
   OPT_KERNELS,
   OPT_KERNEL_TIMEOUT,
+  OPT_ISOLATE,
+  OPT_SPARE_WORKERS,
+  OPT_WORKER_FD,
+  OPT_WORKER_LOCKS,
   OPT_VERSION,
   OPT_HELP,
 };
@@ -215,6 +226,11 @@ static const struct option options[] = {
     {"insecure", no_argument, NULL, OPT_INSECURE},
     {"kernels", required_argument, NULL, OPT_KERNELS},
     {"kernel-timeout", required_argument, NULL, OPT_KERNEL_TIMEOUT},
+    {"isolate", required_argument, NULL, OPT_ISOLATE},
+    {"spare-workers", required_argument, NULL, OPT_SPARE_WORKERS},
+    /* internal: how the agent starts its workers (isolate.h) */
+    {"worker-fd", required_argument, NULL, OPT_WORKER_FD},
+    {"worker-locks", required_argument, NULL, OPT_WORKER_LOCKS},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -289,6 +305,31 @@ static void *stop_watchdog(void *arg) {
   return NULL;
 }
 
+/* vmagent --worker-fd N: one session's worker process, started by an agent
+ * with session isolation (isolate.h). It serves the agent over fd N until
+ * the agent closes it, and is the first the OOM killer picks. */
+static int worker_main(vmagent_config_t *cfg, int fd, int locks_fd) {
+  FILE *f = fopen("/proc/self/oom_score_adj", "w");
+  if (f) {
+    fputs("1000", f);
+    fclose(f);
+  }
+  cfg->isolate = VMAGENT_ISOLATE_NONE;
+  cfg->listen_url = "ipc:///nonexistent"; /* never listens */
+  cfg->token = NULL;
+  cfg->tls_cert_file = cfg->tls_key_file = NULL;
+  signal(SIGPIPE, SIG_IGN);
+  vmagent_t *a = NULL;
+  vm_status_t st = vmagent_create(cfg, &a);
+  if (!st && locks_fd >= 0) st = vma_worker_locks(a, locks_fd);
+  if (st) {
+    fprintf(stderr, "vmagent worker: %s\n", vm_status_message(st));
+    vm_status_free(st);
+    return 1;
+  }
+  vma_worker_serve(a, fd);
+}
+
 static int bad_value(const char *flag, const char *value) {
   fprintf(stderr, "vmagent: bad value '%s' for --%s (see vmagent --help)\n", value, flag);
   return 2;
@@ -308,6 +349,8 @@ int main(int argc, char **argv) {
   char *token = NULL;
   int rc = 0;
   vmagent_t *a = NULL;
+  uint32_t worker_fd = UINT32_MAX, worker_locks = UINT32_MAX;
+  char self_exe[4096];
 
   opterr = 0;
   int opt;
@@ -355,6 +398,26 @@ int main(int argc, char **argv) {
       case OPT_KERNEL_TIMEOUT:
         if (parse_seconds_ms(v, 86400, &cfg.kernel_timeout_ms))
           return bad_value("kernel-timeout", v);
+        break;
+      case OPT_ISOLATE:
+        if (strcmp(v, "auto") == 0)
+          cfg.isolate = VMAGENT_ISOLATE_AUTO;
+        else if (strcmp(v, "none") == 0)
+          cfg.isolate = VMAGENT_ISOLATE_NONE;
+        else if (strcmp(v, "session") == 0)
+          cfg.isolate = VMAGENT_ISOLATE_SESSION;
+        else
+          return bad_value("isolate", v);
+        break;
+      case OPT_SPARE_WORKERS:
+        if (parse_u32(v, &cfg.spare_workers) || cfg.spare_workers > 64)
+          return bad_value("spare-workers", v);
+        break;
+      case OPT_WORKER_FD:
+        if (parse_u32(v, &worker_fd) || worker_fd > 1024) return bad_value("worker-fd", v);
+        break;
+      case OPT_WORKER_LOCKS:
+        if (parse_u32(v, &worker_locks) || worker_locks > 1024) return bad_value("worker-locks", v);
         break;
       case OPT_MAX_MESSAGE:
         if (parse_size(v, &cfg.max_message_bytes)) return bad_value("max-message", v);
@@ -415,6 +478,12 @@ int main(int argc, char **argv) {
   }
   cfg.devices = num_devices ? devices : NULL;
   cfg.num_devices = num_devices;
+  ssize_t exe_len = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+  if (exe_len > 0) {
+    self_exe[exe_len] = '\0';
+    cfg.worker_exe = self_exe;
+  }
+  if (worker_fd != UINT32_MAX) return worker_main(&cfg, (int)worker_fd, (int)worker_locks);
 
   /* Signals are taken synchronously by this thread with sigwait(); block
    * them before any thread (ours, nng's, the OpenCL driver's) exists so

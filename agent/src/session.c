@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent_internal.h"
+#include "isolate.h"
 #include "vm/log.h"
 
 uint64_t vma_random_u64(void) {
@@ -56,6 +57,11 @@ static void vma_remove_locked(vmagent_t *a, vma_session_t *s) {
 
 vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *client,
                                vma_session_t **out_s) {
+  return vma_session_create_as(a, pipe_id, client, 0, 1, out_s);
+}
+
+vm_status_t vma_session_create_as(vmagent_t *a, uint32_t pipe_id, const char *client, uint64_t id,
+                                  uint64_t first_handle, vma_session_t **out_s) {
   *out_s = NULL;
   vma_session_t *s = calloc(1, sizeof(*s));
   if (!s) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory creating a session");
@@ -64,7 +70,7 @@ vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *clien
     return vm_status_make(VM_INTERNAL, "pthread_mutex_init failed");
   }
   s->pipe_id = pipe_id;
-  s->next_handle = 1;
+  s->next_handle = first_handle;
   vm_budget_init(&s->host, a->cfg.session_mem_limit, &a->host, "the session memory limit",
                  "--session-mem-limit");
   snprintf(s->client, sizeof(s->client), "%s", client ? client : "");
@@ -90,9 +96,8 @@ vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *clien
                           "idle session or raise the limit",
                           n, a->cfg.max_sessions);
   }
-  do {
-    s->id = vma_random_u64();
-  } while (vma_find_locked(a, s->id));
+  s->id = id;
+  while (!s->id || vma_find_locked(a, s->id)) s->id = vma_random_u64();
   s->last_used_ns = vm_now_ns();
   s->refs = 1; /* the Hello request that creates it */
   a->sessions[a->num_sessions++] = s;
@@ -175,6 +180,7 @@ static int vma_end_locked(vmagent_t *a, vma_session_t *s) {
   s->ended = 1;
   pthread_mutex_unlock(&s->lock);
   vma_session_cancel_running(s);
+  if (a->iso) vma_iso_session_ended(a, s);
   if (s->refs == 0) return 1;
   /* A request of it may be about to start an invocation (it holds the
    * session but not yet the VM): the reaper cancels again until the last
@@ -339,6 +345,7 @@ void vma_vm_destroy(vmagent_t *a, vma_session_t *s, vma_vm_t *v) {
 }
 
 void vma_session_destroy(vmagent_t *a, vma_session_t *s) {
+  if (a->iso) vma_iso_session_free(a, s);
   while (s->vms) {
     vma_vm_t *v = s->vms;
     s->vms = v->next;

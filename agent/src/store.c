@@ -339,11 +339,18 @@ vm_status_t vma_store_lookup(vma_store_t *s, const uint8_t hash[VM_SHA256_BYTES]
     goto done;
   }
   if (!s->dir) goto done;
-  vma_disk_entry_t *d = vma_disk_find(s, hash);
-  if (!d || d->size != size) goto done;
-
   char path[4200];
   vma_store_path(s, hash, path, sizeof(path));
+  vma_disk_entry_t *d = vma_disk_find(s, hash);
+  struct stat fst;
+  if (!d && stat(path, &fst) == 0 && S_ISREG(fst.st_mode) && (uint64_t)fst.st_size == size) {
+    /* Written since the scan by another process sharing the directory (the
+     * worker processes of an agent with session isolation). */
+    d = vma_disk_add(s, hash, size, (int64_t)fst.st_mtim.tv_sec * 1000000000 + fst.st_mtim.tv_nsec,
+                     0);
+  }
+  if (!d || d->size != size) goto done;
+
   char hex[2 * VM_SHA256_BYTES + 1];
   vm_sha256_hex(hash, hex);
   vm_status_t rst = vm_read_file(path, s->limits.max_file_bytes, &data, &len);

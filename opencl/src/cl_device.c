@@ -807,6 +807,18 @@ int vmcl_device_is_cpu(const vm_device_t *dev) {
   return d && (d->type & CL_DEVICE_TYPE_CPU);
 }
 
+int vmcl_device_out_of_service(vm_device_t *dev) {
+  vmcl_dev_t *d = vmcl_get(dev);
+  if (!d) return 0;
+  pthread_mutex_lock(&d->lock);
+  int hung = d->hung != NULL;
+  pthread_mutex_unlock(&d->lock);
+  if (!hung) return 0;
+  vm_status_t st = vmcl_check_in_service(d);
+  vm_status_free(st);
+  return st != VM_STATUS_OK;
+}
+
 vm_status_t vmcl_set_kernel_policy(vm_device_t *dev, const char *deny_reason, uint32_t timeout_ms) {
   vmcl_dev_t *d = vmcl_get(dev);
   if (!d)

@@ -167,7 +167,9 @@ static void test_number_for_buffer(void **state) {
 static void test_kernel_that_never_ends(void **state) {
   (void)state;
   agent_proc_t p;
-  const char *allow[] = {"--kernels", "cpu=allow", "--kernel-timeout", "1", NULL};
+  /* in-process (test_isolation.c has the isolated case) */
+  const char *allow[] = {"--kernels", "cpu=allow", "--kernel-timeout", "1", "--isolate",
+                         "none",      NULL};
   start_agent(&p, allow);
   vmc_conn_t *c = NULL;
   ASSERT_OK(vmc_connect(p.url, NULL, &c));

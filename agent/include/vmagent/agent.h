@@ -83,9 +83,22 @@ typedef struct vmagent_config {
    * before the allocation. Each session's share also counts towards
    * session_mem_limit. */
   uint64_t host_mem_limit;
+  /* Where sessions' VMs run (docs/security.md, "Session isolation"):
+   * VMAGENT_ISOLATE_NONE: in the agent's process; _SESSION: each session in
+   * a worker process of its own, which a fault there ends without touching
+   * the agent or other sessions; _AUTO (the default): _SESSION when carried
+   * kernels are allowed on some device class, else _NONE. */
+  int isolate;
+  /* The vmagent binary started as workers (isolation needs it; vmagent's
+   * main() supplies itself). NULL with _SESSION: FAILED_PRECONDITION;
+   * with _AUTO: no isolation. Copied. */
+  const char *worker_exe;
+  /* Workers started ahead of sessions (isolation only). Default 1. */
+  uint32_t spare_workers;
 } vmagent_config_t;
 
 enum { VMAGENT_KERNELS_DENY = 0, VMAGENT_KERNELS_ALLOW = 1 };
+enum { VMAGENT_ISOLATE_AUTO = 0, VMAGENT_ISOLATE_NONE = 1, VMAGENT_ISOLATE_SESSION = 2 };
 
 /* The defaults: listen tcp://127.0.0.1:9090, all devices, no token, no
  * cache dir (main.c supplies ~/.cache/vmrpc), cache cap 2 GiB, 64 sessions,

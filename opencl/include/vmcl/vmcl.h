@@ -69,6 +69,10 @@ int vmcl_device_is_cpu(const vm_device_t *dev);
  * INVALID_ARGUMENT when dev is not an OpenCL device. */
 vm_status_t vmcl_set_kernel_policy(vm_device_t *dev, const char *deny_reason, uint32_t timeout_ms);
 
+/* Whether dev is out of service: a carried kernel ran past its bound and
+ * still runs (0 for other devices, or once the kernel has ended). */
+int vmcl_device_out_of_service(vm_device_t *dev);
+
 /* Registers every cl.* operator (docs/operators.md) and cl.kernel. */
 vm_status_t vmcl_register_ops(vm_registry_t *reg);
 

@@ -1,0 +1,301 @@
+/* Session isolation, the worker's side (isolate.h): vmagent started with
+ * --worker-fd serves one session for the agent that started it, over the
+ * inherited socket, until that closes; and the cross-process device locks
+ * that keep runs and measurements of different workers apart.
+ *
+ * A reader thread takes frames off the link; requests go to a pool of
+ * handler threads (cfg.workers, more while requests wait for a busy device:
+ * Cancel must always find one), each of which runs the ordinary dispatcher
+ * and writes the reply with the request's tag.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_internal.h"
+#include "isolate.h"
+#include "vm/log.h"
+#include "vmcl/vmcl.h"
+
+/* The one pipe id of the link: the parent's session is bound to it. */
+#define VMA_WORKER_PIPE 1
+#define VMA_WORKER_MAX_EXTRA 64
+
+typedef struct vma_job {
+  uint64_t tag;
+  uint8_t *body;
+  uint32_t len;
+  struct vma_job *next;
+} vma_job_t;
+
+static struct {
+  vmagent_t *a;
+  int fd;
+  pthread_mutex_t mu; /* the queue and the thread counts */
+  pthread_cond_t cv;
+  vma_job_t *head, *tail;
+  uint32_t threads, idle;
+  pthread_mutex_t wmu; /* writes to the link */
+} g_w = {.mu = PTHREAD_MUTEX_INITIALIZER,
+         .cv = PTHREAD_COND_INITIALIZER,
+         .wmu = PTHREAD_MUTEX_INITIALIZER};
+
+static void vma_worker_reply(uint64_t tag, uint32_t flags, const void *body, size_t len) {
+  vma_link_hdr_t h = {(uint32_t)len, flags, tag};
+  pthread_mutex_lock(&g_w.wmu);
+  int rc = vma_link_write(g_w.fd, &h, body);
+  pthread_mutex_unlock(&g_w.wmu);
+  if (rc != 0) _exit(0); /* the agent is gone */
+}
+
+/* Whether a device of this process is out of service (a carried kernel ran
+ * past its bound and still runs). */
+static int vma_worker_device_lost(vmagent_t *a) {
+  for (uint32_t i = 0; i < a->num_devices; i++)
+    if (vmcl_is_device(a->devices[i].dev) && vmcl_device_out_of_service(a->devices[i].dev))
+      return 1;
+  return 0;
+}
+
+/* An error reply said the device is out of service until the kernel ends;
+ * here the agent stops this process instead, which frees the device. */
+static void vma_worker_note_retire(vma_out_t *out) {
+  const uint8_t *env, *payload;
+  size_t env_len, payload_len;
+  vm_status_t st = vmp_frame_split(out->buf, out->len, 0, &env, &env_len, &payload, &payload_len);
+  Vmrpc__Response *r = NULL;
+  if (!st) st = vmp_response_unpack(env, env_len, &r);
+  vm_status_free(st);
+  if (!r) return;
+  if (r->status && r->status->code && r->status->message) {
+    char *msg = NULL;
+    if (asprintf(&msg,
+                 "%s (with session isolation the session's worker process is stopped instead, "
+                 "which frees the device at once: the session's VMs are gone; create them "
+                 "again)",
+                 r->status->message) >= 0) {
+      char *old = r->status->message;
+      r->status->message = msg;
+      size_t n = vmp_frame_size(&r->base);
+      uint8_t *buf = malloc(n);
+      if (buf) {
+        vmp_frame_write(&r->base, buf);
+        free(out->buf);
+        out->buf = buf;
+        out->len = n;
+      }
+      r->status->message = old;
+      free(msg);
+    }
+  }
+  vmrpc__response__free_unpacked(r, NULL);
+}
+
+static void vma_worker_handle(vma_job_t *j) {
+  vmagent_t *a = g_w.a;
+  vma_out_t out = {.alloc = vma_heap_alloc};
+  int rc = vma_dispatch(a, VMA_WORKER_PIPE, j->body, j->len, &out);
+  if (rc != 0) {
+    VM_LOGE("worker: no memory for a reply; exiting");
+    _exit(3);
+  }
+  uint32_t flags = 0;
+  if (vma_worker_device_lost(a)) {
+    flags |= VMA_LINK_RETIRE;
+    vma_worker_note_retire(&out);
+  }
+  vma_worker_reply(j->tag, flags, out.buf, out.len);
+  free(out.buf);
+}
+
+static void *vma_worker_thread(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&g_w.mu);
+  for (;;) {
+    while (!g_w.head) pthread_cond_wait(&g_w.cv, &g_w.mu);
+    vma_job_t *j = g_w.head;
+    g_w.head = j->next;
+    if (!g_w.head) g_w.tail = NULL;
+    g_w.idle--;
+    pthread_mutex_unlock(&g_w.mu);
+    vma_worker_handle(j);
+    free(j->body);
+    free(j);
+    pthread_mutex_lock(&g_w.mu);
+    g_w.idle++;
+  }
+  return NULL;
+}
+
+/* mu held. */
+static void vma_worker_add_thread_locked(void) {
+  pthread_t t;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  g_w.idle++;
+  g_w.threads++;
+  if (pthread_create(&t, &at, vma_worker_thread, NULL) != 0) {
+    g_w.idle--;
+    g_w.threads--;
+  }
+  pthread_attr_destroy(&at);
+}
+
+/* A request is about to wait for a device: keep a thread free. */
+static void vma_worker_on_block(vmagent_t *a) {
+  pthread_mutex_lock(&g_w.mu);
+  if (g_w.idle == 0 && g_w.threads < a->cfg.workers + VMA_WORKER_MAX_EXTRA)
+    vma_worker_add_thread_locked();
+  pthread_mutex_unlock(&g_w.mu);
+}
+
+static void vma_worker_attach(vmagent_t *a, uint64_t tag, const uint8_t *body, uint32_t len) {
+  char err[256] = "";
+  if (len < sizeof(vma_link_attach_t) || len > sizeof(vma_link_attach_t) + 63) {
+    snprintf(err, sizeof(err), "malformed attach");
+  } else {
+    vma_link_attach_t at;
+    memcpy(&at, body, sizeof(at));
+    char client[64];
+    size_t n = len - sizeof(at);
+    memcpy(client, body + sizeof(at), n);
+    client[n] = '\0';
+    vma_session_t *s = NULL;
+    vm_status_t st =
+        vma_session_create_as(a, VMA_WORKER_PIPE, client, at.session_id, at.first_handle, &s);
+    if (!st && s->id != at.session_id) {
+      vma_session_end(a, s);
+      st = vm_status_make(VM_ALREADY_EXISTS, "session %016llx is already here",
+                          (unsigned long long)at.session_id);
+    }
+    if (s) vma_session_release(a, s); /* the reference create gave us */
+    if (st) snprintf(err, sizeof(err), "%s", vm_status_message(st));
+    vm_status_free(st);
+  }
+  vma_worker_reply(tag, 0, err, strlen(err));
+}
+
+void vma_worker_serve(vmagent_t *a, int fd) {
+  g_w.a = a;
+  g_w.fd = fd;
+  a->worker_mode = 1;
+  a->on_block = vma_worker_on_block;
+  pthread_mutex_lock(&g_w.mu);
+  for (uint32_t i = 0; i < a->cfg.workers; i++) vma_worker_add_thread_locked();
+  pthread_mutex_unlock(&g_w.mu);
+  vma_worker_reply(0, VMA_LINK_READY, NULL, 0);
+  uint64_t cap = a->cfg.max_message_bytes + VMA_LINK_SLACK;
+  for (;;) {
+    vma_link_hdr_t h;
+    if (vma_link_read_full(fd, &h, sizeof(h)) != 0) break;
+    if (h.len > cap) {
+      VM_LOGE("worker: a %u-byte frame from the agent; exiting", h.len);
+      _exit(3);
+    }
+    uint8_t *body = malloc(h.len ? h.len : 1);
+    if (!body) _exit(3);
+    if (vma_link_read_full(fd, body, h.len) != 0) break;
+    if (h.flags & VMA_LINK_ATTACH) {
+      vma_worker_attach(a, h.tag, body, h.len);
+      free(body);
+      continue;
+    }
+    vma_job_t *j = calloc(1, sizeof(*j));
+    if (!j) _exit(3);
+    j->tag = h.tag;
+    j->body = body;
+    j->len = h.len;
+    pthread_mutex_lock(&g_w.mu);
+    if (g_w.tail)
+      g_w.tail->next = j;
+    else
+      g_w.head = j;
+    g_w.tail = j;
+    if (g_w.idle == 0 && g_w.threads < a->cfg.workers + VMA_WORKER_MAX_EXTRA)
+      vma_worker_add_thread_locked();
+    pthread_cond_signal(&g_w.cv);
+    pthread_mutex_unlock(&g_w.mu);
+  }
+  /* The agent closed the link (it ends, or it stopped this session):
+   * nothing here outlives it. */
+  _exit(0);
+}
+
+/* ------------------------------------------------------------ device locks */
+
+vm_status_t vma_worker_locks(vmagent_t *a, int fd) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  int own = open(path, O_RDWR | O_CLOEXEC);
+  close(fd);
+  if (own < 0)
+    return vm_status_make(VM_INTERNAL, "worker: opening the device lock file: %s", strerror(errno));
+  a->xlock_fd = own;
+  return VM_STATUS_OK;
+}
+
+/* One byte of the lock file: type F_WRLCK/F_RDLCK/F_UNLCK. 0, or -1 when
+ * another worker holds it. */
+static int vma_xlock_try(vmagent_t *a, off_t at, short type) {
+  struct flock fl;
+  memset(&fl, 0, sizeof(fl));
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = at;
+  fl.l_len = 1;
+  for (;;) {
+    if (fcntl(a->xlock_fd, F_OFD_SETLK, &fl) == 0) return 0;
+    if (errno != EINTR) return -1;
+  }
+}
+
+static off_t vma_xrun_at(vmagent_t *a, const vma_device_t *d) {
+  return 2 * (off_t)(d - a->devices);
+}
+
+static void vma_nap(long *ns) {
+  struct timespec ts = {0, *ns};
+  nanosleep(&ts, NULL);
+  if (*ns < 5 * 1000 * 1000) *ns *= 2;
+}
+
+vm_status_t vma_xrun_lock(vmagent_t *a, vma_device_t *d, const vma_vm_t *v, uint64_t deadline_ns) {
+  if (a->xlock_fd < 0) return VM_STATUS_OK;
+  off_t at = vma_xrun_at(a, d);
+  if (vma_xlock_try(a, at, F_WRLCK) == 0) return VM_STATUS_OK;
+  if (a->on_block) a->on_block(a);
+  long nap = 50 * 1000;
+  for (;;) {
+    vma_nap(&nap);
+    if (vma_xlock_try(a, at, F_WRLCK) == 0) return VM_STATUS_OK;
+    if (atomic_load(&v->cancel_pending))
+      return vm_status_make(VM_CANCELLED, "cancelled while waiting for device %s", d->selector);
+    if (deadline_ns && vm_now_ns() >= deadline_ns)
+      return vm_status_make(VM_DEADLINE_EXCEEDED,
+                            "deadline passed while waiting for device %s (busy with another "
+                            "session's work)",
+                            d->selector);
+  }
+}
+
+void vma_xrun_unlock(vmagent_t *a, vma_device_t *d) {
+  if (a->xlock_fd >= 0) (void)vma_xlock_try(a, vma_xrun_at(a, d), F_UNLCK);
+}
+
+vm_status_t vma_xgate_lock(vmagent_t *a, vma_device_t *d, int exclusive) {
+  if (a->xlock_fd < 0) return VM_STATUS_OK;
+  off_t at = vma_xrun_at(a, d) + 1;
+  short type = exclusive ? F_WRLCK : F_RDLCK;
+  long nap = 50 * 1000;
+  while (vma_xlock_try(a, at, type) != 0) vma_nap(&nap);
+  return VM_STATUS_OK;
+}
+
+void vma_xgate_unlock(vmagent_t *a, vma_device_t *d) {
+  if (a->xlock_fd >= 0) (void)vma_xlock_try(a, vma_xrun_at(a, d) + 1, F_UNLCK);
+}

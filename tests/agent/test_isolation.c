@@ -1,0 +1,354 @@
+/* Session isolation (vmagent --isolate session; docs/security.md): each
+ * session's VMs run in a worker process of their own. Against a real
+ * vmagent on the OpenCL device (PoCL: carried kernels run as native code in
+ * the worker), each case expects the exact status of the faulting session,
+ * then shows that another client's session on the same device, made before
+ * the fault, still runs its VM, that a new client runs the example MLP
+ * correctly, and that the faulting session itself goes on with a fresh
+ * worker:
+ * - a kernel that writes far out of bounds (address 0): its worker dies of
+ *   SIGSEGV; the session gets ABORTED naming the crash;
+ * - a kernel that never ends (1 s bound): DEADLINE_EXCEEDED, and the worker
+ *   is stopped, which frees the device at once (no UNAVAILABLE for others);
+ * - a kernel that never ends with no kernel bound: the agent stops the
+ *   worker when the invocation's deadline (+ grace) has passed;
+ * - Stats and ListDevices speak for the whole agent;
+ * - SIGTERM with a worker busy in an endless kernel: the agent exits 0 and
+ *   leaves no worker process behind (checked in /proc).
+ * No timing is asserted: waits are for conditions, each bounded.
+ * Skipped without an OpenCL device. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_proc.h"
+#include "helper_agent.h"
+#include "test_util.h"
+#include "vmclient.h"
+
+#define N 16
+
+static const char k_prog[] =
+    ".kernel m {\n"
+    "  \"__kernel void fill(__global int* x, int v) { x[get_global_id(0)] = v; }\\n\"\n"
+    "  \"__kernel void smash(__global int* x) {\\n\"\n"
+    "  \"  x[-(long)((ulong)x / 4)] = 7;\\n\"\n"
+    "  \"}\\n\"\n"
+    "  \"__kernel void spin(__global int* x) {\\n\"\n"
+    "  \"  while (x[0] == 0) { x[1]++; }\\n\"\n"
+    "  \"}\\n\"\n"
+    "}\n"
+    ".const c0 string \"m\"\n"
+    ".const c1 string \"fill\"\n"
+    ".const c2 int 7\n"
+    ".const c3 string \"smash\"\n"
+    ".const c4 string \"spin\"\n"
+    ".packed $cl.kernel\n"
+    ".func @fill(x) regs 1 {\n"
+    "  call $cl.kernel(%vm, c0, c1, %0, 0, %0, c2)\n"
+    "  ret %0\n"
+    "}\n"
+    ".func @smash(x) regs 1 {\n"
+    "  call $cl.kernel(%vm, c0, c3, %0, 0, %0)\n"
+    "  ret %0\n"
+    "}\n"
+    ".func @spin(x) regs 1 {\n"
+    "  call $cl.kernel(%vm, c0, c4, %0, 0, %0)\n"
+    "  ret %0\n"
+    "}\n";
+
+static uint8_t *g_prog, *g_mlp;
+static size_t g_prog_len, g_mlp_len;
+
+static int setup(void **state) {
+  (void)state;
+  if (ha_exec_bytes(k_prog, &g_prog, &g_prog_len) != 0) return -1;
+  return ha_mlp_bytes(11, &g_mlp, &g_mlp_len);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  free(g_prog);
+  free(g_mlp);
+  return 0;
+}
+
+/* An isolated agent on opencl:0 and cpu with carried kernels allowed and
+ * extra flags; skips the test without an OpenCL device. */
+static void start_agent(agent_proc_t *p, const char *const *extra) {
+  const char *args[20] = {"--device",  "opencl:0", "--device",  "cpu",
+                          "--kernels", "allow",    "--isolate", "session"};
+  size_t n = 8;
+  for (size_t i = 0; extra && extra[i] && n < 19; i++) args[n++] = extra[i];
+  args[n] = NULL;
+  if (agent_proc_start(p, args) != 0) skip(); /* no OpenCL device */
+}
+
+/* The test program on opencl:0 in c's session: a VM with input x = 0.. of
+ * every function set. */
+static vmc_vm_t prog_vm(vmc_conn_t *c) {
+  vmc_exec_t ex;
+  vmc_vm_t vm;
+  ASSERT_OK(vmc_upload_memory(c, g_prog, g_prog_len, NULL, NULL, &ex, NULL));
+  vmc_device_spec_t dev = {"opencl:0", NULL};
+  ASSERT_OK(vmc_create_vm(c, ex, &dev, 1, NULL, &vm));
+  int64_t n = N;
+  vmc_tensor_t x;
+  ASSERT_OK(vmc_tensor_alloc(VM_I32, 1, &n, &x));
+  memset(x.data, 0, N * sizeof(int32_t));
+  const char *funcs[] = {"fill", "smash", "spin"};
+  for (size_t i = 0; i < 3; i++) ASSERT_OK(vmc_set_input(c, vm, funcs[i], 0, &x));
+  vmc_tensor_free(&x);
+  return vm;
+}
+
+/* fill on vm gives 7 everywhere. */
+static void expect_fill(vmc_conn_t *c, vmc_vm_t vm) {
+  ASSERT_OK(vmc_invoke(c, vm, "fill", 0, NULL));
+  vmc_tensor_t y;
+  ASSERT_OK(vmc_get_output(c, vm, "fill", NULL, 0, &y));
+  assert_int_equal(y.nbytes, N * sizeof(int32_t));
+  for (int i = 0; i < N; i++) assert_int_equal(((int32_t *)y.data)[i], 7);
+  vmc_tensor_free(&y);
+}
+
+/* The pids of p's worker processes (children of the agent), at most max. */
+static size_t worker_pids(const agent_proc_t *p, pid_t *out, size_t max) {
+  size_t n = 0;
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < max) {
+    char path[300], buf[512];
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    char *rp = strrchr(buf, ')'); /* "pid (comm) S ppid ..." */
+    int ppid = 0;
+    char st = 0;
+    if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == p->pid && st != 'Z')
+      out[n++] = (pid_t)atoi(e->d_name);
+  }
+  closedir(d);
+  return n;
+}
+
+/* Whether pid is gone (or a zombie nobody runs any more). */
+static int pid_gone(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 1;
+  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  char *rp = strrchr(buf, ')');
+  char st = 0;
+  return rp && sscanf(rp + 1, " %c", &st) == 1 && st == 'Z';
+}
+
+/* CPU seconds pid has used (utime + stime), -1 when it is gone. */
+static double cpu_seconds(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  char *rp = strrchr(buf, ')');
+  unsigned long ut = 0, stime = 0;
+  if (!rp ||
+      sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &stime) != 2)
+    return -1;
+  return (double)(ut + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void nap_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void test_crash_ends_one_session(void **state) {
+  (void)state;
+  agent_proc_t p;
+  start_agent(&p, NULL);
+  vmc_conn_t *other = NULL, *c = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &other));
+  vmc_vm_t ovm = prog_vm(other);
+  expect_fill(other, ovm);
+
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  vmc_vm_t vm = prog_vm(c);
+  expect_fill(c, vm);
+  ASSERT_STATUS(vmc_invoke(c, vm, "smash", 0, NULL), VM_ABORTED,
+                "the session's worker process crashed (signal 11, Segmentation fault); its VMs "
+                "and handles are gone (executables stay in the store): create them again");
+  /* the session goes on, with a fresh worker: its old VM is gone */
+  ASSERT_OK(vmc_ping(c, NULL));
+  ASSERT_STATUS(vmc_invoke(c, vm, "fill", 0, NULL), VM_NOT_FOUND, "not found in this session");
+  vmc_vm_t vm2 = prog_vm(c);
+  assert_true(vm2.id != vm.id);
+  expect_fill(c, vm2);
+  /* the other session kept its VM; a new client runs the MLP */
+  expect_fill(other, ovm);
+  ASSERT_OK(ha_mlp_check(p.url, "opencl:0", g_mlp, g_mlp_len));
+  vmc_close(c);
+  vmc_close(other);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
+static void test_hung_kernel_frees_device(void **state) {
+  (void)state;
+  agent_proc_t p;
+  const char *extra[] = {"--kernel-timeout", "1", NULL};
+  start_agent(&p, extra);
+  vmc_conn_t *other = NULL, *c = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &other));
+  vmc_vm_t ovm = prog_vm(other);
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  vmc_vm_t vm = prog_vm(c);
+  ASSERT_STATUS(vmc_invoke(c, vm, "spin", 0, NULL), VM_DEADLINE_EXCEEDED,
+                "'m.spin' ran past the device's kernel time bound of 1000 ms (--kernel-timeout); "
+                "the device is out of service until it ends (with session isolation the "
+                "session's worker process is stopped instead, which frees the device at once: "
+                "the session's VMs are gone; create them again)");
+  /* Requests that reach the stopped worker, or come later: the VM is gone */
+  vm_status_t st = vmc_invoke(c, vm, "fill", 0, NULL);
+  assert_non_null(st);
+  vm_code_t code = vm_status_code(st);
+  if (code != VM_ABORTED && code != VM_NOT_FOUND)
+    fail_msg("invoke after the stop: %s: %s", vm_code_name(code), vm_status_message(st));
+  vm_status_free(st);
+  /* the device serves everyone at once: no UNAVAILABLE */
+  expect_fill(other, ovm);
+  ASSERT_OK(ha_mlp_check(p.url, "opencl:0", g_mlp, g_mlp_len));
+  expect_fill(c, prog_vm(c));
+  vmc_close(c);
+  vmc_close(other);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
+static void test_unanswered_request_stops_worker(void **state) {
+  (void)state;
+  agent_proc_t p;
+  /* no kernel bound: only the agent's bound on the worker stops this */
+  const char *extra[] = {"--kernel-timeout", "0", NULL};
+  start_agent(&p, extra);
+  vmc_conn_t *c = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  vmc_vm_t vm = prog_vm(c);
+  ASSERT_STATUS(vmc_invoke(c, vm, "spin", 300, NULL), VM_DEADLINE_EXCEEDED,
+                "the session's worker process was stopped: it did not answer within this "
+                "request's bound (its deadline, the kernel time bound and 2 s of grace); its VMs "
+                "and handles are gone");
+  ASSERT_OK(ha_mlp_check(p.url, "opencl:0", g_mlp, g_mlp_len));
+  expect_fill(c, prog_vm(c));
+  vmc_close(c);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
+static void test_stats_and_devices_speak_for_the_agent(void **state) {
+  (void)state;
+  agent_proc_t p;
+  start_agent(&p, NULL);
+  vmc_conn_t *a = NULL, *b = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &a));
+  ASSERT_OK(vmc_connect(p.url, NULL, &b));
+  vmc_vm_t va = prog_vm(a);
+  expect_fill(a, va);
+  vmc_vm_t vb = prog_vm(b);
+  expect_fill(b, vb);
+  vmc_stats_t sa, sb;
+  ASSERT_OK(vmc_stats(a, &sa));
+  ASSERT_OK(vmc_stats(b, &sb));
+  assert_int_equal(sa.agent_sessions, 2);
+  assert_int_equal(sb.agent_sessions, 2);
+  assert_int_equal(sa.session_vms, 1);
+  assert_true(sa.session_bytes > 0);
+  /* b's total counts a's bytes as a reported them */
+  assert_true(sb.agent_bytes >= sa.session_bytes + sb.session_bytes);
+  assert_true(sb.requests > sa.requests);
+  vmc_stats_free(&sa);
+  vmc_stats_free(&sb);
+  assert_true(ha_has_device(a, "opencl:0"));
+  assert_true(ha_has_device(a, "cpu"));
+  /* one worker per session (plus spares) */
+  pid_t pids[16];
+  assert_true(worker_pids(&p, pids, 16) >= 2);
+  vmc_close(a);
+  vmc_close(b);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
+typedef struct spin_job {
+  vmc_conn_t *c;
+  vmc_vm_t vm;
+  vm_code_t code;
+} spin_job_t;
+
+static void *spin_main(void *arg) {
+  spin_job_t *j = arg;
+  vm_status_t st = vmc_invoke(j->c, j->vm, "spin", 0, NULL);
+  j->code = vm_status_code(st);
+  vm_status_free(st);
+  return NULL;
+}
+
+static void test_sigterm_with_busy_worker(void **state) {
+  (void)state;
+  agent_proc_t p;
+  const char *extra[] = {"--kernel-timeout", "0", NULL};
+  start_agent(&p, extra);
+  vmc_conn_t *c = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  spin_job_t j = {c, prog_vm(c), VM_OK};
+  pid_t before[16];
+  size_t n = worker_pids(&p, before, 16);
+  assert_true(n >= 1);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, spin_main, &j), 0);
+  /* wait until a worker burns CPU in the endless kernel (bounded) */
+  int busy = 0;
+  for (int i = 0; i < 600 && !busy; i++) {
+    pid_t pids[16];
+    size_t k = worker_pids(&p, pids, 16);
+    for (size_t w = 0; w < k && !busy; w++) busy = cpu_seconds(pids[w]) > 1.5;
+    if (!busy) nap_ms(50);
+  }
+  assert_true(busy);
+  pid_t all[16];
+  size_t nall = worker_pids(&p, all, 16);
+  /* SIGTERM: the kernel runs in a worker, so the clean shutdown finishes */
+  assert_int_equal(agent_proc_stop(&p), 0);
+  pthread_join(t, NULL);
+  assert_int_not_equal(j.code, VM_OK);
+  vmc_close(c);
+  for (size_t w = 0; w < nall; w++)
+    if (!pid_gone(all[w])) fail_msg("worker %d outlived the agent", (int)all[w]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_crash_ends_one_session),
+      cmocka_unit_test(test_hung_kernel_frees_device),
+      cmocka_unit_test(test_unanswered_request_stops_worker),
+      cmocka_unit_test(test_stats_and_devices_speak_for_the_agent),
+      cmocka_unit_test(test_sigterm_with_busy_worker),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
