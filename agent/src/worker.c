@@ -3,10 +3,12 @@
  * inherited socket, until that closes; and the cross-process device locks
  * that keep runs and measurements of different workers apart.
  *
- * A reader thread takes frames off the link; requests go to a pool of
- * handler threads (cfg.workers, more while requests wait for a busy device:
- * Cancel must always find one), each of which runs the ordinary dispatcher
- * and writes the reply with the request's tag.
+ * Threads take turns (leader/follower): one reads the next frame off the
+ * link, hands the reading to an idle thread, and serves what it read with
+ * the ordinary dispatcher, writing the reply with the request's tag; so a
+ * request costs no hand-off between threads. The pool (cfg.workers) grows
+ * whenever no thread is left to read (requests waiting for a busy device
+ * hold theirs): Cancel always finds one.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,21 +27,15 @@
 #define VMA_WORKER_PIPE 1
 #define VMA_WORKER_MAX_EXTRA 64
 
-typedef struct vma_job {
-  uint64_t tag;
-  uint8_t *body;
-  uint32_t len;
-  struct vma_job *next;
-} vma_job_t;
-
 static struct {
   vmagent_t *a;
   int fd;
-  pthread_mutex_t mu; /* the queue and the thread counts */
+  uint64_t cap;       /* largest frame body accepted */
+  pthread_mutex_t mu; /* the fields below */
   pthread_cond_t cv;
-  vma_job_t *head, *tail;
-  uint32_t threads, idle;
-  pthread_mutex_t wmu; /* writes to the link */
+  int reading;            /* a thread reads the link */
+  uint32_t threads, idle; /* idle: waiting for their turn to read */
+  pthread_mutex_t wmu;    /* writes to the link */
 } g_w = {.mu = PTHREAD_MUTEX_INITIALIZER,
          .cv = PTHREAD_COND_INITIALIZER,
          .wmu = PTHREAD_MUTEX_INITIALIZER};
@@ -95,10 +91,10 @@ static void vma_worker_note_retire(vma_out_t *out) {
   vmrpc__response__free_unpacked(r, NULL);
 }
 
-static void vma_worker_handle(vma_job_t *j) {
+static void vma_worker_handle(uint64_t tag, const uint8_t *body, uint32_t len) {
   vmagent_t *a = g_w.a;
   vma_out_t out = {.alloc = vma_heap_alloc};
-  int rc = vma_dispatch(a, VMA_WORKER_PIPE, j->body, j->len, &out);
+  int rc = vma_dispatch(a, VMA_WORKER_PIPE, body, len, &out);
   if (rc != 0) {
     VM_LOGE("worker: no memory for a reply; exiting");
     _exit(3);
@@ -108,25 +104,50 @@ static void vma_worker_handle(vma_job_t *j) {
     flags |= VMA_LINK_RETIRE;
     vma_worker_note_retire(&out);
   }
-  vma_worker_reply(j->tag, flags, out.buf, out.len);
+  vma_worker_reply(tag, flags, out.buf, out.len);
   free(out.buf);
+}
+
+static void vma_worker_attach(vmagent_t *a, uint64_t tag, const uint8_t *body, uint32_t len);
+static void vma_worker_add_thread_locked(void);
+
+/* Reads one frame (the caller holds the turn). Exits the process when the
+ * agent closed the link or sent nonsense. */
+static void vma_worker_read(vma_link_hdr_t *h, uint8_t **out_body) {
+  if (vma_link_read_full(g_w.fd, h, sizeof(*h)) != 0) _exit(0); /* the agent let go */
+  if (h->len > g_w.cap) {
+    VM_LOGE("worker: a %u-byte frame from the agent; exiting", h->len);
+    _exit(3);
+  }
+  uint8_t *body = malloc(h->len ? h->len : 1);
+  if (!body) _exit(3);
+  if (vma_link_read_full(g_w.fd, body, h->len) != 0) _exit(0);
+  *out_body = body;
 }
 
 static void *vma_worker_thread(void *arg) {
   (void)arg;
-  pthread_mutex_lock(&g_w.mu);
   for (;;) {
-    while (!g_w.head) pthread_cond_wait(&g_w.cv, &g_w.mu);
-    vma_job_t *j = g_w.head;
-    g_w.head = j->next;
-    if (!g_w.head) g_w.tail = NULL;
+    pthread_mutex_lock(&g_w.mu);
+    while (g_w.reading) pthread_cond_wait(&g_w.cv, &g_w.mu);
+    g_w.reading = 1;
     g_w.idle--;
     pthread_mutex_unlock(&g_w.mu);
-    vma_worker_handle(j);
-    free(j->body);
-    free(j);
+    vma_link_hdr_t h;
+    uint8_t *body = NULL;
+    vma_worker_read(&h, &body);
+    if (h.flags & VMA_LINK_ATTACH) vma_worker_attach(g_w.a, h.tag, body, h.len);
+    pthread_mutex_lock(&g_w.mu);
+    g_w.reading = 0;
+    if (g_w.idle == 0 && g_w.threads < g_w.a->cfg.workers + VMA_WORKER_MAX_EXTRA)
+      vma_worker_add_thread_locked();
+    pthread_cond_signal(&g_w.cv);
+    pthread_mutex_unlock(&g_w.mu);
+    if (!(h.flags & VMA_LINK_ATTACH)) vma_worker_handle(h.tag, body, h.len);
+    free(body);
     pthread_mutex_lock(&g_w.mu);
     g_w.idle++;
+    pthread_mutex_unlock(&g_w.mu);
   }
   return NULL;
 }
@@ -183,46 +204,16 @@ static void vma_worker_attach(vmagent_t *a, uint64_t tag, const uint8_t *body, u
 void vma_worker_serve(vmagent_t *a, int fd) {
   g_w.a = a;
   g_w.fd = fd;
+  g_w.cap = a->cfg.max_message_bytes + VMA_LINK_SLACK;
   a->worker_mode = 1;
   a->on_block = vma_worker_on_block;
   pthread_mutex_lock(&g_w.mu);
-  for (uint32_t i = 0; i < a->cfg.workers; i++) vma_worker_add_thread_locked();
+  for (uint32_t i = 1; i < a->cfg.workers; i++) vma_worker_add_thread_locked();
+  g_w.idle++; /* this thread is one of them */
+  g_w.threads++;
   pthread_mutex_unlock(&g_w.mu);
   vma_worker_reply(0, VMA_LINK_READY, NULL, 0);
-  uint64_t cap = a->cfg.max_message_bytes + VMA_LINK_SLACK;
-  for (;;) {
-    vma_link_hdr_t h;
-    if (vma_link_read_full(fd, &h, sizeof(h)) != 0) break;
-    if (h.len > cap) {
-      VM_LOGE("worker: a %u-byte frame from the agent; exiting", h.len);
-      _exit(3);
-    }
-    uint8_t *body = malloc(h.len ? h.len : 1);
-    if (!body) _exit(3);
-    if (vma_link_read_full(fd, body, h.len) != 0) break;
-    if (h.flags & VMA_LINK_ATTACH) {
-      vma_worker_attach(a, h.tag, body, h.len);
-      free(body);
-      continue;
-    }
-    vma_job_t *j = calloc(1, sizeof(*j));
-    if (!j) _exit(3);
-    j->tag = h.tag;
-    j->body = body;
-    j->len = h.len;
-    pthread_mutex_lock(&g_w.mu);
-    if (g_w.tail)
-      g_w.tail->next = j;
-    else
-      g_w.head = j;
-    g_w.tail = j;
-    if (g_w.idle == 0 && g_w.threads < a->cfg.workers + VMA_WORKER_MAX_EXTRA)
-      vma_worker_add_thread_locked();
-    pthread_cond_signal(&g_w.cv);
-    pthread_mutex_unlock(&g_w.mu);
-  }
-  /* The agent closed the link (it ends, or it stopped this session):
-   * nothing here outlives it. */
+  vma_worker_thread(NULL);
   _exit(0);
 }
 
