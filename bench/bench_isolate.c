@@ -5,7 +5,8 @@
  * agent forwarding its requests over a socketpair). Rounds interleave the
  * two so drift of the shared machine hits both alike; figures are medians
  * over rounds of each round's mean, ratios are isolated / baseline of the
- * same round (median of the per-round ratios).
+ * same round (median of the per-round ratios): the cost, > 1 is slower.
+ * Each figure F appears as F_none, F_session and F_ratio.
  *
  *   ping_us            vmc_ping: answered by the agent itself in both (a
  *                      control: its ratio should be 1)
@@ -308,11 +309,12 @@ int main(int argc, char **argv) {
          sides[0].has_cl ? "true" : "false");
   for (int f = 0; f < F_COUNT; f++) {
     if (f == F_INV_MLP && !sides[0].has_cl) continue;
-    printf("\"%s\":{\"none\":%.3f,\"session\":%.3f,\"cost_ratio\":%.3f},", FIG[f],
-           median(fig[0][f], rounds), median(fig[1][f], rounds), median(ratio[f], rounds));
+    printf("\"%s_none\":%.3f,\"%s_session\":%.3f,\"%s_ratio\":%.3f,", FIG[f],
+           median(fig[0][f], rounds), FIG[f], median(fig[1][f], rounds), FIG[f],
+           median(ratio[f], rounds));
   }
   printf("\"new_session_cold_ms\":%.2f,", median(cold, rounds));
-  printf("\"agent_rss_mib\":{\"none\":%.1f,\"session\":%.1f}}\n", rss_mib(&sides[0]),
+  printf("\"agent_rss_mib_none\":%.1f,\"agent_rss_mib_session\":%.1f}\n", rss_mib(&sides[0]),
          rss_mib(&sides[1]));
   for (int i = 0; i < 3; i++) side_stop(&sides[i]);
   free(bulk);

@@ -7,7 +7,7 @@
 #
 # BUILD_DIR defaults to build/ (configured and built by scripts/build.sh,
 # RelWithDebInfo); FILE defaults to BUILD_DIR/bench.json: one JSON object
-# keyed by bench (vm, kernels, rpc, timing, memory) plus "meta" (host,
+# keyed by bench (vm, kernels, rpc, timing, memory, isolate) plus "meta" (host,
 # load average before and after). VMRPC_BENCH_ONLY="rpc memory" runs a
 # subset. A bench that fails is recorded as {"error": ...} and makes the
 # script exit 1 once the others ran; a missed aim does not (it is a figure,
@@ -24,7 +24,7 @@ if [ "${1:-}" = "-o" ]; then
 fi
 dir=${1:-build}
 out=${out:-$dir/bench.json}
-benches=${VMRPC_BENCH_ONLY:-"vm kernels rpc timing memory"}
+benches=${VMRPC_BENCH_ONLY:-"vm kernels rpc timing memory isolate"}
 
 targets="vmagent"
 for b in $benches; do targets="$targets bench_$b"; done
@@ -158,5 +158,16 @@ if has memory; then
   row memory "idle RSS KiB, all devices" rss_idle_kib - - le:8192
   row memory "RSS KiB after cycles / warm" rss_after_kib rss_warm_kib rss_growth_ratio le:1.0
   row memory "device allocs, last 90% cycles" device_allocs_delta - - le:0
+fi
+if has isolate; then
+  # figure: --isolate session; baseline: --isolate none; ratio: the cost
+  row isolate "Ping us (agent answers; control)" ping_us_session ping_us_none ping_us_ratio -
+  row isolate "GetOutput 4 B us, isolated" get_output4_us_session get_output4_us_none get_output4_us_ratio -
+  row isolate "Invoke cpu identity us, isolated" invoke_cpu_us_session invoke_cpu_us_none invoke_cpu_us_ratio -
+  row isolate "Invoke MLP opencl:0 us, isolated" invoke_mlp_us_session invoke_mlp_us_none invoke_mlp_us_ratio -
+  row isolate "upload 64 MiB GB/s, isolated" upload_gbps_64_session upload_gbps_64_none upload_gbps_64_ratio -
+  row isolate "download 64 MiB GB/s, isolated" download_gbps_64_session download_gbps_64_none download_gbps_64_ratio -
+  row isolate "new session ms, isolated (spare)" new_session_ms_session new_session_ms_none new_session_ms_ratio -
+  row isolate "new session ms, isolated, no spare" new_session_cold_ms new_session_ms_none - -
 fi
 exit $failed

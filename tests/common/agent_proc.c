@@ -158,6 +158,13 @@ int agent_proc_start(agent_proc_t *p, const char *const *extra_args) {
   const char *level = getenv("VMRPC_AGENT_LOG");
   argv[n++] = "--log-level";
   argv[n++] = level && *level ? level : "warn";
+  /* VMRPC_AGENT_ISOLATE=session|none: every suite's agents with that
+   * session isolation (a test's own --isolate wins). */
+  const char *iso = getenv("VMRPC_AGENT_ISOLATE");
+  if (iso && *iso) {
+    argv[n++] = "--isolate";
+    argv[n++] = iso;
+  }
   for (size_t i = 0; extra_args && extra_args[i]; i++) {
     if (n >= AP_MAX_ARGS) {
       fprintf(stderr, "agent_proc: too many arguments\n");

@@ -20,8 +20,9 @@ typedef struct agent_proc {
  * (NULL-terminated, may be NULL; flags are last-wins, so extra_args may
  * override --listen). Unless extra_args name --cache-dir, the agent gets
  * "--cache-dir $VMRPC_BUILD_DIR/test-cache" so tests never touch the user's
- * cache yet share compiled OpenCL programs; and "--log-level warn" (or
- * $VMRPC_AGENT_LOG). Waits (at most 60 s) for the
+ * cache yet share compiled OpenCL programs; "--log-level warn" (or
+ * $VMRPC_AGENT_LOG); and "--isolate $VMRPC_AGENT_ISOLATE" when that is set
+ * (the agent suites run isolated that way). Waits (at most 60 s) for the
  * "vmagent listening on URL" line. Returns 0 and fills *p, or -1 (reason on
  * stderr; the child, if any, is reaped). */
 int agent_proc_start(agent_proc_t *p, const char *const *extra_args);
