@@ -9,11 +9,15 @@
  * Each figure F appears as F_none, F_session and F_ratio.
  *
  *   ping_us            vmc_ping: answered by the agent itself in both (a
- *                      control: its ratio should be 1)
+ *                      control: its ratio should be 1; how far it is from 1
+ *                      tells the noise of the run)
  *   get_output4_us     vmc_get_output_into of a 4-byte tensor: one small
  *                      forwarded request
  *   invoke_cpu_us      vmc_invoke of main(x) -> x on the cpu device: the
  *                      smallest invocation
+ *   get_output4_cpu_us, invoke_cpu_cpu_us   CPU time per request of this
+ *                      process, the agent and its workers (schedstat): the
+ *                      cost whatever the load of the machine
  *   invoke_mlp_us      vmc_invoke of the example MLP on opencl:0 (when the
  *                      agent has an OpenCL device)
  *   upload_gbps_64, download_gbps_64   vmc_set_input / vmc_get_output_into
@@ -186,10 +190,27 @@ static void side_stop(side_t *s) {
   nftw(s->store, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-enum { F_PING, F_GET4, F_INV_CPU, F_INV_MLP, F_UP, F_DOWN, F_NEW, F_COUNT };
-static const char *const FIG[F_COUNT] = {"ping_us",       "get_output4_us", "invoke_cpu_us",
-                                         "invoke_mlp_us", "upload_gbps_64", "download_gbps_64",
-                                         "new_session_ms"};
+enum {
+  F_PING,
+  F_GET4,
+  F_GET4_CPU,
+  F_INV_CPU,
+  F_INV_CPU_CPU,
+  F_INV_MLP,
+  F_UP,
+  F_DOWN,
+  F_NEW,
+  F_COUNT
+};
+static const char *const FIG[F_COUNT] = {
+    "ping_us",       "get_output4_us", "get_output4_cpu_us", "invoke_cpu_us", "invoke_cpu_cpu_us",
+    "invoke_mlp_us", "upload_gbps_64", "download_gbps_64",   "new_session_ms"};
+
+/* CPU ns of this process, the agent and its workers: what a request costs
+ * whatever the load. */
+static double cpu_now_ns(const side_t *s) {
+  return (double)agent_proc_cpu_ns(getpid(), 0) + (double)agent_proc_cpu_ns(s->agent.pid, 1);
+}
 
 /* One round of every figure on side s into fig[F_*]. */
 static void side_round(side_t *s, uint8_t *bulk, double *fig) {
@@ -198,13 +219,17 @@ static void side_round(side_t *s, uint8_t *bulk, double *fig) {
   fig[F_PING] = (now_s() - t0) * 1e6 / SMALL_ITERS;
   int32_t v = 0;
   vmc_tensor_t meta;
+  double c0 = cpu_now_ns(s);
   t0 = now_s();
   for (int i = 0; i < SMALL_ITERS; i++)
     check(vmc_get_output_into(s->c, s->ident, "main", NULL, 0, &v, sizeof(v), &meta), "get");
   fig[F_GET4] = (now_s() - t0) * 1e6 / SMALL_ITERS;
+  fig[F_GET4_CPU] = (cpu_now_ns(s) - c0) / 1e3 / SMALL_ITERS;
+  c0 = cpu_now_ns(s);
   t0 = now_s();
   for (int i = 0; i < SMALL_ITERS; i++) check(vmc_invoke(s->c, s->ident, "main", 0, NULL), "inv");
   fig[F_INV_CPU] = (now_s() - t0) * 1e6 / SMALL_ITERS;
+  fig[F_INV_CPU_CPU] = (cpu_now_ns(s) - c0) / 1e3 / SMALL_ITERS;
   fig[F_INV_MLP] = 0;
   if (s->has_cl) {
     t0 = now_s();

@@ -380,24 +380,7 @@ static uint64_t minor_faults(pid_t pid) {
 
 /* CPU nanoseconds run by every thread of pid (schedstat's first field). */
 static uint64_t cpu_ns(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-  DIR *d = opendir(path);
-  if (!d) return 0;
-  uint64_t total = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char sp[PATH_MAX];
-    snprintf(sp, sizeof(sp), "%s/%.32s/schedstat", path, e->d_name);
-    FILE *f = fopen(sp, "r");
-    if (!f) continue;
-    unsigned long long v;
-    if (fscanf(f, "%llu", &v) == 1) total += v;
-    fclose(f);
-  }
-  closedir(d);
-  return total;
+  return agent_proc_cpu_ns(pid, 0);
 }
 
 static double load_avg(void) {

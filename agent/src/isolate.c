@@ -603,8 +603,7 @@ static vm_status_t vma_iso_call(vma_iso_t *iso, vma_iso_worker_t *w, uint32_t fl
         break;
       }
     }
-    w->refs--;
-    pthread_cond_broadcast(&iso->cv);
+    w->refs--; /* an ended worker is freed by the supervisor's next round */
     pthread_mutex_unlock(&iso->mu);
   }
   pthread_cond_destroy(&c.cv);

@@ -124,27 +124,7 @@ static void expect_fill(vmc_conn_t *c, vmc_vm_t vm) {
 
 /* The pids of p's worker processes (children of the agent), at most max. */
 static size_t worker_pids(const agent_proc_t *p, pid_t *out, size_t max) {
-  size_t n = 0;
-  DIR *d = opendir("/proc");
-  if (!d) return 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < max) {
-    char path[300], buf[512];
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    char *rp = strrchr(buf, ')'); /* "pid (comm) S ppid ..." */
-    int ppid = 0;
-    char st = 0;
-    if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == p->pid && st != 'Z')
-      out[n++] = (pid_t)atoi(e->d_name);
-  }
-  closedir(d);
-  return n;
+  return agent_proc_children(p->pid, out, max);
 }
 
 /* Whether pid is gone (or a zombie nobody runs any more). */

@@ -4,6 +4,7 @@
 #endif
 #include "agent_proc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -291,4 +292,58 @@ int agent_proc_run(const char *const *args, char *out, size_t out_size, int time
   }
   ap_untrack(pid);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* CPU nanoseconds of every thread of pid. */
+static unsigned long long ap_task_cpu_ns(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  unsigned long long total = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char sp[128];
+    snprintf(sp, sizeof(sp), "%s/%.32s/schedstat", path, e->d_name);
+    FILE *f = fopen(sp, "r");
+    if (!f) continue;
+    unsigned long long v;
+    if (fscanf(f, "%llu", &v) == 1) total += v;
+    fclose(f);
+  }
+  closedir(d);
+  return total;
+}
+
+size_t agent_proc_children(pid_t pid, pid_t *out, size_t max) {
+  size_t n = 0;
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < max) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%.32s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    char *rp = strrchr(buf, ')'); /* "pid (comm) S ppid ..." */
+    char st = 0;
+    int ppid = 0;
+    if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == (int)pid && st != 'Z')
+      out[n++] = (pid_t)atoi(e->d_name);
+  }
+  closedir(d);
+  return n;
+}
+
+unsigned long long agent_proc_cpu_ns(pid_t pid, int children) {
+  unsigned long long total = ap_task_cpu_ns(pid);
+  pid_t kids[256];
+  size_t n = children ? agent_proc_children(pid, kids, 256) : 0;
+  for (size_t i = 0; i < n; i++) total += ap_task_cpu_ns(kids[i]);
+  return total;
 }

@@ -39,6 +39,15 @@ int agent_proc_stop(agent_proc_t *p);
  * For --help, --version and refused configurations. */
 int agent_proc_run(const char *const *args, char *out, size_t out_size, int timeout_s);
 
+/* CPU nanoseconds run so far by every thread of pid (schedstat), plus, with
+ * children set, by every thread of pid's child processes (an isolated
+ * agent's workers). 0 when pid is gone. */
+unsigned long long agent_proc_cpu_ns(pid_t pid, int children);
+
+/* The live (not zombie) child processes of pid, at most max into out: an
+ * isolated agent's workers. */
+size_t agent_proc_children(pid_t pid, pid_t *out, size_t max);
+
 /* The vmagent binary path ($VMRPC_BUILD_DIR/agent/vmagent) in a static
  * buffer, or NULL when VMRPC_BUILD_DIR is unset. */
 const char *agent_proc_binary(void);
