@@ -4,9 +4,12 @@
  * Threads: the supervisor (starts every worker, so that PR_SET_PDEATHSIG,
  * which follows the thread that forked, holds for the agent's lifetime;
  * keeps the spares; kills workers whose requests passed their bound; frees
- * the ended ones), one reader per worker (replies to the waiting requests;
- * notices the worker's end), and the transport's request threads, which
- * wait for their replies.
+ * the ended ones; notices the end of a worker nobody waits on), a starter
+ * per new worker (until it says it is ready), and the transport's request
+ * threads. A request thread reads the link itself while it waits: one at a
+ * time takes the worker's reading turn, hands each reply it reads to its
+ * request (its own included), and passes the turn on when its own reply is
+ * in; so a reply reaches its request without a hand-off between threads.
  *
  * One lock (iso->mu) covers the workers, their pending calls and the
  * sessions' worker fields; it is taken after agent->lock, never before.
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -63,9 +67,9 @@ typedef struct vma_iso_worker {
   struct vma_iso *iso;
   pid_t pid;
   int fd;
-  pthread_t reader;
-  int reader_started;
-  int reader_done;
+  pthread_t starter;
+  int starter_started;
+  int reading; /* a thread has the reading turn */
   uint64_t started_ns;
   int ready;
   int gone;   /* its link is closed: no call may start */
@@ -208,54 +212,10 @@ static vma_iso_call_t *vma_iso_find_call_locked(vma_iso_worker_t *w, uint64_t ta
   return NULL;
 }
 
-/* Reads replies until the link closes; then fails what still waits. */
-static void *vma_iso_reader(void *arg) {
-  vma_iso_worker_t *w = arg;
-  vma_iso_t *iso = w->iso;
-  const char *bad = NULL;
-  for (;;) {
-    vma_link_hdr_t h;
-    if (vma_link_read_full(w->fd, &h, sizeof(h)) != 0) break;
-    if (h.tag == 0) {
-      if (h.flags != VMA_LINK_READY || h.len != 0) {
-        bad = "sent a malformed frame";
-        break;
-      }
-      pthread_mutex_lock(&iso->mu);
-      w->ready = 1;
-      iso->fails = 0;
-      pthread_cond_broadcast(&iso->cv);
-      pthread_mutex_unlock(&iso->mu);
-      continue;
-    }
-    pthread_mutex_lock(&iso->mu);
-    vma_iso_call_t *c = vma_iso_find_call_locked(w, h.tag);
-    pthread_mutex_unlock(&iso->mu);
-    if (!c || h.len > iso->reply_cap) {
-      bad = c ? "sent a reply larger than any request allows" : "answered a request never sent";
-      break;
-    }
-    /* The call stays registered (its requester waits) until done. */
-    uint8_t *dst = c->out->alloc(c->out, h.len);
-    if (!dst) {
-      bad = "sent a reply the agent has no memory for";
-      break;
-    }
-    if (vma_link_read_full(w->fd, dst, h.len) != 0) break;
-    pthread_mutex_lock(&iso->mu);
-    c->flags = h.flags;
-    c->done = 1;
-    pthread_cond_signal(&c->cv);
-    if ((h.flags & VMA_LINK_RETIRE) && !w->killed) {
-      /* Stopped after this reply: that frees the device its kernel holds. */
-      vma_iso_kill_locked(w, VM_ABORTED, 0,
-                          "a kernel it ran is past the kernel time bound (--kernel-timeout) "
-                          "and still runs; stopping the process frees the device");
-    }
-    pthread_mutex_unlock(&iso->mu);
-  }
+/* The link closed: why, reaping the process, and every waiting request
+ * failed. The caller has the reading turn (iso->mu not held); it ends here. */
+static void vma_iso_end(vma_iso_t *iso, vma_iso_worker_t *w) {
   pthread_mutex_lock(&iso->mu);
-  if (bad) vma_iso_kill_locked(w, VM_ABORTED, 0, "it %s", bad);
   int was_killed = w->killed;
   pthread_mutex_unlock(&iso->mu);
   char why[VMA_ISO_WHY];
@@ -274,9 +234,78 @@ static void *vma_iso_reader(void *arg) {
     }
   }
   vma_iso_fail_calls_locked(w, w->code, w->why);
-  w->reader_done = 1;
+  w->reading = 0;
   pthread_cond_broadcast(&iso->cv);
   pthread_mutex_unlock(&iso->mu);
+}
+
+/* Kills w for a broken link and ends it (reading turn held). */
+static void vma_iso_bad(vma_iso_t *iso, vma_iso_worker_t *w, const char *bad) {
+  pthread_mutex_lock(&iso->mu);
+  vma_iso_kill_locked(w, VM_ABORTED, 0, "it %s", bad);
+  pthread_mutex_unlock(&iso->mu);
+  vma_iso_end(iso, w);
+}
+
+/* Reads one reply and gives it to its request (reading turn held, given
+ * back here). 0, or -1 when the link ended (the worker is gone). */
+static int vma_iso_read_one(vma_iso_t *iso, vma_iso_worker_t *w) {
+  vma_link_hdr_t h;
+  if (vma_link_read_full(w->fd, &h, sizeof(h)) != 0) {
+    vma_iso_end(iso, w);
+    return -1;
+  }
+  pthread_mutex_lock(&iso->mu);
+  vma_iso_call_t *c = h.tag ? vma_iso_find_call_locked(w, h.tag) : NULL;
+  pthread_mutex_unlock(&iso->mu);
+  if (!c || h.len > iso->reply_cap) {
+    vma_iso_bad(
+        iso, w,
+        c ? "sent a reply larger than any request allows" : "answered a request never sent");
+    return -1;
+  }
+  /* The call stays registered (its requester waits) until done. */
+  uint8_t *dst = c->out->alloc(c->out, h.len);
+  if (!dst) {
+    vma_iso_bad(iso, w, "sent a reply the agent has no memory for");
+    return -1;
+  }
+  if (vma_link_read_full(w->fd, dst, h.len) != 0) {
+    vma_iso_end(iso, w);
+    return -1;
+  }
+  pthread_mutex_lock(&iso->mu);
+  c->flags = h.flags;
+  c->done = 1;
+  pthread_cond_signal(&c->cv);
+  if ((h.flags & VMA_LINK_RETIRE) && !w->killed) {
+    /* Stopped after this reply: that frees the device its kernel holds. */
+    vma_iso_kill_locked(w, VM_ABORTED, 0,
+                        "a kernel it ran is past the kernel time bound (--kernel-timeout) "
+                        "and still runs; stopping the process frees the device");
+  }
+  w->reading = 0;
+  pthread_mutex_unlock(&iso->mu);
+  return 0;
+}
+
+/* A new worker's first frame: READY, or its end. */
+static void *vma_iso_starter(void *arg) {
+  vma_iso_worker_t *w = arg;
+  vma_iso_t *iso = w->iso;
+  vma_link_hdr_t h;
+  if (vma_link_read_full(w->fd, &h, sizeof(h)) != 0) {
+    vma_iso_end(iso, w);
+  } else if (h.tag != 0 || h.flags != VMA_LINK_READY || h.len != 0) {
+    vma_iso_bad(iso, w, "sent a malformed frame");
+  } else {
+    pthread_mutex_lock(&iso->mu);
+    w->ready = 1;
+    w->reading = 0;
+    iso->fails = 0;
+    pthread_cond_broadcast(&iso->cv);
+    pthread_mutex_unlock(&iso->mu);
+  }
   return NULL;
 }
 
@@ -315,14 +344,15 @@ static void vma_iso_spawn(vma_iso_t *iso) {
   pthread_mutex_lock(&iso->mu);
   w->next = iso->workers;
   iso->workers = w;
-  if (pthread_create(&w->reader, NULL, vma_iso_reader, w) == 0) {
-    w->reader_started = 1;
+  w->reading = 1; /* the starter's, until READY */
+  if (pthread_create(&w->starter, NULL, vma_iso_starter, w) == 0) {
+    w->starter_started = 1;
     /* vma_iso_stop ran while this one was being started */
     if (iso->stopping) vma_iso_kill_locked(w, VM_UNAVAILABLE, 1, "the agent is shutting down");
   } else {
-    vma_iso_kill_locked(w, VM_UNAVAILABLE, 0, "no thread to read its replies");
+    vma_iso_kill_locked(w, VM_UNAVAILABLE, 0, "no thread to start it");
     w->gone = 1;
-    w->reader_done = 1;
+    w->reading = 0;
     kill(pid, SIGKILL);
     (void)waitpid(pid, NULL, 0);
     w->pid = -pid;
@@ -332,7 +362,7 @@ static void vma_iso_spawn(vma_iso_t *iso) {
 }
 
 static void vma_iso_free_worker(vma_iso_worker_t *w) {
-  if (w->reader_started) pthread_join(w->reader, NULL);
+  if (w->starter_started) pthread_join(w->starter, NULL);
   close(w->fd);
   pthread_mutex_destroy(&w->wmu);
   free(w);
@@ -346,6 +376,12 @@ static uint32_t vma_iso_spares_locked(vma_iso_t *iso) {
   return n;
 }
 
+/* Whether w's link has something to read (or has closed). */
+static int vma_iso_readable(const vma_iso_worker_t *w) {
+  struct pollfd p = {.fd = w->fd, .events = POLLIN};
+  return poll(&p, 1, 0) > 0;
+}
+
 static void *vma_iso_supervisor(void *arg) {
   vma_iso_t *iso = arg;
   pthread_mutex_lock(&iso->mu);
@@ -354,12 +390,21 @@ static void *vma_iso_supervisor(void *arg) {
     vma_iso_worker_t **pp = &iso->workers;
     while (*pp) {
       vma_iso_worker_t *w = *pp;
-      if (w->gone && w->reader_done && w->refs == 0) { /* ended, unused: free */
+      if (w->gone && !w->reading && w->refs == 0) { /* ended, unused: free */
         *pp = w->next;
         pthread_mutex_unlock(&iso->mu);
         vma_iso_free_worker(w);
         pthread_mutex_lock(&iso->mu);
         pp = &iso->workers; /* the list may have changed */
+        continue;
+      }
+      if (!w->gone && !w->reading && !w->calls && vma_iso_readable(w)) {
+        /* Nobody waits on it, yet it speaks: it ended (or misbehaves). */
+        w->reading = 1;
+        pthread_mutex_unlock(&iso->mu);
+        (void)vma_iso_read_one(iso, w);
+        pthread_mutex_lock(&iso->mu);
+        pp = &iso->workers;
         continue;
       }
       if (!w->ready && !w->killed && now - w->started_ns > vma_ms_ns(VMA_ISO_START_MS))
@@ -510,7 +555,13 @@ void vma_iso_free(vmagent_t *a) {
   while (iso->workers) {
     vma_iso_worker_t *w = iso->workers;
     iso->workers = w->next;
-    vma_iso_free_worker(w); /* its reader reaps the process */
+    if (w->starter_started) pthread_join(w->starter, NULL);
+    w->starter_started = 0;
+    if (!w->gone) { /* killed above: its link ends at once; reap it */
+      w->reading = 1;
+      vma_iso_end(iso, w);
+    }
+    vma_iso_free_worker(w);
   }
   for (uint32_t i = 0; i < iso->argc; i++) free(iso->argv[i]);
   if (iso->lock_fd >= 0) close(iso->lock_fd);
@@ -596,10 +647,26 @@ static vm_status_t vma_iso_call(vma_iso_t *iso, vma_iso_worker_t *w, uint32_t fl
     pthread_mutex_unlock(&w->wmu);
     pthread_mutex_lock(&iso->mu);
     if (wr != 0) vma_iso_kill_locked(w, VM_ABORTED, 0, "its link failed (%s)", strerror(errno));
-    while (!c.done) pthread_cond_wait(&c.cv, &iso->mu);
+    while (!c.done) {
+      if (!w->reading && !w->gone) { /* take the reading turn */
+        w->reading = 1;
+        pthread_mutex_unlock(&iso->mu);
+        (void)vma_iso_read_one(iso, w);
+        pthread_mutex_lock(&iso->mu);
+        continue;
+      }
+      pthread_cond_wait(&c.cv, &iso->mu);
+    }
     for (vma_iso_call_t **pp = &w->calls; *pp; pp = &(*pp)->next) {
       if (*pp == &c) {
         *pp = c.next;
+        break;
+      }
+    }
+    /* The turn passes to a request still waiting. */
+    for (vma_iso_call_t *x = w->calls; x && !w->reading && !w->gone; x = x->next) {
+      if (!x->done) {
+        pthread_cond_signal(&x->cv);
         break;
       }
     }
