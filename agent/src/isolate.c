@@ -70,6 +70,7 @@ typedef struct vma_iso_worker {
   pthread_t starter;
   int starter_started;
   int reading; /* a thread has the reading turn */
+  int told;    /* a request of its session learnt of its end */
   uint64_t started_ns;
   int ready;
   int gone;   /* its link is closed: no call may start */
@@ -198,6 +199,7 @@ static void vma_iso_exit_reason(vma_iso_t *iso, vma_iso_worker_t *w, char *why, 
 static void vma_iso_fail_calls_locked(vma_iso_worker_t *w, vm_code_t code, const char *why) {
   for (vma_iso_call_t *c = w->calls; c; c = c->next) {
     if (c->done) continue;
+    w->told = 1;
     c->done = 1;
     c->failed = 1;
     if (!c->code) c->code = code;
@@ -279,7 +281,9 @@ static int vma_iso_read_one(vma_iso_t *iso, vma_iso_worker_t *w) {
   c->done = 1;
   pthread_cond_signal(&c->cv);
   if ((h.flags & VMA_LINK_RETIRE) && !w->killed) {
-    /* Stopped after this reply: that frees the device its kernel holds. */
+    /* Stopped after this reply, which says so: that frees the device its
+     * kernel holds. */
+    w->told = 1;
     vma_iso_kill_locked(w, VM_ABORTED, 0,
                         "a kernel it ran is past the kernel time bound (--kernel-timeout) "
                         "and still runs; stopping the process frees the device");
@@ -606,12 +610,12 @@ int vma_iso_forwards(const vmagent_t *a, const Vmrpc__Request *rq) {
   }
 }
 
-/* The status a request gets when its worker ended before replying. */
-static vm_status_t vma_iso_lost(const vma_iso_call_t *c) {
-  return vm_status_make(c->code,
+/* The status a request gets when its session's worker ended. */
+static vm_status_t vma_iso_lost(vm_code_t code, const char *why) {
+  return vm_status_make(code,
                         "the session's worker process %s; its VMs and handles are gone "
                         "(executables stay in the store): create them again",
-                        c->why);
+                        why);
 }
 
 /* Sends one frame to w and waits for its reply into out. kill_at_ns: 0, or
@@ -646,7 +650,8 @@ static vm_status_t vma_iso_call(vma_iso_t *iso, vma_iso_worker_t *w, uint32_t fl
     int wr = vma_link_write(w->fd, &h, body);
     pthread_mutex_unlock(&w->wmu);
     pthread_mutex_lock(&iso->mu);
-    if (wr != 0) vma_iso_kill_locked(w, VM_ABORTED, 0, "its link failed (%s)", strerror(errno));
+    /* The worker closed its end: it is ending; reading tells why. */
+    if (wr != 0) shutdown(w->fd, SHUT_RDWR);
     while (!c.done) {
       if (!w->reading && !w->gone) { /* take the reading turn */
         w->reading = 1;
@@ -675,7 +680,7 @@ static vm_status_t vma_iso_call(vma_iso_t *iso, vma_iso_worker_t *w, uint32_t fl
   }
   pthread_cond_destroy(&c.cv);
   *out_flags = c.flags;
-  if (c.failed) return vma_iso_lost(&c);
+  if (c.failed) return vma_iso_lost(c.code, c.why);
   return VM_STATUS_OK;
 }
 
@@ -688,8 +693,15 @@ static vm_status_t vma_iso_bind_locked(vma_iso_t *iso, vma_session_t *s, vma_iso
       return VM_STATUS_OK;
     }
     if (s->worker) { /* ended: the next one takes over */
-      s->worker->refs--;
+      vma_iso_worker_t *old = s->worker;
       s->worker = NULL;
+      old->refs--;
+      if (!old->told) {
+        /* It ended while idle (killed by the OOM killer, say): this request
+         * tells the session, the next one gets a fresh worker. */
+        old->told = 1;
+        return vma_iso_lost(old->code ? old->code : VM_ABORTED, old->why[0] ? old->why : "ended");
+      }
     }
     if (iso->stopping) return vm_status_make(VM_UNAVAILABLE, "the agent is shutting down");
     vma_iso_worker_t *spare = NULL;

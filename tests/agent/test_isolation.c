@@ -12,6 +12,8 @@
  *   is stopped, which frees the device at once (no UNAVAILABLE for others);
  * - a kernel that never ends with no kernel bound: the agent stops the
  *   worker when the invocation's deadline (+ grace) has passed;
+ * - a worker killed while its session is idle (the OOM killer): the next
+ *   request gets ABORTED naming the kill, the session goes on;
  * - Stats and ListDevices speak for the whole agent;
  * - SIGTERM with a worker busy in an endless kernel: the agent exits 0 and
  *   leaves no worker process behind (checked in /proc).
@@ -24,6 +26,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,6 +254,32 @@ static void test_unanswered_request_stops_worker(void **state) {
   assert_int_equal(agent_proc_stop(&p), 0);
 }
 
+static void test_worker_killed_while_idle(void **state) {
+  (void)state;
+  agent_proc_t p;
+  const char *extra[] = {"--spare-workers", "0", NULL};
+  start_agent(&p, extra);
+  vmc_conn_t *c = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &c));
+  vmc_vm_t vm = prog_vm(c);
+  expect_fill(c, vm);
+  /* no spares: the session's worker is the agent's only child; the OOM
+   * killer's SIGKILL, say */
+  pid_t pids[4];
+  assert_int_equal(worker_pids(&p, pids, 4), 1);
+  assert_int_equal(kill(pids[0], SIGKILL), 0);
+  for (int i = 0; i < 1000 && !pid_gone(pids[0]); i++) nap_ms(10);
+  assert_true(pid_gone(pids[0]));
+  /* the next request learns it; the one after gets a fresh worker */
+  ASSERT_STATUS(vmc_invoke(c, vm, "fill", 0, NULL), VM_ABORTED,
+                "the session's worker process crashed (signal 9, Killed); its VMs and handles "
+                "are gone (executables stay in the store): create them again");
+  ASSERT_STATUS(vmc_invoke(c, vm, "fill", 0, NULL), VM_NOT_FOUND, "not found in this session");
+  expect_fill(c, prog_vm(c));
+  vmc_close(c);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
 static void test_stats_and_devices_speak_for_the_agent(void **state) {
   (void)state;
   agent_proc_t p;
@@ -336,6 +365,7 @@ int main(void) {
       cmocka_unit_test(test_crash_ends_one_session),
       cmocka_unit_test(test_hung_kernel_frees_device),
       cmocka_unit_test(test_unanswered_request_stops_worker),
+      cmocka_unit_test(test_worker_killed_while_idle),
       cmocka_unit_test(test_stats_and_devices_speak_for_the_agent),
       cmocka_unit_test(test_sigterm_with_busy_worker),
   };
