@@ -333,6 +333,9 @@ static void vma_iso_spawn(vma_iso_t *iso) {
     if (getppid() != iso->parent_pid) _exit(126);
     if (dup2(sv[1], 3) < 0) _exit(126);
     if (iso->lock_fd >= 0 && dup2(iso->lock_fd, 4) < 0) _exit(126);
+    /* Nothing else of the agent's (connections, files): stdout, which only
+     * the agent writes its "listening" line to, becomes stderr. */
+    if (close_range(iso->lock_fd >= 0 ? 5 : 4, ~0u, 0) != 0 || dup2(2, 1) < 0) _exit(126);
     execv(iso->argv[0], iso->argv);
     _exit(127);
   }
