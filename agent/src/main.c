@@ -483,7 +483,6 @@ int main(int argc, char **argv) {
     self_exe[exe_len] = '\0';
     cfg.worker_exe = self_exe;
   }
-  if (worker_fd != UINT32_MAX) return worker_main(&cfg, (int)worker_fd, (int)worker_locks);
 
   /* Signals are taken synchronously by this thread with sigwait(); block
    * them before any thread (ours, nng's, the OpenCL driver's) exists so
@@ -516,6 +515,10 @@ int main(int argc, char **argv) {
     mallopt(M_ARENA_MAX, 1);
   }
 #endif
+
+  /* A worker of an isolated agent: the same signal mask and malloc tuning
+   * (it moves the same chunks), then its own loop. */
+  if (worker_fd != UINT32_MAX) return worker_main(&cfg, (int)worker_fd, (int)worker_locks);
 
   vm_status_t st = vmagent_create(&cfg, &a);
   if (st) {
