@@ -103,6 +103,8 @@ static void test_bad_flags_exit_2(void **state) {
       {"--log-level", "loud", "log-level"},
       {"--listen", "tls+tcp://127.0.0.1:0", "--tls-cert and --tls-key"},
       {"--tls-cert", "/nonexistent.pem", "need a tls+tcp:// listen URL"},
+      {"--isolate", "process", "bad value 'process' for --isolate"},
+      {"--spare-workers", "65", "bad value '65' for --spare-workers"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     const char *args[] = {cases[i][0], cases[i][1], cases[i][1] ? "--device" : NULL, "cpu", NULL};

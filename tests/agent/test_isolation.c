@@ -37,6 +37,7 @@
 #include "agent_proc.h"
 #include "helper_agent.h"
 #include "test_util.h"
+#include "vmagent/agent.h"
 #include "vmclient.h"
 
 #define N 16
@@ -360,8 +361,33 @@ static void test_sigterm_with_busy_worker(void **state) {
     if (!pid_gone(all[w])) fail_msg("worker %d outlived the agent", (int)all[w]);
 }
 
+/* The library cannot start workers without the vmagent binary. */
+static void test_session_isolation_needs_the_binary(void **state) {
+  (void)state;
+  vmagent_config_t cfg;
+  vmagent_config_default(&cfg);
+  const char *cpu[] = {"cpu"};
+  cfg.devices = cpu;
+  cfg.num_devices = 1;
+  cfg.isolate = VMAGENT_ISOLATE_SESSION;
+  vmagent_t *a = NULL;
+  ASSERT_STATUS(vmagent_create(&cfg, &a), VM_FAILED_PRECONDITION,
+                "session isolation needs the vmagent binary to start as workers (worker_exe); "
+                "run vmagent, or use --isolate none");
+  assert_null(a);
+  cfg.isolate = 7;
+  ASSERT_STATUS(vmagent_create(&cfg, &a), VM_INVALID_ARGUMENT,
+                "isolate 7 is not auto, none or session");
+  /* auto without the binary: in process, even with kernels allowed */
+  cfg.isolate = VMAGENT_ISOLATE_AUTO;
+  cfg.kernels_cpu = cfg.kernels_gpu = VMAGENT_KERNELS_ALLOW;
+  ASSERT_OK(vmagent_create(&cfg, &a));
+  vmagent_free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_session_isolation_needs_the_binary),
       cmocka_unit_test(test_crash_ends_one_session),
       cmocka_unit_test(test_hung_kernel_frees_device),
       cmocka_unit_test(test_unanswered_request_stops_worker),
