@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "agent_internal.h"
@@ -358,5 +359,6 @@ void vmagent_free(vmagent_t *a) {
   free(a->cache_dir);
   free(a->worker_exe);
   if (a->xlock_fd >= 0) close(a->xlock_fd);
+  if (a->shared) munmap(a->shared, a->shared_len);
   free(a);
 }

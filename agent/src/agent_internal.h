@@ -275,6 +275,11 @@ struct vmagent {
    * handle of the cross-process device lock file (-1: none). */
   int worker_mode;
   int xlock_fd;
+  /* In a worker: --host-mem-limit over all workers (shared counter), the
+   * parent of host, which counts this worker's share. */
+  vm_budget_t xhost;
+  void *shared;
+  size_t shared_len;
   pthread_t reaper;
   int reaper_started;
   int reaper_quit; /* under lock */

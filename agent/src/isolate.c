@@ -71,6 +71,7 @@ typedef struct vma_iso_worker {
   int starter_started;
   int reading; /* a thread has the reading turn */
   int told;    /* a request of its session learnt of its end */
+  int slot;    /* its share's index in the shared memory, -1: none */
   uint64_t started_ns;
   int ready;
   int gone;   /* its link is closed: no call may start */
@@ -97,7 +98,11 @@ typedef struct vma_iso {
   pid_t parent_pid;
   char *argv[VMA_ISO_MAX_ARGS];
   uint32_t argc;
-  int lock_fd;    /* the device lock file workers inherit */
+  int lock_fd;          /* the device lock file workers inherit */
+  vma_shared_t *shared; /* its contents, mapped (NULL: none) */
+  size_t shared_len;
+  uint32_t num_slots;
+  uint8_t *slot_used;
   uint32_t fails; /* workers that died before ready, in a row */
   uint64_t backoff_until_ns;
   char last_fail[VMA_ISO_WHY];
@@ -224,6 +229,12 @@ static void vma_iso_end(vma_iso_t *iso, vma_iso_worker_t *w) {
   vma_iso_exit_reason(iso, w, why, sizeof(why));
   pthread_mutex_lock(&iso->mu);
   w->gone = 1;
+  if (w->slot >= 0) { /* the process is gone: its host memory with it */
+    atomic_fetch_sub(&iso->shared->host_total,
+                     atomic_exchange(&iso->shared->host_slot[w->slot], 0));
+    iso->slot_used[w->slot] = 0;
+    w->slot = -1;
+  }
   if (!was_killed) {
     w->code = VM_ABORTED;
     snprintf(w->why, sizeof(w->why), "%s", why);
@@ -326,6 +337,25 @@ static void vma_iso_spawn(vma_iso_t *iso) {
   w->iso = iso;
   w->fd = sv[0];
   w->started_ns = vm_now_ns();
+  w->slot = -1;
+  char *argv[VMA_ISO_MAX_ARGS + 2];
+  memcpy(argv, iso->argv, sizeof(char *) * iso->argc);
+  uint32_t argc = iso->argc;
+  char slot_arg[16];
+  pthread_mutex_lock(&iso->mu);
+  for (uint32_t i = 0; iso->shared && i < iso->num_slots && w->slot < 0; i++) {
+    if (!iso->slot_used[i]) {
+      iso->slot_used[i] = 1;
+      w->slot = (int)i;
+    }
+  }
+  pthread_mutex_unlock(&iso->mu);
+  if (w->slot >= 0) { /* else it counts its own host memory only */
+    snprintf(slot_arg, sizeof(slot_arg), "%d", w->slot);
+    argv[argc++] = "--worker-slot";
+    argv[argc++] = slot_arg;
+  }
+  argv[argc] = NULL;
   pid_t pid = fork();
   if (pid == 0) {
     /* Only async-signal-safe calls until exec. */
@@ -336,12 +366,15 @@ static void vma_iso_spawn(vma_iso_t *iso) {
     /* Nothing else of the agent's (connections, files): stdout, which only
      * the agent writes its "listening" line to, becomes stderr. */
     if (close_range(iso->lock_fd >= 0 ? 5 : 4, ~0u, 0) != 0 || dup2(2, 1) < 0) _exit(126);
-    execv(iso->argv[0], iso->argv);
+    execv(argv[0], argv);
     _exit(127);
   }
   close(sv[1]);
   if (pid < 0) {
     VM_LOGE("cannot start a worker: fork: %s", strerror(errno));
+    pthread_mutex_lock(&iso->mu);
+    if (w->slot >= 0) iso->slot_used[w->slot] = 0;
+    pthread_mutex_unlock(&iso->mu);
     close(sv[0]);
     pthread_mutex_destroy(&w->wmu);
     free(w);
@@ -363,6 +396,11 @@ static void vma_iso_spawn(vma_iso_t *iso) {
     kill(pid, SIGKILL);
     (void)waitpid(pid, NULL, 0);
     w->pid = -pid;
+    if (w->slot >= 0) {
+      atomic_store(&iso->shared->host_slot[w->slot], 0);
+      iso->slot_used[w->slot] = 0;
+      w->slot = -1;
+    }
   }
   pthread_mutex_unlock(&iso->mu);
   VM_LOGD("worker %d started", (int)pid);
@@ -533,6 +571,18 @@ vm_status_t vma_iso_start(vmagent_t *a) {
   if (iso->lock_fd < 0)
     VM_LOGW("no device lock file (%s): workers sharing a device do not serialise their runs",
             strerror(errno));
+  /* A share for every worker there can be: sessions, spares, and workers
+   * killed but not yet reaped. */
+  iso->num_slots = a->cfg.max_sessions + 2 * 64 + 16;
+  iso->shared_len = VMA_SHARED_BYTES(iso->num_slots);
+  iso->slot_used = calloc(iso->num_slots, 1);
+  if (iso->lock_fd >= 0 && iso->slot_used && ftruncate(iso->lock_fd, (off_t)iso->shared_len) == 0) {
+    void *m = mmap(NULL, iso->shared_len, PROT_READ | PROT_WRITE, MAP_SHARED, iso->lock_fd, 0);
+    if (m != MAP_FAILED) iso->shared = m;
+  }
+  if (!iso->shared)
+    VM_LOGW("no shared memory for the workers (%s): --host-mem-limit holds per worker",
+            strerror(errno));
   a->iso = iso;
   if (vma_iso_make_argv(iso) != 0)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for the workers' flags");
@@ -571,6 +621,8 @@ void vma_iso_free(vmagent_t *a) {
     vma_iso_free_worker(w);
   }
   for (uint32_t i = 0; i < iso->argc; i++) free(iso->argv[i]);
+  if (iso->shared) munmap(iso->shared, iso->shared_len);
+  free(iso->slot_used);
   if (iso->lock_fd >= 0) close(iso->lock_fd);
   pthread_cond_destroy(&iso->cv);
   pthread_mutex_destroy(&iso->mu);

@@ -201,6 +201,7 @@ enum {
   OPT_SPARE_WORKERS,
   OPT_WORKER_FD,
   OPT_WORKER_LOCKS,
+  OPT_WORKER_SLOT,
   OPT_VERSION,
   OPT_HELP,
 };
@@ -231,6 +232,7 @@ static const struct option options[] = {
     /* internal: how the agent starts its workers (isolate.h) */
     {"worker-fd", required_argument, NULL, OPT_WORKER_FD},
     {"worker-locks", required_argument, NULL, OPT_WORKER_LOCKS},
+    {"worker-slot", required_argument, NULL, OPT_WORKER_SLOT},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -308,7 +310,7 @@ static void *stop_watchdog(void *arg) {
 /* vmagent --worker-fd N: one session's worker process, started by an agent
  * with session isolation (isolate.h). It serves the agent over fd N until
  * the agent closes it, and is the first the OOM killer picks. */
-static int worker_main(vmagent_config_t *cfg, int fd, int locks_fd) {
+static int worker_main(vmagent_config_t *cfg, int fd, int locks_fd, int slot) {
   FILE *f = fopen("/proc/self/oom_score_adj", "w");
   if (f) {
     fputs("1000", f);
@@ -321,7 +323,7 @@ static int worker_main(vmagent_config_t *cfg, int fd, int locks_fd) {
   signal(SIGPIPE, SIG_IGN);
   vmagent_t *a = NULL;
   vm_status_t st = vmagent_create(cfg, &a);
-  if (!st && locks_fd >= 0) st = vma_worker_locks(a, locks_fd);
+  if (!st && locks_fd >= 0) st = vma_worker_locks(a, locks_fd, slot);
   if (st) {
     fprintf(stderr, "vmagent worker: %s\n", vm_status_message(st));
     vm_status_free(st);
@@ -349,7 +351,7 @@ int main(int argc, char **argv) {
   char *token = NULL;
   int rc = 0;
   vmagent_t *a = NULL;
-  uint32_t worker_fd = UINT32_MAX, worker_locks = UINT32_MAX;
+  uint32_t worker_fd = UINT32_MAX, worker_locks = UINT32_MAX, worker_slot = UINT32_MAX;
   char self_exe[4096];
 
   opterr = 0;
@@ -418,6 +420,10 @@ int main(int argc, char **argv) {
         break;
       case OPT_WORKER_LOCKS:
         if (parse_u32(v, &worker_locks) || worker_locks > 1024) return bad_value("worker-locks", v);
+        break;
+      case OPT_WORKER_SLOT:
+        if (parse_u32(v, &worker_slot) || worker_slot > (1u << 20))
+          return bad_value("worker-slot", v);
         break;
       case OPT_MAX_MESSAGE:
         if (parse_size(v, &cfg.max_message_bytes)) return bad_value("max-message", v);
@@ -518,7 +524,8 @@ int main(int argc, char **argv) {
 
   /* A worker of an isolated agent: the same signal mask and malloc tuning
    * (it moves the same chunks), then its own loop. */
-  if (worker_fd != UINT32_MAX) return worker_main(&cfg, (int)worker_fd, (int)worker_locks);
+  if (worker_fd != UINT32_MAX)
+    return worker_main(&cfg, (int)worker_fd, (int)worker_locks, (int)worker_slot);
 
   vm_status_t st = vmagent_create(&cfg, &a);
   if (st) {

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent_internal.h"
@@ -219,7 +221,7 @@ void vma_worker_serve(vmagent_t *a, int fd) {
 
 /* ------------------------------------------------------------ device locks */
 
-vm_status_t vma_worker_locks(vmagent_t *a, int fd) {
+vm_status_t vma_worker_locks(vmagent_t *a, int fd, int slot) {
   char path[64];
   snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
   int own = open(path, O_RDWR | O_CLOEXEC);
@@ -227,6 +229,23 @@ vm_status_t vma_worker_locks(vmagent_t *a, int fd) {
   if (own < 0)
     return vm_status_make(VM_INTERNAL, "worker: opening the device lock file: %s", strerror(errno));
   a->xlock_fd = own;
+  if (slot < 0) return VM_STATUS_OK;
+  struct stat st;
+  if (fstat(own, &st) != 0 || (size_t)st.st_size < VMA_SHARED_BYTES(slot + 1))
+    return vm_status_make(VM_INTERNAL, "worker: slot %d is past the shared memory", slot);
+  void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
+  if (m == MAP_FAILED)
+    return vm_status_make(VM_INTERNAL, "worker: mapping the shared memory: %s", strerror(errno));
+  a->shared = m;
+  a->shared_len = (size_t)st.st_size;
+  vma_shared_t *sh = m;
+  /* the agent's limit over all workers; this worker's share under it */
+  vm_budget_init(&a->xhost, a->cfg.host_mem_limit, NULL, "the agent's host memory limit",
+                 "--host-mem-limit");
+  vm_budget_share(&a->xhost, &sh->host_total);
+  a->host.limit = 0;
+  a->host.parent = &a->xhost;
+  vm_budget_share(&a->host, &sh->host_slot[slot]);
   return VM_STATUS_OK;
 }
 

@@ -14,6 +14,8 @@
  *   worker when the invocation's deadline (+ grace) has passed;
  * - a worker killed while its session is idle (the OOM killer): the next
  *   request gets ABORTED naming the kill, the session goes on;
+ * - --host-mem-limit counts all workers' sessions together, and a
+ *   worker's share comes back when it ends;
  * - Stats and ListDevices speak for the whole agent;
  * - SIGTERM with a worker busy in an endless kernel: the agent exits 0 and
  *   leaves no worker process behind (checked in /proc).
@@ -281,6 +283,44 @@ static void test_worker_killed_while_idle(void **state) {
   assert_int_equal(agent_proc_stop(&p), 0);
 }
 
+/* --host-mem-limit holds for all workers together: upload staging (host
+ * memory charged before it is allocated) of one session counts against
+ * another's, and comes back when the first session's worker ends. */
+static void test_host_limit_spans_workers(void **state) {
+  (void)state;
+  agent_proc_t p;
+  const char *extra[] = {"--host-mem-limit", "48M", NULL};
+  start_agent(&p, extra);
+  uint8_t sha_a[32], sha_b[32];
+  memset(sha_a, 0xa1, sizeof(sha_a));
+  memset(sha_b, 0xb2, sizeof(sha_b));
+  const uint64_t size = 40ull << 20;
+  hw_conn_t a, b;
+  hw_reply_t r;
+  ha_open_session(&a, p.url);
+  ha_open_session(&b, p.url);
+  CODE_IS_FREE(ha_upload_begin(&a, sha_a, size, &r), 0, &r);
+  CODE_IS(ha_upload_begin(&b, sha_b, size, &r), VM_RESOURCE_EXHAUSTED, &r);
+  const char *want =
+      "an executable upload's staging (41943040 bytes of host memory) would exceed the agent's "
+      "host memory limit: 41943040 of 50331648 bytes in use (--host-mem-limit)";
+  if (!strstr(hw_message(&r), want)) fail_msg("got '%s', want '%s'", hw_message(&r), want);
+  hw_reply_free(&r);
+  /* a's session ends: its worker with its staging */
+  CODE_IS_FREE(ha_goodbye(&a, &r), 0, &r);
+  hw_close(&a);
+  int ok = 0;
+  for (int i = 0; i < 500 && !ok; i++) { /* the agent reaps a's worker */
+    int code = ha_upload_begin(&b, sha_b, size, &r);
+    hw_reply_free(&r);
+    ok = code == 0;
+    if (!ok) nap_ms(10);
+  }
+  assert_true(ok);
+  hw_close(&b);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
 static void test_stats_and_devices_speak_for_the_agent(void **state) {
   (void)state;
   agent_proc_t p;
@@ -392,6 +432,7 @@ int main(void) {
       cmocka_unit_test(test_hung_kernel_frees_device),
       cmocka_unit_test(test_unanswered_request_stops_worker),
       cmocka_unit_test(test_worker_killed_while_idle),
+      cmocka_unit_test(test_host_limit_spans_workers),
       cmocka_unit_test(test_stats_and_devices_speak_for_the_agent),
       cmocka_unit_test(test_sigterm_with_busy_worker),
   };

@@ -17,6 +17,9 @@ extern "C" {
 typedef struct vm_budget vm_budget_t;
 struct vm_budget {
   _Atomic uint64_t used;
+  /* Where the count lives: &used, or a counter shared with other
+   * processes (vm_budget_share). */
+  _Atomic uint64_t *counter;
   uint64_t limit;      /* 0 = none */
   vm_budget_t *parent; /* NULL = none; must outlive this budget */
   const char *name;    /* for messages: "the session memory limit" */
@@ -36,6 +39,10 @@ vm_status_t vm_budget_charge(vm_budget_t *b, uint64_t n, const char *what);
 void vm_budget_release(vm_budget_t *b, uint64_t n);
 
 uint64_t vm_budget_used(const vm_budget_t *b);
+
+/* Makes b count in *counter (e.g. in memory shared between processes, for
+ * a limit of them all) instead of its own field. Before any charge. */
+void vm_budget_share(vm_budget_t *b, _Atomic uint64_t *counter);
 
 #ifdef __cplusplus
 }
