@@ -229,9 +229,10 @@ static void vma_iso_end(vma_iso_t *iso, vma_iso_worker_t *w) {
   vma_iso_exit_reason(iso, w, why, sizeof(why));
   pthread_mutex_lock(&iso->mu);
   w->gone = 1;
-  if (w->slot >= 0) { /* the process is gone: its host memory with it */
-    atomic_fetch_sub(&iso->shared->host_total,
-                     atomic_exchange(&iso->shared->host_slot[w->slot], 0));
+  if (w->slot >= 0) { /* the process is gone: its memory with it */
+    vma_share_t *sh = &iso->shared->slot[w->slot];
+    atomic_fetch_sub(&iso->shared->host_total, atomic_exchange(&sh->host, 0));
+    atomic_fetch_sub(&iso->shared->cpu_total, atomic_exchange(&sh->cpu, 0));
     iso->slot_used[w->slot] = 0;
     w->slot = -1;
   }
@@ -397,7 +398,7 @@ static void vma_iso_spawn(vma_iso_t *iso) {
     (void)waitpid(pid, NULL, 0);
     w->pid = -pid;
     if (w->slot >= 0) {
-      atomic_store(&iso->shared->host_slot[w->slot], 0);
+      memset(&iso->shared->slot[w->slot], 0, sizeof(vma_share_t));
       iso->slot_used[w->slot] = 0;
       w->slot = -1;
     }

@@ -49,14 +49,20 @@ typedef struct vma_link_attach {
 } vma_link_attach_t;
 
 /* Memory shared by the agent and its workers (the device lock file's
- * contents): the host memory all workers' sessions hold, for
- * --host-mem-limit across them, and each worker's share, which the agent
- * takes back out of the total when the worker ends. */
+ * contents): the host memory and cpu device memory all workers' sessions
+ * hold, for --host-mem-limit and --device-mem-limit across them, and each
+ * worker's share, which the agent takes back out of the totals when the
+ * worker ends. */
+typedef struct vma_share {
+  _Atomic uint64_t host; /* under --host-mem-limit */
+  _Atomic uint64_t cpu;  /* on the cpu device, under --device-mem-limit */
+} vma_share_t;
 typedef struct vma_shared {
   _Atomic uint64_t host_total;
-  _Atomic uint64_t host_slot[];
+  _Atomic uint64_t cpu_total;
+  vma_share_t slot[];
 } vma_shared_t;
-#define VMA_SHARED_BYTES(slots) (sizeof(vma_shared_t) + (size_t)(slots) * sizeof(_Atomic uint64_t))
+#define VMA_SHARED_BYTES(slots) (sizeof(vma_shared_t) + (size_t)(slots) * sizeof(vma_share_t))
 
 /* Bytes the link takes in one frame beyond the largest request/reply. */
 #define VMA_LINK_SLACK (1u << 20)
@@ -92,7 +98,7 @@ void vma_iso_session_free(vmagent_t *a, vma_session_t *s);
 void vma_worker_serve(vmagent_t *a, int fd) __attribute__((noreturn));
 /* Opens this worker's own handle of the parent's device lock file
  * (inherited as fd; see vma_xlock_*) and, with slot >= 0, counts its host
- * memory in the shared total under --host-mem-limit. */
+ * and cpu device memory in the shared totals under the agent's limits. */
 vm_status_t vma_worker_locks(vmagent_t *a, int fd, int slot);
 
 /* Cross-process device locks (worker.c): the run lock and the quiet gate of

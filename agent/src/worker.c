@@ -245,7 +245,10 @@ vm_status_t vma_worker_locks(vmagent_t *a, int fd, int slot) {
   vm_budget_share(&a->xhost, &sh->host_total);
   a->host.limit = 0;
   a->host.parent = &a->xhost;
-  vm_budget_share(&a->host, &sh->host_slot[slot]);
+  vm_budget_share(&a->host, &sh->slot[slot].host);
+  for (uint32_t i = 0; i < a->num_devices; i++)
+    if (a->devices[i].dev->type == VM_DEVICE_CPU)
+      vm_cpu_device_share(a->devices[i].dev, &sh->cpu_total, &sh->slot[slot].cpu);
   return VM_STATUS_OK;
 }
 

@@ -100,11 +100,8 @@ static void test_device_out_of_memory(void **state) {
   uint8_t *prog;
   size_t prog_len;
   assert_int_equal(ha_exec_bytes(k_prog, &prog, &prog_len), 0);
-  /* in the agent's process: with session isolation the cap holds per worker
-   * process, not for all sessions together (docs/security.md) */
-  const char *args[] = {"--device",  "cpu",          "--device-mem-limit",
-                        "8M",        "--chunk-size", "256K",
-                        "--isolate", "none",         NULL};
+  const char *args[] = {"--device", "cpu", "--device-mem-limit", "8M", "--chunk-size",
+                        "256K",     NULL};
   agent_proc_t p;
   assert_int_equal(agent_proc_start(&p, args), 0);
   vmc_conn_t *a = connect_ok(p.url), *b = connect_ok(p.url);

@@ -23,6 +23,11 @@ typedef struct cpu_impl {
   uint64_t cap;  /* 0 = no cap */
   uint64_t phys; /* host physical memory; 0 = unknown */
   _Atomic uint64_t in_use;
+  /* The count the cap applies to: &in_use, or one shared with other
+   * processes, in which share counts this device's part
+   * (vm_cpu_device_share). */
+  _Atomic uint64_t *total;
+  _Atomic uint64_t *share;
 } cpu_impl_t;
 
 static cpu_impl_t *impl_of(const vm_device_t *dev) {
@@ -31,24 +36,33 @@ static cpu_impl_t *impl_of(const vm_device_t *dev) {
 
 /* Reserves nbytes against the cap; 0 on success, -1 if it would pass it. */
 static int reserve(cpu_impl_t *c, uint64_t nbytes, uint64_t *out_seen) {
-  uint64_t cur = atomic_load(&c->in_use);
+  uint64_t cur = atomic_load(c->total);
   for (;;) {
     *out_seen = cur;
     uint64_t next;
     if (__builtin_add_overflow(cur, nbytes, &next)) return -1;
     if (c->cap && next > c->cap) return -1;
-    if (atomic_compare_exchange_weak(&c->in_use, &cur, next)) return 0;
+    if (atomic_compare_exchange_weak(c->total, &cur, next)) break;
+  }
+  if (c->total != &c->in_use) atomic_fetch_add(&c->in_use, nbytes);
+  if (c->share) atomic_fetch_add(c->share, nbytes);
+  return 0;
+}
+
+/* Takes nbytes off counter, clamped at 0: a free larger than what is in use
+ * is a caller bug; clamping keeps the counter meaningful. */
+static void count_down(_Atomic uint64_t *counter, uint64_t nbytes) {
+  uint64_t cur = atomic_load(counter);
+  for (;;) {
+    uint64_t next = nbytes > cur ? 0 : cur - nbytes;
+    if (atomic_compare_exchange_weak(counter, &cur, next)) return;
   }
 }
 
 static void unreserve(cpu_impl_t *c, uint64_t nbytes) {
-  uint64_t cur = atomic_load(&c->in_use);
-  for (;;) {
-    /* A free larger than what is in use is a caller bug; clamp rather than
-     * wrap so the counter stays meaningful. */
-    uint64_t next = nbytes > cur ? 0 : cur - nbytes;
-    if (atomic_compare_exchange_weak(&c->in_use, &cur, next)) return;
-  }
+  count_down(c->total, nbytes);
+  if (c->total != &c->in_use) count_down(&c->in_use, nbytes);
+  if (c->share) count_down(c->share, nbytes);
 }
 
 static vm_status_t cpu_alloc(vm_device_t *dev, uint64_t nbytes, vm_buffer_t *out_buf) {
@@ -183,6 +197,7 @@ vm_status_t vm_cpu_device_create(uint64_t mem_cap_bytes, vm_device_t **out_dev) 
   if (!c) goto fail_dev;
   c->cap = mem_cap_bytes;
   atomic_init(&c->in_use, 0);
+  c->total = &c->in_use;
   dev->ops = &k_cpu_ops;
   dev->type = VM_DEVICE_CPU;
   dev->id = 0;
@@ -196,6 +211,12 @@ fail_dev:
   free(dev);
 fail:
   return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory creating the cpu device");
+}
+
+void vm_cpu_device_share(vm_device_t *dev, _Atomic uint64_t *total, _Atomic uint64_t *share) {
+  cpu_impl_t *c = impl_of(dev);
+  c->total = total;
+  c->share = share;
 }
 
 uint64_t vm_cpu_device_bytes_in_use(const vm_device_t *dev) {

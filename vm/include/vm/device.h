@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 typedef enum vm_device_type {
-  VM_DEVICE_CPU = 1, /* DLPack kDLCPU */
+  VM_DEVICE_CPU = 1,    /* DLPack kDLCPU */
   VM_DEVICE_OPENCL = 4, /* DLPack kDLOpenCL */
 } vm_device_type_t;
 
@@ -81,6 +81,11 @@ struct vm_device {
  * hand out at once (allocations past it fail with RESOURCE_EXHAUSTED, as a
  * device out of memory would); 0 = no cap. */
 vm_status_t vm_cpu_device_create(uint64_t mem_cap_bytes, vm_device_t **out_dev);
+
+/* Makes the cap of a cpu device apply to *total, a count shared with other
+ * processes (their cpu devices under one cap), of which *share counts this
+ * device's part. Before any allocation. */
+void vm_cpu_device_share(vm_device_t *dev, _Atomic uint64_t *total, _Atomic uint64_t *share);
 
 /* Bytes currently allocated on a cpu device (for tests and stats). */
 uint64_t vm_cpu_device_bytes_in_use(const vm_device_t *dev);
