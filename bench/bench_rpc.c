@@ -303,19 +303,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 }
 
 static void set_build_dir(void) {
-  if (getenv("VMRPC_BUILD_DIR")) return;
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) {
-    fprintf(stderr, "bench_rpc: set VMRPC_BUILD_DIR to the build tree\n");
-    exit(1);
-  }
-  exe[n] = '\0';
-  for (int k = 0; k < 2; k++) {
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = '\0';
-  }
-  setenv("VMRPC_BUILD_DIR", exe, 1);
+  if (agent_proc_set_build_dir() != 0) exit(1);
 }
 
 static void upload_tensor(vmc_conn_t *c, vmc_vm_t vm, unsigned char *src, uint64_t n) {

@@ -7,6 +7,8 @@
 
 #include "helper_agent.h"
 
+#include "agent_proc.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -474,4 +476,26 @@ void *ha_spin_main(void *arg) {
   vm_status_free(st);
   __atomic_store_n(&j->done, 1, __ATOMIC_SEQ_CST);
   return NULL;
+}
+
+int ha_fixtures_load(ha_fixtures_t *f, const char *prog_text) {
+  memset(f, 0, sizeof(*f));
+  if (ha_exec_bytes(prog_text, &f->prog, &f->prog_len) != 0) return -1;
+  return ha_mlp_bytes(11, &f->mlp, &f->mlp_len);
+}
+
+void ha_fixtures_free(ha_fixtures_t *f) {
+  free(f->prog);
+  free(f->mlp);
+  memset(f, 0, sizeof(*f));
+}
+
+void ha_start_agent_or_skip(struct agent_proc *p, const char *const *base,
+                            const char *const *extra) {
+  const char *args[64];
+  size_t n = 0;
+  for (size_t i = 0; base && base[i] && n < 63; i++) args[n++] = base[i];
+  for (size_t i = 0; extra && extra[i] && n < 63; i++) args[n++] = extra[i];
+  args[n] = NULL;
+  if (agent_proc_start(p, args) != 0) skip();
 }

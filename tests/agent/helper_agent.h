@@ -113,6 +113,23 @@ uint64_t ha_create_vm_ok(hw_conn_t *c, uint64_t exec_id, const char *selector,
  * *out_id (may be NULL) receives the request id. */
 void ha_send_invoke(hw_conn_t *c, int ctx, uint64_t vm, const char *func, uint64_t *out_id);
 
+/* A suite's fixtures: a program (text form, assembled) and the example MLP
+ * (ha_mlp_bytes of seed 11), built once by ha_fixtures_load (0, or -1 with
+ * the reason on stderr) for cmocka's group setup. */
+typedef struct ha_fixtures {
+  uint8_t *prog, *mlp;
+  size_t prog_len, mlp_len;
+} ha_fixtures_t;
+int ha_fixtures_load(ha_fixtures_t *f, const char *prog_text);
+void ha_fixtures_free(ha_fixtures_t *f);
+
+/* Starts vmagent with base then extra flags (each NULL-terminated, extra may
+ * be NULL); skips the test when it does not start (no OpenCL device for an
+ * opencl:N in base). */
+struct agent_proc;
+void ha_start_agent_or_skip(struct agent_proc *p, const char *const *base,
+                            const char *const *extra);
+
 /* ------------------------------------------------------------ libvmclient */
 
 /* Monotonic clock in seconds. */

@@ -73,34 +73,28 @@ static const char k_prog[] =
     "  ret %0\n"
     "}\n";
 
-static uint8_t *g_prog, *g_mlp;
-static size_t g_prog_len, g_mlp_len;
+static ha_fixtures_t g_fx;
 
 static int setup(void **state) {
   (void)state;
-  if (ha_exec_bytes(k_prog, &g_prog, &g_prog_len) != 0) return -1;
-  return ha_mlp_bytes(11, &g_mlp, &g_mlp_len);
+  return ha_fixtures_load(&g_fx, k_prog);
 }
 
 static int teardown(void **state) {
   (void)state;
-  free(g_prog);
-  free(g_mlp);
+  ha_fixtures_free(&g_fx);
   return 0;
 }
 
 /* Starts an agent on opencl:0 and cpu with extra flags; skips the test
  * without an OpenCL device. */
 static void start_agent(agent_proc_t *p, const char *const *extra) {
-  const char *args[16] = {"--device", "opencl:0", "--device", "cpu"};
-  size_t n = 4;
-  for (size_t i = 0; extra && extra[i] && n < 15; i++) args[n++] = extra[i];
-  args[n] = NULL;
-  if (agent_proc_start(p, args) != 0) skip(); /* no OpenCL device */
+  static const char *const base[] = {"--device", "opencl:0", "--device", "cpu", NULL};
+  ha_start_agent_or_skip(p, base, extra);
 }
 
 static vm_status_t mlp_on(const char *url, const char *device) {
-  return ha_mlp_check(url, device, g_mlp, g_mlp_len);
+  return ha_mlp_check(url, device, g_fx.mlp, g_fx.mlp_len);
 }
 
 /* Uploads the hostile program in a session of its own and makes a VM on
@@ -108,7 +102,7 @@ static vm_status_t mlp_on(const char *url, const char *device) {
 static vm_status_t run_hostile(vmc_conn_t *c, const char *func, uint32_t deadline_ms) {
   vmc_exec_t ex;
   vmc_vm_t vm;
-  vm_status_t st = vmc_upload_memory(c, g_prog, g_prog_len, NULL, NULL, &ex, NULL);
+  vm_status_t st = vmc_upload_memory(c, g_fx.prog, g_fx.prog_len, NULL, NULL, &ex, NULL);
   vmc_device_spec_t dev = {"opencl:0", NULL};
   if (!st) st = vmc_create_vm(c, ex, &dev, 1, NULL, &vm);
   if (st) return st;

@@ -73,31 +73,25 @@ static const char k_prog[] =
     "  ret %0\n"
     "}\n";
 
-static uint8_t *g_prog, *g_mlp;
-static size_t g_prog_len, g_mlp_len;
+static ha_fixtures_t g_fx;
 
 static int setup(void **state) {
   (void)state;
-  if (ha_exec_bytes(k_prog, &g_prog, &g_prog_len) != 0) return -1;
-  return ha_mlp_bytes(11, &g_mlp, &g_mlp_len);
+  return ha_fixtures_load(&g_fx, k_prog);
 }
 
 static int teardown(void **state) {
   (void)state;
-  free(g_prog);
-  free(g_mlp);
+  ha_fixtures_free(&g_fx);
   return 0;
 }
 
 /* An isolated agent on opencl:0 and cpu with carried kernels allowed and
  * extra flags; skips the test without an OpenCL device. */
 static void start_agent(agent_proc_t *p, const char *const *extra) {
-  const char *args[20] = {"--device",  "opencl:0", "--device",  "cpu",
-                          "--kernels", "allow",    "--isolate", "session"};
-  size_t n = 8;
-  for (size_t i = 0; extra && extra[i] && n < 19; i++) args[n++] = extra[i];
-  args[n] = NULL;
-  if (agent_proc_start(p, args) != 0) skip(); /* no OpenCL device */
+  static const char *const base[] = {"--device", "opencl:0",  "--device", "cpu", "--kernels",
+                                     "allow",    "--isolate", "session",  NULL};
+  ha_start_agent_or_skip(p, base, extra);
 }
 
 /* The test program on opencl:0 in c's session: a VM with input x = 0.. of
@@ -105,7 +99,7 @@ static void start_agent(agent_proc_t *p, const char *const *extra) {
 static vmc_vm_t prog_vm(vmc_conn_t *c) {
   vmc_exec_t ex;
   vmc_vm_t vm;
-  ASSERT_OK(vmc_upload_memory(c, g_prog, g_prog_len, NULL, NULL, &ex, NULL));
+  ASSERT_OK(vmc_upload_memory(c, g_fx.prog, g_fx.prog_len, NULL, NULL, &ex, NULL));
   vmc_device_spec_t dev = {"opencl:0", NULL};
   ASSERT_OK(vmc_create_vm(c, ex, &dev, 1, NULL, &vm));
   int64_t n = N;
@@ -201,7 +195,7 @@ static void test_crash_ends_one_session(void **state) {
   expect_fill(c, vm2);
   /* the other session kept its VM; a new client runs the MLP */
   expect_fill(other, ovm);
-  ASSERT_OK(ha_mlp_check(p.url, "opencl:0", g_mlp, g_mlp_len));
+  ASSERT_OK(ha_mlp_check(p.url, "opencl:0", g_fx.mlp, g_fx.mlp_len));
   vmc_close(c);
   vmc_close(other);
   assert_int_equal(agent_proc_stop(&p), 0);
@@ -231,7 +225,7 @@ static void test_hung_kernel_frees_device(void **state) {
   vm_status_free(st);
   /* the device serves everyone at once: no UNAVAILABLE */
   expect_fill(other, ovm);
-  ASSERT_OK(ha_mlp_check(p.url, "opencl:0", g_mlp, g_mlp_len));
+  ASSERT_OK(ha_mlp_check(p.url, "opencl:0", g_fx.mlp, g_fx.mlp_len));
   expect_fill(c, prog_vm(c));
   vmc_close(c);
   vmc_close(other);
@@ -251,7 +245,7 @@ static void test_unanswered_request_stops_worker(void **state) {
                 "the session's worker process was stopped: it did not answer within this "
                 "request's bound (its deadline, the kernel time bound and 2 s of grace); its VMs "
                 "and handles are gone");
-  ASSERT_OK(ha_mlp_check(p.url, "opencl:0", g_mlp, g_mlp_len));
+  ASSERT_OK(ha_mlp_check(p.url, "opencl:0", g_fx.mlp, g_fx.mlp_len));
   expect_fill(c, prog_vm(c));
   vmc_close(c);
   assert_int_equal(agent_proc_stop(&p), 0);

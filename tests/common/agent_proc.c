@@ -347,3 +347,19 @@ unsigned long long agent_proc_cpu_ns(pid_t pid, int children) {
   for (size_t i = 0; i < n; i++) total += ap_task_cpu_ns(kids[i]);
   return total;
 }
+
+int agent_proc_set_build_dir(void) {
+  if (getenv("VMRPC_BUILD_DIR")) return 0;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) {
+    fprintf(stderr, "set VMRPC_BUILD_DIR to the build tree\n");
+    return -1;
+  }
+  exe[n] = '\0';
+  for (int k = 0; k < 2; k++) {
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+  }
+  return setenv("VMRPC_BUILD_DIR", exe, 1);
+}

@@ -48,6 +48,11 @@ unsigned long long agent_proc_cpu_ns(pid_t pid, int children);
  * isolated agent's workers. */
 size_t agent_proc_children(pid_t pid, pid_t *out, size_t max);
 
+/* For programs run outside ctest (the benches, two levels below the build
+ * tree): sets VMRPC_BUILD_DIR from this program's own path unless it is
+ * set. 0, or -1 (reason on stderr). */
+int agent_proc_set_build_dir(void);
+
 /* The vmagent binary path ($VMRPC_BUILD_DIR/agent/vmagent) in a static
  * buffer, or NULL when VMRPC_BUILD_DIR is unset. */
 const char *agent_proc_binary(void);
