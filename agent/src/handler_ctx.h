@@ -15,28 +15,10 @@ typedef struct vma_ctx {
   vma_out_t *out;
   int replied; /* the handler wrote the reply itself (GetOutput) */
   Vmrpc__Response rs;
-  union {
-    Vmrpc__HelloResponse hello;
-    Vmrpc__ListDevicesResponse list_devices;
-    Vmrpc__UploadBeginResponse upload_begin;
-    Vmrpc__UploadChunkResponse upload_chunk;
-    Vmrpc__UploadCommitResponse upload_commit;
-    Vmrpc__CreateVMResponse create_vm;
-    Vmrpc__TensorBeginResponse tensor_begin;
-    Vmrpc__TensorChunkResponse tensor_chunk;
-    Vmrpc__SetInputResponse set_input;
-    Vmrpc__InvokeResponse invoke;
-    Vmrpc__GetOutputArityResponse get_output_arity;
-    Vmrpc__SaveFunctionResponse save_function;
-    Vmrpc__TimeEvaluateResponse time_evaluate;
-    Vmrpc__ProfileResponse profile;
-    Vmrpc__StatsResponse stats;
-    Vmrpc__CancelResponse cancel;
-    Vmrpc__FreeVMResponse free_vm;
-    Vmrpc__FreeExecutableResponse free_executable;
-    Vmrpc__PingResponse ping;
-    Vmrpc__GoodbyeResponse goodbye;
-    Vmrpc__RunResponse run;
+  union { /* the reply of each operation of the table */
+#define VMA_REPLY_MEMBER(C, f, N, fl) Vmrpc__##N##Response f;
+    VMP_OPS(VMA_REPLY_MEMBER)
+#undef VMA_REPLY_MEMBER
   } u;
   Vmrpc__Limits limits;
   /* Heap blocks the response points into, freed after it is packed. */
@@ -66,13 +48,11 @@ vm_status_t vma_value_out(const vm_value_t *val, Vmrpc__Value *w, Vmrpc__TensorM
 /* Adds an executable handle for a retained store entry (taking it over:
  * released on failure). */
 vm_status_t vma_add_execref(vma_ctx_t *c, vma_exec_entry_t *e, uint64_t *out_id);
-/* Handlers the fused Run reuses, each on a context of its own. */
-vm_status_t vma_op_create_vm(vma_ctx_t *c);
-vm_status_t vma_op_set_input(vma_ctx_t *c);
-vm_status_t vma_op_invoke(vma_ctx_t *c);
-vm_status_t vma_op_free_vm(vma_ctx_t *c);
-
-/* run.c */
-vm_status_t vma_op_run(vma_ctx_t *c);
+/* The handler of every operation of the table (vmproto/ops.h): vma_op_<field>.
+ * The fused Run (run.c) reuses CreateVM, SetInput, Invoke and FreeVM, each on
+ * a context of its own. */
+#define VMA_HANDLER_DECL(C, f, N, fl) vm_status_t vma_op_##f(vma_ctx_t *c);
+VMP_OPS(VMA_HANDLER_DECL)
+#undef VMA_HANDLER_DECL
 
 #endif /* VMA_HANDLER_CTX_H */

@@ -74,12 +74,6 @@ static vm_status_t vma_no_payload(const vma_ctx_t *c) {
                         vmp_op_name(c->rq->op_case), c->payload_len);
 }
 
-/* The checks of a request that names a function and carries no payload. */
-static vm_status_t vma_check_func(const vma_ctx_t *c, const char *func) {
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
-  return vma_check_name(func, "func");
-}
-
 static vm_status_t vma_missing(const char *what) {
   return vm_status_make(VM_INVALID_ARGUMENT, "malformed request: %s is missing", what);
 }
@@ -490,10 +484,9 @@ static void vma_consume_transfers(vma_session_t *s, vma_transfer_t **consumed, u
 
 /* ------------------------------------------------------------ handlers */
 
-static vm_status_t vma_op_hello(vma_ctx_t *c) {
+vm_status_t vma_op_hello(vma_ctx_t *c) {
   const Vmrpc__HelloRequest *h = c->rq->hello;
   vmagent_t *a = c->a;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
   if (h->protocol_major != VMRPC_PROTOCOL_MAJOR)
     return vm_status_make(VM_FAILED_PRECONDITION,
                           "protocol version %u.%u is not supported by this agent (%d.%d); use a "
@@ -536,8 +529,7 @@ static vm_status_t vma_op_hello(vma_ctx_t *c) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_list_devices(vma_ctx_t *c) {
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
+vm_status_t vma_op_list_devices(vma_ctx_t *c) {
   Vmrpc__ListDevicesResponse *r =
       VMA_RESPONSE(c, LIST_DEVICES, list_devices, list_devices_response);
   VM_RETURN_IF_ERROR(vma_devices_out(c, &r->n_devices, &r->devices));
@@ -573,11 +565,10 @@ vm_status_t vma_add_execref(vma_ctx_t *c, vma_exec_entry_t *e, uint64_t *out_id)
   return st;
 }
 
-static vm_status_t vma_op_upload_begin(vma_ctx_t *c) {
+vm_status_t vma_op_upload_begin(vma_ctx_t *c) {
   const Vmrpc__UploadBeginRequest *q = c->rq->upload_begin;
   vmagent_t *a = c->a;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
   if (q->sha256.len != VM_SHA256_BYTES)
     return vm_status_make(VM_INVALID_ARGUMENT, "sha256 must be %d bytes, got %zu", VM_SHA256_BYTES,
                           q->sha256.len);
@@ -656,7 +647,7 @@ static vm_status_t vma_upload_not_found(uint64_t id) {
                         (unsigned long long)id);
 }
 
-static vm_status_t vma_op_upload_chunk(vma_ctx_t *c) {
+vm_status_t vma_op_upload_chunk(vma_ctx_t *c) {
   const Vmrpc__UploadChunkRequest *q = c->rq->upload_chunk;
   vma_session_t *s = c->s;
   uint64_t idx = 0;
@@ -675,10 +666,9 @@ static vm_status_t vma_op_upload_chunk(vma_ctx_t *c) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_upload_commit(vma_ctx_t *c) {
+vm_status_t vma_op_upload_commit(vma_ctx_t *c) {
   const Vmrpc__UploadCommitRequest *q = c->rq->upload_commit;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
   pthread_mutex_lock(&s->lock);
   vma_upload_t *u = vma_find_upload(s, q->upload_id);
   vm_status_t st = u ? vma_chunks_complete(&u->ck) : vma_upload_not_found(q->upload_id);
@@ -731,7 +721,6 @@ vm_status_t vma_op_create_vm(vma_ctx_t *c) {
   const Vmrpc__CreateVMRequest *q = c->rq->create_vm;
   vmagent_t *a = c->a;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
   if (q->n_devices > VMA_MAX_VM_DEVICES)
     return vm_status_make(VM_INVALID_ARGUMENT, "%zu devices given, at most %d per VM", q->n_devices,
                           VMA_MAX_VM_DEVICES);
@@ -846,11 +835,10 @@ fail:
   return st;
 }
 
-static vm_status_t vma_op_tensor_begin(vma_ctx_t *c) {
+vm_status_t vma_op_tensor_begin(vma_ctx_t *c) {
   const Vmrpc__TensorBeginRequest *q = c->rq->tensor_begin;
   vmagent_t *a = c->a;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
   vm_dtype_t dt;
   int64_t dims[VMP_MAX_NDIM];
   uint32_t ndim;
@@ -903,7 +891,7 @@ fail:
   return st;
 }
 
-static vm_status_t vma_op_tensor_chunk(vma_ctx_t *c) {
+vm_status_t vma_op_tensor_chunk(vma_ctx_t *c) {
   const Vmrpc__TensorChunkRequest *q = c->rq->tensor_chunk;
   vma_session_t *s = c->s;
   uint64_t idx = 0;
@@ -994,7 +982,7 @@ static void vma_run_unlock(vma_ctx_t *c, vma_vm_t *v) {
 
 vm_status_t vma_op_invoke(vma_ctx_t *c) {
   const Vmrpc__InvokeRequest *q = c->rq->invoke;
-  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
+  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
   uint64_t deadline = q->deadline_ms ? vm_now_ns() + (uint64_t)q->deadline_ms * 1000000ull : 0;
   vma_vm_t *v;
   VM_RETURN_IF_ERROR(vma_run_locked(c, q->vm_id, deadline, &v));
@@ -1031,10 +1019,10 @@ static vm_status_t vma_check_path(size_t n, const uint32_t *path) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_get_output_arity(vma_ctx_t *c) {
+vm_status_t vma_op_get_output_arity(vma_ctx_t *c) {
   const Vmrpc__GetOutputArityRequest *q = c->rq->get_output_arity;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
+  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
   VM_RETURN_IF_ERROR(vma_check_path(q->n_path, q->path));
   vma_vm_t *v;
   VM_RETURN_IF_ERROR(vma_vm_acquire(s, q->vm_id, VMA_USE_READ, &v));
@@ -1110,11 +1098,11 @@ vm_status_t vma_value_out(const vm_value_t *val, Vmrpc__Value *w, Vmrpc__TensorM
   }
 }
 
-static vm_status_t vma_op_get_output(vma_ctx_t *c) {
+vm_status_t vma_op_get_output(vma_ctx_t *c) {
   const Vmrpc__GetOutputRequest *q = c->rq->get_output;
   vmagent_t *a = c->a;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
+  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
   VM_RETURN_IF_ERROR(vma_check_path(q->n_path, q->path));
   vma_vm_t *v;
   VM_RETURN_IF_ERROR(vma_vm_acquire(s, q->vm_id, VMA_USE_READ, &v));
@@ -1185,7 +1173,7 @@ done:
   return st;
 }
 
-static vm_status_t vma_op_save_function(vma_ctx_t *c) {
+vm_status_t vma_op_save_function(vma_ctx_t *c) {
   const Vmrpc__SaveFunctionRequest *q = c->rq->save_function;
   vma_session_t *s = c->s;
   VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
@@ -1226,9 +1214,9 @@ done:
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
+vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
   const Vmrpc__TimeEvaluateRequest *q = c->rq->time_evaluate;
-  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
+  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
   vm_time_params_t p = vm_time_params_default();
   if (!q->defaults || q->number) p.number = q->number;
   if (!q->defaults || q->repeat) p.repeat = q->repeat;
@@ -1288,9 +1276,9 @@ static vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_profile(vma_ctx_t *c) {
+vm_status_t vma_op_profile(vma_ctx_t *c) {
   const Vmrpc__ProfileRequest *q = c->rq->profile;
-  VM_RETURN_IF_ERROR(vma_check_func(c, q->func));
+  VM_RETURN_IF_ERROR(vma_check_name(q->func, "func"));
   vma_vm_t *v;
   VM_RETURN_IF_ERROR(vma_run_locked(c, q->vm_id, 0, &v));
   vm_profile_t prof;
@@ -1340,10 +1328,9 @@ uint64_t vma_rss_bytes(void) {
   return rss * (uint64_t)(page > 0 ? page : 4096);
 }
 
-static vm_status_t vma_op_stats(vma_ctx_t *c) {
+vm_status_t vma_op_stats(vma_ctx_t *c) {
   vmagent_t *a = c->a;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
   Vmrpc__StatsResponse *r = VMA_RESPONSE(c, STATS, stats, stats_response);
   /* Agent totals first (table lock, then each session's lock: the usual
    * order). Other sessions' figures are as of their last request. */
@@ -1397,10 +1384,9 @@ static vm_status_t vma_op_stats(vma_ctx_t *c) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_cancel(vma_ctx_t *c) {
+vm_status_t vma_op_cancel(vma_ctx_t *c) {
   const Vmrpc__CancelRequest *q = c->rq->cancel;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
   pthread_mutex_lock(&s->lock);
   vma_vm_t *v = vma_find_vm(s, q->vm_id);
   if (v && v->running) {
@@ -1417,7 +1403,6 @@ static vm_status_t vma_op_cancel(vma_ctx_t *c) {
 vm_status_t vma_op_free_vm(vma_ctx_t *c) {
   const Vmrpc__FreeVMRequest *q = c->rq->free_vm;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
   vm_status_t st = VM_STATUS_OK;
   pthread_mutex_lock(&s->lock);
   vma_vm_t *v = vma_find_vm(s, q->vm_id);
@@ -1441,10 +1426,9 @@ vm_status_t vma_op_free_vm(vma_ctx_t *c) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_free_executable(vma_ctx_t *c) {
+vm_status_t vma_op_free_executable(vma_ctx_t *c) {
   const Vmrpc__FreeExecutableRequest *q = c->rq->free_executable;
   vma_session_t *s = c->s;
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
   pthread_mutex_lock(&s->lock);
   vma_execref_t **pp = &s->execs;
   while (*pp && (*pp)->id != q->exec_id) pp = &(*pp)->next;
@@ -1462,14 +1446,12 @@ static vm_status_t vma_op_free_executable(vma_ctx_t *c) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_ping(vma_ctx_t *c) {
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
+vm_status_t vma_op_ping(vma_ctx_t *c) {
   VMA_RESPONSE(c, PING, ping, ping_response);
   return VM_STATUS_OK;
 }
 
-static vm_status_t vma_op_goodbye(vma_ctx_t *c) {
-  VM_RETURN_IF_ERROR(vma_no_payload(c));
+vm_status_t vma_op_goodbye(vma_ctx_t *c) {
   VM_LOGI("session %016llx: goodbye", (unsigned long long)c->s->id);
   vma_session_end(c->a, c->s); /* destroyed when this request lets go */
   VMA_RESPONSE(c, GOODBYE, goodbye, goodbye_response);
@@ -1480,62 +1462,26 @@ static vm_status_t vma_op_goodbye(vma_ctx_t *c) {
 
 typedef vm_status_t (*vma_handler_fn)(vma_ctx_t *c);
 
-/* The sub-message of each op must be present: protobuf-c sets the case
- * only with the message, but a check costs nothing. */
-static const void *vma_op_msg(const Vmrpc__Request *rq) {
-  switch (rq->op_case) {
-    case VMRPC__REQUEST__OP_HELLO: return rq->hello;
-    case VMRPC__REQUEST__OP_LIST_DEVICES: return rq->list_devices;
-    case VMRPC__REQUEST__OP_UPLOAD_BEGIN: return rq->upload_begin;
-    case VMRPC__REQUEST__OP_UPLOAD_CHUNK: return rq->upload_chunk;
-    case VMRPC__REQUEST__OP_UPLOAD_COMMIT: return rq->upload_commit;
-    case VMRPC__REQUEST__OP_CREATE_VM: return rq->create_vm;
-    case VMRPC__REQUEST__OP_TENSOR_BEGIN: return rq->tensor_begin;
-    case VMRPC__REQUEST__OP_TENSOR_CHUNK: return rq->tensor_chunk;
-    case VMRPC__REQUEST__OP_SET_INPUT: return rq->set_input;
-    case VMRPC__REQUEST__OP_INVOKE: return rq->invoke;
-    case VMRPC__REQUEST__OP_GET_OUTPUT_ARITY: return rq->get_output_arity;
-    case VMRPC__REQUEST__OP_GET_OUTPUT: return rq->get_output;
-    case VMRPC__REQUEST__OP_SAVE_FUNCTION: return rq->save_function;
-    case VMRPC__REQUEST__OP_TIME_EVALUATE: return rq->time_evaluate;
-    case VMRPC__REQUEST__OP_PROFILE: return rq->profile;
-    case VMRPC__REQUEST__OP_STATS: return rq->stats;
-    case VMRPC__REQUEST__OP_CANCEL: return rq->cancel;
-    case VMRPC__REQUEST__OP_FREE_VM: return rq->free_vm;
-    case VMRPC__REQUEST__OP_FREE_EXECUTABLE: return rq->free_executable;
-    case VMRPC__REQUEST__OP_PING: return rq->ping;
-    case VMRPC__REQUEST__OP_GOODBYE: return rq->goodbye;
-    case VMRPC__REQUEST__OP_RUN: return rq->run;
-    default: return NULL;
-  }
-}
+/* The handler of each row of the operation table (vmproto/ops.h). */
+static const struct {
+  Vmrpc__Request__OpCase op;
+  vma_handler_fn fn;
+} vma_handlers[] = {
+#define VMA_HANDLER_ROW(C, f, N, fl) {VMRPC__REQUEST__OP_##C, vma_op_##f},
+    VMP_OPS(VMA_HANDLER_ROW)
+#undef VMA_HANDLER_ROW
+};
 
 static vma_handler_fn vma_handler(Vmrpc__Request__OpCase op) {
-  switch (op) {
-    case VMRPC__REQUEST__OP_HELLO: return vma_op_hello;
-    case VMRPC__REQUEST__OP_LIST_DEVICES: return vma_op_list_devices;
-    case VMRPC__REQUEST__OP_UPLOAD_BEGIN: return vma_op_upload_begin;
-    case VMRPC__REQUEST__OP_UPLOAD_CHUNK: return vma_op_upload_chunk;
-    case VMRPC__REQUEST__OP_UPLOAD_COMMIT: return vma_op_upload_commit;
-    case VMRPC__REQUEST__OP_CREATE_VM: return vma_op_create_vm;
-    case VMRPC__REQUEST__OP_TENSOR_BEGIN: return vma_op_tensor_begin;
-    case VMRPC__REQUEST__OP_TENSOR_CHUNK: return vma_op_tensor_chunk;
-    case VMRPC__REQUEST__OP_SET_INPUT: return vma_op_set_input;
-    case VMRPC__REQUEST__OP_INVOKE: return vma_op_invoke;
-    case VMRPC__REQUEST__OP_GET_OUTPUT_ARITY: return vma_op_get_output_arity;
-    case VMRPC__REQUEST__OP_GET_OUTPUT: return vma_op_get_output;
-    case VMRPC__REQUEST__OP_SAVE_FUNCTION: return vma_op_save_function;
-    case VMRPC__REQUEST__OP_TIME_EVALUATE: return vma_op_time_evaluate;
-    case VMRPC__REQUEST__OP_PROFILE: return vma_op_profile;
-    case VMRPC__REQUEST__OP_STATS: return vma_op_stats;
-    case VMRPC__REQUEST__OP_CANCEL: return vma_op_cancel;
-    case VMRPC__REQUEST__OP_FREE_VM: return vma_op_free_vm;
-    case VMRPC__REQUEST__OP_FREE_EXECUTABLE: return vma_op_free_executable;
-    case VMRPC__REQUEST__OP_PING: return vma_op_ping;
-    case VMRPC__REQUEST__OP_GOODBYE: return vma_op_goodbye;
-    case VMRPC__REQUEST__OP_RUN: return vma_op_run;
-    default: return NULL;
-  }
+  for (size_t i = 0; i < sizeof(vma_handlers) / sizeof(vma_handlers[0]); i++)
+    if (vma_handlers[i].op == op) return vma_handlers[i].fn;
+  return NULL;
+}
+
+/* The checks the table makes for every operation, then its handler. */
+static vm_status_t vma_call(vma_ctx_t *c, vma_handler_fn fn, uint32_t flags) {
+  if (!(flags & VMP_OP_PAYLOAD)) VM_RETURN_IF_ERROR(vma_no_payload(c));
+  return fn(c);
 }
 
 int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len, vma_out_t *out) {
@@ -1584,7 +1530,8 @@ int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len
   c->rs.id = rq->id;
 
   vma_handler_fn fn = vma_handler(rq->op_case);
-  if (!fn || !vma_op_msg(rq)) {
+  uint32_t flags = vmp_op_flags(rq->op_case);
+  if (!fn || !vmp_request_op_msg(rq)) {
     /* An op newer than this agent arrives as an unknown field. */
     unsigned num = rq->op_case != VMRPC__REQUEST__OP__NOT_SET ? (unsigned)rq->op_case : 0;
     if (!num && rq->base.n_unknown_fields) num = rq->base.unknown_fields[0].tag;
@@ -1592,20 +1539,20 @@ int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len
                         "operation %u is not implemented by this agent (version %s, protocol "
                         "%d.%d)",
                         num, VMRPC_VERSION, VMRPC_PROTOCOL_MAJOR, VMRPC_PROTOCOL_MINOR);
-  } else if (rq->op_case == VMRPC__REQUEST__OP_HELLO || rq->op_case == VMRPC__REQUEST__OP_PING) {
+  } else if (!(flags & VMP_OP_SESSION)) {
     /* Ping with a live session of this pipe keeps it from going idle. */
-    if (rq->op_case == VMRPC__REQUEST__OP_PING && rq->session) {
+    if (!(flags & VMP_OP_OPENS) && rq->session) {
       vma_session_t *s = NULL;
       vm_status_t ist = vma_session_acquire(a, rq->session, pipe_id, &s);
       if (!ist) vma_session_release(a, s);
       vm_status_free(ist);
     }
-    st = fn(c);
+    st = vma_call(c, fn, flags);
   } else if (rq->session == 0) {
     st = vm_status_make(VM_FAILED_PRECONDITION, "no session: send Hello first");
   } else {
     st = vma_session_acquire(a, rq->session, pipe_id, &c->s);
-    if (!st) st = fn(c);
+    if (!st) st = vma_call(c, fn, flags);
   }
 
   int rc = 0;
