@@ -2558,9 +2558,18 @@ static vm_status_t op_resize(onx_ctx_t *c) {
   TRY(onx_attr_float(c, "extrapolation_value", 0.0f, &extrap));
   TRY(onx_attr_int(c, "exclude_outside", 0, &excl));
   TRY(onx_attr_int(c, "antialias", 0, &antialias));
-  if (antialias) return onx_unsupported_attr(c, "antialias", "1", "0");
-  if (strcmp(kar, "stretch") != 0)
-    return onx_unsupported_attr(c, "keep_aspect_ratio_policy", kar, "stretch");
+  if (antialias != 0 && antialias != 1) {
+    char v[24];
+    snprintf(v, sizeof(v), "%lld", (long long)antialias);
+    return onx_unsupported_attr(c, "antialias", v, "0, 1");
+  }
+  int kp = strcmp(kar, "stretch") == 0       ? 0
+           : strcmp(kar, "not_larger") == 0  ? 1
+           : strcmp(kar, "not_smaller") == 0 ? 2
+                                             : -1;
+  if (kp < 0)
+    return onx_unsupported_attr(c, "keep_aspect_ratio_policy", kar,
+                                "stretch, not_larger, not_smaller");
   int im = strcmp(mode, "nearest") == 0  ? 0
            : strcmp(mode, "linear") == 0 ? 1
            : strcmp(mode, "cubic") == 0  ? 2
@@ -2647,15 +2656,42 @@ static vm_status_t op_resize(onx_ctx_t *c) {
       od[a] = sz[i];
       scales[a] = x->dims[a] ? (double)sz[i] / (double)x->dims[a] : 1.0;
     }
+    if (kp && na) {
+      /* one scale for every resized axis, the smallest (not_larger) or the
+       * largest (not_smaller) of out / in; each size is then that scale
+       * times the input extent, rounded half up */
+      double k = scales[axl[0]];
+      for (uint32_t i = 1; i < na; i++)
+        k = kp == 1 ? fmin(k, scales[axl[i]]) : fmax(k, scales[axl[i]]);
+      if (!(k > 0)) return onx_node_err(c, VM_INVALID_ARGUMENT, "a size of 0 keeps no aspect");
+      for (uint32_t i = 0; i < na; i++) {
+        int64_t a = axl[i];
+        double o = floor(k * (double)x->dims[a] + 0.5);
+        if (o > (1 << 24)) return onx_node_err(c, VM_INVALID_ARGUMENT, "output too large");
+        scales[a] = k;
+        od[a] = (int64_t)o;
+      }
+    }
   }
   /* tuples of numbers: cl.resize reads them on the host, no device transfer */
   vmcc_arg_t tsc = vmcc_graph_floats(c->g, r, scales);
   vmcc_arg_t troi = ic == 3 ? vmcc_graph_floats(c->g, 2 * r, roi) : vmcc_a_none();
   int32_t y = new_t(c, x->dt, r, od);
-  vmcc_arg_t a[10] = {
-      A(onx_tid(c, x)),         I(im), I(ic), I(in), onx_float_arg(c, cubic_a), I(excl),
-      onx_float_arg(c, extrap), tsc,   troi,  A(y)};
-  call(c, "cl.resize", 10, a);
+  /* antialias widens linear and cubic downscales only: the 10-argument
+   * form otherwise, as executables had it before */
+  int aa = antialias && im != 0;
+  vmcc_arg_t a[11] = {A(onx_tid(c, x)),
+                      I(im),
+                      I(ic),
+                      I(in),
+                      onx_float_arg(c, cubic_a),
+                      I(excl),
+                      onx_float_arg(c, extrap),
+                      tsc,
+                      troi,
+                      aa ? I(1) : A(y),
+                      A(y)};
+  call(c, "cl.resize", aa ? 11 : 10, a);
   return onx_bind_out(c, 0, y, r, od);
 }
 

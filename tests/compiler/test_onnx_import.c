@@ -206,6 +206,11 @@ static void test_unknown_attributes(void **state) {
                 "node 'r' (Resize): attribute 'antialias' is not supported at opset 11: "
                 "supported: mode, coordinate_transformation_mode, cubic_coeff_a, "
                 "exclude_outside, extrapolation_value, nearest_mode");
+  m.opset.version = 19;
+  mb_attr_s(&m, &m.nodes[0], "keep_aspect_ratio_policy", "fit");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Resize): attribute 'keep_aspect_ratio_policy' = fit: supported: "
+                "stretch, not_larger, not_smaller");
   /* an attribute in a node fused into an earlier one is checked too */
   hard_swish_model(&m);
   vmcc_onnx_report_t rep;
