@@ -1971,6 +1971,21 @@ static vm_status_t op_reduce(onx_ctx_t *c) {
   }
   if (x->data) return fold_reduce(c, x, red, kind, (int)keep);
   TRY(need_float(c, x));
+  int empty = 0;
+  for (uint32_t i = 0; i < x->ndim; i++)
+    if (red[i] && x->dims[i] == 0) empty = 1;
+  if (empty && (kind == 2 || kind == 3)) {
+    /* max (min) over no element: -inf (+inf), known at compile time */
+    int64_t od[MAXD];
+    uint32_t on = 0;
+    for (uint32_t i = 0; i < x->ndim; i++)
+      if (!red[i] || keep) od[on++] = red[i] ? 1 : x->dims[i];
+    int64_t n = onx_numel(on, od);
+    uint8_t *d;
+    TRY(onx_alloc_const(c, x->dt, n, &d));
+    for (int64_t i = 0; i < n; i++) onx_st_f(x->dt, d, i, kind == 2 ? -INFINITY : INFINITY);
+    return onx_def_const(c, 0, x->dt, on, od, d);
+  }
   static const char *const k_names[] = {"cl.reduce.sum", "cl.reduce.mean", "cl.reduce.max",
                                         "cl.reduce.min", "cl.reduce.prod"};
   const char *name = k_names[kind];
