@@ -233,6 +233,65 @@ static void test_unknown_attributes(void **state) {
                 "node 'r' (Relu): attribute 0 has no name");
 }
 
+/* What opsets 22-28 changed for the supported ops: Cast-24's round_mode
+ * (checked, float8e8m0 only), Range-27's stash_type (float16 precision) and
+ * Mod-28's fmod=0 on floats (floor semantics: the divisor's sign). */
+static void test_opset_28_changes(void **state) {
+  mb_t m;
+  relu_model(&m);
+  m.nodes[0].op_type = "Cast";
+  mb_attr_s(&m, &m.nodes[0], "round_mode", "sideways");
+  m.opset.version = 23;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Cast): attribute 'round_mode' is not supported at opset 23: supported: "
+                "to, saturate");
+  m.opset.version = 24;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Cast): attribute 'round_mode' = sideways: supported: up, down, nearest");
+  /* Mod on floats with fmod=0: an error before 28, folded at 28 (the onnx 1.23
+   * node cases mod_*_fmod_0 check the values) */
+  static const float ka[3] = {-7, 7, 6}, kb[3] = {2, -2, -2};
+  int64_t d3[1] = {3};
+  mb_init(&m, 13);
+  mb_output(&m, "y", 1, d3);
+  mb_init_raw(&m, "a", 1, 1, d3, ka, sizeof(ka));
+  mb_init_raw(&m, "b", 1, 1, d3, kb, sizeof(kb));
+  mb_node(&m, "Mod", "md", "a", "b", "y");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'md' (Mod): fmod must be 1 for floating-point inputs before opset 28");
+  m.opset.version = 28;
+  vm_executable_t *e;
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(compile(&m, NULL, &rep, &e));
+  assert_int_equal(rep.num_folded, 1);
+  vm_executable_free(e);
+  /* Range: stash_type 1 or 11 for float16; another value is refused */
+  static const uint16_t h0 = 0x0000, h4 = 0x4400, h1 = 0x3c00; /* 0, 4, 1 */
+  int64_t d4[1] = {4};
+  mb_init(&m, 27);
+  mb_output(&m, "y", 1, d4);
+  m.ttypes[0].elem_type = 10;
+  mb_init_raw(&m, "s", 10, 0, NULL, &h0, 2);
+  mb_init_raw(&m, "l", 10, 0, NULL, &h4, 2);
+  mb_init_raw(&m, "d", 10, 0, NULL, &h1, 2);
+  Onnx__NodeProto *rg = mb_node(&m, "Range", "rg", "s", "l", "y");
+  mb_node_input(rg, "d");
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  mb_attr_s(&m, rg, "stash_type", "");
+  m.attrs[0].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  m.attrs[0].has_i = 1;
+  m.attrs[0].i = 10;
+  ASSERT_STATUS(
+      compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+      "node 'rg' (Range): attribute 'stash_type' = 10: supported: 1 (float), 11 (double)");
+  m.attrs[0].i = 11;
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  m.opset.version = 26;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'rg' (Range): attribute 'stash_type' is not supported at opset 26: "
+                "supported: none");
+}
+
 static void test_input_shapes(void **state) {
   mb_t m;
   int64_t dyn[2] = {-1, 4};
@@ -499,6 +558,7 @@ int main(void) {
       cmocka_unit_test(test_opset_range),
       cmocka_unit_test(test_unsupported_op_and_attribute),
       cmocka_unit_test(test_unknown_attributes),
+      cmocka_unit_test(test_opset_28_changes),
       cmocka_unit_test(test_input_shapes),
       cmocka_unit_test(test_const_binding),
       cmocka_unit_test(test_hostile_initializers),
