@@ -1922,17 +1922,33 @@ static vm_status_t fold_reduce(onx_ctx_t *c, onx_value_t *x, const uint8_t *red,
   return onx_def_const(c, 0, x->dt, on, od, d);
 }
 
-static vm_status_t reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
-                               const int64_t *axes, int keep) {
-  uint8_t red[MAXD] = {0};
-  for (uint32_t i = 0; i < nax; i++) red[axes[i]] = 1;
-  int64_t od[MAXD];
+/* The shape of a reduction of x over the axes flagged in red. */
+static uint32_t reduced_shape(const onx_value_t *x, const uint8_t *red, int keep, int64_t *od) {
   uint32_t on = 0;
   for (uint32_t i = 0; i < x->ndim; i++)
     if (!red[i] || keep) od[on++] = red[i] ? 1 : x->dims[i];
-  int32_t y = new_t(c, x->dt, on, od);
-  vmcc_arg_t a[4] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, nax, axes), I(keep ? 1 : 0), A(y)};
+  return on;
+}
+
+/* Emits the reduction `name` of run-time tensor tx (x's shape, dtype dt)
+ * into a new tensor of dtype dt; returns it and its shape. */
+static int32_t reduce_call(onx_ctx_t *c, const onx_value_t *x, int32_t tx, vm_dtype_t dt,
+                           const char *name, uint32_t nax, const int64_t *axes, int keep,
+                           uint32_t *on, int64_t *od) {
+  uint8_t red[MAXD] = {0};
+  for (uint32_t i = 0; i < nax; i++) red[axes[i]] = 1;
+  *on = reduced_shape(x, red, keep, od);
+  int32_t y = new_t(c, dt, *on, od);
+  vmcc_arg_t a[4] = {A(tx), vmcc_graph_ints(c->g, nax, axes), I(keep ? 1 : 0), A(y)};
   call(c, name, 4, a);
+  return y;
+}
+
+static vm_status_t reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
+                               const int64_t *axes, int keep) {
+  int64_t od[MAXD];
+  uint32_t on;
+  int32_t y = reduce_call(c, x, onx_tid(c, x), x->dt, name, nax, axes, keep, &on, od);
   return onx_bind_out(c, 0, y, on, od);
 }
 
@@ -1970,25 +1986,39 @@ static vm_status_t op_reduce(onx_ctx_t *c) {
     axes[i] = a;
   }
   if (x->data) return fold_reduce(c, x, red, kind, (int)keep);
-  TRY(need_float(c, x));
+  int is_bool = vm_dtype_equal(x->dt, VM_BOOL);
+  if (!(is_bool && (kind == 2 || kind == 3))) TRY(need_float(c, x));
   int empty = 0;
   for (uint32_t i = 0; i < x->ndim; i++)
     if (red[i] && x->dims[i] == 0) empty = 1;
   if (empty && (kind == 2 || kind == 3)) {
-    /* max (min) over no element: -inf (+inf), known at compile time */
+    /* max (min) over no element: -inf (+inf), for bool false (true),
+     * known at compile time */
     int64_t od[MAXD];
-    uint32_t on = 0;
-    for (uint32_t i = 0; i < x->ndim; i++)
-      if (!red[i] || keep) od[on++] = red[i] ? 1 : x->dims[i];
+    uint32_t on = reduced_shape(x, red, (int)keep, od);
     int64_t n = onx_numel(on, od);
     uint8_t *d;
     TRY(onx_alloc_const(c, x->dt, n, &d));
-    for (int64_t i = 0; i < n; i++) onx_st_f(x->dt, d, i, kind == 2 ? -INFINITY : INFINITY);
+    for (int64_t i = 0; i < n; i++)
+      onx_st_f(x->dt, d, i, is_bool ? kind == 3 : kind == 2 ? -INFINITY : INFINITY);
     return onx_def_const(c, 0, x->dt, on, od, d);
   }
   static const char *const k_names[] = {"cl.reduce.sum", "cl.reduce.mean", "cl.reduce.max",
                                         "cl.reduce.min", "cl.reduce.prod"};
   const char *name = k_names[kind];
+  if (is_bool) {
+    /* bool max (any) and min (all): over 0.0/1.0 in float32, exactly */
+    int32_t xf = new_t(c, VM_F32, x->ndim, x->dims);
+    vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(xf)};
+    call(c, "cl.cast", 2, a);
+    int64_t od[MAXD];
+    uint32_t on;
+    int32_t rf = reduce_call(c, x, xf, VM_F32, name, (uint32_t)nax, axes, (int)keep, &on, od);
+    int32_t y = new_t(c, VM_BOOL, on, od);
+    vmcc_arg_t b[2] = {A(rf), A(y)};
+    call(c, "cl.cast", 2, b);
+    return onx_bind_out(c, 0, y, on, od);
+  }
   return reduce_emit(c, x, name, (uint32_t)nax, axes, (int)keep);
 }
 
