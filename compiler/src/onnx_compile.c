@@ -16,7 +16,7 @@
 /* The largest model file read (protobuf's own limit is 2 GiB). */
 #define ONX_MAX_FILE_BYTES (2ull << 30)
 #define ONX_OPSET_MIN 1
-#define ONX_OPSET_MAX 21
+#define ONX_OPSET_MAX 28
 
 /* ---------------------------------------------------------------------------
  * Values
@@ -503,6 +503,16 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
       return onx_node_err(c, VM_UNIMPLEMENTED, "domain '%.60s': supported: the default domain",
                           n->domain);
+    const onx_op_t *op = onx_find_op(n->op_type);
+    if (!op) {
+      char ops[1280];
+      onx_supported_ops(ops, sizeof(ops));
+      return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
+                          n->op_type, ops);
+    }
+    /* before the skip: a node fused into an earlier one is checked too */
+    vm_status_t st = onx_check_attrs(c, op->attrs);
+    if (st) return st;
     if (c->skip && c->skip[i]) { /* fused into an earlier node */
       if (c->rep) {
         count_op(c->rep, n->op_type);
@@ -518,17 +528,10 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
                             "topological order)",
                             n->input[k]);
     }
-    onx_lower_fn fn = onx_find_op(n->op_type);
-    if (!fn) {
-      char ops[1280];
-      onx_supported_ops(ops, sizeof(ops));
-      return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
-                          n->op_type, ops);
-    }
     if (c->rep) count_op(c->rep, n->op_type);
     uint32_t before = c->num_vals;
     c->fused = 0;
-    vm_status_t st = fn(c);
+    st = op->fn(c);
     if (st) return st;
     int folded = 1;
     for (uint32_t v = before; v < c->num_vals; v++)

@@ -104,9 +104,9 @@ static void test_not_a_model(void **state) {
 static void test_opset_range(void **state) {
   mb_t m;
   relu_model(&m);
-  m.opset.version = 22;
+  m.opset.version = 29;
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
-                "opset 22: supported: opsets 1 to 21");
+                "opset 29: supported: opsets 1 to 28");
   relu_model(&m);
   m.opset.domain = "com.example";
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
@@ -130,6 +130,166 @@ static void test_unsupported_op_and_attribute(void **state) {
   m.nodes[0].domain = "com.microsoft";
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
                 "node 'r' (Relu): domain 'com.microsoft': supported: the default domain");
+}
+
+static const float k_three = 3.0f, k_zero = 0.0f, k_six = 6.0f;
+
+/* x * clip(x + 3, 0, 6) / 6 at opset 13: one cl.unary.hard_swish call (the
+ * Clip, Mul and Div nodes skipped). */
+static void hard_swish_model(mb_t *m) {
+  mb_init(m, 13);
+  mb_input(m, "x", 2, k_d24);
+  mb_output(m, "y", 2, k_d24);
+  mb_init_raw(m, "k3", 1, 0, NULL, &k_three, 4);
+  mb_init_raw(m, "k0", 1, 0, NULL, &k_zero, 4);
+  mb_init_raw(m, "k6", 1, 0, NULL, &k_six, 4);
+  mb_node(m, "Add", "a", "x", "k3", "t");
+  Onnx__NodeProto *clip = mb_node(m, "Clip", "c", "t", "k0", "cl");
+  mb_node_input(clip, "k6");
+  mb_node(m, "Mul", "m", "x", "cl", "p");
+  mb_node(m, "Div", "d", "p", "k6", "y");
+}
+
+/* Every op lists the attributes it understands, per opset: anything else is
+ * refused with the list, never ignored; a duplicate or nameless attribute
+ * is malformed. */
+static void test_unknown_attributes(void **state) {
+  mb_t m;
+  relu_model(&m);
+  mb_attr_s(&m, &m.nodes[0], "alpha", "0.1");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Relu): attribute 'alpha' is not supported at opset 17: supported: none");
+  /* consumed_inputs (a legacy hint) is known through opset 5 only */
+  relu_model(&m);
+  m.opset.version = 5;
+  mb_attr_s(&m, &m.nodes[0], "consumed_inputs", "");
+  m.attrs[0].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  m.opset.version = 6;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Relu): attribute 'consumed_inputs' is not supported at opset 6: "
+                "supported: none");
+  /* Gemm at opset 28 (its latest version is 13: unchanged since) */
+  int64_t d44[2] = {4, 4};
+  float w[16] = {0};
+  mb_init(&m, 28);
+  mb_input(&m, "x", 2, k_d24);
+  mb_output(&m, "y", 2, k_d24);
+  mb_init_raw(&m, "w", 1, 2, d44, w, sizeof(w));
+  Onnx__NodeProto *n = mb_node(&m, "Gemm", "g", "x", "w", "y");
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  mb_attr_s(&m, n, "transC", "1");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'g' (Gemm): attribute 'transC' is not supported at opset 28: supported: "
+                "alpha, beta, transA, transB");
+  /* Clip's bounds are inputs from opset 11: attributes then are refused */
+  relu_model(&m);
+  m.opset.version = 13;
+  m.nodes[0].op_type = "Clip";
+  mb_attr_s(&m, &m.nodes[0], "min", "");
+  m.attrs[0].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+  m.attrs[0].has_f = 1;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Clip): attribute 'min' is not supported at opset 13: supported: none");
+  m.opset.version = 10;
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  /* Resize's attributes by opset */
+  relu_model(&m);
+  m.opset.version = 10;
+  m.nodes[0].op_type = "Resize";
+  mb_attr_s(&m, &m.nodes[0], "antialias", "");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Resize): attribute 'antialias' is not supported at opset 10: "
+                "supported: mode");
+  m.opset.version = 11;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Resize): attribute 'antialias' is not supported at opset 11: "
+                "supported: mode, coordinate_transformation_mode, cubic_coeff_a, "
+                "exclude_outside, extrapolation_value, nearest_mode");
+  m.opset.version = 19;
+  mb_attr_s(&m, &m.nodes[0], "keep_aspect_ratio_policy", "fit");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Resize): attribute 'keep_aspect_ratio_policy' = fit: supported: "
+                "stretch, not_larger, not_smaller");
+  /* an attribute in a node fused into an earlier one is checked too */
+  hard_swish_model(&m);
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(compile(&m, NULL, &rep, NULL));
+  assert_int_equal(rep.num_folded, 3);
+  mb_attr_s(&m, &m.nodes[3], "scale", "1");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'd' (Div): attribute 'scale' is not supported at opset 13: supported: none");
+  /* malformed: twice, or without a name */
+  relu_model(&m);
+  mb_attr_s(&m, &m.nodes[0], "alpha", "");
+  Onnx__AttributeProto *two[2] = {&m.attrs[0], &m.attrs[0]};
+  m.nodes[0].n_attribute = 2;
+  m.nodes[0].attribute = two;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'r' (Relu): attribute 'alpha' is given twice");
+  m.nodes[0].n_attribute = 1;
+  m.attrs[0].name = "";
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'r' (Relu): attribute 0 has no name");
+}
+
+/* What opsets 22-28 changed for the supported ops: Cast-24's round_mode
+ * (checked, float8e8m0 only), Range-27's stash_type (float16 precision) and
+ * Mod-28's fmod=0 on floats (floor semantics: the divisor's sign). */
+static void test_opset_28_changes(void **state) {
+  mb_t m;
+  relu_model(&m);
+  m.nodes[0].op_type = "Cast";
+  mb_attr_s(&m, &m.nodes[0], "round_mode", "sideways");
+  m.opset.version = 23;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Cast): attribute 'round_mode' is not supported at opset 23: supported: "
+                "to, saturate");
+  m.opset.version = 24;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Cast): attribute 'round_mode' = sideways: supported: up, down, nearest");
+  /* Mod on floats with fmod=0: an error before 28, folded at 28 (the onnx 1.23
+   * node cases mod_*_fmod_0 check the values) */
+  static const float ka[3] = {-7, 7, 6}, kb[3] = {2, -2, -2};
+  int64_t d3[1] = {3};
+  mb_init(&m, 13);
+  mb_output(&m, "y", 1, d3);
+  mb_init_raw(&m, "a", 1, 1, d3, ka, sizeof(ka));
+  mb_init_raw(&m, "b", 1, 1, d3, kb, sizeof(kb));
+  mb_node(&m, "Mod", "md", "a", "b", "y");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'md' (Mod): fmod must be 1 for floating-point inputs before opset 28");
+  m.opset.version = 28;
+  vm_executable_t *e;
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(compile(&m, NULL, &rep, &e));
+  assert_int_equal(rep.num_folded, 1);
+  vm_executable_free(e);
+  /* Range: stash_type 1 or 11 for float16; another value is refused */
+  static const uint16_t h0 = 0x0000, h4 = 0x4400, h1 = 0x3c00; /* 0, 4, 1 */
+  int64_t d4[1] = {4};
+  mb_init(&m, 27);
+  mb_output(&m, "y", 1, d4);
+  m.ttypes[0].elem_type = 10;
+  mb_init_raw(&m, "s", 10, 0, NULL, &h0, 2);
+  mb_init_raw(&m, "l", 10, 0, NULL, &h4, 2);
+  mb_init_raw(&m, "d", 10, 0, NULL, &h1, 2);
+  Onnx__NodeProto *rg = mb_node(&m, "Range", "rg", "s", "l", "y");
+  mb_node_input(rg, "d");
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  mb_attr_s(&m, rg, "stash_type", "");
+  m.attrs[0].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  m.attrs[0].has_i = 1;
+  m.attrs[0].i = 10;
+  ASSERT_STATUS(
+      compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+      "node 'rg' (Range): attribute 'stash_type' = 10: supported: 1 (float), 11 (double)");
+  m.attrs[0].i = 11;
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  m.opset.version = 26;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'rg' (Range): attribute 'stash_type' is not supported at opset 26: "
+                "supported: none");
 }
 
 static void test_input_shapes(void **state) {
@@ -397,6 +557,8 @@ int main(void) {
       cmocka_unit_test(test_not_a_model),
       cmocka_unit_test(test_opset_range),
       cmocka_unit_test(test_unsupported_op_and_attribute),
+      cmocka_unit_test(test_unknown_attributes),
+      cmocka_unit_test(test_opset_28_changes),
       cmocka_unit_test(test_input_shapes),
       cmocka_unit_test(test_const_binding),
       cmocka_unit_test(test_hostile_initializers),
