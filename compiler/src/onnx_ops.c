@@ -1201,12 +1201,31 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
   return VM_STATUS_OK;
 }
 
+/* Before opset 7, BatchNormalization and Dropout run in training mode
+ * unless the attribute is_test is nonzero (absent means 0): training mode
+ * (batch statistics, random dropout) is refused. */
+static vm_status_t need_is_test(onx_ctx_t *c) {
+  int64_t is_test;
+  TRY(onx_attr_int(c, "is_test", 0, &is_test));
+  if (is_test == 0)
+    return onx_unsupported_attr(c, "is_test", "0 (training mode)",
+                                "nonzero (inference; absent means 0)");
+  return VM_STATUS_OK;
+}
+
 /* Node `bn` as an inference-mode BatchNormalization with constant
  * parameters of co values defined by now, folded into the per-channel
  * y = a y + b: 1, or 0 when it does not fit. */
 static int fold_bn(onx_ctx_t *c, const Onnx__NodeProto *bn, int64_t co, double *a, double *b) {
   if (bn->n_input < 5) return 0;
-  const Onnx__AttributeProto *at = onx_attr(bn, "training_mode");
+  /* training outputs wanted, or training mode before opset 7: op_batchnorm
+   * refuses it */
+  for (size_t k = 1; k < bn->n_output; k++)
+    if (bn->output[k] && bn->output[k][0]) return 0;
+  const Onnx__AttributeProto *at = onx_attr(bn, "is_test");
+  if (c->opset < 7 && (!at || at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT || !at->i))
+    return 0;
+  at = onx_attr(bn, "training_mode");
   if (at && at->i != 0) return 0;
   at = onx_attr(bn, "spatial");
   if (at && at->i != 1) return 0;
@@ -1694,6 +1713,7 @@ static vm_status_t op_batchnorm(onx_ctx_t *c) {
   int64_t training = 0;
   TRY(onx_attr_float(c, "epsilon", 1e-5f, &eps));
   if (c->opset >= 14) TRY(onx_attr_int(c, "training_mode", 0, &training));
+  if (c->opset < 7) TRY(need_is_test(c));
   if (c->opset < 9) {
     int64_t spatial;
     TRY(onx_attr_int(c, "spatial", 1, &spatial));
@@ -2044,15 +2064,16 @@ static vm_status_t op_dropout(onx_ctx_t *c) {
         return onx_unsupported_attr(c, "training_mode", "true", "false (inference)");
     }
   } else if (c->opset < 7) {
-    int64_t is_test;
-    TRY(onx_attr_int(c, "is_test", 0, &is_test));
+    TRY(need_is_test(c));
   }
   TRY(onx_def_view(c, 0, x, x->ndim, x->dims));
   if (onx_out_wanted(c, 1)) {
+    /* the mask keeps every element: bool from opset 10, X's type before */
+    vm_dtype_t mdt = c->opset < 10 ? x->dt : VM_BOOL;
     uint8_t *d;
-    TRY(onx_alloc_const(c, VM_BOOL, x->numel, &d));
-    memset(d, 1, (size_t)x->numel);
-    return onx_def_const(c, 1, VM_BOOL, x->ndim, x->dims, d);
+    TRY(onx_alloc_const(c, mdt, x->numel, &d));
+    for (int64_t i = 0; i < x->numel; i++) onx_st_f(mdt, d, i, 1.0);
+    return onx_def_const(c, 1, mdt, x->ndim, x->dims, d);
   }
   return VM_STATUS_OK;
 }

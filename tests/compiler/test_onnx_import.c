@@ -521,6 +521,96 @@ static void test_graph_errors(void **state) {
                 "node 'r' (Relu): input 'x' has dtype int64: supported: float, float16");
 }
 
+/* Sets node k's single attribute to the int v. */
+static void set_int_attr(mb_t *m, uint32_t k, const char *name, int64_t v) {
+  mb_attr_s(m, &m->nodes[k], name, "");
+  m->attrs[k].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  m->attrs[k].has_s = 0;
+  m->attrs[k].has_i = 1;
+  m->attrs[k].i = v;
+}
+
+static const float k_ones4[4] = {1, 1, 1, 1}, k_zeros4[4] = {0};
+static const int64_t k_d4[1] = {4};
+
+/* x[2,4] -> BatchNormalization (constant parameters) -> y at opset, after a
+ * 1x1 Conv when conv (x[1,4,1,2]: the BN could fold into it). */
+static Onnx__NodeProto *bn_model(mb_t *m, int64_t opset, int conv) {
+  static const int64_t dx[4] = {1, 4, 1, 2}, dw[4] = {4, 4, 1, 1};
+  static float w[16];
+  mb_init(m, opset);
+  mb_input(m, "x", conv ? 4 : 2, conv ? dx : k_d24);
+  mb_output(m, "y", conv ? 4 : 2, conv ? dx : k_d24);
+  mb_init_raw(m, "s", 1, 1, k_d4, k_ones4, sizeof(k_ones4));
+  mb_init_raw(m, "b", 1, 1, k_d4, k_zeros4, sizeof(k_zeros4));
+  mb_init_raw(m, "mean", 1, 1, k_d4, k_zeros4, sizeof(k_zeros4));
+  mb_init_raw(m, "var", 1, 1, k_d4, k_ones4, sizeof(k_ones4));
+  if (conv) {
+    mb_init_raw(m, "w", 1, 4, dw, w, sizeof(w));
+    mb_node(m, "Conv", "c", "x", "w", "t");
+  }
+  Onnx__NodeProto *n = mb_node(m, "BatchNormalization", "bn", conv ? "t" : "x", "s", "y");
+  mb_node_input(n, "b");
+  mb_node_input(n, "mean");
+  mb_node_input(n, "var");
+  return n;
+}
+
+/* Before opset 7, BatchNormalization and Dropout train unless is_test is
+ * nonzero (0 is the default): training is refused, also for a BN that
+ * would fold into a Conv; a BN of opsets 7-13 with training outputs is not
+ * folded either. Dropout's mask has X's type before opset 10. */
+static void test_legacy_training_modes(void **state) {
+  const char *refused =
+      "attribute 'is_test' = 0 (training mode): supported: nonzero (inference; "
+      "absent means 0)";
+  char want[256];
+  mb_t m;
+  for (int conv = 0; conv < 2; conv++) {
+    uint32_t k = (uint32_t)conv; /* the BN node */
+    snprintf(want, sizeof(want), "node 'bn' (BatchNormalization): %s", refused);
+    bn_model(&m, 6, conv);
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, want);
+    set_int_attr(&m, k, "is_test", 0);
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, want);
+    set_int_attr(&m, k, "is_test", 1);
+    vmcc_onnx_report_t rep;
+    ASSERT_OK(compile(&m, NULL, &rep, NULL));
+    assert_int_equal(rep.num_folded, conv ? 1 : 0);
+    /* at opset 9, a second output (the running mean) means training */
+    bn_model(&m, 9, conv);
+    m.nodes[k].output[m.nodes[k].n_output++] = "rm";
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                  "node 'bn' (BatchNormalization): training outputs: supported: Y only");
+  }
+  /* Dropout */
+  relu_model(&m);
+  m.opset.version = 6;
+  m.nodes[0].op_type = "Dropout";
+  m.nodes[0].name = "d";
+  snprintf(want, sizeof(want), "node 'd' (Dropout): %s", refused);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, want);
+  set_int_attr(&m, 0, "is_test", 0);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, want);
+  set_int_attr(&m, 0, "is_test", 1);
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  /* the mask as a graph output declared float32: its type through opset 9 */
+  for (int64_t opset = 7; opset <= 10; opset += 3) {
+    relu_model(&m);
+    m.opset.version = opset;
+    m.nodes[0].op_type = "Dropout";
+    m.nodes[0].output[m.nodes[0].n_output++] = "mask";
+    mb_output(&m, "mask", 2, k_d24);
+    if (opset < 10) {
+      ASSERT_OK(compile(&m, NULL, NULL, NULL));
+    } else {
+      ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                    "graph output 'mask': the model declares another type than the inferred "
+                    "bool[2,4]");
+    }
+  }
+}
+
 /* Every input the ONNX fuzzer (tests/fuzz/fuzz_onnx.c) ever crashed on
  * (tests/fuzz/regressions/fuzz_onnx/) compiles to a status or an
  * executable; the sanitizer build catches a memory error. */
@@ -564,6 +654,7 @@ int main(void) {
       cmocka_unit_test(test_hostile_initializers),
       cmocka_unit_test(test_external_data),
       cmocka_unit_test(test_graph_errors),
+      cmocka_unit_test(test_legacy_training_modes),
       cmocka_unit_test(test_fuzz_regressions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
