@@ -868,6 +868,20 @@ static vm_status_t op_binary(onx_ctx_t *c) {
   if (n == 1) return onx_def_view(c, 0, a, a->ndim, a->dims);
   if (c->opset < 7 && onx_attr(c->node, "axis"))
     return onx_unsupported_attr(c, "axis", "(legacy broadcast)", "NumPy broadcasting (opset 7+)");
+  if (c->opset < 7 && n == 2 && bo->op != B_MAX && bo->op != B_MIN) {
+    /* legacy: B has A's shape, or with broadcast=1 broadcasts to it (a
+     * suffix of it or one element), where NumPy broadcasting agrees */
+    int64_t bc, od[MAXD];
+    uint32_t on;
+    onx_value_t *b;
+    TRY(onx_attr_int(c, "broadcast", 0, &bc));
+    TRY(onx_in_req(c, 1, &b));
+    int same = b->ndim == a->ndim && memcmp(b->dims, a->dims, a->ndim * sizeof(int64_t)) == 0;
+    if (!same && (!bc || onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, &on, od) != 0 ||
+                  on != a->ndim || memcmp(od, a->dims, on * sizeof(int64_t)) != 0))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "B must have A's shape%s before opset 7",
+                          bc ? ", a suffix of it or one element" : " (broadcast = 0)");
+  }
   /* variadic Max/Min: a chain of pairs; constants fold only when all are */
   int32_t cur = -1;
   uint32_t cnd = a->ndim;

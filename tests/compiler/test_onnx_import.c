@@ -611,6 +611,34 @@ static void test_legacy_training_modes(void **state) {
   }
 }
 
+/* Before opset 7 the arithmetic operators broadcast only with
+ * broadcast=1, and only B to A's shape: another shape is malformed rather
+ * than broadcast the NumPy way. */
+static void test_legacy_broadcast(void **state) {
+  static const float c8[8] = {0};
+  static const int64_t d24x[3] = {1, 2, 4};
+  mb_t m;
+  for (int wide = 0; wide < 2; wide++) {
+    mb_init(&m, 6);
+    mb_input(&m, "x", 2, k_d24);
+    mb_output(&m, "y", wide ? 3 : 2, wide ? d24x : k_d24);
+    if (wide)
+      mb_init_raw(&m, "c", 1, 3, d24x, c8, sizeof(c8));
+    else
+      mb_init_raw(&m, "c", 1, 1, k_d4, k_zeros4, sizeof(k_zeros4));
+    mb_node(&m, "Add", "a", "x", "c", "y");
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                  "node 'a' (Add): B must have A's shape (broadcast = 0) before opset 7");
+    set_int_attr(&m, 0, "broadcast", 1);
+    if (wide)
+      ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                    "node 'a' (Add): B must have A's shape, a suffix of it or one element "
+                    "before opset 7");
+    else
+      ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  }
+}
+
 /* Every input the ONNX fuzzer (tests/fuzz/fuzz_onnx.c) ever crashed on
  * (tests/fuzz/regressions/fuzz_onnx/) compiles to a status or an
  * executable; the sanitizer build catches a memory error. */
@@ -655,6 +683,7 @@ int main(void) {
       cmocka_unit_test(test_external_data),
       cmocka_unit_test(test_graph_errors),
       cmocka_unit_test(test_legacy_training_modes),
+      cmocka_unit_test(test_legacy_broadcast),
       cmocka_unit_test(test_fuzz_regressions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
