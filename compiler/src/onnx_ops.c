@@ -2655,6 +2655,10 @@ static vm_status_t op_resize(onx_ctx_t *c) {
            : strcmp(mode, "cubic") == 0  ? 2
                                          : -1;
   if (im < 0) return onx_unsupported_attr(c, "mode", mode, "nearest, linear, cubic");
+  /* the spec defines antialias for linear and cubic only */
+  if (antialias && im == 0)
+    return onx_unsupported_attr(c, "antialias", "1 with mode nearest",
+                                "0 with nearest (antialias applies to linear and cubic)");
   static const char *k_ctm[] = {"half_pixel",         "asymmetric",    "pytorch_half_pixel",
                                 "tf_crop_and_resize", "align_corners", "half_pixel_symmetric"};
   int ic = -1;
@@ -2757,9 +2761,9 @@ static vm_status_t op_resize(onx_ctx_t *c) {
   vmcc_arg_t tsc = vmcc_graph_floats(c->g, r, scales);
   vmcc_arg_t troi = ic == 3 ? vmcc_graph_floats(c->g, 2 * r, roi) : vmcc_a_none();
   int32_t y = new_t(c, x->dt, r, od);
-  /* antialias widens linear and cubic downscales only: the 10-argument
-   * form otherwise, as executables had it before */
-  int aa = antialias && im != 0;
+  /* antialias (linear and cubic) widens downscales: the 10-argument form
+   * otherwise, as executables had it before */
+  int aa = antialias != 0;
   vmcc_arg_t a[11] = {A(onx_tid(c, x)),
                       I(im),
                       I(ic),

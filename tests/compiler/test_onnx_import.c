@@ -45,6 +45,15 @@ static void relu_model(mb_t *m) {
   mb_node(m, "Relu", "r", "x", NULL, "y");
 }
 
+/* Sets node k's single attribute to the int v. */
+static void set_int_attr(mb_t *m, uint32_t k, const char *name, int64_t v) {
+  mb_attr_s(m, &m->nodes[k], name, "");
+  m->attrs[k].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  m->attrs[k].has_s = 0;
+  m->attrs[k].has_i = 1;
+  m->attrs[k].i = v;
+}
+
 static const char *meta(const vm_executable_t *e, const char *key) {
   for (uint32_t i = 0; i < e->num_meta; i++)
     if (strcmp(e->meta[i].key, key) == 0) return e->meta[i].value;
@@ -211,6 +220,13 @@ static void test_unknown_attributes(void **state) {
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
                 "node 'r' (Resize): attribute 'keep_aspect_ratio_policy' = fit: supported: "
                 "stretch, not_larger, not_smaller");
+  /* antialias is defined for linear and cubic: with nearest (the default
+   * mode) it is refused */
+  m.opset.version = 18;
+  set_int_attr(&m, 0, "antialias", 1);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Resize): attribute 'antialias' = 1 with mode nearest: supported: 0 "
+                "with nearest (antialias applies to linear and cubic)");
   /* an attribute in a node fused into an earlier one is checked too */
   hard_swish_model(&m);
   vmcc_onnx_report_t rep;
@@ -519,15 +535,6 @@ static void test_graph_errors(void **state) {
   mb_node(&m, "Relu", "r", "x", NULL, "y");
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
                 "node 'r' (Relu): input 'x' has dtype int64: supported: float, float16");
-}
-
-/* Sets node k's single attribute to the int v. */
-static void set_int_attr(mb_t *m, uint32_t k, const char *name, int64_t v) {
-  mb_attr_s(m, &m->nodes[k], name, "");
-  m->attrs[k].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-  m->attrs[k].has_s = 0;
-  m->attrs[k].has_i = 1;
-  m->attrs[k].i = v;
 }
 
 static const float k_ones4[4] = {1, 1, 1, 1}, k_zeros4[4] = {0};
