@@ -646,6 +646,111 @@ static void test_legacy_broadcast(void **state) {
   }
 }
 
+/* m packed into the file at path. */
+static void write_model(mb_t *m, const char *path) {
+  size_t n;
+  uint8_t *buf = mb_pack(m, &n);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(buf, 1, n, f), n);
+  fclose(f);
+  free(buf);
+}
+
+/* Graph inputs, outputs and value_info entries of a type other than a
+ * tensor (their data is no TensorProto), and sparse initializers, are
+ * refused naming the value, by the compiler and in vmcc_onnx_read_io's
+ * unsupported (so that a caller reads no data for them). */
+static void test_non_tensor_types(void **state) {
+  Onnx__TypeProto__Sequence seq;
+  Onnx__TypeProto__Map map;
+  Onnx__TypeProto__Optional opt;
+  Onnx__TypeProto__SparseTensor sparse;
+  onnx__type_proto__sequence__init(&seq);
+  onnx__type_proto__map__init(&map);
+  onnx__type_proto__optional__init(&opt);
+  onnx__type_proto__sparse_tensor__init(&sparse);
+  /* [which vi: 0 input x, 1 output y, 2 value_info t] */
+  const struct {
+    int vi;
+    Onnx__TypeProto__ValueCase kind;
+    const char *want;
+  } cases[] = {
+      {0, ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE,
+       "input 'x' has an optional type: supported: tensor types only"},
+      {0, ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE,
+       "input 'x' has a sequence type: supported: tensor types only"},
+      {0, ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE,
+       "input 'x' has a sparse tensor type: supported: tensor types only"},
+      {0, ONNX__TYPE_PROTO__VALUE__NOT_SET,
+       "input 'x' has a type of another kind: supported: tensor types only"},
+      {1, ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE,
+       "output 'y' has a sequence type: supported: tensor types only"},
+      {1, ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE,
+       "output 'y' has an optional type: supported: tensor types only"},
+      {2, ONNX__TYPE_PROTO__VALUE_MAP_TYPE,
+       "value 't' has a map type: supported: tensor types only"},
+  };
+  char dir[] = "/tmp/vmrpc-onnx-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[96];
+  snprintf(path, sizeof(path), "%s/model.onnx", dir);
+  mb_t m;
+  Onnx__ValueInfoProto *vinfo[1];
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    mb_init(&m, 17);
+    mb_input(&m, "x", 2, k_d24);
+    mb_output(&m, "y", 2, k_d24);
+    mb_node(&m, "Relu", "r1", "x", NULL, "t");
+    mb_node(&m, "Relu", "r2", "t", NULL, "y");
+    vinfo[0] = mb_vi(&m, "t", 1, 2, k_d24);
+    m.graph.n_value_info = 1;
+    m.graph.value_info = vinfo;
+    ASSERT_OK(compile(&m, NULL, NULL, NULL));
+    Onnx__TypeProto *tp = &m.types[cases[i].vi];
+    tp->value_case = cases[i].kind;
+    switch (cases[i].kind) {
+      case ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE: tp->sequence_type = &seq; break;
+      case ONNX__TYPE_PROTO__VALUE_MAP_TYPE: tp->map_type = &map; break;
+      case ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE: tp->optional_type = &opt; break;
+      case ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE: tp->sparse_tensor_type = &sparse; break;
+      default: tp->tensor_type = NULL; break;
+    }
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, cases[i].want);
+    /* read_io lists the names and says why it would not compile */
+    write_model(&m, path);
+    vmcc_onnx_io_t io;
+    ASSERT_OK(vmcc_onnx_read_io(path, &io));
+    assert_int_equal(io.num_inputs, 1);
+    assert_string_equal(io.inputs[0], "x");
+    assert_int_equal(io.num_nodes, 2);
+    ASSERT_STATUS(io.unsupported, VM_UNIMPLEMENTED, cases[i].want);
+    io.unsupported = NULL;
+    vmcc_onnx_io_free(&io);
+  }
+  /* a tensor model: nothing unsupported */
+  relu_model(&m);
+  write_model(&m, path);
+  vmcc_onnx_io_t io;
+  ASSERT_OK(vmcc_onnx_read_io(path, &io));
+  assert_null(io.unsupported);
+  vmcc_onnx_io_free(&io);
+  unlink(path);
+  rmdir(dir);
+  /* a sparse initializer */
+  Onnx__SparseTensorProto sp, *sps[1] = {&sp};
+  Onnx__TensorProto vals;
+  onnx__sparse_tensor_proto__init(&sp);
+  onnx__tensor_proto__init(&vals);
+  vals.name = "w";
+  sp.values = &vals;
+  relu_model(&m);
+  m.graph.n_sparse_initializer = 1;
+  m.graph.sparse_initializer = sps;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "initializer 'w' is a sparse tensor: supported: dense tensors only");
+}
+
 /* Every input the ONNX fuzzer (tests/fuzz/fuzz_onnx.c) ever crashed on
  * (tests/fuzz/regressions/fuzz_onnx/) compiles to a status or an
  * executable; the sanitizer build catches a memory error. */
@@ -691,6 +796,7 @@ int main(void) {
       cmocka_unit_test(test_graph_errors),
       cmocka_unit_test(test_legacy_training_modes),
       cmocka_unit_test(test_legacy_broadcast),
+      cmocka_unit_test(test_non_tensor_types),
       cmocka_unit_test(test_fuzz_regressions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -378,6 +378,12 @@ static int run_case(env_t *e, const char *case_dir, int all_const, char *why, si
   snprintf(path, sizeof(path), "%s/model.onnx", case_dir);
   vm_status_t st = vmcc_onnx_read_io(path, &io);
   if (st) goto status;
+  /* an optional, sequence or map: its data is no TensorProto */
+  if (io.unsupported) {
+    st = io.unsupported;
+    io.unsupported = NULL;
+    goto status_io;
+  }
   if (io.num_inputs > MAX_IO || io.num_outputs > MAX_IO || (io.num_inputs == 0 && !all_const)) {
     snprintf(why, n, "%u inputs, %u outputs", io.num_inputs, io.num_outputs);
     goto out_io;
