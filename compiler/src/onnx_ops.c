@@ -976,10 +976,8 @@ static vm_status_t op_gemm(onx_ctx_t *c) {
   TRY(onx_attr_float(c, "beta", 1.0f, &beta));
   TRY(onx_attr_int(c, "transA", 0, &ta));
   TRY(onx_attr_int(c, "transB", 0, &tb));
-  if (c->opset < 7) {
-    int64_t bc;
-    TRY(onx_attr_int(c, "broadcast", 0, &bc));
-  }
+  int64_t bc = 1; /* legacy: C broadcasts only with broadcast=1 */
+  if (c->opset < 7) TRY(onx_attr_int(c, "broadcast", 0, &bc));
   if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "transA/transB must be 0 or 1");
   if (a->ndim != 2 || b->ndim != 2)
@@ -1007,6 +1005,10 @@ static vm_status_t op_gemm(onx_ctx_t *c) {
         bd[1] != nn)
       return onx_node_err(c, VM_INVALID_ARGUMENT, "C does not broadcast to [%lld, %lld]",
                           (long long)m, (long long)nn);
+    if (!bc && (cc->ndim != 2 || cc->dims[0] != m || cc->dims[1] != nn))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "C must be [%lld, %lld] (broadcast = 0) before opset 7", (long long)m,
+                          (long long)nn);
     if (!vm_dtype_equal(cc->dt, a->dt))
       return onx_node_err(c, VM_INVALID_ARGUMENT, "C has another dtype than A");
     int32_t tc;

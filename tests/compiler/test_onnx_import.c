@@ -619,8 +619,8 @@ static void test_legacy_training_modes(void **state) {
 }
 
 /* Before opset 7 the arithmetic operators broadcast only with
- * broadcast=1, and only B to A's shape: another shape is malformed rather
- * than broadcast the NumPy way. */
+ * broadcast=1, and only B to A's shape (Gemm: C to [M, N]): another shape
+ * is malformed rather than broadcast the NumPy way. */
 static void test_legacy_broadcast(void **state) {
   static const float c8[8] = {0};
   static const int64_t d24x[3] = {1, 2, 4};
@@ -644,6 +644,19 @@ static void test_legacy_broadcast(void **state) {
     else
       ASSERT_OK(compile(&m, NULL, NULL, NULL));
   }
+  /* Gemm's C likewise */
+  static const float w16[16] = {0};
+  static const int64_t d44[2] = {4, 4};
+  mb_init(&m, 6);
+  mb_input(&m, "x", 2, k_d24);
+  mb_output(&m, "y", 2, k_d24);
+  mb_init_raw(&m, "w", 1, 2, d44, w16, sizeof(w16));
+  mb_init_raw(&m, "c", 1, 1, k_d4, k_zeros4, sizeof(k_zeros4));
+  mb_node_input(mb_node(&m, "Gemm", "g", "x", "w", "y"), "c");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'g' (Gemm): C must be [2, 4] (broadcast = 0) before opset 7");
+  set_int_attr(&m, 0, "broadcast", 1);
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
 }
 
 /* m packed into the file at path. */
