@@ -12,6 +12,7 @@
 
 #include "vm/dtype.h"
 #include "vm/status.h"
+#include "vmproto/ops.h"
 #include "vmrpc.pb-c.h"
 
 #ifdef __cplusplus
@@ -46,10 +47,6 @@ size_t vmp_frame_write(const ProtobufCMessage *msg, uint8_t *dst);
  * protobuf-c refuses it. Free with vmrpc__request__free_unpacked(m, NULL). */
 vm_status_t vmp_request_unpack(const uint8_t *env, size_t len, Vmrpc__Request **out);
 vm_status_t vmp_response_unpack(const uint8_t *env, size_t len, Vmrpc__Response **out);
-
-/* Name of a request's operation ("Hello", "UploadChunk", ...), "unknown"
- * for an unset or unknown case. */
-const char *vmp_op_name(Vmrpc__Request__OpCase op);
 
 /* Converts a response status into a vm_status_t (NULL for OK / absent).
  * Codes outside the gRPC set become UNKNOWN. */
