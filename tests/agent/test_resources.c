@@ -408,7 +408,9 @@ static void test_store_write_error(void **state) {
   (void)state;
   char dir[] = "/tmp/vmagent-werr-XXXXXX";
   assert_non_null(mkdtemp(dir));
-  const char *args[] = {"--device", "cpu", "--cache-dir", dir, NULL};
+  /* in process: an isolated agent's spare workers, starting at any time,
+   * open (and create) the store directory this test takes away */
+  const char *args[] = {"--device", "cpu", "--cache-dir", dir, "--isolate", "none", NULL};
   agent_proc_t p;
   assert_int_equal(agent_proc_start(&p, args), 0);
   char path[600];
