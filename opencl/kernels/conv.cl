@@ -129,26 +129,53 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
 /* cl.conv2d with one output channel per group (depthwise: groups == C ==
  * O, or any groups == O): the 8-channel block of conv2d would compute 7
  * clamped copies of the one channel, so here each work-item computes 8
- * consecutive output pixels of one output channel as one float8.
+ * consecutive pixels of one output row of one channel as one float8.
  *
- * Global ids: 0 = pixel block, 1 = n * O + o (o = the group). */
+ * Rows are the unit so that the padding costs nothing inside the loops: a
+ * kernel row whose input row lies in the padding is skipped as a whole,
+ * and a block whose input columns stay inside the row for every tap (all
+ * but the blocks at the row ends, at stride 1) reads each tap as one
+ * vector load; only the others gather pixel by pixel under a mask.
+ *
+ * Global ids: 0 = 8-pixel block of the row, 1 = output row, 2 = n * O + o
+ * (o = the group). */
 __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int wo,
                          __global const S *bias, int bo, int has_bias, __global S *y, int yo,
                          int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH,
                          int SW, int PH, int PW, int DH, int DW) {
-  int p0 = get_global_id(0) * 8, no = get_global_id(1);
-  int P = OH * OW;
-  if (p0 >= P) return;
+  int ow0 = get_global_id(0) * 8, oh = get_global_id(1), no = get_global_id(2);
+  if (ow0 >= OW || oh >= OH) return;
   int n = no / O, o = no - n * O;
   int Cg = C / O, HW = H * W, KK = KH * KW;
   __global const S *xg = x + xo + (n * C + o * Cg) * HW;
   __global const S *wp = w + wo + o * Cg * KK;
-
-  CONV_PIXELS
+  int npix = min(8, OW - ow0);
+  int ih0 = oh * SH - PH, iw0 = ow0 * SW - PW;
+  int8 iwv = (int8)(iw0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7) * SW;
+  int8 live = (int8)(0, 1, 2, 3, 4, 5, 6, 7) < (int8)(npix);
+  /* every tap's 8 columns inside the row: one vector load per tap */
+  int inner = SW == 1 && npix == 8 && iw0 >= 0 && iw0 + 7 + (KW - 1) * DW < W;
 
   float8 acc = has_bias ? (float8)(LD(bias, bo + o)) : (float8)(0.0f);
-  CONV_TAPS(acc = fma((float8)(LD(wp, wc)), xv, acc);)
-  conv_store(y + yo + no * P + p0, min(8, P - p0), 0.0f, acc);
+  for (int kh = 0; kh < KH; kh++) {
+    int ih = ih0 + kh * DH;
+    if (ih < 0 || ih >= H) continue; /* the padding adds nothing */
+    __global const S *xr = xg + ih * W;
+    __global const S *wr = wp + kh * KW;
+    for (int c = 0; c < Cg; c++, xr += HW, wr += KK) {
+      if (inner) {
+        for (int kw = 0; kw < KW; kw++)
+          acc = fma((float8)(LD(wr, kw)), LD8(xr + iw0 + kw * DW, 0), acc);
+      } else {
+        for (int kw = 0; kw < KW; kw++) {
+          int8 iw = iwv + kw * DW;
+          int8 m = live & (iw >= 0) & (iw < W);
+          acc = fma((float8)(LD(wr, kw)), conv_gather(xr, m, iw), acc);
+        }
+      }
+    }
+  }
+  conv_store(y + yo + (no * OH + oh) * OW + ow0, npix, 0.0f, acc);
 }
 
 /* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose). Output

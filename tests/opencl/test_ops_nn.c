@@ -195,7 +195,8 @@ static void test_conv2d(void **state) {
 }
 
 /* One output channel per group (depthwise and groups == O): the conv2d_og1
- * kernel, at odd sizes, partial pixel blocks, padding on every side. */
+ * kernel, at odd sizes, partial pixel blocks, padding on every side, rows
+ * with inner (vector) and edge (gathered) blocks. */
 static void test_conv2d_depthwise(void **state) {
   tops_env_t *e = *state;
   static const conv_case_t cases[] = {
@@ -207,6 +208,9 @@ static void test_conv2d_depthwise(void **state) {
       {2, 6, 6, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3, 1},      /* 2 input channels per group */
       {1, 4, 1, 3, 1, 1, 3, 1, 1, 0, 1, 1, 1, 1, 1},      /* groups 1, one output channel */
       {1, 7, 3, 3, 7, 3, 3, 1, 1, 0, 0, 1, 1, 7, 1},      /* a 1x1 output */
+      {1, 4, 12, 80, 4, 5, 5, 1, 1, 2, 2, 1, 1, 4, 1},    /* 5x5 rows: inner and edge blocks */
+      {1, 2, 8, 40, 2, 3, 3, 1, 1, 2, 2, 2, 2, 2, 1},     /* dilated taps on vector loads */
+      {1, 3, 10, 30, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},    /* 1x1 to one channel: one row */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
   check_conv(e, VM_F16, &cases[0]);
