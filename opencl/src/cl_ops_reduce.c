@@ -45,8 +45,19 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
 
   /* Few outputs over long reductions (down to a scalar, global pooling of
    * large maps) would leave one work-item doing all the work: give each
-   * output a work-group instead. */
+   * output a work-group instead. A CPU device runs a work-group's barriers
+   * as separate loops over its items, so there a group only pays when the
+   * outputs are too few to keep its cores busy (measured on PoCL: global
+   * pooling of 480 maps of 480 pixels, ~1 ms as groups, see
+   * docs/performance.md). */
   int group = nout < 1024 && rcount >= 128;
+  cl_uint cu = 0;
+  if (group && (d->type & CL_DEVICE_TYPE_CPU) &&
+      clGetDeviceInfo(d->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(cu), &cu, NULL) ==
+          CL_SUCCESS &&
+      nout >= 16 * (int64_t)cu) {
+    group = 0;
+  }
   const char *opname = kind == VMCL_REDUCE_MAX    ? "max"
                        : kind == VMCL_REDUCE_MIN  ? "min"
                        : kind == VMCL_REDUCE_PROD ? "prod"
