@@ -208,11 +208,11 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   size_t g0 = (size_t)(P + 7) / 8;
   if (og1) {
     /* 8-pixel blocks of a row x rows x (n, o) (conv.cl); a group spans
-     * the blocks of a row, then rows */
+     * the blocks of a row exactly (no idle work-items past the row's
+     * end, unless a row has more blocks than a group holds), then rows */
     size_t l = vmcl_local_size(d, k, 64), b0 = (size_t)(OW + 7) / 8;
-    size_t l0 = 1, l1 = 1;
-    while (l0 < b0 && l0 < l) l0 *= 2;
-    while (l1 < (size_t)OH && l0 * l1 < l) l1 *= 2;
+    size_t l0 = b0 < l ? b0 : l, l1 = 1;
+    while (l1 < (size_t)OH && l0 * l1 * 2 <= l) l1 *= 2;
     size_t local[3] = {l0, l1, 1};
     size_t global[3] = {(b0 + l0 - 1) / l0 * l0, ((size_t)OH + l1 - 1) / l1 * l1, (size_t)(N * O)};
     st = vmcl_launch(d, k, 3, global, local);
