@@ -559,6 +559,18 @@ static void compile_run(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_
   vm_executable_free(exec);
 }
 
+/* Output (o, i, j) of the valid, stride-1 convolution of x [C, H, W] with
+ * w [O, C, K, K] (no bias), in double on the host. */
+static double host_conv_at(const float *x, const float *w, int C, int H, int W, int K, int o, int i,
+                           int j) {
+  double acc = 0;
+  for (int ci = 0; ci < C; ci++)
+    for (int ki = 0; ki < K; ki++)
+      for (int kj = 0; kj < K; kj++)
+        acc += (double)x[(ci * H + i + ki) * W + j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+  return acc;
+}
+
 /* A Conv followed by an inference BatchNormalization: the BN is folded
  * into the convolution (no node of its own) and the result matches the
  * two computed in turn on the host. */
@@ -602,12 +614,7 @@ static void test_conv_bn_folded(void **state) {
   for (int o = 0; o < O; o++)
     for (int i = 0; i < OH; i++)
       for (int j = 0; j < OW; j++) {
-        double acc = b[o];
-        for (int ci = 0; ci < C; ci++)
-          for (int ki = 0; ki < K; ki++)
-            for (int kj = 0; kj < K; kj++)
-              acc +=
-                  (double)x[(ci * H + i + ki) * W + j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+        double acc = b[o] + host_conv_at(x, w, C, H, W, K, o, i, j);
         double want = (acc - mn[o]) / sqrt((double)vr[o] + 1e-5) * sc[o] + bb[o];
         double d = fabs(want - got[(o * OH + i) * OW + j]);
         if (d > max_err) max_err = d;
@@ -659,12 +666,7 @@ static void conv_affine_case(env_t *e, int variant) {
   for (int o = 0; o < O; o++)
     for (int i = 0; i < OH; i++)
       for (int j = 0; j < OW; j++) {
-        double acc = 0;
-        for (int ci = 0; ci < C; ci++)
-          for (int ki = 0; ki < K; ki++)
-            for (int kj = 0; kj < K; kj++)
-              acc +=
-                  (double)x[(ci * H + i + ki) * W + j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+        double acc = host_conv_at(x, w, C, H, W, K, o, i, j);
         double c = acc + b[o];
         double want = variant == 3   ? c * acc + as[o]
                       : variant == 2 ? c * ms[i] + as[o]
@@ -796,12 +798,7 @@ static void conv_epilogue_case(env_t *e, int variant) {
   for (int o = 0; o < O; o++)
     for (int i = 0; i < OH; i++)
       for (int j = 0; j < OW; j++) {
-        double acc = b[o];
-        for (int ci = 0; ci < C; ci++)
-          for (int ki = 0; ki < K; ki++)
-            for (int kj = 0; kj < K; kj++)
-              acc +=
-                  (double)x[(ci * H + i + ki) * W + j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+        double acc = b[o] + host_conv_at(x, w, C, H, W, K, o, i, j);
         double hs = acc * fmin(fmax(acc + 3, 0), 6) / 6, relu = acc > 0 ? acc : 0;
         double want = variant == 0   ? hs * sm + sa
                       : variant == 1 ? relu
