@@ -63,7 +63,7 @@ static void usage(FILE *f) {
           "  --max-message SIZE      largest request accepted [chunk size + 64K]\n"
           "  --chunk-size SIZE       chunk size of uploads and downloads, 4K..64M [1M]\n"
           "  --max-executable SIZE   largest executable accepted [1G]\n"
-          "  --workers N             requests served in parallel (nng contexts) [8]\n"
+          "  --workers N             requests served in parallel (worker threads) [8]\n"
           "  --log-level LEVEL       debug, info, warn, error or off [info]\n"
           "  --insecure              allow a non-loopback --listen without a token [off]\n"
           "  --kernels POLICY        kernels carried by executables (cl.kernel): allow,\n"

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,7 +372,8 @@ static void test_tensor_mismatches(void **state) {
   int64_t vast[1] = {INT64_C(1) << 59};
   CODE_IS(ha_tensor_begin(&c, vm, "float32", vast, 1, UINT64_C(1) << 61, &(uint64_t){0}, &r),
           VM_RESOURCE_EXHAUSTED, &r);
-  expect_msg(&r, "cpu device out of memory: 2305843009213693952 bytes requested, more than the host");
+  expect_msg(&r,
+             "cpu device out of memory: 2305843009213693952 bytes requested, more than the host");
   /* Unknown function and parameter, index out of range. */
   CODE_IS_FREE(ha_set_input_tensor(&c, vm, "nope", 0, NULL, "float32", s1, 1, 16, xf, 16, &r),
                VM_NOT_FOUND, &r);
@@ -674,6 +676,70 @@ static void test_device_queue_keeps_a_worker_free(void **state) {
   assert_int_equal(agent_proc_stop(&p), 0);
 }
 
+typedef struct recv_job {
+  hw_conn_t *c;
+  int ctx;
+  int rv;
+  hw_reply_t r;
+  int done; /* atomic */
+} recv_job_t;
+
+static void *recv_main(void *arg) {
+  recv_job_t *j = arg;
+  j->rv = hw_recv(j->c, j->ctx, &j->r, 60000);
+  __atomic_store_n(&j->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/* Ping, Stats and Cancel are served by the connection's reader, never
+ * queued behind the workers. With --workers 1, three endless invokes (one
+ * running on the only worker, two queued for it) and then Pings and Stats
+ * on the same connection (so the agent reads them after the invokes): all
+ * are answered while no invoke has, and Cancel ends the invokes one by one
+ * in the order the worker takes them. An agent that serves every request
+ * on a worker answers none of them. The client is a plain nng req0 socket,
+ * as an old client is. */
+static void test_cheap_requests_skip_busy_workers(void **state) {
+  (void)state;
+  const char *args[] = {"--workers", "1", "--device", "cpu", NULL};
+  agent_proc_t p;
+  assert_int_equal(agent_proc_start(&p, args), 0);
+  hw_conn_t c;
+  hw_reply_t r;
+  ha_open_session(&c, p.url);
+  enum { N = 3 };
+  uint64_t vm[N];
+  for (int i = 0; i < N; i++) vm[i] = setup_vm(&c);
+  for (int i = 0; i < N; i++) ha_send_invoke(&c, 1 + i, vm[i], "spin", NULL);
+  for (int i = 0; i < 3; i++) {
+    CODE_IS_FREE(ha_ping(&c, &r), 0, &r);
+    CODE_IS_FREE(ha_stats(&c, &r), 0, &r);
+  }
+  recv_job_t j[N];
+  pthread_t th[N];
+  for (int i = 0; i < N; i++) {
+    memset(&j[i], 0, sizeof(j[i]));
+    j[i].c = &c;
+    j[i].ctx = 1 + i;
+    assert_int_equal(pthread_create(&th[i], NULL, recv_main, &j[i]), 0);
+  }
+  for (int i = 0; i < N; i++) {
+    /* A Cancel that lands before the worker took invoke i changes
+     * nothing: repeat until it ends. The others spin on meanwhile. */
+    for (int k = 0; k < 1200 && !__atomic_load_n(&j[i].done, __ATOMIC_SEQ_CST); k++) {
+      CODE_IS_FREE(ha_cancel(&c, 10, vm[i], &r), 0, &r);
+      usleep(25 * 1000);
+    }
+    pthread_join(th[i], NULL);
+    assert_int_equal(j[i].rv, 0);
+    CODE_IS_FREE(hw_code(&j[i].r), VM_CANCELLED, &j[i].r);
+    for (int k = i + 1; k < N; k++) assert_false(__atomic_load_n(&j[k].done, __ATOMIC_SEQ_CST));
+  }
+  CODE_IS_FREE(ha_ping(&c, &r), 0, &r);
+  hw_close(&c);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
 static void test_session_mem_limit(void **state) {
   (void)state;
   const char *args[] = {"--session-mem-limit", "64K", "--device", "cpu",
@@ -716,6 +782,7 @@ int main(void) {
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_max_sessions),
       cmocka_unit_test(test_device_queue_keeps_a_worker_free),
+      cmocka_unit_test(test_cheap_requests_skip_busy_workers),
       cmocka_unit_test(test_session_mem_limit),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -47,6 +47,13 @@ size_t vmp_frame_write(const ProtobufCMessage *msg, uint8_t *dst);
 vm_status_t vmp_request_unpack(const uint8_t *env, size_t len, Vmrpc__Request **out);
 vm_status_t vmp_response_unpack(const uint8_t *env, size_t len, Vmrpc__Response **out);
 
+/* The operation of a request body (frame + envelope) without decoding
+ * it: the number of the last field of the `op` oneof in the envelope
+ * (what protobuf-c would decode), 0 when there is none or the envelope is
+ * malformed. For choosing where a request is served, never for serving
+ * it. */
+int vmp_request_peek_op(const uint8_t *body, size_t len);
+
 /* Name of a request's operation ("Hello", "UploadChunk", ...), "unknown"
  * for an unset or unknown case. */
 const char *vmp_op_name(Vmrpc__Request__OpCase op);
