@@ -92,7 +92,7 @@ static uint64_t send_chunk_size(void *ctx, uint64_t idx) {
   return chunk_len(u->size, idx * cb, cb);
 }
 
-static vm_status_t send_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t send_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg, uint64_t *out_id) {
   send_ctx_t *u = ctx;
   uint64_t off = idx * u->c->limits.chunk_bytes;
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
@@ -626,7 +626,7 @@ static void get_output_request(const vmc_conn_t *c, vmc_vm_t vm, const char *fun
   req->get_output = go;
 }
 
-static vm_status_t tout_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t tout_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg, uint64_t *out_id) {
   tout_ctx_t *t = ctx;
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
   Vmrpc__GetOutputRequest go = VMRPC__GET_OUTPUT_REQUEST__INIT;
@@ -1150,7 +1150,7 @@ static uint64_t remote_chunk_size(void *ctx, uint64_t idx) {
   return chunk_len(x->touts[k->out].nbytes, k->offset, x->c->limits.chunk_bytes);
 }
 
-static vm_status_t remote_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t remote_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg, uint64_t *out_id) {
   remote_ctx_t *x = ctx;
   const remote_chunk_t *k = &x->chunks[idx];
   const vmc_run_output_t *ro = &x->res->outputs[k->out];
@@ -1313,7 +1313,8 @@ static uint64_t xfer_begin_size(void *ctx, uint64_t idx) {
   return 0;
 }
 
-static vm_status_t xfer_begin_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t xfer_begin_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg,
+                                   uint64_t *out_id) {
   xfer_ctx_t *x = ctx;
   const vmc_tensor_t *t = &x->in[x->which[x->first + idx]].tensor;
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
@@ -1346,7 +1347,8 @@ static uint64_t xfer_chunk_size(void *ctx, uint64_t idx) {
   return chunk_len(x->in[k->out].tensor.nbytes, k->offset, x->c->limits.chunk_bytes);
 }
 
-static vm_status_t xfer_chunk_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t xfer_chunk_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg,
+                                   uint64_t *out_id) {
   xfer_ctx_t *x = ctx;
   const remote_chunk_t *k = &x->chunks[idx];
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
