@@ -334,12 +334,12 @@ static int read_one(vmc_conn_t *c, int32_t ms, vmci_msg_t **out, uint32_t *out_i
   uint8_t pre[VMP_SP_PREFIX_MAX];
   size_t pn = c->ipc ? 9 : 8, moved = 0;
   nng_iov v = {.iov_buf = pre, .iov_len = pn};
-  int rv = vmp_sp_io(c->s, c->raio, 0, &v, 1, ms, &moved);
+  int rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, ms, &moved);
   if (rv == NNG_ETIMEDOUT && moved == 0) return rv;
   if (rv == NNG_ETIMEDOUT) { /* a message has begun: it must come whole */
     v.iov_buf = pre + moved;
     v.iov_len = pn - moved;
-    rv = vmp_sp_io(c->s, c->raio, 0, &v, 1, c->request_timeout_ms, NULL);
+    rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, c->request_timeout_ms, NULL);
   }
   uint64_t len = 0;
   if (!rv) rv = vmp_sp_prefix_parse(c->ipc, pre, &len);
@@ -349,7 +349,7 @@ static int read_one(vmc_conn_t *c, int32_t ms, vmci_msg_t **out, uint32_t *out_i
   if (!m) return NNG_ENOMEM;
   v.iov_buf = m->body;
   v.iov_len = (size_t)len;
-  rv = vmp_sp_io(c->s, c->raio, 0, &v, 1, c->request_timeout_ms, NULL);
+  rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, c->request_timeout_ms, NULL);
   if (!rv && !(m->body[0] & 0x80u)) rv = NNG_EPROTO; /* a rep0 peer echoes our one id word */
   if (rv) {
     msg_put(c, m);
@@ -822,6 +822,9 @@ static vm_status_t dial(vmc_conn_t *c) {
   if (!rv && !c->ipc) {
     nng_stream_set_bool(c->s, NNG_OPT_TCP_NODELAY, true);
     nng_stream_set_bool(c->s, NNG_OPT_TCP_KEEPALIVE, true);
+    /* Plain TCP: replies are waited for on the socket itself, so the
+     * kernel wakes the caller without a detour through nng's poller. */
+    if (strncmp(c->url, "tcp", 3) == 0) c->fd = vmp_sp_stream_fd(c->s);
   }
   if (!rv) rv = vmp_sp_handshake(c->s, c->raio, VMP_SP_REQ0, VMP_SP_REP0, c->connect_timeout_ms);
   if (rv == NNG_ETIMEDOUT)
@@ -1024,6 +1027,7 @@ vm_status_t vmc_connect(const char *url, const vmc_conn_opts_t *opts, vmc_conn_t
     goto fail;
   }
   c->ipc = vmp_sp_url_is_ipc(url);
+  c->fd = -1;
   int rv = nng_aio_alloc(&c->raio, NULL, NULL);
   if (!rv) rv = nng_aio_alloc(&c->waio, NULL, NULL);
   if (rv) {

@@ -54,6 +54,7 @@ struct vmc_conn {
   nng_stream_dialer *dialer;
   nng_stream *s;
   int ipc; /* ipc:// framing */
+  int fd;  /* the socket under s for poll() (plain tcp://), or -1 */
 
   pthread_mutex_t wmu; /* one request written at a time; before mu */
   nng_aio *waio;       /* under wmu */

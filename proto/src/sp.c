@@ -1,7 +1,14 @@
 /* SP framing over nng byte streams: see vmproto/sp.h. */
 #include "vmproto/sp.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 int vmp_sp_url_is_ipc(const char *url) {
   return url && (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "abstract://", 11) == 0);
@@ -42,6 +49,101 @@ int vmp_sp_io(nng_stream *s, nng_aio *aio, int is_send, const nng_iov *iov, unsi
   }
   if (moved) *moved = done;
   return rv;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int vmp_sp_recv_fd(nng_stream *s, nng_aio *aio, int fd, const nng_iov *iov, unsigned n,
+                   int32_t timeout_ms, size_t *moved) {
+  if (fd < 0) return vmp_sp_io(s, aio, 0, iov, n, timeout_ms, moved);
+  nng_iov v[8];
+  if (n > 8) return NNG_EINVAL;
+  memcpy(v, iov, n * sizeof(*v));
+  size_t done = 0;
+  unsigned first = 0;
+  int rv = 0;
+  while (first < n && v[first].iov_len == 0) first++;
+  while (first < n) {
+    /* Each step may take timeout_ms, as in vmp_sp_io. */
+    int64_t end = timeout_ms > 0 ? mono_ms() + timeout_ms : 0;
+    for (;;) {
+      struct pollfd p = {.fd = fd, .events = POLLIN};
+      int wait = -1;
+      if (end) {
+        int64_t left = end - mono_ms();
+        wait = left > 0 ? (int)left : 0;
+      }
+      int pr = poll(&p, 1, wait);
+      if (pr > 0) break;
+      if (pr == 0) {
+        rv = NNG_ETIMEDOUT;
+        break;
+      }
+      if (errno != EINTR) {
+        rv = NNG_ECONNSHUT;
+        break;
+      }
+    }
+    if (rv) break;
+    size_t got = 0;
+    /* Data (or the end of the stream) is there: nng reads it at once. */
+    rv = vmp_sp_io(s, aio, 0, v + first, 1, timeout_ms, &got);
+    done += got;
+    if (rv) break;
+    if (got >= v[first].iov_len) {
+      first++;
+      while (first < n && v[first].iov_len == 0) first++;
+    } else {
+      v[first].iov_buf = (uint8_t *)v[first].iov_buf + got;
+      v[first].iov_len -= got;
+    }
+  }
+  if (moved) *moved = done;
+  return rv;
+}
+
+/* Whether a (from getsockname/getpeername) is the address n. */
+static int same_addr(const struct sockaddr_storage *a, const nng_sockaddr *n) {
+  if (a->ss_family == AF_INET && n->s_family == NNG_AF_INET) {
+    const struct sockaddr_in *x = (const struct sockaddr_in *)a;
+    return x->sin_port == n->s_in.sa_port && x->sin_addr.s_addr == n->s_in.sa_addr;
+  }
+  if (a->ss_family == AF_INET6 && n->s_family == NNG_AF_INET6) {
+    const struct sockaddr_in6 *x = (const struct sockaddr_in6 *)a;
+    return x->sin6_port == n->s_in6.sa_port &&
+           memcmp(x->sin6_addr.s6_addr, n->s_in6.sa_addr, 16) == 0;
+  }
+  return 0;
+}
+
+int vmp_sp_stream_fd(nng_stream *s) {
+  nng_sockaddr loc, rem;
+  if (nng_stream_get_addr(s, NNG_OPT_LOCADDR, &loc) != 0 ||
+      nng_stream_get_addr(s, NNG_OPT_REMADDR, &rem) != 0)
+    return -1;
+  if ((loc.s_family != NNG_AF_INET && loc.s_family != NNG_AF_INET6) || loc.s_family != rem.s_family)
+    return -1;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1, count = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end;
+    long fd = strtol(e->d_name, &end, 10);
+    if (*end || end == e->d_name || fd < 0 || fd == dirfd(d)) continue;
+    struct sockaddr_storage a, b;
+    socklen_t al = sizeof(a), bl = sizeof(b);
+    if (getsockname((int)fd, (struct sockaddr *)&a, &al) != 0 || !same_addr(&a, &loc)) continue;
+    if (getpeername((int)fd, (struct sockaddr *)&b, &bl) != 0 || !same_addr(&b, &rem)) continue;
+    found = (int)fd;
+    count++;
+  }
+  closedir(d);
+  return count == 1 ? found : -1;
 }
 
 int vmp_sp_handshake(nng_stream *s, nng_aio *aio, uint16_t self, uint16_t peer,

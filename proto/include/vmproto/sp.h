@@ -45,6 +45,22 @@ int vmp_sp_url_is_ipc(const char *url);
 int vmp_sp_io(nng_stream *s, nng_aio *aio, int is_send, const nng_iov *iov, unsigned n,
               int32_t timeout_ms, size_t *moved);
 
+/* The same for a receive, waiting for data on fd (the socket under s, from
+ * vmp_sp_stream_fd; -1: as vmp_sp_io) with poll() on the calling thread
+ * before each step. nng 1.5 tries a read at once when it is asked for one
+ * and only when nothing is there hands the wait to its poller thread,
+ * which then wakes the caller: waiting here instead, the kernel wakes the
+ * caller itself and nng's read completes on the spot (docs/performance.md,
+ * Round trip). */
+int vmp_sp_recv_fd(nng_stream *s, nng_aio *aio, int fd, const nng_iov *iov, unsigned n,
+                   int32_t timeout_ms, size_t *moved);
+
+/* The socket under a plain TCP stream (not TLS, not ipc): the descriptor
+ * of this process whose local and peer addresses are the stream's, found
+ * with getsockname/getpeername; -1 when there is none (or it cannot be
+ * told). Only for waiting on with poll(); all I/O stays nng's. */
+int vmp_sp_stream_fd(nng_stream *s);
+
 /* Sends our 8-byte header (self) and checks the peer's (it must announce
  * peer): 0, NNG_EPROTO for anything else, or the I/O error. */
 int vmp_sp_handshake(nng_stream *s, nng_aio *aio, uint16_t self, uint16_t peer, int32_t timeout_ms);
