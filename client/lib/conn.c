@@ -199,6 +199,10 @@ vm_status_t vmci_decode(vmc_conn_t *c, vmci_msg_t *msg, uint64_t req_id,
   size_t env_len;
   vm_status_t st =
       vmp_frame_split(msg->body, msg->len, 0, &env, &env_len, &out->payload, &out->payload_len);
+  if (!st && msg->ext) { /* the payload was read straight into place */
+    out->payload = msg->ext;
+    out->payload_len = msg->ext_len;
+  }
   if (st) {
     vmci_reply_free(out);
     vm_status_t e = vm_status_make(VM_INTERNAL,
@@ -282,6 +286,7 @@ static int conn_lost(vmc_conn_t *c) {
 /* Takes k off the calls in flight (a reply that comes later is dropped).
  * mu held. */
 static void call_forget_locked(vmc_conn_t *c, vmci_call_t *k) {
+  while (k->filling) pthread_cond_wait(&c->cv, &c->mu); /* it writes into k->dst */
   for (vmci_call_t **pp = &c->calls; *pp; pp = &(*pp)->next)
     if (*pp == k) {
       *pp = k->next;
@@ -329,36 +334,82 @@ static int call_send(vmc_conn_t *c, vmci_call_t *k, vmci_msg_t *m, uint64_t req_
 
 /* Reads one message (as the reader) within ms (<= 0: no limit): 0 with
  * the reply and its SP id; NNG_ETIMEDOUT when nothing came (the stream is
- * still in step); any other error leaves the stream unusable. */
+ * still in step); any other error leaves the stream unusable. A reply
+ * whose call named a destination for its payload (dst, dst_len) and whose
+ * payload has that size is read in two parts: id, frame header and
+ * envelope into a buffer, the payload straight into dst. */
 static int read_one(vmc_conn_t *c, int32_t ms, vmci_msg_t **out, uint32_t *out_id) {
   uint8_t pre[VMP_SP_PREFIX_MAX];
   size_t pn = c->ipc ? 9 : 8, moved = 0;
+  int32_t t = c->request_timeout_ms; /* once a message has begun, it must come whole */
   nng_iov v = {.iov_buf = pre, .iov_len = pn};
   int rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, ms, &moved);
   if (rv == NNG_ETIMEDOUT && moved == 0) return rv;
-  if (rv == NNG_ETIMEDOUT) { /* a message has begun: it must come whole */
+  if (rv == NNG_ETIMEDOUT) {
     v.iov_buf = pre + moved;
     v.iov_len = pn - moved;
-    rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, c->request_timeout_ms, NULL);
+    rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, t, NULL);
   }
   uint64_t len = 0;
   if (!rv) rv = vmp_sp_prefix_parse(c->ipc, pre, &len);
   if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
   if (len < 4 || len > VMCI_MAX_REPLY) return NNG_EMSGSIZE;
-  vmci_msg_t *m = msg_get(c, (size_t)len);
-  if (!m) return NNG_ENOMEM;
-  v.iov_buf = m->body;
-  v.iov_len = (size_t)len;
-  rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, c->request_timeout_ms, NULL);
-  if (!rv && !(m->body[0] & 0x80u)) rv = NNG_EPROTO; /* a rep0 peer echoes our one id word */
+  /* The id and the frame header first (8 bytes), when there are as many. */
+  uint8_t hdr[8];
+  size_t hn = len >= 8 ? 8 : 4;
+  v.iov_buf = hdr;
+  v.iov_len = hn;
+  rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, t, NULL);
+  if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
+  if (!(hdr[0] & 0x80u)) return NNG_EPROTO; /* a rep0 peer echoes our one id word */
+  uint32_t id =
+      ((uint32_t)hdr[0] << 24) | ((uint32_t)hdr[1] << 16) | ((uint32_t)hdr[2] << 8) | hdr[3];
+  uint64_t env = hn == 8 ? (uint64_t)hdr[4] | (uint64_t)hdr[5] << 8 | (uint64_t)hdr[6] << 16 |
+                               (uint64_t)hdr[7] << 24
+                         : 0;
+  vmci_call_t *k = NULL;
+  uint64_t pay = 0;
+  if (hn == 8 && env <= len - 8) {
+    pay = len - 8 - env;
+    pthread_mutex_lock(&c->mu);
+    for (vmci_call_t *x = c->calls; x; x = x->next)
+      if (x->sp_id == id) k = x;
+    if (k && (!k->dst || k->dst_len != pay || pay == 0)) k = NULL;
+    if (k) k->filling = 1;
+    pthread_mutex_unlock(&c->mu);
+  }
+  size_t head = k ? (size_t)(len - pay) : (size_t)len; /* into the buffer, id included */
+  vmci_msg_t *m = msg_get(c, head);
+  if (!m) rv = NNG_ENOMEM;
+  nng_iov parts[2];
+  unsigned np = 0;
+  if (!rv) {
+    memcpy(m->body, hdr, hn);
+    parts[np].iov_buf = m->body + hn;
+    parts[np++].iov_len = head - hn;
+    if (k) {
+      parts[np].iov_buf = k->dst;
+      parts[np++].iov_len = (size_t)pay;
+    }
+    rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, parts, np, t, NULL);
+  }
+  if (k) {
+    pthread_mutex_lock(&c->mu);
+    k->filling = 0;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+  }
   if (rv) {
     msg_put(c, m);
     return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
   }
-  *out_id = ((uint32_t)m->body[0] << 24) | ((uint32_t)m->body[1] << 16) |
-            ((uint32_t)m->body[2] << 8) | m->body[3];
+  *out_id = id;
   m->body += 4;
-  m->len = (size_t)len - 4;
+  m->len = head - 4;
+  if (k) {
+    m->ext = k->dst;
+    m->ext_len = (size_t)pay;
+  }
   *out = m;
   return 0;
 }
@@ -552,6 +603,7 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
   if (window == 0) window = 1;
   if (window > VMCI_MAX_INFLIGHT) window = VMCI_MAX_INFLIGHT;
   vmci_call_t calls[VMCI_MAX_INFLIGHT];
+  memset(calls, 0, sizeof(calls));
   vmci_call_t *inflight[VMCI_MAX_INFLIGHT];
   vmci_call_t *spare[VMCI_MAX_INFLIGHT];
   uint32_t n_inflight = 0, n_spare = window;
@@ -581,6 +633,8 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
       }
       vmci_call_t *k = spare[--n_spare];
       k->tag = next;
+      k->dst = p->dest ? p->dest(p->ctx, next) : NULL;
+      k->dst_len = k->dst ? (size_t)p->chunk_size(p->ctx, next) : 0;
       inflight[n_inflight++] = k;
       next++;
       /* A failed send completes k (the connection is lost) and is

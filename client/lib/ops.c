@@ -652,8 +652,14 @@ static vm_status_t chunk_into(tout_ctx_t *t, const vmci_reply_t *r, uint64_t off
                           "%s: asked for %llu bytes at offset %llu, the agent sent %zu at %llu",
                           t->what, (unsigned long long)expect_len, (unsigned long long)offset,
                           r->payload_len, (unsigned long long)go->offset);
-  if (expect_len) memcpy(t->dst + offset, r->payload, expect_len);
+  /* The payload may already be in place (read there from the socket). */
+  if (expect_len && r->payload != t->dst + offset) memcpy(t->dst + offset, r->payload, expect_len);
   return VM_STATUS_OK;
+}
+
+static uint8_t *tout_dest(void *ctx, uint64_t idx) {
+  tout_ctx_t *t = ctx;
+  return t->dst + (idx + 1) * t->c->limits.chunk_bytes;
 }
 
 static vm_status_t tout_done(void *ctx, uint64_t idx, vmci_reply_t *r) {
@@ -780,6 +786,7 @@ static vm_status_t get_output_impl(vmc_conn_t *c, vmc_vm_t vm, const char *func,
       p.make = tout_make;
       p.done = tout_done;
       p.chunk_size = tout_chunk_size;
+      p.dest = tout_dest;
       p.expect = ROP(GET_OUTPUT);
       p.ctx = &tc;
       p.progress_total = nbytes;
@@ -1162,6 +1169,12 @@ static vm_status_t remote_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg, ui
   return VM_STATUS_OK;
 }
 
+static uint8_t *remote_dest(void *ctx, uint64_t idx) {
+  remote_ctx_t *x = ctx;
+  const remote_chunk_t *k = &x->chunks[idx];
+  return x->touts[k->out].dst + k->offset;
+}
+
 static vm_status_t remote_done(void *ctx, uint64_t idx, vmci_reply_t *r) {
   remote_ctx_t *x = ctx;
   const remote_chunk_t *k = &x->chunks[idx];
@@ -1216,6 +1229,7 @@ static vm_status_t run_fetch_remote(vmc_conn_t *c, const char *func, const vmc_r
     p.make = remote_make;
     p.done = remote_done;
     p.chunk_size = remote_chunk_size;
+    p.dest = remote_dest;
     p.expect = ROP(GET_OUTPUT);
     p.ctx = &x;
     p.what = what;

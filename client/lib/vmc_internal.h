@@ -47,6 +47,11 @@ typedef struct vmci_call {
   int done;
   int rv; /* nng result: 0 when the reply came */
   vmci_msg_t *reply;
+  /* Where a reply payload of exactly dst_len bytes goes: read there
+   * straight from the socket (reply->ext then points to it). */
+  uint8_t *dst;
+  size_t dst_len;
+  int filling; /* the reader is writing into dst: wait before forgetting */
 } vmci_call_t;
 
 struct vmc_conn {
@@ -138,6 +143,9 @@ typedef struct vmci_pipeline {
   vm_status_t (*make)(void *ctx, uint64_t idx, vmci_msg_t **out_msg, uint64_t *out_req_id);
   vm_status_t (*done)(void *ctx, uint64_t idx, vmci_reply_t *reply);
   uint64_t (*chunk_size)(void *ctx, uint64_t idx);
+  /* May be NULL: where chunk idx's reply payload (chunk_size bytes) is to
+   * go, so that it is read there from the socket without a copy. */
+  uint8_t *(*dest)(void *ctx, uint64_t idx);
   Vmrpc__Response__OpCase expect;
   void *ctx;
   vmc_progress_fn progress;
