@@ -427,7 +427,7 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
 #ifdef __GLIBC__
-  /* nng allocates a message per request and per reply: with the default
+  /* The agent allocates a buffer per request and per reply: with the default
    * chunk size, 1 MiB each. glibc's defaults return such blocks to the
    * kernel (its dynamic mmap threshold and heap trimming), so every chunk
    * would land in fresh pages and pay a page fault per 4 KiB. Keep
