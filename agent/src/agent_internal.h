@@ -260,6 +260,7 @@ struct vmagent {
   int pool_lock_ready;
   pthread_cond_t jobs_cv;    /* a job was queued, or stopping */
   pthread_cond_t readers_cv; /* a connection's reader ended */
+  pthread_cond_t space_cv;   /* a connection's queue has room again */
   struct vma_job *jobs_head, *jobs_tail;
   struct vma_conn *conns; /* open connections (their readers run) */
   struct vma_conn *ended; /* readers that ended, to be joined */

@@ -57,6 +57,11 @@
 /* A reply that makes no progress for this long (the peer stopped
  * reading) closes its connection rather than hold a worker forever. */
 #define VMA_WRITE_STALL_MS 60000
+/* Requests of one connection waiting for a worker, at most: beyond that
+ * its reader stops reading until a worker takes one (a client cannot make
+ * the agent buffer messages without limit; a vmrpc client has at most 64
+ * chunk requests in flight). */
+#define VMA_CONN_QUEUE_MAX 128
 /* Reader threads need little stack: cheap requests only. */
 #define VMA_READER_STACK (512u << 10)
 /* Room before a reply body for its prefix and the request's id words. */
@@ -73,6 +78,7 @@ typedef struct vma_conn {
   nng_aio *waio;   /* under wmu */
   atomic_int refs; /* the reader + queued or running jobs */
   atomic_int closed;
+  uint32_t queued; /* its jobs in the queue (pool_lock) */
   char peer[64];
   pthread_t reader;
   struct vma_conn *next; /* a->conns or a->ended, under pool_lock */
@@ -188,6 +194,9 @@ static void vma_serve(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, size_t 
     /* A reply cut short leaves the stream unusable. */
     VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));
     vma_conn_close(c);
+    pthread_mutex_lock(&a->pool_lock); /* its reader may wait for queue space */
+    pthread_cond_broadcast(&a->space_cv);
+    pthread_mutex_unlock(&a->pool_lock);
   }
 }
 
@@ -208,6 +217,7 @@ static void *vma_worker_main(void *arg) {
     vma_job_t *j = a->jobs_head;
     a->jobs_head = j->next;
     if (!a->jobs_head) a->jobs_tail = NULL;
+    if (j->conn->queued-- == VMA_CONN_QUEUE_MAX) pthread_cond_broadcast(&a->space_cv);
     a->idle_workers--;
     pthread_mutex_unlock(&a->pool_lock);
     if (!atomic_load(&j->conn->closed)) vma_serve(j->conn, j->data, j->hdr_len, j->len);
@@ -317,8 +327,18 @@ static void *vma_reader_main(void *arg) {
       free(j);
       continue;
     }
-    atomic_fetch_add(&c->refs, 1);
     pthread_mutex_lock(&a->pool_lock);
+    while (c->queued >= VMA_CONN_QUEUE_MAX && !atomic_load(&c->closed) &&
+           !atomic_load(&a->stopping))
+      pthread_cond_wait(&a->space_cv, &a->pool_lock);
+    if (atomic_load(&c->closed) || atomic_load(&a->stopping)) {
+      pthread_mutex_unlock(&a->pool_lock);
+      free(j);
+      rv = NNG_ECLOSED;
+      break;
+    }
+    atomic_fetch_add(&c->refs, 1);
+    c->queued++;
     if (a->jobs_tail)
       a->jobs_tail->next = j;
     else
@@ -548,6 +568,12 @@ vm_status_t vma_server_start(vmagent_t *a) {
     pthread_mutex_destroy(&a->pool_lock);
     return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
   }
+  if (pthread_cond_init(&a->space_cv, NULL) != 0) {
+    pthread_cond_destroy(&a->readers_cv);
+    pthread_cond_destroy(&a->jobs_cv);
+    pthread_mutex_destroy(&a->pool_lock);
+    return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
+  }
   a->pool_lock_ready = 1;
   a->ipc_listener = vmp_sp_url_is_ipc(a->listen_url);
   int rv = nng_stream_listener_alloc(&a->listener, a->listen_url);
@@ -614,6 +640,7 @@ void vma_server_stop(vmagent_t *a) {
   if (a->pool_lock_ready) {
     pthread_mutex_lock(&a->pool_lock);
     for (vma_conn_t *c = a->conns; c; c = c->next) vma_conn_close(c);
+    pthread_cond_broadcast(&a->space_cv);
     while (a->num_conns > 0) pthread_cond_wait(&a->readers_cv, &a->pool_lock);
     pthread_mutex_unlock(&a->pool_lock);
     vma_conns_join(a);
@@ -658,6 +685,7 @@ void vma_server_stop(vmagent_t *a) {
   }
   if (a->pool_lock_ready) {
     pthread_cond_destroy(&a->readers_cv);
+    pthread_cond_destroy(&a->space_cv);
     pthread_cond_destroy(&a->jobs_cv);
     pthread_mutex_destroy(&a->pool_lock);
     a->pool_lock_ready = 0;
