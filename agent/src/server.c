@@ -72,8 +72,7 @@ typedef struct vma_conn {
   uint32_t id;
   int ipc;
   nng_stream *s;
-  int fd;        /* the socket under s for poll(), or -1 (vmp_sp_stream_fd) */
-  nng_aio *raio; /* the reader's */
+  nng_aio *raio; /* the reader's (rd.aio) */
   pthread_mutex_t wmu;
   nng_aio *waio;   /* under wmu */
   atomic_int refs; /* the reader + queued or running jobs */
@@ -81,6 +80,7 @@ typedef struct vma_conn {
   uint32_t queued; /* its jobs in the queue (pool_lock) */
   char peer[64];
   pthread_t reader;
+  vmp_sp_reader_t rd;    /* requests, read by the reader thread */
   struct vma_conn *next; /* a->conns or a->ended, under pool_lock */
 } vma_conn_t;
 
@@ -281,8 +281,7 @@ static void *vma_reader_main(void *arg) {
   size_t pn = c->ipc ? 9 : 8;
   while (!rv) {
     uint8_t pre[VMP_SP_PREFIX_MAX];
-    nng_iov v = {.iov_buf = pre, .iov_len = pn};
-    rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, 0, NULL);
+    rv = vmp_sp_read(&c->rd, pre, pn, 0, NULL);
     uint64_t len = 0;
     if (!rv) rv = vmp_sp_prefix_parse(c->ipc, pre, &len);
     if (rv) break;
@@ -303,9 +302,7 @@ static void *vma_reader_main(void *arg) {
       rv = NNG_ENOMEM;
       break;
     }
-    v.iov_buf = j->data;
-    v.iov_len = (size_t)len;
-    rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, 0, NULL);
+    rv = vmp_sp_read(&c->rd, j->data, (size_t)len, 0, NULL);
     int hdr = rv ? 0 : vmp_sp_request_header(j->data, (size_t)len);
     if (rv || hdr <= 0) {
       free(j);
@@ -398,7 +395,9 @@ static void vma_conn_start(vmagent_t *a, nng_stream *s) {
   c->ipc = a->ipc_listener;
   /* Plain TCP: the reader waits for requests on the socket itself, so the
    * kernel wakes it without a detour through nng's poller thread. */
-  c->fd = a->ipc_listener || a->tls_config ? -1 : vmp_sp_stream_fd(s);
+  c->rd.s = s;
+  c->rd.aio = c->raio;
+  c->rd.fd = a->ipc_listener || a->tls_config ? -1 : vmp_sp_stream_fd(s);
   atomic_init(&c->refs, 1);
   atomic_init(&c->closed, 0);
   pthread_mutex_lock(&a->pool_lock);

@@ -342,14 +342,9 @@ static int read_one(vmc_conn_t *c, int32_t ms, vmci_msg_t **out, uint32_t *out_i
   uint8_t pre[VMP_SP_PREFIX_MAX];
   size_t pn = c->ipc ? 9 : 8, moved = 0;
   int32_t t = c->request_timeout_ms; /* once a message has begun, it must come whole */
-  nng_iov v = {.iov_buf = pre, .iov_len = pn};
-  int rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, ms, &moved);
+  int rv = vmp_sp_read(&c->rd, pre, pn, ms, &moved);
   if (rv == NNG_ETIMEDOUT && moved == 0) return rv;
-  if (rv == NNG_ETIMEDOUT) {
-    v.iov_buf = pre + moved;
-    v.iov_len = pn - moved;
-    rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, t, NULL);
-  }
+  if (rv == NNG_ETIMEDOUT) rv = vmp_sp_read(&c->rd, pre + moved, pn - moved, t, NULL);
   uint64_t len = 0;
   if (!rv) rv = vmp_sp_prefix_parse(c->ipc, pre, &len);
   if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
@@ -357,9 +352,7 @@ static int read_one(vmc_conn_t *c, int32_t ms, vmci_msg_t **out, uint32_t *out_i
   /* The id and the frame header first (8 bytes), when there are as many. */
   uint8_t hdr[8];
   size_t hn = len >= 8 ? 8 : 4;
-  v.iov_buf = hdr;
-  v.iov_len = hn;
-  rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, &v, 1, t, NULL);
+  rv = vmp_sp_read(&c->rd, hdr, hn, t, NULL);
   if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
   if (!(hdr[0] & 0x80u)) return NNG_EPROTO; /* a rep0 peer echoes our one id word */
   uint32_t id =
@@ -381,17 +374,10 @@ static int read_one(vmc_conn_t *c, int32_t ms, vmci_msg_t **out, uint32_t *out_i
   size_t head = k ? (size_t)(len - pay) : (size_t)len; /* into the buffer, id included */
   vmci_msg_t *m = msg_get(c, head);
   if (!m) rv = NNG_ENOMEM;
-  nng_iov parts[2];
-  unsigned np = 0;
   if (!rv) {
     memcpy(m->body, hdr, hn);
-    parts[np].iov_buf = m->body + hn;
-    parts[np++].iov_len = head - hn;
-    if (k) {
-      parts[np].iov_buf = k->dst;
-      parts[np++].iov_len = (size_t)pay;
-    }
-    rv = vmp_sp_recv_fd(c->s, c->raio, c->fd, parts, np, t, NULL);
+    rv = vmp_sp_read(&c->rd, m->body + hn, head - hn, t, NULL);
+    if (!rv && k) rv = vmp_sp_read(&c->rd, k->dst, (size_t)pay, t, NULL);
   }
   if (k) {
     pthread_mutex_lock(&c->mu);
@@ -871,14 +857,18 @@ static vm_status_t dial(vmc_conn_t *c) {
   nng_stream_dialer_dial(c->dialer, aio);
   nng_aio_wait(aio);
   rv = nng_aio_result(aio);
-  if (!rv) c->s = nng_aio_get_output(aio, 0);
+  if (!rv) {
+    c->s = nng_aio_get_output(aio, 0);
+    c->rd.s = c->s;
+    c->rd.aio = c->raio;
+  }
   nng_aio_free(aio);
   if (!rv && !c->ipc) {
     nng_stream_set_bool(c->s, NNG_OPT_TCP_NODELAY, true);
     nng_stream_set_bool(c->s, NNG_OPT_TCP_KEEPALIVE, true);
     /* Plain TCP: replies are waited for on the socket itself, so the
      * kernel wakes the caller without a detour through nng's poller. */
-    if (strncmp(c->url, "tcp", 3) == 0) c->fd = vmp_sp_stream_fd(c->s);
+    if (strncmp(c->url, "tcp", 3) == 0) c->rd.fd = vmp_sp_stream_fd(c->s);
   }
   if (!rv) rv = vmp_sp_handshake(c->s, c->raio, VMP_SP_REQ0, VMP_SP_REP0, c->connect_timeout_ms);
   if (rv == NNG_ETIMEDOUT)
@@ -1081,7 +1071,7 @@ vm_status_t vmc_connect(const char *url, const vmc_conn_opts_t *opts, vmc_conn_t
     goto fail;
   }
   c->ipc = vmp_sp_url_is_ipc(url);
-  c->fd = -1;
+  c->rd.fd = -1;
   int rv = nng_aio_alloc(&c->raio, NULL, NULL);
   if (!rv) rv = nng_aio_alloc(&c->waio, NULL, NULL);
   if (rv) {

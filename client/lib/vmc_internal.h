@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "vmclient.h"
+#include "vmproto/sp.h"
 #include "vmproto/wire.h"
 
 /* Internal functions stay out of the shared library's interface. */
@@ -59,11 +60,11 @@ struct vmc_conn {
   nng_stream_dialer *dialer;
   nng_stream *s;
   int ipc; /* ipc:// framing */
-  int fd;  /* the socket under s for poll() (plain tcp://), or -1 */
 
   pthread_mutex_t wmu; /* one request written at a time; before mu */
   nng_aio *waio;       /* under wmu */
   nng_aio *raio;       /* the reader's (see reading) */
+  vmp_sp_reader_t rd;  /* replies, read by the thread holding the role */
 
   pthread_mutex_t mu;     /* everything below */
   pthread_cond_t cv;      /* a call completed, or the reader role is free */

@@ -57,6 +57,24 @@ static int64_t mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Waits up to timeout_ms (<= 0: no limit) for fd to be readable (or at
+ * its end): 0 or NNG_ETIMEDOUT. */
+static int wait_readable(int fd, int32_t timeout_ms) {
+  int64_t end = timeout_ms > 0 ? mono_ms() + timeout_ms : 0;
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int wait = -1;
+    if (end) {
+      int64_t left = end - mono_ms();
+      wait = left > 0 ? (int)left : 0;
+    }
+    int pr = poll(&p, 1, wait);
+    if (pr > 0) return 0;
+    if (pr == 0) return NNG_ETIMEDOUT;
+    if (errno != EINTR) return NNG_ECONNSHUT;
+  }
+}
+
 int vmp_sp_recv_fd(nng_stream *s, nng_aio *aio, int fd, const nng_iov *iov, unsigned n,
                    int32_t timeout_ms, size_t *moved) {
   if (fd < 0) return vmp_sp_io(s, aio, 0, iov, n, timeout_ms, moved);
@@ -68,26 +86,7 @@ int vmp_sp_recv_fd(nng_stream *s, nng_aio *aio, int fd, const nng_iov *iov, unsi
   int rv = 0;
   while (first < n && v[first].iov_len == 0) first++;
   while (first < n) {
-    /* Each step may take timeout_ms, as in vmp_sp_io. */
-    int64_t end = timeout_ms > 0 ? mono_ms() + timeout_ms : 0;
-    for (;;) {
-      struct pollfd p = {.fd = fd, .events = POLLIN};
-      int wait = -1;
-      if (end) {
-        int64_t left = end - mono_ms();
-        wait = left > 0 ? (int)left : 0;
-      }
-      int pr = poll(&p, 1, wait);
-      if (pr > 0) break;
-      if (pr == 0) {
-        rv = NNG_ETIMEDOUT;
-        break;
-      }
-      if (errno != EINTR) {
-        rv = NNG_ECONNSHUT;
-        break;
-      }
-    }
+    rv = wait_readable(fd, timeout_ms);
     if (rv) break;
     size_t got = 0;
     /* Data (or the end of the stream) is there: nng reads it at once. */
@@ -101,6 +100,54 @@ int vmp_sp_recv_fd(nng_stream *s, nng_aio *aio, int fd, const nng_iov *iov, unsi
       v[first].iov_buf = (uint8_t *)v[first].iov_buf + got;
       v[first].iov_len -= got;
     }
+  }
+  if (moved) *moved = done;
+  return rv;
+}
+
+/* One read of whatever has arrived, at least a byte, at most cap. */
+static int recv_some(vmp_sp_reader_t *r, uint8_t *dst, size_t cap, int32_t timeout_ms,
+                     size_t *got) {
+  *got = 0;
+  if (r->fd >= 0) {
+    int rv = wait_readable(r->fd, timeout_ms);
+    if (rv) return rv;
+  }
+  nng_iov v = {.iov_buf = dst, .iov_len = cap};
+  nng_aio_set_timeout(r->aio, timeout_ms > 0 ? (nng_duration)timeout_ms : NNG_DURATION_INFINITE);
+  if (nng_aio_set_iov(r->aio, 1, &v) != 0) return NNG_EINVAL;
+  nng_stream_recv(r->s, r->aio);
+  nng_aio_wait(r->aio);
+  int rv = nng_aio_result(r->aio);
+  if (rv) return rv;
+  *got = nng_aio_count(r->aio);
+  return *got ? 0 : NNG_ECONNSHUT;
+}
+
+int vmp_sp_read(vmp_sp_reader_t *r, void *dst, size_t n, int32_t timeout_ms, size_t *moved) {
+  uint8_t *d = dst;
+  size_t done = 0;
+  int rv = 0;
+  while (done < n) {
+    if (r->off < r->len) {
+      size_t k = r->len - r->off < n - done ? r->len - r->off : n - done;
+      memcpy(d + done, r->buf + r->off, k);
+      r->off += k;
+      done += k;
+      continue;
+    }
+    r->off = r->len = 0;
+    size_t got = 0;
+    if (n - done >= VMP_SP_RBUF / 2) { /* large: straight into place */
+      nng_iov v = {.iov_buf = d + done, .iov_len = n - done};
+      rv = vmp_sp_recv_fd(r->s, r->aio, r->fd, &v, 1, timeout_ms, &got);
+      done += got;
+      if (rv) break;
+      continue;
+    }
+    rv = recv_some(r, r->buf, sizeof(r->buf), timeout_ms, &got);
+    if (rv) break;
+    r->len = got;
   }
   if (moved) *moved = done;
   return rv;

@@ -55,6 +55,24 @@ int vmp_sp_io(nng_stream *s, nng_aio *aio, int is_send, const nng_iov *iov, unsi
 int vmp_sp_recv_fd(nng_stream *s, nng_aio *aio, int fd, const nng_iov *iov, unsigned n,
                    int32_t timeout_ms, size_t *moved);
 
+/* Bytes a reader buffers: small messages arrive with one read. */
+#define VMP_SP_RBUF (16u << 10)
+
+/* A buffered reader of one stream (used by one thread at a time). */
+typedef struct vmp_sp_reader {
+  nng_stream *s;
+  nng_aio *aio; /* callback-free */
+  int fd;       /* the socket for poll() (vmp_sp_stream_fd), or -1 */
+  size_t off, len;
+  uint8_t buf[VMP_SP_RBUF];
+} vmp_sp_reader_t;
+
+/* Reads n bytes into dst: buffered bytes first, then what is missing with
+ * as few reads as it takes (refilling the buffer with whatever has arrived
+ * for small rests, straight into dst for large ones). Each wait may take
+ * timeout_ms (<= 0: no limit); *moved as for vmp_sp_io. */
+int vmp_sp_read(vmp_sp_reader_t *r, void *dst, size_t n, int32_t timeout_ms, size_t *moved);
+
 /* The socket under a plain TCP stream (not TLS, not ipc): the descriptor
  * of this process whose local and peer addresses are the stream's, found
  * with getsockname/getpeername; -1 when there is none (or it cannot be
