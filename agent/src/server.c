@@ -62,8 +62,9 @@
  * the agent buffer messages without limit; a vmrpc client has at most 64
  * chunk requests in flight). */
 #define VMA_CONN_QUEUE_MAX 128
-/* Reader threads need little stack: cheap requests only. */
-#define VMA_READER_STACK (512u << 10)
+/* Reader threads serve cheap requests only; a Goodbye may still free a
+ * session's VMs there, so they get a worker-sized stack margin. */
+#define VMA_READER_STACK (2u << 20)
 /* Room before a reply body for its prefix and the request's id words. */
 #define VMA_REPLY_HEAD (VMP_SP_PREFIX_MAX + 4 * VMP_SP_MAX_HOPS)
 
