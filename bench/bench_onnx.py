@@ -11,6 +11,8 @@ rapidocr-onnxruntime 1.4.4, onnx, numpy); prints one JSON object:
                                around the call and a device sync, no network)
   rec.ort_median_s             onnxruntime median per call (CPU, all threads)
   rec.ratio_wall_vs_ort        vmrpc wall / onnxruntime (aim <= 1.5)
+  rec_fused.*                  the same three vmrpc figures for the model
+                               compiled with --fuse-elementwise
   compile.{rec,mlp20}          seconds and peak resident memory of
                                `vmclient compile` (its own process), with the
                                model's size for the ratio peak / model bytes
@@ -116,6 +118,10 @@ def main():
 
     result = {"bench": "onnx", "model": "ch_PP-OCRv4_rec_infer.onnx", "input": [1, 3, 48, 320]}
     comp = {"rec": compile_model(vmclient, rec, os.path.join(work, "rec.vmx"), {"x": [1, 3, 48, 320]})}
+    # the same with --fuse-elementwise (timed too: rec_fused)
+    subprocess.run([vmclient, "compile", rec, "-o", os.path.join(work, "rec_fused.vmx"),
+                    "--input-shape", "x=1,3,48,320", "--fuse-elementwise"], check=True,
+                   stdout=subprocess.DEVNULL)
     mlp = os.path.join(work, "mlp20.onnx")
     make_mlp20(mlp)
     comp["mlp20"] = compile_model(vmclient, mlp, os.path.join(work, "mlp20.vmx"), {"x": [8, 1024]})
@@ -138,6 +144,7 @@ def main():
         if not host:
             raise SystemExit("bench_onnx: vmagent did not start")
         vj = vmrpc_bench(vmclient, host, os.path.join(work, "rec.vmx"), x_npy, a.repeat)
+        vf = vmrpc_bench(vmclient, host, os.path.join(work, "rec_fused.vmx"), x_npy, a.repeat)
     finally:
         agent.terminate()
         agent.wait(timeout=30)
@@ -152,6 +159,12 @@ def main():
         "ort_threads": os.cpu_count(),
         "ratio_wall_vs_ort": vj["wall"]["median_s"] / ort_s,
         "aim_ratio": 1.5,
+    }
+    df = vf.get("device") or {}
+    result["rec_fused"] = {
+        "vmrpc_wall_median_s": vf["wall"]["median_s"],
+        "vmrpc_device_median_s": df.get("median_s"),
+        "ratio_wall_vs_ort": vf["wall"]["median_s"] / ort_s,
     }
     result["loadavg"] = open("/proc/loadavg").read().split()[:3]
     print(json.dumps(result, indent=1))

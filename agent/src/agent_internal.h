@@ -339,6 +339,15 @@ void vma_measure_exit(vmagent_t *a, const vma_vm_t *v);
 int vma_pipe_has_session(vmagent_t *a, uint32_t pipe_id);
 /* Bytes the session holds (session lock held): VM allocators + staging. */
 uint64_t vma_session_bytes_locked(vma_session_t *s, const vma_vm_t *except);
+/* RESOURCE_EXHAUSTED "<what> of N bytes would exceed the session memory
+ * limit ..." when extra bytes more do not fit --session-mem-limit; the
+ * _locked form with s->lock held. */
+vm_status_t vma_check_session_mem_locked(vmagent_t *a, vma_session_t *s, uint64_t extra,
+                                         const char *what);
+vm_status_t vma_check_session_mem(vmagent_t *a, vma_session_t *s, uint64_t extra, const char *what);
+/* Caps each allocator of v (held exclusively) so that the session as a
+ * whole stays under --session-mem-limit (takes the session lock). */
+void vma_vm_apply_limit(vmagent_t *a, vma_session_t *s, vma_vm_t *v);
 /* Refreshes a VM's allocator snapshot (session lock held, VM idle). */
 void vma_vm_snapshot(vma_vm_t *v);
 /* Frees a VM and its transfers (session lock held or session private; VM

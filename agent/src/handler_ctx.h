@@ -1,5 +1,5 @@
-/* What one request's handler works with, shared by handlers.c and the
- * handlers kept in files of their own (run.c). */
+/* What one request's handler works with: the context dispatch.c gives the
+ * handlers (op_*.c, run.c), one per operation of the table (vmproto/ops.h). */
 #ifndef VMA_HANDLER_CTX_H
 #define VMA_HANDLER_CTX_H
 
@@ -15,28 +15,10 @@ typedef struct vma_ctx {
   vma_out_t *out;
   int replied; /* the handler wrote the reply itself (GetOutput) */
   Vmrpc__Response rs;
-  union {
-    Vmrpc__HelloResponse hello;
-    Vmrpc__ListDevicesResponse list_devices;
-    Vmrpc__UploadBeginResponse upload_begin;
-    Vmrpc__UploadChunkResponse upload_chunk;
-    Vmrpc__UploadCommitResponse upload_commit;
-    Vmrpc__CreateVMResponse create_vm;
-    Vmrpc__TensorBeginResponse tensor_begin;
-    Vmrpc__TensorChunkResponse tensor_chunk;
-    Vmrpc__SetInputResponse set_input;
-    Vmrpc__InvokeResponse invoke;
-    Vmrpc__GetOutputArityResponse get_output_arity;
-    Vmrpc__SaveFunctionResponse save_function;
-    Vmrpc__TimeEvaluateResponse time_evaluate;
-    Vmrpc__ProfileResponse profile;
-    Vmrpc__StatsResponse stats;
-    Vmrpc__CancelResponse cancel;
-    Vmrpc__FreeVMResponse free_vm;
-    Vmrpc__FreeExecutableResponse free_executable;
-    Vmrpc__PingResponse ping;
-    Vmrpc__GoodbyeResponse goodbye;
-    Vmrpc__RunResponse run;
+  union { /* the reply of each operation of the table */
+#define VMA_REPLY_MEMBER(C, f, N, fl) Vmrpc__##N##Response f;
+    VMP_OPS(VMA_REPLY_MEMBER)
+#undef VMA_REPLY_MEMBER
   } u;
   Vmrpc__Limits limits;
   /* Heap blocks the response points into, freed after it is packed. */
@@ -49,30 +31,39 @@ typedef struct vma_ctx {
   (vmrpc__##stem##__init(&(c)->u.field), (c)->rs.op_case = VMRPC__RESPONSE__OP_##NAME, \
    (c)->rs.field = &(c)->u.field)
 
-typedef enum vma_use {
-  VMA_USE_EXCL = 0, /* changes the VM: alone */
-  VMA_USE_RUN = 1,  /* alone and runs VM code: cancellable */
-  VMA_USE_READ = 2, /* reads a result: alongside other readers */
-} vma_use_t;
-
-/* handlers.c */
+/* dispatch.c: helpers every handler shares. */
+/* INVALID_ARGUMENT "<what> is empty" / "... longer than N bytes". */
 vm_status_t vma_check_name(const char *name, const char *what);
+/* INVALID_ARGUMENT "<Op> carries no payload, but N bytes followed the
+ * envelope" when c has a payload (dispatch checks it for every operation
+ * without VMP_OP_PAYLOAD). */
+vm_status_t vma_no_payload(const vma_ctx_t *c);
+/* INVALID_ARGUMENT "malformed request: <what> is missing". */
+vm_status_t vma_missing(const char *what);
+/* NOT_FOUND "executable N not found in this session". */
 vm_status_t vma_exec_not_found(uint64_t id);
-vm_status_t vma_vm_acquire(vma_session_t *s, uint64_t id, vma_use_t use, vma_vm_t **out_v);
-void vma_vm_release(vma_session_t *s, vma_vm_t *v, vma_use_t use);
-/* Describes an output value on the wire. dims must hold VMP_MAX_NDIM. */
+/* Hands heap block p to c: freed after the reply is packed. Returns p
+ * (NULL when p is NULL). */
+void *vma_own(vma_ctx_t *c, void *p);
+
+/* A new handle of session s (its lock held). One counter for every kind:
+ * ids are never reused and never name an object of another kind. */
+static inline uint64_t vma_new_handle(vma_session_t *s) {
+  return s->next_handle++;
+}
+
+/* op_output.c: describes an output value on the wire. dims must hold VMP_MAX_NDIM. */
 vm_status_t vma_value_out(const vm_value_t *val, Vmrpc__Value *w, Vmrpc__TensorMeta *meta,
                           Vmrpc__ShapeValue *shape, char *dtype_buf, size_t dtype_len);
-/* Adds an executable handle for a retained store entry (taking it over:
+/* op_upload.c: adds an executable handle for a retained store entry (taking it over:
  * released on failure). */
 vm_status_t vma_add_execref(vma_ctx_t *c, vma_exec_entry_t *e, uint64_t *out_id);
-/* Handlers the fused Run reuses, each on a context of its own. */
-vm_status_t vma_op_create_vm(vma_ctx_t *c);
-vm_status_t vma_op_set_input(vma_ctx_t *c);
-vm_status_t vma_op_invoke(vma_ctx_t *c);
-vm_status_t vma_op_free_vm(vma_ctx_t *c);
 
-/* run.c */
-vm_status_t vma_op_run(vma_ctx_t *c);
+/* The handler of every operation of the table (vmproto/ops.h): vma_op_<field>.
+ * The fused Run (run.c) reuses CreateVM, SetInput, Invoke and FreeVM, each on
+ * a context of its own. */
+#define VMA_HANDLER_DECL(C, f, N, fl) vm_status_t vma_op_##f(vma_ctx_t *c);
+VMP_OPS(VMA_HANDLER_DECL)
+#undef VMA_HANDLER_DECL
 
 #endif /* VMA_HANDLER_CTX_H */

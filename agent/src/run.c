@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "handler_ctx.h"
+#include "vm_lock.h"
 #include "vm/log.h"
 
 /* Inputs one Run may set, and result entries (leaves, or tuples left for

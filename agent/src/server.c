@@ -48,6 +48,7 @@
 
 #include "agent_internal.h"
 #include "vm/log.h"
+#include "vmproto/ops.h"
 #include "vmproto/sp.h"
 
 /* Most connections open at once (each has a reader thread). */
@@ -93,17 +94,10 @@ typedef struct vma_job {
   uint8_t data[]; /* the message as received */
 } vma_job_t;
 
-/* Served where they are read: they touch no device and never wait for
- * anything but short-held locks. */
+/* Served where they are read: the operation table marks them cheap (no
+ * device, no VM code, no lock held for long: vmproto/ops.h). */
 static int vma_op_is_cheap(int op) {
-  switch (op) {
-    case VMRPC__REQUEST__OP_PING:
-    case VMRPC__REQUEST__OP_CANCEL:
-    case VMRPC__REQUEST__OP_HELLO:
-    case VMRPC__REQUEST__OP_STATS:
-    case VMRPC__REQUEST__OP_LIST_DEVICES: return 1;
-    default: return 0;
-  }
+  return (vmp_op_flags((Vmrpc__Request__OpCase)op) & VMP_OP_CHEAP) != 0;
 }
 
 static void vma_conn_unref(vma_conn_t *c) {

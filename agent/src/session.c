@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent_internal.h"
+#include "chunks.h"
 #include "vm/log.h"
 
 uint64_t vma_random_u64(void) {
@@ -314,10 +315,48 @@ uint64_t vma_session_bytes_locked(vma_session_t *s, const vma_vm_t *except) {
   return total;
 }
 
-static void vma_transfer_free(vma_transfer_t *t) {
-  vm_value_release(&t->tensor);
-  free(t->ck.claimed);
-  free(t);
+/* Caps each allocator of v (held exclusively) so that the session as a
+ * whole stays under --session-mem-limit. Approximate when several VMs of a
+ * session run at once: each sees the others' last snapshots. */
+void vma_vm_apply_limit(vmagent_t *a, vma_session_t *s, vma_vm_t *v) {
+  uint64_t limit = a->cfg.session_mem_limit;
+  if (!limit) return;
+  pthread_mutex_lock(&s->lock);
+  uint64_t others = vma_session_bytes_locked(s, v);
+  uint64_t own = 0;
+  for (uint32_t i = 0; i < v->num_allocs; i++) own += v->snap[i].bytes_reserved;
+  for (uint32_t i = 0; i < v->num_allocs; i++) {
+    uint64_t mine = v->snap[i].bytes_reserved;
+    uint64_t used = others + own - mine;
+    uint64_t cap = used < limit ? limit - used : 0;
+    if (cap < mine) cap = mine;
+    if (cap == 0) cap = 1; /* 0 would mean "no cap" */
+    vm_allocator_set_limit(vm_machine_allocator(v->m, i), cap);
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
+vm_status_t vma_check_session_mem_locked(vmagent_t *a, vma_session_t *s, uint64_t extra,
+                                         const char *what) {
+  uint64_t limit = a->cfg.session_mem_limit;
+  if (!limit) return VM_STATUS_OK;
+  uint64_t used = vma_session_bytes_locked(s, NULL);
+  if (extra > limit || used > limit - extra)
+    return vm_status_make(VM_RESOURCE_EXHAUSTED,
+                          "%s of %llu bytes would exceed the session memory limit: %llu of %llu "
+                          "bytes in use (--session-mem-limit); free VMs or transfers first",
+                          what, (unsigned long long)extra, (unsigned long long)used,
+                          (unsigned long long)limit);
+  return VM_STATUS_OK;
+}
+
+vm_status_t vma_check_session_mem(vmagent_t *a, vma_session_t *s, uint64_t extra,
+                                  const char *what) {
+  if (!a->cfg.session_mem_limit) return VM_STATUS_OK;
+  pthread_mutex_lock(&s->lock);
+  vm_status_t st = vma_check_session_mem_locked(a, s, extra, what);
+  pthread_mutex_unlock(&s->lock);
+  return st;
 }
 
 void vma_vm_destroy(vmagent_t *a, vma_session_t *s, vma_vm_t *v) {
@@ -352,10 +391,8 @@ void vma_session_destroy(vmagent_t *a, vma_session_t *s) {
   while (s->uploads) {
     vma_upload_t *u = s->uploads;
     s->uploads = u->next;
-    vm_budget_release(&a->host, u->ck.size);
-    free(u->data);
-    free(u->ck.claimed);
-    free(u);
+    vma_upload_unreserve(a, s, u->ck.size, 1);
+    vma_upload_free(u);
   }
   while (s->execs) {
     vma_execref_t *e = s->execs;

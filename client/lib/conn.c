@@ -160,7 +160,7 @@ void vmci_reply_free(vmci_reply_t *r) {
 vm_status_t vmci_build(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, size_t plen,
                        vmci_msg_t **out_msg) {
   req->id = (uint64_t)atomic_fetch_add(&c->next_id, 1);
-  if (req->op_case != VMRPC__REQUEST__OP_HELLO) req->session = c->session;
+  if (!(vmp_op_flags(req->op_case) & VMP_OP_OPENS)) req->session = c->session;
   size_t fs = vmp_frame_size(&req->base);
   if (fs - VMP_FRAME_HEADER > VMP_MAX_ENVELOPE)
     return vm_status_make(VM_INVALID_ARGUMENT,
@@ -186,8 +186,9 @@ vm_status_t vmci_build(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, 
 }
 
 static const char *response_op_name(Vmrpc__Response__OpCase op) {
-  /* Request and response share field numbers. */
-  return vmp_op_name((Vmrpc__Request__OpCase)op);
+  for (size_t i = 0; i < vmp_num_ops; i++)
+    if (vmp_ops[i].reply == op) return vmp_ops[i].name;
+  return "unknown";
 }
 
 vm_status_t vmci_decode(vmc_conn_t *c, vmci_msg_t *msg, uint64_t req_id,

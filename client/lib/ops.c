@@ -38,17 +38,23 @@ static void path_str(char *buf, size_t cap, const char *op, const char *func, co
     n += snprintf(buf + n, cap - (size_t)n, "[%u]", path[i]);
 }
 
+/* The reply case of req's operation (vmproto/ops.h). */
+static Vmrpc__Response__OpCase reply_of(const Vmrpc__Request *req) {
+  const vmp_op_t *o = vmp_op_find(req->op_case);
+  return o ? o->reply : VMRPC__RESPONSE__OP__NOT_SET;
+}
+
 /* One request with the connection's request timeout and no payload. */
-static vm_status_t call(vmc_conn_t *c, Vmrpc__Request *req, Vmrpc__Response__OpCase expect,
-                        const char *what, vmci_reply_t *out) {
-  return vmci_call(c, req, NULL, 0, expect, c->request_timeout_ms, what, out);
+static vm_status_t call(vmc_conn_t *c, Vmrpc__Request *req, const char *what, vmci_reply_t *out) {
+  return vmci_call(c, req, NULL, 0, reply_of(req), c->request_timeout_ms, what, out);
 }
 
 /* One request whose reply carries nothing but success. */
 static vm_status_t call_ack(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, size_t plen,
-                            Vmrpc__Response__OpCase expect, const char *what) {
+                            const char *what) {
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(vmci_call(c, req, payload, plen, expect, c->request_timeout_ms, what, &r));
+  VM_RETURN_IF_ERROR(
+      vmci_call(c, req, payload, plen, reply_of(req), c->request_timeout_ms, what, &r));
   vmci_reply_free(&r);
   return VM_STATUS_OK;
 }
@@ -68,7 +74,7 @@ vm_status_t vmc_ping(vmc_conn_t *c, double *out_rtt_s) {
   req.ping = &p;
   vmci_reply_t r;
   double t0 = now_s();
-  VM_RETURN_IF_ERROR(call(c, &req, ROP(PING), "Ping", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, "Ping", &r));
   double t1 = now_s();
   vmci_reply_free(&r);
   if (out_rtt_s) *out_rtt_s = t1 - t0;
@@ -152,7 +158,7 @@ static vm_status_t upload_begin(vmc_conn_t *c, const uint8_t sha[32], uint64_t s
   req.op_case = OP(UPLOAD_BEGIN);
   req.upload_begin = &b;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call(c, &req, ROP(UPLOAD_BEGIN), "UploadBegin", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, "UploadBegin", &r));
   const Vmrpc__UploadBeginResponse *br = r.resp->upload_begin;
   *present = br && br->present;
   *exec_id = br ? br->exec_id : 0;
@@ -175,7 +181,7 @@ static vm_status_t upload_finish(vmc_conn_t *c, uint64_t upload_id, const void *
   creq.op_case = OP(UPLOAD_COMMIT);
   creq.upload_commit = &cm;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call(c, &creq, ROP(UPLOAD_COMMIT), "UploadCommit", &r));
+  VM_RETURN_IF_ERROR(call(c, &creq, "UploadCommit", &r));
   *exec_id = r.resp->upload_commit ? r.resp->upload_commit->exec_id : 0;
   vmci_reply_free(&r);
   if (*exec_id == 0)
@@ -299,7 +305,7 @@ vm_status_t vmc_free_exec(vmc_conn_t *c, vmc_exec_t exec) {
   f.exec_id = exec.id;
   req.op_case = OP(FREE_EXECUTABLE);
   req.free_executable = &f;
-  return call_ack(c, &req, NULL, 0, ROP(FREE_EXECUTABLE), "FreeExecutable");
+  return call_ack(c, &req, NULL, 0, "FreeExecutable");
 }
 
 /* -------------------------------------------------------------------- VMs */
@@ -341,7 +347,7 @@ vm_status_t vmc_create_vm(vmc_conn_t *c, vmc_exec_t exec, const vmc_device_spec_
   req.op_case = OP(CREATE_VM);
   req.create_vm = &cv;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call(c, &req, ROP(CREATE_VM), "CreateVM", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, "CreateVM", &r));
   uint64_t id = r.resp->create_vm ? r.resp->create_vm->vm_id : 0;
   vmci_reply_free(&r);
   if (id == 0) return vm_status_make(VM_INTERNAL, "the agent created a VM without a vm id");
@@ -356,7 +362,7 @@ vm_status_t vmc_free_vm(vmc_conn_t *c, vmc_vm_t vm) {
   f.vm_id = vm.id;
   req.op_case = OP(FREE_VM);
   req.free_vm = &f;
-  return call_ack(c, &req, NULL, 0, ROP(FREE_VM), "FreeVM");
+  return call_ack(c, &req, NULL, 0, "FreeVM");
 }
 
 /* ------------------------------------------------------------- tensors in */
@@ -375,7 +381,7 @@ static vm_status_t tensor_transfer(vmc_conn_t *c, vmc_vm_t vm, const vmc_tensor_
   req.op_case = OP(TENSOR_BEGIN);
   req.tensor_begin = &tb;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call(c, &req, ROP(TENSOR_BEGIN), "TensorBegin", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, "TensorBegin", &r));
   uint64_t id = r.resp->tensor_begin ? r.resp->tensor_begin->transfer_id : 0;
   vmci_reply_free(&r);
   if (id == 0)
@@ -484,7 +490,7 @@ vm_status_t vmc_set_input_value(vmc_conn_t *c, vmc_vm_t vm, const char *func, ui
   si.value = &w.v;
   req.op_case = OP(SET_INPUT);
   req.set_input = &si;
-  return call_ack(c, &req, payload, plen, ROP(SET_INPUT), what);
+  return call_ack(c, &req, payload, plen, what);
 }
 
 /* vmc_set_input_value() of a tensor (checked to be given). */
@@ -520,7 +526,7 @@ vm_status_t vmc_cancel(vmc_conn_t *c, vmc_vm_t vm) {
   cr.vm_id = vm.id;
   req.op_case = OP(CANCEL);
   req.cancel = &cr;
-  return call_ack(c, &req, NULL, 0, ROP(CANCEL), "Cancel");
+  return call_ack(c, &req, NULL, 0, "Cancel");
 }
 
 /* How long to wait for a long operation's reply. */
@@ -542,12 +548,11 @@ static void cancel_on_timeout(void *arg) {
 }
 
 /* A long operation on vm, cancelled there when its wait runs out. */
-static vm_status_t call_long(vmc_conn_t *c, vmc_vm_t vm, Vmrpc__Request *req,
-                             Vmrpc__Response__OpCase expect, uint32_t deadline_ms, const char *what,
-                             vmci_reply_t *out) {
+static vm_status_t call_long(vmc_conn_t *c, vmc_vm_t vm, Vmrpc__Request *req, uint32_t deadline_ms,
+                             const char *what, vmci_reply_t *out) {
   cancel_arg_t ca = {c, vm};
-  return vmci_call_long(c, req, expect, long_wait_ms(c, deadline_ms), what, cancel_on_timeout, &ca,
-                        out);
+  return vmci_call_long(c, req, reply_of(req), long_wait_ms(c, deadline_ms), what,
+                        cancel_on_timeout, &ca, out);
 }
 
 vm_status_t vmc_invoke(vmc_conn_t *c, vmc_vm_t vm, const char *func, uint32_t deadline_ms,
@@ -564,7 +569,7 @@ vm_status_t vmc_invoke(vmc_conn_t *c, vmc_vm_t vm, const char *func, uint32_t de
   req.op_case = OP(INVOKE);
   req.invoke = &iv;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call_long(c, vm, &req, ROP(INVOKE), deadline_ms, what, &r));
+  VM_RETURN_IF_ERROR(call_long(c, vm, &req, deadline_ms, what, &r));
   if (out_agent_seconds) *out_agent_seconds = r.resp->invoke ? r.resp->invoke->seconds : 0.0;
   vmci_reply_free(&r);
   return VM_STATUS_OK;
@@ -588,7 +593,7 @@ vm_status_t vmc_get_output_arity(vmc_conn_t *c, vmc_vm_t vm, const char *func, c
   req.op_case = OP(GET_OUTPUT_ARITY);
   req.get_output_arity = &ga;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call(c, &req, ROP(GET_OUTPUT_ARITY), what, &r));
+  VM_RETURN_IF_ERROR(call(c, &req, what, &r));
   int64_t a = r.resp->get_output_arity ? r.resp->get_output_arity->arity : -1;
   vmci_reply_free(&r);
   if (out_arity) *out_arity = a;
@@ -742,7 +747,7 @@ static vm_status_t get_output_impl(vmc_conn_t *c, vmc_vm_t vm, const char *func,
   Vmrpc__GetOutputRequest go = VMRPC__GET_OUTPUT_REQUEST__INIT;
   get_output_request(c, vm, func, path, path_len, 0, &req, &go);
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call(c, &req, ROP(GET_OUTPUT), what, &r));
+  VM_RETURN_IF_ERROR(call(c, &req, what, &r));
   const Vmrpc__GetOutputResponse *gr = r.resp->get_output;
   vm_status_t st = value_from_wire(gr ? gr->value : NULL, what, out);
   if (st || out->kind != VMC_VALUE_TENSOR) goto done;
@@ -933,7 +938,7 @@ vm_status_t vmc_save_function(vmc_conn_t *c, vmc_vm_t vm, const char *func, cons
     sf.args = wp;
     req.op_case = OP(SAVE_FUNCTION);
     req.save_function = &sf;
-    st = call_ack(c, &req, NULL, 0, ROP(SAVE_FUNCTION), what);
+    st = call_ack(c, &req, NULL, 0, what);
   }
 done:
   free(wp);
@@ -982,7 +987,7 @@ vm_status_t vmc_time_evaluate(vmc_conn_t *c, vmc_vm_t vm, const char *func,
   req.op_case = OP(TIME_EVALUATE);
   req.time_evaluate = &te;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call_long(c, vm, &req, ROP(TIME_EVALUATE), 0, what, &r));
+  VM_RETURN_IF_ERROR(call_long(c, vm, &req, 0, what, &r));
   const Vmrpc__TimeEvaluateResponse *tr = r.resp->time_evaluate;
   memset(out, 0, sizeof(*out));
   if (!tr) {
@@ -1038,7 +1043,7 @@ vm_status_t vmc_profile(vmc_conn_t *c, vmc_vm_t vm, const char *func, vmc_profil
   req.op_case = OP(PROFILE);
   req.profile = &pr;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call_long(c, vm, &req, ROP(PROFILE), 0, what, &r));
+  VM_RETURN_IF_ERROR(call_long(c, vm, &req, 0, what, &r));
   const Vmrpc__ProfileResponse *p = r.resp->profile;
   memset(out, 0, sizeof(*out));
   size_t n = p ? p->n_rows : 0;
@@ -1079,7 +1084,7 @@ vm_status_t vmc_stats(vmc_conn_t *c, vmc_stats_t *out) {
   req.op_case = OP(STATS);
   req.stats = &sr;
   vmci_reply_t r;
-  VM_RETURN_IF_ERROR(call(c, &req, ROP(STATS), "Stats", &r));
+  VM_RETURN_IF_ERROR(call(c, &req, "Stats", &r));
   const Vmrpc__StatsResponse *s = r.resp->stats;
   memset(out, 0, sizeof(*out));
   size_t n = s ? s->n_allocators : 0;
@@ -1502,7 +1507,7 @@ static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
   int32_t wait = long_wait_ms(c, o->deadline_ms);
   vmci_reply_t r;
   memset(&r, 0, sizeof(r));
-  if (!st) st = vmci_call(c, &req, payload, (size_t)plen, ROP(RUN), wait, what, &r);
+  if (!st) st = vmci_call(c, &req, payload, (size_t)plen, reply_of(&req), wait, what, &r);
   if (!st && r.resp->run && !r.resp->run->present && !out->vm.id) {
     /* A store miss: upload, then run by handle (the agent did nothing). */
     vmci_reply_free(&r);
@@ -1512,7 +1517,7 @@ static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
     rq.sha256.len = 0;
     rq.size = 0;
     rq.exec_id = out->exec.id;
-    if (!st) st = vmci_call(c, &req, payload, (size_t)plen, ROP(RUN), wait, what, &r);
+    if (!st) st = vmci_call(c, &req, payload, (size_t)plen, reply_of(&req), wait, what, &r);
   } else if (!st && !out->vm.id) {
     out->upload.store_hit = 1;
   }

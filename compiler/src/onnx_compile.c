@@ -16,7 +16,7 @@
 /* The largest model file read (protobuf's own limit is 2 GiB). */
 #define ONX_MAX_FILE_BYTES (2ull << 30)
 #define ONX_OPSET_MIN 1
-#define ONX_OPSET_MAX 21
+#define ONX_OPSET_MAX 28
 
 /* ---------------------------------------------------------------------------
  * Values
@@ -246,6 +246,48 @@ static void type_str(vm_dtype_t dt, uint32_t ndim, const int64_t *dims, char *bu
   if (used < n) snprintf(buf + used, n - used, "]");
 }
 
+/* Refuses (UNIMPLEMENTED) the value vi (what: "input", "output",
+ * "value") when its declared type is not a tensor type: a sequence, map,
+ * optional or sparse tensor (their data is not a TensorProto). No type at
+ * all is accepted. */
+static vm_status_t need_tensor_type(const Onnx__ValueInfoProto *vi, const char *what) {
+  const Onnx__TypeProto *tp = vi->type;
+  if (!tp || (tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type))
+    return VM_STATUS_OK;
+  const char *kind;
+  switch (tp->value_case) {
+    case ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE: kind = "a sequence type"; break;
+    case ONNX__TYPE_PROTO__VALUE_MAP_TYPE: kind = "a map type"; break;
+    case ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE: kind = "an optional type"; break;
+    case ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE: kind = "a sparse tensor type"; break;
+    default: kind = "a type of another kind"; break;
+  }
+  return vm_status_make(VM_UNIMPLEMENTED, "%s '%.80s' has %s: supported: tensor types only", what,
+                        vi->name ? vi->name : "", kind);
+}
+
+/* need_tensor_type over the graph's named inputs, outputs and value_info;
+ * a sparse initializer is refused too. */
+static vm_status_t check_value_types(const Onnx__GraphProto *g) {
+  static const char *const what[3] = {"input", "output", "value"};
+  Onnx__ValueInfoProto *const *vis[3] = {g->input, g->output, g->value_info};
+  size_t nvi[3] = {g->n_input, g->n_output, g->n_value_info};
+  for (int k = 0; k < 3; k++)
+    for (size_t i = 0; i < nvi[k]; i++) {
+      if (!vis[k][i] || !vis[k][i]->name) continue; /* malformed: refused where used */
+      vm_status_t st = need_tensor_type(vis[k][i], what[k]);
+      if (st) return st;
+    }
+  if (g->n_sparse_initializer) {
+    const Onnx__SparseTensorProto *sp = g->sparse_initializer[0];
+    const char *name = sp && sp->values && sp->values->name ? sp->values->name : "";
+    return vm_status_make(VM_UNIMPLEMENTED,
+                          "initializer '%.80s' is a sparse tensor: supported: dense tensors only",
+                          name);
+  }
+  return VM_STATUS_OK;
+}
+
 /* The declared tensor type of a graph input or output: dtype, rank (-1
  * unknown) and dims (-1 where dynamic). */
 static vm_status_t declared_type(const Onnx__ValueInfoProto *vi, const char *what, int *has_dt,
@@ -255,9 +297,8 @@ static vm_status_t declared_type(const Onnx__ValueInfoProto *vi, const char *wha
   *elem = 0;
   const Onnx__TypeProto *tp = vi->type;
   if (!tp) return VM_STATUS_OK;
-  if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-    return vm_status_make(VM_UNIMPLEMENTED, "%s '%.80s' is not a tensor: supported: tensors", what,
-                          vi->name);
+  vm_status_t st = need_tensor_type(vi, what);
+  if (st) return st;
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   if (tt->has_elem_type) {
     *elem = tt->elem_type;
@@ -503,6 +544,16 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
       return onx_node_err(c, VM_UNIMPLEMENTED, "domain '%.60s': supported: the default domain",
                           n->domain);
+    const onx_op_t *op = onx_find_op(n->op_type);
+    if (!op) {
+      char ops[1280];
+      onx_supported_ops(ops, sizeof(ops));
+      return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
+                          n->op_type, ops);
+    }
+    /* before the skip: a node fused into an earlier one is checked too */
+    vm_status_t st = onx_check_attrs(c, op->attrs);
+    if (st) return st;
     if (c->skip && c->skip[i]) { /* fused into an earlier node */
       if (c->rep) {
         count_op(c->rep, n->op_type);
@@ -518,17 +569,10 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
                             "topological order)",
                             n->input[k]);
     }
-    onx_lower_fn fn = onx_find_op(n->op_type);
-    if (!fn) {
-      char ops[1280];
-      onx_supported_ops(ops, sizeof(ops));
-      return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
-                          n->op_type, ops);
-    }
     if (c->rep) count_op(c->rep, n->op_type);
     uint32_t before = c->num_vals;
     c->fused = 0;
-    vm_status_t st = fn(c);
+    st = op->fn(c);
     if (st) return st;
     int folded = 1;
     for (uint32_t v = before; v < c->num_vals; v++)
@@ -644,6 +688,7 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
   int32_t *outs = NULL;
   uint32_t num_params = 0;
   vm_status_t st = check_model(m, &c.opset);
+  if (!st) st = check_value_types(m->graph);
   if (st) goto done;
   c.graph = m->graph;
   report->opset = c.opset;
@@ -812,6 +857,7 @@ vm_status_t vmcc_onnx_read_io(const char *path, vmcc_onnx_io_t *io) {
     io->node_ops[io->num_nodes] = strdup(op);
     if (!io->node_ops[io->num_nodes++]) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
   }
+  if (!st) io->unsupported = check_value_types(g);
   onnx__model_proto__free_unpacked(m, NULL);
   if (st) vmcc_onnx_io_free(io);
   return st;
@@ -825,6 +871,7 @@ void vmcc_onnx_io_free(vmcc_onnx_io_t *io) {
   free(io->inputs);
   free(io->outputs);
   free(io->node_ops);
+  vm_status_free(io->unsupported);
   memset(io, 0, sizeof(*io));
 }
 

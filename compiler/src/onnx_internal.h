@@ -73,6 +73,12 @@ vm_status_t onx_tensor_from_proto(const Onnx__TensorProto *tp, const char *base_
 
 /* ---- attributes (onnx_tensor.c) ---- */
 const Onnx__AttributeProto *onx_attr(const Onnx__NodeProto *n, const char *name);
+/* Refuses an attribute of the current node that spec does not list for the
+ * model's opset (UNIMPLEMENTED, naming what is supported), a duplicate or
+ * a nameless one (INVALID_ARGUMENT). spec: space-separated names, each
+ * optionally limited to opsets "name:LO-HI" (either bound may be left
+ * out: "axis:-6", "dilations:19-"). */
+vm_status_t onx_check_attrs(const onx_ctx_t *c, const char *spec);
 /* Typed readers: the default when absent, INVALID_ARGUMENT for another type. */
 vm_status_t onx_attr_int(const onx_ctx_t *c, const char *name, int64_t def, int64_t *out);
 vm_status_t onx_attr_float(const onx_ctx_t *c, const char *name, float def, float *out);
@@ -154,8 +160,13 @@ vm_status_t onx_alloc_const(const onx_ctx_t *c, vm_dtype_t dt, int64_t numel, ui
 
 /* ---- operators (onnx_ops.c) ---- */
 typedef vm_status_t (*onx_lower_fn)(onx_ctx_t *c);
-/* The lowering of op_type; NULL when unsupported. */
-onx_lower_fn onx_find_op(const char *op_type);
+typedef struct onx_op {
+  const char *name;
+  onx_lower_fn fn;
+  const char *attrs; /* the attributes it understands (onx_check_attrs' spec) */
+} onx_op_t;
+/* The entry of op_type; NULL when unsupported. */
+const onx_op_t *onx_find_op(const char *op_type);
 /* A comma-separated list of the supported op types into buf. */
 void onx_supported_ops(char *buf, size_t len);
 

@@ -585,7 +585,8 @@ static double bin_f(bop_t op, double a, double b) {
     case B_XOR: return (a != 0) != (b != 0);
     case B_MOD: {
       double r = fmod(a, b); /* the sign of the divisor, as Python */
-      return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+      if (r == 0) return copysign(0.0, b);
+      return (r < 0) != (b < 0) ? r + b : r;
     }
     case B_FMOD: return fmod(a, b);
   }
@@ -849,8 +850,10 @@ static vm_status_t op_binary(onx_ctx_t *c) {
     int64_t fm;
     TRY(onx_attr_int(c, "fmod", 0, &fm));
     onx_value_t *a0 = onx_in(c, 0);
-    if (fm == 0 && a0 && onx_is_float(a0->dt))
-      return onx_node_err(c, VM_INVALID_ARGUMENT, "fmod must be 1 for floating-point inputs");
+    /* opset 28 defines fmod=0 for floats too: A - floor(A / B) * B */
+    if (fm == 0 && a0 && onx_is_float(a0->dt) && c->opset < 28)
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "fmod must be 1 for floating-point inputs before opset 28");
     if (fm) {
       fmod_op = *bo;
       fmod_op.op = B_FMOD;
@@ -865,6 +868,20 @@ static vm_status_t op_binary(onx_ctx_t *c) {
   if (n == 1) return onx_def_view(c, 0, a, a->ndim, a->dims);
   if (c->opset < 7 && onx_attr(c->node, "axis"))
     return onx_unsupported_attr(c, "axis", "(legacy broadcast)", "NumPy broadcasting (opset 7+)");
+  if (c->opset < 7 && n == 2 && bo->op != B_MAX && bo->op != B_MIN) {
+    /* legacy: B has A's shape, or with broadcast=1 broadcasts to it (a
+     * suffix of it or one element), where NumPy broadcasting agrees */
+    int64_t bc, od[MAXD];
+    uint32_t on;
+    onx_value_t *b;
+    TRY(onx_attr_int(c, "broadcast", 0, &bc));
+    TRY(onx_in_req(c, 1, &b));
+    int same = b->ndim == a->ndim && memcmp(b->dims, a->dims, a->ndim * sizeof(int64_t)) == 0;
+    if (!same && (!bc || onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, &on, od) != 0 ||
+                  on != a->ndim || memcmp(od, a->dims, on * sizeof(int64_t)) != 0))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "B must have A's shape%s before opset 7",
+                          bc ? ", a suffix of it or one element" : " (broadcast = 0)");
+  }
   /* variadic Max/Min: a chain of pairs; constants fold only when all are */
   int32_t cur = -1;
   uint32_t cnd = a->ndim;
@@ -959,10 +976,8 @@ static vm_status_t op_gemm(onx_ctx_t *c) {
   TRY(onx_attr_float(c, "beta", 1.0f, &beta));
   TRY(onx_attr_int(c, "transA", 0, &ta));
   TRY(onx_attr_int(c, "transB", 0, &tb));
-  if (c->opset < 7) {
-    int64_t bc;
-    TRY(onx_attr_int(c, "broadcast", 0, &bc));
-  }
+  int64_t bc = 1; /* legacy: C broadcasts only with broadcast=1 */
+  if (c->opset < 7) TRY(onx_attr_int(c, "broadcast", 0, &bc));
   if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "transA/transB must be 0 or 1");
   if (a->ndim != 2 || b->ndim != 2)
@@ -990,6 +1005,10 @@ static vm_status_t op_gemm(onx_ctx_t *c) {
         bd[1] != nn)
       return onx_node_err(c, VM_INVALID_ARGUMENT, "C does not broadcast to [%lld, %lld]",
                           (long long)m, (long long)nn);
+    if (!bc && (cc->ndim != 2 || cc->dims[0] != m || cc->dims[1] != nn))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "C must be [%lld, %lld] (broadcast = 0) before opset 7", (long long)m,
+                          (long long)nn);
     if (!vm_dtype_equal(cc->dt, a->dt))
       return onx_node_err(c, VM_INVALID_ARGUMENT, "C has another dtype than A");
     int32_t tc;
@@ -1198,12 +1217,31 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
   return VM_STATUS_OK;
 }
 
+/* Before opset 7, BatchNormalization and Dropout run in training mode
+ * unless the attribute is_test is nonzero (absent means 0): training mode
+ * (batch statistics, random dropout) is refused. */
+static vm_status_t need_is_test(onx_ctx_t *c) {
+  int64_t is_test;
+  TRY(onx_attr_int(c, "is_test", 0, &is_test));
+  if (is_test == 0)
+    return onx_unsupported_attr(c, "is_test", "0 (training mode)",
+                                "nonzero (inference; absent means 0)");
+  return VM_STATUS_OK;
+}
+
 /* Node `bn` as an inference-mode BatchNormalization with constant
  * parameters of co values defined by now, folded into the per-channel
  * y = a y + b: 1, or 0 when it does not fit. */
 static int fold_bn(onx_ctx_t *c, const Onnx__NodeProto *bn, int64_t co, double *a, double *b) {
   if (bn->n_input < 5) return 0;
-  const Onnx__AttributeProto *at = onx_attr(bn, "training_mode");
+  /* training outputs wanted, or training mode before opset 7: op_batchnorm
+   * refuses it */
+  for (size_t k = 1; k < bn->n_output; k++)
+    if (bn->output[k] && bn->output[k][0]) return 0;
+  const Onnx__AttributeProto *at = onx_attr(bn, "is_test");
+  if (c->opset < 7 && (!at || at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT || !at->i))
+    return 0;
+  at = onx_attr(bn, "training_mode");
   if (at && at->i != 0) return 0;
   at = onx_attr(bn, "spatial");
   if (at && at->i != 1) return 0;
@@ -1691,6 +1729,7 @@ static vm_status_t op_batchnorm(onx_ctx_t *c) {
   int64_t training = 0;
   TRY(onx_attr_float(c, "epsilon", 1e-5f, &eps));
   if (c->opset >= 14) TRY(onx_attr_int(c, "training_mode", 0, &training));
+  if (c->opset < 7) TRY(need_is_test(c));
   if (c->opset < 9) {
     int64_t spatial;
     TRY(onx_attr_int(c, "spatial", 1, &spatial));
@@ -1919,17 +1958,33 @@ static vm_status_t fold_reduce(onx_ctx_t *c, onx_value_t *x, const uint8_t *red,
   return onx_def_const(c, 0, x->dt, on, od, d);
 }
 
-static vm_status_t reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
-                               const int64_t *axes, int keep) {
-  uint8_t red[MAXD] = {0};
-  for (uint32_t i = 0; i < nax; i++) red[axes[i]] = 1;
-  int64_t od[MAXD];
+/* The shape of a reduction of x over the axes flagged in red. */
+static uint32_t reduced_shape(const onx_value_t *x, const uint8_t *red, int keep, int64_t *od) {
   uint32_t on = 0;
   for (uint32_t i = 0; i < x->ndim; i++)
     if (!red[i] || keep) od[on++] = red[i] ? 1 : x->dims[i];
-  int32_t y = new_t(c, x->dt, on, od);
-  vmcc_arg_t a[4] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, nax, axes), I(keep ? 1 : 0), A(y)};
+  return on;
+}
+
+/* Emits the reduction `name` of run-time tensor tx (x's shape, dtype dt)
+ * into a new tensor of dtype dt; returns it and its shape. */
+static int32_t reduce_call(onx_ctx_t *c, const onx_value_t *x, int32_t tx, vm_dtype_t dt,
+                           const char *name, uint32_t nax, const int64_t *axes, int keep,
+                           uint32_t *on, int64_t *od) {
+  uint8_t red[MAXD] = {0};
+  for (uint32_t i = 0; i < nax; i++) red[axes[i]] = 1;
+  *on = reduced_shape(x, red, keep, od);
+  int32_t y = new_t(c, dt, *on, od);
+  vmcc_arg_t a[4] = {A(tx), vmcc_graph_ints(c->g, nax, axes), I(keep ? 1 : 0), A(y)};
   call(c, name, 4, a);
+  return y;
+}
+
+static vm_status_t reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
+                               const int64_t *axes, int keep) {
+  int64_t od[MAXD];
+  uint32_t on;
+  int32_t y = reduce_call(c, x, onx_tid(c, x), x->dt, name, nax, axes, keep, &on, od);
   return onx_bind_out(c, 0, y, on, od);
 }
 
@@ -1967,10 +2022,39 @@ static vm_status_t op_reduce(onx_ctx_t *c) {
     axes[i] = a;
   }
   if (x->data) return fold_reduce(c, x, red, kind, (int)keep);
-  TRY(need_float(c, x));
+  int is_bool = vm_dtype_equal(x->dt, VM_BOOL);
+  if (!(is_bool && (kind == 2 || kind == 3))) TRY(need_float(c, x));
+  int empty = 0;
+  for (uint32_t i = 0; i < x->ndim; i++)
+    if (red[i] && x->dims[i] == 0) empty = 1;
+  if (empty && (kind == 2 || kind == 3)) {
+    /* max (min) over no element: -inf (+inf), for bool false (true),
+     * known at compile time */
+    int64_t od[MAXD];
+    uint32_t on = reduced_shape(x, red, (int)keep, od);
+    int64_t n = onx_numel(on, od);
+    uint8_t *d;
+    TRY(onx_alloc_const(c, x->dt, n, &d));
+    for (int64_t i = 0; i < n; i++)
+      onx_st_f(x->dt, d, i, is_bool ? kind == 3 : kind == 2 ? -INFINITY : INFINITY);
+    return onx_def_const(c, 0, x->dt, on, od, d);
+  }
   static const char *const k_names[] = {"cl.reduce.sum", "cl.reduce.mean", "cl.reduce.max",
                                         "cl.reduce.min", "cl.reduce.prod"};
   const char *name = k_names[kind];
+  if (is_bool) {
+    /* bool max (any) and min (all): over 0.0/1.0 in float32, exactly */
+    int32_t xf = new_t(c, VM_F32, x->ndim, x->dims);
+    vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(xf)};
+    call(c, "cl.cast", 2, a);
+    int64_t od[MAXD];
+    uint32_t on;
+    int32_t rf = reduce_call(c, x, xf, VM_F32, name, (uint32_t)nax, axes, (int)keep, &on, od);
+    int32_t y = new_t(c, VM_BOOL, on, od);
+    vmcc_arg_t b[2] = {A(rf), A(y)};
+    call(c, "cl.cast", 2, b);
+    return onx_bind_out(c, 0, y, on, od);
+  }
   return reduce_emit(c, x, name, (uint32_t)nax, axes, (int)keep);
 }
 
@@ -1996,15 +2080,16 @@ static vm_status_t op_dropout(onx_ctx_t *c) {
         return onx_unsupported_attr(c, "training_mode", "true", "false (inference)");
     }
   } else if (c->opset < 7) {
-    int64_t is_test;
-    TRY(onx_attr_int(c, "is_test", 0, &is_test));
+    TRY(need_is_test(c));
   }
   TRY(onx_def_view(c, 0, x, x->ndim, x->dims));
   if (onx_out_wanted(c, 1)) {
+    /* the mask keeps every element: bool from opset 10, X's type before */
+    vm_dtype_t mdt = c->opset < 10 ? x->dt : VM_BOOL;
     uint8_t *d;
-    TRY(onx_alloc_const(c, VM_BOOL, x->numel, &d));
-    memset(d, 1, (size_t)x->numel);
-    return onx_def_const(c, 1, VM_BOOL, x->ndim, x->dims, d);
+    TRY(onx_alloc_const(c, mdt, x->numel, &d));
+    for (int64_t i = 0; i < x->numel; i++) onx_st_f(mdt, d, i, 1.0);
+    return onx_def_const(c, 1, mdt, x->ndim, x->dims, d);
   }
   return VM_STATUS_OK;
 }
@@ -2555,14 +2640,27 @@ static vm_status_t op_resize(onx_ctx_t *c) {
   TRY(onx_attr_float(c, "extrapolation_value", 0.0f, &extrap));
   TRY(onx_attr_int(c, "exclude_outside", 0, &excl));
   TRY(onx_attr_int(c, "antialias", 0, &antialias));
-  if (antialias) return onx_unsupported_attr(c, "antialias", "1", "0");
-  if (strcmp(kar, "stretch") != 0)
-    return onx_unsupported_attr(c, "keep_aspect_ratio_policy", kar, "stretch");
+  if (antialias != 0 && antialias != 1) {
+    char v[24];
+    snprintf(v, sizeof(v), "%lld", (long long)antialias);
+    return onx_unsupported_attr(c, "antialias", v, "0, 1");
+  }
+  int kp = strcmp(kar, "stretch") == 0       ? 0
+           : strcmp(kar, "not_larger") == 0  ? 1
+           : strcmp(kar, "not_smaller") == 0 ? 2
+                                             : -1;
+  if (kp < 0)
+    return onx_unsupported_attr(c, "keep_aspect_ratio_policy", kar,
+                                "stretch, not_larger, not_smaller");
   int im = strcmp(mode, "nearest") == 0  ? 0
            : strcmp(mode, "linear") == 0 ? 1
            : strcmp(mode, "cubic") == 0  ? 2
                                          : -1;
   if (im < 0) return onx_unsupported_attr(c, "mode", mode, "nearest, linear, cubic");
+  /* the spec defines antialias for linear and cubic only */
+  if (antialias && im == 0)
+    return onx_unsupported_attr(c, "antialias", "1 with mode nearest",
+                                "0 with nearest (antialias applies to linear and cubic)");
   static const char *k_ctm[] = {"half_pixel",         "asymmetric",    "pytorch_half_pixel",
                                 "tf_crop_and_resize", "align_corners", "half_pixel_symmetric"};
   int ic = -1;
@@ -2644,15 +2742,42 @@ static vm_status_t op_resize(onx_ctx_t *c) {
       od[a] = sz[i];
       scales[a] = x->dims[a] ? (double)sz[i] / (double)x->dims[a] : 1.0;
     }
+    if (kp && na) {
+      /* one scale for every resized axis, the smallest (not_larger) or the
+       * largest (not_smaller) of out / in; each size is then that scale
+       * times the input extent, rounded half up */
+      double k = scales[axl[0]];
+      for (uint32_t i = 1; i < na; i++)
+        k = kp == 1 ? fmin(k, scales[axl[i]]) : fmax(k, scales[axl[i]]);
+      if (!(k > 0)) return onx_node_err(c, VM_INVALID_ARGUMENT, "a size of 0 keeps no aspect");
+      for (uint32_t i = 0; i < na; i++) {
+        int64_t a = axl[i];
+        double o = floor(k * (double)x->dims[a] + 0.5);
+        if (o > (1 << 24)) return onx_node_err(c, VM_INVALID_ARGUMENT, "output too large");
+        scales[a] = k;
+        od[a] = (int64_t)o;
+      }
+    }
   }
   /* tuples of numbers: cl.resize reads them on the host, no device transfer */
   vmcc_arg_t tsc = vmcc_graph_floats(c->g, r, scales);
   vmcc_arg_t troi = ic == 3 ? vmcc_graph_floats(c->g, 2 * r, roi) : vmcc_a_none();
   int32_t y = new_t(c, x->dt, r, od);
-  vmcc_arg_t a[10] = {
-      A(onx_tid(c, x)),         I(im), I(ic), I(in), onx_float_arg(c, cubic_a), I(excl),
-      onx_float_arg(c, extrap), tsc,   troi,  A(y)};
-  call(c, "cl.resize", 10, a);
+  /* antialias (linear and cubic) widens downscales: the 10-argument form
+   * otherwise, as executables had it before */
+  int aa = antialias != 0;
+  vmcc_arg_t a[11] = {A(onx_tid(c, x)),
+                      I(im),
+                      I(ic),
+                      I(in),
+                      onx_float_arg(c, cubic_a),
+                      I(excl),
+                      onx_float_arg(c, extrap),
+                      tsc,
+                      troi,
+                      aa ? I(1) : A(y),
+                      A(y)};
+  call(c, "cl.resize", aa ? 11 : 10, a);
   return onx_bind_out(c, 0, y, r, od);
 }
 
@@ -2665,6 +2790,11 @@ static vm_status_t op_cast(onx_ctx_t *c) {
   TRY(onx_in_req(c, 0, &x));
   int64_t to;
   TRY(onx_attr_int(c, "to", 0, &to));
+  /* opset 24: the rounding of casts to float8e8m0, a type refused here */
+  char rm[16];
+  TRY(onx_attr_str(c, "round_mode", "up", rm, sizeof(rm)));
+  if (strcmp(rm, "up") != 0 && strcmp(rm, "down") != 0 && strcmp(rm, "nearest") != 0)
+    return onx_unsupported_attr(c, "round_mode", rm, "up, down, nearest");
   vm_dtype_t dt;
   if (to < INT32_MIN || to > INT32_MAX || onx_dtype_from_onnx((int32_t)to, &dt) != 0) {
     char v[32];
@@ -2802,6 +2932,15 @@ static vm_status_t op_range(onx_ctx_t *c) {
     return onx_node_err(c, VM_UNIMPLEMENTED, "start, limit and delta must be constants");
   if (s->numel != 1 || l->numel != 1 || dl->numel != 1)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "start, limit and delta must be scalars");
+  /* opset 27: the precision of float16 ranges (computed in double here,
+   * which rounds as float32 or double would) */
+  int64_t stash;
+  TRY(onx_attr_int(c, "stash_type", 1, &stash));
+  if (stash != 1 && stash != 11 && vm_dtype_equal(s->dt, VM_F16)) {
+    char v[24];
+    snprintf(v, sizeof(v), "%lld", (long long)stash);
+    return onx_unsupported_attr(c, "stash_type", v, "1 (float), 11 (double)");
+  }
   double a = onx_ld_f(s->dt, s->data, 0), b = onx_ld_f(l->dt, l->data, 0),
          d = onx_ld_f(dl->dt, dl->data, 0);
   if (d == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "delta is 0");
@@ -2826,95 +2965,106 @@ static vm_status_t op_range(onx_ctx_t *c) {
  * The table
  */
 
-typedef struct op_entry {
-  const char *name;
-  onx_lower_fn fn;
-} op_entry_t;
+/* Attribute specs (onx_check_attrs): the attributes each lowering reads,
+ * with the opsets that define them. consumed_inputs (opsets 1-5) was an
+ * optimisation hint without effect on the result. */
+#define A_LEGACY "consumed_inputs:-5"
+#define A_BCAST "axis:-6 broadcast:-6"
+#define A_BCAST5 "axis:-6 broadcast:-6 consumed_inputs:-5"
+#define A_REDUCE18 "keepdims axes:-17 noop_with_empty_axes:18-"
 
-static const op_entry_t k_ops[] = {
-    {"Abs", op_unary},
-    {"Add", op_binary},
-    {"And", op_binary},
-    {"AveragePool", op_avgpool},
-    {"BatchNormalization", op_batchnorm},
-    {"Cast", op_cast},
-    {"Ceil", op_unary},
-    {"Clip", op_clip},
-    {"Concat", op_concat},
-    {"Constant", op_constant},
-    {"ConstantOfShape", op_constant_of_shape},
-    {"Conv", op_conv},
-    {"ConvTranspose", op_conv_transpose},
-    {"Cos", op_unary},
-    {"Div", op_binary},
-    {"Dropout", op_dropout},
-    {"Elu", op_elu},
-    {"Equal", op_binary},
-    {"Erf", op_unary},
-    {"Exp", op_unary},
-    {"Expand", op_expand},
-    {"Flatten", op_flatten},
-    {"Floor", op_unary},
-    {"Gather", op_gather},
-    {"Gelu", op_gelu},
-    {"Gemm", op_gemm},
-    {"GlobalAveragePool", op_global_pool},
-    {"GlobalMaxPool", op_global_pool},
-    {"Greater", op_binary},
-    {"GreaterOrEqual", op_binary},
-    {"HardSigmoid", op_hard_sigmoid},
-    {"HardSwish", op_unary},
-    {"Identity", op_identity},
-    {"LayerNormalization", op_layernorm},
-    {"LeakyRelu", op_leaky_relu},
-    {"Less", op_binary},
-    {"LessOrEqual", op_binary},
-    {"Log", op_unary},
-    {"LogSoftmax", op_softmax},
-    {"MatMul", op_matmul},
-    {"Max", op_binary},
-    {"MaxPool", op_maxpool},
-    {"Min", op_binary},
-    {"Mod", op_binary},
-    {"Mul", op_binary},
-    {"Neg", op_unary},
-    {"Not", op_not},
-    {"Or", op_binary},
-    {"Pad", op_pad},
-    {"Pow", op_binary},
-    {"Range", op_range},
-    {"Reciprocal", op_unary},
-    {"ReduceMax", op_reduce},
-    {"ReduceMean", op_reduce},
-    {"ReduceMin", op_reduce},
-    {"ReduceProd", op_reduce},
-    {"ReduceSum", op_reduce},
-    {"Relu", op_unary},
-    {"Reshape", op_reshape},
-    {"Round", op_unary},
-    {"Resize", op_resize},
-    {"Selu", op_selu},
-    {"Shape", op_shape},
-    {"Sigmoid", op_unary},
-    {"Sin", op_unary},
-    {"Size", op_size},
-    {"Slice", op_slice},
-    {"Softplus", op_unary},
-    {"Softmax", op_softmax},
-    {"Split", op_split},
-    {"Sqrt", op_unary},
-    {"Squeeze", op_squeeze},
-    {"Sub", op_binary},
-    {"Tanh", op_unary},
-    {"Transpose", op_transpose},
-    {"Unsqueeze", op_unsqueeze},
-    {"Where", op_where},
-    {"Xor", op_binary},
+static const onx_op_t k_ops[] = {
+    {"Abs", op_unary, A_LEGACY},
+    {"Add", op_binary, A_BCAST5},
+    {"And", op_binary, A_BCAST},
+    {"AveragePool", op_avgpool,
+     "auto_pad kernel_shape pads strides count_include_pad:7- ceil_mode:10- dilations:19-"},
+    {"BatchNormalization", op_batchnorm,
+     "epsilon momentum consumed_inputs:-5 is_test:-6 spatial:-8 training_mode:14-"},
+    {"Cast", op_cast, "to saturate:19- round_mode:24-"},
+    {"Ceil", op_unary, A_LEGACY},
+    {"Clip", op_clip, "min:-10 max:-10 consumed_inputs:-5"},
+    {"Concat", op_concat, "axis"},
+    {"Constant", op_constant,
+     "value value_float:12- value_floats:12- value_int:12- value_ints:12-"},
+    {"ConstantOfShape", op_constant_of_shape, "value"},
+    {"Conv", op_conv, "auto_pad dilations group kernel_shape pads strides"},
+    {"ConvTranspose", op_conv_transpose,
+     "auto_pad dilations group kernel_shape output_padding output_shape pads strides"},
+    {"Cos", op_unary, ""},
+    {"Div", op_binary, A_BCAST5},
+    {"Dropout", op_dropout, "consumed_inputs:-5 is_test:-6 ratio:-11 seed:12-"},
+    {"Elu", op_elu, "alpha consumed_inputs:-5"},
+    {"Equal", op_binary, A_BCAST},
+    {"Erf", op_unary, ""},
+    {"Exp", op_unary, A_LEGACY},
+    {"Expand", op_expand, ""},
+    {"Flatten", op_flatten, "axis"},
+    {"Floor", op_unary, A_LEGACY},
+    {"Gather", op_gather, "axis"},
+    {"Gelu", op_gelu, "approximate"},
+    {"Gemm", op_gemm, "alpha beta transA transB broadcast:-6"},
+    {"GlobalAveragePool", op_global_pool, ""},
+    {"GlobalMaxPool", op_global_pool, ""},
+    {"Greater", op_binary, A_BCAST},
+    {"GreaterOrEqual", op_binary, ""},
+    {"HardSigmoid", op_hard_sigmoid, "alpha beta consumed_inputs:-5"},
+    {"HardSwish", op_unary, ""},
+    {"Identity", op_identity, ""},
+    {"LayerNormalization", op_layernorm, "axis epsilon stash_type"},
+    {"LeakyRelu", op_leaky_relu, "alpha consumed_inputs:-5"},
+    {"Less", op_binary, A_BCAST},
+    {"LessOrEqual", op_binary, ""},
+    {"Log", op_unary, A_LEGACY},
+    {"LogSoftmax", op_softmax, "axis"},
+    {"MatMul", op_matmul, ""},
+    {"Max", op_binary, A_LEGACY},
+    {"MaxPool", op_maxpool,
+     "auto_pad kernel_shape pads strides storage_order:8- dilations:10- ceil_mode:10-"},
+    {"Min", op_binary, A_LEGACY},
+    {"Mod", op_binary, "fmod"},
+    {"Mul", op_binary, A_BCAST5},
+    {"Neg", op_unary, A_LEGACY},
+    {"Not", op_not, ""},
+    {"Or", op_binary, A_BCAST},
+    {"Pad", op_pad, "mode paddings:-1 pads:2-10 value:-10"},
+    {"Pow", op_binary, A_BCAST},
+    {"Range", op_range, "stash_type:27-"},
+    {"Reciprocal", op_unary, A_LEGACY},
+    {"ReduceMax", op_reduce, A_REDUCE18},
+    {"ReduceMean", op_reduce, A_REDUCE18},
+    {"ReduceMin", op_reduce, A_REDUCE18},
+    {"ReduceProd", op_reduce, A_REDUCE18},
+    {"ReduceSum", op_reduce, "keepdims axes:-12 noop_with_empty_axes:13-"},
+    {"Relu", op_unary, A_LEGACY},
+    {"Reshape", op_reshape, "consumed_inputs:-4 shape:-4 allowzero:14-"},
+    {"Round", op_unary, ""},
+    {"Resize", op_resize,
+     "mode coordinate_transformation_mode:11- cubic_coeff_a:11- exclude_outside:11- "
+     "extrapolation_value:11- nearest_mode:11- antialias:18- axes:18- "
+     "keep_aspect_ratio_policy:18-"},
+    {"Selu", op_selu, "alpha gamma consumed_inputs:-5"},
+    {"Shape", op_shape, "start:15- end:15-"},
+    {"Sigmoid", op_unary, A_LEGACY},
+    {"Sin", op_unary, ""},
+    {"Size", op_size, ""},
+    {"Slice", op_slice, "starts:-9 ends:-9 axes:-9"},
+    {"Softplus", op_unary, ""},
+    {"Softmax", op_softmax, "axis"},
+    {"Split", op_split, "axis split:-12 num_outputs:18-"},
+    {"Sqrt", op_unary, A_LEGACY},
+    {"Squeeze", op_squeeze, "axes:-12"},
+    {"Sub", op_binary, A_BCAST5},
+    {"Tanh", op_unary, A_LEGACY},
+    {"Transpose", op_transpose, "perm"},
+    {"Unsqueeze", op_unsqueeze, "axes:-12"},
+    {"Where", op_where, ""},
+    {"Xor", op_binary, A_BCAST},
 };
 
-onx_lower_fn onx_find_op(const char *op_type) {
+const onx_op_t *onx_find_op(const char *op_type) {
   for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]); i++)
-    if (strcmp(k_ops[i].name, op_type) == 0) return k_ops[i].fn;
+    if (strcmp(k_ops[i].name, op_type) == 0) return &k_ops[i];
   return NULL;
 }
 

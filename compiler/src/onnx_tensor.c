@@ -262,6 +262,73 @@ const Onnx__AttributeProto *onx_attr(const Onnx__NodeProto *n, const char *name)
   return NULL;
 }
 
+/* Whether token tok ("name" or "name:LO-HI", either bound optional) of an
+ * attribute spec names `name` at this opset; the name's length in *len. */
+static int spec_token_matches(const char *tok, size_t toklen, const char *name, int64_t opset,
+                              size_t *len) {
+  const char *colon = memchr(tok, ':', toklen);
+  *len = colon ? (size_t)(colon - tok) : toklen;
+  if (!name || strlen(name) != *len || strncmp(tok, name, *len) != 0) return 0;
+  if (!colon) return 1;
+  const char *p = colon + 1, *end = tok + toklen;
+  int64_t lo = 1, hi = INT64_MAX;
+  if (p < end && *p != '-') lo = strtoll(p, NULL, 10);
+  const char *dash = memchr(p, '-', (size_t)(end - p));
+  if (dash && dash + 1 < end) hi = strtoll(dash + 1, NULL, 10);
+  return opset >= lo && opset <= hi;
+}
+
+/* The names of spec valid at opset, comma-separated, into buf ("none"). */
+static void spec_names(const char *spec, int64_t opset, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (const char *p = spec; *p;) {
+    while (*p == ' ') p++;
+    size_t tl = strcspn(p, " ");
+    if (!tl) break;
+    size_t nl;
+    const char *colon = memchr(p, ':', tl);
+    nl = colon ? (size_t)(colon - p) : tl;
+    char name[64];
+    snprintf(name, sizeof(name), "%.*s", (int)(nl < 63 ? nl : 63), p);
+    if (spec_token_matches(p, tl, name, opset, &nl) && used < n)
+      used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", name);
+    p += tl;
+  }
+  if (!buf[0]) snprintf(buf, n, "none");
+}
+
+vm_status_t onx_check_attrs(const onx_ctx_t *c, const char *spec) {
+  const Onnx__NodeProto *n = c->node;
+  for (size_t i = 0; i < n->n_attribute; i++) {
+    const Onnx__AttributeProto *a = n->attribute[i];
+    if (!a || !a->name || !a->name[0])
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "attribute %zu has no name", i);
+    for (size_t j = 0; j < i; j++)
+      if (n->attribute[j] && n->attribute[j]->name && strcmp(n->attribute[j]->name, a->name) == 0)
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "attribute '%.60s' is given twice", a->name);
+  }
+  for (size_t i = 0; i < n->n_attribute; i++) {
+    const Onnx__AttributeProto *a = n->attribute[i];
+    int known = 0;
+    for (const char *p = spec; *p && !known;) {
+      while (*p == ' ') p++;
+      size_t tl = strcspn(p, " "), nl;
+      if (!tl) break;
+      known = spec_token_matches(p, tl, a->name, c->opset, &nl);
+      p += tl;
+    }
+    if (!known) {
+      char sup[512];
+      spec_names(spec, c->opset, sup, sizeof(sup));
+      return onx_node_err(c, VM_UNIMPLEMENTED,
+                          "attribute '%.60s' is not supported at opset %lld: supported: %s",
+                          a->name, (long long)c->opset, sup);
+    }
+  }
+  return VM_STATUS_OK;
+}
+
 static vm_status_t attr_type_err(const onx_ctx_t *c, const char *name, const char *want) {
   return onx_node_err(c, VM_INVALID_ARGUMENT, "attribute '%s' is not %s", name, want);
 }

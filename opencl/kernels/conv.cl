@@ -126,29 +126,127 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
   CONV_OUT(7, c7)
 }
 
+/* cl.conv2d for 1x1 kernels at stride 1 without padding (the host passes
+ * the map as one row of P pixels): the GEMM y[o, p] = sum_c w[o, c] x[c,
+ * p] per group, each work-item computing 8 output channels x 16 pixels as
+ * eight float16 accumulators: per input channel one 16-pixel vector load
+ * and 8 weight broadcasts for 128 multiply-adds (twice conv2d's 64).
+ *
+ * Global ids: 0 = 16-pixel block, 1 = output-channel block within the
+ * group, 2 = n * groups + g. */
+__kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int wo,
+                         __global const S *bias, int bo, int has_bias, __global S *y, int yo,
+                         int C, int P, int O, int groups) {
+  int p0 = get_global_id(0) * 16, ob = get_global_id(1) * 8, ng = get_global_id(2);
+  int Cg = C / groups, Og = O / groups;
+  if (p0 >= P || ob >= Og) return;
+  int n = ng / groups, g = ng - n * groups;
+  __global const S *xc = x + xo + (n * C + g * Cg) * P + p0;
+  __global const S *wp = w + wo + (g * Og) * Cg;
+  int w0 = ob * Cg, w1 = min(ob + 1, Og - 1) * Cg, w2 = min(ob + 2, Og - 1) * Cg;
+  int w3 = min(ob + 3, Og - 1) * Cg, w4 = min(ob + 4, Og - 1) * Cg;
+  int w5 = min(ob + 5, Og - 1) * Cg, w6 = min(ob + 6, Og - 1) * Cg;
+  int w7 = min(ob + 7, Og - 1) * Cg;
+  float16 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+  float16 c4 = 0.0f, c5 = 0.0f, c6 = 0.0f, c7 = 0.0f;
+  int npix = min(16, P - p0);
+#define PW_FMA(xv)                                   \
+  c0 = fma((float16)(LD(wp, w0 + c)), xv, c0);       \
+  c1 = fma((float16)(LD(wp, w1 + c)), xv, c1);       \
+  c2 = fma((float16)(LD(wp, w2 + c)), xv, c2);       \
+  c3 = fma((float16)(LD(wp, w3 + c)), xv, c3);       \
+  c4 = fma((float16)(LD(wp, w4 + c)), xv, c4);       \
+  c5 = fma((float16)(LD(wp, w5 + c)), xv, c5);       \
+  c6 = fma((float16)(LD(wp, w6 + c)), xv, c6);       \
+  c7 = fma((float16)(LD(wp, w7 + c)), xv, c7);
+  if (npix == 16) {
+    for (int c = 0; c < Cg; c++, xc += P) {
+#ifdef VMCL_F16
+      float16 xv = vload_half16(0, xc);
+#else
+      float16 xv = vload16(0, xc);
+#endif
+      PW_FMA(xv)
+    }
+  } else {
+    /* the map's last block: pixels past P read as 0, never stored */
+    for (int c = 0; c < Cg; c++, xc += P) {
+      float a[16];
+      for (int t = 0; t < 16; t++) a[t] = t < npix ? LD(xc, t) : 0.0f;
+      float16 xv = vload16(0, a);
+      PW_FMA(xv)
+    }
+  }
+#undef PW_FMA
+  int oc = g * Og + ob;
+  __global S *yb = y + yo + (n * O + oc) * P + p0;
+#define PW_OUT(r, acc)                                                              \
+  if (ob + r < Og) {                                                                \
+    float16 v = acc + (has_bias ? LD(bias, bo + oc + r) : 0.0f);                    \
+    conv_store(yb + r * P, npix, 0.0f, v.lo);                                       \
+    if (npix > 8) conv_store(yb + r * P + 8, npix - 8, 0.0f, v.hi);                 \
+  }
+  PW_OUT(0, c0)
+  PW_OUT(1, c1)
+  PW_OUT(2, c2)
+  PW_OUT(3, c3)
+  PW_OUT(4, c4)
+  PW_OUT(5, c5)
+  PW_OUT(6, c6)
+  PW_OUT(7, c7)
+#undef PW_OUT
+}
+
 /* cl.conv2d with one output channel per group (depthwise: groups == C ==
  * O, or any groups == O): the 8-channel block of conv2d would compute 7
  * clamped copies of the one channel, so here each work-item computes 8
- * consecutive output pixels of one output channel as one float8.
+ * consecutive pixels of one output row of one channel as one float8.
  *
- * Global ids: 0 = pixel block, 1 = n * O + o (o = the group). */
+ * Rows are the unit so that the padding costs nothing inside the loops: a
+ * kernel row whose input row lies in the padding is skipped as a whole,
+ * and a block whose input columns stay inside the row for every tap (all
+ * but the blocks at the row ends, at stride 1) reads each tap as one
+ * vector load; only the others gather pixel by pixel under a mask.
+ *
+ * Global ids: 0 = 8-pixel block of the row, 1 = output row, 2 = n * O + o
+ * (o = the group). */
 __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int wo,
                          __global const S *bias, int bo, int has_bias, __global S *y, int yo,
                          int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH,
                          int SW, int PH, int PW, int DH, int DW) {
-  int p0 = get_global_id(0) * 8, no = get_global_id(1);
-  int P = OH * OW;
-  if (p0 >= P) return;
+  int ow0 = get_global_id(0) * 8, oh = get_global_id(1), no = get_global_id(2);
+  if (ow0 >= OW || oh >= OH) return;
   int n = no / O, o = no - n * O;
   int Cg = C / O, HW = H * W, KK = KH * KW;
   __global const S *xg = x + xo + (n * C + o * Cg) * HW;
   __global const S *wp = w + wo + o * Cg * KK;
-
-  CONV_PIXELS
+  int npix = min(8, OW - ow0);
+  int ih0 = oh * SH - PH, iw0 = ow0 * SW - PW;
+  int8 iwv = (int8)(iw0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7) * SW;
+  int8 live = (int8)(0, 1, 2, 3, 4, 5, 6, 7) < (int8)(npix);
+  /* every tap's 8 columns inside the row: one vector load per tap */
+  int inner = SW == 1 && npix == 8 && iw0 >= 0 && iw0 + 7 + (KW - 1) * DW < W;
 
   float8 acc = has_bias ? (float8)(LD(bias, bo + o)) : (float8)(0.0f);
-  CONV_TAPS(acc = fma((float8)(LD(wp, wc)), xv, acc);)
-  conv_store(y + yo + no * P + p0, min(8, P - p0), 0.0f, acc);
+  for (int kh = 0; kh < KH; kh++) {
+    int ih = ih0 + kh * DH;
+    if (ih < 0 || ih >= H) continue; /* the padding adds nothing */
+    __global const S *xr = xg + ih * W;
+    __global const S *wr = wp + kh * KW;
+    for (int c = 0; c < Cg; c++, xr += HW, wr += KK) {
+      if (inner) {
+        for (int kw = 0; kw < KW; kw++)
+          acc = fma((float8)(LD(wr, kw)), LD8(xr + iw0 + kw * DW, 0), acc);
+      } else {
+        for (int kw = 0; kw < KW; kw++) {
+          int8 iw = iwv + kw * DW;
+          int8 m = live & (iw >= 0) & (iw < W);
+          acc = fma((float8)(LD(wr, kw)), conv_gather(xr, m, iw), acc);
+        }
+      }
+    }
+  }
+  conv_store(y + yo + (no * OH + oh) * OW + ow0, npix, 0.0f, acc);
 }
 
 /* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose). Output

@@ -83,7 +83,18 @@ REDUCE_ITEM(prod)
 REDUCE_GROUP(prod)
 
 /* ---- cl.softmax ----
- * Numerically stable: exp(x - max) / sum(exp(x - max)). */
+ * Numerically stable: exp(x - max) / sum(exp(x - max)). With float32
+ * storage the sum pass stores each exp(x - max) in y and the last pass
+ * scales y in place, so exp runs once per element instead of twice (each
+ * work-item reads back only what it wrote itself). Half storage recomputes
+ * it instead: a rounded intermediate would round the result twice. */
+#ifdef VMCL_F16
+#define SM_KEEP(e, j, y)
+#define SM_EXP(x, j, m, y) exp(LD(x, j) - (m))
+#else
+#define SM_KEEP(e, j, y) ST(e, j, y)
+#define SM_EXP(x, j, m, y) LD(y, j)
+#endif
 
 /* softmax_row: axis is the innermost (contiguous) one; one work-group per
  * row. */
@@ -97,10 +108,14 @@ __kernel void softmax_row(__global const S *x, int xo, __global S *y, int yo, in
   for (int j = l; j < len; j += n) m = NANMAX(m, LD(x, j));
   m = wg_max(m, scratch);
   float s = 0.0f;
-  for (int j = l; j < len; j += n) s += exp(LD(x, j) - m);
+  for (int j = l; j < len; j += n) {
+    float e = exp(LD(x, j) - m);
+    s += e;
+    SM_KEEP(e, j, y);
+  }
   s = wg_sum(s, scratch);
   float inv = 1.0f / s;
-  for (int j = l; j < len; j += n) ST(exp(LD(x, j) - m) * inv, j, y);
+  for (int j = l; j < len; j += n) ST(SM_EXP(x, j, m, y) * inv, j, y);
 }
 
 /* softmax_col: axis has inner elements after it; one work-item per
@@ -117,9 +132,13 @@ __kernel void softmax_col(__global const S *x, int xo, __global S *y, int yo, in
   float m = -INFINITY;
   for (int j = 0; j < len; j++) m = NANMAX(m, LD(x, j * inner));
   float s = 0.0f;
-  for (int j = 0; j < len; j++) s += exp(LD(x, j * inner) - m);
+  for (int j = 0; j < len; j++) {
+    float e = exp(LD(x, j * inner) - m);
+    s += e;
+    SM_KEEP(e, j * inner, y);
+  }
   float inv = 1.0f / s;
-  for (int j = 0; j < len; j++) ST(exp(LD(x, j * inner) - m) * inv, j * inner, y);
+  for (int j = 0; j < len; j++) ST(SM_EXP(x, j * inner, m, y) * inv, j * inner, y);
 }
 
 /* ---- cl.layer_norm ----

@@ -1,6 +1,7 @@
 /* cl.resize: ONNX Resize as a separable interpolation (storage S,
  * common.cl). The host computes, per resized axis and output coordinate,
- * T taps (1 nearest, 2 linear, 4 cubic): input indices (already clamped
+ * T taps (1 nearest, 2 linear, 4 cubic, more for an antialiased
+ * downscale; an axis of fewer pads with weight 0): input indices (already clamped
  * to the edge) and weights, in double precision, and marks coordinates
  * that fall outside a tf_crop_and_resize crop with index -1. Axes whose
  * mapping is the identity are not tables: they index directly.

@@ -116,26 +116,41 @@ static void ew_emit_op(ew_buf_t *b, int dst, const ew_op_t *op, const int *opera
   ew_put(b, ";\n");
 }
 
+/* How the kernel indexes an input: like y (dense), one element for all
+ * (scalar), or through its broadcast strides (general). */
+enum { EW_DENSE = 'd', EW_SCALAR = 's', EW_GENERAL = 'g' };
+
 /* Validates the program and writes the kernel "vmcl_elementwise" for nin
- * inputs into b (after the common.cl prelude). */
-static vm_status_t ew_compile(const vmcl_op_t *op, const char *prog, uint32_t nin, ew_buf_t *b) {
+ * inputs into b (after the common.cl prelude). kinds[i] is input i's
+ * EW_*: when none is general, element i of y reads element i or element 0
+ * of each input, without the per-element division loop over the dims
+ * (straight-line code, which the CPU device vectorises across
+ * work-items). */
+static vm_status_t ew_compile(const vmcl_op_t *op, const char *prog, uint32_t nin,
+                              const char *kinds, ew_buf_t *b) {
   char tok[64];
   int stack[EW_MAX_DEPTH], depth = 0, ntemp = 0, ntok = 0;
+  int general = memchr(kinds, EW_GENERAL, nin) != NULL;
   ew_put(b, "%s\n__kernel void vmcl_elementwise(", vmcl_src_common);
   for (uint32_t i = 0; i < nin; i++) ew_put(b, "__global const S *p%u, int o%u, ", i, i);
   ew_put(b, "__global S *y, int yo, int n, int rank, int8 shape8");
   for (uint32_t i = 0; i < nin; i++) ew_put(b, ", int8 st%u", i);
-  ew_put(b,
-         ") {\n  int i = get_global_id(0);\n  if (i >= n) return;\n"
-         "  int sh[8], rem = i;\n  vstore8(shape8, 0, sh);\n");
-  for (uint32_t i = 0; i < nin; i++) {
-    ew_put(b, "  int s%u[8], f%u = o%u;\n  vstore8(st%u, 0, s%u);\n", i, i, i, i, i);
+  ew_put(b, ") {\n  int i = get_global_id(0);\n  if (i >= n) return;\n");
+  if (general) {
+    ew_put(b, "  int sh[8], rem = i;\n  vstore8(shape8, 0, sh);\n");
+    for (uint32_t i = 0; i < nin; i++) {
+      ew_put(b, "  int s%u[8], f%u = o%u;\n  vstore8(st%u, 0, s%u);\n", i, i, i, i, i);
+    }
+    ew_put(b,
+           "  for (int d = 0; d < rank; d++) {\n    int q = rem / sh[d], r = rem - q * sh[d];\n"
+           "    rem = q;\n");
+    for (uint32_t i = 0; i < nin; i++) ew_put(b, "    f%u += r * s%u[d];\n", i, i);
+    ew_put(b, "  }\n");
+  } else {
+    for (uint32_t i = 0; i < nin; i++) {
+      ew_put(b, "  int f%u = o%u%s;\n", i, i, kinds[i] == EW_DENSE ? " + i" : "");
+    }
   }
-  ew_put(b,
-         "  for (int d = 0; d < rank; d++) {\n    int q = rem / sh[d], r = rem - q * sh[d];\n"
-         "    rem = q;\n");
-  for (uint32_t i = 0; i < nin; i++) ew_put(b, "    f%u += r * s%u[d];\n", i, i);
-  ew_put(b, "  }\n");
   for (const char *p = prog;;) {
     while (*p == ' ' || *p == '\t' || *p == '\n') p++;
     if (!*p) break;
@@ -252,20 +267,26 @@ vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_
                          vmcl_shape_str(y->shape, y->ndim, b1, sizeof(b1)),
                          vmcl_shape_str(shape, nd, b2, sizeof(b2)));
   }
-  ew_buf_t b = {malloc(8192), 0, 8192, 0};
-  if (!b.s) return vm_status_make(VM_RESOURCE_EXHAUSTED, "cl.elementwise: out of host memory");
-  vm_status_t st = ew_compile(&op, prog->data, nin, &b);
-  int64_t n = vm_tensor_numel(y);
-  if (st || n == 0) {
-    free(b.s);
-    return st;
-  }
   /* y is dense, so dims the inputs all step through contiguously merge */
   vmcl_iter_t it;
   it.rank = (int)y->ndim;
   memcpy(it.shape, y->shape, y->ndim * sizeof(int64_t));
   for (uint32_t i = 0; i < nin; i++) vmcl_broadcast_strides(x[i], y->ndim, it.stride[i]);
   vmcl_collapse(&it, (int)nin);
+  char kinds[EW_MAX_INPUTS];
+  for (uint32_t i = 0; i < nin; i++) {
+    int scalar = 1;
+    for (int dd = 0; dd < it.rank; dd++) scalar &= it.stride[i][dd] == 0;
+    kinds[i] = scalar ? EW_SCALAR : it.rank == 1 && it.stride[i][0] == 1 ? EW_DENSE : EW_GENERAL;
+  }
+  ew_buf_t b = {malloc(8192), 0, 8192, 0};
+  if (!b.s) return vm_status_make(VM_RESOURCE_EXHAUSTED, "cl.elementwise: out of host memory");
+  vm_status_t st = ew_compile(&op, prog->data, nin, kinds, &b);
+  int64_t n = vm_tensor_numel(y);
+  if (st || n == 0) {
+    free(b.s);
+    return st;
+  }
   vmcl_dev_t *d = op.d;
   cl_kernel k;
   pthread_mutex_lock(&d->lock);

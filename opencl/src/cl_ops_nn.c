@@ -154,22 +154,46 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   vmcl_dev_t *d = op.d;
   int64_t P = OH * OW, Og = O / groups;
   /* one output channel per group (depthwise): conv2d_og1, whose work-items
-   * each compute 8 pixels of one channel; otherwise conv2d's 8 channel x 8
-   * pixel blocks (see conv.cl) */
+   * each compute 8 pixels of one channel; pointwise: conv2d_1x1; otherwise
+   * conv2d's 8 channel x 8 pixel blocks (see conv.cl) */
   int og1 = Og == 1;
+  /* A 1x1 kernel at stride 1 without padding maps output pixel p to input
+   * pixel p: the kernels see the map as one row of H*W pixels, so every
+   * full block is one vector load, also across row ends. With more than
+   * one output channel per group it runs on conv2d_1x1 (8 channels x 16
+   * pixels per work-item), else on conv2d_og1 as one row. */
+  int pointwise = KH == 1 && KW == 1 && wa.sh == 1 && wa.sw == 1 && wa.pt == 0 && wa.pl == 0 &&
+                  wa.pb == 0 && wa.pr == 0;
+  int pw16 = pointwise && !og1;
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
+  if (pw16) {
+    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d_1x1", &k);
+    if (st) goto done;
+    vmcl_args_t a = vmcl_args_begin(k);
+    conv_tensor_args(&a, x, w, bias, y);
+    int64_t ints[] = {C, P, O, groups};
+    for (size_t i = 0; i < 4; i++) vmcl_arg_int(&a, ints[i]);
+    if (a.err != CL_SUCCESS) {
+      st = vmcl_status(a.err, "clSetKernelArg");
+      goto done;
+    }
+    size_t l = vmcl_local_size(d, k, 64);
+    size_t l0 = l < 8 ? l : 8;
+    size_t local[3] = {l0, l / l0, 1};
+    size_t g0 = (size_t)(P + 15) / 16, g1 = (size_t)(Og + 7) / 8;
+    size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
+                        (g1 + local[1] - 1) / local[1] * local[1], (size_t)(N * groups)};
+    st = vmcl_launch(d, k, 3, global, local);
+    goto done;
+  }
   st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype),
                           og1 ? "conv2d_og1" : "conv2d", &k);
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
   conv_tensor_args(&a, x, w, bias, y);
-  /* A 1x1 kernel at stride 1 without padding maps output pixel p to input
-   * pixel p: the kernels see the map as one row of H*W pixels, so every
-   * full 8-pixel block is one vector load, also across row ends. */
-  if (KH == 1 && KW == 1 && wa.sh == 1 && wa.sw == 1 && wa.pt == 0 && wa.pl == 0 && wa.pb == 0 &&
-      wa.pr == 0) {
+  if (pointwise) {
     W = OW = P;
     H = OH = 1;
   }
@@ -183,10 +207,15 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   }
   size_t g0 = (size_t)(P + 7) / 8;
   if (og1) {
-    size_t l = vmcl_local_size(d, k, 64);
-    size_t global[2] = {(g0 + l - 1) / l * l, (size_t)(N * O)};
-    size_t local[2] = {l, 1};
-    st = vmcl_launch(d, k, 2, global, local);
+    /* 8-pixel blocks of a row x rows x (n, o) (conv.cl); a group spans
+     * the blocks of a row exactly (no idle work-items past the row's
+     * end, unless a row has more blocks than a group holds), then rows */
+    size_t l = vmcl_local_size(d, k, 64), b0 = (size_t)(OW + 7) / 8;
+    size_t l0 = b0 < l ? b0 : l, l1 = 1;
+    while (l1 < (size_t)OH && l0 * l1 * 2 <= l) l1 *= 2;
+    size_t local[3] = {l0, l1, 1};
+    size_t global[3] = {(b0 + l0 - 1) / l0 * l0, ((size_t)OH + l1 - 1) / l1 * l1, (size_t)(N * O)};
+    st = vmcl_launch(d, k, 3, global, local);
     goto done;
   }
   size_t l = vmcl_local_size(d, k, 64);

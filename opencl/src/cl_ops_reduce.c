@@ -22,6 +22,18 @@ static int norm_axis(int64_t axis, uint32_t ndim) {
   return (int)(axis < 0 ? axis + ndim : axis);
 }
 
+/* Whether d is a CPU device with at least 16 outputs per compute unit:
+ * enough work-items of a whole reduction each to keep its cores busy. A
+ * CPU device runs a work-group's barriers as separate loops over its
+ * items, so there a work-group per output only pays below that. */
+static int cpu_items_suffice(vmcl_dev_t *d, int64_t nout) {
+  cl_uint cu = 0;
+  return (d->type & CL_DEVICE_TYPE_CPU) &&
+         clGetDeviceInfo(d->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(cu), &cu, NULL) ==
+             CL_SUCCESS &&
+         nout >= 16 * (int64_t)cu;
+}
+
 vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_tensor_t *x,
                                const int *reduce, const vm_tensor_t *y) {
   int64_t xs[VMCL_MAX_RANK];
@@ -45,8 +57,12 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
 
   /* Few outputs over long reductions (down to a scalar, global pooling of
    * large maps) would leave one work-item doing all the work: give each
-   * output a work-group instead. */
+   * output a work-group instead, except where one work-item per output
+   * keeps a CPU device busy (measured on PoCL: global pooling of 480 maps
+   * of 480 pixels, ~1 ms as groups, ~0.27 ms as items; see
+   * docs/performance.md). */
   int group = nout < 1024 && rcount >= 128;
+  if (group && cpu_items_suffice(d, nout)) group = 0;
   const char *opname = kind == VMCL_REDUCE_MAX    ? "max"
                        : kind == VMCL_REDUCE_MIN  ? "min"
                        : kind == VMCL_REDUCE_PROD ? "prod"

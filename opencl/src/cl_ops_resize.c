@@ -20,11 +20,15 @@ enum { NM_ROUND_PREFER_FLOOR, NM_ROUND_PREFER_CEIL, NM_FLOOR, NM_CEIL };
 
 #define RESIZE_USAGE                                                                          \
   "(x, mode, coord_mode, nearest_mode, cubic_coeff_a, exclude_outside, extrapolation_value, " \
-  "scales|none, roi|none, y)"
+  "scales|none, roi|none, [antialias,] y)"
+
+/* The most taps an antialiased axis may take (a downscale by 1/256 with
+ * cubic, 1/512 with linear). */
+#define RESIZE_MAX_TAPS 1024
 
 /* The attributes of a call, shared by every axis. */
 typedef struct resize_attrs {
-  int64_t mode, coord, nearest, exclude;
+  int64_t mode, coord, nearest, exclude, antialias;
   double a; /* cubic coefficient */
 } resize_attrs_t;
 
@@ -33,7 +37,7 @@ typedef struct resize_attrs {
  * device) or from a tuple of n floats (or ints); none returns 0 in
  * *present. */
 static vm_status_t host_floats(const vmcl_op_t *op, uint32_t idx, const char *what, uint32_t n,
-                               float *out, int *present) {
+                               double *out, int *present) {
   *present = 0;
   if (idx >= op->nargs) return vmcl_op_error(op, "missing %s (argument %u)", what, idx);
   if (op->args[idx].kind == VM_VAL_NONE) return VM_STATUS_OK;
@@ -50,7 +54,9 @@ static vm_status_t host_floats(const vmcl_op_t *op, uint32_t idx, const char *wh
         return vmcl_op_error(op, "%s (argument %u) field %u must be a float, got %s", what, idx, i,
                              vm_value_kind_name(f->kind));
       }
-      out[i] = f->kind == VM_VAL_FLOAT ? (float)f->u.f : (float)f->u.i;
+      /* double: a scale the compiler derived from sizes (out / in) keeps
+       * its precision, which decides an antialiased axis's tap count */
+      out[i] = f->kind == VM_VAL_FLOAT ? f->u.f : (double)f->u.i;
     }
     *present = 1;
     return VM_STATUS_OK;
@@ -74,8 +80,12 @@ static vm_status_t host_floats(const vmcl_op_t *op, uint32_t idx, const char *wh
   if (!dev || !dev->ops || !dev->ops->copy_to_host) {
     return vmcl_op_error(op, "%s (argument %u) has no readable storage", what, idx);
   }
-  VM_RETURN_IF_ERROR(dev->ops->copy_to_host((vm_device_t *)dev, out, t->storage->buffer, t->offset,
+  float buf[2 * VMCL_MAX_RANK];
+  if (n > 2 * VMCL_MAX_RANK)
+    return vmcl_op_error(op, "%s (argument %u): too many values", what, idx);
+  VM_RETURN_IF_ERROR(dev->ops->copy_to_host((vm_device_t *)dev, buf, t->storage->buffer, t->offset,
                                             (uint64_t)n * sizeof(float)));
+  for (uint32_t i = 0; i < n; i++) out[i] = buf[i];
   *present = 1;
   return VM_STATUS_OK;
 }
@@ -112,10 +122,46 @@ static double source_coord(const resize_attrs_t *ra, int64_t o, int64_t in, int6
   }
 }
 
+/* The taps of an axis with scale s: 1 nearest, 2 linear, 4 cubic; with
+ * antialias, a downscale (s < 1) widens linear's and cubic's filter by
+ * 1/s: 2 - 2 (floor(-w / s) + 1) taps for a support of w = 1 or 2. */
+static int64_t axis_tap_count(const resize_attrs_t *ra, double s) {
+  if (ra->mode == RS_NEAREST) return 1;
+  double w = ra->mode == RS_LINEAR ? 1 : 2;
+  if (!ra->antialias || s >= 1) return 2 * (int64_t)w;
+  double start = floor(-w / s) + 1;
+  return start < -RESIZE_MAX_TAPS ? RESIZE_MAX_TAPS + 1 : 2 - 2 * (int64_t)start;
+}
+
+/* Antialiased weights (as ONNX's reference): the input coordinate xo lies
+ * ratio in (0, 1] past base element b (an integral xo counts as 1 past the
+ * element before it); tap k of the n sits at b + start + k, start = 1 -
+ * n / 2, and weighs the filter (the triangle, or Keys' cubic) at (start +
+ * k - ratio) * s, stretched by 1 / s; the weights are normalised to sum to
+ * 1. Returns b + start, the input coordinate of tap 0. */
+static int64_t antialias_taps(const resize_attrs_t *ra, double xo, double s, int64_t n,
+                              double *wt) {
+  double b = ceil(xo) - 1, ratio = xo - b;
+  int64_t start = 1 - n / 2;
+  double sum = 0;
+  for (int64_t k = 0; k < n; k++) {
+    double d = ((double)(start + k) - ratio) * s;
+    double w = ra->mode == RS_LINEAR ? 1 - fabs(d) : cubic_weight(d, ra->a);
+    if (ra->mode == RS_LINEAR && w < 0) w = 0;
+    wt[k] = w;
+    sum += w;
+  }
+  for (int64_t k = 0; k < n; k++) wt[k] /= sum;
+  return (int64_t)b + start;
+}
+
 /* Fills T taps (indices clamped to [0, in), weights) of output coordinate
- * o; idx[0] = -1 when it lies outside a tf_crop_and_resize crop. */
+ * o, the axis's own n of them first (n <= T; the rest weigh 0); idx[0] =
+ * -1 when it lies outside a tf_crop_and_resize crop. wt: n scratch
+ * doubles. */
 static void axis_taps(const resize_attrs_t *ra, int64_t o, int64_t in, int64_t out, double s,
-                      double roi_lo, double roi_hi, int T, cl_int *idx, cl_float *w) {
+                      double roi_lo, double roi_hi, int T, int64_t n, double *wt, cl_int *idx,
+                      cl_float *w) {
   double xo = source_coord(ra, o, in, out, s, roi_lo, roi_hi);
   if (ra->coord == CT_TF_CROP_AND_RESIZE && !(xo >= 0 && xo <= (double)(in - 1))) {
     for (int t = 0; t < T; t++) {
@@ -127,12 +173,14 @@ static void axis_taps(const resize_attrs_t *ra, int64_t o, int64_t in, int64_t o
   /* Far outside the input every tap clamps to the same edge element, so
    * bounding the coordinate changes nothing and keeps the conversion to
    * int64 defined (a tiny scale may give inf). */
-  if (!(xo >= -8.0)) xo = -8.0;
-  if (!(xo <= (double)in + 8.0)) xo = (double)in + 8.0;
+  double far = 8.0 + (double)n;
+  if (!(xo >= -far)) xo = -far;
+  if (!(xo <= (double)in + far)) xo = (double)in + far;
   double f = floor(xo), frac = xo - f;
   int64_t first; /* the input coordinate of tap 0 */
-  double wt[4];
-  if (ra->mode == RS_NEAREST) {
+  if (ra->antialias && ra->mode != RS_NEAREST) {
+    first = antialias_taps(ra, xo, s, n, wt);
+  } else if (ra->mode == RS_NEAREST) {
     int up;
     switch (ra->nearest) {
       case NM_ROUND_PREFER_CEIL: up = frac >= 0.5; break;
@@ -151,7 +199,7 @@ static void axis_taps(const resize_attrs_t *ra, int64_t o, int64_t in, int64_t o
     for (int t = 0; t < 4; t++) wt[t] = cubic_weight(frac + 1 - t, ra->a);
   }
   double sum = 0;
-  for (int t = 0; t < T; t++) {
+  for (int64_t t = 0; t < n; t++) {
     int64_t c = first + t;
     if (ra->exclude && (c < 0 || c >= in)) wt[t] = 0;
     sum += wt[t];
@@ -159,7 +207,9 @@ static void axis_taps(const resize_attrs_t *ra, int64_t o, int64_t in, int64_t o
   for (int t = 0; t < T; t++) {
     int64_t c = first + t;
     idx[t] = (cl_int)(c < 0 ? 0 : c >= in ? in - 1 : c);
-    w[t] = (cl_float)(ra->exclude ? wt[t] / sum : wt[t]);
+    /* exclude_outside with every tap outside: weight 0 (as the reference) */
+    double v = t >= n ? 0 : !ra->exclude ? wt[t] : sum != 0 ? wt[t] / sum : 0;
+    w[t] = (cl_float)v;
   }
 }
 
@@ -182,13 +232,16 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
                            void *user) {
   vmcl_op_t op;
   vmcl_op_init(&op, "cl.resize", RESIZE_USAGE, args, nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 10, 10));
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 10, 11));
+  uint32_t yi = op.nargs - 1; /* 9, or 10 after antialias */
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 9, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, yi, "y", &y));
   VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 9, "y", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, yi, "y", x->dtype, "x"));
   resize_attrs_t ra;
+  ra.antialias = 0;
+  if (op.nargs == 11) VM_RETURN_IF_ERROR(vmcl_op_int(&op, 9, "antialias", 0, 1, &ra.antialias));
   double extrap;
   VM_RETURN_IF_ERROR(vmcl_op_int(&op, 1, "mode", 0, 2, &ra.mode));
   VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "coord_mode", 0, 5, &ra.coord));
@@ -202,17 +255,17 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   uint32_t nd = x->ndim;
   if (y->ndim != nd) {
     char b[192];
-    return vmcl_op_error(&op, "y (argument 9) has shape %s, expected %u dims like x",
+    return vmcl_op_error(&op, "y (argument %u) has shape %s, expected %u dims like x", yi,
                          vmcl_shape_str(y->shape, y->ndim, b, sizeof(b)), nd);
   }
-  float scales[VMCL_MAX_RANK], roi[2 * VMCL_MAX_RANK];
+  double scales[VMCL_MAX_RANK], roi[2 * VMCL_MAX_RANK];
   int has_scales, has_roi;
   VM_RETURN_IF_ERROR(host_floats(&op, 7, "scales", nd, scales, &has_scales));
   VM_RETURN_IF_ERROR(host_floats(&op, 8, "roi", 2 * nd, roi, &has_roi));
   for (uint32_t i = 0; has_roi && i < 2 * nd; i++) {
     if (!isfinite(roi[i])) {
       return vmcl_op_error(&op, "roi (argument 8) value %u is %g, expected a finite number", i,
-                           (double)roi[i]);
+                           roi[i]);
     }
   }
   if (ra.coord == CT_TF_CROP_AND_RESIZE && !has_roi) {
@@ -234,16 +287,29 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     }
     if (x->shape[i] == 0 && y->shape[i] != 0 && n != 0) {
       return vmcl_op_error(&op,
-                           "x (argument 0) is empty along axis %u, which y (argument 9) "
+                           "x (argument 0) is empty along axis %u, which y (argument %u) "
                            "has %lld elements along",
-                           i, (long long)y->shape[i]);
+                           i, yi, (long long)y->shape[i]);
     }
     if (!has_scales) s[i] = x->shape[i] ? (double)y->shape[i] / (double)x->shape[i] : 1.0;
   }
   if (n == 0) return VM_STATUS_OK;
 
-  /* the tables: T taps per output coordinate of each non-identity axis */
-  int T = ra.mode == RS_NEAREST ? 1 : ra.mode == RS_LINEAR ? 2 : 4;
+  /* the tables: T taps per output coordinate of each axis (the most any
+   * axis takes; an axis of fewer pads with weight 0) */
+  int64_t taps[VMCL_MAX_RANK], maxt = 1;
+  for (uint32_t i = 0; i < nd; i++) {
+    taps[i] = axis_tap_count(&ra, s[i]);
+    if (taps[i] > RESIZE_MAX_TAPS) {
+      return vmcl_op_error(&op,
+                           "antialias (argument 9): axis %u's scale %g needs more than %d taps: "
+                           "supported: scales of at least %g",
+                           i, s[i], RESIZE_MAX_TAPS,
+                           (ra.mode == RS_LINEAR ? 2.0 : 4.0) / RESIZE_MAX_TAPS);
+    }
+    if (taps[i] > maxt) maxt = taps[i];
+  }
+  int T = (int)maxt;
   int64_t total = 0;
   for (uint32_t i = 0; i < nd; i++) total += y->shape[i];
   /* the kernel indexes the tables with ints */
@@ -257,9 +323,11 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   }
   cl_int *tidx = malloc((size_t)(total * T + 1) * sizeof(cl_int));
   cl_float *tw = malloc((size_t)(total * T + 1) * sizeof(cl_float));
-  if (!tidx || !tw) {
+  double *wt = malloc((size_t)T * sizeof(double));
+  if (!tidx || !tw || !wt) {
     free(tidx);
     free(tw);
+    free(wt);
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "cl.resize: out of host memory for %lld taps",
                           (long long)(total * T));
   }
@@ -272,7 +340,7 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     cl_float *rw = tw + rows * T;
     double lo = has_roi ? roi[i] : 0, hi = has_roi ? roi[nd + i] : 1;
     for (int64_t o = 0; o < outn; o++) {
-      axis_taps(&ra, o, in, outn, s[i], lo, hi, T, ri + o * T, rw + o * T);
+      axis_taps(&ra, o, in, outn, s[i], lo, hi, T, taps[i], wt, ri + o * T, rw + o * T);
     }
     table[i] = in == outn && axis_identity(ri, rw, outn, T) ? -1 : rows;
     rows += outn;
@@ -281,7 +349,8 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   vmcl_dense_strides(x->shape, nd, istride);
   /* only the last two axes resized (images): the 2-D kernel, with both
    * tables (an identity one is a valid table too) */
-  int hw = nd >= 2;
+  free(wt);
+  int hw = nd >= 2 && T <= 4;
   for (uint32_t i = 0; hw && i + 2 < nd; i++) hw = table[i] < 0;
   int64_t th = 0, tww = 0;
   if (hw) {

@@ -116,34 +116,6 @@ vm_status_t vmp_response_unpack(const uint8_t *env, size_t len, Vmrpc__Response 
   return VM_STATUS_OK;
 }
 
-const char *vmp_op_name(Vmrpc__Request__OpCase op) {
-  switch (op) {
-    case VMRPC__REQUEST__OP_HELLO: return "Hello";
-    case VMRPC__REQUEST__OP_LIST_DEVICES: return "ListDevices";
-    case VMRPC__REQUEST__OP_UPLOAD_BEGIN: return "UploadBegin";
-    case VMRPC__REQUEST__OP_UPLOAD_CHUNK: return "UploadChunk";
-    case VMRPC__REQUEST__OP_UPLOAD_COMMIT: return "UploadCommit";
-    case VMRPC__REQUEST__OP_CREATE_VM: return "CreateVM";
-    case VMRPC__REQUEST__OP_TENSOR_BEGIN: return "TensorBegin";
-    case VMRPC__REQUEST__OP_TENSOR_CHUNK: return "TensorChunk";
-    case VMRPC__REQUEST__OP_SET_INPUT: return "SetInput";
-    case VMRPC__REQUEST__OP_INVOKE: return "Invoke";
-    case VMRPC__REQUEST__OP_GET_OUTPUT_ARITY: return "GetOutputArity";
-    case VMRPC__REQUEST__OP_GET_OUTPUT: return "GetOutput";
-    case VMRPC__REQUEST__OP_SAVE_FUNCTION: return "SaveFunction";
-    case VMRPC__REQUEST__OP_TIME_EVALUATE: return "TimeEvaluate";
-    case VMRPC__REQUEST__OP_PROFILE: return "Profile";
-    case VMRPC__REQUEST__OP_STATS: return "Stats";
-    case VMRPC__REQUEST__OP_CANCEL: return "Cancel";
-    case VMRPC__REQUEST__OP_FREE_VM: return "FreeVM";
-    case VMRPC__REQUEST__OP_FREE_EXECUTABLE: return "FreeExecutable";
-    case VMRPC__REQUEST__OP_PING: return "Ping";
-    case VMRPC__REQUEST__OP_GOODBYE: return "Goodbye";
-    case VMRPC__REQUEST__OP_RUN: return "Run";
-    default: return "unknown";
-  }
-}
-
 vm_status_t vmp_status_from_wire(const Vmrpc__Status *st) {
   if (!st || st->code == 0) return VM_STATUS_OK;
   vm_code_t code = st->code <= VM_UNAUTHENTICATED ? (vm_code_t)st->code : VM_UNKNOWN;

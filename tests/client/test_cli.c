@@ -461,6 +461,15 @@ static void test_compile_onnx(void **state) {
   run_expect(a8, NULL, 0, 2, &r);
   assert_non_null(strstr(r.err, "dim 2 is 6, the graph fixes it to 5"));
   run_result_free(&r);
+  /* an input that is not a tensor: exit 3, naming it */
+  const char *opt = "/usr/share/libonnx-testdata/data/node/test_identity_opt/model.onnx";
+  if (access(opt, R_OK) == 0) {
+    const char *a9[] = {"compile", opt, "-o", out, NULL};
+    run_expect(a9, NULL, 0, 3, &r);
+    assert_non_null(
+        strstr(r.err, "input 'opt_in' has an optional type: supported: tensor types only"));
+    run_result_free(&r);
+  }
 }
 
 static int setup(void **state) {

@@ -45,6 +45,15 @@ static void relu_model(mb_t *m) {
   mb_node(m, "Relu", "r", "x", NULL, "y");
 }
 
+/* Sets node k's single attribute to the int v. */
+static void set_int_attr(mb_t *m, uint32_t k, const char *name, int64_t v) {
+  mb_attr_s(m, &m->nodes[k], name, "");
+  m->attrs[k].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  m->attrs[k].has_s = 0;
+  m->attrs[k].has_i = 1;
+  m->attrs[k].i = v;
+}
+
 static const char *meta(const vm_executable_t *e, const char *key) {
   for (uint32_t i = 0; i < e->num_meta; i++)
     if (strcmp(e->meta[i].key, key) == 0) return e->meta[i].value;
@@ -104,9 +113,9 @@ static void test_not_a_model(void **state) {
 static void test_opset_range(void **state) {
   mb_t m;
   relu_model(&m);
-  m.opset.version = 22;
+  m.opset.version = 29;
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
-                "opset 22: supported: opsets 1 to 21");
+                "opset 29: supported: opsets 1 to 28");
   relu_model(&m);
   m.opset.domain = "com.example";
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
@@ -130,6 +139,173 @@ static void test_unsupported_op_and_attribute(void **state) {
   m.nodes[0].domain = "com.microsoft";
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
                 "node 'r' (Relu): domain 'com.microsoft': supported: the default domain");
+}
+
+static const float k_three = 3.0f, k_zero = 0.0f, k_six = 6.0f;
+
+/* x * clip(x + 3, 0, 6) / 6 at opset 13: one cl.unary.hard_swish call (the
+ * Clip, Mul and Div nodes skipped). */
+static void hard_swish_model(mb_t *m) {
+  mb_init(m, 13);
+  mb_input(m, "x", 2, k_d24);
+  mb_output(m, "y", 2, k_d24);
+  mb_init_raw(m, "k3", 1, 0, NULL, &k_three, 4);
+  mb_init_raw(m, "k0", 1, 0, NULL, &k_zero, 4);
+  mb_init_raw(m, "k6", 1, 0, NULL, &k_six, 4);
+  mb_node(m, "Add", "a", "x", "k3", "t");
+  Onnx__NodeProto *clip = mb_node(m, "Clip", "c", "t", "k0", "cl");
+  mb_node_input(clip, "k6");
+  mb_node(m, "Mul", "m", "x", "cl", "p");
+  mb_node(m, "Div", "d", "p", "k6", "y");
+}
+
+/* Every op lists the attributes it understands, per opset: anything else is
+ * refused with the list, never ignored; a duplicate or nameless attribute
+ * is malformed. */
+static void test_unknown_attributes(void **state) {
+  mb_t m;
+  relu_model(&m);
+  mb_attr_s(&m, &m.nodes[0], "alpha", "0.1");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Relu): attribute 'alpha' is not supported at opset 17: supported: none");
+  /* consumed_inputs (a legacy hint) is known through opset 5 only */
+  relu_model(&m);
+  m.opset.version = 5;
+  mb_attr_s(&m, &m.nodes[0], "consumed_inputs", "");
+  m.attrs[0].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  m.opset.version = 6;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Relu): attribute 'consumed_inputs' is not supported at opset 6: "
+                "supported: none");
+  /* Gemm at opset 28 (its latest version is 13: unchanged since) */
+  int64_t d44[2] = {4, 4};
+  float w[16] = {0};
+  mb_init(&m, 28);
+  mb_input(&m, "x", 2, k_d24);
+  mb_output(&m, "y", 2, k_d24);
+  mb_init_raw(&m, "w", 1, 2, d44, w, sizeof(w));
+  Onnx__NodeProto *n = mb_node(&m, "Gemm", "g", "x", "w", "y");
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  mb_attr_s(&m, n, "transC", "1");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'g' (Gemm): attribute 'transC' is not supported at opset 28: supported: "
+                "alpha, beta, transA, transB");
+  /* Clip's bounds are inputs from opset 11: attributes then are refused */
+  relu_model(&m);
+  m.opset.version = 13;
+  m.nodes[0].op_type = "Clip";
+  mb_attr_s(&m, &m.nodes[0], "min", "");
+  m.attrs[0].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+  m.attrs[0].has_f = 1;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Clip): attribute 'min' is not supported at opset 13: supported: none");
+  m.opset.version = 10;
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  /* Resize's attributes by opset */
+  relu_model(&m);
+  m.opset.version = 10;
+  m.nodes[0].op_type = "Resize";
+  mb_attr_s(&m, &m.nodes[0], "antialias", "");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Resize): attribute 'antialias' is not supported at opset 10: "
+                "supported: mode");
+  m.opset.version = 11;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Resize): attribute 'antialias' is not supported at opset 11: "
+                "supported: mode, coordinate_transformation_mode, cubic_coeff_a, "
+                "exclude_outside, extrapolation_value, nearest_mode");
+  m.opset.version = 19;
+  mb_attr_s(&m, &m.nodes[0], "keep_aspect_ratio_policy", "fit");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Resize): attribute 'keep_aspect_ratio_policy' = fit: supported: "
+                "stretch, not_larger, not_smaller");
+  /* antialias is defined for linear and cubic: with nearest (the default
+   * mode) it is refused */
+  m.opset.version = 18;
+  set_int_attr(&m, 0, "antialias", 1);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Resize): attribute 'antialias' = 1 with mode nearest: supported: 0 "
+                "with nearest (antialias applies to linear and cubic)");
+  /* an attribute in a node fused into an earlier one is checked too */
+  hard_swish_model(&m);
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(compile(&m, NULL, &rep, NULL));
+  assert_int_equal(rep.num_folded, 3);
+  mb_attr_s(&m, &m.nodes[3], "scale", "1");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'd' (Div): attribute 'scale' is not supported at opset 13: supported: none");
+  /* malformed: twice, or without a name */
+  relu_model(&m);
+  mb_attr_s(&m, &m.nodes[0], "alpha", "");
+  Onnx__AttributeProto *two[2] = {&m.attrs[0], &m.attrs[0]};
+  m.nodes[0].n_attribute = 2;
+  m.nodes[0].attribute = two;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'r' (Relu): attribute 'alpha' is given twice");
+  m.nodes[0].n_attribute = 1;
+  m.attrs[0].name = "";
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'r' (Relu): attribute 0 has no name");
+}
+
+/* What opsets 22-28 changed for the supported ops: Cast-24's round_mode
+ * (checked, float8e8m0 only), Range-27's stash_type (float16 precision) and
+ * Mod-28's fmod=0 on floats (floor semantics: the divisor's sign). */
+static void test_opset_28_changes(void **state) {
+  mb_t m;
+  relu_model(&m);
+  m.nodes[0].op_type = "Cast";
+  mb_attr_s(&m, &m.nodes[0], "round_mode", "sideways");
+  m.opset.version = 23;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Cast): attribute 'round_mode' is not supported at opset 23: supported: "
+                "to, saturate");
+  m.opset.version = 24;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Cast): attribute 'round_mode' = sideways: supported: up, down, nearest");
+  /* Mod on floats with fmod=0: an error before 28, folded at 28 (the onnx 1.23
+   * node cases mod_*_fmod_0 check the values) */
+  static const float ka[3] = {-7, 7, 6}, kb[3] = {2, -2, -2};
+  int64_t d3[1] = {3};
+  mb_init(&m, 13);
+  mb_output(&m, "y", 1, d3);
+  mb_init_raw(&m, "a", 1, 1, d3, ka, sizeof(ka));
+  mb_init_raw(&m, "b", 1, 1, d3, kb, sizeof(kb));
+  mb_node(&m, "Mod", "md", "a", "b", "y");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'md' (Mod): fmod must be 1 for floating-point inputs before opset 28");
+  m.opset.version = 28;
+  vm_executable_t *e;
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(compile(&m, NULL, &rep, &e));
+  assert_int_equal(rep.num_folded, 1);
+  vm_executable_free(e);
+  /* Range: stash_type 1 or 11 for float16; another value is refused */
+  static const uint16_t h0 = 0x0000, h4 = 0x4400, h1 = 0x3c00; /* 0, 4, 1 */
+  int64_t d4[1] = {4};
+  mb_init(&m, 27);
+  mb_output(&m, "y", 1, d4);
+  m.ttypes[0].elem_type = 10;
+  mb_init_raw(&m, "s", 10, 0, NULL, &h0, 2);
+  mb_init_raw(&m, "l", 10, 0, NULL, &h4, 2);
+  mb_init_raw(&m, "d", 10, 0, NULL, &h1, 2);
+  Onnx__NodeProto *rg = mb_node(&m, "Range", "rg", "s", "l", "y");
+  mb_node_input(rg, "d");
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  mb_attr_s(&m, rg, "stash_type", "");
+  m.attrs[0].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  m.attrs[0].has_i = 1;
+  m.attrs[0].i = 10;
+  ASSERT_STATUS(
+      compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+      "node 'rg' (Range): attribute 'stash_type' = 10: supported: 1 (float), 11 (double)");
+  m.attrs[0].i = 11;
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  m.opset.version = 26;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'rg' (Range): attribute 'stash_type' is not supported at opset 26: "
+                "supported: none");
 }
 
 static void test_input_shapes(void **state) {
@@ -361,6 +537,233 @@ static void test_graph_errors(void **state) {
                 "node 'r' (Relu): input 'x' has dtype int64: supported: float, float16");
 }
 
+static const float k_ones4[4] = {1, 1, 1, 1}, k_zeros4[4] = {0};
+static const int64_t k_d4[1] = {4};
+
+/* x[2,4] -> BatchNormalization (constant parameters) -> y at opset, after a
+ * 1x1 Conv when conv (x[1,4,1,2]: the BN could fold into it). */
+static Onnx__NodeProto *bn_model(mb_t *m, int64_t opset, int conv) {
+  static const int64_t dx[4] = {1, 4, 1, 2}, dw[4] = {4, 4, 1, 1};
+  static float w[16];
+  mb_init(m, opset);
+  mb_input(m, "x", conv ? 4 : 2, conv ? dx : k_d24);
+  mb_output(m, "y", conv ? 4 : 2, conv ? dx : k_d24);
+  mb_init_raw(m, "s", 1, 1, k_d4, k_ones4, sizeof(k_ones4));
+  mb_init_raw(m, "b", 1, 1, k_d4, k_zeros4, sizeof(k_zeros4));
+  mb_init_raw(m, "mean", 1, 1, k_d4, k_zeros4, sizeof(k_zeros4));
+  mb_init_raw(m, "var", 1, 1, k_d4, k_ones4, sizeof(k_ones4));
+  if (conv) {
+    mb_init_raw(m, "w", 1, 4, dw, w, sizeof(w));
+    mb_node(m, "Conv", "c", "x", "w", "t");
+  }
+  Onnx__NodeProto *n = mb_node(m, "BatchNormalization", "bn", conv ? "t" : "x", "s", "y");
+  mb_node_input(n, "b");
+  mb_node_input(n, "mean");
+  mb_node_input(n, "var");
+  return n;
+}
+
+/* Before opset 7, BatchNormalization and Dropout train unless is_test is
+ * nonzero (0 is the default): training is refused, also for a BN that
+ * would fold into a Conv; a BN of opsets 7-13 with training outputs is not
+ * folded either. Dropout's mask has X's type before opset 10. */
+static void test_legacy_training_modes(void **state) {
+  const char *refused =
+      "attribute 'is_test' = 0 (training mode): supported: nonzero (inference; "
+      "absent means 0)";
+  char want[256];
+  mb_t m;
+  for (int conv = 0; conv < 2; conv++) {
+    uint32_t k = (uint32_t)conv; /* the BN node */
+    snprintf(want, sizeof(want), "node 'bn' (BatchNormalization): %s", refused);
+    bn_model(&m, 6, conv);
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, want);
+    set_int_attr(&m, k, "is_test", 0);
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, want);
+    set_int_attr(&m, k, "is_test", 1);
+    vmcc_onnx_report_t rep;
+    ASSERT_OK(compile(&m, NULL, &rep, NULL));
+    assert_int_equal(rep.num_folded, conv ? 1 : 0);
+    /* at opset 9, a second output (the running mean) means training */
+    bn_model(&m, 9, conv);
+    m.nodes[k].output[m.nodes[k].n_output++] = "rm";
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                  "node 'bn' (BatchNormalization): training outputs: supported: Y only");
+  }
+  /* Dropout */
+  relu_model(&m);
+  m.opset.version = 6;
+  m.nodes[0].op_type = "Dropout";
+  m.nodes[0].name = "d";
+  snprintf(want, sizeof(want), "node 'd' (Dropout): %s", refused);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, want);
+  set_int_attr(&m, 0, "is_test", 0);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, want);
+  set_int_attr(&m, 0, "is_test", 1);
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  /* the mask as a graph output declared float32: its type through opset 9 */
+  for (int64_t opset = 7; opset <= 10; opset += 3) {
+    relu_model(&m);
+    m.opset.version = opset;
+    m.nodes[0].op_type = "Dropout";
+    m.nodes[0].output[m.nodes[0].n_output++] = "mask";
+    mb_output(&m, "mask", 2, k_d24);
+    if (opset < 10) {
+      ASSERT_OK(compile(&m, NULL, NULL, NULL));
+    } else {
+      ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                    "graph output 'mask': the model declares another type than the inferred "
+                    "bool[2,4]");
+    }
+  }
+}
+
+/* Before opset 7 the arithmetic operators broadcast only with
+ * broadcast=1, and only B to A's shape (Gemm: C to [M, N]): another shape
+ * is malformed rather than broadcast the NumPy way. */
+static void test_legacy_broadcast(void **state) {
+  static const float c8[8] = {0};
+  static const int64_t d24x[3] = {1, 2, 4};
+  mb_t m;
+  for (int wide = 0; wide < 2; wide++) {
+    mb_init(&m, 6);
+    mb_input(&m, "x", 2, k_d24);
+    mb_output(&m, "y", wide ? 3 : 2, wide ? d24x : k_d24);
+    if (wide)
+      mb_init_raw(&m, "c", 1, 3, d24x, c8, sizeof(c8));
+    else
+      mb_init_raw(&m, "c", 1, 1, k_d4, k_zeros4, sizeof(k_zeros4));
+    mb_node(&m, "Add", "a", "x", "c", "y");
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                  "node 'a' (Add): B must have A's shape (broadcast = 0) before opset 7");
+    set_int_attr(&m, 0, "broadcast", 1);
+    if (wide)
+      ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                    "node 'a' (Add): B must have A's shape, a suffix of it or one element "
+                    "before opset 7");
+    else
+      ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  }
+  /* Gemm's C likewise */
+  static const float w16[16] = {0};
+  static const int64_t d44[2] = {4, 4};
+  mb_init(&m, 6);
+  mb_input(&m, "x", 2, k_d24);
+  mb_output(&m, "y", 2, k_d24);
+  mb_init_raw(&m, "w", 1, 2, d44, w16, sizeof(w16));
+  mb_init_raw(&m, "c", 1, 1, k_d4, k_zeros4, sizeof(k_zeros4));
+  mb_node_input(mb_node(&m, "Gemm", "g", "x", "w", "y"), "c");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'g' (Gemm): C must be [2, 4] (broadcast = 0) before opset 7");
+  set_int_attr(&m, 0, "broadcast", 1);
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+}
+
+/* m packed into the file at path. */
+static void write_model(mb_t *m, const char *path) {
+  size_t n;
+  uint8_t *buf = mb_pack(m, &n);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(buf, 1, n, f), n);
+  fclose(f);
+  free(buf);
+}
+
+/* Graph inputs, outputs and value_info entries of a type other than a
+ * tensor (their data is no TensorProto), and sparse initializers, are
+ * refused naming the value, by the compiler and in vmcc_onnx_read_io's
+ * unsupported (so that a caller reads no data for them). */
+static void test_non_tensor_types(void **state) {
+  Onnx__TypeProto__Sequence seq;
+  Onnx__TypeProto__Map map;
+  Onnx__TypeProto__Optional opt;
+  Onnx__TypeProto__SparseTensor sparse;
+  onnx__type_proto__sequence__init(&seq);
+  onnx__type_proto__map__init(&map);
+  onnx__type_proto__optional__init(&opt);
+  onnx__type_proto__sparse_tensor__init(&sparse);
+  /* [which vi: 0 input x, 1 output y, 2 value_info t] */
+  const struct {
+    int vi;
+    Onnx__TypeProto__ValueCase kind;
+    const char *want;
+  } cases[] = {
+      {0, ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE,
+       "input 'x' has an optional type: supported: tensor types only"},
+      {0, ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE,
+       "input 'x' has a sequence type: supported: tensor types only"},
+      {0, ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE,
+       "input 'x' has a sparse tensor type: supported: tensor types only"},
+      {0, ONNX__TYPE_PROTO__VALUE__NOT_SET,
+       "input 'x' has a type of another kind: supported: tensor types only"},
+      {1, ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE,
+       "output 'y' has a sequence type: supported: tensor types only"},
+      {1, ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE,
+       "output 'y' has an optional type: supported: tensor types only"},
+      {2, ONNX__TYPE_PROTO__VALUE_MAP_TYPE,
+       "value 't' has a map type: supported: tensor types only"},
+  };
+  char dir[] = "/tmp/vmrpc-onnx-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[96];
+  snprintf(path, sizeof(path), "%s/model.onnx", dir);
+  mb_t m;
+  Onnx__ValueInfoProto *vinfo[1];
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    mb_init(&m, 17);
+    mb_input(&m, "x", 2, k_d24);
+    mb_output(&m, "y", 2, k_d24);
+    mb_node(&m, "Relu", "r1", "x", NULL, "t");
+    mb_node(&m, "Relu", "r2", "t", NULL, "y");
+    vinfo[0] = mb_vi(&m, "t", 1, 2, k_d24);
+    m.graph.n_value_info = 1;
+    m.graph.value_info = vinfo;
+    ASSERT_OK(compile(&m, NULL, NULL, NULL));
+    Onnx__TypeProto *tp = &m.types[cases[i].vi];
+    tp->value_case = cases[i].kind;
+    switch (cases[i].kind) {
+      case ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE: tp->sequence_type = &seq; break;
+      case ONNX__TYPE_PROTO__VALUE_MAP_TYPE: tp->map_type = &map; break;
+      case ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE: tp->optional_type = &opt; break;
+      case ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE: tp->sparse_tensor_type = &sparse; break;
+      default: tp->tensor_type = NULL; break;
+    }
+    ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED, cases[i].want);
+    /* read_io lists the names and says why it would not compile */
+    write_model(&m, path);
+    vmcc_onnx_io_t io;
+    ASSERT_OK(vmcc_onnx_read_io(path, &io));
+    assert_int_equal(io.num_inputs, 1);
+    assert_string_equal(io.inputs[0], "x");
+    assert_int_equal(io.num_nodes, 2);
+    ASSERT_STATUS(io.unsupported, VM_UNIMPLEMENTED, cases[i].want);
+    io.unsupported = NULL;
+    vmcc_onnx_io_free(&io);
+  }
+  /* a tensor model: nothing unsupported */
+  relu_model(&m);
+  write_model(&m, path);
+  vmcc_onnx_io_t io;
+  ASSERT_OK(vmcc_onnx_read_io(path, &io));
+  assert_null(io.unsupported);
+  vmcc_onnx_io_free(&io);
+  unlink(path);
+  rmdir(dir);
+  /* a sparse initializer */
+  Onnx__SparseTensorProto sp, *sps[1] = {&sp};
+  Onnx__TensorProto vals;
+  onnx__sparse_tensor_proto__init(&sp);
+  onnx__tensor_proto__init(&vals);
+  vals.name = "w";
+  sp.values = &vals;
+  relu_model(&m);
+  m.graph.n_sparse_initializer = 1;
+  m.graph.sparse_initializer = sps;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "initializer 'w' is a sparse tensor: supported: dense tensors only");
+}
+
 /* Every input the ONNX fuzzer (tests/fuzz/fuzz_onnx.c) ever crashed on
  * (tests/fuzz/regressions/fuzz_onnx/) compiles to a status or an
  * executable; the sanitizer build catches a memory error. */
@@ -397,11 +800,16 @@ int main(void) {
       cmocka_unit_test(test_not_a_model),
       cmocka_unit_test(test_opset_range),
       cmocka_unit_test(test_unsupported_op_and_attribute),
+      cmocka_unit_test(test_unknown_attributes),
+      cmocka_unit_test(test_opset_28_changes),
       cmocka_unit_test(test_input_shapes),
       cmocka_unit_test(test_const_binding),
       cmocka_unit_test(test_hostile_initializers),
       cmocka_unit_test(test_external_data),
       cmocka_unit_test(test_graph_errors),
+      cmocka_unit_test(test_legacy_training_modes),
+      cmocka_unit_test(test_legacy_broadcast),
+      cmocka_unit_test(test_non_tensor_types),
       cmocka_unit_test(test_fuzz_regressions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

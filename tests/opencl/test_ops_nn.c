@@ -184,18 +184,22 @@ static void test_conv2d(void **state) {
       {1, 3, 32, 40, 9, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0}, /* wide rows: mostly vector loads */
       {0, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* empty batch */
       /* 1x1, stride 1, no pads: the map as one row of H*W pixels */
-      {2, 7, 3, 5, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},  /* batch, odd map, no bias */
-      {1, 6, 9, 7, 10, 1, 1, 1, 1, 0, 0, 2, 3, 2, 1}, /* dilation (no effect), groups */
-      {1, 4, 5, 5, 3, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1},  /* stride 2: not flattened */
+      {2, 7, 3, 5, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},    /* batch, odd map, no bias */
+      {1, 6, 9, 7, 10, 1, 1, 1, 1, 0, 0, 2, 3, 2, 1},   /* dilation (no effect), groups */
+      {1, 4, 5, 5, 3, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1},    /* stride 2: not flattened */
+      {1, 20, 4, 12, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* full 16-pixel blocks */
+      {2, 12, 1, 1, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* one pixel */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
   check_conv(e, VM_F16, &cases[0]);
   check_conv(e, VM_F16, &cases[2]);
   check_conv(e, VM_F16, &cases[8]);
+  check_conv(e, VM_F16, &cases[11]);
 }
 
 /* One output channel per group (depthwise and groups == O): the conv2d_og1
- * kernel, at odd sizes, partial pixel blocks, padding on every side. */
+ * kernel, at odd sizes, partial pixel blocks, padding on every side, rows
+ * with inner (vector) and edge (gathered) blocks. */
 static void test_conv2d_depthwise(void **state) {
   tops_env_t *e = *state;
   static const conv_case_t cases[] = {
@@ -207,6 +211,9 @@ static void test_conv2d_depthwise(void **state) {
       {2, 6, 6, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3, 1},      /* 2 input channels per group */
       {1, 4, 1, 3, 1, 1, 3, 1, 1, 0, 1, 1, 1, 1, 1},      /* groups 1, one output channel */
       {1, 7, 3, 3, 7, 3, 3, 1, 1, 0, 0, 1, 1, 7, 1},      /* a 1x1 output */
+      {1, 4, 12, 80, 4, 5, 5, 1, 1, 2, 2, 1, 1, 4, 1},    /* 5x5 rows: inner and edge blocks */
+      {1, 2, 8, 40, 2, 3, 3, 1, 1, 2, 2, 2, 2, 2, 1},     /* dilated taps on vector loads */
+      {1, 3, 10, 30, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},    /* 1x1 to one channel: one row */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
   check_conv(e, VM_F16, &cases[0]);

@@ -399,6 +399,9 @@ static void test_conv_transpose2d(void **state) {
  * states it: per axis, the source coordinate; the n integers nearest to it
  * (ties to the smaller) on the edge-padded axis; coefficients from the
  * ratio in (0, 1]; axes interpolated one after the other (recursively).
+ * With antialias, a linear or cubic downscale by s stretches the filter by
+ * 1 / s over 2 - 2 (floor(-w / s) + 1) taps (w = 1 linear, 2 cubic), the
+ * coefficients normalised to sum to 1 (ONNX's reference).
  */
 
 typedef struct resize_case {
@@ -411,6 +414,7 @@ typedef struct resize_case {
   int with_scales; /* 0: none (out / in) */
   float scales[4];
   float roi[8]; /* used with coord 3 */
+  int antialias;
 } resize_case_t;
 
 static double rs_source(const resize_case_t *c, int ax, int64_t o, double s) {
@@ -439,9 +443,25 @@ static double rs_eval(const resize_case_t *c, const float *x, const int64_t *str
   double xo = rs_source(c, (int)ax, oidx[ax], s[ax]);
   if (c->coord == 3 && (xo < 0 || xo > (double)(in - 1))) return c->extrap;
   double fl = floor(xo), r = xo == fl ? 1.0 : xo - fl, A = c->a;
-  double co[4];
+  double co[64];
   int n;
-  if (c->mode == 0) {
+  if (c->antialias && c->mode != 0) {
+    double sc = s[ax] < 1 ? s[ax] : 1, w = c->mode == 1 ? 1 : 2, sum = 0;
+    int start = (int)floor(-w / sc) + 1;
+    n = 2 - 2 * start;
+    for (int i = 0; i < n; i++) {
+      double d = fabs(sc * ((double)(start + i) - r)), v;
+      if (c->mode == 1)
+        v = d < 1 ? 1 - d : 0;
+      else if (d <= 1)
+        v = ((A + 2) * d - (A + 3)) * d * d + 1;
+      else
+        v = d < 2 ? ((A * d - 5 * A) * d + 8 * A) * d - 4 * A : 0;
+      co[i] = v;
+      sum += v;
+    }
+    for (int i = 0; i < n; i++) co[i] /= sum;
+  } else if (c->mode == 0) {
     n = 2;
     int up;
     if (xo == fl) {
@@ -467,9 +487,9 @@ static double rs_eval(const resize_case_t *c, const float *x, const int64_t *str
     co[3] = ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A;
   }
   /* the n integers nearest to xo, ties to the smaller, ascending */
-  int64_t cand[16], idx[4];
+  int64_t cand[80], idx[64];
   int nc = 0;
-  for (int64_t k = (int64_t)fl - 4; k <= (int64_t)fl + 4; k++) cand[nc++] = k;
+  for (int64_t k = (int64_t)fl - n / 2 - 2; k <= (int64_t)fl + n / 2 + 2; k++) cand[nc++] = k;
   for (int i = 0; i < n; i++) {
     int best = -1;
     for (int j = 0; j < nc; j++) {
@@ -525,7 +545,7 @@ static void check_resize(tops_env_t *e, vm_dtype_t dt, const resize_case_t *c) {
     want[i] = (float)rs_eval(c, x, stride, s, oidx, 0, 0);
   }
   int64_t nsc = c->nd, nroi = 2 * c->nd;
-  vm_value_t args[10] = {
+  vm_value_t args[11] = {
       tops_tensor_f(e, dt, c->nd, c->in, x),
       vm_value_int(c->mode),
       vm_value_int(c->coord),
@@ -536,14 +556,21 @@ static void check_resize(tops_env_t *e, vm_dtype_t dt, const resize_case_t *c) {
       c->with_scales ? tops_tensor(e, VM_F32, 1, &nsc, c->scales) : vm_value_none(),
       c->coord == 3 ? tops_tensor(e, VM_F32, 1, &nroi, c->roi) : vm_value_none(),
       tops_tensor(e, dt, c->nd, c->out, NULL)};
-  ASSERT_OK(tops_call(e, "cl.resize", args, 10));
-  tops_read_f(e, &args[9], got);
-  char what[96];
-  snprintf(what, sizeof(what), "resize mode %d coord %d nearest %d exclude %d %s", c->mode,
-           c->coord, c->nearest, c->exclude, is_f16(dt) ? "f16" : "f32");
+  /* antialias: the 11-argument form (antialias before y) */
+  uint32_t na = 10;
+  if (c->antialias) {
+    args[10] = args[9];
+    args[9] = vm_value_int(1);
+    na = 11;
+  }
+  ASSERT_OK(tops_call(e, "cl.resize", args, na));
+  tops_read_f(e, &args[na - 1], got);
+  char what[112];
+  snprintf(what, sizeof(what), "resize mode %d coord %d nearest %d exclude %d antialias %d %s",
+           c->mode, c->coord, c->nearest, c->exclude, c->antialias, is_f16(dt) ? "f16" : "f32");
   tops_assert_close(got, want, ny, is_f16(dt) ? 4e-3 : 2e-6, is_f16(dt) ? 2e-3 : 1e-5, what);
-  tops_check_guard(e, &args[9]);
-  release_all(args, 10);
+  tops_check_guard(e, &args[na - 1]);
+  release_all(args, na);
   free(x);
   free(want);
   free(got);
@@ -555,25 +582,25 @@ static void check_resize(tops_env_t *e, vm_dtype_t dt, const resize_case_t *c) {
  * exclude_outside, extrapolation value, scales given, scales, roi. */
 static const resize_case_t resize_cases[] = {
     /* ONNX Upsample: nearest, asymmetric, floor */
-    {4, {1, 2, 3, 4}, {1, 2, 6, 8}, 0, 1, 2, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}},
+    {4, {1, 2, 3, 4}, {1, 2, 6, 8}, 0, 1, 2, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}, 0},
     /* up on one axis, down on the other */
-    {4, {1, 2, 5, 4}, {1, 2, 15, 2}, 0, 0, 0, -0.75, 0, 0, 1, {1, 1, 3, 0.5f}, {0}},
+    {4, {1, 2, 5, 4}, {1, 2, 15, 2}, 0, 0, 0, -0.75, 0, 0, 1, {1, 1, 3, 0.5f}, {0}, 0},
     /* round_prefer_ceil; scales none (from the sizes) */
-    {4, {1, 1, 5, 7}, {1, 1, 8, 4}, 0, 0, 1, -0.75, 0, 0, 0, {0}, {0}},
+    {4, {1, 1, 5, 7}, {1, 1, 8, 4}, 0, 0, 1, -0.75, 0, 0, 0, {0}, {0}, 0},
     /* ceil with align_corners */
-    {4, {1, 1, 5, 7}, {1, 1, 8, 11}, 0, 4, 3, -0.75, 0, 0, 0, {0}, {0}},
+    {4, {1, 1, 5, 7}, {1, 1, 8, 11}, 0, 4, 3, -0.75, 0, 0, 0, {0}, {0}, 0},
     /* bilinear */
-    {4, {1, 3, 4, 5}, {1, 3, 8, 10}, 1, 0, 0, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}},
-    {4, {1, 3, 4, 5}, {1, 3, 7, 3}, 1, 4, 0, -0.75, 0, 0, 0, {0}, {0}},
+    {4, {1, 3, 4, 5}, {1, 3, 8, 10}, 1, 0, 0, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}, 0},
+    {4, {1, 3, 4, 5}, {1, 3, 7, 3}, 1, 4, 0, -0.75, 0, 0, 0, {0}, {0}, 0},
     /* pytorch_half_pixel with an output extent of 1 */
-    {4, {1, 1, 4, 4}, {1, 1, 1, 3}, 1, 2, 0, -0.75, 0, 0, 0, {0}, {0}},
+    {4, {1, 1, 4, 4}, {1, 1, 1, 3}, 1, 2, 0, -0.75, 0, 0, 0, {0}, {0}, 0},
     /* bicubic */
-    {4, {1, 2, 4, 5}, {1, 2, 9, 11}, 2, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    {4, {1, 2, 4, 5}, {1, 2, 9, 11}, 2, 0, 0, -0.75, 0, 0, 0, {0}, {0}, 0},
     /* cubic, a = -0.5, exclude_outside, downscaling */
-    {4, {1, 2, 9, 8}, {1, 2, 4, 3}, 2, 1, 0, -0.5, 1, 0, 1, {1, 1, 0.5f, 0.4f}, {0}},
+    {4, {1, 2, 9, 8}, {1, 2, 4, 3}, 2, 1, 0, -0.5, 1, 0, 1, {1, 1, 0.5f, 0.4f}, {0}, 0},
     /* half_pixel_symmetric where out (6, 8) is not scale * in (6.8, 8.5) */
-    {4, {1, 1, 4, 5}, {1, 1, 6, 8}, 2, 5, 0, -0.75, 0, 0, 1, {1, 1, 1.7f, 1.7f}, {0}},
-    {4, {1, 1, 4, 5}, {1, 1, 6, 8}, 1, 5, 0, -0.75, 1, 0, 1, {1, 1, 1.7f, 1.7f}, {0}},
+    {4, {1, 1, 4, 5}, {1, 1, 6, 8}, 2, 5, 0, -0.75, 0, 0, 1, {1, 1, 1.7f, 1.7f}, {0}, 0},
+    {4, {1, 1, 4, 5}, {1, 1, 6, 8}, 1, 5, 0, -0.75, 1, 0, 1, {1, 1, 1.7f, 1.7f}, {0}, 0},
     /* tf_crop_and_resize: crops past the input take the extrapolation value */
     {4,
      {1, 2, 5, 6},
@@ -586,7 +613,8 @@ static const resize_case_t resize_cases[] = {
      10,
      1,
      {1, 1, 0.8f, 1.2f},
-     {0, 0, -0.2f, 0.1f, 1, 1, 0.9f, 1.3f}},
+     {0, 0, -0.2f, 0.1f, 1, 1, 0.9f, 1.3f},
+     0},
     {4,
      {1, 2, 5, 6},
      {1, 2, 3, 1},
@@ -598,17 +626,29 @@ static const resize_case_t resize_cases[] = {
      -1,
      1,
      {1, 1, 0.6f, 0.2f},
-     {0, 0, 0.1f, 0.2f, 1, 1, 0.7f, 0.6f}},
+     {0, 0, 0.1f, 0.2f, 1, 1, 0.7f, 0.6f},
+     0},
     /* align_corners where scale * in (4.8, 3.6) is not the extent: the real length counts */
-    {4, {1, 1, 8, 6}, {1, 1, 4, 3}, 1, 4, 0, -0.75, 0, 0, 1, {1, 1, 0.6f, 0.6f}, {0}},
+    {4, {1, 1, 8, 6}, {1, 1, 4, 3}, 1, 4, 0, -0.75, 0, 0, 1, {1, 1, 0.6f, 0.6f}, {0}, 0},
     /* leading axes resized too: the N-d kernel (the others take the 2-D one) */
-    {3, {3, 2, 4}, {5, 3, 2}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
-    {4, {2, 3, 4, 3}, {2, 5, 3, 6}, 2, 1, 0, -0.6, 1, 0, 0, {0}, {0}},
-    {4, {2, 3, 4, 5}, {3, 3, 4, 5}, 0, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    {3, {3, 2, 4}, {5, 3, 2}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}, 0},
+    {4, {2, 3, 4, 3}, {2, 5, 3, 6}, 2, 1, 0, -0.6, 1, 0, 0, {0}, {0}, 0},
+    {4, {2, 3, 4, 5}, {3, 3, 4, 5}, 0, 0, 0, -0.75, 0, 0, 0, {0}, {0}, 0},
     /* a middle axis of a 3-D tensor */
-    {3, {2, 4, 3}, {2, 7, 3}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    {3, {2, 4, 3}, {2, 7, 3}, 1, 0, 0, -0.75, 0, 0, 0, {0}, {0}, 0},
     /* the identity */
-    {2, {3, 3}, {3, 3}, 2, 0, 0, -0.75, 0, 0, 0, {0}, {0}},
+    {2, {3, 3}, {3, 3}, 2, 0, 0, -0.75, 0, 0, 0, {0}, {0}, 0},
+    /* antialias: linear and cubic downscales widen the filter (4 taps at
+     * 0.6, 6 at 0.5 and 0.4, 8 at 0.3: the N-d kernel past 4), an upscale
+     * axis keeps its 2 or 4, exclude_outside renormalises, sizes give
+     * the scales; nearest is unaffected */
+    {4, {1, 1, 4, 4}, {1, 1, 2, 2}, 1, 0, 0, -0.75, 0, 0, 1, {1, 1, 0.6f, 0.6f}, {0}, 1},
+    {4, {1, 2, 9, 8}, {1, 2, 4, 3}, 2, 0, 0, -0.75, 0, 0, 1, {1, 1, 0.5f, 0.4f}, {0}, 1},
+    {4, {1, 2, 9, 8}, {1, 2, 4, 3}, 2, 1, 0, -0.5, 1, 0, 1, {1, 1, 0.5f, 0.4f}, {0}, 1},
+    {4, {1, 1, 10, 5}, {1, 1, 3, 9}, 1, 4, 0, -0.75, 0, 0, 0, {0}, {0}, 1},
+    {3, {7, 2, 13}, {2, 3, 4}, 1, 2, 0, -0.75, 0, 0, 0, {0}, {0}, 1},
+    {2, {5, 16}, {5, 5}, 2, 5, 0, -0.75, 1, 0, 1, {1, 0.3f}, {0}, 1},
+    {4, {1, 1, 6, 6}, {1, 1, 3, 3}, 0, 0, 0, -0.75, 0, 0, 0, {0}, {0}, 1},
 };
 
 static void test_resize(void **state) {
@@ -618,6 +658,7 @@ static void test_resize(void **state) {
   }
   check_resize(e, VM_F16, &resize_cases[4]);
   check_resize(e, VM_F16, &resize_cases[7]);
+  check_resize(e, VM_F16, &resize_cases[sizeof(resize_cases) / sizeof(resize_cases[0]) - 6]);
 
   /* scales on the host CPU device (what a compiler's constants would use) */
   vm_device_t *cpu = NULL;
@@ -697,6 +738,20 @@ static void test_resize(void **state) {
   args[1] = vm_value_int(3);
   ASSERT_STATUS(tops_call(e, "cl.resize", args, 10), VM_INVALID_ARGUMENT,
                 "cl.resize: mode (argument 1) is 3, expected 0 to 2");
+  /* antialias: 0 or 1, and at most 1024 taps an axis */
+  vm_value_t aa[11];
+  memcpy(aa, args, sizeof(args));
+  aa[1] = vm_value_int(1);
+  aa[9] = vm_value_int(2);
+  aa[10] = y;
+  ASSERT_STATUS(tops_call(e, "cl.resize", aa, 11), VM_INVALID_ARGUMENT,
+                "cl.resize: antialias (argument 9) is 2, expected 0 to 1");
+  aa[9] = vm_value_int(1);
+  aa[7] = tops_tensor(e, VM_F32, 1, DIMS(4), (const float[]){1, 1, 2, 0.001f});
+  ASSERT_STATUS(tops_call(e, "cl.resize", aa, 11), VM_INVALID_ARGUMENT,
+                "cl.resize: antialias (argument 9): axis 3's scale 0.001 needs more than 1024 "
+                "taps: supported: scales of at least 0.00195312");
+  vm_value_release(&aa[7]);
   vm_value_release(&sc);
   release_all((vm_value_t[]){x, y}, 2);
   vm_allocator_destroy(calloc_);

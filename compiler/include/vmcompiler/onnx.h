@@ -112,12 +112,16 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
                               vmcc_onnx_report_t *report);
 
 /* The graph's inputs (initializers excluded), outputs and the op types of
- * its nodes, in order. */
+ * its nodes, in order. unsupported: NULL, or the status (UNIMPLEMENTED)
+ * that vmcc_onnx_compile gives a graph whose inputs, outputs or values are
+ * not all tensors (an optional, sequence, map or sparse tensor: their data
+ * is no TensorProto); check it before reading data for the inputs. */
 typedef struct vmcc_onnx_io {
   uint32_t num_inputs, num_outputs, num_nodes;
   char **inputs;
   char **outputs;
   char **node_ops;
+  vm_status_t unsupported;
 } vmcc_onnx_io_t;
 
 vm_status_t vmcc_onnx_read_io(const char *path, vmcc_onnx_io_t *out_io);

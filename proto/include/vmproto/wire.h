@@ -12,6 +12,7 @@
 
 #include "vm/dtype.h"
 #include "vm/status.h"
+#include "vmproto/ops.h"
 #include "vmrpc.pb-c.h"
 
 #ifdef __cplusplus
@@ -53,10 +54,6 @@ vm_status_t vmp_response_unpack(const uint8_t *env, size_t len, Vmrpc__Response 
  * malformed. For choosing where a request is served, never for serving
  * it. */
 int vmp_request_peek_op(const uint8_t *body, size_t len);
-
-/* Name of a request's operation ("Hello", "UploadChunk", ...), "unknown"
- * for an unset or unknown case. */
-const char *vmp_op_name(Vmrpc__Request__OpCase op);
 
 /* Converts a response status into a vm_status_t (NULL for OK / absent).
  * Codes outside the gRPC set become UNKNOWN. */

@@ -1,0 +1,267 @@
+/* Speed of cl.conv2d on the convolutions of a real model, one figure per
+ * shape, each next to a baseline measured in the same run.
+ *
+ * The shapes are the 38 convolutions of the PP-OCRv4 text recognizer
+ * (rapidocr's ch_PP-OCRv4_rec_infer.onnx at input [1, 3, 48, 320], the
+ * model of bench/bench_onnx.py), grouped by shape with their call counts:
+ * 1x1 convolutions on maps of 40-3840 pixels, depthwise 3x3 and 5x5 ones,
+ * the 3x3 stem and two 1x3 convolutions. For each shape:
+ *
+ *   conv_ms       cl.conv2d (bias included), synced per call, median
+ *   openblas_ms   the same multiply-adds as OpenBLAS GEMMs in this
+ *                 process: per group, [O/g x C/g*KH*KW] @ [C/g*KH*KW x
+ *                 OH*OW] on an already gathered (im2col) operand, so the
+ *                 gather is not counted — the baseline's lower bound
+ *   gflops, ratio conv's GFLOP/s, and conv_ms / openblas_ms
+ *
+ * plus the totals over the model (each shape times its calls): the
+ * convolution part of one recognizer run.
+ *
+ * Usage: bench_conv [runs] [SUBSTRING]: SUBSTRING keeps only the shapes
+ * whose name contains it. Prints one JSON object.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vm/vm.h"
+#include "vmcl/vmcl.h"
+
+#define MIN_REPEAT_S 0.2
+
+typedef struct conv_shape {
+  const char *name;
+  int calls;
+  int64_t c, h, w, o, kh, kw, sh, sw, ph, pw, groups;
+} conv_shape_t;
+
+/* name: kind_C_to_O_HxW (input map) */
+static const conv_shape_t SHAPES[] = {
+    {"stem3x3s2_3_16_48x320", 1, 3, 48, 320, 16, 3, 3, 2, 2, 1, 1, 1},
+    {"dw3x3_16_24x160", 1, 16, 24, 160, 16, 3, 3, 1, 1, 1, 1, 16},
+    {"pw_16_32_24x160", 1, 16, 24, 160, 32, 1, 1, 1, 1, 0, 0, 1},
+    {"dw3x3_32_24x160", 1, 32, 24, 160, 32, 3, 3, 1, 1, 1, 1, 32},
+    {"pw_32_64_24x160", 1, 32, 24, 160, 64, 1, 1, 1, 1, 0, 0, 1},
+    {"dw3x3_64_24x160", 1, 64, 24, 160, 64, 3, 3, 1, 1, 1, 1, 64},
+    {"pw_64_64_24x160", 1, 64, 24, 160, 64, 1, 1, 1, 1, 0, 0, 1},
+    {"dw3x3s21_64_24x160", 1, 64, 24, 160, 64, 3, 3, 2, 1, 1, 1, 64},
+    {"pw_64_128_12x160", 1, 64, 12, 160, 128, 1, 1, 1, 1, 0, 0, 1},
+    {"dw3x3_128_12x160", 1, 128, 12, 160, 128, 3, 3, 1, 1, 1, 1, 128},
+    {"pw_128_128_12x160", 1, 128, 12, 160, 128, 1, 1, 1, 1, 0, 0, 1},
+    {"dw3x3s12_128_12x160", 1, 128, 12, 160, 128, 3, 3, 1, 2, 1, 1, 128},
+    {"pw_128_240_12x80", 1, 128, 12, 80, 240, 1, 1, 1, 1, 0, 0, 1},
+    {"dw5x5_240_12x80", 4, 240, 12, 80, 240, 5, 5, 1, 1, 2, 2, 240},
+    {"pw_240_240_12x80", 4, 240, 12, 80, 240, 1, 1, 1, 1, 0, 0, 1},
+    {"dw5x5s21_240_12x80", 1, 240, 12, 80, 240, 5, 5, 2, 1, 2, 2, 240},
+    {"pw_240_60_1x1", 1, 240, 1, 1, 60, 1, 1, 1, 1, 0, 0, 1},
+    {"pw_60_240_1x1", 1, 60, 1, 1, 240, 1, 1, 1, 1, 0, 0, 1},
+    {"pw_240_480_6x80", 1, 240, 6, 80, 480, 1, 1, 1, 1, 0, 0, 1},
+    {"dw5x5_480_6x80", 1, 480, 6, 80, 480, 5, 5, 1, 1, 2, 2, 480},
+    {"pw_480_120_1x1", 1, 480, 1, 1, 120, 1, 1, 1, 1, 0, 0, 1},
+    {"pw_120_480_1x1", 1, 120, 1, 1, 480, 1, 1, 1, 1, 0, 0, 1},
+    {"pw_480_480_6x80", 1, 480, 6, 80, 480, 1, 1, 1, 1, 0, 0, 1},
+    {"dw5x5s21_480_6x80", 1, 480, 6, 80, 480, 5, 5, 2, 1, 2, 2, 480},
+    {"pw_480_480_3x80", 2, 480, 3, 80, 480, 1, 1, 1, 1, 0, 0, 1},
+    {"dw5x5_480_3x80", 1, 480, 3, 80, 480, 5, 5, 1, 1, 2, 2, 480},
+    {"conv1x3_480_60_1x40", 1, 480, 1, 40, 60, 1, 3, 1, 1, 0, 1, 1},
+    {"pw_60_120_1x40", 2, 60, 1, 40, 120, 1, 1, 1, 1, 0, 0, 1},
+    {"pw_120_480_1x40", 1, 120, 1, 40, 480, 1, 1, 1, 1, 0, 0, 1},
+    {"conv1x3_960_60_1x40", 1, 960, 1, 40, 60, 1, 3, 1, 1, 0, 1, 1},
+};
+#define NSHAPES (sizeof(SHAPES) / sizeof(SHAPES[0]))
+
+static void check(vm_status_t st, const char *what) {
+  if (!st) return;
+  fprintf(stderr, "bench_conv: %s: %s: %s\n", what, vm_code_name(vm_status_code(st)),
+          vm_status_message(st));
+  exit(1);
+}
+
+static double now_s(void) {
+  return (double)vm_now_ns() * 1e-9;
+}
+
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double g_cpu; /* CPU seconds per call of the last conv_s, all threads */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double g_min; /* the last median's smallest sample */
+
+static double median(double *v, int n) {
+  g_min = v[0];
+  for (int i = 1; i < n; i++) g_min = v[i] < g_min ? v[i] : g_min;
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int64_t out_h(const conv_shape_t *s) {
+  return (s->h + 2 * s->ph - s->kh) / s->sh + 1;
+}
+
+static int64_t out_w(const conv_shape_t *s) {
+  return (s->w + 2 * s->pw - s->kw) / s->sw + 1;
+}
+
+static double flops(const conv_shape_t *s) {
+  return 2.0 * (double)(s->o * out_h(s) * out_w(s)) * (double)(s->c / s->groups * s->kh * s->kw);
+}
+
+static float *filled(size_t n, int seed) {
+  float *p = malloc(n * sizeof(float) + 4);
+  if (!p) exit(1);
+  for (size_t i = 0; i < n; i++) p[i] = (float)((i * 7 + (size_t)seed) % 13) / 13.0f - 0.5f;
+  return p;
+}
+
+/* Seconds per call of the shape's GEMMs in OpenBLAS, median over runs. */
+static double openblas_s(const conv_shape_t *s, int runs) {
+  int64_t g = s->groups, m = s->o / g, k = s->c / g * s->kh * s->kw, n = out_h(s) * out_w(s);
+  float *A = filled((size_t)(g * m * k), 1), *B = filled((size_t)(g * k * n), 2);
+  float *C = filled((size_t)(g * m * n), 3);
+  double *t = calloc((size_t)runs, sizeof(double));
+  if (!t) exit(1);
+  for (int r = -1; r < runs; r++) {
+    long calls = 0;
+    double t0 = now_s(), el;
+    do {
+      for (int64_t i = 0; i < g; i++) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f,
+                    A + i * m * k, (int)k, B + i * k * n, (int)n, 0.0f, C + i * m * n, (int)n);
+      }
+      calls++;
+      el = now_s() - t0;
+    } while (el < MIN_REPEAT_S);
+    if (r >= 0) t[r] = el / (double)calls;
+  }
+  double med = median(t, runs);
+  free(t);
+  free(A);
+  free(B);
+  free(C);
+  return med;
+}
+
+typedef struct bench {
+  vm_device_t *dev;
+  vm_allocator_t *alloc;
+  vm_packed_fn conv;
+  void *conv_user;
+} bench_t;
+
+static vm_value_t tensor(bench_t *b, uint32_t ndim, const int64_t *dims, int seed) {
+  vm_value_t v;
+  check(vm_tensor_alloc(b->alloc, VM_F32, dims, ndim, &v), "alloc");
+  vm_tensor_t *t = vm_value_as_tensor(&v);
+  size_t n = (size_t)vm_tensor_numel(t);
+  float *h = filled(n, seed);
+  check(b->dev->ops->copy_from_host(b->dev, t->storage->buffer, t->offset, h, n * 4), "upload");
+  free(h);
+  return v;
+}
+
+/* Seconds per call of cl.conv2d on the shape, synced per call (a model's
+ * layer-by-layer run launches them one by one too), median over runs. */
+static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
+  int64_t xd[4] = {1, s->c, s->h, s->w}, wd[4] = {s->o, s->c / s->groups, s->kh, s->kw};
+  int64_t yd[4] = {1, s->o, out_h(s), out_w(s)}, bd[1] = {s->o};
+  vm_value_t args[11] = {tensor(b, 4, xd, 1),     tensor(b, 4, wd, 2), tensor(b, 1, bd, 3),
+                         vm_value_int(s->sh),     vm_value_int(s->sw), vm_value_int(s->ph),
+                         vm_value_int(s->pw),     vm_value_int(1),     vm_value_int(1),
+                         vm_value_int(s->groups), tensor(b, 4, yd, 4)};
+  vm_value_t out = vm_value_none();
+  double *t = calloc((size_t)runs, sizeof(double));
+  if (!t) exit(1);
+  double *cpu = calloc((size_t)runs, sizeof(double));
+  if (!cpu) exit(1);
+  for (int r = -1; r < runs; r++) { /* r = -1: warm-up (kernel build) */
+    long calls = 0;
+    double t0 = now_s(), c0 = cpu_s(), el;
+    do {
+      check(b->conv(NULL, args, 11, &out, b->conv_user), s->name);
+      check(b->dev->ops->sync(b->dev), "sync");
+      calls++;
+      el = now_s() - t0;
+    } while (el < MIN_REPEAT_S);
+    if (r >= 0) {
+      t[r] = el / (double)calls;
+      cpu[r] = (cpu_s() - c0) / (double)calls;
+    }
+  }
+  g_cpu = median(cpu, runs);
+  free(cpu);
+  double med = median(t, runs);
+  free(t);
+  vm_value_release(&args[0]);
+  vm_value_release(&args[1]);
+  vm_value_release(&args[2]);
+  vm_value_release(&args[10]);
+  return med;
+}
+
+int main(int argc, char **argv) {
+  int runs = argc > 1 ? atoi(argv[1]) : 5;
+  if (runs < 1) runs = 1;
+  const char *only = argc > 2 ? argv[2] : NULL;
+  int keep[NSHAPES];
+  for (size_t i = 0; i < NSHAPES; i++) keep[i] = !only || strstr(SHAPES[i].name, only) != NULL;
+
+  /* Baselines first, before OpenCL starts: PoCL's worker threads would
+   * compete with OpenBLAS's (see bench_kernels.c). */
+  double blas[NSHAPES];
+  for (size_t i = 0; i < NSHAPES; i++) blas[i] = keep[i] ? openblas_s(&SHAPES[i], runs) : 0.0;
+
+  bench_t b;
+  memset(&b, 0, sizeof(b));
+  vm_registry_t *reg;
+  check(vmcl_device_open(NULL, NULL, &b.dev), "open device");
+  check(vm_allocator_create(b.dev, VM_ALLOC_NAIVE, &b.alloc), "allocator");
+  check(vm_registry_create(&reg), "registry");
+  check(vmcl_register_ops(reg), "register");
+  if (vm_registry_find(reg, "cl.conv2d", &b.conv, &b.conv_user) != 0) {
+    fprintf(stderr, "bench_conv: cl.conv2d not registered\n");
+    return 1;
+  }
+
+  printf("{\"device\": \"%s\", \"runs\": %d, \"shapes\": [", b.dev->props.name, runs);
+  double tot_conv = 0, tot_min = 0, tot_cpu = 0, tot_blas = 0, tot_flops = 0;
+  int first = 1;
+  for (size_t i = 0; i < NSHAPES; i++) {
+    if (!keep[i]) continue;
+    const conv_shape_t *s = &SHAPES[i];
+    double c = conv_s(&b, s, runs), cmin = g_min;
+    tot_cpu += g_cpu * s->calls;
+    tot_conv += c * s->calls;
+    tot_min += cmin * s->calls;
+    tot_blas += blas[i] * s->calls;
+    tot_flops += flops(s) * s->calls;
+    printf(
+        "%s\n  {\"name\": \"%s\", \"calls\": %d, \"conv_ms\": %.4f, \"conv_min_ms\": %.4f, "
+        "\"conv_cpu_ms\": %.4f, \"openblas_ms\": %.4f, "
+        "\"gflops\": %.2f, \"ratio\": %.3f}",
+        first ? "" : ",", s->name, s->calls, c * 1e3, cmin * 1e3, g_cpu * 1e3, blas[i] * 1e3,
+        flops(s) / c * 1e-9, c / blas[i]);
+    first = 0;
+  }
+  printf(
+      "],\n \"total_conv_ms\": %.3f, \"total_conv_min_ms\": %.3f, \"total_conv_cpu_ms\": %.3f, "
+      "\"total_openblas_ms\": %.3f, \"total_gflops\": %.2f, "
+      "\"total_ratio\": %.3f}\n",
+      tot_conv * 1e3, tot_min * 1e3, tot_cpu * 1e3, tot_blas * 1e3, tot_flops / tot_conv * 1e-9,
+      tot_conv / tot_blas);
+
+  vm_registry_free(reg);
+  vm_allocator_destroy(b.alloc);
+  vm_device_destroy(b.dev);
+  return 0;
+}

@@ -1,0 +1,35 @@
+/* The operation table (vmproto/ops.h) as data. */
+#include "vmproto/ops.h"
+
+#include <stddef.h>
+
+#define VMP_OP_ROW(C, f, N, fl) {VMRPC__REQUEST__OP_##C, VMRPC__RESPONSE__OP_##C, #f, #N, (fl)},
+const vmp_op_t vmp_ops[] = {VMP_OPS(VMP_OP_ROW)};
+#undef VMP_OP_ROW
+const size_t vmp_num_ops = sizeof(vmp_ops) / sizeof(vmp_ops[0]);
+
+const vmp_op_t *vmp_op_find(Vmrpc__Request__OpCase op) {
+  for (size_t i = 0; i < vmp_num_ops; i++)
+    if (vmp_ops[i].op == op) return &vmp_ops[i];
+  return NULL;
+}
+
+uint32_t vmp_op_flags(Vmrpc__Request__OpCase op) {
+  const vmp_op_t *o = vmp_op_find(op);
+  return o ? o->flags : 0;
+}
+
+const char *vmp_op_name(Vmrpc__Request__OpCase op) {
+  const vmp_op_t *o = vmp_op_find(op);
+  return o ? o->name : "unknown";
+}
+
+const void *vmp_request_op_msg(const Vmrpc__Request *rq) {
+  switch (rq->op_case) {
+#define VMP_OP_MSG(C, f, N, fl) \
+  case VMRPC__REQUEST__OP_##C: return rq->f;
+    VMP_OPS(VMP_OP_MSG)
+#undef VMP_OP_MSG
+    default: return NULL;
+  }
+}
