@@ -295,6 +295,10 @@ typedef struct vma_out {
 /* Serves one request body from pipe_id into out (always produces a reply
  * unless allocation fails: returns -1). */
 int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len, vma_out_t *out);
+/* The reply to a LEN-byte message on a connection without a session (the
+ * pre-Hello cap), written without the message: the serving loop drains such
+ * a message instead of storing it. */
+int vma_refuse_pre_hello(vmagent_t *a, uint32_t pipe_id, uint64_t len, vma_out_t *out);
 
 /* Session table (session.c). */
 vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *client,

@@ -164,10 +164,19 @@ static uint8_t *vma_reply_alloc(vma_out_t *o, size_t size) {
 
 /* Serves one request (id words hdr, hdr_len bytes, then body) of c and
  * writes the reply. */
+static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
+                           vma_out_t out);
+
 static void vma_serve(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, size_t len) {
-  vmagent_t *a = c->a;
   vma_out_t out = {.alloc = vma_reply_alloc};
-  int rc = vma_dispatch(a, c->id, msg + hdr_len, len - hdr_len, &out);
+  int rc = vma_dispatch(c->a, c->id, msg + hdr_len, len - hdr_len, &out);
+  vma_send_reply(c, msg, hdr_len, rc, out);
+}
+
+/* Sends OUT, the reply to the request whose SP header is MSG[0..HDR_LEN). */
+static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
+                           vma_out_t out) {
+  vmagent_t *a = c->a;
   if (rc != 0 || !out.user) {
     /* Out of memory even for an error reply: the client times out. */
     VM_LOGE("connection %u: no memory for a reply", c->id);
@@ -266,6 +275,30 @@ static void vma_on_block(vmagent_t *a) {
   pthread_mutex_unlock(&a->pool_lock);
 }
 
+/* A LEN-byte message on a connection without a session, LEN beyond the
+ * pre-Hello cap: read its SP header, drain the rest through a small buffer
+ * and answer FAILED_PRECONDITION (docs/protocol.md). Not a byte of it is
+ * stored or decoded. */
+static int vma_drain_pre_hello(vma_conn_t *c, uint64_t len) {
+  uint8_t buf[4096];
+  size_t hn = 4 * VMP_SP_MAX_HOPS;
+  int rv = vmp_sp_read(&c->rd, buf, hn, 0, NULL);
+  int hdr = rv ? 0 : vmp_sp_request_header(buf, hn);
+  uint8_t head[4 * VMP_SP_MAX_HOPS];
+  memcpy(head, buf, hn);
+  for (uint64_t left = len - hn; !rv && left > 0;) {
+    size_t n = left < sizeof(buf) ? (size_t)left : sizeof(buf);
+    rv = vmp_sp_read(&c->rd, buf, n, 0, NULL);
+    left -= n;
+  }
+  if (rv) return rv;
+  if (hdr <= 0) return 0; /* too many hops: dropped, as rep0 does */
+  vma_out_t out = {.alloc = vma_reply_alloc};
+  int rc = vma_refuse_pre_hello(c->a, c->id, len - (uint64_t)hdr, &out);
+  vma_send_reply(c, head, (size_t)hdr, rc, out);
+  return 0;
+}
+
 /* The reader of one connection: handshake, then requests until the
  * stream ends. */
 static void *vma_reader_main(void *arg) {
@@ -289,6 +322,13 @@ static void *vma_reader_main(void *arg) {
           c->id, c->peer, (unsigned long long)len, (unsigned long long)a->cfg.max_message_bytes);
       rv = NNG_EMSGSIZE;
       break;
+    }
+    /* Before Hello, a message beyond the pre-Hello cap is drained, not
+     * stored: its header is kept for the refusal. */
+    if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS && !vma_pipe_has_session(a, c->id)) {
+      rv = vma_drain_pre_hello(c, len);
+      if (rv) break;
+      continue;
     }
     vma_job_t *j = malloc(sizeof(*j) + (size_t)len);
     if (!j) {
