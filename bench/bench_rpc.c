@@ -9,6 +9,12 @@
  *   nng_rtt_us            bare nng req0/rep0 echo (both ends in this process,
  *                         blocking nng_sendmsg/nng_recvmsg): what nng itself
  *                         costs, a diagnostic, not a baseline
+ *   nng_stream_rtt_us     32-byte ping-pong over an nng 1.5 byte stream
+ *                         between two threads of this process, each blocking
+ *                         on a callback-free aio (nng_aio_wait): the floor
+ *                         of any transport built on nng's stream API, which
+ *                         vmrpc's is (one poller hand-off per direction);
+ *                         nng_stream_rtt_ratio against raw TCP
  *   ping_rtt_us           vmc_ping (no work on the agent)
  *   get_output4_rtt_us    vmc_get_output_into of a 4-byte tensor
  *   rtt_ratio             ping / raw; get_output4_rtt_ratio likewise
@@ -74,6 +80,7 @@
 #include "vm/executable.h"
 #include "vm/vm.h"
 #include "vmclient.h"
+#include "vmproto/sp.h"
 
 #define MAX_ROUNDS 51
 #define RTT_ITERS 2000 /* round trips per round and figure */
@@ -252,6 +259,61 @@ static double nng_rtt_us(nng_socket req, int iters) {
   return (now_s() - t0) / iters * 1e6;
 }
 
+/* ------------------------------------------------- bare nng stream */
+
+typedef struct stream_peer {
+  nng_stream *s;
+  nng_aio *aio;
+} stream_peer_t;
+
+static void *stream_peer_main(void *arg) {
+  stream_peer_t *p = arg;
+  unsigned char buf[PING_BYTES];
+  nng_iov v = {.iov_buf = buf, .iov_len = sizeof(buf)};
+  while (vmp_sp_io(p->s, p->aio, 0, &v, 1, 0, NULL) == 0 &&
+         vmp_sp_io(p->s, p->aio, 1, &v, 1, 0, NULL) == 0) {
+  }
+  return NULL;
+}
+
+static double stream_rtt_us(nng_stream *s, nng_aio *aio, int iters) {
+  unsigned char buf[PING_BYTES] = {0};
+  nng_iov v = {.iov_buf = buf, .iov_len = sizeof(buf)};
+  double t0 = now_s();
+  for (int i = 0; i < iters; i++)
+    if (vmp_sp_io(s, aio, 1, &v, 1, 0, NULL) != 0 || vmp_sp_io(s, aio, 0, &v, 1, 0, NULL) != 0)
+      die("nng stream ping-pong");
+  return (now_s() - t0) / iters * 1e6;
+}
+
+/* Connects a dialed and an accepted loopback nng stream. */
+static void stream_pair(nng_stream_listener **l, nng_stream **a, nng_stream **b) {
+  nng_aio *acc, *dia;
+  nng_stream_dialer *d;
+  int port = 0;
+  char url[64];
+  if (nng_stream_listener_alloc(l, "tcp://127.0.0.1:0") != 0 ||
+      nng_stream_listener_listen(*l) != 0 ||
+      nng_stream_listener_get_int(*l, NNG_OPT_TCP_BOUND_PORT, &port) != 0)
+    die("nng stream listener");
+  snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+  if (nng_aio_alloc(&acc, NULL, NULL) != 0 || nng_aio_alloc(&dia, NULL, NULL) != 0 ||
+      nng_stream_dialer_alloc(&d, url) != 0)
+    die("nng stream dialer");
+  nng_stream_listener_accept(*l, acc);
+  nng_stream_dialer_dial(d, dia);
+  nng_aio_wait(dia);
+  nng_aio_wait(acc);
+  if (nng_aio_result(dia) != 0 || nng_aio_result(acc) != 0) die("nng stream connect");
+  *a = nng_aio_get_output(dia, 0);
+  *b = nng_aio_get_output(acc, 0);
+  nng_stream_set_bool(*a, NNG_OPT_TCP_NODELAY, true);
+  nng_stream_set_bool(*b, NNG_OPT_TCP_NODELAY, true);
+  nng_aio_free(acc);
+  nng_aio_free(dia);
+  nng_stream_dialer_free(d);
+}
+
 /* ----------------------------------------------------- vmrpc helpers */
 
 /* main(x) returns x: whatever tensor is set comes back as the result. */
@@ -400,6 +462,8 @@ typedef struct bench {
   vmc_exec_t ident; /* main(x) = x */
   int raw_fd;       /* raw TCP, the peer thread answers */
   nng_socket nreq;  /* bare nng, the echo thread answers */
+  nng_stream *ns;   /* bare nng stream, its peer thread answers */
+  nng_aio *ns_aio;
   unsigned char *src, *dst;
   pid_t agent_pid;
   uint64_t chunk; /* the agent's chunk size */
@@ -421,13 +485,15 @@ static void part_rtt(bench_t *b) {
   /* warm-up */
   raw_rtt_us(b->raw_fd, 200);
   nng_rtt_us(b->nreq, 200);
+  stream_rtt_us(b->ns, b->ns_aio, 200);
   for (int i = 0; i < 200; i++) check(vmc_ping(c, NULL), "ping");
   for (int i = 0; i < 200; i++) download_tensor(c, vm, four_back, 4);
 
-  double raw[MAX_ROUNDS], nng[MAX_ROUNDS], ping[MAX_ROUNDS], go[MAX_ROUNDS];
+  double raw[MAX_ROUNDS], nng[MAX_ROUNDS], ping[MAX_ROUNDS], go[MAX_ROUNDS], nst[MAX_ROUNDS];
   for (int r = 0; r < rounds; r++) {
     raw[r] = raw_rtt_us(b->raw_fd, RTT_ITERS);
     nng[r] = nng_rtt_us(b->nreq, RTT_ITERS);
+    nst[r] = stream_rtt_us(b->ns, b->ns_aio, RTT_ITERS);
     double t0 = now_s();
     for (int i = 0; i < RTT_ITERS; i++) check(vmc_ping(c, NULL), "ping");
     ping[r] = (now_s() - t0) / RTT_ITERS * 1e6;
@@ -437,7 +503,7 @@ static void part_rtt(bench_t *b) {
   }
   check(vmc_free_vm(c, vm), "free VM");
   double raw_m = median(raw, rounds), nng_m = median(nng, rounds);
-  double ping_m = median(ping, rounds), go_m = median(go, rounds);
+  double ping_m = median(ping, rounds), go_m = median(go, rounds), nst_m = median(nst, rounds);
   /* Thread hand-offs per round trip, each side (raw TCP: one per side). */
   uint64_t cs0 = ctx_switches(getpid()), as0 = ctx_switches(b->agent_pid);
   uint64_t cpu0 = cpu_ns(getpid()) + cpu_ns(b->agent_pid);
@@ -454,8 +520,9 @@ static void part_rtt(bench_t *b) {
       (double)(cpu2 - cpu1) / RTT_ITERS / 1e3);
   out("\"raw_tcp_rtt_us\":%.2f,\"nng_rtt_us\":%.2f,\"ping_rtt_us\":%.2f,"
       "\"get_output4_rtt_us\":%.2f,\"rtt_ratio\":%.3f,\"get_output4_rtt_ratio\":%.3f,"
-      "\"nng_rtt_ratio\":%.3f,",
-      raw_m, nng_m, ping_m, go_m, ping_m / raw_m, go_m / raw_m, nng_m / raw_m);
+      "\"nng_rtt_ratio\":%.3f,\"nng_stream_rtt_us\":%.2f,\"nng_stream_rtt_ratio\":%.3f,",
+      raw_m, nng_m, ping_m, go_m, ping_m / raw_m, go_m / raw_m, nng_m / raw_m, nst_m,
+      nst_m / raw_m);
 }
 
 /* One timed phase: wall seconds and the CPU nanoseconds both processes
@@ -717,6 +784,14 @@ int main(int argc, char **argv) {
     }
     if (pthread_create(&nng_thr, NULL, nng_peer_main, &np) != 0) die("pthread_create");
   }
+  /* Bare nng stream peer thread. */
+  nng_stream_listener *nsl;
+  stream_peer_t sp;
+  pthread_t ns_thr;
+  stream_pair(&nsl, &b.ns, &sp.s);
+  if (nng_aio_alloc(&sp.aio, NULL, NULL) != 0 || nng_aio_alloc(&b.ns_aio, NULL, NULL) != 0)
+    die("nng_aio_alloc");
+  if (pthread_create(&ns_thr, NULL, stream_peer_main, &sp) != 0) die("pthread_create");
 
   vm_executable_t *ident = identity_exec();
   uint8_t *ibytes;
@@ -755,6 +830,14 @@ int main(int argc, char **argv) {
   nng_close(b.nreq);
   nng_close(np.sock);
   pthread_join(nng_thr, NULL);
+  nng_stream_close(b.ns); /* the peer reads the end of its stream and leaves */
+  pthread_join(ns_thr, NULL);
+  nng_stream_close(sp.s);
+  nng_stream_free(b.ns);
+  nng_stream_free(sp.s);
+  nng_aio_free(b.ns_aio);
+  nng_aio_free(sp.aio);
+  nng_stream_listener_free(nsl);
   nftw(store, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   free(b.src);
   free(b.dst);

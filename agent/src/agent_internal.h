@@ -1,8 +1,11 @@
 /* Internals of vmagent. Prefix vma_ (the public API is vmagent_).
  *
- * Threads: N workers (one nng context each: recv -> dispatch -> send), one
- * reaper (idle sessions, sessions of closed pipes, shutdown cancels), nng's
- * own threads (pipe events), and the caller of vmagent_start/stop.
+ * Threads (server.c): an acceptor; one reader per connection, which reads
+ * its requests, serves the cheap ones itself and queues the others; N
+ * workers (more while requests wait for devices) serving queued requests;
+ * one reaper (idle sessions, sessions of closed connections, shutdown
+ * cancels); nng's poller for the sockets; the caller of
+ * vmagent_start/stop.
  *
  * Locks, always taken in this order, never the other way round:
  *   agent->lock     the session table, session refs/dead flags, counters
@@ -217,13 +220,14 @@ vm_status_t vma_auth_failed(struct vmagent *a, uint32_t pipe_id, int missing, vm
 
 typedef struct vma_worker {
   struct vmagent *agent;
-  nng_ctx ctx;
-  nng_aio *aio;
   pthread_t thread;
   int started;       /* thread created and not yet joined (pool_lock) */
   int extra;         /* retires when other workers are idle */
-  atomic_int exited; /* the thread left its loop (no nng call any more) */
+  atomic_int exited; /* the thread left its loop */
 } vma_worker_t;
+
+struct vma_conn; /* one accepted connection (server.c) */
+struct vma_job;  /* a request waiting for a worker (server.c) */
 
 struct vmagent {
   vmagent_config_t cfg; /* strings below are owned copies */
@@ -251,16 +255,29 @@ struct vmagent {
   /* transport */
   int started;
   int stopped;
-  nng_socket sock;
-  int sock_open;
-  nng_listener listener;
+  nng_stream_listener *listener;
+  nng_aio *accept_aio;
+  int ipc_listener; /* ipc:// framing (a type byte before each length) */
+  pthread_t acceptor;
+  int acceptor_started;
   void *tls_config;      /* nng_tls_config * */
   vma_worker_t *workers; /* pool_size slots */
   uint32_t pool_size;
-  pthread_mutex_t pool_lock; /* worker slots and the counts below */
+  /* Worker slots, the job queue, the connection list and the counts
+   * below. */
+  pthread_mutex_t pool_lock;
   int pool_lock_ready;
-  uint32_t idle_workers; /* waiting in recv (or about to) */
+  pthread_cond_t jobs_cv;    /* a job was queued, or stopping */
+  pthread_cond_t readers_cv; /* a connection's reader ended */
+  pthread_cond_t space_cv;   /* a connection's queue has room again */
+  struct vma_job *jobs_head, *jobs_tail;
+  struct vma_conn *conns; /* open connections (their readers run) */
+  struct vma_conn *ended; /* readers that ended, to be joined */
+  uint32_t num_conns;
+  uint32_t next_conn_id;
+  uint32_t idle_workers; /* waiting for a job (or about to) */
   int pool_full_logged;
+  int conns_full_logged;
   /* Called by a request about to wait for a device (transport hook). */
   void (*on_block)(struct vmagent *a);
   /* Pipes closed recently (under lock): a Hello still in flight when its
@@ -302,6 +319,10 @@ uint8_t *vma_heap_alloc(vma_out_t *o, size_t size);
 /* Serves one request body from pipe_id into out (always produces a reply
  * unless allocation fails: returns -1). */
 int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len, vma_out_t *out);
+/* The reply to a LEN-byte message on a connection without a session (the
+ * pre-Hello cap), written without the message: the serving loop drains such
+ * a message instead of storing it. */
+int vma_refuse_pre_hello(vmagent_t *a, uint32_t pipe_id, uint64_t len, vma_out_t *out);
 
 /* Session table (session.c). */
 vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *client,
@@ -370,6 +391,9 @@ uint64_t vma_random_u64(void);
 /* Server (server.c). */
 vm_status_t vma_server_start(vmagent_t *a);
 void vma_server_stop(vmagent_t *a);
+/* The peer of connection id for logs and the Hello brute-force table: its
+ * IP address, "ipc", or "pipe N" when no such connection is open. */
+void vma_conn_peer(vmagent_t *a, uint32_t id, char *out, size_t cap);
 
 /* Misc. */
 int vma_url_is_local(const char *url);

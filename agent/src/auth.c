@@ -11,41 +11,11 @@
  * warn with the peer; refusals while blocked are logged once per window.
  * The table lives in struct vmagent under agent->lock.
  */
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 
-#include <nng/nng.h>
-
 #include "agent_internal.h"
 #include "vm/log.h"
-
-static void vma_peer_name(uint32_t pipe_id, char *out, size_t cap) {
-  nng_pipe p;
-  memset(&p, 0, sizeof(p));
-  p.id = pipe_id;
-  nng_sockaddr sa;
-  memset(&sa, 0, sizeof(sa));
-  if (pipe_id && nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) == 0) {
-    if (sa.s_family == NNG_AF_INET) {
-      char ip[INET_ADDRSTRLEN];
-      if (inet_ntop(AF_INET, &sa.s_in.sa_addr, ip, sizeof(ip))) {
-        snprintf(out, cap, "%s", ip);
-        return;
-      }
-    } else if (sa.s_family == NNG_AF_INET6) {
-      char ip[INET6_ADDRSTRLEN];
-      if (inet_ntop(AF_INET6, sa.s_in6.sa_addr, ip, sizeof(ip))) {
-        snprintf(out, cap, "%s", ip);
-        return;
-      }
-    } else if (sa.s_family == NNG_AF_IPC || sa.s_family == NNG_AF_ABSTRACT) {
-      snprintf(out, cap, "ipc");
-      return;
-    }
-  }
-  snprintf(out, cap, "pipe %u", pipe_id);
-}
 
 /* The slot of peer, or NULL; agent->lock held. Expired windows reset. */
 static vma_auth_slot_t *vma_auth_find_locked(vmagent_t *a, const char *peer, uint64_t now) {
@@ -63,7 +33,7 @@ static vma_auth_slot_t *vma_auth_find_locked(vmagent_t *a, const char *peer, uin
 
 vm_status_t vma_auth_admit(vmagent_t *a, uint32_t pipe_id) {
   char peer[sizeof(a->auth[0].peer)];
-  vma_peer_name(pipe_id, peer, sizeof(peer));
+  vma_conn_peer(a, pipe_id, peer, sizeof(peer));
   uint64_t now = vm_now_ns();
   pthread_mutex_lock(&a->lock);
   vma_auth_slot_t *s = vma_auth_find_locked(a, peer, now);
@@ -88,7 +58,7 @@ vm_status_t vma_auth_admit(vmagent_t *a, uint32_t pipe_id) {
 
 vm_status_t vma_auth_failed(vmagent_t *a, uint32_t pipe_id, int missing, vm_status_t st) {
   char peer[sizeof(a->auth[0].peer)];
-  vma_peer_name(pipe_id, peer, sizeof(peer));
+  vma_conn_peer(a, pipe_id, peer, sizeof(peer));
   uint64_t now = vm_now_ns();
   pthread_mutex_lock(&a->lock);
   vma_auth_slot_t *s = vma_auth_find_locked(a, peer, now);

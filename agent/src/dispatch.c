@@ -96,19 +96,33 @@ static vm_status_t vma_call(vma_ctx_t *c, vma_handler_fn fn, uint32_t flags) {
   return fn(c);
 }
 
-int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len, vma_out_t *out) {
+static vm_status_t vma_pre_hello_too_big(uint64_t len) {
+  return vm_status_make(VM_FAILED_PRECONDITION,
+                        "a %llu-byte message on a connection without a session: until Hello "
+                        "succeeds the agent takes messages of at most %d bytes; send Hello first",
+                        (unsigned long long)len, VMA_PRE_HELLO_MAX_BYTES);
+}
+
+int vma_refuse_pre_hello(vmagent_t *a, uint32_t pipe_id, uint64_t len, vma_out_t *out) {
   atomic_fetch_add(&a->requests, 1);
+  vm_status_t st = vma_pre_hello_too_big(len);
+  VM_LOGD("pipe %u: %s", pipe_id, vm_status_message(st));
+  int rc = vma_write_error(out, 0, st);
+  vm_status_free(st);
+  return rc;
+}
+
+int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len, vma_out_t *out) {
   const uint8_t *env, *payload;
   size_t env_len, payload_len;
   vm_status_t st = VM_STATUS_OK;
   /* A peer that has not said Hello gets no more than Hello needs: its large
-   * message is not decoded at all. */
+   * message is not decoded at all (the serving loop does not even store
+   * one much larger, see vma_refuse_pre_hello). */
   if (len > VMA_PRE_HELLO_MAX_BYTES && !vma_pipe_has_session(a, pipe_id))
-    st = vm_status_make(VM_FAILED_PRECONDITION,
-                        "a %zu-byte message on a connection without a session: until Hello "
-                        "succeeds the agent takes messages of at most %d bytes; send Hello first",
-                        len, VMA_PRE_HELLO_MAX_BYTES);
-  if (!st) st = vmp_frame_split(body, len, 0, &env, &env_len, &payload, &payload_len);
+    return vma_refuse_pre_hello(a, pipe_id, len, out);
+  atomic_fetch_add(&a->requests, 1);
+  st = vmp_frame_split(body, len, 0, &env, &env_len, &payload, &payload_len);
   if (st) {
     VM_LOGD("pipe %u: %s", pipe_id, vm_status_message(st));
     int rc = vma_write_error(out, 0, st);

@@ -64,7 +64,7 @@ static void usage(FILE *f) {
           "  --max-message SIZE      largest request accepted [chunk size + 64K]\n"
           "  --chunk-size SIZE       chunk size of uploads and downloads, 4K..64M [1M]\n"
           "  --max-executable SIZE   largest executable accepted [1G]\n"
-          "  --workers N             requests served in parallel (nng contexts) [8]\n"
+          "  --workers N             requests served in parallel (worker threads) [8]\n"
           "  --log-level LEVEL       debug, info, warn, error or off [info]\n"
           "  --insecure              allow a non-loopback --listen without a token [off]\n"
           "  --kernels POLICY        kernels carried by executables (cl.kernel): allow,\n"
@@ -501,7 +501,7 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
 #ifdef __GLIBC__
-  /* nng allocates a message per request and per reply: with the default
+  /* The agent allocates a buffer per request and per reply: with the default
    * chunk size, 1 MiB each. glibc's defaults return such blocks to the
    * kernel (its dynamic mmap threshold and heap trimming), so every chunk
    * would land in fresh pages and pay a page fault per 4 KiB. Keep

@@ -18,89 +18,233 @@
 #include "agent_internal.h"
 #include "vm/log.h"
 
-/* The reply goes into an nng message allocated at its final size. */
-static uint8_t *vma_nng_alloc(vma_out_t *o, size_t size) {
-  if (o->user) {
-    nng_msg_free(o->user);
-    o->user = NULL;
+/* The transport: SP framing over nng byte streams (tcp://, tls+tcp://,
+ * ipc://), wire-compatible with nng's req0 sockets (vmproto/sp.h).
+ *
+ * An acceptor thread takes connections; each gets a reader thread that
+ * reads its requests one after the other and serves the cheap ones
+ * (vma_op_is_cheap: no device, never blocking) itself, answering on the
+ * thread that read them, and queues the rest for the workers. So Ping and
+ * Cancel never wait behind a busy worker, and a small request costs one
+ * wake-up of the reader (nng's poller completes the read) and an inline
+ * write. A worker that is about to wait for a busy device makes sure
+ * another worker is idle (vma_on_block). Replies of one connection are
+ * written whole, one at a time (conn->wmu). When a reader ends (the peer
+ * closed, a read failed, a message was malformed or too large) the
+ * connection's sessions are torn down (the reaper destroys them).
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <nng/nng.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <nng/supplemental/tls/tls.h>
+#include <nng/transport/tcp/tcp.h>
+
+#include "agent_internal.h"
+#include "vm/log.h"
+#include "vmproto/ops.h"
+#include "vmproto/sp.h"
+
+/* Most connections open at once (each has a reader thread). */
+#define VMA_MAX_CONNS 1024
+/* The SP handshake of a new connection must complete within this. */
+#define VMA_HANDSHAKE_MS 10000
+/* A reply that makes no progress for this long (the peer stopped
+ * reading) closes its connection rather than hold a worker forever. */
+#define VMA_WRITE_STALL_MS 60000
+/* Requests of one connection waiting for a worker, at most: beyond that
+ * its reader stops reading until a worker takes one (a client cannot make
+ * the agent buffer messages without limit; a vmrpc client has at most 64
+ * chunk requests in flight). */
+#define VMA_CONN_QUEUE_MAX 128
+/* Reader threads serve cheap requests only; a Goodbye may still free a
+ * session's VMs there, so they get a worker-sized stack margin. */
+#define VMA_READER_STACK (2u << 20)
+/* Room before a reply body for its prefix and the request's id words. */
+#define VMA_REPLY_HEAD (VMP_SP_PREFIX_MAX + 4 * VMP_SP_MAX_HOPS)
+
+typedef struct vma_conn {
+  vmagent_t *a;
+  uint32_t id;
+  int ipc;
+  nng_stream *s;
+  nng_aio *raio; /* the reader's (rd.aio) */
+  pthread_mutex_t wmu;
+  nng_aio *waio;   /* under wmu */
+  atomic_int refs; /* the reader + queued or running jobs */
+  atomic_int closed;
+  uint32_t queued; /* its jobs in the queue (pool_lock) */
+  char peer[64];
+  pthread_t reader;
+  vmp_sp_reader_t rd;    /* requests, read by the reader thread */
+  struct vma_conn *next; /* a->conns or a->ended, under pool_lock */
+} vma_conn_t;
+
+typedef struct vma_job {
+  struct vma_job *next;
+  vma_conn_t *conn;
+  size_t hdr_len; /* id words at the start of data */
+  size_t len;
+  uint8_t data[]; /* the message as received */
+} vma_job_t;
+
+/* Served where they are read: the operation table marks them cheap (no
+ * device, no VM code, no lock held for long: vmproto/ops.h). */
+static int vma_op_is_cheap(int op) {
+  return (vmp_op_flags((Vmrpc__Request__OpCase)op) & VMP_OP_CHEAP) != 0;
+}
+
+static void vma_conn_unref(vma_conn_t *c) {
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  nng_stream_free(c->s);
+  nng_aio_free(c->raio);
+  nng_aio_free(c->waio);
+  pthread_mutex_destroy(&c->wmu);
+  free(c);
+}
+
+/* Closes c's stream and stops its aios: nng 1.5 may leave an operation
+ * started on a closed stream pending for ever, a stopped aio refuses new
+ * ones at once. */
+static void vma_conn_close(vma_conn_t *c) {
+  atomic_store(&c->closed, 1);
+  nng_stream_close(c->s);
+  nng_aio_stop(c->raio);
+  nng_aio_stop(c->waio);
+}
+
+void vma_conn_peer(vmagent_t *a, uint32_t id, char *out, size_t cap) {
+  snprintf(out, cap, "pipe %u", id);
+  if (!id || !a->pool_lock_ready) return;
+  pthread_mutex_lock(&a->pool_lock);
+  for (vma_conn_t *c = a->conns; c; c = c->next)
+    if (c->id == id) snprintf(out, cap, "%s", c->peer);
+  pthread_mutex_unlock(&a->pool_lock);
+}
+
+static void vma_peer_of(vma_conn_t *c) {
+  snprintf(c->peer, sizeof(c->peer), "ipc");
+  if (c->ipc) return;
+  nng_sockaddr sa;
+  memset(&sa, 0, sizeof(sa));
+  snprintf(c->peer, sizeof(c->peer), "pipe %u", c->id);
+  if (nng_stream_get_addr(c->s, NNG_OPT_REMADDR, &sa) != 0) return;
+  if (sa.s_family == NNG_AF_INET) {
+    char ip[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &sa.s_in.sa_addr, ip, sizeof(ip)))
+      snprintf(c->peer, sizeof(c->peer), "%s", ip);
+  } else if (sa.s_family == NNG_AF_INET6) {
+    char ip[INET6_ADDRSTRLEN];
+    if (inet_ntop(AF_INET6, sa.s_in6.sa_addr, ip, sizeof(ip)))
+      snprintf(c->peer, sizeof(c->peer), "%s", ip);
   }
-  nng_msg *m = NULL;
-  if (nng_msg_alloc(&m, size) != 0) return NULL;
-  o->user = m;
-  o->buf = nng_msg_body(m);
+}
+
+/* The reply goes into one heap block with room in front for its prefix
+ * and id words, so that it leaves in one write. */
+static uint8_t *vma_reply_alloc(vma_out_t *o, size_t size) {
+  free(o->user);
+  o->user = NULL;
+  o->buf = NULL;
+  o->len = 0;
+  if (size > SIZE_MAX - VMA_REPLY_HEAD) return NULL;
+  uint8_t *p = malloc(VMA_REPLY_HEAD + size);
+  if (!p) return NULL;
+  o->user = p;
+  o->buf = p + VMA_REPLY_HEAD;
   o->len = size;
   return o->buf;
 }
 
-/* Workers: each owns one nng context and serves one request at a time.
- * A request that must wait for a busy device keeps its worker, so when no
- * other worker is idle the pool grows by one (vma_on_block), up to
- * VMA_MAX_EXTRA_WORKERS beyond --workers: however many invocations queue
- * behind a device, Cancel and Ping find a worker. Extra workers retire as
- * soon as they finish a request while others are idle. */
+/* Serves one request (id words hdr, hdr_len bytes, then body) of c and
+ * writes the reply. */
+static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
+                           vma_out_t out);
+
+static void vma_serve(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, size_t len) {
+  vma_out_t out = {.alloc = vma_reply_alloc};
+  int rc = vma_dispatch(c->a, c->id, msg + hdr_len, len - hdr_len, &out);
+  vma_send_reply(c, msg, hdr_len, rc, out);
+}
+
+/* Sends OUT, the reply to the request whose SP header is MSG[0..HDR_LEN). */
+static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
+                           vma_out_t out) {
+  vmagent_t *a = c->a;
+  if (rc != 0 || !out.user) {
+    /* Out of memory even for an error reply: the client times out. */
+    VM_LOGE("connection %u: no memory for a reply", c->id);
+    free(out.user);
+    return;
+  }
+  uint8_t pre[VMP_SP_PREFIX_MAX];
+  size_t pn = vmp_sp_prefix(c->ipc, (uint64_t)hdr_len + out.len, pre);
+  uint8_t *start = out.buf - hdr_len - pn;
+  memcpy(start, pre, pn);
+  memcpy(start + pn, msg, hdr_len);
+  nng_iov v = {.iov_buf = start, .iov_len = pn + hdr_len + out.len};
+  pthread_mutex_lock(&c->wmu);
+  int rv = atomic_load(&c->closed) ? NNG_ECLOSED
+                                   : vmp_sp_io(c->s, c->waio, 1, &v, 1, VMA_WRITE_STALL_MS, NULL);
+  pthread_mutex_unlock(&c->wmu);
+  free(out.user);
+  if (rv != 0 && rv != NNG_ECLOSED) {
+    /* A reply cut short leaves the stream unusable. */
+    VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));
+    vma_conn_close(c);
+    pthread_mutex_lock(&a->pool_lock); /* its reader may wait for queue space */
+    pthread_cond_broadcast(&a->space_cv);
+    pthread_mutex_unlock(&a->pool_lock);
+  }
+}
+
+/* Workers: each serves queued requests one at a time. A request that must
+ * wait for a busy device keeps its worker, so when no other worker is idle
+ * the pool grows by one (vma_on_block), up to VMA_MAX_EXTRA_WORKERS beyond
+ * --workers: however many invocations queue behind a device, chunks of
+ * other transfers find a worker. Extra workers retire as soon as they
+ * finish a request while others are idle. */
 static void *vma_worker_main(void *arg) {
   vma_worker_t *w = arg;
   vmagent_t *a = w->agent;
-  int counted_idle = 1; /* the spawner counted us idle */
+  pthread_mutex_lock(&a->pool_lock); /* the spawner counted us idle */
   for (;;) {
-    pthread_mutex_lock(&a->pool_lock);
-    int quit = atomic_load(&a->stopping);
-    if (!quit && !counted_idle) a->idle_workers++;
-    if (quit && counted_idle) a->idle_workers--;
-    counted_idle = !quit;
-    pthread_mutex_unlock(&a->pool_lock);
-    if (quit) break;
-    nng_ctx_recv(w->ctx, w->aio);
-    nng_aio_wait(w->aio);
-    int rv = nng_aio_result(w->aio);
-    pthread_mutex_lock(&a->pool_lock);
+    while (!a->jobs_head && !atomic_load(&a->stopping))
+      pthread_cond_wait(&a->jobs_cv, &a->pool_lock);
+    if (atomic_load(&a->stopping)) break;
+    vma_job_t *j = a->jobs_head;
+    a->jobs_head = j->next;
+    if (!a->jobs_head) a->jobs_tail = NULL;
+    if (j->conn->queued-- == VMA_CONN_QUEUE_MAX) pthread_cond_broadcast(&a->space_cv);
     a->idle_workers--;
-    counted_idle = 0;
     pthread_mutex_unlock(&a->pool_lock);
-    if (rv != 0) {
-      if (rv == NNG_ECLOSED || atomic_load(&a->stopping)) break;
-      if (rv != NNG_ECANCELED) VM_LOGW("worker: receive failed: %s", nng_strerror(rv));
-      continue;
-    }
-    nng_msg *msg = nng_aio_get_msg(w->aio);
-    uint32_t pipe_id = nng_pipe_id(nng_msg_get_pipe(msg));
-    vma_out_t out = {.alloc = vma_nng_alloc};
-    int rc = vma_dispatch(a, pipe_id, nng_msg_body(msg), nng_msg_len(msg), &out);
-    nng_msg_free(msg);
-    if (rc != 0 || !out.user) {
-      /* Out of memory even for an error reply: the client times out. */
-      VM_LOGE("worker: no memory for a reply");
-      if (out.user) nng_msg_free(out.user);
-      continue;
-    }
-    nng_aio_set_msg(w->aio, out.user);
-    nng_ctx_send(w->ctx, w->aio);
-    nng_aio_wait(w->aio);
-    if (nng_aio_result(w->aio) != 0) {
-      nng_msg_free(out.user); /* a failed send leaves us the message */
-      if (nng_aio_result(w->aio) == NNG_ECLOSED) break;
-    }
-    if (w->extra) {
-      pthread_mutex_lock(&a->pool_lock);
-      int retire = a->idle_workers > 0;
-      pthread_mutex_unlock(&a->pool_lock);
-      if (retire) break;
-    }
+    if (!atomic_load(&j->conn->closed)) vma_serve(j->conn, j->data, j->hdr_len, j->len);
+    vma_conn_unref(j->conn);
+    free(j);
+    pthread_mutex_lock(&a->pool_lock);
+    a->idle_workers++;
+    if (w->extra && a->idle_workers > 1) break; /* others are idle: retire */
   }
-  if (w->extra) nng_ctx_close(w->ctx); /* the socket is still open here */
+  a->idle_workers--;
+  pthread_mutex_unlock(&a->pool_lock);
   atomic_store(&w->exited, 1);
   return NULL;
 }
 
 /* Starts a worker in a free slot (reaping a retired one); pool_lock held.
- * Returns 0, or an nng error / -1. */
+ * Returns 0, or -1. */
 static int vma_spawn_locked(vmagent_t *a, int extra) {
   vma_worker_t *w = NULL;
   for (uint32_t i = 0; i < a->pool_size && !w; i++) {
     vma_worker_t *x = &a->workers[i];
     if (x->started && atomic_load(&x->exited)) { /* retired: reap the slot */
       pthread_join(x->thread, NULL);
-      nng_aio_free(x->aio);
       memset(x, 0, sizeof(*x));
     }
     if (!x->started) w = x;
@@ -108,27 +252,16 @@ static int vma_spawn_locked(vmagent_t *a, int extra) {
   if (!w) {
     if (!a->pool_full_logged) {
       a->pool_full_logged = 1;
-      VM_LOGW("all %u workers are busy; Cancel and Ping may wait", a->pool_size);
+      VM_LOGW("all %u workers are busy; further requests wait in the queue", a->pool_size);
     }
     return -1;
   }
   w->agent = a;
   w->extra = extra;
   atomic_init(&w->exited, 0);
-  int rv = nng_aio_alloc(&w->aio, NULL, NULL);
-  if (rv) return rv;
-  rv = nng_ctx_open(&w->ctx, a->sock);
-  if (rv) {
-    nng_aio_free(w->aio);
-    w->aio = NULL;
-    return rv;
-  }
   a->idle_workers++; /* idle until it takes a request */
   if (pthread_create(&w->thread, NULL, vma_worker_main, w) != 0) {
     a->idle_workers--;
-      nng_ctx_close(w->ctx);
-    nng_aio_free(w->aio);
-    w->aio = NULL;
     return -1;
   }
   w->started = 1;
@@ -137,16 +270,228 @@ static int vma_spawn_locked(vmagent_t *a, int extra) {
 
 static void vma_on_block(vmagent_t *a) {
   pthread_mutex_lock(&a->pool_lock);
-  if (!atomic_load(&a->stopping) && a->idle_workers == 0) {
-    int rv = vma_spawn_locked(a, 1);
-    if (rv > 0) VM_LOGW("cannot add a worker: %s", nng_strerror(rv));
-  }
+  if (!atomic_load(&a->stopping) && a->idle_workers == 0 && vma_spawn_locked(a, 1) != 0)
+    VM_LOGD("cannot add a worker");
   pthread_mutex_unlock(&a->pool_lock);
 }
 
-static void vma_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
-  (void)ev;
-  vma_sessions_close_pipe(arg, nng_pipe_id(p));
+/* A LEN-byte message on a connection without a session, LEN beyond the
+ * pre-Hello cap: read its SP header, drain the rest through a small buffer
+ * and answer FAILED_PRECONDITION (docs/protocol.md). Not a byte of it is
+ * stored or decoded. */
+static int vma_drain_pre_hello(vma_conn_t *c, uint64_t len) {
+  uint8_t buf[4096];
+  size_t hn = 4 * VMP_SP_MAX_HOPS;
+  int rv = vmp_sp_read(&c->rd, buf, hn, 0, NULL);
+  int hdr = rv ? 0 : vmp_sp_request_header(buf, hn);
+  uint8_t head[4 * VMP_SP_MAX_HOPS];
+  memcpy(head, buf, hn);
+  for (uint64_t left = len - hn; !rv && left > 0;) {
+    size_t n = left < sizeof(buf) ? (size_t)left : sizeof(buf);
+    rv = vmp_sp_read(&c->rd, buf, n, 0, NULL);
+    left -= n;
+  }
+  if (rv) return rv;
+  if (hdr <= 0) return 0; /* too many hops: dropped, as rep0 does */
+  vma_out_t out = {.alloc = vma_reply_alloc};
+  int rc = vma_refuse_pre_hello(c->a, c->id, len - (uint64_t)hdr, &out);
+  vma_send_reply(c, head, (size_t)hdr, rc, out);
+  return 0;
+}
+
+/* The reader of one connection: handshake, then requests until the
+ * stream ends. */
+static void *vma_reader_main(void *arg) {
+  vma_conn_t *c = arg;
+  vmagent_t *a = c->a;
+  int rv = vmp_sp_handshake(c->s, c->raio, VMP_SP_REP0, VMP_SP_REQ0, VMA_HANDSHAKE_MS);
+  if (rv) VM_LOGD("connection %u (%s): handshake: %s", c->id, c->peer, nng_strerror(rv));
+  size_t pn = c->ipc ? 9 : 8;
+  while (!rv) {
+    uint8_t pre[VMP_SP_PREFIX_MAX];
+    rv = vmp_sp_read(&c->rd, pre, pn, 0, NULL);
+    uint64_t len = 0;
+    if (!rv) rv = vmp_sp_prefix_parse(c->ipc, pre, &len);
+    if (rv) break;
+    /* Bigger messages (or garbage) close the connection before a byte
+     * of them is stored, as nng's own sockets do. */
+    if (len > a->cfg.max_message_bytes || len < 4) {
+      VM_LOGW(
+          "connection %u (%s): a %llu-byte message (the limit is %llu, --max-message): "
+          "closing the connection",
+          c->id, c->peer, (unsigned long long)len, (unsigned long long)a->cfg.max_message_bytes);
+      rv = NNG_EMSGSIZE;
+      break;
+    }
+    /* Before Hello, a message beyond the pre-Hello cap is drained, not
+     * stored: its header is kept for the refusal. */
+    if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS && !vma_pipe_has_session(a, c->id)) {
+      rv = vma_drain_pre_hello(c, len);
+      if (rv) break;
+      continue;
+    }
+    vma_job_t *j = malloc(sizeof(*j) + (size_t)len);
+    if (!j) {
+      VM_LOGE("connection %u: no memory for a %llu-byte message: closing the connection", c->id,
+              (unsigned long long)len);
+      rv = NNG_ENOMEM;
+      break;
+    }
+    rv = vmp_sp_read(&c->rd, j->data, (size_t)len, 0, NULL);
+    int hdr = rv ? 0 : vmp_sp_request_header(j->data, (size_t)len);
+    if (rv || hdr <= 0) {
+      free(j);
+      if (rv) break;
+      if (hdr == 0) {
+        VM_LOGW("connection %u (%s): a message without a request id: closing the connection", c->id,
+                c->peer);
+        rv = NNG_EPROTO;
+        break;
+      }
+      continue; /* too many hops: dropped, as rep0 does */
+    }
+    j->conn = c;
+    j->hdr_len = (size_t)hdr;
+    j->len = (size_t)len;
+    j->next = NULL;
+    if (vma_op_is_cheap(vmp_request_peek_op(j->data + hdr, j->len - j->hdr_len))) {
+      vma_serve(c, j->data, j->hdr_len, j->len);
+      free(j);
+      continue;
+    }
+    pthread_mutex_lock(&a->pool_lock);
+    while (c->queued >= VMA_CONN_QUEUE_MAX && !atomic_load(&c->closed) &&
+           !atomic_load(&a->stopping))
+      pthread_cond_wait(&a->space_cv, &a->pool_lock);
+    if (atomic_load(&c->closed) || atomic_load(&a->stopping)) {
+      pthread_mutex_unlock(&a->pool_lock);
+      free(j);
+      rv = NNG_ECLOSED;
+      break;
+    }
+    atomic_fetch_add(&c->refs, 1);
+    c->queued++;
+    if (a->jobs_tail)
+      a->jobs_tail->next = j;
+    else
+      a->jobs_head = j;
+    a->jobs_tail = j;
+    pthread_cond_signal(&a->jobs_cv);
+    pthread_mutex_unlock(&a->pool_lock);
+  }
+  if (rv != NNG_ECLOSED && rv != NNG_ECONNSHUT && rv != NNG_ECONNRESET)
+    VM_LOGD("connection %u (%s) ends: %s", c->id, c->peer, nng_strerror(rv));
+  vma_conn_close(c);
+  vma_sessions_close_pipe(a, c->id);
+  /* Whoever joins this thread (vma_conns_join) drops its reference. */
+  pthread_mutex_lock(&a->pool_lock);
+  vma_conn_t **pp = &a->conns;
+  while (*pp != c) pp = &(*pp)->next;
+  *pp = c->next;
+  c->next = a->ended;
+  a->ended = c;
+  a->num_conns--;
+  pthread_cond_broadcast(&a->readers_cv);
+  pthread_mutex_unlock(&a->pool_lock);
+  return NULL;
+}
+
+/* Joins the readers that ended (the acceptor and the reaper call this). */
+static void vma_conns_join(vmagent_t *a) {
+  if (!a->pool_lock_ready) return;
+  pthread_mutex_lock(&a->pool_lock);
+  vma_conn_t *list = a->ended;
+  a->ended = NULL;
+  pthread_mutex_unlock(&a->pool_lock);
+  while (list) {
+    vma_conn_t *c = list;
+    list = c->next;
+    pthread_join(c->reader, NULL);
+    vma_conn_unref(c);
+  }
+}
+
+/* Takes over s: starts its reader, or closes it. */
+static void vma_conn_start(vmagent_t *a, nng_stream *s) {
+  vma_conn_t *c = calloc(1, sizeof(*c));
+  if (!c || nng_aio_alloc(&c->raio, NULL, NULL) != 0 || nng_aio_alloc(&c->waio, NULL, NULL) != 0 ||
+      pthread_mutex_init(&c->wmu, NULL) != 0) {
+    VM_LOGE("no memory for a connection: closing it");
+    if (c) {
+      nng_aio_free(c->raio);
+      nng_aio_free(c->waio);
+    }
+    free(c);
+    nng_stream_free(s);
+    return;
+  }
+  c->a = a;
+  c->s = s;
+  c->ipc = a->ipc_listener;
+  /* Plain TCP: the reader waits for requests on the socket itself, so the
+   * kernel wakes it without a detour through nng's poller thread. */
+  c->rd.s = s;
+  c->rd.aio = c->raio;
+  c->rd.fd = a->ipc_listener || a->tls_config ? -1 : vmp_sp_stream_fd(s);
+  atomic_init(&c->refs, 1);
+  atomic_init(&c->closed, 0);
+  pthread_mutex_lock(&a->pool_lock);
+  if (a->num_conns >= VMA_MAX_CONNS || atomic_load(&a->stopping)) {
+    if (!atomic_load(&a->stopping) && !a->conns_full_logged) {
+      a->conns_full_logged = 1;
+      VM_LOGW("%d connections are open, the limit: refusing more", VMA_MAX_CONNS);
+    }
+    pthread_mutex_unlock(&a->pool_lock);
+    vma_conn_unref(c);
+    return;
+  }
+  if (++a->next_conn_id == 0) a->next_conn_id = 1;
+  c->id = a->next_conn_id;
+  vma_peer_of(c);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, VMA_READER_STACK);
+  c->next = a->conns;
+  a->conns = c;
+  a->num_conns++;
+  if (pthread_create(&c->reader, &attr, vma_reader_main, c) != 0) {
+    a->conns = c->next;
+    a->num_conns--;
+    pthread_mutex_unlock(&a->pool_lock);
+    VM_LOGE("cannot start a reader thread: closing the connection");
+    vma_conn_unref(c);
+  } else {
+    pthread_mutex_unlock(&a->pool_lock);
+  }
+  pthread_attr_destroy(&attr);
+}
+
+static void *vma_acceptor_main(void *arg) {
+  vmagent_t *a = arg;
+  for (;;) {
+    nng_stream_listener_accept(a->listener, a->accept_aio);
+    nng_aio_wait(a->accept_aio);
+    int rv = nng_aio_result(a->accept_aio);
+    if (atomic_load(&a->stopping) || rv == NNG_ECLOSED) break;
+    if (rv != 0) {
+      VM_LOGD("accepting a connection: %s", nng_strerror(rv));
+      if (rv == NNG_ENOMEM || rv == NNG_ENOFILES) {
+        struct timespec ts = {0, 10 * 1000 * 1000}; /* do not spin */
+        nanosleep(&ts, NULL);
+      }
+      continue;
+    }
+    nng_stream *s = nng_aio_get_output(a->accept_aio, 0);
+    if (!a->ipc_listener) {
+      nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
+      /* Detects peers that vanished without closing, so their sessions
+       * end. */
+      nng_stream_set_bool(s, NNG_OPT_TCP_KEEPALIVE, true);
+    }
+    vma_conn_start(a, s);
+    vma_conns_join(a);
+  }
+  return NULL;
 }
 
 static void *vma_reaper_main(void *arg) {
@@ -161,6 +506,7 @@ static void *vma_reaper_main(void *arg) {
     if (a->reaper_quit) break;
     pthread_mutex_unlock(&a->lock);
     vma_sessions_reap(a);
+    vma_conns_join(a);
     pthread_mutex_lock(&a->lock);
   }
   pthread_mutex_unlock(&a->lock);
@@ -233,7 +579,8 @@ done:
 static void vma_make_url(vmagent_t *a) {
   snprintf(a->url, sizeof(a->url), "%s", a->listen_url);
   int port = 0;
-  if (nng_listener_get_int(a->listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0 || port <= 0) return;
+  if (nng_stream_listener_get_int(a->listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0 || port <= 0)
+    return;
   char *sep = strstr(a->url, "://");
   if (!sep) return;
   char *colon = strrchr(sep + 3, ':');
@@ -244,32 +591,41 @@ static void vma_make_url(vmagent_t *a) {
 
 vm_status_t vma_server_start(vmagent_t *a) {
   vm_status_t st = VM_STATUS_OK;
-  int rv = nng_rep0_open(&a->sock);
-  if (rv) return vmp_nng_status(rv, "opening the rep0 socket");
-  a->sock_open = 1;
-  /* nng refuses bigger messages itself (and drops the connection that
-   * sent one) before any byte reaches us. */
-  nng_socket_set_size(a->sock, NNG_OPT_RECVMAXSZ, (size_t)a->cfg.max_message_bytes);
-  nng_socket_set_bool(a->sock, NNG_OPT_TCP_NODELAY, true);
-  /* Detects peers that vanished without closing, so their sessions end. */
-  nng_socket_set_bool(a->sock, NNG_OPT_TCP_KEEPALIVE, true);
-  rv = nng_pipe_notify(a->sock, NNG_PIPE_EV_REM_POST, vma_pipe_event, a);
-  if (rv) return vmp_nng_status(rv, "registering pipe events");
-
-  rv = nng_listener_create(&a->listener, a->sock, a->listen_url);
+  if (pthread_mutex_init(&a->pool_lock, NULL) != 0)
+    return vm_status_make(VM_INTERNAL, "pthread_mutex_init failed");
+  if (pthread_cond_init(&a->jobs_cv, NULL) != 0) {
+    pthread_mutex_destroy(&a->pool_lock);
+    return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
+  }
+  if (pthread_cond_init(&a->readers_cv, NULL) != 0) {
+    pthread_cond_destroy(&a->jobs_cv);
+    pthread_mutex_destroy(&a->pool_lock);
+    return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
+  }
+  if (pthread_cond_init(&a->space_cv, NULL) != 0) {
+    pthread_cond_destroy(&a->readers_cv);
+    pthread_cond_destroy(&a->jobs_cv);
+    pthread_mutex_destroy(&a->pool_lock);
+    return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
+  }
+  a->pool_lock_ready = 1;
+  a->ipc_listener = vmp_sp_url_is_ipc(a->listen_url);
+  int rv = nng_stream_listener_alloc(&a->listener, a->listen_url);
   if (rv) return vmp_nng_status(rv, a->listen_url);
   if (strncmp(a->listen_url, "tls+", 4) == 0) {
     VM_RETURN_IF_ERROR(vma_tls_setup(a));
-    rv = nng_listener_set_ptr(a->listener, NNG_OPT_TLS_CONFIG, a->tls_config);
+    rv = nng_stream_listener_set_ptr(a->listener, NNG_OPT_TLS_CONFIG, a->tls_config);
     if (rv) return vmp_nng_status(rv, "applying the TLS configuration");
   }
-  rv = nng_listener_start(a->listener, 0);
+  rv = nng_stream_listener_listen(a->listener);
   if (rv) {
     char what[600];
     snprintf(what, sizeof(what), "listening on %s", a->listen_url);
     return vmp_nng_status(rv, what);
   }
   vma_make_url(a);
+  rv = nng_aio_alloc(&a->accept_aio, NULL, NULL);
+  if (rv) return vmp_nng_status(rv, "allocating the accept aio");
 
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -278,7 +634,7 @@ vm_status_t vma_server_start(vmagent_t *a) {
   pthread_condattr_destroy(&ca);
   if (crv != 0) return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
   pthread_mutex_lock(&a->lock);
-  a->reaper_started = 1; /* from now on closed pipes go to the reaper */
+  a->reaper_started = 1; /* from now on closed connections go to the reaper */
   pthread_mutex_unlock(&a->lock);
   if (pthread_create(&a->reaper, NULL, vma_reaper_main, a) != 0) {
     pthread_mutex_lock(&a->lock);
@@ -290,19 +646,17 @@ vm_status_t vma_server_start(vmagent_t *a) {
   a->pool_size = a->cfg.workers + VMA_MAX_EXTRA_WORKERS;
   a->workers = calloc(a->pool_size, sizeof(*a->workers));
   if (!a->workers) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-  if (pthread_mutex_init(&a->pool_lock, NULL) != 0)
-    return vm_status_make(VM_INTERNAL, "pthread_mutex_init failed");
-  a->pool_lock_ready = 1;
   pthread_mutex_lock(&a->pool_lock);
-  for (uint32_t i = 0; i < a->cfg.workers && !st; i++) {
-    rv = vma_spawn_locked(a, 0);
-    if (rv)
-      st = rv > 0 ? vmp_nng_status(rv, "starting a worker")
-                  : vm_status_make(VM_INTERNAL, "cannot start worker thread %u", i);
-  }
+  for (uint32_t i = 0; i < a->cfg.workers && !st; i++)
+    if (vma_spawn_locked(a, 0) != 0)
+      st = vm_status_make(VM_INTERNAL, "cannot start worker thread %u", i);
   pthread_mutex_unlock(&a->pool_lock);
-  if (!st) a->on_block = vma_on_block;
-  return st;
+  if (st) return st;
+  a->on_block = vma_on_block;
+  if (pthread_create(&a->acceptor, NULL, vma_acceptor_main, a) != 0)
+    return vm_status_make(VM_INTERNAL, "cannot start the acceptor thread");
+  a->acceptor_started = 1;
+  return VM_STATUS_OK;
 }
 
 void vma_server_stop(vmagent_t *a) {
@@ -310,50 +664,47 @@ void vma_server_stop(vmagent_t *a) {
   /* Cancel what runs now; the reaper keeps cancelling until the workers
    * are gone (an invocation may start just after this). */
   vma_sessions_reap(a);
-  /* Workers leave their loop before the socket closes: nng 1.5 may crash
-   * when a context is used while its socket is being closed. A worker
-   * blocked in recv is woken by cancelling its aio; one that was between
-   * two operations when it was cancelled sees `stopping` next time round,
-   * so cancelling is repeated until every worker is out. No worker is
-   * added once `stopping` is set (it is read under pool_lock). */
+  /* No new connections; then every open one is closed, which ends its
+   * reader (and fails any reply still being written). */
+  if (a->listener) nng_stream_listener_close(a->listener);
+  if (a->acceptor_started) {
+    pthread_join(a->acceptor, NULL);
+    a->acceptor_started = 0;
+  }
   if (a->pool_lock_ready) {
     pthread_mutex_lock(&a->pool_lock);
-    atomic_store(&a->stopping, 1);
+    for (vma_conn_t *c = a->conns; c; c = c->next) vma_conn_close(c);
+    pthread_cond_broadcast(&a->space_cv);
+    while (a->num_conns > 0) pthread_cond_wait(&a->readers_cv, &a->pool_lock);
     pthread_mutex_unlock(&a->pool_lock);
-    for (int all_out = 0; !all_out;) {
-      all_out = 1;
-      pthread_mutex_lock(&a->pool_lock);
-      for (uint32_t i = 0; i < a->pool_size; i++) {
-        vma_worker_t *w = &a->workers[i];
-        if (w->started && !atomic_load(&w->exited)) {
-          all_out = 0;
-          nng_aio_cancel(w->aio);
-        }
-      }
-      pthread_mutex_unlock(&a->pool_lock);
-      if (!all_out) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-      }
-    }
-    for (uint32_t i = 0; i < a->pool_size; i++) {
+    vma_conns_join(a);
+    pthread_mutex_lock(&a->pool_lock);
+    /* Workers finish the request in hand (cancelled above) and leave. */
+    pthread_cond_broadcast(&a->jobs_cv);
+    pthread_mutex_unlock(&a->pool_lock);
+    for (uint32_t i = 0; a->workers && i < a->pool_size; i++) {
       vma_worker_t *w = &a->workers[i];
       if (w->started) pthread_join(w->thread, NULL);
       w->started = 0;
     }
+    while (a->jobs_head) { /* never served: their connections are closed */
+      vma_job_t *j = a->jobs_head;
+      a->jobs_head = j->next;
+      vma_conn_unref(j->conn);
+      free(j);
+    }
+    a->jobs_tail = NULL;
   }
   a->on_block = NULL;
-  if (a->sock_open) {
-    nng_close(a->sock);
-    a->sock_open = 0;
-  }
-  for (uint32_t i = 0; a->workers && i < a->pool_size; i++)
-    if (a->workers[i].aio) nng_aio_free(a->workers[i].aio);
   free(a->workers);
   a->workers = NULL;
-  if (a->pool_lock_ready) {
-    pthread_mutex_destroy(&a->pool_lock);
-    a->pool_lock_ready = 0;
+  if (a->listener) {
+    nng_stream_listener_free(a->listener);
+    a->listener = NULL;
+  }
+  if (a->accept_aio) {
+    nng_aio_free(a->accept_aio);
+    a->accept_aio = NULL;
   }
   if (a->reaper_started) {
     pthread_mutex_lock(&a->lock);
@@ -365,6 +716,13 @@ void vma_server_stop(vmagent_t *a) {
     a->reaper_started = 0;
     pthread_mutex_unlock(&a->lock);
     pthread_cond_destroy(&a->reaper_cond);
+  }
+  if (a->pool_lock_ready) {
+    pthread_cond_destroy(&a->readers_cv);
+    pthread_cond_destroy(&a->space_cv);
+    pthread_cond_destroy(&a->jobs_cv);
+    pthread_mutex_destroy(&a->pool_lock);
+    a->pool_lock_ready = 0;
   }
   if (a->tls_config) {
     nng_tls_config_free(a->tls_config);

@@ -25,9 +25,10 @@
  * Threading
  * - vmc_connect() and the .npy / tensor helpers are reentrant.
  * - All other calls may be made concurrently from any number of threads on
- *   one connection. Each request travels on its own nng context, so calls do
- *   not wait for one another on the client; the connection-wide lock is held
- *   only for bookkeeping, never across network I/O.
+ *   one connection. Requests are written whole, one after the other, and
+ *   replies are matched to their callers by request id, so calls do not
+ *   wait for one another's replies on the client; the connection-wide lock
+ *   is held only for bookkeeping, never across network I/O.
  * - Chunk requests of all concurrent transfers on a connection share one
  *   budget of vmc_limits_t.max_inflight_chunks requests in flight (the
  *   agent's limit); a transfer waits for a free slot, so parallel big

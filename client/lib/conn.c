@@ -1,17 +1,25 @@
-/* Connection, channels and request/reply transport of libvmclient.
+/* Connection and request/reply transport of libvmclient.
  *
- * A connection is one nng req0 socket with one dialer. Every request runs
- * on a "channel" (an nng context + aio) taken from a per-connection pool, so
- * any number of threads can have requests in flight at once; the pool grows
- * on demand and channels are reused. The aio callback moves a channel from
- * send to receive and then signals its waiter; the caller's thread decodes
- * the reply, so payload copies happen there, straight into the destination.
+ * A connection is one nng byte stream (tcp://, tls+tcp:// or ipc://)
+ * carrying nng's req0 wire format, framed here (vmproto/sp.h), so it talks
+ * to any rep0 peer. The calling thread writes its request itself (whole,
+ * under conn->wmu) and then waits for the reply: whichever waiting thread
+ * holds the reader role reads messages one by one, hands each to the call
+ * it answers (by SP request id) and goes on until its own has come, then
+ * gives the role up; other waiters sleep on conn->cv meanwhile. A single
+ * request thus costs one write and one read on the caller's own thread:
+ * nng tries each at once and, when the reply is not there yet, its poller
+ * thread completes the read and wakes the caller (one hand-off, the least
+ * nng's stream API allows). Pipelined chunk transfers put several requests
+ * on the wire before waiting; long calls wait with a limit and send a
+ * Cancel from the same thread.
  *
- * Lock order: conn->mu before waiter->mu. The aio callback takes conn->mu
- * only around starting the receive (so that a connection loss observed by
- * the pipe callback either sees the channel busy and aborts it, or the
- * callback sees the loss and does not start the receive). Neither lock is
- * held across network waits.
+ * Message buffers come from a small per-connection pool, so chunk after
+ * chunk lands in the same (already faulted-in) memory; upload payloads are
+ * written straight from the caller's memory.
+ *
+ * Lock order: conn->wmu before conn->mu. mu is never held across network
+ * I/O; wmu only by the thread writing a request.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,15 +28,21 @@
 #include <time.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
+#include <nng/transport/tcp/tcp.h>
 
 #include "vm/base.h"
 #include "vmc_internal.h"
+#include "vmproto/sp.h"
 
 #ifndef VMRPC_VERSION
 #define VMRPC_VERSION "0"
 #endif
+
+/* Room before a request body: the SP prefix and the request id. */
+#define VMCI_HEAD (VMP_SP_PREFIX_MAX + 4)
+/* Largest message a reply may be (its id word included). */
+#define VMCI_MAX_REPLY ((uint64_t)VMCI_MAX_CHUNK + VMP_MAX_ENVELOPE + VMP_FRAME_HEADER + 4)
 
 nng_duration vmci_duration(int32_t ms) {
   return ms > 0 ? (nng_duration)ms : NNG_DURATION_INFINITE;
@@ -71,151 +85,67 @@ static vm_status_t lost_status(vmc_conn_t *c, const char *what) {
   return vmci_nng_error(c, NNG_ECONNSHUT, what, 0);
 }
 
-/* ---------------------------------------------------------------- channels */
+/* ------------------------------------------------------------------ buffers */
 
-static void chan_finish(vmci_chan_t *ch, int rv, nng_msg *reply) {
-  vmci_waiter_t *w = ch->waiter;
-  pthread_mutex_lock(&w->mu);
-  ch->rv = rv;
-  ch->reply = reply;
-  ch->done = 1;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-static void chan_cb(void *arg) {
-  vmci_chan_t *ch = arg;
-  int rv = nng_aio_result(ch->aio);
-  if (ch->sending) {
-    if (rv != 0) {
-      /* A failed send leaves the message with us. */
-      nng_msg *m = nng_aio_get_msg(ch->aio);
-      nng_aio_set_msg(ch->aio, NULL);
-      if (m) nng_msg_free(m);
-      chan_finish(ch, rv, NULL);
-      return;
-    }
-    ch->sending = 0;
-    vmc_conn_t *c = ch->conn;
-    pthread_mutex_lock(&c->mu);
-    int lost = c->lost;
-    if (!lost) nng_ctx_recv(ch->ctx, ch->aio);
-    pthread_mutex_unlock(&c->mu);
-    if (lost) chan_finish(ch, NNG_ECONNSHUT, NULL);
-    return;
-  }
-  nng_msg *m = NULL;
-  if (rv == 0) {
-    m = nng_aio_get_msg(ch->aio);
-    nng_aio_set_msg(ch->aio, NULL);
-  }
-  chan_finish(ch, rv, m);
-}
-
-static void chan_destroy(vmci_chan_t *ch) {
-  if (!ch) return;
-  if (ch->aio) nng_aio_free(ch->aio);
-  if (ch->saio) nng_aio_free(ch->saio);
-  free(ch);
-}
-
-/* Takes a free channel or opens a new one. */
-static vm_status_t chan_acquire(vmc_conn_t *c, vmci_chan_t **out) {
+/* A buffer for a message of size bytes: the smallest pooled one that
+ * fits, else a new one. */
+static vmci_msg_t *msg_get(vmc_conn_t *c, size_t size) {
+  if (size > SIZE_MAX - VMCI_HEAD) return NULL;
+  size_t need = VMCI_HEAD + size;
   pthread_mutex_lock(&c->mu);
-  for (uint32_t i = 0; i < c->num_chans; i++) {
-    if (!c->chans[i]->busy) {
-      c->chans[i]->busy = 1;
-      *out = c->chans[i];
-      pthread_mutex_unlock(&c->mu);
-      return VM_STATUS_OK;
-    }
+  vmci_msg_t **best = NULL;
+  for (vmci_msg_t **pp = &c->pool; *pp; pp = &(*pp)->next)
+    if ((*pp)->cap >= need && (!best || (*pp)->cap < (*best)->cap)) best = pp;
+  vmci_msg_t *m = NULL;
+  if (best) {
+    m = *best;
+    *best = m->next;
+    c->pool_n--;
   }
-  if (c->num_chans >= VMCI_MAX_CHANNELS) {
-    pthread_mutex_unlock(&c->mu);
-    return vm_status_make(VM_RESOURCE_EXHAUSTED,
-                          "%d requests are already in flight on this connection; wait for "
-                          "some to finish or open another connection",
-                          VMCI_MAX_CHANNELS);
-  }
-  if (c->num_chans == c->cap_chans) {
-    uint32_t ncap = c->cap_chans ? c->cap_chans * 2 : 16;
-    vmci_chan_t **n = realloc(c->chans, ncap * sizeof(*n));
-    if (!n) {
-      pthread_mutex_unlock(&c->mu);
-      return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for a request channel");
-    }
-    c->chans = n;
-    c->cap_chans = ncap;
-  }
-  vmci_chan_t *ch = calloc(1, sizeof(*ch));
-  if (!ch) {
-    pthread_mutex_unlock(&c->mu);
-    return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for a request channel");
-  }
-  ch->conn = c;
-  int rv = nng_aio_alloc(&ch->aio, chan_cb, ch);
-  if (rv == 0) rv = nng_aio_alloc(&ch->saio, NULL, NULL);
-  if (rv == 0) rv = nng_ctx_open(&ch->ctx, c->sock);
-  if (rv == 0) rv = nng_ctx_set_ms(ch->ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-  if (rv != 0) {
-    pthread_mutex_unlock(&c->mu);
-    chan_destroy(ch);
-    return vmci_nng_error(c, rv, "opening a request context", 0);
-  }
-  ch->busy = 1;
-  c->chans[c->num_chans++] = ch;
   pthread_mutex_unlock(&c->mu);
-  *out = ch;
-  return VM_STATUS_OK;
+  if (!m) {
+    m = calloc(1, sizeof(*m));
+    if (!m) return NULL;
+    m->cap = need < 4096 ? 4096 : need;
+    m->mem = malloc(m->cap);
+    if (!m->mem) {
+      free(m);
+      return NULL;
+    }
+  }
+  m->next = NULL;
+  m->body = m->mem + VMCI_HEAD;
+  m->len = size;
+  m->ext = NULL;
+  m->ext_len = 0;
+  return m;
 }
 
-static void chan_release(vmc_conn_t *c, vmci_chan_t *ch) {
+static void msg_free(vmci_msg_t *m) {
+  if (!m) return;
+  free(m->mem);
+  free(m);
+}
+
+/* Back into the pool; with the pool full, the smallest buffer goes. */
+static void msg_put(vmc_conn_t *c, vmci_msg_t *m) {
+  if (!m) return;
+  m->ext = NULL;
   pthread_mutex_lock(&c->mu);
-  ch->busy = 0;
-  ch->waiter = NULL;
-  pthread_mutex_unlock(&c->mu);
-}
-
-/* Starts msg on ch (takes msg). The completion is reported to w. */
-static void chan_start(vmci_chan_t *ch, vmci_waiter_t *w, nng_msg *msg, int32_t timeout_ms) {
-  ch->waiter = w;
-  ch->done = 0;
-  ch->rv = 0;
-  ch->reply = NULL;
-  ch->sending = 1;
-  nng_aio_set_timeout(ch->aio, vmci_duration(timeout_ms));
-  nng_aio_set_msg(ch->aio, msg);
-  nng_ctx_send(ch->ctx, ch->aio);
-}
-
-static void waiter_init(vmci_waiter_t *w) {
-  pthread_mutex_init(&w->mu, NULL);
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&w->cv, &a);
-  pthread_condattr_destroy(&a);
-}
-
-/* Waits until ch is done or ms (> 0) have passed; returns ch->done. Call
- * with w->mu held. */
-static int wait_done_for(vmci_chan_t *ch, vmci_waiter_t *w, int32_t ms) {
-  struct timespec dl;
-  clock_gettime(CLOCK_MONOTONIC, &dl);
-  dl.tv_sec += ms / 1000;
-  dl.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (dl.tv_nsec >= 1000000000L) {
-    dl.tv_sec++;
-    dl.tv_nsec -= 1000000000L;
+  m->next = c->pool;
+  c->pool = m;
+  c->pool_n++;
+  vmci_msg_t *drop = NULL;
+  if (c->pool_n > VMCI_POOL_MAX) {
+    vmci_msg_t **small = &c->pool;
+    for (vmci_msg_t **pp = &c->pool; *pp; pp = &(*pp)->next)
+      if ((*pp)->cap < (*small)->cap) small = pp;
+    drop = *small;
+    *small = drop->next;
+    c->pool_n--;
   }
-  while (!ch->done)
-    if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT) break;
-  return ch->done;
-}
-
-static void waiter_fini(vmci_waiter_t *w) {
-  pthread_cond_destroy(&w->cv);
-  pthread_mutex_destroy(&w->mu);
+  pthread_mutex_unlock(&c->mu);
+  msg_free(drop);
 }
 
 /* ------------------------------------------------------------------- frames */
@@ -223,12 +153,12 @@ static void waiter_fini(vmci_waiter_t *w) {
 void vmci_reply_free(vmci_reply_t *r) {
   if (!r) return;
   if (r->resp) vmrpc__response__free_unpacked(r->resp, NULL);
-  if (r->msg) nng_msg_free(r->msg);
+  if (r->msg) msg_put(r->conn, r->msg);
   memset(r, 0, sizeof(*r));
 }
 
 vm_status_t vmci_build(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, size_t plen,
-                       nng_msg **out_msg) {
+                       vmci_msg_t **out_msg) {
   req->id = (uint64_t)atomic_fetch_add(&c->next_id, 1);
   if (!(vmp_op_flags(req->op_case) & VMP_OP_OPENS)) req->session = c->session;
   size_t fs = vmp_frame_size(&req->base);
@@ -246,12 +176,11 @@ vm_status_t vmci_build(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, 
                           "bytes (its --max-message)",
                           vmp_op_name(req->op_case), total,
                           (unsigned long long)c->limits.max_message_bytes);
-  nng_msg *m;
-  int rv = nng_msg_alloc(&m, total);
-  if (rv != 0) return vmci_nng_error(c, rv, "allocating a request message", 0);
-  uint8_t *body = nng_msg_body(m);
-  vmp_frame_write(&req->base, body);
-  if (plen) memcpy(body + fs, payload, plen);
+  vmci_msg_t *m = msg_get(c, fs);
+  if (!m) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for a request message");
+  vmp_frame_write(&req->base, m->body);
+  m->ext = payload;
+  m->ext_len = plen;
   *out_msg = m;
   return VM_STATUS_OK;
 }
@@ -262,14 +191,19 @@ static const char *response_op_name(Vmrpc__Response__OpCase op) {
   return "unknown";
 }
 
-vm_status_t vmci_decode(vmc_conn_t *c, nng_msg *msg, uint64_t req_id,
+vm_status_t vmci_decode(vmc_conn_t *c, vmci_msg_t *msg, uint64_t req_id,
                         Vmrpc__Response__OpCase expect, const char *what, vmci_reply_t *out) {
   memset(out, 0, sizeof(*out));
+  out->conn = c;
   out->msg = msg;
   const uint8_t *env;
   size_t env_len;
-  vm_status_t st = vmp_frame_split(nng_msg_body(msg), nng_msg_len(msg), 0, &env, &env_len,
-                                   &out->payload, &out->payload_len);
+  vm_status_t st =
+      vmp_frame_split(msg->body, msg->len, 0, &env, &env_len, &out->payload, &out->payload_len);
+  if (!st && msg->ext) { /* the payload was read straight into place */
+    out->payload = msg->ext;
+    out->payload_len = msg->ext_len;
+  }
   if (st) {
     vmci_reply_free(out);
     vm_status_t e = vm_status_make(VM_INTERNAL,
@@ -308,6 +242,41 @@ vm_status_t vmci_decode(vmc_conn_t *c, nng_msg *msg, uint64_t req_id,
   return VM_STATUS_OK;
 }
 
+/* ---------------------------------------------------------------- the wire */
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Deadline ms from now (0 when ms <= 0: none). */
+static int64_t deadline_in(int32_t ms) {
+  return ms > 0 ? now_ns() + (int64_t)ms * 1000000 : 0;
+}
+
+/* The connection failed: every call in flight completes with rv, and every
+ * later one fails at once. mu held. */
+static void lose_locked(vmc_conn_t *c, int rv) {
+  if (!c->lost) {
+    c->lost = 1;
+    c->lost_rv = rv;
+  }
+  for (vmci_call_t *k = c->calls; k; k = k->next) {
+    k->done = 1;
+    k->rv = NNG_ECONNSHUT;
+  }
+  c->calls = NULL;
+  pthread_cond_broadcast(&c->cv);
+  pthread_cond_broadcast(&c->slot_cv);
+}
+
+static void lose(vmc_conn_t *c, int rv) {
+  pthread_mutex_lock(&c->mu);
+  lose_locked(c, rv);
+  pthread_mutex_unlock(&c->mu);
+}
+
 static int conn_lost(vmc_conn_t *c) {
   pthread_mutex_lock(&c->mu);
   int lost = c->lost;
@@ -315,34 +284,193 @@ static int conn_lost(vmc_conn_t *c) {
   return lost;
 }
 
-/* Builds req (+ payload) and starts it on a channel of its own, whose
- * completion w signals. */
-static vm_status_t call_start(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, size_t plen,
-                              int32_t timeout_ms, const char *what, vmci_waiter_t *w,
-                              vmci_chan_t **out_ch) {
-  if (conn_lost(c)) return lost_status(c, what);
-  nng_msg *msg;
-  VM_RETURN_IF_ERROR(vmci_build(c, req, payload, plen, &msg));
-  vm_status_t st = chan_acquire(c, out_ch);
-  if (st) {
-    nng_msg_free(msg);
-    return st;
-  }
-  waiter_init(w);
-  chan_start(*out_ch, w, msg, timeout_ms);
-  return VM_STATUS_OK;
+/* Takes k off the calls in flight (a reply that comes later is dropped).
+ * mu held. */
+static void call_forget_locked(vmc_conn_t *c, vmci_call_t *k) {
+  while (k->filling) pthread_cond_wait(&c->cv, &c->mu); /* it writes into k->dst */
+  for (vmci_call_t **pp = &c->calls; *pp; pp = &(*pp)->next)
+    if (*pp == k) {
+      *pp = k->next;
+      break;
+    }
+  k->next = NULL;
 }
 
-/* Waits until a started call completes and lets its channel go: returns
- * the nng result, and the reply (if any) in *out_reply. */
-static int call_finish(vmc_conn_t *c, vmci_chan_t *ch, vmci_waiter_t *w, nng_msg **out_reply) {
-  pthread_mutex_lock(&w->mu);
-  while (!ch->done) pthread_cond_wait(&w->cv, &w->mu);
-  int rv = ch->rv;
-  *out_reply = ch->reply;
-  pthread_mutex_unlock(&w->mu);
-  chan_release(c, ch);
-  waiter_fini(w);
+/* Registers k for msg and writes msg (then returns it to the pool).
+ * Returns 0 or the nng error (the connection is then lost). */
+static int call_send(vmc_conn_t *c, vmci_call_t *k, vmci_msg_t *m, uint64_t req_id) {
+  k->req_id = req_id;
+  k->sp_id = 0x80000000u | (uint32_t)(req_id & 0x7fffffffu);
+  k->done = 0;
+  k->rv = 0;
+  k->reply = NULL;
+  uint8_t *start = m->body - 4;
+  start[0] = (uint8_t)(k->sp_id >> 24);
+  start[1] = (uint8_t)(k->sp_id >> 16);
+  start[2] = (uint8_t)(k->sp_id >> 8);
+  start[3] = (uint8_t)k->sp_id;
+  uint8_t pre[VMP_SP_PREFIX_MAX];
+  size_t pn = vmp_sp_prefix(c->ipc, (uint64_t)4 + m->len + m->ext_len, pre);
+  start -= pn;
+  memcpy(start, pre, pn);
+  nng_iov v[2] = {{.iov_buf = start, .iov_len = pn + 4 + m->len},
+                  {.iov_buf = (void *)m->ext, .iov_len = m->ext_len}};
+  pthread_mutex_lock(&c->wmu);
+  pthread_mutex_lock(&c->mu);
+  int rv = c->lost ? NNG_ECONNSHUT : 0;
+  if (!rv) {
+    k->next = c->calls;
+    c->calls = k;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!rv) {
+    rv = vmp_sp_io(c->s, c->waio, 1, v, m->ext_len ? 2 : 1, c->request_timeout_ms, NULL);
+    /* A request cut short leaves the stream unusable. */
+    if (rv) lose(c, rv);
+  }
+  pthread_mutex_unlock(&c->wmu);
+  msg_put(c, m);
+  return rv;
+}
+
+/* Reads one message (as the reader) within ms (<= 0: no limit): 0 with
+ * the reply and its SP id; NNG_ETIMEDOUT when nothing came (the stream is
+ * still in step); any other error leaves the stream unusable. A reply
+ * whose call named a destination for its payload (dst, dst_len) and whose
+ * payload has that size is read in two parts: id, frame header and
+ * envelope into a buffer, the payload straight into dst. */
+static int read_one(vmc_conn_t *c, int32_t ms, vmci_msg_t **out, uint32_t *out_id) {
+  uint8_t pre[VMP_SP_PREFIX_MAX];
+  size_t pn = c->ipc ? 9 : 8, moved = 0;
+  int32_t t = c->request_timeout_ms; /* once a message has begun, it must come whole */
+  int rv = vmp_sp_read(&c->rd, pre, pn, ms, &moved);
+  if (rv == NNG_ETIMEDOUT && moved == 0) return rv;
+  if (rv == NNG_ETIMEDOUT) rv = vmp_sp_read(&c->rd, pre + moved, pn - moved, t, NULL);
+  uint64_t len = 0;
+  if (!rv) rv = vmp_sp_prefix_parse(c->ipc, pre, &len);
+  if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
+  if (len < 4 || len > VMCI_MAX_REPLY) return NNG_EMSGSIZE;
+  /* The id and the frame header first (8 bytes), when there are as many. */
+  uint8_t hdr[8];
+  size_t hn = len >= 8 ? 8 : 4;
+  rv = vmp_sp_read(&c->rd, hdr, hn, t, NULL);
+  if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
+  if (!(hdr[0] & 0x80u)) return NNG_EPROTO; /* a rep0 peer echoes our one id word */
+  uint32_t id =
+      ((uint32_t)hdr[0] << 24) | ((uint32_t)hdr[1] << 16) | ((uint32_t)hdr[2] << 8) | hdr[3];
+  uint64_t env = hn == 8 ? (uint64_t)hdr[4] | (uint64_t)hdr[5] << 8 | (uint64_t)hdr[6] << 16 |
+                               (uint64_t)hdr[7] << 24
+                         : 0;
+  vmci_call_t *k = NULL;
+  uint64_t pay = 0;
+  if (hn == 8 && env <= len - 8) {
+    pay = len - 8 - env;
+    pthread_mutex_lock(&c->mu);
+    for (vmci_call_t *x = c->calls; x; x = x->next)
+      if (x->sp_id == id) k = x;
+    if (k && (!k->dst || k->dst_len != pay || pay == 0)) k = NULL;
+    if (k) k->filling = 1;
+    pthread_mutex_unlock(&c->mu);
+  }
+  size_t head = k ? (size_t)(len - pay) : (size_t)len; /* into the buffer, id included */
+  vmci_msg_t *m = msg_get(c, head);
+  if (!m) rv = NNG_ENOMEM;
+  if (!rv) {
+    memcpy(m->body, hdr, hn);
+    rv = vmp_sp_read(&c->rd, m->body + hn, head - hn, t, NULL);
+    if (!rv && k) rv = vmp_sp_read(&c->rd, k->dst, (size_t)pay, t, NULL);
+  }
+  if (k) {
+    pthread_mutex_lock(&c->mu);
+    k->filling = 0;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+  }
+  if (rv) {
+    msg_put(c, m);
+    return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
+  }
+  *out_id = id;
+  m->body += 4;
+  m->len = head - 4;
+  if (k) {
+    m->ext = k->dst;
+    m->ext_len = (size_t)pay;
+  }
+  *out = m;
+  return 0;
+}
+
+/* Waits until one of calls[0..n) is done (0), the deadline (ns, 0 =
+ * none) passes (NNG_ETIMEDOUT) or the connection is lost (its calls are
+ * then done with an error). Reads replies itself while no other thread
+ * does. mu held. */
+static int wait_any(vmc_conn_t *c, vmci_call_t *const *calls, uint32_t n, int64_t deadline) {
+  for (;;) {
+    for (uint32_t i = 0; i < n; i++)
+      if (calls[i]->done) return 0;
+    if (c->lost) return NNG_ECONNSHUT;
+    int32_t left = 0;
+    if (deadline) {
+      int64_t d = deadline - now_ns();
+      if (d <= 0) return NNG_ETIMEDOUT;
+      left = d / 1000000 > INT32_MAX ? INT32_MAX : (int32_t)(d / 1000000) + 1;
+    }
+    if (!c->reading) {
+      c->reading = 1;
+      pthread_mutex_unlock(&c->mu);
+      vmci_msg_t *m = NULL;
+      uint32_t id = 0;
+      int rv = read_one(c, left, &m, &id);
+      pthread_mutex_lock(&c->mu);
+      c->reading = 0;
+      if (rv == 0) {
+        vmci_call_t **pp = &c->calls;
+        while (*pp && (*pp)->sp_id != id) pp = &(*pp)->next;
+        vmci_call_t *k = *pp;
+        if (k) {
+          *pp = k->next;
+          k->next = NULL;
+          k->reply = m;
+          k->done = 1;
+        } else { /* the reply of a call given up on */
+          pthread_mutex_unlock(&c->mu);
+          msg_put(c, m);
+          pthread_mutex_lock(&c->mu);
+        }
+      } else if (rv != NNG_ETIMEDOUT) {
+        lose_locked(c, rv);
+      }
+      pthread_cond_broadcast(&c->cv);
+    } else if (deadline) {
+      struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000),
+                            .tv_nsec = (long)(deadline % 1000000000)};
+      pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    } else {
+      pthread_cond_wait(&c->cv, &c->mu);
+    }
+  }
+}
+
+/* Sends req and waits up to timeout_ms (<= 0: no limit) for its reply:
+ * returns the nng result and the reply message. */
+static int call_sync(vmc_conn_t *c, vmci_msg_t *msg, uint64_t req_id, int32_t timeout_ms,
+                     vmci_msg_t **out_reply) {
+  vmci_call_t k;
+  memset(&k, 0, sizeof(k));
+  *out_reply = NULL;
+  int64_t deadline = deadline_in(timeout_ms);
+  int rv = call_send(c, &k, msg, req_id);
+  if (rv) return rv;
+  vmci_call_t *ks = &k;
+  pthread_mutex_lock(&c->mu);
+  rv = wait_any(c, &ks, 1, deadline);
+  if (rv)
+    call_forget_locked(c, &k);
+  else
+    rv = k.rv;
+  *out_reply = k.reply;
+  pthread_mutex_unlock(&c->mu);
   return rv;
 }
 
@@ -352,63 +480,21 @@ vm_status_t vmci_call(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, s
   return vmci_call_rv(c, req, payload, plen, expect, timeout_ms, what, out, NULL);
 }
 
-/* One request on ch, waited for by the calling thread on the channel's
- * callback-free aio: nng then wakes this thread straight from the thread
- * that completes the operation. (The callback aio of pipelines first hands
- * the completion to one of nng's task threads, which then has to wake the
- * caller: measured on loopback, 5-6 more context switches and ~15% more
- * CPU per round trip; docs/performance.md.) Takes msg. Returns the nng
- * result; the reply in *out_reply. */
-static int call_sync(vmc_conn_t *c, vmci_chan_t *ch, nng_msg *msg, int32_t timeout_ms,
-                     nng_msg **out_reply) {
-  nng_aio *a = ch->saio;
-  *out_reply = NULL;
-  nng_aio_set_timeout(a, vmci_duration(timeout_ms));
-  nng_aio_set_msg(a, msg);
-  nng_ctx_send(ch->ctx, a);
-  nng_aio_wait(a);
-  int rv = nng_aio_result(a);
-  if (rv != 0) {
-    nng_msg *m = nng_aio_get_msg(a); /* a failed send leaves the message with us */
-    nng_aio_set_msg(a, NULL);
-    if (m) nng_msg_free(m);
-    return rv;
-  }
-  /* As in chan_cb: a connection loss seen by pipe_cb either finds the
-   * receive started (and aborts it) or is seen here. */
-  pthread_mutex_lock(&c->mu);
-  int lost = c->lost;
-  if (!lost) nng_ctx_recv(ch->ctx, a);
-  pthread_mutex_unlock(&c->mu);
-  if (lost) return NNG_ECONNSHUT;
-  nng_aio_wait(a);
-  rv = nng_aio_result(a);
-  if (rv == 0) {
-    *out_reply = nng_aio_get_msg(a);
-    nng_aio_set_msg(a, NULL);
-  }
-  return rv;
-}
-
 vm_status_t vmci_call_rv(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, size_t plen,
                          Vmrpc__Response__OpCase expect, int32_t timeout_ms, const char *what,
                          vmci_reply_t *out, int *out_rv) {
   memset(out, 0, sizeof(*out));
   if (out_rv) *out_rv = 0;
   if (conn_lost(c)) return lost_status(c, what);
-  nng_msg *msg;
+  vmci_msg_t *msg;
   VM_RETURN_IF_ERROR(vmci_build(c, req, payload, plen, &msg));
-  vmci_chan_t *ch;
-  vm_status_t st = chan_acquire(c, &ch);
-  if (st) {
-    nng_msg_free(msg);
-    return st;
-  }
-  nng_msg *reply;
-  int rv = call_sync(c, ch, msg, timeout_ms, &reply);
-  chan_release(c, ch);
+  vmci_msg_t *reply;
+  int rv = call_sync(c, msg, req->id, timeout_ms, &reply);
   if (out_rv) *out_rv = rv;
-  if (rv != 0) return vmci_nng_error(c, rv, what, timeout_ms);
+  if (rv != 0) {
+    msg_put(c, reply);
+    return vmci_nng_error(c, rv, what, timeout_ms);
+  }
   return vmci_decode(c, reply, req->id, expect, what, out);
 }
 
@@ -417,25 +503,34 @@ vm_status_t vmci_call_long(vmc_conn_t *c, Vmrpc__Request *req, Vmrpc__Response__
                            void *arg, vmci_reply_t *out) {
   memset(out, 0, sizeof(*out));
   if (wait_ms <= 0) return vmci_call(c, req, NULL, 0, expect, 0, what, out); /* no limit */
-  vmci_chan_t *ch = NULL;
-  vmci_waiter_t w;
-  VM_RETURN_IF_ERROR(call_start(c, req, NULL, 0, 0, what, &w, &ch));
+  if (conn_lost(c)) return lost_status(c, what);
+  vmci_msg_t *msg;
+  VM_RETURN_IF_ERROR(vmci_build(c, req, NULL, 0, &msg));
   uint64_t id = req->id;
-  pthread_mutex_lock(&w.mu);
-  int gave_up = !wait_done_for(ch, &w, wait_ms);
-  pthread_mutex_unlock(&w.mu);
+  vmci_call_t k;
+  memset(&k, 0, sizeof(k));
+  vmci_call_t *ks = &k;
+  int64_t deadline = deadline_in(wait_ms);
+  int rv = call_send(c, &k, msg, id);
+  if (rv) return vmci_nng_error(c, rv, what, wait_ms);
+  pthread_mutex_lock(&c->mu);
+  int gave_up = wait_any(c, &ks, 1, deadline) == NNG_ETIMEDOUT;
+  pthread_mutex_unlock(&c->mu);
   int confirmed = 0;
   if (gave_up) {
     /* Stop the run on the agent, then give its reply (CANCELLED) a
-     * bounded time to arrive so the VM is idle when we return. */
+     * bounded time to arrive so the VM is idle when we return. The call
+     * stays registered meanwhile: whoever reads its reply completes it. */
     if (on_timeout) on_timeout(arg);
-    pthread_mutex_lock(&w.mu);
-    confirmed = wait_done_for(ch, &w, c->request_timeout_ms);
-    pthread_mutex_unlock(&w.mu);
-    if (!confirmed) nng_aio_cancel(ch->aio);
+    pthread_mutex_lock(&c->mu);
+    confirmed = wait_any(c, &ks, 1, deadline_in(c->request_timeout_ms)) == 0;
+    pthread_mutex_unlock(&c->mu);
   }
-  nng_msg *reply;
-  int rv = call_finish(c, ch, &w, &reply);
+  pthread_mutex_lock(&c->mu);
+  if (!k.done) call_forget_locked(c, &k);
+  rv = k.done ? k.rv : NNG_ETIMEDOUT;
+  vmci_msg_t *reply = k.reply;
+  pthread_mutex_unlock(&c->mu);
   if (gave_up) {
     if (reply) {
       /* A run that finished just as we gave up counts as done. */
@@ -452,7 +547,10 @@ vm_status_t vmci_call_long(vmc_conn_t *c, Vmrpc__Request *req, Vmrpc__Response__
                   : "the client gave up and asked the agent to cancel the run, but it did not "
                     "confirm: the VM may still be busy");
   }
-  if (rv != 0) return vmci_nng_error(c, rv, what, wait_ms);
+  if (rv != 0) {
+    msg_put(c, reply);
+    return vmci_nng_error(c, rv, what, wait_ms);
+  }
   return vmci_decode(c, reply, id, expect, what, out);
 }
 
@@ -491,14 +589,16 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
   uint32_t window = c->limits.max_inflight_chunks;
   if (window == 0) window = 1;
   if (window > VMCI_MAX_INFLIGHT) window = VMCI_MAX_INFLIGHT;
-  vmci_chan_t *inflight[VMCI_MAX_INFLIGHT];
-  uint32_t n_inflight = 0;
+  vmci_call_t calls[VMCI_MAX_INFLIGHT];
+  memset(calls, 0, sizeof(calls));
+  vmci_call_t *inflight[VMCI_MAX_INFLIGHT];
+  vmci_call_t *spare[VMCI_MAX_INFLIGHT];
+  uint32_t n_inflight = 0, n_spare = window;
+  for (uint32_t i = 0; i < window; i++) spare[i] = &calls[i];
   uint64_t next = 0;
   uint64_t bytes_done = 0;
   vm_status_t first_err = VM_STATUS_OK;
   int32_t timeout_ms = c->request_timeout_ms;
-  vmci_waiter_t w;
-  waiter_init(&w);
 
   while ((next < p->count && !first_err) || n_inflight > 0) {
     /* Start as many chunks as the window and the connection's slots allow;
@@ -510,69 +610,84 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
         break;
       }
       if (got == 0) break;
-      nng_msg *msg;
+      vmci_msg_t *msg;
       uint64_t req_id;
       vm_status_t st = p->make(p->ctx, next, &msg, &req_id);
-      vmci_chan_t *ch = NULL;
-      if (!st) {
-        st = chan_acquire(c, &ch);
-        if (st) nng_msg_free(msg);
-      }
       if (st) {
         slot_release(c);
         first_err = st;
         break;
       }
-      ch->tag = next;
-      ch->req_id = req_id;
-      chan_start(ch, &w, msg, timeout_ms);
-      inflight[n_inflight++] = ch;
+      vmci_call_t *k = spare[--n_spare];
+      k->tag = next;
+      k->dst = p->dest ? p->dest(p->ctx, next) : NULL;
+      k->dst_len = k->dst ? (size_t)p->chunk_size(p->ctx, next) : 0;
+      inflight[n_inflight++] = k;
       next++;
+      /* A failed send completes k (the connection is lost) and is
+       * reported below like any other failed chunk. */
+      if (call_send(c, k, msg, req_id) != 0) {
+        pthread_mutex_lock(&c->mu);
+        k->done = 1;
+        k->rv = c->lost_rv ? c->lost_rv : NNG_ECONNSHUT;
+        pthread_mutex_unlock(&c->mu);
+        break;
+      }
     }
     if (n_inflight == 0) break;
     /* Wait for any of ours to complete, then handle every completed one. */
-    pthread_mutex_lock(&w.mu);
-    for (;;) {
-      int any = 0;
-      for (uint32_t i = 0; i < n_inflight; i++) any |= inflight[i]->done;
-      if (any) break;
-      pthread_cond_wait(&w.cv, &w.mu);
+    pthread_mutex_lock(&c->mu);
+    int rv = wait_any(c, inflight, n_inflight, deadline_in(timeout_ms));
+    if (rv == NNG_ETIMEDOUT) {
+      for (uint32_t i = 0; i < n_inflight; i++)
+        if (!inflight[i]->done) {
+          call_forget_locked(c, inflight[i]);
+          inflight[i]->done = 1;
+          inflight[i]->rv = NNG_ETIMEDOUT;
+        }
     }
-    pthread_mutex_unlock(&w.mu);
+    pthread_mutex_unlock(&c->mu);
     for (uint32_t i = 0; i < n_inflight;) {
-      vmci_chan_t *ch = inflight[i];
-      pthread_mutex_lock(&w.mu);
-      int done = ch->done;
-      int rv = ch->rv;
-      nng_msg *reply = ch->reply;
-      pthread_mutex_unlock(&w.mu);
+      vmci_call_t *k = inflight[i];
+      pthread_mutex_lock(&c->mu);
+      int done = k->done;
+      pthread_mutex_unlock(&c->mu);
       if (!done) {
         i++;
         continue;
       }
-      uint64_t idx = ch->tag;
-      uint64_t req_id = ch->req_id;
-      chan_release(c, ch);
-      slot_release(c);
+      uint64_t idx = k->tag;
       inflight[i] = inflight[--n_inflight];
+      spare[n_spare++] = k;
+      slot_release(c);
       vm_status_t st;
-      if (rv != 0) {
+      if (k->rv != 0) {
+        msg_put(c, k->reply);
         char what[96];
         snprintf(what, sizeof(what), "%s (chunk %llu)", p->what, (unsigned long long)idx);
-        st = vmci_nng_error(c, rv, what, timeout_ms);
+        st = vmci_nng_error(c, k->rv, what, timeout_ms);
       } else {
         vmci_reply_t r;
-        st = vmci_decode(c, reply, req_id, p->expect, p->what, &r);
+        st = vmci_decode(c, k->reply, k->req_id, p->expect, p->what, &r);
         if (!st) {
           st = p->done(p->ctx, idx, &r);
           vmci_reply_free(&r);
         }
       }
+      k->reply = NULL;
       if (st) {
         if (!first_err) {
           first_err = st;
-          /* Stop the others quickly: their results no longer matter. */
-          for (uint32_t j = 0; j < n_inflight; j++) nng_aio_cancel(inflight[j]->aio);
+          /* Stop waiting for the others: their results no longer matter
+           * (replies that still come are dropped). */
+          pthread_mutex_lock(&c->mu);
+          for (uint32_t j = 0; j < n_inflight; j++)
+            if (!inflight[j]->done) {
+              call_forget_locked(c, inflight[j]);
+              inflight[j]->done = 1;
+              inflight[j]->rv = NNG_ECANCELED;
+            }
+          pthread_mutex_unlock(&c->mu);
         } else {
           vm_status_free(st);
         }
@@ -584,7 +699,6 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
       }
     }
   }
-  waiter_fini(&w);
   return first_err;
 }
 
@@ -602,46 +716,6 @@ void vmci_meta_from_tensor(const vmc_tensor_t *t, Vmrpc__TensorMeta *meta, int64
 }
 
 /* --------------------------------------------------------------- connect */
-
-static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg) {
-  (void)p;
-  vmc_conn_t *c = arg;
-  pthread_mutex_lock(&c->mu);
-  if (ev == NNG_PIPE_EV_ADD_POST) {
-    c->had_pipe = 1;
-  } else if (ev == NNG_PIPE_EV_REM_POST && c->had_pipe && !c->closing) {
-    /* The session died with the pipe (the agent tears it down): fail
-     * every request in flight now instead of letting req0 resend it on a
-     * new pipe, and every later one at once. */
-    c->lost = 1;
-    for (uint32_t i = 0; i < c->num_chans; i++)
-      if (c->chans[i]->busy) {
-        nng_aio_abort(c->chans[i]->aio, NNG_ECONNSHUT);
-        nng_aio_abort(c->chans[i]->saio, NNG_ECONNSHUT);
-      }
-    pthread_cond_broadcast(&c->slot_cv);
-  }
-  pthread_mutex_unlock(&c->mu);
-}
-
-typedef struct dial_job {
-  nng_dialer dialer;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int done;
-  int rv;
-} dial_job_t;
-
-static void *dial_thread(void *arg) {
-  dial_job_t *j = arg;
-  int rv = nng_dialer_start(j->dialer, 0);
-  pthread_mutex_lock(&j->mu);
-  j->rv = rv;
-  j->done = 1;
-  pthread_cond_signal(&j->cv);
-  pthread_mutex_unlock(&j->mu);
-  return NULL;
-}
 
 static char *dup_str(const char *s) {
   s = s ? s : "";
@@ -761,7 +835,7 @@ static vm_status_t tls_setup(vmc_conn_t *c, const vmc_conn_opts_t *o) {
       goto done;
     }
   }
-  rv = nng_dialer_set_ptr(c->dialer, NNG_OPT_TLS_CONFIG, cfg);
+  rv = nng_stream_dialer_set_ptr(c->dialer, NNG_OPT_TLS_CONFIG, cfg);
   if (rv) st = vmci_nng_error(c, rv, "configuring TLS on the dialer", 0);
 done:
   if (key) {
@@ -774,65 +848,51 @@ done:
   return st;
 }
 
-/* Dials with a bound on the wait: the blocking dial runs on a helper thread
- * so that a black-holed address cannot hold the caller past the timeout. */
+/* Connects within the connect timeout: the stream, then the SP handshake
+ * (on tls+tcp:// the TLS handshake happens with its first bytes). */
 static vm_status_t dial(vmc_conn_t *c) {
-  dial_job_t j;
-  memset(&j, 0, sizeof(j));
-  j.dialer = c->dialer;
-  pthread_mutex_init(&j.mu, NULL);
-  pthread_cond_init(&j.cv, NULL);
-  pthread_t th;
-  if (pthread_create(&th, NULL, dial_thread, &j) != 0) {
-    pthread_cond_destroy(&j.cv);
-    pthread_mutex_destroy(&j.mu);
-    return vm_status_make(VM_RESOURCE_EXHAUSTED, "cannot start a thread to connect");
+  nng_aio *aio = NULL;
+  int rv = nng_aio_alloc(&aio, NULL, NULL);
+  if (rv) return vmci_nng_error(c, rv, "connecting", 0);
+  nng_aio_set_timeout(aio, vmci_duration(c->connect_timeout_ms));
+  nng_stream_dialer_dial(c->dialer, aio);
+  nng_aio_wait(aio);
+  rv = nng_aio_result(aio);
+  if (!rv) {
+    c->s = nng_aio_get_output(aio, 0);
+    c->rd.s = c->s;
+    c->rd.aio = c->raio;
   }
-  struct timespec deadline;
-  clock_gettime(CLOCK_REALTIME, &deadline);
-  deadline.tv_sec += c->connect_timeout_ms / 1000;
-  deadline.tv_nsec += (long)(c->connect_timeout_ms % 1000) * 1000000L;
-  if (deadline.tv_nsec >= 1000000000L) {
-    deadline.tv_sec++;
-    deadline.tv_nsec -= 1000000000L;
+  nng_aio_free(aio);
+  if (!rv && !c->ipc) {
+    nng_stream_set_bool(c->s, NNG_OPT_TCP_NODELAY, true);
+    nng_stream_set_bool(c->s, NNG_OPT_TCP_KEEPALIVE, true);
+    /* Plain TCP: replies are waited for on the socket itself, so the
+     * kernel wakes the caller without a detour through nng's poller. */
+    if (strncmp(c->url, "tcp", 3) == 0) c->rd.fd = vmp_sp_stream_fd(c->s);
   }
-  int timed_out = 0;
-  pthread_mutex_lock(&j.mu);
-  while (!j.done) {
-    if (pthread_cond_timedwait(&j.cv, &j.mu, &deadline) == ETIMEDOUT && !j.done) {
-      timed_out = 1;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&j.mu);
-  if (timed_out) {
-    /* Closing the dialer aborts the blocked attempt. */
-    nng_dialer_close(c->dialer);
-  }
-  pthread_join(th, NULL);
-  pthread_cond_destroy(&j.cv);
-  pthread_mutex_destroy(&j.mu);
-  if (timed_out)
+  if (!rv) rv = vmp_sp_handshake(c->s, c->raio, VMP_SP_REQ0, VMP_SP_REP0, c->connect_timeout_ms);
+  if (rv == NNG_ETIMEDOUT)
     return vm_status_make(VM_DEADLINE_EXCEEDED,
                           "could not connect to the agent at %s within %d ms (connect timeout): "
                           "check the host, the port and any firewall, and that a vmagent (not "
                           "another service) listens there, or raise the timeout "
                           "(--connect-timeout MS, vmc_conn_opts_t.connect_timeout_ms)",
                           c->url, (int)c->connect_timeout_ms);
-  if (j.rv == 0) return VM_STATUS_OK;
-  switch (j.rv) {
+  if (rv == 0) return VM_STATUS_OK;
+  switch (rv) {
     case NNG_ECONNREFUSED:
       return vm_status_make(VM_UNAVAILABLE,
                             "cannot reach the agent at %s: %s — is vmagent running? start it "
                             "with `vmagent --listen %s`",
-                            c->url, nng_strerror(j.rv), c->url);
+                            c->url, nng_strerror(rv), c->url);
     case NNG_EADDRINVAL:
     case NNG_EINVAL:
       return vm_status_make(VM_INVALID_ARGUMENT,
                             "cannot connect to '%s': %s — check that the host name resolves "
                             "and that the URL reads tcp://HOST:PORT, tls+tcp://HOST:PORT or "
                             "ipc:///PATH",
-                            c->url, nng_strerror(j.rv));
+                            c->url, nng_strerror(rv));
     case NNG_EUNREACHABLE:
     case NNG_ETIMEDOUT:
     case NNG_EPROTO:
@@ -840,7 +900,7 @@ static vm_status_t dial(vmc_conn_t *c) {
                             "cannot reach the agent at %s: %s (nng error %d) — check the "
                             "address, the network and any firewall, and that a vmagent (not "
                             "another service) listens there",
-                            c->url, nng_strerror(j.rv), j.rv);
+                            c->url, nng_strerror(rv), rv);
     case NNG_EPEERAUTH:
     case NNG_ECRYPTO:
       return vm_status_make(VM_UNAVAILABLE,
@@ -848,12 +908,12 @@ static vm_status_t dial(vmc_conn_t *c) {
                             "must be signed by --tls-ca (default: the system CA store) and name "
                             "the host, or match --tls-pin sha256:HEX; check also that the agent "
                             "listens on tls+tcp://",
-                            c->url, nng_strerror(j.rv));
+                            c->url, nng_strerror(rv));
     default:
       return vm_status_make(VM_UNAVAILABLE,
                             "cannot reach the agent at %s: %s (nng error %d) — is vmagent "
                             "running there? start it with `vmagent --listen %s`",
-                            c->url, nng_strerror(j.rv), j.rv, c->url);
+                            c->url, nng_strerror(rv), rv, c->url);
   }
 }
 
@@ -988,7 +1048,15 @@ vm_status_t vmc_connect(const char *url, const vmc_conn_opts_t *opts, vmc_conn_t
   vmc_conn_t *c = calloc(1, sizeof(*c));
   if (!c) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
   pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->wmu, NULL);
   pthread_cond_init(&c->slot_cv, NULL);
+  {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+  }
   atomic_init(&c->next_id, 1);
   c->connect_timeout_ms =
       o.connect_timeout_ms ? o.connect_timeout_ms : VMC_DEFAULT_CONNECT_TIMEOUT_MS;
@@ -1003,20 +1071,15 @@ vm_status_t vmc_connect(const char *url, const vmc_conn_opts_t *opts, vmc_conn_t
     st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
     goto fail;
   }
-  int rv = nng_req0_open(&c->sock);
+  c->ipc = vmp_sp_url_is_ipc(url);
+  c->rd.fd = -1;
+  int rv = nng_aio_alloc(&c->raio, NULL, NULL);
+  if (!rv) rv = nng_aio_alloc(&c->waio, NULL, NULL);
   if (rv) {
-    st = vmci_nng_error(c, rv, "opening an nng req socket", 0);
+    st = vmci_nng_error(c, rv, "allocating the connection's aios", 0);
     goto fail;
   }
-  c->sock_open = 1;
-  /* Never resend a request on our own: a resent Invoke would run twice. */
-  nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-  /* Replies are at most one chunk plus an envelope. */
-  nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ,
-                      (size_t)VMCI_MAX_CHUNK + VMP_MAX_ENVELOPE + VMP_FRAME_HEADER);
-  nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, c);
-  nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_cb, c);
-  rv = nng_dialer_create(&c->dialer, c->sock, url);
+  rv = nng_stream_dialer_alloc(&c->dialer, url);
   if (rv) {
     if (rv == NNG_ENOTSUP || rv == NNG_EADDRINVAL || rv == NNG_EINVAL)
       st = vm_status_make(VM_INVALID_ARGUMENT,
@@ -1052,21 +1115,27 @@ void vmc_close(vmc_conn_t *c) {
     else
       vmci_reply_free(&r);
   }
-  pthread_mutex_lock(&c->mu);
-  c->closing = 1;
-  pthread_mutex_unlock(&c->mu);
-  /* Stop every aio before the socket goes away so no callback runs late. */
-  for (uint32_t i = 0; i < c->num_chans; i++) {
-    nng_aio_stop(c->chans[i]->aio);
-    nng_aio_stop(c->chans[i]->saio);
+  if (c->s) {
+    nng_stream_close(c->s);
+    nng_stream_free(c->s);
   }
-  if (c->sock_open) nng_close(c->sock);
-  for (uint32_t i = 0; i < c->num_chans; i++) chan_destroy(c->chans[i]);
-  free(c->chans);
+  if (c->dialer) {
+    nng_stream_dialer_close(c->dialer);
+    nng_stream_dialer_free(c->dialer);
+  }
+  if (c->raio) nng_aio_free(c->raio);
+  if (c->waio) nng_aio_free(c->waio);
+  while (c->pool) {
+    vmci_msg_t *m = c->pool;
+    c->pool = m->next;
+    msg_free(m);
+  }
   free(c->devices);
   free(c->agent_version);
   free(c->url);
   pthread_cond_destroy(&c->slot_cv);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->wmu);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }

@@ -98,7 +98,7 @@ static uint64_t send_chunk_size(void *ctx, uint64_t idx) {
   return chunk_len(u->size, idx * cb, cb);
 }
 
-static vm_status_t send_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t send_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg, uint64_t *out_id) {
   send_ctx_t *u = ctx;
   uint64_t off = idx * u->c->limits.chunk_bytes;
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
@@ -631,7 +631,7 @@ static void get_output_request(const vmc_conn_t *c, vmc_vm_t vm, const char *fun
   req->get_output = go;
 }
 
-static vm_status_t tout_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t tout_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg, uint64_t *out_id) {
   tout_ctx_t *t = ctx;
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
   Vmrpc__GetOutputRequest go = VMRPC__GET_OUTPUT_REQUEST__INIT;
@@ -657,8 +657,14 @@ static vm_status_t chunk_into(tout_ctx_t *t, const vmci_reply_t *r, uint64_t off
                           "%s: asked for %llu bytes at offset %llu, the agent sent %zu at %llu",
                           t->what, (unsigned long long)expect_len, (unsigned long long)offset,
                           r->payload_len, (unsigned long long)go->offset);
-  if (expect_len) memcpy(t->dst + offset, r->payload, expect_len);
+  /* The payload may already be in place (read there from the socket). */
+  if (expect_len && r->payload != t->dst + offset) memcpy(t->dst + offset, r->payload, expect_len);
   return VM_STATUS_OK;
+}
+
+static uint8_t *tout_dest(void *ctx, uint64_t idx) {
+  tout_ctx_t *t = ctx;
+  return t->dst + (idx + 1) * t->c->limits.chunk_bytes;
 }
 
 static vm_status_t tout_done(void *ctx, uint64_t idx, vmci_reply_t *r) {
@@ -785,6 +791,7 @@ static vm_status_t get_output_impl(vmc_conn_t *c, vmc_vm_t vm, const char *func,
       p.make = tout_make;
       p.done = tout_done;
       p.chunk_size = tout_chunk_size;
+      p.dest = tout_dest;
       p.expect = ROP(GET_OUTPUT);
       p.ctx = &tc;
       p.progress_total = nbytes;
@@ -1155,7 +1162,7 @@ static uint64_t remote_chunk_size(void *ctx, uint64_t idx) {
   return chunk_len(x->touts[k->out].nbytes, k->offset, x->c->limits.chunk_bytes);
 }
 
-static vm_status_t remote_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t remote_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg, uint64_t *out_id) {
   remote_ctx_t *x = ctx;
   const remote_chunk_t *k = &x->chunks[idx];
   const vmc_run_output_t *ro = &x->res->outputs[k->out];
@@ -1165,6 +1172,12 @@ static vm_status_t remote_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint6
   VM_RETURN_IF_ERROR(vmci_build(x->c, &req, NULL, 0, out_msg));
   *out_id = req.id;
   return VM_STATUS_OK;
+}
+
+static uint8_t *remote_dest(void *ctx, uint64_t idx) {
+  remote_ctx_t *x = ctx;
+  const remote_chunk_t *k = &x->chunks[idx];
+  return x->touts[k->out].dst + k->offset;
 }
 
 static vm_status_t remote_done(void *ctx, uint64_t idx, vmci_reply_t *r) {
@@ -1221,6 +1234,7 @@ static vm_status_t run_fetch_remote(vmc_conn_t *c, const char *func, const vmc_r
     p.make = remote_make;
     p.done = remote_done;
     p.chunk_size = remote_chunk_size;
+    p.dest = remote_dest;
     p.expect = ROP(GET_OUTPUT);
     p.ctx = &x;
     p.what = what;
@@ -1318,7 +1332,8 @@ static uint64_t xfer_begin_size(void *ctx, uint64_t idx) {
   return 0;
 }
 
-static vm_status_t xfer_begin_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t xfer_begin_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg,
+                                   uint64_t *out_id) {
   xfer_ctx_t *x = ctx;
   const vmc_tensor_t *t = &x->in[x->which[x->first + idx]].tensor;
   Vmrpc__Request req = VMRPC__REQUEST__INIT;
@@ -1351,7 +1366,8 @@ static uint64_t xfer_chunk_size(void *ctx, uint64_t idx) {
   return chunk_len(x->in[k->out].tensor.nbytes, k->offset, x->c->limits.chunk_bytes);
 }
 
-static vm_status_t xfer_chunk_make(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_id) {
+static vm_status_t xfer_chunk_make(void *ctx, uint64_t idx, vmci_msg_t **out_msg,
+                                   uint64_t *out_id) {
   xfer_ctx_t *x = ctx;
   const remote_chunk_t *k = &x->chunks[idx];
   Vmrpc__Request req = VMRPC__REQUEST__INIT;

@@ -1,6 +1,6 @@
-/* libvmclient internals: the connection, its pool of nng contexts
- * ("channels"), single request/reply and pipelined chunk transfers.
- * Internal symbols use the vmci_ prefix. */
+/* libvmclient internals: the connection (an nng byte stream carrying
+ * nng's req0 wire format, framed here), single request/reply, long calls
+ * and pipelined chunk transfers. Internal symbols use the vmci_ prefix. */
 #ifndef VMC_INTERNAL_H
 #define VMC_INTERNAL_H
 
@@ -11,54 +11,70 @@
 #include <time.h>
 
 #include "vmclient.h"
+#include "vmproto/sp.h"
 #include "vmproto/wire.h"
 
 /* Internal functions stay out of the shared library's interface. */
 #define VMCI_API __attribute__((visibility("hidden")))
 
 /* Largest chunk size the client accepts from an agent: every response is
- * at most one chunk plus an envelope, and nng refuses bigger messages. */
+ * at most one chunk plus an envelope; bigger messages end the connection. */
 #define VMCI_MAX_CHUNK (64u << 20)
 /* Most chunk requests the client overlaps, whatever the agent allows. */
 #define VMCI_MAX_INFLIGHT 64
-/* Most channels (concurrent requests) one connection opens. */
-#define VMCI_MAX_CHANNELS 4096
+/* Message buffers a connection keeps for reuse. */
+#define VMCI_POOL_MAX (VMCI_MAX_INFLIGHT + 4)
 
-/* Whom a channel tells that its request completed. */
-typedef struct vmci_waiter {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-} vmci_waiter_t;
+/* A message buffer: a request being built and sent, or a reply. Requests
+ * leave room before body for the SP prefix and id; their payload may stay
+ * in the caller's memory (ext), written straight from there. */
+typedef struct vmci_msg {
+  struct vmci_msg *next; /* in the connection's pool */
+  uint8_t *mem;
+  size_t cap;
+  uint8_t *body;
+  size_t len;
+  const uint8_t *ext;
+  size_t ext_len;
+} vmci_msg_t;
 
-/* One nng context + aio: one request in flight. */
-typedef struct vmci_chan {
-  struct vmc_conn *conn;
-  nng_ctx ctx;
-  nng_aio *aio;   /* with chan_cb: pipelines and long calls */
-  nng_aio *saio;  /* no callback: single calls, waited for by the caller */
-  int busy;       /* taken from the pool (under conn->mu) */
-  int sending;    /* phase of the current op (callback thread only) */
-  int done;       /* under waiter->mu */
-  int rv;         /* nng result, under waiter->mu */
-  nng_msg *reply; /* under waiter->mu */
-  vmci_waiter_t *waiter;
-  uint64_t tag; /* caller's data (chunk index) */
+/* One request in flight: registered on the connection until its reply
+ * (or the connection's loss) completes it. Under conn->mu. */
+typedef struct vmci_call {
+  struct vmci_call *next;
+  uint32_t sp_id; /* the SP request id: high bit | low 31 bits of req_id */
   uint64_t req_id;
-} vmci_chan_t;
+  uint64_t tag; /* caller's data (chunk index) */
+  int done;
+  int rv; /* nng result: 0 when the reply came */
+  vmci_msg_t *reply;
+  /* Where a reply payload of exactly dst_len bytes goes: read there
+   * straight from the socket (reply->ext then points to it). */
+  uint8_t *dst;
+  size_t dst_len;
+  int filling; /* the reader is writing into dst: wait before forgetting */
+} vmci_call_t;
 
 struct vmc_conn {
   char *url;
-  nng_socket sock;
-  nng_dialer dialer;
-  int sock_open;
+  nng_stream_dialer *dialer;
+  nng_stream *s;
+  int ipc; /* ipc:// framing */
 
-  pthread_mutex_t mu;     /* channels, lost, slots */
+  pthread_mutex_t wmu; /* one request written at a time; before mu */
+  nng_aio *waio;       /* under wmu */
+  nng_aio *raio;       /* the reader's (see reading) */
+  vmp_sp_reader_t rd;  /* replies, read by the thread holding the role */
+
+  pthread_mutex_t mu;     /* everything below */
+  pthread_cond_t cv;      /* a call completed, or the reader role is free */
   pthread_cond_t slot_cv; /* chunk slots */
-  vmci_chan_t **chans;
-  uint32_t num_chans, cap_chans;
-  int lost; /* the pipe closed after the session started */
-  int closing;
-  int had_pipe;
+  vmci_call_t *calls;     /* in flight */
+  int reading;            /* a thread holds the reader role */
+  int lost;               /* the stream failed after the session started */
+  int lost_rv;
+  vmci_msg_t *pool;
+  uint32_t pool_n;
   uint32_t slots_free; /* chunk requests that may still start */
 
   atomic_uint_fast64_t next_id;
@@ -74,9 +90,10 @@ struct vmc_conn {
   vmc_limits_t limits;
 };
 
-/* A decoded reply. payload aliases msg. */
+/* A decoded reply. payload aliases msg (a buffer of conn's pool). */
 typedef struct vmci_reply {
-  nng_msg *msg;
+  vmc_conn_t *conn;
+  vmci_msg_t *msg;
   Vmrpc__Response *resp;
   const uint8_t *payload;
   size_t payload_len;
@@ -84,10 +101,11 @@ typedef struct vmci_reply {
 
 VMCI_API void vmci_reply_free(vmci_reply_t *r);
 
-/* Builds a request message (envelope + payload copied once) with a fresh id
+/* Builds a request message (the envelope; the payload is referenced, not
+ * copied, and must stay valid until the message is sent) with a fresh id
  * and the session. *out_msg belongs to the caller until sent. */
 VMCI_API vm_status_t vmci_build(vmc_conn_t *c, Vmrpc__Request *req, const void *payload,
-                                size_t plen, nng_msg **out_msg);
+                                size_t plen, vmci_msg_t **out_msg);
 
 /* Timeout of a request: ms > 0, or NNG_DURATION_INFINITE for ms <= 0. */
 VMCI_API nng_duration vmci_duration(int32_t ms);
@@ -123,9 +141,12 @@ VMCI_API vm_status_t vmci_call_long(vmc_conn_t *c, Vmrpc__Request *req,
  * of completed chunks (chunk_bytes(idx) tells each chunk's size). */
 typedef struct vmci_pipeline {
   uint64_t count;
-  vm_status_t (*make)(void *ctx, uint64_t idx, nng_msg **out_msg, uint64_t *out_req_id);
+  vm_status_t (*make)(void *ctx, uint64_t idx, vmci_msg_t **out_msg, uint64_t *out_req_id);
   vm_status_t (*done)(void *ctx, uint64_t idx, vmci_reply_t *reply);
   uint64_t (*chunk_size)(void *ctx, uint64_t idx);
+  /* May be NULL: where chunk idx's reply payload (chunk_size bytes) is to
+   * go, so that it is read there from the socket without a copy. */
+  uint8_t *(*dest)(void *ctx, uint64_t idx);
   Vmrpc__Response__OpCase expect;
   void *ctx;
   vmc_progress_fn progress;
@@ -137,7 +158,7 @@ typedef struct vmci_pipeline {
 VMCI_API vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p);
 
 /* Decodes a reply message (frame, envelope, id, status, op). Takes msg. */
-VMCI_API vm_status_t vmci_decode(vmc_conn_t *c, nng_msg *msg, uint64_t req_id,
+VMCI_API vm_status_t vmci_decode(vmc_conn_t *c, vmci_msg_t *msg, uint64_t req_id,
                                  Vmrpc__Response__OpCase expect, const char *what,
                                  vmci_reply_t *out);
 

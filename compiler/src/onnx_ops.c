@@ -773,53 +773,74 @@ static int const_is(onx_ctx_t *c, const char *name, uint32_t ndim, double v) {
   return 0;
 }
 
-/* The current node as Add(x, 3) of a float32 run-time x, feeding alone
- * clip(., 0, 6), then either Mul by x and Div by 6 (HardSwish) or Div by 6
- * (HardSigmoid, alpha 1/6, beta 1/2), every constant exactly so: emits the
- * one cl.unary call, skips the rest and sets *done. */
-static vm_status_t hard_act(onx_ctx_t *c, int *done) {
-  *done = 0;
-  const Onnx__NodeProto *add = c->node;
-  onx_value_t *x = NULL;
-  for (int s = 0; s < 2 && !x; s++) {
-    onx_value_t *v = onx_in(c, s);
-    if (v && !v->data && vm_dtype_equal(v->dt, VM_F32) &&
-        const_is(c, add->input[1 - s], v->ndim, 3))
-      x = v;
-  }
-  if (!x) return VM_STATUS_OK;
+/* The nodes after Add node ia = Add(x, 3) (x named xname, of rank ndim,
+ * the constant 3 at input 1 - xs) of hard_swish or hard_sigmoid spelled
+ * out: clip(., 0, 6) alone consuming the Add, then either Mul by x and Div
+ * by 6 (hard_swish: *swish set, *im the Mul) or Div by 6 (hard_sigmoid,
+ * alpha 1/6, beta 1/2), every constant exactly so. 1 and the Clip and Div
+ * indices when it fits, else 0. */
+static int hard_chain(onx_ctx_t *c, size_t ia, size_t xs, const char *xname, uint32_t ndim,
+                      int64_t *ic_out, int64_t *im_out, int64_t *id_out, int *swish_out) {
+  const Onnx__NodeProto *add = c->graph->node[ia];
+  if (add->n_input != 2 || !const_is(c, add->input[1 - xs], ndim, 3)) return 0;
   size_t slot;
-  int64_t ic = sole_consumer(c, add->output[0], c->node_idx, &slot);
-  if (ic < 0 || slot != 0) return VM_STATUS_OK;
+  int64_t ic = sole_consumer(c, add->output[0], ia, &slot);
+  if (ic < 0 || slot != 0) return 0;
   const Onnx__NodeProto *clip = c->graph->node[ic];
-  if (strcmp(clip->op_type, "Clip") != 0) return VM_STATUS_OK;
+  if (strcmp(clip->op_type, "Clip") != 0) return 0;
   if (c->opset < 11) {
     const Onnx__AttributeProto *lo = onx_attr(clip, "min"), *hi = onx_attr(clip, "max");
     if (clip->n_input != 1 || !lo || !hi ||
         lo->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT ||
         hi->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT || lo->f != 0 || hi->f != 6)
-      return VM_STATUS_OK;
+      return 0;
   } else if (clip->n_input != 3 || !const_is(c, clip->input[1], 0, 0) ||
              !const_is(c, clip->input[2], 0, 6)) {
-    return VM_STATUS_OK;
+    return 0;
   }
   int64_t im = sole_consumer(c, clip->output[0], (size_t)ic, &slot);
-  if (im < 0) return VM_STATUS_OK;
+  if (im < 0) return 0;
   const Onnx__NodeProto *n = c->graph->node[im];
   int64_t id = -1;
   int swish = 0;
   if (strcmp(n->op_type, "Mul") == 0 && n->n_input == 2 && n->input[1 - slot] &&
-      strcmp(n->input[1 - slot], x->name) == 0) {
+      strcmp(n->input[1 - slot], xname) == 0) {
     swish = 1;
     id = sole_consumer(c, n->output[0], (size_t)im, &slot);
   } else {
     id = im;
+    im = -1;
   }
-  if (id < 0 || slot != 0) return VM_STATUS_OK;
+  if (id < 0 || slot != 0) return 0;
   const Onnx__NodeProto *div = c->graph->node[id];
-  if (strcmp(div->op_type, "Div") != 0 || div->n_input != 2 ||
-      !const_is(c, div->input[1], x->ndim, 6))
-    return VM_STATUS_OK;
+  if (strcmp(div->op_type, "Div") != 0 || div->n_input != 2 || !const_is(c, div->input[1], ndim, 6))
+    return 0;
+  *ic_out = ic;
+  *im_out = im;
+  *id_out = id;
+  *swish_out = swish;
+  return 1;
+}
+
+/* The current node as Add(x, 3) of a float32 run-time x starting
+ * hard_swish or hard_sigmoid spelled out (hard_chain): emits the one
+ * cl.unary call, skips the rest and sets *done. */
+static vm_status_t hard_act(onx_ctx_t *c, int *done) {
+  *done = 0;
+  onx_value_t *x = NULL;
+  size_t xs = 0;
+  for (size_t s = 0; s < 2 && !x; s++) {
+    onx_value_t *v = onx_in(c, s);
+    if (v && !v->data && vm_dtype_equal(v->dt, VM_F32) &&
+        const_is(c, c->node->input[1 - s], v->ndim, 3)) {
+      x = v;
+      xs = s;
+    }
+  }
+  if (!x) return VM_STATUS_OK;
+  int64_t ic, im, id;
+  int swish;
+  if (!hard_chain(c, c->node_idx, xs, x->name, x->ndim, &ic, &im, &id, &swish)) return VM_STATUS_OK;
   int32_t y = new_t(c, x->dt, x->ndim, x->dims);
   if (swish) {
     vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
@@ -832,7 +853,7 @@ static vm_status_t hard_act(onx_ctx_t *c, int *done) {
   if (swish) c->skip[im] = 1;
   c->fused = 1;
   *done = 1;
-  return onx_bind_named(c, div->output[0], y, x->ndim, x->dims);
+  return onx_bind_named(c, c->graph->node[id]->output[0], y, x->ndim, x->dims);
 }
 
 static vm_status_t op_binary(onx_ctx_t *c) {
@@ -1322,6 +1343,81 @@ static int64_t affine_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, int64_t 
   return last;
 }
 
+/* cl.conv2d's epilogue (its 16-argument form): act(y) * am + aa. */
+typedef struct conv_epi {
+  int64_t act; /* 0 none, 1 relu, 2 hard_swish */
+  double am, aa;
+  int64_t last; /* the last node folded, or -1 */
+} conv_epi_t;
+
+/* Whether `name` (no graph output) is consumed exactly by nodes i and j
+ * (each once), both placed after node `after`. */
+static int consumed_by_two(onx_ctx_t *c, const char *name, size_t after, size_t i, size_t j) {
+  const Onnx__GraphProto *g = c->graph;
+  for (size_t k = 0; k < g->n_output; k++)
+    if (g->output[k] && g->output[k]->name && strcmp(g->output[k]->name, name) == 0) return 0;
+  if (i <= after || j <= after || i == j) return 0;
+  size_t uses = 0;
+  for (size_t n = 0; n < g->n_node; n++) {
+    const Onnx__NodeProto *nd = g->node[n];
+    if (!nd) continue;
+    for (size_t k = 0; k < nd->n_input; k++) {
+      if (!nd->input[k] || strcmp(nd->input[k], name) != 0) continue;
+      if (n != i && n != j) return 0;
+      uses++;
+    }
+  }
+  return uses == 2;
+}
+
+/* Folds the float32 activation that alone consumes the value `cur` (of
+ * rank ndim, written by node `after`: Relu, HardSwish or hard_swish spelled
+ * out, see hard_chain), then a chain of Mul and Add by one-value constants,
+ * into e, marking those nodes skipped. e->last is -1 when none fits. */
+static void conv_epilogue_after(onx_ctx_t *c, const char *cur, size_t after, uint32_t ndim,
+                                conv_epi_t *e) {
+  e->act = 0;
+  e->am = 1;
+  e->aa = 0;
+  e->last = -1;
+  const Onnx__GraphProto *g = c->graph;
+  size_t slot = 0;
+  int64_t j = sole_consumer(c, cur, after, &slot);
+  if (j >= 0 && g->node[j]->n_input == 1 &&
+      (strcmp(g->node[j]->op_type, "Relu") == 0 || strcmp(g->node[j]->op_type, "HardSwish") == 0)) {
+    e->act = strcmp(g->node[j]->op_type, "Relu") == 0 ? 1 : 2;
+    c->skip[j] = 1;
+    e->last = j;
+  } else if (j < 0) {
+    /* hard_swish spelled out: x consumed by Add(x, 3) and the Mul by x */
+    for (size_t n = after + 1; n < g->n_node && e->last < 0; n++) {
+      const Onnx__NodeProto *nd = g->node[n];
+      if (!nd || !nd->op_type || strcmp(nd->op_type, "Add") != 0 || nd->n_input != 2) continue;
+      for (size_t xs = 0; xs < 2; xs++) {
+        int64_t ic, im, id;
+        int swish;
+        if (!nd->input[xs] || strcmp(nd->input[xs], cur) != 0 ||
+            !hard_chain(c, n, xs, cur, ndim, &ic, &im, &id, &swish) || !swish ||
+            !consumed_by_two(c, cur, after, n, (size_t)im))
+          continue;
+        c->skip[n] = c->skip[ic] = c->skip[im] = c->skip[id] = 1;
+        e->act = 2;
+        e->last = id;
+        break;
+      }
+    }
+  }
+  if (e->last < 0) return;
+  /* then y * am + aa, by scalars */
+  for (;;) {
+    const Onnx__NodeProto *ln = g->node[e->last];
+    int64_t k = sole_consumer(c, ln->output[0], (size_t)e->last, &slot);
+    if (k < 0 || !fold_affine(c, g->node[k], slot, ndim, 1, &e->am, &e->aa)) break;
+    c->skip[k] = 1;
+    e->last = k;
+  }
+}
+
 static vm_status_t op_conv(onx_ctx_t *c) {
   onx_value_t *x, *wv, *bias = onx_in(c, 2);
   TRY(onx_in_req(c, 0, &x));
@@ -1390,7 +1486,30 @@ static vm_status_t op_conv(onx_ctx_t *c) {
   free(fa);
   free(fb);
   int32_t y = new_t(c, x->dt, 4, y4);
-  if (w.pb[1] == w.pe[1] && w.pb[2] == w.pe[2]) {
+  conv_epi_t ep = {0, 1, 0, -1};
+  if (vm_dtype_equal(x->dt, VM_F32)) {
+    size_t at = bn >= 0 ? (size_t)bn : c->node_idx;
+    conv_epilogue_after(c, c->graph->node[at]->output[0], at, x->ndim, &ep);
+  }
+  if (ep.last >= 0) {
+    vmcc_arg_t a[16] = {A(tx),
+                        A(tw),
+                        bz,
+                        I(w.s[1]),
+                        I(w.s[2]),
+                        I(w.pb[1]),
+                        I(w.pb[2]),
+                        I(w.pe[1]),
+                        I(w.pe[2]),
+                        I(w.d[1]),
+                        I(w.d[2]),
+                        I(group),
+                        I(ep.act),
+                        onx_float_arg(c, ep.am),
+                        onx_float_arg(c, ep.aa),
+                        A(y)};
+    call(c, "cl.conv2d", 16, a);
+  } else if (w.pb[1] == w.pe[1] && w.pb[2] == w.pe[2]) {
     vmcc_arg_t a[11] = {A(tx),      A(tw),     bz,        I(w.s[1]), I(w.s[2]), I(w.pb[1]),
                         I(w.pb[2]), I(w.d[1]), I(w.d[2]), I(group),  A(y)};
     call(c, "cl.conv2d", 11, a);
@@ -1402,9 +1521,10 @@ static vm_status_t op_conv(onx_ctx_t *c) {
   }
   int64_t yd[4] = {x->dims[0], co, w.out[1], w.out[2]};
   if (nsp == 1) yd[2] = w.out[2];
-  if (bn >= 0) {
+  int64_t last = ep.last >= 0 ? ep.last : bn;
+  if (last >= 0) {
     c->fused = 1;
-    return onx_bind_named(c, c->graph->node[bn]->output[0], y, x->ndim, yd);
+    return onx_bind_named(c, c->graph->node[last]->output[0], y, x->ndim, yd);
   }
   return onx_bind_out(c, 0, y, x->ndim, yd);
 }

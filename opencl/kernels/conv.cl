@@ -74,6 +74,15 @@ float8 conv_gather(__global const S *xc, int8 m, int8 off) {
     }                                                                                     \
   }
 
+/* cl.conv2d's epilogue: the activation act (0 none, 1 relu, 2 hard_swish)
+ * of v, then v * am + aa (am 1, aa 0: left as is). */
+float8 conv_epilogue(float8 v, int act, float am, float aa) {
+  if (act == 1) v = fmax(v, 0.0f);
+  else if (act == 2) v = v * fmin(fmax(v * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f);
+  if (am != 1.0f || aa != 0.0f) v = v * am + aa;
+  return v;
+}
+
 /* Stores row r of the block (channel oc + r) with the bias added. */
 void conv_store(__global S *yrow, int npix, float b, float8 acc) {
   acc += b;
@@ -89,7 +98,8 @@ void conv_store(__global S *yrow, int npix, float b, float8 acc) {
 __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
                      __global const S *bias, int bo, int has_bias, __global S *y, int yo,
                      int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH,
-                     int SW, int PH, int PW, int DH, int DW, int groups) {
+                     int SW, int PH, int PW, int DH, int DW, int groups, int act, float am,
+                     float aa) {
   int p0 = get_global_id(0) * 8, ob = get_global_id(1) * 8, ng = get_global_id(2);
   int Cg = C / groups, Og = O / groups, P = OH * OW;
   if (p0 >= P || ob >= Og) return;
@@ -115,7 +125,8 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
   __global S *yb = y + yo + (n * O + oc) * P + p0;
 #define CONV_OUT(r, acc)                                                                  \
   if (ob + r < Og)                                                                        \
-    conv_store(yb + r * P, npix, has_bias ? LD(bias, bo + oc + r) : 0.0f, acc);
+    conv_store(yb + r * P, npix, 0.0f,                                                    \
+               conv_epilogue(acc + (has_bias ? LD(bias, bo + oc + r) : 0.0f), act, am, aa));
   CONV_OUT(0, c0)
   CONV_OUT(1, c1)
   CONV_OUT(2, c2)
@@ -136,7 +147,7 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
  * group, 2 = n * groups + g. */
 __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int wo,
                          __global const S *bias, int bo, int has_bias, __global S *y, int yo,
-                         int C, int P, int O, int groups) {
+                         int C, int P, int O, int groups, int act, float am, float aa) {
   int p0 = get_global_id(0) * 16, ob = get_global_id(1) * 8, ng = get_global_id(2);
   int Cg = C / groups, Og = O / groups;
   if (p0 >= P || ob >= Og) return;
@@ -183,8 +194,9 @@ __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int w
 #define PW_OUT(r, acc)                                                              \
   if (ob + r < Og) {                                                                \
     float16 v = acc + (has_bias ? LD(bias, bo + oc + r) : 0.0f);                    \
-    conv_store(yb + r * P, npix, 0.0f, v.lo);                                       \
-    if (npix > 8) conv_store(yb + r * P + 8, npix - 8, 0.0f, v.hi);                 \
+    conv_store(yb + r * P, npix, 0.0f, conv_epilogue(v.lo, act, am, aa));          \
+    if (npix > 8)                                                                   \
+      conv_store(yb + r * P + 8, npix - 8, 0.0f, conv_epilogue(v.hi, act, am, aa)); \
   }
   PW_OUT(0, c0)
   PW_OUT(1, c1)
@@ -213,7 +225,8 @@ __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int w
 __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int wo,
                          __global const S *bias, int bo, int has_bias, __global S *y, int yo,
                          int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH,
-                         int SW, int PH, int PW, int DH, int DW) {
+                         int SW, int PH, int PW, int DH, int DW, int act, float am,
+                         float aa) {
   int ow0 = get_global_id(0) * 8, oh = get_global_id(1), no = get_global_id(2);
   if (ow0 >= OW || oh >= OH) return;
   int n = no / O, o = no - n * O;
@@ -246,7 +259,7 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
       }
     }
   }
-  conv_store(y + yo + (no * OH + oh) * OW + ow0, npix, 0.0f, acc);
+  conv_store(y + yo + (no * OH + oh) * OW + ow0, npix, 0.0f, conv_epilogue(acc, act, am, aa));
 }
 
 /* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose). Output

@@ -30,6 +30,13 @@ typedef struct window {
 #define CONV2D_USAGE13                                                                      \
   "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
   "dil_w, groups, y)"
+#define CONV2D_USAGE16                                                                      \
+  "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
+  "dil_w, groups, act, act_mul, act_add, y)"
+
+/* cl.conv2d's activation codes (the 16-argument form; conv.cl's
+ * conv_epilogue) */
+enum { CONV_ACT_NONE, CONV_ACT_RELU, CONV_ACT_HARD_SWISH };
 
 /* Reads the stride, pad and dilation attributes from argument first on:
  * (stride_h, stride_w, pad_h, pad_w) when !asym, (stride_h, stride_w,
@@ -93,17 +100,44 @@ static void conv_tensor_args(vmcl_args_t *a, const vm_tensor_t *x, const vm_tens
   vmcl_arg_int(a, vmcl_elem_offset(y));
 }
 
+/* The trailing kernel arguments of the conv2d kernels: act, act_mul, act_add. */
+static void conv_epilogue_args(vmcl_args_t *a, int64_t act, double am, double aa) {
+  vmcl_arg_int(a, act);
+  vmcl_arg_float(a, (float)am);
+  vmcl_arg_float(a, (float)aa);
+}
+
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
   vmcl_op_init(&op, "cl.conv2d", CONV2D_USAGE11, args, nargs);
-  int asym = op.nargs == 13;
-  if (asym) op.usage = CONV2D_USAGE13;
-  if (op.nargs != 11 && op.nargs != 13) {
-    return vmcl_op_error(&op, "expected 11 arguments %s or 13 arguments %s, got %u", CONV2D_USAGE11,
-                         CONV2D_USAGE13, op.nargs);
+  int asym = op.nargs == 13 || op.nargs == 16, epi = op.nargs == 16;
+  if (asym) op.usage = epi ? CONV2D_USAGE16 : CONV2D_USAGE13;
+  if (op.nargs != 11 && op.nargs != 13 && op.nargs != 16) {
+    return vmcl_op_error(&op,
+                         "expected 11 arguments %s, 13 arguments %s or 16 arguments %s, got %u",
+                         CONV2D_USAGE11, CONV2D_USAGE13, CONV2D_USAGE16, op.nargs);
   }
-  uint32_t iy = op.nargs - 1, ig = op.nargs - 2;
+  uint32_t iy = op.nargs - 1, ig = epi ? 11 : op.nargs - 2;
+  /* the epilogue: y = act(conv + bias) * act_mul + act_add */
+  int64_t act = CONV_ACT_NONE;
+  double am = 1.0, aa = 0.0;
+  if (epi) {
+    const vm_value_t *v = &op.args[12];
+    if (v->kind != VM_VAL_INT) {
+      return vmcl_op_error(&op, "act (argument 12) must be an int, got %s",
+                           vm_value_kind_name(v->kind));
+    }
+    act = v->u.i;
+    if (act < CONV_ACT_NONE || act > CONV_ACT_HARD_SWISH) {
+      return vmcl_op_error(&op,
+                           "act (argument 12) is %lld; expected 0 (none), 1 (relu) or 2 "
+                           "(hard_swish)",
+                           (long long)act);
+    }
+    VM_RETURN_IF_ERROR(vmcl_op_float(&op, 13, "act_mul", &am));
+    VM_RETURN_IF_ERROR(vmcl_op_float(&op, 14, "act_add", &aa));
+  }
   vm_tensor_t *x, *w, *bias, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "w", &w));
@@ -175,6 +209,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     conv_tensor_args(&a, x, w, bias, y);
     int64_t ints[] = {C, P, O, groups};
     for (size_t i = 0; i < 4; i++) vmcl_arg_int(&a, ints[i]);
+    conv_epilogue_args(&a, act, am, aa);
     if (a.err != CL_SUCCESS) {
       st = vmcl_status(a.err, "clSetKernelArg");
       goto done;
@@ -201,6 +236,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   int64_t ints[] = {C, H, W, O, OH, OW, KH, KW, wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups};
   size_t nints = sizeof(ints) / sizeof(ints[0]) - (og1 ? 1 : 0);
   for (size_t i = 0; i < nints; i++) vmcl_arg_int(&a, ints[i]);
+  conv_epilogue_args(&a, act, am, aa);
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;

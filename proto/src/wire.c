@@ -32,6 +32,57 @@ vm_status_t vmp_frame_split(const uint8_t *body, size_t len, size_t max_envelope
   return VM_STATUS_OK;
 }
 
+/* Reads a varint at *p (< end); 0 on success. */
+static int rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+    uint8_t b = *(*p)++;
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *out = v;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+int vmp_request_peek_op(const uint8_t *body, size_t len) {
+  const uint8_t *env, *payload;
+  size_t env_len, payload_len;
+  vm_status_t st = vmp_frame_split(body, len, 0, &env, &env_len, &payload, &payload_len);
+  if (st) {
+    vm_status_free(st);
+    return 0;
+  }
+  const uint8_t *p = env, *end = env + env_len;
+  int op = 0;
+  while (p < end) {
+    uint64_t key, v;
+    if (rd_varint(&p, end, &key)) return 0;
+    uint64_t field = key >> 3;
+    switch (key & 7) {
+      case 0:
+        if (rd_varint(&p, end, &v)) return 0;
+        break;
+      case 1:
+        if (end - p < 8) return 0;
+        p += 8;
+        break;
+      case 2:
+        if (rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
+        p += v;
+        if (field >= VMRPC__REQUEST__OP_HELLO && field <= 0xffff) op = (int)field;
+        break;
+      case 5:
+        if (end - p < 4) return 0;
+        p += 4;
+        break;
+      default: return 0; /* groups: never in our envelopes */
+    }
+  }
+  return op;
+}
+
 size_t vmp_frame_size(const ProtobufCMessage *msg) {
   return VMP_FRAME_HEADER + protobuf_c_message_get_packed_size(msg);
 }

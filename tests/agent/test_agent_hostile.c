@@ -8,9 +8,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "agent_proc.h"
@@ -371,7 +375,8 @@ static void test_tensor_mismatches(void **state) {
   int64_t vast[1] = {INT64_C(1) << 59};
   CODE_IS(ha_tensor_begin(&c, vm, "float32", vast, 1, UINT64_C(1) << 61, &(uint64_t){0}, &r),
           VM_RESOURCE_EXHAUSTED, &r);
-  expect_msg(&r, "cpu device out of memory: 2305843009213693952 bytes requested, more than the host");
+  expect_msg(&r,
+             "cpu device out of memory: 2305843009213693952 bytes requested, more than the host");
   /* Unknown function and parameter, index out of range. */
   CODE_IS_FREE(ha_set_input_tensor(&c, vm, "nope", 0, NULL, "float32", s1, 1, 16, xf, 16, &r),
                VM_NOT_FOUND, &r);
@@ -577,6 +582,101 @@ static void test_time_evaluate_limits(void **state) {
   hw_close(&c);
 }
 
+/* ------------------------------------------------------------ SP wire */
+
+/* A plain TCP connection to the agent (tcp://127.0.0.1:PORT). */
+static int raw_connect(const char *url) {
+  const char *colon = strrchr(url, ':');
+  assert_non_null(colon);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)atoi(colon + 1));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  return fd;
+}
+
+static void raw_write(int fd, const void *buf, size_t n) {
+  assert_int_equal(write(fd, buf, n), (ssize_t)n);
+}
+
+/* Reads n bytes; returns how many came before the end of the stream. */
+static size_t raw_read(int fd, void *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = read(fd, (uint8_t *)buf + got, n - got);
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  return got;
+}
+
+/* Sends a Ping (Request.id 77) after the id words, reads the reply and
+ * checks that it starts with the same words and answers the Ping. */
+static void raw_ping(int fd, const uint8_t *words, size_t nwords) {
+  Vmrpc__Request rq = VMRPC__REQUEST__INIT;
+  Vmrpc__PingRequest ping = VMRPC__PING_REQUEST__INIT;
+  rq.id = 77;
+  rq.op_case = VMRPC__REQUEST__OP_PING;
+  rq.ping = &ping;
+  size_t body = vmp_frame_size(&rq.base), len = 4 * nwords + body;
+  uint8_t msg[256];
+  assert_true(8 + len <= sizeof(msg));
+  for (int i = 0; i < 8; i++) msg[i] = (uint8_t)((uint64_t)len >> (56 - 8 * i));
+  memcpy(msg + 8, words, 4 * nwords);
+  vmp_frame_write(&rq.base, msg + 8 + 4 * nwords);
+  raw_write(fd, msg, 8 + len);
+  uint8_t pre[8], reply[256];
+  assert_int_equal(raw_read(fd, pre, 8), 8);
+  uint64_t rlen = 0;
+  for (int i = 0; i < 8; i++) rlen = rlen << 8 | pre[i];
+  assert_true(rlen > 4 * nwords && rlen <= sizeof(reply));
+  assert_int_equal(raw_read(fd, reply, (size_t)rlen), (size_t)rlen);
+  assert_memory_equal(reply, words, 4 * nwords);
+  const uint8_t *env, *pl;
+  size_t env_len, pl_len;
+  Vmrpc__Response *rs = NULL;
+  vm_status_t st = vmp_frame_split(reply + 4 * nwords, (size_t)rlen - 4 * nwords, 0, &env, &env_len,
+                                   &pl, &pl_len);
+  if (!st) st = vmp_response_unpack(env, env_len, &rs);
+  assert_null(st);
+  assert_int_equal(rs->id, 77);
+  assert_int_equal(rs->op_case, VMRPC__RESPONSE__OP_PING);
+  assert_true(!rs->status || rs->status->code == 0);
+  vmrpc__response__free_unpacked(rs, NULL);
+}
+
+/* The wire format of docs/protocol.md R1, spoken byte by byte: the 8-byte
+ * handshake (req0 in, rep0 out), u64 big-endian lengths, the request id
+ * words echoed (one, or a relayed request's two); a peer announcing any
+ * protocol but req0 is disconnected. */
+static void test_sp_wire_by_hand(void **state) {
+  (void)state;
+  int fd = raw_connect(g_agent.url);
+  const uint8_t req0[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
+  const uint8_t rep0[8] = {0, 'S', 'P', 0, 0x00, 0x31, 0, 0};
+  raw_write(fd, req0, sizeof(req0));
+  uint8_t hs[8];
+  assert_int_equal(raw_read(fd, hs, 8), 8);
+  assert_memory_equal(hs, rep0, 8);
+  const uint8_t one[4] = {0x80, 0, 0, 5};
+  raw_ping(fd, one, 1);
+  const uint8_t two[8] = {0, 0, 0, 1, 0x80, 0x12, 0x34, 0x56};
+  raw_ping(fd, two, 2);
+  close(fd);
+
+  fd = raw_connect(g_agent.url);
+  raw_write(fd, rep0, sizeof(rep0)); /* a rep0 peer: not ours to serve */
+  assert_int_equal(raw_read(fd, hs, 8), 8);
+  uint8_t more;
+  assert_int_equal(raw_read(fd, &more, 1), 0); /* the agent closed it */
+  close(fd);
+  assert_int_equal(ha_ping_fresh(g_agent.url), 0);
+}
+
 /* ------------------------------------------------------------ agent flags */
 
 static void test_token(void **state) {
@@ -674,6 +774,70 @@ static void test_device_queue_keeps_a_worker_free(void **state) {
   assert_int_equal(agent_proc_stop(&p), 0);
 }
 
+typedef struct recv_job {
+  hw_conn_t *c;
+  int ctx;
+  int rv;
+  hw_reply_t r;
+  int done; /* atomic */
+} recv_job_t;
+
+static void *recv_main(void *arg) {
+  recv_job_t *j = arg;
+  j->rv = hw_recv(j->c, j->ctx, &j->r, 60000);
+  __atomic_store_n(&j->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/* Ping, Stats and Cancel are served by the connection's reader, never
+ * queued behind the workers. With --workers 1, three endless invokes (one
+ * running on the only worker, two queued for it) and then Pings and Stats
+ * on the same connection (so the agent reads them after the invokes): all
+ * are answered while no invoke has, and Cancel ends the invokes one by one
+ * in the order the worker takes them. An agent that serves every request
+ * on a worker answers none of them. The client is a plain nng req0 socket,
+ * as an old client is. */
+static void test_cheap_requests_skip_busy_workers(void **state) {
+  (void)state;
+  const char *args[] = {"--workers", "1", "--device", "cpu", NULL};
+  agent_proc_t p;
+  assert_int_equal(agent_proc_start(&p, args), 0);
+  hw_conn_t c;
+  hw_reply_t r;
+  ha_open_session(&c, p.url);
+  enum { N = 3 };
+  uint64_t vm[N];
+  for (int i = 0; i < N; i++) vm[i] = setup_vm(&c);
+  for (int i = 0; i < N; i++) ha_send_invoke(&c, 1 + i, vm[i], "spin", NULL);
+  for (int i = 0; i < 3; i++) {
+    CODE_IS_FREE(ha_ping(&c, &r), 0, &r);
+    CODE_IS_FREE(ha_stats(&c, &r), 0, &r);
+  }
+  recv_job_t j[N];
+  pthread_t th[N];
+  for (int i = 0; i < N; i++) {
+    memset(&j[i], 0, sizeof(j[i]));
+    j[i].c = &c;
+    j[i].ctx = 1 + i;
+    assert_int_equal(pthread_create(&th[i], NULL, recv_main, &j[i]), 0);
+  }
+  for (int i = 0; i < N; i++) {
+    /* A Cancel that lands before the worker took invoke i changes
+     * nothing: repeat until it ends. The others spin on meanwhile. */
+    for (int k = 0; k < 1200 && !__atomic_load_n(&j[i].done, __ATOMIC_SEQ_CST); k++) {
+      CODE_IS_FREE(ha_cancel(&c, 10, vm[i], &r), 0, &r);
+      usleep(25 * 1000);
+    }
+    pthread_join(th[i], NULL);
+    assert_int_equal(j[i].rv, 0);
+    CODE_IS_FREE(hw_code(&j[i].r), VM_CANCELLED, &j[i].r);
+    for (int k = i + 1; k < N; k++) assert_false(__atomic_load_n(&j[k].done, __ATOMIC_SEQ_CST));
+  }
+  CODE_IS_FREE(ha_ping(&c, &r), 0, &r);
+  hw_close(&c);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
 static void test_session_mem_limit(void **state) {
   (void)state;
   const char *args[] = {"--session-mem-limit", "64K", "--device", "cpu",
@@ -713,9 +877,11 @@ int main(void) {
       cmocka_unit_test(test_upload_rules),
       cmocka_unit_test(test_create_vm_rules),
       cmocka_unit_test(test_time_evaluate_limits),
+      cmocka_unit_test(test_sp_wire_by_hand),
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_max_sessions),
       cmocka_unit_test(test_device_queue_keeps_a_worker_free),
+      cmocka_unit_test(test_cheap_requests_skip_busy_workers),
       cmocka_unit_test(test_session_mem_limit),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -626,7 +626,14 @@ static void test_disconnect_tears_down(void **state) {
   (void)state;
   hw_conn_t obs;
   open_session(&obs);
+  /* Earlier tests closed their connections; each is torn down once the
+   * agent has read its end, which may be a moment later: wait for it. */
   uint32_t before = agent_sessions(&obs);
+  for (int i = 0; i < 100 && before != 1; i++) {
+    sleep_ms(50);
+    before = agent_sessions(&obs);
+  }
+  assert_int_equal(before, 1);
   hw_conn_t c;
   uint64_t vm = session_vm(&c, "cpu", NULL);
   hw_reply_t r;

@@ -559,6 +559,18 @@ static void compile_run(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_
   vm_executable_free(exec);
 }
 
+/* Output (o, i, j) of the valid, stride-1 convolution of x [C, H, W] with
+ * w [O, C, K, K] (no bias), in double on the host. */
+static double host_conv_at(const float *x, const float *w, int C, int H, int W, int K, int o, int i,
+                           int j) {
+  double acc = 0;
+  for (int ci = 0; ci < C; ci++)
+    for (int ki = 0; ki < K; ki++)
+      for (int kj = 0; kj < K; kj++)
+        acc += (double)x[(ci * H + i + ki) * W + j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+  return acc;
+}
+
 /* A Conv followed by an inference BatchNormalization: the BN is folded
  * into the convolution (no node of its own) and the result matches the
  * two computed in turn on the host. */
@@ -602,12 +614,7 @@ static void test_conv_bn_folded(void **state) {
   for (int o = 0; o < O; o++)
     for (int i = 0; i < OH; i++)
       for (int j = 0; j < OW; j++) {
-        double acc = b[o];
-        for (int ci = 0; ci < C; ci++)
-          for (int ki = 0; ki < K; ki++)
-            for (int kj = 0; kj < K; kj++)
-              acc +=
-                  (double)x[(ci * H + i + ki) * W + j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+        double acc = b[o] + host_conv_at(x, w, C, H, W, K, o, i, j);
         double want = (acc - mn[o]) / sqrt((double)vr[o] + 1e-5) * sc[o] + bb[o];
         double d = fabs(want - got[(o * OH + i) * OW + j]);
         if (d > max_err) max_err = d;
@@ -659,12 +666,7 @@ static void conv_affine_case(env_t *e, int variant) {
   for (int o = 0; o < O; o++)
     for (int i = 0; i < OH; i++)
       for (int j = 0; j < OW; j++) {
-        double acc = 0;
-        for (int ci = 0; ci < C; ci++)
-          for (int ki = 0; ki < K; ki++)
-            for (int kj = 0; kj < K; kj++)
-              acc +=
-                  (double)x[(ci * H + i + ki) * W + j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+        double acc = host_conv_at(x, w, C, H, W, K, o, i, j);
         double c = acc + b[o];
         double want = variant == 3   ? c * acc + as[o]
                       : variant == 2 ? c * ms[i] + as[o]
@@ -732,6 +734,85 @@ static void hard_act_case(env_t *e, int variant) {
 
 static void test_hard_act_rewritten(void **state) {
   for (int v = 0; v < 5; v++) hard_act_case(*state, v);
+}
+
+/* Conv (3 output channels, bias) then an activation folded into its
+ * epilogue (cl.conv2d's 16-argument form), in five variants: 0 hard_swish
+ * spelled out (Add 3, Clip, Mul by the Conv's output, Div 6) then Mul and
+ * Add by scalars; 1 Relu; 2 HardSwish then Mul by a scalar; 3 hard_swish
+ * spelled out then Mul by a per-channel [3, 1, 1] (not a scalar: stays a
+ * cl.binary.mul); 4 Relu whose input also feeds the final Add (another
+ * consumer: nothing folded). Every result matches the host. */
+static void conv_epilogue_case(env_t *e, int variant) {
+  enum { C = 2, H = 5, W = 6, O = 3, K = 3, OH = H - K + 1, OW = W - K + 1 };
+  static float x[C * H * W], w[O * C * K * K], b[O], mc[O];
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)((i * 37) % 11) / 2.0f - 2.5f;
+  for (int i = 0; i < O * C * K * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int o = 0; o < O; o++) {
+    b[o] = 0.5f * (float)o - 0.5f;
+    mc[o] = 1.5f - 0.75f * (float)o;
+  }
+  float k3 = 3.0f, k0 = 0.0f, k6 = 6.0f, sm = 0.75f, sa = -0.25f;
+  mb_t m;
+  mb_init(&m, 14);
+  int64_t xd[4] = {1, C, H, W}, wd[4] = {O, C, K, K}, od[1] = {O}, yd[4] = {1, O, OH, OW};
+  int64_t md3[3] = {O, 1, 1};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, yd);
+  mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 1, od, b, sizeof(b));
+  mb_init_raw(&m, "k3", 1, 0, NULL, &k3, 4);
+  mb_init_raw(&m, "k0", 1, 0, NULL, &k0, 4);
+  mb_init_raw(&m, "k6", 1, 0, NULL, &k6, 4);
+  mb_init_raw(&m, "sm", 1, 0, NULL, &sm, 4);
+  mb_init_raw(&m, "sa", 1, 0, NULL, &sa, 4);
+  mb_init_raw(&m, "mc", 1, 3, md3, mc, sizeof(mc));
+  Onnx__NodeProto *conv = mb_node(&m, "Conv", "conv", "x", "w", "c");
+  mb_node_input(conv, "b");
+  if (variant == 0 || variant == 3) {
+    mb_node(&m, "Add", "add3", "c", "k3", "a");
+    Onnx__NodeProto *clip = mb_node(&m, "Clip", "clip", "a", "k0", "cl");
+    mb_node_input(clip, "k6");
+    mb_node(&m, "Mul", "mulx", "cl", "c", "p");
+    mb_node(&m, "Div", "div", "p", "k6", "h");
+    if (variant == 0) {
+      mb_node(&m, "Mul", "mul", "h", "sm", "t");
+      mb_node(&m, "Add", "add", "sa", "t", "y");
+    } else {
+      mb_node(&m, "Mul", "mul", "h", "mc", "y");
+    }
+  } else if (variant == 2) {
+    mb_node(&m, "HardSwish", "hs", "c", NULL, "h");
+    mb_node(&m, "Mul", "mul", "sm", "h", "y");
+  } else {
+    mb_node(&m, "Relu", "relu", "c", NULL, variant == 4 ? "r" : "y");
+    if (variant == 4) mb_node(&m, "Add", "add", "r", "c", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(x)};
+  float got[O * OH * OW];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  static const int folded[5] = {6, 1, 2, 4, 0};
+  assert_int_equal(rep.num_folded, folded[variant]);
+  double max_err = 0;
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < OH; i++)
+      for (int j = 0; j < OW; j++) {
+        double acc = b[o] + host_conv_at(x, w, C, H, W, K, o, i, j);
+        double hs = acc * fmin(fmax(acc + 3, 0), 6) / 6, relu = acc > 0 ? acc : 0;
+        double want = variant == 0   ? hs * sm + sa
+                      : variant == 1 ? relu
+                      : variant == 2 ? hs * sm
+                      : variant == 3 ? hs * mc[o]
+                                     : relu + acc;
+        double d = fabs(want - got[(o * OH + i) * OW + j]);
+        if (d > max_err) max_err = d;
+      }
+  if (max_err > 1e-5) fail_msg("conv epilogue (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_conv_epilogue_folded(void **state) {
+  for (int v = 0; v < 5; v++) conv_epilogue_case(*state, v);
 }
 
 /* A chain of float elementwise nodes (Add of a bias, Relu, Mul by a
@@ -841,9 +922,13 @@ static void test_gelu(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_node_cases),         cmocka_unit_test(test_conv_bn_folded),
-      cmocka_unit_test(test_conv_affine_folded), cmocka_unit_test(test_hard_act_rewritten),
-      cmocka_unit_test(test_elementwise_fusion), cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_node_cases),
+      cmocka_unit_test(test_conv_bn_folded),
+      cmocka_unit_test(test_conv_affine_folded),
+      cmocka_unit_test(test_hard_act_rewritten),
+      cmocka_unit_test(test_conv_epilogue_folded),
+      cmocka_unit_test(test_elementwise_fusion),
+      cmocka_unit_test(test_gelu),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -121,7 +121,15 @@ typedef struct conv_case {
   int bias;
 } conv_case_t;
 
-static void check_conv(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
+/* The epilogue of cl.conv2d's 16-argument form: act (-1: the 11-argument
+ * form, none; 0 none, 1 relu, 2 hard_swish), then * am + aa. */
+typedef struct conv_epi {
+  int act;
+  double am, aa;
+} conv_epi_t;
+
+static void check_conv_epi(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c,
+                           const conv_epi_t *ep) {
   int64_t OH = (c->H + 2 * c->ph - c->dh * (c->KH - 1) - 1) / c->sh + 1;
   int64_t OW = (c->W + 2 * c->pw - c->dw * (c->KW - 1) - 1) / c->sw + 1;
   int64_t xd[4] = {c->N, c->C, c->H, c->W}, wd[4] = {c->O, c->C / c->groups, c->KH, c->KW};
@@ -139,7 +147,13 @@ static void check_conv(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
   }
   ref_conv2d(x, w, c->bias ? bias : NULL, want, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, c->sh,
              c->sw, c->ph, c->pw, c->dh, c->dw, c->groups, OH, OW);
-  vm_value_t args[11] = {tops_tensor_f(e, dt, 4, xd, x),
+  for (size_t i = 0; ep->act >= 0 && i < ny; i++) {
+    double v = want[i];
+    if (ep->act == 1) v = v > 0 ? v : 0;
+    if (ep->act == 2) v = v * fmin(fmax(v / 6 + 0.5, 0), 1);
+    want[i] = (float)(v * ep->am + ep->aa);
+  }
+  vm_value_t args[16] = {tops_tensor_f(e, dt, 4, xd, x),
                          tops_tensor_f(e, dt, 4, wd, w),
                          c->bias ? tops_tensor_f(e, dt, 1, &c->O, bias) : vm_value_none(),
                          vm_value_int(c->sh),
@@ -150,8 +164,24 @@ static void check_conv(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
                          vm_value_int(c->dw),
                          vm_value_int(c->groups),
                          tops_tensor(e, dt, 4, yd, NULL)};
-  ASSERT_OK(tops_call(e, "cl.conv2d", args, 11));
-  tops_read_f(e, &args[10], got);
+  uint32_t nargs = 11, iy = 10;
+  if (ep->act >= 0) {
+    /* the 16-argument form: begin and end pads, then the epilogue */
+    vm_value_t y = args[10];
+    args[11] = vm_value_int(c->groups);
+    for (int i = 0; i < 2; i++) {
+      args[7 + i] = args[5 + i];
+      args[9 + i] = vm_value_int(i ? c->dw : c->dh);
+    }
+    args[12] = vm_value_int(ep->act);
+    args[13] = vm_value_float(ep->am);
+    args[14] = vm_value_float(ep->aa);
+    args[15] = y;
+    nargs = 16;
+    iy = 15;
+  }
+  ASSERT_OK(tops_call(e, "cl.conv2d", args, nargs));
+  tops_read_f(e, &args[iy], got);
   char what[160];
   snprintf(what, sizeof(what),
            "conv2d %s x[%lld,%lld,%lld,%lld] w[%lld,%lld,%lld,%lld] s%lld,%lld p%lld,%lld "
@@ -160,15 +190,22 @@ static void check_conv(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
            (long long)c->O, (long long)wd[1], (long long)c->KH, (long long)c->KW, (long long)c->sh,
            (long long)c->sw, (long long)c->ph, (long long)c->pw, (long long)c->dh, (long long)c->dw,
            (long long)c->groups);
-  double sk = sqrt((double)(wd[1] * c->KH * c->KW) + 1);
+  double sk = sqrt((double)(wd[1] * c->KH * c->KW) + 1) * (ep->act >= 0 ? fabs(ep->am) + 1 : 1);
   tops_assert_close(got, want, ny, (f16 ? 2e-3 : 1e-4) * sk, f16 ? 2e-3 : 1e-4, what);
-  tops_check_guard(e, &args[10]);
-  release_all(args, 11);
+  tops_check_guard(e, &args[iy]);
+  vm_value_t rel[3] = {args[0], args[1], args[2]};
+  release_all(rel, 3);
+  release_all(&args[iy], 1);
   free(x);
   free(w);
   free(bias);
   free(want);
   free(got);
+}
+
+static void check_conv(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c) {
+  static const conv_epi_t plain = {-1, 1, 0};
+  check_conv_epi(e, dt, c, &plain);
 }
 
 static void test_conv2d(void **state) {
@@ -221,6 +258,26 @@ static void test_conv2d_depthwise(void **state) {
   check_conv(e, VM_F16, &cases[4]);
 }
 
+/* The 16-argument form's epilogue (act, act_mul, act_add) on each of the
+ * three kernels: general, conv2d_1x1 and conv2d_og1. */
+static void test_conv2d_epilogue(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H   W  O  KH KW sh sw ph pw dh dw g  bias */
+      {2, 3, 9, 11, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* conv2d */
+      {1, 20, 4, 12, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* conv2d_1x1 */
+      {1, 12, 24, 80, 12, 3, 3, 1, 1, 1, 1, 1, 1, 12, 0}, /* conv2d_og1 */
+  };
+  static const conv_epi_t epis[] = {
+      {0, 1, 0}, {1, 1, 0}, {2, 1, 0}, {2, 0.5, -0.25}, {1, -2, 3}, {0, 1.5, 0.125},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (size_t j = 0; j < sizeof(epis) / sizeof(epis[0]); j++) {
+      check_conv_epi(e, VM_F32, &cases[i], &epis[j]);
+      check_conv_epi(e, VM_F16, &cases[i], &epis[j]);
+    }
+}
+
 static void test_conv2d_errors(void **state) {
   tops_env_t *e = *state;
   vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 4, 5, 5));
@@ -270,6 +327,39 @@ static void test_conv2d_errors(void **state) {
   args[7] = vm_value_int(3);
   ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 11), VM_INVALID_ARGUMENT,
                 "the dilated kernel (7x3) is larger than the padded input (5x5)");
+  /* the 16-argument form: a bad activation code or scale */
+  vm_value_t a16[16] = {x,
+                        w,
+                        vm_value_none(),
+                        vm_value_int(1),
+                        vm_value_int(1),
+                        vm_value_int(1),
+                        vm_value_int(1),
+                        vm_value_int(1),
+                        vm_value_int(1),
+                        vm_value_int(1),
+                        vm_value_int(1),
+                        vm_value_int(2),
+                        vm_value_int(2),
+                        vm_value_float(1),
+                        vm_value_float(0),
+                        y};
+  ASSERT_OK(tops_call(e, "cl.conv2d", a16, 16));
+  a16[12] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a16, 16), VM_INVALID_ARGUMENT,
+                "cl.conv2d: act (argument 12) is 3; expected 0 (none), 1 (relu) or 2 "
+                "(hard_swish)");
+  a16[12] = vm_value_int(-1);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a16, 16), VM_INVALID_ARGUMENT,
+                "cl.conv2d: act (argument 12) is -1; expected 0 (none), 1 (relu) or 2 "
+                "(hard_swish)");
+  a16[12] = vm_value_float(1);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a16, 16), VM_INVALID_ARGUMENT,
+                "cl.conv2d: act (argument 12) must be an int, got float");
+  a16[12] = vm_value_int(1);
+  a16[14] = vm_value_none();
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a16, 16), VM_INVALID_ARGUMENT,
+                "cl.conv2d: act_add (argument 14) must be a float, got none");
   vm_value_t all[] = {x, w, y, bias, x3};
   release_all(all, sizeof(all) / sizeof(all[0]));
 }
@@ -474,7 +564,8 @@ int main(void) {
       cmocka_unit_test(test_gemm_tiled),       cmocka_unit_test(test_gemm_f16),
       cmocka_unit_test(test_gemm_errors),      cmocka_unit_test(test_conv2d),
       cmocka_unit_test(test_conv2d_depthwise), cmocka_unit_test(test_conv2d_errors),
-      cmocka_unit_test(test_pool2d),           cmocka_unit_test(test_machine_model),
+      cmocka_unit_test(test_conv2d_epilogue),  cmocka_unit_test(test_pool2d),
+      cmocka_unit_test(test_machine_model),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }

@@ -48,6 +48,13 @@ size_t vmp_frame_write(const ProtobufCMessage *msg, uint8_t *dst);
 vm_status_t vmp_request_unpack(const uint8_t *env, size_t len, Vmrpc__Request **out);
 vm_status_t vmp_response_unpack(const uint8_t *env, size_t len, Vmrpc__Response **out);
 
+/* The operation of a request body (frame + envelope) without decoding
+ * it: the number of the last field of the `op` oneof in the envelope
+ * (what protobuf-c would decode), 0 when there is none or the envelope is
+ * malformed. For choosing where a request is served, never for serving
+ * it. */
+int vmp_request_peek_op(const uint8_t *body, size_t len);
+
 /* Converts a response status into a vm_status_t (NULL for OK / absent).
  * Codes outside the gRPC set become UNKNOWN. */
 vm_status_t vmp_status_from_wire(const Vmrpc__Status *st);
