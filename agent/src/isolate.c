@@ -831,16 +831,19 @@ static vm_status_t vma_iso_worker_of(vmagent_t *a, vma_session_t *s, vma_iso_wor
 }
 
 /* When the worker is killed unless it has answered rq. Invocations and
- * measurements with a deadline: deadline + kernel bound + grace; Cancel
- * and Stats, which run no VM code: kernel bound + grace; the rest run as
- * long as they need (Cancel, Goodbye or a closed connection end them). */
+ * measurements with a deadline: deadline + kernel bound + grace; Cancel,
+ * Stats and FreeExecutable, which run no VM code (and which the transport
+ * serves on a connection's reader, VMP_OP_CHEAP): kernel bound + grace;
+ * the rest run as long as they need (Cancel, Goodbye or a closed
+ * connection end them). */
 static uint64_t vma_iso_bound(const vmagent_t *a, const Vmrpc__Request *rq) {
   uint32_t deadline_ms = 0;
   switch (rq->op_case) {
     case VMRPC__REQUEST__OP_INVOKE: deadline_ms = rq->invoke->deadline_ms; break;
     case VMRPC__REQUEST__OP_RUN: deadline_ms = rq->run->deadline_ms; break;
     case VMRPC__REQUEST__OP_CANCEL:
-    case VMRPC__REQUEST__OP_STATS: deadline_ms = 1; break;
+    case VMRPC__REQUEST__OP_STATS:
+    case VMRPC__REQUEST__OP_FREE_EXECUTABLE: deadline_ms = 1; break;
     default: return 0;
   }
   if (!deadline_ms) return 0;
