@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cl_ops_internal.h"
+#include "vm/checked.h"
 
 vm_status_t vmcl_op_transpose(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                               vm_value_t *out, void *user) {
@@ -91,7 +92,7 @@ vm_status_t vmcl_op_concat(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, x, i, what, want, y->ndim));
     /* empty inputs may each be huge along the axis: a sum that passes y's
      * extent is already wrong */
-    if (__builtin_add_overflow(total, x->shape[ax], &total) || total > y->shape[ax]) {
+    if (vm_ckd_add_i64(total, x->shape[ax], &total) != 0 || total > y->shape[ax]) {
       return vmcl_op_error(&op,
                            "y (argument %u) has %lld elements along axis %d, fewer than the "
                            "inputs up to x%u",
@@ -189,7 +190,7 @@ vm_status_t vmcl_op_slice(vm_machine_t *m, const vm_value_t *args, uint32_t narg
     it.shape[i] = len;
     /* a step that overflows the stride takes at most one element (s > 1
      * and |s| * xs[i] past INT64_MAX means it leaves x at once) */
-    if (__builtin_mul_overflow(xs[i], s, &it.stride[0][i])) it.stride[0][i] = 0;
+    if (vm_ckd_mul_i64(xs[i], s, &it.stride[0][i]) != 0) it.stride[0][i] = 0;
     if (len > 0) src_off += b * xs[i];
   }
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 4, "y", yshape, x->ndim));

@@ -14,6 +14,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "vm/checked.h"
 #include "vm/device.h"
 #include "vm/log.h"
 
@@ -40,7 +41,7 @@ static int reserve(cpu_impl_t *c, uint64_t nbytes, uint64_t *out_seen) {
   for (;;) {
     *out_seen = cur;
     uint64_t next;
-    if (__builtin_add_overflow(cur, nbytes, &next)) return -1;
+    if (vm_ckd_add_u64(cur, nbytes, &next) != 0) return -1;
     if (c->cap && next > c->cap) return -1;
     if (atomic_compare_exchange_weak(c->total, &cur, next)) break;
   }

@@ -1,5 +1,7 @@
 #include "vm/dtype.h"
 
+#include "vm/checked.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -99,27 +101,22 @@ int vm_dtype_parse(const char *s, size_t len, vm_dtype_t *out_dt) {
 }
 
 int vm_shape_numel(const int64_t *dims, uint32_t ndim, int64_t *out_numel) {
-  int64_t n = 1, extent = 1; /* extent: the product of the nonzero dims */
-  for (uint32_t i = 0; i < ndim; i++) {
-    if (dims[i] < 0) return -1;
-    if (dims[i] == 0) n = 0;
-    if (dims[i] > 0 && __builtin_mul_overflow(extent, dims[i], &extent)) return -1;
-  }
-  *out_numel = n ? extent : 0;
+  int64_t extent, n; /* extent: the product of the nonzero dims */
+  if (vm_ckd_extent_i64(dims, ndim, &extent) != 0) return -1;
+  if (vm_ckd_prod_i64(dims, ndim, &n) != 0) return -1; /* fits: |n| <= extent */
+  *out_numel = n;
   return 0;
 }
 
 int vm_tensor_nbytes(vm_dtype_t dt, const int64_t *dims, uint32_t ndim, uint64_t *out_nbytes) {
-  int64_t n;
+  int64_t n, extent;
   if (vm_shape_numel(dims, ndim, &n) != 0) return -1;
   /* byte strides of an empty tensor must fit as well */
-  int64_t extent = 1;
-  for (uint32_t i = 0; i < ndim; i++) {
-    if (dims[i] > 0) extent *= dims[i]; /* fits: checked above */
-  }
-  if (__builtin_mul_overflow(extent, (int64_t)vm_dtype_bytes(dt), &extent)) return -1;
+  if (vm_ckd_extent_i64(dims, ndim, &extent) != 0 ||
+      vm_ckd_mul_i64(extent, (int64_t)vm_dtype_bytes(dt), &extent) != 0)
+    return -1;
   uint64_t b;
-  if (__builtin_mul_overflow((uint64_t)n, (uint64_t)vm_dtype_bytes(dt), &b)) return -1;
+  if (vm_ckd_mul_u64((uint64_t)n, (uint64_t)vm_dtype_bytes(dt), &b) != 0) return -1;
   if (b > (uint64_t)INT64_MAX) return -1;
   *out_nbytes = b;
   return 0;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "exec_internal.h"
+#include "vm/checked.h"
 #include "vm/executable.h"
 
 const char *vm_opcode_name(int64_t op) {
@@ -161,12 +162,11 @@ int64_t vm_executable_find_function(const vm_executable_t *exec, const char *nam
 int vmi_grow(void **ptr, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
   size_t nc = *cap ? *cap : 8;
-  while (nc < need) {
-    if (nc > SIZE_MAX / 2) return -1;
-    nc *= 2;
-  }
-  if (nc > SIZE_MAX / elem) return -1;
-  void *p = realloc(*ptr, nc * elem);
+  while (nc < need)
+    if (vm_ckd_mul_size(nc, 2, &nc) != 0) return -1;
+  size_t bytes;
+  if (vm_ckd_mul_size(nc, elem, &bytes) != 0) return -1;
+  void *p = realloc(*ptr, bytes);
   if (!p) return -1;
   memset((char *)p + *cap * elem, 0, (nc - *cap) * elem);
   *ptr = p;

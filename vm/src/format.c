@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "exec_internal.h"
+#include "vm/checked.h"
 #include "vm/executable.h"
 
 /* "VMRPCVMX" as the first eight bytes of the file. */
@@ -587,9 +588,13 @@ static vm_status_t load_code(rd_t *r, vm_executable_t *e, const vm_limits_t *lim
   if (nw > lim->max_words)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "%llu words exceed the limit of %llu",
                           (unsigned long long)nw, (unsigned long long)lim->max_words);
-  if (ni > SIZE_MAX / 8 || nw > SIZE_MAX / 8) return no_memory("the code");
-  e->instr_offset = malloc(ni ? (size_t)ni * 8 : 1);
-  e->instr_data = malloc(nw ? (size_t)nw * 8 : 1);
+  size_t ni_bytes, nw_bytes;
+  if ((uint64_t)(size_t)ni != ni || (uint64_t)(size_t)nw != nw ||
+      vm_ckd_mul_size((size_t)ni, 8, &ni_bytes) != 0 ||
+      vm_ckd_mul_size((size_t)nw, 8, &nw_bytes) != 0)
+    return no_memory("the code");
+  e->instr_offset = malloc(ni ? ni_bytes : 1);
+  e->instr_data = malloc(nw ? nw_bytes : 1);
   if (!e->instr_offset || !e->instr_data) return no_memory("the code");
   e->num_instrs = ni;
   e->num_words = nw;

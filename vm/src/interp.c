@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "exec_internal.h"
+#include "vm/checked.h"
 #include "machine_internal.h"
 
 /* Arguments of one Call up to this count live in a stack array of the loop;
@@ -47,16 +48,17 @@ static uint64_t chunk_bytes(size_t cap) {
 /* A chunk of cap values, charged to the machine's host budget; NULL with
  * m->regs_error set when it does not fit. */
 static vmi_regchunk_t *chunk_new(vm_machine_t *m, size_t cap) {
-  if (cap > (SIZE_MAX - sizeof(vmi_regchunk_t)) / sizeof(vm_value_t)) return NULL;
-  vm_status_t st = vm_budget_charge(m->budget, chunk_bytes(cap), "the register stack");
+  size_t bytes;
+  if (vm_ckd_flex_size(sizeof(vmi_regchunk_t), sizeof(vm_value_t), cap, &bytes) != 0) return NULL;
+  vm_status_t st = vm_budget_charge(m->budget, bytes, "the register stack");
   if (st) {
     vm_status_free(m->regs_error);
     m->regs_error = st;
     return NULL;
   }
-  vmi_regchunk_t *c = malloc(sizeof(*c) + cap * sizeof(vm_value_t));
+  vmi_regchunk_t *c = malloc(bytes);
   if (!c) {
-    vm_budget_release(m->budget, chunk_bytes(cap));
+    vm_budget_release(m->budget, bytes);
     return NULL;
   }
   c->prev = c->next = NULL;
@@ -507,16 +509,19 @@ vm_status_t vmi_compile(vm_machine_t *m) {
         if (vm_arg_kind(in.args[i]) == VM_ARG_IMM) total_imms++;
     }
   }
-  if (e->num_instrs > SIZE_MAX / sizeof(vmi_crec_t))
+  size_t rec_bytes, arg_bytes, imm_bytes, bytes;
+  if (vm_ckd_mul_size((size_t)e->num_instrs, sizeof(vmi_crec_t), &rec_bytes) != 0 ||
+      (uint64_t)(size_t)e->num_instrs != e->num_instrs ||
+      vm_ckd_mul_size(total_args ? total_args : 1, sizeof(vmi_carg_t), &arg_bytes) != 0 ||
+      vm_ckd_mul_size(total_imms ? total_imms : 1, sizeof(vm_value_t), &imm_bytes) != 0 ||
+      vm_ckd_add_size(rec_bytes, arg_bytes, &bytes) != 0 ||
+      vm_ckd_add_size(bytes, imm_bytes, &bytes) != 0)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "too many instructions to compile");
-  uint64_t bytes = (uint64_t)e->num_instrs * sizeof(vmi_crec_t) +
-                   (uint64_t)(total_args ? total_args : 1) * sizeof(vmi_carg_t) +
-                   (uint64_t)(total_imms ? total_imms : 1) * sizeof(vm_value_t);
   VM_RETURN_IF_ERROR(vm_budget_charge(m->budget, bytes, "compiled records"));
   m->compiled_bytes = bytes;
-  m->crecs = vmi_aligned_alloc((size_t)e->num_instrs * sizeof(vmi_crec_t));
-  m->cargs = malloc((total_args ? total_args : 1) * sizeof(vmi_carg_t));
-  m->cimms = malloc((total_imms ? total_imms : 1) * sizeof(vm_value_t));
+  m->crecs = vmi_aligned_alloc(rec_bytes);
+  m->cargs = malloc(arg_bytes);
+  m->cimms = malloc(imm_bytes);
   if (!m->crecs || !m->cargs || !m->cimms)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory compiling %llu instructions",
                           (unsigned long long)e->num_instrs);

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vm/checked.h"
+
 typedef struct placed {
   uint64_t offset, end;
 } placed_t;
@@ -61,7 +63,8 @@ vm_status_t vm_plan_memory(const vm_plan_tensor_t *tensors, uint32_t n, uint64_t
       return vm_status_make(VM_INVALID_ARGUMENT,
                             "plan: tensor %u ends (step %u) before it starts (step %u)", i,
                             tensors[i].last_step, tensors[i].first_step);
-    if (tensors[i].nbytes > UINT64_MAX - align)
+    uint64_t rounded;
+    if (vm_ckd_align_u64(tensors[i].nbytes, align, &rounded) != 0)
       return vm_status_make(VM_INVALID_ARGUMENT, "plan: tensor %u is too large", i);
   }
 
@@ -102,11 +105,13 @@ vm_status_t vm_plan_memory(const vm_plan_tensor_t *tensors, uint32_t n, uint64_t
     qsort(busy, nb, sizeof(*busy), cmp_placed);
     uint64_t size = tensors[t].nbytes;
     uint64_t off = 0;
-    for (size_t j = 0; j < nb; j++) {
+    int overflow = 0;
+    for (size_t j = 0; j < nb && !overflow; j++) {
       if (busy[j].offset >= off && busy[j].offset - off >= size) break;
-      if (busy[j].end > off) off = (busy[j].end + align - 1) & ~(align - 1);
+      if (busy[j].end > off) overflow = vm_ckd_align_u64(busy[j].end, align, &off);
     }
-    if (off + size < off) {
+    uint64_t end;
+    if (overflow || vm_ckd_add_u64(off, size, &end) != 0) {
       free(order);
       free(busy);
       free(done);
@@ -116,7 +121,6 @@ vm_status_t vm_plan_memory(const vm_plan_tensor_t *tensors, uint32_t n, uint64_t
     out->storage_of[t] = storage;
     out->offset_of[t] = off;
     done[t] = 1;
-    uint64_t end = off + size;
     if (end > out->storage_bytes[storage]) out->storage_bytes[storage] = end;
   }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "vm/allocator.h"
+#include "vm/checked.h"
 #include "vm/log.h"
 
 /* Largest tensor rank accepted at run time. Operators keep per-dimension
@@ -20,14 +21,6 @@
  * limit) is above the executable loader's default max_ndim of 16, so every
  * constant a raised loader limit lets through still makes a tensor. */
 #define VMI_TENSOR_MAX_NDIM 32u
-
-/* Bytes of a struct with a flexible array of n elems; -1 on overflow. */
-static int flex_size(size_t header, size_t elem, size_t n, size_t *out_size) {
-  size_t body;
-  if (__builtin_mul_overflow(elem, n, &body)) return -1;
-  if (__builtin_add_overflow(header, body, out_size)) return -1;
-  return 0;
-}
 
 static vm_status_t host_oom(const char *what, size_t bytes) {
   return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory allocating %s (%zu bytes)", what,
@@ -205,7 +198,7 @@ static void *object_new(size_t size, vm_value_kind_t kind) {
 
 vm_status_t vm_string_new(const char *s, uint32_t len, vm_value_t *out) {
   size_t size;
-  if (flex_size(sizeof(vm_string_t), 1, (size_t)len + 1, &size) != 0)
+  if (vm_ckd_flex_size(sizeof(vm_string_t), 1, (size_t)len + 1, &size) != 0)
     return host_oom("a string", SIZE_MAX);
   vm_string_t *str = object_new(size, VM_VAL_STRING);
   if (!str) return host_oom("a string", size);
@@ -218,7 +211,7 @@ vm_status_t vm_string_new(const char *s, uint32_t len, vm_value_t *out) {
 
 vm_status_t vm_shape_new(const int64_t *dims, uint32_t ndim, vm_value_t *out) {
   size_t size;
-  if (flex_size(sizeof(vm_shape_t), sizeof(int64_t), ndim, &size) != 0)
+  if (vm_ckd_flex_size(sizeof(vm_shape_t), sizeof(int64_t), ndim, &size) != 0)
     return host_oom("a shape", SIZE_MAX);
   vm_shape_t *sh = object_new(size, VM_VAL_SHAPE);
   if (!sh) return host_oom("a shape", size);
@@ -238,7 +231,7 @@ static void copy_retained(vm_value_t *dst, const vm_value_t *src, uint32_t n) {
 
 vm_status_t vm_tuple_new(const vm_value_t *fields, uint32_t size, vm_value_t *out) {
   size_t bytes;
-  if (flex_size(sizeof(vm_tuple_t), sizeof(vm_value_t), size, &bytes) != 0)
+  if (vm_ckd_flex_size(sizeof(vm_tuple_t), sizeof(vm_value_t), size, &bytes) != 0)
     return host_oom("a tuple", SIZE_MAX);
   vm_tuple_t *t = object_new(bytes, VM_VAL_TUPLE);
   if (!t) return host_oom("a tuple", bytes);
@@ -251,7 +244,7 @@ vm_status_t vm_tuple_new(const vm_value_t *fields, uint32_t size, vm_value_t *ou
 vm_status_t vm_closure_new(uint32_t func_idx, const vm_value_t *bound, uint32_t num_bound,
                            vm_value_t *out) {
   size_t bytes;
-  if (flex_size(sizeof(vm_closure_t), sizeof(vm_value_t), num_bound, &bytes) != 0)
+  if (vm_ckd_flex_size(sizeof(vm_closure_t), sizeof(vm_value_t), num_bound, &bytes) != 0)
     return host_oom("a closure", SIZE_MAX);
   vm_closure_t *c = object_new(bytes, VM_VAL_CLOSURE);
   if (!c) return host_oom("a closure", bytes);
@@ -331,7 +324,7 @@ static vm_status_t check_tensor_type(const char *what, vm_dtype_t dtype, const i
 static vm_status_t tensor_make(vm_storage_t *storage, uint64_t offset, vm_dtype_t dtype,
                                const int64_t *shape, uint32_t ndim, vm_value_t *out) {
   size_t bytes;
-  if (flex_size(sizeof(vm_tensor_t), sizeof(int64_t), ndim, &bytes) != 0)
+  if (vm_ckd_flex_size(sizeof(vm_tensor_t), sizeof(int64_t), ndim, &bytes) != 0)
     return host_oom("a tensor", SIZE_MAX);
   vm_tensor_t *t = object_new(bytes, VM_VAL_TENSOR);
   if (!t) return host_oom("a tensor", bytes);
@@ -351,7 +344,7 @@ vm_status_t vm_tensor_new(vm_storage_t *storage, uint64_t offset, vm_dtype_t dty
   uint64_t nbytes;
   VM_RETURN_IF_ERROR(check_tensor_type("tensor view", dtype, shape, ndim, &nbytes));
   uint64_t end;
-  if (__builtin_add_overflow(offset, nbytes, &end) || end > storage->nbytes) {
+  if (vm_ckd_add_u64(offset, nbytes, &end) != 0 || end > storage->nbytes) {
     char dts[24], dims[160];
     return vm_status_make(VM_INVALID_ARGUMENT,
                           "tensor view %s %s of %" PRIu64 " bytes at offset %" PRIu64
