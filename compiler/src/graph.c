@@ -135,8 +135,16 @@ static int32_t add_tensor(vmcc_graph_t *g, tkind_t kind, vm_dtype_t dt, uint32_t
   t.ndim = ndim;
   if (ndim) memcpy(t.shape, shape, ndim * sizeof(int64_t));
   if (!vm_dtype_valid(dt) || vm_tensor_nbytes(dt, shape, ndim, &t.nbytes) != 0) {
+    char dts[24], dims[200];
+    size_t used = 0;
+    dims[0] = 0;
+    for (uint32_t i = 0; i < ndim && used < sizeof(dims); i++)
+      used += (size_t)snprintf(dims + used, sizeof(dims) - used, "%s%lld", i ? "," : "",
+                               (long long)shape[i]);
     set_err(g, vm_status_make(VM_INVALID_ARGUMENT,
-                              "graph: tensor with a bad dtype, negative dim or overflowing size"));
+                              "graph: tensor %s[%s]: a bad dtype, a negative dim or a byte size "
+                              "that overflows",
+                              vm_dtype_str(dt, dts, sizeof(dts)), dims));
     return -1;
   }
   t.root = -1;
@@ -302,6 +310,10 @@ const int64_t *vmcc_graph_shape(const vmcc_graph_t *g, int32_t tid) {
 
 int vmcc_graph_is_intermediate(const vmcc_graph_t *g, int32_t tid) {
   return valid_tid(g, tid) && g->tensors[tid].kind == T_INTER;
+}
+
+vm_status_t vmcc_graph_error(const vmcc_graph_t *g) {
+  return g ? g->err : NULL;
 }
 
 /* ---------------------------------------------------------------------------

@@ -58,18 +58,13 @@ static vm_status_t set_shape(onx_ctx_t *c, onx_value_t *v, vm_dtype_t dt, uint32
   if (ndim > VMCC_MAX_NDIM)
     return onx_node_err(c, VM_UNIMPLEMENTED, "value '%.80s' would have %u dims, at most %d",
                         v->name, ndim, VMCC_MAX_NDIM);
+  char what[100];
+  snprintf(what, sizeof(what), "value '%.80s'", v->name);
+  vm_status_t st = onx_check_shape(c, what, ndim, dims, &v->numel);
+  if (st) return st;
   v->dt = dt;
   v->ndim = ndim;
-  v->numel = 1;
-  for (uint32_t i = 0; i < ndim; i++) {
-    if (dims[i] < 0 || dims[i] > INT32_MAX)
-      return onx_node_err(c, VM_INVALID_ARGUMENT, "value '%.80s' would have dim %u = %lld", v->name,
-                          i, (long long)dims[i]);
-    v->dims[i] = dims[i];
-    v->numel *= dims[i];
-    if (v->numel > ((int64_t)1 << 40))
-      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "value '%.80s' is too large", v->name);
-  }
+  if (ndim) memcpy(v->dims, dims, ndim * sizeof(int64_t));
   return VM_STATUS_OK;
 }
 
@@ -126,9 +121,12 @@ vm_status_t onx_def_const(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim
 vm_status_t onx_def_view(onx_ctx_t *c, uint32_t i, onx_value_t *src, uint32_t ndim,
                          const int64_t *dims) {
   if (!onx_out_wanted(c, i)) return VM_STATUS_OK;
-  if (onx_numel(ndim, dims) != src->numel)
+  int64_t n;
+  vm_status_t vst = onx_check_shape(c, "shape", ndim, dims, &n);
+  if (vst) return vst;
+  if (n != src->numel)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "cannot view %lld elements as %lld",
-                        (long long)src->numel, (long long)onx_numel(ndim, dims));
+                        (long long)src->numel, (long long)n);
   if (src->data) {
     uint8_t *d;
     vm_status_t st = onx_alloc_const(c, src->dt, src->numel, &d);
@@ -222,7 +220,7 @@ vmcc_arg_t onx_float_arg(onx_ctx_t *c, double v) {
 int32_t onx_const_tensor_f(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
                            const double *vals) {
   int64_t n = onx_numel(ndim, dims);
-  uint8_t *d = calloc((size_t)(n ? n : 1), vm_dtype_bytes(dt));
+  uint8_t *d = n < 0 ? NULL : calloc((size_t)(n ? n : 1), vm_dtype_bytes(dt));
   if (!d) return vmcc_graph_const(c->g, dt, NULL, VMCC_MAX_NDIM + 1, dims); /* sticky error */
   for (int64_t i = 0; i < n; i++) onx_st_f(dt, d, i, vals[i]);
   int32_t t = vmcc_graph_const(c->g, dt, d, ndim, dims);
@@ -573,6 +571,14 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
     uint32_t before = c->num_vals;
     c->fused = 0;
     st = op->fn(c);
+    if (!st && vmcc_graph_error(c->g)) {
+      /* a tensor or call the graph refused (a shape the model made
+       * impossible): reported at this node, not as an undefined output */
+      vm_status_t ge = vmcc_graph_error(c->g);
+      vm_code_t code = vm_status_code(ge);
+      st = onx_node_err(c, code == VM_INTERNAL ? VM_INVALID_ARGUMENT : code, "%s",
+                        vm_status_message(ge));
+    }
     if (st) return st;
     int folded = 1;
     for (uint32_t v = before; v < c->num_vals; v++)
@@ -581,7 +587,7 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
     for (size_t k = 0; k < n->n_output; k++) {
       if (!n->output[k] || !n->output[k][0] || c->fused) continue;
       if (!find_value(c, n->output[k]))
-        return onx_node_err(c, VM_INTERNAL, "output '%.80s' was not defined", n->output[k]);
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "output '%.80s' was not defined", n->output[k]);
     }
   }
   c->node = NULL;
@@ -747,6 +753,13 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
   report->num_calls = report->num_nodes - report->num_folded;
 
 done:
+  if (st && vm_status_code(st) == VM_INTERNAL) {
+    /* an inconsistency the model led the compiler into is a refusal of
+     * the model (exit 3 from vmclient compile), not an internal failure */
+    vm_status_t inv = vm_status_make(VM_INVALID_ARGUMENT, "%s", vm_status_message(st));
+    vm_status_free(st);
+    st = inv;
+  }
   vmcc_graph_free(c.g);
   vm_builder_free(c.b);
   for (uint32_t i = 0; i < c.num_vals; i++) {

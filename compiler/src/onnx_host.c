@@ -1,5 +1,6 @@
 /* Host-side element access, shapes and broadcasting for constant folding. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,15 +65,7 @@ void onx_st_f(vm_dtype_t dt, uint8_t *p, int64_t i, double x) {
     return;
   }
   /* float -> int: truncation, saturating, NaN -> 0 (as cl.cast) */
-  int64_t v;
-  if (isnan(x))
-    v = 0;
-  else if (x >= 9.2e18)
-    v = INT64_MAX;
-  else if (x <= -9.2e18)
-    v = INT64_MIN;
-  else
-    v = (int64_t)x;
+  int64_t v = onx_f64_to_i64(x);
   if (dt.bits < 64) {
     int64_t lo = dt.code == VM_DTYPE_UINT ? 0 : -(1ll << (dt.bits - 1));
     int64_t hi = dt.code == VM_DTYPE_UINT ? (1ll << dt.bits) - 1 : (1ll << (dt.bits - 1)) - 1;
@@ -82,6 +75,13 @@ void onx_st_f(vm_dtype_t dt, uint8_t *p, int64_t i, double x) {
     v = 0;
   }
   onx_st_i(dt, p, i, v);
+}
+
+int64_t onx_f64_to_i64(double x) {
+  if (isnan(x)) return 0;
+  if (x >= 9.2e18) return INT64_MAX;
+  if (x <= -9.2e18) return INT64_MIN;
+  return (int64_t)x;
 }
 
 void onx_st_i(vm_dtype_t dt, uint8_t *p, int64_t i, int64_t x) {
@@ -162,14 +162,49 @@ int onx_next_index(uint32_t ndim, const int64_t *dims, int64_t *idx) {
 }
 
 int64_t onx_numel(uint32_t ndim, const int64_t *dims) {
-  int64_t n = 1;
-  for (uint32_t i = 0; i < ndim; i++) n *= dims[i];
+  int64_t n;
+  if (vm_ckd_extent_i64(dims, ndim, &n) != 0 || vm_ckd_prod_i64(dims, ndim, &n) != 0) return -1;
   return n;
+}
+
+const char *onx_dims_str(uint32_t ndim, const int64_t *dims, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (uint32_t i = 0; i < ndim && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%lld", i ? "," : "", (long long)dims[i]);
+  if (used + 1 < len)
+    snprintf(buf + used, len - used, "]");
+  else if (len > 4)
+    snprintf(buf + len - 5, 5, "...]");
+  return buf;
+}
+
+vm_status_t onx_check_shape(const onx_ctx_t *c, const char *what, uint32_t ndim,
+                            const int64_t *dims, int64_t *numel) {
+  char s[200];
+  for (uint32_t i = 0; i < ndim; i++)
+    if (dims[i] < 0 || dims[i] > ONX_MAX_DIM)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "%s %s: dim %u is %lld (a dim is 0 to %lld)",
+                          what, onx_dims_str(ndim, dims, s, sizeof(s)), i, (long long)dims[i],
+                          (long long)ONX_MAX_DIM);
+  int64_t extent, n;
+  if (vm_ckd_extent_i64(dims, ndim, &extent) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "%s %s: the product of its dims overflows 64 bits",
+                        what, onx_dims_str(ndim, dims, s, sizeof(s)));
+  if (extent > ONX_MAX_ELEMS)
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
+                        "%s %s: %lld elements (the product of its nonzero dims), at most %lld",
+                        what, onx_dims_str(ndim, dims, s, sizeof(s)), (long long)extent,
+                        (long long)ONX_MAX_ELEMS);
+  n = onx_numel(ndim, dims); /* fits: at most extent */
+  if (numel) *numel = n;
+  return VM_STATUS_OK;
 }
 
 vm_status_t onx_alloc_const(const onx_ctx_t *c, vm_dtype_t dt, int64_t numel, uint8_t **out) {
   *out = NULL;
-  if (numel < 0 || numel > ONX_MAX_FOLD_ELEMS)
+  if (numel < 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "a constant whose element count overflows");
+  if (numel > ONX_MAX_FOLD_ELEMS)
     return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
                         "a constant of %lld elements (the compiler folds at most %lld)",
                         (long long)numel, (long long)ONX_MAX_FOLD_ELEMS);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "onnx.pb-c.h"
+#include "vm/checked.h"
 #include "vm/dtype.h"
 #include "vm/status.h"
 #include "vmcompiler/graph.h"
@@ -17,6 +18,8 @@
 /* Limits on what a model may ask for. */
 #define ONX_MAX_TENSOR_BYTES (4ull << 30) /* one constant */
 #define ONX_MAX_FOLD_ELEMS (64ll << 20)   /* one folded constant */
+#define ONX_MAX_DIM INT32_MAX             /* one dim of any value */
+#define ONX_MAX_ELEMS ((int64_t)1 << 40)  /* one value (its nonzero dims' product too) */
 
 /* A pending fused elementwise expression (onnx_ops.c). */
 typedef struct onx_expr onx_expr_t;
@@ -154,7 +157,21 @@ int onx_broadcast(uint32_t na, const int64_t *a, uint32_t nb, const int64_t *b, 
 int64_t onx_bcast_offset(uint32_t n, const int64_t *dims, uint32_t nout, const int64_t *idx);
 /* Advances a multi-index over dims; returns 0 after the last. */
 int onx_next_index(uint32_t ndim, const int64_t *dims, int64_t *idx);
+/* The element count of dims; -1 when a dim is negative or the product
+ * overflows (callers refuse it: onx_check_shape says why). */
 int64_t onx_numel(uint32_t ndim, const int64_t *dims);
+/* Checks a shape the current node computed from the model (what names it
+ * in the message: "output", "shape" ...): every dim in 0..ONX_MAX_DIM and
+ * the product of the nonzero dims within 64 bits (else INVALID_ARGUMENT
+ * naming the node, the op and the shape) and within ONX_MAX_ELEMS (else
+ * RESOURCE_EXHAUSTED). Sets *numel (may be NULL). Every value's shape
+ * passes it, so any product of some of a value's dims fits in int64. */
+vm_status_t onx_check_shape(const onx_ctx_t *c, const char *what, uint32_t ndim,
+                            const int64_t *dims, int64_t *numel);
+/* "[d0,d1,...]" into buf (cut with "...]" when long). */
+const char *onx_dims_str(uint32_t ndim, const int64_t *dims, char *buf, size_t len);
+/* A double as int64: truncated toward zero, saturated, NaN gives 0. */
+int64_t onx_f64_to_i64(double x);
 /* malloc for a folded constant of numel elements of dt (checked size). */
 vm_status_t onx_alloc_const(const onx_ctx_t *c, vm_dtype_t dt, int64_t numel, uint8_t **out);
 

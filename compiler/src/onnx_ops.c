@@ -393,8 +393,11 @@ static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, u
       int64_t v = onx_ld_i(x->dt, x->data, i);
       if (fn == u_clip)
         onx_st_f(x->dt, d, i, fmin(fmax((double)v, ceil(p[0])), floor(p[1])));
-      else
-        onx_st_i(x->dt, d, i, fn == u_neg ? -v : fn == u_abs ? (v < 0 ? -v : v) : (v > 0 ? v : 0));
+      else /* -INT64_MIN wraps to itself, as two's complement integers do */
+        onx_st_i(x->dt, d, i,
+                 fn == u_neg   ? (int64_t)(0 - (uint64_t)v)
+                 : fn == u_abs ? (v < 0 ? (int64_t)(0 - (uint64_t)v) : v)
+                               : (v > 0 ? v : 0));
     }
     return onx_def_const(c, 0, x->dt, x->ndim, x->dims, d);
   }
@@ -676,6 +679,7 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
   if (onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, ondim, odims) != 0)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "shapes of '%.60s' and '%.60s' do not broadcast",
                         a->name, b->name);
+  TRY(onx_check_shape(c, "output", *ondim, odims, NULL));
   if (a->data && b->data && last) return fold_binary(c, bo->op, a, b, *ondim, odims);
   if (!bo->cl) {
     char b1[32];
@@ -959,8 +963,9 @@ static vm_status_t op_where(onx_ctx_t *c) {
     return onx_node_err(c, VM_INVALID_ARGUMENT, "shapes do not broadcast");
   if (!vm_dtype_equal(a->dt, b->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "X and Y have different dtypes");
+  int64_t numel;
+  TRY(onx_check_shape(c, "output", n, d, &numel));
   if (cond->data && a->data && b->data) {
-    int64_t numel = onx_numel(n, d);
     uint8_t *o;
     TRY(onx_alloc_const(c, a->dt, numel, &o));
     int64_t idx[MAXD] = {0};
@@ -1054,10 +1059,11 @@ static vm_status_t op_gemm(onx_ctx_t *c) {
   return onx_bind_out(c, 0, y, 2, yd);
 }
 
+/* The product of dims of a value or of a shape onx_check_shape passed
+ * (so it fits); -1 on overflow all the same. */
 static int64_t prod(const int64_t *d, uint32_t n) {
-  int64_t p = 1;
-  for (uint32_t i = 0; i < n; i++) p *= d[i];
-  return p;
+  int64_t p;
+  return vm_ckd_prod_i64(d, n, &p) == 0 ? p : -1;
 }
 
 static vm_status_t op_matmul(onx_ctx_t *c) {
@@ -1097,6 +1103,9 @@ static vm_status_t op_matmul(onx_ctx_t *c) {
   for (uint32_t i = 0; i < nbo; i++) od[on++] = bo[i];
   if (a->ndim > 1) od[on++] = m;
   if (b->ndim > 1) od[on++] = n;
+  /* the batch product times m or n then fits too (po is one of od's
+   * products, pa and pb are their operands') */
+  TRY(onx_check_shape(c, "output", on, od, NULL));
   int64_t pa = prod(ad, an - 2), pb = prod(bd, bn - 2), po = prod(bo, nbo);
   int32_t ta, tb, y;
   if (pb == 1 && bn - 2 <= an - 2) {
@@ -1211,8 +1220,11 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
         w->k[j] > (1 << 20) || w->s[j] > (1 << 20) || w->d[j] > (1 << 20) || w->pb[j] > (1 << 20) ||
         w->pe[j] > (1 << 20))
       return onx_node_err(c, VM_INVALID_ARGUMENT,
-                          "kernel, strides and dilations must be >= 1 and pads >= 0 (at most "
-                          "2^20)");
+                          "spatial axis %u: kernel %lld, stride %lld, dilation %lld, pads %lld "
+                          "and %lld: kernel, strides and dilations must be 1 to 2^20 and pads 0 "
+                          "to 2^20",
+                          i, (long long)w->k[j], (long long)w->s[j], (long long)w->d[j],
+                          (long long)w->pb[j], (long long)w->pe[j]);
     int64_t ek = (w->k[j] - 1) * w->d[j] + 1; /* dilated kernel */
     int64_t x = in[i];
     if (mode == 1 || mode == 2) {
@@ -1433,8 +1445,9 @@ static vm_status_t op_conv(onx_ctx_t *c) {
   int64_t group;
   TRY(onx_attr_int(c, "group", 1, &group));
   uint32_t nsp = x->ndim - 2;
-  int64_t co = wv->dims[0], cig = wv->dims[1];
-  if (group < 1 || x->dims[1] % group != 0 || co % group != 0 || cig * group != x->dims[1])
+  int64_t co = wv->dims[0], cig = wv->dims[1], cin;
+  if (group < 1 || x->dims[1] % group != 0 || co % group != 0 ||
+      vm_ckd_mul_i64(cig, group, &cin) != 0 || cin != x->dims[1])
     return onx_node_err(c, VM_INVALID_ARGUMENT,
                         "group %lld does not fit C=%lld, W's %lld output and %lld input channels",
                         (long long)group, (long long)x->dims[1], (long long)co, (long long)cig);
@@ -1445,6 +1458,7 @@ static vm_status_t op_conv(onx_ctx_t *c) {
   int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
   int64_t w4[4] = {co, cig, w.k[1], w.k[2]};
   int64_t y4[4] = {x->dims[0], co, w.out[1], w.out[2]};
+  TRY(onx_check_shape(c, "output", 4, y4, NULL));
   int32_t tx = onx_reshaped(c, x, 4, x4), tw;
   vmcc_arg_t bz;
   int64_t bn = -1;
@@ -1548,7 +1562,11 @@ static vm_status_t op_conv_transpose(onx_ctx_t *c) {
                         "W's %lld input channels do not match C=%lld "
                         "and group %lld",
                         (long long)ci, (long long)x->dims[1], (long long)group);
-  int64_t co = cog * group;
+  int64_t co;
+  if (vm_ckd_mul_i64(cog, group, &co) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "group %lld times W's %lld output channels per group overflows",
+                        (long long)group, (long long)cog);
   int64_t ks[4], st[4], dl[4], pd[8], op[4], os[4], nks, nst, ndl, npd, nop, nos;
   TRY(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
   TRY(onx_attr_ints(c, "strides", st, 4, &nst));
@@ -1584,15 +1602,23 @@ static vm_status_t op_conv_transpose(onx_ctx_t *c) {
     d2[j] = ndl >= 0 ? dl[i] : 1;
     int64_t opad = nop >= 0 ? op[i] : 0;
     if (s2[j] < 1 || d2[j] < 1 || opad < 0 || s2[j] > (1 << 20) || d2[j] > (1 << 20) ||
-        opad > (1 << 20) || (nks >= 0 && ks[i] != k2[j]))
-      return onx_node_err(c, VM_INVALID_ARGUMENT, "bad strides, dilations or output_padding");
+        opad > (1 << 20))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "spatial axis %u: stride %lld, dilation %lld, output_padding %lld: "
+                          "strides and dilations must be 1 to 2^20, output_padding 0 to 2^20",
+                          i, (long long)s2[j], (long long)d2[j], (long long)opad);
+    if (nks >= 0 && ks[i] != k2[j])
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "kernel_shape %lld differs from the weight's %lld on spatial axis %u",
+                          (long long)ks[i], (long long)k2[j], i);
     int64_t in = x->dims[2 + i];
     int64_t full = s2[j] * (in - 1) + opad + (k2[j] - 1) * d2[j] + 1;
     if (nos >= 0) {
       int64_t want = os[nos - nsp + i];
       int64_t tot = full - want;
       if (want < 0 || want > (1 << 24))
-        return onx_node_err(c, VM_INVALID_ARGUMENT, "bad output_shape");
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "output_shape value %lld: 0 to 2^24",
+                            (long long)want);
       if (tot < 0) {
         /* a larger output: the extra rows and columns come at the end, as
          * output_padding's do (only the bias reaches them) */
@@ -1621,7 +1647,9 @@ static vm_status_t op_conv_transpose(onx_ctx_t *c) {
       pb[j] = npd >= 0 && mode == 0 ? pd[i] : 0;
       pe[j] = npd >= 0 && mode == 0 ? pd[i + nsp] : 0;
       if (pb[j] < 0 || pe[j] < 0 || pb[j] > (1 << 20) || pe[j] > (1 << 20))
-        return onx_node_err(c, VM_INVALID_ARGUMENT, "bad pads");
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "pads %lld and %lld on spatial axis %u: 0 to 2^20", (long long)pb[j],
+                            (long long)pe[j], i);
       o2[j] = full - pb[j] - pe[j];
       if (o2[j] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "pads larger than the output");
     }
@@ -1634,6 +1662,7 @@ static vm_status_t op_conv_transpose(onx_ctx_t *c) {
   int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
   int64_t w4[4] = {ci, cog, k2[0], k2[1]};
   int64_t y4[4] = {x->dims[0], co, o2[0], o2[1]};
+  TRY(onx_check_shape(c, "output", 4, y4, NULL));
   int32_t tx = onx_reshaped(c, x, 4, x4), tw = onx_reshaped(c, wv, 4, w4);
   int32_t y = new_t(c, x->dt, 4, y4);
   vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
@@ -1700,6 +1729,7 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   const int64_t *xd = x->dims;
   int64_t yd[5] = {xd[0], xd[1], 0, 0, 0};
   for (uint32_t i = 0; i < nsp; i++) yd[2 + i] = w.out[3 - nsp + i];
+  TRY(onx_check_shape(c, "output", x->ndim, yd, NULL));
   int32_t y;
   vm_dtype_t pdt = small_int ? VM_F32 : x->dt;
   if (small_int) {
@@ -2067,7 +2097,7 @@ static vm_status_t fold_reduce(onx_ctx_t *c, onx_value_t *x, const uint8_t *red,
       else if (kind == 1)
         v /= (double)cnt[i];
       if (onx_is_int(x->dt) && kind != 1)
-        onx_st_i(x->dt, d, i, (int64_t)v);
+        onx_st_i(x->dt, d, i, onx_f64_to_i64(v));
       else
         onx_st_f(x->dt, d, i, v);
     }
@@ -2241,11 +2271,15 @@ static vm_status_t op_reshape(onx_ctx_t *c) {
       infer = i;
       continue;
     }
-    if (sh[i] < 0)
-      return onx_node_err(c, VM_INVALID_ARGUMENT, "shape[%lld] = %lld", (long long)i,
-                          (long long)sh[i]);
-    if (sh[i] > INT32_MAX) return onx_node_err(c, VM_INVALID_ARGUMENT, "shape too large");
-    known *= sh[i];
+    if (sh[i] < 0 || sh[i] > ONX_MAX_DIM)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "shape[%lld] = %lld (a dim is 0 to %lld)",
+                          (long long)i, (long long)sh[i], (long long)ONX_MAX_DIM);
+    if (vm_ckd_mul_i64(known, sh[i], &known) != 0) {
+      char s[200];
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "shape %s: the product of its dims overflows 64 bits at shape[%lld]",
+                          onx_dims_str((uint32_t)n, sh, s, sizeof(s)), (long long)i);
+    }
   }
   if (infer >= 0) {
     if (known == 0 || x->numel % known != 0)
@@ -2395,10 +2429,13 @@ static vm_status_t op_concat(onx_ctx_t *c) {
     for (uint32_t k = 0; k < x->ndim; k++)
       if (k != ax && x->dims[k] != x0->dims[k])
         return onx_node_err(c, VM_INVALID_ARGUMENT, "input %u differs in dim %u", i, k);
-    od[ax] += x->dims[ax];
+    if (vm_ckd_add_i64(od[ax], x->dims[ax], &od[ax]) != 0) /* at most 64 x 2^31: kept for form */
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "the inputs' dims on axis %lld overflow",
+                          (long long)ax);
   }
+  int64_t numel;
+  TRY(onx_check_shape(c, "output", x0->ndim, od, &numel));
   if (all_const(c)) {
-    int64_t numel = onx_numel(x0->ndim, od);
     uint8_t *d;
     TRY(onx_alloc_const(c, x0->dt, numel, &d));
     size_t es = esize(x0->dt);
@@ -2451,7 +2488,11 @@ static vm_status_t slice_out(onx_ctx_t *c, uint32_t oi, onx_value_t *x, const in
   uint32_t last = 0;
   for (uint32_t i = 0; i < x->ndim; i++) {
     b[i] = start[i];
-    e[i] = start[i] + count[i] * step[i];
+    /* count * |step| stays within the axis (a step past it takes one
+     * element and is 1 then, see op_slice) */
+    if (vm_ckd_mul_i64(count[i], step[i], &e[i]) != 0 || vm_ckd_add_i64(e[i], start[i], &e[i]) != 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "slice of axis %u: %lld steps of %lld overflow",
+                          i, (long long)count[i], (long long)step[i]);
     if (step[i] < 0 && e[i] < 0) e[i] = -x->dims[i] - 1; /* through index 0 */
     if (count[i] == 0) e[i] = b[i];
     if (start[i] != 0 || step[i] != 1 || count[i] != x->dims[i]) last = i + 1;
@@ -2502,10 +2543,16 @@ static vm_status_t op_slice(onx_ctx_t *c) {
       s = s < -1 ? -1 : s > d - 1 ? d - 1 : s;
       e = e < -1 ? -1 : e > d - 1 ? d - 1 : e;
     }
-    int64_t cnt = p > 0 ? (e - s + p - 1) / p : (s - e + (-p) - 1) / (-p);
-    if (cnt < 0) cnt = 0;
+    /* s and e are clamped to [-1, d], so their distance fits; a step of
+     * any size (INT64_MIN too) takes ceil(distance / |step|) elements */
+    int64_t span = p > 0 ? e - s : s - e;
+    int64_t mag = p; /* |p|; for INT64_MIN, INT64_MAX does as well */
+    if (p < 0 && vm_ckd_neg_i64(p, &mag) != 0) mag = INT64_MAX;
+    int64_t cnt = span > 0 ? (span - 1) / mag + 1 : 0;
     start[a] = cnt ? s : 0;
-    step[a] = p;
+    /* one element or none: the step no longer matters, and 1 keeps the
+     * end that cl.slice gets (start + count * step) in range */
+    step[a] = cnt > 1 ? p : 1;
     count[a] = cnt;
   }
   return slice_out(c, 0, x, start, step, count);
@@ -2547,8 +2594,12 @@ static vm_status_t op_split(onx_ctx_t *c) {
                         (long long)nsz, no);
   int64_t total = 0;
   for (uint32_t i = 0; i < no; i++) {
-    if (sz[i] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "a negative split");
-    total += sz[i];
+    if (sz[i] < 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "split[%u] = %lld is negative", i,
+                          (long long)sz[i]);
+    if (vm_ckd_add_i64(total, sz[i], &total) != 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "the splits overflow 64 bits at split[%u] = %lld",
+                          i, (long long)sz[i]);
   }
   if (total != d)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "splits add up to %lld, the axis has %lld",
@@ -2582,6 +2633,8 @@ static vm_status_t op_gather(onx_ctx_t *c) {
   for (uint32_t i = 0; i < ax; i++) od[k++] = x->dims[i];
   for (uint32_t i = 0; i < ind->ndim; i++) od[k++] = ind->dims[i];
   for (uint32_t i = (uint32_t)ax + 1; i < x->ndim; i++) od[k++] = x->dims[i];
+  int64_t numel;
+  TRY(onx_check_shape(c, "output", on, od, &numel));
   int64_t d = x->dims[ax];
   int64_t *iv = NULL;
   if (ind->data) {
@@ -2599,7 +2652,6 @@ static vm_status_t op_gather(onx_ctx_t *c) {
   }
   vm_status_t st = VM_STATUS_OK;
   if (x->data && iv) {
-    int64_t numel = onx_numel(on, od);
     uint8_t *o;
     st = onx_alloc_const(c, x->dt, numel, &o);
     if (!st) {
@@ -2698,13 +2750,17 @@ static vm_status_t op_pad(onx_ctx_t *c) {
   for (uint32_t i = 0; i < x->ndim; i++) {
     if (full[i] > (1 << 24) || full[i + x->ndim] > (1 << 24) || full[i] < -x->dims[i] ||
         full[i + x->ndim] < -x->dims[i])
-      return onx_node_err(c, VM_INVALID_ARGUMENT, "pads out of range");
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "pads %lld and %lld on axis %u of size %lld: a pad is -size to 2^24",
+                          (long long)full[i], (long long)full[i + x->ndim], i,
+                          (long long)x->dims[i]);
     od[i] = x->dims[i] + full[i] + full[i + x->ndim];
     if (od[i] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "pads crop below zero");
     if (m == 1 && (full[i] >= x->dims[i] || full[i + x->ndim] >= x->dims[i]) &&
         (full[i] > 0 || full[i + x->ndim] > 0))
       return onx_node_err(c, VM_INVALID_ARGUMENT, "reflect pads must be smaller than the dim");
   }
+  TRY(onx_check_shape(c, "output", x->ndim, od, NULL));
   int32_t y = new_t(c, x->dt, x->ndim, od);
   vmcc_arg_t a[5] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, 2 * x->ndim, full), I(m),
                      onx_float_arg(c, value), A(y)};
@@ -2720,12 +2776,18 @@ static vm_status_t op_expand(onx_ctx_t *c) {
   TRY(onx_const_ints(c, sv, "shape", sh, MAXD, &n));
   uint32_t on;
   int64_t od[MAXD];
+  char s[200];
   for (int64_t i = 0; i < n; i++)
-    if (sh[i] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "a negative dim in shape");
+    if (sh[i] < 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "shape %s: dim %lld is negative",
+                          onx_dims_str((uint32_t)n, sh, s, sizeof(s)), (long long)i);
   if (onx_broadcast(x->ndim, x->dims, (uint32_t)n, sh, &on, od) != 0)
-    return onx_node_err(c, VM_INVALID_ARGUMENT, "X does not broadcast to shape");
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "X %s does not broadcast to shape %s",
+                        onx_dims_str(x->ndim, x->dims, s, sizeof(s)),
+                        onx_dims_str((uint32_t)n, sh, s + 100, sizeof(s) - 100));
+  int64_t numel;
+  TRY(onx_check_shape(c, "output", on, od, &numel));
   if (x->data) {
-    int64_t numel = onx_numel(on, od);
     uint8_t *d;
     TRY(onx_alloc_const(c, x->dt, numel, &d));
     size_t es = esize(x->dt);
@@ -2736,7 +2798,7 @@ static vm_status_t op_expand(onx_ctx_t *c) {
     }
     return onx_def_const(c, 0, x->dt, on, od, d);
   }
-  if (onx_numel(on, od) == x->numel) return onx_def_view(c, 0, x, on, od);
+  if (numel == x->numel) return onx_def_view(c, 0, x, on, od);
   int32_t y = new_t(c, x->dt, on, od);
   vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
   call(c, "cl.broadcast_to", 2, a);
@@ -2839,7 +2901,8 @@ static vm_status_t op_resize(onx_ctx_t *c) {
       return onx_node_err(c, VM_INVALID_ARGUMENT, "scales must be %u floats", na);
     for (uint32_t i = 0; i < na; i++) {
       double s = onx_ld_f(vsc->dt, vsc->data, i);
-      if (!(s > 0) || s > 1e6) return onx_node_err(c, VM_INVALID_ARGUMENT, "scale %g", s);
+      if (!(s > 0) || s > 1e6)
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "scales[%u] = %g: above 0, at most 1e6", i, s);
       /* Resize-10 (Upsample's semantics) is pinned down for upsampling only */
       if (c->opset < 11 && s < 1)
         return onx_unsupported_attr(c, "scales", "< 1 (opset 10)", "scales >= 1 before opset 11");
@@ -2847,7 +2910,11 @@ static vm_status_t op_resize(onx_ctx_t *c) {
       scales[a] = s;
       double span = ic == 3 ? (roi[a + r] - roi[a]) : 1.0;
       double o = floor((double)x->dims[a] * span * s);
-      if (o < 0 || o > (1 << 24)) return onx_node_err(c, VM_INVALID_ARGUMENT, "output too large");
+      if (!(o >= 0 && o <= (1 << 24))) /* NaN too (an roi of infinities) */
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "axis %lld: output size %g (dim %lld x roi span %g x scale %g): 0 "
+                            "to 2^24",
+                            (long long)a, o, (long long)x->dims[a], span, s);
       od[a] = (int64_t)o;
     }
   } else {
@@ -2857,7 +2924,8 @@ static vm_status_t op_resize(onx_ctx_t *c) {
       return onx_node_err(c, VM_INVALID_ARGUMENT, "sizes has %lld values", (long long)nsz);
     for (uint32_t i = 0; i < na; i++) {
       if (sz[i] < 0 || sz[i] > (1 << 24))
-        return onx_node_err(c, VM_INVALID_ARGUMENT, "size %lld", (long long)sz[i]);
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "sizes[%u] = %lld: 0 to 2^24", i,
+                            (long long)sz[i]);
       int64_t a = axl[i];
       od[a] = sz[i];
       scales[a] = x->dims[a] ? (double)sz[i] / (double)x->dims[a] : 1.0;
@@ -2873,7 +2941,9 @@ static vm_status_t op_resize(onx_ctx_t *c) {
       for (uint32_t i = 0; i < na; i++) {
         int64_t a = axl[i];
         double o = floor(k * (double)x->dims[a] + 0.5);
-        if (o > (1 << 24)) return onx_node_err(c, VM_INVALID_ARGUMENT, "output too large");
+        if (!(o >= 0 && o <= (1 << 24)))
+          return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld: output size %g: 0 to 2^24",
+                              (long long)a, o);
         scales[a] = k;
         od[a] = (int64_t)o;
       }
@@ -3018,9 +3088,8 @@ static vm_status_t op_constant_of_shape(onx_ctx_t *c) {
   TRY(onx_in_req(c, 0, &s));
   int64_t sh[MAXD], n;
   TRY(onx_const_ints(c, s, "shape", sh, MAXD, &n));
-  for (int64_t i = 0; i < n; i++)
-    if (sh[i] < 0 || sh[i] > INT32_MAX)
-      return onx_node_err(c, VM_INVALID_ARGUMENT, "a bad dim in shape");
+  int64_t numel;
+  TRY(onx_check_shape(c, "shape", (uint32_t)n, sh, &numel));
   vm_dtype_t dt = VM_F32;
   uint8_t val[8] = {0};
   const Onnx__AttributeProto *a = onx_attr(c->node, "value");
@@ -3035,7 +3104,6 @@ static vm_status_t op_constant_of_shape(onx_ctx_t *c) {
     memcpy(val, t.data, vm_dtype_bytes(dt));
     vmcc_tensor_free(&t);
   }
-  int64_t numel = onx_numel((uint32_t)n, sh);
   uint8_t *d;
   TRY(onx_alloc_const(c, dt, numel, &d));
   size_t es = esize(dt);
@@ -3061,21 +3129,46 @@ static vm_status_t op_range(onx_ctx_t *c) {
     snprintf(v, sizeof(v), "%lld", (long long)stash);
     return onx_unsupported_attr(c, "stash_type", v, "1 (float), 11 (double)");
   }
+  if (!vm_dtype_equal(s->dt, l->dt) || !vm_dtype_equal(s->dt, dl->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "start, limit and delta must have one dtype");
+  int is_int = onx_is_int(s->dt);
   double a = onx_ld_f(s->dt, s->data, 0), b = onx_ld_f(l->dt, l->data, 0),
          d = onx_ld_f(dl->dt, dl->data, 0);
-  if (d == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "delta is 0");
-  double cnt = ceil((b - a) / d);
-  if (!(cnt >= 0)) cnt = 0;
+  int64_t ai = onx_ld_i(s->dt, s->data, 0), li = onx_ld_i(l->dt, l->data, 0),
+          di = onx_ld_i(dl->dt, dl->data, 0);
+  if (is_int ? di == 0 : d == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "delta is 0");
+  double cnt;
+  if (is_int) {
+    /* exactly, in integers: ceil((limit - start) / delta), 0 when the
+     * signs differ; every element then lies between start and limit */
+    int64_t dist;
+    if (vm_ckd_sub_i64(li, ai, &dist) != 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "limit %lld - start %lld overflows 64 bits",
+                          (long long)li, (long long)ai);
+    uint64_t ud = dist < 0 ? 0 - (uint64_t)dist : (uint64_t)dist;
+    uint64_t um = di < 0 ? 0 - (uint64_t)di : (uint64_t)di;
+    cnt = (dist > 0) == (di > 0) && dist != 0 ? (double)((ud - 1) / um + 1) : 0;
+  } else {
+    cnt = ceil((b - a) / d);
+    if (!(cnt >= 0)) cnt = 0;
+  }
   if (cnt > (double)ONX_MAX_FOLD_ELEMS)
-    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "range too long");
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
+                        "a range of %.0f elements (the compiler folds at most %lld)", cnt,
+                        (long long)ONX_MAX_FOLD_ELEMS);
   int64_t n = (int64_t)cnt;
   uint8_t *o;
   TRY(onx_alloc_const(c, s->dt, n, &o));
-  if (onx_is_int(s->dt)) {
-    int64_t ai = onx_ld_i(s->dt, s->data, 0), di = onx_ld_i(dl->dt, dl->data, 0);
-    for (int64_t i = 0; i < n; i++) onx_st_i(s->dt, o, i, ai + i * di);
-  } else {
-    for (int64_t i = 0; i < n; i++) onx_st_f(s->dt, o, i, a + (double)i * d);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v;
+    if (!is_int) {
+      onx_st_f(s->dt, o, i, a + (double)i * d);
+    } else if (vm_ckd_mul_i64(i, di, &v) == 0 && vm_ckd_add_i64(ai, v, &v) == 0) {
+      onx_st_i(s->dt, o, i, v);
+    } else { /* cannot happen: i * delta stays below limit - start */
+      free(o);
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "element %lld overflows 64 bits", (long long)i);
+    }
   }
   int64_t dd[1] = {n};
   return onx_def_const(c, 0, s->dt, 1, dd, o);

@@ -193,6 +193,12 @@ vm_status_t onx_tensor_from_proto(const Onnx__TensorProto *tp, const char *base_
     out->shape[i] = tp->dims[i];
   }
   uint64_t nbytes;
+  int64_t extent;
+  if (vm_ckd_extent_i64(out->shape, out->ndim, &extent) != 0) {
+    char s[200];
+    return vm_status_make(VM_INVALID_ARGUMENT, "%s: dims %s: their product overflows 64 bits", what,
+                          onx_dims_str(out->ndim, out->shape, s, sizeof(s)));
+  }
   if (vm_tensor_nbytes(dt, out->shape, out->ndim, &nbytes) != 0 || nbytes > ONX_MAX_TENSOR_BYTES)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "%s: tensor larger than %llu bytes", what,
                           (unsigned long long)ONX_MAX_TENSOR_BYTES);

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -132,4 +133,21 @@ void run_proc(const char *prog, const char *const *args, const char *dir, const 
     if (w == pid) break;
     assert_true(w < 0 && errno == EINTR);
   }
+}
+
+int run_proc_setup(const char *rel, char *prog, size_t prog_n, const char *prefix, char *dir,
+                   size_t dir_n) {
+  const char *bd = getenv("VMRPC_BUILD_DIR");
+  if (!bd) {
+    fprintf(stderr, "VMRPC_BUILD_DIR is not set (run through ctest)\n");
+    return -1;
+  }
+  snprintf(prog, prog_n, "%s/%s", bd, rel);
+  if (access(prog, X_OK) != 0) {
+    fprintf(stderr, "%s is not built\n", prog);
+    return -1;
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, dir_n, "%s/%sXXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+  return mkdtemp(dir) ? 0 : -1;
 }

@@ -21,4 +21,11 @@ void run_proc(const char *prog, const char *const *args, const char *dir, const 
 
 void run_result_free(run_result_t *r);
 
+/* For suites that drive a built program: its path, $VMRPC_BUILD_DIR/rel
+ * (rel: "client/vmclient"), into prog, checked to be executable, and a new
+ * scratch directory $TMPDIR/<prefix>XXXXXX (TMPDIR default /tmp) into dir.
+ * 0, or -1 with the reason on stderr (a cmocka setup's return value). */
+int run_proc_setup(const char *rel, char *prog, size_t prog_n, const char *prefix, char *dir,
+                   size_t dir_n);
+
 #endif

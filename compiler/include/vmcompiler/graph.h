@@ -130,6 +130,10 @@ uint32_t vmcc_graph_ndim(const vmcc_graph_t *g, int32_t tid);
 const int64_t *vmcc_graph_shape(const vmcc_graph_t *g, int32_t tid);
 /* 1 for an intermediate (not a parameter, constant or view). */
 int vmcc_graph_is_intermediate(const vmcc_graph_t *g, int32_t tid);
+/* The first error recorded so far (still owned by g; vmcc_graph_emit
+ * returns it), or NULL: a front end checks it after each node so that it
+ * reports the error where the node made it. */
+vm_status_t vmcc_graph_error(const vmcc_graph_t *g);
 
 /* Plans, emits the body (begin_function .. end_function) returning output
  * (an intermediate) and fills *report (may be NULL). */
