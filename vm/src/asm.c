@@ -20,6 +20,7 @@
 
 #include "exec_internal.h"
 #include "text_internal.h"
+#include "vm/checked.h"
 #include "vm/executable.h"
 
 /* ---------------------------------------------------------------------------
@@ -33,8 +34,9 @@ typedef struct dbuf {
 } dbuf_t;
 
 static int db_put(dbuf_t *b, const void *s, size_t n) {
-  if (n > SIZE_MAX - b->n - 1) return -1;
-  if (VMI_GROW(b->p, b->cap, b->n + n + 1) != 0) return -1;
+  size_t need;
+  if (vm_ckd_add_size(b->n, n, &need) != 0 || vm_ckd_add_size(need, 1, &need) != 0) return -1;
+  if (VMI_GROW(b->p, b->cap, need) != 0) return -1;
   memcpy(b->p + b->n, s, n);
   b->n += n;
   b->p[b->n] = '\0';
@@ -87,8 +89,8 @@ static int sm_find(const smap_t *m, uint32_t ns, const char *k, size_t n, uint64
 /* Inserts a key the caller knows to be absent. 0, or -1 on no memory. */
 static int sm_put(smap_t *m, uint32_t ns, const char *k, size_t n, uint64_t val) {
   if ((m->n + 1) * 2 > m->cap) {
-    size_t nc = m->cap ? m->cap * 2 : 64;
-    if (nc > SIZE_MAX / sizeof(sment_t)) return -1;
+    size_t nc = 64; /* calloc checks nc * sizeof(sment_t) */
+    if (m->cap && vm_ckd_mul_size(m->cap, 2, &nc) != 0) return -1;
     smap_t bigger = {calloc(nc, sizeof(sment_t)), nc, 0};
     if (!bigger.e) return -1;
     for (size_t i = 0; i < m->cap; i++) {

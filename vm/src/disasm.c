@@ -11,6 +11,7 @@
 
 #include "exec_internal.h"
 #include "text_internal.h"
+#include "vm/checked.h"
 #include "vm/executable.h"
 
 /* ---------------------------------------------------------------------------
@@ -25,14 +26,15 @@ typedef struct sbuf {
 
 static void sb_reserve(sbuf_t *b, size_t more) {
   if (b->oom) return;
-  if (more > SIZE_MAX - b->n - 1) {
+  size_t need;
+  if (vm_ckd_add_size(b->n, more, &need) != 0 || vm_ckd_add_size(need, 1, &need) != 0) {
     b->oom = 1;
     return;
   }
-  size_t need = b->n + more + 1;
   if (need <= b->cap) return;
   size_t nc = b->cap ? b->cap : 256;
-  while (nc < need) nc = nc > SIZE_MAX / 2 ? need : nc * 2;
+  while (nc < need)
+    if (vm_ckd_mul_size(nc, 2, &nc) != 0) nc = need;
   char *q = realloc(b->p, nc);
   if (!q) {
     b->oom = 1;
