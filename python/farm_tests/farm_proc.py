@@ -50,15 +50,21 @@ def farm_cmd() -> List[str]:
 
 
 class _Proc:
-    def __init__(self, args: Sequence[str], log: pathlib.Path) -> None:
+    def __init__(self, args: Sequence[str], log: pathlib.Path, stdin: Optional[str] = None) -> None:
         self.log = log
         self._out = open(log, "w")
         self.proc = subprocess.Popen(
             list(args),
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=self._out,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
+            text=True,
         )
+        if stdin is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(stdin)
+            self.proc.stdin.close()
 
     def wait_line(self, prefix: str, timeout: float = 60) -> str:
         end = time.monotonic() + timeout
@@ -116,6 +122,7 @@ class Node(_Proc):
         interval: float = 0.5,
         lifetime: float = 1800,
         extra: Sequence[str] = (),
+        stdin: Optional[str] = None,
     ) -> None:
         args = farm_cmd() + [
             "serve",
@@ -133,5 +140,5 @@ class Node(_Proc):
             args += ["--agent", a.url]
         for t in tags:
             args += ["--tag", t]
-        super().__init__(args, workdir / f"{name}.log")
+        super().__init__(args, workdir / f"{name}.log", stdin)
         self.agents = list(agents)

@@ -245,8 +245,14 @@ def test_cli_errors(head: Any, tmp_path: pathlib.Path, mlp: Mlp) -> None:
     assert r.returncode == 2 and "'vendor' is a property the node fills" in r.stderr
 
 
-def make_cert(d: pathlib.Path, name: str, ca: str = "") -> List[str]:
+def make_cert(d: pathlib.Path, name: str, ca: str = "", san: str = "") -> List[str]:
+    """[certificate, key] of name: a self-signed CA, or signed by ca (with
+    subjectAltName san when given); PEM files in d."""
     key, pem = d / f"{name}.key", d / f"{name}.pem"
+    ext = []
+    if san:
+        (d / f"{name}.ext").write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\n")
+        ext = ["-extfile", str(d / f"{name}.ext")]
     if not ca:
         subprocess.run(
             [
@@ -301,6 +307,7 @@ def make_cert(d: pathlib.Path, name: str, ca: str = "") -> List[str]:
                 "-CAcreateserial",
                 "-days",
                 "2",
+                *ext,
                 "-out",
                 str(pem),
             ],

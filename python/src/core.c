@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,14 +74,18 @@ static PyObject *raise_status(vm_status_t st) {
  * While the main thread blocks in a long call (GIL released), SIGINT goes to
  * on_sigint(): it wakes the watcher thread and hands the signal on to the
  * handler that was installed before (Python's, which records it). The
- * watcher sends vmc_cancel() for every registered call, every 100 ms until
- * the call is gone (a Cancel that reaches the agent before the run starts is
- * not remembered there). Only calls of the main thread register: it is the
- * thread that receives KeyboardInterrupt. */
+ * watcher sends vmc_cancel() for every call that was registered when the
+ * signal came, every 100 ms until that call is gone (a Cancel that reaches the
+ * agent before the run starts is not remembered there). A call is marked by
+ * the signal count it started under (g_sigint_gen), not by time: one that
+ * starts after the signal, however soon, is never cancelled by it. Only calls
+ * of the main thread register: it is the thread that receives
+ * KeyboardInterrupt. */
 typedef struct long_call {
   vmc_conn_t *conn;
   vmc_vm_t vm;
   int hooked;
+  unsigned gen; /* g_sigint_gen when it registered */
   struct long_call *next;
 } long_call_t;
 
@@ -90,9 +95,13 @@ static struct sigaction g_old_sigint;
 static sem_t g_wake;
 static int g_wake_ok;
 static int g_watcher_running;
+/* SIGINTs seen by on_sigint() (lock-free, so safe in a signal handler). */
+static atomic_uint g_sigint_gen;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the SIGINT count must be lock-free");
 
 static void on_sigint(int sig, siginfo_t *info, void *uctx) {
   int saved = errno;
+  atomic_fetch_add_explicit(&g_sigint_gen, 1, memory_order_seq_cst);
   if (g_wake_ok) sem_post(&g_wake);
   if (g_old_sigint.sa_flags & SA_SIGINFO) {
     if (g_old_sigint.sa_sigaction) g_old_sigint.sa_sigaction(sig, info, uctx);
@@ -111,9 +120,13 @@ static void *watcher_main(void *arg) {
     while (sem_wait(&g_wake) != 0 && errno == EINTR) {
     }
     for (;;) {
+      /* Calls registered before the latest signal were interrupted; a call
+       * that registered since (its gen is the current count) was not. */
+      unsigned now = atomic_load_explicit(&g_sigint_gen, memory_order_seq_cst);
       pthread_mutex_lock(&g_calls_lock);
       int any = 0;
       for (long_call_t *c = g_calls; c; c = c->next) {
+        if (c->gen == now) continue;
         any = 1;
         vm_status_free(vmc_cancel(c->conn, c->vm));
       }
@@ -122,9 +135,8 @@ static void *watcher_main(void *arg) {
       struct timespec ts = {0, 100 * 1000 * 1000};
       nanosleep(&ts, NULL);
     }
-    /* Signals that came while cancelling are served by that loop. */
-    while (sem_trywait(&g_wake) == 0) {
-    }
+    /* A wake-up left on the semaphore (a signal during that loop) makes one
+     * more pass, which finds nothing or the calls that signal interrupted. */
   }
   return NULL;
 }
@@ -180,6 +192,8 @@ static void long_call_enter(long_call_t *lc, vmc_conn_t *conn, vmc_vm_t vm) {
    * is Python's handler on every later call, so one query is enough). */
   static int old_known;
   if (!old_known && sigaction(SIGINT, NULL, &g_old_sigint) == 0) old_known = 1;
+  /* Counted before ours is in place: a signal from then on interrupts this call. */
+  lc->gen = atomic_load_explicit(&g_sigint_gen, memory_order_seq_cst);
   if (sigaction(SIGINT, &ours, &old) == 0) {
     if (!(old.sa_flags & SA_SIGINFO) && (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN)) {
       sigaction(SIGINT, &old, NULL); /* nobody catches Ctrl-C: leave it be */

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -32,6 +33,25 @@ def test_ctrl_c_cancels_on_the_agent(vm: vmrpc.VirtualMachine, what: str) -> Non
     assert vm["ident"](11) == 11
     # Python's own SIGINT handling is back in place.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_cancels_only_the_interrupted_call(vm: vmrpc.VirtualMachine) -> None:
+    # One Ctrl-C, caught; then long calls back to back, each started at once
+    # after the previous one: each runs until its own deadline (0.3 s, past
+    # the watcher's 100 ms period), none is cancelled by the old interrupt.
+    interrupted(vm, lambda: vm.invoke_stateful("spin"))
+    outcomes, seconds = [], []
+    for _ in range(10):
+        t0 = time.monotonic()
+        try:
+            vm.invoke_stateful("spin", deadline=0.3)
+            outcomes.append("returned")
+        except vmrpc.VMError as e:
+            outcomes.append(type(e).__name__)
+        seconds.append(time.monotonic() - t0)
+    assert outcomes == ["DeadlineExceeded"] * 10
+    assert min(seconds) >= 0.25, seconds
+    assert vm["ident"](12) == 12
 
 
 def test_ctrl_c_from_outside_the_process(agent: Agent, prog: pathlib.Path) -> None:

@@ -181,7 +181,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a property added to every agent of this node; repeatable",
     )
-    s.add_argument("--token-file", help="the agents' token (first line)")
+    s.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="the agents' token (first line; '-': standard input); it stays in this "
+        "process, never in the engine's",
+    )
     s.add_argument(
         "--name-prefix",
         default=socket.gethostname(),
@@ -308,34 +313,39 @@ def _cmd_head(a: argparse.Namespace) -> int:
     return engine.run_head(host or "127.0.0.1", int(port), a.lifetime, _tls(a))
 
 
-def _cmd_serve(a: argparse.Namespace) -> int:
-    token = None
-    if a.token_file:
-        try:
-            with open(a.token_file, encoding="utf-8") as f:
+def _read_token(path: str) -> str:
+    """The first line of path ('-': standard input)."""
+    name = "standard input" if path == "-" else path
+    try:
+        if path == "-":
+            token = sys.stdin.readline().rstrip("\r\n")
+        else:
+            with open(path, encoding="utf-8") as f:
                 token = f.readline().rstrip("\r\n")
-        except OSError as e:
-            raise UsageError(f"--token-file: {e}") from None
-        if not token:
-            raise UsageError(f"{a.token_file}: the first line (the token) is empty")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--token-file {path}: {e}") from None
+    if not token:
+        raise UsageError(f"{name}: the first line (the token) is empty")
+    return token
+
+
+def _cmd_serve(a: argparse.Namespace) -> int:
+    from . import keeper
+
     agents = []
     for url in a.agent:
         if not url.startswith(("tcp://", "tls+tcp://", "ipc://")):
             raise UsageError(
                 f"--agent {url!r}: expected tcp://HOST:PORT, tls+tcp://HOST:PORT or ipc:///PATH"
             )
-        agents.append(engine.AgentConfig(url, f"{a.name_prefix}/{url.split('://', 1)[1]}", token))
-    if len({c.name for c in agents}) != len(agents):
+        agents.append((url, f"{a.name_prefix}/{url.split('://', 1)[1]}"))
+    if len({name for _, name in agents}) != len(agents):
         raise UsageError("an agent is given twice")
     tls = _tls(a)
-    return engine.run_node(
-        engine.normalize_address(a.address, tls is not None),
-        agents,
-        dict(a.tag),
-        a.interval,
-        a.head_timeout,
-        a.lifetime,
-        tls,
+    address = engine.normalize_address(a.address, tls is not None)
+    token = _read_token(a.token_file) if a.token_file else None
+    return keeper.serve(
+        address, agents, token, dict(a.tag), a.interval, a.head_timeout, a.lifetime, tls
     )
 
 

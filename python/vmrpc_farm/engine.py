@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import signal
 import socket
@@ -20,7 +21,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["RESOURCE", "META", "normalize_address", "run_head", "run_node", "AgentConfig"]
+__all__ = [
+    "RESOURCE",
+    "META",
+    "normalize_address",
+    "is_loopback",
+    "require_tls_beyond_loopback",
+    "run_head",
+    "run_node",
+    "AgentConfig",
+]
 
 RESOURCE = "vmrpc-agent"
 META = ["vmrpc-farm", "agents"]
@@ -57,6 +67,35 @@ def make_security(tls: Optional[Tls]) -> Any:
     )
 
 
+_TLS_HOW = (
+    "pass --tls-ca, --tls-cert and --tls-key (mutual TLS with the farm's CA: see "
+    "docs/farm.md, *Setting up N hosts*)"
+)
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches: 127.0.0.0/8, ::1,
+    localhost. Wildcards (0.0.0.0, ::, empty) and other names are not."""
+    h = host.strip("[]")
+    if h.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def require_tls_beyond_loopback(host: str, port: int, tls: bool) -> None:
+    """The head refuses to listen beyond loopback without TLS (ValueError;
+    the CLI exits 2), as vmagent refuses without a token."""
+    if not tls and not is_loopback(host):
+        raise ValueError(
+            f"refusing to listen on {host}:{port} without TLS: anyone who reaches it could "
+            f"run code on the head and on every node (the engine runs what clients "
+            f"submit); {_TLS_HOW}, or listen on 127.0.0.1"
+        )
+
+
 def normalize_address(address: str, tls: bool = False) -> str:
     """``HOST:PORT``, ``tcp://HOST:PORT`` or ``tls://HOST:PORT`` -> a Dask
     address (tls:// when tls is on, which it must be for a tls:// head)."""
@@ -80,6 +119,15 @@ def normalize_address(address: str, tls: bool = False) -> str:
         )
     if not 0 <= int(port) <= 65535:
         raise ValueError(f"address {address!r}: port out of range")
+    if scheme == "tcp" and not is_loopback(host):
+        # A node's workers would listen there in the clear, and a client
+        # loads what the head sends: beyond loopback only TLS.
+        raise ValueError(
+            f"refusing to use the head at {address} without TLS: beyond loopback the "
+            f"farm takes only mutual TLS (anyone who reaches a connection of the engine "
+            f"could run code on the head, the nodes and this host); {_TLS_HOW}, or use a "
+            f"head on 127.0.0.1"
+        )
     return a
 
 
@@ -114,6 +162,12 @@ def engine_config() -> Dict[str, Any]:
         "distributed.worker.memory.terminate": False,
         "distributed.scheduler.work-stealing": True,
         "distributed.admin.tick.limit": "10s",
+        # The HTTP endpoint beside the scheduler is plain HTTP, TLS or not:
+        # health and metrics only, no pages listing workers and tasks.
+        "distributed.scheduler.http.routes": [
+            "distributed.http.health",
+            "distributed.http.scheduler.prometheus",
+        ],
     }
 
 
@@ -152,14 +206,19 @@ async def _head(host: str, port: int, lifetime: Optional[float], tls: Optional[T
 def run_head(
     host: str, port: int, lifetime: Optional[float] = None, tls: Optional[Tls] = None
 ) -> int:
+    require_tls_beyond_loopback(host, port, tls is not None)
     return asyncio.run(_head(host, port, lifetime, tls))
 
 
 @dataclass
 class AgentConfig:
+    """An agent of the node: its address, its name in the farm, and where
+    this process dials it (the keeper's socket when it has a token; see
+    vmrpc_farm.keeper). Never the token."""
+
     url: str
     name: str
-    token: Optional[str] = None
+    dial: Optional[str] = None
 
 
 class _AgentKeeper:
@@ -182,7 +241,7 @@ class _AgentKeeper:
         self.tags = tags
         self.interval = interval
         self.worker: Any = None
-        self.slot = jobs.AgentSlot(cfg.name, cfg.url, cfg.token, {})
+        self.slot = jobs.AgentSlot(cfg.name, cfg.url, cfg.dial, {})
         self.state = "starting"
         self.error = ""
         self.listen_host = route_host(address)
@@ -214,10 +273,12 @@ class _AgentKeeper:
         from . import jobs
         from .props import agent_properties
 
+        # info["url"] is where this process dialled (maybe the keeper's socket).
+        info = dict(info, url=self.cfg.url)
         self.slot = jobs.AgentSlot(
             self.cfg.name,
             self.cfg.url,
-            self.cfg.token,
+            self.cfg.dial,
             agent_properties(self.cfg.name, socket.gethostname(), info, self.tags),
         )
         jobs.register_slot(self.slot)

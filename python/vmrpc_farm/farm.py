@@ -88,7 +88,11 @@ class Farm:
     # -- agents --------------------------------------------------------------
     def agents(self, with_leases: bool = False) -> List[AgentView]:
         meta = self.client.get_metadata(engine.META, default={}) or {}
-        alive = self.client.scheduler_info(n_workers=-1)["workers"]
+        # Asked of the scheduler here: Client.scheduler_info() returns a cache
+        # that the client's periodic refresh replaces with one listing no
+        # workers, which made every agent look lost to a racing call.
+        ident = self.client.sync(self.client.scheduler.identity, n_workers=-1)
+        alive = ident["workers"]
         out = []
         for name, e in sorted(meta.items()):
             if not isinstance(e, dict):

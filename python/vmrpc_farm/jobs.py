@@ -61,17 +61,20 @@ class JobSpec:
 
 @dataclass
 class AgentSlot:
-    """One agent served by this node: how to reach it and what it is."""
+    """One agent served by this node: what it is (url: the agent's address)
+    and how this process reaches it (dial: the keeper's socket, which adds
+    the token, or url itself when the agent has none). No token here: a job
+    can run any code in this process (docs/farm.md)."""
 
     name: str
     url: str
-    token: Optional[str]
+    dial: Optional[str]
     props: Dict[str, Any]
     down: threading.Event = field(default_factory=threading.Event)
     down_reason: str = ""
 
     def connect(self, **kw: Any) -> vmrpc.Session:
-        return vmrpc.connect(self.url, token=self.token, **kw)
+        return vmrpc.connect(self.dial or self.url, **kw)
 
     def alive(self) -> Optional[str]:
         """None when the agent answers a fresh connect and a ping, else why not."""
