@@ -105,6 +105,34 @@ static const cli_command_t k_commands[] = {
                      "%MODEL%"
                      "  -h, --help             show this help\n",
      cli_cmd_bench, 1},
+    {"compare", "[options] A.vmx [B.vmx] [INPUT.npy...]",
+     "Is B faster, slower or the same as A on the device? A verdict a CI can use.",
+     MODEL_HELP_HEAD "Both executables (or two functions of A.vmx: --func-b) run on the same\n"
+                     "agent and device, with the same inputs (given or generated as for\n"
+                     "'vmclient bench'). Each is calibrated so that a batch of calls lasts\n"
+                     "--round-ms; then rounds A B, B A, A B, ... time both with the agent's\n"
+                     "time evaluator, --repeats batches each, the fastest counting (device\n"
+                     "time where the device has a timer, else wall). The ratio B/A is the\n"
+                     "Hodges-Lehmann estimate over rounds with its\n"
+                     "signed-rank interval; rounds are added until the interval decides\n"
+                     "('faster': below 1 - threshold; 'slower': above 1 + threshold; 'same':\n"
+                     "within 1 +- threshold) or the budget runs out ('inconclusive').\n"
+                     "Exit status: 0 same or faster, 8 slower, 9 inconclusive.\n"
+                     "\n"
+                     "options:\n"
+                     "  --func-b NAME          B's function [the same as --func]\n"
+                     "  -t, --threshold X      relative difference that matters: 2% or 0.02 [2%]\n"
+                     "  --confidence X         family-wise level over every look [95%]\n"
+                     "  --min-rounds N         rounds before the first look, 2..1000 [10]\n"
+                     "  --max-rounds N         1..1000 [100]\n"
+                     "  --max-seconds S        no round starts that would end later [300]\n"
+                     "  --round-ms MS          each batch of calls lasts about this [1]\n"
+                     "  -r, --repeats N        batches per side per round, 1..100 [20]\n"
+                     "  --cooldown-ms MS       sleep between rounds [0]\n"
+                     "model options (shared by A and B):\n"
+                     "%MODEL%"
+                     "  -h, --help             show this help\n",
+     cli_cmd_compare, 1},
     {"profile", "[options] MODEL.vmx [INPUT.npy...]", "Profile a function per operator.",
      MODEL_HELP_HEAD "Inputs are given or generated as for 'vmclient bench'. Runs the function\n"
                      "once (first-run costs such as kernel builds), then once more with a\n"

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -132,4 +133,16 @@ void run_proc(const char *prog, const char *const *args, const char *dir, const 
     if (w == pid) break;
     assert_true(w < 0 && errno == EINTR);
   }
+}
+
+void run_expect_cli_exit(const run_result_t *r, int code, const char *what) {
+  if (!WIFEXITED(r->status))
+    fail_msg("vmclient %s: killed by signal %d", what, WTERMSIG(r->status));
+  if (WEXITSTATUS(r->status) != code)
+    fail_msg("vmclient %s: exit %d, expected %d; stdout: %.2000s; stderr: %.2000s", what,
+             WEXITSTATUS(r->status), code, r->out, r->err);
+  if (code == 0) return;
+  if (strncmp(r->err, "vmclient: ", 10) != 0 || r->err_n == 0 || r->err[r->err_n - 1] != '\n' ||
+      memchr(r->err, '\n', r->err_n) != r->err + r->err_n - 1)
+    fail_msg("stderr is not one 'vmclient: ' line: [%s]", r->err);
 }

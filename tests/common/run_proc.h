@@ -21,4 +21,9 @@ void run_proc(const char *prog, const char *const *args, const char *dir, const 
 
 void run_result_free(run_result_t *r);
 
+/* Fails the test unless the vmclient run in r exited (no signal) with
+ * code, and, when code is not 0, printed exactly one "vmclient: " line on
+ * stderr (docs/cli.md, Output and errors). what names the command. */
+void run_expect_cli_exit(const run_result_t *r, int code, const char *what);
+
 #endif
