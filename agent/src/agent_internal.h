@@ -234,6 +234,7 @@ struct vmagent {
   char *listen_url;
   char *token;
   char *tls_cert_file, *tls_key_file, *cache_dir;
+  char *state_root; /* DeviceState's sysfs root (devstate.c); NULL = / */
   char url[512];
 
   vma_device_t devices[VMA_MAX_DEVICES];

@@ -661,6 +661,7 @@ int vma_iso_forwards(const vmagent_t *a, const Vmrpc__Request *rq) {
     case VMRPC__REQUEST__OP_HELLO:
     case VMRPC__REQUEST__OP_PING:
     case VMRPC__REQUEST__OP_LIST_DEVICES:
+    case VMRPC__REQUEST__OP_DEVICE_STATE: /* the host's, read by the agent */
     case VMRPC__REQUEST__OP_GOODBYE: return 0;
     default: return 1;
   }

@@ -586,6 +586,76 @@ vm_status_t vmc_stats(vmc_conn_t *conn, vmc_stats_t *out);
 void vmc_stats_free(vmc_stats_t *s);
 
 /* ---------------------------------------------------------------------------
+ * The device's state: what the agent's host exposes without root (Linux
+ * sysfs and procfs; docs/protocol.md, DeviceState). Unknown figures are -1
+ * or *_known 0, never guessed; empty lists mean not exposed.
+ */
+
+typedef struct vmc_cpu_state {
+  uint32_t cpu;           /* N of cpuN */
+  int64_t cur_khz;        /* -1 unknown */
+  int64_t max_khz;        /* the hardware's maximum; -1 unknown */
+  int64_t policy_max_khz; /* the cap now (scaling_max_freq); -1 unknown */
+  char governor[32];      /* "" unknown */
+} vmc_cpu_state_t;
+
+#define VMC_MAX_TRIPS 12
+
+typedef struct vmc_trip_point {
+  char type[32]; /* passive, active, hot, critical, ... */
+  int64_t temp_mc;
+} vmc_trip_point_t;
+
+typedef struct vmc_thermal_zone {
+  char name[32]; /* thermal_zoneN */
+  char type[64]; /* "" unknown */
+  int temp_known;
+  int64_t temp_mc; /* millidegrees Celsius */
+  uint32_t num_trips;
+  vmc_trip_point_t trips[VMC_MAX_TRIPS];
+} vmc_thermal_zone_t;
+
+typedef struct vmc_devfreq_state {
+  char name[64];
+  int64_t cur_hz, max_hz, avail_max_hz; /* -1 unknown */
+  char governor[32];
+} vmc_devfreq_state_t;
+
+typedef struct vmc_device_state {
+  uint32_t num_cpus;
+  vmc_cpu_state_t *cpus;
+  uint32_t num_zones;
+  vmc_thermal_zone_t *zones;
+  uint32_t num_devfreq;
+  vmc_devfreq_state_t *devfreq;
+  int loadavg_known;
+  double load1, load5, load15;
+  uint32_t sessions;      /* on the agent, the caller's included */
+  uint32_t busy_sessions; /* other sessions with a request in flight */
+  uint64_t agent_time_ns; /* the agent's monotonic clock */
+} vmc_device_state_t;
+
+/* Asks the agent for its host's state (protocol 1.2; an older agent:
+ * UNIMPLEMENTED). Free with vmc_device_state_free(). */
+vm_status_t vmc_device_state(vmc_conn_t *conn, vmc_device_state_t *out);
+void vmc_device_state_free(vmc_device_state_t *s);
+
+/* Throttling seen in snapshots s[0..n) of one measurement: a clock whose
+ * cap was below its maximum, a zone at or past one of its passive, hot or
+ * critical trip points. Writes one "; "-separated description (each clock
+ * and zone named once) into buf and returns how many were found; 0: none
+ * seen (or nothing exposed). */
+uint32_t vmc_state_throttling(const vmc_device_state_t *s, uint32_t n, char *buf, size_t cap);
+
+/* Whether s shows any clock (a maximum) or temperature at all: without
+ * one, throttling is unknown rather than absent. */
+int vmc_state_exposed(const vmc_device_state_t *s);
+
+/* The hottest zone of s: 1 and *out_mc (millidegrees), or 0 when no zone
+ * reports a temperature. */
+int vmc_state_max_temp(const vmc_device_state_t *s, int64_t *out_mc);
+
+/* ---------------------------------------------------------------------------
  * Compare: is B faster, slower or the same as A on this device?
  * (docs/timing.md, Compare)
  */
@@ -629,6 +699,9 @@ typedef struct vmc_compare_opts {
   int32_t round_ms;    /* each batch of calls lasts about this, 1..60000 (1) */
   int32_t repeats;     /* batches per side per round, the fastest counts, 1..100 (20) */
   int32_t cooldown_ms; /* sleep between rounds, 0..600000 (0) */
+  /* Called before every round (n rounds done so far; after the cooldown):
+   * a temperature gate may wait here. */
+  void (*before_round)(void *user, uint32_t n);
   /* Called after every round (r is rounds[n - 1] of the result). */
   void (*on_round)(void *user, const vmc_compare_round_t *r, uint32_t n);
   void *user;

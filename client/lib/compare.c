@@ -281,6 +281,7 @@ vm_status_t vmc_compare(const vmc_compare_side_t *a, const vmc_compare_side_t *b
     int budget_left = rs - t0 + last_round_s <= o.max_seconds;
     if (budget_left) {
       if (n > 0 && o.cooldown_ms > 0) sleep_ms(o.cooldown_ms);
+      if (o.before_round) o.before_round(o.user, n);
       vmc_compare_round_t *r = &out->rounds[n];
       r->b_first = n % 2;
       const vmc_compare_side_t *first = r->b_first ? b : a, *second = r->b_first ? a : b;

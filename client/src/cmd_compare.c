@@ -20,6 +20,8 @@ enum {
   OPT_ROUND_MS,
   OPT_REPEATS,
   OPT_COOLDOWN_MS,
+  OPT_MAX_TEMP,
+  OPT_MAX_TEMP_WAIT,
 };
 
 /* A fraction written as 0.02 or 2%. 0, or -1 when it is not a finite
@@ -42,6 +44,7 @@ typedef struct compare_cli {
   const char *model_b;
   const char *func_b;
   vmc_compare_opts_t co;
+  double max_temp_c, max_temp_wait_s;
 } compare_cli_t;
 
 static int compare_opt(compare_cli_t *c, int id, const char *val) {
@@ -109,6 +112,8 @@ static int compare_opt(compare_cli_t *c, int id, const char *val) {
                                val);
       c->co.cooldown_ms = (int32_t)v;
       return CLI_EXIT_OK;
+    case OPT_MAX_TEMP: return cli_parse_max_temp(cmd, val, &c->max_temp_c);
+    case OPT_MAX_TEMP_WAIT: return cli_parse_max_temp_wait(cmd, val, &c->max_temp_wait_s);
     default: return cli_usage_error(cmd, "internal: option %d", id);
   }
 }
@@ -132,6 +137,8 @@ static int parse_compare(const cli_global_t *g0, cli_global_t *g, int argc, char
                                    {"round-ms", 0, 1, OPT_ROUND_MS},
                                    {"repeats", 'r', 1, OPT_REPEATS},
                                    {"cooldown-ms", 0, 1, OPT_COOLDOWN_MS},
+                                   {"max-temp", 0, 1, OPT_MAX_TEMP},
+                                   {"max-temp-wait", 0, 1, OPT_MAX_TEMP_WAIT},
                                    {0}};
   *g = *g0;
   cli_args_t a = {cmd, argc, argv, 1, 0};
@@ -170,9 +177,24 @@ static int parse_compare(const cli_global_t *g0, cli_global_t *g, int argc, char
   return -1;
 }
 
-/* Progress on a terminal: the round and its ratio, on one line. */
-static void print_round(void *user, const vmc_compare_round_t *r, uint32_t n) {
-  (void)user;
+/* What the rounds' hooks work with: the snapshots, the snapshot after each
+ * round, progress on a terminal. */
+typedef struct round_hooks {
+  cli_snaps_t *sn;
+  int32_t *after; /* snapshot index after round i, -1 none */
+  int progress;
+} round_hooks_t;
+
+static void before_round(void *user, uint32_t n) {
+  round_hooks_t *h = user;
+  (void)n;
+  cli_snaps_wait_cool(h->sn);
+}
+
+static void after_round(void *user, const vmc_compare_round_t *r, uint32_t n) {
+  round_hooks_t *h = user;
+  h->after[n - 1] = cli_snaps_take(h->sn);
+  if (!h->progress) return;
   int dev = r->a_device_s > 0 && r->b_device_s > 0;
   double a = dev ? r->a_device_s : r->a_s, b = dev ? r->b_device_s : r->b_s;
   fprintf(stderr, "\rround %u (%s): B/A %.4f  ", n, r->b_first ? "B A" : "A B", b / a);
@@ -202,6 +224,7 @@ int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
   memset(&c, 0, sizeof(c));
   c.mo.fill_missing = 1;
   c.co = vmc_compare_opts_default();
+  c.max_temp_wait_s = 60;
   int rc = parse_compare(g0, &g, argc, argv, &c);
   if (rc >= 0) return rc;
   static cli_model_opts_t mo_b;
@@ -217,6 +240,9 @@ int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
   memset(&rb, 0, sizeof(rb));
   vmc_compare_result_t res;
   memset(&res, 0, sizeof(res));
+  cli_snaps_t sn;
+  memset(&sn, 0, sizeof(sn));
+  static int32_t after[VMC_COMPARE_MAX_ROUNDS];
   if ((rc = cli_model_load(&ma, cmd, &c.mo))) goto done;
   if ((rc = cli_model_load(&mb, cmd, &mo_b))) goto done;
   /* One session each on the same agent and device; the first run of each
@@ -227,13 +253,22 @@ int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
   vmc_compare_side_t sa = {ma.conn, ma.vm, c.mo.func ? c.mo.func : "main"};
   vmc_compare_side_t sb = {mb.conn, mb.vm, mo_b.func ? mo_b.func : "main"};
   int progress = !g.quiet && !g.json && isatty(2);
-  if (progress) c.co.on_round = print_round;
+  /* The device's state before, after every round and after; with
+   * --max-temp, a wait before every round until it is cool. */
+  cli_snaps_init(&sn, ma.conn, c.max_temp_c, c.max_temp_wait_s);
+  cli_snaps_take(&sn);
+  for (uint32_t i = 0; i < VMC_COMPARE_MAX_ROUNDS; i++) after[i] = -1;
+  round_hooks_t hooks = {&sn, after, progress};
+  c.co.before_round = before_round;
+  c.co.on_round = after_round;
+  c.co.user = &hooks;
   vm_status_t st = vmc_compare(&sa, &sb, &c.co, &res);
   if (progress) fprintf(stderr, "\r%40s\r", "");
   if (st) {
     rc = cli_remote_error(cmd, "compare", st);
     goto done;
   }
+  cli_snaps_take(&sn);
   const char *verdict = vmc_verdict_name(res.verdict);
   double pct = c.co.confidence * 100;
   if (g.json) {
@@ -256,6 +291,11 @@ int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
     cli_json_int(&j, "round_ms", c.co.round_ms);
     cli_json_int(&j, "repeats", c.co.repeats);
     cli_json_int(&j, "cooldown_ms", c.co.cooldown_ms);
+    if (c.max_temp_c > 0)
+      cli_json_num(&j, "max_temp_c", c.max_temp_c);
+    else
+      cli_json_null(&j, "max_temp_c");
+    cli_json_num(&j, "max_temp_wait_s", c.max_temp_wait_s);
     cli_json_obj_end(&j);
     cli_json_str(&j, "verdict", verdict);
     cli_json_str(&j, "statistic", "hodges-lehmann");
@@ -286,11 +326,16 @@ int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
       else
         cli_json_null(&j, "b_device_s");
       cli_json_num(&j, "end_s", r->end_s);
+      if (after[i] >= 0)
+        cli_state_json(&j, "state", &sn.s[after[i]]);
+      else
+        cli_json_null(&j, "state");
       cli_json_obj_end(&j);
     }
     cli_json_arr_end(&j);
     cli_json_num(&j, "calibrate_s", res.calibrate_s);
     cli_json_num(&j, "seconds", res.seconds);
+    cli_snaps_json(&j, &sn);
     cli_json_end(&j);
   } else if (!g.quiet) {
     printf("A:        %s (sha256 %.16s...), function %s, %d calls per batch\n", c.mo.model,
@@ -304,6 +349,7 @@ int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
     printf("rounds:   %u (A B, B A, ...), %u of %u looks, %.2f s\n", res.num_rounds, res.looks,
            res.looks_planned, res.seconds);
   }
+  cli_snaps_report(&sn, &g);
   fflush(stdout);
   if (res.verdict == VMC_VERDICT_SLOWER) {
     cli_error(cmd, "B is slower than A: ratio %.4f, %g%% CI [%.4f, %.4f] above 1 + %g%%",
@@ -323,6 +369,7 @@ int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
     rc = CLI_EXIT_INCONCLUSIVE;
   }
 done:
+  cli_snaps_free(&sn);
   vmc_compare_result_free(&res);
   vmc_run_result_free(&ra);
   vmc_run_result_free(&rb);

@@ -20,12 +20,19 @@ static int cmd_help(const cli_global_t *g, int argc, char **argv);
   "the agent already has it), and a VM is created on the agent.\n\n"
 
 static const cli_command_t k_commands[] = {
-    {"info", "", "Show the agent: version, protocol, devices and limits.",
+    {"info", "[--state]", "Show the agent: version, protocol, devices and limits.",
      "Connects, says Hello and prints what the agent told: its version and\n"
      "protocol, the session, a round-trip time, every device (the selector to\n"
      "pass to --device, name, vendor, driver, memory, timer) and its limits.\n"
      "\n"
+     "With --state, also the host's state as the agent reads it (Linux sysfs and\n"
+     "procfs, no root needed): each core's clock, its maximum and cap, and governor;\n"
+     "every thermal zone's temperature and trip points; devfreq devices (GPUs);\n"
+     "the load average; the agent's other sessions. What is not exposed is said\n"
+     "to be unknown, never guessed.\n"
+     "\n"
      "options:\n"
+     "  --state                the host's clocks, temperatures and load too\n"
      "  -h, --help             show this help\n",
      cli_cmd_info, 1},
     {"ping", "[-n COUNT]", "Measure round trips to the agent.",
@@ -101,6 +108,11 @@ static const cli_command_t k_commands[] = {
                      "  --repeats-to-cooldown N    repeats per group [1]\n"
                      "  --cache-flush-bytes SIZE   bytes written to flush host caches before each\n"
                      "                         repeat; K, M, G suffixes [0]\n"
+                     "  --max-temp C           first wait until every thermal zone is at or\n"
+                     "                         below C degrees [no wait]\n"
+                     "  --max-temp-wait S      wait at most this long, then measure anyway [60]\n"
+                     "The device's state (clocks, temperatures, load, other sessions) is\n"
+                     "recorded before and after; throttling seen in it is named.\n"
                      "model options:\n"
                      "%MODEL%"
                      "  -h, --help             show this help\n",
@@ -129,6 +141,13 @@ static const cli_command_t k_commands[] = {
                      "  --round-ms MS          each batch of calls lasts about this [1]\n"
                      "  -r, --repeats N        batches per side per round, 1..100 [20]\n"
                      "  --cooldown-ms MS       sleep between rounds [0]\n"
+                     "  --max-temp C           before each round, wait until every thermal zone\n"
+                     "                         is at or below C degrees [no wait]\n"
+                     "  --max-temp-wait S      wait at most this long each time, then measure\n"
+                     "                         anyway with a warning [60]\n"
+                     "The device's state (clocks, temperatures, load, other sessions) is\n"
+                     "recorded before, after every round and after; throttling seen in it is\n"
+                     "named.\n"
                      "model options (shared by A and B):\n"
                      "%MODEL%"
                      "  -h, --help             show this help\n",

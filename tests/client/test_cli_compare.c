@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "agent_proc.h"
+#include "fake_tree.h"
 #include "gemm_exec.h"
 #include "run_proc.h"
 #include "test_util.h"
@@ -30,6 +31,7 @@ enum { EXIT_OK = 0, EXIT_USAGE = 2, EXIT_SLOWER = 8, EXIT_INCONCLUSIVE = 9 };
 
 static char g_vmclient[4096];
 static char g_dir[4096];
+static char g_state_root[4200]; /* a fake sysfs the agent reads its state from */
 static agent_proc_t g_agent;
 
 /* Writes DIR/name: main(x) computes x * x `gemms` times. */
@@ -61,7 +63,19 @@ static int suite_setup(void **state) {
   unsetenv("VMCLIENT_HOST");
   /* 10 and 13 gemms: B does 1.3 times A's device work. */
   if (write_gemm_exec("a.vmx", 10) != 0 || write_gemm_exec("b.vmx", 13) != 0) return -1;
-  if (agent_proc_start(&g_agent, NULL) != 0) return -1;
+  /* The host the agent reports: cpu0 capped at 1.8 of 2.4 GHz, a zone at
+   * 30 C past its 25 C passive trip point. */
+  snprintf(g_state_root, sizeof(g_state_root), "%s/fake", g_dir);
+  fake_tree_put(g_state_root, "sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq", "1800000\n");
+  fake_tree_put(g_state_root, "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "2400000\n");
+  fake_tree_put(g_state_root, "sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq", "1800000\n");
+  fake_tree_put(g_state_root, "sys/class/thermal/thermal_zone0/type", "soc\n");
+  fake_tree_put(g_state_root, "sys/class/thermal/thermal_zone0/temp", "30000\n");
+  fake_tree_put(g_state_root, "sys/class/thermal/thermal_zone0/trip_point_0_type", "passive\n");
+  fake_tree_put(g_state_root, "sys/class/thermal/thermal_zone0/trip_point_0_temp", "25000\n");
+  fake_tree_put(g_state_root, "proc/loadavg", "0.50 0.40 0.30 1/10 99\n");
+  const char *args[] = {"--state-root", g_state_root, NULL};
+  if (agent_proc_start(&g_agent, args) != 0) return -1;
   return 0;
 }
 
@@ -188,6 +202,10 @@ static void test_usage_errors(void **state) {
       {"--max-seconds", "inf", "--max-seconds must be a number above 0 and at most 604800 (a week), not 'inf'"},
       {"--round-ms", "0", "--round-ms must be an integer from 1 to 60000, not '0'"},
       {"--repeats", "101", "--repeats must be an integer from 1 to 100, not '101'"},
+      {"--max-temp", "0", "--max-temp must be degrees Celsius above 0 and at most 150, not '0'"},
+      {"--max-temp", "hot", "--max-temp must be degrees Celsius above 0 and at most 150, not 'hot'"},
+      {"--max-temp", "151", "--max-temp must be degrees Celsius above 0 and at most 150, not '151'"},
+      {"--max-temp-wait", "-1", "--max-temp-wait must be seconds above 0 and at most 3600, not '-1'"},
       {"--cooldown-ms", "x", "--cooldown-ms must be an integer from 0 to 600000, not 'x'"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -213,12 +231,66 @@ static void test_usage_errors(void **state) {
   run_result_free(&r);
 }
 
+/* The device's state around the rounds, the throttling it shows named,
+ * and the temperature gate: the zone stays at 30 C, so a 20 C gate waits
+ * its bound before every round, says so, and measures anyway. */
+static void test_state_and_gate(void **state) {
+  (void)state;
+  run_result_t r;
+  run_proc(g_vmclient,
+           (const char *const[]){"--host", g_agent.url, "compare", "--json", "-d", "opencl:0",
+                                 "--threshold", "50%", "--max-rounds", "10", "--max-temp", "20",
+                                 "--max-temp-wait", "0.2", "a.vmx", "a.vmx", NULL},
+           g_dir, NULL, 0, NULL, 300, &r);
+  assert_true(WIFEXITED(r.status));
+  assert_int_equal(WEXITSTATUS(r.status), EXIT_OK);
+  expect_in(r.out, "\"verdict\":\"same\"");
+  expect_in(r.out, "\"throttled\":true");
+  expect_in(r.out,
+            "\"throttling\":\"cpu0 capped at 1800 MHz, below its maximum 2400 MHz; thermal_zone0 "
+            "(soc) at 30.0 C, past its passive trip point 25.0 C\"");
+  expect_in(r.out, "\"state_before\":{\"cpus\":[{\"cpu\":0,\"cur_mhz\":1800,");
+  expect_in(r.out, "\"state_after\":{");
+  expect_in(r.out, "\"loadavg\":[0.5,0.4,0.3]");
+  /* Every round carries its snapshot. */
+  assert_int_equal(count_in(r.out, "\"state\":{\"cpus\""), 10);
+  assert_int_equal((int)json_num(r.out, "gave_up"), 10);
+  assert_true(json_num(r.out, "waited_s") >= 10 * 0.2);
+  assert_int_equal(r.err_n, 0); /* --json: all of it is in the object */
+  run_result_free(&r);
+  /* The human report names them too. */
+  CLI(EXIT_OK, &r, "--host", g_agent.url, "compare", "-d", "opencl:0", "--threshold", "50%",
+      "--max-rounds", "10", "--max-temp", "20", "--max-temp-wait", "0.1", "a.vmx", "a.vmx");
+  /* 1 before; 2 for each wait (at its start and at its bound); 10 after
+   * the rounds; 1 after. */
+  expect_in(r.out,
+            "state:    32 snapshots; THROTTLED: cpu0 capped at 1800 MHz, below its maximum 2400 "
+            "MHz; thermal_zone0 (soc) at 30.0 C, past its passive trip point 25.0 C\n");
+  expect_in(r.out, "warning:  10 times the device did not cool to 20 C within 0.1 s; measured "
+                   "anyway\n");
+  run_result_free(&r);
+  /* bench: the same gate before its evaluation, the state around it. */
+  CLI(EXIT_OK, &r, "--host", g_agent.url, "bench", "--json", "-d", "opencl:0", "--max-temp", "20",
+      "--max-temp-wait", "0.2", "a.vmx");
+  expect_in(r.out, "\"throttled\":true");
+  expect_in(r.out, "\"state_before\":{");
+  expect_in(r.out, "\"state_after\":{");
+  assert_int_equal((int)json_num(r.out, "gave_up"), 1);
+  assert_true(json_num(r.out, "waited_s") >= 0.2);
+  run_result_free(&r);
+  CLI(EXIT_USAGE, &r, "bench", "--max-temp", "-3", "a.vmx");
+  expect_in(r.err, "vmclient: bench: --max-temp must be degrees Celsius above 0 and at most 150, "
+                   "not '-3'");
+  run_result_free(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_usage_errors),
       cmocka_unit_test(test_small_budget_inconclusive),
       cmocka_unit_test(test_identical_same),
       cmocka_unit_test(test_more_work_slower),
+      cmocka_unit_test(test_state_and_gate),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }

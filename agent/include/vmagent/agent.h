@@ -95,6 +95,9 @@ typedef struct vmagent_config {
   const char *worker_exe;
   /* Workers started ahead of sessions (isolation only). Default 1. */
   uint32_t spare_workers;
+  /* Where DeviceState reads sysfs and procfs: NULL or "/" the host's; a
+   * directory holding a fake sys/ and proc/ for tests. Copied. */
+  const char *state_root;
 } vmagent_config_t;
 
 enum { VMAGENT_KERNELS_DENY = 0, VMAGENT_KERNELS_ALLOW = 1 };
