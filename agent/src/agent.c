@@ -244,6 +244,7 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
   a->cache_dir = vma_strdup_or_null(cfg->cache_dir);
   a->worker_exe = vma_strdup_or_null(cfg->worker_exe);
   a->state_root = vma_strdup_or_null(cfg->state_root);
+  a->cfg.cpus = NULL; /* parsed into a->pin below */
   a->xlock_fd = -1;
   /* auto: isolated when carried kernels (native code on a cpu device, the
    * driver's fault handling on a gpu) may run; docs/security.md. */
@@ -272,6 +273,8 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
     st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
     goto fail;
   }
+  st = vma_pin_parse(cfg->cpus, &a->pin);
+  if (st) goto fail;
   a->cfg.devices = cfg->devices;
   st = vma_open_devices(a);
   a->cfg.devices = NULL;

@@ -175,7 +175,7 @@ static void read_devfreq(const char *root, vma_devstate_t *s) {
       s->num_devfreq--;
       continue;
     }
-    snprintf(f->name, sizeof(f->name), "%s", e->d_name);
+    memcpy(f->name, e->d_name, strlen(e->d_name) + 1); /* shorter than the field: checked */
     char rel[VMA_DEVSTATE_NAME + 64];
 #define DF(file) (snprintf(rel, sizeof(rel), "sys/class/devfreq/%s/" file, f->name), rel)
     f->cur_hz = read_i64(root, DF("cur_freq"));
