@@ -181,6 +181,14 @@ static void test_small_budget_inconclusive(void **state) {
             "vmclient: compare: inconclusive: the budget ran out after 3 rounds, too few for a "
             "95% interval (raise --max-rounds or --max-seconds)");
   run_result_free(&r);
+  /* A time budget spent by the calibration: no round at all. */
+  CLI(EXIT_INCONCLUSIVE, &r, "--host", g_agent.url, "compare", "--json", "-d", "opencl:0",
+      "--max-seconds", "0.000001", "a.vmx", "b.vmx");
+  expect_in(r.out, "\"verdict\":\"inconclusive\"");
+  expect_in(r.out, "\"time_exhausted\":true");
+  expect_in(r.out, "\"rounds\":[]");
+  expect_in(r.err, "vmclient: compare: inconclusive: the budget ran out after 0 rounds");
+  run_result_free(&r);
 }
 
 static void test_usage_errors(void **state) {
