@@ -243,6 +243,8 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
   a->tls_key_file = vma_strdup_or_null(cfg->tls_key_file);
   a->cache_dir = vma_strdup_or_null(cfg->cache_dir);
   a->worker_exe = vma_strdup_or_null(cfg->worker_exe);
+  a->state_root = vma_strdup_or_null(cfg->state_root);
+  a->cfg.cpus = NULL; /* parsed into a->pin below */
   a->xlock_fd = -1;
   /* auto: isolated when carried kernels (native code on a cpu device, the
    * driver's fault handling on a gpu) may run; docs/security.md. */
@@ -256,6 +258,7 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
   a->cfg.tls_cert_file = a->tls_cert_file;
   a->cfg.tls_key_file = a->tls_key_file;
   a->cfg.cache_dir = a->cache_dir;
+  a->cfg.state_root = a->state_root;
   a->cfg.devices = NULL; /* borrowed during create only */
   vm_budget_init(&a->host, a->cfg.host_mem_limit, NULL, "the agent's host memory limit",
                  "--host-mem-limit");
@@ -270,6 +273,8 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
     st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
     goto fail;
   }
+  st = vma_pin_parse(cfg->cpus, &a->pin);
+  if (st) goto fail;
   a->cfg.devices = cfg->devices;
   st = vma_open_devices(a);
   a->cfg.devices = NULL;
@@ -358,6 +363,7 @@ void vmagent_free(vmagent_t *a) {
   free(a->tls_key_file);
   free(a->cache_dir);
   free(a->worker_exe);
+  free(a->state_root);
   if (a->xlock_fd >= 0) close(a->xlock_fd);
   if (a->shared) munmap(a->shared, a->shared_len);
   free(a);

@@ -25,6 +25,7 @@
 
 #include <nng/nng.h>
 
+#include "pin.h"
 #include "vm/executable.h"
 #include "vm/vm.h"
 #include "vmagent/agent.h"
@@ -234,6 +235,8 @@ struct vmagent {
   char *listen_url;
   char *token;
   char *tls_cert_file, *tls_key_file, *cache_dir;
+  char *state_root; /* DeviceState's sysfs root (devstate.c); NULL = / */
+  vma_pin_t pin;    /* --cpus (pin.c) */
   char url[512];
 
   vma_device_t devices[VMA_MAX_DEVICES];

@@ -540,6 +540,10 @@ static int vma_iso_make_argv(vma_iso_t *iso) {
   e |= vma_iso_arg(iso, "%u.%03u", c->kernel_timeout_ms / 1000, c->kernel_timeout_ms % 1000);
   e |= vma_iso_arg(iso, "--idle-timeout");
   e |= vma_iso_arg(iso, "0");
+  if (a->pin.on) { /* the worker measures: it pins itself */
+    e |= vma_iso_arg(iso, "--cpus");
+    e |= vma_iso_arg(iso, "%s", a->pin.list);
+  }
   iso->argv[iso->argc] = NULL;
   return e ? -1 : 0;
 }
@@ -661,6 +665,7 @@ int vma_iso_forwards(const vmagent_t *a, const Vmrpc__Request *rq) {
     case VMRPC__REQUEST__OP_HELLO:
     case VMRPC__REQUEST__OP_PING:
     case VMRPC__REQUEST__OP_LIST_DEVICES:
+    case VMRPC__REQUEST__OP_DEVICE_STATE: /* the host's, read by the agent */
     case VMRPC__REQUEST__OP_GOODBYE: return 0;
     default: return 1;
   }

@@ -52,6 +52,10 @@ static void usage(FILE *f) {
           "  --cache-dir DIR         executable store and OpenCL program cache; '' = memory\n"
           "                          only [$XDG_CACHE_HOME/vmrpc or ~/.cache/vmrpc]\n"
           "  --cache-max-bytes SIZE  cap of the executable store, LRU eviction [2G]\n"
+          "  --cpus LIST             run the measuring thread (time evaluator, profile) on\n"
+          "                          these cores while it measures, e.g. 2-3 or 4,6 [any]\n"
+          "  --state-root DIR        read the host's state (clocks, thermal zones, load)\n"
+          "                          under DIR/sys and DIR/proc instead of / (tests) [/]\n"
           "  --max-sessions N        sessions served at once [64]\n"
           "  --session-mem-limit SIZE  device + host bytes per session, 0 = none [0]\n"
           "  --host-mem-limit SIZE   host memory that clients cause, all sessions together\n"
@@ -202,6 +206,8 @@ enum {
   OPT_WORKER_FD,
   OPT_WORKER_LOCKS,
   OPT_WORKER_SLOT,
+  OPT_STATE_ROOT,
+  OPT_CPUS,
   OPT_VERSION,
   OPT_HELP,
 };
@@ -233,6 +239,8 @@ static const struct option options[] = {
     {"worker-fd", required_argument, NULL, OPT_WORKER_FD},
     {"worker-locks", required_argument, NULL, OPT_WORKER_LOCKS},
     {"worker-slot", required_argument, NULL, OPT_WORKER_SLOT},
+    {"state-root", required_argument, NULL, OPT_STATE_ROOT},
+    {"cpus", required_argument, NULL, OPT_CPUS},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -370,6 +378,11 @@ int main(int argc, char **argv) {
       case OPT_TOKEN_FILE: token_file = v; break;
       case OPT_TLS_CERT: cfg.tls_cert_file = v; break;
       case OPT_TLS_KEY: cfg.tls_key_file = v; break;
+      case OPT_CPUS: cfg.cpus = v; break;
+      case OPT_STATE_ROOT:
+        if (!*v) return bad_value("state-root", v);
+        cfg.state_root = v;
+        break;
       case OPT_CACHE_DIR:
         cache_dir = v;
         cache_dir_set = 1;

@@ -46,7 +46,10 @@ vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
   vm_time_result_t res;
   memset(&res, 0, sizeof(res));
   vma_measure_enter(c->a, v);
+  cpu_set_t saved;
+  int pinned = vma_pin_enter(&c->a->pin, &saved);
   vm_status_t st = vm_machine_time_evaluate(v->m, q->func, &p, &res);
+  vma_pin_exit(pinned, &saved);
   vma_measure_exit(c->a, v);
   vma_run_unlock(c->a, c->s, v);
   if (st) return st;
@@ -86,7 +89,10 @@ vm_status_t vma_op_profile(vma_ctx_t *c) {
   vm_profile_t prof;
   memset(&prof, 0, sizeof(prof));
   vma_measure_enter(c->a, v);
+  cpu_set_t saved;
+  int pinned = vma_pin_enter(&c->a->pin, &saved);
   vm_status_t st = vm_machine_profile(v->m, q->func, &prof);
+  vma_pin_exit(pinned, &saved);
   vma_measure_exit(c->a, v);
   vma_run_unlock(c->a, c->s, v);
   if (st) return st;

@@ -585,6 +585,177 @@ vm_status_t vmc_stats(vmc_conn_t *conn, vmc_stats_t *out);
 /* Frees the allocator list and zeroes s. NULL is a no-op. */
 void vmc_stats_free(vmc_stats_t *s);
 
+/* ---------------------------------------------------------------------------
+ * The device's state: what the agent's host exposes without root (Linux
+ * sysfs and procfs; docs/protocol.md, DeviceState). Unknown figures are -1
+ * or *_known 0, never guessed; empty lists mean not exposed.
+ */
+
+typedef struct vmc_cpu_state {
+  uint32_t cpu;           /* N of cpuN */
+  int64_t cur_khz;        /* -1 unknown */
+  int64_t max_khz;        /* the hardware's maximum; -1 unknown */
+  int64_t policy_max_khz; /* the cap now (scaling_max_freq); -1 unknown */
+  char governor[32];      /* "" unknown */
+} vmc_cpu_state_t;
+
+#define VMC_MAX_TRIPS 12
+
+typedef struct vmc_trip_point {
+  char type[32]; /* passive, active, hot, critical, ... */
+  int64_t temp_mc;
+} vmc_trip_point_t;
+
+typedef struct vmc_thermal_zone {
+  char name[32]; /* thermal_zoneN */
+  char type[64]; /* "" unknown */
+  int temp_known;
+  int64_t temp_mc; /* millidegrees Celsius */
+  uint32_t num_trips;
+  vmc_trip_point_t trips[VMC_MAX_TRIPS];
+} vmc_thermal_zone_t;
+
+typedef struct vmc_devfreq_state {
+  char name[64];
+  int64_t cur_hz, max_hz, avail_max_hz; /* -1 unknown */
+  char governor[32];
+} vmc_devfreq_state_t;
+
+typedef struct vmc_device_state {
+  uint32_t num_cpus;
+  vmc_cpu_state_t *cpus;
+  uint32_t num_zones;
+  vmc_thermal_zone_t *zones;
+  uint32_t num_devfreq;
+  vmc_devfreq_state_t *devfreq;
+  int loadavg_known;
+  double load1, load5, load15;
+  uint32_t sessions;      /* on the agent, the caller's included */
+  uint32_t busy_sessions; /* other sessions with a request in flight */
+  uint64_t agent_time_ns; /* the agent's monotonic clock */
+} vmc_device_state_t;
+
+/* Asks the agent for its host's state (protocol 1.2; an older agent:
+ * UNIMPLEMENTED). Free with vmc_device_state_free(). */
+vm_status_t vmc_device_state(vmc_conn_t *conn, vmc_device_state_t *out);
+void vmc_device_state_free(vmc_device_state_t *s);
+
+/* Throttling seen in snapshots s[0..n) of one measurement: a clock whose
+ * cap was below its maximum, a zone at or past one of its passive, hot or
+ * critical trip points. Writes one "; "-separated description (each clock
+ * and zone named once) into buf and returns how many were found; 0: none
+ * seen (or nothing exposed). */
+uint32_t vmc_state_throttling(const vmc_device_state_t *s, uint32_t n, char *buf, size_t cap);
+
+/* Whether s shows any clock (a maximum) or temperature at all: without
+ * one, throttling is unknown rather than absent. */
+int vmc_state_exposed(const vmc_device_state_t *s);
+
+/* The hottest zone of s: 1 and *out_mc (millidegrees), or 0 when no zone
+ * reports a temperature. */
+int vmc_state_max_temp(const vmc_device_state_t *s, int64_t *out_mc);
+
+/* ---------------------------------------------------------------------------
+ * Compare: is B faster, slower or the same as A on this device?
+ * (docs/timing.md, Compare)
+ */
+
+/* Most rounds a comparison takes (and values the interval accepts). */
+#define VMC_COMPARE_MAX_ROUNDS 1000u
+
+typedef enum vmc_verdict {
+  VMC_VERDICT_SAME = 0,     /* the interval lies within 1 +- threshold */
+  VMC_VERDICT_FASTER,       /* the interval lies below 1 - threshold */
+  VMC_VERDICT_SLOWER,       /* the interval lies above 1 + threshold */
+  VMC_VERDICT_INCONCLUSIVE, /* the budget ran out before the interval decided */
+} vmc_verdict_t;
+
+/* "same", "faster", "slower", "inconclusive". */
+const char *vmc_verdict_name(vmc_verdict_t v);
+
+/* One side of a comparison: a function of a VM on a connection. The two
+ * sides may share the connection or use two on the same agent. */
+typedef struct vmc_compare_side {
+  vmc_conn_t *conn;
+  vmc_vm_t vm;
+  const char *func;
+} vmc_compare_side_t;
+
+/* One round: A and B timed back to back (B first when b_first); seconds per
+ * call of each side's fastest batch, device ones < 0 when unknown. */
+typedef struct vmc_compare_round {
+  int b_first;
+  double a_s, b_s;               /* wall */
+  double a_device_s, b_device_s; /* device timer; < 0 unknown */
+  double end_s;                  /* since the comparison began */
+} vmc_compare_round_t;
+
+typedef struct vmc_compare_opts {
+  double threshold;    /* relative difference that matters (0.02) */
+  double confidence;   /* family-wise over every look, 0.5 to below 1 (0.95) */
+  uint32_t min_rounds; /* rounds before the first look, 2..1000 (10) */
+  uint32_t max_rounds; /* 1..1000 (100) */
+  double max_seconds;  /* no round starts that would end past this (300) */
+  int32_t round_ms;    /* each batch of calls lasts about this, 1..60000 (1) */
+  int32_t repeats;     /* batches per side per round, the fastest counts, 1..100 (20) */
+  int32_t cooldown_ms; /* sleep between rounds, 0..600000 (0) */
+  /* Called before every round (n rounds done so far; after the cooldown):
+   * a temperature gate may wait here. */
+  void (*before_round)(void *user, uint32_t n);
+  /* Called after every round (r is rounds[n - 1] of the result). */
+  void (*on_round)(void *user, const vmc_compare_round_t *r, uint32_t n);
+  void *user;
+} vmc_compare_opts_t;
+
+/* The defaults above. */
+vmc_compare_opts_t vmc_compare_opts_default(void);
+
+typedef struct vmc_compare_result {
+  vmc_verdict_t verdict;
+  double ratio;               /* B / A: exp of the Hodges-Lehmann estimate */
+  double lo, hi;              /* its interval; NAN before the first look */
+  double threshold, confidence;
+  double look_confidence;     /* each look's level: 1 - (1 - confidence) / looks_planned */
+  double achieved_confidence; /* the last look's exact level (>= look_confidence) */
+  uint32_t looks, looks_planned;
+  int device_time;            /* the interval is over device time (else wall) */
+  int budget_exhausted;       /* inconclusive because rounds or seconds ran out */
+  int time_exhausted;         /* ... the seconds */
+  int32_t number_a, number_b; /* calls per batch after calibration */
+  uint32_t num_rounds;
+  vmc_compare_round_t *rounds;
+  double calibrate_s, seconds; /* calibration, and everything */
+} vmc_compare_result_t;
+
+/* Compares b with a: calibrates, then runs rounds A B, B A, ... until the
+ * interval decides or the budget runs out. Errors of the agent are
+ * returned as they come (no partial result); INVALID_ARGUMENT for bad
+ * options. Free the result with vmc_compare_result_free(). */
+vm_status_t vmc_compare(const vmc_compare_side_t *a, const vmc_compare_side_t *b,
+                        const vmc_compare_opts_t *opts, vmc_compare_result_t *out);
+void vmc_compare_result_free(vmc_compare_result_t *r);
+
+/* The verdict an interval [lo, hi] of B / A gives. */
+vmc_verdict_t vmc_compare_decide(double lo, double hi, double threshold);
+
+/* Number of looks (and, into looks[0..cap), their round counts) of the
+ * schedule: min_rounds, then 1.5 times more each look, the last at
+ * max_rounds. */
+uint32_t vmc_compare_looks(uint32_t min_rounds, uint32_t max_rounds, uint32_t *looks,
+                           uint32_t cap);
+
+/* Hodges-Lehmann estimate of the centre of d[0..n) (the median of the
+ * Walsh averages) and its Wilcoxon signed-rank interval at level 1 - alpha
+ * (exact up to 200 values, normal approximation beyond); lo/hi are
+ * -inf/+inf when n is too small for that level. */
+typedef struct vmc_interval {
+  double estimate, lo, hi;
+  double confidence; /* exact coverage under symmetry, >= 1 - alpha */
+  uint64_t rank;     /* c: the interval is the c-th smallest and largest Walsh average */
+} vmc_interval_t;
+vm_status_t vmc_signed_rank_interval(const double *d, uint32_t n, double alpha,
+                                     vmc_interval_t *out);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -27,6 +27,8 @@ enum {
   CLI_EXIT_CONNECT = 5,  /* cannot reach the agent, or the connection was lost */
   CLI_EXIT_REMOTE = 6,   /* the agent refused or failed the request (its status) */
   CLI_EXIT_MISMATCH = 7, /* check: the outputs differ from the expected ones */
+  CLI_EXIT_SLOWER = 8,   /* compare: B is slower than A beyond the threshold */
+  CLI_EXIT_INCONCLUSIVE = 9, /* compare: the budget ran out before a verdict */
 };
 
 /* The agent vmclient talks to when neither --host nor $VMCLIENT_HOST says. */
@@ -206,6 +208,7 @@ int cli_cmd_upload(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_run(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_check(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_bench(const cli_global_t *g, int argc, char **argv);
+int cli_cmd_compare(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_profile(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_compile(const cli_global_t *g, int argc, char **argv);
 

@@ -181,4 +181,47 @@ void cli_tensor_json(cli_json_t *j, const vmc_tensor_t *t);
  * (NumPy's default). */
 double cli_percentile(const double *sorted, uint32_t n, double p);
 
+/* ---------------------------------------------------------------------------
+ * The device's state (cli_state.c): `info --state`, and snapshots around
+ * compare and bench.
+ */
+void cli_state_json(cli_json_t *j, const char *key, const vmc_device_state_t *s);
+void cli_state_print(const vmc_device_state_t *s);
+
+/* Snapshots of one measurement, and its temperature gate. */
+typedef struct cli_snaps {
+  vmc_conn_t *conn;
+  vmc_device_state_t *s;
+  uint32_t n, cap;
+  int available;     /* 0 after the agent could not report (error says why) */
+  char error[256];
+  double max_temp_c; /* > 0: wait before each round until every zone is at or below */
+  double max_wait_s; /* for at most this long each time */
+  double waited_s, longest_wait_s;
+  uint32_t waits, gave_up;
+  int no_zone;       /* --max-temp given but no zone reports a temperature */
+} cli_snaps_t;
+
+void cli_snaps_init(cli_snaps_t *sn, vmc_conn_t *conn, double max_temp_c, double max_wait_s);
+/* Takes one snapshot: its index, or -1 (no state from this agent). */
+int cli_snaps_take(cli_snaps_t *sn);
+/* With max_temp_c: takes snapshots until every zone is at or below it or
+ * max_wait_s has passed (then counted in gave_up). */
+void cli_snaps_wait_cool(cli_snaps_t *sn);
+/* The most other busy sessions any snapshot saw. */
+uint32_t cli_snaps_busy(const cli_snaps_t *sn);
+/* state_before, state_after, throttled, throttling, max_busy_sessions,
+ * temperature_gate. */
+void cli_snaps_json(cli_json_t *j, const cli_snaps_t *sn);
+/* The human report's lines: throttling, the gate's waits, warnings of busy
+ * sessions and of a gate that gave up (nothing with --json or --quiet:
+ * the JSON has it all). */
+void cli_snaps_report(const cli_snaps_t *sn, const cli_global_t *g);
+void cli_snaps_free(cli_snaps_t *sn);
+/* Parses --max-temp C (above 0, at most 150) for cmd. 0 or the usage
+ * error's exit code. */
+int cli_parse_max_temp(const char *cmd, const char *val, double *out);
+/* Parses --max-temp-wait S (above 0, at most 3600). */
+int cli_parse_max_temp_wait(const char *cmd, const char *val, double *out);
+
 #endif

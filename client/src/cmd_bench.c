@@ -16,6 +16,8 @@ enum {
   OPT_COOLDOWN_MS,
   OPT_REPEATS_TO_COOLDOWN,
   OPT_CACHE_FLUSH,
+  OPT_MAX_TEMP,
+  OPT_MAX_TEMP_WAIT,
 };
 
 /* Parses a model command's command line; extra options go to on_extra. */
@@ -104,11 +106,20 @@ static void stats_row(const char *label, const stats_t *s) {
  * bench
  */
 
+/* bench's options: the evaluator's and the temperature gate. */
+typedef struct bench_opts {
+  vmc_time_params_t tp;
+  double max_temp_c, max_temp_wait_s;
+} bench_opts_t;
+
 static int bench_opt(void *ctx, int id, const char *val) {
-  vmc_time_params_t *p = ctx;
+  bench_opts_t *bo = ctx;
+  vmc_time_params_t *p = &bo->tp;
   const char *cmd = "bench";
   int64_t v;
   switch (id) {
+    case OPT_MAX_TEMP: return cli_parse_max_temp(cmd, val, &bo->max_temp_c);
+    case OPT_MAX_TEMP_WAIT: return cli_parse_max_temp_wait(cmd, val, &bo->max_temp_wait_s);
     case OPT_NUMBER:
     case OPT_REPEAT:
     case OPT_REPEATS_TO_COOLDOWN: {
@@ -159,13 +170,18 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
                                    {"cooldown-interval-ms", 0, 1, OPT_COOLDOWN_MS},
                                    {"repeats-to-cooldown", 0, 1, OPT_REPEATS_TO_COOLDOWN},
                                    {"cache-flush-bytes", 0, 1, OPT_CACHE_FLUSH},
+                                   {"max-temp", 0, 1, OPT_MAX_TEMP},
+                                   {"max-temp-wait", 0, 1, OPT_MAX_TEMP_WAIT},
                                    {0}};
   cli_model_opts_t mo;
   memset(&mo, 0, sizeof(mo));
   mo.fill_missing = 1;
-  vmc_time_params_t tp = vmc_time_params_default();
-  int rc = parse_model_cmd(cmd, argc, argv, opts, &g, &mo, bench_opt, &tp);
+  bench_opts_t bo = {vmc_time_params_default(), 0, 60};
+  int rc = parse_model_cmd(cmd, argc, argv, opts, &g, &mo, bench_opt, &bo);
   if (rc >= 0) return rc;
+  vmc_time_params_t tp = bo.tp;
+  cli_snaps_t sn;
+  memset(&sn, 0, sizeof(sn));
 
   cli_model_t m;
   vmc_time_result_t tr;
@@ -184,9 +200,15 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
   cli_model_note_generated(&m, &g);
   double first_agent_s = res.agent_seconds;
   double init_s = m.connect_s;
+  /* The device's state before and after; with --max-temp, a wait until it
+   * is cool first. */
+  cli_snaps_init(&sn, m.conn, bo.max_temp_c, bo.max_temp_wait_s);
+  cli_snaps_take(&sn);
+  cli_snaps_wait_cool(&sn);
   double t0 = cli_now_s();
   vm_status_t st = vmc_time_evaluate(m.conn, m.vm, func, &tp, &tr);
   double eval_s = cli_now_s() - t0;
+  if (!st) cli_snaps_take(&sn);
   if (st) {
     rc = cli_remote_error(cmd, "time evaluate", st);
     goto done;
@@ -248,6 +270,7 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
         cli_json_null(&j, NULL);
     cli_json_arr_end(&j);
     cli_json_num(&j, "evaluate_s", eval_s);
+    cli_snaps_json(&j, &sn);
     cli_json_end(&j);
   } else if (!g.quiet) {
     printf("model:      %s (sha256 %.16s...), function %s\n", mo.model, m.sha256_hex, func);
@@ -271,7 +294,9 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
     else
       printf("  device  (no device timer)\n");
   }
+  cli_snaps_report(&sn, &g);
 done:
+  cli_snaps_free(&sn);
   vmc_time_result_free(&tr);
   vmc_run_result_free(&res);
   cli_model_close(&m);

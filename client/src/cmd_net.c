@@ -55,10 +55,19 @@ static int parse_simple(const char *cmd, int argc, char **argv, cli_global_t *g,
  * info
  */
 
+static int info_opt(void *ctx, int id, const char *val) {
+  (void)id;
+  (void)val;
+  *(int *)ctx = 1; /* --state */
+  return CLI_EXIT_OK;
+}
+
 int cli_cmd_info(const cli_global_t *g0, int argc, char **argv) {
   const char *cmd = "info";
   cli_global_t g = *g0;
-  int rc = parse_simple(cmd, argc, argv, &g, NULL, NULL, NULL);
+  int want_state = 0;
+  static const cli_opt_t extra[] = {{"state", 0, 0, 1}, {0}};
+  int rc = parse_simple(cmd, argc, argv, &g, extra, info_opt, &want_state);
   if (rc >= 0) return rc;
   vmc_conn_t *c;
   if ((rc = cli_connect(&g, cmd, &c))) return rc;
@@ -68,6 +77,13 @@ int cli_cmd_info(const cli_global_t *g0, int argc, char **argv) {
   vm_status_t st = vmc_ping(c, &rtt);
   if (st) {
     rc = cli_remote_error(cmd, "ping", st);
+    vmc_close(c);
+    return rc;
+  }
+  vmc_device_state_t state;
+  memset(&state, 0, sizeof(state));
+  if (want_state && (st = vmc_device_state(c, &state))) {
+    rc = cli_remote_error(cmd, "device state", st);
     vmc_close(c);
     return rc;
   }
@@ -111,6 +127,7 @@ int cli_cmd_info(const cli_global_t *g0, int argc, char **argv) {
     cli_json_uint(&j, "max_executable_bytes", in.limits.max_executable_bytes);
     cli_json_uint(&j, "idle_timeout_ms", in.limits.idle_timeout_ms);
     cli_json_obj_end(&j);
+    if (want_state) cli_state_json(&j, "state", &state);
     cli_json_end(&j);
   } else if (!g.quiet) {
     printf("agent:     vmagent %s at %s (protocol %u.%u; this client %s, protocol %u.%u)\n",
@@ -147,7 +164,9 @@ int cli_cmd_info(const cli_global_t *g0, int argc, char **argv) {
       printf("), fp16 %s, device timer %s\n", yes_no(d->supports_fp16),
              yes_no(d->has_device_timer));
     }
+    if (want_state) cli_state_print(&state);
   }
+  vmc_device_state_free(&state);
   vmc_close(c);
   return CLI_EXIT_OK;
 }

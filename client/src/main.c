@@ -20,12 +20,19 @@ static int cmd_help(const cli_global_t *g, int argc, char **argv);
   "the agent already has it), and a VM is created on the agent.\n\n"
 
 static const cli_command_t k_commands[] = {
-    {"info", "", "Show the agent: version, protocol, devices and limits.",
+    {"info", "[--state]", "Show the agent: version, protocol, devices and limits.",
      "Connects, says Hello and prints what the agent told: its version and\n"
      "protocol, the session, a round-trip time, every device (the selector to\n"
      "pass to --device, name, vendor, driver, memory, timer) and its limits.\n"
      "\n"
+     "With --state, also the host's state as the agent reads it (Linux sysfs and\n"
+     "procfs, no root needed): each core's clock, its maximum and cap, and governor;\n"
+     "every thermal zone's temperature and trip points; devfreq devices (GPUs);\n"
+     "the load average; the agent's other sessions. What is not exposed is said\n"
+     "to be unknown, never guessed.\n"
+     "\n"
      "options:\n"
+     "  --state                the host's clocks, temperatures and load too\n"
      "  -h, --help             show this help\n",
      cli_cmd_info, 1},
     {"ping", "[-n COUNT]", "Measure round trips to the agent.",
@@ -101,10 +108,50 @@ static const cli_command_t k_commands[] = {
                      "  --repeats-to-cooldown N    repeats per group [1]\n"
                      "  --cache-flush-bytes SIZE   bytes written to flush host caches before each\n"
                      "                         repeat; K, M, G suffixes [0]\n"
+                     "  --max-temp C           first wait until every thermal zone is at or\n"
+                     "                         below C degrees [no wait]\n"
+                     "  --max-temp-wait S      wait at most this long, then measure anyway [60]\n"
+                     "The device's state (clocks, temperatures, load, other sessions) is\n"
+                     "recorded before and after; throttling seen in it is named.\n"
                      "model options:\n"
                      "%MODEL%"
                      "  -h, --help             show this help\n",
      cli_cmd_bench, 1},
+    {"compare", "[options] A.vmx [B.vmx] [INPUT.npy...]",
+     "Is B faster, slower or the same as A on the device? A verdict a CI can use.",
+     MODEL_HELP_HEAD "Both executables (or two functions of A.vmx: --func-b) run on the same\n"
+                     "agent and device, with the same inputs (given or generated as for\n"
+                     "'vmclient bench'). Each is calibrated so that a batch of calls lasts\n"
+                     "--round-ms; then rounds A B, B A, A B, ... time both with the agent's\n"
+                     "time evaluator, --repeats batches each, the fastest counting (device\n"
+                     "time where the device has a timer, else wall). The ratio B/A is the\n"
+                     "Hodges-Lehmann estimate over rounds with its signed-rank interval;\n"
+                     "rounds are added until the interval decides\n"
+                     "('faster': below 1 - threshold; 'slower': above 1 + threshold; 'same':\n"
+                     "within 1 +- threshold) or the budget runs out ('inconclusive').\n"
+                     "Exit status: 0 same or faster, 8 slower, 9 inconclusive.\n"
+                     "\n"
+                     "options:\n"
+                     "  --func-b NAME          B's function [the same as --func]\n"
+                     "  -t, --threshold X      relative difference that matters: 2% or 0.02 [2%]\n"
+                     "  --confidence X         family-wise level over every look [95%]\n"
+                     "  --min-rounds N         rounds before the first look, 2..1000 [10]\n"
+                     "  --max-rounds N         1..1000 [100]\n"
+                     "  --max-seconds S        no round starts that would end later [300]\n"
+                     "  --round-ms MS          each batch of calls lasts about this [1]\n"
+                     "  -r, --repeats N        batches per side per round, 1..100 [20]\n"
+                     "  --cooldown-ms MS       sleep between rounds [0]\n"
+                     "  --max-temp C           before each round, wait until every thermal zone\n"
+                     "                         is at or below C degrees [no wait]\n"
+                     "  --max-temp-wait S      wait at most this long each time, then measure\n"
+                     "                         anyway with a warning [60]\n"
+                     "The device's state (clocks, temperatures, load, other sessions) is\n"
+                     "recorded before, after every round and after; throttling seen in it is\n"
+                     "named.\n"
+                     "model options (shared by A and B):\n"
+                     "%MODEL%"
+                     "  -h, --help             show this help\n",
+     cli_cmd_compare, 1},
     {"profile", "[options] MODEL.vmx [INPUT.npy...]", "Profile a function per operator.",
      MODEL_HELP_HEAD "Inputs are given or generated as for 'vmclient bench'. Runs the function\n"
                      "once (first-run costs such as kernel builds), then once more with a\n"

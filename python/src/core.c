@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1174,6 +1175,191 @@ static PyObject *Connection_stats(Connection *self, PyObject *unused) {
   return res;
 }
 
+/* ---------------------------------------------------------------------------
+ * The device's state and compare (docs/timing.md, Compare).
+ */
+
+/* v * scale as a float, or None when v < 0 (unknown). */
+static PyObject *freq_or_none(int64_t v, double scale) {
+  return v < 0 ? Py_NewRef(Py_None) : PyFloat_FromDouble((double)v * scale);
+}
+
+/* The state as a dict, the shape of `vmclient info --state --json`. */
+static PyObject *state_dict(const vmc_device_state_t *s) {
+  PyObject *cpus = PyList_New(s->num_cpus), *zones = NULL, *devf = NULL;
+  for (uint32_t i = 0; cpus && i < s->num_cpus; i++) {
+    const vmc_cpu_state_t *c = &s->cpus[i];
+    PyObject *d = Py_BuildValue(
+        "{s:I,s:N,s:N,s:N,s:N}", "cpu", c->cpu, "cur_mhz", freq_or_none(c->cur_khz, 1e-3),
+        "max_mhz", freq_or_none(c->max_khz, 1e-3), "policy_max_mhz",
+        freq_or_none(c->policy_max_khz, 1e-3), "governor",
+        c->governor[0] ? PyUnicode_FromString(c->governor) : Py_NewRef(Py_None));
+    if (!d) Py_CLEAR(cpus);
+    else PyList_SET_ITEM(cpus, i, d);
+  }
+  if (cpus) zones = PyList_New(s->num_zones);
+  for (uint32_t i = 0; zones && i < s->num_zones; i++) {
+    const vmc_thermal_zone_t *z = &s->zones[i];
+    PyObject *trips = PyList_New(z->num_trips);
+    for (uint32_t k = 0; trips && k < z->num_trips; k++) {
+      PyObject *t = Py_BuildValue("{s:s,s:d}", "type", z->trips[k].type, "temp_c",
+                                  (double)z->trips[k].temp_mc / 1e3);
+      if (!t) Py_CLEAR(trips);
+      else PyList_SET_ITEM(trips, k, t);
+    }
+    PyObject *d = trips ? Py_BuildValue(
+                              "{s:s,s:N,s:N,s:N}", "name", z->name, "type",
+                              z->type[0] ? PyUnicode_FromString(z->type) : Py_NewRef(Py_None),
+                              "temp_c",
+                              z->temp_known ? PyFloat_FromDouble((double)z->temp_mc / 1e3)
+                                            : Py_NewRef(Py_None),
+                              "trip_points", trips)
+                        : NULL;
+    if (!d) Py_CLEAR(zones);
+    else PyList_SET_ITEM(zones, i, d);
+  }
+  if (zones) devf = PyList_New(s->num_devfreq);
+  for (uint32_t i = 0; devf && i < s->num_devfreq; i++) {
+    const vmc_devfreq_state_t *f = &s->devfreq[i];
+    PyObject *d = Py_BuildValue("{s:s,s:N,s:N,s:N,s:s}", "name", f->name, "cur_mhz",
+                                freq_or_none(f->cur_hz, 1e-6), "max_mhz",
+                                freq_or_none(f->max_hz, 1e-6), "available_max_mhz",
+                                freq_or_none(f->avail_max_hz, 1e-6), "governor", f->governor);
+    if (!d) Py_CLEAR(devf);
+    else PyList_SET_ITEM(devf, i, d);
+  }
+  if (!devf) {
+    Py_XDECREF(cpus);
+    Py_XDECREF(zones);
+    return NULL;
+  }
+  PyObject *load = s->loadavg_known ? Py_BuildValue("(ddd)", s->load1, s->load5, s->load15)
+                                    : Py_NewRef(Py_None);
+  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:I,s:I}", "cpus", cpus, "thermal_zones", zones,
+                       "devfreq", devf, "loadavg", load, "sessions", s->sessions,
+                       "busy_sessions", s->busy_sessions);
+}
+
+static PyObject *Connection_device_state(Connection *self, PyObject *unused) {
+  (void)unused;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) return NULL;
+  vmc_device_state_t s;
+  memset(&s, 0, sizeof(s));
+  vm_status_t st;
+  CONN_CALL(self, c, st, vmc_device_state(c, &s));
+  if (st) return raise_status(st);
+  PyObject *d = state_dict(&s);
+  vmc_device_state_free(&s);
+  return d;
+}
+
+/* vmc_compare() with the state read before and after (None each when the
+ * agent does not report it), all with the GIL released. */
+typedef struct compare_call {
+  vmc_compare_side_t a, b;
+  vmc_compare_opts_t o;
+  vmc_compare_result_t r;
+  vmc_device_state_t state[2];
+  int have_state[2];
+} compare_call_t;
+
+static vm_status_t compare_run(compare_call_t *k, vmc_conn_t *c) {
+  vm_status_t st = vmc_device_state(c, &k->state[0]);
+  k->have_state[0] = st == NULL;
+  vm_status_free(st);
+  st = vmc_compare(&k->a, &k->b, &k->o, &k->r);
+  if (st) return st;
+  st = vmc_device_state(c, &k->state[1]);
+  k->have_state[1] = st == NULL;
+  vm_status_free(st);
+  return NULL;
+}
+
+static PyObject *num_or_none(double v) {
+  return isfinite(v) ? PyFloat_FromDouble(v) : Py_NewRef(Py_None);
+}
+
+static PyObject *Connection_compare(Connection *self, PyObject *args) {
+  unsigned long long va, vb;
+  const char *fa, *fb;
+  compare_call_t *k = calloc(1, sizeof(*k));
+  if (!k) return PyErr_NoMemory();
+  k->o = vmc_compare_opts_default();
+  unsigned int min_rounds = k->o.min_rounds, max_rounds = k->o.max_rounds;
+  if (!PyArg_ParseTuple(args, "KsKs|ddIIdiii", &va, &fa, &vb, &fb, &k->o.threshold,
+                        &k->o.confidence, &min_rounds, &max_rounds, &k->o.max_seconds,
+                        &k->o.round_ms, &k->o.repeats, &k->o.cooldown_ms)) {
+    free(k);
+    return NULL;
+  }
+  k->o.min_rounds = min_rounds;
+  k->o.max_rounds = max_rounds;
+  vmc_conn_t *c = conn_take(self);
+  if (!c) {
+    free(k);
+    return NULL;
+  }
+  k->a = (vmc_compare_side_t){c, {va}, fa};
+  k->b = (vmc_compare_side_t){c, {vb}, fb};
+  vm_status_t st;
+  CONN_CALL(self, c, st, compare_run(k, c));
+  PyObject *res = NULL;
+  if (st) {
+    raise_status(st);
+    goto done;
+  }
+  PyObject *rounds = PyList_New(k->r.num_rounds);
+  for (uint32_t i = 0; rounds && i < k->r.num_rounds; i++) {
+    const vmc_compare_round_t *w = &k->r.rounds[i];
+    PyObject *d = Py_BuildValue("{s:s,s:d,s:d,s:N,s:N,s:d}", "order", w->b_first ? "BA" : "AB",
+                                "a_s", w->a_s, "b_s", w->b_s, "a_device_s",
+                                w->a_device_s < 0 ? Py_NewRef(Py_None)
+                                                  : PyFloat_FromDouble(w->a_device_s),
+                                "b_device_s",
+                                w->b_device_s < 0 ? Py_NewRef(Py_None)
+                                                  : PyFloat_FromDouble(w->b_device_s),
+                                "end_s", w->end_s);
+    if (!d) Py_CLEAR(rounds);
+    else PyList_SET_ITEM(rounds, i, d);
+  }
+  if (!rounds) goto done;
+  PyObject *sb = k->have_state[0] ? state_dict(&k->state[0]) : Py_NewRef(Py_None);
+  PyObject *sa = sb && k->have_state[1] ? state_dict(&k->state[1]) : sb ? Py_NewRef(Py_None) : NULL;
+  if (!sa) {
+    Py_XDECREF(sb);
+    Py_DECREF(rounds);
+    goto done;
+  }
+  /* Throttling over the snapshots there are (None: nothing exposed). */
+  vmc_device_state_t snaps[2];
+  uint32_t ns = 0;
+  for (int i = 0; i < 2; i++)
+    if (k->have_state[i]) snaps[ns++] = k->state[i];
+  char buf[2048] = "";
+  uint32_t t = vmc_state_throttling(snaps, ns, buf, sizeof(buf));
+  PyObject *throttled = ns == 0 || !vmc_state_exposed(&snaps[0]) ? Py_NewRef(Py_None)
+                                                                  : PyBool_FromLong(t > 0);
+  PyObject *throttling = t ? PyUnicode_FromString(buf) : Py_NewRef(Py_None);
+  res = Py_BuildValue(
+      "{s:s,s:N,s:N,s:N,s:d,s:d,s:d,s:d,s:I,s:I,s:s,s:O,s:i,s:i,s:N,s:d,s:d,s:N,s:N,s:N,s:N}",
+      "verdict", vmc_verdict_name(k->r.verdict), "ratio", num_or_none(k->r.ratio), "ci_low",
+      num_or_none(k->r.lo), "ci_high", num_or_none(k->r.hi), "threshold", k->r.threshold,
+      "confidence", k->r.confidence, "look_confidence", k->r.look_confidence,
+      "achieved_confidence", k->r.achieved_confidence, "looks", k->r.looks, "looks_planned",
+      k->r.looks_planned, "time_base", k->r.device_time ? "device" : "wall", "budget_exhausted",
+      k->r.budget_exhausted ? Py_True : Py_False, "number_a", k->r.number_a, "number_b",
+      k->r.number_b, "rounds", rounds, "calibrate_s", k->r.calibrate_s, "seconds",
+      k->r.seconds, "state_before", sb, "state_after", sa, "throttled", throttled, "throttling",
+      throttling);
+done:
+  vmc_compare_result_free(&k->r);
+  vmc_device_state_free(&k->state[0]);
+  vmc_device_state_free(&k->state[1]);
+  free(k);
+  return res;
+}
+
 static PyMethodDef Connection_methods[] = {
     {"close", (PyCFunction)Connection_close, METH_NOARGS, "End the session."},
     {"ping", (PyCFunction)Connection_ping, METH_NOARGS, "Round trip; returns seconds."},
@@ -1203,6 +1389,11 @@ static PyMethodDef Connection_methods[] = {
     {"profile", (PyCFunction)Connection_profile, METH_VARARGS,
      "profile(vm_id, func) -> (rows, total_s)"},
     {"stats", (PyCFunction)Connection_stats, METH_NOARGS, "The agent's counters, as a dict."},
+    {"device_state", (PyCFunction)Connection_device_state, METH_NOARGS,
+     "The host's clocks, thermal zones, devfreq, load and sessions, as a dict."},
+    {"compare", (PyCFunction)Connection_compare, METH_VARARGS,
+     "compare(vm_a, func_a, vm_b, func_b, threshold, confidence, min_rounds, max_rounds, "
+     "max_seconds, round_ms, repeats, cooldown_ms) -> dict"},
     {NULL, NULL, 0, NULL},
 };
 

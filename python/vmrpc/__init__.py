@@ -33,6 +33,7 @@ from .errors import Unavailable as Unavailable
 from .errors import Unimplemented as Unimplemented
 from .errors import Unknown as Unknown
 from .errors import VMError as VMError
+from .results import CompareResult as CompareResult
 from .results import ProfileReport as ProfileReport
 from .results import ProfileRow as ProfileRow
 from .results import TimeResult as TimeResult
@@ -58,6 +59,7 @@ __all__ = [
     "Function",
     "Shape",
     "TimeResult",
+    "CompareResult",
     "ProfileReport",
     "ProfileRow",
     "VMError",

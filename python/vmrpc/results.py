@@ -6,7 +6,7 @@ import importlib
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["TimeResult", "ProfileRow", "ProfileReport"]
+__all__ = ["TimeResult", "ProfileRow", "ProfileReport", "CompareResult"]
 
 
 def _ms(s: Optional[float]) -> str:
@@ -125,3 +125,44 @@ class ProfileReport:
             )
         lines.append(f"{'Total':<{width}} {'':>7} {_ms(self.total_s):>12}")
         return "\n".join(lines)
+
+
+class CompareResult:
+    """What ``Session.compare(a, b, ...)`` decided (docs/timing.md, Compare).
+
+    ``verdict``: "same", "faster", "slower" or "inconclusive". ``ratio``:
+    B / A (Hodges-Lehmann over rounds), ``ci``: its interval at
+    ``confidence`` over every look (a bound is None when unbounded).
+    ``rounds``: one dict per round (``order``, ``a_s``, ``b_s``,
+    ``a_device_s``, ``b_device_s``, ``end_s``). ``state_before`` /
+    ``state_after``: the device's state (``Session.state()``; None when the
+    agent does not report it); ``throttled`` (None: nothing exposed to tell)
+    and ``throttling`` (what was, or None).
+    """
+
+    def __init__(self, d: Dict[str, Any]) -> None:
+        self.verdict: str = d["verdict"]
+        self.ratio: Optional[float] = d["ratio"]
+        self.ci: Tuple[Optional[float], Optional[float]] = (d["ci_low"], d["ci_high"])
+        self.threshold: float = d["threshold"]
+        self.confidence: float = d["confidence"]
+        self.look_confidence: float = d["look_confidence"]
+        self.looks: int = d["looks"]
+        self.looks_planned: int = d["looks_planned"]
+        self.time_base: str = d["time_base"]
+        self.budget_exhausted: bool = d["budget_exhausted"]
+        self.number: Tuple[int, int] = (d["number_a"], d["number_b"])
+        self.rounds: List[Dict[str, Any]] = list(d["rounds"])
+        self.seconds: float = d["seconds"]
+        self.state_before: Optional[Dict[str, Any]] = d["state_before"]
+        self.state_after: Optional[Dict[str, Any]] = d["state_after"]
+        self.throttled: Optional[bool] = d["throttled"]
+        self.throttling: Optional[str] = d["throttling"]
+
+    def __repr__(self) -> str:
+        lo, hi = self.ci
+        f = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+        return (
+            f"<CompareResult {self.verdict} ratio {f(self.ratio)} "
+            f"{self.confidence:.0%} CI [{f(lo)}, {f(hi)}] rounds {len(self.rounds)}>"
+        )

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from . import _core
 from . import compiler as _compiler
 from .compiler import Compiled
-from .results import ProfileReport, TimeResult
+from .results import CompareResult, ProfileReport, TimeResult
 
 __all__ = ["connect", "Session", "Executable", "VirtualMachine", "Function", "Shape"]
 
@@ -132,6 +132,60 @@ class Session:
         transfers, its allocators, and agent-wide sessions, bytes, store and
         RSS (docs/protocol.md, Stats)."""
         return dict(self._conn.stats())
+
+    def state(self) -> Dict[str, Any]:
+        """The agent's host as Linux exposes it without root: ``cpus``
+        (``cur_mhz``, ``max_mhz``, ``policy_max_mhz``, ``governor``),
+        ``thermal_zones`` (``temp_c``, ``trip_points``), ``devfreq``,
+        ``loadavg`` and the agent's ``sessions`` / ``busy_sessions``. None
+        where the host does not expose a figure, never a guess
+        (docs/protocol.md, DeviceState)."""
+        return dict(self._conn.device_state())
+
+    def compare(
+        self,
+        a: Union[PathLike, bytes, bytearray, memoryview, Compiled, "Executable"],
+        b: Union[PathLike, bytes, bytearray, memoryview, Compiled, "Executable"],
+        inputs: Optional[Mapping[str, Any]] = None,
+        *,
+        func: str = "main",
+        func_b: Optional[str] = None,
+        device: Union[None, str, Sequence[str]] = None,
+        threshold: float = 0.02,
+        confidence: float = 0.95,
+        min_rounds: int = 10,
+        max_rounds: int = 100,
+        max_seconds: float = 300.0,
+        round_ms: int = 1,
+        repeats: int = 20,
+        cooldown_ms: int = 0,
+    ) -> CompareResult:
+        """Is b faster, slower or the same as a on this agent's device?
+        ``vmclient compare`` (docs/timing.md, Compare): both on the same
+        device with the same inputs (a dict name -> array for ``func``),
+        rounds A B, B A, ... until the interval of the ratio B/A decides or
+        the budget runs out. Returns a :class:`CompareResult` (``verdict``
+        "same", "faster", "slower" or "inconclusive", ``ratio``, ``ci``,
+        every round, the device's state before and after)."""
+        fb = func if func_b is None else func_b
+        vms = []
+        try:
+            for model, f in ((a, func), (b, fb)):
+                exe = model if isinstance(model, Executable) else self.upload(model)
+                vm = self.create_vm(exe, device)
+                vms.append(vm)
+                if inputs:
+                    vm.set_input(f, **dict(inputs))
+                vm.invoke_stateful(f)  # the first run: kernel builds, pool fills
+            r = self._conn.compare(
+                vms[0].id, func, vms[1].id, fb, float(threshold), float(confidence),
+                int(min_rounds), int(max_rounds), float(max_seconds), int(round_ms),
+                int(repeats), int(cooldown_ms),
+            )
+        finally:
+            for vm in vms:
+                vm.free()
+        return CompareResult(r)
 
     # -- executables and VMs ------------------------------------------------
     def upload(

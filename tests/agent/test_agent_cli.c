@@ -71,7 +71,7 @@ static void test_version(void **state) {
   const char *args[] = {"--version", NULL};
   assert_int_equal(agent_proc_run(args, g_out, sizeof(g_out), 30), 0);
   expect_in_output("vmagent ");
-  expect_in_output("protocol 1.1");
+  expect_in_output("protocol 1.2");
 }
 
 static void test_non_loopback_without_token_is_refused(void **state) {

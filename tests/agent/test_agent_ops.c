@@ -86,7 +86,7 @@ static void test_hello_and_list_devices(void **state) {
   const Vmrpc__HelloResponse *h = r.rs->hello;
   assert_non_null(h);
   assert_int_equal(h->protocol_major, 1);
-  assert_int_equal(h->protocol_minor, 1);
+  assert_int_equal(h->protocol_minor, 2);
   assert_true(h->session != 0);
   assert_non_null(h->limits);
   assert_int_equal(h->limits->chunk_bytes, CHUNK);

@@ -294,15 +294,7 @@ static void run_prog(const char *prog, const char *const *args, run_result_t *r)
  * print exactly one "vmclient: " line on stderr. */
 static void cli(int code, run_result_t *r, const char *const *args) {
   run_prog(g_vmclient, args, r);
-  if (!WIFEXITED(r->status))
-    fail_msg("vmclient %s: killed by signal %d", args[0] ? args[0] : "", WTERMSIG(r->status));
-  if (WEXITSTATUS(r->status) != code)
-    fail_msg("vmclient %s: exit %d, expected %d; stdout: %.2000s; stderr: %.2000s",
-             args[0] ? args[0] : "", WEXITSTATUS(r->status), code, r->out, r->err);
-  if (code == 0) return;
-  if (strncmp(r->err, "vmclient: ", 10) != 0 || r->err_n == 0 || r->err[r->err_n - 1] != '\n' ||
-      memchr(r->err, '\n', r->err_n) != r->err + r->err_n - 1)
-    fail_msg("stderr is not one 'vmclient: ' line: [%s]", r->err);
+  run_expect_cli_exit(r, code, args[0] ? args[0] : "");
 }
 
 #define CLI(code, r, ...)                          \

@@ -151,3 +151,15 @@ int run_proc_setup(const char *rel, char *prog, size_t prog_n, const char *prefi
   snprintf(dir, dir_n, "%s/%sXXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
   return mkdtemp(dir) ? 0 : -1;
 }
+
+void run_expect_cli_exit(const run_result_t *r, int code, const char *what) {
+  if (!WIFEXITED(r->status))
+    fail_msg("vmclient %s: killed by signal %d", what, WTERMSIG(r->status));
+  if (WEXITSTATUS(r->status) != code)
+    fail_msg("vmclient %s: exit %d, expected %d; stdout: %.2000s; stderr: %.2000s", what,
+             WEXITSTATUS(r->status), code, r->out, r->err);
+  if (code == 0) return;
+  if (strncmp(r->err, "vmclient: ", 10) != 0 || r->err_n == 0 || r->err[r->err_n - 1] != '\n' ||
+      memchr(r->err, '\n', r->err_n) != r->err + r->err_n - 1)
+    fail_msg("stderr is not one 'vmclient: ' line: [%s]", r->err);
+}

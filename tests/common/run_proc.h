@@ -28,4 +28,9 @@ void run_result_free(run_result_t *r);
 int run_proc_setup(const char *rel, char *prog, size_t prog_n, const char *prefix, char *dir,
                    size_t dir_n);
 
+/* Fails the test unless the vmclient run in r exited (no signal) with
+ * code, and, when code is not 0, printed exactly one "vmclient: " line on
+ * stderr (docs/cli.md, Output and errors). what names the command. */
+void run_expect_cli_exit(const run_result_t *r, int code, const char *what);
+
 #endif

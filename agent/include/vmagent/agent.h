@@ -95,6 +95,13 @@ typedef struct vmagent_config {
   const char *worker_exe;
   /* Workers started ahead of sessions (isolation only). Default 1. */
   uint32_t spare_workers;
+  /* Where DeviceState reads sysfs and procfs: NULL or "/" the host's; a
+   * directory holding a fake sys/ and proc/ for tests. Copied. */
+  const char *state_root;
+  /* The cores the measuring thread runs on while it measures (TimeEvaluate,
+   * Profile), e.g. "2-3" or "4,6"; NULL or "" = wherever the scheduler
+   * puts it. Each must be one the process may run on. Copied. */
+  const char *cpus;
 } vmagent_config_t;
 
 enum { VMAGENT_KERNELS_DENY = 0, VMAGENT_KERNELS_ALLOW = 1 };

@@ -65,7 +65,8 @@ extern "C" {
   X(FREE_EXECUTABLE, free_executable, FreeExecutable, VMP_OP_S | VMP_OP_CHEAP) \
   X(PING, ping, Ping, VMP_OP_CHEAP)                                            \
   X(GOODBYE, goodbye, Goodbye, VMP_OP_S | VMP_OP_CHEAP)                        \
-  X(RUN, run, Run, VMP_OP_S | VMP_OP_PAYLOAD)
+  X(RUN, run, Run, VMP_OP_S | VMP_OP_PAYLOAD)                                  \
+  X(DEVICE_STATE, device_state, DeviceState, VMP_OP_S | VMP_OP_CHEAP)
 
 /* One row of the table. */
 typedef struct vmp_op {

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define VMRPC_PROTOCOL_MAJOR 1
-#define VMRPC_PROTOCOL_MINOR 1
+#define VMRPC_PROTOCOL_MINOR 2
 
 /* Bytes before the envelope. */
 #define VMP_FRAME_HEADER 4
