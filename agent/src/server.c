@@ -194,6 +194,10 @@ static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, in
                                    : vmp_sp_io(c->s, c->waio, 1, &v, 1, VMA_WRITE_STALL_MS, NULL);
   pthread_mutex_unlock(&c->wmu);
   free(out.user);
+  if (rv == 0 && out.close_after) { /* a failed Hello: one guess per connection */
+    vma_conn_close(c);
+    return;
+  }
   if (rv != 0 && rv != NNG_ECLOSED) {
     /* A reply cut short leaves the stream unusable. */
     VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));
