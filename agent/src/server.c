@@ -361,6 +361,12 @@ static void *vma_reader_main(void *arg) {
     if (vma_op_is_cheap(vmp_request_peek_op(j->data + hdr, j->len - j->hdr_len))) {
       vma_serve(c, j->data, j->hdr_len, j->len);
       free(j);
+      /* closed by its reply (a failed Hello): requests the peer sent
+       * after it, still in the read buffer, are not served */
+      if (atomic_load(&c->closed)) {
+        rv = NNG_ECLOSED;
+        break;
+      }
       continue;
     }
     pthread_mutex_lock(&a->pool_lock);

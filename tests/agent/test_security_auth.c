@@ -8,7 +8,8 @@
  *   from 127.0.0.1 as fast as the agent answers, the owner's Hellos from
  *   127.0.0.1 succeed, each in under 1 s;
  * - a connection gets one guess: after the refusal of a wrong token the
- *   agent closes it, and the right token on it gets no answer;
+ *   agent closes it, and the right token on it gets no answer; of 60
+ *   guesses sent at once on one connection one is answered and counted;
  * - guesses spread over 200 addresses (127.0.0.2 ..) are bounded by the
  *   agent-wide budget: wrong tokens answered UNAUTHENTICATED at most
  *   10 a second after a burst of 20, and all answers at most the guessing
@@ -104,9 +105,9 @@ static int raw_open(int port, const char *src) {
   return fd;
 }
 
-/* Sends a Hello with token on fd and reads the reply within timeout_ms.
- * The reply's status code, or -1 (no reply: closed, error, timeout). */
-static int raw_hello(int fd, const char *token, int timeout_ms) {
+/* A Hello with token as it goes on the wire (length prefix, request id,
+ * frame) into buf: its size, or 0 when it does not fit. */
+static size_t hello_bytes(const char *token, uint8_t *buf, size_t cap) {
   Vmrpc__Request rq = VMRPC__REQUEST__INIT;
   Vmrpc__HelloRequest h = VMRPC__HELLO_REQUEST__INIT;
   h.protocol_major = 1;
@@ -116,15 +117,20 @@ static int raw_hello(int fd, const char *token, int timeout_ms) {
   rq.op_case = VMRPC__REQUEST__OP_HELLO;
   rq.hello = &h;
   size_t n = vmp_frame_size(&rq.base);
-  uint8_t buf[1024];
-  if (12 + n > sizeof(buf)) return -1;
+  if (12 + n > cap) return 0;
   uint64_t len = 4 + n;
   for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(len >> (56 - 8 * i));
   buf[8] = 0x80; /* the request id word: top bit set */
   buf[9] = buf[10] = 0;
   buf[11] = 1;
   vmp_frame_write(&rq.base, buf + 12);
-  if (write_full(fd, buf, 12 + n) != 0) return -1;
+  return 12 + n;
+}
+
+/* Reads one reply off fd within timeout_ms: its status code, or -1 (no
+ * reply: closed, error, timeout). */
+static int raw_reply(int fd, int timeout_ms) {
+  uint8_t buf[1024];
   uint8_t pre[8];
   if (read_full(fd, pre, 8, timeout_ms) != 0) return -1;
   uint64_t rlen = 0;
@@ -143,6 +149,15 @@ static int raw_hello(int fd, const char *token, int timeout_ms) {
   int code = rs->status ? (int)rs->status->code : 0;
   vmrpc__response__free_unpacked(rs, NULL);
   return code;
+}
+
+/* Sends a Hello with token on fd and reads the reply within timeout_ms:
+ * its status code, or -1. */
+static int raw_hello(int fd, const char *token, int timeout_ms) {
+  uint8_t buf[1024];
+  size_t n = hello_bytes(token, buf, sizeof(buf));
+  if (!n || write_full(fd, buf, n) != 0) return -1;
+  return raw_reply(fd, timeout_ms);
 }
 
 /* One guess on a new connection from src: the code, or -1. */
@@ -264,8 +279,32 @@ static void test_one_guess_per_connection(void **state) {
   assert_int_equal(raw_hello(fd, "", 10000), VM_UNAUTHENTICATED);
   assert_int_equal(raw_hello(fd, TOKEN, 5000), -1);
   close(fd);
-  /* a new connection, right token: a session */
-  assert_int_equal(guess(port, "127.0.0.1", TOKEN), 0);
+  /* 60 guesses sent at once on one connection: one is answered, and only
+   * it counts against the budget (the old reader served the rest from its
+   * buffer, spending the budget for seconds) */
+  fd = raw_open(port, "127.0.0.1");
+  assert_true(fd >= 0);
+  static uint8_t many[60 * 128];
+  size_t off = 0;
+  for (int i = 0; i < 60; i++) {
+    size_t n = hello_bytes("guess", many + off, sizeof(many) - off);
+    assert_true(n > 0);
+    off += n;
+  }
+  assert_int_equal(write_full(fd, many, off), 0);
+  assert_int_equal(raw_reply(fd, 10000), VM_UNAUTHENTICATED);
+  assert_int_equal(raw_reply(fd, 2000), -1);
+  close(fd);
+  /* a new connection, right token: a session, not held (the budget is not
+   * spent: no 250 ms hold). One of three tries, for a loaded machine. */
+  double best = 1e9;
+  for (int k = 0; k < 3; k++) {
+    double t0 = ha_now_s();
+    assert_int_equal(guess(port, "127.0.0.1", TOKEN), 0);
+    double took = ha_now_s() - t0;
+    if (took < best) best = took;
+  }
+  if (best >= 0.25) fail_msg("the right token was held %.3f s: the budget was spent", best);
   assert_int_equal(agent_proc_stop(&p), 0);
   unlink(path);
 }
