@@ -22,8 +22,10 @@ void vmagent_config_default(vmagent_config_t *cfg) {
   cfg->chunk_bytes = 1u << 20;
   cfg->max_executable_bytes = 1ull << 30;
   cfg->workers = 8;
-  cfg->auth_max_failures = 5;
-  cfg->auth_window_ms = 60u * 1000u;
+  cfg->auth_failures_per_s = 10;
+  cfg->auth_failure_burst = 20;
+  cfg->auth_delay_ms = 250;
+  cfg->auth_max_wait_ms = 5000;
   cfg->kernels_cpu = VMAGENT_KERNELS_DENY;
   cfg->kernels_gpu = VMAGENT_KERNELS_DENY;
   cfg->kernel_timeout_ms = 10u * 1000u;
@@ -235,8 +237,11 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
   vm_status_t st = VM_STATUS_OK;
   a->cfg = *cfg;
   if (!a->cfg.max_message_bytes) a->cfg.max_message_bytes = a->cfg.chunk_bytes + (64u << 10);
-  if (!a->cfg.auth_max_failures) a->cfg.auth_max_failures = 5;
-  if (!a->cfg.auth_window_ms) a->cfg.auth_window_ms = 60u * 1000u;
+  if (!a->cfg.auth_failures_per_s) a->cfg.auth_failures_per_s = 10;
+  if (a->cfg.auth_failures_per_s > 1000000u) a->cfg.auth_failures_per_s = 1000000u;
+  if (!a->cfg.auth_failure_burst) a->cfg.auth_failure_burst = 20;
+  if (!a->cfg.auth_delay_ms) a->cfg.auth_delay_ms = 250;
+  if (!a->cfg.auth_max_wait_ms) a->cfg.auth_max_wait_ms = 5000;
   a->listen_url = strdup(cfg->listen_url);
   a->token = vma_strdup_or_null(cfg->token);
   a->tls_cert_file = vma_strdup_or_null(cfg->tls_cert_file);

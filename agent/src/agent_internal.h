@@ -196,22 +196,29 @@ typedef struct vma_session {
 
 /* ---------------------------------------------------------------- auth */
 
-/* Failed Hello tokens of one peer (auth.c), under agent->lock. */
-#define VMA_AUTH_SLOTS 64
-typedef struct vma_auth_slot {
-  char peer[64];            /* remote IP, "ipc" or "pipe N"; "" = free */
-  uint32_t failures;        /* within the window; 0 = free slot */
-  int refusal_logged;       /* a refusal of this window was logged */
-  uint64_t window_start_ns; /* the first failure of the window */
-  uint64_t last_ns;         /* the latest failure (eviction order) */
-} vma_auth_slot_t;
+/* The agent-wide failure budget of Hello tokens (auth.c), under
+ * agent->lock. */
+typedef struct vma_auth {
+  uint64_t tat_ns;      /* GCRA: when the budget is whole again */
+  uint64_t failures;    /* wrong or missing tokens, all time */
+  uint64_t over;        /* of them refused over the budget */
+  uint64_t last_log_ns; /* the latest failure line */
+  uint32_t unlogged;    /* failures since that line */
+} vma_auth_t;
 
-/* RESOURCE_EXHAUSTED "too many failed authentication attempts ..." while
- * the peer of pipe_id is blocked; OK otherwise. */
-vm_status_t vma_auth_admit(struct vmagent *a, uint32_t pipe_id);
-/* Counts a failed token (missing: none was sent) of the peer of pipe_id,
- * logs it at warn, and returns st. */
-vm_status_t vma_auth_failed(struct vmagent *a, uint32_t pipe_id, int missing, vm_status_t st);
+/* Whether the failure budget is spent at now (an attack): Hellos arriving
+ * now are answered no sooner than cfg.auth_delay_ms after now. */
+int vma_auth_under_attack(struct vmagent *a, uint64_t now);
+/* Sleeps until until_ns (vm_now_ns clock), or the agent stops. */
+void vma_auth_hold(struct vmagent *a, uint64_t until_ns);
+/* A Hello that arrived at arrived_ns (under attack or not, as
+ * vma_auth_under_attack said then) had a wrong token (missing: none was
+ * sent): counts it against the budget, logs it (rate-limited), waits for
+ * its turn, and returns st, or RESOURCE_EXHAUSTED when its turn is beyond
+ * cfg.auth_max_wait_ms (st freed). The caller closes the connection after
+ * the reply. */
+vm_status_t vma_auth_failed(struct vmagent *a, uint32_t pipe_id, int missing, uint64_t arrived_ns,
+                            int attack, vm_status_t st);
 
 /* ---------------------------------------------------------------- agent */
 
@@ -287,7 +294,7 @@ struct vmagent {
    * connection closed must not create a session nobody will tear down. */
   uint32_t closed_pipes[VMA_CLOSED_PIPES];
   uint32_t closed_next;
-  vma_auth_slot_t auth[VMA_AUTH_SLOTS]; /* under lock (auth.c) */
+  vma_auth_t auth; /* under lock (auth.c) */
   /* Session isolation (isolate.c): NULL when sessions run in-process. */
   struct vma_iso *iso;
   char *worker_exe;
@@ -314,6 +321,9 @@ typedef struct vma_out {
   void *user;
   uint8_t *buf;
   size_t len;
+  /* Set by the handler: the transport closes the connection once this
+   * reply is written (a failed Hello: auth.c). */
+  int close_after;
 } vma_out_t;
 
 /* A vma_out_t allocator on the heap (malloc; the caller frees o->buf). */

@@ -1,86 +1,109 @@
-/* Brute-force protection of the token check (Hello).
+/* Brute-force protection of the token check (Hello), agent-wide and per
+ * connection, never by source address: an attacker's failures cannot lock
+ * the owner out, from any address, and many addresses buy an attacker no
+ * more guesses than one.
  *
- * Failed Hello tokens are counted per peer: the remote IP address of the
- * connection (without port, so reconnecting does not help), "ipc" for local
- * socket clients, or the pipe id for in-process use without a transport.
- * After cfg.auth_max_failures failures within cfg.auth_window_ms of the
- * first one, that peer's Hellos are refused with RESOURCE_EXHAUSTED —
- * even with the right token — until the window has passed. A small fixed
- * table (least recently failed peer evicted) bounds the memory an attacker
- * with many addresses can make the agent spend. Each failure is logged at
- * warn with the peer; refusals while blocked are logged once per window.
- * The table lives in struct vmagent under agent->lock.
- */
+ * - The token is compared in constant time (op_session.c) on every Hello;
+ *   the right one always opens a session, whatever others have failed.
+ * - Per connection: a Hello with a wrong or missing token is answered and
+ *   its connection closed (vma_out_t.close_after), so every guess costs a
+ *   new connection and its handshake.
+ * - Agent-wide: wrong tokens are answered at most cfg.auth_failures_per_s a
+ *   second after a burst of cfg.auth_failure_burst (GCRA, a token bucket in
+ *   virtual time). A failure beyond the budget waits for its turn, holding
+ *   its connection (and nothing else: Hello runs on the connection's
+ *   reader); one whose turn is more than cfg.auth_max_wait_ms away gets
+ *   RESOURCE_EXHAUSTED instead, and its connection is closed.
+ * - While the budget is spent (an attack), every Hello, right or wrong, is
+ *   answered no sooner than cfg.auth_delay_ms after it arrived, decided
+ *   before its token is looked at: a right token then takes as long as a
+ *   wrong one, so an attacker that gives up on a guess without waiting for
+ *   its refusal learns nothing sooner. Its guesses a second are then at
+ *   most the connections it holds open over auth_delay_ms.
+ * - Failures are logged at warn, one line a second at most, naming the
+ *   peer of the latest and counting the ones not logged.
+ * The state lives in struct vmagent under agent->lock (held briefly). */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent_internal.h"
 #include "vm/log.h"
 
-/* The slot of peer, or NULL; agent->lock held. Expired windows reset. */
-static vma_auth_slot_t *vma_auth_find_locked(vmagent_t *a, const char *peer, uint64_t now) {
-  for (uint32_t i = 0; i < VMA_AUTH_SLOTS; i++) {
-    vma_auth_slot_t *s = &a->auth[i];
-    if (!s->failures || strcmp(s->peer, peer) != 0) continue;
-    if (now - s->window_start_ns >= (uint64_t)a->cfg.auth_window_ms * 1000000ull) {
-      memset(s, 0, sizeof(*s)); /* the window passed: forgiven */
-      return NULL;
-    }
-    return s;
-  }
-  return NULL;
+#define VMA_AUTH_LOG_NS 1000000000ull
+
+static uint64_t vma_auth_interval_ns(const vmagent_t *a) {
+  return 1000000000ull / a->cfg.auth_failures_per_s;
 }
 
-vm_status_t vma_auth_admit(vmagent_t *a, uint32_t pipe_id) {
-  char peer[sizeof(a->auth[0].peer)];
+/* How far the budget is spent: the next failure could be answered this
+ * many ns from now (0: at once). agent->lock held. */
+static uint64_t vma_auth_wait_locked(const vmagent_t *a, uint64_t now) {
+  uint64_t tau = (uint64_t)(a->cfg.auth_failure_burst - 1) * vma_auth_interval_ns(a);
+  uint64_t t = a->auth.tat_ns > now ? a->auth.tat_ns : now;
+  return t - now > tau ? t - now - tau : 0;
+}
+
+int vma_auth_under_attack(vmagent_t *a, uint64_t now) {
+  pthread_mutex_lock(&a->lock);
+  int attack = vma_auth_wait_locked(a, now) > 0;
+  pthread_mutex_unlock(&a->lock);
+  return attack;
+}
+
+void vma_auth_hold(vmagent_t *a, uint64_t until_ns) {
+  for (;;) {
+    uint64_t now = vm_now_ns();
+    if (now >= until_ns || atomic_load(&a->stopping)) return;
+    uint64_t left = until_ns - now;
+    if (left > 50000000ull) left = 50000000ull; /* slices: shutdown ends it */
+    struct timespec ts = {0, (long)left};
+    nanosleep(&ts, NULL);
+  }
+}
+
+vm_status_t vma_auth_failed(vmagent_t *a, uint32_t pipe_id, int missing, uint64_t arrived_ns,
+                            int attack, vm_status_t st) {
+  char peer[64];
   vma_conn_peer(a, pipe_id, peer, sizeof(peer));
   uint64_t now = vm_now_ns();
+  uint64_t wait = 0, max_wait = (uint64_t)a->cfg.auth_max_wait_ms * 1000000ull;
+  int over = 0, log = 0;
+  uint32_t unlogged = 0;
   pthread_mutex_lock(&a->lock);
-  vma_auth_slot_t *s = vma_auth_find_locked(a, peer, now);
-  if (!s || s->failures < a->cfg.auth_max_failures) {
-    pthread_mutex_unlock(&a->lock);
-    return VM_STATUS_OK;
+  wait = vma_auth_wait_locked(a, now);
+  if (wait > max_wait) {
+    over = 1; /* no turn taken: the budget is not spent further */
+    a->auth.over++;
+  } else {
+    uint64_t t = a->auth.tat_ns > now ? a->auth.tat_ns : now;
+    a->auth.tat_ns = t + vma_auth_interval_ns(a);
   }
-  uint64_t end = s->window_start_ns + (uint64_t)a->cfg.auth_window_ms * 1000000ull;
-  unsigned wait_s = (unsigned)((end - now + 999999999ull) / 1000000000ull);
-  uint32_t failures = s->failures;
-  int log = !s->refusal_logged;
-  s->refusal_logged = 1;
+  a->auth.failures++;
+  if (!a->auth.last_log_ns || now - a->auth.last_log_ns >= VMA_AUTH_LOG_NS) {
+    log = 1;
+    unlogged = a->auth.unlogged;
+    a->auth.unlogged = 0;
+    a->auth.last_log_ns = now;
+  } else {
+    a->auth.unlogged++;
+  }
   pthread_mutex_unlock(&a->lock);
   if (log)
-    VM_LOGW("auth: refusing Hello from %s: %u failed tokens within %u s; blocked for %u s more",
-            peer, failures, a->cfg.auth_window_ms / 1000u, wait_s);
+    VM_LOGW("auth: Hello from %s with a %s token%s (%u more failed Hellos since the last such "
+            "line; wrong tokens are answered at most %u a second, agent-wide)",
+            peer, missing ? "missing" : "wrong",
+            over ? ", refused: over the agent's failure budget" : "", unlogged,
+            a->cfg.auth_failures_per_s);
+  uint64_t until = attack ? arrived_ns + (uint64_t)a->cfg.auth_delay_ms * 1000000ull : 0;
+  if (!over && now + wait > until) until = now + wait;
+  vma_auth_hold(a, until);
+  if (!over) return st;
+  vm_status_free(st);
   return vm_status_make(VM_RESOURCE_EXHAUSTED,
-                        "too many failed authentication attempts from %s; wait %u s before "
-                        "trying again, with the right token (--token or --token-file)",
-                        peer, wait_s);
-}
-
-vm_status_t vma_auth_failed(vmagent_t *a, uint32_t pipe_id, int missing, vm_status_t st) {
-  char peer[sizeof(a->auth[0].peer)];
-  vma_conn_peer(a, pipe_id, peer, sizeof(peer));
-  uint64_t now = vm_now_ns();
-  pthread_mutex_lock(&a->lock);
-  vma_auth_slot_t *s = vma_auth_find_locked(a, peer, now);
-  if (!s) { /* a free slot, else the least recently failed peer's */
-    s = &a->auth[0];
-    for (uint32_t i = 0; i < VMA_AUTH_SLOTS; i++) {
-      if (!a->auth[i].failures) {
-        s = &a->auth[i];
-        break;
-      }
-      if (a->auth[i].last_ns < s->last_ns) s = &a->auth[i];
-    }
-    memset(s, 0, sizeof(*s));
-    snprintf(s->peer, sizeof(s->peer), "%s", peer);
-    s->window_start_ns = now;
-  }
-  s->failures++;
-  s->last_ns = now;
-  uint32_t failures = s->failures;
-  pthread_mutex_unlock(&a->lock);
-  VM_LOGW("auth: Hello from %s with a %s token (failure %u of %u allowed within %u s)", peer,
-          missing ? "missing" : "wrong", failures, a->cfg.auth_max_failures,
-          a->cfg.auth_window_ms / 1000u);
-  return st;
+                        "the token does not match the agent's, and failed authentication "
+                        "attempts at this agent are over its budget (%u a second, from any "
+                        "address): the connection is closed; pass --token or --token-file with "
+                        "the agent's token",
+                        a->cfg.auth_failures_per_s);
 }

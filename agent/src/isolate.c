@@ -45,6 +45,11 @@
 #define VMA_ISO_GRACE_MS 2000
 /* Workers that died before they were ready, in a row, before the
  * supervisor waits VMA_ISO_BACKOFF_MS between starts. */
+/* A worker seen stopped (SIGSTOP, SIGTSTP: /proc state 'T') this long is
+ * killed: stopped, it still holds the device locks (run lock, quiet gate)
+ * it took, and every other session's work on those devices would wait for
+ * it for ever. */
+#define VMA_ISO_STOPPED_MS 1000
 #define VMA_ISO_MAX_FAILS 3
 #define VMA_ISO_BACKOFF_MS 5000
 #define VMA_ISO_MAX_ARGS 96
@@ -73,6 +78,7 @@ typedef struct vma_iso_worker {
   int told;    /* a request of its session learnt of its end */
   int slot;    /* its share's index in the shared memory, -1: none */
   uint64_t started_ns;
+  uint64_t stopped_ns; /* first seen stopped (0: running) */
   int ready;
   int gone;   /* its link is closed: no call may start */
   int killed; /* we killed it: why/code say why */
@@ -428,6 +434,41 @@ static int vma_iso_readable(const vma_iso_worker_t *w) {
   return poll(&p, 1, 0) > 0;
 }
 
+/* Whether process pid is stopped by a signal (/proc state 'T'). A
+ * traced process ('t', a debugger's stop) is left alone. */
+static int vma_iso_is_stopped(pid_t pid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *rp = strrchr(buf, ')'); /* the name may hold spaces and ')' */
+  return rp && rp[1] == ' ' && rp[2] == 'T';
+}
+
+/* Kills w once it has been stopped for VMA_ISO_STOPPED_MS (iso->mu held):
+ * the kernel then drops its device locks, and its session's requests get
+ * ABORTED as for a crash. */
+static void vma_iso_check_stopped_locked(vma_iso_worker_t *w, uint64_t now) {
+  if (w->gone || w->killed || w->pid <= 0) return;
+  if (!vma_iso_is_stopped(w->pid)) {
+    w->stopped_ns = 0;
+    return;
+  }
+  if (!w->stopped_ns) {
+    w->stopped_ns = now;
+    return;
+  }
+  if (now - w->stopped_ns < vma_ms_ns(VMA_ISO_STOPPED_MS)) return;
+  vma_iso_kill_locked(w, VM_ABORTED, 0,
+                      "it stayed suspended by a signal (SIGSTOP) for %d ms, holding its "
+                      "devices from the other sessions",
+                      VMA_ISO_STOPPED_MS);
+}
+
 static void *vma_iso_supervisor(void *arg) {
   vma_iso_t *iso = arg;
   pthread_mutex_lock(&iso->mu);
@@ -453,6 +494,7 @@ static void *vma_iso_supervisor(void *arg) {
         pp = &iso->workers;
         continue;
       }
+      vma_iso_check_stopped_locked(w, now);
       if (!w->ready && !w->killed && now - w->started_ns > vma_ms_ns(VMA_ISO_START_MS))
         vma_iso_kill_locked(w, VM_UNAVAILABLE, 0, "it did not start within %d s",
                             VMA_ISO_START_MS / 1000);

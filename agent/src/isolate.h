@@ -7,10 +7,19 @@
  * The agent (parent) keeps the connections, Hello and its token, the
  * session table, ListDevices, Ping and Goodbye; it forwards every other
  * request of a session, as the client's bytes, to the session's worker over
- * a socketpair and relays the reply. A worker that dies, or that does not
- * answer a request within its bound, is killed; its session's pending
- * requests get ABORTED (DEADLINE_EXCEEDED for the one that timed out), and
- * its next request gets a fresh worker. Spare workers are started ahead so
+ * a socketpair and relays the reply. The agent kills a worker that
+ * does not answer a bounded request (Invoke/Run with a deadline, Cancel,
+ * Stats, FreeExecutable: isolate.c, vma_iso_bound) within its bound, and
+ * one that stays suspended by a signal (SIGSTOP; /proc state 'T') for
+ * VMA_ISO_STOPPED_MS, busy or idle: suspended, it would keep the device
+ * locks it holds (below) and stall every other session's work on those
+ * devices. Requests without a bound (TimeEvaluate, Profile, transfers) may
+ * run as long as they progress: another session's work on the same device
+ * waits for them, as it waits for a measurement in one process. When a
+ * worker dies or is killed the kernel drops its locks; its session's
+ * pending requests get ABORTED (DEADLINE_EXCEEDED for the one that timed
+ * out) and its next request gets a fresh worker. A worker stopped by a
+ * debugger (state 't') is left alone. Spare workers are started ahead so
  * that a new session does not wait for a process and its OpenCL start-up.
  *
  * The link: frames of a 16-byte header (u32 length of the body, u32 flags,
@@ -106,9 +115,12 @@ vm_status_t vma_worker_locks(vmagent_t *a, int fd, int slot);
  * worker. */
 vm_status_t vma_xrun_lock(vmagent_t *a, vma_device_t *d, const vma_vm_t *v, uint64_t deadline_ns);
 void vma_xrun_unlock(vmagent_t *a, vma_device_t *d);
-/* Shared (copies) or exclusive (measurements) hold of d's gate; waits in
- * slices, UNAVAILABLE when the device stays held by another worker beyond
- * the kernel bound. */
+/* Shared (copies) or exclusive (measurements) hold of d's gate, an OFD
+ * byte-range lock that the kernel drops when the holding process dies;
+ * waits in growing naps (at most 5 ms) while another worker holds it the
+ * other way, with no bound of its own: the agent's supervision (above)
+ * kills a holder that is suspended or past its request's bound. Returns
+ * OK. */
 vm_status_t vma_xgate_lock(vmagent_t *a, vma_device_t *d, int exclusive);
 void vma_xgate_unlock(vmagent_t *a, vma_device_t *d);
 

@@ -194,6 +194,10 @@ static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, in
                                    : vmp_sp_io(c->s, c->waio, 1, &v, 1, VMA_WRITE_STALL_MS, NULL);
   pthread_mutex_unlock(&c->wmu);
   free(out.user);
+  if (rv == 0 && out.close_after) { /* a failed Hello: one guess per connection */
+    vma_conn_close(c);
+    return;
+  }
   if (rv != 0 && rv != NNG_ECLOSED) {
     /* A reply cut short leaves the stream unusable. */
     VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));
@@ -357,6 +361,12 @@ static void *vma_reader_main(void *arg) {
     if (vma_op_is_cheap(vmp_request_peek_op(j->data + hdr, j->len - j->hdr_len))) {
       vma_serve(c, j->data, j->hdr_len, j->len);
       free(j);
+      /* closed by its reply (a failed Hello): requests the peer sent
+       * after it, still in the read buffer, are not served */
+      if (atomic_load(&c->closed)) {
+        rv = NNG_ECLOSED;
+        break;
+      }
       continue;
     }
     pthread_mutex_lock(&a->pool_lock);

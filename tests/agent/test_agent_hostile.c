@@ -695,11 +695,21 @@ static void test_token(void **state) {
   hw_reply_t r;
   /* Ping needs no session (nor token). */
   CODE_IS_FREE(ha_ping(&c, &r), 0, &r);
+  /* each refusal closes its connection (test_security_auth.c): a new one
+   * for each try */
   CODE_IS(hw_hello(&c, NULL, &r), VM_UNAUTHENTICATED, &r);
   expect_msg(&r, "pass --token or --token-file");
+  hw_reply_free(&r);
+  hw_close(&c);
+  assert_int_equal(hw_open(&c, p.url), 0);
   CODE_IS(hw_hello(&c, "s3cret-token-valuE", &r), VM_UNAUTHENTICATED, &r);
   expect_msg(&r, "pass --token or --token-file");
+  hw_reply_free(&r);
+  hw_close(&c);
+  assert_int_equal(hw_open(&c, p.url), 0);
   CODE_IS_FREE(hw_hello(&c, "s3cret", &r), VM_UNAUTHENTICATED, &r);
+  hw_close(&c);
+  assert_int_equal(hw_open(&c, p.url), 0);
   CODE_IS_FREE(ha_list_devices(&c, &r), VM_FAILED_PRECONDITION, &r);
   CODE_IS_FREE(hw_hello(&c, "s3cret-token-value", &r), 0, &r);
   CODE_IS_FREE(ha_list_devices(&c, &r), 0, &r);

@@ -18,8 +18,13 @@
  *   worker's share comes back when it ends;
  * - Stats and ListDevices speak for the whole agent;
  * - SIGTERM with a worker busy in an endless kernel: the agent exits 0 and
- *   leaves no worker process behind (checked in /proc).
- * No timing is asserted: waits are for conditions, each bounded.
+ *   leaves no worker process behind (checked in /proc);
+ * - a worker suspended (SIGSTOP) in the middle of a TimeEvaluate, holding
+ *   the device's locks: the agent kills it within its bound, another
+ *   session's invocation and output on that device are served, and the
+ *   measuring session gets ABORTED naming the stop.
+ * No timing is asserted beyond generous guards: waits are for conditions,
+ * each bounded.
  * Skipped without an OpenCL device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -395,6 +400,82 @@ static void test_sigterm_with_busy_worker(void **state) {
     if (!pid_gone(all[w])) fail_msg("worker %d outlived the agent", (int)all[w]);
 }
 
+typedef struct measure_job {
+  vmc_conn_t *c;
+  vmc_vm_t vm;
+  vm_status_t st;
+} measure_job_t;
+
+static void *measure_main(void *arg) {
+  measure_job_t *j = arg;
+  /* a repeat grows until it lasts a minute: the device stays measured */
+  vmc_time_params_t tp = vmc_time_params_default();
+  tp.repeat = 1;
+  tp.min_repeat_ms = 60000;
+  vmc_time_result_t r;
+  memset(&r, 0, sizeof(r));
+  j->st = vmc_time_evaluate(j->c, j->vm, "fill", &tp, &r);
+  vmc_time_result_free(&r);
+  return NULL;
+}
+
+static void test_stopped_worker_frees_device(void **state) {
+  (void)state;
+  agent_proc_t p;
+  const char *extra[] = {"--spare-workers", "0", NULL};
+  start_agent(&p, extra);
+  vmc_conn_t *a = NULL, *b = NULL;
+  ASSERT_OK(vmc_connect(p.url, NULL, &a));
+  vmc_vm_t va = prog_vm(a);
+  expect_fill(a, va);
+  /* no spares: a's worker is the agent's only child so far */
+  pid_t pids[4];
+  assert_int_equal(worker_pids(&p, pids, 4), 1);
+  pid_t wa = pids[0];
+  ASSERT_OK(vmc_connect(p.url, NULL, &b));
+  vmc_vm_t vb = prog_vm(b);
+  expect_fill(b, vb);
+  measure_job_t j = {a, va, NULL};
+  double cpu0 = cpu_seconds(wa);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, measure_main, &j), 0);
+  /* wait until a's worker measures (it burns CPU in the fill calls) */
+  int busy = 0;
+  for (int i = 0; i < 600 && !busy; i++) {
+    busy = cpu_seconds(wa) > cpu0 + 0.5;
+    if (!busy) nap_ms(50);
+  }
+  assert_true(busy);
+  assert_int_equal(kill(wa, SIGSTOP), 0);
+  /* b's work on the same device: served once the agent has killed the
+   * suspended worker (1 s), not when a's minute is over; on a loaded
+   * machine well within the 20 s deadline */
+  double t0 = ha_now_s();
+  ASSERT_OK(vmc_invoke(b, vb, "fill", 20000, NULL));
+  double waited = ha_now_s() - t0;
+  print_message("b's invocation was served %.2f s after the stop\n", waited);
+  if (waited > 15.0) fail_msg("b's invocation waited %.1f s for the suspended worker", waited);
+  expect_fill(b, vb);
+  pthread_join(t, NULL);
+  assert_non_null(j.st);
+  const char *want =
+      "the session's worker process was stopped: it stayed suspended by a signal (SIGSTOP) for "
+      "1000 ms, holding its devices from the other sessions; its VMs and handles are gone "
+      "(executables stay in the store): create them again";
+  if (vm_status_code(j.st) != VM_ABORTED || strcmp(vm_status_message(j.st), want) != 0)
+    fail_msg("a's TimeEvaluate: %s: %s", vm_code_name(vm_status_code(j.st)),
+             vm_status_message(j.st));
+  vm_status_free(j.st);
+  for (int i = 0; i < 1000 && !pid_gone(wa); i++) nap_ms(10);
+  assert_true(pid_gone(wa));
+  /* a's session goes on with a fresh worker; b kept its VM */
+  expect_fill(a, prog_vm(a));
+  expect_fill(b, vb);
+  vmc_close(a);
+  vmc_close(b);
+  assert_int_equal(agent_proc_stop(&p), 0);
+}
+
 /* The library cannot start workers without the vmagent binary. */
 static void test_session_isolation_needs_the_binary(void **state) {
   (void)state;
@@ -429,6 +510,7 @@ int main(void) {
       cmocka_unit_test(test_host_limit_spans_workers),
       cmocka_unit_test(test_stats_and_devices_speak_for_the_agent),
       cmocka_unit_test(test_sigterm_with_busy_worker),
+      cmocka_unit_test(test_stopped_worker_frees_device),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,15 +1,8 @@
-/* Security: brute-force protection of the token and TLS with a CA.
- * (Missing, wrong and right tokens themselves: test_agent_hostile.c
- * test_token and test_e2e_ops.c test_token; TLS with a self-signed
+/* Security: TLS with a CA. (Missing, wrong and right tokens themselves:
+ * test_agent_hostile.c test_token and test_e2e_ops.c test_token; their
+ * brute-force protection: test_security_auth.c; TLS with a self-signed
  * certificate and a wrong CA: test_e2e_ops.c test_tls.)
  *
- * - After 5 failed Hello tokens from one address within 60 s, further
- *   Hellos from that address — new connections and the right token
- *   included — get RESOURCE_EXHAUSTED "too many failed authentication
- *   attempts from 127.0.0.1; wait N s", while established sessions and
- *   Ping keep working. In process (short window): the block ends when the
- *   window has passed, peers are counted separately, and each failure is
- *   logged at warn naming the peer.
  * - TLS: a CA made at test time with the openssl CLI signs the agent's
  *   certificate (SAN DNS:127.0.0.1 and IP:127.0.0.1: mbedTLS 2.28, nng's
  *   TLS engine here, matches the host only against DNS names); a client
@@ -39,139 +32,6 @@
 #include "vmagent/agent.h"
 #include "vmclient.h"
 #include "vmproto/wire.h"
-
-static void expect_msg(const hw_reply_t *r, const char *want) {
-  if (!strstr(hw_message(r), want)) fail_msg("message '%s' lacks '%s'", hw_message(r), want);
-}
-
-/* ------------------------------------------------------------ rate limit */
-
-static void test_token_brute_force_is_blocked(void **state) {
-  (void)state;
-  char path[] = "/tmp/vmagent-sec-token-XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  const char tok[] = "correct-horse-battery\n";
-  assert_int_equal(write(fd, tok, sizeof(tok) - 1), (ssize_t)(sizeof(tok) - 1));
-  close(fd);
-  const char *args[] = {"--token-file", path, "--device", "cpu", NULL};
-  agent_proc_t p;
-  assert_int_equal(agent_proc_start(&p, args), 0);
-  hw_conn_t good, bad;
-  hw_reply_t r;
-  assert_int_equal(hw_open(&good, p.url), 0);
-  CODE_IS(hw_hello(&good, "correct-horse-battery", &r), 0, &r);
-  hw_reply_free(&r);
-
-  assert_int_equal(hw_open(&bad, p.url), 0);
-  for (int i = 0; i < 5; i++) {
-    CODE_IS(hw_hello(&bad, i == 0 ? NULL : "guess", &r), VM_UNAUTHENTICATED, &r);
-    hw_reply_free(&r);
-  }
-  CODE_IS(hw_hello(&bad, "guess", &r), VM_RESOURCE_EXHAUSTED, &r);
-  expect_msg(&r, "too many failed authentication attempts from 127.0.0.1; wait");
-  hw_reply_free(&r);
-  /* the right token does not help while blocked, nor a new connection */
-  CODE_IS(hw_hello(&bad, "correct-horse-battery", &r), VM_RESOURCE_EXHAUSTED, &r);
-  hw_reply_free(&r);
-  hw_close(&bad);
-  assert_int_equal(hw_open(&bad, p.url), 0);
-  CODE_IS(hw_hello(&bad, "correct-horse-battery", &r), VM_RESOURCE_EXHAUSTED, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_ping(&bad, &r), 0, &r);
-  hw_reply_free(&r);
-  hw_close(&bad);
-  /* the session made before goes on */
-  CODE_IS(ha_list_devices(&good, &r), 0, &r);
-  hw_reply_free(&r);
-  CODE_IS(ha_stats(&good, &r), 0, &r);
-  hw_reply_free(&r);
-  hw_close(&good);
-  assert_int_equal(agent_proc_stop(&p), 0);
-  unlink(path);
-}
-
-/* In process: a log sink collects warn lines. */
-static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
-static char g_log[8192];
-
-static void sink(vm_log_level_t level, const char *line, void *user) {
-  (void)user;
-  if (level < VM_LOG_WARN) return;
-  pthread_mutex_lock(&g_log_lock);
-  size_t n = strlen(g_log);
-  snprintf(g_log + n, sizeof(g_log) - n, "%s\n", line);
-  pthread_mutex_unlock(&g_log_lock);
-}
-
-static int hello_code(vmagent_t *a, uint32_t pipe, const char *token, char *msg, size_t cap) {
-  Vmrpc__Request rq = VMRPC__REQUEST__INIT;
-  Vmrpc__HelloRequest h = VMRPC__HELLO_REQUEST__INIT;
-  h.protocol_major = VMRPC_PROTOCOL_MAJOR;
-  h.token = (char *)token;
-  rq.id = 1;
-  rq.op_case = VMRPC__REQUEST__OP_HELLO;
-  rq.hello = &h;
-  uint8_t buf[256];
-  size_t n = vmp_frame_size(&rq.base);
-  assert_true(n <= sizeof(buf));
-  vmp_frame_write(&rq.base, buf);
-  uint8_t *reply = NULL;
-  size_t len = 0;
-  assert_int_equal(vmagent_handle_message(a, pipe, buf, n, &reply, &len), 0);
-  const uint8_t *env, *pl;
-  size_t env_len, pl_len;
-  Vmrpc__Response *rs = NULL;
-  ASSERT_OK(vmp_frame_split(reply, len, 0, &env, &env_len, &pl, &pl_len));
-  ASSERT_OK(vmp_response_unpack(env, env_len, &rs));
-  int code = rs->status ? (int)rs->status->code : 0;
-  snprintf(msg, cap, "%s", rs->status && rs->status->message ? rs->status->message : "");
-  vmrpc__response__free_unpacked(rs, NULL);
-  free(reply);
-  return code;
-}
-
-static void test_rate_limit_window_in_process(void **state) {
-  (void)state;
-  vmagent_config_t cfg;
-  vmagent_config_default(&cfg);
-  const char *devs[] = {"cpu"};
-  cfg.devices = devs;
-  cfg.num_devices = 1;
-  cfg.token = "t0ken";
-  cfg.auth_max_failures = 3;
-  cfg.auth_window_ms = 1500; /* the four Hellos below fit it on a loaded machine */
-  vmagent_t *a = NULL;
-  ASSERT_OK(vmagent_create(&cfg, &a));
-  g_log[0] = '\0';
-  vm_log_level_t old = vm_log_get_level();
-  vm_log_set_level(VM_LOG_WARN);
-  vm_log_set_sink(sink, NULL);
-  char msg[512];
-  assert_int_equal(hello_code(a, 7, "nope", msg, sizeof(msg)), VM_UNAUTHENTICATED);
-  double t0 = ha_now_s(); /* the window began before this: it ends by t0 + 1.5 s */
-  for (int i = 0; i < 2; i++)
-    assert_int_equal(hello_code(a, 7, "nope", msg, sizeof(msg)), VM_UNAUTHENTICATED);
-  assert_int_equal(hello_code(a, 7, "t0ken", msg, sizeof(msg)), VM_RESOURCE_EXHAUSTED);
-  assert_non_null(strstr(msg, "too many failed authentication attempts from pipe 7"));
-  /* without a transport each connection is its own peer */
-  assert_int_equal(hello_code(a, 8, "t0ken", msg, sizeof(msg)), 0);
-  /* the window passes: pipe 7 may try again */
-  while (ha_now_s() - t0 < 1.55) usleep(20000);
-  assert_int_equal(hello_code(a, 7, "t0ken", msg, sizeof(msg)), 0);
-  vm_log_set_sink(NULL, NULL);
-  vm_log_set_level(old);
-  /* each failure at warn, naming the peer; the block once */
-  const char *at = g_log;
-  int failures = 0;
-  while ((at = strstr(at, "auth: Hello from pipe 7 with a wrong token")) != NULL) {
-    failures++;
-    at++;
-  }
-  if (failures != 3) fail_msg("expected 3 failure lines, log:\n%s", g_log);
-  assert_non_null(strstr(g_log, "auth: refusing Hello from pipe 7"));
-  vmagent_free(a);
-}
 
 /* ------------------------------------------------------------ TLS */
 
@@ -296,8 +156,6 @@ static void test_tls_with_ca(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_token_brute_force_is_blocked),
-      cmocka_unit_test(test_rate_limit_window_in_process),
       cmocka_unit_test(test_tls_with_ca),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -57,12 +57,18 @@ typedef struct vmagent_config {
    * device had that much memory; past it, allocations there fail with
    * RESOURCE_EXHAUSTED), 0 = none. OpenCL devices have their own. */
   uint64_t cpu_mem_limit;
-  /* Brute-force protection of the token: after auth_max_failures failed
-   * Hello tokens from one peer (IP address) within auth_window_ms of the
-   * first, its Hellos get RESOURCE_EXHAUSTED until the window has passed.
-   * 0 = the defaults (5 failures, 60 s). */
-  uint32_t auth_max_failures;
-  uint32_t auth_window_ms;
+  /* Brute-force protection of the token, agent-wide (never per address:
+   * the right token always opens a session). A Hello with a wrong token
+   * closes its connection after the refusal; wrong tokens are answered at
+   * most auth_failures_per_s a second after a burst of auth_failure_burst,
+   * each waiting for its turn up to auth_max_wait_ms (then
+   * RESOURCE_EXHAUSTED); while that budget is spent every Hello is
+   * answered auth_delay_ms after it arrived, right or wrong. 0 = the
+   * defaults (10 a second, 20, 250 ms, 5000 ms). docs/security.md. */
+  uint32_t auth_failures_per_s;
+  uint32_t auth_failure_burst;
+  uint32_t auth_delay_ms;
+  uint32_t auth_max_wait_ms;
   /* Listen beyond loopback without a token. */
   int insecure;
   /* Kernels carried by executables (cl.kernel) per OpenCL device class:
