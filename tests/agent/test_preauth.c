@@ -620,7 +620,14 @@ static void test_pre_hello_memory_returns(void **state) {
   } while (now * 10 > base * 11 && ha_now_s() - t0 < 10);
   fprintf(stderr, "pre-Hello flood: rss %llu KiB at the start, peak seen %llu, after %llu KiB\n",
           base, peak, now);
+#if defined(__SANITIZE_ADDRESS__)
+  /* AddressSanitizer's allocator keeps what is freed (its quarantine) and
+   * shadows it: the bound is the release build's; here the flood runs for
+   * the memory errors and leaks it could find. */
+  fprintf(stderr, "pre-Hello flood: RSS bound not checked under AddressSanitizer\n");
+#else
   assert_true(now * 10 <= base * 11);
+#endif
   pa_legit_run(p.url, &o);
   assert_int_equal(agent_proc_stop(&p), 0);
 }
