@@ -561,20 +561,30 @@ static void test_pre_hello_memory_returns(void **state) {
   pa_start(&p, NULL, NULL);
   vmc_conn_opts_t o = pa_opts();
   pa_legit_run(p.url, &o);
-  /* The start: an agent that has served, and has seen a few connections
-   * without Hello come and go (thread stacks glibc keeps for reuse, nng's
-   * first allocations). */
-  pa_staller_t w[2];
-  pa_stallers_start(w, 2, p.url, 2);
-  usleep(500 * 1000);
-  pa_stallers_stop(w, 2);
+  /* The start: an agent that has served, and has seen connections without
+   * Hello come and go, 100 at once (the reader thread stacks glibc keeps
+   * for reuse, nng's first allocations). */
+  pa_target_t t;
+  pa_target(p.url, &t);
+  {
+    int warm[100];
+    for (size_t i = 0; i < 100; i++) {
+      size_t off = 0;
+      warm[i] = pa_dial(&t);
+      if (warm[i] >= 0) (void)pa_push(warm[i], pa_sp_req0, sizeof(pa_sp_req0), &off);
+    }
+    pa_staller_t w[2];
+    pa_stallers_start(w, 2, p.url, 2);
+    usleep(500 * 1000);
+    pa_stallers_stop(w, 2);
+    for (size_t i = 0; i < 100; i++)
+      if (warm[i] >= 0) close(warm[i]);
+  }
   usleep(1500 * 1000);
   unsigned long long base = pa_rss_kib(p.pid);
   assert_true(base > 0);
   pa_staller_t s[2];
   pa_stallers_start(s, 2, p.url, 2);
-  pa_target_t t;
-  pa_target(p.url, &t);
   size_t len = 0;
   uint8_t *m = pa_free_vm(&t, 0, 8000, &len);
   size_t burst = 16 * len;
