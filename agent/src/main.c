@@ -65,6 +65,8 @@ static void usage(FILE *f) {
           "                          the token) this long after connecting [10]\n"
           "  --max-unauthenticated N  connections without a Hello open at once; a new\n"
           "                          one closes the oldest, 1..1000 [64]\n"
+          "  --write-timeout SECONDS  drop a connection whose peer takes none of its\n"
+          "                          replies for this long [60]\n"
           "  --max-message SIZE      largest request accepted [chunk size + 64K]\n"
           "  --chunk-size SIZE       chunk size of uploads and downloads, 4K..64M [1M]\n"
           "  --max-executable SIZE   largest executable accepted [1G]\n"
@@ -195,6 +197,7 @@ enum {
   OPT_IDLE,
   OPT_HELLO_TIMEOUT,
   OPT_MAX_UNAUTH,
+  OPT_WRITE_TIMEOUT,
   OPT_MAX_MESSAGE,
   OPT_CHUNK,
   OPT_MAX_EXEC,
@@ -227,6 +230,7 @@ static const struct option options[] = {
     {"idle-timeout", required_argument, NULL, OPT_IDLE},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
     {"max-unauthenticated", required_argument, NULL, OPT_MAX_UNAUTH},
+    {"write-timeout", required_argument, NULL, OPT_WRITE_TIMEOUT},
     {"max-message", required_argument, NULL, OPT_MAX_MESSAGE},
     {"chunk-size", required_argument, NULL, OPT_CHUNK},
     {"max-executable", required_argument, NULL, OPT_MAX_EXEC},
@@ -410,6 +414,10 @@ int main(int argc, char **argv) {
         if (parse_u32(v, &cfg.max_unauth_conns) || cfg.max_unauth_conns < 1 ||
             cfg.max_unauth_conns > 1000)
           return bad_value("max-unauthenticated", v);
+        break;
+      case OPT_WRITE_TIMEOUT:
+        if (parse_seconds_ms(v, 3600, &cfg.write_timeout_ms) || cfg.write_timeout_ms == 0)
+          return bad_value("write-timeout", v);
         break;
       case OPT_KERNELS:
         if (parse_kernels(v, &cfg)) return bad_value("kernels", v);

@@ -29,7 +29,7 @@
  * never I/O), written by an nng callback as the peer reads. While the
  * queue holds more than VMA_OUT_SOFT bytes the reader reads no more of
  * that connection's requests; a connection whose queue passes
- * vma_out_cap(), or whose writes make no progress for VMA_WRITE_STALL_MS,
+ * vma_out_cap(), or whose writes make no progress for --write-timeout,
  * is dropped. Replies of one connection go out whole, in the order they
  * were made.
  */
@@ -60,9 +60,6 @@
  * thread); connections without Hello have their own, smaller cap
  * (cfg.max_unauth_conns). */
 #define VMA_MAX_CONNS 1024
-/* A reply that makes no progress for this long (the peer stopped
- * reading) closes its connection. */
-#define VMA_WRITE_STALL_MS 60000
 /* Requests of one connection waiting for a worker, at most: beyond that
  * its reader stops reading until a worker takes one (a client cannot make
  * the agent buffer messages without limit; a vmrpc client has at most 64
@@ -282,13 +279,13 @@ static void vma_conn_kick(vma_conn_t *c) {
   nng_iov v = {.iov_buf = (void *)c->oq_head->p, .iov_len = c->oq_head->left};
   pthread_mutex_unlock(&c->wmu);
   nng_aio_set_iov(c->waio, 1, &v);
-  nng_aio_set_timeout(c->waio, VMA_WRITE_STALL_MS);
+  nng_aio_set_timeout(c->waio, (nng_duration)c->a->cfg.write_timeout_ms);
   nng_stream_send(c->s, c->waio);
 }
 
 /* waio's callback (an nng thread): the head moved on by what was
  * written; the next write, or the connection dropped when the peer has
- * read nothing for VMA_WRITE_STALL_MS. */
+ * read nothing for cfg.write_timeout_ms. */
 static void vma_conn_sent(void *arg) {
   vma_conn_t *c = arg;
   int rv = nng_aio_result(c->waio);
@@ -319,8 +316,9 @@ static void vma_conn_sent(void *arg) {
     if (rv == NNG_ETIMEDOUT) {
       char why[160];
       snprintf(why, sizeof(why),
-               "a stalled writer: the peer has read nothing of its replies for %d s",
-               VMA_WRITE_STALL_MS / 1000);
+               "a stalled writer: the peer has read nothing of its replies for %.1f s "
+               "(--write-timeout)",
+               c->a->cfg.write_timeout_ms / 1000.0);
       vma_conn_drop(c, why);
     } else {
       VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));

@@ -70,6 +70,9 @@ typedef struct vmagent_config {
    * the oldest). 0 = the defaults (10 s, 64). */
   uint32_t hello_timeout_ms;
   uint32_t max_unauth_conns;
+  /* A connection whose peer takes none of its replies for this long is
+   * dropped (ms; 0 = the default, 60 s). */
+  uint32_t write_timeout_ms;
   /* Listen beyond loopback without a token. */
   int insecure;
   /* Kernels carried by executables (cl.kernel) per OpenCL device class:
