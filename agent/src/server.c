@@ -343,8 +343,7 @@ static void vma_conn_send(vma_conn_t *c, vma_outbuf_t *b) {
       pthread_mutex_unlock(&c->wmu);
       free(b);
       char why[160];
-      snprintf(why, sizeof(why),
-               "its unsent replies passed %llu MiB (the peer does not read them)",
+      snprintf(why, sizeof(why), "its unsent replies passed %llu MiB (the peer does not read them)",
                (unsigned long long)(cap >> 20));
       vma_conn_drop(c, why);
       return;
@@ -604,7 +603,8 @@ static void *vma_reader_main(void *arg) {
   c->wfd = a->ipc_listener || a->tls_config ? -1 : vmp_sp_stream_fd(c->s);
   c->rd.fd = c->wfd;
   /* The whole of it is bounded by the Hello deadline (the reaper). */
-  int rv = vmp_sp_handshake(c->s, c->raio, VMP_SP_REP0, VMP_SP_REQ0, (int32_t)a->cfg.hello_timeout_ms);
+  int rv =
+      vmp_sp_handshake(c->s, c->raio, VMP_SP_REP0, VMP_SP_REQ0, (int32_t)a->cfg.hello_timeout_ms);
   if (rv) VM_LOGD("connection %u (%s): handshake: %s", c->id, c->peer, nng_strerror(rv));
   size_t pn = c->ipc ? 9 : 8;
   while (!rv) {
