@@ -46,6 +46,7 @@
 #include "agent_proc.h"
 #include "helper_agent.h"
 #include "test_util.h"
+#include "vm/base.h"
 #include "vmclient.h"
 #include "vmproto/wire.h"
 
@@ -121,8 +122,16 @@ static const uint8_t pa_sp_req0[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
 
 /* One request message as a req0 peer frames it (prefix, id word, body),
  * its body rq's frame plus pad bytes; malloc'ed, *len its size. */
+static uint8_t *pa_frame_payload(const pa_target_t *t, uint32_t id, Vmrpc__Request *rq,
+                                 const void *payload, size_t pad, size_t *len);
 static uint8_t *pa_frame(const pa_target_t *t, uint32_t id, Vmrpc__Request *rq, size_t pad,
                          size_t *len) {
+  return pa_frame_payload(t, id, rq, NULL, pad, len);
+}
+
+/* The same with payload bytes (pad of them) after the envelope, not zeros. */
+static uint8_t *pa_frame_payload(const pa_target_t *t, uint32_t id, Vmrpc__Request *rq,
+                                 const void *payload, size_t pad, size_t *len) {
   size_t env = vmp_frame_size(&rq->base);
   size_t body = 4 + env + pad;
   size_t pn = t->ipc ? 9 : 8;
@@ -137,6 +146,7 @@ static uint8_t *pa_frame(const pa_target_t *t, uint32_t id, Vmrpc__Request *rq, 
   m[k++] = (uint8_t)(id >> 8);
   m[k++] = (uint8_t)id;
   vmp_frame_write(&rq->base, m + k);
+  if (payload) memcpy(m + k + env, payload, pad);
   *len = pn + body;
   return m;
 }
@@ -170,11 +180,56 @@ static int pa_read_full(int fd, uint8_t *dst, size_t n, int timeout_ms) {
   return 0;
 }
 
+/* Writes all of buf within 10 s: 0 or -1. */
+static int pa_push_all(int fd, const uint8_t *buf, size_t len) {
+  size_t off = 0;
+  double end = ha_now_s() + 10;
+  while (off < len && ha_now_s() < end) {
+    if (pa_push(fd, buf, len, &off)) return -1;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    if (off < len) (void)poll(&p, 1, 100);
+  }
+  return off == len ? 0 : -1;
+}
+
+/* Sends rq (payload: plen bytes after its envelope) on a raw connection
+ * and reads the one reply: the response (vmrpc__response__free_unpacked),
+ * or NULL. */
+static Vmrpc__Response *pa_call(const pa_target_t *t, int fd, Vmrpc__Request *rq,
+                                const void *payload, size_t plen) {
+  size_t len;
+  uint8_t *m = pa_frame_payload(t, (uint32_t)rq->id, rq, payload, plen, &len);
+  int rv = pa_push_all(fd, m, len);
+  free(m);
+  uint8_t pre[9];
+  size_t pn = t->ipc ? 9 : 8;
+  if (rv || pa_read_full(fd, pre, pn, 10000)) return NULL;
+  uint64_t n = 0;
+  for (size_t i = pn - 8; i < pn; i++) n = (n << 8) | pre[i];
+  if (n < 4 || n > (64u << 20)) return NULL;
+  uint8_t *body = malloc(n);
+  Vmrpc__Response *r = NULL;
+  if (body && !pa_read_full(fd, body, n, 10000)) {
+    const uint8_t *env, *pl;
+    size_t env_len, pl_len;
+    vm_status_t st = vmp_frame_split(body + 4, n - 4, 0, &env, &env_len, &pl, &pl_len);
+    if (!st) st = vmp_response_unpack(env, env_len, &r);
+    vm_status_free(st);
+  }
+  free(body);
+  if (r && r->status && r->status->code) {
+    fprintf(stderr, "raw call: %s\n", r->status->message ? r->status->message : "");
+    vmrpc__response__free_unpacked(r, NULL);
+    r = NULL;
+  }
+  return r;
+}
+
 /* Handshake + Hello with the token on a raw connection: the session id,
  * or 0. */
 static uint64_t pa_hello(const pa_target_t *t, int fd) {
-  size_t off = 0;
-  if (pa_push(fd, pa_sp_req0, sizeof(pa_sp_req0), &off) || off != sizeof(pa_sp_req0)) return 0;
+  uint8_t sp[8];
+  if (pa_push_all(fd, pa_sp_req0, sizeof(pa_sp_req0)) || pa_read_full(fd, sp, 8, 5000)) return 0;
   Vmrpc__Request rq = VMRPC__REQUEST__INIT;
   Vmrpc__HelloRequest h = VMRPC__HELLO_REQUEST__INIT;
   h.protocol_major = 1;
@@ -183,31 +238,9 @@ static uint64_t pa_hello(const pa_target_t *t, int fd) {
   rq.id = 1;
   rq.op_case = VMRPC__REQUEST__OP_HELLO;
   rq.hello = &h;
-  size_t len;
-  uint8_t *m = pa_frame(t, 1, &rq, 0, &len);
-  off = 0;
-  int rv = pa_push(fd, m, len, &off);
-  free(m);
-  if (rv || off != len) return 0;
-  uint8_t sp[8], pre[9];
-  size_t pn = t->ipc ? 9 : 8;
-  if (pa_read_full(fd, sp, 8, 5000) || pa_read_full(fd, pre, pn, 5000)) return 0;
-  uint64_t n = 0;
-  for (size_t i = pn - 8; i < pn; i++) n = (n << 8) | pre[i];
-  if (n < 4 || n > 65536) return 0;
-  uint8_t *body = malloc(n);
-  uint64_t session = 0;
-  if (body && !pa_read_full(fd, body, n, 5000)) {
-    const uint8_t *env, *payload;
-    size_t env_len, payload_len;
-    Vmrpc__Response *r = NULL;
-    vm_status_t st = vmp_frame_split(body + 4, n - 4, 0, &env, &env_len, &payload, &payload_len);
-    if (!st) st = vmp_response_unpack(env, env_len, &r);
-    vm_status_free(st);
-    if (r && r->hello && !(r->status && r->status->code)) session = r->hello->session;
-    if (r) vmrpc__response__free_unpacked(r, NULL);
-  }
-  free(body);
+  Vmrpc__Response *r = pa_call(t, fd, &rq, NULL, 0);
+  uint64_t session = r && r->hello ? r->hello->session : 0;
+  if (r) vmrpc__response__free_unpacked(r, NULL);
   return session;
 }
 
@@ -432,6 +465,150 @@ static void test_stalled_peers_ipc(void **state) {
   snprintf(listen, sizeof(listen), "ipc:///tmp/vmagent-preauth-%d.ipc", (int)getpid());
   pa_stalled_peers(listen);
   unlink(listen + 6);
+}
+
+/* An authenticated peer pipelines 128 GetOutputs of a 1 MiB tensor and
+ * reads none of the replies: once its unsent replies pass the cap (16 MiB
+ * + 16 messages, 33 MiB here) the agent drops it, long before
+ * --write-timeout, having written it less than all 128 MiB; other clients
+ * are served meanwhile. Before: the workers sat in its reply writes. */
+static void test_unread_replies_overflow(void **state) {
+  (void)state;
+  agent_proc_t p;
+  const char *more[] = {"--write-timeout", "60", NULL};
+  pa_start(&p, NULL, more);
+  pa_target_t t;
+  pa_target(p.url, &t);
+  int fd = pa_dial(&t);
+  assert_true(fd >= 0);
+  uint64_t session = pa_hello(&t, fd);
+  assert_true(session != 0);
+  Vmrpc__Request rq = VMRPC__REQUEST__INIT;
+  Vmrpc__Response *r;
+  rq.session = session;
+  /* Upload + CreateVM + SetInput of 1 MiB + Invoke of ident. */
+  uint8_t sha[32];
+  vm_sha256(g_fx.prog, g_fx.prog_len, sha);
+  Vmrpc__UploadBeginRequest ub = VMRPC__UPLOAD_BEGIN_REQUEST__INIT;
+  ub.sha256.data = sha;
+  ub.sha256.len = 32;
+  ub.size = g_fx.prog_len;
+  rq.id = 2;
+  rq.op_case = VMRPC__REQUEST__OP_UPLOAD_BEGIN;
+  rq.upload_begin = &ub;
+  assert_non_null(r = pa_call(&t, fd, &rq, NULL, 0));
+  uint64_t upload = r->upload_begin->upload_id, exec = r->upload_begin->exec_id;
+  int present = r->upload_begin->present;
+  vmrpc__response__free_unpacked(r, NULL);
+  if (!present) {
+    Vmrpc__UploadChunkRequest uc = VMRPC__UPLOAD_CHUNK_REQUEST__INIT;
+    uc.upload_id = upload;
+    rq.id = 3;
+    rq.op_case = VMRPC__REQUEST__OP_UPLOAD_CHUNK;
+    rq.upload_chunk = &uc;
+    assert_non_null(r = pa_call(&t, fd, &rq, g_fx.prog, g_fx.prog_len));
+    vmrpc__response__free_unpacked(r, NULL);
+    Vmrpc__UploadCommitRequest ucm = VMRPC__UPLOAD_COMMIT_REQUEST__INIT;
+    ucm.upload_id = upload;
+    rq.id = 4;
+    rq.op_case = VMRPC__REQUEST__OP_UPLOAD_COMMIT;
+    rq.upload_commit = &ucm;
+    assert_non_null(r = pa_call(&t, fd, &rq, NULL, 0));
+    exec = r->upload_commit->exec_id;
+    vmrpc__response__free_unpacked(r, NULL);
+  }
+  Vmrpc__CreateVMRequest cv = VMRPC__CREATE_VMREQUEST__INIT;
+  Vmrpc__DeviceSpec d = VMRPC__DEVICE_SPEC__INIT;
+  Vmrpc__DeviceSpec *dl[1] = {&d};
+  d.selector = (char *)"cpu";
+  d.allocator = (char *)"";
+  cv.exec_id = exec;
+  cv.n_devices = 1;
+  cv.devices = dl;
+  cv.exec_mode = (char *)"";
+  rq.id = 5;
+  rq.op_case = VMRPC__REQUEST__OP_CREATE_VM;
+  rq.create_vm = &cv;
+  assert_non_null(r = pa_call(&t, fd, &rq, NULL, 0));
+  uint64_t vm = r->create_vm->vm_id;
+  vmrpc__response__free_unpacked(r, NULL);
+  enum { MIB = 1 << 20 };
+  uint8_t *x = calloc(1, MIB);
+  assert_non_null(x);
+  int64_t shape[1] = {MIB / 4};
+  Vmrpc__TensorMeta tm = VMRPC__TENSOR_META__INIT;
+  tm.dtype = (char *)"float32";
+  tm.n_shape = 1;
+  tm.shape = shape;
+  tm.nbytes = MIB;
+  Vmrpc__Value v = VMRPC__VALUE__INIT;
+  v.kind_case = VMRPC__VALUE__KIND_TENSOR;
+  v.tensor = &tm;
+  Vmrpc__SetInputRequest si = VMRPC__SET_INPUT_REQUEST__INIT;
+  si.vm_id = vm;
+  si.func = (char *)"ident";
+  si.param_case = VMRPC__SET_INPUT_REQUEST__PARAM_INDEX;
+  si.index = 0;
+  si.value = &v;
+  rq.id = 6;
+  rq.op_case = VMRPC__REQUEST__OP_SET_INPUT;
+  rq.set_input = &si;
+  assert_non_null(r = pa_call(&t, fd, &rq, x, MIB));
+  vmrpc__response__free_unpacked(r, NULL);
+  free(x);
+  Vmrpc__InvokeRequest iv = VMRPC__INVOKE_REQUEST__INIT;
+  iv.vm_id = vm;
+  iv.func = (char *)"ident";
+  rq.id = 7;
+  rq.op_case = VMRPC__REQUEST__OP_INVOKE;
+  rq.invoke = &iv;
+  assert_non_null(r = pa_call(&t, fd, &rq, NULL, 0));
+  vmrpc__response__free_unpacked(r, NULL);
+  /* 128 GetOutputs of the whole 1 MiB, none of them read. */
+  Vmrpc__GetOutputRequest go = VMRPC__GET_OUTPUT_REQUEST__INIT;
+  go.vm_id = vm;
+  go.func = (char *)"ident";
+  go.max_bytes = MIB;
+  rq.op_case = VMRPC__REQUEST__OP_GET_OUTPUT;
+  rq.get_output = &go;
+  double t0 = ha_now_s();
+  for (uint32_t i = 0; i < 128; i++) {
+    size_t len;
+    rq.id = 100 + i;
+    uint8_t *m = pa_frame(&t, (uint32_t)rq.id, &rq, 0, &len);
+    assert_int_equal(pa_push_all(fd, m, len), 0);
+    free(m);
+  }
+  /* Others are served while its replies pile up. */
+  vmc_conn_opts_t o = pa_opts();
+  for (int i = 0; i < 3; i++) assert_true(pa_legit_run(p.url, &o) < 2.0);
+  usleep(2000 * 1000);
+  /* Now read: what the kernel buffers held, then the end of the stream,
+   * well before the 128 MiB were all sent. */
+  uint64_t got = 0;
+  int ended = 0;
+  static uint8_t buf[1 << 16];
+  for (;;) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, 3000) <= 0) break; /* nothing for 3 s: still open */
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      ended = n == 0 || errno != EAGAIN;
+      if (ended) break;
+      continue;
+    }
+    got += (uint64_t)n;
+  }
+  double took = ha_now_s() - t0;
+  close(fd);
+  fprintf(stderr,
+          "unread replies: %llu MiB came before the agent dropped the connection (%.1f s)\n",
+          (unsigned long long)(got >> 20), took);
+  assert_true(ended);
+  assert_true(got < 128ull * MIB);
+  assert_true(took < 30);
+  pa_legit_ping(p.url, &o);
+  assert_int_equal(agent_proc_stop(&p), 0);
 }
 
 /* A thread that sends each connection's SP header one byte a second. */
@@ -672,6 +849,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stalled_peers_tcp),
       cmocka_unit_test(test_stalled_peers_ipc),
+      cmocka_unit_test(test_unread_replies_overflow),
       cmocka_unit_test(test_idle_connections_tcp),
       cmocka_unit_test(test_idle_connections_tls),
       cmocka_unit_test(test_pre_hello_memory_returns),
