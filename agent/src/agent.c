@@ -26,6 +26,9 @@ void vmagent_config_default(vmagent_config_t *cfg) {
   cfg->auth_failure_burst = 20;
   cfg->auth_delay_ms = 250;
   cfg->auth_max_wait_ms = 5000;
+  cfg->hello_timeout_ms = 10u * 1000u;
+  cfg->max_unauth_conns = 64;
+  cfg->write_timeout_ms = 60u * 1000u;
   cfg->kernels_cpu = VMAGENT_KERNELS_DENY;
   cfg->kernels_gpu = VMAGENT_KERNELS_DENY;
   cfg->kernel_timeout_ms = 10u * 1000u;
@@ -99,6 +102,15 @@ static vm_status_t vma_check_config(const vmagent_config_t *c, int has_token) {
   if (c->isolate < VMAGENT_ISOLATE_AUTO || c->isolate > VMAGENT_ISOLATE_SESSION)
     return vm_status_make(VM_INVALID_ARGUMENT, "isolate %d is not auto, none or session",
                           c->isolate);
+  if (c->max_unauth_conns > 1000)
+    return vm_status_make(VM_INVALID_ARGUMENT, "--max-unauthenticated %u is out of range 1..1000",
+                          c->max_unauth_conns);
+  if (c->write_timeout_ms > 3600u * 1000u)
+    return vm_status_make(VM_INVALID_ARGUMENT, "--write-timeout %u ms is out of range 0..3600 s",
+                          c->write_timeout_ms);
+  if (c->hello_timeout_ms > 600u * 1000u)
+    return vm_status_make(VM_INVALID_ARGUMENT, "--hello-timeout %u ms is out of range 0..600 s",
+                          c->hello_timeout_ms);
   if (c->spare_workers > 64)
     return vm_status_make(VM_INVALID_ARGUMENT, "--spare-workers %u is out of range 0..64",
                           c->spare_workers);
@@ -242,6 +254,9 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
   if (!a->cfg.auth_failure_burst) a->cfg.auth_failure_burst = 20;
   if (!a->cfg.auth_delay_ms) a->cfg.auth_delay_ms = 250;
   if (!a->cfg.auth_max_wait_ms) a->cfg.auth_max_wait_ms = 5000;
+  if (!a->cfg.hello_timeout_ms) a->cfg.hello_timeout_ms = 10u * 1000u;
+  if (!a->cfg.max_unauth_conns) a->cfg.max_unauth_conns = 64;
+  if (!a->cfg.write_timeout_ms) a->cfg.write_timeout_ms = 60u * 1000u;
   a->listen_url = strdup(cfg->listen_url);
   a->token = vma_strdup_or_null(cfg->token);
   a->tls_cert_file = vma_strdup_or_null(cfg->tls_cert_file);

@@ -283,7 +283,18 @@ struct vmagent {
   struct vma_job *jobs_head, *jobs_tail;
   struct vma_conn *conns; /* open connections (their readers run) */
   struct vma_conn *ended; /* readers that ended, to be joined */
+  /* Connections that have not said Hello yet, oldest first (server.c):
+   * closed at their Hello deadline, or when a newer one needs the room. */
+  struct vma_conn *unauth_head, *unauth_tail;
+  uint32_t num_unauth;
   uint32_t num_conns;
+  /* Dropped connections logged in this second, and those left out. */
+  uint64_t drop_log_sec;
+  uint32_t drop_logged, drop_unlogged;
+  /* Connections ended since the reaper last gave free heap back, and
+   * when it may next (the reaper's). */
+  atomic_int conns_gone;
+  uint64_t next_trim_ns;
   uint32_t next_conn_id;
   uint32_t idle_workers; /* waiting for a job (or about to) */
   int pool_full_logged;

@@ -65,6 +65,12 @@ static void usage(FILE *f) {
           "  --device-mem-limit SIZE  memory cap of the cpu device (all sessions together;\n"
           "                          OpenCL devices have their own), 0 = none [0]\n"
           "  --idle-timeout SECONDS  end sessions idle this long, 0 = never [600]\n"
+          "  --hello-timeout SECONDS  close a connection that has not said Hello (with\n"
+          "                          the token) this long after connecting [10]\n"
+          "  --max-unauthenticated N  connections without a Hello open at once; a new\n"
+          "                          one closes the oldest, 1..1000 [64]\n"
+          "  --write-timeout SECONDS  drop a connection whose peer takes none of its\n"
+          "                          replies for this long [60]\n"
           "  --max-message SIZE      largest request accepted [chunk size + 64K]\n"
           "  --chunk-size SIZE       chunk size of uploads and downloads, 4K..64M [1M]\n"
           "  --max-executable SIZE   largest executable accepted [1G]\n"
@@ -193,6 +199,9 @@ enum {
   OPT_DEVICE_MEM,
   OPT_HOST_MEM,
   OPT_IDLE,
+  OPT_HELLO_TIMEOUT,
+  OPT_MAX_UNAUTH,
+  OPT_WRITE_TIMEOUT,
   OPT_MAX_MESSAGE,
   OPT_CHUNK,
   OPT_MAX_EXEC,
@@ -225,6 +234,9 @@ static const struct option options[] = {
     {"device-mem-limit", required_argument, NULL, OPT_DEVICE_MEM},
     {"host-mem-limit", required_argument, NULL, OPT_HOST_MEM},
     {"idle-timeout", required_argument, NULL, OPT_IDLE},
+    {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+    {"max-unauthenticated", required_argument, NULL, OPT_MAX_UNAUTH},
+    {"write-timeout", required_argument, NULL, OPT_WRITE_TIMEOUT},
     {"max-message", required_argument, NULL, OPT_MAX_MESSAGE},
     {"chunk-size", required_argument, NULL, OPT_CHUNK},
     {"max-executable", required_argument, NULL, OPT_MAX_EXEC},
@@ -406,6 +418,19 @@ int main(int argc, char **argv) {
       case OPT_IDLE:
         if (parse_seconds_ms(v, 30.0 * 86400, &cfg.idle_timeout_ms))
           return bad_value("idle-timeout", v);
+        break;
+      case OPT_HELLO_TIMEOUT:
+        if (parse_seconds_ms(v, 600, &cfg.hello_timeout_ms) || cfg.hello_timeout_ms == 0)
+          return bad_value("hello-timeout", v);
+        break;
+      case OPT_MAX_UNAUTH:
+        if (parse_u32(v, &cfg.max_unauth_conns) || cfg.max_unauth_conns < 1 ||
+            cfg.max_unauth_conns > 1000)
+          return bad_value("max-unauthenticated", v);
+        break;
+      case OPT_WRITE_TIMEOUT:
+        if (parse_seconds_ms(v, 3600, &cfg.write_timeout_ms) || cfg.write_timeout_ms == 0)
+          return bad_value("write-timeout", v);
         break;
       case OPT_KERNELS:
         if (parse_kernels(v, &cfg)) return bad_value("kernels", v);

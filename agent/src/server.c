@@ -1,23 +1,3 @@
-/* The nng transport: one rep0 socket, one context per worker thread
- * (recv -> dispatch -> send, blocking on the context's aio), pipe events
- * that tear down a dropped connection's sessions, and the reaper thread.
- */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-#include <nng/supplemental/tls/tls.h>
-#include <nng/transport/tcp/tcp.h>
-
-#include "agent_internal.h"
-#include "vm/log.h"
-
 /* The transport: SP framing over nng byte streams (tcp://, tls+tcp://,
  * ipc://), wire-compatible with nng's req0 sockets (vmproto/sp.h).
  *
@@ -28,16 +8,41 @@
  * Cancel never wait behind a busy worker, and a small request costs one
  * wake-up of the reader (nng's poller completes the read) and an inline
  * write. A worker that is about to wait for a busy device makes sure
- * another worker is idle (vma_on_block). Replies of one connection are
- * written whole, one at a time (conn->wmu). When a reader ends (the peer
+ * another worker is idle (vma_on_block). When a reader ends (the peer
  * closed, a read failed, a message was malformed or too large) the
  * connection's sessions are torn down (the reaper destroys them).
+ *
+ * Before Hello (docs/security.md, "Before authentication"): from its accept
+ * until a Hello succeeds on it, a connection is on the agent's
+ * unauthenticated list, oldest first. Its reader serves every request
+ * itself, nothing is queued for the workers: Hello and Ping are answered,
+ * any other request gets its documented refusal and then nothing more is
+ * served there (vma_refused_pre_hello). The reaper closes it at its Hello deadline
+ * (--hello-timeout after the accept, whatever it sends meanwhile, the TLS
+ * and SP handshakes included), and a new connection closes the oldest one
+ * when --max-unauthenticated are open.
+ *
+ * Replies never block the thread that made them, and no lock is held
+ * while one is written: a reply goes out at once as far as the socket
+ * takes it (plain TCP: a non-blocking send on the socket), and what is
+ * left waits in the connection's outgoing queue (wmu guards the queue,
+ * never I/O), written by an nng callback as the peer reads. While the
+ * queue holds more than VMA_OUT_SOFT bytes the reader reads no more of
+ * that connection's requests; a connection whose queue passes
+ * vma_out_cap(), or whose writes make no progress for --write-timeout,
+ * is dropped. Replies of one connection go out whole, in the order they
+ * were made.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <nng/nng.h>
 #include <openssl/evp.h>
@@ -51,13 +56,10 @@
 #include "vmproto/ops.h"
 #include "vmproto/sp.h"
 
-/* Most connections open at once (each has a reader thread). */
+/* Most authenticated connections open at once (each has a reader
+ * thread); connections without Hello have their own, smaller cap
+ * (cfg.max_unauth_conns). */
 #define VMA_MAX_CONNS 1024
-/* The SP handshake of a new connection must complete within this. */
-#define VMA_HANDSHAKE_MS 10000
-/* A reply that makes no progress for this long (the peer stopped
- * reading) closes its connection rather than hold a worker forever. */
-#define VMA_WRITE_STALL_MS 60000
 /* Requests of one connection waiting for a worker, at most: beyond that
  * its reader stops reading until a worker takes one (a client cannot make
  * the agent buffer messages without limit; a vmrpc client has at most 64
@@ -66,8 +68,33 @@
 /* Reader threads serve cheap requests only; a Goodbye may still free a
  * session's VMs there, so they get a worker-sized stack margin. */
 #define VMA_READER_STACK (2u << 20)
-/* Room before a reply body for its prefix and the request's id words. */
-#define VMA_REPLY_HEAD (VMP_SP_PREFIX_MAX + 4 * VMP_SP_MAX_HOPS)
+/* Unsent replies beyond which a connection's reader stops reading its
+ * requests until the peer has read some. */
+#define VMA_OUT_SOFT (1u << 20)
+/* How long a connection whose token was refused is kept while its peer
+ * is silent, so that it reads the refusal before the connection ends. */
+#define VMA_REFUSED_LINGER_MS 1000
+/* Drops logged one by one per second; one line counts the rest. */
+#define VMA_DROP_LOG_PER_S 20
+
+/* Unsent replies beyond which a connection is dropped: 16 MiB plus 16 of
+ * the largest messages, twice the chunk replies a client may have in
+ * flight (Hello's max_inflight_chunks is at most 8). */
+static uint64_t vma_out_cap(const vmagent_t *a) {
+  return (16ull << 20) + 16 * a->cfg.max_message_bytes;
+}
+
+/* A reply waiting to be written. It heads the reply's own heap block
+ * (vma_reply_alloc), so queueing a reply allocates nothing. */
+typedef struct vma_outbuf {
+  struct vma_outbuf *next;
+  const uint8_t *p; /* the next byte to write */
+  size_t left;
+} vma_outbuf_t;
+
+/* Room before a reply body for the queue entry, its prefix and the
+ * request's id words. */
+#define VMA_REPLY_HEAD (sizeof(vma_outbuf_t) + VMP_SP_PREFIX_MAX + 4 * VMP_SP_MAX_HOPS)
 
 typedef struct vma_conn {
   vmagent_t *a;
@@ -75,11 +102,26 @@ typedef struct vma_conn {
   int ipc;
   nng_stream *s;
   nng_aio *raio; /* the reader's (rd.aio) */
+  nng_aio *waio; /* the queue's writes; its callback is vma_conn_sent */
+  int wfd;       /* plain TCP: the socket, for non-blocking sends; else -1 */
+  /* The outgoing queue. wmu is never held across I/O. */
   pthread_mutex_t wmu;
-  nng_aio *waio;   /* under wmu */
-  atomic_int refs; /* the reader + queued or running jobs */
+  pthread_cond_t wcv; /* the queue shrank, emptied, or c closed */
+  vma_outbuf_t *oq_head, *oq_tail;
+  uint64_t oq_bytes; /* unsent bytes queued */
+  int writing;       /* the one writer: a sender's try, or waio in flight */
+  atomic_int refs;   /* the reader + queued or running jobs */
   atomic_int closed;
+  /* A reply refused a Hello's token (vma_out_t.close_after): one guess per
+   * connection, nothing more is served on it. */
+  atomic_int refused;
   uint32_t queued; /* its jobs in the queue (pool_lock) */
+  /* A Hello succeeded here (written by the reader under pool_lock). */
+  int authed;
+  /* On a->unauth_head..tail (pool_lock) until authed or dropped. */
+  int unauth_listed;
+  uint64_t hello_deadline_ns;
+  struct vma_conn *uprev, *unext;
   char peer[64];
   pthread_t reader;
   vmp_sp_reader_t rd;    /* requests, read by the reader thread */
@@ -100,23 +142,96 @@ static int vma_op_is_cheap(int op) {
   return (vmp_op_flags((Vmrpc__Request__OpCase)op) & VMP_OP_CHEAP) != 0;
 }
 
+/* Frees the queue (wmu held, or c unshared). */
+static void vma_out_discard(vma_conn_t *c) {
+  while (c->oq_head) {
+    vma_outbuf_t *b = c->oq_head;
+    c->oq_head = b->next;
+    free(b);
+  }
+  c->oq_tail = NULL;
+  c->oq_bytes = 0;
+}
+
 static void vma_conn_unref(vma_conn_t *c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  /* A write still in flight ends (the stream is closed) and its callback
+   * returns before the connection goes; a stopped aio starts no more. */
+  nng_aio_stop(c->waio);
+  nng_aio_stop(c->raio);
   nng_stream_free(c->s);
   nng_aio_free(c->raio);
   nng_aio_free(c->waio);
+  vma_out_discard(c);
+  pthread_cond_destroy(&c->wcv);
   pthread_mutex_destroy(&c->wmu);
   free(c);
 }
 
-/* Closes c's stream and stops its aios: nng 1.5 may leave an operation
+/* Closes c's stream and stops its reads: nng 1.5 may leave an operation
  * started on a closed stream pending for ever, a stopped aio refuses new
- * ones at once. */
+ * ones at once. A write in flight fails (its callback starts no other);
+ * a reader waiting for reply space wakes. Never waits for waio's
+ * callback, so it may be called from it, and with pool_lock held. */
 static void vma_conn_close(vma_conn_t *c) {
   atomic_store(&c->closed, 1);
   nng_stream_close(c->s);
   nng_aio_stop(c->raio);
-  nng_aio_stop(c->waio);
+  nng_aio_abort(c->waio, NNG_ECLOSED);
+  pthread_mutex_lock(&c->wmu);
+  pthread_cond_broadcast(&c->wcv);
+  pthread_mutex_unlock(&c->wmu);
+}
+
+/* Logs why c is dropped, VMA_DROP_LOG_PER_S a second; pool_lock held. */
+static void vma_drop_log_locked(vmagent_t *a, const vma_conn_t *c, const char *why) {
+  uint64_t sec = vm_now_ns() / 1000000000ull;
+  if (sec != a->drop_log_sec) {
+    if (a->drop_unlogged)
+      VM_LOGW("%u more connections were dropped in the second before (not logged one by one)",
+              a->drop_unlogged);
+    a->drop_log_sec = sec;
+    a->drop_logged = a->drop_unlogged = 0;
+  }
+  if (!c) return;
+  if (a->drop_logged < VMA_DROP_LOG_PER_S) {
+    a->drop_logged++;
+    VM_LOGW("connection %u (%s): %s: dropping the connection", c->id, c->peer, why);
+  } else {
+    a->drop_unlogged++;
+  }
+}
+
+/* Takes c off the unauthenticated list (pool_lock held). */
+static void vma_unauth_remove_locked(vmagent_t *a, vma_conn_t *c) {
+  if (!c->unauth_listed) return;
+  if (c->uprev)
+    c->uprev->unext = c->unext;
+  else
+    a->unauth_head = c->unext;
+  if (c->unext)
+    c->unext->uprev = c->uprev;
+  else
+    a->unauth_tail = c->uprev;
+  c->uprev = c->unext = NULL;
+  c->unauth_listed = 0;
+  a->num_unauth--;
+}
+
+/* Drops c for the reason why (logged; NULL: quietly, the peer went away):
+ * pool_lock held. Its reader ends, its sessions with it. */
+static void vma_conn_drop_locked(vmagent_t *a, vma_conn_t *c, const char *why) {
+  int was = atomic_load(&c->closed);
+  vma_unauth_remove_locked(a, c);
+  if (!was && why) vma_drop_log_locked(a, c, why);
+  vma_conn_close(c);
+  pthread_cond_broadcast(&a->space_cv); /* its reader may wait for queue space */
+}
+
+static void vma_conn_drop(vma_conn_t *c, const char *why) {
+  pthread_mutex_lock(&c->a->pool_lock);
+  vma_conn_drop_locked(c->a, c, why);
+  pthread_mutex_unlock(&c->a->pool_lock);
 }
 
 void vma_conn_peer(vmagent_t *a, uint32_t id, char *out, size_t cap) {
@@ -146,8 +261,10 @@ static void vma_peer_of(vma_conn_t *c) {
   }
 }
 
-/* The reply goes into one heap block with room in front for its prefix
- * and id words, so that it leaves in one write. */
+/* ------------------------------------------------------------ replies */
+
+/* The reply goes into one heap block with room in front for its queue
+ * entry, prefix and id words, so that it leaves in one write. */
 static uint8_t *vma_reply_alloc(vma_out_t *o, size_t size) {
   free(o->user);
   o->user = NULL;
@@ -160,6 +277,141 @@ static uint8_t *vma_reply_alloc(vma_out_t *o, size_t size) {
   o->buf = p + VMA_REPLY_HEAD;
   o->len = size;
   return o->buf;
+}
+
+/* Writes the queue's head through waio; c's writer, head set. */
+static void vma_conn_kick(vma_conn_t *c) {
+  pthread_mutex_lock(&c->wmu);
+  nng_iov v = {.iov_buf = (void *)c->oq_head->p, .iov_len = c->oq_head->left};
+  pthread_mutex_unlock(&c->wmu);
+  nng_aio_set_iov(c->waio, 1, &v);
+  nng_aio_set_timeout(c->waio, (nng_duration)c->a->cfg.write_timeout_ms);
+  nng_stream_send(c->s, c->waio);
+}
+
+/* waio's callback (an nng thread): the head moved on by what was
+ * written; the next write, or the connection dropped when the peer has
+ * read nothing for cfg.write_timeout_ms. */
+static void vma_conn_sent(void *arg) {
+  vma_conn_t *c = arg;
+  int rv = nng_aio_result(c->waio);
+  size_t n = rv ? 0 : nng_aio_count(c->waio);
+  if (!rv && n == 0) rv = NNG_ECONNSHUT; /* a stream that takes nothing is a closed one */
+  pthread_mutex_lock(&c->wmu);
+  vma_outbuf_t *h = c->oq_head;
+  if (!rv && h) {
+    h->p += n;
+    h->left -= n;
+    c->oq_bytes -= n;
+    if (h->left == 0) {
+      c->oq_head = h->next;
+      if (!c->oq_head) c->oq_tail = NULL;
+      free(h);
+    }
+  }
+  int more = !rv && c->oq_head && !atomic_load(&c->closed);
+  if (!more) {
+    c->writing = 0;
+    if (rv || atomic_load(&c->closed)) vma_out_discard(c);
+  }
+  if (!more || c->oq_bytes <= VMA_OUT_SOFT) pthread_cond_broadcast(&c->wcv);
+  pthread_mutex_unlock(&c->wmu);
+  if (more) {
+    vma_conn_kick(c);
+  } else if (rv && !atomic_load(&c->closed)) {
+    if (rv == NNG_ETIMEDOUT) {
+      char why[160];
+      snprintf(why, sizeof(why),
+               "a stalled writer: the peer has read nothing of its replies for %.1f s "
+               "(--write-timeout)",
+               c->a->cfg.write_timeout_ms / 1000.0);
+      vma_conn_drop(c, why);
+    } else {
+      VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));
+      vma_conn_drop(c, NULL); /* a reply cut short leaves the stream unusable */
+    }
+  }
+}
+
+/* Sends the reply b (its p and left set) on c without waiting: written
+ * now as far as the socket takes it, the rest queued. */
+static void vma_conn_send(vma_conn_t *c, vma_outbuf_t *b) {
+  b->next = NULL;
+  pthread_mutex_lock(&c->wmu);
+  if (atomic_load(&c->closed)) {
+    pthread_mutex_unlock(&c->wmu);
+    free(b);
+    return;
+  }
+  if (c->writing) { /* behind the replies being written */
+    uint64_t cap = vma_out_cap(c->a);
+    if (c->oq_bytes + b->left > cap) {
+      pthread_mutex_unlock(&c->wmu);
+      free(b);
+      char why[160];
+      snprintf(why, sizeof(why), "its unsent replies passed %llu MiB (the peer does not read them)",
+               (unsigned long long)(cap >> 20));
+      vma_conn_drop(c, why);
+      return;
+    }
+    if (c->oq_tail)
+      c->oq_tail->next = b;
+    else
+      c->oq_head = b;
+    c->oq_tail = b;
+    c->oq_bytes += b->left;
+    pthread_mutex_unlock(&c->wmu);
+    return;
+  }
+  c->writing = 1;
+  pthread_mutex_unlock(&c->wmu);
+  if (c->wfd >= 0) {
+    ssize_t n;
+    do n = send(c->wfd, b->p, b->left, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      VM_LOGD("connection %u: sending a reply: %s", c->id, strerror(errno));
+      free(b);
+      pthread_mutex_lock(&c->wmu);
+      c->writing = 0;
+      vma_out_discard(c);
+      pthread_mutex_unlock(&c->wmu);
+      vma_conn_drop(c, NULL);
+      return;
+    }
+    if (n > 0) {
+      b->p += n;
+      b->left -= (size_t)n;
+    }
+    if (b->left == 0) {
+      free(b);
+      pthread_mutex_lock(&c->wmu);
+      int more = c->oq_head && !atomic_load(&c->closed);
+      if (!more) c->writing = 0;
+      pthread_mutex_unlock(&c->wmu);
+      if (more) vma_conn_kick(c);
+      return;
+    }
+  }
+  /* The rest goes before whatever others queued meanwhile. */
+  pthread_mutex_lock(&c->wmu);
+  b->next = c->oq_head;
+  c->oq_head = b;
+  if (!c->oq_tail) c->oq_tail = b;
+  c->oq_bytes += b->left;
+  pthread_mutex_unlock(&c->wmu);
+  vma_conn_kick(c);
+}
+
+/* Waits while c's unsent replies exceed VMA_OUT_SOFT: 0, or -1 once c is
+ * closed. */
+static int vma_conn_wait_out(vma_conn_t *c) {
+  pthread_mutex_lock(&c->wmu);
+  while (!atomic_load(&c->closed) && c->oq_bytes > VMA_OUT_SOFT)
+    pthread_cond_wait(&c->wcv, &c->wmu);
+  int closed = atomic_load(&c->closed);
+  pthread_mutex_unlock(&c->wmu);
+  return closed ? -1 : 0;
 }
 
 /* Serves one request (id words hdr, hdr_len bytes, then body) of c and
@@ -176,7 +428,6 @@ static void vma_serve(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, size_t 
 /* Sends OUT, the reply to the request whose SP header is MSG[0..HDR_LEN). */
 static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
                            vma_out_t out) {
-  vmagent_t *a = c->a;
   if (rc != 0 || !out.user) {
     /* Out of memory even for an error reply: the client times out. */
     VM_LOGE("connection %u: no memory for a reply", c->id);
@@ -188,24 +439,11 @@ static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, in
   uint8_t *start = out.buf - hdr_len - pn;
   memcpy(start, pre, pn);
   memcpy(start + pn, msg, hdr_len);
-  nng_iov v = {.iov_buf = start, .iov_len = pn + hdr_len + out.len};
-  pthread_mutex_lock(&c->wmu);
-  int rv = atomic_load(&c->closed) ? NNG_ECLOSED
-                                   : vmp_sp_io(c->s, c->waio, 1, &v, 1, VMA_WRITE_STALL_MS, NULL);
-  pthread_mutex_unlock(&c->wmu);
-  free(out.user);
-  if (rv == 0 && out.close_after) { /* a failed Hello: one guess per connection */
-    vma_conn_close(c);
-    return;
-  }
-  if (rv != 0 && rv != NNG_ECLOSED) {
-    /* A reply cut short leaves the stream unusable. */
-    VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));
-    vma_conn_close(c);
-    pthread_mutex_lock(&a->pool_lock); /* its reader may wait for queue space */
-    pthread_cond_broadcast(&a->space_cv);
-    pthread_mutex_unlock(&a->pool_lock);
-  }
+  vma_outbuf_t *b = out.user;
+  b->p = start;
+  b->left = pn + hdr_len + out.len;
+  if (out.close_after) atomic_store(&c->refused, 1); /* a failed Hello: one guess per connection */
+  vma_conn_send(c, b);
 }
 
 /* Workers: each serves queued requests one at a time. A request that must
@@ -303,15 +541,90 @@ static int vma_drain_pre_hello(vma_conn_t *c, uint64_t len) {
   return 0;
 }
 
+/* The reader of a connection that has not said Hello refused a request
+ * (its one refusal): nothing more is served on it. What the peer sends is
+ * read and thrown away until it closes, or the reaper closes it at its
+ * Hello deadline (or a newer connection evicts it): closing at once could
+ * make an nng req0 peer see the connection end before the refusal.
+ * Returns the reader's end. */
+static int vma_refused_pre_hello(vma_conn_t *c) {
+  VM_LOGD("connection %u (%s): refused a request before Hello; serving nothing more", c->id,
+          c->peer);
+  /* After a refused token the connection ends once the peer has had time
+   * to read the refusal (VMA_REFUSED_LINGER_MS of silence), not at the
+   * Hello deadline: a refused guess frees its place at once. */
+  int32_t wait = atomic_load(&c->refused) ? VMA_REFUSED_LINGER_MS : 0;
+  uint8_t b;
+  int rv;
+  do {
+    c->rd.off = c->rd.len; /* buffered bytes: thrown away */
+    rv = vmp_sp_read(&c->rd, &b, 1, wait, NULL);
+  } while (!rv);
+  return rv;
+}
+
+/* A Hello on c succeeded: off the unauthenticated list, for good. */
+static void vma_conn_authenticated(vma_conn_t *c) {
+  vmagent_t *a = c->a;
+  pthread_mutex_lock(&a->pool_lock);
+  if (!atomic_load(&c->closed)) {
+    vma_unauth_remove_locked(a, c);
+    c->authed = 1;
+  }
+  pthread_mutex_unlock(&a->pool_lock);
+}
+
+/* A LEN-byte request of c, which has not said Hello: served here, never
+ * queued for a worker. Hello and Ping are answered (a Hello that makes a
+ * session authenticates c); any other request gets its refusal and is the
+ * last served. 0 to read on, else the reader's end. */
+static int vma_serve_pre_hello(vma_conn_t *c, uint64_t len) {
+  if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS) {
+    int rv = vma_drain_pre_hello(c, len);
+    return rv ? rv : vma_refused_pre_hello(c);
+  }
+  uint8_t msg[VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS];
+  int rv = vmp_sp_read(&c->rd, msg, (size_t)len, 0, NULL);
+  if (rv) return rv;
+  int hdr = vmp_sp_request_header(msg, (size_t)len);
+  if (hdr == 0) {
+    VM_LOGW("connection %u (%s): a message without a request id: closing the connection", c->id,
+            c->peer);
+    return NNG_EPROTO;
+  }
+  if (hdr < 0) return 0; /* too many hops: dropped, as rep0 does */
+  int op = vmp_request_peek_op(msg + hdr, (size_t)len - (size_t)hdr);
+  vma_serve(c, msg, (size_t)hdr, (size_t)len);
+  if (atomic_load(&c->refused)) return vma_refused_pre_hello(c); /* a wrong token */
+  if (op == VMRPC__REQUEST__OP_HELLO) {
+    if (vma_pipe_has_session(c->a, c->id)) vma_conn_authenticated(c);
+    return 0;
+  }
+  if (op == VMRPC__REQUEST__OP_PING) return 0;
+  return vma_refused_pre_hello(c);
+}
+
 /* The reader of one connection: handshake, then requests until the
  * stream ends. */
 static void *vma_reader_main(void *arg) {
   vma_conn_t *c = arg;
   vmagent_t *a = c->a;
-  int rv = vmp_sp_handshake(c->s, c->raio, VMP_SP_REP0, VMP_SP_REQ0, VMA_HANDSHAKE_MS);
+  /* Plain TCP: the reader waits for requests on the socket itself, so the
+   * kernel wakes it without a detour through nng's poller thread; replies
+   * try a non-blocking send on it first. */
+  c->wfd = a->ipc_listener || a->tls_config ? -1 : vmp_sp_stream_fd(c->s);
+  c->rd.fd = c->wfd;
+  /* The whole of it is bounded by the Hello deadline (the reaper). */
+  int rv =
+      vmp_sp_handshake(c->s, c->raio, VMP_SP_REP0, VMP_SP_REQ0, (int32_t)a->cfg.hello_timeout_ms);
   if (rv) VM_LOGD("connection %u (%s): handshake: %s", c->id, c->peer, nng_strerror(rv));
   size_t pn = c->ipc ? 9 : 8;
   while (!rv) {
+    /* A peer that does not read its replies gets no more served. */
+    if (vma_conn_wait_out(c)) {
+      rv = NNG_ECLOSED;
+      break;
+    }
     uint8_t pre[VMP_SP_PREFIX_MAX];
     rv = vmp_sp_read(&c->rd, pre, pn, 0, NULL);
     uint64_t len = 0;
@@ -327,8 +640,12 @@ static void *vma_reader_main(void *arg) {
       rv = NNG_EMSGSIZE;
       break;
     }
-    /* Before Hello, a message beyond the pre-Hello cap is drained, not
-     * stored: its header is kept for the refusal. */
+    if (!c->authed) {
+      rv = vma_serve_pre_hello(c, len);
+      continue;
+    }
+    /* Without a session (after Goodbye), a message beyond the pre-Hello
+     * cap is drained, not stored: its header is kept for the refusal. */
     if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS && !vma_pipe_has_session(a, c->id)) {
       rv = vma_drain_pre_hello(c, len);
       if (rv) break;
@@ -361,10 +678,11 @@ static void *vma_reader_main(void *arg) {
     if (vma_op_is_cheap(vmp_request_peek_op(j->data + hdr, j->len - j->hdr_len))) {
       vma_serve(c, j->data, j->hdr_len, j->len);
       free(j);
-      /* closed by its reply (a failed Hello): requests the peer sent
-       * after it, still in the read buffer, are not served */
-      if (atomic_load(&c->closed)) {
-        rv = NNG_ECLOSED;
+      /* A Hello refused its token: requests the peer sent after it, still
+       * in the read buffer, are not served, and the connection (its
+       * session with it) ends once the refusal had time to be read. */
+      if (atomic_load(&c->refused)) {
+        rv = vma_refused_pre_hello(c);
         break;
       }
       continue;
@@ -395,6 +713,7 @@ static void *vma_reader_main(void *arg) {
   vma_sessions_close_pipe(a, c->id);
   /* Whoever joins this thread (vma_conns_join) drops its reference. */
   pthread_mutex_lock(&a->pool_lock);
+  vma_unauth_remove_locked(a, c);
   vma_conn_t **pp = &a->conns;
   while (*pp != c) pp = &(*pp)->next;
   *pp = c->next;
@@ -403,6 +722,7 @@ static void *vma_reader_main(void *arg) {
   a->num_conns--;
   pthread_cond_broadcast(&a->readers_cv);
   pthread_mutex_unlock(&a->pool_lock);
+  atomic_fetch_add(&a->conns_gone, 1);
   return NULL;
 }
 
@@ -421,11 +741,12 @@ static void vma_conns_join(vmagent_t *a) {
   }
 }
 
-/* Takes over s: starts its reader, or closes it. */
+/* Takes over s: starts its reader, or closes it. A connection without
+ * Hello closes the oldest one when cfg.max_unauth_conns are open. */
 static void vma_conn_start(vmagent_t *a, nng_stream *s) {
   vma_conn_t *c = calloc(1, sizeof(*c));
-  if (!c || nng_aio_alloc(&c->raio, NULL, NULL) != 0 || nng_aio_alloc(&c->waio, NULL, NULL) != 0 ||
-      pthread_mutex_init(&c->wmu, NULL) != 0) {
+  if (!c || nng_aio_alloc(&c->raio, NULL, NULL) != 0 ||
+      nng_aio_alloc(&c->waio, vma_conn_sent, c) != 0 || pthread_mutex_init(&c->wmu, NULL) != 0) {
     VM_LOGE("no memory for a connection: closing it");
     if (c) {
       nng_aio_free(c->raio);
@@ -435,21 +756,32 @@ static void vma_conn_start(vmagent_t *a, nng_stream *s) {
     nng_stream_free(s);
     return;
   }
+  if (pthread_cond_init(&c->wcv, NULL) != 0) {
+    VM_LOGE("no memory for a connection: closing it");
+    pthread_mutex_destroy(&c->wmu);
+    nng_aio_free(c->raio);
+    nng_aio_free(c->waio);
+    free(c);
+    nng_stream_free(s);
+    return;
+  }
   c->a = a;
   c->s = s;
   c->ipc = a->ipc_listener;
-  /* Plain TCP: the reader waits for requests on the socket itself, so the
-   * kernel wakes it without a detour through nng's poller thread. */
+  c->wfd = -1;
   c->rd.s = s;
   c->rd.aio = c->raio;
-  c->rd.fd = a->ipc_listener || a->tls_config ? -1 : vmp_sp_stream_fd(s);
+  c->rd.fd = -1;
   atomic_init(&c->refs, 1);
   atomic_init(&c->closed, 0);
   pthread_mutex_lock(&a->pool_lock);
-  if (a->num_conns >= VMA_MAX_CONNS || atomic_load(&a->stopping)) {
+  /* Authenticated connections (and dropped ones whose readers are still
+   * ending) have the connection limit; those without Hello never hold it
+   * against them: they make way for each other below. */
+  if (a->num_conns - a->num_unauth >= VMA_MAX_CONNS || atomic_load(&a->stopping)) {
     if (!atomic_load(&a->stopping) && !a->conns_full_logged) {
       a->conns_full_logged = 1;
-      VM_LOGW("%d connections are open, the limit: refusing more", VMA_MAX_CONNS);
+      VM_LOGW("%d authenticated connections are open, the limit: refusing more", VMA_MAX_CONNS);
     }
     pthread_mutex_unlock(&a->pool_lock);
     vma_conn_unref(c);
@@ -458,6 +790,23 @@ static void vma_conn_start(vmagent_t *a, nng_stream *s) {
   if (++a->next_conn_id == 0) a->next_conn_id = 1;
   c->id = a->next_conn_id;
   vma_peer_of(c);
+  if (a->num_unauth >= a->cfg.max_unauth_conns) {
+    char why[160];
+    snprintf(why, sizeof(why),
+             "the oldest of %u connections without Hello (--max-unauthenticated), making room "
+             "for connection %u",
+             a->num_unauth, c->id);
+    vma_conn_drop_locked(a, a->unauth_head, why);
+  }
+  c->hello_deadline_ns = vm_now_ns() + (uint64_t)a->cfg.hello_timeout_ms * 1000000ull;
+  c->uprev = a->unauth_tail;
+  if (a->unauth_tail)
+    a->unauth_tail->unext = c;
+  else
+    a->unauth_head = c;
+  a->unauth_tail = c;
+  c->unauth_listed = 1;
+  a->num_unauth++;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, VMA_READER_STACK);
@@ -467,6 +816,7 @@ static void vma_conn_start(vmagent_t *a, nng_stream *s) {
   if (pthread_create(&c->reader, &attr, vma_reader_main, c) != 0) {
     a->conns = c->next;
     a->num_conns--;
+    vma_unauth_remove_locked(a, c);
     pthread_mutex_unlock(&a->pool_lock);
     VM_LOGE("cannot start a reader thread: closing the connection");
     vma_conn_unref(c);
@@ -474,6 +824,30 @@ static void vma_conn_start(vmagent_t *a, nng_stream *s) {
     pthread_mutex_unlock(&a->pool_lock);
   }
   pthread_attr_destroy(&attr);
+}
+
+/* Drops the connections whose Hello deadline has passed (the reaper, every
+ * 100 ms), and gives free heap back after connections ended. */
+static void vma_conns_expire(vmagent_t *a) {
+  uint64_t now = vm_now_ns();
+  pthread_mutex_lock(&a->pool_lock);
+  while (a->unauth_head && a->unauth_head->hello_deadline_ns <= now) {
+    char why[160];
+    snprintf(why, sizeof(why), "no Hello within %.1f s of connecting (--hello-timeout)",
+             a->cfg.hello_timeout_ms / 1000.0);
+    vma_conn_drop_locked(a, a->unauth_head, why);
+  }
+  vma_drop_log_locked(a, NULL, NULL); /* counts drops left out, once their second is over */
+  pthread_mutex_unlock(&a->pool_lock);
+#ifdef __GLIBC__
+  /* What connections that ended (most often ones without Hello) had in
+   * the heap goes back to the system, at most once a second. */
+  if (atomic_load(&a->conns_gone) && now >= a->next_trim_ns) {
+    atomic_store(&a->conns_gone, 0);
+    malloc_trim(0);
+    a->next_trim_ns = now + 1000000000ull;
+  }
+#endif
 }
 
 static void *vma_acceptor_main(void *arg) {
@@ -516,6 +890,7 @@ static void *vma_reaper_main(void *arg) {
     if (a->reaper_quit) break;
     pthread_mutex_unlock(&a->lock);
     vma_sessions_reap(a);
+    vma_conns_expire(a);
     vma_conns_join(a);
     pthread_mutex_lock(&a->lock);
   }

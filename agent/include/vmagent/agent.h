@@ -69,6 +69,16 @@ typedef struct vmagent_config {
   uint32_t auth_failure_burst;
   uint32_t auth_delay_ms;
   uint32_t auth_max_wait_ms;
+  /* Work before authentication (docs/security.md): a connection that has
+   * not completed the SP handshake and a successful Hello within
+   * hello_timeout_ms of being accepted is closed, and at most
+   * max_unauth_conns such connections are open at once (a new one closes
+   * the oldest). 0 = the defaults (10 s, 64). */
+  uint32_t hello_timeout_ms;
+  uint32_t max_unauth_conns;
+  /* A connection whose peer takes none of its replies for this long is
+   * dropped (ms; 0 = the default, 60 s). */
+  uint32_t write_timeout_ms;
   /* Listen beyond loopback without a token. */
   int insecure;
   /* Kernels carried by executables (cl.kernel) per OpenCL device class:
@@ -117,7 +127,8 @@ enum { VMAGENT_ISOLATE_AUTO = 0, VMAGENT_ISOLATE_NONE = 1, VMAGENT_ISOLATE_SESSI
  * cache dir (main.c supplies ~/.cache/vmrpc), cache cap 2 GiB, 64 sessions,
  * no session memory limit, idle timeout 600 s, chunks of 1 MiB, messages up
  * to chunk + 64 KiB, executables up to 1 GiB, 8 workers, no cpu memory cap,
- * 5 failed tokens per peer per 60 s, carried kernels denied on every
+ * 5 failed tokens per peer per 60 s, Hello within 10 s of connecting and
+ * at most 64 connections without one, carried kernels denied on every
  * device, a 10 s bound on a carried kernel. */
 void vmagent_config_default(vmagent_config_t *cfg);
 
