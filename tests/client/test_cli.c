@@ -475,27 +475,13 @@ static void test_compile_onnx(void **state) {
 static int setup(void **state) {
   (void)state;
   signal(SIGPIPE, SIG_IGN);
-  const char *bd = getenv("VMRPC_BUILD_DIR");
-  if (!bd) {
-    fprintf(stderr, "VMRPC_BUILD_DIR is not set (run through ctest)\n");
-    return -1;
-  }
-  snprintf(g_vmclient, sizeof(g_vmclient), "%s/client/vmclient", bd);
-  if (access(g_vmclient, X_OK) != 0) {
-    fprintf(stderr, "%s is not built\n", g_vmclient);
-    return -1;
-  }
-  const char *tmp = getenv("TMPDIR");
-  snprintf(g_dir, sizeof(g_dir), "%s/vmrpc_cli_XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  return mkdtemp(g_dir) ? 0 : -1;
+  if (run_proc_program("client/vmclient", g_vmclient, sizeof(g_vmclient)) != 0) return -1;
+  return run_proc_mkdtemp("vmrpc_cli_", g_dir, sizeof(g_dir));
 }
 
 static int teardown(void **state) {
   (void)state;
-  /* Our own scratch directory: remove what the tests created. */
-  char cmd[4300];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return run_proc_rmdir(g_dir); /* our own scratch folder */
 }
 
 int main(void) {

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -17,6 +18,32 @@
 #include <unistd.h>
 
 #include "run_proc.h"
+
+int run_proc_program(const char *rel, char *out, size_t n) {
+  const char *bd = getenv("VMRPC_BUILD_DIR");
+  if (!bd) {
+    fprintf(stderr, "VMRPC_BUILD_DIR is not set (run through ctest)\n");
+    return -1;
+  }
+  snprintf(out, n, "%s/%s", bd, rel);
+  if (access(out, X_OK) != 0) {
+    fprintf(stderr, "%s is not built\n", out);
+    return -1;
+  }
+  return 0;
+}
+
+int run_proc_mkdtemp(const char *prefix, char *out, size_t n) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(out, n, "%s/%sXXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+  return mkdtemp(out) ? 0 : -1;
+}
+
+int run_proc_rmdir(const char *dir) {
+  char cmd[4300];
+  if (snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir) >= (int)sizeof(cmd)) return -1;
+  return system(cmd) == 0 ? 0 : -1;
+}
 
 void run_result_free(run_result_t *r) {
   free(r->out);

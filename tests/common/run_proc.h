@@ -21,4 +21,14 @@ void run_proc(const char *prog, const char *const *args, const char *dir, const 
 
 void run_result_free(run_result_t *r);
 
+/* $VMRPC_BUILD_DIR/rel into out when it is an executable program; else
+ * says why on stderr and returns -1 (a suite's setup then fails). */
+int run_proc_program(const char *rel, char *out, size_t n);
+
+/* A fresh scratch folder $TMPDIR/<prefix>XXXXXX (TMPDIR defaults to /tmp)
+ * into out; -1 on failure. run_proc_rmdir removes it with everything in
+ * it. */
+int run_proc_mkdtemp(const char *prefix, char *out, size_t n);
+int run_proc_rmdir(const char *dir);
+
 #endif
