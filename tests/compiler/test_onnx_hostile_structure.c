@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "onnx_bytes.h"
 #include "run_proc.h"
 #include "test_util.h"
 #include "vm/executable.h"
@@ -32,127 +33,24 @@ enum { EXIT_INPUT = 3 };
 static char g_vmclient[4096];
 static char g_dir[4096]; /* scratch directory, removed at the end */
 
-/* ---------------------------------------------------------------------------
- * A protobuf writer
- */
-
-typedef struct pb {
-  uint8_t *d;
-  size_t n, cap;
-} pb_t;
-
-static void pb_raw(pb_t *b, const void *p, size_t n) {
-  if (b->n + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + n) cap *= 2;
-    b->d = realloc(b->d, cap);
-    assert_non_null(b->d);
-    b->cap = cap;
-  }
-  if (n) memcpy(b->d + b->n, p, n);
-  b->n += n;
-}
-
-static void pb_varint(pb_t *b, uint64_t v) {
-  uint8_t tmp[10];
-  size_t n = 0;
-  do {
-    tmp[n] = (uint8_t)(v & 0x7f);
-    v >>= 7;
-    if (v) tmp[n] |= 0x80;
-    n++;
-  } while (v);
-  pb_raw(b, tmp, n);
-}
-
-static size_t varint_len(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) v >>= 7, n++;
-  return n;
-}
-
-static void pb_int(pb_t *b, uint32_t field, uint64_t v) {
-  pb_varint(b, (uint64_t)field << 3);
-  pb_varint(b, v);
-}
-
-static void pb_bytes(pb_t *b, uint32_t field, const void *p, size_t n) {
-  pb_varint(b, (uint64_t)field << 3 | 2);
-  pb_varint(b, n);
-  pb_raw(b, p, n);
-}
-
-static void pb_str(pb_t *b, uint32_t field, const char *s) {
-  pb_bytes(b, field, s, strlen(s));
-}
-
-/* Appends sub as message field `field` and frees it. */
-static void pb_msg(pb_t *b, uint32_t field, pb_t *sub) {
-  pb_bytes(b, field, sub->d, sub->n);
-  free(sub->d);
-  memset(sub, 0, sizeof(*sub));
-}
-
-/* ---------------------------------------------------------------------------
- * ONNX messages (field numbers of onnx.proto)
- */
-
-/* A float tensor ValueInfoProto of ndim dims (each 1 when dims is NULL)
- * as graph field `field` (11 input, 12 output). */
-static void add_value_info(pb_t *graph, uint32_t field, const char *name, uint32_t ndim,
-                           const int64_t *dims) {
-  pb_t shape = {0}, tensor = {0}, type = {0}, vi = {0};
-  for (uint32_t i = 0; i < ndim; i++) {
-    pb_t dim = {0};
-    pb_int(&dim, 1, (uint64_t)(dims ? dims[i] : 1));
-    pb_msg(&shape, 1, &dim);
-  }
-  pb_int(&tensor, 1, 1); /* elem_type float */
-  pb_msg(&tensor, 2, &shape);
-  pb_msg(&type, 1, &tensor); /* tensor_type */
-  pb_str(&vi, 1, name);
-  pb_msg(&vi, 2, &type);
-  pb_msg(graph, field, &vi);
-}
-
-static void add_node(pb_t *graph, const char *op, const char *name, const char *const *in,
-                     size_t nin, const char *out) {
-  pb_t node = {0};
-  for (size_t i = 0; i < nin; i++) pb_str(&node, 1, in[i]);
-  pb_str(&node, 2, out);
-  pb_str(&node, 3, name);
-  pb_str(&node, 4, op);
-  pb_msg(graph, 1, &node);
-}
-
-/* ModelProto (IR 7) of graph at opset; frees graph. */
-static pb_t model_of(pb_t *graph, uint64_t opset) {
-  pb_t m = {0}, os = {0};
-  pb_int(&m, 1, 7);
-  pb_msg(&m, 7, graph);
-  pb_int(&os, 2, opset);
-  pb_msg(&m, 8, &os);
-  return m;
-}
-
 static const int64_t k_d24[2] = {2, 4};
 
 /* The model of graph g with its input x and output y, float [2, 4], at
  * opset 17; frees g. */
 static pb_t xy_model(pb_t *g) {
-  add_value_info(g, 11, "x", 2, k_d24);
-  add_value_info(g, 12, "y", 2, k_d24);
-  return model_of(g, 17);
+  onnx_add_value_info(g, 11, "x", 2, k_d24);
+  onnx_add_value_info(g, 12, "y", 2, k_d24);
+  return onnx_model_of(g, 17);
 }
 
 /* y = Relu(x), x and y float [2, 4], with the graph's inputs and outputs. */
 static pb_t relu_graph(void) {
   pb_t g = {0};
   const char *in[1] = {"x"};
-  add_node(&g, "Relu", "r", in, 1, "y");
+  onnx_add_node(&g, "Relu", "r", in, 1, "y");
   pb_str(&g, 2, "g");
-  add_value_info(&g, 11, "x", 2, k_d24);
-  add_value_info(&g, 12, "y", 2, k_d24);
+  onnx_add_value_info(&g, 11, "x", 2, k_d24);
+  onnx_add_value_info(&g, 12, "y", 2, k_d24);
   return g;
 }
 
@@ -167,9 +65,9 @@ static pb_t nested_if_model(uint32_t levels) {
   static const char attr_name[] = "then_branch";
   const size_t name_field = 2 + sizeof(attr_name) - 1, type_field = 3, op_field = 4;
   for (uint32_t k = 1; k <= levels; k++) {
-    alen[k] = name_field + type_field + 1 + varint_len(glen[k - 1]) + glen[k - 1];
-    nlen[k] = op_field + 1 + varint_len(alen[k]) + alen[k];
-    glen[k] = 1 + varint_len(nlen[k]) + nlen[k];
+    alen[k] = name_field + type_field + 1 + pb_varint_len(glen[k - 1]) + glen[k - 1];
+    nlen[k] = op_field + 1 + pb_varint_len(alen[k]) + alen[k];
+    glen[k] = 1 + pb_varint_len(nlen[k]) + nlen[k];
   }
   pb_t m = {0};
   pb_int(&m, 1, 7);
@@ -205,14 +103,14 @@ static pb_t nested_type_model(uint32_t levels) {
   static const uint8_t tensor_type[4] = {1 << 3 | 2, 2, 1 << 3, 1}; /* tensor_type{float} */
   tlen[0] = sizeof(tensor_type);
   for (uint32_t k = 1; k <= levels; k++) {
-    slen[k] = 1 + varint_len(tlen[k - 1]) + tlen[k - 1];
-    tlen[k] = 1 + varint_len(slen[k]) + slen[k];
+    slen[k] = 1 + pb_varint_len(tlen[k - 1]) + tlen[k - 1];
+    tlen[k] = 1 + pb_varint_len(slen[k]) + slen[k];
   }
   pb_t g = {0};
   const char *in[1] = {"x"};
-  add_node(&g, "Relu", "r", in, 1, "y");
+  onnx_add_node(&g, "Relu", "r", in, 1, "y");
   pb_varint(&g, 11 << 3 | 2); /* GraphProto.input */
-  pb_varint(&g, 3 + 1 + varint_len(tlen[levels]) + tlen[levels]);
+  pb_varint(&g, 3 + 1 + pb_varint_len(tlen[levels]) + tlen[levels]);
   pb_str(&g, 1, "x");
   pb_varint(&g, 2 << 3 | 2); /* ValueInfoProto.type */
   pb_varint(&g, tlen[levels]);
@@ -223,10 +121,10 @@ static pb_t nested_type_model(uint32_t levels) {
     pb_varint(&g, tlen[k - 1]);
   }
   pb_raw(&g, tensor_type, sizeof(tensor_type));
-  add_value_info(&g, 12, "y", 2, k_d24);
+  onnx_add_value_info(&g, 12, "y", 2, k_d24);
   free(tlen);
   free(slen);
-  return model_of(&g, 17);
+  return onnx_model_of(&g, 17);
 }
 
 /* ---------------------------------------------------------------------------
@@ -303,10 +201,10 @@ static void test_rank_and_width(void **state) {
   /* a graph input of rank 1,000 */
   pb_t g = {0};
   const char *in[1] = {"x"};
-  add_node(&g, "Relu", "r", in, 1, "y");
-  add_value_info(&g, 11, "x", 1000, NULL);
-  add_value_info(&g, 12, "y", 2, k_d24);
-  pb_t m = model_of(&g, 17);
+  onnx_add_node(&g, "Relu", "r", in, 1, "y");
+  onnx_add_value_info(&g, 11, "x", 1000, NULL);
+  onnx_add_value_info(&g, 12, "y", 2, k_d24);
+  pb_t m = onnx_model_of(&g, 17);
   expect_refused("rank1000.onnx", &m,
                  "onnx: a shape in value 'x' has 1000 dims, at most 64 are accepted", 0);
   /* an initializer of rank 1,000 */
@@ -316,7 +214,7 @@ static void test_rank_and_width(void **state) {
   pb_int(&t, 2, 1);
   pb_str(&t, 8, "w");
   pb_msg(&g, 5, &t);
-  m = model_of(&g, 17);
+  m = onnx_model_of(&g, 17);
   expect_refused("init_rank1000.onnx", &m,
                  "onnx: tensor 'w' has 1000 dims, at most 64 are accepted", 0);
   /* 100,000 inputs to one node */
@@ -324,7 +222,7 @@ static void test_rank_and_width(void **state) {
   const char **many = malloc(100000 * sizeof(char *));
   assert_non_null(many);
   for (int i = 0; i < 100000; i++) many[i] = "x";
-  add_node(&g, "Concat", "cat", many, 100000, "y");
+  onnx_add_node(&g, "Concat", "cat", many, 100000, "y");
   free(many);
   m = xy_model(&g);
   expect_refused("wide.onnx", &m,
@@ -334,7 +232,7 @@ static void test_rank_and_width(void **state) {
   g = (pb_t){0};
   const char *some[4096];
   for (int i = 0; i < 4096; i++) some[i] = "x";
-  add_node(&g, "Concat", "cat", some, 4096, "y");
+  onnx_add_node(&g, "Concat", "cat", some, 4096, "y");
   m = xy_model(&g);
   vm_executable_t *e = NULL;
   ASSERT_STATUS(vmcc_onnx_compile(m.d, m.n, NULL, NULL, &e, NULL), VM_UNIMPLEMENTED,
@@ -347,9 +245,9 @@ static void test_cycle_and_missing_input(void **state) {
   /* t1 = Add(x, t2); t2 = Relu(t1); y = Relu(t2) */
   pb_t g = {0};
   const char *in1[2] = {"x", "t2"}, *in2[1] = {"t1"}, *in3[1] = {"t2"};
-  add_node(&g, "Add", "n1", in1, 2, "t1");
-  add_node(&g, "Relu", "n2", in2, 1, "t2");
-  add_node(&g, "Relu", "n3", in3, 1, "y");
+  onnx_add_node(&g, "Add", "n1", in1, 2, "t1");
+  onnx_add_node(&g, "Relu", "n2", in2, 1, "t2");
+  onnx_add_node(&g, "Relu", "n3", in3, 1, "y");
   pb_t m = xy_model(&g);
   expect_refused("cycle.onnx", &m,
                  "node 'n1' (Add): input 't2' is computed by node 'n2' (Relu), which depends on "
@@ -358,14 +256,14 @@ static void test_cycle_and_missing_input(void **state) {
   /* a node reading its own output */
   g = (pb_t){0};
   const char *self[2] = {"x", "y"};
-  add_node(&g, "Add", "me", self, 2, "y");
+  onnx_add_node(&g, "Add", "me", self, 2, "y");
   m = xy_model(&g);
   expect_refused("self.onnx", &m,
                  "node 'me' (Add): input 'y' is the node's own output: the graph has a cycle", 0);
   /* an input nothing defines */
   g = (pb_t){0};
   const char *ghost[1] = {"ghost"};
-  add_node(&g, "Relu", "r", ghost, 1, "y");
+  onnx_add_node(&g, "Relu", "r", ghost, 1, "y");
   m = xy_model(&g);
   expect_refused("missing.onnx", &m,
                  "node 'r' (Relu): input 'ghost' is never defined: no graph input, initializer "
@@ -376,18 +274,18 @@ static void test_cycle_and_missing_input(void **state) {
 static void test_bogus_opsets(void **state) {
   (void)state;
   pb_t g = relu_graph();
-  pb_t m = model_of(&g, 0);
+  pb_t m = onnx_model_of(&g, 0);
   expect_refused("opset0.onnx", &m,
                  "opset 0 is not a valid opset of the default ONNX domain: fix the model's "
                  "opset_import; supported: opsets 1 to 28",
                  0);
   g = relu_graph();
-  m = model_of(&g, (uint64_t)1 << 62);
+  m = onnx_model_of(&g, (uint64_t)1 << 62);
   expect_refused("opset2p62.onnx", &m,
                  "opset 4611686018427387904 is not a valid opset of the default ONNX domain", 0);
   /* negative, as int64 on the wire */
   g = relu_graph();
-  m = model_of(&g, (uint64_t)-5);
+  m = onnx_model_of(&g, (uint64_t)-5);
   expect_refused("opset_neg.onnx", &m, "opset -5 is not a valid opset of the default ONNX domain", 0);
 }
 
@@ -397,7 +295,7 @@ static pb_t external_model(const char *location, const char *offset) {
   pb_t g = {0}, t = {0}, e = {0};
   const char *in[2] = {"x", "w"};
   static const int64_t d4[1] = {4};
-  add_node(&g, "Add", "a", in, 2, "y");
+  onnx_add_node(&g, "Add", "a", in, 2, "y");
   pb_int(&t, 1, 4);
   pb_int(&t, 2, 1);
   pb_str(&t, 8, "w");
@@ -411,9 +309,9 @@ static pb_t external_model(const char *location, const char *offset) {
   }
   pb_int(&t, 14, 1); /* EXTERNAL */
   pb_msg(&g, 5, &t);
-  add_value_info(&g, 11, "x", 1, d4);
-  add_value_info(&g, 12, "y", 1, d4);
-  return model_of(&g, 17);
+  onnx_add_value_info(&g, 11, "x", 1, d4);
+  onnx_add_value_info(&g, 12, "y", 1, d4);
+  return onnx_model_of(&g, 17);
 }
 
 static void test_external_data(void **state) {
@@ -472,23 +370,6 @@ static void test_external_data(void **state) {
                 "is not a regular file");
 }
 
-/* A chain of n Relu nodes x -> t1 -> ... -> y over [2, 4]. */
-static pb_t relu_chain(uint32_t n) {
-  pb_t g = {0};
-  char a[32], b[32];
-  for (uint32_t i = 0; i < n; i++) {
-    snprintf(a, sizeof(a), "t%u", i);
-    snprintf(b, sizeof(b), "t%u", i + 1);
-    const char *in[1] = {i ? a : "x"};
-    char name[32];
-    snprintf(name, sizeof(name), "r%u", i);
-    add_node(&g, "Relu", name, in, 1, i + 1 < n ? b : "y");
-  }
-  add_value_info(&g, 11, "x", 2, k_d24);
-  add_value_info(&g, 12, "y", 2, k_d24);
-  return model_of(&g, 17);
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -501,7 +382,7 @@ static double now_s(void) {
 static void test_long_chain_compiles(void **state) {
   (void)state;
   uint32_t n = 200000;
-  pb_t m = relu_chain(n);
+  pb_t m = onnx_relu_chain(n);
   vm_executable_t *e = NULL;
   vmcc_onnx_report_t rep;
   double t0 = now_s();
