@@ -240,6 +240,51 @@ static void test_rank_and_width(void **state) {
   free(m.d);
 }
 
+/* pb of `count` copies of an empty message as field `field`, then y =
+ * Relu(x) */
+static pb_t many_empty(uint32_t field, uint32_t count) {
+  pb_t g = {0};
+  const uint8_t empty[2] = {(uint8_t)(field << 3 | 2), 0};
+  for (uint32_t i = 0; i < count; i++) pb_raw(&g, empty, sizeof(empty));
+  const char *in[1] = {"x"};
+  onnx_add_node(&g, "Relu", "r", in, 1, "y");
+  return g;
+}
+
+static void test_counts(void **state) {
+  (void)state;
+  /* 1,000,001 nodes (empty ones) */
+  pb_t g = many_empty(1, 1000000);
+  pb_t m = xy_model(&g);
+  expect_refused("nodes.onnx", &m,
+                 "onnx: the model has 1000001 nodes, at most 1000000 are accepted: split it", 0);
+  /* 2^24 + 1 messages (empty value_info entries), library only */
+  g = many_empty(13, 1u << 24);
+  m = xy_model(&g);
+  vm_executable_t *e = NULL;
+  ASSERT_STATUS(vmcc_onnx_compile(m.d, m.n, NULL, NULL, &e, NULL), VM_INVALID_ARGUMENT,
+                "messages and repeated strings, at most 16777216 are accepted");
+  free(m.d);
+  /* 1,025 attributes on one node */
+  g = (pb_t){0};
+  pb_t node = {0};
+  pb_str(&node, 1, "x");
+  pb_str(&node, 2, "y");
+  pb_str(&node, 3, "r");
+  pb_str(&node, 4, "Relu");
+  for (int i = 0; i < 1025; i++) {
+    pb_t a = {0};
+    char name[16];
+    snprintf(name, sizeof(name), "a%d", i);
+    pb_str(&a, 1, name);
+    pb_msg(&node, 5, &a);
+  }
+  pb_msg(&g, 1, &node);
+  m = xy_model(&g);
+  expect_refused("attrs.onnx", &m,
+                 "onnx: node 'r' has 1025 attributes, at most 1024 are accepted", 0);
+}
+
 static void test_cycle_and_missing_input(void **state) {
   (void)state;
   /* t1 = Add(x, t2); t2 = Relu(t1); y = Relu(t2) */
@@ -411,6 +456,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_deep_nesting),
       cmocka_unit_test(test_rank_and_width),
+      cmocka_unit_test(test_counts),
       cmocka_unit_test(test_cycle_and_missing_input),
       cmocka_unit_test(test_bogus_opsets),
       cmocka_unit_test(test_external_data),
