@@ -66,6 +66,8 @@ struct vmcc_graph {
   uint32_t num_calls, cap_calls;
   shape_const_t *shapes;
   uint32_t num_shapes, cap_shapes;
+  uint32_t *shape_slots; /* hash of shapes: index + 1, 0 free; a power of two */
+  uint32_t cap_slots;
   int_list_t *lists;
   uint32_t num_lists, cap_lists;
   vm_dtype_t dtypes[DTYPE_CACHE]; /* dtype constants made so far */
@@ -115,6 +117,7 @@ void vmcc_graph_free(vmcc_graph_t *g) {
   free(g->calls);
   free(g->tensors);
   free(g->shapes);
+  free(g->shape_slots);
   free(g->lists);
   vm_status_free(g->err);
   free(g);
@@ -320,14 +323,42 @@ vm_status_t vmcc_graph_error(const vmcc_graph_t *g) {
  * Emission
  */
 
+static uint64_t shape_hash(uint32_t ndim, const int64_t *dims) {
+  uint64_t h = 1469598103934665603ull ^ ndim;
+  for (uint32_t i = 0; i < ndim; i++) h = (h ^ (uint64_t)dims[i]) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+
+/* The hash slot of a shape: its entry (index + 1), or the free slot (0). */
+static uint32_t *shape_slot(const vmcc_graph_t *g, uint32_t ndim, const int64_t *dims) {
+  uint32_t mask = g->cap_slots - 1;
+  for (uint32_t i = (uint32_t)shape_hash(ndim, dims) & mask;; i = (i + 1) & mask) {
+    uint32_t *slot = &g->shape_slots[i];
+    if (!*slot) return slot;
+    const shape_const_t *s = &g->shapes[*slot - 1];
+    if (s->ndim == ndim && (ndim == 0 || memcmp(s->dims, dims, ndim * sizeof(int64_t)) == 0))
+      return slot;
+  }
+}
+
+/* The shape constant of (ndim, dims), made once per distinct shape. */
 static uint32_t shape_const(vmcc_graph_t *g, uint32_t ndim, const int64_t *dims) {
   if (g->err) return 0;
-  for (uint32_t i = 0; i < g->num_shapes; i++) {
-    if (g->shapes[i].ndim == ndim &&
-        (ndim == 0 || memcmp(g->shapes[i].dims, dims, ndim * sizeof(int64_t)) == 0)) {
-      return g->shapes[i].idx;
+  if ((uint64_t)(g->num_shapes + 1) * 2 > g->cap_slots) {
+    uint32_t ncap = g->cap_slots ? g->cap_slots * 2 : 64;
+    uint32_t *slots = ncap > g->cap_slots ? calloc(ncap, sizeof(uint32_t)) : NULL;
+    if (!slots) {
+      set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory"));
+      return 0;
     }
+    free(g->shape_slots);
+    g->shape_slots = slots;
+    g->cap_slots = ncap;
+    for (uint32_t i = 0; i < g->num_shapes; i++)
+      *shape_slot(g, g->shapes[i].ndim, g->shapes[i].dims) = i + 1;
   }
+  uint32_t *slot = shape_slot(g, ndim, dims);
+  if (*slot) return g->shapes[*slot - 1].idx;
   shape_const_t s;
   memset(&s, 0, sizeof(s));
   s.ndim = ndim;
@@ -339,6 +370,7 @@ static uint32_t shape_const(vmcc_graph_t *g, uint32_t ndim, const int64_t *dims)
     return 0;
   }
   g->shapes[g->num_shapes++] = s;
+  *slot = g->num_shapes;
   return s.idx;
 }
 
@@ -480,10 +512,45 @@ static int64_t arg_word(vmcc_graph_t *g, const vmcc_arg_t *a, int64_t null_reg) 
   return VM_IMM(0);
 }
 
-static int is_output(const int32_t *outputs, uint32_t n, int64_t tid) {
-  for (uint32_t i = 0; i < n; i++)
-    if (outputs[i] == tid) return 1;
-  return 0;
+/* Gives every intermediate and view a register from `base` on, in call
+ * order: a tensor takes a free register before the call that produces it,
+ * and its register is free again after the call that releases it
+ * (kill_off/kills: each call's releases, see vmcc_graph_emit_multi).
+ * Returns the first register after those used, -1 when out of memory. */
+static int64_t assign_registers(vmcc_graph_t *g, const uint32_t *kill_off, const uint32_t *kills,
+                                int64_t base) {
+  uint32_t *born_off = calloc((size_t)g->num_calls + 1, sizeof(*born_off));
+  uint32_t *born = malloc((g->num_tensors ? g->num_tensors : 1) * sizeof(*born));
+  int64_t *free_regs = malloc((g->num_tensors ? g->num_tensors : 1) * sizeof(*free_regs));
+  int64_t next = base;
+  if (!born_off || !born || !free_regs) {
+    next = -1;
+    goto out;
+  }
+  /* the tensors each call produces, in index order (counts, then starts) */
+  for (uint32_t t = 0; t < g->num_tensors; t++) {
+    const gtensor_t *x = &g->tensors[t];
+    if ((x->kind == T_INTER || x->kind == T_VIEW) && x->produced_at >= 0)
+      born_off[x->produced_at + 1]++;
+  }
+  for (uint32_t i = 0; i < g->num_calls; i++) born_off[i + 1] += born_off[i];
+  for (uint32_t t = 0; t < g->num_tensors; t++) {
+    gtensor_t *x = &g->tensors[t];
+    if ((x->kind == T_INTER || x->kind == T_VIEW) && x->produced_at >= 0)
+      born[born_off[x->produced_at]++] = t; /* ends at the next call's start */
+  }
+  size_t nfree = 0;
+  for (uint32_t i = 0; i < g->num_calls; i++) {
+    for (uint32_t q = i ? born_off[i - 1] : 0; q < born_off[i]; q++)
+      g->tensors[born[q]].reg = nfree ? free_regs[--nfree] : next++;
+    for (uint32_t q = i ? kill_off[i - 1] : 0; q < kill_off[i]; q++)
+      if (!(kills[q] & 0x80000000u)) free_regs[nfree++] = g->tensors[kills[q]].reg;
+  }
+out:
+  free(born_off);
+  free(born);
+  free(free_regs);
+  return next;
 }
 
 vm_status_t vmcc_graph_emit(vmcc_graph_t *g, int32_t output, vmcc_plan_report_t *report) {
@@ -494,6 +561,9 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
                                   vmcc_plan_report_t *report) {
   vm_plan_tensor_t *pt = NULL;
   int64_t *storage_reg = NULL, *storage_last = NULL, *words = NULL, *out_storage_reg = NULL;
+  int32_t *out_of = NULL;     /* per tensor: its index among the outputs, or -1 */
+  uint32_t *kill_off = NULL;  /* per call: start of what it releases in kills */
+  uint32_t *kills = NULL;     /* tensors, then storages (bit 31), by call */
   vm_plan_t plan;
   memset(&plan, 0, sizeof(plan));
   vm_status_t st = VM_STATUS_OK;
@@ -504,14 +574,20 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   }
   if (num_outputs == 0 || !outputs)
     return vm_status_make(VM_INVALID_ARGUMENT, "graph: a function needs an output");
+  out_of = malloc((g->num_tensors ? g->num_tensors : 1) * sizeof(*out_of));
+  if (!out_of) goto nomem;
+  for (uint32_t i = 0; i < g->num_tensors; i++) out_of[i] = -1;
   for (uint32_t i = 0; i < num_outputs; i++) {
-    if (!valid_tid(g, outputs[i]) || g->tensors[outputs[i]].kind != T_INTER)
-      return vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is not an intermediate",
-                            outputs[i]);
-    for (uint32_t j = 0; j < i; j++)
-      if (outputs[j] == outputs[i])
-        return vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is returned twice",
-                              outputs[i]);
+    if (!valid_tid(g, outputs[i]) || g->tensors[outputs[i]].kind != T_INTER) {
+      st = vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is not an intermediate",
+                          outputs[i]);
+      goto fail;
+    }
+    if (out_of[outputs[i]] >= 0) {
+      st = vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is returned twice", outputs[i]);
+      goto fail;
+    }
+    out_of[outputs[i]] = (int32_t)i;
   }
   st = compute_lifetimes(g);
   if (st) goto fail;
@@ -524,7 +600,7 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   uint32_t max_args = 4;
   for (uint32_t i = 0; i < g->num_tensors; i++) {
     gtensor_t *t = &g->tensors[i];
-    if (t->kind != T_INTER || is_output(outputs, num_outputs, i)) continue;
+    if (t->kind != T_INTER || out_of[i] >= 0) continue;
     t->plan_idx = np;
     pt[np].nbytes = t->nbytes;
     pt[np].first_step = (uint32_t)t->produced_at;
@@ -535,9 +611,10 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   st = vm_plan_memory(pt, np, g->align, &plan);
   if (st) goto fail;
 
-  /* Registers: parameters, then one per storage, one per intermediate or
-   * view, the none register, the outputs' storages, the int lists of one
-   * call and the result tuple. */
+  /* Registers: parameters, then one per storage, the intermediates and
+   * views (a register is reused once the tensor in it is released), the
+   * none register, the outputs' storages, the int lists of one call and
+   * the result tuple. */
   int64_t next = g->num_params;
   storage_reg = calloc(plan.num_storages ? plan.num_storages : 1, sizeof(*storage_reg));
   storage_last = calloc(plan.num_storages ? plan.num_storages : 1, sizeof(*storage_last));
@@ -551,12 +628,42 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   uint32_t max_lists = 0;
   for (uint32_t i = 0; i < g->num_tensors; i++) {
     gtensor_t *t = &g->tensors[i];
-    if (t->kind == T_INTER || t->kind == T_VIEW) t->reg = next++;
     if (t->plan_idx >= 0) {
       uint32_t s = plan.storage_of[t->plan_idx];
       if (storage_last[s] < t->last) storage_last[s] = t->last;
     }
   }
+  /* what each call releases: intermediates and views whose last use it is
+   * (the outputs are returned), then storages, each in index order */
+  kill_off = calloc((size_t)g->num_calls + 1, sizeof(*kill_off));
+  if (!kill_off) goto nomem;
+  for (int pass = 0; pass < 2; pass++) {
+    for (uint32_t t = 0; t < g->num_tensors; t++) {
+      const gtensor_t *x = &g->tensors[t];
+      if ((x->kind != T_INTER && x->kind != T_VIEW) || out_of[t] >= 0 || x->last_ref < 0) continue;
+      if (pass) kills[kill_off[x->last_ref]++] = t;
+      else kill_off[x->last_ref]++;
+    }
+    for (uint32_t s = 0; s < plan.num_storages; s++) {
+      if (storage_last[s] < 0) continue;
+      if (pass) kills[kill_off[storage_last[s]]++] = s | 0x80000000u;
+      else kill_off[storage_last[s]]++;
+    }
+    if (pass) break;
+    /* counts to starts, shifted by one call: pass 1 moves each start to the
+     * next call's */
+    uint64_t total = 0;
+    for (uint32_t i = 0; i <= g->num_calls; i++) {
+      uint32_t n = kill_off[i];
+      kill_off[i] = (uint32_t)total;
+      total += n;
+    }
+    if (total >= 0x80000000u) goto nomem;
+    kills = malloc((total ? total : 1) * sizeof(*kills));
+    if (!kills) goto nomem;
+  }
+  next = assign_registers(g, kill_off, kills, next);
+  if (next < 0) goto nomem;
   for (uint32_t i = 0; i < g->num_calls; i++) {
     if (g->calls[i].nargs > max_args) max_args = g->calls[i].nargs;
     uint32_t lists = 0;
@@ -600,9 +707,7 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
       for (uint32_t j = 0; j < k; j++)
         if (c->args[j].kind == VMCC_ARG_TENSOR && c->args[j].v == c->args[k].v) dup = 1;
       if (dup) continue;
-      int32_t out_idx = -1;
-      for (uint32_t o = 0; o < num_outputs; o++)
-        if (outputs[o] == c->args[k].v) out_idx = (int32_t)o;
+      int32_t out_idx = out_of[c->args[k].v];
       if (out_idx >= 0) {
         emit_alloc_storage(g, out_storage_reg[out_idx], t->nbytes);
         emit_alloc_tensor(g, t, out_storage_reg[out_idx], 0);
@@ -645,15 +750,11 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
     }
     emit(g, dst, c->func, c->nargs, words);
     for (uint32_t j = 0; j < nl; j++) emit_kill(g, list_reg0 + j);
-    /* release registers whose last use this was; the outputs are returned */
-    for (uint32_t t = 0; t < g->num_tensors; t++) {
-      const gtensor_t *x = &g->tensors[t];
-      if ((x->kind == T_INTER || x->kind == T_VIEW) && !is_output(outputs, num_outputs, t) &&
-          x->last_ref == (int64_t)i)
-        emit_kill(g, x->reg);
-    }
-    for (uint32_t s = 0; s < plan.num_storages; s++)
-      if (storage_last[s] == (int64_t)i) emit_kill(g, storage_reg[s]);
+    /* release registers whose last use this was (after pass 1 above,
+     * call i's kills end where call i + 1's start) */
+    for (uint32_t q = i ? kill_off[i - 1] : 0; q < kill_off[i]; q++)
+      emit_kill(g, kills[q] & 0x80000000u ? storage_reg[kills[q] & 0x7fffffffu]
+                                          : g->tensors[kills[q]].reg);
   }
   if (num_outputs == 1) {
     if (!g->err) set_err(g, vm_builder_emit_ret(g->b, g->tensors[outputs[0]].reg));
@@ -688,6 +789,9 @@ fail:
 done:
   vm_plan_free(&plan);
   free(pt);
+  free(out_of);
+  free(kill_off);
+  free(kills);
   free(storage_reg);
   free(storage_last);
   free(out_storage_reg);

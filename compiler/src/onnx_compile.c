@@ -17,15 +17,17 @@
 #define ONX_MAX_FILE_BYTES (2ull << 30)
 #define ONX_OPSET_MIN 1
 #define ONX_OPSET_MAX 28
+/* Above this no opset of the default domain can be meant (it gains about
+ * two a year): the number is refused as malformed, not as unsupported. */
+#define ONX_OPSET_BOGUS 1000
 
 /* ---------------------------------------------------------------------------
  * Values
  */
 
 static onx_value_t *find_value(const onx_ctx_t *c, const char *name) {
-  for (uint32_t i = c->num_vals; i-- > 0;)
-    if (strcmp(c->vals[i].name, name) == 0) return &c->vals[i];
-  return NULL;
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  return e && e->val >= 0 ? &c->vals[e->val] : NULL;
 }
 
 /* Values live in an array of fixed capacity (sized from the graph before
@@ -38,17 +40,15 @@ static vm_status_t add_value(onx_ctx_t *c, const char *name, onx_value_t **out) 
                    : vm_status_make(VM_INVALID_ARGUMENT, "value '%.80s' is defined twice", name);
   if (c->num_vals >= c->cap_vals)
     return vm_status_make(VM_INTERNAL, "onnx: value table full (%u)", c->cap_vals);
+  onx_name_t *e = onx_names_add(&c->names, name);
+  if (!e) return vm_status_make(VM_RESOURCE_EXHAUSTED, "onnx: out of host memory");
+  e->val = (int32_t)c->num_vals;
   onx_value_t *v = &c->vals[c->num_vals++];
   memset(v, 0, sizeof(*v));
   v->name = name;
   v->tid = -1;
   /* uses: decides whether an expression may be fused into its consumer */
-  const Onnx__GraphProto *g = c->graph;
-  for (size_t i = 0; g && i < g->n_node; i++)
-    for (size_t k = 0; g->node[i] && k < g->node[i]->n_input; k++)
-      if (g->node[i]->input[k] && strcmp(g->node[i]->input[k], name) == 0) v->uses++;
-  for (size_t i = 0; g && i < g->n_output; i++)
-    if (g->output[i] && g->output[i]->name && strcmp(g->output[i]->name, name) == 0) v->uses++;
+  v->uses = e->num_cons + e->outputs;
   *out = v;
   return VM_STATUS_OK;
 }
@@ -332,11 +332,9 @@ static const char *dim_name(const Onnx__ValueInfoProto *vi, uint32_t i) {
   return "?";
 }
 
-static int is_initializer(const Onnx__GraphProto *g, const char *name) {
-  for (size_t i = 0; i < g->n_initializer; i++)
-    if (g->initializer[i] && g->initializer[i]->name && strcmp(g->initializer[i]->name, name) == 0)
-      return 1;
-  return 0;
+static int is_initializer(const onx_names_t *names, const char *name) {
+  const onx_name_t *e = onx_names_find(names, name);
+  return e && e->is_init;
 }
 
 /* ---------------------------------------------------------------------------
@@ -358,18 +356,26 @@ static void count_op(vmcc_onnx_report_t *rep, const char *op) {
 static vm_status_t check_model(const Onnx__ModelProto *m, int64_t *opset) {
   if (!m->graph) return vm_status_make(VM_INVALID_ARGUMENT, "the model has no graph");
   *opset = -1;
+  int found = 0;
   for (size_t i = 0; i < m->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = m->opset_import[i];
     if (!o) continue;
-    if (!o->domain || !o->domain[0] || strcmp(o->domain, "ai.onnx") == 0)
+    if (!o->domain || !o->domain[0] || strcmp(o->domain, "ai.onnx") == 0) {
       *opset = o->has_version ? o->version : 1;
+      found = 1;
+    }
   }
-  if (*opset < 0) {
+  if (!found) {
     if (m->n_opset_import == 0 && m->has_ir_version && m->ir_version < 3) *opset = 1;
     return vm_status_make(VM_INVALID_ARGUMENT,
                           "the model imports no opset of the default ONNX domain");
   }
-  if (*opset < ONX_OPSET_MIN || *opset > ONX_OPSET_MAX)
+  if (*opset < ONX_OPSET_MIN || *opset > ONX_OPSET_BOGUS)
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "opset %lld is not a valid opset of the default ONNX domain: fix "
+                          "the model's opset_import; supported: opsets %d to %d",
+                          (long long)*opset, ONX_OPSET_MIN, ONX_OPSET_MAX);
+  if (*opset > ONX_OPSET_MAX)
     return vm_status_make(VM_UNIMPLEMENTED, "opset %lld: supported: opsets %d to %d",
                           (long long)*opset, ONX_OPSET_MIN, ONX_OPSET_MAX);
   return VM_STATUS_OK;
@@ -407,7 +413,7 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
     for (size_t i = 0; i < g->n_input; i++)
       if (g->input[i] && g->input[i]->name && o->input_shapes[k].name &&
           strcmp(g->input[i]->name, o->input_shapes[k].name) == 0 &&
-          !is_initializer(g, g->input[i]->name))
+          !is_initializer(&c->names, g->input[i]->name))
         found = 1;
     if (!found)
       return vm_status_make(VM_FAILED_PRECONDITION,
@@ -441,7 +447,7 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
     int64_t dims[VMCC_MAX_NDIM];
     st = declared_type(vi, "input", &has_dt, &dt, &elem, &rank, dims);
     if (st) return st;
-    if (is_initializer(g, vi->name) && !cv) continue; /* IR < 4 lists initializers as inputs */
+    if (is_initializer(&c->names, vi->name) && !cv) continue; /* IR < 4 lists initializers as inputs */
     if (cv) {
       if (!cv->data && cv->nbytes)
         return vm_status_make(VM_FAILED_PRECONDITION, "constant for '%.80s' has no data", vi->name);
@@ -471,6 +477,7 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
         free(old->data);
         old->data = NULL;
         old->name = "";
+        onx_names_find(&c->names, vi->name)->val = -1;
       }
       onx_value_t *v;
       st = add_value(c, vi->name, &v);
@@ -527,6 +534,77 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
   return VM_STATUS_OK;
 }
 
+/* Whether node `to` reads, through any chain of nodes, what node `from`
+ * writes (breadth first over the readers of each output). -1: out of
+ * memory. */
+static int depends_on(const onx_ctx_t *c, size_t from, size_t to) {
+  const Onnx__GraphProto *g = c->graph;
+  uint8_t *seen = calloc(g->n_node, 1);
+  uint32_t *queue = malloc(g->n_node * sizeof(uint32_t));
+  int found = 0;
+  if (!seen || !queue) {
+    free(seen);
+    free(queue);
+    return -1;
+  }
+  size_t head = 0, tail = 0;
+  queue[tail++] = (uint32_t)from;
+  seen[from] = 1;
+  while (head < tail && !found) {
+    const Onnx__NodeProto *n = g->node[queue[head++]];
+    for (size_t k = 0; n && k < n->n_output && !found; k++) {
+      const onx_name_t *e = onx_names_find(&c->names, n->output[k]);
+      for (uint32_t u = 0; e && u < e->num_cons; u++) {
+        uint32_t w = c->names.uses[e->cons_off + u].node;
+        if (w == to) found = 1;
+        if (!seen[w]) {
+          seen[w] = 1;
+          queue[tail++] = w;
+        }
+      }
+    }
+  }
+  free(seen);
+  free(queue);
+  return found;
+}
+
+/* Why input `name` of the current node is not defined before it: no node
+ * writes it, a later node writes it (out of order), or a later node that
+ * depends on this one writes it (a cycle). */
+static vm_status_t undefined_input(onx_ctx_t *c, const char *name) {
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  if (!e || e->producer < 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "input '%.80s' is never defined: no graph input, initializer or node "
+                        "output has that name",
+                        name);
+  size_t p = (size_t)e->producer;
+  if (p == c->node_idx)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "input '%.80s' is the node's own output: the graph has a cycle", name);
+  if (p < c->node_idx)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input '%.80s' is not defined before the node",
+                        name);
+  const Onnx__NodeProto *pn = c->graph->node[p];
+  char who[160];
+  if (pn->name && pn->name[0])
+    snprintf(who, sizeof(who), "node '%.80s' (%.40s)", pn->name, pn->op_type ? pn->op_type : "");
+  else
+    snprintf(who, sizeof(who), "node %zu (%.40s)", p, pn->op_type ? pn->op_type : "");
+  int dep = depends_on(c, c->node_idx, p);
+  if (dep < 0) return vm_status_make(VM_RESOURCE_EXHAUSTED, "onnx: out of host memory");
+  if (dep)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "input '%.80s' is computed by %s, which depends on this node: the graph "
+                        "has a cycle",
+                        name, who);
+  return onx_node_err(c, VM_INVALID_ARGUMENT,
+                      "input '%.80s' is computed by %s, later in the graph: nodes must be in "
+                      "topological order",
+                      name, who);
+}
+
 static vm_status_t lower_nodes(onx_ctx_t *c) {
   const Onnx__GraphProto *g = c->graph;
   for (size_t i = 0; i < g->n_node; i++) {
@@ -561,11 +639,7 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
     }
     for (size_t k = 0; k < n->n_input; k++) {
       if (!n->input[k] || !n->input[k][0]) continue;
-      if (!find_value(c, n->input[k]))
-        return onx_node_err(c, VM_INVALID_ARGUMENT,
-                            "input '%.80s' is not defined before the node (nodes must be in "
-                            "topological order)",
-                            n->input[k]);
+      if (!find_value(c, n->input[k])) return undefined_input(c, n->input[k]);
     }
     if (c->rep) count_op(c->rep, n->op_type);
     uint32_t before = c->num_vals;
@@ -594,50 +668,71 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
   return VM_STATUS_OK;
 }
 
-static vm_status_t bind_outputs(onx_ctx_t *c, int32_t *outs, uint32_t n) {
-  const Onnx__GraphProto *g = c->graph;
-  for (uint32_t i = 0; i < n; i++) {
-    const Onnx__ValueInfoProto *vi = g->output[i];
-    if (!vi || !vi->name || !vi->name[0])
-      return vm_status_make(VM_INVALID_ARGUMENT, "graph output %u has no name", i);
-    onx_value_t *v = find_value(c, vi->name);
-    if (!v)
-      return vm_status_make(VM_INVALID_ARGUMENT, "graph output '%.80s' is never computed",
-                            vi->name);
-    int has_dt;
-    vm_dtype_t dt;
-    int32_t rank, elem;
-    int64_t dims[VMCC_MAX_NDIM];
-    vm_status_t st = declared_type(vi, "output", &has_dt, &dt, &elem, &rank, dims);
-    if (st) return st;
-    int ok = !has_dt || vm_dtype_equal(dt, v->dt);
-    if (rank >= 0) {
-      if ((uint32_t)rank != v->ndim) ok = 0;
-      for (int32_t d = 0; ok && d < rank; d++)
-        if (dims[d] >= 0 && dims[d] != v->dims[d]) ok = 0;
+/* Adds tid to the set (open addressing over cap, a power of two, of
+ * tid + 1; 0 free): 1 when it was there already. */
+static int tid_seen(int64_t *set, uint32_t cap, int32_t tid) {
+  for (uint32_t i = ((uint32_t)tid * 2654435761u) & (cap - 1);; i = (i + 1) & (cap - 1)) {
+    if (set[i] == (int64_t)tid + 1) return 1;
+    if (!set[i]) {
+      set[i] = (int64_t)tid + 1;
+      return 0;
     }
-    if (!ok) {
-      char got[128];
-      type_str(v->dt, v->ndim, v->dims, got, sizeof(got));
-      return vm_status_make(VM_INVALID_ARGUMENT,
-                            "graph output '%.80s': the model declares another type than the "
-                            "inferred %s",
-                            vi->name, got);
-    }
-    int32_t t = onx_tid(c, v);
-    int dup = 0;
-    for (uint32_t j = 0; j < i; j++)
-      if (outs[j] == t) dup = 1;
-    if (t < 0 || !vmcc_graph_is_intermediate(c->g, t) || dup) {
-      /* a parameter, constant, view or repeated output: returned as a copy */
-      int32_t y = vmcc_graph_tensor(c->g, v->dt, v->ndim, v->dims);
-      vmcc_arg_t a[2] = {vmcc_a_t(t), vmcc_a_t(y)};
-      vmcc_graph_call(c->g, "cl.cast", 2, a);
-      t = y;
-    }
-    outs[i] = t;
   }
+}
+
+/* Binds graph output i: checks its declared type against the inferred
+ * one and gives it a tensor of its own (seen: the tensors bound so far). */
+static vm_status_t bind_output(onx_ctx_t *c, int32_t *outs, uint32_t i, int64_t *seen,
+                               uint32_t cap) {
+  const Onnx__ValueInfoProto *vi = c->graph->output[i];
+  if (!vi || !vi->name || !vi->name[0])
+    return vm_status_make(VM_INVALID_ARGUMENT, "graph output %u has no name", i);
+  onx_value_t *v = find_value(c, vi->name);
+  if (!v)
+    return vm_status_make(VM_INVALID_ARGUMENT, "graph output '%.80s' is never computed",
+                          vi->name);
+  int has_dt;
+  vm_dtype_t dt;
+  int32_t rank, elem;
+  int64_t dims[VMCC_MAX_NDIM];
+  vm_status_t st = declared_type(vi, "output", &has_dt, &dt, &elem, &rank, dims);
+  if (st) return st;
+  int ok = !has_dt || vm_dtype_equal(dt, v->dt);
+  if (rank >= 0) {
+    if ((uint32_t)rank != v->ndim) ok = 0;
+    for (int32_t d = 0; ok && d < rank; d++)
+      if (dims[d] >= 0 && dims[d] != v->dims[d]) ok = 0;
+  }
+  if (!ok) {
+    char got[128];
+    type_str(v->dt, v->ndim, v->dims, got, sizeof(got));
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "graph output '%.80s': the model declares another type than the "
+                          "inferred %s",
+                          vi->name, got);
+  }
+  int32_t t = onx_tid(c, v);
+  int dup = t >= 0 && tid_seen(seen, cap, t);
+  if (t < 0 || !vmcc_graph_is_intermediate(c->g, t) || dup) {
+    /* a parameter, constant, view or repeated output: returned as a copy */
+    int32_t y = vmcc_graph_tensor(c->g, v->dt, v->ndim, v->dims);
+    vmcc_arg_t a[2] = {vmcc_a_t(t), vmcc_a_t(y)};
+    vmcc_graph_call(c->g, "cl.cast", 2, a);
+    t = y;
+  }
+  outs[i] = t;
   return VM_STATUS_OK;
+}
+
+static vm_status_t bind_outputs(onx_ctx_t *c, int32_t *outs, uint32_t n) {
+  uint32_t cap = 16;
+  while (cap < 2 * (uint64_t)n) cap *= 2;
+  int64_t *seen = calloc(cap, sizeof(*seen));
+  if (!seen) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+  vm_status_t st = VM_STATUS_OK;
+  for (uint32_t i = 0; i < n && !st; i++) st = bind_output(c, outs, i, seen, cap);
+  free(seen);
+  return st;
 }
 
 static vm_status_t add_meta(onx_ctx_t *c, uint32_t num_params, const char **names,
@@ -681,10 +776,12 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
   if (size > ONX_MAX_FILE_BYTES)
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "onnx: model over %llu bytes",
                           (unsigned long long)ONX_MAX_FILE_BYTES);
+  static const char k_not_model[] =
+      "not an ONNX model: the protobuf does not parse as a ModelProto";
+  vm_status_t wst = onx_wire_check(&onnx__model_proto__descriptor, data, size, k_not_model);
+  if (wst) return wst;
   Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, data);
-  if (!m)
-    return vm_status_make(VM_INVALID_ARGUMENT,
-                          "not an ONNX model: the protobuf does not parse as a ModelProto");
+  if (!m) return vm_status_make(VM_INVALID_ARGUMENT, "%s", k_not_model);
   onx_ctx_t c;
   memset(&c, 0, sizeof(c));
   c.rep = report;
@@ -707,6 +804,8 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
       st = vm_status_make(VM_RESOURCE_EXHAUSTED, "onnx: %zu values (at most %u)", cap, 1u << 24);
       goto done;
     }
+    st = onx_names_build(&c.names, m->graph);
+    if (st) goto done;
     c.cap_vals = (uint32_t)cap + 1;
     c.vals = calloc(c.cap_vals, sizeof(*c.vals));
     c.skip = calloc(m->graph->n_node + 1, 1);
@@ -767,6 +866,7 @@ done:
     onx_expr_free(c.vals[i].expr);
   }
   free(c.vals);
+  onx_names_free(&c.names);
   free(c.skip);
   free(names);
   free(outs);
@@ -774,11 +874,12 @@ done:
   return st;
 }
 
-/* Reads a whole regular file of at most max bytes. */
+/* Reads a whole regular file of at most max bytes. Opened non-blocking, so
+ * that a FIFO or device in its place is refused instead of waited on. */
 static vm_status_t read_file(const char *path, uint64_t max, uint8_t **out, size_t *out_n) {
   *out = NULL;
   *out_n = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return vm_status_make(errno == EACCES ? VM_PERMISSION_DENIED : VM_NOT_FOUND,
                           "cannot open '%.200s': %s", path, strerror(errno));
@@ -817,6 +918,21 @@ static vm_status_t read_file(const char *path, uint64_t max, uint8_t **out, size
   return VM_STATUS_OK;
 }
 
+/* read_file, then onx_wire_check of a message of type d; bad gets the
+ * message for bytes that do not parse ("'path' is not <kind>"). */
+static vm_status_t read_message_file(const char *path, uint64_t max,
+                                     const ProtobufCMessageDescriptor *d, const char *kind,
+                                     uint8_t **buf, size_t *n, char *bad, size_t badlen) {
+  snprintf(bad, badlen, "'%.200s' is not %s", path, kind);
+  vm_status_t st = read_file(path, max, buf, n);
+  if (!st) st = onx_wire_check(d, *buf, *n, bad);
+  if (st) {
+    free(*buf);
+    *buf = NULL;
+  }
+  return st;
+}
+
 vm_status_t vmcc_onnx_compile_file(const char *path, const vmcc_onnx_options_t *opts,
                                    vm_executable_t **out_exec, vmcc_onnx_report_t *report) {
   *out_exec = NULL;
@@ -839,23 +955,27 @@ vm_status_t vmcc_onnx_read_io(const char *path, vmcc_onnx_io_t *io) {
   memset(io, 0, sizeof(*io));
   uint8_t *buf;
   size_t n;
-  vm_status_t st = read_file(path, ONX_MAX_FILE_BYTES, &buf, &n);
+  char bad[256];
+  vm_status_t st = read_message_file(path, ONX_MAX_FILE_BYTES, &onnx__model_proto__descriptor,
+                                     "an ONNX model", &buf, &n, bad, sizeof(bad));
   if (st) return st;
   Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, n, buf);
   free(buf);
   if (!m || !m->graph) {
     if (m) onnx__model_proto__free_unpacked(m, NULL);
-    return vm_status_make(VM_INVALID_ARGUMENT, "'%.200s' is not an ONNX model", path);
+    return vm_status_make(VM_INVALID_ARGUMENT, "%s", bad);
   }
   const Onnx__GraphProto *g = m->graph;
+  onx_names_t names;
+  st = onx_names_build(&names, g);
   io->inputs = calloc(g->n_input + 1, sizeof(char *));
   io->outputs = calloc(g->n_output + 1, sizeof(char *));
   io->node_ops = calloc(g->n_node + 1, sizeof(char *));
-  if (!io->inputs || !io->outputs || !io->node_ops)
+  if (!st && (!io->inputs || !io->outputs || !io->node_ops))
     st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; !st && i < g->n_input; i++) {
     if (!g->input[i] || !g->input[i]->name) continue;
-    if (is_initializer(g, g->input[i]->name)) continue;
+    if (is_initializer(&names, g->input[i]->name)) continue;
     io->inputs[io->num_inputs] = strdup(g->input[i]->name);
     if (!io->inputs[io->num_inputs++]) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -871,6 +991,7 @@ vm_status_t vmcc_onnx_read_io(const char *path, vmcc_onnx_io_t *io) {
     if (!io->node_ops[io->num_nodes++]) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
   }
   if (!st) io->unsupported = check_value_types(g);
+  onx_names_free(&names);
   onnx__model_proto__free_unpacked(m, NULL);
   if (st) vmcc_onnx_io_free(io);
   return st;
@@ -892,11 +1013,14 @@ vm_status_t vmcc_onnx_read_tensor_file(const char *path, vmcc_tensor_t *out) {
   memset(out, 0, sizeof(*out));
   uint8_t *buf;
   size_t n;
-  vm_status_t st = read_file(path, ONX_MAX_TENSOR_BYTES + (1u << 20), &buf, &n);
+  char bad[256];
+  vm_status_t st =
+      read_message_file(path, ONX_MAX_TENSOR_BYTES + (1u << 20), &onnx__tensor_proto__descriptor,
+                        "a TensorProto", &buf, &n, bad, sizeof(bad));
   if (st) return st;
   Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, n, buf);
   free(buf);
-  if (!tp) return vm_status_make(VM_INVALID_ARGUMENT, "'%.200s' is not a TensorProto", path);
+  if (!tp) return vm_status_make(VM_INVALID_ARGUMENT, "%s", bad);
   char what[256];
   snprintf(what, sizeof(what), "tensor file '%.200s'", path);
   st = onx_tensor_from_proto(tp, NULL, what, out);

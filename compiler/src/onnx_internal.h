@@ -21,6 +21,15 @@
 #define ONX_MAX_DIM INT32_MAX             /* one dim of any value */
 #define ONX_MAX_ELEMS ((int64_t)1 << 40)  /* one value (its nonzero dims' product too) */
 
+/* Bounds on a model's structure, checked on the wire before it is unpacked
+ * (onnx_wire.c; docs/onnx.md and docs/security.md list them). */
+#define ONX_MAX_DEPTH 100          /* protobuf messages within each other */
+#define ONX_MAX_NODES 1000000      /* nodes of every graph and function */
+#define ONX_MAX_NODE_IO 4096       /* inputs, and outputs, of one node */
+#define ONX_MAX_NODE_ATTRS 1024    /* attributes of one node */
+#define ONX_MAX_RANK 64            /* dims of a shape or tensor */
+#define ONX_MAX_ELEMENTS (1u << 24) /* messages and repeated strings */
+
 /* A pending fused elementwise expression (onnx_ops.c). */
 typedef struct onx_expr onx_expr_t;
 
@@ -39,6 +48,36 @@ typedef struct onx_value {
   uint32_t uses;    /* node inputs and graph outputs naming it */
 } onx_value_t;
 
+/* ---- value names (onnx_names.c) ---- */
+typedef struct onx_use {
+  uint32_t node, slot; /* node index, and which of its inputs */
+} onx_use_t;
+
+typedef struct onx_name {
+  const char *name; /* borrowed from the model; NULL: a free slot */
+  uint32_t hash;
+  int32_t val;      /* index in onx_ctx_t.vals of its value so far, -1 none */
+  int32_t producer; /* first node writing it, -1 none */
+  uint32_t cons_off, num_cons; /* its readers: uses[cons_off ...], node order */
+  uint32_t outputs; /* times the graph's outputs name it */
+  uint8_t is_init;  /* an initializer's name */
+} onx_name_t;
+
+typedef struct onx_names {
+  onx_name_t *tab; /* open addressing, cap a power of two */
+  uint32_t cap, n;
+  onx_use_t *uses;
+} onx_names_t;
+
+/* Indexes every name the graph's initializers, outputs and nodes use. */
+vm_status_t onx_names_build(onx_names_t *t, const Onnx__GraphProto *g);
+void onx_names_free(onx_names_t *t);
+/* The entry of name; NULL when absent (or name NULL or ""). */
+onx_name_t *onx_names_find(const onx_names_t *t, const char *name);
+/* The entry of name, added when absent; NULL for no name or out of memory.
+ * Entries move when the table grows: keep no pointer across an add. */
+onx_name_t *onx_names_add(onx_names_t *t, const char *name);
+
 typedef struct onx_ctx {
   const Onnx__GraphProto *graph;
   int64_t opset;
@@ -47,6 +86,7 @@ typedef struct onx_ctx {
   vmcc_graph_t *g;
   onx_value_t *vals;
   uint32_t num_vals, cap_vals;
+  onx_names_t names; /* every value name of the graph */
   const Onnx__NodeProto *node; /* the node being lowered */
   uint32_t node_idx;
   vmcc_onnx_report_t *rep;
@@ -63,6 +103,14 @@ vm_status_t onx_node_err(const onx_ctx_t *c, vm_code_t code, const char *fmt, ..
 /* UNIMPLEMENTED "node 'n' (Op): attribute 'a' = <what>: supported: <sup>". */
 vm_status_t onx_unsupported_attr(const onx_ctx_t *c, const char *attr, const char *what,
                                  const char *supported);
+
+/* ---- structure (onnx_wire.c) ---- */
+/* Walks the protobuf bytes of a message of type desc without unpacking
+ * them and refuses (INVALID_ARGUMENT, naming the bound, the value and the
+ * place) a structure beyond the bounds above; bytes that are not protobuf
+ * are refused with the message `malformed`. */
+vm_status_t onx_wire_check(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t n,
+                           const char *malformed);
 
 /* ---- dtypes and tensors (onnx_tensor.c) ---- */
 /* ONNX TensorProto.DataType -> dtype; -1 if unsupported. */

@@ -721,18 +721,16 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
  * as its input `*slot`, placed after node `after`: its index, or -1. */
 static int64_t sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *slot) {
   const Onnx__GraphProto *g = c->graph;
-  for (size_t i = 0; i < g->n_output; i++)
-    if (g->output[i] && g->output[i]->name && strcmp(g->output[i]->name, name) == 0) return -1;
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  if (!e || e->outputs) return -1;
   int64_t found = -1;
-  for (size_t j = 0; j < g->n_node; j++) {
-    const Onnx__NodeProto *n = g->node[j];
-    if (!n || j == after) continue;
-    for (size_t k = 0; k < n->n_input; k++) {
-      if (!n->input[k] || strcmp(n->input[k], name) != 0) continue;
-      if (found >= 0 || j < after || !n->op_type || (n->domain && n->domain[0])) return -1;
-      found = (int64_t)j;
-      *slot = k;
-    }
+  for (uint32_t u = 0; u < e->num_cons; u++) {
+    onx_use_t use = c->names.uses[e->cons_off + u];
+    const Onnx__NodeProto *n = g->node[use.node];
+    if (use.node == after) continue;
+    if (found >= 0 || use.node < after || !n->op_type || (n->domain && n->domain[0])) return -1;
+    found = (int64_t)use.node;
+    *slot = use.slot;
   }
   if (found < 0) return -1;
   const Onnx__NodeProto *n = g->node[found];
@@ -751,10 +749,12 @@ static int const_is(onx_ctx_t *c, const char *name, uint32_t ndim, double v) {
   if (k)
     return k->data && vm_dtype_equal(k->dt, VM_F32) && k->numel == 1 && k->ndim <= ndim &&
            onx_ld_f(k->dt, k->data, 0) == v;
+  /* a Constant node later in the graph */
+  const onx_name_t *e = onx_names_find(&c->names, name);
   const Onnx__GraphProto *g = c->graph;
-  for (size_t j = c->node_idx + 1; j < g->n_node; j++) {
-    const Onnx__NodeProto *n = g->node[j];
-    if (!n || n->n_output != 1 || !n->output[0] || strcmp(n->output[0], name) != 0) continue;
+  if (e && e->producer > (int64_t)c->node_idx) {
+    const Onnx__NodeProto *n = g->node[e->producer];
+    if (n->n_output != 1 || !n->output[0] || strcmp(n->output[0], name) != 0) return 0;
     const Onnx__AttributeProto *a =
         n->op_type && strcmp(n->op_type, "Constant") == 0 && n->n_attribute == 1
             ? onx_attr(n, "value")
@@ -1369,15 +1369,12 @@ static int consumed_by_two(onx_ctx_t *c, const char *name, size_t after, size_t 
   for (size_t k = 0; k < g->n_output; k++)
     if (g->output[k] && g->output[k]->name && strcmp(g->output[k]->name, name) == 0) return 0;
   if (i <= after || j <= after || i == j) return 0;
+  const onx_name_t *e = onx_names_find(&c->names, name);
   size_t uses = 0;
-  for (size_t n = 0; n < g->n_node; n++) {
-    const Onnx__NodeProto *nd = g->node[n];
-    if (!nd) continue;
-    for (size_t k = 0; k < nd->n_input; k++) {
-      if (!nd->input[k] || strcmp(nd->input[k], name) != 0) continue;
-      if (n != i && n != j) return 0;
-      uses++;
-    }
+  for (uint32_t u = 0; e && u < e->num_cons; u++) {
+    uint32_t n = c->names.uses[e->cons_off + u].node;
+    if (n != i && n != j) return 0;
+    uses++;
   }
   return uses == 2;
 }
@@ -1402,21 +1399,20 @@ static void conv_epilogue_after(onx_ctx_t *c, const char *cur, size_t after, uin
     e->last = j;
   } else if (j < 0) {
     /* hard_swish spelled out: x consumed by Add(x, 3) and the Mul by x */
-    for (size_t n = after + 1; n < g->n_node && e->last < 0; n++) {
+    const onx_name_t *nm = onx_names_find(&c->names, cur);
+    for (uint32_t u = 0; nm && u < nm->num_cons && e->last < 0; u++) {
+      onx_use_t use = c->names.uses[nm->cons_off + u];
+      size_t n = use.node, xs = use.slot;
       const Onnx__NodeProto *nd = g->node[n];
-      if (!nd || !nd->op_type || strcmp(nd->op_type, "Add") != 0 || nd->n_input != 2) continue;
-      for (size_t xs = 0; xs < 2; xs++) {
-        int64_t ic, im, id;
-        int swish;
-        if (!nd->input[xs] || strcmp(nd->input[xs], cur) != 0 ||
-            !hard_chain(c, n, xs, cur, ndim, &ic, &im, &id, &swish) || !swish ||
-            !consumed_by_two(c, cur, after, n, (size_t)im))
-          continue;
-        c->skip[n] = c->skip[ic] = c->skip[im] = c->skip[id] = 1;
-        e->act = 2;
-        e->last = id;
-        break;
-      }
+      int64_t ic, im, id;
+      int swish;
+      if (n <= after || !nd->op_type || strcmp(nd->op_type, "Add") != 0 || nd->n_input != 2 ||
+          !hard_chain(c, n, xs, cur, ndim, &ic, &im, &id, &swish) || !swish ||
+          !consumed_by_two(c, cur, after, n, (size_t)im))
+        continue;
+      c->skip[n] = c->skip[ic] = c->skip[im] = c->skip[id] = 1;
+      e->act = 2;
+      e->last = id;
     }
   }
   if (e->last < 0) return;

@@ -136,14 +136,22 @@ static vm_status_t read_external(const Onnx__TensorProto *tp, const char *base_d
     return vm_status_make(VM_INVALID_ARGUMENT,
                           "%s: external data '%.64s' resolves outside the model's folder", what,
                           loc);
-  int fd = open(real_file, O_RDONLY | O_CLOEXEC);
+  /* non-blocking: a FIFO or device in the folder is refused below, not
+   * waited on; no link followed: the real path has none left, so one now
+   * was swapped in after the check */
+  int fd = open(real_file, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0 && errno == ELOOP)
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s: external data '%.64s' was replaced by a symbolic link", what, loc);
   if (fd < 0)
     return vm_status_make(errno == EACCES ? VM_PERMISSION_DENIED : VM_NOT_FOUND,
                           "%s: cannot open external data '%.64s': %s", what, loc, strerror(errno));
   struct stat sb;
   vm_status_t st = VM_STATUS_OK;
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    st = vm_status_make(VM_INVALID_ARGUMENT, "%s: external data '%.64s' is not a regular file",
+    st = vm_status_make(VM_INVALID_ARGUMENT,
+                        "%s: external data '%.64s' is not a regular file (a FIFO, device or "
+                        "folder): put the tensor's bytes in a file",
                         what, loc);
   } else if (offset > (uint64_t)sb.st_size || nbytes > (uint64_t)sb.st_size - offset) {
     st = vm_status_make(VM_INVALID_ARGUMENT,

@@ -481,10 +481,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  /* Our own scratch directory: remove what the tests created. */
-  char cmd[4300];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return run_proc_rmdir(g_dir); /* our own scratch folder */
 }
 
 int main(void) {

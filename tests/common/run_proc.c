@@ -19,6 +19,32 @@
 
 #include "run_proc.h"
 
+int run_proc_program(const char *rel, char *out, size_t n) {
+  const char *bd = getenv("VMRPC_BUILD_DIR");
+  if (!bd) {
+    fprintf(stderr, "VMRPC_BUILD_DIR is not set (run through ctest)\n");
+    return -1;
+  }
+  snprintf(out, n, "%s/%s", bd, rel);
+  if (access(out, X_OK) != 0) {
+    fprintf(stderr, "%s is not built\n", out);
+    return -1;
+  }
+  return 0;
+}
+
+int run_proc_mkdtemp(const char *prefix, char *out, size_t n) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(out, n, "%s/%sXXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+  return mkdtemp(out) ? 0 : -1;
+}
+
+int run_proc_rmdir(const char *dir) {
+  char cmd[4300];
+  if (snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir) >= (int)sizeof(cmd)) return -1;
+  return system(cmd) == 0 ? 0 : -1;
+}
+
 void run_result_free(run_result_t *r) {
   free(r->out);
   free(r->err);
@@ -137,19 +163,8 @@ void run_proc(const char *prog, const char *const *args, const char *dir, const 
 
 int run_proc_setup(const char *rel, char *prog, size_t prog_n, const char *prefix, char *dir,
                    size_t dir_n) {
-  const char *bd = getenv("VMRPC_BUILD_DIR");
-  if (!bd) {
-    fprintf(stderr, "VMRPC_BUILD_DIR is not set (run through ctest)\n");
-    return -1;
-  }
-  snprintf(prog, prog_n, "%s/%s", bd, rel);
-  if (access(prog, X_OK) != 0) {
-    fprintf(stderr, "%s is not built\n", prog);
-    return -1;
-  }
-  const char *tmp = getenv("TMPDIR");
-  snprintf(dir, dir_n, "%s/%sXXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
-  return mkdtemp(dir) ? 0 : -1;
+  if (run_proc_program(rel, prog, prog_n) != 0) return -1;
+  return run_proc_mkdtemp(prefix, dir, dir_n);
 }
 
 void run_expect_cli_exit(const run_result_t *r, int code, const char *what) {

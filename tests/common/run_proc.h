@@ -21,10 +21,18 @@ void run_proc(const char *prog, const char *const *args, const char *dir, const 
 
 void run_result_free(run_result_t *r);
 
-/* For suites that drive a built program: its path, $VMRPC_BUILD_DIR/rel
- * (rel: "client/vmclient"), into prog, checked to be executable, and a new
- * scratch directory $TMPDIR/<prefix>XXXXXX (TMPDIR default /tmp) into dir.
- * 0, or -1 with the reason on stderr (a cmocka setup's return value). */
+/* $VMRPC_BUILD_DIR/rel into out when it is an executable program; else
+ * says why on stderr and returns -1 (a suite's setup then fails). */
+int run_proc_program(const char *rel, char *out, size_t n);
+
+/* A fresh scratch folder $TMPDIR/<prefix>XXXXXX (TMPDIR defaults to /tmp)
+ * into out; -1 on failure. run_proc_rmdir removes it with everything in
+ * it. */
+int run_proc_mkdtemp(const char *prefix, char *out, size_t n);
+int run_proc_rmdir(const char *dir);
+
+/* Both of the above for a suite's setup: run_proc_program(rel) into prog
+ * and run_proc_mkdtemp(prefix) into dir; 0 or -1. */
 int run_proc_setup(const char *rel, char *prog, size_t prog_n, const char *prefix, char *dir,
                    size_t dir_n);
 

@@ -487,7 +487,8 @@ static void test_graph_errors(void **state) {
   mb_node(&m, "Relu", "r2", "t", NULL, "y");
   mb_node(&m, "Relu", "r1", "x", NULL, "t");
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
-                "node 'r2' (Relu): input 't' is not defined before the node");
+                "node 'r2' (Relu): input 't' is computed by node 'r1' (Relu), later in the "
+                "graph: nodes must be in topological order");
   /* a value defined twice */
   mb_init(&m, 17);
   mb_input(&m, "x", 2, k_d24);
