@@ -107,6 +107,18 @@ static void conv_epilogue_args(vmcl_args_t *a, int64_t act, double am, double aa
   vmcl_arg_float(a, (float)aa);
 }
 
+/* Launches a conv kernel blocked as conv.cl's conv2d: g0 pixel blocks x
+ * g1 output-channel blocks x g2 planes, work-groups of up to 8 pixel
+ * blocks by the channel blocks that fill the preferred size. */
+static vm_status_t launch_blocks(vmcl_dev_t *d, cl_kernel k, size_t g0, size_t g1, size_t g2) {
+  size_t l = vmcl_local_size(d, k, 64);
+  size_t l0 = l < 8 ? l : 8;
+  size_t local[3] = {l0, l / l0, 1};
+  size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
+                      (g1 + local[1] - 1) / local[1] * local[1], g2};
+  return vmcl_launch(d, k, 3, global, local);
+}
+
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
@@ -214,13 +226,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
       st = vmcl_status(a.err, "clSetKernelArg");
       goto done;
     }
-    size_t l = vmcl_local_size(d, k, 64);
-    size_t l0 = l < 8 ? l : 8;
-    size_t local[3] = {l0, l / l0, 1};
-    size_t g0 = (size_t)(P + 15) / 16, g1 = (size_t)(Og + 7) / 8;
-    size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
-                        (g1 + local[1] - 1) / local[1] * local[1], (size_t)(N * groups)};
-    st = vmcl_launch(d, k, 3, global, local);
+    st = launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 7) / 8, (size_t)(N * groups));
     goto done;
   }
   st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype),
@@ -254,13 +260,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     st = vmcl_launch(d, k, 3, global, local);
     goto done;
   }
-  size_t l = vmcl_local_size(d, k, 64);
-  size_t l0 = l < 8 ? l : 8;
-  size_t local[3] = {l0, l / l0, 1};
-  size_t g1 = (size_t)(Og + 7) / 8;
-  size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
-                      (g1 + local[1] - 1) / local[1] * local[1], (size_t)(N * groups)};
-  st = vmcl_launch(d, k, 3, global, local);
+  st = launch_blocks(d, k, g0, (size_t)(Og + 7) / 8, (size_t)(N * groups));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;
@@ -331,14 +331,17 @@ vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, ui
     return vmcl_op_error(&op, "output extent exceeds the 32-bit index range");
   }
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
-  /* the work-items in stride-phase order (conv.cl): a little more than y */
-  int64_t QH = (OH + wa.sh - 1) / wa.sh, QW = (OW + wa.sw - 1) / wa.sw;
-  int64_t n = N * O * wa.sh * wa.sw * QH * QW;
-  if (n > (int64_t)VMCL_MAX_ELEMENTS) {
+  /* per stride phase (conv.cl), blocks of 8 pixels of the phase's grid x
+   * blocks of 8 output channels x (n, group, phase); phases past the
+   * output have no pixels and are not launched */
+  int64_t Og = O / groups, nrh = wa.sh < OH ? wa.sh : OH, nrw = wa.sw < OW ? wa.sw : OW;
+  int64_t qh = (OH + wa.sh - 1) / wa.sh, qw = (OW + wa.sw - 1) / wa.sw;
+  int64_t nz = N * groups * nrh * nrw;
+  if (nz > (int64_t)VMCL_MAX_ELEMENTS) {
     return vmcl_op_error(&op,
-                         "y (argument 12) needs %lld work-items, more than the %lld that "
-                         "the kernel indexes",
-                         (long long)n, (long long)VMCL_MAX_ELEMENTS);
+                         "y (argument 12) needs %lld work-groups of phases, more than the %lld "
+                         "that the kernel indexes",
+                         (long long)nz, (long long)VMCL_MAX_ELEMENTS);
   }
 
   vmcl_dev_t *d = op.d;
@@ -349,14 +352,14 @@ vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, ui
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
   conv_tensor_args(&a, x, w, bias, y);
-  int64_t ints[] = {n,     C,     H,     W,     O,     OH,    OW,     KH, KW,
-                    wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups, QH, QW};
+  int64_t ints[] = {C,     H,     W,     O,     OH,     OW,  KH,  KW, wa.sh,
+                    wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups, nrh, nrw};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;
   }
-  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+  st = launch_blocks(d, k, (size_t)(qh * qw + 7) / 8, (size_t)(Og + 7) / 8, (size_t)nz);
 done:
   pthread_mutex_unlock(&d->lock);
   return st;
