@@ -19,7 +19,16 @@
  *                 gather is not counted — the baseline's lower bound; for
  *                 a transposed one [O/g*KH*KW x C/g] @ [C/g x H*W] (the
  *                 columns before col2im, which is not counted either)
+ *   cl_gemm_ms    the same GEMMs as cl.gemm on the device (batched over
+ *                 the groups), synced per call: what a GEMM formulation
+ *                 would spend before its gather or col2im (cl_gemm_cpu_ms:
+ *                 its CPU time, like conv_cpu_ms)
  *   gflops, ratio conv's GFLOP/s, and conv_ms / openblas_ms
+ *   ratio_cl_gemm conv_ms / cl_gemm_ms
+ *   direct_ms     transposed shapes only: cl.conv_transpose2d again with
+ *                 VMCL_CONV_T=direct (the direct kernel; conv_ms is the
+ *                 device's choice, the GEMM path on CPU devices), with
+ *                 direct_cpu_ms and ratio_direct = conv_ms / direct_ms
  *
  * plus the totals over each model (each shape times its calls): total_*
  * the convolution part of one recognizer run, decoder_total_* the
@@ -143,14 +152,24 @@ static float *filled(size_t n, int seed) {
   return p;
 }
 
+/* The shape's GEMM per group (g of them): [m x k] @ [k x n]. */
+static void gemm_dims(const conv_shape_t *s, int64_t *g, int64_t *m, int64_t *k, int64_t *n) {
+  *g = s->groups;
+  if (s->transpose) {
+    *m = s->o / s->groups * s->kh * s->kw;
+    *k = s->c / s->groups;
+    *n = s->h * s->w;
+  } else {
+    *m = s->o / s->groups;
+    *k = s->c / s->groups * s->kh * s->kw;
+    *n = out_h(s) * out_w(s);
+  }
+}
+
 /* Seconds per call of the shape's GEMMs in OpenBLAS, median over runs. */
 static double openblas_s(const conv_shape_t *s, int runs) {
-  int64_t g = s->groups, m = s->o / g, k = s->c / g * s->kh * s->kw, n = out_h(s) * out_w(s);
-  if (s->transpose) {
-    m = s->o / g * s->kh * s->kw;
-    k = s->c / g;
-    n = s->h * s->w;
-  }
+  int64_t g, m, k, n;
+  gemm_dims(s, &g, &m, &k, &n);
   float *A = filled((size_t)(g * m * k), 1), *B = filled((size_t)(g * k * n), 2);
   float *C = filled((size_t)(g * m * n), 3);
   double *t = calloc((size_t)runs, sizeof(double));
@@ -179,8 +198,8 @@ static double openblas_s(const conv_shape_t *s, int runs) {
 typedef struct bench {
   vm_device_t *dev;
   vm_allocator_t *alloc;
-  vm_packed_fn conv, conv_t;
-  void *conv_user, *conv_t_user;
+  vm_packed_fn conv, conv_t, gemm;
+  void *conv_user, *conv_t_user, *gemm_user;
 } bench_t;
 
 static vm_value_t tensor(bench_t *b, uint32_t ndim, const int64_t *dims, int seed) {
@@ -194,37 +213,11 @@ static vm_value_t tensor(bench_t *b, uint32_t ndim, const int64_t *dims, int see
   return v;
 }
 
-/* Seconds per call of cl.conv2d (or cl.conv_transpose2d) on the shape,
- * synced per call (a model's layer-by-layer run launches them one by one
- * too), median over runs. */
-static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
-  int64_t xd[4] = {1, s->c, s->h, s->w}, wd[4] = {s->o, s->c / s->groups, s->kh, s->kw};
-  int64_t yd[4] = {1, s->o, out_h(s), out_w(s)}, bd[1] = {s->o};
-  vm_value_t args[13];
-  uint32_t nargs = 11;
-  if (s->transpose) {
-    wd[0] = s->c;
-    wd[1] = s->o / s->groups;
-    nargs = 13;
-    args[5] = vm_value_int(s->ph);
-    args[6] = vm_value_int(s->pw);
-    args[7] = vm_value_int(s->ph);
-    args[8] = vm_value_int(s->pw);
-  } else {
-    args[5] = vm_value_int(s->ph);
-    args[6] = vm_value_int(s->pw);
-  }
-  args[0] = tensor(b, 4, xd, 1);
-  args[1] = tensor(b, 4, wd, 2);
-  args[2] = tensor(b, 1, bd, 3);
-  args[3] = vm_value_int(s->sh);
-  args[4] = vm_value_int(s->sw);
-  args[nargs - 4] = vm_value_int(1);
-  args[nargs - 3] = vm_value_int(1);
-  args[nargs - 2] = vm_value_int(s->groups);
-  args[nargs - 1] = tensor(b, 4, yd, 4);
-  vm_packed_fn fn = s->transpose ? b->conv_t : b->conv;
-  void *user = s->transpose ? b->conv_t_user : b->conv_user;
+/* Seconds per call of fn on args, synced per call (a model's
+ * layer-by-layer run launches them one by one too), median over runs
+ * after a warm-up (the kernel build); sets g_cpu and g_min. */
+static double call_s(bench_t *b, vm_packed_fn fn, void *user, vm_value_t *args, uint32_t nargs,
+                     int runs, const char *name) {
   vm_value_t out = vm_value_none();
   double *t = calloc((size_t)runs, sizeof(double));
   if (!t) exit(1);
@@ -234,7 +227,7 @@ static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
     long calls = 0;
     double t0 = now_s(), c0 = cpu_s(), el;
     do {
-      check(fn(NULL, args, nargs, &out, user), s->name);
+      check(fn(NULL, args, nargs, &out, user), name);
       check(b->dev->ops->sync(b->dev), "sync");
       calls++;
       el = now_s() - t0;
@@ -248,10 +241,56 @@ static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
   free(cpu);
   double med = median(t, runs);
   free(t);
+  return med;
+}
+
+/* Seconds per call of cl.conv2d (or cl.conv_transpose2d) on the shape. */
+static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
+  int64_t xd[4] = {1, s->c, s->h, s->w}, wd[4] = {s->o, s->c / s->groups, s->kh, s->kw};
+  int64_t yd[4] = {1, s->o, out_h(s), out_w(s)}, bd[1] = {s->o};
+  vm_value_t args[13];
+  uint32_t nargs = 11;
+  args[5] = vm_value_int(s->ph);
+  args[6] = vm_value_int(s->pw);
+  if (s->transpose) { /* begin and end pads, weights [C, O / groups, KH, KW] */
+    wd[0] = s->c;
+    wd[1] = s->o / s->groups;
+    nargs = 13;
+    args[7] = vm_value_int(s->ph);
+    args[8] = vm_value_int(s->pw);
+  }
+  args[0] = tensor(b, 4, xd, 1);
+  args[1] = tensor(b, 4, wd, 2);
+  args[2] = tensor(b, 1, bd, 3);
+  args[3] = vm_value_int(s->sh);
+  args[4] = vm_value_int(s->sw);
+  args[nargs - 4] = vm_value_int(1);
+  args[nargs - 3] = vm_value_int(1);
+  args[nargs - 2] = vm_value_int(s->groups);
+  args[nargs - 1] = tensor(b, 4, yd, 4);
+  double med = call_s(b, s->transpose ? b->conv_t : b->conv,
+                      s->transpose ? b->conv_t_user : b->conv_user, args, nargs, runs, s->name);
   vm_value_release(&args[0]);
   vm_value_release(&args[1]);
   vm_value_release(&args[2]);
   vm_value_release(&args[nargs - 1]);
+  return med;
+}
+
+/* Seconds per call of cl.gemm on the shape's GEMMs (batched over the
+ * groups): the device's own GEMM on the same multiply-adds, without the
+ * gather (im2col) or the col2im a GEMM formulation would add. */
+static double cl_gemm_s(bench_t *b, const conv_shape_t *s, int runs) {
+  int64_t g, m, k, n;
+  gemm_dims(s, &g, &m, &k, &n);
+  int64_t ad[3] = {g, m, k}, bd[3] = {g, k, n}, cd[3] = {g, m, n};
+  vm_value_t args[7] = {tensor(b, 3, ad, 1), tensor(b, 3, bd, 2), vm_value_int(0),
+                        vm_value_int(0),     vm_value_float(1.0), vm_value_float(0.0),
+                        tensor(b, 3, cd, 3)};
+  double med = call_s(b, b->gemm, b->gemm_user, args, 7, runs, s->name);
+  vm_value_release(&args[0]);
+  vm_value_release(&args[1]);
+  vm_value_release(&args[6]);
   return med;
 }
 
@@ -275,32 +314,59 @@ int main(int argc, char **argv) {
   check(vm_registry_create(&reg), "registry");
   check(vmcl_register_ops(reg), "register");
   if (vm_registry_find(reg, "cl.conv2d", &b.conv, &b.conv_user) != 0 ||
-      vm_registry_find(reg, "cl.conv_transpose2d", &b.conv_t, &b.conv_t_user) != 0) {
-    fprintf(stderr, "bench_conv: cl.conv2d or cl.conv_transpose2d not registered\n");
+      vm_registry_find(reg, "cl.conv_transpose2d", &b.conv_t, &b.conv_t_user) != 0 ||
+      vm_registry_find(reg, "cl.gemm", &b.gemm, &b.gemm_user) != 0) {
+    fprintf(stderr, "bench_conv: cl.conv2d, cl.conv_transpose2d or cl.gemm not registered\n");
     return 1;
   }
 
   printf("{\"device\": \"%s\", \"runs\": %d, \"shapes\": [", b.dev->props.name, runs);
   /* totals per model: [0] the recognizer's convolutions, [1] the decoder's */
   double tot_conv[2] = {0}, tot_min[2] = {0}, tot_cpu[2] = {0}, tot_blas[2] = {0};
-  double tot_flops[2] = {0};
+  double tot_flops[2] = {0}, tot_gemm[2] = {0}, tot_gemm_cpu[2] = {0};
+  double tot_direct = 0, tot_direct_cpu = 0;
   int first = 1;
   for (size_t i = 0; i < NSHAPES; i++) {
     if (!keep[i]) continue;
     const conv_shape_t *s = &SHAPES[i];
-    double c = conv_s(&b, s, runs), cmin = g_min;
+    double gm = cl_gemm_s(&b, s, runs), gm_cpu = g_cpu;
+    double c = conv_s(&b, s, runs), cmin = g_min, ccpu = g_cpu;
     int t = s->transpose;
-    tot_cpu[t] += g_cpu * s->calls;
+    /* a transposed one again on the direct kernel, the other formulation */
+    double direct = 0, direct_cpu = 0;
+    if (t) {
+      const char *was = getenv("VMCL_CONV_T");
+      char *saved = was ? strdup(was) : NULL;
+      setenv("VMCL_CONV_T", "direct", 1);
+      direct = conv_s(&b, s, runs);
+      direct_cpu = g_cpu;
+      if (saved) {
+        setenv("VMCL_CONV_T", saved, 1);
+        free(saved);
+      } else {
+        unsetenv("VMCL_CONV_T");
+      }
+      tot_direct += direct * s->calls;
+      tot_direct_cpu += direct_cpu * s->calls;
+    }
+    tot_gemm[t] += gm * s->calls;
+    tot_gemm_cpu[t] += gm_cpu * s->calls;
+    tot_cpu[t] += ccpu * s->calls;
     tot_conv[t] += c * s->calls;
     tot_min[t] += cmin * s->calls;
     tot_blas[t] += blas[i] * s->calls;
     tot_flops[t] += flops(s) * s->calls;
     printf(
         "%s\n  {\"name\": \"%s\", \"calls\": %d, \"conv_ms\": %.4f, \"conv_min_ms\": %.4f, "
-        "\"conv_cpu_ms\": %.4f, \"openblas_ms\": %.4f, "
-        "\"gflops\": %.2f, \"ratio\": %.3f}",
-        first ? "" : ",", s->name, s->calls, c * 1e3, cmin * 1e3, g_cpu * 1e3, blas[i] * 1e3,
-        flops(s) / c * 1e-9, c / blas[i]);
+        "\"conv_cpu_ms\": %.4f, \"openblas_ms\": %.4f, \"cl_gemm_ms\": %.4f, "
+        "\"cl_gemm_cpu_ms\": %.4f, \"gflops\": %.2f, \"ratio\": %.3f, \"ratio_cl_gemm\": %.3f",
+        first ? "" : ",", s->name, s->calls, c * 1e3, cmin * 1e3, ccpu * 1e3, blas[i] * 1e3,
+        gm * 1e3, gm_cpu * 1e3, flops(s) / c * 1e-9, c / blas[i], c / gm);
+    if (t) {
+      printf(", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"ratio_direct\": %.3f",
+             direct * 1e3, direct_cpu * 1e3, c / direct);
+    }
+    printf("}");
     first = 0;
   }
   printf("]");
@@ -309,10 +375,18 @@ int main(int argc, char **argv) {
     if (tot_conv[t] <= 0) continue;
     printf(
         ",\n \"%s_conv_ms\": %.3f, \"%s_conv_min_ms\": %.3f, \"%s_conv_cpu_ms\": %.3f, "
-        "\"%s_openblas_ms\": %.3f, \"%s_gflops\": %.2f, \"%s_ratio\": %.3f",
+        "\"%s_openblas_ms\": %.3f, \"%s_cl_gemm_ms\": %.3f, "
+        "\"%s_cl_gemm_cpu_ms\": %.3f, \"%s_gflops\": %.2f, "
+        "\"%s_ratio\": %.3f, \"%s_ratio_cl_gemm\": %.3f",
         prefix[t], tot_conv[t] * 1e3, prefix[t], tot_min[t] * 1e3, prefix[t], tot_cpu[t] * 1e3,
-        prefix[t], tot_blas[t] * 1e3, prefix[t], tot_flops[t] / tot_conv[t] * 1e-9, prefix[t],
-        tot_conv[t] / tot_blas[t]);
+        prefix[t], tot_blas[t] * 1e3, prefix[t], tot_gemm[t] * 1e3, prefix[t],
+        tot_gemm_cpu[t] * 1e3, prefix[t],
+        tot_flops[t] / tot_conv[t] * 1e-9, prefix[t], tot_conv[t] / tot_blas[t], prefix[t],
+        tot_conv[t] / tot_gemm[t]);
+  }
+  if (tot_direct > 0) {
+    printf(",\n \"decoder_total_direct_ms\": %.3f, \"decoder_total_direct_cpu_ms\": %.3f",
+           tot_direct * 1e3, tot_direct_cpu * 1e3);
   }
   printf("}\n");
 

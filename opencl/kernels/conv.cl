@@ -373,3 +373,60 @@ __kernel void conv_transpose2d(__global const S *x, int xo, __global const S *w,
   CONV_T_OUT(7, c7)
 #undef CONV_T_OUT
 }
+
+/* cl.conv_transpose2d as a GEMM plus this gather (the host's GEMM path,
+ * cl_ops_nn.c): cols holds, for one image, W^T X per group, row (o * KK
+ * + kh * KW + kw) and column (ih * W + iw) the product sum that input
+ * pixel (ih, iw) sends through tap (kh, kw) to output channel o (float32:
+ * the path runs for float32 only). Each work-item sums, for one output
+ * element of the image, the columns of the taps that reach it, plus the
+ * bias: no scatter, no atomics.
+ *
+ * Work-items are ordered by stride phase as the old one-element kernel
+ * was, i = (((o * NRH + rh) * NRW + rw) * QH + qh) * QW + qw with oh = qh
+ * * SH + rh, so neighbouring work-items take the same taps. */
+__kernel void conv_transpose2d_col2im(__global const float *cols, __global const S *bias,
+                                      int bo, int has_bias, __global S *y, int yo, int n, int O,
+                                      int H, int W, int OH, int OW, int KH, int KW, int SH,
+                                      int SW, int PT, int PL, int DH, int DW, int NRH, int NRW,
+                                      int QH, int QW) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int qw = i % QW;
+  int t = i / QW;
+  int qh = t % QH;
+  t /= QH;
+  int rw = t % NRW;
+  t /= NRW;
+  int rh = t % NRH;
+  int o = t / NRH;
+  int oh = qh * SH + rh, ow = qw * SW + rw;
+  if (oh >= OH || ow >= OW) return;
+  int HW = H * W, KK = KH * KW;
+  float acc = has_bias ? LD(bias, bo + o) : 0.0f;
+  __global const float *co = cols + o * KK * HW;
+  /* with dilation 1 the taps of a phase step by the stride; otherwise
+   * every tap is tried */
+  int kh0 = 0, khs = 1, kw0 = 0, kws = 1;
+  if (DH == 1) {
+    kh0 = (oh + PT) % SH;
+    kh0 = kh0 < 0 ? kh0 + SH : kh0;
+    khs = SH;
+  }
+  if (DW == 1) {
+    kw0 = (ow + PL) % SW;
+    kw0 = kw0 < 0 ? kw0 + SW : kw0;
+    kws = SW;
+  }
+  for (int kh = kh0; kh < KH; kh += khs) {
+    int th = oh + PT - kh * DH;
+    if (th < 0 || th % SH != 0 || th / SH >= H) continue;
+    __global const float *cr = co + kh * KW * HW + (th / SH) * W;
+    for (int kw = kw0; kw < KW; kw += kws) {
+      int tw = ow + PL - kw * DW;
+      if (tw < 0 || tw % SW != 0 || tw / SW >= W) continue;
+      acc += cr[kw * HW + tw / SW];
+    }
+  }
+  ST(acc, yo + (o * OH + oh) * OW + ow, y);
+}

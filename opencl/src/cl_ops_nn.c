@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cl_ops_internal.h"
 
@@ -266,6 +267,97 @@ done:
   return st;
 }
 
+/* cl.conv_transpose2d's GEMM path: the columns (W^T X per group, float32)
+ * may hold at most this many times y's elements (a 4x4 kernel at stride 2
+ * needs 4): large kernels whose outputs the pads crop away stay on the
+ * direct kernel instead of taking a scratch buffer far larger than y. */
+#define CONV_T_COLS_PER_Y 8
+
+/* Whether cl.conv_transpose2d takes the GEMM path: float32 on a device
+ * whose GEMM is the tiled kernel (CPU devices; measured faster there:
+ * docs/performance.md), with columns of cols elements. VMCL_CONV_T=direct
+ * or gemm overrides the device choice (benchmarks and tests compare the
+ * two on one device); the limits hold either way. ny: y's elements per
+ * image. */
+static int conv_t_use_gemm(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt, int64_t cols,
+                           int64_t ny) {
+  /* col2im's phase-ordered work-items number under 4 ny */
+  if (!vm_dtype_equal(dt, VM_F32) || cols > (int64_t)VMCL_MAX_ELEMENTS ||
+      cols > CONV_T_COLS_PER_Y * ny || 4 * ny > (int64_t)VMCL_MAX_ELEMENTS) {
+    return 0;
+  }
+  const char *env = getenv("VMCL_CONV_T");
+  if (env && strcmp(env, "direct") == 0) return 0;
+  if (env && strcmp(env, "gemm") == 0) return 1;
+  return vmcl_gemm_is_tiled(d, dev, dt);
+}
+
+/* The shape of a conv_transpose2d call, as the kernels take it. */
+typedef struct conv_t_shape {
+  int64_t N, C, H, W, O, OH, OW, KH, KW, groups, nrh, nrw;
+  window_t wa;
+} conv_t_shape_t;
+
+/* cl.conv_transpose2d as, per image, one GEMM per group into a scratch
+ * buffer of columns, cols[o * KK + tap][ih * W + iw] = sum over the
+ * group's c of w[c, o, tap] x[c, ih, iw] (w read transposed in place),
+ * then conv_transpose2d_col2im (conv.cl) gathering the columns of the
+ * taps that reach each output element, with the bias. */
+static vm_status_t conv_t_gemm(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                               const vm_tensor_t *bias, const vm_tensor_t *y,
+                               const conv_t_shape_t *s) {
+  int64_t KK = s->KH * s->KW, HW = s->H * s->W, Cg = s->C / s->groups, Og = s->O / s->groups;
+  int64_t QH = (s->OH + s->wa.sh - 1) / s->wa.sh, QW = (s->OW + s->wa.sw - 1) / s->wa.sw;
+  int64_t n = s->O * s->nrh * s->nrw * QH * QW; /* <= y's elements per image */
+  cl_int err;
+  cl_mem cols =
+      clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(s->O * KK * HW) * sizeof(float), NULL,
+                     &err);
+  if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.conv_transpose2d columns)");
+  vmcl_gemm_shape_t g = {.batch = s->groups,
+                         .m = Og * KK,
+                         .n = HW,
+                         .k = Cg,
+                         .ta = 1,
+                         .tb = 0,
+                         .lda = Og * KK,
+                         .ldb = HW,
+                         .ldc = HW,
+                         .sa = Cg * Og * KK,
+                         .sb = Cg * HW,
+                         .sc = Og * KK * HW};
+  vm_status_t st = VM_STATUS_OK;
+  for (int64_t nb = 0; nb < s->N && !st; nb++) {
+    st = vmcl_gemm_tiled(d, &g, VM_F32, vmcl_tensor_mem(w), vmcl_elem_offset(w),
+                         vmcl_tensor_mem(x), vmcl_elem_offset(x) + nb * s->C * HW, cols, 0, 1.0f,
+                         0.0f);
+    if (st) break;
+    cl_kernel k;
+    pthread_mutex_lock(&d->lock);
+    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32),
+                            "conv_transpose2d_col2im", &k);
+    if (!st) {
+      vmcl_args_t a = vmcl_args_begin(k);
+      vmcl_arg_mem(&a, cols);
+      vmcl_arg_mem(&a, vmcl_tensor_mem(bias ? bias : x));
+      vmcl_arg_int(&a, bias ? vmcl_elem_offset(bias) : 0);
+      vmcl_arg_int(&a, bias != NULL);
+      vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+      vmcl_arg_int(&a, vmcl_elem_offset(y) + nb * s->O * s->OH * s->OW);
+      int64_t ints[] = {n,        s->O,     s->H,     s->W,     s->OH,    s->OW,
+                        s->KH,    s->KW,    s->wa.sh, s->wa.sw, s->wa.pt, s->wa.pl,
+                        s->wa.dh, s->wa.dw, s->nrh,   s->nrw,   QH,       QW};
+      for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+      st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                               : vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+    }
+    pthread_mutex_unlock(&d->lock);
+  }
+  /* the queued GEMMs and gathers keep the buffer until they finish */
+  clReleaseMemObject(cols);
+  return st;
+}
+
 #define CONV_T_USAGE                                                                        \
   "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
   "dil_w, groups, y)"
@@ -345,6 +437,10 @@ vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, ui
   }
 
   vmcl_dev_t *d = op.d;
+  if (conv_t_use_gemm(d, op.dev, x->dtype, O * KH * KW * H * W, vm_tensor_numel(y) / N)) {
+    conv_t_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, nrh, nrw, wa};
+    return conv_t_gemm(d, x, w, bias, y, &s);
+  }
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
