@@ -378,55 +378,56 @@ __kernel void conv_transpose2d(__global const S *x, int xo, __global const S *w,
  * cl_ops_nn.c): cols holds, for one image, W^T X per group, row (o * KK
  * + kh * KW + kw) and column (ih * W + iw) the product sum that input
  * pixel (ih, iw) sends through tap (kh, kw) to output channel o (float32:
- * the path runs for float32 only). Each work-item sums, for one output
- * element of the image, the columns of the taps that reach it, plus the
- * bias: no scatter, no atomics.
+ * the path runs for float32 only). Each work-item sums, for 8 output
+ * pixels of one row and one column phase rw (ow = qw * SW + rw, qw = q0
+ * .. q0 + 7), the columns of the taps that reach them, plus the bias: no
+ * scatter, no atomics. The 8 pixels share their taps; each tap's 8 column
+ * values are one vector load where they lie inside the input row.
  *
- * Work-items are ordered by stride phase as the old one-element kernel
- * was, i = (((o * NRH + rh) * NRW + rw) * QH + qh) * QW + qw with oh = qh
- * * SH + rh, so neighbouring work-items take the same taps. */
+ * Global ids: 0 = block of 8 of the phase's columns qw, 1 = output row,
+ * 2 = o * NRW + rw (NRW = min(SW, OW)). */
+#define COL_LANE(t) (m.s##t ? cr[iw.s##t] : 0.0f)
 __kernel void conv_transpose2d_col2im(__global const float *cols, __global const S *bias,
-                                      int bo, int has_bias, __global S *y, int yo, int n, int O,
-                                      int H, int W, int OH, int OW, int KH, int KW, int SH,
-                                      int SW, int PT, int PL, int DH, int DW, int NRH, int NRW,
-                                      int QH, int QW) {
-  int i = get_global_id(0);
-  if (i >= n) return;
-  int qw = i % QW;
-  int t = i / QW;
-  int qh = t % QH;
-  t /= QH;
-  int rw = t % NRW;
-  t /= NRW;
-  int rh = t % NRH;
-  int o = t / NRH;
-  int oh = qh * SH + rh, ow = qw * SW + rw;
-  if (oh >= OH || ow >= OW) return;
-  int HW = H * W, KK = KH * KW;
-  float acc = has_bias ? LD(bias, bo + o) : 0.0f;
-  __global const float *co = cols + o * KK * HW;
-  /* with dilation 1 the taps of a phase step by the stride; otherwise
-   * every tap is tried */
-  int kh0 = 0, khs = 1, kw0 = 0, kws = 1;
-  if (DH == 1) {
-    kh0 = (oh + PT) % SH;
-    kh0 = kh0 < 0 ? kh0 + SH : kh0;
-    khs = SH;
-  }
-  if (DW == 1) {
-    kw0 = (ow + PL) % SW;
-    kw0 = kw0 < 0 ? kw0 + SW : kw0;
-    kws = SW;
-  }
-  for (int kh = kh0; kh < KH; kh += khs) {
+                                      int bo, int has_bias, __global S *y, int yo, int O, int H,
+                                      int W, int OH, int OW, int KH, int KW, int SH, int SW,
+                                      int PT, int PL, int DH, int DW, int NRW) {
+  int q0 = get_global_id(0) * 8, oh = get_global_id(1), z = get_global_id(2);
+  int rw = z % NRW, o = z / NRW;
+  int QW = (OW - rw + SW - 1) / SW;
+  if (oh >= OH || q0 >= QW || o >= O) return;
+  int HW = H * W, KK = KH * KW, npix = min(8, QW - q0);
+  int8 qv = (int8)(q0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+  int8 live = qv < (int8)(QW);
+  /* the phase's column taps: kw = kw0, kw0 + kws, ... with input column
+   * offset dw falling by dws per step (conv_transpose2d's progressions) */
+  int kw0 = 0, kws = 1;
+  while (kw0 < KW && (rw + PL - kw0 * DW) % SW != 0) kw0++;
+  while (kws < KW && (kws * DW) % SW != 0) kws++;
+  int dw0 = kw0 < KW ? (rw + PL - kw0 * DW) / SW : 0, dws = kws * DW / SW;
+  float8 acc = (float8)(has_bias ? LD(bias, bo + o) : 0.0f);
+  for (int kh = 0; kh < KH; kh++) {
     int th = oh + PT - kh * DH;
     if (th < 0 || th % SH != 0 || th / SH >= H) continue;
-    __global const float *cr = co + kh * KW * HW + (th / SH) * W;
-    for (int kw = kw0; kw < KW; kw += kws) {
-      int tw = ow + PL - kw * DW;
-      if (tw < 0 || tw % SW != 0 || tw / SW >= W) continue;
-      acc += cr[kw * HW + tw / SW];
+    __global const float *crow = cols + (o * KK + kh * KW) * HW + (th / SH) * W;
+    for (int kw = kw0, dw = dw0; kw < KW; kw += kws, dw -= dws) {
+      int8 iw = qv + dw;
+      __global const float *cr = crow + kw * HW;
+      if (npix == 8 && iw.s0 >= 0 && iw.s7 < W) {
+        acc += vload8(0, cr + iw.s0);
+      } else {
+        int8 m = live & (iw >= 0) & (iw < W);
+        acc += (float8)(COL_LANE(0), COL_LANE(1), COL_LANE(2), COL_LANE(3), COL_LANE(4),
+                        COL_LANE(5), COL_LANE(6), COL_LANE(7));
+      }
     }
   }
-  ST(acc, yo + (o * OH + oh) * OW + ow, y);
+  __global S *yr = y + yo + (o * OH + oh) * OW + rw;
+  if (SW == 1) {
+    conv_store(yr + q0, npix, 0.0f, acc);
+  } else {
+    float a[8];
+    vstore8(acc, 0, a);
+    for (int t = 0; t < npix; t++) ST(a[t], (q0 + t) * SW, yr);
+  }
 }
+#undef COL_LANE

@@ -120,6 +120,18 @@ static vm_status_t launch_blocks(vmcl_dev_t *d, cl_kernel k, size_t g0, size_t g
   return vmcl_launch(d, k, 3, global, local);
 }
 
+/* Launches a conv kernel over b0 blocks of a row x rows x planes: a group
+ * spans the blocks of a row exactly (no idle work-items past the row's
+ * end, unless a row has more blocks than a group holds), then rows. */
+static vm_status_t launch_rows(vmcl_dev_t *d, cl_kernel k, size_t b0, size_t rows,
+                               size_t planes) {
+  size_t l = vmcl_local_size(d, k, 64), l0 = b0 < l ? b0 : l, l1 = 1;
+  while (l1 < rows && l0 * l1 * 2 <= l) l1 *= 2;
+  size_t local[3] = {l0, l1, 1};
+  size_t global[3] = {(b0 + l0 - 1) / l0 * l0, (rows + l1 - 1) / l1 * l1, planes};
+  return vmcl_launch(d, k, 3, global, local);
+}
+
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
@@ -250,15 +262,8 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   }
   size_t g0 = (size_t)(P + 7) / 8;
   if (og1) {
-    /* 8-pixel blocks of a row x rows x (n, o) (conv.cl); a group spans
-     * the blocks of a row exactly (no idle work-items past the row's
-     * end, unless a row has more blocks than a group holds), then rows */
-    size_t l = vmcl_local_size(d, k, 64), b0 = (size_t)(OW + 7) / 8;
-    size_t l0 = b0 < l ? b0 : l, l1 = 1;
-    while (l1 < (size_t)OH && l0 * l1 * 2 <= l) l1 *= 2;
-    size_t local[3] = {l0, l1, 1};
-    size_t global[3] = {(b0 + l0 - 1) / l0 * l0, ((size_t)OH + l1 - 1) / l1 * l1, (size_t)(N * O)};
-    st = vmcl_launch(d, k, 3, global, local);
+    /* 8-pixel blocks of a row x rows x (n, o) (conv.cl) */
+    st = launch_rows(d, k, (size_t)(OW + 7) / 8, (size_t)OH, (size_t)(N * O));
     goto done;
   }
   st = launch_blocks(d, k, g0, (size_t)(Og + 7) / 8, (size_t)(N * groups));
@@ -281,9 +286,8 @@ done:
  * image. */
 static int conv_t_use_gemm(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt, int64_t cols,
                            int64_t ny) {
-  /* col2im's phase-ordered work-items number under 4 ny */
   if (!vm_dtype_equal(dt, VM_F32) || cols > (int64_t)VMCL_MAX_ELEMENTS ||
-      cols > CONV_T_COLS_PER_Y * ny || 4 * ny > (int64_t)VMCL_MAX_ELEMENTS) {
+      cols > CONV_T_COLS_PER_Y * ny) {
     return 0;
   }
   const char *env = getenv("VMCL_CONV_T");
@@ -307,8 +311,8 @@ static vm_status_t conv_t_gemm(vmcl_dev_t *d, const vm_tensor_t *x, const vm_ten
                                const vm_tensor_t *bias, const vm_tensor_t *y,
                                const conv_t_shape_t *s) {
   int64_t KK = s->KH * s->KW, HW = s->H * s->W, Cg = s->C / s->groups, Og = s->O / s->groups;
-  int64_t QH = (s->OH + s->wa.sh - 1) / s->wa.sh, QW = (s->OW + s->wa.sw - 1) / s->wa.sw;
-  int64_t n = s->O * s->nrh * s->nrw * QH * QW; /* <= y's elements per image */
+  /* col2im: blocks of 8 of a column phase x rows x (o, column phase) */
+  size_t b0 = (size_t)((s->OW + s->wa.sw - 1) / s->wa.sw + 7) / 8;
   cl_int err;
   cl_mem cols =
       clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(s->O * KK * HW) * sizeof(float), NULL,
@@ -344,12 +348,11 @@ static vm_status_t conv_t_gemm(vmcl_dev_t *d, const vm_tensor_t *x, const vm_ten
       vmcl_arg_int(&a, bias != NULL);
       vmcl_arg_mem(&a, vmcl_tensor_mem(y));
       vmcl_arg_int(&a, vmcl_elem_offset(y) + nb * s->O * s->OH * s->OW);
-      int64_t ints[] = {n,        s->O,     s->H,     s->W,     s->OH,    s->OW,
-                        s->KH,    s->KW,    s->wa.sh, s->wa.sw, s->wa.pt, s->wa.pl,
-                        s->wa.dh, s->wa.dw, s->nrh,   s->nrw,   QH,       QW};
+      int64_t ints[] = {s->O,     s->H,     s->W,     s->OH,    s->OW,    s->KH,   s->KW,
+                        s->wa.sh, s->wa.sw, s->wa.pt, s->wa.pl, s->wa.dh, s->wa.dw, s->nrw};
       for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
       st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
-                               : vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+                               : launch_rows(d, k, b0, (size_t)s->OH, (size_t)(s->O * s->nrw));
     }
     pthread_mutex_unlock(&d->lock);
   }
