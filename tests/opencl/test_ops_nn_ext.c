@@ -356,6 +356,7 @@ static void test_conv_transpose2d(void **state) {
       {1, 2, 2, 2, 2, 3, 3, 5, 5, 0, 0, 0, 0, 1, 1, 1},   /* stride > kernel, one pixel each */
       {1, 9, 4, 4, 9, 4, 4, 2, 2, 1, 1, 1, 1, 1, 1, 9},   /* depthwise at stride 2 */
       {1, 4, 3, 8, 8, 5, 3, 4, 1, 3, 1, 2, 0, 2, 1, 2},   /* dilation 2 with stride 4 */
+      {1, 520, 3, 3, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1}, /* the GEMM's K in 256-chunks */
   };
   /* both formulations on every case: the direct kernel and the GEMM plus
    * col2im (float32 only; float16 stays direct either way) */
