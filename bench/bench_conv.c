@@ -363,8 +363,8 @@ int main(int argc, char **argv) {
         first ? "" : ",", s->name, s->calls, c * 1e3, cmin * 1e3, ccpu * 1e3, blas[i] * 1e3,
         gm * 1e3, gm_cpu * 1e3, flops(s) / c * 1e-9, c / blas[i], c / gm);
     if (t) {
-      printf(", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"ratio_direct\": %.3f",
-             direct * 1e3, direct_cpu * 1e3, c / direct);
+      printf(", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"ratio_direct\": %.3f", direct * 1e3,
+             direct_cpu * 1e3, c / direct);
     }
     printf("}");
     first = 0;
@@ -380,9 +380,8 @@ int main(int argc, char **argv) {
         "\"%s_ratio\": %.3f, \"%s_ratio_cl_gemm\": %.3f",
         prefix[t], tot_conv[t] * 1e3, prefix[t], tot_min[t] * 1e3, prefix[t], tot_cpu[t] * 1e3,
         prefix[t], tot_blas[t] * 1e3, prefix[t], tot_gemm[t] * 1e3, prefix[t],
-        tot_gemm_cpu[t] * 1e3, prefix[t],
-        tot_flops[t] / tot_conv[t] * 1e-9, prefix[t], tot_conv[t] / tot_blas[t], prefix[t],
-        tot_conv[t] / tot_gemm[t]);
+        tot_gemm_cpu[t] * 1e3, prefix[t], tot_flops[t] / tot_conv[t] * 1e-9, prefix[t],
+        tot_conv[t] / tot_blas[t], prefix[t], tot_conv[t] / tot_gemm[t]);
   }
   if (tot_direct > 0) {
     printf(",\n \"decoder_total_direct_ms\": %.3f, \"decoder_total_direct_cpu_ms\": %.3f",

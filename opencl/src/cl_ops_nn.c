@@ -123,8 +123,7 @@ static vm_status_t launch_blocks(vmcl_dev_t *d, cl_kernel k, size_t g0, size_t g
 /* Launches a conv kernel over b0 blocks of a row x rows x planes: a group
  * spans the blocks of a row exactly (no idle work-items past the row's
  * end, unless a row has more blocks than a group holds), then rows. */
-static vm_status_t launch_rows(vmcl_dev_t *d, cl_kernel k, size_t b0, size_t rows,
-                               size_t planes) {
+static vm_status_t launch_rows(vmcl_dev_t *d, cl_kernel k, size_t b0, size_t rows, size_t planes) {
   size_t l = vmcl_local_size(d, k, 64), l0 = b0 < l ? b0 : l, l1 = 1;
   while (l1 < rows && l0 * l1 * 2 <= l) l1 *= 2;
   size_t local[3] = {l0, l1, 1};
@@ -314,9 +313,8 @@ static vm_status_t conv_t_gemm(vmcl_dev_t *d, const vm_tensor_t *x, const vm_ten
   /* col2im: blocks of 8 of a column phase x rows x (o, column phase) */
   size_t b0 = (size_t)((s->OW + s->wa.sw - 1) / s->wa.sw + 7) / 8;
   cl_int err;
-  cl_mem cols =
-      clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(s->O * KK * HW) * sizeof(float), NULL,
-                     &err);
+  cl_mem cols = clCreateBuffer(d->context, CL_MEM_READ_WRITE,
+                               (size_t)(s->O * KK * HW) * sizeof(float), NULL, &err);
   if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.conv_transpose2d columns)");
   vmcl_gemm_shape_t g = {.batch = s->groups,
                          .m = Og * KK,
@@ -332,14 +330,13 @@ static vm_status_t conv_t_gemm(vmcl_dev_t *d, const vm_tensor_t *x, const vm_ten
                          .sc = Og * KK * HW};
   vm_status_t st = VM_STATUS_OK;
   for (int64_t nb = 0; nb < s->N && !st; nb++) {
-    st = vmcl_gemm_tiled(d, &g, VM_F32, vmcl_tensor_mem(w), vmcl_elem_offset(w),
-                         vmcl_tensor_mem(x), vmcl_elem_offset(x) + nb * s->C * HW, cols, 0, 1.0f,
-                         0.0f);
+    st = vmcl_gemm_tiled(d, &g, VM_F32, vmcl_tensor_mem(w), vmcl_elem_offset(w), vmcl_tensor_mem(x),
+                         vmcl_elem_offset(x) + nb * s->C * HW, cols, 0, 1.0f, 0.0f);
     if (st) break;
     cl_kernel k;
     pthread_mutex_lock(&d->lock);
-    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32),
-                            "conv_transpose2d_col2im", &k);
+    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv_transpose2d_col2im",
+                            &k);
     if (!st) {
       vmcl_args_t a = vmcl_args_begin(k);
       vmcl_arg_mem(&a, cols);
@@ -348,7 +345,7 @@ static vm_status_t conv_t_gemm(vmcl_dev_t *d, const vm_tensor_t *x, const vm_ten
       vmcl_arg_int(&a, bias != NULL);
       vmcl_arg_mem(&a, vmcl_tensor_mem(y));
       vmcl_arg_int(&a, vmcl_elem_offset(y) + nb * s->O * s->OH * s->OW);
-      int64_t ints[] = {s->O,     s->H,     s->W,     s->OH,    s->OW,    s->KH,   s->KW,
+      int64_t ints[] = {s->O,     s->H,     s->W,     s->OH,    s->OW,    s->KH,    s->KW,
                         s->wa.sh, s->wa.sw, s->wa.pt, s->wa.pl, s->wa.dh, s->wa.dw, s->nrw};
       for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
       st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
@@ -451,7 +448,7 @@ vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, ui
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
   conv_tensor_args(&a, x, w, bias, y);
-  int64_t ints[] = {C,     H,     W,     O,     OH,     OW,  KH,  KW, wa.sh,
+  int64_t ints[] = {C,     H,     W,     O,     OH,    OW,     KH,  KW, wa.sh,
                     wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups, nrh, nrw};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
   if (a.err != CL_SUCCESS) {

@@ -348,9 +348,9 @@ static void test_conv_transpose2d(void **state) {
       {1, 3, 1, 1, 5, 2, 2, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* a 1x1 input: the kernel itself */
       /* the phase-blocked kernel's edges: 8-channel and 8-pixel blocks
        * with remainders, rows of the phase grid that a block straddles */
-      {2, 16, 7, 7, 12, 4, 4, 2, 2, 1, 1, 1, 1, 1, 1, 1},  /* a ViT decoder's 4x4 stride 2 */
-      {1, 6, 5, 9, 20, 4, 4, 2, 2, 1, 1, 0, 0, 1, 1, 2},   /* groups, 10 channels a group */
-      {1, 4, 6, 5, 18, 3, 3, 2, 3, 2, 0, 1, 3, 2, 3, 2},   /* dilation, asymmetric pads */
+      {2, 16, 7, 7, 12, 4, 4, 2, 2, 1, 1, 1, 1, 1, 1, 1}, /* a ViT decoder's 4x4 stride 2 */
+      {1, 6, 5, 9, 20, 4, 4, 2, 2, 1, 1, 0, 0, 1, 1, 2},  /* groups, 10 channels a group */
+      {1, 4, 6, 5, 18, 3, 3, 2, 3, 2, 0, 1, 3, 2, 3, 2},  /* dilation, asymmetric pads */
       {1, 3, 3, 4, 9, 2, 2, 3, 4, 0, 1, 0, -2, 1, 1, 1},  /* stride > kernel: bias-only phases */
       {1, 5, 9, 11, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* stride 1: one phase, full rows */
       {1, 2, 2, 2, 2, 3, 3, 5, 5, 0, 0, 0, 0, 1, 1, 1},   /* stride > kernel, one pixel each */
