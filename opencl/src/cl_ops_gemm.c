@@ -80,12 +80,7 @@ static const clblast_api_t *clblast_api(const char **why) {
   return g_clblast.loaded ? &g_clblast : NULL;
 }
 
-typedef struct gemm_shape {
-  int64_t batch, m, n, k;
-  int ta, tb;
-  int64_t lda, ldb, ldc;
-  int64_t sa, sb, sc; /* batch strides in elements; 0 broadcasts */
-} gemm_shape_t;
+typedef vmcl_gemm_shape_t gemm_shape_t;
 
 enum { GEMM_TILED, GEMM_CLBLAST, GEMM_CLBLAST_FORCED };
 
@@ -171,9 +166,13 @@ static vm_status_t gemm_clblast(const clblast_api_t *api, vmcl_dev_t *d, const g
 #define GEMM_K_CHUNK 256
 #define GEMM_CHUNK_MIN_K 512
 
-static vm_status_t gemm_tiled(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt,
-                              const vm_tensor_t *A, const vm_tensor_t *B, const vm_tensor_t *C,
-                              float alpha, float beta) {
+int vmcl_gemm_is_tiled(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt) {
+  return gemm_backend(d, dev, dt) == GEMM_TILED;
+}
+
+vm_status_t vmcl_gemm_tiled(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt, cl_mem A,
+                            int64_t ao, cl_mem B, int64_t bo, cl_mem C, int64_t co, float alpha,
+                            float beta) {
   static const char *const names[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
   int chunked = vm_dtype_equal(dt, VM_F32) && g->k > GEMM_CHUNK_MIN_K;
   int64_t kc = chunked ? GEMM_K_CHUNK : (g->k > 0 ? g->k : 1);
@@ -194,22 +193,22 @@ static vm_status_t gemm_tiled(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t d
   for (int64_t kb = 0; kb == 0 || kb < g->k; kb += kc) {
     int64_t kn = g->k - kb < kc ? g->k - kb : kc;
     /* where column kb of op(A) and row kb of op(B) start */
-    int64_t a_off = vmcl_elem_offset(A) + (g->ta ? kb * g->lda : kb);
-    int64_t b_off = vmcl_elem_offset(B) + (g->tb ? kb : kb * g->ldb);
+    int64_t a_off = ao + (g->ta ? kb * g->lda : kb);
+    int64_t b_off = bo + (g->tb ? kb : kb * g->ldb);
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_int(&a, g->m);
     vmcl_arg_int(&a, g->n);
     vmcl_arg_int(&a, kn);
-    vmcl_arg_mem(&a, vmcl_tensor_mem(A));
+    vmcl_arg_mem(&a, A);
     vmcl_arg_int(&a, a_off);
     vmcl_arg_int(&a, g->lda);
     vmcl_arg_int(&a, g->sa);
-    vmcl_arg_mem(&a, vmcl_tensor_mem(B));
+    vmcl_arg_mem(&a, B);
     vmcl_arg_int(&a, b_off);
     vmcl_arg_int(&a, g->ldb);
     vmcl_arg_int(&a, g->sb);
-    vmcl_arg_mem(&a, vmcl_tensor_mem(C));
-    vmcl_arg_int(&a, vmcl_elem_offset(C));
+    vmcl_arg_mem(&a, C);
+    vmcl_arg_int(&a, co);
     vmcl_arg_int(&a, g->ldc);
     vmcl_arg_int(&a, g->sc);
     vmcl_arg_float(&a, alpha);
@@ -303,5 +302,7 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
           "libclblast1, or set VMCL_CLBLAST_LIB, for tuned GEMM on GPUs)",
           why);
   }
-  return gemm_tiled(d, &g, A->dtype, A, B, C, (float)alpha, (float)beta);
+  return vmcl_gemm_tiled(d, &g, A->dtype, vmcl_tensor_mem(A), vmcl_elem_offset(A),
+                         vmcl_tensor_mem(B), vmcl_elem_offset(B), vmcl_tensor_mem(C),
+                         vmcl_elem_offset(C), (float)alpha, (float)beta);
 }

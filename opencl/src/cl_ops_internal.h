@@ -223,6 +223,25 @@ typedef enum vmcl_reduce_kind {
 vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_tensor_t *x,
                                const int *reduce, const vm_tensor_t *y);
 
+/* ---- GEMM for other operators (cl_ops_gemm.c) ---- */
+/* One (batched) row-major GEMM: C = alpha op(A) op(B) + beta C. */
+typedef struct vmcl_gemm_shape {
+  int64_t batch, m, n, k;
+  int ta, tb;
+  int64_t lda, ldb, ldc;
+  int64_t sa, sb, sc; /* batch strides in elements; 0 broadcasts */
+} vmcl_gemm_shape_t;
+
+/* Whether cl.gemm runs on kernels/gemm.cl for dt on this device (CPU
+ * devices; cl_ops_gemm.c) rather than CLBlast. */
+int vmcl_gemm_is_tiled(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt);
+
+/* The GEMM on kernels/gemm.cl; operands are buffers with the element
+ * offsets of their starts. Takes d->lock itself. */
+vm_status_t vmcl_gemm_tiled(vmcl_dev_t *d, const vmcl_gemm_shape_t *g, vm_dtype_t dt, cl_mem A,
+                            int64_t ao, cl_mem B, int64_t bo, cl_mem C, int64_t co, float alpha,
+                            float beta);
+
 /* ---- float16 on the host ---- */
 uint16_t vmcl_f32_to_f16(float f); /* round to nearest even */
 

@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cl_ops_internal.h"
 
@@ -105,6 +106,29 @@ static void conv_epilogue_args(vmcl_args_t *a, int64_t act, double am, double aa
   vmcl_arg_int(a, act);
   vmcl_arg_float(a, (float)am);
   vmcl_arg_float(a, (float)aa);
+}
+
+/* Launches a conv kernel blocked as conv.cl's conv2d: g0 pixel blocks x
+ * g1 output-channel blocks x g2 planes, work-groups of up to 8 pixel
+ * blocks by the channel blocks that fill the preferred size. */
+static vm_status_t launch_blocks(vmcl_dev_t *d, cl_kernel k, size_t g0, size_t g1, size_t g2) {
+  size_t l = vmcl_local_size(d, k, 64);
+  size_t l0 = l < 8 ? l : 8;
+  size_t local[3] = {l0, l / l0, 1};
+  size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
+                      (g1 + local[1] - 1) / local[1] * local[1], g2};
+  return vmcl_launch(d, k, 3, global, local);
+}
+
+/* Launches a conv kernel over b0 blocks of a row x rows x planes: a group
+ * spans the blocks of a row exactly (no idle work-items past the row's
+ * end, unless a row has more blocks than a group holds), then rows. */
+static vm_status_t launch_rows(vmcl_dev_t *d, cl_kernel k, size_t b0, size_t rows, size_t planes) {
+  size_t l = vmcl_local_size(d, k, 64), l0 = b0 < l ? b0 : l, l1 = 1;
+  while (l1 < rows && l0 * l1 * 2 <= l) l1 *= 2;
+  size_t local[3] = {l0, l1, 1};
+  size_t global[3] = {(b0 + l0 - 1) / l0 * l0, (rows + l1 - 1) / l1 * l1, planes};
+  return vmcl_launch(d, k, 3, global, local);
 }
 
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
@@ -214,13 +238,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
       st = vmcl_status(a.err, "clSetKernelArg");
       goto done;
     }
-    size_t l = vmcl_local_size(d, k, 64);
-    size_t l0 = l < 8 ? l : 8;
-    size_t local[3] = {l0, l / l0, 1};
-    size_t g0 = (size_t)(P + 15) / 16, g1 = (size_t)(Og + 7) / 8;
-    size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
-                        (g1 + local[1] - 1) / local[1] * local[1], (size_t)(N * groups)};
-    st = vmcl_launch(d, k, 3, global, local);
+    st = launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 7) / 8, (size_t)(N * groups));
     goto done;
   }
   st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype),
@@ -243,26 +261,100 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   }
   size_t g0 = (size_t)(P + 7) / 8;
   if (og1) {
-    /* 8-pixel blocks of a row x rows x (n, o) (conv.cl); a group spans
-     * the blocks of a row exactly (no idle work-items past the row's
-     * end, unless a row has more blocks than a group holds), then rows */
-    size_t l = vmcl_local_size(d, k, 64), b0 = (size_t)(OW + 7) / 8;
-    size_t l0 = b0 < l ? b0 : l, l1 = 1;
-    while (l1 < (size_t)OH && l0 * l1 * 2 <= l) l1 *= 2;
-    size_t local[3] = {l0, l1, 1};
-    size_t global[3] = {(b0 + l0 - 1) / l0 * l0, ((size_t)OH + l1 - 1) / l1 * l1, (size_t)(N * O)};
-    st = vmcl_launch(d, k, 3, global, local);
+    /* 8-pixel blocks of a row x rows x (n, o) (conv.cl) */
+    st = launch_rows(d, k, (size_t)(OW + 7) / 8, (size_t)OH, (size_t)(N * O));
     goto done;
   }
-  size_t l = vmcl_local_size(d, k, 64);
-  size_t l0 = l < 8 ? l : 8;
-  size_t local[3] = {l0, l / l0, 1};
-  size_t g1 = (size_t)(Og + 7) / 8;
-  size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
-                      (g1 + local[1] - 1) / local[1] * local[1], (size_t)(N * groups)};
-  st = vmcl_launch(d, k, 3, global, local);
+  st = launch_blocks(d, k, g0, (size_t)(Og + 7) / 8, (size_t)(N * groups));
 done:
   pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+/* cl.conv_transpose2d's GEMM path: the columns (W^T X per group, float32)
+ * may hold at most this many times y's elements (a 4x4 kernel at stride 2
+ * needs 4): large kernels whose outputs the pads crop away stay on the
+ * direct kernel instead of taking a scratch buffer far larger than y. */
+#define CONV_T_COLS_PER_Y 8
+
+/* Whether cl.conv_transpose2d takes the GEMM path: float32 on a device
+ * whose GEMM is the tiled kernel (CPU devices; measured faster there:
+ * docs/performance.md), with columns of cols elements. VMCL_CONV_T=direct
+ * or gemm overrides the device choice (benchmarks and tests compare the
+ * two on one device); the limits hold either way. ny: y's elements per
+ * image. */
+static int conv_t_use_gemm(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt, int64_t cols,
+                           int64_t ny) {
+  if (!vm_dtype_equal(dt, VM_F32) || cols > (int64_t)VMCL_MAX_ELEMENTS ||
+      cols > CONV_T_COLS_PER_Y * ny) {
+    return 0;
+  }
+  const char *env = getenv("VMCL_CONV_T");
+  if (env && strcmp(env, "direct") == 0) return 0;
+  if (env && strcmp(env, "gemm") == 0) return 1;
+  return vmcl_gemm_is_tiled(d, dev, dt);
+}
+
+/* The shape of a conv_transpose2d call, as the kernels take it. */
+typedef struct conv_t_shape {
+  int64_t N, C, H, W, O, OH, OW, KH, KW, groups, nrh, nrw;
+  window_t wa;
+} conv_t_shape_t;
+
+/* cl.conv_transpose2d as, per image, one GEMM per group into a scratch
+ * buffer of columns, cols[o * KK + tap][ih * W + iw] = sum over the
+ * group's c of w[c, o, tap] x[c, ih, iw] (w read transposed in place),
+ * then conv_transpose2d_col2im (conv.cl) gathering the columns of the
+ * taps that reach each output element, with the bias. */
+static vm_status_t conv_t_gemm(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                               const vm_tensor_t *bias, const vm_tensor_t *y,
+                               const conv_t_shape_t *s) {
+  int64_t KK = s->KH * s->KW, HW = s->H * s->W, Cg = s->C / s->groups, Og = s->O / s->groups;
+  /* col2im: blocks of 8 of a column phase x rows x (o, column phase) */
+  size_t b0 = (size_t)((s->OW + s->wa.sw - 1) / s->wa.sw + 7) / 8;
+  cl_int err;
+  cl_mem cols = clCreateBuffer(d->context, CL_MEM_READ_WRITE,
+                               (size_t)(s->O * KK * HW) * sizeof(float), NULL, &err);
+  if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.conv_transpose2d columns)");
+  vmcl_gemm_shape_t g = {.batch = s->groups,
+                         .m = Og * KK,
+                         .n = HW,
+                         .k = Cg,
+                         .ta = 1,
+                         .tb = 0,
+                         .lda = Og * KK,
+                         .ldb = HW,
+                         .ldc = HW,
+                         .sa = Cg * Og * KK,
+                         .sb = Cg * HW,
+                         .sc = Og * KK * HW};
+  vm_status_t st = VM_STATUS_OK;
+  for (int64_t nb = 0; nb < s->N && !st; nb++) {
+    st = vmcl_gemm_tiled(d, &g, VM_F32, vmcl_tensor_mem(w), vmcl_elem_offset(w), vmcl_tensor_mem(x),
+                         vmcl_elem_offset(x) + nb * s->C * HW, cols, 0, 1.0f, 0.0f);
+    if (st) break;
+    cl_kernel k;
+    pthread_mutex_lock(&d->lock);
+    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv_transpose2d_col2im",
+                            &k);
+    if (!st) {
+      vmcl_args_t a = vmcl_args_begin(k);
+      vmcl_arg_mem(&a, cols);
+      vmcl_arg_mem(&a, vmcl_tensor_mem(bias ? bias : x));
+      vmcl_arg_int(&a, bias ? vmcl_elem_offset(bias) : 0);
+      vmcl_arg_int(&a, bias != NULL);
+      vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+      vmcl_arg_int(&a, vmcl_elem_offset(y) + nb * s->O * s->OH * s->OW);
+      int64_t ints[] = {s->O,     s->H,     s->W,     s->OH,    s->OW,    s->KH,    s->KW,
+                        s->wa.sh, s->wa.sw, s->wa.pt, s->wa.pl, s->wa.dh, s->wa.dw, s->nrw};
+      for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+      st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                               : launch_rows(d, k, b0, (size_t)s->OH, (size_t)(s->O * s->nrw));
+    }
+    pthread_mutex_unlock(&d->lock);
+  }
+  /* the queued GEMMs and gathers keep the buffer until they finish */
+  clReleaseMemObject(cols);
   return st;
 }
 
@@ -331,17 +423,24 @@ vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, ui
     return vmcl_op_error(&op, "output extent exceeds the 32-bit index range");
   }
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
-  /* the work-items in stride-phase order (conv.cl): a little more than y */
-  int64_t QH = (OH + wa.sh - 1) / wa.sh, QW = (OW + wa.sw - 1) / wa.sw;
-  int64_t n = N * O * wa.sh * wa.sw * QH * QW;
-  if (n > (int64_t)VMCL_MAX_ELEMENTS) {
+  /* per stride phase (conv.cl), blocks of 8 pixels of the phase's grid x
+   * blocks of 8 output channels x (n, group, phase); phases past the
+   * output have no pixels and are not launched */
+  int64_t Og = O / groups, nrh = wa.sh < OH ? wa.sh : OH, nrw = wa.sw < OW ? wa.sw : OW;
+  int64_t qh = (OH + wa.sh - 1) / wa.sh, qw = (OW + wa.sw - 1) / wa.sw;
+  int64_t nz = N * groups * nrh * nrw;
+  if (nz > (int64_t)VMCL_MAX_ELEMENTS) {
     return vmcl_op_error(&op,
-                         "y (argument 12) needs %lld work-items, more than the %lld that "
-                         "the kernel indexes",
-                         (long long)n, (long long)VMCL_MAX_ELEMENTS);
+                         "y (argument 12) needs %lld work-groups of phases, more than the %lld "
+                         "that the kernel indexes",
+                         (long long)nz, (long long)VMCL_MAX_ELEMENTS);
   }
 
   vmcl_dev_t *d = op.d;
+  if (conv_t_use_gemm(d, op.dev, x->dtype, O * KH * KW * H * W, vm_tensor_numel(y) / N)) {
+    conv_t_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, nrh, nrw, wa};
+    return conv_t_gemm(d, x, w, bias, y, &s);
+  }
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
@@ -349,14 +448,14 @@ vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, ui
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
   conv_tensor_args(&a, x, w, bias, y);
-  int64_t ints[] = {n,     C,     H,     W,     O,     OH,    OW,     KH, KW,
-                    wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups, QH, QW};
+  int64_t ints[] = {C,     H,     W,     O,     OH,    OW,     KH,  KW, wa.sh,
+                    wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups, nrh, nrw};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;
   }
-  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+  st = launch_blocks(d, k, (size_t)(qh * qw + 7) / 8, (size_t)(Og + 7) / 8, (size_t)nz);
 done:
   pthread_mutex_unlock(&d->lock);
   return st;

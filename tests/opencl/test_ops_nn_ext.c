@@ -346,11 +346,35 @@ static void test_conv_transpose2d(void **state) {
       {1, 2, 5, 3, 2, 3, 2, 3, 2, 1, 0, -1, -2, 2, 1, 1}, /* dilation, negative end pads */
       {1, 4, 5, 5, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 4},   /* depthwise */
       {1, 3, 1, 1, 5, 2, 2, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* a 1x1 input: the kernel itself */
+      /* the phase-blocked kernel's edges: 8-channel and 8-pixel blocks
+       * with remainders, rows of the phase grid that a block straddles */
+      {2, 16, 7, 7, 12, 4, 4, 2, 2, 1, 1, 1, 1, 1, 1, 1}, /* a ViT decoder's 4x4 stride 2 */
+      {1, 6, 5, 9, 20, 4, 4, 2, 2, 1, 1, 0, 0, 1, 1, 2},  /* groups, 10 channels a group */
+      {1, 4, 6, 5, 18, 3, 3, 2, 3, 2, 0, 1, 3, 2, 3, 2},  /* dilation, asymmetric pads */
+      {1, 3, 3, 4, 9, 2, 2, 3, 4, 0, 1, 0, -2, 1, 1, 1},  /* stride > kernel: bias-only phases */
+      {1, 5, 9, 11, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* stride 1: one phase, full rows */
+      {1, 2, 2, 2, 2, 3, 3, 5, 5, 0, 0, 0, 0, 1, 1, 1},   /* stride > kernel, one pixel each */
+      {1, 9, 4, 4, 9, 4, 4, 2, 2, 1, 1, 1, 1, 1, 1, 9},   /* depthwise at stride 2 */
+      {1, 4, 3, 8, 8, 5, 3, 4, 1, 3, 1, 2, 0, 2, 1, 2},   /* dilation 2 with stride 4 */
+      {1, 520, 3, 3, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1}, /* the GEMM's K in 256-chunks */
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    check_conv(e, VM_F32, &cases[i], 1, (int)(i % 2));
+  /* both formulations on every case: the direct kernel and the GEMM plus
+   * col2im (float32 only; float16 stays direct either way) */
+  static const char *const paths[] = {"direct", "gemm"};
+  for (size_t p = 0; p < 2; p++) {
+    assert_int_equal(setenv("VMCL_CONV_T", paths[p], 1), 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+      check_conv(e, VM_F32, &cases[i], 1, (int)(i % 2));
+    }
+    check_conv(e, VM_F16, &cases[1], 1, 1);
+    check_conv(e, VM_F16, &cases[6], 1, 1);
   }
-  check_conv(e, VM_F16, &cases[1], 1, 1);
+  /* stride 1 with pads that crop most of a 9x9 kernel's output: columns
+   * 81 / 1 times y's size, past the GEMM path's limit, so the direct kernel
+   * serves it even when asked for the GEMM */
+  static const conv_case_t cropped = {1, 3, 4, 4, 2, 9, 9, 1, 1, 4, 4, 4, 4, 1, 1, 1};
+  check_conv(e, VM_F32, &cropped, 1, 1);
+  assert_int_equal(unsetenv("VMCL_CONV_T"), 0);
 
   vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 4, 3, 3));
   vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(4, 2, 3, 3));
