@@ -40,6 +40,10 @@ native=${VMRPC_BUILD_DIR:-build}
 board=${VMRPC_BOARD_BUILD_DIR:-build-aarch64}
 sysroot=$board/sysroot
 t0=$(date +%s)
+# one run at a time per build tree (the farm demo's --board prepares it too)
+mkdir -p "$board"
+exec 9>"$board/.board-lock"
+flock 9
 step() { echo "== board: $* ($(( $(date +%s) - t0 )) s)"; }
 
 apt_install() {
@@ -83,15 +87,18 @@ closure() {
   [ -z "$names" ] || apt-cache show --no-all-versions $(echo "$names" | grep -v ':') 2>/dev/null |
     awk '/^Package:/ {p = $2} /^Architecture: all/ {print p}'
 }
-pkgs=$(closure)
+# (apt's cache can be caught mid-update by another apt: one more try)
+pkgs=$(closure) || pkgs=""
 if [ -z "$pkgs" ]; then
+  sleep 5
   apt-get update -qq >/dev/null 2>&1 || true
-  pkgs=$(closure)
+  pkgs=$(closure) || pkgs=""
 fi
 [ -n "$pkgs" ] || { echo "board: SKIPPED: apt knows no arm64 packages of PoCL" >&2; exit 77; }
 # the versions apt would fetch now: the root is rebuilt when one changes
 # shellcheck disable=SC2086
-stamp=$(apt-cache policy $pkgs | awk '/^[^ ]/ {p = $1} /Candidate:/ {print p " " $2}')
+versions() { apt-cache policy $pkgs | awk '/^[^ ]/ {p = $1} /Candidate:/ {print p " " $2}'; }
+stamp=$(versions) || { sleep 5; stamp=$(versions); }
 if [ "$(cat "$sysroot/.packages" 2>/dev/null)" != "$stamp" ]; then
   rm -rf "$sysroot" "$board/debs"
   mkdir -p "$board/debs" "$sysroot"
