@@ -23,8 +23,11 @@ dir=${1:-build-aarch64}
 shift || true
 
 host_packages=(gcc-${triple} cmake pkg-config protobuf-c-compiler opencl-headers file)
+# VMRPC_CROSS_EXTRA_PACKAGES: more :arm64 packages (scripts/board-aarch64.sh:
+# libcmocka-dev for the test suites)
+# shellcheck disable=SC2206
 target_packages=(libc6-dev libnng-dev libmbedtls-dev libssl-dev libprotobuf-c-dev ocl-icd-opencl-dev
-                 libclblast-dev)
+                 libclblast-dev ${VMRPC_CROSS_EXTRA_PACKAGES:-})
 
 installed() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
