@@ -113,7 +113,7 @@ echo "board: $(echo "$pkgs" | wc -l) arm64 packages in $sysroot"
 args=(--native-build "$native" --board-build "$board" --sysroot "$sysroot")
 mkdir -p "$board/pocl-cache"
 if [ "${1:-}" = --break ]; then
-  step "the checks with the agent broken on purpose: $2"
+  step "the checks with the agent broken on purpose: ${2:-}"
   exec python3 scripts/board_aarch64.py "${args[@]}" --break "${2:?--break needs a MODE: native, crash, hang or no-opencl}"
 fi
 step "the vm suites (tests/vm), aarch64 builds under the emulator"
