@@ -2,7 +2,8 @@
 # Cross-compiles vmagent and vmclient for 64-bit Arm Linux (aarch64 boards,
 # servers, Linux phones) on Debian 12, with Debian's cross compiler
 # (gcc-aarch64-linux-gnu) and multiarch :arm64 -dev packages, into
-# build-aarch64/ (tests and benchmarks off). Not part of CI.
+# build-aarch64/ (tests and benchmarks off). scripts/board-aarch64.sh (a step
+# of scripts/test.sh) runs the results under emulation.
 #
 #   scripts/cross-aarch64.sh [BUILD_DIR] [extra cmake args...]
 #
@@ -22,8 +23,11 @@ dir=${1:-build-aarch64}
 shift || true
 
 host_packages=(gcc-${triple} cmake pkg-config protobuf-c-compiler opencl-headers file)
+# VMRPC_CROSS_EXTRA_PACKAGES: more :arm64 packages (scripts/board-aarch64.sh:
+# libcmocka-dev for the test suites)
+# shellcheck disable=SC2206
 target_packages=(libc6-dev libnng-dev libmbedtls-dev libssl-dev libprotobuf-c-dev ocl-icd-opencl-dev
-                 libclblast-dev)
+                 libclblast-dev ${VMRPC_CROSS_EXTRA_PACKAGES:-})
 
 installed() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
@@ -38,7 +42,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
       echo "cross-aarch64: need root (or sudo) to install: ${missing[*]}" >&2
-      exit 1
+      exit 77
     fi
   fi
   if ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
@@ -47,8 +51,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo "cross-aarch64: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends --no-remove "${missing[@]}"
+  # exit 77 (skipped, for scripts/test.sh) when the packages cannot be had
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends --no-remove \
+    "${missing[@]}" || { echo "cross-aarch64: cannot install ${missing[*]}" >&2; exit 77; }
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)

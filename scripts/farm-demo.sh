@@ -7,19 +7,26 @@
 # holds a job, and writes DIR/farm-results.json and DIR/farm-results.xml.
 # Every process it starts is stopped on exit, Ctrl-C included.
 #
-#   scripts/farm-demo.sh [--out DIR]     (default DIR: the current directory)
+#   scripts/farm-demo.sh [--out DIR] [--board]   (default DIR: the current directory)
+#
+# --board adds an emulated board: the aarch64 vmagent under qemu-user
+# (scripts/board-aarch64.sh --prepare builds it and its arm64 root), served
+# by a node tagged arch=aarch64; a `check --where arch=aarch64` job must
+# land on it and pass.
 #
 # Exit status 0 when every job dispatched is accounted for (a final state in
 # both files), 1 when one is not, other values when the demo could not run.
 set -euo pipefail
 out=.
+board=()
 while [ $# -gt 0 ]; do
   case $1 in
     --out) [ $# -ge 2 ] || { echo "farm-demo: --out needs a directory" >&2; exit 2; }
            out=$2; shift 2 ;;
     --out=*) out=${1#--out=}; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "farm-demo: unknown argument '$1' (usage: scripts/farm-demo.sh [--out DIR])" >&2
+    --board) board=(--board "${VMRPC_BOARD_BUILD_DIR:-build-aarch64}"); shift ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "farm-demo: unknown argument '$1' (usage: scripts/farm-demo.sh [--out DIR] [--board])" >&2
        exit 2 ;;
   esac
 done
@@ -37,4 +44,8 @@ echo "== the vmrpc package with the farm extra, into $venv"
 "$venv/bin/python" -m pip install -q ".[farm]" numpy
 export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$PWD/$build/pocl-cache}
 mkdir -p "$POCL_CACHE_DIR"
-VMRPC_BUILD_DIR=$PWD/$build exec "$venv/bin/python" scripts/farm_demo.py --out "$out"
+if [ ${#board[@]} -gt 0 ]; then
+  echo "== the emulated board (scripts/board-aarch64.sh --prepare)"
+  VMRPC_BUILD_DIR=$build scripts/board-aarch64.sh --prepare
+fi
+VMRPC_BUILD_DIR=$PWD/$build exec "$venv/bin/python" scripts/farm_demo.py --out "$out" "${board[@]}"

@@ -5,12 +5,19 @@ hosts would be), a `vmrpc-farm bench --all` fanned out over them as CI would
 run it, one agent killed while it holds a job, then the results checked:
 exit 0 when every job is accounted for (in the JSON and the JUnit XML, each
 with a final state), 1 otherwise.
+
+With --board DIR (scripts/farm-demo.sh --board) a fourth agent joins: the
+aarch64 vmagent of DIR (scripts/board-aarch64.sh's cross build and arm64
+root) under qemu-user, an emulated board whose node tags it arch=aarch64
+(the others arch=x86_64); a `check --where arch=aarch64` job must land on it
+and pass.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import signal
 import subprocess
@@ -21,6 +28,7 @@ import xml.etree.ElementTree as ET
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python" / "farm_tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from farm_proc import BUILD, Agent, Head, Node, gen_mlp, farm_cmd  # noqa: E402
 
@@ -41,6 +49,8 @@ def show(args: list) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".", help="where farm-results.json and .xml go")
+    ap.add_argument("--board", type=pathlib.Path,
+                    help="an aarch64 build with its arm64 root (DIR/sysroot): an emulated board")
     a = ap.parse_args()
     out = pathlib.Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -52,7 +62,7 @@ def main() -> int:
     agents: list = []
     try:
         say("model: the example MLP")
-        vmx, x, _ = gen_mlp(work)
+        vmx, x, y = gen_mlp(work)
 
         say("the head (engine scheduler) on loopback")
         head = Head(work, lifetime=900)
@@ -67,7 +77,7 @@ def main() -> int:
                 work,
                 head.address,
                 [ag],
-                [f"board=loopback-{i}", "farm=demo"],
+                [f"board=loopback-{i}", "farm=demo", f"arch={os.uname().machine}"],
                 name=f"node-{i}",
                 interval=1.0,
                 lifetime=900,
@@ -75,8 +85,20 @@ def main() -> int:
             procs.append(node)
             print(
                 f"node {i}: vmrpc-farm serve --address {head.address} --agent {ag.url} "
-                f"--tag board=loopback-{i} --tag farm=demo"
+                f"--tag board=loopback-{i} --tag farm=demo --tag arch={os.uname().machine}"
             )
+        nagents = AGENTS
+        if a.board:
+            from board_aarch64 import start_board_agent  # noqa: E402
+
+            brd = a.board.resolve()
+            board = start_board_agent(brd, brd / "sysroot", work / "agent-board.log")
+            agents.append(board)
+            procs.append(Node(work, head.address, [board], ["arch=aarch64", "farm=board"],
+                              name="node-board", interval=1.0, lifetime=900))
+            nagents += 1
+            print(f"node-board: vmrpc-farm serve --address {head.address} --agent {board.url} "
+                  f"--tag arch=aarch64 --tag farm=board   (the aarch64 vmagent under qemu-user)")
         for _ in range(600):
             st = subprocess.run(
                 farm_cmd() + ["status", "--address", head.address, "--json"],
@@ -89,7 +111,7 @@ def main() -> int:
                 if st.returncode == 0
                 else []
             )
-            if len(up) == AGENTS:
+            if len(up) == nagents:
                 break
             time.sleep(0.2)
         else:
@@ -165,6 +187,8 @@ def main() -> int:
             tried = [t["agent"] for t in j["attempts"]]
             print(f"job {j['id']} (for {victim_name}): {j['state']}, attempts {tried}")
         print(f"summary: {doc['summary']}")
+        if a.board:
+            problems += board_job(head.address, board.url, vmx, x, y, out)
         if problems:
             print("demo: NOT every job is accounted for: " + "; ".join(problems))
             return 1
@@ -180,6 +204,29 @@ def main() -> int:
         for ag in agents:
             ag.stop()
         subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def board_job(address: str, board_url: str, vmx, x, y, out: pathlib.Path) -> list:
+    """A check job for arch=aarch64: it must land on the emulated board and pass."""
+    say("a job for the board: check --where arch=aarch64")
+    js = out / "farm-board.json"
+    js.unlink(missing_ok=True)
+    with Farm(address) as farm:
+        names = [ag.name for ag in farm.agents() if ag.props.get("agent") == board_url]
+    cmd = show(farm_cmd() + ["check", str(vmx), "--address", address, "--input", f"0={x}",
+                             "--expected", str(y), "--rtol", "1e-4", "--atol", "1e-5",
+                             "--where", "arch=aarch64", "--all", "--deadline", "1500",
+                             "--json", str(js)])
+    rc = subprocess.run(cmd).returncode
+    jobs = json.loads(js.read_text())["jobs"] if js.exists() else []
+    # where each job ran: the agent of its last attempt
+    landed = [j["attempts"][-1]["agent"] if j["attempts"] else None for j in jobs]
+    print(f"(vmrpc-farm check exited {rc}; jobs: "
+          f"{[(j['id'], j['state'], landed[i]) for i, j in enumerate(jobs)]}; the board is {names})")
+    if rc != 0 or len(jobs) != 1 or jobs[0]["state"] != "ok" or landed != names:
+        return [f"the arch=aarch64 job did not pass on the board {names}: exit {rc}, {jobs}"]
+    print(f"demo: the arch=aarch64 job ran on the emulated board {names[0]} and passed")
+    return []
 
 
 if __name__ == "__main__":

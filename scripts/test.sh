@@ -17,6 +17,9 @@
 #   VMRPC_LOAD_SECONDS=N       length of the load test (agent.test_load) [60]
 #   VMRPC_SKIP_ONNX_MODELS=1   no rapidocr check (scripts/onnx-rapidocr.sh; it skips
 #                              itself when PyPI cannot be reached)
+#   VMRPC_SKIP_BOARD=1         no emulated aarch64 board (scripts/board-aarch64.sh: the
+#                              aarch64 agent and client under qemu-user; it skips
+#                              itself when its Debian packages cannot be had)
 #   VMRPC_SKIP_ONNX_NODE123=1  no onnx 1.23 node cases (scripts/onnx-node-1.23.sh; it
 #                              skips itself when PyPI cannot be reached)
 set -euo pipefail
@@ -88,6 +91,12 @@ if [ "${VMRPC_SKIP_ONNX_NODE123:-0}" != 1 ]; then
   echo "== ONNX node cases of onnx 1.23 (opsets up to 28): scripts/onnx-node-1.23.sh"
   rc=0
   scripts/onnx-node-1.23.sh build || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+fi
+if [ "${VMRPC_SKIP_BOARD:-0}" != 1 ]; then
+  echo "== the emulated aarch64 board: scripts/board-aarch64.sh"
+  rc=0
+  scripts/board-aarch64.sh || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 fi
 if [ "${VMRPC_SKIP_ASAN:-0}" != 1 ]; then
