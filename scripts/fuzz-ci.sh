@@ -43,7 +43,9 @@ targets=${*:-$all}
 for t in $targets; do
   case " $all " in *" $t "*) ;; *) echo "fuzz-ci.sh: unknown target '$t'" >&2; usage ;; esac
 done
-# Smoke executions per target, each about 15 s on one core of a 2-core machine.
+# Smoke executions per target: all five together took 290 s on a 2-core
+# machine shared with other builds (load average 20), less than the 5 x 60 s
+# of the time-bound runs this step replaced; a quiet machine needs less.
 runs_of() {
   case "$1" in
     fuzz_loader) echo 200000 ;;
@@ -80,7 +82,8 @@ inputs_of() {
   fi
 }
 
-# Prints the last log line matching a libFuzzer progress line's field.
+# field NAME LOG: NAME's value (cov, ft, corp) on libFuzzer's final DONE line;
+# stat NAME LOG: a stat:: figure of -print_final_stats.
 field() { grep -E '^#[0-9]+[[:space:]]+DONE' "$2" | tail -n 1 | sed -nE "s/.* $1: ([^ ]+).*/\1/p"; }
 stat() { sed -nE "s/^stat::$1:[[:space:]]+([0-9]+).*/\1/p" "$2" | tail -n 1; }
 
