@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds one libFuzzer target and runs it for a while.
+# Builds one libFuzzer target and runs it for a while: a campaign that looks
+# for new bugs (CI's deterministic fuzz step is scripts/fuzz-ci.sh).
 #
 #   scripts/fuzz.sh TARGET [SECONDS]
 #
@@ -19,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then usage; fi
 target=$1
 case "$target" in
@@ -28,33 +29,24 @@ case "$target" in
 esac
 seconds=${2:-${VMRPC_FUZZ_SECONDS:-60}}
 case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS must be a number" >&2; exit 2 ;; esac
-build=${VMRPC_FUZZ_BUILD:-build-fuzz}
-jobs=${VMRPC_JOBS:-$(nproc 2>/dev/null || echo 2)}
-
-if ! command -v clang >/dev/null 2>&1; then
-  echo "fuzz.sh: clang not found: run scripts/install-deps.sh" >&2
-  exit 1
-fi
-echo "== configure + build: $build ($target)"
-cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DVMRPC_FUZZ=ON -DVMRPC_TESTS=ON -DVMRPC_BENCH=OFF >/dev/null
-cmake --build "$build" --target "$target" -j"$jobs"
+# shellcheck source=scripts/fuzz-common.sh
+. scripts/fuzz-common.sh
+build=$fuzz_build
+fuzz_build_targets fuzz.sh "$target"
 
 work=$build/fuzz-work/$target
 mkdir -p "$work/corpus" "$work/artifacts"
 if [ -d "tests/fuzz/corpus/$target" ]; then
   cp -n "tests/fuzz/corpus/$target"/* "$work/corpus/" 2>/dev/null || true
 fi
-# fuzz_onnx: the node models of Debian's libonnx-testdata are the seeds
-onnx_data=/usr/share/libonnx-testdata/data/node
-if [ "$target" = fuzz_onnx ] && [ -d "$onnx_data" ]; then
-  for d in "$onnx_data"/test_*; do
+if [ "$target" = fuzz_onnx ] && [ -d "$fuzz_onnx_data" ]; then
+  for d in "$fuzz_onnx_data"/test_*; do
     [ -f "$d/model.onnx" ] && cp -n "$d/model.onnx" "$work/corpus/$(basename "$d").onnx"
   done
 fi
 log=$work/last.log
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-$fuzz_asan_options}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-$fuzz_ubsan_options}
 echo "== fuzz: $target for ${seconds}s (corpus $work/corpus, log $log)"
 set +e
 # shellcheck disable=SC2086
