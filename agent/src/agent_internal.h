@@ -388,7 +388,9 @@ vm_status_t vma_copy_enter(vmagent_t *a, vma_device_t *d);
 void vma_copy_exit(vma_device_t *d);
 /* Around a measurement of v (its run locks held): closes the gates of its
  * devices and waits for the copies inside to finish. */
-void vma_measure_enter(vmagent_t *a, const vma_vm_t *v);
+/* Closes the quiet gates of v's devices and waits for the copies inside;
+ * returns the seconds it had to wait for them (0 when none were inside). */
+double vma_measure_enter(vmagent_t *a, const vma_vm_t *v);
 void vma_measure_exit(vmagent_t *a, const vma_vm_t *v);
 
 /* Whether connection pipe_id has a live session (it said Hello). */

@@ -20,6 +20,10 @@
 #include "agent_internal.h"
 #include "isolate.h"
 
+/* Taking the cross-process gate exclusively costs a system call; longer
+ * than this it had to wait for another worker's copies. */
+#define VMA_XGATE_WAITED_NS 200000ull
+
 vm_status_t vma_gate_init(vma_device_t *d) {
   pthread_condattr_t ca;
   if (pthread_condattr_init(&ca) != 0) return vm_status_make(VM_INTERNAL, "pthread_condattr_init");
@@ -104,7 +108,9 @@ void vma_copy_exit(vma_device_t *d) {
   pthread_mutex_unlock(&d->gate_mu);
 }
 
-void vma_measure_enter(vmagent_t *a, const vma_vm_t *v) {
+double vma_measure_enter(vmagent_t *a, const vma_vm_t *v) {
+  uint64_t t0 = vm_now_ns();
+  int waited = 0;
   for (uint32_t k = 0; k < v->num_devs; k++) {
     vma_device_t *d = &a->devices[v->dev_idx[k]];
     pthread_mutex_lock(&d->gate_mu);
@@ -115,11 +121,15 @@ void vma_measure_enter(vmagent_t *a, const vma_vm_t *v) {
   for (uint32_t k = 0; k < v->num_devs; k++) {
     vma_device_t *d = &a->devices[v->dev_idx[k]];
     pthread_mutex_lock(&d->gate_mu);
+    if (d->copies) waited = 1;
     while (d->copies) vma_gate_wait_slice(d);
     pthread_mutex_unlock(&d->gate_mu);
     /* ... and, in a worker, the other workers' copies. */
+    uint64_t x0 = vm_now_ns();
     (void)vma_xgate_lock(a, d, 1);
+    if (vm_now_ns() - x0 > VMA_XGATE_WAITED_NS) waited = 1;
   }
+  return waited ? (double)(vm_now_ns() - t0) / 1e9 : 0.0;
 }
 
 void vma_measure_exit(vmagent_t *a, const vma_vm_t *v) {

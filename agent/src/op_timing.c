@@ -45,7 +45,7 @@ vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
   VM_RETURN_IF_ERROR(vma_run_locked(c->a, c->s, q->vm_id, 0, &v));
   vm_time_result_t res;
   memset(&res, 0, sizeof(res));
-  vma_measure_enter(c->a, v);
+  double gate_wait_s = vma_measure_enter(c->a, v);
   cpu_set_t saved;
   int pinned = vma_pin_enter(&c->a->pin, &saved);
   vm_status_t st = vm_machine_time_evaluate(v->m, q->func, &p, &res);
@@ -77,6 +77,7 @@ vm_status_t vma_op_time_evaluate(vma_ctx_t *c) {
   r->std_s = res.std_s;
   r->device_median_s = res.device_median_s;
   r->warmup_s = res.warmup_s;
+  r->gate_wait_s = gate_wait_s;
   vm_time_result_free(&res);
   return VM_STATUS_OK;
 }

@@ -516,6 +516,9 @@ typedef struct vmc_time_result {
   double min_s, mean_s, median_s, max_s, std_s; /* over seconds[] */
   double device_median_s;                       /* < 0 unknown */
   double warmup_s;                              /* the discarded first call */
+  /* Seconds the measurement waited at the device's quiet gate for other
+   * sessions' copies to finish (0: the device was quiet). */
+  double gate_wait_s;
 } vmc_time_result_t;
 
 /* Times func (a function with stateful inputs, or a saved name) on the
@@ -688,6 +691,7 @@ typedef struct vmc_compare_round {
   double a_s, b_s;               /* wall */
   double a_device_s, b_device_s; /* device timer; < 0 unknown */
   double end_s;                  /* since the comparison began */
+  double gate_wait_s;            /* both sides' waits at the device's quiet gate (0: quiet) */
 } vmc_compare_round_t;
 
 typedef struct vmc_compare_opts {

@@ -183,7 +183,7 @@ static vm_status_t check_opts(const vmc_compare_opts_t *o) {
  * batches is the least disturbed figure of the round. */
 static vm_status_t measure(const vmc_compare_side_t *s, int32_t number, int32_t repeats,
                            int32_t min_repeat_ms, double *wall, double *dev,
-                           int32_t *out_number) {
+                           int32_t *out_number, double *gate_wait_s) {
   vmc_time_params_t p = vmc_time_params_default();
   p.number = number;
   p.repeat = repeats;
@@ -205,6 +205,7 @@ static vm_status_t measure(const vmc_compare_side_t *s, int32_t number, int32_t 
       *dev = r.device_seconds[i];
   }
   if (out_number) *out_number = r.number;
+  if (gate_wait_s) *gate_wait_s += r.gate_wait_s;
   vmc_time_result_free(&r);
   return NULL;
 }
@@ -266,8 +267,8 @@ vm_status_t vmc_compare(const vmc_compare_side_t *a, const vmc_compare_side_t *b
   /* Calibration: each side's number of calls per batch, so that a batch
    * lasts round_ms (its warm-up and growth stay out of the rounds). */
   double w, dv;
-  if ((st = measure(a, 1, 1, o.round_ms, &w, &dv, &out->number_a))) goto done;
-  if ((st = measure(b, 1, 1, o.round_ms, &w, &dv, &out->number_b))) goto done;
+  if ((st = measure(a, 1, 1, o.round_ms, &w, &dv, &out->number_a, NULL))) goto done;
+  if ((st = measure(b, 1, 1, o.round_ms, &w, &dv, &out->number_b, NULL))) goto done;
   /* Both sides use the larger number: the faster side's batch lasts about
    * round_ms, the other's longer, and the per-batch costs (syncs, the
    * timer) weigh the same on both. */
@@ -289,8 +290,9 @@ vm_status_t vmc_compare(const vmc_compare_side_t *a, const vmc_compare_side_t *b
       double *sw = r->b_first ? &r->a_s : &r->b_s, *sd = r->b_first ? &r->a_device_s : &r->b_device_s;
       int32_t nf = r->b_first ? out->number_b : out->number_a;
       int32_t ns = r->b_first ? out->number_a : out->number_b;
-      if ((st = measure(first, nf, o.repeats, 0, fw, fd, NULL))) goto done;
-      if ((st = measure(second, ns, o.repeats, 0, sw, sd, NULL))) goto done;
+      r->gate_wait_s = 0;
+      if ((st = measure(first, nf, o.repeats, 0, fw, fd, NULL, &r->gate_wait_s))) goto done;
+      if ((st = measure(second, ns, o.repeats, 0, sw, sd, NULL, &r->gate_wait_s))) goto done;
       r->end_s = now_s() - t0;
       last_round_s = now_s() - rs;
       n++;

@@ -1019,6 +1019,7 @@ vm_status_t vmc_time_evaluate(vmc_conn_t *c, vmc_vm_t vm, const char *func,
   out->std_s = tr->std_s;
   out->device_median_s = tr->device_median_s;
   out->warmup_s = tr->warmup_s;
+  out->gate_wait_s = tr->gate_wait_s;
   vmci_reply_free(&r);
   return VM_STATUS_OK;
 }

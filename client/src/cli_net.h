@@ -200,6 +200,10 @@ typedef struct cli_snaps {
   double waited_s, longest_wait_s;
   uint32_t waits, gave_up;
   int no_zone;       /* --max-temp given but no zone reports a temperature */
+  /* Measurements that waited at the device's quiet gate for other
+   * sessions' copies (cli_snaps_gate), and the seconds in all. */
+  uint32_t gate_waits;
+  double gate_wait_s;
 } cli_snaps_t;
 
 void cli_snaps_init(cli_snaps_t *sn, vmc_conn_t *conn, double max_temp_c, double max_wait_s);
@@ -208,6 +212,8 @@ int cli_snaps_take(cli_snaps_t *sn);
 /* With max_temp_c: takes snapshots until every zone is at or below it or
  * max_wait_s has passed (then counted in gave_up). */
 void cli_snaps_wait_cool(cli_snaps_t *sn);
+/* Counts a measurement that waited wait_s at the quiet gate (0: none). */
+void cli_snaps_gate(cli_snaps_t *sn, double wait_s);
 /* The most other busy sessions any snapshot saw. */
 uint32_t cli_snaps_busy(const cli_snaps_t *sn);
 /* state_before, state_after, throttled, throttling, max_busy_sessions,

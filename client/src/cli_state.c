@@ -211,7 +211,17 @@ uint32_t cli_snaps_busy(const cli_snaps_t *sn) {
   return busy;
 }
 
+void cli_snaps_gate(cli_snaps_t *sn, double wait_s) {
+  if (!(wait_s > 0)) return;
+  sn->gate_waits++;
+  sn->gate_wait_s += wait_s;
+}
+
 void cli_snaps_json(cli_json_t *j, const cli_snaps_t *sn) {
+  cli_json_obj(j, "quiet_gate"); /* the agent's, not the state's: always known */
+  cli_json_uint(j, "measurements_waited", sn->gate_waits);
+  cli_json_num(j, "gate_wait_s", sn->gate_wait_s);
+  cli_json_obj_end(j);
   if (!sn->available && sn->n == 0) {
     cli_json_null(j, "state_before");
     cli_json_null(j, "state_after");
@@ -246,6 +256,10 @@ void cli_snaps_json(cli_json_t *j, const cli_snaps_t *sn) {
 void cli_snaps_report(const cli_snaps_t *sn, const cli_global_t *g) {
   /* --json carries all of it (cli_snaps_json); stderr keeps to errors. */
   if (g->quiet || g->json) return;
+  if (sn->gate_waits)
+    printf("warning:  %u measurement%s waited %.3f ms in all at the device's quiet gate for other "
+           "sessions' copies to finish\n",
+           sn->gate_waits, sn->gate_waits == 1 ? "" : "s", sn->gate_wait_s * 1e3);
   char buf[2048];
   if (!sn->available && sn->n == 0) {
     printf("state:    unknown (the agent does not report it: %s)\n", sn->error);

@@ -209,6 +209,7 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
   vm_status_t st = vmc_time_evaluate(m.conn, m.vm, func, &tp, &tr);
   double eval_s = cli_now_s() - t0;
   if (!st) cli_snaps_take(&sn);
+  if (!st) cli_snaps_gate(&sn, tr.gate_wait_s);
   if (st) {
     rc = cli_remote_error(cmd, "time evaluate", st);
     goto done;

@@ -269,6 +269,7 @@ int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
     goto done;
   }
   cli_snaps_take(&sn);
+  for (uint32_t i = 0; i < res.num_rounds; i++) cli_snaps_gate(&sn, res.rounds[i].gate_wait_s);
   const char *verdict = vmc_verdict_name(res.verdict);
   double pct = c.co.confidence * 100;
   if (g.json) {
@@ -326,6 +327,7 @@ int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
       else
         cli_json_null(&j, "b_device_s");
       cli_json_num(&j, "end_s", r->end_s);
+      cli_json_num(&j, "gate_wait_s", r->gate_wait_s);
       if (after[i] >= 0)
         cli_state_json(&j, "state", &sn.s[after[i]]);
       else

@@ -1094,10 +1094,10 @@ static PyObject *Connection_time_evaluate(Connection *self, PyObject *args) {
   if (dev) {
     PyObject *dmed =
         r.device_median_s < 0 ? Py_NewRef(Py_None) : PyFloat_FromDouble(r.device_median_s);
-    res = Py_BuildValue("{s:i,s:N,s:N,s:d,s:d,s:d,s:d,s:d,s:N,s:d}", "number", r.number, "seconds",
-                        secs, "device_seconds", dev, "min", r.min_s, "mean", r.mean_s, "median",
-                        r.median_s, "max", r.max_s, "std", r.std_s, "device_median", dmed, "warmup",
-                        r.warmup_s);
+    res = Py_BuildValue("{s:i,s:N,s:N,s:d,s:d,s:d,s:d,s:d,s:N,s:d,s:d}", "number", r.number,
+                        "seconds", secs, "device_seconds", dev, "min", r.min_s, "mean", r.mean_s,
+                        "median", r.median_s, "max", r.max_s, "std", r.std_s, "device_median",
+                        dmed, "warmup", r.warmup_s, "gate_wait", r.gate_wait_s);
   } else {
     Py_XDECREF(secs);
   }
@@ -1312,14 +1312,14 @@ static PyObject *Connection_compare(Connection *self, PyObject *args) {
   PyObject *rounds = PyList_New(k->r.num_rounds);
   for (uint32_t i = 0; rounds && i < k->r.num_rounds; i++) {
     const vmc_compare_round_t *w = &k->r.rounds[i];
-    PyObject *d = Py_BuildValue("{s:s,s:d,s:d,s:N,s:N,s:d}", "order", w->b_first ? "BA" : "AB",
+    PyObject *d = Py_BuildValue("{s:s,s:d,s:d,s:N,s:N,s:d,s:d}", "order", w->b_first ? "BA" : "AB",
                                 "a_s", w->a_s, "b_s", w->b_s, "a_device_s",
                                 w->a_device_s < 0 ? Py_NewRef(Py_None)
                                                   : PyFloat_FromDouble(w->a_device_s),
                                 "b_device_s",
                                 w->b_device_s < 0 ? Py_NewRef(Py_None)
                                                   : PyFloat_FromDouble(w->b_device_s),
-                                "end_s", w->end_s);
+                                "end_s", w->end_s, "gate_wait_s", w->gate_wait_s);
     if (!d) Py_CLEAR(rounds);
     else PyList_SET_ITEM(rounds, i, d);
   }

@@ -21,8 +21,10 @@ class TimeResult:
     ``min`` and ``max`` are over them. Beside them, the device timer's
     figures where the device has one (``device_results`` entries and
     ``device_median`` are None otherwise). ``number`` is the calls per repeat
-    actually used (min_repeat_ms may have grown it) and ``warmup`` the
-    seconds of the discarded first call.
+    actually used (min_repeat_ms may have grown it), ``warmup`` the
+    seconds of the discarded first call, and ``gate_wait`` the seconds the
+    measurement waited at the device's quiet gate for other sessions'
+    copies to finish (0 when the device was quiet).
     """
 
     __slots__ = (
@@ -36,6 +38,7 @@ class TimeResult:
         "max",
         "device_median",
         "warmup",
+        "gate_wait",
     )
 
     def __init__(self, d: Dict[str, Any]) -> None:
@@ -49,6 +52,7 @@ class TimeResult:
         self.max: float = d["max"]
         self.device_median: Optional[float] = d["device_median"]
         self.warmup: float = d["warmup"]
+        self.gate_wait: float = d.get("gate_wait", 0.0)
 
     def to_dict(self) -> Dict[str, Any]:
         """Every field, as a dict of plain Python values (JSON-ready)."""

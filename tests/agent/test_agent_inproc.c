@@ -204,6 +204,7 @@ typedef struct gate_probe {
   vma_vm_t *v;
   atomic_int done;
   vm_status_t st;
+  double waited_s; /* what vma_measure_enter reported */
 } gate_probe_t;
 
 static void *gate_copy_main(void *arg) {
@@ -216,7 +217,7 @@ static void *gate_copy_main(void *arg) {
 
 static void *gate_measure_main(void *arg) {
   gate_probe_t *g = arg;
-  vma_measure_enter(g->a, g->v);
+  g->waited_s = vma_measure_enter(g->a, g->v);
   atomic_store(&g->done, 1);
   return NULL;
 }
@@ -242,11 +243,12 @@ static void test_device_gate(void **state) {
   memset(&v, 0, sizeof(v));
   v.num_devs = 1;
   v.dev_idx[0] = 0;
-  gate_probe_t g = {a, &v, 0, VM_STATUS_OK};
+  gate_probe_t g = {a, &v, 0, VM_STATUS_OK, -1};
   pthread_t th;
 
-  /* a copy waits for the measurement */
-  vma_measure_enter(a, &v);
+  /* a copy waits for the measurement; a measurement on a quiet device
+   * reports no wait */
+  assert_true(vma_measure_enter(a, &v) == 0.0);
   assert_int_equal(pthread_create(&th, NULL, gate_copy_main, &g), 0);
   sleep_ms(200);
   assert_int_equal(atomic_load(&g.done), 0);
@@ -269,6 +271,9 @@ static void test_device_gate(void **state) {
   vma_copy_exit(d);
   pthread_join(th, NULL);
   assert_int_equal(atomic_load(&g.done), 1);
+  /* ... and reports how long it waited (TimeEvaluateResponse.gate_wait_s) */
+  if (!(g.waited_s >= 0.15 && g.waited_s < 30))
+    fail_msg("the measurement waited %.3f s for the copy inside, expected about 0.2 s", g.waited_s);
 
   /* on shutdown a copy stops waiting */
   atomic_store(&a->stopping, 1);

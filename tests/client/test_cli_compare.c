@@ -142,6 +142,10 @@ static void test_identical_same(void **state) {
                    rounds);
   assert_int_equal(count_in(r.out, "\"order\":\"BA\""), rounds / 2);
   assert_int_equal(count_in(r.out, "\"a_device_s\""), rounds);
+  /* Nobody else copied to the device: no round waited at its quiet gate
+   * (the wait itself: agent.test_agent_inproc, test_device_gate). */
+  assert_int_equal(count_in(r.out, "\"gate_wait_s\":0,"), rounds);
+  expect_in(r.out, "\"quiet_gate\":{\"measurements_waited\":0,\"gate_wait_s\":0}");
   run_result_free(&r);
   /* Two functions of one executable: --func-b. */
   CLI(EXIT_OK, &r, "--host", g_agent.url, "compare", "-d", "opencl:0", "--threshold", "0.1",
