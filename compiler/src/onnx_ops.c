@@ -8,7 +8,31 @@
 #include "onnx_ops.h"
 
 /* ---------------------------------------------------------------------------
- * The table
+ * The registry: one row per operator, consulted in one place
+ * (onx_resolve_op, for every node before it is lowered or skipped).
+ *
+ * A row: {op_type, domain ("" the default one), the first and last opset
+ * it lowers (0: no bound; today's rows take every opset the importer
+ * takes, 1 to 28), the attributes it reads (onx_check_attrs' spec: any
+ * other is refused), the lowering, and the lowering's arg (which unary or
+ * binary operation, as c->op->arg)}.
+ *
+ * Adding an operator:
+ *  1. Write `vm_status_t onx_op_foo(onx_ctx_t *c)` in its family's file
+ *     (onnx_ops_elementwise.c, _nn.c, _reduce.c, _shape.c; a new family
+ *     gets a new onnx_ops_<family>.c) and declare it in onnx_ops.h.
+ *     Read inputs with onx_in_req / onx_in, attributes with onx_attr_*,
+ *     check every shape it computes with onx_check_shape and every size
+ *     with vm/checked.h, fold constant inputs on the host (onx_def_const)
+ *     or emit cl.* calls (new_t, call) and define each output
+ *     (onx_bind_out / onx_def_out / onx_def_view). Propagate statuses
+ *     with VM_RETURN_IF_ERROR; refuse what it cannot do with onx_node_err
+ *     or onx_unsupported_attr (UNIMPLEMENTED, naming what is supported).
+ *  2. Add its row below, in alphabetical order, listing every attribute
+ *     the lowering reads with the opsets that define it.
+ *  3. Add it to docs/onnx.md's operator table, remove its cases from
+ *     tests/compiler/onnx_node_known_failures.txt as they pass, and test
+ *     its refusals (tests/compiler/test_onnx_import.c).
  */
 
 /* Attribute specs (onx_check_attrs): the attributes each lowering reads,
@@ -20,103 +44,136 @@
 #define A_REDUCE18 "keepdims axes:-17 noop_with_empty_axes:18-"
 
 static const onx_op_t k_ops[] = {
-    {"Abs", onx_op_unary, A_LEGACY},
-    {"Add", onx_op_binary, A_BCAST5},
-    {"And", onx_op_binary, A_BCAST},
-    {"AveragePool", onx_op_avgpool,
-     "auto_pad kernel_shape pads strides count_include_pad:7- ceil_mode:10- dilations:19-"},
-    {"BatchNormalization", onx_op_batchnorm,
-     "epsilon momentum consumed_inputs:-5 is_test:-6 spatial:-8 training_mode:14-"},
-    {"Cast", onx_op_cast, "to saturate:19- round_mode:24-"},
-    {"Ceil", onx_op_unary, A_LEGACY},
-    {"Clip", onx_op_clip, "min:-10 max:-10 consumed_inputs:-5"},
-    {"Concat", onx_op_concat, "axis"},
-    {"Constant", onx_op_constant,
-     "value value_float:12- value_floats:12- value_int:12- value_ints:12-"},
-    {"ConstantOfShape", onx_op_constant_of_shape, "value"},
-    {"Conv", onx_op_conv, "auto_pad dilations group kernel_shape pads strides"},
-    {"ConvTranspose", onx_op_conv_transpose,
-     "auto_pad dilations group kernel_shape output_padding output_shape pads strides"},
-    {"Cos", onx_op_unary, ""},
-    {"Div", onx_op_binary, A_BCAST5},
-    {"Dropout", onx_op_dropout, "consumed_inputs:-5 is_test:-6 ratio:-11 seed:12-"},
-    {"Elu", onx_op_elu, "alpha consumed_inputs:-5"},
-    {"Equal", onx_op_binary, A_BCAST},
-    {"Erf", onx_op_unary, ""},
-    {"Exp", onx_op_unary, A_LEGACY},
-    {"Expand", onx_op_expand, ""},
-    {"Flatten", onx_op_flatten, "axis"},
-    {"Floor", onx_op_unary, A_LEGACY},
-    {"Gather", onx_op_gather, "axis"},
-    {"Gelu", onx_op_gelu, "approximate"},
-    {"Gemm", onx_op_gemm, "alpha beta transA transB broadcast:-6"},
-    {"GlobalAveragePool", onx_op_global_pool, ""},
-    {"GlobalMaxPool", onx_op_global_pool, ""},
-    {"Greater", onx_op_binary, A_BCAST},
-    {"GreaterOrEqual", onx_op_binary, ""},
-    {"HardSigmoid", onx_op_hard_sigmoid, "alpha beta consumed_inputs:-5"},
-    {"HardSwish", onx_op_unary, ""},
-    {"Identity", onx_op_identity, ""},
-    {"LayerNormalization", onx_op_layernorm, "axis epsilon stash_type"},
-    {"LeakyRelu", onx_op_leaky_relu, "alpha consumed_inputs:-5"},
-    {"Less", onx_op_binary, A_BCAST},
-    {"LessOrEqual", onx_op_binary, ""},
-    {"Log", onx_op_unary, A_LEGACY},
-    {"LogSoftmax", onx_op_softmax, "axis"},
-    {"MatMul", onx_op_matmul, ""},
-    {"Max", onx_op_binary, A_LEGACY},
-    {"MaxPool", onx_op_maxpool,
-     "auto_pad kernel_shape pads strides storage_order:8- dilations:10- ceil_mode:10-"},
-    {"Min", onx_op_binary, A_LEGACY},
-    {"Mod", onx_op_binary, "fmod"},
-    {"Mul", onx_op_binary, A_BCAST5},
-    {"Neg", onx_op_unary, A_LEGACY},
-    {"Not", onx_op_not, ""},
-    {"Or", onx_op_binary, A_BCAST},
-    {"Pad", onx_op_pad, "mode paddings:-1 pads:2-10 value:-10"},
-    {"Pow", onx_op_binary, A_BCAST},
-    {"Range", onx_op_range, "stash_type:27-"},
-    {"Reciprocal", onx_op_unary, A_LEGACY},
-    {"ReduceMax", onx_op_reduce, A_REDUCE18},
-    {"ReduceMean", onx_op_reduce, A_REDUCE18},
-    {"ReduceMin", onx_op_reduce, A_REDUCE18},
-    {"ReduceProd", onx_op_reduce, A_REDUCE18},
-    {"ReduceSum", onx_op_reduce, "keepdims axes:-12 noop_with_empty_axes:13-"},
-    {"Relu", onx_op_unary, A_LEGACY},
-    {"Reshape", onx_op_reshape, "consumed_inputs:-4 shape:-4 allowzero:14-"},
-    {"Round", onx_op_unary, ""},
-    {"Resize", onx_op_resize,
+    {"Abs", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_ABS},
+    {"Add", "", 0, 0, A_BCAST5, onx_op_binary, B_ADD},
+    {"And", "", 0, 0, A_BCAST, onx_op_binary, B_AND},
+    {"AveragePool", "", 0, 0,
+     "auto_pad kernel_shape pads strides count_include_pad:7- ceil_mode:10- dilations:19-",
+     onx_op_avgpool, 0},
+    {"BatchNormalization", "", 0, 0,
+     "epsilon momentum consumed_inputs:-5 is_test:-6 spatial:-8 training_mode:14-",
+     onx_op_batchnorm, 0},
+    {"Cast", "", 0, 0, "to saturate:19- round_mode:24-", onx_op_cast, 0},
+    {"Ceil", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_CEIL},
+    {"Clip", "", 0, 0, "min:-10 max:-10 consumed_inputs:-5", onx_op_clip, 0},
+    {"Concat", "", 0, 0, "axis", onx_op_concat, 0},
+    {"Constant", "", 0, 0, "value value_float:12- value_floats:12- value_int:12- value_ints:12-",
+     onx_op_constant, 0},
+    {"ConstantOfShape", "", 0, 0, "value", onx_op_constant_of_shape, 0},
+    {"Conv", "", 0, 0, "auto_pad dilations group kernel_shape pads strides", onx_op_conv, 0},
+    {"ConvTranspose", "", 0, 0,
+     "auto_pad dilations group kernel_shape output_padding output_shape pads strides",
+     onx_op_conv_transpose, 0},
+    {"Cos", "", 0, 0, "", onx_op_unary, ONX_U_COS},
+    {"Div", "", 0, 0, A_BCAST5, onx_op_binary, B_DIV},
+    {"Dropout", "", 0, 0, "consumed_inputs:-5 is_test:-6 ratio:-11 seed:12-", onx_op_dropout, 0},
+    {"Elu", "", 0, 0, "alpha consumed_inputs:-5", onx_op_elu, 0},
+    {"Equal", "", 0, 0, A_BCAST, onx_op_binary, B_EQ},
+    {"Erf", "", 0, 0, "", onx_op_unary, ONX_U_ERF},
+    {"Exp", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_EXP},
+    {"Expand", "", 0, 0, "", onx_op_expand, 0},
+    {"Flatten", "", 0, 0, "axis", onx_op_flatten, 0},
+    {"Floor", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_FLOOR},
+    {"Gather", "", 0, 0, "axis", onx_op_gather, 0},
+    {"Gelu", "", 0, 0, "approximate", onx_op_gelu, 0},
+    {"Gemm", "", 0, 0, "alpha beta transA transB broadcast:-6", onx_op_gemm, 0},
+    {"GlobalAveragePool", "", 0, 0, "", onx_op_global_pool, 0},
+    {"GlobalMaxPool", "", 0, 0, "", onx_op_global_pool, 1},
+    {"Greater", "", 0, 0, A_BCAST, onx_op_binary, B_GT},
+    {"GreaterOrEqual", "", 0, 0, "", onx_op_binary, B_GE},
+    {"HardSigmoid", "", 0, 0, "alpha beta consumed_inputs:-5", onx_op_hard_sigmoid, 0},
+    {"HardSwish", "", 0, 0, "", onx_op_unary, ONX_U_HARD_SWISH},
+    {"Identity", "", 0, 0, "", onx_op_identity, 0},
+    {"LayerNormalization", "", 0, 0, "axis epsilon stash_type", onx_op_layernorm, 0},
+    {"LeakyRelu", "", 0, 0, "alpha consumed_inputs:-5", onx_op_leaky_relu, 0},
+    {"Less", "", 0, 0, A_BCAST, onx_op_binary, B_LT},
+    {"LessOrEqual", "", 0, 0, "", onx_op_binary, B_LE},
+    {"Log", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_LOG},
+    {"LogSoftmax", "", 0, 0, "axis", onx_op_softmax, 1},
+    {"MatMul", "", 0, 0, "", onx_op_matmul, 0},
+    {"Max", "", 0, 0, A_LEGACY, onx_op_binary, B_MAX},
+    {"MaxPool", "", 0, 0,
+     "auto_pad kernel_shape pads strides storage_order:8- dilations:10- ceil_mode:10-",
+     onx_op_maxpool, 0},
+    {"Min", "", 0, 0, A_LEGACY, onx_op_binary, B_MIN},
+    {"Mod", "", 0, 0, "fmod", onx_op_binary, B_MOD},
+    {"Mul", "", 0, 0, A_BCAST5, onx_op_binary, B_MUL},
+    {"Neg", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_NEG},
+    {"Not", "", 0, 0, "", onx_op_not, 0},
+    {"Or", "", 0, 0, A_BCAST, onx_op_binary, B_OR},
+    {"Pad", "", 0, 0, "mode paddings:-1 pads:2-10 value:-10", onx_op_pad, 0},
+    {"Pow", "", 0, 0, A_BCAST, onx_op_binary, B_POW},
+    {"Range", "", 0, 0, "stash_type:27-", onx_op_range, 0},
+    {"Reciprocal", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_RECIPROCAL},
+    {"ReduceMax", "", 0, 0, A_REDUCE18, onx_op_reduce, ONX_R_MAX},
+    {"ReduceMean", "", 0, 0, A_REDUCE18, onx_op_reduce, ONX_R_MEAN},
+    {"ReduceMin", "", 0, 0, A_REDUCE18, onx_op_reduce, ONX_R_MIN},
+    {"ReduceProd", "", 0, 0, A_REDUCE18, onx_op_reduce, ONX_R_PROD},
+    {"ReduceSum", "", 0, 0, "keepdims axes:-12 noop_with_empty_axes:13-", onx_op_reduce, ONX_R_SUM},
+    {"Relu", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_RELU},
+    {"Reshape", "", 0, 0, "consumed_inputs:-4 shape:-4 allowzero:14-", onx_op_reshape, 0},
+    {"Round", "", 0, 0, "", onx_op_unary, ONX_U_ROUND},
+    {"Resize", "", 0, 0,
      "mode coordinate_transformation_mode:11- cubic_coeff_a:11- exclude_outside:11- "
      "extrapolation_value:11- nearest_mode:11- antialias:18- axes:18- "
-     "keep_aspect_ratio_policy:18-"},
-    {"Selu", onx_op_selu, "alpha gamma consumed_inputs:-5"},
-    {"Shape", onx_op_shape, "start:15- end:15-"},
-    {"Sigmoid", onx_op_unary, A_LEGACY},
-    {"Sin", onx_op_unary, ""},
-    {"Size", onx_op_size, ""},
-    {"Slice", onx_op_slice, "starts:-9 ends:-9 axes:-9"},
-    {"Softplus", onx_op_unary, ""},
-    {"Softmax", onx_op_softmax, "axis"},
-    {"Split", onx_op_split, "axis split:-12 num_outputs:18-"},
-    {"Sqrt", onx_op_unary, A_LEGACY},
-    {"Squeeze", onx_op_squeeze, "axes:-12"},
-    {"Sub", onx_op_binary, A_BCAST5},
-    {"Tanh", onx_op_unary, A_LEGACY},
-    {"Transpose", onx_op_transpose, "perm"},
-    {"Unsqueeze", onx_op_unsqueeze, "axes:-12"},
-    {"Where", onx_op_where, ""},
-    {"Xor", onx_op_binary, A_BCAST},
+     "keep_aspect_ratio_policy:18-",
+     onx_op_resize, 0},
+    {"Selu", "", 0, 0, "alpha gamma consumed_inputs:-5", onx_op_selu, 0},
+    {"Shape", "", 0, 0, "start:15- end:15-", onx_op_shape, 0},
+    {"Sigmoid", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_SIGMOID},
+    {"Sin", "", 0, 0, "", onx_op_unary, ONX_U_SIN},
+    {"Size", "", 0, 0, "", onx_op_size, 0},
+    {"Slice", "", 0, 0, "starts:-9 ends:-9 axes:-9", onx_op_slice, 0},
+    {"Softplus", "", 0, 0, "", onx_op_unary, ONX_U_SOFTPLUS},
+    {"Softmax", "", 0, 0, "axis", onx_op_softmax, 0},
+    {"Split", "", 0, 0, "axis split:-12 num_outputs:18-", onx_op_split, 0},
+    {"Sqrt", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_SQRT},
+    {"Squeeze", "", 0, 0, "axes:-12", onx_op_squeeze, 0},
+    {"Sub", "", 0, 0, A_BCAST5, onx_op_binary, B_SUB},
+    {"Tanh", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_TANH},
+    {"Transpose", "", 0, 0, "perm", onx_op_transpose, 0},
+    {"Unsqueeze", "", 0, 0, "axes:-12", onx_op_unsqueeze, 0},
+    {"Where", "", 0, 0, "", onx_op_where, 0},
+    {"Xor", "", 0, 0, A_BCAST, onx_op_binary, B_XOR},
 };
 
-const onx_op_t *onx_find_op(const char *op_type) {
-  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]); i++)
-    if (strcmp(k_ops[i].name, op_type) == 0) return &k_ops[i];
-  return NULL;
-}
+#define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
-void onx_supported_ops(char *buf, size_t len) {
+static void supported_ops(char *buf, size_t len) {
   size_t used = 0;
   buf[0] = 0;
-  for (size_t i = 0; i < sizeof(k_ops) / sizeof(k_ops[0]) && used < len; i++)
+  for (size_t i = 0; i < NUM_OPS && used < len; i++)
     used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", k_ops[i].name);
+}
+
+vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
+  const Onnx__NodeProto *n = c->node;
+  const char *dom = n->domain && strcmp(n->domain, "ai.onnx") != 0 ? n->domain : "";
+  const onx_op_t *op = NULL;
+  int dom_known = 0;
+  *out = NULL;
+  for (size_t i = 0; i < NUM_OPS && !op; i++) {
+    if (strcmp(k_ops[i].domain, dom) != 0) continue;
+    dom_known = 1;
+    if (strcmp(k_ops[i].name, n->op_type) == 0) op = &k_ops[i];
+  }
+  if (!dom_known)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "domain '%.60s': supported: the default domain", dom);
+  if (!op) {
+    char ops[1280];
+    supported_ops(ops, sizeof(ops));
+    return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
+                        n->op_type, ops);
+  }
+  if ((op->opset_lo && c->opset < op->opset_lo) || (op->opset_hi && c->opset > op->opset_hi)) {
+    char lo[24] = "1", hi[24] = "the newest";
+    if (op->opset_lo) snprintf(lo, sizeof(lo), "%d", op->opset_lo);
+    if (op->opset_hi) snprintf(hi, sizeof(hi), "%d", op->opset_hi);
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "operator %.40s at opset %lld is not supported: supported: opsets %s to %s",
+                        n->op_type, (long long)c->opset, lo, hi);
+  }
+  VM_RETURN_IF_ERROR(onx_check_attrs(c, op->attrs));
+  *out = op;
+  return VM_STATUS_OK;
 }

@@ -52,7 +52,7 @@ static inline vm_status_t need_float(onx_ctx_t *c, const onx_value_t *v) {
 
 /* axis in [-r, r) -> [0, r) */
 static inline vm_status_t norm_axis(onx_ctx_t *c, int64_t axis, uint32_t r, const char *what,
-                             int64_t *out) {
+                                    int64_t *out) {
   *out = 0;
   if (axis < -(int64_t)r || axis >= (int64_t)r)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "%s %lld is out of range for rank %u", what,
@@ -71,6 +71,51 @@ static inline int64_t prod(const int64_t *d, uint32_t n) {
   int64_t p;
   return vm_ckd_prod_i64(d, n, &p) == 0 ? p : -1;
 }
+
+/* The operations of onx_op_unary and onx_op_binary: a registry row's arg. */
+typedef enum onx_unary {
+  ONX_U_RELU,
+  ONX_U_SIGMOID,
+  ONX_U_TANH,
+  ONX_U_EXP,
+  ONX_U_LOG,
+  ONX_U_SQRT,
+  ONX_U_NEG,
+  ONX_U_ABS,
+  ONX_U_ERF,
+  ONX_U_RECIPROCAL,
+  ONX_U_FLOOR,
+  ONX_U_CEIL,
+  ONX_U_SIN,
+  ONX_U_COS,
+  ONX_U_HARD_SWISH,
+  ONX_U_ROUND,
+  ONX_U_SOFTPLUS,
+  ONX_U_COUNT
+} onx_unary_t;
+
+typedef enum bop {
+  B_ADD,
+  B_SUB,
+  B_MUL,
+  B_DIV,
+  B_POW,
+  B_MAX,
+  B_MIN,
+  B_EQ,
+  B_LT,
+  B_GT,
+  B_LE,
+  B_GE,
+  B_AND,
+  B_OR,
+  B_XOR,
+  B_MOD,
+  B_FMOD, /* Mod with fmod=1: the sign of the dividend, as C */
+} bop_t;
+
+/* onx_op_reduce's operations (a row's arg; fold_reduce's kind). */
+typedef enum onx_reduce { ONX_R_SUM, ONX_R_MEAN, ONX_R_MAX, ONX_R_MIN, ONX_R_PROD } onx_reduce_t;
 
 /* ---- shared between families ---- */
 /* onnx_ops_elementwise.c: the node that alone consumes `name` after node

@@ -363,31 +363,29 @@ typedef struct unary_op {
   unary_fn fn;
 } unary_op_t;
 
-static const unary_op_t k_unary[] = {
-    {"Relu", "cl.unary.relu", u_relu},
-    {"Sigmoid", "cl.unary.sigmoid", u_sigmoid},
-    {"Tanh", "cl.unary.tanh", u_tanh},
-    {"Exp", "cl.unary.exp", u_exp},
-    {"Log", "cl.unary.log", u_log},
-    {"Sqrt", "cl.unary.sqrt", u_sqrt},
-    {"Neg", "cl.unary.neg", u_neg},
-    {"Abs", "cl.unary.abs", u_abs},
-    {"Erf", "cl.unary.erf", u_erf},
-    {"Reciprocal", "cl.unary.reciprocal", u_recip},
-    {"Floor", "cl.unary.floor", u_floor},
-    {"Ceil", "cl.unary.ceil", u_ceil},
-    {"Sin", "cl.unary.sin", u_sin},
-    {"Cos", "cl.unary.cos", u_cos},
-    {"HardSwish", "cl.unary.hard_swish", u_hswish},
-    {"Round", "cl.unary.round", u_round},
-    {"Softplus", "cl.unary.softplus", u_softplus},
+static const unary_op_t k_unary[ONX_U_COUNT] = {
+    [ONX_U_RELU] = {"Relu", "cl.unary.relu", u_relu},
+    [ONX_U_SIGMOID] = {"Sigmoid", "cl.unary.sigmoid", u_sigmoid},
+    [ONX_U_TANH] = {"Tanh", "cl.unary.tanh", u_tanh},
+    [ONX_U_EXP] = {"Exp", "cl.unary.exp", u_exp},
+    [ONX_U_LOG] = {"Log", "cl.unary.log", u_log},
+    [ONX_U_SQRT] = {"Sqrt", "cl.unary.sqrt", u_sqrt},
+    [ONX_U_NEG] = {"Neg", "cl.unary.neg", u_neg},
+    [ONX_U_ABS] = {"Abs", "cl.unary.abs", u_abs},
+    [ONX_U_ERF] = {"Erf", "cl.unary.erf", u_erf},
+    [ONX_U_RECIPROCAL] = {"Reciprocal", "cl.unary.reciprocal", u_recip},
+    [ONX_U_FLOOR] = {"Floor", "cl.unary.floor", u_floor},
+    [ONX_U_CEIL] = {"Ceil", "cl.unary.ceil", u_ceil},
+    [ONX_U_SIN] = {"Sin", "cl.unary.sin", u_sin},
+    [ONX_U_COS] = {"Cos", "cl.unary.cos", u_cos},
+    [ONX_U_HARD_SWISH] = {"HardSwish", "cl.unary.hard_swish", u_hswish},
+    [ONX_U_ROUND] = {"Round", "cl.unary.round", u_round},
+    [ONX_U_SOFTPLUS] = {"Softplus", "cl.unary.softplus", u_softplus},
 };
 
 vm_status_t onx_op_unary(onx_ctx_t *c) {
-  for (size_t i = 0; i < sizeof(k_unary) / sizeof(k_unary[0]); i++)
-    if (strcmp(k_unary[i].onnx, c->node->op_type) == 0)
-      return unary_common(c, k_unary[i].cl, k_unary[i].fn, 0, NULL);
-  return onx_node_err(c, VM_INTERNAL, "no unary table entry");
+  const unary_op_t *u = &k_unary[c->op->arg];
+  return unary_common(c, u->cl, u->fn, 0, NULL);
 }
 
 vm_status_t onx_op_leaky_relu(onx_ctx_t *c) {
@@ -463,48 +461,29 @@ vm_status_t onx_op_clip(onx_ctx_t *c) {
 }
 
 /* Binary ops: host folding over double (float dtypes) or int64. */
-typedef enum bop {
-  B_ADD,
-  B_SUB,
-  B_MUL,
-  B_DIV,
-  B_POW,
-  B_MAX,
-  B_MIN,
-  B_EQ,
-  B_LT,
-  B_GT,
-  B_LE,
-  B_GE,
-  B_AND,
-  B_OR,
-  B_XOR,
-  B_MOD,
-  B_FMOD, /* Mod with fmod=1: the sign of the dividend, as C */
-} bop_t;
-
 typedef struct binary_op {
   const char *onnx, *cl;
   bop_t op;
 } binary_op_t;
 
-static const binary_op_t k_binary[] = {
-    {"Add", "cl.binary.add", B_ADD},
-    {"Sub", "cl.binary.sub", B_SUB},
-    {"Mul", "cl.binary.mul", B_MUL},
-    {"Div", "cl.binary.div", B_DIV},
-    {"Pow", "cl.binary.pow", B_POW},
-    {"Max", "cl.binary.max", B_MAX},
-    {"Min", "cl.binary.min", B_MIN},
-    {"Equal", "cl.binary.equal", B_EQ},
-    {"Less", "cl.binary.less", B_LT},
-    {"Greater", "cl.binary.greater", B_GT},
-    {"LessOrEqual", "cl.binary.less_equal", B_LE},
-    {"GreaterOrEqual", "cl.binary.greater_equal", B_GE},
-    {"And", NULL, B_AND},
-    {"Or", NULL, B_OR},
-    {"Xor", NULL, B_XOR},
-    {"Mod", NULL, B_MOD},
+/* Indexed by bop_t; B_FMOD is Mod with fmod=1 (onx_op_binary). */
+static const binary_op_t k_binary[B_FMOD] = {
+    [B_ADD] = {"Add", "cl.binary.add", B_ADD},
+    [B_SUB] = {"Sub", "cl.binary.sub", B_SUB},
+    [B_MUL] = {"Mul", "cl.binary.mul", B_MUL},
+    [B_DIV] = {"Div", "cl.binary.div", B_DIV},
+    [B_POW] = {"Pow", "cl.binary.pow", B_POW},
+    [B_MAX] = {"Max", "cl.binary.max", B_MAX},
+    [B_MIN] = {"Min", "cl.binary.min", B_MIN},
+    [B_EQ] = {"Equal", "cl.binary.equal", B_EQ},
+    [B_LT] = {"Less", "cl.binary.less", B_LT},
+    [B_GT] = {"Greater", "cl.binary.greater", B_GT},
+    [B_LE] = {"LessOrEqual", "cl.binary.less_equal", B_LE},
+    [B_GE] = {"GreaterOrEqual", "cl.binary.greater_equal", B_GE},
+    [B_AND] = {"And", NULL, B_AND},
+    [B_OR] = {"Or", NULL, B_OR},
+    [B_XOR] = {"Xor", NULL, B_XOR},
+    [B_MOD] = {"Mod", NULL, B_MOD},
 };
 
 static int is_compare(bop_t op) {
@@ -726,7 +705,7 @@ static int const_is(onx_ctx_t *c, const char *name, uint32_t ndim, double v) {
  * alpha 1/6, beta 1/2), every constant exactly so. 1 and the Clip and Div
  * indices when it fits, else 0. */
 int onx_hard_chain(onx_ctx_t *c, size_t ia, size_t xs, const char *xname, uint32_t ndim,
-                      int64_t *ic_out, int64_t *im_out, int64_t *id_out, int *swish_out) {
+                   int64_t *ic_out, int64_t *im_out, int64_t *id_out, int *swish_out) {
   const Onnx__NodeProto *add = c->graph->node[ia];
   if (add->n_input != 2 || !const_is(c, add->input[1 - xs], ndim, 3)) return 0;
   size_t slot;
@@ -786,7 +765,8 @@ static vm_status_t hard_act(onx_ctx_t *c, int *done) {
   if (!x) return VM_STATUS_OK;
   int64_t ic, im, id;
   int swish;
-  if (!onx_hard_chain(c, c->node_idx, xs, x->name, x->ndim, &ic, &im, &id, &swish)) return VM_STATUS_OK;
+  if (!onx_hard_chain(c, c->node_idx, xs, x->name, x->ndim, &ic, &im, &id, &swish))
+    return VM_STATUS_OK;
   int32_t y = new_t(c, x->dt, x->ndim, x->dims);
   if (swish) {
     vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
@@ -803,15 +783,12 @@ static vm_status_t hard_act(onx_ctx_t *c, int *done) {
 }
 
 vm_status_t onx_op_binary(onx_ctx_t *c) {
-  if (strcmp(c->node->op_type, "Add") == 0 && c->node->n_input == 2) {
+  if (c->op->arg == B_ADD && c->node->n_input == 2) {
     int done;
     TRY(hard_act(c, &done));
     if (done) return VM_STATUS_OK;
   }
-  const binary_op_t *bo = NULL;
-  for (size_t i = 0; i < sizeof(k_binary) / sizeof(k_binary[0]); i++)
-    if (strcmp(k_binary[i].onnx, c->node->op_type) == 0) bo = &k_binary[i];
-  if (!bo) return onx_node_err(c, VM_INTERNAL, "no binary table entry");
+  const binary_op_t *bo = &k_binary[c->op->arg];
   binary_op_t fmod_op;
   if (bo->op == B_MOD) {
     int64_t fm;

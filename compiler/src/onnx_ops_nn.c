@@ -792,7 +792,7 @@ vm_status_t onx_op_global_pool(onx_ctx_t *c) {
   TRY(onx_in_req(c, 0, &x));
   TRY(need_float(c, x));
   if (x->ndim < 3) return onx_node_err(c, VM_INVALID_ARGUMENT, "input rank %u < 3", x->ndim);
-  int is_max = strcmp(c->node->op_type, "GlobalMaxPool") == 0;
+  int is_max = c->op->arg; /* 1 GlobalMaxPool, 0 GlobalAveragePool */
   if (x->ndim == 4 && !is_max) {
     int64_t yd[4] = {x->dims[0], x->dims[1], 1, 1};
     int32_t y = new_t(c, x->dt, 4, yd);
@@ -943,7 +943,7 @@ vm_status_t onx_op_softmax(onx_ctx_t *c) {
   TRY(onx_in_req(c, 0, &x));
   TRY(need_float(c, x));
   int64_t axis;
-  int log_sm = strcmp(c->node->op_type, "LogSoftmax") == 0;
+  int log_sm = c->op->arg; /* 1 LogSoftmax, 0 Softmax */
   TRY(onx_attr_int(c, "axis", c->opset < 13 ? 1 : -1, &axis));
   if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "X is 0-d");
   int64_t ax;

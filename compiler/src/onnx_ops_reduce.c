@@ -96,12 +96,7 @@ vm_status_t onx_reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint
 }
 
 vm_status_t onx_op_reduce(onx_ctx_t *c) {
-  const char *op = c->node->op_type;
-  int kind = strcmp(op, "ReduceSum") == 0    ? 0
-             : strcmp(op, "ReduceMean") == 0 ? 1
-             : strcmp(op, "ReduceMax") == 0  ? 2
-             : strcmp(op, "ReduceMin") == 0  ? 3
-                                             : 4;
+  int kind = c->op->arg; /* onx_reduce_t, fold_reduce's kind */
   /* axes became an input: ReduceSum at 13, the others at 18 */
   int axes_input = kind == 0 ? c->opset >= 13 : c->opset >= 18;
   onx_value_t *x;
