@@ -7,11 +7,6 @@
 #include "onnx_internal.h"
 
 #define MAXD VMCC_MAX_NDIM
-#define TRY(x)             \
-  do {                     \
-    vm_status_t st_ = (x); \
-    if (st_) return st_;   \
-  } while (0)
 
 static inline int32_t new_t(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int64_t *dims) {
   return vmcc_graph_tensor(c->g, dt, ndim, dims);

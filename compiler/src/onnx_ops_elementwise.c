@@ -319,10 +319,10 @@ static double u_gelu_tanh(double x, const double *p) {
 static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, uint32_t np,
                                 const double *p) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   if (x->data && onx_is_float(x->dt)) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, x->dt, x->numel, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, x->numel, &d));
     for (int64_t i = 0; i < x->numel; i++)
       onx_st_f(x->dt, d, i, fn(onx_ld_f(x->dt, x->data, i), p));
     return onx_def_const(c, 0, x->dt, x->ndim, x->dims, d);
@@ -330,7 +330,7 @@ static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, u
   if (x->data && onx_is_int(x->dt) &&
       (fn == u_neg || fn == u_abs || fn == u_relu || fn == u_clip)) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, x->dt, x->numel, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, x->numel, &d));
     for (int64_t i = 0; i < x->numel; i++) {
       int64_t v = onx_ld_i(x->dt, x->data, i);
       if (fn == u_clip)
@@ -344,9 +344,10 @@ static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, u
     return onx_def_const(c, 0, x->dt, x->ndim, x->dims, d);
   }
   /* integer clip runs too (cl.unary.clip rounds lo up and hi down) */
-  if (!(fn == u_clip && onx_is_int(x->dt) && x->dt.code != VM_DTYPE_BOOL)) TRY(need_float(c, x));
+  if (!(fn == u_clip && onx_is_int(x->dt) && x->dt.code != VM_DTYPE_BOOL))
+    VM_RETURN_IF_ERROR(need_float(c, x));
   int done;
-  TRY(try_fuse(c, clname, NULL, &x, 1, np, p, x->ndim, x->dims, &done));
+  VM_RETURN_IF_ERROR(try_fuse(c, clname, NULL, &x, 1, np, p, x->ndim, x->dims, &done));
   if (done) return VM_STATUS_OK;
   int32_t y = new_t(c, x->dt, x->ndim, x->dims);
   vmcc_arg_t a[5];
@@ -390,37 +391,37 @@ vm_status_t onx_op_unary(onx_ctx_t *c) {
 
 vm_status_t onx_op_leaky_relu(onx_ctx_t *c) {
   float alpha;
-  TRY(onx_attr_float(c, "alpha", 0.01f, &alpha));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 0.01f, &alpha));
   double p[1] = {alpha};
   return unary_common(c, "cl.unary.leaky_relu", u_leaky, 1, p);
 }
 
 vm_status_t onx_op_hard_sigmoid(onx_ctx_t *c) {
   float alpha, beta;
-  TRY(onx_attr_float(c, "alpha", 0.2f, &alpha));
-  TRY(onx_attr_float(c, "beta", 0.5f, &beta));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 0.2f, &alpha));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "beta", 0.5f, &beta));
   double p[2] = {alpha, beta};
   return unary_common(c, "cl.unary.hard_sigmoid", u_hsig, 2, p);
 }
 
 vm_status_t onx_op_elu(onx_ctx_t *c) {
   float alpha;
-  TRY(onx_attr_float(c, "alpha", 1.0f, &alpha));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 1.0f, &alpha));
   double p[1] = {alpha};
   return unary_common(c, "cl.unary.elu", u_elu, 1, p);
 }
 
 vm_status_t onx_op_selu(onx_ctx_t *c) {
   float alpha, gamma;
-  TRY(onx_attr_float(c, "alpha", 1.67326319217681884765625f, &alpha));
-  TRY(onx_attr_float(c, "gamma", 1.05070102214813232421875f, &gamma));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 1.67326319217681884765625f, &alpha));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "gamma", 1.05070102214813232421875f, &gamma));
   double p[2] = {alpha, gamma};
   return unary_common(c, "cl.unary.selu", u_selu, 2, p);
 }
 
 vm_status_t onx_op_gelu(onx_ctx_t *c) {
   char approx[16];
-  TRY(onx_attr_str(c, "approximate", "none", approx, sizeof(approx)));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "approximate", "none", approx, sizeof(approx)));
   if (strcmp(approx, "none") == 0) return unary_common(c, "cl.unary.gelu", u_gelu, 0, NULL);
   if (strcmp(approx, "tanh") == 0)
     return unary_common(c, "cl.unary.gelu_tanh", u_gelu_tanh, 0, NULL);
@@ -447,13 +448,13 @@ vm_status_t onx_op_clip(onx_ctx_t *c) {
   double p[2];
   if (c->opset < 11) {
     float lo, hi;
-    TRY(onx_attr_float(c, "min", -FLT_MAX, &lo));
-    TRY(onx_attr_float(c, "max", FLT_MAX, &hi));
+    VM_RETURN_IF_ERROR(onx_attr_float(c, "min", -FLT_MAX, &lo));
+    VM_RETURN_IF_ERROR(onx_attr_float(c, "max", FLT_MAX, &hi));
     p[0] = lo;
     p[1] = hi;
   } else {
-    TRY(scalar_input(c, 1, "min", -INFINITY, &p[0]));
-    TRY(scalar_input(c, 2, "max", INFINITY, &p[1]));
+    VM_RETURN_IF_ERROR(scalar_input(c, 1, "min", -INFINITY, &p[0]));
+    VM_RETURN_IF_ERROR(scalar_input(c, 2, "max", INFINITY, &p[1]));
   }
   /* min > max: every value becomes max (min(max(x, lo), hi)) */
   if (p[0] > p[1]) p[0] = p[1];
@@ -553,7 +554,7 @@ static vm_status_t fold_binary(onx_ctx_t *c, bop_t op, onx_value_t *a, onx_value
   vm_dtype_t odt = is_compare(op) ? VM_BOOL : a->dt;
   int64_t n = onx_numel(ondim, odims);
   uint8_t *d;
-  TRY(onx_alloc_const(c, odt, n, &d));
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, odt, n, &d));
   int64_t idx[MAXD] = {0};
   int use_int = onx_is_int(a->dt) && onx_is_int(b->dt);
   for (int64_t i = 0; i < n; i++) {
@@ -600,7 +601,7 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
   if (onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, ondim, odims) != 0)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "shapes of '%.60s' and '%.60s' do not broadcast",
                         a->name, b->name);
-  TRY(onx_check_shape(c, "output", *ondim, odims, NULL));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", *ondim, odims, NULL));
   if (a->data && b->data && last) return fold_binary(c, bo->op, a, b, *ondim, odims);
   if (!bo->cl) {
     char b1[32];
@@ -609,12 +610,13 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
                         bo->onnx, dt_name(a->dt, b1, sizeof(b1)));
   }
   /* integers: the cl.* arithmetic but pow, and the comparisons */
-  if (!(onx_is_int(a->dt) && a->dt.code != VM_DTYPE_BOOL && bo->op != B_POW)) TRY(need_float(c, a));
+  if (!(onx_is_int(a->dt) && a->dt.code != VM_DTYPE_BOOL && bo->op != B_POW))
+    VM_RETURN_IF_ERROR(need_float(c, a));
   static const char *const k_tok[] = {"add", "sub", "mul", "div", "pow", "max", "min"};
   if (last && bo->op <= B_MIN && *out_tid == -2) {
     onx_value_t *ops[2] = {a, b};
     int done;
-    TRY(try_fuse(c, bo->cl, k_tok[bo->op], ops, 2, 0, NULL, *ondim, odims, &done));
+    VM_RETURN_IF_ERROR(try_fuse(c, bo->cl, k_tok[bo->op], ops, 2, 0, NULL, *ondim, odims, &done));
     if (done) {
       *out_tid = -1; /* defined */
       return VM_STATUS_OK;
@@ -785,14 +787,14 @@ static vm_status_t hard_act(onx_ctx_t *c, int *done) {
 vm_status_t onx_op_binary(onx_ctx_t *c) {
   if (c->op->arg == B_ADD && c->node->n_input == 2) {
     int done;
-    TRY(hard_act(c, &done));
+    VM_RETURN_IF_ERROR(hard_act(c, &done));
     if (done) return VM_STATUS_OK;
   }
   const binary_op_t *bo = &k_binary[c->op->arg];
   binary_op_t fmod_op;
   if (bo->op == B_MOD) {
     int64_t fm;
-    TRY(onx_attr_int(c, "fmod", 0, &fm));
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "fmod", 0, &fm));
     onx_value_t *a0 = onx_in(c, 0);
     /* opset 28 defines fmod=0 for floats too: A - floor(A / B) * B */
     if (fm == 0 && a0 && onx_is_float(a0->dt) && c->opset < 28)
@@ -808,7 +810,7 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
   if (n < 1 || ((bo->op != B_MAX && bo->op != B_MIN) && n != 2))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "%u inputs, expected 2", n);
   onx_value_t *a;
-  TRY(onx_in_req(c, 0, &a));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
   if (n == 1) return onx_def_view(c, 0, a, a->ndim, a->dims);
   if (c->opset < 7 && onx_attr(c->node, "axis"))
     return onx_unsupported_attr(c, "axis", "(legacy broadcast)", "NumPy broadcasting (opset 7+)");
@@ -818,8 +820,8 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
     int64_t bc, od[MAXD];
     uint32_t on;
     onx_value_t *b;
-    TRY(onx_attr_int(c, "broadcast", 0, &bc));
-    TRY(onx_in_req(c, 1, &b));
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "broadcast", 0, &bc));
+    VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
     int same = b->ndim == a->ndim && memcmp(b->dims, a->dims, a->ndim * sizeof(int64_t)) == 0;
     if (!same && (!bc || onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, &on, od) != 0 ||
                   on != a->ndim || memcmp(od, a->dims, on * sizeof(int64_t)) != 0))
@@ -835,7 +837,7 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
   onx_value_t *left = a;
   for (uint32_t k = 1; k < n; k++) {
     onx_value_t *b;
-    TRY(onx_in_req(c, k, &b));
+    VM_RETURN_IF_ERROR(onx_in_req(c, k, &b));
     if (n > 2 && all_const(c)) {
       /* fold pairwise into host constants */
       if (k < n - 1) {
@@ -844,7 +846,7 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
       }
     }
     int32_t y = n == 2 ? -2 : -1; /* -2: the pair may fuse */
-    TRY(binary_pair(c, bo, left, b, k == n - 1, &y, &cnd, cd));
+    VM_RETURN_IF_ERROR(binary_pair(c, bo, left, b, k == n - 1, &y, &cnd, cd));
     if (y < 0) return VM_STATUS_OK; /* folded: output defined */
     cur = y;
     memset(&tmp, 0, sizeof(tmp));
@@ -861,20 +863,20 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
 
 vm_status_t onx_op_not(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   if (!x->data)
     return onx_node_err(c, VM_UNIMPLEMENTED, "Not on run-time tensors: supported: constants");
   uint8_t *d;
-  TRY(onx_alloc_const(c, VM_BOOL, x->numel, &d));
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_BOOL, x->numel, &d));
   for (int64_t i = 0; i < x->numel; i++) d[i] = !onx_ld_i(x->dt, x->data, i);
   return onx_def_const(c, 0, VM_BOOL, x->ndim, x->dims, d);
 }
 
 vm_status_t onx_op_where(onx_ctx_t *c) {
   onx_value_t *cond, *a, *b;
-  TRY(onx_in_req(c, 0, &cond));
-  TRY(onx_in_req(c, 1, &a));
-  TRY(onx_in_req(c, 2, &b));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &cond));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &a));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 2, &b));
   uint32_t n1, n;
   int64_t d1[MAXD], d[MAXD];
   if (onx_broadcast(cond->ndim, cond->dims, a->ndim, a->dims, &n1, d1) != 0 ||
@@ -883,10 +885,10 @@ vm_status_t onx_op_where(onx_ctx_t *c) {
   if (!vm_dtype_equal(a->dt, b->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "X and Y have different dtypes");
   int64_t numel;
-  TRY(onx_check_shape(c, "output", n, d, &numel));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", n, d, &numel));
   if (cond->data && a->data && b->data) {
     uint8_t *o;
-    TRY(onx_alloc_const(c, a->dt, numel, &o));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, a->dt, numel, &o));
     int64_t idx[MAXD] = {0};
     size_t es = esize(a->dt);
     for (int64_t i = 0; i < numel; i++) {

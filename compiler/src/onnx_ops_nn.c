@@ -16,22 +16,22 @@
 
 vm_status_t onx_op_gemm(onx_ctx_t *c) {
   onx_value_t *a, *b, *cc = onx_in(c, 2);
-  TRY(onx_in_req(c, 0, &a));
-  TRY(onx_in_req(c, 1, &b));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
   float alpha, beta;
   int64_t ta, tb;
-  TRY(onx_attr_float(c, "alpha", 1.0f, &alpha));
-  TRY(onx_attr_float(c, "beta", 1.0f, &beta));
-  TRY(onx_attr_int(c, "transA", 0, &ta));
-  TRY(onx_attr_int(c, "transB", 0, &tb));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 1.0f, &alpha));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "beta", 1.0f, &beta));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "transA", 0, &ta));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "transB", 0, &tb));
   int64_t bc = 1; /* legacy: C broadcasts only with broadcast=1 */
-  if (c->opset < 7) TRY(onx_attr_int(c, "broadcast", 0, &bc));
+  if (c->opset < 7) VM_RETURN_IF_ERROR(onx_attr_int(c, "broadcast", 0, &bc));
   if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "transA/transB must be 0 or 1");
   if (a->ndim != 2 || b->ndim != 2)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B must be 2-D (ranks %u and %u)", a->ndim,
                         b->ndim);
-  TRY(need_float(c, a));
+  VM_RETURN_IF_ERROR(need_float(c, a));
   if (!vm_dtype_equal(a->dt, b->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B have different dtypes");
   int64_t m = ta ? a->dims[1] : a->dims[0], k = ta ? a->dims[0] : a->dims[1];
@@ -83,11 +83,11 @@ vm_status_t onx_op_gemm(onx_ctx_t *c) {
 
 vm_status_t onx_op_matmul(onx_ctx_t *c) {
   onx_value_t *a, *b;
-  TRY(onx_in_req(c, 0, &a));
-  TRY(onx_in_req(c, 1, &b));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
   if (a->ndim < 1 || b->ndim < 1)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "MatMul of a 0-d tensor");
-  TRY(need_float(c, a));
+  VM_RETURN_IF_ERROR(need_float(c, a));
   if (!vm_dtype_equal(a->dt, b->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B have different dtypes");
   /* 1-D operands: [K] as [1, K] (A) or [K, 1] (B), the dim dropped after */
@@ -120,7 +120,7 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
   if (b->ndim > 1) od[on++] = n;
   /* the batch product times m or n then fits too (po is one of od's
    * products, pa and pb are their operands') */
-  TRY(onx_check_shape(c, "output", on, od, NULL));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", on, od, NULL));
   int64_t pa = prod(ad, an - 2), pb = prod(bd, bn - 2), po = prod(bo, nbo);
   int32_t ta, tb, y;
   if (pb == 1 && bn - 2 <= an - 2) {
@@ -187,12 +187,12 @@ typedef struct win {
 static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
                                const int64_t *wkernel, int ceil_mode, int has_dil, win2d_t *w) {
   int64_t ks[4], st[4], dl[4], pd[8], nks, nst, ndl, npd;
-  TRY(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
-  TRY(onx_attr_ints(c, "strides", st, 4, &nst));
-  TRY(onx_attr_ints(c, "dilations", dl, 4, &ndl));
-  TRY(onx_attr_ints(c, "pads", pd, 8, &npd));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "strides", st, 4, &nst));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "dilations", dl, 4, &ndl));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "pads", pd, 8, &npd));
   char ap[32];
-  TRY(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
   if (nks >= 0 && nks != (int64_t)nsp)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "kernel_shape has %lld values for %u spatial dims",
                         (long long)nks, nsp);
@@ -270,7 +270,7 @@ static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
  * (batch statistics, random dropout) is refused. */
 vm_status_t onx_need_is_test(onx_ctx_t *c) {
   int64_t is_test;
-  TRY(onx_attr_int(c, "is_test", 0, &is_test));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "is_test", 0, &is_test));
   if (is_test == 0)
     return onx_unsupported_attr(c, "is_test", "0 (training mode)",
                                 "nonzero (inference; absent means 0)");
@@ -443,9 +443,9 @@ static void conv_epilogue_after(onx_ctx_t *c, const char *cur, size_t after, uin
 
 vm_status_t onx_op_conv(onx_ctx_t *c) {
   onx_value_t *x, *wv, *bias = onx_in(c, 2);
-  TRY(onx_in_req(c, 0, &x));
-  TRY(onx_in_req(c, 1, &wv));
-  TRY(need_float(c, x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &wv));
+  VM_RETURN_IF_ERROR(need_float(c, x));
   if (x->ndim != 3 && x->ndim != 4)
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "input rank %u: supported: 1-D and 2-D convolutions "
@@ -454,7 +454,7 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   if (wv->ndim != x->ndim || !vm_dtype_equal(wv->dt, x->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "W must have X's rank and dtype");
   int64_t group;
-  TRY(onx_attr_int(c, "group", 1, &group));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "group", 1, &group));
   uint32_t nsp = x->ndim - 2;
   int64_t co = wv->dims[0], cig = wv->dims[1], cin;
   if (group < 1 || x->dims[1] % group != 0 || co % group != 0 ||
@@ -463,13 +463,13 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
                         "group %lld does not fit C=%lld, W's %lld output and %lld input channels",
                         (long long)group, (long long)x->dims[1], (long long)co, (long long)cig);
   win2d_t w;
-  TRY(read_window(c, nsp, x->dims + 2, wv->dims + 2, 0, 1, &w));
+  VM_RETURN_IF_ERROR(read_window(c, nsp, x->dims + 2, wv->dims + 2, 0, 1, &w));
   if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
   int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
   int64_t w4[4] = {co, cig, w.k[1], w.k[2]};
   int64_t y4[4] = {x->dims[0], co, w.out[1], w.out[2]};
-  TRY(onx_check_shape(c, "output", 4, y4, NULL));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
   int32_t tx = onx_reshaped(c, x, 4, x4), tw;
   vmcc_arg_t bz;
   int64_t bn = -1;
@@ -556,16 +556,16 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
 
 vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   onx_value_t *x, *wv, *bias = onx_in(c, 2);
-  TRY(onx_in_req(c, 0, &x));
-  TRY(onx_in_req(c, 1, &wv));
-  TRY(need_float(c, x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &wv));
+  VM_RETURN_IF_ERROR(need_float(c, x));
   if (x->ndim != 3 && x->ndim != 4)
     return onx_node_err(c, VM_UNIMPLEMENTED, "input rank %u: supported: 1-D and 2-D (rank 3 or 4)",
                         x->ndim);
   if (wv->ndim != x->ndim || !vm_dtype_equal(wv->dt, x->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "W must have X's rank and dtype");
   int64_t group;
-  TRY(onx_attr_int(c, "group", 1, &group));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "group", 1, &group));
   uint32_t nsp = x->ndim - 2;
   int64_t ci = wv->dims[0], cog = wv->dims[1];
   if (group < 1 || ci != x->dims[1] || ci % group != 0)
@@ -579,14 +579,14 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
                         "group %lld times W's %lld output channels per group overflows",
                         (long long)group, (long long)cog);
   int64_t ks[4], st[4], dl[4], pd[8], op[4], os[4], nks, nst, ndl, npd, nop, nos;
-  TRY(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
-  TRY(onx_attr_ints(c, "strides", st, 4, &nst));
-  TRY(onx_attr_ints(c, "dilations", dl, 4, &ndl));
-  TRY(onx_attr_ints(c, "pads", pd, 8, &npd));
-  TRY(onx_attr_ints(c, "output_padding", op, 4, &nop));
-  TRY(onx_attr_ints(c, "output_shape", os, 4, &nos));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "strides", st, 4, &nst));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "dilations", dl, 4, &ndl));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "pads", pd, 8, &npd));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "output_padding", op, 4, &nop));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "output_shape", os, 4, &nos));
   char ap[32];
-  TRY(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
   if ((nst >= 0 && nst != nsp) || (ndl >= 0 && ndl != nsp) || (npd >= 0 && npd != 2 * nsp) ||
       (nop >= 0 && nop != nsp) || (nks >= 0 && nks != nsp))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "attributes do not match %u spatial dims", nsp);
@@ -673,7 +673,7 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
   int64_t w4[4] = {ci, cog, k2[0], k2[1]};
   int64_t y4[4] = {x->dims[0], co, o2[0], o2[1]};
-  TRY(onx_check_shape(c, "output", 4, y4, NULL));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
   int32_t tx = onx_reshaped(c, x, 4, x4), tw = onx_reshaped(c, wv, 4, w4);
   int32_t y = new_t(c, x->dt, 4, y4);
   vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
@@ -714,12 +714,12 @@ static int32_t pool2d_emit(onx_ctx_t *c, const char *name, int32_t tx, vm_dtype_
 
 static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   /* 8- and 16-bit integers max-pool exactly in float32 (every value is
    * representable; padding never contributes to a max) */
   int small_int =
       is_max && (x->dt.code == VM_DTYPE_INT || x->dt.code == VM_DTYPE_UINT) && x->dt.bits <= 16;
-  if (!small_int) TRY(need_float(c, x));
+  if (!small_int) VM_RETURN_IF_ERROR(need_float(c, x));
   if (x->ndim < 3 || x->ndim > 5)
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "input rank %u: supported: 1-D, 2-D and 3-D pooling (rank 3 to 5)",
@@ -727,20 +727,20 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   if (is_max && onx_out_wanted(c, 1))
     return onx_node_err(c, VM_UNIMPLEMENTED, "output Indices: supported: the values only");
   int64_t ceil_mode = 0, cip = 0, so = 0;
-  if (c->opset >= 10) TRY(onx_attr_int(c, "ceil_mode", 0, &ceil_mode));
-  if (!is_max) TRY(onx_attr_int(c, "count_include_pad", 0, &cip));
-  if (is_max) TRY(onx_attr_int(c, "storage_order", 0, &so));
+  if (c->opset >= 10) VM_RETURN_IF_ERROR(onx_attr_int(c, "ceil_mode", 0, &ceil_mode));
+  if (!is_max) VM_RETURN_IF_ERROR(onx_attr_int(c, "count_include_pad", 0, &cip));
+  if (is_max) VM_RETURN_IF_ERROR(onx_attr_int(c, "storage_order", 0, &so));
   if ((ceil_mode != 0 && ceil_mode != 1) || (cip != 0 && cip != 1))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "ceil_mode and count_include_pad must be 0 or 1");
   uint32_t nsp = x->ndim - 2;
   win2d_t w;
   int has_dil = is_max ? c->opset >= 10 : c->opset >= 19;
-  TRY(read_window(c, nsp, x->dims + 2, NULL, (int)ceil_mode, has_dil, &w));
+  VM_RETURN_IF_ERROR(read_window(c, nsp, x->dims + 2, NULL, (int)ceil_mode, has_dil, &w));
   const char *name = is_max ? "cl.pool2d.max" : "cl.pool2d.avg";
   const int64_t *xd = x->dims;
   int64_t yd[5] = {xd[0], xd[1], 0, 0, 0};
   for (uint32_t i = 0; i < nsp; i++) yd[2 + i] = w.out[3 - nsp + i];
-  TRY(onx_check_shape(c, "output", x->ndim, yd, NULL));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", x->ndim, yd, NULL));
   int32_t y;
   vm_dtype_t pdt = small_int ? VM_F32 : x->dt;
   if (small_int) {
@@ -789,8 +789,8 @@ vm_status_t onx_op_avgpool(onx_ctx_t *c) {
 
 vm_status_t onx_op_global_pool(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
-  TRY(need_float(c, x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(need_float(c, x));
   if (x->ndim < 3) return onx_node_err(c, VM_INVALID_ARGUMENT, "input rank %u < 3", x->ndim);
   int is_max = c->op->arg; /* 1 GlobalMaxPool, 0 GlobalAveragePool */
   if (x->ndim == 4 && !is_max) {
@@ -826,7 +826,7 @@ static vm_status_t batchnorm_training(onx_ctx_t *c, onx_value_t *x, onx_value_t 
                                       onx_value_t *bb, onx_value_t *mean, onx_value_t *var,
                                       float eps) {
   float momentum;
-  TRY(onx_attr_float(c, "momentum", 0.9f, &momentum));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "momentum", 0.9f, &momentum));
   int64_t ch = x->dims[1], axes[MAXD], kd[MAXD], cd[MAXD];
   uint32_t na = 0;
   for (uint32_t i = 0; i < x->ndim; i++) {
@@ -859,7 +859,7 @@ static vm_status_t batchnorm_training(onx_ctx_t *c, onx_value_t *x, onx_value_t 
   int32_t nrm = emit_binary(c, "cl.binary.div", d, sd);
   int32_t sy = emit_binary(c, "cl.binary.mul", nrm, onx_reshaped(c, sc, x->ndim - 1, cd));
   int32_t y = emit_binary(c, "cl.binary.add", sy, onx_reshaped(c, bb, x->ndim - 1, cd));
-  TRY(onx_bind_out(c, 0, y, x->ndim, x->dims));
+  VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
   int32_t stats[2] = {m, v};
   onx_value_t *inputs[2] = {mean, var};
   for (int k = 0; k < 2; k++) {
@@ -871,29 +871,29 @@ static vm_status_t batchnorm_training(onx_ctx_t *c, onx_value_t *x, onx_value_t 
     int32_t b = emit_binary(c, "cl.binary.mul", onx_reshaped(c, inputs[k], 1, c1),
                             onx_const_tensor_f(c, x->dt, 0, NULL, &mo));
     int32_t o = emit_binary(c, "cl.binary.add", b, a);
-    TRY(onx_bind_out(c, 1 + (uint32_t)k, o, 1, c1));
+    VM_RETURN_IF_ERROR(onx_bind_out(c, 1 + (uint32_t)k, o, 1, c1));
   }
   return VM_STATUS_OK;
 }
 
 vm_status_t onx_op_batchnorm(onx_ctx_t *c) {
   onx_value_t *x, *sc, *bb, *mean, *var;
-  TRY(onx_in_req(c, 0, &x));
-  TRY(onx_in_req(c, 1, &sc));
-  TRY(onx_in_req(c, 2, &bb));
-  TRY(onx_in_req(c, 3, &mean));
-  TRY(onx_in_req(c, 4, &var));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sc));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 2, &bb));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 3, &mean));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 4, &var));
   float eps;
   int64_t training = 0;
-  TRY(onx_attr_float(c, "epsilon", 1e-5f, &eps));
-  if (c->opset >= 14) TRY(onx_attr_int(c, "training_mode", 0, &training));
-  if (c->opset < 7) TRY(onx_need_is_test(c));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  if (c->opset >= 14) VM_RETURN_IF_ERROR(onx_attr_int(c, "training_mode", 0, &training));
+  if (c->opset < 7) VM_RETURN_IF_ERROR(onx_need_is_test(c));
   if (c->opset < 9) {
     int64_t spatial;
-    TRY(onx_attr_int(c, "spatial", 1, &spatial));
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "spatial", 1, &spatial));
     if (spatial != 1) return onx_unsupported_attr(c, "spatial", "0", "1");
   }
-  TRY(need_float(c, x));
+  VM_RETURN_IF_ERROR(need_float(c, x));
   if (x->ndim < 2) return onx_node_err(c, VM_INVALID_ARGUMENT, "X has rank %u < 2", x->ndim);
   if (training) return batchnorm_training(c, x, sc, bb, mean, var, eps);
   for (uint32_t i = 1; i < 5; i++)
@@ -940,14 +940,14 @@ vm_status_t onx_op_batchnorm(onx_ctx_t *c) {
 
 vm_status_t onx_op_softmax(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
-  TRY(need_float(c, x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(need_float(c, x));
   int64_t axis;
   int log_sm = c->op->arg; /* 1 LogSoftmax, 0 Softmax */
-  TRY(onx_attr_int(c, "axis", c->opset < 13 ? 1 : -1, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", c->opset < 13 ? 1 : -1, &axis));
   if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "X is 0-d");
   int64_t ax;
-  TRY(norm_axis(c, axis, x->ndim, "axis", &ax));
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
   int32_t tx, y;
   int64_t cax;
   if (c->opset < 13) {
@@ -974,21 +974,21 @@ vm_status_t onx_op_softmax(onx_ctx_t *c) {
 
 vm_status_t onx_op_layernorm(onx_ctx_t *c) {
   onx_value_t *x, *sc, *bb = onx_in(c, 2);
-  TRY(onx_in_req(c, 0, &x));
-  TRY(onx_in_req(c, 1, &sc));
-  TRY(need_float(c, x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sc));
+  VM_RETURN_IF_ERROR(need_float(c, x));
   int64_t axis, stash;
   float eps;
-  TRY(onx_attr_int(c, "axis", -1, &axis));
-  TRY(onx_attr_float(c, "epsilon", 1e-5f, &eps));
-  TRY(onx_attr_int(c, "stash_type", 1, &stash));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", -1, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "stash_type", 1, &stash));
   if (stash != 1) {
     char v[24];
     snprintf(v, sizeof(v), "%lld", (long long)stash);
     return onx_unsupported_attr(c, "stash_type", v, "1 (float)");
   }
   int64_t ax;
-  TRY(norm_axis(c, axis, x->ndim, "axis", &ax));
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
   uint32_t nn = x->ndim - (uint32_t)ax;
   const int64_t *nd = x->dims + ax;
   /* Scale and B: the normalised shape (or broadcastable to it) */
@@ -1052,10 +1052,10 @@ vm_status_t onx_op_layernorm(onx_ctx_t *c) {
                        A(y)};
     call(c, "cl.layer_norm", 6, a);
   }
-  TRY(onx_bind_out(c, 0, y, x->ndim, x->dims));
+  VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
   if (want_stats) {
-    TRY(onx_bind_out(c, 1, tm, x->ndim, sd));
-    TRY(onx_bind_out(c, 2, ti, x->ndim, sd));
+    VM_RETURN_IF_ERROR(onx_bind_out(c, 1, tm, x->ndim, sd));
+    VM_RETURN_IF_ERROR(onx_bind_out(c, 2, ti, x->ndim, sd));
   }
   return VM_STATUS_OK;
 }

@@ -100,15 +100,15 @@ vm_status_t onx_op_reduce(onx_ctx_t *c) {
   /* axes became an input: ReduceSum at 13, the others at 18 */
   int axes_input = kind == 0 ? c->opset >= 13 : c->opset >= 18;
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t keep, noop = 0, axes[MAXD], nax = -1;
-  TRY(onx_attr_int(c, "keepdims", 1, &keep));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "keepdims", 1, &keep));
   if (axes_input) {
-    TRY(onx_attr_int(c, "noop_with_empty_axes", 0, &noop));
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "noop_with_empty_axes", 0, &noop));
     onx_value_t *av = onx_in(c, 1);
-    if (av) TRY(onx_const_ints(c, av, "axes", axes, MAXD, &nax));
+    if (av) VM_RETURN_IF_ERROR(onx_const_ints(c, av, "axes", axes, MAXD, &nax));
   } else {
-    TRY(onx_attr_ints(c, "axes", axes, MAXD, &nax));
+    VM_RETURN_IF_ERROR(onx_attr_ints(c, "axes", axes, MAXD, &nax));
   }
   if (nax <= 0) {
     if (noop) return onx_def_view(c, 0, x, x->ndim, x->dims);
@@ -118,14 +118,14 @@ vm_status_t onx_op_reduce(onx_ctx_t *c) {
   uint8_t red[MAXD] = {0};
   for (int64_t i = 0; i < nax; i++) {
     int64_t a;
-    TRY(norm_axis(c, axes[i], x->ndim, "axis", &a));
+    VM_RETURN_IF_ERROR(norm_axis(c, axes[i], x->ndim, "axis", &a));
     if (red[a]) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld repeated", (long long)a);
     red[a] = 1;
     axes[i] = a;
   }
   if (x->data) return fold_reduce(c, x, red, kind, (int)keep);
   int is_bool = vm_dtype_equal(x->dt, VM_BOOL);
-  if (!(is_bool && (kind == 2 || kind == 3))) TRY(need_float(c, x));
+  if (!(is_bool && (kind == 2 || kind == 3))) VM_RETURN_IF_ERROR(need_float(c, x));
   int empty = 0;
   for (uint32_t i = 0; i < x->ndim; i++)
     if (red[i] && x->dims[i] == 0) empty = 1;
@@ -136,7 +136,7 @@ vm_status_t onx_op_reduce(onx_ctx_t *c) {
     uint32_t on = reduced_shape(x, red, (int)keep, od);
     int64_t n = onx_numel(on, od);
     uint8_t *d;
-    TRY(onx_alloc_const(c, x->dt, n, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, n, &d));
     for (int64_t i = 0; i < n; i++)
       onx_st_f(x->dt, d, i, is_bool ? kind == 3 : kind == 2 ? -INFINITY : INFINITY);
     return onx_def_const(c, 0, x->dt, on, od, d);

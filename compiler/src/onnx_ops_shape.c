@@ -16,13 +16,13 @@
 
 vm_status_t onx_op_identity(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   return onx_def_view(c, 0, x, x->ndim, x->dims);
 }
 
 vm_status_t onx_op_dropout(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   if (c->opset >= 12) {
     onx_value_t *tm = onx_in(c, 2);
     if (tm) {
@@ -32,14 +32,14 @@ vm_status_t onx_op_dropout(onx_ctx_t *c) {
         return onx_unsupported_attr(c, "training_mode", "true", "false (inference)");
     }
   } else if (c->opset < 7) {
-    TRY(onx_need_is_test(c));
+    VM_RETURN_IF_ERROR(onx_need_is_test(c));
   }
-  TRY(onx_def_view(c, 0, x, x->ndim, x->dims));
+  VM_RETURN_IF_ERROR(onx_def_view(c, 0, x, x->ndim, x->dims));
   if (onx_out_wanted(c, 1)) {
     /* the mask keeps every element: bool from opset 10, X's type before */
     vm_dtype_t mdt = c->opset < 10 ? x->dt : VM_BOOL;
     uint8_t *d;
-    TRY(onx_alloc_const(c, mdt, x->numel, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, mdt, x->numel, &d));
     for (int64_t i = 0; i < x->numel; i++) onx_st_f(mdt, d, i, 1.0);
     return onx_def_const(c, 1, mdt, x->ndim, x->dims, d);
   }
@@ -48,18 +48,18 @@ vm_status_t onx_op_dropout(onx_ctx_t *c) {
 
 vm_status_t onx_op_reshape(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t sh[MAXD], n;
   if (c->opset < 5) {
-    TRY(onx_attr_ints(c, "shape", sh, MAXD, &n));
+    VM_RETURN_IF_ERROR(onx_attr_ints(c, "shape", sh, MAXD, &n));
   } else {
     onx_value_t *s;
-    TRY(onx_in_req(c, 1, &s));
-    TRY(onx_const_ints(c, s, "shape", sh, MAXD, &n));
+    VM_RETURN_IF_ERROR(onx_in_req(c, 1, &s));
+    VM_RETURN_IF_ERROR(onx_const_ints(c, s, "shape", sh, MAXD, &n));
   }
   if (n < 0) n = 0;
   int64_t allowzero = 0;
-  if (c->opset >= 14) TRY(onx_attr_int(c, "allowzero", 0, &allowzero));
+  if (c->opset >= 14) VM_RETURN_IF_ERROR(onx_attr_int(c, "allowzero", 0, &allowzero));
   int64_t known = 1, infer = -1;
   for (int64_t i = 0; i < n; i++) {
     if (sh[i] == 0 && !allowzero) {
@@ -97,9 +97,9 @@ vm_status_t onx_op_reshape(onx_ctx_t *c) {
 
 vm_status_t onx_op_flatten(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t axis;
-  TRY(onx_attr_int(c, "axis", 1, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", 1, &axis));
   if (axis < -(int64_t)x->ndim || axis > (int64_t)x->ndim)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld out of range", (long long)axis);
   if (axis < 0) axis += x->ndim;
@@ -118,16 +118,16 @@ static vm_status_t read_axes(onx_ctx_t *c, int64_t *axes, int64_t *n) {
 
 vm_status_t onx_op_squeeze(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t axes[MAXD], n;
-  TRY(read_axes(c, axes, &n));
+  VM_RETURN_IF_ERROR(read_axes(c, axes, &n));
   uint8_t drop[MAXD] = {0};
   if (n < 0) {
     for (uint32_t i = 0; i < x->ndim; i++) drop[i] = x->dims[i] == 1;
   } else {
     for (int64_t i = 0; i < n; i++) {
       int64_t a;
-      TRY(norm_axis(c, axes[i], x->ndim, "axis", &a));
+      VM_RETURN_IF_ERROR(norm_axis(c, axes[i], x->ndim, "axis", &a));
       if (x->dims[a] != 1)
         return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld has size %lld, not 1", (long long)a,
                             (long long)x->dims[a]);
@@ -143,16 +143,16 @@ vm_status_t onx_op_squeeze(onx_ctx_t *c) {
 
 vm_status_t onx_op_unsqueeze(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t axes[MAXD], n;
-  TRY(read_axes(c, axes, &n));
+  VM_RETURN_IF_ERROR(read_axes(c, axes, &n));
   if (n < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "axes are missing");
   uint32_t on = x->ndim + (uint32_t)n;
   if (on > MAXD) return onx_node_err(c, VM_UNIMPLEMENTED, "rank %u: at most %d", on, MAXD);
   uint8_t ins[MAXD] = {0};
   for (int64_t i = 0; i < n; i++) {
     int64_t a;
-    TRY(norm_axis(c, axes[i], on, "axis", &a));
+    VM_RETURN_IF_ERROR(norm_axis(c, axes[i], on, "axis", &a));
     if (ins[a]) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld repeated", (long long)a);
     ins[a] = 1;
   }
@@ -164,9 +164,9 @@ vm_status_t onx_op_unsqueeze(onx_ctx_t *c) {
 
 vm_status_t onx_op_transpose(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t perm[MAXD], n;
-  TRY(onx_attr_ints(c, "perm", perm, MAXD, &n));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "perm", perm, MAXD, &n));
   if (n < 0) {
     n = x->ndim;
     for (uint32_t i = 0; i < x->ndim; i++) perm[i] = x->ndim - 1 - i;
@@ -178,7 +178,7 @@ vm_status_t onx_op_transpose(onx_ctx_t *c) {
   int64_t od[MAXD];
   for (int64_t i = 0; i < n; i++) {
     int64_t p;
-    TRY(norm_axis(c, perm[i], x->ndim, "perm value", &p));
+    VM_RETURN_IF_ERROR(norm_axis(c, perm[i], x->ndim, "perm value", &p));
     if (seen[p]) return onx_node_err(c, VM_INVALID_ARGUMENT, "perm is not a permutation");
     seen[p] = 1;
     perm[i] = p;
@@ -186,7 +186,7 @@ vm_status_t onx_op_transpose(onx_ctx_t *c) {
   }
   if (x->data) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, x->dt, x->numel, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, x->numel, &d));
     size_t es = esize(x->dt);
     int64_t stride[MAXD], idx[MAXD] = {0};
     int64_t s = 1;
@@ -213,18 +213,18 @@ vm_status_t onx_op_concat(onx_ctx_t *c) {
   if (n < 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "no inputs");
   if (n > 64) return onx_node_err(c, VM_UNIMPLEMENTED, "%u inputs: at most 64", n);
   onx_value_t *x0;
-  TRY(onx_in_req(c, 0, &x0));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x0));
   int64_t axis;
-  TRY(onx_attr_int(c, "axis", c->opset < 4 ? 1 : 0, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", c->opset < 4 ? 1 : 0, &axis));
   if (x0->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "inputs are 0-d");
   int64_t ax;
-  TRY(norm_axis(c, axis, x0->ndim, "axis", &ax));
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x0->ndim, "axis", &ax));
   int64_t od[MAXD];
   memcpy(od, x0->dims, sizeof(od));
   od[ax] = 0;
   onx_value_t *xs[64];
   for (uint32_t i = 0; i < n; i++) {
-    TRY(onx_in_req(c, i, &xs[i]));
+    VM_RETURN_IF_ERROR(onx_in_req(c, i, &xs[i]));
     onx_value_t *x = xs[i];
     if (x->ndim != x0->ndim || !vm_dtype_equal(x->dt, x0->dt))
       return onx_node_err(c, VM_INVALID_ARGUMENT, "input %u differs in rank or dtype", i);
@@ -236,10 +236,10 @@ vm_status_t onx_op_concat(onx_ctx_t *c) {
                           (long long)ax);
   }
   int64_t numel;
-  TRY(onx_check_shape(c, "output", x0->ndim, od, &numel));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", x0->ndim, od, &numel));
   if (all_const(c)) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, x0->dt, numel, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x0->dt, numel, &d));
     size_t es = esize(x0->dt);
     int64_t outer = prod(od, (uint32_t)ax), inner = prod(od + ax + 1, x0->ndim - (uint32_t)ax - 1);
     int64_t pos = 0;
@@ -270,7 +270,7 @@ static vm_status_t slice_out(onx_ctx_t *c, uint32_t oi, onx_value_t *x, const in
   if (x->data) {
     int64_t numel = onx_numel(x->ndim, od);
     uint8_t *d;
-    TRY(onx_alloc_const(c, x->dt, numel, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, numel, &d));
     size_t es = esize(x->dt);
     int64_t idx[MAXD] = {0};
     for (int64_t i = 0; i < numel; i++) {
@@ -308,20 +308,20 @@ static vm_status_t slice_out(onx_ctx_t *c, uint32_t oi, onx_value_t *x, const in
 
 vm_status_t onx_op_slice(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t st[MAXD], en[MAXD], ax[MAXD], sp[MAXD], ns, ne, na = -1, np = -1;
   if (c->opset < 10) {
-    TRY(onx_attr_ints(c, "starts", st, MAXD, &ns));
-    TRY(onx_attr_ints(c, "ends", en, MAXD, &ne));
-    TRY(onx_attr_ints(c, "axes", ax, MAXD, &na));
+    VM_RETURN_IF_ERROR(onx_attr_ints(c, "starts", st, MAXD, &ns));
+    VM_RETURN_IF_ERROR(onx_attr_ints(c, "ends", en, MAXD, &ne));
+    VM_RETURN_IF_ERROR(onx_attr_ints(c, "axes", ax, MAXD, &na));
   } else {
     onx_value_t *vs, *ve, *va = onx_in(c, 3), *vp = onx_in(c, 4);
-    TRY(onx_in_req(c, 1, &vs));
-    TRY(onx_in_req(c, 2, &ve));
-    TRY(onx_const_ints(c, vs, "starts", st, MAXD, &ns));
-    TRY(onx_const_ints(c, ve, "ends", en, MAXD, &ne));
-    if (va) TRY(onx_const_ints(c, va, "axes", ax, MAXD, &na));
-    if (vp) TRY(onx_const_ints(c, vp, "steps", sp, MAXD, &np));
+    VM_RETURN_IF_ERROR(onx_in_req(c, 1, &vs));
+    VM_RETURN_IF_ERROR(onx_in_req(c, 2, &ve));
+    VM_RETURN_IF_ERROR(onx_const_ints(c, vs, "starts", st, MAXD, &ns));
+    VM_RETURN_IF_ERROR(onx_const_ints(c, ve, "ends", en, MAXD, &ne));
+    if (va) VM_RETURN_IF_ERROR(onx_const_ints(c, va, "axes", ax, MAXD, &na));
+    if (vp) VM_RETURN_IF_ERROR(onx_const_ints(c, vp, "steps", sp, MAXD, &np));
   }
   if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (np >= 0 && np != ns))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "starts, ends, axes and steps differ in length");
@@ -330,7 +330,7 @@ vm_status_t onx_op_slice(onx_ctx_t *c) {
   for (uint32_t i = 0; i < x->ndim; i++) start[i] = 0, step[i] = 1, count[i] = x->dims[i];
   for (int64_t i = 0; i < ns; i++) {
     int64_t a = na >= 0 ? ax[i] : i;
-    TRY(norm_axis(c, a, x->ndim, "axis", &a));
+    VM_RETURN_IF_ERROR(norm_axis(c, a, x->ndim, "axis", &a));
     if (seen[a]) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis %lld repeated", (long long)a);
     seen[a] = 1;
     int64_t d = x->dims[a], s = st[i], e = en[i], p = np >= 0 ? sp[i] : 1;
@@ -362,19 +362,19 @@ vm_status_t onx_op_slice(onx_ctx_t *c) {
 
 vm_status_t onx_op_split(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t axis, sz[64], nsz = -1, num_out = -1;
-  TRY(onx_attr_int(c, "axis", 0, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", 0, &axis));
   int64_t ax;
-  TRY(norm_axis(c, axis, x->ndim, "axis", &ax));
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
   uint32_t no = onx_num_outputs(c);
   if (no < 1 || no > 64) return onx_node_err(c, VM_UNIMPLEMENTED, "%u outputs: 1 to 64", no);
   if (c->opset < 13) {
-    TRY(onx_attr_ints(c, "split", sz, 64, &nsz));
+    VM_RETURN_IF_ERROR(onx_attr_ints(c, "split", sz, 64, &nsz));
   } else {
     onx_value_t *sv = onx_in(c, 1);
-    if (sv) TRY(onx_const_ints(c, sv, "split", sz, 64, &nsz));
-    if (c->opset >= 18) TRY(onx_attr_int(c, "num_outputs", -1, &num_out));
+    if (sv) VM_RETURN_IF_ERROR(onx_const_ints(c, sv, "split", sz, 64, &nsz));
+    if (c->opset >= 18) VM_RETURN_IF_ERROR(onx_attr_int(c, "num_outputs", -1, &num_out));
   }
   int64_t d = x->dims[ax];
   if (nsz < 0) {
@@ -411,7 +411,7 @@ vm_status_t onx_op_split(onx_ctx_t *c) {
   for (uint32_t i = 0; i < no; i++) {
     start[ax] = pos;
     count[ax] = sz[i];
-    TRY(slice_out(c, i, x, start, step, count));
+    VM_RETURN_IF_ERROR(slice_out(c, i, x, start, step, count));
     pos += sz[i];
   }
   return VM_STATUS_OK;
@@ -419,13 +419,13 @@ vm_status_t onx_op_split(onx_ctx_t *c) {
 
 vm_status_t onx_op_gather(onx_ctx_t *c) {
   onx_value_t *x, *ind;
-  TRY(onx_in_req(c, 0, &x));
-  TRY(onx_in_req(c, 1, &ind));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &ind));
   int64_t axis;
-  TRY(onx_attr_int(c, "axis", 0, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", 0, &axis));
   if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "data is 0-d");
   int64_t ax;
-  TRY(norm_axis(c, axis, x->ndim, "axis", &ax));
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
   if (!onx_is_int(ind->dt) || ind->dt.code == VM_DTYPE_BOOL)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "indices must be integers");
   uint32_t on = x->ndim - 1 + ind->ndim;
@@ -436,7 +436,7 @@ vm_status_t onx_op_gather(onx_ctx_t *c) {
   for (uint32_t i = 0; i < ind->ndim; i++) od[k++] = ind->dims[i];
   for (uint32_t i = (uint32_t)ax + 1; i < x->ndim; i++) od[k++] = x->dims[i];
   int64_t numel;
-  TRY(onx_check_shape(c, "output", on, od, &numel));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", on, od, &numel));
   int64_t d = x->dims[ax];
   int64_t *iv = NULL;
   if (ind->data) {
@@ -505,9 +505,9 @@ vm_status_t onx_op_gather(onx_ctx_t *c) {
 
 vm_status_t onx_op_pad(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   char mode[16];
-  TRY(onx_attr_str(c, "mode", "constant", mode, sizeof(mode)));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "mode", "constant", mode, sizeof(mode)));
   int m = strcmp(mode, "constant") == 0                 ? 0
           : strcmp(mode, "reflect") == 0                ? 1
           : strcmp(mode, "edge") == 0                   ? 2
@@ -517,28 +517,28 @@ vm_status_t onx_op_pad(onx_ctx_t *c) {
   int64_t pads[2 * MAXD], np, axes[MAXD], nax = -1;
   double value = 0;
   if (c->opset < 11) {
-    TRY(onx_attr_ints(c, c->opset < 2 ? "paddings" : "pads", pads, 2 * MAXD, &np));
+    VM_RETURN_IF_ERROR(onx_attr_ints(c, c->opset < 2 ? "paddings" : "pads", pads, 2 * MAXD, &np));
     float v;
-    TRY(onx_attr_float(c, "value", 0.0f, &v));
+    VM_RETURN_IF_ERROR(onx_attr_float(c, "value", 0.0f, &v));
     value = v;
   } else {
     onx_value_t *pv, *cv = onx_in(c, 2), *av = onx_in(c, 3);
-    TRY(onx_in_req(c, 1, &pv));
-    TRY(onx_const_ints(c, pv, "pads", pads, 2 * MAXD, &np));
+    VM_RETURN_IF_ERROR(onx_in_req(c, 1, &pv));
+    VM_RETURN_IF_ERROR(onx_const_ints(c, pv, "pads", pads, 2 * MAXD, &np));
     if (cv) {
       if (!cv->data) return onx_node_err(c, VM_UNIMPLEMENTED, "constant_value must be a constant");
       if (cv->numel != 1)
         return onx_node_err(c, VM_INVALID_ARGUMENT, "constant_value must hold one value");
       value = onx_ld_f(cv->dt, cv->data, 0);
     }
-    if (av) TRY(onx_const_ints(c, av, "axes", axes, MAXD, &nax));
+    if (av) VM_RETURN_IF_ERROR(onx_const_ints(c, av, "axes", axes, MAXD, &nax));
   }
   int64_t full[2 * MAXD] = {0};
   if (nax >= 0) {
     if (np != 2 * nax) return onx_node_err(c, VM_INVALID_ARGUMENT, "pads do not match axes");
     for (int64_t i = 0; i < nax; i++) {
       int64_t a;
-      TRY(norm_axis(c, axes[i], x->ndim, "axis", &a));
+      VM_RETURN_IF_ERROR(norm_axis(c, axes[i], x->ndim, "axis", &a));
       full[a] = pads[i];
       full[a + x->ndim] = pads[i + nax];
     }
@@ -562,7 +562,7 @@ vm_status_t onx_op_pad(onx_ctx_t *c) {
         (full[i] > 0 || full[i + x->ndim] > 0))
       return onx_node_err(c, VM_INVALID_ARGUMENT, "reflect pads must be smaller than the dim");
   }
-  TRY(onx_check_shape(c, "output", x->ndim, od, NULL));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", x->ndim, od, NULL));
   int32_t y = new_t(c, x->dt, x->ndim, od);
   vmcc_arg_t a[5] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, 2 * x->ndim, full), I(m),
                      onx_float_arg(c, value), A(y)};
@@ -572,10 +572,10 @@ vm_status_t onx_op_pad(onx_ctx_t *c) {
 
 vm_status_t onx_op_expand(onx_ctx_t *c) {
   onx_value_t *x, *sv;
-  TRY(onx_in_req(c, 0, &x));
-  TRY(onx_in_req(c, 1, &sv));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sv));
   int64_t sh[MAXD], n;
-  TRY(onx_const_ints(c, sv, "shape", sh, MAXD, &n));
+  VM_RETURN_IF_ERROR(onx_const_ints(c, sv, "shape", sh, MAXD, &n));
   uint32_t on;
   int64_t od[MAXD];
   char s[200];
@@ -588,10 +588,10 @@ vm_status_t onx_op_expand(onx_ctx_t *c) {
                         onx_dims_str(x->ndim, x->dims, s, sizeof(s)),
                         onx_dims_str((uint32_t)n, sh, s + 100, sizeof(s) - 100));
   int64_t numel;
-  TRY(onx_check_shape(c, "output", on, od, &numel));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", on, od, &numel));
   if (x->data) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, x->dt, numel, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, numel, &d));
     size_t es = esize(x->dt);
     int64_t idx[MAXD] = {0};
     for (int64_t i = 0; i < numel; i++) {
@@ -609,21 +609,21 @@ vm_status_t onx_op_expand(onx_ctx_t *c) {
 
 vm_status_t onx_op_resize(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
-  TRY(need_float(c, x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(need_float(c, x));
   char mode[16], ctm[32], nm[32], kar[16];
-  TRY(onx_attr_str(c, "mode", "nearest", mode, sizeof(mode)));
-  TRY(onx_attr_str(c, "coordinate_transformation_mode", c->opset < 11 ? "asymmetric" : "half_pixel",
-                   ctm, sizeof(ctm)));
-  TRY(onx_attr_str(c, "nearest_mode", c->opset < 11 ? "floor" : "round_prefer_floor", nm,
-                   sizeof(nm)));
-  TRY(onx_attr_str(c, "keep_aspect_ratio_policy", "stretch", kar, sizeof(kar)));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "mode", "nearest", mode, sizeof(mode)));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "coordinate_transformation_mode",
+                                  c->opset < 11 ? "asymmetric" : "half_pixel", ctm, sizeof(ctm)));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "nearest_mode", c->opset < 11 ? "floor" : "round_prefer_floor",
+                                  nm, sizeof(nm)));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "keep_aspect_ratio_policy", "stretch", kar, sizeof(kar)));
   float cubic_a, extrap;
   int64_t excl, antialias = 0;
-  TRY(onx_attr_float(c, "cubic_coeff_a", -0.75f, &cubic_a));
-  TRY(onx_attr_float(c, "extrapolation_value", 0.0f, &extrap));
-  TRY(onx_attr_int(c, "exclude_outside", 0, &excl));
-  TRY(onx_attr_int(c, "antialias", 0, &antialias));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "cubic_coeff_a", -0.75f, &cubic_a));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "extrapolation_value", 0.0f, &extrap));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "exclude_outside", 0, &excl));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "antialias", 0, &antialias));
   if (antialias != 0 && antialias != 1) {
     char v[24];
     snprintf(v, sizeof(v), "%lld", (long long)antialias);
@@ -664,12 +664,12 @@ vm_status_t onx_op_resize(onx_ctx_t *c) {
   uint32_t r = x->ndim;
   double scales[MAXD], roi[2 * MAXD];
   int64_t od[MAXD], axes[MAXD], nax = -1;
-  TRY(onx_attr_ints(c, "axes", axes, MAXD, &nax));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "axes", axes, MAXD, &nax));
   uint32_t na = nax >= 0 ? (uint32_t)nax : r;
   int64_t axl[MAXD];
   for (uint32_t i = 0; i < na; i++) {
     int64_t a = i;
-    if (nax >= 0) TRY(norm_axis(c, axes[i], r, "axis", &a));
+    if (nax >= 0) VM_RETURN_IF_ERROR(norm_axis(c, axes[i], r, "axis", &a));
     axl[i] = a;
   }
   for (uint32_t i = 0; i < r; i++) {
@@ -678,7 +678,7 @@ vm_status_t onx_op_resize(onx_ctx_t *c) {
   }
   onx_value_t *vroi = NULL, *vsc, *vsz = NULL;
   if (c->opset < 11) {
-    TRY(onx_in_req(c, 1, &vsc));
+    VM_RETURN_IF_ERROR(onx_in_req(c, 1, &vsc));
   } else {
     vroi = onx_in(c, 1);
     vsc = onx_in(c, 2);
@@ -721,7 +721,7 @@ vm_status_t onx_op_resize(onx_ctx_t *c) {
     }
   } else {
     int64_t sz[MAXD], nsz;
-    TRY(onx_const_ints(c, vsz, "sizes", sz, MAXD, &nsz));
+    VM_RETURN_IF_ERROR(onx_const_ints(c, vsz, "sizes", sz, MAXD, &nsz));
     if (nsz != (int64_t)na)
       return onx_node_err(c, VM_INVALID_ARGUMENT, "sizes has %lld values", (long long)nsz);
     for (uint32_t i = 0; i < na; i++) {
@@ -779,12 +779,12 @@ vm_status_t onx_op_resize(onx_ctx_t *c) {
 
 vm_status_t onx_op_cast(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t to;
-  TRY(onx_attr_int(c, "to", 0, &to));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "to", 0, &to));
   /* opset 24: the rounding of casts to float8e8m0, a type refused here */
   char rm[16];
-  TRY(onx_attr_str(c, "round_mode", "up", rm, sizeof(rm)));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "round_mode", "up", rm, sizeof(rm)));
   if (strcmp(rm, "up") != 0 && strcmp(rm, "down") != 0 && strcmp(rm, "nearest") != 0)
     return onx_unsupported_attr(c, "round_mode", rm, "up, down, nearest");
   vm_dtype_t dt;
@@ -796,7 +796,7 @@ vm_status_t onx_op_cast(onx_ctx_t *c) {
   }
   if (x->data) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, dt, x->numel, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, dt, x->numel, &d));
     for (int64_t i = 0; i < x->numel; i++) {
       if (onx_is_float(x->dt))
         onx_st_f(dt, d, i, onx_ld_f(x->dt, x->data, i));
@@ -818,11 +818,11 @@ vm_status_t onx_op_cast(onx_ctx_t *c) {
 
 vm_status_t onx_op_shape(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t start = 0, end = x->ndim;
   if (c->opset >= 15) {
-    TRY(onx_attr_int(c, "start", 0, &start));
-    TRY(onx_attr_int(c, "end", x->ndim, &end));
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "start", 0, &start));
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "end", x->ndim, &end));
   }
   int64_t r = x->ndim;
   if (start < 0) start += r;
@@ -831,7 +831,7 @@ vm_status_t onx_op_shape(onx_ctx_t *c) {
   end = end < 0 ? 0 : end > r ? r : end;
   int64_t n = end > start ? end - start : 0;
   uint8_t *d;
-  TRY(onx_alloc_const(c, VM_I64, n, &d));
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_I64, n, &d));
   for (int64_t i = 0; i < n; i++) onx_st_i(VM_I64, d, i, x->dims[start + i]);
   int64_t dd[1] = {n};
   return onx_def_const(c, 0, VM_I64, 1, dd, d);
@@ -839,16 +839,16 @@ vm_status_t onx_op_shape(onx_ctx_t *c) {
 
 vm_status_t onx_op_size(onx_ctx_t *c) {
   onx_value_t *x;
-  TRY(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   uint8_t *d;
-  TRY(onx_alloc_const(c, VM_I64, 1, &d));
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_I64, 1, &d));
   onx_st_i(VM_I64, d, 0, x->numel);
   return onx_def_const(c, 0, VM_I64, 0, NULL, d);
 }
 
 static vm_status_t def_from_proto(onx_ctx_t *c, const Onnx__TensorProto *tp) {
   vmcc_tensor_t t;
-  TRY(onx_tensor_from_proto(tp, c->base_dir, "attribute 'value'", &t));
+  VM_RETURN_IF_ERROR(onx_tensor_from_proto(tp, c->base_dir, "attribute 'value'", &t));
   return onx_def_const(c, 0, t.dtype, t.ndim, t.shape, t.data);
 }
 
@@ -857,26 +857,26 @@ vm_status_t onx_op_constant(onx_ctx_t *c) {
   if ((a = onx_attr(c->node, "value")) && a->t) return def_from_proto(c, a->t);
   if ((a = onx_attr(c->node, "value_float"))) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, VM_F32, 1, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_F32, 1, &d));
     onx_st_f(VM_F32, d, 0, a->f);
     return onx_def_const(c, 0, VM_F32, 0, NULL, d);
   }
   if ((a = onx_attr(c->node, "value_int"))) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, VM_I64, 1, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_I64, 1, &d));
     onx_st_i(VM_I64, d, 0, a->i);
     return onx_def_const(c, 0, VM_I64, 0, NULL, d);
   }
   if ((a = onx_attr(c->node, "value_floats"))) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, VM_F32, (int64_t)a->n_floats, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_F32, (int64_t)a->n_floats, &d));
     for (size_t i = 0; i < a->n_floats; i++) onx_st_f(VM_F32, d, (int64_t)i, a->floats[i]);
     int64_t dd[1] = {(int64_t)a->n_floats};
     return onx_def_const(c, 0, VM_F32, 1, dd, d);
   }
   if ((a = onx_attr(c->node, "value_ints"))) {
     uint8_t *d;
-    TRY(onx_alloc_const(c, VM_I64, (int64_t)a->n_ints, &d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_I64, (int64_t)a->n_ints, &d));
     for (size_t i = 0; i < a->n_ints; i++) onx_st_i(VM_I64, d, (int64_t)i, a->ints[i]);
     int64_t dd[1] = {(int64_t)a->n_ints};
     return onx_def_const(c, 0, VM_I64, 1, dd, d);
@@ -887,17 +887,17 @@ vm_status_t onx_op_constant(onx_ctx_t *c) {
 
 vm_status_t onx_op_constant_of_shape(onx_ctx_t *c) {
   onx_value_t *s;
-  TRY(onx_in_req(c, 0, &s));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &s));
   int64_t sh[MAXD], n;
-  TRY(onx_const_ints(c, s, "shape", sh, MAXD, &n));
+  VM_RETURN_IF_ERROR(onx_const_ints(c, s, "shape", sh, MAXD, &n));
   int64_t numel;
-  TRY(onx_check_shape(c, "shape", (uint32_t)n, sh, &numel));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "shape", (uint32_t)n, sh, &numel));
   vm_dtype_t dt = VM_F32;
   uint8_t val[8] = {0};
   const Onnx__AttributeProto *a = onx_attr(c->node, "value");
   if (a && a->t) {
     vmcc_tensor_t t;
-    TRY(onx_tensor_from_proto(a->t, NULL, "attribute 'value'", &t));
+    VM_RETURN_IF_ERROR(onx_tensor_from_proto(a->t, NULL, "attribute 'value'", &t));
     if (onx_numel(t.ndim, t.shape) != 1) {
       vmcc_tensor_free(&t);
       return onx_node_err(c, VM_INVALID_ARGUMENT, "value must hold one element");
@@ -907,7 +907,7 @@ vm_status_t onx_op_constant_of_shape(onx_ctx_t *c) {
     vmcc_tensor_free(&t);
   }
   uint8_t *d;
-  TRY(onx_alloc_const(c, dt, numel, &d));
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, dt, numel, &d));
   size_t es = esize(dt);
   for (int64_t i = 0; i < numel; i++) memcpy(d + i * es, val, es);
   return onx_def_const(c, 0, dt, (uint32_t)n, sh, d);
@@ -915,9 +915,9 @@ vm_status_t onx_op_constant_of_shape(onx_ctx_t *c) {
 
 vm_status_t onx_op_range(onx_ctx_t *c) {
   onx_value_t *s, *l, *dl;
-  TRY(onx_in_req(c, 0, &s));
-  TRY(onx_in_req(c, 1, &l));
-  TRY(onx_in_req(c, 2, &dl));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &s));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &l));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 2, &dl));
   if (!s->data || !l->data || !dl->data)
     return onx_node_err(c, VM_UNIMPLEMENTED, "start, limit and delta must be constants");
   if (s->numel != 1 || l->numel != 1 || dl->numel != 1)
@@ -925,7 +925,7 @@ vm_status_t onx_op_range(onx_ctx_t *c) {
   /* opset 27: the precision of float16 ranges (computed in double here,
    * which rounds as float32 or double would) */
   int64_t stash;
-  TRY(onx_attr_int(c, "stash_type", 1, &stash));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "stash_type", 1, &stash));
   if (stash != 1 && stash != 11 && vm_dtype_equal(s->dt, VM_F16)) {
     char v[24];
     snprintf(v, sizeof(v), "%lld", (long long)stash);
@@ -960,7 +960,7 @@ vm_status_t onx_op_range(onx_ctx_t *c) {
                         (long long)ONX_MAX_FOLD_ELEMS);
   int64_t n = (int64_t)cnt;
   uint8_t *o;
-  TRY(onx_alloc_const(c, s->dt, n, &o));
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, s->dt, n, &o));
   for (int64_t i = 0; i < n; i++) {
     int64_t v;
     if (!is_int) {
