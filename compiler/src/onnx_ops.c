@@ -28,7 +28,7 @@
  *     (onx_bind_out / onx_def_out / onx_def_view). Propagate statuses
  *     with VM_RETURN_IF_ERROR; refuse what it cannot do with onx_node_err
  *     or onx_unsupported_attr (UNIMPLEMENTED, naming what is supported).
- *  2. Add its row below, in alphabetical order, listing every attribute
+ *  2. Add its row to the table below, listing every attribute
  *     the lowering reads with the opsets that define it.
  *  3. Add it to docs/onnx.md's operator table, remove its cases from
  *     tests/compiler/onnx_node_known_failures.txt as they pass, and test
