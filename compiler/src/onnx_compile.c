@@ -617,19 +617,11 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
     }
     if (n->n_output == 0 || !n->output[0] || !n->output[0][0])
       return onx_node_err(c, VM_INVALID_ARGUMENT, "the node has no output 0");
-    if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
-      return onx_node_err(c, VM_UNIMPLEMENTED, "domain '%.60s': supported: the default domain",
-                          n->domain);
-    const onx_op_t *op = onx_find_op(n->op_type);
-    if (!op) {
-      char ops[1280];
-      onx_supported_ops(ops, sizeof(ops));
-      return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
-                          n->op_type, ops);
-    }
     /* before the skip: a node fused into an earlier one is checked too */
-    vm_status_t st = onx_check_attrs(c, op->attrs);
+    const onx_op_t *op;
+    vm_status_t st = onx_resolve_op(c, &op);
     if (st) return st;
+    c->op = op;
     if (c->skip && c->skip[i]) { /* fused into an earlier node */
       if (c->rep) {
         count_op(c->rep, n->op_type);
@@ -665,6 +657,7 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
     }
   }
   c->node = NULL;
+  c->op = NULL;
   return VM_STATUS_OK;
 }
 

@@ -30,7 +30,10 @@
 #define ONX_MAX_RANK 64            /* dims of a shape or tensor */
 #define ONX_MAX_ELEMENTS (1u << 24) /* messages and repeated strings */
 
-/* A pending fused elementwise expression (onnx_ops.c). */
+/* A row of the operator registry (onnx_ops.c). */
+typedef struct onx_op onx_op_t;
+
+/* A pending fused elementwise expression (onnx_ops_elementwise.c). */
 typedef struct onx_expr onx_expr_t;
 
 /* A value of the graph: a host constant (data), a tensor computed at run
@@ -88,6 +91,7 @@ typedef struct onx_ctx {
   uint32_t num_vals, cap_vals;
   onx_names_t names; /* every value name of the graph */
   const Onnx__NodeProto *node; /* the node being lowered */
+  const onx_op_t *op; /* its registry row */
   uint32_t node_idx;
   vmcc_onnx_report_t *rep;
   uint32_t c_one, c_zero; /* float constants 1.0 and 0.0 */
@@ -164,7 +168,7 @@ vm_status_t onx_def_view(onx_ctx_t *c, uint32_t i, onx_value_t *src, uint32_t nd
 /* Defines output i as a pending expression (taking ownership of e). */
 vm_status_t onx_def_expr(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
                          const int64_t *dims, onx_expr_t *e);
-/* Emits v's pending expression (onnx_ops.c): its tensor, -1 on error. */
+/* Emits v's pending expression (onnx_ops_elementwise.c): its tensor, -1 on error. */
 int32_t onx_expr_emit(onx_ctx_t *c, onx_value_t *v);
 void onx_expr_free(onx_expr_t *e);
 /* The graph tensor of v (materialising a constant or an expression). -1 on error. */
@@ -225,14 +229,19 @@ vm_status_t onx_alloc_const(const onx_ctx_t *c, vm_dtype_t dt, int64_t numel, ui
 
 /* ---- operators (onnx_ops.c) ---- */
 typedef vm_status_t (*onx_lower_fn)(onx_ctx_t *c);
-typedef struct onx_op {
-  const char *name;
-  onx_lower_fn fn;
-  const char *attrs; /* the attributes it understands (onx_check_attrs' spec) */
-} onx_op_t;
-/* The entry of op_type; NULL when unsupported. */
-const onx_op_t *onx_find_op(const char *op_type);
-/* A comma-separated list of the supported op types into buf. */
-void onx_supported_ops(char *buf, size_t len);
+struct onx_op {
+  const char *name;           /* op_type */
+  const char *domain;         /* "" the default domain (a node's "" or "ai.onnx") */
+  int16_t opset_lo, opset_hi; /* the opsets it lowers; 0: no bound that side */
+  const char *attrs;          /* the attributes it understands (onx_check_attrs' spec) */
+  onx_lower_fn fn;            /* the lowering */
+  int32_t arg;                /* for fn, which of its family's operations (c->op->arg) */
+};
+/* The row for the current node (c->node, at c->opset) into *out, after
+ * checking its domain, its opset and its attributes: the one place a node
+ * meets the registry. UNIMPLEMENTED (naming what is supported) for an
+ * operator, a domain or an opset without a row, an attribute the row does
+ * not list; INVALID_ARGUMENT for a duplicate or nameless attribute. */
+vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out);
 
 #endif /* ONX_INTERNAL_H */

@@ -1,0 +1,171 @@
+/* Shared by the ONNX operator files (onnx_ops_*.c): the helpers every
+ * lowering uses, the lowerings the registry (onnx_ops.c) points at and the
+ * few pieces one family borrows from another. */
+#ifndef ONX_OPS_H
+#define ONX_OPS_H
+
+#include "onnx_internal.h"
+
+#define MAXD VMCC_MAX_NDIM
+
+static inline int32_t new_t(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int64_t *dims) {
+  return vmcc_graph_tensor(c->g, dt, ndim, dims);
+}
+
+static inline void call(onx_ctx_t *c, const char *name, uint32_t n, const vmcc_arg_t *a) {
+  vmcc_graph_call(c->g, name, n, a);
+}
+
+static inline vmcc_arg_t A(int32_t tid) {
+  return vmcc_a_t(tid);
+}
+
+static inline vmcc_arg_t I(int64_t v) {
+  return vmcc_a_imm(v);
+}
+
+static inline int all_const(onx_ctx_t *c) {
+  for (uint32_t i = 0; i < c->node->n_input; i++) {
+    onx_value_t *v = onx_in(c, i);
+    if (v && !v->data) return 0;
+  }
+  return 1;
+}
+
+static inline const char *dt_name(vm_dtype_t dt, char *buf, size_t n) {
+  return vm_dtype_str(dt, buf, n);
+}
+
+/* Run-time float operands: float32 or float16. */
+static inline vm_status_t need_float(onx_ctx_t *c, const onx_value_t *v) {
+  if (vm_dtype_equal(v->dt, VM_F32) || vm_dtype_equal(v->dt, VM_F16)) return VM_STATUS_OK;
+  char b[32];
+  return onx_node_err(c, VM_UNIMPLEMENTED,
+                      "input '%.80s' has dtype %s: supported: float, float16 (at run time)",
+                      v->name, dt_name(v->dt, b, sizeof(b)));
+}
+
+/* axis in [-r, r) -> [0, r) */
+static inline vm_status_t norm_axis(onx_ctx_t *c, int64_t axis, uint32_t r, const char *what,
+                                    int64_t *out) {
+  *out = 0;
+  if (axis < -(int64_t)r || axis >= (int64_t)r)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "%s %lld is out of range for rank %u", what,
+                        (long long)axis, r);
+  *out = axis < 0 ? axis + r : axis;
+  return VM_STATUS_OK;
+}
+
+static inline size_t esize(vm_dtype_t dt) {
+  return vm_dtype_bytes(dt);
+}
+
+/* The product of dims of a value or of a shape onx_check_shape passed
+ * (so it fits); -1 on overflow all the same. */
+static inline int64_t prod(const int64_t *d, uint32_t n) {
+  int64_t p;
+  return vm_ckd_prod_i64(d, n, &p) == 0 ? p : -1;
+}
+
+/* The operations of onx_op_unary and onx_op_binary: a registry row's arg. */
+typedef enum onx_unary {
+  ONX_U_RELU,
+  ONX_U_SIGMOID,
+  ONX_U_TANH,
+  ONX_U_EXP,
+  ONX_U_LOG,
+  ONX_U_SQRT,
+  ONX_U_NEG,
+  ONX_U_ABS,
+  ONX_U_ERF,
+  ONX_U_RECIPROCAL,
+  ONX_U_FLOOR,
+  ONX_U_CEIL,
+  ONX_U_SIN,
+  ONX_U_COS,
+  ONX_U_HARD_SWISH,
+  ONX_U_ROUND,
+  ONX_U_SOFTPLUS,
+  ONX_U_COUNT
+} onx_unary_t;
+
+typedef enum bop {
+  B_ADD,
+  B_SUB,
+  B_MUL,
+  B_DIV,
+  B_POW,
+  B_MAX,
+  B_MIN,
+  B_EQ,
+  B_LT,
+  B_GT,
+  B_LE,
+  B_GE,
+  B_AND,
+  B_OR,
+  B_XOR,
+  B_MOD,
+  B_FMOD, /* Mod with fmod=1: the sign of the dividend, as C */
+} bop_t;
+
+/* onx_op_reduce's operations (a row's arg; fold_reduce's kind). */
+typedef enum onx_reduce { ONX_R_SUM, ONX_R_MEAN, ONX_R_MAX, ONX_R_MIN, ONX_R_PROD } onx_reduce_t;
+
+/* ---- shared between families ---- */
+/* onnx_ops_elementwise.c: the node that alone consumes `name` after node
+ * `after` (its index, -1 none; *slot its input); the HardSigmoid/HardSwish
+ * chain after an Add (1 when it fits). */
+int64_t onx_sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *slot);
+int onx_hard_chain(onx_ctx_t *c, size_t ia, size_t xs, const char *xname, uint32_t ndim,
+                   int64_t *ic_out, int64_t *im_out, int64_t *id_out, int *swish_out);
+/* onnx_ops_nn.c: is_test nonzero before opset 7 (BatchNormalization, Dropout). */
+vm_status_t onx_need_is_test(onx_ctx_t *c);
+/* onnx_ops_reduce.c: output 0 as the reduction `name` of x over axes. */
+vm_status_t onx_reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
+                            const int64_t *axes, int keep);
+
+/* ---- the lowerings (the registry in onnx_ops.c points at them) ---- */
+vm_status_t onx_op_avgpool(onx_ctx_t *c);
+vm_status_t onx_op_batchnorm(onx_ctx_t *c);
+vm_status_t onx_op_binary(onx_ctx_t *c);
+vm_status_t onx_op_cast(onx_ctx_t *c);
+vm_status_t onx_op_clip(onx_ctx_t *c);
+vm_status_t onx_op_concat(onx_ctx_t *c);
+vm_status_t onx_op_constant(onx_ctx_t *c);
+vm_status_t onx_op_constant_of_shape(onx_ctx_t *c);
+vm_status_t onx_op_conv(onx_ctx_t *c);
+vm_status_t onx_op_conv_transpose(onx_ctx_t *c);
+vm_status_t onx_op_dropout(onx_ctx_t *c);
+vm_status_t onx_op_elu(onx_ctx_t *c);
+vm_status_t onx_op_expand(onx_ctx_t *c);
+vm_status_t onx_op_flatten(onx_ctx_t *c);
+vm_status_t onx_op_gather(onx_ctx_t *c);
+vm_status_t onx_op_gelu(onx_ctx_t *c);
+vm_status_t onx_op_gemm(onx_ctx_t *c);
+vm_status_t onx_op_global_pool(onx_ctx_t *c);
+vm_status_t onx_op_hard_sigmoid(onx_ctx_t *c);
+vm_status_t onx_op_identity(onx_ctx_t *c);
+vm_status_t onx_op_layernorm(onx_ctx_t *c);
+vm_status_t onx_op_leaky_relu(onx_ctx_t *c);
+vm_status_t onx_op_matmul(onx_ctx_t *c);
+vm_status_t onx_op_maxpool(onx_ctx_t *c);
+vm_status_t onx_op_not(onx_ctx_t *c);
+vm_status_t onx_op_pad(onx_ctx_t *c);
+vm_status_t onx_op_range(onx_ctx_t *c);
+vm_status_t onx_op_reduce(onx_ctx_t *c);
+vm_status_t onx_op_reshape(onx_ctx_t *c);
+vm_status_t onx_op_resize(onx_ctx_t *c);
+vm_status_t onx_op_selu(onx_ctx_t *c);
+vm_status_t onx_op_shape(onx_ctx_t *c);
+vm_status_t onx_op_size(onx_ctx_t *c);
+vm_status_t onx_op_slice(onx_ctx_t *c);
+vm_status_t onx_op_softmax(onx_ctx_t *c);
+vm_status_t onx_op_split(onx_ctx_t *c);
+vm_status_t onx_op_squeeze(onx_ctx_t *c);
+vm_status_t onx_op_transpose(onx_ctx_t *c);
+vm_status_t onx_op_unary(onx_ctx_t *c);
+vm_status_t onx_op_unsqueeze(onx_ctx_t *c);
+vm_status_t onx_op_where(onx_ctx_t *c);
+
+#endif /* ONX_OPS_H */

@@ -1,0 +1,1061 @@
+/* ONNX operators, neural-network layers: Gemm and MatMul, convolutions
+ * (with the epilogues folded into them), pooling, BatchNormalization,
+ * Softmax and LayerNormalization. */
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx_ops.h"
+
+/* ---------------------------------------------------------------------------
+ * Linear algebra
+ */
+
+vm_status_t onx_op_gemm(onx_ctx_t *c) {
+  onx_value_t *a, *b, *cc = onx_in(c, 2);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
+  float alpha, beta;
+  int64_t ta, tb;
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 1.0f, &alpha));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "beta", 1.0f, &beta));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "transA", 0, &ta));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "transB", 0, &tb));
+  int64_t bc = 1; /* legacy: C broadcasts only with broadcast=1 */
+  if (c->opset < 7) VM_RETURN_IF_ERROR(onx_attr_int(c, "broadcast", 0, &bc));
+  if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "transA/transB must be 0 or 1");
+  if (a->ndim != 2 || b->ndim != 2)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B must be 2-D (ranks %u and %u)", a->ndim,
+                        b->ndim);
+  VM_RETURN_IF_ERROR(need_float(c, a));
+  if (!vm_dtype_equal(a->dt, b->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B have different dtypes");
+  int64_t m = ta ? a->dims[1] : a->dims[0], k = ta ? a->dims[0] : a->dims[1];
+  int64_t kb = tb ? b->dims[1] : b->dims[0], nn = tb ? b->dims[0] : b->dims[1];
+  if (k != kb)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "inner dims differ: %lld and %lld", (long long)k,
+                        (long long)kb);
+  int64_t yd[2] = {m, nn};
+  int use_c = cc && beta != 0.0f;
+  int32_t y = new_t(c, a->dt, 2, yd);
+  int32_t mm = use_c ? new_t(c, a->dt, 2, yd) : y;
+  vmcc_arg_t g[7] = {A(onx_tid(c, a)),        A(onx_tid(c, b)),        I(ta), I(tb),
+                     onx_float_arg(c, alpha), vmcc_a_const(c->c_zero), A(mm)};
+  call(c, "cl.gemm", 7, g);
+  if (use_c) {
+    uint32_t bn;
+    int64_t bd[MAXD];
+    if (onx_broadcast(2, yd, cc->ndim, cc->dims, &bn, bd) != 0 || bn != 2 || bd[0] != m ||
+        bd[1] != nn)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "C does not broadcast to [%lld, %lld]",
+                          (long long)m, (long long)nn);
+    if (!bc && (cc->ndim != 2 || cc->dims[0] != m || cc->dims[1] != nn))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "C must be [%lld, %lld] (broadcast = 0) before opset 7", (long long)m,
+                          (long long)nn);
+    if (!vm_dtype_equal(cc->dt, a->dt))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "C has another dtype than A");
+    int32_t tc;
+    if (beta == 1.0f) {
+      tc = onx_tid(c, cc);
+    } else if (cc->data) {
+      double *vals = malloc((size_t)(cc->numel ? cc->numel : 1) * sizeof(double));
+      if (!vals) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+      for (int64_t i = 0; i < cc->numel; i++) vals[i] = beta * onx_ld_f(cc->dt, cc->data, i);
+      tc = onx_const_tensor_f(c, cc->dt, cc->ndim, cc->dims, vals);
+      free(vals);
+    } else {
+      double bv = beta;
+      int32_t ts = onx_const_tensor_f(c, cc->dt, 0, NULL, &bv);
+      tc = new_t(c, cc->dt, cc->ndim, cc->dims);
+      vmcc_arg_t ma[3] = {A(onx_tid(c, cc)), A(ts), A(tc)};
+      call(c, "cl.binary.mul", 3, ma);
+    }
+    vmcc_arg_t ad[3] = {A(mm), A(tc), A(y)};
+    call(c, "cl.binary.add", 3, ad);
+  }
+  return onx_bind_out(c, 0, y, 2, yd);
+}
+
+vm_status_t onx_op_matmul(onx_ctx_t *c) {
+  onx_value_t *a, *b;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
+  if (a->ndim < 1 || b->ndim < 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "MatMul of a 0-d tensor");
+  VM_RETURN_IF_ERROR(need_float(c, a));
+  if (!vm_dtype_equal(a->dt, b->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B have different dtypes");
+  /* 1-D operands: [K] as [1, K] (A) or [K, 1] (B), the dim dropped after */
+  int64_t ad[MAXD], bd[MAXD];
+  uint32_t an = a->ndim, bn = b->ndim;
+  memcpy(ad, a->dims, sizeof(ad));
+  memcpy(bd, b->dims, sizeof(bd));
+  if (an == 1) {
+    ad[1] = ad[0];
+    ad[0] = 1;
+    an = 2;
+  }
+  if (bn == 1) {
+    bd[1] = 1;
+    bn = 2;
+  }
+  int64_t m = ad[an - 2], k = ad[an - 1], kb = bd[bn - 2], n = bd[bn - 1];
+  if (k != kb)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "inner dims differ: %lld and %lld", (long long)k,
+                        (long long)kb);
+  uint32_t nbo;
+  int64_t bo[MAXD];
+  if (onx_broadcast(an - 2, ad, bn - 2, bd, &nbo, bo) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "batch dims do not broadcast");
+  /* output dims */
+  int64_t od[MAXD];
+  uint32_t on = 0;
+  for (uint32_t i = 0; i < nbo; i++) od[on++] = bo[i];
+  if (a->ndim > 1) od[on++] = m;
+  if (b->ndim > 1) od[on++] = n;
+  /* the batch product times m or n then fits too (po is one of od's
+   * products, pa and pb are their operands') */
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", on, od, NULL));
+  int64_t pa = prod(ad, an - 2), pb = prod(bd, bn - 2), po = prod(bo, nbo);
+  int32_t ta, tb, y;
+  if (pb == 1 && bn - 2 <= an - 2) {
+    /* B shared by every batch: A as [po*M, K] */
+    int64_t a2[2] = {pa * m, k}, b2[2] = {k, n}, y2[2] = {pa * m, n};
+    ta = onx_reshaped(c, a, 2, a2);
+    tb = onx_reshaped(c, b, 2, b2);
+    y = new_t(c, a->dt, 2, y2);
+  } else if (pa == 1 && an - 2 <= bn - 2) {
+    int64_t a2[2] = {m, k}, b3[3] = {pb, k, n}, y3[3] = {pb, m, n};
+    ta = onx_reshaped(c, a, 2, a2);
+    tb = onx_reshaped(c, b, 3, b3);
+    y = new_t(c, a->dt, 3, y3);
+  } else if (pa == po && pb == po) {
+    int64_t a3[3] = {po, m, k}, b3[3] = {po, k, n}, y3[3] = {po, m, n};
+    ta = onx_reshaped(c, a, 3, a3);
+    tb = onx_reshaped(c, b, 3, b3);
+    y = new_t(c, a->dt, 3, y3);
+  } else {
+    /* materialise the broadcast batches of the smaller side */
+    int64_t fa[MAXD], fb[MAXD];
+    uint32_t nf = nbo + 2;
+    memcpy(fa, bo, nbo * sizeof(int64_t));
+    memcpy(fb, bo, nbo * sizeof(int64_t));
+    fa[nbo] = m, fa[nbo + 1] = k, fb[nbo] = k, fb[nbo + 1] = n;
+    int32_t xa = onx_reshaped(c, a, an, ad), xb = onx_reshaped(c, b, bn, bd);
+    if (pa != po) {
+      int32_t e = new_t(c, a->dt, nf, fa);
+      vmcc_arg_t ba[2] = {A(xa), A(e)};
+      call(c, "cl.broadcast_to", 2, ba);
+      xa = e;
+    }
+    if (pb != po) {
+      int32_t e = new_t(c, b->dt, nf, fb);
+      vmcc_arg_t ba[2] = {A(xb), A(e)};
+      call(c, "cl.broadcast_to", 2, ba);
+      xb = e;
+    }
+    int64_t a3[3] = {po, m, k}, b3[3] = {po, k, n}, y3[3] = {po, m, n};
+    ta = vmcc_graph_view(c->g, xa, 3, a3);
+    tb = vmcc_graph_view(c->g, xb, 3, b3);
+    y = new_t(c, a->dt, 3, y3);
+  }
+  vmcc_arg_t g[7] = {A(ta), A(tb), I(0), I(0), vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero),
+                     A(y)};
+  call(c, "cl.gemm", 7, g);
+  return onx_bind_out(c, 0, y, on, od);
+}
+
+/* ---------------------------------------------------------------------------
+ * Convolution and pooling
+ */
+
+/* A window over up to 3 spatial axes, right-aligned: [0] D, [1] H, [2] W
+ * (absent axes have size 1, no padding). */
+typedef struct win {
+  int64_t k[3], s[3], d[3], pb[3], pe[3];
+  int64_t out[3];
+} win2d_t;
+
+/* Reads kernel_shape/strides/dilations/pads/auto_pad for nsp spatial dims
+ * (1 or 2) of input dims in[] and computes the output size. kernel: from
+ * the weight (conv) or -1 (pool: from kernel_shape). ceil: pool ceil_mode. */
+static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
+                               const int64_t *wkernel, int ceil_mode, int has_dil, win2d_t *w) {
+  int64_t ks[4], st[4], dl[4], pd[8], nks, nst, ndl, npd;
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "strides", st, 4, &nst));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "dilations", dl, 4, &ndl));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "pads", pd, 8, &npd));
+  char ap[32];
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
+  if (nks >= 0 && nks != (int64_t)nsp)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "kernel_shape has %lld values for %u spatial dims",
+                        (long long)nks, nsp);
+  if (!wkernel && nks < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "kernel_shape is missing");
+  if ((nst >= 0 && nst != (int64_t)nsp) || (ndl >= 0 && ndl != (int64_t)nsp) ||
+      (npd >= 0 && npd != 2 * (int64_t)nsp))
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "strides/dilations/pads do not match %u spatial dims", nsp);
+  if (ndl >= 0 && !has_dil) {
+    for (uint32_t i = 0; i < nsp; i++)
+      if (dl[i] != 1) return onx_unsupported_attr(c, "dilations", "!= 1", "1 before opset 10");
+  }
+  int mode = 0; /* 0 NOTSET, 1 SAME_UPPER, 2 SAME_LOWER, 3 VALID */
+  if (strcmp(ap, "NOTSET") == 0 || ap[0] == 0)
+    mode = 0;
+  else if (strcmp(ap, "SAME_UPPER") == 0)
+    mode = 1;
+  else if (strcmp(ap, "SAME_LOWER") == 0)
+    mode = 2;
+  else if (strcmp(ap, "VALID") == 0)
+    mode = 3;
+  else
+    return onx_unsupported_attr(c, "auto_pad", ap, "NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  memset(w, 0, sizeof(*w));
+  for (uint32_t i = 0; i < 3; i++) {
+    w->k[i] = w->s[i] = w->d[i] = 1;
+    w->out[i] = 1;
+  }
+  uint32_t off = 3 - nsp; /* absent axes are dummies of size 1 */
+  for (uint32_t i = 0; i < nsp; i++) {
+    uint32_t j = off + i;
+    w->k[j] = wkernel ? wkernel[i] : ks[i];
+    if (wkernel && nks >= 0 && ks[i] != wkernel[i])
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "kernel_shape differs from the weight's");
+    w->s[j] = nst >= 0 ? st[i] : 1;
+    w->d[j] = ndl >= 0 ? dl[i] : 1;
+    w->pb[j] = npd >= 0 ? pd[i] : 0;
+    w->pe[j] = npd >= 0 ? pd[i + nsp] : 0;
+    if (w->k[j] < 1 || w->s[j] < 1 || w->d[j] < 1 || w->pb[j] < 0 || w->pe[j] < 0 ||
+        w->k[j] > (1 << 20) || w->s[j] > (1 << 20) || w->d[j] > (1 << 20) || w->pb[j] > (1 << 20) ||
+        w->pe[j] > (1 << 20))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "spatial axis %u: kernel %lld, stride %lld, dilation %lld, pads %lld "
+                          "and %lld: kernel, strides and dilations must be 1 to 2^20 and pads 0 "
+                          "to 2^20",
+                          i, (long long)w->k[j], (long long)w->s[j], (long long)w->d[j],
+                          (long long)w->pb[j], (long long)w->pe[j]);
+    int64_t ek = (w->k[j] - 1) * w->d[j] + 1; /* dilated kernel */
+    int64_t x = in[i];
+    if (mode == 1 || mode == 2) {
+      int64_t o = (x + w->s[j] - 1) / w->s[j];
+      int64_t tot = (o - 1) * w->s[j] + ek - x;
+      if (tot < 0) tot = 0;
+      w->pb[j] = mode == 1 ? tot / 2 : tot - tot / 2;
+      w->pe[j] = tot - w->pb[j];
+      w->out[j] = o;
+      continue;
+    }
+    if (mode == 3) w->pb[j] = w->pe[j] = 0;
+    int64_t span = x + w->pb[j] + w->pe[j] - ek;
+    if (span < 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "the kernel (%lld with dilation) is larger than the padded input (%lld)",
+                          (long long)ek, (long long)(x + w->pb[j] + w->pe[j]));
+    int64_t o = ceil_mode ? (span + w->s[j] - 1) / w->s[j] + 1 : span / w->s[j] + 1;
+    /* ceil_mode: a window that starts in the right padding is dropped */
+    if (ceil_mode && (o - 1) * w->s[j] >= x + w->pb[j]) o--;
+    w->out[j] = o;
+  }
+  return VM_STATUS_OK;
+}
+
+/* Before opset 7, BatchNormalization and Dropout run in training mode
+ * unless the attribute is_test is nonzero (absent means 0): training mode
+ * (batch statistics, random dropout) is refused. */
+vm_status_t onx_need_is_test(onx_ctx_t *c) {
+  int64_t is_test;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "is_test", 0, &is_test));
+  if (is_test == 0)
+    return onx_unsupported_attr(c, "is_test", "0 (training mode)",
+                                "nonzero (inference; absent means 0)");
+  return VM_STATUS_OK;
+}
+
+/* Node `bn` as an inference-mode BatchNormalization with constant
+ * parameters of co values defined by now, folded into the per-channel
+ * y = a y + b: 1, or 0 when it does not fit. */
+static int fold_bn(onx_ctx_t *c, const Onnx__NodeProto *bn, int64_t co, double *a, double *b) {
+  if (bn->n_input < 5) return 0;
+  /* training outputs wanted, or training mode before opset 7: onx_op_batchnorm
+   * refuses it */
+  for (size_t k = 1; k < bn->n_output; k++)
+    if (bn->output[k] && bn->output[k][0]) return 0;
+  const Onnx__AttributeProto *at = onx_attr(bn, "is_test");
+  if (c->opset < 7 && (!at || at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT || !at->i))
+    return 0;
+  at = onx_attr(bn, "training_mode");
+  if (at && at->i != 0) return 0;
+  at = onx_attr(bn, "spatial");
+  if (at && at->i != 1) return 0;
+  at = onx_attr(bn, "epsilon");
+  float eps = 1e-5f;
+  if (at) {
+    if (at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) return 0;
+    eps = at->f;
+  }
+  onx_value_t *p[4];
+  for (int k = 0; k < 4; k++) {
+    p[k] = onx_lookup(c, bn->input[k + 1]);
+    if (!p[k] || !p[k]->data || p[k]->numel != co || !onx_is_float(p[k]->dt)) return 0;
+  }
+  /* s (y - mean) + beta, s = scale / sqrt(var + eps) */
+  for (int64_t o = 0; o < co; o++) {
+    double s =
+        onx_ld_f(p[0]->dt, p[0]->data, o) / sqrt(onx_ld_f(p[3]->dt, p[3]->data, o) + (double)eps);
+    a[o] *= s;
+    b[o] = s * (b[o] - onx_ld_f(p[2]->dt, p[2]->data, o)) + onx_ld_f(p[1]->dt, p[1]->data, o);
+  }
+  return 1;
+}
+
+/* Node `n`, a float32 Mul or Add of the rank-`ndim` value y with a constant
+ * defined by now that holds one value or one per output channel and
+ * broadcasts to y's shape without changing it (a scalar, [co, 1, 1],
+ * [1, co, 1, 1], ...), folded into y = a y + b: 1, or 0 when it does not fit. */
+static int fold_affine(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uint32_t ndim,
+                       int64_t co, double *a, double *b) {
+  int mul = strcmp(n->op_type, "Mul") == 0;
+  if ((!mul && strcmp(n->op_type, "Add") != 0) || n->n_input != 2 || !n->input[1 - slot]) return 0;
+  onx_value_t *k = onx_lookup(c, n->input[1 - slot]);
+  if (!k || !k->data || !vm_dtype_equal(k->dt, VM_F32) || k->ndim > ndim ||
+      (k->numel != 1 && k->numel != co))
+    return 0;
+  for (uint32_t i = 0; i < k->ndim; i++) {
+    uint32_t axis = ndim - k->ndim + i; /* y's axis, right-aligned */
+    if (k->dims[i] != 1 && !(axis == 1 && k->dims[i] == co)) return 0;
+  }
+  for (int64_t o = 0; o < co; o++) {
+    double v = onx_ld_f(k->dt, k->data, k->numel == 1 ? 0 : o);
+    if (mul) {
+      a[o] *= v;
+      b[o] *= v;
+    } else {
+      b[o] += v;
+    }
+  }
+  return 1;
+}
+
+/* Folds the chain of per-channel affine nodes (BatchNormalization; for
+ * float32 also Mul and Add by constants) that alone consume the current
+ * Conv's output into a[o] y + b[o], marking them skipped: the index of the
+ * last one, or -1 when none fits. */
+static int64_t affine_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, int64_t co, double *a,
+                            double *b) {
+  const char *cur = c->node->output[0];
+  size_t after = c->node_idx;
+  int64_t last = -1;
+  for (;;) {
+    size_t slot = 0;
+    int64_t j = onx_sole_consumer(c, cur, after, &slot);
+    if (j < 0) break;
+    const Onnx__NodeProto *n = c->graph->node[j];
+    int ok = 0;
+    if (strcmp(n->op_type, "BatchNormalization") == 0)
+      ok = slot == 0 && fold_bn(c, n, co, a, b);
+    else if (vm_dtype_equal(dt, VM_F32))
+      ok = fold_affine(c, n, slot, ndim, co, a, b);
+    if (!ok) break;
+    c->skip[j] = 1;
+    last = j;
+    cur = n->output[0];
+    after = (size_t)j;
+  }
+  return last;
+}
+
+/* cl.conv2d's epilogue (its 16-argument form): act(y) * am + aa. */
+typedef struct conv_epi {
+  int64_t act; /* 0 none, 1 relu, 2 hard_swish */
+  double am, aa;
+  int64_t last; /* the last node folded, or -1 */
+} conv_epi_t;
+
+/* Whether `name` (no graph output) is consumed exactly by nodes i and j
+ * (each once), both placed after node `after`. */
+static int consumed_by_two(onx_ctx_t *c, const char *name, size_t after, size_t i, size_t j) {
+  const Onnx__GraphProto *g = c->graph;
+  for (size_t k = 0; k < g->n_output; k++)
+    if (g->output[k] && g->output[k]->name && strcmp(g->output[k]->name, name) == 0) return 0;
+  if (i <= after || j <= after || i == j) return 0;
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  size_t uses = 0;
+  for (uint32_t u = 0; e && u < e->num_cons; u++) {
+    uint32_t n = c->names.uses[e->cons_off + u].node;
+    if (n != i && n != j) return 0;
+    uses++;
+  }
+  return uses == 2;
+}
+
+/* Folds the float32 activation that alone consumes the value `cur` (of
+ * rank ndim, written by node `after`: Relu, HardSwish or hard_swish spelled
+ * out, see onx_hard_chain), then a chain of Mul and Add by one-value constants,
+ * into e, marking those nodes skipped. e->last is -1 when none fits. */
+static void conv_epilogue_after(onx_ctx_t *c, const char *cur, size_t after, uint32_t ndim,
+                                conv_epi_t *e) {
+  e->act = 0;
+  e->am = 1;
+  e->aa = 0;
+  e->last = -1;
+  const Onnx__GraphProto *g = c->graph;
+  size_t slot = 0;
+  int64_t j = onx_sole_consumer(c, cur, after, &slot);
+  if (j >= 0 && g->node[j]->n_input == 1 &&
+      (strcmp(g->node[j]->op_type, "Relu") == 0 || strcmp(g->node[j]->op_type, "HardSwish") == 0)) {
+    e->act = strcmp(g->node[j]->op_type, "Relu") == 0 ? 1 : 2;
+    c->skip[j] = 1;
+    e->last = j;
+  } else if (j < 0) {
+    /* hard_swish spelled out: x consumed by Add(x, 3) and the Mul by x */
+    const onx_name_t *nm = onx_names_find(&c->names, cur);
+    for (uint32_t u = 0; nm && u < nm->num_cons && e->last < 0; u++) {
+      onx_use_t use = c->names.uses[nm->cons_off + u];
+      size_t n = use.node, xs = use.slot;
+      const Onnx__NodeProto *nd = g->node[n];
+      int64_t ic, im, id;
+      int swish;
+      if (n <= after || !nd->op_type || strcmp(nd->op_type, "Add") != 0 || nd->n_input != 2 ||
+          !onx_hard_chain(c, n, xs, cur, ndim, &ic, &im, &id, &swish) || !swish ||
+          !consumed_by_two(c, cur, after, n, (size_t)im))
+        continue;
+      c->skip[n] = c->skip[ic] = c->skip[im] = c->skip[id] = 1;
+      e->act = 2;
+      e->last = id;
+    }
+  }
+  if (e->last < 0) return;
+  /* then y * am + aa, by scalars */
+  for (;;) {
+    const Onnx__NodeProto *ln = g->node[e->last];
+    int64_t k = onx_sole_consumer(c, ln->output[0], (size_t)e->last, &slot);
+    if (k < 0 || !fold_affine(c, g->node[k], slot, ndim, 1, &e->am, &e->aa)) break;
+    c->skip[k] = 1;
+    e->last = k;
+  }
+}
+
+vm_status_t onx_op_conv(onx_ctx_t *c) {
+  onx_value_t *x, *wv, *bias = onx_in(c, 2);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &wv));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim != 3 && x->ndim != 4)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input rank %u: supported: 1-D and 2-D convolutions "
+                        "(rank 3 or 4)",
+                        x->ndim);
+  if (wv->ndim != x->ndim || !vm_dtype_equal(wv->dt, x->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "W must have X's rank and dtype");
+  int64_t group;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "group", 1, &group));
+  uint32_t nsp = x->ndim - 2;
+  int64_t co = wv->dims[0], cig = wv->dims[1], cin;
+  if (group < 1 || x->dims[1] % group != 0 || co % group != 0 ||
+      vm_ckd_mul_i64(cig, group, &cin) != 0 || cin != x->dims[1])
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "group %lld does not fit C=%lld, W's %lld output and %lld input channels",
+                        (long long)group, (long long)x->dims[1], (long long)co, (long long)cig);
+  win2d_t w;
+  VM_RETURN_IF_ERROR(read_window(c, nsp, x->dims + 2, wv->dims + 2, 0, 1, &w));
+  if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
+  int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
+  int64_t w4[4] = {co, cig, w.k[1], w.k[2]};
+  int64_t y4[4] = {x->dims[0], co, w.out[1], w.out[2]};
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
+  int32_t tx = onx_reshaped(c, x, 4, x4), tw;
+  vmcc_arg_t bz;
+  int64_t bn = -1;
+  double *fa = NULL, *fb = NULL;
+  if (wv->data && (!bias || bias->data)) {
+    fa = malloc((size_t)(co ? co : 1) * sizeof(double));
+    fb = malloc((size_t)(co ? co : 1) * sizeof(double));
+    if (!fa || !fb) {
+      free(fa);
+      free(fb);
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+    for (int64_t o = 0; o < co; o++) {
+      fa[o] = 1.0;
+      fb[o] = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
+    }
+    bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
+  }
+  if (bn >= 0) {
+    /* a (conv(x, W) + b) + c = conv(x, a W) + (a b + c), per output channel */
+    int64_t per = wv->numel / (co ? co : 1);
+    double *nw = malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double));
+    if (!nw) {
+      free(fa);
+      free(fb);
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+    for (int64_t o = 0; o < co; o++)
+      for (int64_t k = 0; k < per; k++)
+        nw[o * per + k] = fa[o] * onx_ld_f(wv->dt, wv->data, o * per + k);
+    tw = onx_const_tensor_f(c, wv->dt, 4, w4, nw);
+    int64_t bd[1] = {co};
+    bz = A(onx_const_tensor_f(c, x->dt, 1, bd, fb));
+    free(nw);
+  } else {
+    tw = onx_reshaped(c, wv, 4, w4);
+    bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
+  }
+  free(fa);
+  free(fb);
+  int32_t y = new_t(c, x->dt, 4, y4);
+  conv_epi_t ep = {0, 1, 0, -1};
+  if (vm_dtype_equal(x->dt, VM_F32)) {
+    size_t at = bn >= 0 ? (size_t)bn : c->node_idx;
+    conv_epilogue_after(c, c->graph->node[at]->output[0], at, x->ndim, &ep);
+  }
+  if (ep.last >= 0) {
+    vmcc_arg_t a[16] = {A(tx),
+                        A(tw),
+                        bz,
+                        I(w.s[1]),
+                        I(w.s[2]),
+                        I(w.pb[1]),
+                        I(w.pb[2]),
+                        I(w.pe[1]),
+                        I(w.pe[2]),
+                        I(w.d[1]),
+                        I(w.d[2]),
+                        I(group),
+                        I(ep.act),
+                        onx_float_arg(c, ep.am),
+                        onx_float_arg(c, ep.aa),
+                        A(y)};
+    call(c, "cl.conv2d", 16, a);
+  } else if (w.pb[1] == w.pe[1] && w.pb[2] == w.pe[2]) {
+    vmcc_arg_t a[11] = {A(tx),      A(tw),     bz,        I(w.s[1]), I(w.s[2]), I(w.pb[1]),
+                        I(w.pb[2]), I(w.d[1]), I(w.d[2]), I(group),  A(y)};
+    call(c, "cl.conv2d", 11, a);
+  } else {
+    vmcc_arg_t a[13] = {A(tx),      A(tw),      bz,         I(w.s[1]),  I(w.s[2]),
+                        I(w.pb[1]), I(w.pb[2]), I(w.pe[1]), I(w.pe[2]), I(w.d[1]),
+                        I(w.d[2]),  I(group),   A(y)};
+    call(c, "cl.conv2d", 13, a);
+  }
+  int64_t yd[4] = {x->dims[0], co, w.out[1], w.out[2]};
+  if (nsp == 1) yd[2] = w.out[2];
+  int64_t last = ep.last >= 0 ? ep.last : bn;
+  if (last >= 0) {
+    c->fused = 1;
+    return onx_bind_named(c, c->graph->node[last]->output[0], y, x->ndim, yd);
+  }
+  return onx_bind_out(c, 0, y, x->ndim, yd);
+}
+
+vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
+  onx_value_t *x, *wv, *bias = onx_in(c, 2);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &wv));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim != 3 && x->ndim != 4)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "input rank %u: supported: 1-D and 2-D (rank 3 or 4)",
+                        x->ndim);
+  if (wv->ndim != x->ndim || !vm_dtype_equal(wv->dt, x->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "W must have X's rank and dtype");
+  int64_t group;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "group", 1, &group));
+  uint32_t nsp = x->ndim - 2;
+  int64_t ci = wv->dims[0], cog = wv->dims[1];
+  if (group < 1 || ci != x->dims[1] || ci % group != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "W's %lld input channels do not match C=%lld "
+                        "and group %lld",
+                        (long long)ci, (long long)x->dims[1], (long long)group);
+  int64_t co;
+  if (vm_ckd_mul_i64(cog, group, &co) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "group %lld times W's %lld output channels per group overflows",
+                        (long long)group, (long long)cog);
+  int64_t ks[4], st[4], dl[4], pd[8], op[4], os[4], nks, nst, ndl, npd, nop, nos;
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "strides", st, 4, &nst));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "dilations", dl, 4, &ndl));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "pads", pd, 8, &npd));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "output_padding", op, 4, &nop));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "output_shape", os, 4, &nos));
+  char ap[32];
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
+  if ((nst >= 0 && nst != nsp) || (ndl >= 0 && ndl != nsp) || (npd >= 0 && npd != 2 * nsp) ||
+      (nop >= 0 && nop != nsp) || (nks >= 0 && nks != nsp))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "attributes do not match %u spatial dims", nsp);
+  if (nos >= 0 && nos != nsp && nos != nsp + 2)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "output_shape has %lld values", (long long)nos);
+  int mode = 0;
+  if (strcmp(ap, "NOTSET") == 0 || !ap[0])
+    mode = 0;
+  else if (strcmp(ap, "SAME_UPPER") == 0)
+    mode = 1;
+  else if (strcmp(ap, "SAME_LOWER") == 0)
+    mode = 2;
+  else if (strcmp(ap, "VALID") == 0)
+    mode = 3;
+  else
+    return onx_unsupported_attr(c, "auto_pad", ap, "NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  int64_t s2[2] = {1, 1}, d2[2] = {1, 1}, k2[2] = {1, 1}, pb[2] = {0, 0}, pe[2] = {0, 0},
+          o2[2] = {1, 1};
+  uint32_t off = 2 - nsp;
+  for (uint32_t i = 0; i < nsp; i++) {
+    uint32_t j = off + i;
+    k2[j] = wv->dims[2 + i];
+    s2[j] = nst >= 0 ? st[i] : 1;
+    d2[j] = ndl >= 0 ? dl[i] : 1;
+    int64_t opad = nop >= 0 ? op[i] : 0;
+    if (s2[j] < 1 || d2[j] < 1 || opad < 0 || s2[j] > (1 << 20) || d2[j] > (1 << 20) ||
+        opad > (1 << 20))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "spatial axis %u: stride %lld, dilation %lld, output_padding %lld: "
+                          "strides and dilations must be 1 to 2^20, output_padding 0 to 2^20",
+                          i, (long long)s2[j], (long long)d2[j], (long long)opad);
+    if (nks >= 0 && ks[i] != k2[j])
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "kernel_shape %lld differs from the weight's %lld on spatial axis %u",
+                          (long long)ks[i], (long long)k2[j], i);
+    int64_t in = x->dims[2 + i];
+    int64_t full = s2[j] * (in - 1) + opad + (k2[j] - 1) * d2[j] + 1;
+    if (nos >= 0) {
+      int64_t want = os[nos - nsp + i];
+      int64_t tot = full - want;
+      if (want < 0 || want > (1 << 24))
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "output_shape value %lld: 0 to 2^24",
+                            (long long)want);
+      if (tot < 0) {
+        /* a larger output: the extra rows and columns come at the end, as
+         * output_padding's do (only the bias reaches them) */
+        pb[j] = pe[j] = 0;
+      } else if (mode == 1) {
+        pb[j] = tot / 2;
+        pe[j] = tot - tot / 2;
+      } else {
+        pb[j] = tot - tot / 2;
+        pe[j] = tot / 2;
+      }
+      o2[j] = want;
+    } else if (mode == 1 || mode == 2) {
+      int64_t want = in * s2[j];
+      int64_t tot = full - want;
+      if (tot < 0) tot = 0;
+      if (mode == 1) {
+        pb[j] = tot / 2;
+        pe[j] = tot - tot / 2;
+      } else {
+        pb[j] = tot - tot / 2;
+        pe[j] = tot / 2;
+      }
+      o2[j] = want;
+    } else {
+      pb[j] = npd >= 0 && mode == 0 ? pd[i] : 0;
+      pe[j] = npd >= 0 && mode == 0 ? pd[i + nsp] : 0;
+      if (pb[j] < 0 || pe[j] < 0 || pb[j] > (1 << 20) || pe[j] > (1 << 20))
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "pads %lld and %lld on spatial axis %u: 0 to 2^20", (long long)pb[j],
+                            (long long)pe[j], i);
+      o2[j] = full - pb[j] - pe[j];
+      if (o2[j] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "pads larger than the output");
+    }
+    /* cl.conv_transpose2d's extent is s (in - 1) + dilated kernel - begin -
+     * end: output_padding and a larger output_shape make the end negative */
+    pe[j] = s2[j] * (in - 1) + (k2[j] - 1) * d2[j] + 1 - pb[j] - o2[j];
+  }
+  if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
+  int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
+  int64_t w4[4] = {ci, cog, k2[0], k2[1]};
+  int64_t y4[4] = {x->dims[0], co, o2[0], o2[1]};
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
+  int32_t tx = onx_reshaped(c, x, 4, x4), tw = onx_reshaped(c, wv, 4, w4);
+  int32_t y = new_t(c, x->dt, 4, y4);
+  vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
+  vmcc_arg_t a[13] = {A(tx),    A(tw),    bz,       I(s2[0]), I(s2[1]), I(pb[0]), I(pb[1]),
+                      I(pe[0]), I(pe[1]), I(d2[0]), I(d2[1]), I(group), A(y)};
+  call(c, "cl.conv_transpose2d", 13, a);
+  int64_t yd[4] = {x->dims[0], co, o2[0], o2[1]};
+  if (nsp == 1) yd[2] = o2[1];
+  return onx_bind_out(c, 0, y, x->ndim, yd);
+}
+
+/* One cl.pool2d call of x (a 4-D tensor of dims x4) over the window's H
+ * and W axes ([1], [2]); returns the output tensor. */
+static int32_t pool2d_emit(onx_ctx_t *c, const char *name, int32_t tx, vm_dtype_t dt,
+                           const int64_t *x4, const win2d_t *w, int64_t ceil_mode, int64_t cip,
+                           int is_max) {
+  int64_t y4[4] = {x4[0], x4[1], w->out[1], w->out[2]};
+  int32_t y = new_t(c, dt, 4, y4);
+  /* the short form: symmetric pads smaller than the kernel, no dilation,
+   * floor rounding, padding never counted */
+  int simple = w->pb[1] == w->pe[1] && w->pb[2] == w->pe[2] && w->pb[1] < w->k[1] &&
+               w->pb[2] < w->k[2] && w->d[1] == 1 && w->d[2] == 1 &&
+               (is_max || cip == 0 || (w->pb[1] == 0 && w->pb[2] == 0));
+  for (uint32_t j = 1; simple && j < 3; j++)
+    if (w->out[j] != (x4[1 + j] + 2 * w->pb[j] - w->k[j]) / w->s[j] + 1) simple = 0;
+  if (simple) {
+    vmcc_arg_t a[8] = {A(tx),      I(w->k[1]),  I(w->k[2]),  I(w->s[1]),
+                       I(w->s[2]), I(w->pb[1]), I(w->pb[2]), A(y)};
+    call(c, name, 8, a);
+  } else {
+    vmcc_arg_t a[14] = {A(tx),       I(w->k[1]),   I(w->k[2]),  I(w->s[1]),  I(w->s[2]),
+                        I(w->pb[1]), I(w->pb[2]),  I(w->pe[1]), I(w->pe[2]), I(w->d[1]),
+                        I(w->d[2]),  I(ceil_mode), I(cip),      A(y)};
+    call(c, name, 14, a);
+  }
+  return y;
+}
+
+static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  /* 8- and 16-bit integers max-pool exactly in float32 (every value is
+   * representable; padding never contributes to a max) */
+  int small_int =
+      is_max && (x->dt.code == VM_DTYPE_INT || x->dt.code == VM_DTYPE_UINT) && x->dt.bits <= 16;
+  if (!small_int) VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim < 3 || x->ndim > 5)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input rank %u: supported: 1-D, 2-D and 3-D pooling (rank 3 to 5)",
+                        x->ndim);
+  if (is_max && onx_out_wanted(c, 1))
+    return onx_node_err(c, VM_UNIMPLEMENTED, "output Indices: supported: the values only");
+  int64_t ceil_mode = 0, cip = 0, so = 0;
+  if (c->opset >= 10) VM_RETURN_IF_ERROR(onx_attr_int(c, "ceil_mode", 0, &ceil_mode));
+  if (!is_max) VM_RETURN_IF_ERROR(onx_attr_int(c, "count_include_pad", 0, &cip));
+  if (is_max) VM_RETURN_IF_ERROR(onx_attr_int(c, "storage_order", 0, &so));
+  if ((ceil_mode != 0 && ceil_mode != 1) || (cip != 0 && cip != 1))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "ceil_mode and count_include_pad must be 0 or 1");
+  uint32_t nsp = x->ndim - 2;
+  win2d_t w;
+  int has_dil = is_max ? c->opset >= 10 : c->opset >= 19;
+  VM_RETURN_IF_ERROR(read_window(c, nsp, x->dims + 2, NULL, (int)ceil_mode, has_dil, &w));
+  const char *name = is_max ? "cl.pool2d.max" : "cl.pool2d.avg";
+  const int64_t *xd = x->dims;
+  int64_t yd[5] = {xd[0], xd[1], 0, 0, 0};
+  for (uint32_t i = 0; i < nsp; i++) yd[2 + i] = w.out[3 - nsp + i];
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", x->ndim, yd, NULL));
+  int32_t y;
+  vm_dtype_t pdt = small_int ? VM_F32 : x->dt;
+  if (small_int) {
+    int32_t f = new_t(c, VM_F32, x->ndim, x->dims);
+    vmcc_arg_t ca[2] = {A(onx_tid(c, x)), A(f)};
+    call(c, "cl.cast", 2, ca);
+    if (nsp < 3) {
+      int64_t x4[4] = {xd[0], xd[1], nsp == 2 ? xd[2] : 1, xd[nsp + 1]};
+      int32_t yf =
+          pool2d_emit(c, name, vmcc_graph_view(c->g, f, 4, x4), pdt, x4, &w, ceil_mode, cip, 1);
+      y = new_t(c, x->dt, 4, vmcc_graph_shape(c->g, yf));
+      vmcc_arg_t cb[2] = {A(yf), A(y)};
+      call(c, "cl.cast", 2, cb);
+      return onx_bind_out(c, 0, y, x->ndim, yd);
+    }
+    return onx_node_err(c, VM_UNIMPLEMENTED, "3-D pooling of integers: supported: float, float16");
+  }
+  if (nsp < 3) {
+    int64_t x4[4] = {xd[0], xd[1], nsp == 2 ? xd[2] : 1, xd[nsp + 1]};
+    y = pool2d_emit(c, name, onx_reshaped(c, x, 4, x4), x->dt, x4, &w, ceil_mode, cip, is_max);
+  } else {
+    /* 3-D: max and average are separable (the in-bounds count of a window
+     * is the product of its per-axis counts): pool H and W with D folded
+     * into the channels, then D with H*W as the last axis */
+    int64_t x4[4] = {xd[0], xd[1] * xd[2], xd[3], xd[4]};
+    int32_t y1 =
+        pool2d_emit(c, name, onx_reshaped(c, x, 4, x4), x->dt, x4, &w, ceil_mode, cip, is_max);
+    int64_t m4[4] = {xd[0], xd[1], xd[2], w.out[1] * w.out[2]};
+    win2d_t w2 = w;
+    w2.k[1] = w.k[0], w2.s[1] = w.s[0], w2.d[1] = w.d[0], w2.pb[1] = w.pb[0], w2.pe[1] = w.pe[0];
+    w2.out[1] = w.out[0];
+    w2.k[2] = w2.s[2] = w2.d[2] = 1, w2.pb[2] = w2.pe[2] = 0, w2.out[2] = m4[3];
+    int32_t v = vmcc_graph_view(c->g, y1, 4, m4);
+    y = pool2d_emit(c, name, v, x->dt, m4, &w2, ceil_mode, cip, is_max);
+  }
+  return onx_bind_out(c, 0, y, x->ndim, yd);
+}
+
+vm_status_t onx_op_maxpool(onx_ctx_t *c) {
+  return pool_common(c, 1);
+}
+
+vm_status_t onx_op_avgpool(onx_ctx_t *c) {
+  return pool_common(c, 0);
+}
+
+vm_status_t onx_op_global_pool(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim < 3) return onx_node_err(c, VM_INVALID_ARGUMENT, "input rank %u < 3", x->ndim);
+  int is_max = c->op->arg; /* 1 GlobalMaxPool, 0 GlobalAveragePool */
+  if (x->ndim == 4 && !is_max) {
+    int64_t yd[4] = {x->dims[0], x->dims[1], 1, 1};
+    int32_t y = new_t(c, x->dt, 4, yd);
+    vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
+    call(c, "cl.pool2d.global_avg", 2, a);
+    return onx_bind_out(c, 0, y, 4, yd);
+  }
+  int64_t axes[MAXD];
+  for (uint32_t i = 2; i < x->ndim; i++) axes[i - 2] = i;
+  return onx_reduce_emit(c, x, is_max ? "cl.reduce.max" : "cl.reduce.mean", x->ndim - 2, axes, 1);
+}
+
+/* c = a OP b (cl.binary.*) into a new tensor of the broadcast shape. */
+static int32_t emit_binary(onx_ctx_t *c, const char *name, int32_t a, int32_t b) {
+  uint32_t n;
+  int64_t d[MAXD];
+  if (onx_broadcast(vmcc_graph_ndim(c->g, a), vmcc_graph_shape(c->g, a), vmcc_graph_ndim(c->g, b),
+                    vmcc_graph_shape(c->g, b), &n, d) != 0)
+    return vmcc_graph_tensor(c->g, VM_F32, MAXD + 1, d); /* sticky error */
+  int32_t y = new_t(c, vmcc_graph_dtype(c->g, a), n, d);
+  vmcc_arg_t args[3] = {A(a), A(b), A(y)};
+  call(c, name, 3, args);
+  return y;
+}
+
+/* BatchNormalization with training_mode = 1: normalises with the batch's
+ * own mean and (population) variance over every axis but the channels;
+ * outputs 1 and 2 are the running statistics
+ * input * momentum + batch * (1 - momentum). */
+static vm_status_t batchnorm_training(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc,
+                                      onx_value_t *bb, onx_value_t *mean, onx_value_t *var,
+                                      float eps) {
+  float momentum;
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "momentum", 0.9f, &momentum));
+  int64_t ch = x->dims[1], axes[MAXD], kd[MAXD], cd[MAXD];
+  uint32_t na = 0;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    if (i != 1) axes[na++] = i;
+    kd[i] = i == 1 ? ch : 1;
+  }
+  onx_value_t *ps[4] = {sc, bb, mean, var};
+  for (int i = 0; i < 4; i++)
+    if (ps[i]->numel != ch || !vm_dtype_equal(ps[i]->dt, x->dt))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "input '%.80s' must have %lld values of X's "
+                          "dtype",
+                          ps[i]->name, (long long)ch);
+  cd[0] = ch;
+  for (uint32_t i = 2; i < x->ndim; i++) cd[i - 1] = 1;
+  int32_t tx = onx_tid(c, x);
+  int32_t m = new_t(c, x->dt, x->ndim, kd);
+  vmcc_arg_t r1[4] = {A(tx), vmcc_graph_ints(c->g, na, axes), I(1), A(m)};
+  call(c, "cl.reduce.mean", 4, r1);
+  int32_t d = emit_binary(c, "cl.binary.sub", tx, m);
+  int32_t d2 = emit_binary(c, "cl.binary.mul", d, d);
+  int32_t v = new_t(c, x->dt, x->ndim, kd);
+  vmcc_arg_t r2[4] = {A(d2), vmcc_graph_ints(c->g, na, axes), I(1), A(v)};
+  call(c, "cl.reduce.mean", 4, r2);
+  double ev = eps;
+  int32_t ve = emit_binary(c, "cl.binary.add", v, onx_const_tensor_f(c, x->dt, 0, NULL, &ev));
+  int32_t sd = new_t(c, x->dt, x->ndim, kd);
+  vmcc_arg_t sq[2] = {A(ve), A(sd)};
+  call(c, "cl.unary.sqrt", 2, sq);
+  int32_t nrm = emit_binary(c, "cl.binary.div", d, sd);
+  int32_t sy = emit_binary(c, "cl.binary.mul", nrm, onx_reshaped(c, sc, x->ndim - 1, cd));
+  int32_t y = emit_binary(c, "cl.binary.add", sy, onx_reshaped(c, bb, x->ndim - 1, cd));
+  VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
+  int32_t stats[2] = {m, v};
+  onx_value_t *inputs[2] = {mean, var};
+  for (int k = 0; k < 2; k++) {
+    if (!onx_out_wanted(c, 1 + (uint32_t)k)) continue;
+    double mo = momentum, om = 1.0 - (double)momentum;
+    int64_t c1[1] = {ch};
+    int32_t bs = vmcc_graph_view(c->g, stats[k], 1, c1);
+    int32_t a = emit_binary(c, "cl.binary.mul", bs, onx_const_tensor_f(c, x->dt, 0, NULL, &om));
+    int32_t b = emit_binary(c, "cl.binary.mul", onx_reshaped(c, inputs[k], 1, c1),
+                            onx_const_tensor_f(c, x->dt, 0, NULL, &mo));
+    int32_t o = emit_binary(c, "cl.binary.add", b, a);
+    VM_RETURN_IF_ERROR(onx_bind_out(c, 1 + (uint32_t)k, o, 1, c1));
+  }
+  return VM_STATUS_OK;
+}
+
+vm_status_t onx_op_batchnorm(onx_ctx_t *c) {
+  onx_value_t *x, *sc, *bb, *mean, *var;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sc));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 2, &bb));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 3, &mean));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 4, &var));
+  float eps;
+  int64_t training = 0;
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  if (c->opset >= 14) VM_RETURN_IF_ERROR(onx_attr_int(c, "training_mode", 0, &training));
+  if (c->opset < 7) VM_RETURN_IF_ERROR(onx_need_is_test(c));
+  if (c->opset < 9) {
+    int64_t spatial;
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "spatial", 1, &spatial));
+    if (spatial != 1) return onx_unsupported_attr(c, "spatial", "0", "1");
+  }
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim < 2) return onx_node_err(c, VM_INVALID_ARGUMENT, "X has rank %u < 2", x->ndim);
+  if (training) return batchnorm_training(c, x, sc, bb, mean, var, eps);
+  for (uint32_t i = 1; i < 5; i++)
+    if (onx_out_wanted(c, i))
+      return onx_node_err(c, VM_UNIMPLEMENTED, "training outputs: supported: Y only");
+  int64_t ch = x->dims[1];
+  onx_value_t *ps[4] = {sc, bb, mean, var};
+  for (int i = 0; i < 4; i++) {
+    if (!ps[i]->data)
+      return onx_node_err(c, VM_UNIMPLEMENTED,
+                          "input '%.80s' must be a constant: supported: constant scale, bias, "
+                          "mean and var",
+                          ps[i]->name);
+    if (ps[i]->numel != ch)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "input '%.80s' must have %lld values",
+                          ps[i]->name, (long long)ch);
+  }
+  double *s = malloc((size_t)(ch ? ch : 1) * 2 * sizeof(double));
+  if (!s) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  double *t = s + ch;
+  for (int64_t i = 0; i < ch; i++) {
+    double inv = 1.0 / sqrt(onx_ld_f(var->dt, var->data, i) + (double)eps);
+    s[i] = onx_ld_f(sc->dt, sc->data, i) * inv;
+    t[i] = onx_ld_f(bb->dt, bb->data, i) - onx_ld_f(mean->dt, mean->data, i) * s[i];
+  }
+  int64_t cd[MAXD];
+  cd[0] = ch;
+  for (uint32_t i = 2; i < x->ndim; i++) cd[i - 1] = 1;
+  int32_t ts = onx_const_tensor_f(c, x->dt, x->ndim - 1, cd, s);
+  int32_t tt = onx_const_tensor_f(c, x->dt, x->ndim - 1, cd, t);
+  free(s);
+  int32_t m = new_t(c, x->dt, x->ndim, x->dims);
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  vmcc_arg_t a1[3] = {A(onx_tid(c, x)), A(ts), A(m)};
+  call(c, "cl.binary.mul", 3, a1);
+  vmcc_arg_t a2[3] = {A(m), A(tt), A(y)};
+  call(c, "cl.binary.add", 3, a2);
+  return onx_bind_out(c, 0, y, x->ndim, x->dims);
+}
+
+/* ---------------------------------------------------------------------------
+ * Normalisation, softmax, reductions
+ */
+
+vm_status_t onx_op_softmax(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  int64_t axis;
+  int log_sm = c->op->arg; /* 1 LogSoftmax, 0 Softmax */
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", c->opset < 13 ? 1 : -1, &axis));
+  if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "X is 0-d");
+  int64_t ax;
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
+  int32_t tx, y;
+  int64_t cax;
+  if (c->opset < 13) {
+    /* coerced to 2-D [prod(dims[:axis]), prod(dims[axis:])], softmax per row */
+    int64_t d2[2] = {prod(x->dims, (uint32_t)ax), prod(x->dims + ax, x->ndim - (uint32_t)ax)};
+    tx = onx_reshaped(c, x, 2, d2);
+    y = new_t(c, x->dt, 2, d2);
+    cax = 1;
+  } else {
+    tx = onx_tid(c, x);
+    y = new_t(c, x->dt, x->ndim, x->dims);
+    cax = ax;
+  }
+  vmcc_arg_t a[3] = {A(tx), I(cax), A(y)};
+  call(c, "cl.softmax", 3, a);
+  if (log_sm) {
+    int32_t l = new_t(c, x->dt, vmcc_graph_ndim(c->g, y), vmcc_graph_shape(c->g, y));
+    vmcc_arg_t b[2] = {A(y), A(l)};
+    call(c, "cl.unary.log", 2, b);
+    y = l;
+  }
+  return onx_bind_out(c, 0, y, x->ndim, x->dims);
+}
+
+vm_status_t onx_op_layernorm(onx_ctx_t *c) {
+  onx_value_t *x, *sc, *bb = onx_in(c, 2);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sc));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  int64_t axis, stash;
+  float eps;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", -1, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "stash_type", 1, &stash));
+  if (stash != 1) {
+    char v[24];
+    snprintf(v, sizeof(v), "%lld", (long long)stash);
+    return onx_unsupported_attr(c, "stash_type", v, "1 (float)");
+  }
+  int64_t ax;
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
+  uint32_t nn = x->ndim - (uint32_t)ax;
+  const int64_t *nd = x->dims + ax;
+  /* Scale and B: the normalised shape (or broadcastable to it) */
+  int32_t tg = -1, tb = -1;
+  onx_value_t *pp[2] = {sc, bb};
+  for (int i = 0; i < 2; i++) {
+    onx_value_t *p = pp[i];
+    if (!p) continue;
+    if (!vm_dtype_equal(p->dt, x->dt))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "'%.80s' has another dtype than X", p->name);
+    int same = p->ndim == nn && memcmp(p->dims, nd, nn * sizeof(int64_t)) == 0;
+    int32_t t;
+    if (same || p->numel == onx_numel(nn, nd)) {
+      uint32_t bn;
+      int64_t bd[MAXD];
+      if (onx_broadcast(p->ndim, p->dims, nn, nd, &bn, bd) != 0 || bn != nn)
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "'%.80s' does not fit the normalised shape",
+                            p->name);
+      t = onx_reshaped(c, p, nn, nd);
+    } else {
+      uint32_t bn;
+      int64_t bd[MAXD];
+      if (onx_broadcast(p->ndim, p->dims, nn, nd, &bn, bd) != 0 || bn != nn ||
+          memcmp(bd, nd, nn * sizeof(int64_t)) != 0)
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "'%.80s' does not broadcast to the "
+                            "normalised shape",
+                            p->name);
+      t = new_t(c, x->dt, nn, nd);
+      vmcc_arg_t a[2] = {A(onx_tid(c, p)), A(t)};
+      call(c, "cl.broadcast_to", 2, a);
+    }
+    if (i == 0)
+      tg = t;
+    else
+      tb = t;
+  }
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  int64_t sd[MAXD];
+  for (uint32_t i = 0; i < x->ndim; i++) sd[i] = i < ax ? x->dims[i] : 1;
+  int want_stats = onx_out_wanted(c, 1) || onx_out_wanted(c, 2);
+  int32_t tm = -1, ti = -1;
+  if (want_stats) {
+    tm = new_t(c, VM_F32, x->ndim, sd);
+    ti = new_t(c, VM_F32, x->ndim, sd);
+    vmcc_arg_t a[8] = {A(onx_tid(c, x)),
+                       tg >= 0 ? A(tg) : vmcc_a_none(),
+                       tb >= 0 ? A(tb) : vmcc_a_none(),
+                       I(ax),
+                       onx_float_arg(c, eps),
+                       A(y),
+                       A(tm),
+                       A(ti)};
+    call(c, "cl.layer_norm", 8, a);
+  } else {
+    vmcc_arg_t a[6] = {A(onx_tid(c, x)),
+                       tg >= 0 ? A(tg) : vmcc_a_none(),
+                       tb >= 0 ? A(tb) : vmcc_a_none(),
+                       I(ax),
+                       onx_float_arg(c, eps),
+                       A(y)};
+    call(c, "cl.layer_norm", 6, a);
+  }
+  VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
+  if (want_stats) {
+    VM_RETURN_IF_ERROR(onx_bind_out(c, 1, tm, x->ndim, sd));
+    VM_RETURN_IF_ERROR(onx_bind_out(c, 2, ti, x->ndim, sd));
+  }
+  return VM_STATUS_OK;
+}
