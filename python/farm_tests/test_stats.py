@@ -43,12 +43,15 @@ def test_hl_ratio_fixed_timings() -> None:
     assert stats.verdict(stats.hl_ratio(b, a), 0.10) == "faster"
     same = stats.hl_ratio(a, [x * 1.001 for x in reversed(a)])
     assert stats.verdict(same, 0.05) == "same"
-    # an interval straddling the threshold decides nothing
-    assert stats.verdict(stats.Ratio(1.04, 0.97, 1.12, 0.95, 8, 8), 0.05) == "inconclusive"
+    # beyond the threshold but not confirmed by the interval: undecided
+    assert stats.verdict(stats.Ratio(1.12, 0.97, 1.30, 0.95, 8, 8), 0.05) == "inconclusive"
+    assert stats.verdict(stats.Ratio(0.90, 0.80, 1.02, 0.95, 8, 8), 0.05) == "inconclusive"
     assert stats.verdict(stats.Ratio(1.5, None, None, 0.95, 2, 2), 0.05) == "inconclusive"
-    # significant but under the threshold: neither slower nor same
+    # significant but under the threshold: same (a change too small to count)
     assert stats.verdict(stats.Ratio(1.03, 1.02, 1.04, 0.95, 8, 8), 0.10) == "same"
-    assert stats.verdict(stats.Ratio(1.03, 1.02, 1.12, 0.95, 8, 8), 0.10) == "inconclusive"
+    assert stats.verdict(stats.Ratio(1.03, 0.95, 1.12, 0.95, 8, 8), 0.10) == "same"
+    # exactly at the threshold and confirmed: slower
+    assert stats.verdict(stats.Ratio(1.10, 1.05, 1.2, 0.95, 8, 8), 0.10) == "slower"
 
 
 def test_hl_is_deterministic_and_robust_to_an_outlier() -> None:

@@ -17,7 +17,7 @@ import pytest
 from conftest import new_pg_database
 from vmrpc_farm.store import SCHEMA_VERSION, Store, StoreError, store_url
 
-WRITERS, RUNS_EACH, JOBS, REPEATS = 8, 12, 2, 10
+WRITERS, RUNS_EACH, JOBS, REPEATS = 8, 8, 2, 10
 
 
 def job(i: int, agent: str, base: float) -> Dict[str, Any]:

@@ -140,10 +140,12 @@ VERDICTS = ("faster", "slower", "same", "inconclusive")
 
 
 def verdict(r: Ratio, threshold: float) -> str:
-    """slower: the whole interval above 1 and the estimate at least
-    1+threshold; faster: the whole interval below 1 and the estimate at most
-    1/(1+threshold); same: the whole interval inside [1/(1+threshold),
-    1+threshold]; else (or without an interval) inconclusive."""
+    """slower (a regression): the whole interval above 1 and the estimate
+    at least 1+threshold; faster: the whole interval below 1 and the
+    estimate at most 1/(1+threshold); same: the estimate within
+    [1/(1+threshold), 1+threshold] (a change, if any, below the threshold);
+    inconclusive: an estimate beyond the threshold that the interval does
+    not confirm (it reaches across 1), or no interval at all."""
     if not threshold > 0:
         raise ValueError(f"threshold must be > 0, got {threshold!r}")
     if r.lo is None or r.hi is None:
@@ -153,6 +155,6 @@ def verdict(r: Ratio, threshold: float) -> str:
         return "slower"
     if r.hi < 1 and r.ratio <= down:
         return "faster"
-    if down <= r.lo and r.hi <= up:
+    if down < r.ratio < up:
         return "same"
     return "inconclusive"
