@@ -4,7 +4,8 @@
 # (Dask distributed) into the venv build/venv-py (as scripts/test.sh does),
 # then starts on loopback a head and three vmagents, each served by its own
 # node, fans `vmrpc-farm bench --all` out over them, kills one agent while it
-# holds a job, and writes DIR/farm-results.json and DIR/farm-results.xml.
+# holds a job, and writes DIR/farm-results.json and DIR/farm-results.xml;
+# then benchmarks two labels into a results store and writes a check and a report.
 # Every process it starts is stopped on exit, Ctrl-C included.
 #
 #   scripts/farm-demo.sh [--out DIR]     (default DIR: the current directory)
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
     --out) [ $# -ge 2 ] || { echo "farm-demo: --out needs a directory" >&2; exit 2; }
            out=$2; shift 2 ;;
     --out=*) out=${1#--out=}; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "farm-demo: unknown argument '$1' (usage: scripts/farm-demo.sh [--out DIR])" >&2
        exit 2 ;;
   esac
@@ -37,4 +38,8 @@ echo "== the vmrpc package with the farm extra, into $venv"
 "$venv/bin/python" -m pip install -q ".[farm]" numpy
 export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$PWD/$build/pocl-cache}
 mkdir -p "$POCL_CACHE_DIR"
-VMRPC_BUILD_DIR=$PWD/$build exec "$venv/bin/python" scripts/farm_demo.py --out "$out"
+VMRPC_BUILD_DIR=$PWD/$build "$venv/bin/python" scripts/farm_demo.py --out "$out"
+# The farm remembers (docs/farm.md): two labels into a results store, then
+# history, check and the HTML report: DIR/farm-results.db, farm-check.xml,
+# farm-check.json, farm-report.html.
+VMRPC_BUILD_DIR=$PWD/$build exec "$venv/bin/python" scripts/farm_store_demo.py --out "$out"

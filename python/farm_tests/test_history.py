@@ -22,10 +22,14 @@ from farm_proc import BUILD, farm_cmd
 from vmrpc_farm import JobSpec
 
 LABELS = ["c1", "c2", "c3"]
+RUNS = ["c1", "c2", "c3", "c3", "c2", "c1"]
+REPEATS = 10
 # Wide: the machines running the tests are shared (2 cores under a load of
-# 15 here), where the CPU share of the agent drifts by up to 2x between
-# labels a few seconds apart; the heavy executable does about 9x the work.
-THRESHOLD = "1.0"
+# 8 to 15 here), where the speed of an unchanged executable was seen to
+# drift by 2x between runs seconds apart; the heavy executable does about
+# 25x the work. The statistics at fine thresholds: test_stats.py.
+THRESHOLD = "2.0"
+EXTRA_GEMMS = 48
 
 
 def heavier(vmx: pathlib.Path, d: pathlib.Path, extra: int) -> pathlib.Path:
@@ -59,22 +63,25 @@ def farm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def fill(tmp: pathlib.Path, c: Cluster, address: str, store: str, mlp: Mlp) -> None:
     """a.vmx: the MLP under every label; b.vmx: the MLP under c1 and c2,
-    then with 16 more GEMMs under c3 (38 M multiply-adds instead of 4.3 M)."""
-    base, heavy = mlp.vmx, heavier(mlp.vmx, tmp, 16)
+    then with 48 more GEMMs under c3 (105 M multiply-adds instead of 4.3 M)."""
+    base, heavy = mlp.vmx, heavier(mlp.vmx, tmp, EXTRA_GEMMS)
     # A fresh agent's first seconds are slower (kernels built, caches
     # cold): warm it up first, storing nothing.
     warm = JobSpec("bench", "warm-up", base.read_bytes(), args=(np.load(mlp.x),), number=1,
                    repeat=3, min_repeat_ms=300)
     assert [j.state for j in c.farm.dispatch(warm, c.where, deadline=120)] == ["ok"]
-    for label in LABELS:
+    # Each label twice, mirrored (c1 c2 c3 c3 c2 c1): a shared machine's
+    # speed drifts over the minute as its load comes and goes, and a drift
+    # falls on every label alike.
+    for n, label in enumerate(RUNS):
         for name in ("a.vmx", "b.vmx"):
-            d = tmp / label / name.split(".")[0]
+            d = tmp / f"{n}-{label}" / name.split(".")[0]
             d.mkdir(parents=True)
             src = heavy if (name, label) == ("b.vmx", "c3") else base
             shutil.copy(src, d / name)
             r = farm(
                 "bench", str(d / name), str(mlp.x), "--address", address,
-                "--where", f"test={c.name}", "--all", "-n", "2", "-r", "15",
+                "--where", f"test={c.name}", "--all", "-n", "2", "-r", str(REPEATS),
                 "--min-repeat-ms", "40", "--label", label, "--store", store,
                 "--tag", "ci=test",
             )
@@ -99,10 +106,15 @@ def check_story(store: str, tmp: pathlib.Path) -> None:
     rc, v, junit = verdicts(store, "c3", "c2", tmp)
     assert rc == 1, v
     assert {m: x["verdict"] for m, x in v.items()} == {"a.vmx": "same", "b.vmx": "slower"}, v
-    assert v["b.vmx"]["regression"] and v["b.vmx"]["ci_lo"] > 2
-    assert [c["label"] for c in v["b.vmx"]["change_points"]] == ["c3"], v["b.vmx"]
-    assert v["b.vmx"]["change_points"][0]["at_label_start"]
-    assert v["a.vmx"]["change_points"] == [], v["a.vmx"]
+    assert v["b.vmx"]["regression"] and v["b.vmx"]["ci_lo"] > 3
+    # The change point of b.vmx lands on c3's first repeat; a.vmx has none
+    # there. (A shared machine's speed may drift by 2x within a minute, which
+    # Otava may mark inside c1 or c2: not asserted either way.)
+    at_c3 = [c for c in v["b.vmx"]["change_points"] if c["label"] == "c3" and c["at_label_start"]]
+    assert len(at_c3) == 1, v["b.vmx"]["change_points"]
+    assert at_c3[0]["after"] > 3 * at_c3[0]["before"]
+    assert v["b.vmx"]["change_point_at_label"] and not v["a.vmx"]["change_point_at_label"]
+    assert not any(c["label"] == "c3" and c["at_label_start"] for c in v["a.vmx"]["change_points"])
     suite = junit.find("testsuite")
     assert suite.get("tests") == "2" and suite.get("failures") == "1"
     cases = {tc.get("classname"): tc for tc in suite.findall("testcase")}
@@ -113,7 +125,7 @@ def check_story(store: str, tmp: pathlib.Path) -> None:
     assert h.returncode == 0, h.stderr
     hist = {s["model"]: s for s in json.loads(h.stdout)}
     assert [r["label"] for r in hist["b.vmx"]["labels"]] == LABELS
-    assert all(r["repeats"] == 15 for r in hist["b.vmx"]["labels"])
+    assert [r["repeats"] for r in hist["b.vmx"]["labels"]] == [2 * REPEATS] * 3
     shas = [r["exe_sha256"] for r in hist["b.vmx"]["labels"]]
     assert shas[0] == shas[1] != shas[2]
 
