@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -138,3 +138,34 @@ def test_eight_concurrent_writers_sqlite(tmp_path: pathlib.Path) -> None:
 
 def test_eight_concurrent_writers_postgresql(postgres_url: str) -> None:
     write_concurrently(new_pg_database(postgres_url, "writers"))
+
+
+def test_cli_refusals(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+    from vmrpc_farm.cli import main
+
+    db = str(tmp_path / "cli.db")
+    with Store(db) as s:
+        s.add_run("v1", "m.vmx", "main", "0" * 64, [job(0, "n/a:1", 0.002)])
+
+    def run(*args: str) -> Tuple[int, str]:
+        rc = main(list(args))
+        return rc, capsys.readouterr().err
+
+    rc, err = run("check", "--store", db, "--label", "v1")
+    assert rc == 2 and "check --store needs --label and --baseline" in err
+    rc, err = run("check", "--store", db, "--label", "v1", "--baseline", "v0")
+    assert rc == 2 and "--baseline 'v0': no such label" in err and "it has: v1" in err
+    rc, err = run("check", "m.vmx", "--store", db, "--label", "v1", "--baseline", "v1")
+    assert rc == 2 and "give no MODEL.vmx or --expected" in err
+    rc, err = run("check", "m.vmx")
+    assert rc == 2 and "check needs MODEL.vmx and --expected" in err
+    rc, err = run("check", "--store", "mysql://h/d", "--label", "a", "--baseline", "b")
+    assert rc == 2 and "expected a file path (SQLite)" in err
+    rc, err = run("bench", "m.vmx", "--label", "x")
+    assert rc == 2 and "--store and --label go together" in err
+    rc, err = run("report", "--store", str(tmp_path / "empty.db"), "-o", str(tmp_path / "r.html"))
+    assert rc == 2 and "holds no runs yet" in err
+    # a label against itself: ratio 1, same, exit 0
+    rc = main(["check", "--store", db, "--label", "v1", "--baseline", "v1", "--json", "-"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["verdicts"][0]["verdict"] == "same" and out["verdicts"][0]["ratio"] == 1.0

@@ -457,16 +457,15 @@ def _cmd_job(a: argparse.Namespace) -> int:
             "for a regression check of stored results)"
         )
 
+    if a.cmd == "bench" and bool(a.store) != bool(a.label):
+        raise UsageError("--store and --label go together")
     try:
         model = pathlib.Path(a.model).read_bytes()
     except OSError as e:
         raise UsageError(f"{a.model}: {e.strerror}") from None
     args, kwargs = _inputs(a.inputs, a.input)
-    store = None
-    if a.cmd == "bench" and (a.store or a.label):
-        if not (a.store and a.label):
-            raise UsageError("--store and --label go together")
-        store = _open_store(a.store)  # before the jobs: a bad store fails fast
+    # Opened before the jobs: a store that cannot be written fails fast.
+    store = _open_store(a.store) if a.cmd == "bench" and a.store else None
     spec = JobSpec(
         a.cmd,
         os.path.basename(a.model),
