@@ -169,3 +169,14 @@ def test_cli_refusals(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> 
     rc = main(["check", "--store", db, "--label", "v1", "--baseline", "v1", "--json", "-"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["verdicts"][0]["verdict"] == "same" and out["verdicts"][0]["ratio"] == 1.0
+
+
+def test_report_escapes_what_the_store_holds(tmp_path: pathlib.Path) -> None:
+    from vmrpc_farm import htmlreport
+
+    evil = "<script>alert(1)</script>"
+    with Store(str(tmp_path / "e.db")) as s:
+        for label in ("base", evil):
+            s.add_run(label, evil + ".vmx", "main", "0" * 64, [job(0, evil, 0.002)])
+        page = htmlreport.render(s.series(), s.labels(), evil, "base", 0.05, evil)
+    assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
