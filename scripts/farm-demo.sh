@@ -4,7 +4,8 @@
 # (Dask distributed) into the venv build/venv-py (as scripts/test.sh does),
 # then starts on loopback a head and three vmagents, each served by its own
 # node, fans `vmrpc-farm bench --all` out over them, kills one agent while it
-# holds a job, and writes DIR/farm-results.json and DIR/farm-results.xml.
+# holds a job, and writes DIR/farm-results.json and DIR/farm-results.xml;
+# then benchmarks two labels into a results store and writes a check and a report.
 # Every process it starts is stopped on exit, Ctrl-C included.
 #
 #   scripts/farm-demo.sh [--out DIR] [--board]   (default DIR: the current directory)
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
            out=$2; shift 2 ;;
     --out=*) out=${1#--out=}; shift ;;
     --board) board=(--board "${VMRPC_BOARD_BUILD_DIR:-build-aarch64}"); shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "farm-demo: unknown argument '$1' (usage: scripts/farm-demo.sh [--out DIR] [--board])" >&2
        exit 2 ;;
   esac
@@ -48,4 +49,8 @@ if [ ${#board[@]} -gt 0 ]; then
   echo "== the emulated board (scripts/board-aarch64.sh --prepare)"
   VMRPC_BUILD_DIR=$build scripts/board-aarch64.sh --prepare
 fi
-VMRPC_BUILD_DIR=$PWD/$build exec "$venv/bin/python" scripts/farm_demo.py --out "$out" "${board[@]}"
+VMRPC_BUILD_DIR=$PWD/$build "$venv/bin/python" scripts/farm_demo.py --out "$out" "${board[@]}"
+# The farm remembers (docs/farm.md): two labels into a results store, then
+# history, check and the HTML report: DIR/farm-results.db, farm-check.xml,
+# farm-check.json, farm-report.html.
+VMRPC_BUILD_DIR=$PWD/$build exec "$venv/bin/python" scripts/farm_store_demo.py --out "$out"

@@ -14,6 +14,7 @@ PACKAGES=(
   libclang-rt-14-dev
   openssl
   python3 python3-dev python3-venv
+  postgresql chromium
 )
 
 missing=()

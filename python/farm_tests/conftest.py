@@ -4,9 +4,16 @@ each test selects only its agents with --where."""
 
 from __future__ import annotations
 
+import glob
+import os
 import pathlib
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
-from typing import Callable, Iterator, List
+from typing import Callable, Iterator, List, Optional
 
 import pytest
 
@@ -90,3 +97,77 @@ def overlaps(intervals: List[tuple]) -> List[tuple]:
     """Pairs of (start, end) intervals, sorted by start, that overlap."""
     s = sorted(intervals)
     return [(a, b) for a, b in zip(s, s[1:]) if b[0] < a[1]]
+
+
+def _pg_bin(name: str) -> Optional[str]:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server of its own on a free loopback port, in a
+    temporary folder, run as 'nobody' when the tests run as root (postgres
+    refuses root); stopped and removed afterwards."""
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("no PostgreSQL server binaries (Debian package postgresql; scripts/install-deps.sh)")
+    d = pathlib.Path(tempfile.mkdtemp(prefix="vmrpc-pg-"))
+    as_user: List[str] = []
+    if os.geteuid() == 0:
+        os.chown(d, pwd.getpwnam("nobody").pw_uid, -1)
+        as_user = ["runuser", "-u", "nobody", "--"]
+    port = _free_port()
+    data = d / "data"
+    try:
+        subprocess.run(
+            as_user + [initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+        )
+        opts = f"-p {port} -k {d} -c listen_addresses=127.0.0.1 -c fsync=off"
+        subprocess.run(
+            as_user + [pg_ctl, "-D", str(data), "-o", opts, "-l", str(d / "log"), "-w", "start"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=120,
+        )
+    except (subprocess.SubprocessError, OSError):
+        shutil.rmtree(d, ignore_errors=True)
+        raise
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            as_user + [pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"],
+            stdout=subprocess.DEVNULL,
+            timeout=120,
+        )
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def chromium() -> Optional[str]:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def new_pg_database(url: str, name: str) -> str:
+    """A fresh database on the server of postgres_url; its URL."""
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1),
+                           isolation_level="AUTOCOMMIT")
+    try:
+        with eng.connect() as c:
+            c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
+            c.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    finally:
+        eng.dispose()
+    return url.rsplit("/", 1)[0] + "/" + name

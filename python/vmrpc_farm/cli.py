@@ -5,15 +5,20 @@
     vmrpc-farm bench MODEL.vmx --address HEAD --input x=x.npy --where vendor=ARM --all \\
                      --json results.json --junit results.xml   # from CI
     vmrpc-farm status --address HEAD                           # agents, leases, queue
+    vmrpc-farm bench ... --label SHA --store results.db        # keep the raw repeats
+    vmrpc-farm history --store results.db                      # per series: label, median, CI
+    vmrpc-farm check --store results.db --label SHA --baseline main --junit check.xml
+    vmrpc-farm report --store results.db -o report.html        # one self-contained page
 
-Exit status: 0 every job ok; 1 a job failed, differed (check) or was lost;
-2 usage error or unreadable input; 3 the head cannot be reached or no agent
-matches.
+Exit status: 0 every job ok; 1 a job failed, differed (check) or was lost,
+or (check --store) a regression; 2 usage error, unreadable input or store;
+3 the head cannot be reached or no agent matches.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import pathlib
@@ -59,6 +64,22 @@ def _count(lo: int, hi: int) -> Any:
         return v
 
     return parse
+
+
+def _fraction(text: str) -> float:
+    v = _positive(text)
+    if not v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1)")
+    return v
+
+
+def _add_store(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store",
+        required=True,
+        metavar="DB",
+        help="the results store: a SQLite file, or postgresql://USER@HOST:PORT/DB",
+    )
 
 
 def _where(text: str) -> Where:
@@ -213,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         m = sub.add_parser(kind, help=what)
         _add_address(m)
-        m.add_argument("model", metavar="MODEL.vmx")
+        m.add_argument("model", metavar="MODEL.vmx", nargs="?" if kind == "check" else None)
         m.add_argument(
             "inputs",
             nargs="*",
@@ -281,6 +302,21 @@ def _parser() -> argparse.ArgumentParser:
         m.add_argument("--junit", metavar="FILE", help="write the results as JUnit XML")
         m.add_argument("-q", "--quiet", action="store_true", help="no table, no progress")
         if kind == "bench":
+            m.add_argument(
+                "--store",
+                metavar="DB",
+                help="also keep every job's raw repeats in this results store (a SQLite "
+                "file, or postgresql://...); needs --label",
+            )
+            m.add_argument("--label", help="what was benchmarked, e.g. the commit (with --store)")
+            m.add_argument(
+                "--tag",
+                action="append",
+                type=_tag,
+                default=[],
+                metavar="KEY=VALUE",
+                help="a property of this run kept in the store; repeatable",
+            )
             m.add_argument("-n", "--number", type=_count(1, 1 << 30), default=10)
             m.add_argument("-r", "--repeat", type=_count(1, 1 << 20), default=1)
             m.add_argument("--min-repeat-ms", type=_count(0, 1 << 30), default=0)
@@ -289,16 +325,46 @@ def _parser() -> argparse.ArgumentParser:
                 "-e",
                 "--expected",
                 action="append",
-                required=True,
                 metavar="FILE.npy",
                 help="expected value of the next output in order; repeatable",
             )
             m.add_argument("--rtol", type=float, default=1e-5)
             m.add_argument("--atol", type=float, default=1e-8)
+            r = m.add_argument_group(
+                "regression check (with --store: no model, no agents; a label "
+                "against a baseline per (model, device) from the store)"
+            )
+            r.add_argument("--store", metavar="DB", help="the results store (see bench --store)")
+            r.add_argument("--label", help="the label under test")
+            r.add_argument("--baseline", help="the label to compare against")
+            r.add_argument("--model", dest="only_model", help="only this model (its file name)")
+            r.add_argument(
+                "--threshold",
+                type=_positive,
+                default=0.05,
+                help="relative change that counts (default 0.05: 5 %%)",
+            )
+            r.add_argument(
+                "--level", type=_fraction, default=0.95, help="confidence level (default 0.95)"
+            )
         if kind == "run":
             m.add_argument(
                 "-o", "--output-dir", help="write each agent's outputs to DIR/AGENT/OUT.npy"
             )
+
+    hi = sub.add_parser("history", help="per (model, device) and label: median and its CI")
+    _add_store(hi)
+    hi.add_argument("--model", help="only this model (its file name)")
+    hi.add_argument("--json", metavar="FILE", help="also write JSON ('-': stdout, no table)")
+
+    rp = sub.add_parser("report", help="one self-contained HTML page of the store")
+    _add_store(rp)
+    rp.add_argument("-o", "--output", required=True, metavar="FILE.html")
+    rp.add_argument("--label", help="the latest label (default: the last one stored)")
+    rp.add_argument(
+        "--baseline", help="the label to compare against (default: the one before --label)"
+    )
+    rp.add_argument("--threshold", type=_positive, default=0.05)
 
     st = sub.add_parser("status", help="agents, their leases, and the queue")
     _add_address(st)
@@ -385,11 +451,21 @@ def _cmd_job(a: argparse.Namespace) -> int:
     from . import report
     from .jobs import JobSpec
 
+    if a.cmd == "check" and (a.model is None or not a.expected):
+        raise UsageError(
+            "check needs MODEL.vmx and --expected (or --store, --label and --baseline "
+            "for a regression check of stored results)"
+        )
+
+    if a.cmd == "bench" and bool(a.store) != bool(a.label):
+        raise UsageError("--store and --label go together")
     try:
         model = pathlib.Path(a.model).read_bytes()
     except OSError as e:
         raise UsageError(f"{a.model}: {e.strerror}") from None
     args, kwargs = _inputs(a.inputs, a.input)
+    # Opened before the jobs: a store that cannot be written fails fast.
+    store = _open_store(a.store) if a.cmd == "bench" and a.store else None
     spec = JobSpec(
         a.cmd,
         os.path.basename(a.model),
@@ -435,6 +511,20 @@ def _cmd_job(a: argparse.Namespace) -> int:
         "started": started,
         "seconds": time.time() - started,
     }
+    if store is not None:
+        with store:
+            run_id = store.add_run(
+                a.label,
+                spec.model_name,
+                spec.func,
+                hashlib.sha256(model).hexdigest(),
+                [j.to_dict() for j in jobs],
+                dict(a.tag),
+                {k: meta[k] for k in ("address", "where", "mode")}
+                | {"number": a.number, "repeat": a.repeat, "min_repeat_ms": a.min_repeat_ms},
+                started,
+            )
+        log(f"stored as run {run_id} under label {a.label!r} in {a.store}")
     if a.json:
         _write(a.json, report.to_json(jobs, meta))
     if a.junit:
@@ -511,6 +601,118 @@ def _cmd_status(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _open_store(where: str) -> Any:
+    from .store import Store, StoreError
+
+    try:
+        return Store(where)
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+
+
+def _series(a: argparse.Namespace) -> Tuple[List[str], List[Any]]:
+    with _open_store(a.store) as store:
+        return store.labels(), store.series(getattr(a, "model", None))
+
+
+def _cmd_history(a: argparse.Namespace) -> int:
+    from . import history
+
+    _, series = _series(a)
+    doc = [
+        {"model": s.model, "agent": s.agent, "device": s.device, "labels": history.history_rows(s)}
+        for s in series
+    ]
+    if a.json:
+        _write(a.json, json.dumps(doc, indent=2, default=str) + "\n")
+        if a.json == "-":
+            return EXIT_OK
+    rows = [["model", "agent", "device", "label", "repeats", "median ms", "95% CI ms", "state"]]
+    for s in doc:
+        for r in s["labels"]:
+            ci = (
+                "-"
+                if r["ci_lo_s"] is None
+                else f"{r['ci_lo_s'] * 1e3:.4f}..{r['ci_hi_s'] * 1e3:.4f}"
+            )
+            rows.append(
+                [
+                    s["model"],
+                    s["agent"],
+                    s["device"],
+                    r["label"],
+                    str(r["repeats"]),
+                    f"{r['median_s'] * 1e3:.4f}",
+                    ci,
+                    json.dumps(r["device_states"][-1]) if r["device_states"] else "-",
+                ]
+            )
+    sys.stdout.write(history.to_table(rows))
+    return EXIT_OK
+
+
+def _cmd_check(a: argparse.Namespace) -> int:
+    from . import history
+
+    if a.model is not None or a.expected:
+        raise UsageError("check --store compares stored labels: give no MODEL.vmx or --expected")
+    if not a.label or not a.baseline:
+        raise UsageError("check --store needs --label and --baseline")
+    with _open_store(a.store) as store:
+        labels, series = store.labels(), store.series(a.only_model)
+    for opt, label in (("--label", a.label), ("--baseline", a.baseline)):
+        if label not in labels:
+            raise UsageError(
+                f"{opt} {label!r}: no such label in {a.store} (it has: "
+                f"{', '.join(labels[-10:]) or 'none'}); see `vmrpc-farm history`"
+            )
+    verdicts = history.check(series, a.label, a.baseline, a.threshold, a.level)
+    meta = {
+        "store": a.store,
+        "label": a.label,
+        "baseline": a.baseline,
+        "threshold": a.threshold,
+        "level": a.level,
+    }
+    if a.json:
+        _write(a.json, history.to_json(verdicts, meta))
+    if a.junit:
+        _write(a.junit, history.to_junit(verdicts, meta))
+    if a.json != "-":
+        rows = [["model", "agent", "device", "verdict", "ratio", "CI", "change points"]]
+        for v in verdicts:
+            ci = "-" if v.get("ci_lo") is None else f"{v['ci_lo']:.4f}..{v['ci_hi']:.4f}"
+            ratio = f"{v['ratio']:.4f}" if "ratio" in v else "-"
+            cps = ",".join(c["label"] for c in v["change_points"]) or "-"
+            rows.append([v["model"], v["agent"], v["device"], v["verdict"], ratio, ci, cps])
+        sys.stdout.write(history.to_table(rows))
+    bad = [v for v in verdicts if v["regression"]]
+    if bad:
+        _err(f"{len(bad)} regression(s) of {a.label} against {a.baseline}")
+        return EXIT_JOBS
+    return EXIT_OK
+
+
+def _cmd_report(a: argparse.Namespace) -> int:
+    from . import htmlreport
+
+    with _open_store(a.store) as store:
+        labels = store.labels()
+        series = store.series()
+    if not labels:
+        raise UsageError(f"{a.store}: the store holds no runs yet")
+    for opt, label in (("--label", a.label), ("--baseline", a.baseline)):
+        if label is not None and label not in labels:
+            raise UsageError(f"{opt} {label!r}: no such label in {a.store}")
+    label = a.label or labels[-1]
+    baseline = a.baseline
+    if baseline is None:
+        i = labels.index(label)
+        baseline = labels[i - 1] if i > 0 else label
+    _write(a.output, htmlreport.render(series, labels, label, baseline, a.threshold, a.store))
+    return EXIT_OK
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     a = _parser().parse_args(argv)
     try:
@@ -520,6 +722,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             return _cmd_serve(a)
         if a.cmd == "status":
             return _cmd_status(a)
+        if a.cmd == "history":
+            return _cmd_history(a)
+        if a.cmd == "check" and getattr(a, "store", None):
+            return _cmd_check(a)
+        if a.cmd == "report":
+            return _cmd_report(a)
         return _cmd_job(a)
     except UsageError as e:
         _err(str(e))

@@ -1,0 +1,182 @@
+"""The results store on its own: its schema version and migrations, refusals,
+and 8 concurrent writer processes that lose no row (SQLite and a real
+PostgreSQL server)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from conftest import new_pg_database
+from vmrpc_farm.store import SCHEMA_VERSION, Store, StoreError, store_url
+
+WRITERS, RUNS_EACH, JOBS, REPEATS = 8, 8, 2, 10
+
+
+def job(i: int, agent: str, base: float) -> Dict[str, Any]:
+    return {
+        "id": f"bench-t-{i}",
+        "target": agent,
+        "state": "ok",
+        "error": "",
+        "attempts": [],
+        "result": {
+            "agent": agent,
+            "device": "0",
+            "version": "0.1.0",
+            "properties": {"agent": agent, "vendor": ["pocl"]},
+            "device_info": {"name": "cpu"},
+            "device_state": {"throttled": False, "temp_c": 41.5},
+            "start": 1000.0 + i,
+            "end": 1001.0 + i,
+            "timing": {
+                "number": 5,
+                "results": [base * (1 + k / 100) for k in range(REPEATS)],
+                "device_results": [base * 0.9] * REPEATS,
+            },
+        },
+    }
+
+
+def test_new_store_has_the_schema_and_keeps_a_run(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "r.db"
+    with Store(str(db)) as s:
+        assert s.version() == SCHEMA_VERSION
+        rid = s.add_run("abc123", "m.vmx", "main", "00" * 32, [job(0, "n/a:1", 0.002)], {"ci": "x"})
+        assert rid == 1
+        (ser,) = s.series()
+        assert (ser.model, ser.agent, ser.device, ser.labels) == ("m.vmx", "n/a:1", "0", ["abc123"])
+        assert len(ser.wall["abc123"]) == REPEATS and ser.device_s["abc123"][0] == pytest.approx(0.0018)
+        assert ser.states["abc123"] == [{"throttled": False, "temp_c": 41.5}]
+    with Store(str(db)) as s:  # opened again: nothing migrated twice, nothing lost
+        assert s.version() == SCHEMA_VERSION and s.counts() == {
+            "runs": 1,
+            "results": 1,
+            "samples": REPEATS,
+        }
+    c = sqlite3.connect(db)
+    assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    c.close()
+
+
+def test_store_of_a_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "new.db"
+    Store(str(db)).close()
+    c = sqlite3.connect(db)
+    c.execute("UPDATE vmrpc_schema SET version = ?", (SCHEMA_VERSION + 1,))
+    c.commit()
+    c.close()
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}; .*upgrade"):
+        Store(str(db))
+
+
+def test_not_a_database_and_bad_urls_are_refused(tmp_path: pathlib.Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not SQLite\n" * 100)
+    with pytest.raises(StoreError, match="not a database"):
+        Store(str(junk))
+    with pytest.raises(StoreError, match="expected a file path"):
+        store_url("mysql://x/y")
+    assert store_url("postgres://u@h:1/d") == "postgresql+psycopg://u@h:1/d"
+    with pytest.raises(StoreError, match="label"):
+        with Store(str(tmp_path / "ok.db")) as s:
+            s.add_run("", "m", "main", "0" * 64, [])
+
+
+WRITER = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, sys.argv[3])
+    from test_store import job, RUNS_EACH, JOBS
+    from vmrpc_farm.store import Store
+    w = int(sys.argv[2])
+    with Store(sys.argv[1]) as s:
+        for r in range(RUNS_EACH):
+            s.add_run(f"label-{r % 3}", "m.vmx", "main", "ab" * 32,
+                      [job(j, f"node/agent-{w}-{j}", 0.001 * (w + 1)) for j in range(JOBS)])
+    print("ok")
+    """
+)
+
+
+def write_concurrently(where: str) -> None:
+    here = str(pathlib.Path(__file__).resolve().parent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, where, str(w), here],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for w in range(WRITERS)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * WRITERS, outs
+    with Store(where) as s:
+        assert s.counts() == {
+            "runs": WRITERS * RUNS_EACH,
+            "results": WRITERS * RUNS_EACH * JOBS,
+            "samples": WRITERS * RUNS_EACH * JOBS * REPEATS,
+        }
+        series = s.series()
+        assert len(series) == WRITERS * JOBS
+        for ser in series:  # every writer's every run, whole
+            assert sum(len(v) for v in ser.wall.values()) == RUNS_EACH * REPEATS
+        assert s.labels() == ["label-0", "label-1", "label-2"]
+
+
+def test_eight_concurrent_writers_sqlite(tmp_path: pathlib.Path) -> None:
+    write_concurrently(str(tmp_path / "shared.db"))  # the schema made by the racing writers too
+
+
+def test_eight_concurrent_writers_postgresql(postgres_url: str) -> None:
+    write_concurrently(new_pg_database(postgres_url, "writers"))
+
+
+def test_cli_refusals(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+    from vmrpc_farm.cli import main
+
+    db = str(tmp_path / "cli.db")
+    with Store(db) as s:
+        s.add_run("v1", "m.vmx", "main", "0" * 64, [job(0, "n/a:1", 0.002)])
+
+    def run(*args: str) -> Tuple[int, str]:
+        rc = main(list(args))
+        return rc, capsys.readouterr().err
+
+    rc, err = run("check", "--store", db, "--label", "v1")
+    assert rc == 2 and "check --store needs --label and --baseline" in err
+    rc, err = run("check", "--store", db, "--label", "v1", "--baseline", "v0")
+    assert rc == 2 and "--baseline 'v0': no such label" in err and "it has: v1" in err
+    rc, err = run("check", "m.vmx", "--store", db, "--label", "v1", "--baseline", "v1")
+    assert rc == 2 and "give no MODEL.vmx or --expected" in err
+    rc, err = run("check", "m.vmx")
+    assert rc == 2 and "check needs MODEL.vmx and --expected" in err
+    rc, err = run("check", "--store", "mysql://h/d", "--label", "a", "--baseline", "b")
+    assert rc == 2 and "expected a file path (SQLite)" in err
+    rc, err = run("bench", "m.vmx", "--label", "x")
+    assert rc == 2 and "--store and --label go together" in err
+    rc, err = run("report", "--store", str(tmp_path / "empty.db"), "-o", str(tmp_path / "r.html"))
+    assert rc == 2 and "holds no runs yet" in err
+    # a label against itself: ratio 1, same, exit 0
+    rc = main(["check", "--store", db, "--label", "v1", "--baseline", "v1", "--json", "-"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["verdicts"][0]["verdict"] == "same" and out["verdicts"][0]["ratio"] == 1.0
+
+
+def test_report_escapes_what_the_store_holds(tmp_path: pathlib.Path) -> None:
+    from vmrpc_farm import htmlreport
+
+    evil = "<script>alert(1)</script>"
+    with Store(str(tmp_path / "e.db")) as s:
+        for label in ("base", evil):
+            s.add_run(label, evil + ".vmx", "main", "0" * 64, [job(0, evil, 0.002)])
+        page = htmlreport.render(s.series(), s.labels(), evil, "base", 0.05, evil)
+    assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page

@@ -1,0 +1,192 @@
+"""What the store says over time (docs/farm.md): ``history`` (per series,
+each label's median with its interval), ``check`` (a label against a
+baseline per (model, device), with change points over the whole series)
+and their JSON and JUnit.
+
+The comparison is :func:`vmrpc_farm.stats.hl_ratio` on the raw per-call
+repeats of the two labels (every stored run of a label pooled). Change
+points are Apache Otava's (the e-divisive method with its t-test merge
+step, ``otava.analysis.compute_change_points``) over the series of raw
+repeats in label order; a change point is reported at the label of the
+first repeat after it. A change point counts only when it is significant
+(p < CP_PVALUE) and at least as large as the check's threshold (Otava's
+min_magnitude): the slow drift of a shared machine is not a change.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import xml.etree.ElementTree as ET
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import stats
+from .store import Series
+
+__all__ = ["change_points", "history_rows", "check", "to_json", "to_junit", "to_table"]
+
+# Otava's significance for a change point (its own default) and window.
+CP_PVALUE = 0.001
+CP_WINDOW = 50
+
+
+def change_points(s: Series, min_magnitude: float) -> List[Dict[str, Any]]:
+    """Change points of s's wall-clock repeats in label order: [{label,
+    index, pvalue, before, after}] (means of the repeats either side)."""
+    from otava.analysis import compute_change_points
+
+    flat: List[float] = []
+    owner: List[str] = []
+    for label in s.labels:
+        flat += s.wall[label]
+        owner += [label] * len(s.wall[label])
+    if len(flat) < 4:
+        return []
+    cps, _ = compute_change_points(
+        flat, window_len=CP_WINDOW, max_pvalue=CP_PVALUE, min_magnitude=min_magnitude
+    )
+    out = []
+    for cp in cps:
+        st = cp.stats
+        out.append(
+            {
+                "label": owner[cp.index],
+                "index": int(cp.index),
+                "at_label_start": cp.index == 0 or owner[cp.index - 1] != owner[cp.index],
+                "pvalue": float(getattr(st, "pvalue", float("nan"))),
+                "before": float(getattr(st, "mean_1", float("nan"))),
+                "after": float(getattr(st, "mean_2", float("nan"))),
+            }
+        )
+    return out
+
+
+def history_rows(s: Series, level: float = 0.95) -> List[Dict[str, Any]]:
+    rows = []
+    for label in s.labels:
+        w = s.wall[label]
+        if not w:
+            continue
+        med, lo, hi = stats.median_ci(w, level)
+        dev = s.device_s.get(label) or []
+        rows.append(
+            {
+                "label": label,
+                "repeats": len(w),
+                "median_s": med,
+                "ci_lo_s": lo,
+                "ci_hi_s": hi,
+                "device_median_s": stats.median_ci(dev, level)[0] if dev else None,
+                "exe_sha256": s.sha.get(label, []),
+                "device_states": [x for x in s.states.get(label, []) if x is not None],
+            }
+        )
+    return rows
+
+
+def check(
+    series: Sequence[Series],
+    label: str,
+    baseline: str,
+    threshold: float,
+    level: float = 0.95,
+) -> List[Dict[str, Any]]:
+    """One verdict per series that has the label or the baseline."""
+    out = []
+    for s in series:
+        a, b = s.wall.get(baseline) or [], s.wall.get(label) or []
+        if not a and not b:
+            continue
+        v: Dict[str, Any] = {
+            "model": s.model,
+            "agent": s.agent,
+            "device": s.device,
+            "label": label,
+            "baseline": baseline,
+            "threshold": threshold,
+            "level": level,
+            "baseline_repeats": len(a),
+            "repeats": len(b),
+        }
+        if not a or not b:
+            v["verdict"] = "inconclusive"
+            v["why"] = f"no ok repeats under {'the baseline ' + baseline if not a else label}"
+        else:
+            r = stats.hl_ratio(a, b, level)
+            v.update(
+                verdict=stats.verdict(r, threshold),
+                ratio=r.ratio,
+                ci_lo=r.lo,
+                ci_hi=r.hi,
+                baseline_median_s=stats.median_ci(a)[0],
+                median_s=stats.median_ci(b)[0],
+            )
+            if r.lo is None:
+                v["why"] = "too few repeats for an interval at this level"
+        v["regression"] = v["verdict"] == "slower"
+        cps = change_points(s, threshold)
+        v["change_points"] = cps
+        v["change_point_at_label"] = any(c["label"] == label for c in cps)
+        out.append(v)
+    return out
+
+
+def to_json(verdicts: Sequence[Dict[str, Any]], meta: Dict[str, Any]) -> str:
+    doc = {
+        "check": meta,
+        "summary": {k: sum(v["verdict"] == k for v in verdicts) for k in stats.VERDICTS},
+        "verdicts": list(verdicts),
+    }
+    return json.dumps(doc, indent=2, default=str) + "\n"
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def _line(v: Dict[str, Any]) -> str:
+    if "ratio" not in v:
+        return f"{v['verdict']}: {v.get('why', '')}"
+    return (
+        f"{v['verdict']}: {v['label']}/{v['baseline']} = {v['ratio']:.4f} "
+        f"[{_fmt(v['ci_lo'])}, {_fmt(v['ci_hi'])}] at {v['level']:.0%} "
+        f"(threshold {v['threshold']:.1%}; {v['baseline_repeats']} vs {v['repeats']} repeats)"
+    )
+
+
+def to_junit(verdicts: Sequence[Dict[str, Any]], meta: Dict[str, Any]) -> str:
+    """One testcase per (model, device): failed on a regression, skipped
+    when inconclusive."""
+    root = ET.Element("testsuites")
+    ts = ET.SubElement(
+        root,
+        "testsuite",
+        name="vmrpc-farm.check",
+        tests=str(len(verdicts)),
+        failures=str(sum(v["regression"] for v in verdicts)),
+        errors="0",
+        skipped=str(sum(v["verdict"] == "inconclusive" for v in verdicts)),
+        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
+    )
+    props = ET.SubElement(ts, "properties")
+    for k, val in meta.items():
+        ET.SubElement(props, "property", name=str(k), value=str(val))
+    for v in verdicts:
+        tc = ET.SubElement(
+            ts, "testcase", classname=f"{v['model']}.check", name=f"{v['agent']} {v['device']}"
+        )
+        if v["regression"]:
+            ET.SubElement(tc, "failure", message=_line(v), type="regression").text = json.dumps(
+                v, default=str
+            )
+        elif v["verdict"] == "inconclusive":
+            ET.SubElement(tc, "skipped", message=_line(v))
+        cps = ", ".join(f"{c['label']} (p={c['pvalue']:.2g})" for c in v["change_points"])
+        ET.SubElement(tc, "system-out").text = _line(v) + f"\nchange points: {cps or 'none'}"
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def to_table(rows: List[List[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
