@@ -285,17 +285,26 @@ def check_hostile(client: List[str], url: str) -> None:
         want(_closed(s, 30), "hostile", "the agent kept a connection announcing a 2^62-byte frame")
     say("hostile: a frame announcing 2^62 bytes: connection dropped")
 
-    with socket.create_connection(addr, timeout=30) as s:
+    def handshaken() -> socket.socket:
+        s = socket.create_connection(addr, timeout=30)
         s.sendall(SP_REQ0)
         s.settimeout(60)
         hdr = _recv_all(s, 8)
         want(hdr == b"\x00SP\x00\x00\x31\x00\x00", "hostile", f"the agent's SP header {hdr!r}")
+        return s
+
+    with handshaken() as s:
         # request id 0x80000007, then an envelope length of 0xFFFFFFFF with
         # nothing behind it
         s.sendall(struct.pack(">Q", 8) + struct.pack(">I", 0x80000007) + b"\xff\xff\xff\xff")
         body = _reply(s, "hostile")
         want(body[:4] == struct.pack(">I", 0x80000007), "hostile", f"reply id {body[:4]!r}")
         want(b"malformed message" in body, "hostile", f"reply {body[4:200]!r}")
+        # before Hello a connection gets one refusal, then nothing more
+        # (docs/security.md, Before authentication): it ends at its deadline
+        s.sendall(struct.pack(">Q", 8) + struct.pack(">I", 0x80000009) + b"\xff\xff\xff\xff")
+        want(_closed(s, 60), "hostile", "a second request before Hello was served")
+    with handshaken() as s:
         # over the pre-Hello cap (8 KiB): drained and refused, not stored
         big = 64 << 10
         s.sendall(struct.pack(">Q", 4 + big) + struct.pack(">I", 0x80000008) + b"\xa5" * big)
