@@ -161,7 +161,10 @@ static void test_more_work_slower(void **state) {
       "--threshold", "5%", "--max-seconds", "120", "a.vmx", "b.vmx");
   expect_in(r.out, "\"verdict\":\"slower\"");
   double lo = json_num(r.out, "ci_low"), ratio = json_num(r.out, "ratio");
-  if (!(lo > 1.05 && ratio > 1.1 && ratio < 1.5))
+  /* 13 GEMMs against 10: 1.3 nominal; caches and a loaded host move the
+   * measured ratio (1.53 seen on a shared 2-core machine), never below
+   * the threshold that must decide it. */
+  if (!(lo > 1.05 && ratio > 1.1 && ratio < 2.0))
     fail_msg("ratio %.4f with interval from %.4f: expected about 1.3 above 1.05", ratio, lo);
   expect_in(r.err, "vmclient: compare: B is slower than A: ratio ");
   run_result_free(&r);
