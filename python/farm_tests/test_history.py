@@ -41,14 +41,24 @@ def heavier(vmx: pathlib.Path, d: pathlib.Path, extra: int) -> pathlib.Path:
     text = subprocess.run(
         [vmclient, "disasm", str(vmx)], check=True, capture_output=True, text=True
     ).stdout
-    anchor = "  %1 = call $vm.builtin.kill(%1)\n  ret %13"
-    assert anchor in text, "the example MLP changed: update heavier()"
+    # Two fresh registers past the function's last (the emitter reuses
+    # registers, so none below is sure to be free), on the scratch storage
+    # %1 (32 KiB: two [8, 512] float32 tensors) before it is killed.
+    anchor = "  %1 = call $vm.builtin.kill(%1)\n  ret %"
+    regs = re.search(r"^\.func @main\(.*\) regs (\d+) \{$", text, re.M)
+    assert anchor in text and regs, "the example MLP changed: update heavier()"
+    for c in ("c0 float 1", "c1 float 0", "c4 tensor float32[512, 512]", "c11 dtype float32",
+              "c12 shape [8192]", "c14 shape [8, 512]"):
+        assert f".const {c}" in text, f"the example MLP changed ({c}): update heavier()"
+    n = int(regs.group(1))
+    a, b = f"%{n}", f"%{n + 1}"
     more = (
-        "  %2 = call $vm.builtin.alloc_tensor(%1, 0, c14, c11)\n"
-        "  %3 = call $vm.builtin.alloc_tensor(%1, 16384, c14, c11)\n"
-        + "  call $cl.gemm(%2, c4, 0, 0, c0, c1, %3)\n" * extra
-        + "  %2 = call $vm.builtin.kill(%2)\n  %3 = call $vm.builtin.kill(%3)\n"
+        f"  {a} = call $vm.builtin.alloc_tensor(%1, 0, c14, c11)\n"
+        f"  {b} = call $vm.builtin.alloc_tensor(%1, 16384, c14, c11)\n"
+        + f"  call $cl.gemm({a}, c4, 0, 0, c0, c1, {b})\n" * extra
+        + f"  {a} = call $vm.builtin.kill({a})\n  {b} = call $vm.builtin.kill({b})\n"
     )
+    text = text.replace(regs.group(0), regs.group(0).replace(f"regs {n} ", f"regs {n + 2} "))
     src, out = d / f"mlp+{extra}.vmasm", d / f"mlp+{extra}.vmx"
     src.write_text(text.replace(anchor, more + anchor))
     subprocess.run([vmclient, "asm", str(src), "-o", str(out)], check=True)
