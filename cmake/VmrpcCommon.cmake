@@ -18,6 +18,12 @@ if(VMRPC_FUZZ)
   # Instrument everything for coverage; the fuzz targets add -fsanitize=fuzzer.
   list(APPEND VMRPC_SAN_FLAGS -fsanitize=fuzzer-no-link,address,undefined
        -fno-sanitize-recover=all)
+  # The same binary whatever folder the tree is in: libFuzzer feeds the
+  # operands of comparisons (some of them addresses of strings such as
+  # file names) back into its mutations, so a path in the binary would
+  # change the deterministic smoke's statistics (scripts/fuzz-ci.sh).
+  add_compile_options(-ffile-prefix-map=${PROJECT_SOURCE_DIR}=.
+                      -ffile-prefix-map=${PROJECT_BINARY_DIR}=build)
 endif()
 
 # vmrpc_target_defaults(TARGET): warnings and sanitizer flags for our own code.
