@@ -13,7 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional, Sequence
 
 import pytest
 
@@ -41,14 +41,16 @@ def mlp(workdir: pathlib.Path) -> Mlp:
 class Cluster:
     """A node with n agents of its own, tagged test=NAME."""
 
-    def __init__(self, workdir: pathlib.Path, head: Head, name: str, n: int) -> None:
+    def __init__(
+        self, workdir: pathlib.Path, head: Head, name: str, n: int, wrap: Sequence[str] = ()
+    ) -> None:
         self.name = name
         self.where = [Where.parse(f"test={name}")]
         self.agents: List[Agent] = []
         self.node = None
         try:
             for i in range(n):
-                self.agents.append(Agent(workdir / f"cache-{name}-{i}"))
+                self.agents.append(Agent(workdir / f"cache-{name}-{i}", wrap=wrap))
             self.node = Node(
                 workdir, head.address, self.agents, [f"test={name}"], name=f"node-{name}"
             )
@@ -83,8 +85,8 @@ def cluster(
 ) -> Iterator[Callable[[int], Cluster]]:
     made: List[Cluster] = []
 
-    def make(n: int) -> Cluster:
-        c = Cluster(workdir, head, f"{request.node.name}-{len(made)}", n)
+    def make(n: int, wrap: Sequence[str] = ()) -> Cluster:
+        c = Cluster(workdir, head, f"{request.node.name}-{len(made)}", n, wrap)
         made.append(c)
         return c
 

@@ -6,10 +6,13 @@ report opens in a real headless Chromium."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import pathlib
 import re
 import shutil
+import statistics
 import subprocess
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Dict, List, Tuple
@@ -24,15 +27,42 @@ from vmrpc_farm import JobSpec
 LABELS = ["c1", "c2", "c3"]
 RUNS = ["c1", "c2", "c3", "c3", "c2", "c1"]
 REPEATS = 10
-# Wide: the machines running the tests are shared (2 cores under a load of
-# 8 to 15 here), where the speed of an unchanged executable was seen to
-# drift by 2x between runs seconds apart; the heavy executable does about
-# 25x the work. The statistics at fine thresholds: test_stats.py.
-THRESHOLD = "2.0"
-EXTRA_GEMMS = 48
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the story measures: b.vmx is the MLP with `base` more GEMMs
+    under c1 and c2 and with `heavy` more under c3; `threshold` is the
+    relative difference that matters; c3's change must exceed `min_ratio`."""
+
+    threshold: str
+    base: int
+    heavy: int
+    min_ratio: float
+
+
+FINE = Plan(threshold="0.05", base=40, heavy=46, min_ratio=1.05)
+COARSE = Plan(threshold="2.0", base=0, heavy=48, min_ratio=3.0)
+# the largest spread of four same-executable runs' medians that leaves the
+# fine plan's 5 % threshold a margin on both sides
+QUIET_SPREAD = 1.03
+
+
+def realtime_wrap() -> Tuple[str, ...]:
+    """chrt/taskset: the agent as a real-time (SCHED_FIFO) task on the last
+    core this process may use, where that is allowed (root or
+    CAP_SYS_NICE, as in CI); () elsewhere."""
+    wrap = ("chrt", "-f", "1", "taskset", "-c", str(max(os.sched_getaffinity(0))))
+    try:
+        ok = subprocess.run([*wrap, "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return wrap if ok else ()
 
 
 def heavier(vmx: pathlib.Path, d: pathlib.Path, extra: int) -> pathlib.Path:
+    if extra == 0:
+        return vmx
     """The MLP with `extra` more 8x512x512 GEMMs before it returns (2.1 M
     multiply-adds each, beside its own 4.3 M): disassembled and assembled
     again with vmclient. A few ms per call: long enough that a loaded
@@ -71,15 +101,10 @@ def farm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
-def fill(tmp: pathlib.Path, c: Cluster, address: str, store: str, mlp: Mlp) -> None:
-    """a.vmx: the MLP under every label; b.vmx: the MLP under c1 and c2,
-    then with 48 more GEMMs under c3 (105 M multiply-adds instead of 4.3 M)."""
-    base, heavy = mlp.vmx, heavier(mlp.vmx, tmp, EXTRA_GEMMS)
-    # A fresh agent's first seconds are slower (kernels built, caches
-    # cold): warm it up first, storing nothing.
-    warm = JobSpec("bench", "warm-up", base.read_bytes(), args=(np.load(mlp.x),), number=1,
-                   repeat=3, min_repeat_ms=300)
-    assert [j.state for j in c.farm.dispatch(warm, c.where, deadline=120)] == ["ok"]
+def fill(tmp: pathlib.Path, c: Cluster, address: str, store: str, mlp: Mlp, plan: Plan) -> None:
+    """a.vmx: the base executable under every label; b.vmx: the base under
+    c1 and c2, the heavy one under c3 (the plan says how much heavier)."""
+    base, heavy = heavier(mlp.vmx, tmp, plan.base), heavier(mlp.vmx, tmp, plan.heavy)
     # Each label twice, mirrored (c1 c2 c3 c3 c2 c1): a shared machine's
     # speed drifts over the minute as its load comes and goes, and a drift
     # falls on every label alike.
@@ -98,31 +123,33 @@ def fill(tmp: pathlib.Path, c: Cluster, address: str, store: str, mlp: Mlp) -> N
             assert r.returncode == 0, r.stdout + r.stderr
 
 
-def verdicts(store: str, label: str, baseline: str, tmp: pathlib.Path) -> Tuple[int, Dict[str, Any], ET.Element]:
+def verdicts(
+    store: str, label: str, baseline: str, tmp: pathlib.Path, plan: Plan
+) -> Tuple[int, Dict[str, Any], ET.Element]:
     j, x = tmp / f"check-{label}.json", tmp / f"check-{label}.xml"
     r = farm("check", "--store", store, "--label", label, "--baseline", baseline,
-             "--threshold", THRESHOLD, "--json", str(j), "--junit", str(x))
+             "--threshold", plan.threshold, "--json", str(j), "--junit", str(x))
     doc = json.loads(j.read_text())
     by_model = {v["model"]: v for v in doc["verdicts"]}
     return r.returncode, by_model, ET.parse(x).getroot()
 
 
-def check_story(store: str, tmp: pathlib.Path) -> None:
-    rc, v, junit = verdicts(store, "c2", "c1", tmp)
+def check_story(store: str, tmp: pathlib.Path, plan: Plan) -> None:
+    rc, v, junit = verdicts(store, "c2", "c1", tmp, plan)
     assert rc == 0, v
     assert {m: x["verdict"] for m, x in v.items()} == {"a.vmx": "same", "b.vmx": "same"}, v
     assert junit.find("testsuite").get("failures") == "0"
 
-    rc, v, junit = verdicts(store, "c3", "c2", tmp)
+    rc, v, junit = verdicts(store, "c3", "c2", tmp, plan)
     assert rc == 1, v
     assert {m: x["verdict"] for m, x in v.items()} == {"a.vmx": "same", "b.vmx": "slower"}, v
-    assert v["b.vmx"]["regression"] and v["b.vmx"]["ci_lo"] > 3
+    assert v["b.vmx"]["regression"] and v["b.vmx"]["ci_lo"] > 1
     # The change point of b.vmx lands on c3's first repeat; a.vmx has none
     # there. (A shared machine's speed may drift by 2x within a minute, which
     # Otava may mark inside c1 or c2: not asserted either way.)
     at_c3 = [c for c in v["b.vmx"]["change_points"] if c["label"] == "c3" and c["at_label_start"]]
     assert len(at_c3) == 1, v["b.vmx"]["change_points"]
-    assert at_c3[0]["after"] > 3 * at_c3[0]["before"]
+    assert at_c3[0]["after"] > plan.min_ratio * at_c3[0]["before"]
     assert v["b.vmx"]["change_point_at_label"] and not v["a.vmx"]["change_point_at_label"]
     assert not any(c["label"] == "c3" and c["at_label_start"] for c in v["a.vmx"]["change_points"])
     suite = junit.find("testsuite")
@@ -143,37 +170,74 @@ def check_story(store: str, tmp: pathlib.Path) -> None:
     assert bad.returncode == 2 and "--label 'nope': no such label" in bad.stderr
 
 
-def quiet_agent(cluster: Callable[[int], Cluster], monkeypatch: pytest.MonkeyPatch) -> Cluster:
-    """One agent whose PoCL runs one thread: on a shared, loaded machine a
-    kernel spread over threads waits for the slowest of them, which makes
-    timings far noisier than the work they measure."""
+def quiet_agent(
+    cluster: Callable[..., Cluster], monkeypatch: pytest.MonkeyPatch, mlp: Mlp,
+    tmp: pathlib.Path,
+) -> Tuple[Cluster, Plan]:
+    """One agent whose PoCL runs one thread (on a shared, loaded machine a
+    kernel spread over threads waits for the slowest of them), real-time
+    where allowed; and the plan its quietness allows.
+
+    A 10 % regression can be found only on a quiet device. On a test machine
+    shared with builds (2 cores under a load of 8 to 20), an unchanged
+    executable's medians were seen 2x apart between runs seconds apart, and
+    1.45x apart even for a real-time agent on a core of its own (the other
+    core's load slows it through what the cores share). So four runs of the
+    fine plan's base executable measure the device first: where their
+    medians lie within QUIET_SPREAD, c3 does 14 % more work (46 GEMMs of
+    2.1 M multiply-adds instead of 40, beside the MLP's own 4.3 M) against a
+    5 % threshold; elsewhere the story is told coarsely (25x the work
+    against a 200 % threshold) and the test says so. The plan taken and the
+    spread are written to BUILD/farm-history-plan.json."""
     monkeypatch.setenv("POCL_CPU_MAX_CU_COUNT", "1")
     monkeypatch.setenv("POCL_MAX_PTHREAD_COUNT", "1")
-    return cluster(1)
+    wrap = realtime_wrap()
+    c = cluster(1, wrap)
+    x = np.load(mlp.x)
+    # A fresh agent's first seconds are slower (kernels built, caches
+    # cold): warm it up first, storing nothing.
+    warm = JobSpec("bench", "warm-up", mlp.vmx.read_bytes(), args=(x,), number=1,
+                   repeat=3, min_repeat_ms=300)
+    assert [j.state for j in c.farm.dispatch(warm, c.where, deadline=120)] == ["ok"]
+    base = heavier(mlp.vmx, tmp, FINE.base).read_bytes()
+    medians = []
+    for i in range(4):
+        job = JobSpec("bench", f"calibrate-{i}", base, args=(x,), number=1, repeat=10,
+                      min_repeat_ms=40)
+        (r,) = c.farm.dispatch(job, c.where, deadline=120)
+        assert r.state == "ok", r
+        medians.append(statistics.median(r.result["timing"]["results"]))
+    spread = max(medians) / min(medians)
+    plan = FINE if spread <= QUIET_SPREAD else COARSE
+    note = {"plan": "fine" if plan is FINE else "coarse", "spread": spread,
+            "medians_s": medians, "realtime": bool(wrap)}
+    (BUILD / "farm-history-plan.json").write_text(json.dumps(note, indent=1))
+    print(f"test_history: {note}")
+    return c, plan
 
 
 def test_three_labels_sqlite(
-    cluster: Callable[[int], Cluster], mlp: Mlp, head: Any, tmp_path: pathlib.Path,
+    cluster: Callable[..., Cluster], mlp: Mlp, head: Any, tmp_path: pathlib.Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    c = quiet_agent(cluster, monkeypatch)
+    c, plan = quiet_agent(cluster, monkeypatch, mlp, tmp_path)
     store = str(tmp_path / "results.db")
-    fill(tmp_path, c, head.address, store, mlp)
-    check_story(store, tmp_path)
+    fill(tmp_path, c, head.address, store, mlp, plan)
+    check_story(store, tmp_path, plan)
     report = tmp_path / "report.html"
-    r = farm("report", "--store", store, "-o", str(report), "--threshold", THRESHOLD)
+    r = farm("report", "--store", store, "-o", str(report), "--threshold", plan.threshold)
     assert r.returncode == 0, r.stderr
     open_in_chromium(report, tmp_path)
 
 
 def test_three_labels_postgresql(
-    cluster: Callable[[int], Cluster], mlp: Mlp, head: Any, tmp_path: pathlib.Path,
+    cluster: Callable[..., Cluster], mlp: Mlp, head: Any, tmp_path: pathlib.Path,
     postgres_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    c = quiet_agent(cluster, monkeypatch)
+    c, plan = quiet_agent(cluster, monkeypatch, mlp, tmp_path)
     store = new_pg_database(postgres_url, "history")
-    fill(tmp_path, c, head.address, store, mlp)
-    check_story(store, tmp_path)
+    fill(tmp_path, c, head.address, store, mlp, plan)
+    check_story(store, tmp_path, plan)
 
 
 CONSOLE = re.compile(r"CONSOLE\(\d+\)\]|Uncaught|console-api", re.I)

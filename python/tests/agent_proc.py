@@ -14,7 +14,7 @@ import pathlib
 import select
 import signal
 import subprocess
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("VMRPC_BUILD_DIR") or ROOT / "build")
@@ -28,11 +28,15 @@ def _die_with_parent() -> None:
 class Agent:
     """A vmagent child process listening on a free loopback port."""
 
-    def __init__(self, cache_dir: pathlib.Path, *extra: str) -> None:
+    def __init__(
+        self, cache_dir: pathlib.Path, *extra: str, wrap: Sequence[str] = ()
+    ) -> None:
+        """wrap: a command that runs the agent (e.g. chrt/taskset), or none."""
         binary = BUILD / "agent" / "vmagent"
         if not binary.exists():
             raise RuntimeError(f"{binary} not found: build the C project first (scripts/build.sh)")
         args: List[str] = [
+            *wrap,
             str(binary),
             "--listen",
             "tcp://127.0.0.1:0",
