@@ -1,15 +1,21 @@
 /* vmagent lifetime: configuration checks, devices, registry, store, and
  * the in-process entry points of agent.h. */
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include "agent_internal.h"
-#include "isolate.h"
+#include "agent_core.h"
+#include "device_gate.h"
+#include "isolation/supervisor.h"
+#include "isolation/xlock.h"
+#include "listen_url.h"
+#include "out.h"
+#include "route.h"
+#include "server.h"
+#include "session.h"
+#include "store.h"
 #include "vm/log.h"
 #include "vmcl/vmcl.h"
 
@@ -34,40 +40,6 @@ void vmagent_config_default(vmagent_config_t *cfg) {
   cfg->kernel_timeout_ms = 10u * 1000u;
   cfg->isolate = VMAGENT_ISOLATE_AUTO;
   cfg->spare_workers = 1;
-}
-
-/* True when url can only be reached from this machine: ipc/inproc, or a
- * tcp-like URL whose host is a loopback address or "localhost". Wildcards
- * ("*", "", 0.0.0.0, ::) and names are not. */
-int vma_url_is_local(const char *url) {
-  if (!url) return 0;
-  if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "inproc://", 9) == 0 ||
-      strncmp(url, "abstract://", 11) == 0)
-    return 1;
-  const char *sep = strstr(url, "://");
-  if (!sep) return 0;
-  const char *host = sep + 3;
-  char buf[256];
-  size_t n;
-  if (*host == '[') { /* [v6]:port */
-    const char *end = strchr(host, ']');
-    if (!end) return 0;
-    n = (size_t)(end - host - 1);
-    if (n >= sizeof(buf)) return 0;
-    memcpy(buf, host + 1, n);
-  } else {
-    const char *end = strrchr(host, ':');
-    n = end ? (size_t)(end - host) : strlen(host);
-    if (n >= sizeof(buf)) return 0;
-    memcpy(buf, host, n);
-  }
-  buf[n] = '\0';
-  if (strcasecmp(buf, "localhost") == 0) return 1;
-  struct in_addr v4;
-  if (inet_pton(AF_INET, buf, &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  struct in6_addr v6;
-  if (inet_pton(AF_INET6, buf, &v6) == 1) return memcmp(&v6, &in6addr_loopback, sizeof(v6)) == 0;
-  return 0;
 }
 
 static char *vma_strdup_or_null(const char *s) {
@@ -265,7 +237,7 @@ vm_status_t vmagent_create(const vmagent_config_t *cfg, vmagent_t **out_agent) {
   a->worker_exe = vma_strdup_or_null(cfg->worker_exe);
   a->state_root = vma_strdup_or_null(cfg->state_root);
   a->cfg.cpus = NULL; /* parsed into a->pin below */
-  a->xlock_fd = -1;
+  a->in_worker.lock_fd = -1;
   /* auto: isolated when carried kernels (native code on a cpu device, the
    * driver's fault handling on a gpu) may run; docs/security.md. */
   int kernels =
@@ -326,17 +298,10 @@ const char *vmagent_url(const vmagent_t *a) {
   return a->url;
 }
 
-uint8_t *vma_heap_alloc(vma_out_t *o, size_t size) {
-  free(o->buf);
-  o->buf = malloc(size ? size : 1);
-  o->len = o->buf ? size : 0;
-  return o->buf;
-}
-
-int vmagent_handle_message(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len,
+int vmagent_handle_message(vmagent_t *a, uint32_t conn_id, const uint8_t *body, size_t len,
                            uint8_t **out_reply, size_t *out_reply_len) {
   vma_out_t out = {.alloc = vma_heap_alloc};
-  int rc = vma_dispatch(a, pipe_id, body, len, &out);
+  int rc = vma_route(a, conn_id, body, len, &out);
   if (rc != 0) {
     free(out.buf);
     *out_reply = NULL;
@@ -348,8 +313,8 @@ int vmagent_handle_message(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, 
   return 0;
 }
 
-void vmagent_close_pipe(vmagent_t *a, uint32_t pipe_id) {
-  vma_sessions_close_pipe(a, pipe_id);
+void vmagent_close_pipe(vmagent_t *a, uint32_t conn_id) {
+  vma_sessions_close_conn(a, conn_id);
 }
 
 void vmagent_stop(vmagent_t *a) {
@@ -384,7 +349,6 @@ void vmagent_free(vmagent_t *a) {
   free(a->cache_dir);
   free(a->worker_exe);
   free(a->state_root);
-  if (a->xlock_fd >= 0) close(a->xlock_fd);
-  if (a->shared) munmap(a->shared, a->shared_len);
+  vma_xlock_close(a);
   free(a);
 }

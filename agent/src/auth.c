@@ -27,7 +27,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent_internal.h"
+#include "auth.h"
+
+#include "agent_core.h"
 #include "vm/log.h"
 
 #define VMA_AUTH_LOG_NS 1000000000ull
@@ -62,10 +64,13 @@ void vma_auth_hold(vmagent_t *a, uint64_t until_ns) {
   }
 }
 
-vm_status_t vma_auth_failed(vmagent_t *a, uint32_t pipe_id, int missing, uint64_t arrived_ns,
+vm_status_t vma_auth_failed(vmagent_t *a, uint32_t conn_id, int missing, uint64_t arrived_ns,
                             int attack, vm_status_t st) {
   char peer[64];
-  vma_conn_peer(a, pipe_id, peer, sizeof(peer));
+  if (a->hooks.conn_peer)
+    a->hooks.conn_peer(a, conn_id, peer, sizeof(peer));
+  else
+    snprintf(peer, sizeof(peer), "pipe %u", conn_id);
   uint64_t now = vm_now_ns();
   uint64_t wait = 0, max_wait = (uint64_t)a->cfg.auth_max_wait_ms * 1000000ull;
   int over = 0, log = 0;

@@ -1,5 +1,4 @@
-/* The chunk protocol (R7) shared by uploads and tensor transfers, and
- * their teardown. */
+/* The chunk protocol (R7) shared by uploads and tensor transfers. */
 #include "chunks.h"
 
 #include <stdlib.h>
@@ -55,38 +54,10 @@ void vma_chunk_done(vma_chunks_t *ck, uint64_t idx, size_t len, int ok) {
 }
 
 /* vma_chunk_done() taking the session lock. */
-void vma_chunk_finish(vma_session_t *s, vma_chunks_t *ck, uint64_t idx, size_t len, int ok) {
-  pthread_mutex_lock(&s->lock);
-  vma_chunk_done(ck, idx, len, ok);
-  pthread_mutex_unlock(&s->lock);
-}
-
 vm_status_t vma_chunks_complete(const vma_chunks_t *ck) {
   if (ck->received == ck->size && ck->writers == 0) return VM_STATUS_OK;
   return vm_status_make(VM_FAILED_PRECONDITION,
                         "upload incomplete: %llu of %llu bytes received; send the missing "
                         "chunks first",
                         (unsigned long long)ck->received, (unsigned long long)ck->size);
-}
-
-void vma_upload_unreserve(vmagent_t *a, vma_session_t *s, uint64_t size, int slot) {
-  pthread_mutex_lock(&s->lock);
-  if (slot) s->num_uploads--;
-  s->staging_bytes -= size;
-  vm_budget_release(&a->host, size);
-  pthread_mutex_unlock(&s->lock);
-}
-
-void vma_upload_free(vma_upload_t *u) {
-  if (!u) return;
-  free(u->data);
-  free(u->ck.claimed);
-  free(u);
-}
-
-void vma_transfer_free(vma_transfer_t *t) {
-  if (!t) return;
-  vm_value_release(&t->tensor);
-  free(t->ck.claimed);
-  free(t);
 }

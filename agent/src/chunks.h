@@ -1,5 +1,6 @@
 /* The chunk protocol (R7 in docs/protocol.md) shared by executable uploads
- * and tensor transfers, and their teardown (chunks.c).
+ * and tensor transfers (chunks.c); the teardown of uploads and transfers is
+ * the session's (session.h).
  *
  * A chunk is claimed under the session lock (vma_chunk_claim), copied
  * outside it, and finished under it again (vma_chunk_done / _finish); the
@@ -8,7 +9,20 @@
 #ifndef VMA_CHUNKS_H
 #define VMA_CHUNKS_H
 
-#include "agent_internal.h"
+#include <stdint.h>
+#include <stddef.h>
+
+#include "vm/status.h"
+
+/* A chunked receive: which chunks arrived. Shared by uploads and tensor
+ * transfers. */
+typedef struct vma_chunks {
+  uint64_t size;     /* announced bytes */
+  uint64_t received; /* bytes of chunks fully copied */
+  uint64_t nchunks;
+  uint8_t *claimed; /* bitmap: chunk taken by a request (maybe still copying) */
+  uint32_t writers; /* chunk copies in progress (outside the session lock) */
+} vma_chunks_t;
 
 /* Sets up tracking of size bytes in chunks of chunk bytes. */
 vm_status_t vma_chunks_init(vma_chunks_t *ck, uint64_t size, uint64_t chunk);
@@ -20,20 +34,8 @@ vm_status_t vma_chunk_claim(vma_chunks_t *ck, uint64_t chunk, uint64_t offset, s
 /* Finishes a claimed chunk; session lock held. A failed copy can be sent
  * again. */
 void vma_chunk_done(vma_chunks_t *ck, uint64_t idx, size_t len, int ok);
-/* vma_chunk_done() taking the session lock. */
-void vma_chunk_finish(vma_session_t *s, vma_chunks_t *ck, uint64_t idx, size_t len, int ok);
 /* OK when every byte arrived and no copy is in progress; FAILED_PRECONDITION
  * "upload incomplete: ..." otherwise. */
 vm_status_t vma_chunks_complete(const vma_chunks_t *ck);
-
-/* Gives back what an upload of size bytes reserved in session s: its staging
- * bytes, the agent's host budget and, when slot, its upload slot. Takes the
- * session lock. */
-void vma_upload_unreserve(vmagent_t *a, vma_session_t *s, uint64_t size, int slot);
-/* Frees an upload out of its session's table (u may be NULL). */
-void vma_upload_free(vma_upload_t *u);
-/* Frees a transfer out of its session's table: its tensor and tracking (t
- * may be NULL). */
-void vma_transfer_free(vma_transfer_t *t);
 
 #endif /* VMA_CHUNKS_H */

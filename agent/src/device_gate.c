@@ -11,14 +11,18 @@
  * then waits for the copies already inside to finish. So the two never wait
  * on each other in a circle.
  *
- * Worker processes (isolate.h) that share a device hold the same gate
+ * Worker processes (isolation/) that share a device hold the same gate
  * across processes too: a byte-range lock per device, shared while the
  * process has copies inside, exclusive while it measures.
  */
 #include <time.h>
 
-#include "agent_internal.h"
-#include "isolate.h"
+#include "device_gate.h"
+
+#include "agent_core.h"
+#include "isolation/xlock.h"
+#include "session.h"
+#include "time_in.h"
 
 /* Taking the cross-process gate exclusively costs a system call; longer
  * than this it had to wait for another worker's copies. */
@@ -45,16 +49,6 @@ void vma_gate_destroy(vma_device_t *d) {
   pthread_mutex_destroy(&d->gate_mu);
 }
 
-void vma_time_in(clockid_t clock, uint32_t ms, struct timespec *out) {
-  clock_gettime(clock, out);
-  out->tv_sec += ms / 1000;
-  out->tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (out->tv_nsec >= 1000000000L) {
-    out->tv_sec++;
-    out->tv_nsec -= 1000000000L;
-  }
-}
-
 /* Waits on d's gate for 50 ms at most. gate_mu held. */
 static void vma_gate_wait_slice(vma_device_t *d) {
   struct timespec ts;
@@ -71,10 +65,10 @@ vma_device_t *vma_device_of(vmagent_t *a, const vm_device_t *dev) {
 vm_status_t vma_copy_enter(vmagent_t *a, vma_device_t *d) {
   if (!d) return VM_STATUS_OK;
   pthread_mutex_lock(&d->gate_mu);
-  if (d->measuring && a->on_block) {
+  if (d->measuring && a->hooks.on_block) {
     /* About to wait holding a worker: see vma_lock_devices. */
     pthread_mutex_unlock(&d->gate_mu);
-    a->on_block(a);
+    a->hooks.on_block(a);
     pthread_mutex_lock(&d->gate_mu);
   }
   while (d->measuring) {
@@ -85,7 +79,7 @@ vm_status_t vma_copy_enter(vmagent_t *a, vma_device_t *d) {
     vma_gate_wait_slice(d);
   }
   d->copies++;
-  if (a->xlock_fd >= 0 && !d->xgate_shared) {
+  if (a->in_worker.lock_fd >= 0 && !d->xgate_shared) {
     /* A worker: its copies hold the gate shared across workers too, while
      * any is inside (a measurement in another worker closes it). */
     (void)vma_xgate_lock(a, d, 0);

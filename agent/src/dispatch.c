@@ -1,33 +1,23 @@
 /* Request dispatch: frames and decodes a message, checks it against the
  * operation table (vmproto/ops.h: session, payload), runs its handler and
- * writes exactly one reply for every well-framed message. Also the helpers
- * every handler shares.
+ * writes exactly one reply for every well-framed message.
  *
  * Each handler (op_*.c, run.c) validates its request completely (sizes,
  * ids, names) before allocating or touching a device: asserts never stand
  * in for checks, since every byte here came from the network. Handlers
- * return a status; the dispatcher turns it into the response.
+ * return a status; the dispatcher turns it into the response. The checks
+ * before the handler (vma_request_run) are also those of a request that
+ * session isolation forwards (isolation/forward.c).
  */
+#include "dispatch.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent_internal.h"
-#include "handler_ctx.h"
-#include "isolate.h"
+#include "handlers.h"
 #include "vm/log.h"
 
 #define VMA_MSG_MAX 4096
-
-void *vma_own(vma_ctx_t *c, void *p) {
-  for (size_t i = 0; i < sizeof(c->owned) / sizeof(c->owned[0]); i++) {
-    if (!c->owned[i]) {
-      c->owned[i] = p;
-      return p;
-    }
-  }
-  free(p); /* programming error: more blocks than slots */
-  return NULL;
-}
 
 static int vma_write(vma_out_t *out, const Vmrpc__Response *r) {
   size_t n = vmp_frame_size(&r->base);
@@ -48,28 +38,13 @@ static int vma_write_error(vma_out_t *out, uint64_t id, vm_status_t st) {
   return vma_write(out, &r);
 }
 
-vm_status_t vma_check_name(const char *name, const char *what) {
-  if (!name || !*name) return vm_status_make(VM_INVALID_ARGUMENT, "%s is empty", what);
-  size_t n = strnlen(name, VMA_MAX_NAME + 1);
-  if (n > VMA_MAX_NAME)
-    return vm_status_make(VM_INVALID_ARGUMENT, "%s is longer than %d bytes", what, VMA_MAX_NAME);
-  return VM_STATUS_OK;
-}
-
-vm_status_t vma_no_payload(const vma_ctx_t *c) {
-  if (c->payload_len == 0) return VM_STATUS_OK;
-  return vm_status_make(VM_INVALID_ARGUMENT,
-                        "%s carries no payload, but %zu bytes followed the envelope",
-                        vmp_op_name(c->rq->op_case), c->payload_len);
-}
-
-vm_status_t vma_missing(const char *what) {
-  return vm_status_make(VM_INVALID_ARGUMENT, "malformed request: %s is missing", what);
-}
-
-vm_status_t vma_exec_not_found(uint64_t id) {
-  return vm_status_make(VM_NOT_FOUND, "executable %llu not found in this session",
-                        (unsigned long long)id);
+/* Answers the request of conn_id with st (id 0: it has none yet) and
+ * frees st. */
+static int vma_answer(uint32_t conn_id, vma_out_t *out, uint64_t id, vm_status_t st) {
+  VM_LOGD("pipe %u: %s", conn_id, vm_status_message(st));
+  int rc = vma_write_error(out, id, st);
+  vm_status_free(st);
+  return rc;
 }
 
 typedef vm_status_t (*vma_handler_fn)(vma_ctx_t *c);
@@ -90,12 +65,6 @@ static vma_handler_fn vma_handler(Vmrpc__Request__OpCase op) {
   return NULL;
 }
 
-/* The checks the table makes for every operation, then its handler. */
-static vm_status_t vma_call(vma_ctx_t *c, vma_handler_fn fn, uint32_t flags) {
-  if (!(flags & VMP_OP_PAYLOAD)) VM_RETURN_IF_ERROR(vma_no_payload(c));
-  return fn(c);
-}
-
 static vm_status_t vma_pre_hello_too_big(uint64_t len) {
   return vm_status_make(VM_FAILED_PRECONDITION,
                         "a %llu-byte message on a connection without a session: until Hello "
@@ -103,101 +72,118 @@ static vm_status_t vma_pre_hello_too_big(uint64_t len) {
                         (unsigned long long)len, VMA_PRE_HELLO_MAX_BYTES);
 }
 
-int vma_refuse_pre_hello(vmagent_t *a, uint32_t pipe_id, uint64_t len, vma_out_t *out) {
+int vma_refuse_pre_hello(vmagent_t *a, uint32_t conn_id, uint64_t len, vma_out_t *out) {
   atomic_fetch_add(&a->requests, 1);
-  vm_status_t st = vma_pre_hello_too_big(len);
-  VM_LOGD("pipe %u: %s", pipe_id, vm_status_message(st));
-  int rc = vma_write_error(out, 0, st);
-  vm_status_free(st);
-  return rc;
+  return vma_answer(conn_id, out, 0, vma_pre_hello_too_big(len));
 }
 
-int vma_dispatch(vmagent_t *a, uint32_t pipe_id, const uint8_t *body, size_t len, vma_out_t *out) {
+/* The first half of vma_request_run: NULL when the request has been
+ * answered already (*rc: 0, or -1 without memory for the reply); else its
+ * context, and *st the status to answer with instead of serving it (NULL:
+ * serve it). */
+static vma_ctx_t *vma_request_open(vmagent_t *a, uint32_t conn_id, const uint8_t *body, size_t len,
+                                   vma_out_t *out, vm_status_t *st, int *rc) {
   const uint8_t *env, *payload;
   size_t env_len, payload_len;
-  vm_status_t st = VM_STATUS_OK;
+  *st = VM_STATUS_OK;
   /* A peer that has not said Hello gets no more than Hello needs: its large
    * message is not decoded at all (the serving loop does not even store
    * one much larger, see vma_refuse_pre_hello). */
-  if (len > VMA_PRE_HELLO_MAX_BYTES && !vma_pipe_has_session(a, pipe_id))
-    return vma_refuse_pre_hello(a, pipe_id, len, out);
+  if (len > VMA_PRE_HELLO_MAX_BYTES && !vma_conn_has_session(a, conn_id)) {
+    *rc = vma_refuse_pre_hello(a, conn_id, len, out);
+    return NULL;
+  }
   atomic_fetch_add(&a->requests, 1);
-  st = vmp_frame_split(body, len, 0, &env, &env_len, &payload, &payload_len);
-  if (st) {
-    VM_LOGD("pipe %u: %s", pipe_id, vm_status_message(st));
-    int rc = vma_write_error(out, 0, st);
-    vm_status_free(st);
-    return rc;
+  vm_status_t e = vmp_frame_split(body, len, 0, &env, &env_len, &payload, &payload_len);
+  if (e) {
+    *rc = vma_answer(conn_id, out, 0, e);
+    return NULL;
   }
   Vmrpc__Request *rq = NULL;
-  st = vmp_request_unpack(env, env_len, &rq);
-  if (st) {
-    VM_LOGD("pipe %u: %s", pipe_id, vm_status_message(st));
-    int rc = vma_write_error(out, 0, st);
-    vm_status_free(st);
-    return rc;
+  e = vmp_request_unpack(env, env_len, &rq);
+  if (e) {
+    *rc = vma_answer(conn_id, out, 0, e);
+    return NULL;
   }
-
   vma_ctx_t *c = calloc(1, sizeof(*c));
   if (!c) {
     vmrpc__request__free_unpacked(rq, NULL);
-    st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-    int rc = vma_write_error(out, 0, st);
-    vm_status_free(st);
-    return rc;
+    *rc = vma_answer(conn_id, out, 0, vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory"));
+    return NULL;
   }
   c->a = a;
-  c->pipe_id = pipe_id;
+  c->conn_id = conn_id;
   c->rq = rq;
+  c->body = body;
+  c->body_len = len;
   c->payload = payload;
   c->payload_len = payload_len;
   c->out = out;
   vmrpc__response__init(&c->rs);
   c->rs.id = rq->id;
 
-  vma_handler_fn fn = vma_handler(rq->op_case);
   uint32_t flags = vmp_op_flags(rq->op_case);
-  if (!fn || !vmp_request_op_msg(rq)) {
+  if (!vma_handler(rq->op_case) || !vmp_request_op_msg(rq)) {
     /* An op newer than this agent arrives as an unknown field. */
     unsigned num = rq->op_case != VMRPC__REQUEST__OP__NOT_SET ? (unsigned)rq->op_case : 0;
     if (!num && rq->base.n_unknown_fields) num = rq->base.unknown_fields[0].tag;
-    st = vm_status_make(VM_UNIMPLEMENTED,
-                        "operation %u is not implemented by this agent (version %s, protocol "
-                        "%d.%d)",
-                        num, VMRPC_VERSION, VMRPC_PROTOCOL_MAJOR, VMRPC_PROTOCOL_MINOR);
+    *st = vm_status_make(VM_UNIMPLEMENTED,
+                         "operation %u is not implemented by this agent (version %s, protocol "
+                         "%d.%d)",
+                         num, VMRPC_VERSION, VMRPC_PROTOCOL_MAJOR, VMRPC_PROTOCOL_MINOR);
   } else if (!(flags & VMP_OP_SESSION)) {
-    /* Ping with a live session of this pipe keeps it from going idle. */
+    /* Ping with a live session of this connection keeps it from going
+     * idle. */
     if (!(flags & VMP_OP_OPENS) && rq->session) {
       vma_session_t *s = NULL;
-      vm_status_t ist = vma_session_acquire(a, rq->session, pipe_id, &s);
+      vm_status_t ist = vma_session_acquire(a, rq->session, conn_id, &s);
       if (!ist) vma_session_release(a, s);
       vm_status_free(ist);
     }
-    st = vma_call(c, fn, flags);
   } else if (rq->session == 0) {
-    st = vm_status_make(VM_FAILED_PRECONDITION, "no session: send Hello first");
+    *st = vm_status_make(VM_FAILED_PRECONDITION, "no session: send Hello first");
   } else {
-    st = vma_session_acquire(a, rq->session, pipe_id, &c->s);
-    if (!st && vma_iso_forwards(a, rq)) { /* the session's worker process serves it */
-      st = vma_iso_forward(a, c->s, rq, body, len, out);
-      c->replied = !st;
-    } else if (!st) {
-      st = vma_call(c, fn, flags);
-    }
+    *st = vma_session_acquire(a, rq->session, conn_id, &c->s);
   }
+  return c;
+}
 
+vm_status_t vma_request_serve(vma_ctx_t *c) {
+  if (!(vmp_op_flags(c->rq->op_case) & VMP_OP_PAYLOAD)) VM_RETURN_IF_ERROR(vma_no_payload(c));
+  return vma_handler(c->rq->op_case)(c);
+}
+
+/* Writes c's reply (an error for st, which it frees; else c->rs unless
+ * the reply was written already), lets go of its session and frees c. */
+static int vma_request_close(vma_ctx_t *c, vm_status_t st) {
+  vmagent_t *a = c->a;
+  const Vmrpc__Request *rq = c->rq;
   int rc = 0;
   if (st) {
     VM_LOGD("request %llu %s: %s: %s", (unsigned long long)rq->id, vmp_op_name(rq->op_case),
             vm_code_name(vm_status_code(st)), vm_status_message(st));
-    rc = vma_write_error(out, rq->id, st);
+    rc = vma_write_error(c->out, rq->id, st);
     vm_status_free(st);
   } else if (!c->replied) {
-    rc = vma_write(out, &c->rs);
+    rc = vma_write(c->out, &c->rs);
   }
   if (c->s) vma_session_release(a, c->s);
   for (size_t i = 0; i < sizeof(c->owned) / sizeof(c->owned[0]); i++) free(c->owned[i]);
-  vmrpc__request__free_unpacked(rq, NULL);
+  vmrpc__request__free_unpacked((Vmrpc__Request *)rq, NULL);
   free(c);
   return rc;
+}
+
+int vma_request_run(vmagent_t *a, uint32_t conn_id, const uint8_t *body, size_t len, vma_out_t *out,
+                    vma_serve_fn serve) {
+  vm_status_t st;
+  int rc = 0;
+  vma_ctx_t *c = vma_request_open(a, conn_id, body, len, out, &st, &rc);
+  if (!c) return rc;
+  if (!st) st = serve(c);
+  return vma_request_close(c, st);
+}
+
+int vma_dispatch(vmagent_t *a, uint32_t conn_id, const uint8_t *body, size_t len, vma_out_t *out) {
+  return vma_request_run(a, conn_id, body, len, out, vma_request_serve);
 }

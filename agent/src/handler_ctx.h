@@ -1,14 +1,23 @@
 /* What one request's handler works with: the context dispatch.c gives the
- * handlers (op_*.c, run.c), one per operation of the table (vmproto/ops.h). */
+ * handlers (op_*.c, run.c, declared in handlers.h), one per operation of
+ * the table (vmproto/ops.h), and the helpers they share (handler_ctx.c). */
 #ifndef VMA_HANDLER_CTX_H
 #define VMA_HANDLER_CTX_H
 
-#include "agent_internal.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent_core.h"
+#include "out.h"
+#include "session.h"
+#include "vmproto/wire.h"
 
 typedef struct vma_ctx {
   vmagent_t *a;
-  uint32_t pipe_id;
+  uint32_t conn_id; /* the connection it came on */
   const Vmrpc__Request *rq;
+  const uint8_t *body; /* the whole message (for forwarding it) */
+  size_t body_len;
   const uint8_t *payload;
   size_t payload_len;
   vma_session_t *s; /* NULL for Hello/Ping */
@@ -31,7 +40,7 @@ typedef struct vma_ctx {
   (vmrpc__##stem##__init(&(c)->u.field), (c)->rs.op_case = VMRPC__RESPONSE__OP_##NAME, \
    (c)->rs.field = &(c)->u.field)
 
-/* dispatch.c: helpers every handler shares. */
+/* Helpers every handler shares. */
 /* INVALID_ARGUMENT "<what> is empty" / "... longer than N bytes". */
 vm_status_t vma_check_name(const char *name, const char *what);
 /* INVALID_ARGUMENT "<Op> carries no payload, but N bytes followed the
@@ -51,19 +60,5 @@ void *vma_own(vma_ctx_t *c, void *p);
 static inline uint64_t vma_new_handle(vma_session_t *s) {
   return s->next_handle++;
 }
-
-/* op_output.c: describes an output value on the wire. dims must hold VMP_MAX_NDIM. */
-vm_status_t vma_value_out(const vm_value_t *val, Vmrpc__Value *w, Vmrpc__TensorMeta *meta,
-                          Vmrpc__ShapeValue *shape, char *dtype_buf, size_t dtype_len);
-/* op_upload.c: adds an executable handle for a retained store entry (taking it over:
- * released on failure). */
-vm_status_t vma_add_execref(vma_ctx_t *c, vma_exec_entry_t *e, uint64_t *out_id);
-
-/* The handler of every operation of the table (vmproto/ops.h): vma_op_<field>.
- * The fused Run (run.c) reuses CreateVM, SetInput, Invoke and FreeVM, each on
- * a context of its own. */
-#define VMA_HANDLER_DECL(C, f, N, fl) vm_status_t vma_op_##f(vma_ctx_t *c);
-VMP_OPS(VMA_HANDLER_DECL)
-#undef VMA_HANDLER_DECL
 
 #endif /* VMA_HANDLER_CTX_H */

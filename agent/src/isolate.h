@@ -1,28 +1,8 @@
-/* Session isolation (isolate.c, worker.c): with --isolate session, the VMs
- * of each session live in a worker process of their own, a copy of vmagent
- * started in worker mode, so that a fault there (a carried kernel that
- * writes over memory, a crash in a driver, the OOM killer) ends that
- * session's VMs and nothing else. docs/security.md, "Session isolation".
+/* The link between the agent and a worker process of session isolation
+ * (isolation/supervisor.h has the design; isolate.c the agent's side,
+ * worker.c the worker process's).
  *
- * The agent (parent) keeps the connections, Hello and its token, the
- * session table, ListDevices, Ping and Goodbye; it forwards every other
- * request of a session, as the client's bytes, to the session's worker over
- * a socketpair and relays the reply. The agent kills a worker that
- * does not answer a bounded request (Invoke/Run with a deadline, Cancel,
- * Stats, FreeExecutable: isolate.c, vma_iso_bound) within its bound, and
- * one that stays suspended by a signal (SIGSTOP; /proc state 'T') for
- * VMA_ISO_STOPPED_MS, busy or idle: suspended, it would keep the device
- * locks it holds (below) and stall every other session's work on those
- * devices. Requests without a bound (TimeEvaluate, Profile, transfers) may
- * run as long as they progress: another session's work on the same device
- * waits for them, as it waits for a measurement in one process. When a
- * worker dies or is killed the kernel drops its locks; its session's
- * pending requests get ABORTED (DEADLINE_EXCEEDED for the one that timed
- * out) and its next request gets a fresh worker. A worker stopped by a
- * debugger (state 't') is left alone. Spare workers are started ahead so
- * that a new session does not wait for a process and its OpenCL start-up.
- *
- * The link: frames of a 16-byte header (u32 length of the body, u32 flags,
+ * Frames of a 16-byte header (u32 length of the body, u32 flags,
  * u64 tag, little-endian as the host: both ends are one binary on one
  * machine) and the body. The parent's tags number its requests; a reply
  * carries the tag of its request. Tag 0 from the worker: VMA_LINK_READY.
@@ -30,9 +10,11 @@
 #ifndef VMA_ISOLATE_H
 #define VMA_ISOLATE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "agent_internal.h"
+#include "out.h"
+#include "vm/status.h"
 
 typedef struct vma_link_hdr {
   uint32_t len;
@@ -57,22 +39,6 @@ typedef struct vma_link_attach {
   uint64_t first_handle;
 } vma_link_attach_t;
 
-/* Memory shared by the agent and its workers (the device lock file's
- * contents): the host memory and cpu device memory all workers' sessions
- * hold, for --host-mem-limit and --device-mem-limit across them, and each
- * worker's share, which the agent takes back out of the totals when the
- * worker ends. */
-typedef struct vma_share {
-  _Atomic uint64_t host; /* under --host-mem-limit */
-  _Atomic uint64_t cpu;  /* on the cpu device, under --device-mem-limit */
-} vma_share_t;
-typedef struct vma_shared {
-  _Atomic uint64_t host_total;
-  _Atomic uint64_t cpu_total;
-  vma_share_t slot[];
-} vma_shared_t;
-#define VMA_SHARED_BYTES(slots) (sizeof(vma_shared_t) + (size_t)(slots) * sizeof(vma_share_t))
-
 /* Bytes the link takes in one frame beyond the largest request/reply. */
 #define VMA_LINK_SLACK (1u << 20)
 
@@ -80,48 +46,22 @@ typedef struct vma_shared {
 int vma_link_write(int fd, const vma_link_hdr_t *h, const void *body);
 int vma_link_read_full(int fd, void *buf, size_t len);
 
-/* ---- parent (isolate.c) ---- */
+/* ---- the agent's side (isolate.c) ---- */
 
-/* Starts the supervisor and the spare workers (vmagent_start). */
-vm_status_t vma_iso_start(vmagent_t *a);
-/* Kills every worker and refuses new ones (first step of vmagent_stop):
- * requests waiting for a worker get UNAVAILABLE at once. */
-void vma_iso_stop(vmagent_t *a);
-/* Waits for the workers' ends and frees the state (no request in flight). */
-void vma_iso_free(vmagent_t *a);
-/* Whether request rq of a session goes to the session's worker. */
-int vma_iso_forwards(const vmagent_t *a, const Vmrpc__Request *rq);
-/* Serves rq (whole frame body/len) through s's worker: OK with the reply
- * written into out, or the status to answer with. */
-vm_status_t vma_iso_forward(vmagent_t *a, vma_session_t *s, const Vmrpc__Request *rq,
-                            const uint8_t *body, size_t len, vma_out_t *out);
-/* The session ended (agent->lock held, must not block): its worker is
- * killed. */
-void vma_iso_session_ended(vmagent_t *a, vma_session_t *s);
-/* The session is being destroyed: lets go of its worker. */
-void vma_iso_session_free(vmagent_t *a, vma_session_t *s);
+struct vma_iso;
+struct vma_iso_worker;
 
-/* ---- worker (worker.c) ---- */
-
-/* Serves the parent on fd until it closes; never returns. */
-void vma_worker_serve(vmagent_t *a, int fd) __attribute__((noreturn));
-/* Opens this worker's own handle of the parent's device lock file
- * (inherited as fd; see vma_xlock_*) and, with slot >= 0, counts its host
- * and cpu device memory in the shared totals under the agent's limits. */
-vm_status_t vma_worker_locks(vmagent_t *a, int fd, int slot);
-
-/* Cross-process device locks (worker.c): the run lock and the quiet gate of
- * each device, held across the workers that share it. No-ops outside a
- * worker. */
-vm_status_t vma_xrun_lock(vmagent_t *a, vma_device_t *d, const vma_vm_t *v, uint64_t deadline_ns);
-void vma_xrun_unlock(vmagent_t *a, vma_device_t *d);
-/* Shared (copies) or exclusive (measurements) hold of d's gate, an OFD
- * byte-range lock that the kernel drops when the holding process dies;
- * waits in growing naps (at most 5 ms) while another worker holds it the
- * other way, with no bound of its own: the agent's supervision (above)
- * kills a holder that is suspended or past its request's bound. Returns
- * OK. */
-vm_status_t vma_xgate_lock(vmagent_t *a, vma_device_t *d, int exclusive);
-void vma_xgate_unlock(vmagent_t *a, vma_device_t *d);
+/* Reads one reply of worker process w and gives it to its request (the
+ * reading turn held, given back here). 0, or -1 when the link ended (the
+ * worker process is gone). */
+int vma_iso_read_one(struct vma_iso *iso, struct vma_iso_worker *w);
+/* A new worker process's starter thread (arg: its record): reads its first
+ * frame, READY, or notes its end. */
+void *vma_iso_starter(void *arg);
+/* Sends one frame to w and waits for its reply into out. kill_at_ns: 0, or
+ * when w is killed unless it has answered. *out_flags: the reply's. */
+vm_status_t vma_iso_call(struct vma_iso *iso, struct vma_iso_worker *w, uint32_t flags,
+                         const void *body, size_t len, vma_out_t *out, uint64_t kill_at_ns,
+                         uint32_t *out_flags);
 
 #endif

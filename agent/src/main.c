@@ -21,10 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent_internal.h"
-#include "isolate.h"
+#include "isolation/xlock.h"
+#include "procfs.h"
 #include "vm/log.h"
-#include "vm/vm.h"
+#include "vmproto/wire.h"
+#include "worker.h"
 
 #define VMA_MAX_DEVICE_FLAGS 32
 /* Seconds a clean shutdown may take after SIGTERM/SIGINT before the agent
@@ -247,7 +248,7 @@ static const struct option options[] = {
     {"kernel-timeout", required_argument, NULL, OPT_KERNEL_TIMEOUT},
     {"isolate", required_argument, NULL, OPT_ISOLATE},
     {"spare-workers", required_argument, NULL, OPT_SPARE_WORKERS},
-    /* internal: how the agent starts its workers (isolate.h) */
+    /* internal: how the agent starts its workers (isolation/) */
     {"worker-fd", required_argument, NULL, OPT_WORKER_FD},
     {"worker-locks", required_argument, NULL, OPT_WORKER_LOCKS},
     {"worker-slot", required_argument, NULL, OPT_WORKER_SLOT},
@@ -328,14 +329,10 @@ static void *stop_watchdog(void *arg) {
 }
 
 /* vmagent --worker-fd N: one session's worker process, started by an agent
- * with session isolation (isolate.h). It serves the agent over fd N until
+ * with session isolation (isolation/supervisor.h). It serves the agent over fd N until
  * the agent closes it, and is the first the OOM killer picks. */
 static int worker_main(vmagent_config_t *cfg, int fd, int locks_fd, int slot) {
-  FILE *f = fopen("/proc/self/oom_score_adj", "w");
-  if (f) {
-    fputs("1000", f);
-    fclose(f);
-  }
+  vma_proc_oom_first();
   cfg->isolate = VMAGENT_ISOLATE_NONE;
   cfg->listen_url = "ipc:///nonexistent"; /* never listens */
   cfg->token = NULL;
@@ -343,7 +340,7 @@ static int worker_main(vmagent_config_t *cfg, int fd, int locks_fd, int slot) {
   signal(SIGPIPE, SIG_IGN);
   vmagent_t *a = NULL;
   vm_status_t st = vmagent_create(cfg, &a);
-  if (!st && locks_fd >= 0) st = vma_worker_locks(a, locks_fd, slot);
+  if (!st && locks_fd >= 0) st = vma_xlock_open(a, locks_fd, slot);
   if (st) {
     fprintf(stderr, "vmagent worker: %s\n", vm_status_message(st));
     vm_status_free(st);
@@ -522,11 +519,7 @@ int main(int argc, char **argv) {
   }
   cfg.devices = num_devices ? devices : NULL;
   cfg.num_devices = num_devices;
-  ssize_t exe_len = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
-  if (exe_len > 0) {
-    self_exe[exe_len] = '\0';
-    cfg.worker_exe = self_exe;
-  }
+  if (vma_proc_self_exe(self_exe, sizeof(self_exe)) == 0) cfg.worker_exe = self_exe;
 
   /* Signals are taken synchronously by this thread with sigwait(); block
    * them before any thread (ours, nng's, the OpenCL driver's) exists so

@@ -2,8 +2,10 @@
  * device into the reply) and the wire description of a value. */
 #include <string.h>
 
-#include "agent_internal.h"
-#include "handler_ctx.h"
+#include "op_output.h"
+
+#include "device_gate.h"
+#include "handlers.h"
 #include "vm_lock.h"
 
 static vm_status_t vma_check_path(size_t n, const uint32_t *path) {

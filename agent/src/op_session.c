@@ -5,8 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent_internal.h"
-#include "handler_ctx.h"
+#include "auth.h"
+#include "handlers.h"
+#include "procfs.h"
+#include "store.h"
 #include "vm/log.h"
 
 static void vma_fill_device(const vma_device_t *d, Vmrpc__DeviceInfo *o) {
@@ -70,7 +72,7 @@ vm_status_t vma_op_hello(vma_ctx_t *c) {
     int ok = vma_token_equal(a->token, got) & (*got != '\0');
     if (!ok) {
       c->out->close_after = 1; /* one guess per connection */
-      return vma_auth_failed(a, c->pipe_id, !*got, arrived, attack,
+      return vma_auth_failed(a, c->conn_id, !*got, arrived, attack,
                              !*got ? vm_status_make(VM_UNAUTHENTICATED,
                                                     "this agent requires a token: pass --token "
                                                     "or --token-file")
@@ -84,7 +86,7 @@ vm_status_t vma_op_hello(vma_ctx_t *c) {
   Vmrpc__HelloResponse *r = VMA_RESPONSE(c, HELLO, hello, hello_response);
   VM_RETURN_IF_ERROR(vma_devices_out(c, &r->n_devices, &r->devices));
   /* Last: nothing may fail once the session exists. */
-  VM_RETURN_IF_ERROR(vma_session_create(a, c->pipe_id, h->client_name, &c->s));
+  VM_RETURN_IF_ERROR(vma_session_create(a, c->conn_id, h->client_name, &c->s));
   VM_LOGI("session %016llx: hello from '%s' (protocol %u.%u)", (unsigned long long)c->s->id,
           c->s->client, h->protocol_major, h->protocol_minor);
   r->protocol_major = VMRPC_PROTOCOL_MAJOR;
@@ -109,17 +111,6 @@ vm_status_t vma_op_list_devices(vma_ctx_t *c) {
       VMA_RESPONSE(c, LIST_DEVICES, list_devices, list_devices_response);
   VM_RETURN_IF_ERROR(vma_devices_out(c, &r->n_devices, &r->devices));
   return VM_STATUS_OK;
-}
-
-uint64_t vma_rss_bytes(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  unsigned long long size = 0, rss = 0;
-  int n = fscanf(f, "%llu %llu", &size, &rss);
-  fclose(f);
-  if (n != 2) return 0;
-  long page = sysconf(_SC_PAGESIZE);
-  return rss * (uint64_t)(page > 0 ? page : 4096);
 }
 
 vm_status_t vma_op_stats(vma_ctx_t *c) {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "devstate.h"
-#include "handler_ctx.h"
+#include "handlers.h"
 #include "vm/vm.h"
 
 /* Everything the reply points into, freed with the request. */

@@ -4,9 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent_internal.h"
 #include "chunks.h"
-#include "handler_ctx.h"
+#include "device_gate.h"
+#include "handlers.h"
+#include "op_output.h"
 #include "vm_lock.h"
 
 static vm_status_t vma_transfer_not_found(uint64_t id) {

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent_internal.h"
-#include "handler_ctx.h"
+#include "device_gate.h"
+#include "handlers.h"
 #include "vm_lock.h"
 
 /* Largest scratch buffer the time evaluator may be asked to flush. */

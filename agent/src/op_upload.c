@@ -3,9 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent_internal.h"
+#include "op_upload.h"
+
 #include "chunks.h"
-#include "handler_ctx.h"
+#include "handlers.h"
 
 /* Adds an executable handle for a retained store entry (taking it over:
  * released on failure). */

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent_internal.h"
-#include "handler_ctx.h"
+#include "device_gate.h"
+#include "handlers.h"
 #include "vm_lock.h"
 
 static int vma_find_device(const vmagent_t *a, const char *sel) {

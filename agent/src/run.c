@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "handler_ctx.h"
+#include "device_gate.h"
+#include "handlers.h"
+#include "op_output.h"
+#include "op_upload.h"
 #include "vm_lock.h"
 #include "vm/log.h"
 
@@ -32,7 +35,7 @@ static void run_sub(const vma_ctx_t *c, vma_ctx_t *sub, Vmrpc__Request *req, con
                     size_t len) {
   memset(sub, 0, sizeof(*sub));
   sub->a = c->a;
-  sub->pipe_id = c->pipe_id;
+  sub->conn_id = c->conn_id;
   sub->rq = req;
   sub->payload = payload;
   sub->payload_len = len;

@@ -51,10 +51,16 @@
 #include <nng/supplemental/tls/tls.h>
 #include <nng/transport/tcp/tcp.h>
 
-#include "agent_internal.h"
+#include "agent_core.h"
+#include "dispatch.h"
+#include "route.h"
+#include "server.h"
+#include "session.h"
+#include "time_in.h"
 #include "vm/log.h"
 #include "vmproto/ops.h"
 #include "vmproto/sp.h"
+#include "vmproto/wire.h"
 
 /* Most authenticated connections open at once (each has a reader
  * thread); connections without Hello have their own, smaller cap
@@ -118,14 +124,14 @@ typedef struct vma_conn {
   uint32_t queued; /* its jobs in the queue (pool_lock) */
   /* A Hello succeeded here (written by the reader under pool_lock). */
   int authed;
-  /* On a->unauth_head..tail (pool_lock) until authed or dropped. */
+  /* On a->srv.unauth_head..tail (pool_lock) until authed or dropped. */
   int unauth_listed;
   uint64_t hello_deadline_ns;
   struct vma_conn *uprev, *unext;
   char peer[64];
   pthread_t reader;
   vmp_sp_reader_t rd;    /* requests, read by the reader thread */
-  struct vma_conn *next; /* a->conns or a->ended, under pool_lock */
+  struct vma_conn *next; /* a->srv.conns or a->srv.ended, under pool_lock */
 } vma_conn_t;
 
 typedef struct vma_job {
@@ -186,19 +192,19 @@ static void vma_conn_close(vma_conn_t *c) {
 /* Logs why c is dropped, VMA_DROP_LOG_PER_S a second; pool_lock held. */
 static void vma_drop_log_locked(vmagent_t *a, const vma_conn_t *c, const char *why) {
   uint64_t sec = vm_now_ns() / 1000000000ull;
-  if (sec != a->drop_log_sec) {
-    if (a->drop_unlogged)
+  if (sec != a->srv.drop_log_sec) {
+    if (a->srv.drop_unlogged)
       VM_LOGW("%u more connections were dropped in the second before (not logged one by one)",
-              a->drop_unlogged);
-    a->drop_log_sec = sec;
-    a->drop_logged = a->drop_unlogged = 0;
+              a->srv.drop_unlogged);
+    a->srv.drop_log_sec = sec;
+    a->srv.drop_logged = a->srv.drop_unlogged = 0;
   }
   if (!c) return;
-  if (a->drop_logged < VMA_DROP_LOG_PER_S) {
-    a->drop_logged++;
+  if (a->srv.drop_logged < VMA_DROP_LOG_PER_S) {
+    a->srv.drop_logged++;
     VM_LOGW("connection %u (%s): %s: dropping the connection", c->id, c->peer, why);
   } else {
-    a->drop_unlogged++;
+    a->srv.drop_unlogged++;
   }
 }
 
@@ -208,14 +214,14 @@ static void vma_unauth_remove_locked(vmagent_t *a, vma_conn_t *c) {
   if (c->uprev)
     c->uprev->unext = c->unext;
   else
-    a->unauth_head = c->unext;
+    a->srv.unauth_head = c->unext;
   if (c->unext)
     c->unext->uprev = c->uprev;
   else
-    a->unauth_tail = c->uprev;
+    a->srv.unauth_tail = c->uprev;
   c->uprev = c->unext = NULL;
   c->unauth_listed = 0;
-  a->num_unauth--;
+  a->srv.num_unauth--;
 }
 
 /* Drops c for the reason why (logged; NULL: quietly, the peer went away):
@@ -225,22 +231,22 @@ static void vma_conn_drop_locked(vmagent_t *a, vma_conn_t *c, const char *why) {
   vma_unauth_remove_locked(a, c);
   if (!was && why) vma_drop_log_locked(a, c, why);
   vma_conn_close(c);
-  pthread_cond_broadcast(&a->space_cv); /* its reader may wait for queue space */
+  pthread_cond_broadcast(&a->srv.space_cv); /* its reader may wait for queue space */
 }
 
 static void vma_conn_drop(vma_conn_t *c, const char *why) {
-  pthread_mutex_lock(&c->a->pool_lock);
+  pthread_mutex_lock(&c->a->srv.pool_lock);
   vma_conn_drop_locked(c->a, c, why);
-  pthread_mutex_unlock(&c->a->pool_lock);
+  pthread_mutex_unlock(&c->a->srv.pool_lock);
 }
 
 void vma_conn_peer(vmagent_t *a, uint32_t id, char *out, size_t cap) {
   snprintf(out, cap, "pipe %u", id);
-  if (!id || !a->pool_lock_ready) return;
-  pthread_mutex_lock(&a->pool_lock);
-  for (vma_conn_t *c = a->conns; c; c = c->next)
+  if (!id || !a->srv.pool_lock_ready) return;
+  pthread_mutex_lock(&a->srv.pool_lock);
+  for (vma_conn_t *c = a->srv.conns; c; c = c->next)
     if (c->id == id) snprintf(out, cap, "%s", c->peer);
-  pthread_mutex_unlock(&a->pool_lock);
+  pthread_mutex_unlock(&a->srv.pool_lock);
 }
 
 static void vma_peer_of(vma_conn_t *c) {
@@ -421,7 +427,7 @@ static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, in
 
 static void vma_serve(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, size_t len) {
   vma_out_t out = {.alloc = vma_reply_alloc};
-  int rc = vma_dispatch(c->a, c->id, msg + hdr_len, len - hdr_len, &out);
+  int rc = vma_route(c->a, c->id, msg + hdr_len, len - hdr_len, &out);
   vma_send_reply(c, msg, hdr_len, rc, out);
 }
 
@@ -448,33 +454,33 @@ static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, in
 
 /* Workers: each serves queued requests one at a time. A request that must
  * wait for a busy device keeps its worker, so when no other worker is idle
- * the pool grows by one (vma_on_block), up to VMA_MAX_EXTRA_WORKERS beyond
+ * the pool grows by one (vma_on_block), up to VMA_MAX_EXTRA_THREADS beyond
  * --workers: however many invocations queue behind a device, chunks of
  * other transfers find a worker. Extra workers retire as soon as they
  * finish a request while others are idle. */
-static void *vma_worker_main(void *arg) {
-  vma_worker_t *w = arg;
+static void *vma_pool_thread_main(void *arg) {
+  vma_pool_thread_t *w = arg;
   vmagent_t *a = w->agent;
-  pthread_mutex_lock(&a->pool_lock); /* the spawner counted us idle */
+  pthread_mutex_lock(&a->srv.pool_lock); /* the spawner counted us idle */
   for (;;) {
-    while (!a->jobs_head && !atomic_load(&a->stopping))
-      pthread_cond_wait(&a->jobs_cv, &a->pool_lock);
+    while (!a->srv.jobs_head && !atomic_load(&a->stopping))
+      pthread_cond_wait(&a->srv.jobs_cv, &a->srv.pool_lock);
     if (atomic_load(&a->stopping)) break;
-    vma_job_t *j = a->jobs_head;
-    a->jobs_head = j->next;
-    if (!a->jobs_head) a->jobs_tail = NULL;
-    if (j->conn->queued-- == VMA_CONN_QUEUE_MAX) pthread_cond_broadcast(&a->space_cv);
-    a->idle_workers--;
-    pthread_mutex_unlock(&a->pool_lock);
+    vma_job_t *j = a->srv.jobs_head;
+    a->srv.jobs_head = j->next;
+    if (!a->srv.jobs_head) a->srv.jobs_tail = NULL;
+    if (j->conn->queued-- == VMA_CONN_QUEUE_MAX) pthread_cond_broadcast(&a->srv.space_cv);
+    a->srv.idle_threads--;
+    pthread_mutex_unlock(&a->srv.pool_lock);
     if (!atomic_load(&j->conn->closed)) vma_serve(j->conn, j->data, j->hdr_len, j->len);
     vma_conn_unref(j->conn);
     free(j);
-    pthread_mutex_lock(&a->pool_lock);
-    a->idle_workers++;
-    if (w->extra && a->idle_workers > 1) break; /* others are idle: retire */
+    pthread_mutex_lock(&a->srv.pool_lock);
+    a->srv.idle_threads++;
+    if (w->extra && a->srv.idle_threads > 1) break; /* others are idle: retire */
   }
-  a->idle_workers--;
-  pthread_mutex_unlock(&a->pool_lock);
+  a->srv.idle_threads--;
+  pthread_mutex_unlock(&a->srv.pool_lock);
   atomic_store(&w->exited, 1);
   return NULL;
 }
@@ -482,9 +488,9 @@ static void *vma_worker_main(void *arg) {
 /* Starts a worker in a free slot (reaping a retired one); pool_lock held.
  * Returns 0, or -1. */
 static int vma_spawn_locked(vmagent_t *a, int extra) {
-  vma_worker_t *w = NULL;
-  for (uint32_t i = 0; i < a->pool_size && !w; i++) {
-    vma_worker_t *x = &a->workers[i];
+  vma_pool_thread_t *w = NULL;
+  for (uint32_t i = 0; i < a->srv.pool_size && !w; i++) {
+    vma_pool_thread_t *x = &a->srv.threads[i];
     if (x->started && atomic_load(&x->exited)) { /* retired: reap the slot */
       pthread_join(x->thread, NULL);
       memset(x, 0, sizeof(*x));
@@ -492,18 +498,18 @@ static int vma_spawn_locked(vmagent_t *a, int extra) {
     if (!x->started) w = x;
   }
   if (!w) {
-    if (!a->pool_full_logged) {
-      a->pool_full_logged = 1;
-      VM_LOGW("all %u workers are busy; further requests wait in the queue", a->pool_size);
+    if (!a->srv.pool_full_logged) {
+      a->srv.pool_full_logged = 1;
+      VM_LOGW("all %u workers are busy; further requests wait in the queue", a->srv.pool_size);
     }
     return -1;
   }
   w->agent = a;
   w->extra = extra;
   atomic_init(&w->exited, 0);
-  a->idle_workers++; /* idle until it takes a request */
-  if (pthread_create(&w->thread, NULL, vma_worker_main, w) != 0) {
-    a->idle_workers--;
+  a->srv.idle_threads++; /* idle until it takes a request */
+  if (pthread_create(&w->thread, NULL, vma_pool_thread_main, w) != 0) {
+    a->srv.idle_threads--;
     return -1;
   }
   w->started = 1;
@@ -511,10 +517,10 @@ static int vma_spawn_locked(vmagent_t *a, int extra) {
 }
 
 static void vma_on_block(vmagent_t *a) {
-  pthread_mutex_lock(&a->pool_lock);
-  if (!atomic_load(&a->stopping) && a->idle_workers == 0 && vma_spawn_locked(a, 1) != 0)
+  pthread_mutex_lock(&a->srv.pool_lock);
+  if (!atomic_load(&a->stopping) && a->srv.idle_threads == 0 && vma_spawn_locked(a, 1) != 0)
     VM_LOGD("cannot add a worker");
-  pthread_mutex_unlock(&a->pool_lock);
+  pthread_mutex_unlock(&a->srv.pool_lock);
 }
 
 /* A LEN-byte message on a connection without a session, LEN beyond the
@@ -566,12 +572,12 @@ static int vma_refused_pre_hello(vma_conn_t *c) {
 /* A Hello on c succeeded: off the unauthenticated list, for good. */
 static void vma_conn_authenticated(vma_conn_t *c) {
   vmagent_t *a = c->a;
-  pthread_mutex_lock(&a->pool_lock);
+  pthread_mutex_lock(&a->srv.pool_lock);
   if (!atomic_load(&c->closed)) {
     vma_unauth_remove_locked(a, c);
     c->authed = 1;
   }
-  pthread_mutex_unlock(&a->pool_lock);
+  pthread_mutex_unlock(&a->srv.pool_lock);
 }
 
 /* A LEN-byte request of c, which has not said Hello: served here, never
@@ -597,7 +603,7 @@ static int vma_serve_pre_hello(vma_conn_t *c, uint64_t len) {
   vma_serve(c, msg, (size_t)hdr, (size_t)len);
   if (atomic_load(&c->refused)) return vma_refused_pre_hello(c); /* a wrong token */
   if (op == VMRPC__REQUEST__OP_HELLO) {
-    if (vma_pipe_has_session(c->a, c->id)) vma_conn_authenticated(c);
+    if (vma_conn_has_session(c->a, c->id)) vma_conn_authenticated(c);
     return 0;
   }
   if (op == VMRPC__REQUEST__OP_PING) return 0;
@@ -612,7 +618,7 @@ static void *vma_reader_main(void *arg) {
   /* Plain TCP: the reader waits for requests on the socket itself, so the
    * kernel wakes it without a detour through nng's poller thread; replies
    * try a non-blocking send on it first. */
-  c->wfd = a->ipc_listener || a->tls_config ? -1 : vmp_sp_stream_fd(c->s);
+  c->wfd = a->srv.ipc_listener || a->srv.tls_config ? -1 : vmp_sp_stream_fd(c->s);
   c->rd.fd = c->wfd;
   /* The whole of it is bounded by the Hello deadline (the reaper). */
   int rv =
@@ -646,7 +652,7 @@ static void *vma_reader_main(void *arg) {
     }
     /* Without a session (after Goodbye), a message beyond the pre-Hello
      * cap is drained, not stored: its header is kept for the refusal. */
-    if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS && !vma_pipe_has_session(a, c->id)) {
+    if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS && !vma_conn_has_session(a, c->id)) {
       rv = vma_drain_pre_hello(c, len);
       if (rv) break;
       continue;
@@ -687,52 +693,52 @@ static void *vma_reader_main(void *arg) {
       }
       continue;
     }
-    pthread_mutex_lock(&a->pool_lock);
+    pthread_mutex_lock(&a->srv.pool_lock);
     while (c->queued >= VMA_CONN_QUEUE_MAX && !atomic_load(&c->closed) &&
            !atomic_load(&a->stopping))
-      pthread_cond_wait(&a->space_cv, &a->pool_lock);
+      pthread_cond_wait(&a->srv.space_cv, &a->srv.pool_lock);
     if (atomic_load(&c->closed) || atomic_load(&a->stopping)) {
-      pthread_mutex_unlock(&a->pool_lock);
+      pthread_mutex_unlock(&a->srv.pool_lock);
       free(j);
       rv = NNG_ECLOSED;
       break;
     }
     atomic_fetch_add(&c->refs, 1);
     c->queued++;
-    if (a->jobs_tail)
-      a->jobs_tail->next = j;
+    if (a->srv.jobs_tail)
+      a->srv.jobs_tail->next = j;
     else
-      a->jobs_head = j;
-    a->jobs_tail = j;
-    pthread_cond_signal(&a->jobs_cv);
-    pthread_mutex_unlock(&a->pool_lock);
+      a->srv.jobs_head = j;
+    a->srv.jobs_tail = j;
+    pthread_cond_signal(&a->srv.jobs_cv);
+    pthread_mutex_unlock(&a->srv.pool_lock);
   }
   if (rv != NNG_ECLOSED && rv != NNG_ECONNSHUT && rv != NNG_ECONNRESET)
     VM_LOGD("connection %u (%s) ends: %s", c->id, c->peer, nng_strerror(rv));
   vma_conn_close(c);
-  vma_sessions_close_pipe(a, c->id);
+  vma_sessions_close_conn(a, c->id);
   /* Whoever joins this thread (vma_conns_join) drops its reference. */
-  pthread_mutex_lock(&a->pool_lock);
+  pthread_mutex_lock(&a->srv.pool_lock);
   vma_unauth_remove_locked(a, c);
-  vma_conn_t **pp = &a->conns;
+  vma_conn_t **pp = &a->srv.conns;
   while (*pp != c) pp = &(*pp)->next;
   *pp = c->next;
-  c->next = a->ended;
-  a->ended = c;
-  a->num_conns--;
-  pthread_cond_broadcast(&a->readers_cv);
-  pthread_mutex_unlock(&a->pool_lock);
-  atomic_fetch_add(&a->conns_gone, 1);
+  c->next = a->srv.ended;
+  a->srv.ended = c;
+  a->srv.num_conns--;
+  pthread_cond_broadcast(&a->srv.readers_cv);
+  pthread_mutex_unlock(&a->srv.pool_lock);
+  atomic_fetch_add(&a->srv.conns_gone, 1);
   return NULL;
 }
 
 /* Joins the readers that ended (the acceptor and the reaper call this). */
 static void vma_conns_join(vmagent_t *a) {
-  if (!a->pool_lock_ready) return;
-  pthread_mutex_lock(&a->pool_lock);
-  vma_conn_t *list = a->ended;
-  a->ended = NULL;
-  pthread_mutex_unlock(&a->pool_lock);
+  if (!a->srv.pool_lock_ready) return;
+  pthread_mutex_lock(&a->srv.pool_lock);
+  vma_conn_t *list = a->srv.ended;
+  a->srv.ended = NULL;
+  pthread_mutex_unlock(&a->srv.pool_lock);
   while (list) {
     vma_conn_t *c = list;
     list = c->next;
@@ -767,61 +773,61 @@ static void vma_conn_start(vmagent_t *a, nng_stream *s) {
   }
   c->a = a;
   c->s = s;
-  c->ipc = a->ipc_listener;
+  c->ipc = a->srv.ipc_listener;
   c->wfd = -1;
   c->rd.s = s;
   c->rd.aio = c->raio;
   c->rd.fd = -1;
   atomic_init(&c->refs, 1);
   atomic_init(&c->closed, 0);
-  pthread_mutex_lock(&a->pool_lock);
+  pthread_mutex_lock(&a->srv.pool_lock);
   /* Authenticated connections (and dropped ones whose readers are still
    * ending) have the connection limit; those without Hello never hold it
    * against them: they make way for each other below. */
-  if (a->num_conns - a->num_unauth >= VMA_MAX_CONNS || atomic_load(&a->stopping)) {
-    if (!atomic_load(&a->stopping) && !a->conns_full_logged) {
-      a->conns_full_logged = 1;
+  if (a->srv.num_conns - a->srv.num_unauth >= VMA_MAX_CONNS || atomic_load(&a->stopping)) {
+    if (!atomic_load(&a->stopping) && !a->srv.conns_full_logged) {
+      a->srv.conns_full_logged = 1;
       VM_LOGW("%d authenticated connections are open, the limit: refusing more", VMA_MAX_CONNS);
     }
-    pthread_mutex_unlock(&a->pool_lock);
+    pthread_mutex_unlock(&a->srv.pool_lock);
     vma_conn_unref(c);
     return;
   }
-  if (++a->next_conn_id == 0) a->next_conn_id = 1;
-  c->id = a->next_conn_id;
+  if (++a->srv.next_conn_id == 0) a->srv.next_conn_id = 1;
+  c->id = a->srv.next_conn_id;
   vma_peer_of(c);
-  if (a->num_unauth >= a->cfg.max_unauth_conns) {
+  if (a->srv.num_unauth >= a->cfg.max_unauth_conns) {
     char why[160];
     snprintf(why, sizeof(why),
              "the oldest of %u connections without Hello (--max-unauthenticated), making room "
              "for connection %u",
-             a->num_unauth, c->id);
-    vma_conn_drop_locked(a, a->unauth_head, why);
+             a->srv.num_unauth, c->id);
+    vma_conn_drop_locked(a, a->srv.unauth_head, why);
   }
   c->hello_deadline_ns = vm_now_ns() + (uint64_t)a->cfg.hello_timeout_ms * 1000000ull;
-  c->uprev = a->unauth_tail;
-  if (a->unauth_tail)
-    a->unauth_tail->unext = c;
+  c->uprev = a->srv.unauth_tail;
+  if (a->srv.unauth_tail)
+    a->srv.unauth_tail->unext = c;
   else
-    a->unauth_head = c;
-  a->unauth_tail = c;
+    a->srv.unauth_head = c;
+  a->srv.unauth_tail = c;
   c->unauth_listed = 1;
-  a->num_unauth++;
+  a->srv.num_unauth++;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, VMA_READER_STACK);
-  c->next = a->conns;
-  a->conns = c;
-  a->num_conns++;
+  c->next = a->srv.conns;
+  a->srv.conns = c;
+  a->srv.num_conns++;
   if (pthread_create(&c->reader, &attr, vma_reader_main, c) != 0) {
-    a->conns = c->next;
-    a->num_conns--;
+    a->srv.conns = c->next;
+    a->srv.num_conns--;
     vma_unauth_remove_locked(a, c);
-    pthread_mutex_unlock(&a->pool_lock);
+    pthread_mutex_unlock(&a->srv.pool_lock);
     VM_LOGE("cannot start a reader thread: closing the connection");
     vma_conn_unref(c);
   } else {
-    pthread_mutex_unlock(&a->pool_lock);
+    pthread_mutex_unlock(&a->srv.pool_lock);
   }
   pthread_attr_destroy(&attr);
 }
@@ -830,22 +836,22 @@ static void vma_conn_start(vmagent_t *a, nng_stream *s) {
  * 100 ms), and gives free heap back after connections ended. */
 static void vma_conns_expire(vmagent_t *a) {
   uint64_t now = vm_now_ns();
-  pthread_mutex_lock(&a->pool_lock);
-  while (a->unauth_head && a->unauth_head->hello_deadline_ns <= now) {
+  pthread_mutex_lock(&a->srv.pool_lock);
+  while (a->srv.unauth_head && a->srv.unauth_head->hello_deadline_ns <= now) {
     char why[160];
     snprintf(why, sizeof(why), "no Hello within %.1f s of connecting (--hello-timeout)",
              a->cfg.hello_timeout_ms / 1000.0);
-    vma_conn_drop_locked(a, a->unauth_head, why);
+    vma_conn_drop_locked(a, a->srv.unauth_head, why);
   }
   vma_drop_log_locked(a, NULL, NULL); /* counts drops left out, once their second is over */
-  pthread_mutex_unlock(&a->pool_lock);
+  pthread_mutex_unlock(&a->srv.pool_lock);
 #ifdef __GLIBC__
   /* What connections that ended (most often ones without Hello) had in
    * the heap goes back to the system, at most once a second. */
-  if (atomic_load(&a->conns_gone) && now >= a->next_trim_ns) {
-    atomic_store(&a->conns_gone, 0);
+  if (atomic_load(&a->srv.conns_gone) && now >= a->srv.next_trim_ns) {
+    atomic_store(&a->srv.conns_gone, 0);
     malloc_trim(0);
-    a->next_trim_ns = now + 1000000000ull;
+    a->srv.next_trim_ns = now + 1000000000ull;
   }
 #endif
 }
@@ -853,9 +859,9 @@ static void vma_conns_expire(vmagent_t *a) {
 static void *vma_acceptor_main(void *arg) {
   vmagent_t *a = arg;
   for (;;) {
-    nng_stream_listener_accept(a->listener, a->accept_aio);
-    nng_aio_wait(a->accept_aio);
-    int rv = nng_aio_result(a->accept_aio);
+    nng_stream_listener_accept(a->srv.listener, a->srv.accept_aio);
+    nng_aio_wait(a->srv.accept_aio);
+    int rv = nng_aio_result(a->srv.accept_aio);
     if (atomic_load(&a->stopping) || rv == NNG_ECLOSED) break;
     if (rv != 0) {
       VM_LOGD("accepting a connection: %s", nng_strerror(rv));
@@ -865,8 +871,8 @@ static void *vma_acceptor_main(void *arg) {
       }
       continue;
     }
-    nng_stream *s = nng_aio_get_output(a->accept_aio, 0);
-    if (!a->ipc_listener) {
+    nng_stream *s = nng_aio_get_output(a->srv.accept_aio, 0);
+    if (!a->srv.ipc_listener) {
       nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
       /* Detects peers that vanished without closing, so their sessions
        * end. */
@@ -950,7 +956,7 @@ static vm_status_t vma_tls_setup(vmagent_t *a) {
     st = vmp_nng_status(rv, "loading --tls-cert/--tls-key");
     goto done;
   }
-  a->tls_config = cfg;
+  a->srv.tls_config = cfg;
   cfg = NULL;
   vma_log_fingerprint(cert);
 done:
@@ -964,7 +970,7 @@ done:
 static void vma_make_url(vmagent_t *a) {
   snprintf(a->url, sizeof(a->url), "%s", a->listen_url);
   int port = 0;
-  if (nng_stream_listener_get_int(a->listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0 || port <= 0)
+  if (nng_stream_listener_get_int(a->srv.listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0 || port <= 0)
     return;
   char *sep = strstr(a->url, "://");
   if (!sep) return;
@@ -976,40 +982,40 @@ static void vma_make_url(vmagent_t *a) {
 
 vm_status_t vma_server_start(vmagent_t *a) {
   vm_status_t st = VM_STATUS_OK;
-  if (pthread_mutex_init(&a->pool_lock, NULL) != 0)
+  if (pthread_mutex_init(&a->srv.pool_lock, NULL) != 0)
     return vm_status_make(VM_INTERNAL, "pthread_mutex_init failed");
-  if (pthread_cond_init(&a->jobs_cv, NULL) != 0) {
-    pthread_mutex_destroy(&a->pool_lock);
+  if (pthread_cond_init(&a->srv.jobs_cv, NULL) != 0) {
+    pthread_mutex_destroy(&a->srv.pool_lock);
     return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
   }
-  if (pthread_cond_init(&a->readers_cv, NULL) != 0) {
-    pthread_cond_destroy(&a->jobs_cv);
-    pthread_mutex_destroy(&a->pool_lock);
+  if (pthread_cond_init(&a->srv.readers_cv, NULL) != 0) {
+    pthread_cond_destroy(&a->srv.jobs_cv);
+    pthread_mutex_destroy(&a->srv.pool_lock);
     return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
   }
-  if (pthread_cond_init(&a->space_cv, NULL) != 0) {
-    pthread_cond_destroy(&a->readers_cv);
-    pthread_cond_destroy(&a->jobs_cv);
-    pthread_mutex_destroy(&a->pool_lock);
+  if (pthread_cond_init(&a->srv.space_cv, NULL) != 0) {
+    pthread_cond_destroy(&a->srv.readers_cv);
+    pthread_cond_destroy(&a->srv.jobs_cv);
+    pthread_mutex_destroy(&a->srv.pool_lock);
     return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
   }
-  a->pool_lock_ready = 1;
-  a->ipc_listener = vmp_sp_url_is_ipc(a->listen_url);
-  int rv = nng_stream_listener_alloc(&a->listener, a->listen_url);
+  a->srv.pool_lock_ready = 1;
+  a->srv.ipc_listener = vmp_sp_url_is_ipc(a->listen_url);
+  int rv = nng_stream_listener_alloc(&a->srv.listener, a->listen_url);
   if (rv) return vmp_nng_status(rv, a->listen_url);
   if (strncmp(a->listen_url, "tls+", 4) == 0) {
     VM_RETURN_IF_ERROR(vma_tls_setup(a));
-    rv = nng_stream_listener_set_ptr(a->listener, NNG_OPT_TLS_CONFIG, a->tls_config);
+    rv = nng_stream_listener_set_ptr(a->srv.listener, NNG_OPT_TLS_CONFIG, a->srv.tls_config);
     if (rv) return vmp_nng_status(rv, "applying the TLS configuration");
   }
-  rv = nng_stream_listener_listen(a->listener);
+  rv = nng_stream_listener_listen(a->srv.listener);
   if (rv) {
     char what[600];
     snprintf(what, sizeof(what), "listening on %s", a->listen_url);
     return vmp_nng_status(rv, what);
   }
   vma_make_url(a);
-  rv = nng_aio_alloc(&a->accept_aio, NULL, NULL);
+  rv = nng_aio_alloc(&a->srv.accept_aio, NULL, NULL);
   if (rv) return vmp_nng_status(rv, "allocating the accept aio");
 
   pthread_condattr_t ca;
@@ -1028,19 +1034,20 @@ vm_status_t vma_server_start(vmagent_t *a) {
     return vm_status_make(VM_INTERNAL, "cannot start the reaper thread");
   }
 
-  a->pool_size = a->cfg.workers + VMA_MAX_EXTRA_WORKERS;
-  a->workers = calloc(a->pool_size, sizeof(*a->workers));
-  if (!a->workers) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-  pthread_mutex_lock(&a->pool_lock);
+  a->srv.pool_size = a->cfg.workers + VMA_MAX_EXTRA_THREADS;
+  a->srv.threads = calloc(a->srv.pool_size, sizeof(*a->srv.threads));
+  if (!a->srv.threads) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
+  pthread_mutex_lock(&a->srv.pool_lock);
   for (uint32_t i = 0; i < a->cfg.workers && !st; i++)
     if (vma_spawn_locked(a, 0) != 0)
       st = vm_status_make(VM_INTERNAL, "cannot start worker thread %u", i);
-  pthread_mutex_unlock(&a->pool_lock);
+  pthread_mutex_unlock(&a->srv.pool_lock);
   if (st) return st;
-  a->on_block = vma_on_block;
-  if (pthread_create(&a->acceptor, NULL, vma_acceptor_main, a) != 0)
+  a->hooks.on_block = vma_on_block;
+  a->hooks.conn_peer = vma_conn_peer;
+  if (pthread_create(&a->srv.acceptor, NULL, vma_acceptor_main, a) != 0)
     return vm_status_make(VM_INTERNAL, "cannot start the acceptor thread");
-  a->acceptor_started = 1;
+  a->srv.acceptor_started = 1;
   return VM_STATUS_OK;
 }
 
@@ -1051,45 +1058,46 @@ void vma_server_stop(vmagent_t *a) {
   vma_sessions_reap(a);
   /* No new connections; then every open one is closed, which ends its
    * reader (and fails any reply still being written). */
-  if (a->listener) nng_stream_listener_close(a->listener);
-  if (a->acceptor_started) {
-    pthread_join(a->acceptor, NULL);
-    a->acceptor_started = 0;
+  if (a->srv.listener) nng_stream_listener_close(a->srv.listener);
+  if (a->srv.acceptor_started) {
+    pthread_join(a->srv.acceptor, NULL);
+    a->srv.acceptor_started = 0;
   }
-  if (a->pool_lock_ready) {
-    pthread_mutex_lock(&a->pool_lock);
-    for (vma_conn_t *c = a->conns; c; c = c->next) vma_conn_close(c);
-    pthread_cond_broadcast(&a->space_cv);
-    while (a->num_conns > 0) pthread_cond_wait(&a->readers_cv, &a->pool_lock);
-    pthread_mutex_unlock(&a->pool_lock);
+  if (a->srv.pool_lock_ready) {
+    pthread_mutex_lock(&a->srv.pool_lock);
+    for (vma_conn_t *c = a->srv.conns; c; c = c->next) vma_conn_close(c);
+    pthread_cond_broadcast(&a->srv.space_cv);
+    while (a->srv.num_conns > 0) pthread_cond_wait(&a->srv.readers_cv, &a->srv.pool_lock);
+    pthread_mutex_unlock(&a->srv.pool_lock);
     vma_conns_join(a);
-    pthread_mutex_lock(&a->pool_lock);
+    pthread_mutex_lock(&a->srv.pool_lock);
     /* Workers finish the request in hand (cancelled above) and leave. */
-    pthread_cond_broadcast(&a->jobs_cv);
-    pthread_mutex_unlock(&a->pool_lock);
-    for (uint32_t i = 0; a->workers && i < a->pool_size; i++) {
-      vma_worker_t *w = &a->workers[i];
+    pthread_cond_broadcast(&a->srv.jobs_cv);
+    pthread_mutex_unlock(&a->srv.pool_lock);
+    for (uint32_t i = 0; a->srv.threads && i < a->srv.pool_size; i++) {
+      vma_pool_thread_t *w = &a->srv.threads[i];
       if (w->started) pthread_join(w->thread, NULL);
       w->started = 0;
     }
-    while (a->jobs_head) { /* never served: their connections are closed */
-      vma_job_t *j = a->jobs_head;
-      a->jobs_head = j->next;
+    while (a->srv.jobs_head) { /* never served: their connections are closed */
+      vma_job_t *j = a->srv.jobs_head;
+      a->srv.jobs_head = j->next;
       vma_conn_unref(j->conn);
       free(j);
     }
-    a->jobs_tail = NULL;
+    a->srv.jobs_tail = NULL;
   }
-  a->on_block = NULL;
-  free(a->workers);
-  a->workers = NULL;
-  if (a->listener) {
-    nng_stream_listener_free(a->listener);
-    a->listener = NULL;
+  a->hooks.on_block = NULL;
+  a->hooks.conn_peer = NULL;
+  free(a->srv.threads);
+  a->srv.threads = NULL;
+  if (a->srv.listener) {
+    nng_stream_listener_free(a->srv.listener);
+    a->srv.listener = NULL;
   }
-  if (a->accept_aio) {
-    nng_aio_free(a->accept_aio);
-    a->accept_aio = NULL;
+  if (a->srv.accept_aio) {
+    nng_aio_free(a->srv.accept_aio);
+    a->srv.accept_aio = NULL;
   }
   if (a->reaper_started) {
     pthread_mutex_lock(&a->lock);
@@ -1102,15 +1110,15 @@ void vma_server_stop(vmagent_t *a) {
     pthread_mutex_unlock(&a->lock);
     pthread_cond_destroy(&a->reaper_cond);
   }
-  if (a->pool_lock_ready) {
-    pthread_cond_destroy(&a->readers_cv);
-    pthread_cond_destroy(&a->space_cv);
-    pthread_cond_destroy(&a->jobs_cv);
-    pthread_mutex_destroy(&a->pool_lock);
-    a->pool_lock_ready = 0;
+  if (a->srv.pool_lock_ready) {
+    pthread_cond_destroy(&a->srv.readers_cv);
+    pthread_cond_destroy(&a->srv.space_cv);
+    pthread_cond_destroy(&a->srv.jobs_cv);
+    pthread_mutex_destroy(&a->srv.pool_lock);
+    a->srv.pool_lock_ready = 0;
   }
-  if (a->tls_config) {
-    nng_tls_config_free(a->tls_config);
-    a->tls_config = NULL;
+  if (a->srv.tls_config) {
+    nng_tls_config_free(a->srv.tls_config);
+    a->srv.tls_config = NULL;
   }
 }

@@ -15,9 +15,10 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "agent_internal.h"
+#include "session.h"
+
+#include "agent_core.h"
 #include "chunks.h"
-#include "isolate.h"
 #include "vm/log.h"
 
 uint64_t vma_random_u64(void) {
@@ -56,12 +57,12 @@ static void vma_remove_locked(vmagent_t *a, vma_session_t *s) {
   s->dead = 1;
 }
 
-vm_status_t vma_session_create(vmagent_t *a, uint32_t pipe_id, const char *client,
+vm_status_t vma_session_create(vmagent_t *a, uint32_t conn_id, const char *client,
                                vma_session_t **out_s) {
-  return vma_session_create_as(a, pipe_id, client, 0, 1, out_s);
+  return vma_session_create_as(a, conn_id, client, 0, 1, out_s);
 }
 
-vm_status_t vma_session_create_as(vmagent_t *a, uint32_t pipe_id, const char *client, uint64_t id,
+vm_status_t vma_session_create_as(vmagent_t *a, uint32_t conn_id, const char *client, uint64_t id,
                                   uint64_t first_handle, vma_session_t **out_s) {
   *out_s = NULL;
   vma_session_t *s = calloc(1, sizeof(*s));
@@ -70,7 +71,7 @@ vm_status_t vma_session_create_as(vmagent_t *a, uint32_t pipe_id, const char *cl
     free(s);
     return vm_status_make(VM_INTERNAL, "pthread_mutex_init failed");
   }
-  s->pipe_id = pipe_id;
+  s->conn_id = conn_id;
   s->next_handle = first_handle;
   vm_budget_init(&s->host, a->cfg.session_mem_limit, &a->host, "the session memory limit",
                  "--session-mem-limit");
@@ -79,8 +80,8 @@ vm_status_t vma_session_create_as(vmagent_t *a, uint32_t pipe_id, const char *cl
   for (char *p = s->client; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
   pthread_mutex_lock(&a->lock);
-  for (uint32_t i = 0; i < VMA_CLOSED_PIPES; i++) {
-    if (pipe_id && a->closed_pipes[i] == pipe_id) {
+  for (uint32_t i = 0; i < VMA_CLOSED_CONNS; i++) {
+    if (conn_id && a->closed_conns[i] == conn_id) {
       pthread_mutex_unlock(&a->lock);
       pthread_mutex_destroy(&s->lock);
       free(s);
@@ -107,13 +108,13 @@ vm_status_t vma_session_create_as(vmagent_t *a, uint32_t pipe_id, const char *cl
   return VM_STATUS_OK;
 }
 
-vm_status_t vma_session_acquire(vmagent_t *a, uint64_t id, uint32_t pipe_id,
+vm_status_t vma_session_acquire(vmagent_t *a, uint64_t id, uint32_t conn_id,
                                 vma_session_t **out_s) {
   *out_s = NULL;
   pthread_mutex_lock(&a->lock);
   vma_session_t *s = vma_find_locked(a, id);
   /* Another connection's session looks exactly like an unknown one. */
-  if (!s || s->pipe_id != pipe_id) {
+  if (!s || s->conn_id != conn_id) {
     pthread_mutex_unlock(&a->lock);
     return vm_status_make(VM_NOT_FOUND,
                           "session %016llx not found (it ended, timed out or belongs to another "
@@ -161,11 +162,11 @@ void vma_session_cancel_running(vma_session_t *s) {
   pthread_mutex_unlock(&s->lock);
 }
 
-int vma_pipe_has_session(vmagent_t *a, uint32_t pipe_id) {
+int vma_conn_has_session(vmagent_t *a, uint32_t conn_id) {
   int found = 0;
   pthread_mutex_lock(&a->lock);
   for (uint32_t i = 0; i < a->num_sessions && !found; i++)
-    found = a->sessions[i]->pipe_id == pipe_id;
+    found = a->sessions[i]->conn_id == conn_id;
   pthread_mutex_unlock(&a->lock);
   return found;
 }
@@ -181,7 +182,7 @@ static int vma_end_locked(vmagent_t *a, vma_session_t *s) {
   s->ended = 1;
   pthread_mutex_unlock(&s->lock);
   vma_session_cancel_running(s);
-  if (a->iso) vma_iso_session_ended(a, s);
+  if (a->session_hooks.ended) a->session_hooks.ended(a, s);
   if (s->refs == 0) return 1;
   /* A request of it may be about to start an invocation (it holds the
    * session but not yet the VM): the reaper cancels again until the last
@@ -198,7 +199,7 @@ void vma_session_end(vmagent_t *a, vma_session_t *s) {
   if (destroy) vma_session_destroy(a, s);
 }
 
-void vma_sessions_close_pipe(vmagent_t *a, uint32_t pipe_id) {
+void vma_sessions_close_conn(vmagent_t *a, uint32_t conn_id) {
   /* Runs on an nng thread: no destruction here (it may free device
    * memory for a while); hand the sessions to the reaper. Without a reaper
    * (in-process use), destroy them here. */
@@ -206,11 +207,11 @@ void vma_sessions_close_pipe(vmagent_t *a, uint32_t pipe_id) {
   pthread_mutex_lock(&a->lock);
   /* Remembered, so that a Hello from this pipe still being served cannot
    * create a session after this point (vma_session_create checks). */
-  a->closed_pipes[a->closed_next] = pipe_id;
-  a->closed_next = (a->closed_next + 1) % VMA_CLOSED_PIPES;
+  a->closed_conns[a->closed_next] = conn_id;
+  a->closed_next = (a->closed_next + 1) % VMA_CLOSED_CONNS;
   for (uint32_t i = 0; i < a->num_sessions;) {
     vma_session_t *s = a->sessions[i];
-    if (s->pipe_id != pipe_id) {
+    if (s->conn_id != conn_id) {
       i++;
       continue;
     }
@@ -384,7 +385,7 @@ void vma_vm_destroy(vmagent_t *a, vma_session_t *s, vma_vm_t *v) {
 }
 
 void vma_session_destroy(vmagent_t *a, vma_session_t *s) {
-  if (a->iso) vma_iso_session_free(a, s);
+  if (a->session_hooks.freed) a->session_hooks.freed(a, s);
   while (s->vms) {
     vma_vm_t *v = s->vms;
     s->vms = v->next;
@@ -410,4 +411,34 @@ void vma_session_destroy(vmagent_t *a, vma_session_t *s) {
   VM_LOGD("session %016llx destroyed", (unsigned long long)s->id);
   pthread_mutex_destroy(&s->lock);
   free(s);
+}
+
+/* ------------------------------------------------------------ uploads, transfers */
+
+void vma_chunk_finish(vma_session_t *s, vma_chunks_t *ck, uint64_t idx, size_t len, int ok) {
+  pthread_mutex_lock(&s->lock);
+  vma_chunk_done(ck, idx, len, ok);
+  pthread_mutex_unlock(&s->lock);
+}
+
+void vma_upload_unreserve(vmagent_t *a, vma_session_t *s, uint64_t size, int slot) {
+  pthread_mutex_lock(&s->lock);
+  if (slot) s->num_uploads--;
+  s->staging_bytes -= size;
+  vm_budget_release(&a->host, size);
+  pthread_mutex_unlock(&s->lock);
+}
+
+void vma_upload_free(vma_upload_t *u) {
+  if (!u) return;
+  free(u->data);
+  free(u->ck.claimed);
+  free(u);
+}
+
+void vma_transfer_free(vma_transfer_t *t) {
+  if (!t) return;
+  vm_value_release(&t->tensor);
+  free(t->ck.claimed);
+  free(t);
 }

@@ -33,7 +33,10 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "agent_internal.h"
+#include "store.h"
+
+#include <pthread.h>
+#include <time.h>
 #include "vm/log.h"
 
 typedef struct vma_disk_entry {

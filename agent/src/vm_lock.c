@@ -4,7 +4,9 @@
 
 #include <time.h>
 
-#include "isolate.h"
+#include "agent_core.h"
+#include "isolation/xlock.h"
+#include "time_in.h"
 
 vma_vm_t *vma_find_vm(vma_session_t *s, uint64_t id) {
   for (vma_vm_t *v = s->vms; v; v = v->next)
@@ -83,7 +85,7 @@ static vm_status_t vma_lock_devices(vmagent_t *a, vma_vm_t *v, uint64_t deadline
     if (pthread_mutex_trylock(&d->run_lock) == 0) continue;
     /* About to wait, holding a worker: the transport makes sure another
      * worker is free for Cancel, Ping and chunks. */
-    if (a->on_block) a->on_block(a);
+    if (a->hooks.on_block) a->hooks.on_block(a);
     for (;;) {
       struct timespec ts;
       vma_time_in(CLOCK_REALTIME, 50, &ts);
@@ -104,7 +106,8 @@ static vm_status_t vma_lock_devices(vmagent_t *a, vma_vm_t *v, uint64_t deadline
       }
     }
   }
-  /* In a worker, the devices' run locks across workers (isolate.h). */
+  /* In a worker process, the devices' run locks across worker processes
+   * (isolation/xlock.h). */
   for (uint32_t k = 0; k < v->num_devs; k++) {
     vm_status_t st = vma_xrun_lock(a, &a->devices[v->dev_idx[k]], v, deadline_ns);
     if (st) {

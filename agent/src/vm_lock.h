@@ -10,7 +10,11 @@
 #ifndef VMA_VM_LOCK_H
 #define VMA_VM_LOCK_H
 
-#include "agent_internal.h"
+#include <stdint.h>
+
+#include "session.h"
+#include "vm/status.h"
+#include "vmagent/agent.h"
 
 typedef enum vma_use {
   VMA_USE_EXCL = 0, /* changes the VM: alone */

@@ -1,7 +1,8 @@
-/* Session isolation, the worker's side (isolate.h): vmagent started with
- * --worker-fd serves one session for the agent that started it, over the
- * inherited socket, until that closes; and the cross-process device locks
- * that keep runs and measurements of different workers apart.
+/* Session isolation, the worker process's side (worker.h): vmagent started
+ * with --worker-fd serves one session for the agent that started it, over
+ * the inherited socket (isolate.h), until that closes. The cross-process
+ * device locks that keep runs and measurements of different worker
+ * processes apart are isolation/xlock.c.
  *
  * Threads take turns (leader/follower): one reads the next frame off the
  * link, hands the reading to an idle thread, and serves what it read with
@@ -20,13 +21,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent_internal.h"
+#include "agent_core.h"
+#include "dispatch.h"
 #include "isolate.h"
+#include "session.h"
+#include "worker.h"
 #include "vm/log.h"
 #include "vmcl/vmcl.h"
 
-/* The one pipe id of the link: the parent's session is bound to it. */
-#define VMA_WORKER_PIPE 1
+/* The one connection id of the link: the parent's session is bound to it. */
+#define VMA_WORKER_CONN 1
 #define VMA_WORKER_MAX_EXTRA 64
 
 static struct {
@@ -96,7 +100,7 @@ static void vma_worker_note_retire(vma_out_t *out) {
 static void vma_worker_handle(uint64_t tag, const uint8_t *body, uint32_t len) {
   vmagent_t *a = g_w.a;
   vma_out_t out = {.alloc = vma_heap_alloc};
-  int rc = vma_dispatch(a, VMA_WORKER_PIPE, body, len, &out);
+  int rc = vma_dispatch(a, VMA_WORKER_CONN, body, len, &out);
   if (rc != 0) {
     VM_LOGE("worker: no memory for a reply; exiting");
     _exit(3);
@@ -190,7 +194,7 @@ static void vma_worker_attach(vmagent_t *a, uint64_t tag, const uint8_t *body, u
     client[n] = '\0';
     vma_session_t *s = NULL;
     vm_status_t st =
-        vma_session_create_as(a, VMA_WORKER_PIPE, client, at.session_id, at.first_handle, &s);
+        vma_session_create_as(a, VMA_WORKER_CONN, client, at.session_id, at.first_handle, &s);
     if (!st && s->id != at.session_id) {
       vma_session_end(a, s);
       st = vm_status_make(VM_ALREADY_EXISTS, "session %016llx is already here",
@@ -207,8 +211,8 @@ void vma_worker_serve(vmagent_t *a, int fd) {
   g_w.a = a;
   g_w.fd = fd;
   g_w.cap = a->cfg.max_message_bytes + VMA_LINK_SLACK;
-  a->worker_mode = 1;
-  a->on_block = vma_worker_on_block;
+  a->in_worker.on = 1;
+  a->hooks.on_block = vma_worker_on_block;
   pthread_mutex_lock(&g_w.mu);
   for (uint32_t i = 1; i < a->cfg.workers; i++) vma_worker_add_thread_locked();
   g_w.idle++; /* this thread is one of them */
@@ -217,98 +221,4 @@ void vma_worker_serve(vmagent_t *a, int fd) {
   vma_worker_reply(0, VMA_LINK_READY, NULL, 0);
   vma_worker_thread(NULL);
   _exit(0);
-}
-
-/* ------------------------------------------------------------ device locks */
-
-vm_status_t vma_worker_locks(vmagent_t *a, int fd, int slot) {
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-  int own = open(path, O_RDWR | O_CLOEXEC);
-  close(fd);
-  if (own < 0)
-    return vm_status_make(VM_INTERNAL, "worker: opening the device lock file: %s", strerror(errno));
-  a->xlock_fd = own;
-  if (slot < 0) return VM_STATUS_OK;
-  struct stat st;
-  if (fstat(own, &st) != 0 || (size_t)st.st_size < VMA_SHARED_BYTES(slot + 1))
-    return vm_status_make(VM_INTERNAL, "worker: slot %d is past the shared memory", slot);
-  void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
-  if (m == MAP_FAILED)
-    return vm_status_make(VM_INTERNAL, "worker: mapping the shared memory: %s", strerror(errno));
-  a->shared = m;
-  a->shared_len = (size_t)st.st_size;
-  vma_shared_t *sh = m;
-  /* the agent's limit over all workers; this worker's share under it */
-  vm_budget_init(&a->xhost, a->cfg.host_mem_limit, NULL, "the agent's host memory limit",
-                 "--host-mem-limit");
-  vm_budget_share(&a->xhost, &sh->host_total);
-  a->host.limit = 0;
-  a->host.parent = &a->xhost;
-  vm_budget_share(&a->host, &sh->slot[slot].host);
-  for (uint32_t i = 0; i < a->num_devices; i++)
-    if (a->devices[i].dev->type == VM_DEVICE_CPU)
-      vm_cpu_device_share(a->devices[i].dev, &sh->cpu_total, &sh->slot[slot].cpu);
-  return VM_STATUS_OK;
-}
-
-/* One byte of the lock file: type F_WRLCK/F_RDLCK/F_UNLCK. 0, or -1 when
- * another worker holds it. */
-static int vma_xlock_try(vmagent_t *a, off_t at, short type) {
-  struct flock fl;
-  memset(&fl, 0, sizeof(fl));
-  fl.l_type = type;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = at;
-  fl.l_len = 1;
-  for (;;) {
-    if (fcntl(a->xlock_fd, F_OFD_SETLK, &fl) == 0) return 0;
-    if (errno != EINTR) return -1;
-  }
-}
-
-static off_t vma_xrun_at(vmagent_t *a, const vma_device_t *d) {
-  return 2 * (off_t)(d - a->devices);
-}
-
-static void vma_nap(long *ns) {
-  struct timespec ts = {0, *ns};
-  nanosleep(&ts, NULL);
-  if (*ns < 5 * 1000 * 1000) *ns *= 2;
-}
-
-vm_status_t vma_xrun_lock(vmagent_t *a, vma_device_t *d, const vma_vm_t *v, uint64_t deadline_ns) {
-  if (a->xlock_fd < 0) return VM_STATUS_OK;
-  off_t at = vma_xrun_at(a, d);
-  if (vma_xlock_try(a, at, F_WRLCK) == 0) return VM_STATUS_OK;
-  if (a->on_block) a->on_block(a);
-  long nap = 50 * 1000;
-  for (;;) {
-    vma_nap(&nap);
-    if (vma_xlock_try(a, at, F_WRLCK) == 0) return VM_STATUS_OK;
-    if (atomic_load(&v->cancel_pending))
-      return vm_status_make(VM_CANCELLED, "cancelled while waiting for device %s", d->selector);
-    if (deadline_ns && vm_now_ns() >= deadline_ns)
-      return vm_status_make(VM_DEADLINE_EXCEEDED,
-                            "deadline passed while waiting for device %s (busy with another "
-                            "session's work)",
-                            d->selector);
-  }
-}
-
-void vma_xrun_unlock(vmagent_t *a, vma_device_t *d) {
-  if (a->xlock_fd >= 0) (void)vma_xlock_try(a, vma_xrun_at(a, d), F_UNLCK);
-}
-
-vm_status_t vma_xgate_lock(vmagent_t *a, vma_device_t *d, int exclusive) {
-  if (a->xlock_fd < 0) return VM_STATUS_OK;
-  off_t at = vma_xrun_at(a, d) + 1;
-  short type = exclusive ? F_WRLCK : F_RDLCK;
-  long nap = 50 * 1000;
-  while (vma_xlock_try(a, at, type) != 0) vma_nap(&nap);
-  return VM_STATUS_OK;
-}
-
-void vma_xgate_unlock(vmagent_t *a, vma_device_t *d) {
-  if (a->xlock_fd >= 0) (void)vma_xlock_try(a, vma_xrun_at(a, d) + 1, F_UNLCK);
 }

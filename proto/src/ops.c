@@ -6,6 +6,14 @@
 #define VMP_OP_ROW(C, f, N, fl) {VMRPC__REQUEST__OP_##C, VMRPC__RESPONSE__OP_##C, #f, #N, (fl)},
 const vmp_op_t vmp_ops[] = {VMP_OPS(VMP_OP_ROW)};
 #undef VMP_OP_ROW
+/* Every row says where it is served under session isolation, and how long
+ * a worker process may take when it is forwarded (ops.h). */
+#define VMP_OP_ROUTE_CHECK(C, f, N, fl)                           \
+  _Static_assert(VMP_OP_ROUTED(fl), #N                            \
+                 ": give it VMP_OP_LOCAL, or VMP_OP_FORWARD and " \
+                 "one of VMP_OP_KBOUND, VMP_OP_DEADLINE, VMP_OP_UNBOUND");
+VMP_OPS(VMP_OP_ROUTE_CHECK)
+#undef VMP_OP_ROUTE_CHECK
 const size_t vmp_num_ops = sizeof(vmp_ops) / sizeof(vmp_ops[0]);
 
 const vmp_op_t *vmp_op_find(Vmrpc__Request__OpCase op) {

@@ -8,7 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent_internal.h"
+#include "agent_core.h"
+#include "session.h"
 #include "vm/log.h"
 #include "vmagent/agent.h"
 #include "vmclient.h"

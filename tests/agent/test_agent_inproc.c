@@ -19,7 +19,11 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "agent_internal.h"
+#include "agent_core.h"
+#include "device_gate.h"
+#include "listen_url.h"
+#include "session.h"
+#include "vmproto/wire.h"
 #include "helper_agent.h"
 #include "helper_wire.h"
 #include "test_util.h"
