@@ -123,6 +123,14 @@ static const char *const k_ops[] = {
     "Constant",
     "ConstantOfShape",
     "Range",
+    /* quantization (onnx_ops_quant.c) */
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "DynamicQuantizeLinear",
+    "MatMulInteger",
+    "ConvInteger",
+    "QLinearConv",
+    "QLinearMatMul",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
