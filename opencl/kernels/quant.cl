@@ -109,10 +109,37 @@ __kernel void dynamic_quantize(__global const S *x, int xo, __global const S *sc
 #define TY int
 #endif
 
+/* Terms a float accumulator sums exactly: every product of two operands
+ * less their zero points has |p| <= 255 * 255, and 256 of them stay below
+ * 2^24, where float32 holds every integer. The integer kernels multiply
+ * and add in float (fma, the fast path of CPUs and GPUs alike) over chunks
+ * of QK terms and add each chunk's exact sum into int32 accumulators. */
+#define QK 256
+
+/* One k step of qgemm: row r's A element times the float8 row bv of B. */
+#define QG_FMA(r) f##r = fma((float8)((float)((int)a##r[k] - z##r)), bv, f##r);
+#define QG_ALL \
+  QG_FMA(0) QG_FMA(1) QG_FMA(2) QG_FMA(3) QG_FMA(4) QG_FMA(5) QG_FMA(6) QG_FMA(7)
+/* One of four k steps (component c of the v* rows of A) of the fast path. */
+#define QG_STEP4(c)                                      \
+  {                                                      \
+    float8 bv = convert_float8(vload8(0, b)) - zb;       \
+    b += ldb;                                            \
+    f0 = fma((float8)(v0.c), bv, f0);                    \
+    f1 = fma((float8)(v1.c), bv, f1);                    \
+    f2 = fma((float8)(v2.c), bv, f2);                    \
+    f3 = fma((float8)(v3.c), bv, f3);                    \
+    f4 = fma((float8)(v4.c), bv, f4);                    \
+    f5 = fma((float8)(v5.c), bv, f5);                    \
+    f6 = fma((float8)(v6.c), bv, f6);                    \
+    f7 = fma((float8)(v7.c), bv, f7);                    \
+  }
+#define QG_FLUSH(r) c##r += convert_int8(f##r);
+
 /* C = (A - a_zp) (B - b_zp), row-major, batched over global id 2 (batch
  * strides sa, sb, sc; 0 broadcasts). A's zero point is one value or one
  * per row (azs 0 or 1), B's one or one per column (bzs 0 or 1). Each
- * work-item computes 4 rows x 8 columns; rows and columns past the edge
+ * work-item computes 8 rows x 8 columns; rows and columns past the edge
  * repeat the last one and are never stored. */
 __kernel void qgemm(int M, int N, int K, __global const TA *A, int ao, int lda, int sa,
                     __global const TB *B, int bo_, int ldb, int sb, __global const TA *azp,
@@ -121,97 +148,168 @@ __kernel void qgemm(int M, int N, int K, __global const TA *A, int ao, int lda, 
                     int bo, int bstep, int has_bias, __global const TY *yzp, int yzo,
                     int has_yzp, __global YT *y, int yo, int ldc, int sc, int has_azp,
                     int has_bzp) {
-  int j = get_global_id(0) * 8, i = get_global_id(1) * 4, bt = get_global_id(2);
+  int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
   A += ao + bt * sa;
   B += bo_ + bt * sb;
   int r0 = i, r1 = min(i + 1, M - 1), r2 = min(i + 2, M - 1), r3 = min(i + 3, M - 1);
-  int z0 = 0, z1 = 0, z2 = 0, z3 = 0;
+  int r4 = min(i + 4, M - 1), r5 = min(i + 5, M - 1), r6 = min(i + 6, M - 1);
+  int r7 = min(i + 7, M - 1);
+  int z0 = 0, z1 = 0, z2 = 0, z3 = 0, z4 = 0, z5 = 0, z6 = 0, z7 = 0;
   if (has_azp) {
-    z0 = azp[azo + r0 * azs];
-    z1 = azp[azo + r1 * azs];
-    z2 = azp[azo + r2 * azs];
-    z3 = azp[azo + r3 * azs];
+    z0 = azp[azo + r0 * azs], z1 = azp[azo + r1 * azs], z2 = azp[azo + r2 * azs];
+    z3 = azp[azo + r3 * azs], z4 = azp[azo + r4 * azs], z5 = azp[azo + r5 * azs];
+    z6 = azp[azo + r6 * azs], z7 = azp[azo + r7 * azs];
   }
   int8 cols = min((int8)(j) + (int8)(0, 1, 2, 3, 4, 5, 6, 7), (int8)(N - 1));
-  int8 zb = 0;
+  float8 zb = 0.0f;
   if (has_bzp)
-    zb = (int8)(bzp[bzo + cols.s0 * bzs], bzp[bzo + cols.s1 * bzs], bzp[bzo + cols.s2 * bzs],
-                bzp[bzo + cols.s3 * bzs], bzp[bzo + cols.s4 * bzs], bzp[bzo + cols.s5 * bzs],
-                bzp[bzo + cols.s6 * bzs], bzp[bzo + cols.s7 * bzs]);
-  int8 c0 = 0, c1 = 0, c2 = 0, c3 = 0;
-  __global const TA *a0 = A + r0 * lda, *a1 = A + r1 * lda, *a2 = A + r2 * lda, *a3 = A + r3 * lda;
-  if (j + 8 <= N) {
-    __global const TB *b = B + j;
-    for (int k = 0; k < K; k++, b += ldb) {
-      int8 bv = convert_int8(vload8(0, b)) - zb;
-      c0 += (int8)((int)a0[k] - z0) * bv;
-      c1 += (int8)((int)a1[k] - z1) * bv;
-      c2 += (int8)((int)a2[k] - z2) * bv;
-      c3 += (int8)((int)a3[k] - z3) * bv;
+    zb = convert_float8((int8)(bzp[bzo + cols.s0 * bzs], bzp[bzo + cols.s1 * bzs],
+                               bzp[bzo + cols.s2 * bzs], bzp[bzo + cols.s3 * bzs],
+                               bzp[bzo + cols.s4 * bzs], bzp[bzo + cols.s5 * bzs],
+                               bzp[bzo + cols.s6 * bzs], bzp[bzo + cols.s7 * bzs]));
+  __global const TA *a0 = A + r0 * lda, *a1 = A + r1 * lda, *a2 = A + r2 * lda;
+  __global const TA *a3 = A + r3 * lda, *a4 = A + r4 * lda, *a5 = A + r5 * lda;
+  __global const TA *a6 = A + r6 * lda, *a7 = A + r7 * lda;
+  int8 c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
+  int full = j + 8 <= N;
+  for (int k0 = 0; k0 < K; k0 += QK) {
+    int k1 = min(K, k0 + QK);
+    float8 f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f, f4 = 0.0f, f5 = 0.0f, f6 = 0.0f,
+           f7 = 0.0f;
+    int k = k0;
+    if (full) {
+      /* four k at a time: one 4-element load of each A row */
+      for (; k + 4 <= k1; k += 4) {
+        float4 v0 = convert_float4(vload4(0, a0 + k)) - (float)z0;
+        float4 v1 = convert_float4(vload4(0, a1 + k)) - (float)z1;
+        float4 v2 = convert_float4(vload4(0, a2 + k)) - (float)z2;
+        float4 v3 = convert_float4(vload4(0, a3 + k)) - (float)z3;
+        float4 v4 = convert_float4(vload4(0, a4 + k)) - (float)z4;
+        float4 v5 = convert_float4(vload4(0, a5 + k)) - (float)z5;
+        float4 v6 = convert_float4(vload4(0, a6 + k)) - (float)z6;
+        float4 v7 = convert_float4(vload4(0, a7 + k)) - (float)z7;
+        __global const TB *b = B + k * ldb + j;
+        QG_STEP4(x)
+        QG_STEP4(y)
+        QG_STEP4(z)
+        QG_STEP4(w)
+      }
+      for (; k < k1; k++) {
+        float8 bv = convert_float8(vload8(0, B + k * ldb + j)) - zb;
+        QG_ALL
+      }
+    } else {
+      for (; k < k1; k++) {
+        __global const TB *b = B + k * ldb;
+        float8 bv = convert_float8((int8)(b[cols.s0], b[cols.s1], b[cols.s2], b[cols.s3],
+                                          b[cols.s4], b[cols.s5], b[cols.s6], b[cols.s7])) -
+                    zb;
+        QG_ALL
+      }
     }
-  } else {
-    for (int k = 0; k < K; k++) {
-      __global const TB *b = B + k * ldb;
-      int8 bv = (int8)(b[cols.s0], b[cols.s1], b[cols.s2], b[cols.s3], b[cols.s4], b[cols.s5],
-                       b[cols.s6], b[cols.s7]) -
-                zb;
-      c0 += (int8)((int)a0[k] - z0) * bv;
-      c1 += (int8)((int)a1[k] - z1) * bv;
-      c2 += (int8)((int)a2[k] - z2) * bv;
-      c3 += (int8)((int)a3[k] - z3) * bv;
-    }
+    QG_FLUSH(0) QG_FLUSH(1) QG_FLUSH(2) QG_FLUSH(3)
+    QG_FLUSH(4) QG_FLUSH(5) QG_FLUSH(6) QG_FLUSH(7)
   }
-  int acc[4][8];
+  int acc[8][8];
   vstore8(c0, 0, acc[0]);
   vstore8(c1, 0, acc[1]);
   vstore8(c2, 0, acc[2]);
   vstore8(c3, 0, acc[3]);
+  vstore8(c4, 0, acc[4]);
+  vstore8(c5, 0, acc[5]);
+  vstore8(c6, 0, acc[6]);
+  vstore8(c7, 0, acc[7]);
   int base = yo + bt * sc;
-  for (int r = 0; r < 4 && i + r < M; r++)
+  for (int r = 0; r < 8 && i + r < M; r++)
     for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + j + t);
 }
 
-/* Integer 2-D convolution, NCHW: y[n, o, oy, ox] over the window of group
- * g = o / (O / groups), (x - x_zp) (w - w_zp[o]); padding reads the zero
- * point (contributes 0), as ConvInteger and QLinearConv define it. Each
- * work-item computes 4 consecutive output columns of one output row. */
-__kernel void qconv2d(int C, int H, int W, int O, int OH, int OW, int KH, int KW, int sh, int sw,
-                      int ph, int pw, int dh, int dw, int groups, __global const TA *x, int xo,
+/* Integer 2-D convolution, NCHW: y[n, o, p] over the window of group g,
+ * (x - x_zp) (w - w_zp[o]); padding reads the zero point (contributes 0),
+ * as ConvInteger and QLinearConv define it. The GEMM of qgemm with the
+ * input gathered on the fly (implicit im2col): each work-item computes 8
+ * output channels x 8 output pixels in float over chunks of QK terms.
+ * Global ids: 0 = pixel block, 1 = output-channel block within the group,
+ * 2 = n * groups + g; channels past the group repeat its last one and
+ * pixels past OH*OW are masked: computed, never stored. */
+#define QC_FMA(r) f##r = fma((float8)((float)wp[w##r + wc] - zw##r), xv, f##r);
+#define QC_FLUSH(r) c##r += convert_int8(f##r), f##r = 0.0f;
+
+__kernel void qconv2d(int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, int SW,
+                      int PH, int PW, int DH, int DW, int groups, __global const TA *x, int xo,
                       __global const TB *w, int wo, __global const TA *xzp, int xzo,
                       __global const TB *wzp, int wzo, int wzs, __global const float *mul, int mo,
                       int mstep, __global const int *bias, int bo, int bstep, int has_bias,
                       __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
                       int has_xzp, int has_wzp) {
-  int ox = get_global_id(0) * 4, oy = get_global_id(1), no = get_global_id(2);
-  if (ox >= OW || oy >= OH) return;
-  int n = no / O, o = no - n * O;
-  int cg = C / groups, og = O / groups, g = o / og;
-  int zx = has_xzp ? xzp[xzo] : 0;
-  int zw = has_wzp ? wzp[wzo + o * wzs] : 0;
-  int4 acc = 0;
-  __global const TA *xb = x + xo + ((long)n * C + g * cg) * H * W;
-  __global const TB *wb = w + wo + (long)o * cg * KH * KW;
-  int4 ix0 = ((int4)(ox) + (int4)(0, 1, 2, 3)) * sw - pw;
-  for (int c = 0; c < cg; c++) {
-    for (int ky = 0; ky < KH; ky++) {
-      int iy = oy * sh - ph + ky * dh;
-      if (iy < 0 || iy >= H) continue;
-      __global const TA *row = xb + (c * H + iy) * W;
-      __global const TB *wr = wb + (c * KH + ky) * KW;
-      for (int kx = 0; kx < KW; kx++) {
-        int wv = (int)wr[kx] - zw;
-        int4 ix = ix0 + kx * dw;
-        int4 ok = ix >= 0 && ix < W;
-        int4 cx = clamp(ix, 0, W - 1);
-        int4 xv = (int4)(row[cx.s0], row[cx.s1], row[cx.s2], row[cx.s3]) - zx;
-        acc += select((int4)0, xv * wv, ok);
+  int p0 = get_global_id(0) * 8, ob = get_global_id(1) * 8, ng = get_global_id(2);
+  int Cg = C / groups, Og = O / groups, P = OH * OW;
+  if (p0 >= P || ob >= Og) return;
+  int n = ng / groups, g = ng - n * groups;
+  int HW = H * W, KK = KH * KW, CKK = Cg * KK;
+  __global const TA *xg = x + xo + (n * C + g * Cg) * HW;
+  __global const TB *wp = w + wo + (g * Og) * CKK;
+  float zx = has_xzp ? (float)xzp[xzo] : 0.0f;
+  int o0 = ob, o1 = min(ob + 1, Og - 1), o2 = min(ob + 2, Og - 1), o3 = min(ob + 3, Og - 1);
+  int o4 = min(ob + 4, Og - 1), o5 = min(ob + 5, Og - 1), o6 = min(ob + 6, Og - 1);
+  int o7 = min(ob + 7, Og - 1);
+  int w0 = o0 * CKK, w1 = o1 * CKK, w2 = o2 * CKK, w3 = o3 * CKK;
+  int w4 = o4 * CKK, w5 = o5 * CKK, w6 = o6 * CKK, w7 = o7 * CKK;
+#define QC_ZW(r) float zw##r = has_wzp ? (float)wzp[wzo + (g * Og + o##r) * wzs] : 0.0f;
+  QC_ZW(0) QC_ZW(1) QC_ZW(2) QC_ZW(3) QC_ZW(4) QC_ZW(5) QC_ZW(6) QC_ZW(7)
+  int8 pv = (int8)(p0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+  int8 live = pv < (int8)(P);
+  int8 ohv = pv / OW;
+  int8 ih0 = ohv * SH - PH, iw0 = (pv - ohv * OW) * SW - PW;
+  int same_row = p0 + 7 < P && ohv.s0 == ohv.s7;
+  int8 c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
+  float8 f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f, f4 = 0.0f, f5 = 0.0f, f6 = 0.0f, f7 = 0.0f;
+  int terms = 0;
+  for (int kh = 0; kh < KH; kh++) {
+    for (int kw = 0; kw < KW; kw++) {
+      int8 ih = ih0 + kh * DH, iw = iw0 + kw * DW;
+      int tap = kh * KW + kw;
+      int run = same_row && SW == 1 && ih.s0 >= 0 && ih.s0 < H && iw.s0 >= 0 && iw.s7 < W;
+      int8 m = live & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W);
+      int8 off = ih * W + iw;
+      __global const TA *xc = xg + (run ? ih.s0 * W + iw.s0 : 0);
+      for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += KK) {
+        float8 xv;
+        if (run) {
+          xv = convert_float8(vload8(0, xc)) - zx;
+        } else {
+          int8 o = select((int8)0, off, m);
+          xv = convert_float8((int8)(xc[o.s0], xc[o.s1], xc[o.s2], xc[o.s3], xc[o.s4], xc[o.s5],
+                                     xc[o.s6], xc[o.s7])) -
+               zx;
+          xv = select((float8)0.0f, xv, m);
+        }
+        QC_FMA(0) QC_FMA(1) QC_FMA(2) QC_FMA(3) QC_FMA(4) QC_FMA(5) QC_FMA(6) QC_FMA(7)
+        if (++terms == QK) {
+          QC_FLUSH(0) QC_FLUSH(1) QC_FLUSH(2) QC_FLUSH(3)
+          QC_FLUSH(4) QC_FLUSH(5) QC_FLUSH(6) QC_FLUSH(7)
+          terms = 0;
+        }
       }
     }
   }
-  int a[4];
-  vstore4(acc, 0, a);
-  int base = yo + (no * OH + oy) * OW;
-  for (int t = 0; t < 4 && ox + t < OW; t++) QSTORE(a[t], o, base + ox + t);
+  QC_FLUSH(0) QC_FLUSH(1) QC_FLUSH(2) QC_FLUSH(3)
+  QC_FLUSH(4) QC_FLUSH(5) QC_FLUSH(6) QC_FLUSH(7)
+  int acc[8][8];
+  vstore8(c0, 0, acc[0]);
+  vstore8(c1, 0, acc[1]);
+  vstore8(c2, 0, acc[2]);
+  vstore8(c3, 0, acc[3]);
+  vstore8(c4, 0, acc[4]);
+  vstore8(c5, 0, acc[5]);
+  vstore8(c6, 0, acc[6]);
+  vstore8(c7, 0, acc[7]);
+  int npix = min(8, P - p0);
+  for (int r = 0; r < 8 && ob + r < Og; r++) {
+    int oc = g * Og + ob + r;
+    int base = yo + (n * O + oc) * P + p0;
+    for (int t = 0; t < npix; t++) QSTORE(acc[r][t], oc, base + t);
+  }
 }
 #endif /* MODE */

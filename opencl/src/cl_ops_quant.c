@@ -405,7 +405,7 @@ vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t narg
     vmcl_arg_int(&ka, az != NULL);
     vmcl_arg_int(&ka, bz != NULL);
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
-                              : launch_grid(d, k, (N + 7) / 8, (M + 3) / 4, batch);
+                              : launch_grid(d, k, (N + 7) / 8, (M + 7) / 8, batch);
   }
   pthread_mutex_unlock(&d->lock);
   return st;
@@ -474,7 +474,7 @@ vm_status_t vmcl_op_qconv2d(vm_machine_t *m, const vm_value_t *args, uint32_t na
     vmcl_arg_int(&ka, xz != NULL);
     vmcl_arg_int(&ka, wz != NULL);
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
-                              : launch_grid(d, k, (OW + 3) / 4, OH, N * O);
+                              : launch_grid(d, k, (OH * OW + 7) / 8, (O / g + 7) / 8, N * g);
   }
   pthread_mutex_unlock(&d->lock);
   return st;
