@@ -27,7 +27,7 @@ if ! "$venv/bin/pip" download -q --no-deps -d "$work/wheels" traceforge-title-mo
   echo "onnx-quant: SKIPPED: pip cannot download the models (is PyPI reachable?)"; exit 77
 fi
 "$venv/bin/python" -W ignore "$root/scripts/onnx_quant_ref.py" "$work" "$work/wheels" 2>/dev/null \
-  | grep -E '^(traceforge|magika)' >"$work/models.txt"
+  | grep -E '^(traceforge|magika|qdq_)' >"$work/models.txt"
 
 export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$build/pocl-cache}
 "$vmagent" --listen tcp://127.0.0.1:0 --device opencl:0 --cache-dir "$work/cache" >"$work/agent.out" 2>&1 &
@@ -59,6 +59,10 @@ while read -r name model rest; do
     check "$name (exact reference)" "$model" "$work/traceforge_exact.npy" 1e-3 1e-4 $rest
     # shellcheck disable=SC2086
     check "$name (onnxruntime)" "$model" "$work/${name}_out.npy" 0 5e-2 $rest
+  elif [ -f "$work/${name}_atol.txt" ]; then
+    # int8 outputs: one quantization step of the output (scripts/onnx_quant_ref.py)
+    # shellcheck disable=SC2086
+    check "$name" "$model" "$work/${name}_out.npy" 0 "$(cat "$work/${name}_atol.txt")" $rest
   else
     # shellcheck disable=SC2086
     check "$name" "$model" "$work/${name}_out.npy" 1e-3 1e-4 $rest

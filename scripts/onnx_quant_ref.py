@@ -39,7 +39,13 @@ def fix_batch(src, dst, fixes):
     return dst
 
 
-def run(name, model, feeds):
+def run(name, model, feeds, exact=False):
+    if exact:
+        from onnx.reference import ReferenceEvaluator
+        outs = ReferenceEvaluator(model).run(None, feeds)
+        print(name, model, " ".join(f"{k}={save_in(name, k, v)}" for k, v in feeds.items()))
+        np.save(os.path.join(work, f"{name}_out.npy"), outs[0])
+        return
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     args = []
@@ -51,6 +57,12 @@ def run(name, model, feeds):
         np.save(os.path.join(work, f"{name}_out.npy"), v)
         break
     print(name, model, " ".join(args))
+
+
+def save_in(name, k, v):
+    p = os.path.join(work, f"{name}_in_{k}.npy")
+    np.save(p, v)
+    return p
 
 
 class Reader(oq.CalibrationDataReader):
@@ -89,3 +101,50 @@ x = make()
 run("magika", mag, x)
 run("magika_qdq", qdq, x)
 run("magika_dyn", dyn, x)
+
+# QDQ Conv and MatMul with reductions longer than the integer kernels' exact
+# float chunks (256 terms): 64 x 3 x 3 = 576 and 300, with full-range int8
+# weights. vmrpc runs them as cl.qconv2d / cl.qgemm with the requantize in
+# the store. The reference is onnx's evaluator (the QDQ graph in float, as
+# the standard defines it): onnxruntime's x86 u8s8 kernels saturate pairs of
+# such products at int16 (its quantization tools offer reduce_range for
+# this) and differ from it by up to 12 steps here. Outputs may differ from
+# the float evaluation by one quantization step of the output (a sum landing
+# on the other side of a rounding boundary): the tolerance is that step
+# (written to NAME_atol.txt).
+from onnx import TensorProto, helper, numpy_helper
+
+
+def qdq_model(path, op, xshape, wq, wscale, yscale, attrs):
+    c = lambda n, a: numpy_helper.from_array(np.asarray(a), n)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw"], ["wd"], axis=0 if op == "Conv" else 1),
+        helper.make_node(op, ["xd", "wd"] + (["b"] if op == "Conv" else []), ["y"], **attrs),
+        helper.make_node("QuantizeLinear", ["y", "sy", "zy"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"]),
+    ]
+    inits = [c("sx", np.float32(0.02)), c("zx", np.int8(3)), c("wq", wq), c("sw", wscale),
+             c("sy", np.float32(yscale)), c("zy", np.int8(-5))]
+    if op == "Conv":
+        inits.append(c("b", (rng.standard_normal(wq.shape[0]) * 0.1).astype(np.float32)))
+    g = helper.make_graph(nodes, op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, xshape)],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    onnx.save(m, path)
+    with open(path[:-5] + "_atol.txt", "w") as f:
+        f.write("%.9g\n" % (yscale * 1.0001))
+
+
+w = rng.integers(-127, 128, size=(32, 64, 3, 3)).astype(np.int8)
+qdq_model(os.path.join(work, "qdq_conv.onnx"), "Conv", [1, 64, 8, 8], w,
+          rng.uniform(0.001, 0.003, 32).astype(np.float32), 0.25, {"pads": [1, 1, 1, 1]})
+run("qdq_conv", os.path.join(work, "qdq_conv.onnx"),
+    {"x": rng.uniform(-2, 2, (1, 64, 8, 8)).astype(np.float32)}, exact=True)
+w = rng.integers(-127, 128, size=(300, 50)).astype(np.int8)
+qdq_model(os.path.join(work, "qdq_matmul.onnx"), "MatMul", [4, 300], w,
+          rng.uniform(0.001, 0.003, 50).astype(np.float32), 0.2, {})
+run("qdq_matmul", os.path.join(work, "qdq_matmul.onnx"),
+    {"x": rng.uniform(-2, 2, (4, 300)).astype(np.float32)}, exact=True)

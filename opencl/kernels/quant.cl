@@ -116,6 +116,13 @@ __kernel void dynamic_quantize(__global const S *x, int xo, __global const S *sc
  * of QK terms and add each chunk's exact sum into int32 accumulators. */
 #define QK 256
 
+/* The eight int8 accumulator rows c0..c7 into the private array acc, for
+ * the per-element store. */
+#define QACC_SPILL(acc)                                                       \
+  vstore8(c0, 0, acc[0]), vstore8(c1, 0, acc[1]), vstore8(c2, 0, acc[2]);     \
+  vstore8(c3, 0, acc[3]), vstore8(c4, 0, acc[4]), vstore8(c5, 0, acc[5]);     \
+  vstore8(c6, 0, acc[6]), vstore8(c7, 0, acc[7]);
+
 /* One k step of qgemm: row r's A element times the float8 row bv of B. */
 #define QG_FMA(r) f##r = fma((float8)((float)((int)a##r[k] - z##r)), bv, f##r);
 #define QG_ALL \
@@ -212,14 +219,7 @@ __kernel void qgemm(int M, int N, int K, __global const TA *A, int ao, int lda, 
     QG_FLUSH(4) QG_FLUSH(5) QG_FLUSH(6) QG_FLUSH(7)
   }
   int acc[8][8];
-  vstore8(c0, 0, acc[0]);
-  vstore8(c1, 0, acc[1]);
-  vstore8(c2, 0, acc[2]);
-  vstore8(c3, 0, acc[3]);
-  vstore8(c4, 0, acc[4]);
-  vstore8(c5, 0, acc[5]);
-  vstore8(c6, 0, acc[6]);
-  vstore8(c7, 0, acc[7]);
+  QACC_SPILL(acc)
   int base = yo + bt * sc;
   for (int r = 0; r < 8 && i + r < M; r++)
     for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + j + t);
@@ -297,14 +297,7 @@ __kernel void qconv2d(int C, int H, int W, int O, int OH, int OW, int KH, int KW
   QC_FLUSH(0) QC_FLUSH(1) QC_FLUSH(2) QC_FLUSH(3)
   QC_FLUSH(4) QC_FLUSH(5) QC_FLUSH(6) QC_FLUSH(7)
   int acc[8][8];
-  vstore8(c0, 0, acc[0]);
-  vstore8(c1, 0, acc[1]);
-  vstore8(c2, 0, acc[2]);
-  vstore8(c3, 0, acc[3]);
-  vstore8(c4, 0, acc[4]);
-  vstore8(c5, 0, acc[5]);
-  vstore8(c6, 0, acc[6]);
-  vstore8(c7, 0, acc[7]);
+  QACC_SPILL(acc)
   int npix = min(8, P - p0);
   for (int r = 0; r < 8 && ob + r < Og; r++) {
     int oc = g * Og + ob + r;
