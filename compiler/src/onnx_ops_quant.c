@@ -399,18 +399,19 @@ vm_status_t onx_op_dynamic_quantize(onx_ctx_t *c) {
     VM_RETURN_IF_ERROR(onx_def_const(c, 0, VM_U8, x->ndim, x->dims, d));
     VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_F32, 1, &ds));
     memcpy(ds, &s, sizeof(s));
-    VM_RETURN_IF_ERROR(onx_def_const(c, 1, VM_F32, 0, NULL, ds));
+    VM_RETURN_IF_ERROR(onx_def_const(c, 1, VM_F32, 0, x->dims, ds));
     VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_U8, 1, &dz));
     dz[0] = z;
-    return onx_def_const(c, 2, VM_U8, 0, NULL, dz);
+    return onx_def_const(c, 2, VM_U8, 0, x->dims, dz);
   }
+  int64_t scalar[1] = {1}; /* the dims of a 0-d value: none read */
   int32_t y = new_t(c, VM_U8, x->ndim, x->dims);
-  int32_t s = new_t(c, VM_F32, 0, NULL), z = new_t(c, VM_U8, 0, NULL);
+  int32_t s = new_t(c, VM_F32, 0, scalar), z = new_t(c, VM_U8, 0, scalar);
   vmcc_arg_t a[4] = {A(onx_tid(c, x)), A(y), A(s), A(z)};
   call(c, "cl.dynamic_quantize", 4, a);
   VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
-  VM_RETURN_IF_ERROR(onx_bind_out(c, 1, s, 0, NULL));
-  return onx_bind_out(c, 2, z, 0, NULL);
+  VM_RETURN_IF_ERROR(onx_bind_out(c, 1, s, 0, scalar));
+  return onx_bind_out(c, 2, z, 0, scalar);
 }
 
 /* ---------------------------------------------------------------------------
