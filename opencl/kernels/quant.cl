@@ -109,6 +109,21 @@ __kernel void dynamic_quantize(__global const S *x, int xo, __global const S *sc
 #define TY int
 #endif
 
+/* The store of 8 consecutive outputs at y[yi..yi+7]: accumulators acc
+ * (int8), biases bv (int8) and multipliers mv (float8) per lane. */
+#define QCAT_(a, b, c) a##b##c
+#define QCAT(a, b, c) QCAT_(a, b, c)
+#if MODE == 0
+#define QSTORE8(acc, bv, mv, yi) vstore8((acc), 0, y + (yi))
+#elif MODE == 1
+#define QSTORE8(acc, bv, mv, yi) ST8(convert_float8((acc) + (bv)) * (mv), 0, y + (yi))
+#else
+#define QSTORE8(acc, bv, mv, yi)                                                          \
+  vstore8(QCAT(convert_, TY, 8)(clamp(rint(convert_float8((acc) + (bv)) * (mv)) + zyf,     \
+                                      (float)QMIN, (float)QMAX)),                         \
+          0, y + (yi))
+#endif
+
 /* Terms a float accumulator sums exactly: every product of two operands
  * less their zero points has |p| <= 255 * 255, and 256 of them stay below
  * 2^24, where float32 holds every integer. The integer kernels multiply
@@ -218,9 +233,27 @@ __kernel void qgemm(int M, int N, int K, __global const TA *A, int ao, int lda, 
     QG_FLUSH(0) QG_FLUSH(1) QG_FLUSH(2) QG_FLUSH(3)
     QG_FLUSH(4) QG_FLUSH(5) QG_FLUSH(6) QG_FLUSH(7)
   }
+  int base = yo + bt * sc;
+  float zyf = has_yzp ? (float)yzp[yzo] : 0.0f;
+  (void)zyf;
+  if (full && i + 8 <= M) {
+    float8 mv = 1.0f;
+    int8 bv = 0;
+    if (MODE > 0) mv = mstep ? vload8(0, mul + mo + j) : (float8)(mul[mo]);
+    if (has_bias) bv = bstep ? vload8(0, bias + bo + j) : (int8)(bias[bo]);
+    int yi = base + i * ldc + j;
+    QSTORE8(c0, bv, mv, yi);
+    QSTORE8(c1, bv, mv, yi + ldc);
+    QSTORE8(c2, bv, mv, yi + 2 * ldc);
+    QSTORE8(c3, bv, mv, yi + 3 * ldc);
+    QSTORE8(c4, bv, mv, yi + 4 * ldc);
+    QSTORE8(c5, bv, mv, yi + 5 * ldc);
+    QSTORE8(c6, bv, mv, yi + 6 * ldc);
+    QSTORE8(c7, bv, mv, yi + 7 * ldc);
+    return;
+  }
   int acc[8][8];
   QACC_SPILL(acc)
-  int base = yo + bt * sc;
   for (int r = 0; r < 8 && i + r < M; r++)
     for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + j + t);
 }
@@ -296,9 +329,22 @@ __kernel void qconv2d(int C, int H, int W, int O, int OH, int OW, int KH, int KW
   }
   QC_FLUSH(0) QC_FLUSH(1) QC_FLUSH(2) QC_FLUSH(3)
   QC_FLUSH(4) QC_FLUSH(5) QC_FLUSH(6) QC_FLUSH(7)
+  int npix = min(8, P - p0);
+  float zyf = has_yzp ? (float)yzp[yzo] : 0.0f;
+  (void)zyf;
+  if (npix == 8 && ob + 8 <= Og) {
+#define QC_OUT(r)                                                                      \
+  {                                                                                    \
+    int oc = g * Og + ob + r;                                                          \
+    float8 mv = MODE > 0 ? (float8)(mul[mo + oc * mstep]) : (float8)(1.0f);            \
+    int8 bv = has_bias ? (int8)(bias[bo + oc * bstep]) : (int8)(0);                    \
+    QSTORE8(c##r, bv, mv, yo + (n * O + oc) * P + p0);                                 \
+  }
+    QC_OUT(0) QC_OUT(1) QC_OUT(2) QC_OUT(3) QC_OUT(4) QC_OUT(5) QC_OUT(6) QC_OUT(7)
+    return;
+  }
   int acc[8][8];
   QACC_SPILL(acc)
-  int npix = min(8, P - p0);
   for (int r = 0; r < 8 && ob + r < Og; r++) {
     int oc = g * Og + ob + r;
     int base = yo + (n * O + oc) * P + p0;
