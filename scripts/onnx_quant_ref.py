@@ -148,3 +148,47 @@ qdq_model(os.path.join(work, "qdq_matmul.onnx"), "MatMul", [4, 300], w,
           rng.uniform(0.001, 0.003, 50).astype(np.float32), 0.2, {})
 run("qdq_matmul", os.path.join(work, "qdq_matmul.onnx"),
     {"x": rng.uniform(-2, 2, (4, 300)).astype(np.float32)}, exact=True)
+
+# The com.microsoft operators onnxruntime's tools emit, one per model
+# (QuantizeLinear, the operator, DequantizeLinear), against onnxruntime's own
+# implementations; QGemm's weights in 7 bits (reduce_range), where its x86
+# kernels are exact. Tolerance: one step of the operator's output (each
+# requantizing operator may round a value to the neighbouring step where the
+# two evaluate the float expression in another order; in a chain of them such
+# differences compound, so each is checked alone).
+MS = "com.microsoft"
+
+
+def ms_model(name, op, ins, inits, xshape, step, **attrs):
+    c = lambda n, a: numpy_helper.from_array(np.asarray(a), n)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node(op, ins, ["q"], domain=MS, **attrs),
+             helper.make_node("DequantizeLinear", ["q", "sy", "zy"], ["out"])]
+    inits = [("sx", np.float32(0.02)), ("zx", np.uint8(128)), ("sy", np.float32(step)),
+             ("zy", np.uint8(100))] + inits
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, xshape)],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                          [c(k, v) for k, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    path = os.path.join(work, name + ".onnx")
+    onnx.save(m, path)
+    with open(path[:-5] + "_atol.txt", "w") as f:
+        f.write("%.9g\n" % (step * 1.0001))
+    run(name, path, {"x": rng.uniform(-2, 2, xshape).astype(np.float32)})
+
+
+X = ["xq", "sx", "zx"]
+Y = ["sy", "zy"]
+other = [("b", rng.integers(0, 255, (4, 6)).astype(np.uint8)), ("sb", np.float32(0.03)),
+         ("zb", np.uint8(90))]
+ms_model("ms_qgemm", "QGemm", X + ["w", "sw", "zw", "bias"] + Y,
+         [("w", rng.integers(0, 128, (6, 8)).astype(np.uint8)), ("sw", np.float32(0.01)),
+          ("zw", np.uint8(64)), ("bias", rng.integers(-200, 200, 6).astype(np.int32))],
+         [4, 8], 0.05, transB=1)
+ms_model("ms_qadd", "QLinearAdd", X + ["b", "sb", "zb"] + Y, other, [4, 6], 0.03)
+ms_model("ms_qmul", "QLinearMul", X + ["b", "sb", "zb"] + Y, other, [4, 6], 0.06)
+ms_model("ms_qsigmoid", "QLinearSigmoid", X + Y, [], [4, 6], 1 / 255.0)
+ms_model("ms_qleaky", "QLinearLeakyRelu", X + Y, [], [4, 6], 0.015, alpha=0.1)
+ms_model("ms_qconcat", "QLinearConcat", Y + X + ["b", "sb", "zb"], other, [4, 6], 0.025, axis=1)
+ms_model("ms_qgap", "QLinearGlobalAveragePool", X + Y, [], [2, 3, 5, 7], 0.004)
