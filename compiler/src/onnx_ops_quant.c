@@ -599,6 +599,9 @@ vm_status_t onx_op_qgemm(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(onx_attr_int(c, "transB", 0, &tb));
   VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 1.0f, &alpha));
   if (ta != 0) return onx_unsupported_attr(c, "transA", "1", "0");
+  if (!isfinite(alpha) || alpha == 0.0f)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "alpha %g: it must be finite and nonzero",
+                        (double)alpha);
   if (tb != 0 && tb != 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "transB must be 0 or 1");
   if (a->ndim != 2 || b->ndim != 2)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B must be 2-D (ranks %u and %u)", a->ndim,
