@@ -19,8 +19,9 @@
 #   VMRPC_FUZZ_SEED=N          the fuzz smoke's libFuzzer seed [1]
 #   VMRPC_FUZZ_RUNS_SCALE=N    the fuzz smoke's executions x N [1]
 #   VMRPC_LOAD_SECONDS=N       length of the load test (agent.test_load) [60]
-#   VMRPC_SKIP_ONNX_MODELS=1   no rapidocr check (scripts/onnx-rapidocr.sh; it skips
-#                              itself when PyPI cannot be reached)
+#   VMRPC_SKIP_ONNX_MODELS=1   no rapidocr and int8 model checks (scripts/onnx-rapidocr.sh,
+#                              scripts/onnx-quant.sh; they skip themselves when PyPI
+#                              cannot be reached)
 #   VMRPC_SKIP_BOARD=1         no emulated aarch64 board (scripts/board-aarch64.sh: the
 #                              aarch64 agent and client under qemu-user; it skips
 #                              itself when its Debian packages cannot be had)
@@ -89,6 +90,10 @@ if [ "${VMRPC_SKIP_ONNX_MODELS:-0}" != 1 ]; then
   echo "== ONNX models against onnxruntime: scripts/onnx-rapidocr.sh"
   rc=0
   scripts/onnx-rapidocr.sh build || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+  echo "== int8 ONNX models (dynamic, QDQ) against onnxruntime: scripts/onnx-quant.sh"
+  rc=0
+  scripts/onnx-quant.sh build || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 fi
 if [ "${VMRPC_SKIP_ONNX_NODE123:-0}" != 1 ]; then

@@ -181,7 +181,28 @@ vm_status_t onx_def_expr(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
   return VM_STATUS_OK;
 }
 
+vm_status_t onx_def_lazy(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
+                         const int64_t *dims, onx_qdq_t *q) {
+  if (!onx_out_wanted(c, i)) {
+    free(q);
+    return VM_STATUS_OK;
+  }
+  onx_value_t *v;
+  vm_status_t st = add_value(c, c->node->output[i], &v);
+  if (!st) st = set_shape(c, v, dt, ndim, dims);
+  if (st) {
+    free(q);
+    return st;
+  }
+  v->qdq = q;
+  return VM_STATUS_OK;
+}
+
 int32_t onx_tid(onx_ctx_t *c, onx_value_t *v) {
+  if (v->qdq && !v->data && v->tid < 0) {
+    v->tid = onx_qdq_emit(c, v);
+    return v->tid;
+  }
   if (v->expr) {
     v->tid = onx_expr_emit(c, v);
     onx_expr_free(v->expr);
@@ -856,6 +877,7 @@ done:
   vm_builder_free(c.b);
   for (uint32_t i = 0; i < c.num_vals; i++) {
     free(c.vals[i].data);
+    free(c.vals[i].qdq);
     onx_expr_free(c.vals[i].expr);
   }
   free(c.vals);

@@ -36,6 +36,9 @@ typedef struct onx_op onx_op_t;
 /* A pending fused elementwise expression (onnx_ops_elementwise.c). */
 typedef struct onx_expr onx_expr_t;
 
+/* The quantized source of a DequantizeLinear's output (onnx_ops_quant.c). */
+typedef struct onx_qdq onx_qdq_t;
+
 /* A value of the graph: a host constant (data), a tensor computed at run
  * time (tid), or a pending elementwise expression (expr) that onx_tid
  * emits when something needs it as a tensor. */
@@ -48,6 +51,8 @@ typedef struct onx_value {
   uint8_t *data;    /* host constant (owned), NULL for a run-time tensor */
   int32_t tid;      /* graph tensor; for a constant, its materialisation (-1: none yet) */
   onx_expr_t *expr; /* pending expression (owned), or NULL */
+  onx_qdq_t *qdq;   /* a dequantization: its source (owned); with no data and no
+                       tid yet, onx_tid emits it (a fused consumer reads the source) */
   uint32_t uses;    /* node inputs and graph outputs naming it */
 } onx_value_t;
 
@@ -168,6 +173,12 @@ vm_status_t onx_def_view(onx_ctx_t *c, uint32_t i, onx_value_t *src, uint32_t nd
 /* Defines output i as a pending expression (taking ownership of e). */
 vm_status_t onx_def_expr(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
                          const int64_t *dims, onx_expr_t *e);
+/* Defines output i as the dequantization q, emitted when first needed as
+ * a tensor (taking ownership of q). */
+vm_status_t onx_def_lazy(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
+                         const int64_t *dims, onx_qdq_t *q);
+/* Emits v's dequantization (onnx_ops_quant.c): its tensor, -1 on error. */
+int32_t onx_qdq_emit(onx_ctx_t *c, onx_value_t *v);
 /* Emits v's pending expression (onnx_ops_elementwise.c): its tensor, -1 on error. */
 int32_t onx_expr_emit(onx_ctx_t *c, onx_value_t *v);
 void onx_expr_free(onx_expr_t *e);

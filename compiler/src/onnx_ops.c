@@ -135,15 +135,39 @@ static const onx_op_t k_ops[] = {
     {"Unsqueeze", "", 0, 0, "axes:-12", onx_op_unsqueeze, 0},
     {"Where", "", 0, 0, "", onx_op_where, 0},
     {"Xor", "", 0, 0, A_BCAST, onx_op_binary, B_XOR},
+    /* quantization (onnx_ops_quant.c) */
+    {"QuantizeLinear", "", 10, 0,
+     "axis:13- saturate:19- block_size:21- output_dtype:21- precision:23-", onx_op_quantize, 0},
+    {"DequantizeLinear", "", 10, 0, "axis:13- block_size:21- output_dtype:23-", onx_op_dequantize,
+     0},
+    {"DynamicQuantizeLinear", "", 11, 0, "", onx_op_dynamic_quantize, 0},
+    {"MatMulInteger", "", 10, 0, "", onx_op_matmul_integer, 0},
+    {"ConvInteger", "", 10, 0, "auto_pad dilations group kernel_shape pads strides",
+     onx_op_conv_integer, 0},
+    {"QLinearMatMul", "", 10, 0, "", onx_op_qlinear_matmul, 0},
+    {"QLinearConv", "", 10, 0, "auto_pad dilations group kernel_shape pads strides",
+     onx_op_qlinear_conv, 0},
+    {"QGemm", "com.microsoft", 0, 0, "alpha transA transB", onx_op_qgemm, 0},
+    {"QLinearAdd", "com.microsoft", 0, 0, "", onx_op_qlinear_binary, 0},
+    {"QLinearMul", "com.microsoft", 0, 0, "", onx_op_qlinear_binary, 1},
+    {"QLinearSigmoid", "com.microsoft", 0, 0, "", onx_op_qlinear_unary, 0},
+    {"QLinearLeakyRelu", "com.microsoft", 0, 0, "alpha", onx_op_qlinear_unary, 1},
+    {"QLinearGlobalAveragePool", "com.microsoft", 0, 0, "channels_last",
+     onx_op_qlinear_global_avg, 0},
+    {"QLinearConcat", "com.microsoft", 0, 0, "axis", onx_op_qlinear_concat, 0},
+    {"QuantizeLinear", "com.microsoft", 0, 0, "axis", onx_op_quantize, 0},
+    {"DequantizeLinear", "com.microsoft", 0, 0, "axis", onx_op_dequantize, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
-static void supported_ops(char *buf, size_t len) {
+/* The operators of domain dom, comma-separated. */
+static void supported_ops(const char *dom, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = 0;
   for (size_t i = 0; i < NUM_OPS && used < len; i++)
-    used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", k_ops[i].name);
+    if (strcmp(k_ops[i].domain, dom) == 0)
+      used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", k_ops[i].name);
 }
 
 vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
@@ -158,10 +182,11 @@ vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
     if (strcmp(k_ops[i].name, n->op_type) == 0) op = &k_ops[i];
   }
   if (!dom_known)
-    return onx_node_err(c, VM_UNIMPLEMENTED, "domain '%.60s': supported: the default domain", dom);
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "domain '%.60s': supported: the default domain, com.microsoft", dom);
   if (!op) {
-    char ops[1280];
-    supported_ops(ops, sizeof(ops));
+    char ops[2048];
+    supported_ops(dom, ops, sizeof(ops));
     return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
                         n->op_type, ops);
   }

@@ -121,6 +121,22 @@ int onx_hard_chain(onx_ctx_t *c, size_t ia, size_t xs, const char *xname, uint32
                    int64_t *ic_out, int64_t *im_out, int64_t *id_out, int *swish_out);
 /* onnx_ops_nn.c: is_test nonzero before opset 7 (BatchNormalization, Dropout). */
 vm_status_t onx_need_is_test(onx_ctx_t *c);
+/* onnx_ops_nn.c: a window over up to 3 spatial axes, right-aligned: [0] D,
+ * [1] H, [2] W (absent axes have size 1, no padding); onx_read_window reads
+ * kernel_shape/strides/dilations/pads/auto_pad for nsp spatial dims (1 or
+ * 2) of input dims in[] and computes the output size. wkernel: from the
+ * weight (conv) or NULL (pool: from kernel_shape). ceil: pool ceil_mode. */
+typedef struct win {
+  int64_t k[3], s[3], d[3], pb[3], pe[3];
+  int64_t out[3];
+} win2d_t;
+vm_status_t onx_read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in, const int64_t *wkernel,
+                            int ceil_mode, int has_dil, win2d_t *w);
+/* onnx_ops_quant.c: a Conv (or MatMul, gemm 0, or Gemm, 1) of
+ * DequantizeLinear outputs lowered as an integer kernel; *done 0 when it
+ * does not fit (the float lowering goes on). */
+vm_status_t onx_qdq_conv(onx_ctx_t *c, int *done);
+vm_status_t onx_qdq_matmul(onx_ctx_t *c, int gemm, int *done);
 /* onnx_ops_reduce.c: output 0 as the reduction `name` of x over axes. */
 vm_status_t onx_reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
                             const int64_t *axes, int keep);
@@ -167,5 +183,18 @@ vm_status_t onx_op_transpose(onx_ctx_t *c);
 vm_status_t onx_op_unary(onx_ctx_t *c);
 vm_status_t onx_op_unsqueeze(onx_ctx_t *c);
 vm_status_t onx_op_where(onx_ctx_t *c);
+/* onnx_ops_quant.c */
+vm_status_t onx_op_quantize(onx_ctx_t *c);
+vm_status_t onx_op_dequantize(onx_ctx_t *c);
+vm_status_t onx_op_dynamic_quantize(onx_ctx_t *c);
+vm_status_t onx_op_matmul_integer(onx_ctx_t *c);
+vm_status_t onx_op_conv_integer(onx_ctx_t *c);
+vm_status_t onx_op_qlinear_matmul(onx_ctx_t *c);
+vm_status_t onx_op_qlinear_conv(onx_ctx_t *c);
+vm_status_t onx_op_qgemm(onx_ctx_t *c);
+vm_status_t onx_op_qlinear_binary(onx_ctx_t *c);
+vm_status_t onx_op_qlinear_unary(onx_ctx_t *c);
+vm_status_t onx_op_qlinear_global_avg(onx_ctx_t *c);
+vm_status_t onx_op_qlinear_concat(onx_ctx_t *c);
 
 #endif /* ONX_OPS_H */

@@ -15,6 +15,9 @@
  */
 
 vm_status_t onx_op_gemm(onx_ctx_t *c) {
+  int qdq;
+  VM_RETURN_IF_ERROR(onx_qdq_matmul(c, 1, &qdq));
+  if (qdq) return VM_STATUS_OK;
   onx_value_t *a, *b, *cc = onx_in(c, 2);
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
@@ -82,6 +85,9 @@ vm_status_t onx_op_gemm(onx_ctx_t *c) {
 }
 
 vm_status_t onx_op_matmul(onx_ctx_t *c) {
+  int qdq;
+  VM_RETURN_IF_ERROR(onx_qdq_matmul(c, 0, &qdq));
+  if (qdq) return VM_STATUS_OK;
   onx_value_t *a, *b;
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
@@ -174,17 +180,7 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
  * Convolution and pooling
  */
 
-/* A window over up to 3 spatial axes, right-aligned: [0] D, [1] H, [2] W
- * (absent axes have size 1, no padding). */
-typedef struct win {
-  int64_t k[3], s[3], d[3], pb[3], pe[3];
-  int64_t out[3];
-} win2d_t;
-
-/* Reads kernel_shape/strides/dilations/pads/auto_pad for nsp spatial dims
- * (1 or 2) of input dims in[] and computes the output size. kernel: from
- * the weight (conv) or -1 (pool: from kernel_shape). ceil: pool ceil_mode. */
-static vm_status_t read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
+vm_status_t onx_read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in,
                                const int64_t *wkernel, int ceil_mode, int has_dil, win2d_t *w) {
   int64_t ks[4], st[4], dl[4], pd[8], nks, nst, ndl, npd;
   VM_RETURN_IF_ERROR(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
@@ -442,6 +438,9 @@ static void conv_epilogue_after(onx_ctx_t *c, const char *cur, size_t after, uin
 }
 
 vm_status_t onx_op_conv(onx_ctx_t *c) {
+  int qdq;
+  VM_RETURN_IF_ERROR(onx_qdq_conv(c, &qdq));
+  if (qdq) return VM_STATUS_OK;
   onx_value_t *x, *wv, *bias = onx_in(c, 2);
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &wv));
@@ -463,7 +462,7 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
                         "group %lld does not fit C=%lld, W's %lld output and %lld input channels",
                         (long long)group, (long long)x->dims[1], (long long)co, (long long)cig);
   win2d_t w;
-  VM_RETURN_IF_ERROR(read_window(c, nsp, x->dims + 2, wv->dims + 2, 0, 1, &w));
+  VM_RETURN_IF_ERROR(onx_read_window(c, nsp, x->dims + 2, wv->dims + 2, 0, 1, &w));
   if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
   int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
@@ -735,7 +734,7 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   uint32_t nsp = x->ndim - 2;
   win2d_t w;
   int has_dil = is_max ? c->opset >= 10 : c->opset >= 19;
-  VM_RETURN_IF_ERROR(read_window(c, nsp, x->dims + 2, NULL, (int)ceil_mode, has_dil, &w));
+  VM_RETURN_IF_ERROR(onx_read_window(c, nsp, x->dims + 2, NULL, (int)ceil_mode, has_dil, &w));
   const char *name = is_max ? "cl.pool2d.max" : "cl.pool2d.avg";
   const int64_t *xd = x->dims;
   int64_t yd[5] = {xd[0], xd[1], 0, 0, 0};

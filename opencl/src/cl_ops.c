@@ -70,6 +70,11 @@ static const op_entry_t ops[] = {
     {"cl.gather", vmcl_op_gather, NULL},
     {"cl.resize", vmcl_op_resize, NULL},
     {"cl.elementwise", vmcl_op_elementwise, NULL},
+    {"cl.quantize", vmcl_op_quantize, NULL},
+    {"cl.dequantize", vmcl_op_dequantize, NULL},
+    {"cl.dynamic_quantize", vmcl_op_dynamic_quantize, NULL},
+    {"cl.qgemm", vmcl_op_qgemm, NULL},
+    {"cl.qconv2d", vmcl_op_qconv2d, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

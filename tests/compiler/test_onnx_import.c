@@ -138,7 +138,76 @@ static void test_unsupported_op_and_attribute(void **state) {
   relu_model(&m);
   m.nodes[0].domain = "com.microsoft";
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
-                "node 'r' (Relu): domain 'com.microsoft': supported: the default domain");
+                "node 'r' (Relu): operator Relu is not supported: supported: QGemm, QLinearAdd,");
+  relu_model(&m);
+  m.nodes[0].domain = "org.example";
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Relu): domain 'org.example': supported: the default domain, "
+                "com.microsoft");
+}
+
+/* x [2, 4] int8 (a constant) -> DequantizeLinear(scale, zero point) -> y
+ * float [2, 4] at opset 21, the scale and zero point of ns values. */
+static const int8_t k_q8[8] = {1, -2, 3, -4, 5, -6, 7, -8};
+static const float k_scales[4] = {0.5f, 0.25f, 2.0f, 1.0f};
+static const int8_t k_zps[4] = {0, 1, 2, 3};
+
+static Onnx__NodeProto *dq_model(mb_t *m, int64_t ns, int64_t nz) {
+  mb_init(m, 21);
+  mb_output(m, "y", 2, k_d24);
+  mb_init_raw(m, "x", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, k_d24, k_q8, 8);
+  int64_t sd[1] = {ns}, zd[1] = {nz};
+  mb_init_raw(m, "s", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, sd, k_scales, (size_t)ns * 4);
+  mb_init_raw(m, "z", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 1, zd, k_zps, (size_t)nz);
+  Onnx__NodeProto *n = mb_node(m, "DequantizeLinear", "dq", "x", "s", "y");
+  mb_node_input(n, "z");
+  return n;
+}
+
+/* Quantization parameters are checked against x and the axis: a scale of
+ * another length, a zero point of another shape, a negative block size
+ * and run-time scales of the QLinear operators are refused at the node. */
+static void test_quant_params(void **state) {
+  (void)state;
+  mb_t m;
+  dq_model(&m, 4, 4);
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  dq_model(&m, 3, 3);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'dq' (DequantizeLinear): scale [3]: expected one value or [4] (axis 1 of "
+                "x [2,4])");
+  dq_model(&m, 4, 2);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'dq' (DequantizeLinear): zero point [2] and scale [4] have different "
+                "shapes");
+  dq_model(&m, 4, 4);
+  set_int_attr(&m, 0, "block_size", -2);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'dq' (DequantizeLinear): block_size -2: it must be 0 or positive");
+  dq_model(&m, 4, 4);
+  set_int_attr(&m, 0, "axis", 2);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'dq' (DequantizeLinear): axis 2 is out of range for rank 2");
+  dq_model(&m, 2, 2);
+  set_int_attr(&m, 0, "block_size", 2);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'dq' (DequantizeLinear): scale [2]: blocks of 2 along axis 1 of x [2,4] "
+                "need 2 there and x's other dims");
+  /* QLinearMatMul with its a_scale a run-time input */
+  mb_init(&m, 21);
+  mb_input(&m, "as", 0, NULL);
+  mb_output(&m, "y", 2, k_d24);
+  int64_t d22[2] = {2, 2}, d24b[2] = {2, 4};
+  mb_init_raw(&m, "a", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, d22, k_q8, 4);
+  mb_init_raw(&m, "b", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 2, d24b, k_q8, 8);
+  mb_init_raw(&m, "k", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL, k_scales, 4);
+  mb_init_raw(&m, "zq", ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 0, NULL, k_zps, 1);
+  Onnx__NodeProto *n = mb_node(&m, "QLinearMatMul", "qm", "a", "as", "y");
+  const char *rest[6] = {"zq", "b", "k", "zq", "k", "zq"};
+  for (int i = 0; i < 6; i++) mb_node_input(n, rest[i]);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'qm' (QLinearMatMul): a_scale is computed at run time: supported: "
+                "constants");
 }
 
 static const float k_three = 3.0f, k_zero = 0.0f, k_six = 6.0f;
@@ -799,6 +868,7 @@ int main(void) {
       cmocka_unit_test(test_relu_compiles),
       cmocka_unit_test(test_shape_arithmetic_folds),
       cmocka_unit_test(test_not_a_model),
+      cmocka_unit_test(test_quant_params),
       cmocka_unit_test(test_opset_range),
       cmocka_unit_test(test_unsupported_op_and_attribute),
       cmocka_unit_test(test_unknown_attributes),

@@ -123,6 +123,14 @@ static const char *const k_ops[] = {
     "Constant",
     "ConstantOfShape",
     "Range",
+    /* quantization (onnx_ops_quant.c) */
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "DynamicQuantizeLinear",
+    "MatMulInteger",
+    "ConvInteger",
+    "QLinearConv",
+    "QLinearMatMul",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
@@ -622,6 +630,75 @@ static void test_conv_bn_folded(void **state) {
   if (max_err > 1e-5) fail_msg("conv+bn: max abs error %g", max_err);
 }
 
+static int64_t sat_i8(double v) {
+  return v < -128 ? -128 : v > 127 ? 127 : (int64_t)v;
+}
+
+/* A QDQ convolution as quantize_static writes it: x -> QuantizeLinear ->
+ * DequantizeLinear -> Conv (weights DequantizeLinear of int8 constants, per
+ * output channel; a float bias) -> QuantizeLinear -> DequantizeLinear. It
+ * runs as one cl.qconv2d with the requantize in its store: the weights'
+ * DequantizeLinear folds and the last QuantizeLinear is fused (2 folded
+ * nodes; unfused it would be 1). The result is the standard's integer
+ * arithmetic computed here on the host, within one output step. */
+static void test_qdq_conv_fused(void **state) {
+  env_t *e = *state;
+  enum { C = 2, H = 5, W = 5, O = 3, K = 3, OH = H - K + 1, OW = W - K + 1 };
+  static float x[C * H * W], b[O];
+  static int8_t wq[O * C * K * K];
+  static const float sx = 0.02f, sw[O] = {0.01f, 0.02f, 0.005f}, sy = 0.05f;
+  static const int8_t zx = 3, zy = -4;
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < O * C * K * K; i++) wq[i] = (int8_t)((i * 29) % 255 - 127);
+  for (int o = 0; o < O; o++) b[o] = 0.1f * (float)o - 0.1f;
+  mb_t m;
+  mb_init(&m, 21);
+  int64_t xd[4] = {1, C, H, W}, wd[4] = {O, C, K, K}, od[1] = {O}, yd[4] = {1, O, OH, OW};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, yd);
+  mb_init_raw(&m, "sx", 1, 0, NULL, &sx, 4);
+  mb_init_raw(&m, "zx", 3, 0, NULL, &zx, 1);
+  mb_init_raw(&m, "wq", 3, 4, wd, wq, sizeof(wq));
+  mb_init_raw(&m, "sw", 1, 1, od, sw, sizeof(sw));
+  mb_init_raw(&m, "b", 1, 1, od, b, sizeof(b));
+  mb_init_raw(&m, "sy", 1, 0, NULL, &sy, 4);
+  mb_init_raw(&m, "zy", 3, 0, NULL, &zy, 1);
+  mb_node_input(mb_node(&m, "QuantizeLinear", "qx", "x", "sx", "xq"), "zx");
+  mb_node_input(mb_node(&m, "DequantizeLinear", "dqx", "xq", "sx", "xd"), "zx");
+  Onnx__NodeProto *dqw = mb_node(&m, "DequantizeLinear", "dqw", "wq", "sw", "wd");
+  mb_attr_s(&m, dqw, "axis", "");
+  m.attrs[dqw - m.nodes].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  m.attrs[dqw - m.nodes].has_s = 0;
+  m.attrs[dqw - m.nodes].has_i = 1;
+  m.attrs[dqw - m.nodes].i = 0;
+  mb_node_input(mb_node(&m, "Conv", "conv", "xd", "wd", "c"), "b");
+  mb_node_input(mb_node(&m, "QuantizeLinear", "qy", "c", "sy", "yq"), "zy");
+  mb_node_input(mb_node(&m, "DequantizeLinear", "dqy", "yq", "sy", "y"), "zy");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(x)};
+  float got[O * OH * OW];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  assert_int_equal(rep.num_folded, 2); /* dqw, and qy fused into the convolution */
+  double max_err = 0;
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < OH; i++)
+      for (int j = 0; j < OW; j++) {
+        int64_t acc = 0;
+        for (int c = 0; c < C; c++)
+          for (int u = 0; u < K; u++)
+            for (int v = 0; v < K; v++) {
+              int64_t q = sat_i8(rint(x[(c * H + i + u) * W + j + v] / sx) + zx);
+              acc += (q - zx) * wq[((o * C + c) * K + u) * K + v];
+            }
+        double s = (double)sx * sw[o];
+        acc += (int64_t)rint(b[o] / s);
+        int64_t yq = sat_i8(rint((double)acc * s / sy) + zy);
+        double d = fabs((double)(yq - zy) * sy - got[(o * OH + i) * OW + j]);
+        if (d > max_err) max_err = d;
+      }
+  if (max_err > sy * 1.001) fail_msg("qdq conv: max abs error %g (one step is %g)", max_err, sy);
+}
+
 /* Conv (3 output channels, 3x3 map) then Mul by ms and Add of as, in four
  * variants: 0 ms [3, 1, 1] and as [1, 3, 1, 1], both folded into the
  * convolution; 1 the Conv's output also feeds a final Add (another
@@ -929,6 +1006,7 @@ int main(void) {
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_qdq_conv_fused),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

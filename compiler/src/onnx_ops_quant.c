@@ -1,0 +1,971 @@
+/* ONNX operators, quantization: QuantizeLinear, DequantizeLinear,
+ * DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul,
+ * QLinearConv and the com.microsoft operators onnxruntime's quantization
+ * tools emit (QGemm, QLinearAdd/Mul, QLinearSigmoid/LeakyRelu,
+ * QLinearGlobalAveragePool, QLinearConcat); and the QDQ fusion: a Conv,
+ * MatMul or Gemm whose inputs come from DequantizeLinear (activations at
+ * run time, weights constant) runs as an integer kernel (cl.qconv2d,
+ * cl.qgemm: int8 x int8 -> int32) that requantizes in its store when a
+ * QuantizeLinear alone consumes its output, instead of a float round trip.
+ *
+ * A DequantizeLinear of a run-time tensor is not emitted when lowered: its
+ * value keeps the quantized source (onx_qdq_t) and onx_tid emits the
+ * cl.dequantize only when something needs the float tensor; a fused
+ * consumer reads the source instead. One of constants folds on the host
+ * and keeps the source too (the integer weights).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx_ops.h"
+
+/* ---------------------------------------------------------------------------
+ * Parameters: the scale and zero point of x along an axis
+ */
+
+/* The layout of a scale (and zero point) against x: per tensor (one
+ * value), per axis ([D]) or blocked (x's shape with the axis cut to
+ * ceil(D / block)); the same as cl.quantize's. */
+typedef struct qlay {
+  int per_tensor;
+  int64_t axis, block, D, inner, nb;
+} qlay_t;
+
+static int is_qint(vm_dtype_t dt, int with32) {
+  return vm_dtype_equal(dt, VM_I8) || vm_dtype_equal(dt, VM_U8) ||
+         vm_dtype_equal(dt, VM_DTYPE_MAKE(VM_DTYPE_INT, 16, 1)) ||
+         vm_dtype_equal(dt, VM_DTYPE_MAKE(VM_DTYPE_UINT, 16, 1)) ||
+         (with32 && vm_dtype_equal(dt, VM_I32));
+}
+
+static int is_q8(vm_dtype_t dt) {
+  return vm_dtype_equal(dt, VM_I8) || vm_dtype_equal(dt, VM_U8);
+}
+
+/* Checks scale sv (and zero point zv, may be NULL) against x for the
+ * node's axis and block_size attributes. */
+static vm_status_t read_layout(onx_ctx_t *c, const onx_value_t *x, const onx_value_t *sv,
+                               const onx_value_t *zv, qlay_t *l) {
+  memset(l, 0, sizeof(*l));
+  int64_t axis = 1, block = 0;
+  if (c->opset >= 13 || (c->node->domain && c->node->domain[0]))
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", 1, &axis));
+  if (c->opset >= 21) VM_RETURN_IF_ERROR(onx_attr_int(c, "block_size", 0, &block));
+  char b1[96], b2[96];
+  VM_RETURN_IF_ERROR(need_float(c, sv));
+  if (block < 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "block_size %lld: it must be 0 or positive",
+                        (long long)block);
+  if (zv) {
+    int same = zv->ndim == sv->ndim;
+    for (uint32_t i = 0; same && i < sv->ndim; i++) same = zv->dims[i] == sv->dims[i];
+    if (!same && !(zv->numel == 1 && sv->numel == 1 && zv->ndim <= 1 && sv->ndim <= 1))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "zero point %s and scale %s have different shapes",
+                          onx_dims_str(zv->ndim, zv->dims, b1, sizeof(b1)),
+                          onx_dims_str(sv->ndim, sv->dims, b2, sizeof(b2)));
+  }
+  l->D = 1;
+  l->inner = 1;
+  l->nb = 1;
+  if (block == 0 && sv->numel == 1 && sv->ndim <= 1) {
+    l->per_tensor = 1;
+    return VM_STATUS_OK;
+  }
+  if (x->ndim == 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "scale %s for a scalar x: expected one value",
+                        onx_dims_str(sv->ndim, sv->dims, b1, sizeof(b1)));
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &l->axis));
+  l->D = x->dims[l->axis];
+  for (uint32_t i = (uint32_t)l->axis + 1; i < x->ndim; i++) l->inner *= x->dims[i];
+  if (block == 0) {
+    if (sv->ndim != 1 || sv->dims[0] != l->D)
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "scale %s: expected one value or [%lld] (axis %lld of x %s)",
+                          onx_dims_str(sv->ndim, sv->dims, b1, sizeof(b1)), (long long)l->D,
+                          (long long)l->axis, onx_dims_str(x->ndim, x->dims, b2, sizeof(b2)));
+    l->nb = l->D;
+    return VM_STATUS_OK;
+  }
+  l->block = block;
+  l->nb = l->D / block + (l->D % block != 0);
+  int ok = sv->ndim == x->ndim;
+  for (uint32_t i = 0; ok && i < x->ndim; i++)
+    ok = sv->dims[i] == ((int64_t)i == l->axis ? l->nb : x->dims[i]);
+  if (!ok)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "scale %s: blocks of %lld along axis %lld of x %s need %lld there and "
+                        "x's other dims",
+                        onx_dims_str(sv->ndim, sv->dims, b1, sizeof(b1)), (long long)block,
+                        (long long)l->axis, onx_dims_str(x->ndim, x->dims, b2, sizeof(b2)),
+                        (long long)l->nb);
+  return VM_STATUS_OK;
+}
+
+/* The scale index of element i of x. */
+static int64_t lay_index(const qlay_t *l, int64_t i) {
+  if (l->per_tensor) return 0;
+  int64_t in = i % l->inner, r = i / l->inner, d = r % l->D, o = r / l->D;
+  if (!l->block) return d;
+  return (o * l->nb + d / l->block) * l->inner + in;
+}
+
+static void qrange(vm_dtype_t dt, double *lo, double *hi) {
+  int sgn = dt.code == VM_DTYPE_INT;
+  *lo = sgn ? -ldexp(1.0, dt.bits - 1) : 0.0;
+  *hi = sgn ? ldexp(1.0, dt.bits - 1) - 1.0 : ldexp(1.0, dt.bits) - 1.0;
+}
+
+/* saturate(rint(x / s) + z) in float32 arithmetic, as the kernel. */
+static int64_t quant1(float x, float s, float z, double lo, double hi) {
+  float v = rintf(x / s) + z;
+  if (!(v >= lo)) return (int64_t)lo; /* NaN too */
+  if (v > hi) return (int64_t)hi;
+  return (int64_t)v;
+}
+
+/* "cl.quantize"/"cl.dequantize" of x into a new tensor of dt. */
+static int32_t emit_q(onx_ctx_t *c, const char *op, onx_value_t *x, onx_value_t *sv,
+                      onx_value_t *zv, const qlay_t *l, vm_dtype_t dt) {
+  int32_t y = new_t(c, dt, x->ndim, x->dims);
+  vmcc_arg_t a[6] = {A(onx_tid(c, x)), A(onx_tid(c, sv)), zv ? A(onx_tid(c, zv)) : vmcc_a_none(),
+                     I(l->per_tensor ? 0 : l->axis), I(l->block), A(y)};
+  call(c, op, 6, a);
+  return y;
+}
+
+/* ---------------------------------------------------------------------------
+ * Lazy dequantization
+ */
+
+struct onx_qdq {
+  onx_value_t *src, *scale, *zp; /* zp may be NULL */
+  qlay_t lay;
+};
+
+int32_t onx_qdq_emit(onx_ctx_t *c, onx_value_t *v) {
+  const onx_qdq_t *q = v->qdq;
+  return emit_q(c, "cl.dequantize", q->src, q->scale, q->zp, &q->lay, v->dt);
+}
+
+/* The value of input i when it is a DequantizeLinear's output whose
+ * quantized source is int8/uint8 with constant per-tensor (or, for
+ * weights, per-axis along axis) parameters; NULL otherwise. const_src: the
+ * source must be a constant. */
+static const onx_qdq_t *qdq_of(onx_ctx_t *c, uint32_t i, int const_src, int64_t axis) {
+  onx_value_t *v = onx_in(c, i);
+  if (!v || !v->qdq) return NULL;
+  const onx_qdq_t *q = v->qdq;
+  if (!is_q8(q->src->dt) || !q->scale->data || (q->zp && !q->zp->data)) return NULL;
+  if (!vm_dtype_equal(q->scale->dt, VM_F32) || (const_src && !q->src->data)) return NULL;
+  if (!q->lay.per_tensor && (q->lay.block || q->lay.axis != axis)) return NULL;
+  for (int64_t k = 0; k < q->scale->numel; k++) {
+    double s = onx_ld_f(q->scale->dt, q->scale->data, k);
+    if (!(s > 0) || isinf(s)) return NULL;
+  }
+  return q;
+}
+
+static double qdq_scale(const onx_qdq_t *q, int64_t k) {
+  return onx_ld_f(q->scale->dt, q->scale->data, q->lay.per_tensor ? 0 : k);
+}
+
+/* The QuantizeLinear that alone consumes output `name` of the current
+ * node, per tensor with constant parameters into int8/uint8: its node
+ * index (-1 none), scale and zero point value. */
+static int64_t sole_quantize(onx_ctx_t *c, const char *name, double *sy, onx_value_t **zy,
+                             vm_dtype_t *dt) {
+  size_t slot;
+  int64_t qi = onx_sole_consumer(c, name, c->node_idx, &slot);
+  if (qi < 0 || slot != 0) return -1;
+  const Onnx__NodeProto *q = c->graph->node[qi];
+  if (strcmp(q->op_type, "QuantizeLinear") != 0 || q->n_input < 2) return -1;
+  for (size_t k = 0; k < q->n_attribute; k++) {
+    const char *an = q->attribute[k] ? q->attribute[k]->name : NULL;
+    if (!an || (strcmp(an, "axis") != 0 && strcmp(an, "saturate") != 0)) return -1;
+  }
+  onx_value_t *s = onx_lookup(c, q->input[1]);
+  onx_value_t *z = q->n_input > 2 ? onx_lookup(c, q->input[2]) : NULL;
+  if (!s || !s->data || s->numel != 1 || s->ndim > 1 || !vm_dtype_equal(s->dt, VM_F32)) return -1;
+  if (q->n_input > 2 && q->input[2] && q->input[2][0] &&
+      (!z || !z->data || z->numel != 1 || z->ndim > 1 || !is_q8(z->dt)))
+    return -1;
+  *sy = onx_ld_f(s->dt, s->data, 0);
+  if (!(*sy > 0) || isinf(*sy)) return -1;
+  *zy = z;
+  *dt = z ? z->dt : VM_U8;
+  return qi;
+}
+
+/* The requantization of output column/channel k: mul = sa sb[k] / sy and
+ * an int32 bias of round(bias[k] / (sa sb[k])) (bias: a float32 constant
+ * of n values or one, or NULL). 0, or -1 when a bias does not fit int32. */
+static int requant_params(const onx_qdq_t *qa, const onx_qdq_t *qb, double alpha, double sy,
+                          const onx_value_t *bias, double beta, int64_t n, float *mul,
+                          int32_t *ib) {
+  double sa = qdq_scale(qa, 0);
+  for (int64_t k = 0; k < n; k++) {
+    double s = alpha * sa * qdq_scale(qb, k);
+    mul[k] = (float)(s / sy);
+    if (!ib) continue;
+    double b = bias ? beta * onx_ld_f(bias->dt, bias->data, bias->numel == 1 ? 0 : k) : 0.0;
+    double r = rint(b / s);
+    if (!(fabs(r) < 2147483647.0)) return -1;
+    ib[k] = (int32_t)r;
+  }
+  return 0;
+}
+
+/* Emits the fused epilogue's constants and the output: mode 2 (an int
+ * output quantized by the QuantizeLinear qi) or 1 (float). Binds the
+ * output; y is created here with shape (ndim, dims) of dt. */
+typedef struct qfuse {
+  int64_t qi;     /* the fused QuantizeLinear, -1 none */
+  double sy;
+  onx_value_t *zy;
+  vm_dtype_t ydt;
+  int32_t mul, bias; /* constant tensors */
+} qfuse_t;
+
+static vm_status_t qfuse_prepare(onx_ctx_t *c, const onx_qdq_t *qa, const onx_qdq_t *qb,
+                                 double alpha, const onx_value_t *bias, double beta, int64_t n,
+                                 int *ok, qfuse_t *f) {
+  *ok = 0;
+  memset(f, 0, sizeof(*f));
+  f->qi = sole_quantize(c, c->node->output[0], &f->sy, &f->zy, &f->ydt);
+  if (f->qi < 0) {
+    f->sy = 1.0;
+    f->ydt = VM_F32;
+  }
+  float *mul = malloc((size_t)(n ? n : 1) * sizeof(float));
+  int32_t *ib = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+  if (!mul || !ib) {
+    free(mul);
+    free(ib);
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  if (requant_params(qa, qb, alpha, f->sy, bias, beta, n, mul, ib) == 0) {
+    int64_t d1[1] = {n};
+    f->mul = vmcc_graph_const(c->g, VM_F32, mul, 1, d1);
+    f->bias = bias ? vmcc_graph_const(c->g, VM_I32, ib, 1, d1) : -1;
+    *ok = 1;
+  }
+  free(mul);
+  free(ib);
+  return VM_STATUS_OK;
+}
+
+/* Binds the fused node's result y: as the QuantizeLinear's output when
+ * one was fused (which is then skipped), else as the node's output. */
+static vm_status_t qfuse_bind(onx_ctx_t *c, const qfuse_t *f, int32_t y, uint32_t ndim,
+                              const int64_t *dims) {
+  if (f->qi < 0) return onx_bind_out(c, 0, y, ndim, dims);
+  c->skip[f->qi] = 1;
+  c->fused = 1;
+  return onx_bind_named(c, c->graph->node[f->qi]->output[0], y, ndim, dims);
+}
+
+static vmcc_arg_t opt_tid(onx_ctx_t *c, onx_value_t *v) {
+  return v ? A(onx_tid(c, v)) : vmcc_a_none();
+}
+
+/* ---------------------------------------------------------------------------
+ * QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear
+ */
+
+static vm_status_t refuse_dtype(onx_ctx_t *c, const char *what, vm_dtype_t dt, const char *sup) {
+  char b[32];
+  return onx_node_err(c, VM_UNIMPLEMENTED, "%s has dtype %s: supported: %s", what,
+                      dt_name(dt, b, sizeof(b)), sup);
+}
+
+vm_status_t onx_op_quantize(onx_ctx_t *c) {
+  onx_value_t *x, *sv, *zv = onx_in(c, 2);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sv));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  vm_dtype_t ydt = VM_U8;
+  int64_t od = 0, prec = 0;
+  if (c->opset >= 21) VM_RETURN_IF_ERROR(onx_attr_int(c, "output_dtype", 0, &od));
+  if (c->opset >= 23) VM_RETURN_IF_ERROR(onx_attr_int(c, "precision", 0, &prec));
+  /* the division x / y_scale is done in float32 (for float16 too) */
+  if (prec != 0 && prec != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+    return onx_unsupported_attr(c, "precision", onx_onnx_type_name((int32_t)prec),
+                                "0 (the scale's type), FLOAT");
+  if (zv) {
+    ydt = zv->dt;
+    vm_dtype_t odt;
+    if (od && (onx_dtype_from_onnx((int32_t)od, &odt) != 0 || !vm_dtype_equal(odt, ydt)))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "output_dtype %lld differs from the zero point's dtype", (long long)od);
+  } else if (od && onx_dtype_from_onnx((int32_t)od, &ydt) != 0) {
+    return onx_node_err(c, VM_UNIMPLEMENTED, "output_dtype %s: supported: int8, uint8, int16, uint16",
+                        onx_onnx_type_name((int32_t)od));
+  }
+  if (!is_qint(ydt, 0)) return refuse_dtype(c, "the output", ydt, "int8, uint8, int16, uint16");
+  qlay_t l;
+  VM_RETURN_IF_ERROR(read_layout(c, x, sv, zv, &l));
+  if (!vm_dtype_equal(sv->dt, x->dt))
+    return onx_node_err(c, VM_UNIMPLEMENTED, "y_scale's dtype differs from x's: supported: the same");
+  if (x->data && sv->data && (!zv || zv->data)) {
+    uint8_t *d;
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, ydt, x->numel, &d));
+    double lo, hi;
+    qrange(ydt, &lo, &hi);
+    for (int64_t i = 0; i < x->numel; i++) {
+      int64_t s = lay_index(&l, i);
+      float z = zv ? (float)onx_ld_i(zv->dt, zv->data, s) : 0.0f;
+      onx_st_i(ydt, d, i,
+               quant1((float)onx_ld_f(x->dt, x->data, i), (float)onx_ld_f(sv->dt, sv->data, s), z,
+                      lo, hi));
+    }
+    return onx_def_const(c, 0, ydt, x->ndim, x->dims, d);
+  }
+  int32_t y = emit_q(c, "cl.quantize", x, sv, zv, &l, ydt);
+  return onx_bind_out(c, 0, y, x->ndim, x->dims);
+}
+
+vm_status_t onx_op_dequantize(onx_ctx_t *c) {
+  onx_value_t *x, *sv, *zv = onx_in(c, 2);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sv));
+  if (!is_qint(x->dt, 1)) return refuse_dtype(c, "x", x->dt, "int8, uint8, int16, uint16, int32");
+  if (zv && !vm_dtype_equal(zv->dt, x->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "x and its zero point have different dtypes");
+  vm_dtype_t ydt = sv->dt;
+  int64_t od = 0;
+  if (c->opset >= 23) VM_RETURN_IF_ERROR(onx_attr_int(c, "output_dtype", 0, &od));
+  vm_dtype_t odt;
+  if (od && (onx_dtype_from_onnx((int32_t)od, &odt) != 0 || !vm_dtype_equal(odt, ydt)))
+    return onx_node_err(c, VM_UNIMPLEMENTED, "output_dtype %s: supported: the scale's dtype",
+                        onx_onnx_type_name((int32_t)od));
+  qlay_t l;
+  VM_RETURN_IF_ERROR(read_layout(c, x, sv, zv, &l));
+  if (vm_dtype_equal(x->dt, VM_I32) && zv && zv->data)
+    for (int64_t i = 0; i < zv->numel; i++)
+      if (onx_ld_i(zv->dt, zv->data, i) != 0)
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "an int32 x needs a zero point of 0, element %lld is %lld",
+                            (long long)i, (long long)onx_ld_i(zv->dt, zv->data, i));
+  onx_qdq_t *q = calloc(1, sizeof(*q));
+  if (!q) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  q->src = x;
+  q->scale = sv;
+  q->zp = zv;
+  q->lay = l;
+  if (x->data && sv->data && (!zv || zv->data)) {
+    uint8_t *d;
+    vm_status_t st = onx_alloc_const(c, ydt, x->numel, &d);
+    if (st) {
+      free(q);
+      return st;
+    }
+    for (int64_t i = 0; i < x->numel; i++) {
+      int64_t s = lay_index(&l, i);
+      float z = zv ? (float)onx_ld_i(zv->dt, zv->data, s) : 0.0f;
+      float v = ((float)onx_ld_i(x->dt, x->data, i) - z) * (float)onx_ld_f(sv->dt, sv->data, s);
+      onx_st_f(ydt, d, i, v);
+    }
+    st = onx_def_const(c, 0, ydt, x->ndim, x->dims, d);
+    onx_value_t *v = st ? NULL : onx_lookup(c, c->node->output[0]);
+    if (v && v->data && !v->qdq)
+      v->qdq = q; /* the integer weights, for a fused consumer */
+    else
+      free(q);
+    return st;
+  }
+  return onx_def_lazy(c, 0, ydt, x->ndim, x->dims, q);
+}
+
+vm_status_t onx_op_dynamic_quantize(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  if (!vm_dtype_equal(x->dt, VM_F32)) return refuse_dtype(c, "x", x->dt, "float");
+  if (x->data) {
+    double mn = 0, mx = 0;
+    for (int64_t i = 0; i < x->numel; i++) {
+      double v = onx_ld_f(x->dt, x->data, i);
+      mn = v < mn ? v : mn;
+      mx = v > mx ? v : mx;
+    }
+    float s = (float)((float)mx - (float)mn) / 255.0f;
+    float zf = rintf(fminf(fmaxf(0.0f - (float)mn / s, 0.0f), 255.0f));
+    uint8_t z = isnan(zf) ? 0 : (uint8_t)zf, *d, *ds, *dz;
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_U8, x->numel, &d));
+    for (int64_t i = 0; i < x->numel; i++)
+      d[i] = (uint8_t)quant1((float)onx_ld_f(x->dt, x->data, i), s, z, 0, 255);
+    VM_RETURN_IF_ERROR(onx_def_const(c, 0, VM_U8, x->ndim, x->dims, d));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_F32, 1, &ds));
+    memcpy(ds, &s, sizeof(s));
+    VM_RETURN_IF_ERROR(onx_def_const(c, 1, VM_F32, 0, x->dims, ds));
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_U8, 1, &dz));
+    dz[0] = z;
+    return onx_def_const(c, 2, VM_U8, 0, x->dims, dz);
+  }
+  int64_t scalar[1] = {1}; /* the dims of a 0-d value: none read */
+  int32_t y = new_t(c, VM_U8, x->ndim, x->dims);
+  int32_t s = new_t(c, VM_F32, 0, scalar), z = new_t(c, VM_U8, 0, scalar);
+  vmcc_arg_t a[4] = {A(onx_tid(c, x)), A(y), A(s), A(z)};
+  call(c, "cl.dynamic_quantize", 4, a);
+  VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
+  VM_RETURN_IF_ERROR(onx_bind_out(c, 1, s, 0, scalar));
+  return onx_bind_out(c, 2, z, 0, scalar);
+}
+
+/* ---------------------------------------------------------------------------
+ * Integer matrix products
+ */
+
+/* A zero point for cl.qgemm/cl.qconv2d: absent, or of the operand's
+ * dtype with one value or n (1-D). */
+static vm_status_t check_zp(onx_ctx_t *c, onx_value_t *z, const onx_value_t *of, const char *what,
+                            int64_t n) {
+  if (!z) return VM_STATUS_OK;
+  if (!vm_dtype_equal(z->dt, of->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "%s has another dtype than its operand", what);
+  if (z->numel == 1 && z->ndim <= 1) return VM_STATUS_OK;
+  if (z->ndim == 1 && z->dims[0] == n) return VM_STATUS_OK;
+  char b[96];
+  return onx_node_err(c, VM_INVALID_ARGUMENT, "%s is %s: expected one value or [%lld]", what,
+                      onx_dims_str(z->ndim, z->dims, b, sizeof(b)), (long long)n);
+}
+
+/* The int8/uint8 operands of an integer product. */
+static vm_status_t need_q8(onx_ctx_t *c, const onx_value_t *v, const char *what) {
+  if (is_q8(v->dt)) return VM_STATUS_OK;
+  return refuse_dtype(c, what, v->dt, "int8, uint8");
+}
+
+/* A scale that must be a positive finite float32 constant of one value or
+ * n (per output column/channel). */
+static vm_status_t const_scale(onx_ctx_t *c, const onx_value_t *s, const char *what, int64_t n) {
+  if (!s->data)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "%s is computed at run time: supported: constants",
+                        what);
+  if (!vm_dtype_equal(s->dt, VM_F32) && !vm_dtype_equal(s->dt, VM_F16))
+    return refuse_dtype(c, what, s->dt, "float, float16");
+  if (!((s->numel == 1 && s->ndim <= 1) || (s->ndim == 1 && s->dims[0] == n))) {
+    char b[96];
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "%s is %s: expected one value or [%lld]", what,
+                        onx_dims_str(s->ndim, s->dims, b, sizeof(b)), (long long)n);
+  }
+  for (int64_t i = 0; i < s->numel; i++) {
+    double v = onx_ld_f(s->dt, s->data, i);
+    if (!(v > 0) || isinf(v))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "%s element %lld is %g: scales must be positive and finite",
+                          what, (long long)i, v);
+  }
+  return VM_STATUS_OK;
+}
+
+/* The [*, M, K] x [K, N] or [b, M, K] x [b, K, N] shapes a MatMul-like
+ * integer product takes; out: the output shape; ta/tb the 2-D or 3-D
+ * views for cl.qgemm. */
+static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, int per_row_a,
+                                  int32_t *ta, int32_t *tb, uint32_t *on, int64_t *od,
+                                  uint32_t *yn, int64_t *yd) {
+  if (a->ndim < 2 || b->ndim < 2)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "operand ranks %u and %u: supported: 2 or more",
+                        a->ndim, b->ndim);
+  int64_t m = a->dims[a->ndim - 2], k = a->dims[a->ndim - 1];
+  int64_t kb = b->dims[b->ndim - 2], n = b->dims[b->ndim - 1];
+  if (k != kb)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "inner dims differ: %lld and %lld", (long long)k,
+                        (long long)kb);
+  int64_t pa = prod(a->dims, a->ndim - 2), pb = prod(b->dims, b->ndim - 2);
+  if (pb == 1 && b->ndim == 2 && !(per_row_a && pa > 1)) {
+    int64_t a2[2] = {pa * m, k}, b2[2] = {k, n};
+    *ta = onx_reshaped(c, a, 2, a2);
+    *tb = onx_reshaped(c, b, 2, b2);
+    *yn = 2;
+    yd[0] = pa * m;
+    yd[1] = n;
+  } else if (a->ndim == b->ndim) {
+    for (uint32_t i = 0; i + 2 < a->ndim; i++)
+      if (a->dims[i] != b->dims[i])
+        return onx_node_err(c, VM_UNIMPLEMENTED,
+                            "batch dims differ: supported: equal batches, or a 2-D B");
+    int64_t a3[3] = {pa, m, k}, b3[3] = {pb, k, n};
+    *ta = onx_reshaped(c, a, 3, a3);
+    *tb = onx_reshaped(c, b, 3, b3);
+    *yn = 3;
+    yd[0] = pa;
+    yd[1] = m;
+    yd[2] = n;
+  } else {
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "A %u-D and B %u-D: supported: equal batches, or a 2-D B", a->ndim,
+                        b->ndim);
+  }
+  *on = a->ndim;
+  memcpy(od, a->dims, a->ndim * sizeof(int64_t));
+  od[a->ndim - 1] = n;
+  return onx_check_shape(c, "output", *on, od, NULL);
+}
+
+vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
+  onx_value_t *a, *b, *az = onx_in(c, 2), *bz = onx_in(c, 3);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
+  VM_RETURN_IF_ERROR(need_q8(c, a, "A"));
+  VM_RETURN_IF_ERROR(need_q8(c, b, "B"));
+  if (a->ndim < 2 || b->ndim < 2)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "operand ranks %u and %u: supported: 2 or more",
+                        a->ndim, b->ndim);
+  VM_RETURN_IF_ERROR(check_zp(c, az, a, "a_zero_point", a->dims[a->ndim - 2]));
+  VM_RETURN_IF_ERROR(check_zp(c, bz, b, "b_zero_point", b->dims[b->ndim - 1]));
+  int32_t ta, tb;
+  uint32_t on, yn;
+  int64_t od[MAXD], yd[3];
+  VM_RETURN_IF_ERROR(
+      imatmul_shapes(c, a, b, az && az->numel > 1, &ta, &tb, &on, od, &yn, yd));
+  int32_t y = new_t(c, VM_I32, yn, yd);
+  vmcc_arg_t g[8] = {A(ta), A(tb), opt_tid(c, az), opt_tid(c, bz), vmcc_a_none(), vmcc_a_none(),
+                     vmcc_a_none(), A(y)};
+  call(c, "cl.qgemm", 8, g);
+  return onx_bind_out(c, 0, y, on, od);
+}
+
+/* The requantized product of QLinearMatMul and QGemm: mul per column from
+ * the constant scales, int32 bias (or NULL), output zero point. */
+static vm_status_t qlinear_gemm(onx_ctx_t *c, onx_value_t *a, onx_value_t *as, onx_value_t *az,
+                                onx_value_t *b, onx_value_t *bs, onx_value_t *bz,
+                                onx_value_t *bias, onx_value_t *ys, onx_value_t *yz,
+                                double alpha) {
+  VM_RETURN_IF_ERROR(need_q8(c, a, "A"));
+  VM_RETURN_IF_ERROR(need_q8(c, b, "B"));
+  if (a->ndim < 2 || b->ndim < 2)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "operand ranks %u and %u: supported: 2 or more",
+                        a->ndim, b->ndim);
+  int64_t n = b->dims[b->ndim - 1];
+  VM_RETURN_IF_ERROR(check_zp(c, az, a, "a_zero_point", 1));
+  VM_RETURN_IF_ERROR(check_zp(c, bz, b, "b_zero_point", n));
+  VM_RETURN_IF_ERROR(const_scale(c, as, "a_scale", 1));
+  VM_RETURN_IF_ERROR(const_scale(c, bs, "b_scale", n));
+  if (ys) VM_RETURN_IF_ERROR(const_scale(c, ys, "y_scale", 1));
+  vm_dtype_t ydt = VM_F32;
+  if (ys) {
+    ydt = yz ? yz->dt : VM_U8;
+    if (yz) VM_RETURN_IF_ERROR(need_q8(c, yz, "y_zero_point"));
+    if (yz && yz->numel != 1)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "y_zero_point must hold one value");
+  }
+  if (bias && (!vm_dtype_equal(bias->dt, VM_I32) || !(bias->numel == 1 || bias->numel == n)))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "the bias must be int32 with 1 or %lld values",
+                        (long long)n);
+  int32_t ta, tb;
+  uint32_t on, yn;
+  int64_t od[MAXD], yd[3];
+  VM_RETURN_IF_ERROR(imatmul_shapes(c, a, b, 0, &ta, &tb, &on, od, &yn, yd));
+  float *mul = malloc((size_t)(n ? n : 1) * sizeof(float));
+  if (!mul) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  double sa = onx_ld_f(as->dt, as->data, 0), sy = ys ? onx_ld_f(ys->dt, ys->data, 0) : 1.0;
+  for (int64_t k = 0; k < n; k++)
+    mul[k] = (float)(alpha * sa * onx_ld_f(bs->dt, bs->data, bs->numel == 1 ? 0 : k) / sy);
+  int64_t d1[1] = {n};
+  int32_t tm = vmcc_graph_const(c->g, VM_F32, mul, 1, d1);
+  free(mul);
+  int32_t y = new_t(c, ydt, yn, yd);
+  vmcc_arg_t g[8] = {A(ta), A(tb), opt_tid(c, az), opt_tid(c, bz), A(tm), opt_tid(c, bias),
+                     opt_tid(c, yz), A(y)};
+  call(c, "cl.qgemm", 8, g);
+  return onx_bind_out(c, 0, y, on, od);
+}
+
+vm_status_t onx_op_qlinear_matmul(onx_ctx_t *c) {
+  onx_value_t *v[8];
+  for (uint32_t i = 0; i < 8; i++)
+    if (i != 2 && i != 5 && i != 7) VM_RETURN_IF_ERROR(onx_in_req(c, i, &v[i]));
+  v[2] = onx_in(c, 2);
+  v[5] = onx_in(c, 5);
+  v[7] = onx_in(c, 7);
+  return qlinear_gemm(c, v[0], v[1], v[2], v[3], v[4], v[5], NULL, v[6], v[7], 1.0);
+}
+
+/* com.microsoft QGemm: A, a_scale, a_zp, B, b_scale, b_zp, C (int32),
+ * y_scale, y_zp; without y_scale the output is float. */
+vm_status_t onx_op_qgemm(onx_ctx_t *c) {
+  onx_value_t *a, *as, *b, *bs, *az = onx_in(c, 2), *bz = onx_in(c, 5), *cb = onx_in(c, 6),
+                                *ys = onx_in(c, 7), *yz = onx_in(c, 8);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &as));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 3, &b));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 4, &bs));
+  int64_t ta, tb;
+  float alpha;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "transA", 0, &ta));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "transB", 0, &tb));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 1.0f, &alpha));
+  if (ta != 0) return onx_unsupported_attr(c, "transA", "1", "0");
+  if (!isfinite(alpha) || alpha == 0.0f)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "alpha %g: it must be finite and nonzero",
+                        (double)alpha);
+  if (tb != 0 && tb != 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "transB must be 0 or 1");
+  if (a->ndim != 2 || b->ndim != 2)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B must be 2-D (ranks %u and %u)", a->ndim,
+                        b->ndim);
+  if (tb) {
+    if (!b->data)
+      return onx_node_err(c, VM_UNIMPLEMENTED, "transB 1 with a run-time B: supported: a constant B");
+    VM_RETURN_IF_ERROR(need_q8(c, b, "B"));
+    uint8_t *d;
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, b->dt, b->numel, &d));
+    int64_t r = b->dims[0], k = b->dims[1];
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < k; j++) d[j * r + i] = b->data[i * k + j];
+    /* a value of its own, owned by the value table: the transposed B */
+    onx_value_t tmp = *b;
+    tmp.data = d;
+    tmp.dims[0] = k;
+    tmp.dims[1] = r;
+    tmp.tid = vmcc_graph_const(c->g, b->dt, d, 2, tmp.dims);
+    free(d);
+    tmp.data = NULL; /* the graph holds the constant; tid is used from here */
+    vm_status_t st = qlinear_gemm(c, a, as, az, &tmp, bs, bz, cb, ys, yz, alpha);
+    return st;
+  }
+  return qlinear_gemm(c, a, as, az, b, bs, bz, cb, ys, yz, alpha);
+}
+
+/* ---------------------------------------------------------------------------
+ * Integer convolutions
+ */
+
+/* cl.qconv2d of x (int8/uint8, rank 3 or 4) and w with the epilogue: mul
+ * (a constant tensor, -1: none), bias, y zero point; output dtype ydt. */
+static vm_status_t qconv_emit(onx_ctx_t *c, onx_value_t *x, onx_value_t *w, onx_value_t *xz,
+                              onx_value_t *wz, int32_t mul, int32_t bias, onx_value_t *yz,
+                              vm_dtype_t ydt, int32_t *y_out, uint32_t *yn, int64_t *yd) {
+  VM_RETURN_IF_ERROR(need_q8(c, x, "x"));
+  VM_RETURN_IF_ERROR(need_q8(c, w, "w"));
+  if (x->ndim != 3 && x->ndim != 4)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input rank %u: supported: 1-D and 2-D convolutions (rank 3 or 4)",
+                        x->ndim);
+  if (w->ndim != x->ndim)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "w must have x's rank");
+  int64_t group;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "group", 1, &group));
+  uint32_t nsp = x->ndim - 2;
+  int64_t co = w->dims[0], cig = w->dims[1], cin;
+  if (group < 1 || x->dims[1] % group != 0 || co % group != 0 ||
+      vm_ckd_mul_i64(cig, group, &cin) != 0 || cin != x->dims[1])
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "group %lld does not fit C=%lld, W's %lld output and %lld input channels",
+                        (long long)group, (long long)x->dims[1], (long long)co, (long long)cig);
+  VM_RETURN_IF_ERROR(check_zp(c, xz, x, "x_zero_point", 1));
+  VM_RETURN_IF_ERROR(check_zp(c, wz, w, "w_zero_point", co));
+  win2d_t wn;
+  VM_RETURN_IF_ERROR(onx_read_window(c, nsp, x->dims + 2, w->dims + 2, 0, 1, &wn));
+  int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
+  int64_t w4[4] = {co, cig, wn.k[1], wn.k[2]};
+  int64_t y4[4] = {x->dims[0], co, wn.out[1], wn.out[2]};
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
+  int32_t y = new_t(c, ydt, 4, y4);
+  vmcc_arg_t a[17] = {A(onx_reshaped(c, x, 4, x4)),
+                      A(onx_reshaped(c, w, 4, w4)),
+                      opt_tid(c, xz),
+                      opt_tid(c, wz),
+                      mul >= 0 ? A(mul) : vmcc_a_none(),
+                      bias >= 0 ? A(bias) : vmcc_a_none(),
+                      opt_tid(c, yz),
+                      I(wn.s[1]),
+                      I(wn.s[2]),
+                      I(wn.pb[1]),
+                      I(wn.pb[2]),
+                      I(wn.pe[1]),
+                      I(wn.pe[2]),
+                      I(wn.d[1]),
+                      I(wn.d[2]),
+                      I(group),
+                      A(y)};
+  call(c, "cl.qconv2d", 17, a);
+  *y_out = y;
+  *yn = x->ndim;
+  yd[0] = x->dims[0];
+  yd[1] = co;
+  yd[2] = nsp == 2 ? wn.out[1] : wn.out[2];
+  yd[3] = wn.out[2];
+  return VM_STATUS_OK;
+}
+
+vm_status_t onx_op_conv_integer(onx_ctx_t *c) {
+  onx_value_t *x, *w;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &w));
+  int32_t y;
+  uint32_t yn;
+  int64_t yd[4];
+  VM_RETURN_IF_ERROR(
+      qconv_emit(c, x, w, onx_in(c, 2), onx_in(c, 3), -1, -1, NULL, VM_I32, &y, &yn, yd));
+  return onx_bind_out(c, 0, y, yn, yd);
+}
+
+vm_status_t onx_op_qlinear_conv(onx_ctx_t *c) {
+  onx_value_t *x, *xs, *w, *ws, *ys, *xz = onx_in(c, 2), *wz = onx_in(c, 5), *yz = onx_in(c, 7),
+                                     *b = onx_in(c, 8);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &xs));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 3, &w));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 4, &ws));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 6, &ys));
+  if (w->ndim < 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "w is a scalar");
+  int64_t co = w->dims[0];
+  VM_RETURN_IF_ERROR(const_scale(c, xs, "x_scale", 1));
+  VM_RETURN_IF_ERROR(const_scale(c, ws, "w_scale", co));
+  VM_RETURN_IF_ERROR(const_scale(c, ys, "y_scale", 1));
+  if (yz) VM_RETURN_IF_ERROR(need_q8(c, yz, "y_zero_point"));
+  if (yz && yz->numel != 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "y_zero_point must hold one value");
+  if (b && (!vm_dtype_equal(b->dt, VM_I32) || b->ndim != 1 || b->dims[0] != co))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be int32 [%lld]", (long long)co);
+  float *mul = malloc((size_t)(co ? co : 1) * sizeof(float));
+  if (!mul) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  double sx = onx_ld_f(xs->dt, xs->data, 0), sy = onx_ld_f(ys->dt, ys->data, 0);
+  for (int64_t k = 0; k < co; k++)
+    mul[k] = (float)(sx * onx_ld_f(ws->dt, ws->data, ws->numel == 1 ? 0 : k) / sy);
+  int64_t d1[1] = {co};
+  int32_t tm = vmcc_graph_const(c->g, VM_F32, mul, 1, d1);
+  free(mul);
+  int32_t y;
+  uint32_t yn;
+  int64_t yd[4];
+  VM_RETURN_IF_ERROR(qconv_emit(c, x, w, xz, wz, tm, b ? onx_tid(c, b) : -1, yz,
+                                yz ? yz->dt : VM_U8, &y, &yn, yd));
+  return onx_bind_out(c, 0, y, yn, yd);
+}
+
+/* ---------------------------------------------------------------------------
+ * QDQ fusion (called by onx_op_conv, onx_op_matmul and onx_op_gemm first)
+ */
+
+vm_status_t onx_qdq_conv(onx_ctx_t *c, int *done) {
+  *done = 0;
+  const onx_qdq_t *qx = qdq_of(c, 0, 0, 0), *qw = qdq_of(c, 1, 1, 0);
+  onx_value_t *bias = onx_in(c, 2), *w = onx_in(c, 1);
+  if (!qx || !qw || !qx->lay.per_tensor || !w || w->ndim < 1) return VM_STATUS_OK;
+  if (bias && (!bias->data || bias->ndim != 1 || !onx_is_float(bias->dt))) return VM_STATUS_OK;
+  int64_t co = w->dims[0];
+  if (bias && bias->dims[0] != co) return VM_STATUS_OK;
+  qfuse_t f;
+  int ok;
+  VM_RETURN_IF_ERROR(qfuse_prepare(c, qx, qw, 1.0, bias, 1.0, co, &ok, &f));
+  if (!ok) return VM_STATUS_OK;
+  int32_t y;
+  uint32_t yn;
+  int64_t yd[4];
+  VM_RETURN_IF_ERROR(qconv_emit(c, qx->src, qw->src, qx->zp, qw->zp, f.mul, f.bias, f.zy, f.ydt,
+                                &y, &yn, yd));
+  *done = 1;
+  return qfuse_bind(c, &f, y, yn, yd);
+}
+
+/* MatMul (gemm 0) or Gemm (1) of DequantizeLinear outputs. */
+vm_status_t onx_qdq_matmul(onx_ctx_t *c, int gemm, int *done) {
+  *done = 0;
+  int64_t tb = 0, ta = 0;
+  float alpha = 1.0f, beta = 1.0f;
+  onx_value_t *bias = NULL;
+  if (gemm) {
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "transA", 0, &ta));
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "transB", 0, &tb));
+    VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 1.0f, &alpha));
+    VM_RETURN_IF_ERROR(onx_attr_float(c, "beta", 1.0f, &beta));
+    bias = onx_in(c, 2);
+    if (ta != 0 || (tb != 0 && tb != 1) || c->opset < 7 || !(alpha > 0) || isinf(alpha))
+      return VM_STATUS_OK;
+  }
+  const onx_qdq_t *qa = qdq_of(c, 0, 0, 0), *qb = qdq_of(c, 1, 1, tb ? 0 : 1);
+  onx_value_t *a = onx_in(c, 0), *b = onx_in(c, 1);
+  if (!qa || !qb || !qa->lay.per_tensor || !a || !b || b->ndim != 2 || a->ndim < 2 ||
+      (gemm && a->ndim != 2))
+    return VM_STATUS_OK;
+  int64_t k = b->dims[tb ? 1 : 0], n = b->dims[tb ? 0 : 1];
+  if (a->dims[a->ndim - 1] != k) return VM_STATUS_OK;
+  if (bias && (!bias->data || !onx_is_float(bias->dt) || bias->numel != (bias->numel == 1 ? 1 : n) ||
+               (bias->numel != 1 && bias->dims[bias->ndim - 1] != n) || bias->ndim > 2 ||
+               (bias->ndim == 2 && bias->dims[0] != 1)))
+    return VM_STATUS_OK;
+  qfuse_t f;
+  int ok;
+  VM_RETURN_IF_ERROR(qfuse_prepare(c, qa, qb, alpha, bias, beta, n, &ok, &f));
+  if (!ok) return VM_STATUS_OK;
+  onx_value_t *src_b = qb->src;
+  int32_t tbid;
+  int64_t b2[2] = {k, n};
+  if (tb) {
+    uint8_t *d;
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, src_b->dt, src_b->numel, &d));
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < k; j++) d[j * n + i] = src_b->data[i * k + j];
+    tbid = vmcc_graph_const(c->g, src_b->dt, d, 2, b2);
+    free(d);
+  } else {
+    tbid = onx_reshaped(c, src_b, 2, b2);
+  }
+  int64_t pa = prod(a->dims, a->ndim - 2), m = a->dims[a->ndim - 2];
+  int64_t a2[2] = {pa * m, k}, y2[2] = {pa * m, n}, od[MAXD];
+  memcpy(od, a->dims, a->ndim * sizeof(int64_t));
+  od[a->ndim - 1] = n;
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", a->ndim, od, NULL));
+  int32_t y = new_t(c, f.ydt, 2, y2);
+  vmcc_arg_t g[8] = {A(onx_reshaped(c, qa->src, 2, a2)),
+                     A(tbid),
+                     opt_tid(c, qa->zp),
+                     opt_tid(c, qb->zp),
+                     A(f.mul),
+                     f.bias >= 0 ? A(f.bias) : vmcc_a_none(),
+                     opt_tid(c, f.zy),
+                     A(y)};
+  call(c, "cl.qgemm", 8, g);
+  *done = 1;
+  return qfuse_bind(c, &f, y, a->ndim, od);
+}
+
+/* ---------------------------------------------------------------------------
+ * com.microsoft QLinear* elementwise operators: dequantize, the float
+ * operation, quantize (run-time parameters as the standard operators).
+ */
+
+/* The float tensor of quantized input xi with scale si and zero point zi. */
+static vm_status_t dq_input(onx_ctx_t *c, uint32_t xi, uint32_t si, uint32_t zi, int32_t *out,
+                            onx_value_t **xv) {
+  onx_value_t *x, *s, *z = onx_in(c, zi);
+  VM_RETURN_IF_ERROR(onx_in_req(c, xi, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, si, &s));
+  VM_RETURN_IF_ERROR(need_q8(c, x, "a quantized input"));
+  if (z && !vm_dtype_equal(z->dt, x->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input %u and its zero point have different dtypes",
+                        xi);
+  VM_RETURN_IF_ERROR(need_float(c, s));
+  if (s->numel != 1 || (z && z->numel != 1))
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input %u: per-axis parameters: supported: one scale and zero point", xi);
+  qlay_t l;
+  memset(&l, 0, sizeof(l));
+  l.per_tensor = 1;
+  *out = emit_q(c, "cl.dequantize", x, s, z, &l, s->dt);
+  *xv = x;
+  return VM_STATUS_OK;
+}
+
+/* Quantizes float tensor t (shape of ref) with scale si and zero point zi
+ * into output 0. */
+static vm_status_t q_output(onx_ctx_t *c, int32_t t, uint32_t ndim, const int64_t *dims,
+                            uint32_t si, uint32_t zi) {
+  onx_value_t *s, *z = onx_in(c, zi);
+  VM_RETURN_IF_ERROR(onx_in_req(c, si, &s));
+  VM_RETURN_IF_ERROR(need_float(c, s));
+  if (z) VM_RETURN_IF_ERROR(need_q8(c, z, "the output zero point"));
+  if (s->numel != 1 || (z && z->numel != 1))
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "the output's per-axis parameters: supported: one scale and zero point");
+  vm_dtype_t ydt = z ? z->dt : VM_U8;
+  int32_t y = new_t(c, ydt, ndim, dims);
+  vmcc_arg_t a[6] = {A(t), A(onx_tid(c, s)), opt_tid(c, z), I(0), I(0), A(y)};
+  call(c, "cl.quantize", 6, a);
+  return onx_bind_out(c, 0, y, ndim, dims);
+}
+
+/* QLinearAdd / QLinearMul: A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp. */
+vm_status_t onx_op_qlinear_binary(onx_ctx_t *c) {
+  int32_t ta, tb;
+  onx_value_t *a, *b;
+  VM_RETURN_IF_ERROR(dq_input(c, 0, 1, 2, &ta, &a));
+  VM_RETURN_IF_ERROR(dq_input(c, 3, 4, 5, &tb, &b));
+  uint32_t on;
+  int64_t od[MAXD];
+  if (onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, &on, od) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B do not broadcast");
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", on, od, NULL));
+  onx_value_t *s;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &s));
+  int32_t t = new_t(c, s->dt, on, od);
+  vmcc_arg_t g[3] = {A(ta), A(tb), A(t)};
+  call(c, c->op->arg ? "cl.binary.mul" : "cl.binary.add", 3, g);
+  return q_output(c, t, on, od, 6, 7);
+}
+
+/* QLinearSigmoid (arg 0) / QLinearLeakyRelu (1): X, X_scale, X_zp, Y_scale, Y_zp. */
+vm_status_t onx_op_qlinear_unary(onx_ctx_t *c) {
+  int32_t tx;
+  onx_value_t *x, *s;
+  VM_RETURN_IF_ERROR(dq_input(c, 0, 1, 2, &tx, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &s));
+  int32_t t = new_t(c, s->dt, x->ndim, x->dims);
+  if (c->op->arg) {
+    float alpha;
+    VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 0.01f, &alpha));
+    vmcc_arg_t g[3] = {A(tx), onx_float_arg(c, alpha), A(t)};
+    call(c, "cl.unary.leaky_relu", 3, g);
+  } else {
+    vmcc_arg_t g[2] = {A(tx), A(t)};
+    call(c, "cl.unary.sigmoid", 2, g);
+  }
+  return q_output(c, t, x->ndim, x->dims, 3, 4);
+}
+
+/* QLinearGlobalAveragePool: X, x_scale, x_zp, y_scale, y_zp; NCHW only. */
+vm_status_t onx_op_qlinear_global_avg(onx_ctx_t *c) {
+  int64_t last;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "channels_last", 0, &last));
+  if (last != 0) return onx_unsupported_attr(c, "channels_last", "1", "0");
+  int32_t tx;
+  onx_value_t *x, *s;
+  VM_RETURN_IF_ERROR(dq_input(c, 0, 1, 2, &tx, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &s));
+  if (x->ndim != 4)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "input rank %u: supported: 4 (NCHW)", x->ndim);
+  int64_t yd[4] = {x->dims[0], x->dims[1], 1, 1};
+  int32_t t = new_t(c, s->dt, 4, yd);
+  vmcc_arg_t g[2] = {A(tx), A(t)};
+  call(c, "cl.pool2d.global_avg", 2, g);
+  return q_output(c, t, 4, yd, 3, 4);
+}
+
+/* QLinearConcat: Y_scale, Y_zp, then (X, X_scale, X_zp) per input; axis. */
+vm_status_t onx_op_qlinear_concat(onx_ctx_t *c) {
+  int64_t axis;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", 0, &axis));
+  uint32_t ni = (uint32_t)c->node->n_input;
+  if (ni < 5 || (ni - 2) % 3 != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "%u inputs: expected Y_scale, Y_zero_point and triples of X, scale, zero "
+                        "point",
+                        ni);
+  uint32_t n = (ni - 2) / 3;
+  if (n > 64) return onx_node_err(c, VM_UNIMPLEMENTED, "%u inputs: supported: at most 64", n);
+  vmcc_arg_t args[66];
+  onx_value_t *first = NULL;
+  int64_t od[MAXD], ax = 0, sum = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    int32_t t;
+    onx_value_t *x;
+    VM_RETURN_IF_ERROR(dq_input(c, 2 + 3 * i, 3 + 3 * i, 4 + 3 * i, &t, &x));
+    if (!first) {
+      first = x;
+      VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
+      memcpy(od, x->dims, x->ndim * sizeof(int64_t));
+    }
+    if (x->ndim != first->ndim)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "the inputs have different ranks");
+    for (uint32_t d = 0; d < x->ndim; d++)
+      if ((int64_t)d != ax && x->dims[d] != first->dims[d])
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "input %u's dim %u differs", i, d);
+    if (vm_ckd_add_i64(sum, x->dims[ax], &sum) != 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "the concatenated dim overflows");
+    args[i] = A(t);
+  }
+  od[ax] = sum;
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", first->ndim, od, NULL));
+  onx_value_t *s;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &s));
+  VM_RETURN_IF_ERROR(need_float(c, s));
+  int32_t t = new_t(c, s->dt, first->ndim, od);
+  args[n] = I(ax);
+  args[n + 1] = A(t);
+  call(c, "cl.concat", n + 2, args);
+  return q_output(c, t, first->ndim, od, 0, 1);
+}

@@ -1,0 +1,354 @@
+/* Quantization operators: cl.quantize, cl.dequantize, cl.dynamic_quantize,
+ * and the integer GEMM and convolution (cl.qgemm, cl.qconv2d) that
+ * accumulate int8/uint8 products in int32 and requantize in the store.
+ *
+ * Float tensors are S (float, or half with -DVMCL_F16). Build options:
+ *   quantize/dequantize:  -DTQ=<integer type> -DQMIN=<lo> -DQMAX=<hi>
+ *   qgemm/qconv2d:        -DTA=<A/x type> -DTB=<B/w type> -DMODE=<0|1|2>
+ *                         and for mode 2 -DTY=<output type> -DQMIN -DQMAX
+ * MODE 0 stores the int32 accumulator; 1 stores float: (acc + bias) * mul;
+ * 2 stores TY: saturate(rint((acc + bias) * mul) + y_zero_point). bias is
+ * int32 and mul float, each one value or one per output column/channel
+ * (their element stride is 0 or 1).
+ *
+ * Rounding is half to even (rint), saturation to [QMIN, QMAX], as the ONNX
+ * operators define them; a NaN quantizes to QMIN (fmax picks the number).
+ */
+
+/* The scale (and zero point) index of element i: x is seen as
+ * [outer, D, inner] around the axis, the scale as [outer, D / blk, inner]
+ * with element strides ss.x (outer), ss.y (axis block), ss.z (inner);
+ * per-tensor scales have all strides 0, per-axis ones (0, 1, 0), blk 1. */
+int q_index(int i, int D, int inner, int blk, int4 ss) {
+  int in = i % inner;
+  int r = i / inner;
+  int d = r % D;
+  int o = r / D;
+  return o * ss.x + (d / blk) * ss.y + in * ss.z;
+}
+
+#ifdef TQ
+__kernel void quantize(__global const S *x, int xo, __global const S *sc, int sco,
+                       __global const TQ *zp, int zpo, int has_zp, __global TQ *y, int yo, int n,
+                       int D, int inner, int blk, int4 ss) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int s = q_index(i, D, inner, blk, ss);
+  float z = has_zp ? (float)zp[zpo + s] : 0.0f;
+  float v = rint(LD(x, xo + i) / LD(sc, sco + s)) + z;
+  y[yo + i] = (TQ)fmin(fmax(v, (float)QMIN), (float)QMAX);
+}
+
+__kernel void dequantize(__global const TQ *x, int xo, __global const S *sc, int sco,
+                         __global const TQ *zp, int zpo, int has_zp, __global S *y, int yo, int n,
+                         int D, int inner, int blk, int4 ss) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int s = q_index(i, D, inner, blk, ss);
+  float z = has_zp ? (float)zp[zpo + s] : 0.0f;
+  ST(((float)x[xo + i] - z) * LD(sc, sco + s), yo + i, y);
+}
+
+#define QNANMIN(a, b) (isnan(a) || isnan(b) ? (a) + (b) : fmin((a), (b)))
+WG_REDUCE(wg_qmin, QNANMIN(a, b))
+
+/* DynamicQuantizeLinear's parameters, by one work-group: the range of x
+ * widened to include 0, scale = range / 255, zero point =
+ * saturate(rint(0 - min / scale)) in uint8. */
+__kernel void dynamic_qparams(__global const S *x, int xo, int n, __global S *scale, int so,
+                              __global uchar *zp, int zo, __local float *scratch) {
+  int l = get_local_id(0), ls = get_local_size(0);
+  float mn = 0.0f, mx = 0.0f;
+  for (int i = l; i < n; i += ls) {
+    float v = LD(x, xo + i);
+    mn = QNANMIN(mn, v);
+    mx = NANMAX(mx, v);
+  }
+  mn = wg_qmin(mn, scratch);
+  mx = wg_max(mx, scratch);
+  if (l == 0) {
+    float s = (mx - mn) / 255.0f;
+    float z = rint(fmin(fmax(0.0f - mn / s, 0.0f), 255.0f));
+    ST(s, so, scale);
+    zp[zo] = isnan(z) ? (uchar)0 : (uchar)z;
+  }
+}
+
+/* The quantize step of DynamicQuantizeLinear, reading the parameters the
+ * kernel above wrote. */
+__kernel void dynamic_quantize(__global const S *x, int xo, __global const S *scale, int so,
+                               __global const uchar *zp, int zo, __global uchar *y, int yo,
+                               int n) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  float v = rint(LD(x, xo + i) / LD(scale, so)) + (float)zp[zo];
+  y[yo + i] = (uchar)fmin(fmax(v, 0.0f), 255.0f);
+}
+#endif /* TQ */
+
+#ifdef MODE
+/* The store of one accumulator for output column/channel c at y[yi]. */
+#if MODE == 0
+#define QSTORE(acc, c, yi) y[yi] = (acc)
+#define YT int
+#elif MODE == 1
+#define QSTORE(acc, c, yi)                                              \
+  ST((float)((acc) + (has_bias ? bias[bo + (c) * bstep] : 0)) * mul[mo + (c) * mstep], yi, y)
+#define YT S
+#else
+#define QSTORE(acc, c, yi)                                                                 \
+  do {                                                                                     \
+    float v_ = rint((float)((acc) + (has_bias ? bias[bo + (c) * bstep] : 0)) *            \
+                    mul[mo + (c) * mstep]) +                                                \
+               (has_yzp ? (float)yzp[yzo] : 0.0f);                                         \
+    y[yi] = (TY)fmin(fmax(v_, (float)QMIN), (float)QMAX);                                  \
+  } while (0)
+#define YT TY
+#endif
+#ifndef TY
+#define TY int
+#endif
+
+/* The store of 8 consecutive outputs at y[yi..yi+7]: accumulators acc
+ * (int8), biases bv (int8) and multipliers mv (float8) per lane. */
+#define QCAT_(a, b, c) a##b##c
+#define QCAT(a, b, c) QCAT_(a, b, c)
+#if MODE == 0
+#define QSTORE8(acc, bv, mv, yi) vstore8((acc), 0, y + (yi))
+#elif MODE == 1
+#define QSTORE8(acc, bv, mv, yi) ST8(convert_float8((acc) + (bv)) * (mv), 0, y + (yi))
+#else
+#define QSTORE8(acc, bv, mv, yi)                                                          \
+  vstore8(QCAT(convert_, TY, 8)(clamp(rint(convert_float8((acc) + (bv)) * (mv)) + zyf,     \
+                                      (float)QMIN, (float)QMAX)),                         \
+          0, y + (yi))
+#endif
+
+/* Terms a float accumulator sums exactly: every product of two operands
+ * less their zero points has |p| <= 255 * 255, and 256 of them stay below
+ * 2^24, where float32 holds every integer. The integer kernels multiply
+ * and add in float (fma, the fast path of CPUs and GPUs alike) over chunks
+ * of QK terms and add each chunk's exact sum into int32 accumulators. */
+#define QK 256
+
+/* The eight int8 accumulator rows c0..c7 into the private array acc, for
+ * the per-element store. */
+#define QACC_SPILL(acc)                                                       \
+  vstore8(c0, 0, acc[0]), vstore8(c1, 0, acc[1]), vstore8(c2, 0, acc[2]);     \
+  vstore8(c3, 0, acc[3]), vstore8(c4, 0, acc[4]), vstore8(c5, 0, acc[5]);     \
+  vstore8(c6, 0, acc[6]), vstore8(c7, 0, acc[7]);
+
+/* One k step of qgemm: row r's A element times the float8 row bv of B. */
+#define QG_FMA(r) f##r = fma((float8)((float)((int)a##r[k] - z##r)), bv, f##r);
+#define QG_ALL \
+  QG_FMA(0) QG_FMA(1) QG_FMA(2) QG_FMA(3) QG_FMA(4) QG_FMA(5) QG_FMA(6) QG_FMA(7)
+/* One of four k steps (component c of the v* rows of A) of the fast path. */
+#define QG_STEP4(c)                                      \
+  {                                                      \
+    float8 bv = convert_float8(vload8(0, b)) - zb;       \
+    b += ldb;                                            \
+    f0 = fma((float8)(v0.c), bv, f0);                    \
+    f1 = fma((float8)(v1.c), bv, f1);                    \
+    f2 = fma((float8)(v2.c), bv, f2);                    \
+    f3 = fma((float8)(v3.c), bv, f3);                    \
+    f4 = fma((float8)(v4.c), bv, f4);                    \
+    f5 = fma((float8)(v5.c), bv, f5);                    \
+    f6 = fma((float8)(v6.c), bv, f6);                    \
+    f7 = fma((float8)(v7.c), bv, f7);                    \
+  }
+#define QG_FLUSH(r) c##r += convert_int8(f##r);
+
+/* C = (A - a_zp) (B - b_zp), row-major, batched over global id 2 (batch
+ * strides sa, sb, sc; 0 broadcasts). A's zero point is one value or one
+ * per row (azs 0 or 1), B's one or one per column (bzs 0 or 1). Each
+ * work-item computes 8 rows x 8 columns; rows and columns past the edge
+ * repeat the last one and are never stored. */
+__kernel void qgemm(int M, int N, int K, __global const TA *A, int ao, int lda, int sa,
+                    __global const TB *B, int bo_, int ldb, int sb, __global const TA *azp,
+                    int azo, int azs, __global const TB *bzp, int bzo, int bzs,
+                    __global const float *mul, int mo, int mstep, __global const int *bias,
+                    int bo, int bstep, int has_bias, __global const TY *yzp, int yzo,
+                    int has_yzp, __global YT *y, int yo, int ldc, int sc, int has_azp,
+                    int has_bzp) {
+  int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
+  if (i >= M || j >= N) return;
+  A += ao + bt * sa;
+  B += bo_ + bt * sb;
+  int r0 = i, r1 = min(i + 1, M - 1), r2 = min(i + 2, M - 1), r3 = min(i + 3, M - 1);
+  int r4 = min(i + 4, M - 1), r5 = min(i + 5, M - 1), r6 = min(i + 6, M - 1);
+  int r7 = min(i + 7, M - 1);
+  int z0 = 0, z1 = 0, z2 = 0, z3 = 0, z4 = 0, z5 = 0, z6 = 0, z7 = 0;
+  if (has_azp) {
+    z0 = azp[azo + r0 * azs], z1 = azp[azo + r1 * azs], z2 = azp[azo + r2 * azs];
+    z3 = azp[azo + r3 * azs], z4 = azp[azo + r4 * azs], z5 = azp[azo + r5 * azs];
+    z6 = azp[azo + r6 * azs], z7 = azp[azo + r7 * azs];
+  }
+  int8 cols = min((int8)(j) + (int8)(0, 1, 2, 3, 4, 5, 6, 7), (int8)(N - 1));
+  float8 zb = 0.0f;
+  if (has_bzp)
+    zb = convert_float8((int8)(bzp[bzo + cols.s0 * bzs], bzp[bzo + cols.s1 * bzs],
+                               bzp[bzo + cols.s2 * bzs], bzp[bzo + cols.s3 * bzs],
+                               bzp[bzo + cols.s4 * bzs], bzp[bzo + cols.s5 * bzs],
+                               bzp[bzo + cols.s6 * bzs], bzp[bzo + cols.s7 * bzs]));
+  __global const TA *a0 = A + r0 * lda, *a1 = A + r1 * lda, *a2 = A + r2 * lda;
+  __global const TA *a3 = A + r3 * lda, *a4 = A + r4 * lda, *a5 = A + r5 * lda;
+  __global const TA *a6 = A + r6 * lda, *a7 = A + r7 * lda;
+  int8 c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
+  int full = j + 8 <= N;
+  for (int k0 = 0; k0 < K; k0 += QK) {
+    int k1 = min(K, k0 + QK);
+    float8 f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f, f4 = 0.0f, f5 = 0.0f, f6 = 0.0f,
+           f7 = 0.0f;
+    int k = k0;
+    if (full) {
+      /* four k at a time: one 4-element load of each A row */
+      for (; k + 4 <= k1; k += 4) {
+        float4 v0 = convert_float4(vload4(0, a0 + k)) - (float)z0;
+        float4 v1 = convert_float4(vload4(0, a1 + k)) - (float)z1;
+        float4 v2 = convert_float4(vload4(0, a2 + k)) - (float)z2;
+        float4 v3 = convert_float4(vload4(0, a3 + k)) - (float)z3;
+        float4 v4 = convert_float4(vload4(0, a4 + k)) - (float)z4;
+        float4 v5 = convert_float4(vload4(0, a5 + k)) - (float)z5;
+        float4 v6 = convert_float4(vload4(0, a6 + k)) - (float)z6;
+        float4 v7 = convert_float4(vload4(0, a7 + k)) - (float)z7;
+        __global const TB *b = B + k * ldb + j;
+        QG_STEP4(x)
+        QG_STEP4(y)
+        QG_STEP4(z)
+        QG_STEP4(w)
+      }
+      for (; k < k1; k++) {
+        float8 bv = convert_float8(vload8(0, B + k * ldb + j)) - zb;
+        QG_ALL
+      }
+    } else {
+      for (; k < k1; k++) {
+        __global const TB *b = B + k * ldb;
+        float8 bv = convert_float8((int8)(b[cols.s0], b[cols.s1], b[cols.s2], b[cols.s3],
+                                          b[cols.s4], b[cols.s5], b[cols.s6], b[cols.s7])) -
+                    zb;
+        QG_ALL
+      }
+    }
+    QG_FLUSH(0) QG_FLUSH(1) QG_FLUSH(2) QG_FLUSH(3)
+    QG_FLUSH(4) QG_FLUSH(5) QG_FLUSH(6) QG_FLUSH(7)
+  }
+  int base = yo + bt * sc;
+  float zyf = has_yzp ? (float)yzp[yzo] : 0.0f;
+  (void)zyf;
+  if (full && i + 8 <= M) {
+    float8 mv = 1.0f;
+    int8 bv = 0;
+    if (MODE > 0) mv = mstep ? vload8(0, mul + mo + j) : (float8)(mul[mo]);
+    if (has_bias) bv = bstep ? vload8(0, bias + bo + j) : (int8)(bias[bo]);
+    int yi = base + i * ldc + j;
+    QSTORE8(c0, bv, mv, yi);
+    QSTORE8(c1, bv, mv, yi + ldc);
+    QSTORE8(c2, bv, mv, yi + 2 * ldc);
+    QSTORE8(c3, bv, mv, yi + 3 * ldc);
+    QSTORE8(c4, bv, mv, yi + 4 * ldc);
+    QSTORE8(c5, bv, mv, yi + 5 * ldc);
+    QSTORE8(c6, bv, mv, yi + 6 * ldc);
+    QSTORE8(c7, bv, mv, yi + 7 * ldc);
+    return;
+  }
+  int acc[8][8];
+  QACC_SPILL(acc)
+  for (int r = 0; r < 8 && i + r < M; r++)
+    for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + j + t);
+}
+
+/* Integer 2-D convolution, NCHW: y[n, o, p] over the window of group g,
+ * (x - x_zp) (w - w_zp[o]); padding reads the zero point (contributes 0),
+ * as ConvInteger and QLinearConv define it. The GEMM of qgemm with the
+ * input gathered on the fly (implicit im2col): each work-item computes 8
+ * output channels x 8 output pixels in float over chunks of QK terms.
+ * Global ids: 0 = pixel block, 1 = output-channel block within the group,
+ * 2 = n * groups + g; channels past the group repeat its last one and
+ * pixels past OH*OW are masked: computed, never stored. */
+#define QC_FMA(r) f##r = fma((float8)((float)wp[w##r + wc] - zw##r), xv, f##r);
+#define QC_FLUSH(r) c##r += convert_int8(f##r), f##r = 0.0f;
+
+__kernel void qconv2d(int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, int SW,
+                      int PH, int PW, int DH, int DW, int groups, __global const TA *x, int xo,
+                      __global const TB *w, int wo, __global const TA *xzp, int xzo,
+                      __global const TB *wzp, int wzo, int wzs, __global const float *mul, int mo,
+                      int mstep, __global const int *bias, int bo, int bstep, int has_bias,
+                      __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
+                      int has_xzp, int has_wzp) {
+  int p0 = get_global_id(0) * 8, ob = get_global_id(1) * 8, ng = get_global_id(2);
+  int Cg = C / groups, Og = O / groups, P = OH * OW;
+  if (p0 >= P || ob >= Og) return;
+  int n = ng / groups, g = ng - n * groups;
+  int HW = H * W, KK = KH * KW, CKK = Cg * KK;
+  __global const TA *xg = x + xo + (n * C + g * Cg) * HW;
+  __global const TB *wp = w + wo + (g * Og) * CKK;
+  float zx = has_xzp ? (float)xzp[xzo] : 0.0f;
+  int o0 = ob, o1 = min(ob + 1, Og - 1), o2 = min(ob + 2, Og - 1), o3 = min(ob + 3, Og - 1);
+  int o4 = min(ob + 4, Og - 1), o5 = min(ob + 5, Og - 1), o6 = min(ob + 6, Og - 1);
+  int o7 = min(ob + 7, Og - 1);
+  int w0 = o0 * CKK, w1 = o1 * CKK, w2 = o2 * CKK, w3 = o3 * CKK;
+  int w4 = o4 * CKK, w5 = o5 * CKK, w6 = o6 * CKK, w7 = o7 * CKK;
+#define QC_ZW(r) float zw##r = has_wzp ? (float)wzp[wzo + (g * Og + o##r) * wzs] : 0.0f;
+  QC_ZW(0) QC_ZW(1) QC_ZW(2) QC_ZW(3) QC_ZW(4) QC_ZW(5) QC_ZW(6) QC_ZW(7)
+  int8 pv = (int8)(p0) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+  int8 live = pv < (int8)(P);
+  int8 ohv = pv / OW;
+  int8 ih0 = ohv * SH - PH, iw0 = (pv - ohv * OW) * SW - PW;
+  int same_row = p0 + 7 < P && ohv.s0 == ohv.s7;
+  int8 c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
+  float8 f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f, f4 = 0.0f, f5 = 0.0f, f6 = 0.0f, f7 = 0.0f;
+  int terms = 0;
+  for (int kh = 0; kh < KH; kh++) {
+    for (int kw = 0; kw < KW; kw++) {
+      int8 ih = ih0 + kh * DH, iw = iw0 + kw * DW;
+      int tap = kh * KW + kw;
+      int run = same_row && SW == 1 && ih.s0 >= 0 && ih.s0 < H && iw.s0 >= 0 && iw.s7 < W;
+      int8 m = live & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W);
+      int8 off = ih * W + iw;
+      __global const TA *xc = xg + (run ? ih.s0 * W + iw.s0 : 0);
+      for (int c = 0, wc = tap; c < Cg; c++, xc += HW, wc += KK) {
+        float8 xv;
+        if (run) {
+          xv = convert_float8(vload8(0, xc)) - zx;
+        } else {
+          int8 o = select((int8)0, off, m);
+          xv = convert_float8((int8)(xc[o.s0], xc[o.s1], xc[o.s2], xc[o.s3], xc[o.s4], xc[o.s5],
+                                     xc[o.s6], xc[o.s7])) -
+               zx;
+          xv = select((float8)0.0f, xv, m);
+        }
+        QC_FMA(0) QC_FMA(1) QC_FMA(2) QC_FMA(3) QC_FMA(4) QC_FMA(5) QC_FMA(6) QC_FMA(7)
+        if (++terms == QK) {
+          QC_FLUSH(0) QC_FLUSH(1) QC_FLUSH(2) QC_FLUSH(3)
+          QC_FLUSH(4) QC_FLUSH(5) QC_FLUSH(6) QC_FLUSH(7)
+          terms = 0;
+        }
+      }
+    }
+  }
+  QC_FLUSH(0) QC_FLUSH(1) QC_FLUSH(2) QC_FLUSH(3)
+  QC_FLUSH(4) QC_FLUSH(5) QC_FLUSH(6) QC_FLUSH(7)
+  int npix = min(8, P - p0);
+  float zyf = has_yzp ? (float)yzp[yzo] : 0.0f;
+  (void)zyf;
+  if (npix == 8 && ob + 8 <= Og) {
+#define QC_OUT(r)                                                                      \
+  {                                                                                    \
+    int oc = g * Og + ob + r;                                                          \
+    float8 mv = MODE > 0 ? (float8)(mul[mo + oc * mstep]) : (float8)(1.0f);            \
+    int8 bv = has_bias ? (int8)(bias[bo + oc * bstep]) : (int8)(0);                    \
+    QSTORE8(c##r, bv, mv, yo + (n * O + oc) * P + p0);                                 \
+  }
+    QC_OUT(0) QC_OUT(1) QC_OUT(2) QC_OUT(3) QC_OUT(4) QC_OUT(5) QC_OUT(6) QC_OUT(7)
+    return;
+  }
+  int acc[8][8];
+  QACC_SPILL(acc)
+  for (int r = 0; r < 8 && ob + r < Og; r++) {
+    int oc = g * Og + ob + r;
+    int base = yo + (n * O + oc) * P + p0;
+    for (int t = 0; t < npix; t++) QSTORE(acc[r][t], oc, base + t);
+  }
+}
+#endif /* MODE */

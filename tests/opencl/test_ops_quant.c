@@ -1,0 +1,250 @@
+/* The quantization operators (cl.quantize, cl.dequantize,
+ * cl.dynamic_quantize, cl.qgemm, cl.qconv2d) against C references, on
+ * guarded tensors, and the refusals of arguments a hostile executable may
+ * pass, with their exact messages. Integer results compare exactly. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "helper_ref.h"
+#include "test_util.h"
+#include "vm/vm.h"
+#include "vmcl/vmcl.h"
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+static void release_all(vm_value_t *v, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) vm_value_release(&v[i]);
+}
+
+/* Another reference to v's tensor. */
+static vm_value_t share(const vm_value_t *v) {
+  vm_value_t c = *v;
+  vm_value_retain(&c);
+  return c;
+}
+
+static int64_t sat(double v, double lo, double hi) {
+  return v < lo ? (int64_t)lo : v > hi ? (int64_t)hi : (int64_t)v;
+}
+
+/* Per-axis quantization of x [2, 3, 4] along axis 1 to int8 and back. */
+static void test_quantize_per_axis(void **state) {
+  tops_env_t *e = *state;
+  float *x = tops_rand(24, 5, -3.0f, 3.0f);
+  x[0] = 0.125f; /* a tie: 0.125 / 0.25 = 0.5 rounds to even 0 */
+  const float sc[3] = {0.25f, 0.05f, 0.5f};
+  const int8_t zp[3] = {1, -7, 0};
+  vm_value_t a[6] = {tops_tensor(e, VM_F32, 3, DIMS(2, 3, 4), x),
+                     tops_tensor(e, VM_F32, 1, DIMS(3), sc),
+                     tops_tensor(e, VM_I8, 1, DIMS(3), zp),
+                     vm_value_int(1),
+                     vm_value_int(0),
+                     tops_tensor(e, VM_I8, 3, DIMS(2, 3, 4), NULL)};
+  ASSERT_OK(tops_call(e, "cl.quantize", a, 6));
+  int8_t got[24];
+  tops_read(e, &a[5], got);
+  tops_check_guard(e, &a[5]);
+  for (int i = 0; i < 24; i++) {
+    int c = (i / 4) % 3;
+    int64_t want = sat(rintf(x[i] / sc[c]) + zp[c], -128, 127);
+    if (got[i] != want) fail_msg("element %d: %d, expected %lld", i, got[i], (long long)want);
+  }
+  assert_int_equal(got[0], 1); /* rint(0.5) = 0, + zero point 1 */
+  /* and back: (q - zp) * scale */
+  vm_value_t d[6] = {share(&a[5]), share(&a[1]), share(&a[2]),
+                     vm_value_int(1), vm_value_int(0),
+                     tops_tensor(e, VM_F32, 3, DIMS(2, 3, 4), NULL)};
+  ASSERT_OK(tops_call(e, "cl.dequantize", d, 6));
+  float back[24], want[24];
+  tops_read_f(e, &d[5], back);
+  for (int i = 0; i < 24; i++) want[i] = ((float)got[i] - zp[(i / 4) % 3]) * sc[(i / 4) % 3];
+  tops_assert_close(back, want, 24, 0, 0, "dequantize");
+  release_all(a, 6);
+  release_all(d, 6);
+  free(x);
+}
+
+/* DynamicQuantizeLinear: scale = (max(0, max) - min(0, min)) / 255. */
+static void test_dynamic_quantize(void **state) {
+  tops_env_t *e = *state;
+  float *x = tops_rand(1000, 9, -1.0f, 2.5f);
+  vm_value_t a[4] = {tops_tensor(e, VM_F32, 1, DIMS(1000), x),
+                     tops_tensor(e, VM_U8, 1, DIMS(1000), NULL),
+                     tops_tensor(e, VM_F32, 0, NULL, NULL), tops_tensor(e, VM_U8, 0, NULL, NULL)};
+  ASSERT_OK(tops_call(e, "cl.dynamic_quantize", a, 4));
+  float mn = 0, mx = 0, s;
+  uint8_t z, y[1000];
+  for (int i = 0; i < 1000; i++) mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]);
+  tops_read(e, &a[2], &s);
+  tops_read(e, &a[3], &z);
+  tops_read(e, &a[1], y);
+  float ws = (mx - mn) / 255.0f;
+  if (s != ws) fail_msg("scale %.9g, expected %.9g", s, ws);
+  assert_int_equal(z, (int)sat(rintf(-mn / ws), 0, 255));
+  for (int i = 0; i < 1000; i++)
+    if (y[i] != sat(rintf(x[i] / ws) + z, 0, 255)) fail_msg("element %d", i);
+  release_all(a, 4);
+  free(x);
+}
+
+/* cl.qgemm: uint8 A (per-row zero points) x int8 B (per-column zero
+ * points) into int32, K = 700 (beyond one exact float chunk of 256), and
+ * the same requantized to int8 with a bias and an output zero point. */
+static void test_qgemm(void **state) {
+  tops_env_t *e = *state;
+  enum { M = 13, K = 700, N = 21 };
+  uint8_t *A = malloc(M * K);
+  int8_t *B = malloc(K * N);
+  assert_true(A && B);
+  for (int i = 0; i < M * K; i++) A[i] = (uint8_t)((i * 37 + 11) % 256);
+  for (int i = 0; i < K * N; i++) B[i] = (int8_t)((i * 53 + 7) % 256 - 128);
+  uint8_t az[M];
+  int8_t bz[N];
+  for (int i = 0; i < M; i++) az[i] = (uint8_t)(i * 19 % 256);
+  for (int j = 0; j < N; j++) bz[j] = (int8_t)(j * 7 - 60);
+  int32_t want[M * N];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      int64_t acc = 0;
+      for (int k = 0; k < K; k++) acc += (int64_t)(A[i * K + k] - az[i]) * (B[k * N + j] - bz[j]);
+      want[i * N + j] = (int32_t)acc;
+    }
+  vm_value_t a[8] = {tops_tensor(e, VM_U8, 2, DIMS(M, K), A),
+                     tops_tensor(e, VM_I8, 2, DIMS(K, N), B),
+                     tops_tensor(e, VM_U8, 1, DIMS(M), az),
+                     tops_tensor(e, VM_I8, 1, DIMS(N), bz),
+                     vm_value_none(),
+                     vm_value_none(),
+                     vm_value_none(),
+                     tops_tensor(e, VM_I32, 2, DIMS(M, N), NULL)};
+  ASSERT_OK(tops_call(e, "cl.qgemm", a, 8));
+  int32_t got[M * N];
+  tops_read(e, &a[7], got);
+  tops_check_guard(e, &a[7]);
+  for (int i = 0; i < M * N; i++)
+    if (got[i] != want[i]) fail_msg("element %d: %d, expected %d", i, got[i], want[i]);
+  /* requantized: saturate(rint((acc + bias[j]) * mul[j]) + y_zp) */
+  float mul[N];
+  int32_t bias[N];
+  for (int j = 0; j < N; j++) mul[j] = 1e-5f * (float)(j + 1), bias[j] = j * 1000 - 9000;
+  int8_t yz = -3;
+  vm_value_t r[8] = {share(&a[0]), share(&a[1]), share(&a[2]),
+                     share(&a[3]), tops_tensor(e, VM_F32, 1, DIMS(N), mul),
+                     tops_tensor(e, VM_I32, 1, DIMS(N), bias), tops_tensor(e, VM_I8, 0, NULL, &yz),
+                     tops_tensor(e, VM_I8, 2, DIMS(M, N), NULL)};
+  ASSERT_OK(tops_call(e, "cl.qgemm", r, 8));
+  int8_t q[M * N];
+  tops_read(e, &r[7], q);
+  for (int i = 0; i < M * N; i++) {
+    int j = i % N;
+    int64_t w = sat(rintf((float)(want[i] + bias[j]) * mul[j]) + yz, -128, 127);
+    if (q[i] != w) fail_msg("requantized element %d: %d, expected %lld", i, q[i], (long long)w);
+  }
+  release_all(a, 8);
+  release_all(r, 8);
+  free(A);
+  free(B);
+}
+
+/* cl.qconv2d: int8 x (zero point 5), 2 groups, pads, stride 2, int32 out. */
+static void test_qconv2d(void **state) {
+  tops_env_t *e = *state;
+  enum { C = 4, H = 9, W = 11, O = 6, G = 2, KH = 3, KW = 3, S = 2, P = 1 };
+  enum { OH = (H + 2 * P - KH) / S + 1, OW = (W + 2 * P - KW) / S + 1, CG = C / G };
+  int8_t x[C * H * W], w[O * CG * KH * KW], xz = 5, wz[O];
+  for (int i = 0; i < C * H * W; i++) x[i] = (int8_t)((i * 31) % 256 - 128);
+  for (int i = 0; i < O * CG * KH * KW; i++) w[i] = (int8_t)((i * 17) % 255 - 127);
+  for (int o = 0; o < O; o++) wz[o] = (int8_t)(o - 2);
+  vm_value_t a[17] = {tops_tensor(e, VM_I8, 4, DIMS(1, C, H, W), x),
+                      tops_tensor(e, VM_I8, 4, DIMS(O, CG, KH, KW), w),
+                      tops_tensor(e, VM_I8, 0, NULL, &xz),
+                      tops_tensor(e, VM_I8, 1, DIMS(O), wz),
+                      vm_value_none(), vm_value_none(), vm_value_none(),
+                      vm_value_int(S), vm_value_int(S), vm_value_int(P), vm_value_int(P),
+                      vm_value_int(P), vm_value_int(P), vm_value_int(1), vm_value_int(1),
+                      vm_value_int(G),
+                      tops_tensor(e, VM_I32, 4, DIMS(1, O, OH, OW), NULL)};
+  ASSERT_OK(tops_call(e, "cl.qconv2d", a, 17));
+  int32_t got[O * OH * OW];
+  tops_read(e, &a[16], got);
+  tops_check_guard(e, &a[16]);
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < OH; i++)
+      for (int j = 0; j < OW; j++) {
+        int64_t acc = 0;
+        int g = o / (O / G);
+        for (int c = 0; c < CG; c++)
+          for (int u = 0; u < KH; u++)
+            for (int v = 0; v < KW; v++) {
+              int ih = i * S - P + u, iw = j * S - P + v;
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+              acc += (int64_t)(x[((g * CG + c) * H + ih) * W + iw] - xz) *
+                     (w[((o * CG + c) * KH + u) * KW + v] - wz[o]);
+            }
+        if (got[(o * OH + i) * OW + j] != acc)
+          fail_msg("(%d, %d, %d): %d, expected %lld", o, i, j, got[(o * OH + i) * OW + j],
+                   (long long)acc);
+      }
+  release_all(a, 17);
+}
+
+/* Arguments that do not fit: each refused with its message. */
+static void test_quant_errors(void **state) {
+  tops_env_t *e = *state;
+  vm_value_t q[6] = {tops_plain(e, VM_F32, 2, DIMS(2, 4)), tops_plain(e, VM_F32, 1, DIMS(3)),
+                     vm_value_none(), vm_value_int(1), vm_value_int(0),
+                     tops_plain(e, VM_I8, 2, DIMS(2, 4))};
+  ASSERT_STATUS(tops_call(e, "cl.quantize", q, 6), VM_INVALID_ARGUMENT,
+                "cl.quantize: scale (argument 1) is [3]: expected one value or [4] (axis 1 of x "
+                "[2, 4])");
+  vm_value_release(&q[4]);
+  q[4] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.quantize", q, 6), VM_INVALID_ARGUMENT,
+                "cl.quantize: scale (argument 1) is [3]: blocks of 3 along axis 1 of x [2, 4] "
+                "need 2 there and x's other dims");
+  release_all(q, 6);
+  vm_value_t g[8] = {tops_plain(e, VM_I8, 2, DIMS(2, 3)), tops_plain(e, VM_I8, 2, DIMS(3, 4)),
+                     vm_value_none(), tops_plain(e, VM_I8, 1, DIMS(3)), vm_value_none(),
+                     vm_value_none(), vm_value_none(), tops_plain(e, VM_I32, 2, DIMS(2, 4))};
+  ASSERT_STATUS(tops_call(e, "cl.qgemm", g, 8), VM_INVALID_ARGUMENT,
+                "cl.qgemm: b_zero_point (argument 3) has 3 values: expected 1 or 4");
+  vm_value_release(&g[3]);
+  g[3] = vm_value_none();
+  vm_value_release(&g[7]);
+  g[7] = tops_plain(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 16, 1), 2, DIMS(2, 4));
+  ASSERT_STATUS(tops_call(e, "cl.qgemm", g, 8), VM_INVALID_ARGUMENT,
+                "cl.qgemm: y (argument 7) has dtype int16: expected int32 (without mul), "
+                "float32, float16, int8 or uint8");
+  vm_value_release(&g[7]);
+  g[7] = tops_plain(e, VM_I8, 2, DIMS(2, 4));
+  ASSERT_STATUS(tops_call(e, "cl.qgemm", g, 8), VM_INVALID_ARGUMENT,
+                "cl.qgemm: mul (argument 4) is required for a y of int8/uint8");
+  release_all(g, 8);
+  vm_value_t c[17] = {tops_plain(e, VM_I8, 4, DIMS(1, 4, 5, 5)),
+                      tops_plain(e, VM_I8, 4, DIMS(6, 3, 3, 3)),
+                      vm_value_none(), vm_value_none(), vm_value_none(), vm_value_none(),
+                      vm_value_none(), vm_value_int(1), vm_value_int(1), vm_value_int(0),
+                      vm_value_int(0), vm_value_int(0), vm_value_int(0), vm_value_int(1),
+                      vm_value_int(1), vm_value_int(2),
+                      tops_plain(e, VM_I32, 4, DIMS(1, 6, 3, 3))};
+  ASSERT_STATUS(tops_call(e, "cl.qconv2d", c, 17), VM_INVALID_ARGUMENT,
+                "cl.qconv2d: groups 2 does not fit x's 4 channels and w's 6 x 3");
+  release_all(c, 17);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_quantize_per_axis), cmocka_unit_test(test_dynamic_quantize),
+      cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qconv2d),
+      cmocka_unit_test(test_quant_errors),
+  };
+  return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
+}
