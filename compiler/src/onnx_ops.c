@@ -43,6 +43,8 @@
 #define A_BCAST5 "axis:-6 broadcast:-6 consumed_inputs:-5"
 #define A_REDUCE18 "keepdims axes:-17 noop_with_empty_axes:18-"
 
+#define A_RECURRENT "activation_alpha activation_beta activations clip direction hidden_size"
+
 static const onx_op_t k_ops[] = {
     {"Abs", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_ABS},
     {"Add", "", 0, 0, A_BCAST5, onx_op_binary, B_ADD},
@@ -135,15 +137,26 @@ static const onx_op_t k_ops[] = {
     {"Unsqueeze", "", 0, 0, "axes:-12", onx_op_unsqueeze, 0},
     {"Where", "", 0, 0, "", onx_op_where, 0},
     {"Xor", "", 0, 0, A_BCAST, onx_op_binary, B_XOR},
+    /* recurrent layers (onnx_ops_recurrent.c); output_sequence (opsets
+     * 1-6) only said whether Y is computed, which the outputs say too */
+    {"GRU", "", 0, 0, A_RECURRENT " linear_before_reset:3- layout:14- output_sequence:-6",
+     onx_op_recurrent, 1},
+    {"LSTM", "", 0, 0, A_RECURRENT " input_forget layout:14- output_sequence:-6",
+     onx_op_recurrent, 2},
+    {"RNN", "", 0, 0, A_RECURRENT " layout:14- output_sequence:-6", onx_op_recurrent, 0},
+    {"DynamicQuantizeLSTM", "com.microsoft", 0, 0, A_RECURRENT " input_forget", onx_op_dq_lstm,
+     0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
-static void supported_ops(char *buf, size_t len) {
+/* The operators of domain dom, in the table's order. */
+static void supported_ops(const char *dom, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = 0;
   for (size_t i = 0; i < NUM_OPS && used < len; i++)
-    used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", k_ops[i].name);
+    if (strcmp(k_ops[i].domain, dom) == 0)
+      used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", k_ops[i].name);
 }
 
 vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
@@ -158,10 +171,15 @@ vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
     if (strcmp(k_ops[i].name, n->op_type) == 0) op = &k_ops[i];
   }
   if (!dom_known)
-    return onx_node_err(c, VM_UNIMPLEMENTED, "domain '%.60s': supported: the default domain", dom);
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "domain '%.60s': supported: the default domain, com.microsoft", dom);
   if (!op) {
     char ops[1280];
-    supported_ops(ops, sizeof(ops));
+    supported_ops(dom, ops, sizeof(ops));
+    if (dom[0])
+      return onx_node_err(c, VM_UNIMPLEMENTED,
+                          "operator %.40s of domain '%.60s' is not supported: supported: %s",
+                          n->op_type, dom, ops);
     return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
                         n->op_type, ops);
   }

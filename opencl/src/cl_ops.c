@@ -70,6 +70,7 @@ static const op_entry_t ops[] = {
     {"cl.gather", vmcl_op_gather, NULL},
     {"cl.resize", vmcl_op_resize, NULL},
     {"cl.elementwise", vmcl_op_elementwise, NULL},
+    {"cl.rnn", vmcl_op_rnn, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

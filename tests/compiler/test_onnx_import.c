@@ -136,9 +136,15 @@ static void test_unsupported_op_and_attribute(void **state) {
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
                 "node 'g' (Gelu): attribute 'approximate' = fast: supported: none, tanh");
   relu_model(&m);
+  m.nodes[0].domain = "com.example";
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (Relu): domain 'com.example': supported: the default domain, "
+                "com.microsoft");
+  relu_model(&m);
   m.nodes[0].domain = "com.microsoft";
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
-                "node 'r' (Relu): domain 'com.microsoft': supported: the default domain");
+                "node 'r' (Relu): operator Relu of domain 'com.microsoft' is not supported: "
+                "supported: DynamicQuantizeLSTM");
 }
 
 static const float k_three = 3.0f, k_zero = 0.0f, k_six = 6.0f;

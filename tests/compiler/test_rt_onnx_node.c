@@ -123,6 +123,9 @@ static const char *const k_ops[] = {
     "Constant",
     "ConstantOfShape",
     "Range",
+    "RNN",
+    "GRU",
+    "LSTM",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
