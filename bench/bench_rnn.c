@@ -76,7 +76,7 @@ static vm_status_t b_less(vm_machine_t *m, const vm_value_t *args, uint32_t narg
 static void rnn_args(const rnn_shape_t *s, int64_t t_begin, int64_t t_count, int64_t *a) {
   int64_t i = 0;
   a[i++] = VM_REG(0);                      /* xw */
-  a[i++] = VM_REG(1);                      /* r */
+  a[i++] = VM_REG(1);                      /* R^T */
   for (int k = 0; k < 5; k++) a[i++] = VM_REG(NPARAMS); /* b, lens, h0, c0, p: none */
   a[i++] = VM_REG(2);                      /* params */
   a[i++] = VM_IMM(s->kind);
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < NSHAPES; i++) {
     const rnn_shape_t *s = &SHAPES[i];
     int64_t G = s->kind == 0 ? 1 : s->kind == 1 ? 3 : 4;
-    int64_t xwd[3] = {s->D, s->T * s->B, G * s->H}, rd[3] = {s->D, G * s->H, s->H};
+    int64_t xwd[3] = {s->D, s->T * s->B, G * s->H}, rd[3] = {s->D, s->H, G * s->H};
     int64_t pd[1] = {13}, wsd[2] = {s->D * s->B, 4 * s->H};
     int64_t yd[4] = {s->T, s->D, s->B, s->H}, sd[3] = {s->D, s->B, s->H};
     vm_value_t args[NPARAMS];

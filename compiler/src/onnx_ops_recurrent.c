@@ -188,6 +188,17 @@ static vm_status_t sizes(onx_ctx_t *c, rnn_cfg_t *f, const onx_value_t *x, const
   return VM_STATUS_OK;
 }
 
+/* A float32 graph constant [3 dims] holding data (copied), counted in the
+ * report's constants. */
+static int32_t weight3(onx_ctx_t *c, const float *data, const int64_t *dims) {
+  int32_t t = vmcc_graph_weight(c->g, data, 3, dims);
+  if (t >= 0 && c->rep) {
+    c->rep->num_consts++;
+    c->rep->const_bytes += (uint64_t)(dims[0] * dims[1] * dims[2]) * sizeof(float);
+  }
+  return t;
+}
+
 /* A run-time or constant optional input checked against its shape: its
  * tensor, or -1 when absent. */
 static vm_status_t opt_in(onx_ctx_t *c, uint32_t i, const char *what, uint32_t n,
@@ -200,10 +211,11 @@ static vm_status_t opt_in(onx_ctx_t *c, uint32_t i, const char *what, uint32_t n
   return VM_STATUS_OK;
 }
 
-/* Lowers the node once W and R are graph tensors [D, G*H, I] and
- * [D, G*H, H]: inputs 3.. (B, sequence_lens, initial_h, initial_c, P) are
- * read from the node as ONNX numbers them. */
-static vm_status_t lower(onx_ctx_t *c, rnn_cfg_t *f, onx_value_t *x, int32_t tw, int32_t tr) {
+/* Lowers the node once W is a graph tensor [D, G*H, I] (w_kn: [D, I, G*H])
+ * and R one transposed, [D, H, G*H]: inputs 3.. (B, sequence_lens,
+ * initial_h, initial_c, P) are read from the node as ONNX numbers them. */
+static vm_status_t lower(onx_ctx_t *c, rnn_cfg_t *f, onx_value_t *x, int32_t tw, int w_kn,
+                         int32_t tr) {
   int64_t GH = f->G * f->H; /* checked by sizes() */
   int64_t bd[2], sd[3] = {f->layout ? f->B : f->D, f->layout ? f->D : f->B, f->H};
   int64_t pd[2] = {f->D, 3 * f->H};
@@ -245,7 +257,7 @@ static vm_status_t lower(onx_ctx_t *c, rnn_cfg_t *f, onx_value_t *x, int32_t tw,
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output Y", 4, yd, NULL));
   VM_RETURN_IF_ERROR(onx_check_shape(c, "workspace", 2, wsd, NULL));
   int32_t txw = new_t(c, VM_F32, 3, xwd);
-  vmcc_arg_t g[7] = {A(onx_reshaped(c, x, 2, xd2)), A(tw), I(0), I(1),
+  vmcc_arg_t g[7] = {A(onx_reshaped(c, x, 2, xd2)), A(tw), I(0), I(!w_kn),
                      vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero), A(txw)};
   call(c, "cl.gemm", 7, g);
 
@@ -304,13 +316,33 @@ vm_status_t onx_op_recurrent(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(sizes(c, &f, x, w->dims, r->dims));
   VM_RETURN_IF_ERROR(want_shape(c, w, "input W", 3, w->dims));
   VM_RETURN_IF_ERROR(want_shape(c, r, "input R", 3, r->dims));
-  return lower(c, &f, x, onx_tid(c, w), onx_tid(c, r));
+  /* R^T [D, H, G*H], so that the kernel's work-items read along rows:
+   * transposed here when constant, else on the device */
+  int64_t rtd[3] = {f.D, f.H, f.G * f.H};
+  int32_t trt;
+  if (r->data) {
+    float *t = malloc((size_t)r->numel * sizeof(float) + 1);
+    if (!t) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of memory transposing R");
+    const float *src = (const float *)r->data;
+    for (int64_t d = 0; d < f.D; d++)
+      for (int64_t g = 0; g < rtd[2]; g++)
+        for (int64_t k = 0; k < f.H; k++)
+          t[(d * f.H + k) * rtd[2] + g] = src[(d * rtd[2] + g) * f.H + k];
+    trt = weight3(c, t, rtd);
+    free(t);
+  } else {
+    static const int64_t perm[3] = {0, 2, 1};
+    trt = new_t(c, VM_F32, 3, rtd);
+    vmcc_arg_t a[3] = {A(onx_tid(c, r)), vmcc_graph_ints(c->g, 3, perm), A(trt)};
+    call(c, "cl.transpose", 3, a);
+  }
+  return lower(c, &f, x, onx_tid(c, w), 0, trt);
 }
 
 /* DynamicQuantizeLSTM's W [D, I, 4H] or R [D, H, 4H] (int8 or uint8,
  * constant) dequantized with its scale and zero point (per direction, or
- * per direction and gate column) and transposed to ONNX's [D, 4H, I]:
- * a float32 graph constant. */
+ * per direction and gate column): a float32 graph constant of the same
+ * layout (what the GEMM and cl.rnn read without a transpose). */
 static vm_status_t dequant(onx_ctx_t *c, const onx_value_t *q, uint32_t si, uint32_t zi,
                            const char *what, int32_t *out) {
   *out = -1;
@@ -354,14 +386,10 @@ static vm_status_t dequant(onx_ctx_t *c, const onx_value_t *q, uint32_t si, uint
         int64_t qi = (d * K + k) * N + j, si2 = per_col ? d * N + j : d;
         double v = (double)(onx_ld_i(q->dt, q->data, qi) - onx_ld_i(z->dt, z->data, si2)) *
                    onx_ld_f(s->dt, s->data, si2);
-        f[(d * N + j) * K + k] = (float)v;
+        f[qi] = (float)v;
       }
-  int64_t td[3] = {D, N, K};
-  *out = vmcc_graph_weight(c->g, f, 3, td);
-  if (*out >= 0 && c->rep) {
-    c->rep->num_consts++;
-    c->rep->const_bytes += (uint64_t)n * sizeof(float);
-  }
+  int64_t td[3] = {D, K, N};
+  *out = weight3(c, f, td);
   free(f);
   return VM_STATUS_OK;
 }
@@ -379,5 +407,5 @@ vm_status_t onx_op_dq_lstm(onx_ctx_t *c) {
   int32_t tw, tr;
   VM_RETURN_IF_ERROR(dequant(c, w, 8, 9, "W", &tw));
   VM_RETURN_IF_ERROR(dequant(c, r, 10, 11, "R", &tr));
-  return lower(c, &f, x, tw, tr);
+  return lower(c, &f, x, tw, 1, tr);
 }

@@ -10,7 +10,8 @@
  *
  * Layouts (ONNX's `layout` attribute): 0: X [T, B, I], Y [T, D, B, H],
  * states [D, B, H]; 1: X [B, T, I], Y [B, T, D, H], states [B, D, H].
- * xw is [D, rows, G*H] with rows in X's order. Step s of a row with
+ * xw is [D, rows, G*H] with rows in X's order; r is R transposed,
+ * [D, H, G*H]. Step s of a row with
  * sequence length len runs time t = s (forward) or len - 1 - s
  * (reverse); a step s >= len writes zeros to Y at t = s.
  *
@@ -47,11 +48,12 @@ float clipv(float x, float c) {
   return c > 0.0f ? clamp(x, -c, c) : x;
 }
 
-/* The dot product of row `row` of r (H wide) with v. */
-float rdot(__global const float *r, int row, int H, __global const float *v) {
-  __global const float *p = r + (size_t)row * H;
+/* Gate column `col` of h R^T: r holds R^T ([H, G*H], a row per input
+ * unit), so the work-items of a group read consecutive columns. */
+float rdot(__global const float *r, int col, int H, int GH, __global const float *v) {
+  __global const float *p = r + col;
   float s = 0.0f;
-  for (int k = 0; k < H; k++) s += p[k] * v[k];
+  for (int k = 0; k < H; k++) s += p[(size_t)k * GH] * v[k];
   return s;
 }
 
@@ -102,20 +104,20 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
     for (int j = lid; j < H; j += L) {
       float hnew;
       if (kind == 0) {
-        float a = x[j] + rdot(r, j, H, hp);
+        float a = x[j] + rdot(r, j, H, GH, hp);
         if (has_b) a += wb[j] + rb[j];
         hnew = ACT(0, a);
       } else if (kind == 1) {
-        float az = x[j] + rdot(r, j, H, hp), ar = x[H + j] + rdot(r, H + j, H, hp);
+        float az = x[j] + rdot(r, j, H, GH, hp), ar = x[H + j] + rdot(r, H + j, H, GH, hp);
         if (has_b) az += wb[j] + rb[j], ar += wb[H + j] + rb[H + j];
         float z = ACT(0, az), rr = ACT(0, ar);
         zs[j] = z;
         rh[j] = rr; /* the reset gate; r * h once every unit has it */
         hnew = 0.0f;
       } else {
-        float ai = x[j] + rdot(r, j, H, hp), ao = x[H + j] + rdot(r, H + j, H, hp);
-        float af = x[2 * H + j] + rdot(r, 2 * H + j, H, hp);
-        float ac = x[3 * H + j] + rdot(r, 3 * H + j, H, hp);
+        float ai = x[j] + rdot(r, j, H, GH, hp), ao = x[H + j] + rdot(r, H + j, H, GH, hp);
+        float af = x[2 * H + j] + rdot(r, 2 * H + j, H, GH, hp);
+        float ac = x[3 * H + j] + rdot(r, 3 * H + j, H, GH, hp);
         if (has_b) {
           ai += wb[j] + rb[j];
           ao += wb[H + j] + rb[H + j];
@@ -147,9 +149,9 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
         float ah;
         float wbh = has_b ? wb[2 * H + j] : 0.0f, rbh = has_b ? rb[2 * H + j] : 0.0f;
         if (flags & 2)
-          ah = x[2 * H + j] + rh[j] * (rdot(r, 2 * H + j, H, hp) + rbh) + wbh;
+          ah = x[2 * H + j] + rh[j] * (rdot(r, 2 * H + j, H, GH, hp) + rbh) + wbh;
         else
-          ah = x[2 * H + j] + rdot(r, 2 * H + j, H, rh) + rbh + wbh;
+          ah = x[2 * H + j] + rdot(r, 2 * H + j, H, GH, rh) + rbh + wbh;
         float z = zs[j];
         float hnew = (1.0f - z) * ACT(1, ah) + z * hp[j];
         hn[j] = hnew;

@@ -50,11 +50,12 @@ vm_status_t vmcl_op_rnn(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
       return vmcl_op_error(&op, "acts (argument 13) holds an activation code above 10");
   }
 
-  /* r [D, G*H, H] gives D and H; yh [D, B, H] (layout 1: [B, D, H]) gives B */
+  /* r (R transposed) [D, H, G*H] gives D and H; yh [D, B, H] (layout 1:
+   * [B, D, H]) gives B */
   int64_t G = kind == 0 ? 1 : kind == 1 ? 3 : 4;
-  if (r->ndim != 3 || r->shape[0] < 1 || r->shape[0] > 2 || r->shape[1] != G * r->shape[2])
-    return vmcl_op_error(&op, "r (argument 1) must be [D, %lld*H, H] with D 1 or 2", (long long)G);
-  int64_t D = r->shape[0], H = r->shape[2], GH = r->shape[1];
+  if (r->ndim != 3 || r->shape[0] < 1 || r->shape[0] > 2 || r->shape[2] != G * r->shape[1])
+    return vmcl_op_error(&op, "r (argument 1) must be [D, H, %lld*H] with D 1 or 2", (long long)G);
+  int64_t D = r->shape[0], H = r->shape[1], GH = r->shape[2];
   if (yh->ndim != 3) return vmcl_op_error(&op, "yh (argument 17) must have 3 dims");
   int64_t B = layout ? yh->shape[0] : yh->shape[1];
   int64_t sshape[3] = {layout ? B : D, layout ? D : B, H};
