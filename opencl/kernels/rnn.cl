@@ -17,7 +17,8 @@
  *
  * kind: 0 RNN (gates i), 1 GRU (z, r, h), 2 LSTM (i, o, f, c).
  * acts: per direction d, activation k (f, g, h) at slot d * 3 + k,
- * 4 bits each; params: [clip (<= 0: none), alpha/beta per slot].
+ * 4 bits each; params: [clip (<= 0: none; it bounds the gates'
+ * pre-activations), alpha/beta per slot].
  * flags: 1 input_forget (LSTM), 2 linear_before_reset (GRU).
  * ws: [D * B, 4 * H]: previous h, next h, r * h (GRU), z (GRU); the
  * cell state lives in yc. Steps from t_begin 0 start from h0/c0 (or 0).
@@ -39,10 +40,14 @@ float rnn_act(int code, float x, float a, float b) {
   }
 }
 
-/* Activation k of direction d applied to x clipped to [-clip, clip]. */
-#define ACT(k, x) \
-  rnn_act((acts >> (4 * (d * 3 + (k)))) & 15, clipv(x, clip), params[1 + 2 * (d * 3 + (k))], \
+/* Activation k of direction d applied to x clipped to [-c, c] (c 0: no
+ * clip). */
+#define ACTC(k, x, c) \
+  rnn_act((acts >> (4 * (d * 3 + (k)))) & 15, clipv(x, c), params[1 + 2 * (d * 3 + (k))], \
           params[2 + 2 * (d * 3 + (k))])
+/* the gates' pre-activations are clipped; the cell state before LSTM's h
+ * is not (as onnxruntime) */
+#define ACT(k, x) ACTC(k, x, clip)
 
 float clipv(float x, float c) {
   return c > 0.0f ? clamp(x, -c, c) : x;
@@ -132,7 +137,7 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
         if (has_p) ao += p[H + j] * cnew;
         float og = ACT(0, ao);
         cs[j] = cnew;
-        hnew = og * ACT(2, cnew);
+        hnew = og * ACTC(2, cnew, 0.0f);
       }
       if (kind != 1) {
         hn[j] = hnew;

@@ -8,6 +8,9 @@ arguments, then the atol).
   silero-vad 6.2.3    silero_vad.onnx needs If for the whole model: each of
                       its 4 LSTM nodes is cut out with the constant nodes
                       that feed it (its X, initial_h, initial_c as inputs)
+  attributes          LSTM, GRU and RNN with clip, and with activations
+                      that take alpha and beta, against onnxruntime (how
+                      it applies clip and consumes the alphas and betas)
   DynamicQuantizeLSTM onnxruntime's quantize_dynamic of a bidirectional
                       LSTM (int8, per tensor and per channel), checked
                       against onnxruntime's LSTM on the dequantized weights
@@ -95,6 +98,28 @@ for k, (node, inits, prod) in enumerate(found):
     onnx.save(sm, path)
     feeds = {i.name: (rng.standard_normal((1, 1, 128)) * 0.5).astype(np.float32) for i in ins}
     add_check(f"silero{k}", path, feeds, run(path, feeds), 1e-4)
+
+# clip, and activations with alpha and beta, as onnxruntime applies them
+T, B, I, H = 6, 2, 4, 5
+for k, (op, G, attrs) in enumerate((
+        ("LSTM", 4, dict(clip=0.3)), ("GRU", 3, dict(clip=0.3)), ("RNN", 1, dict(clip=0.3)),
+        ("LSTM", 4, dict(activations=["HardSigmoid", "LeakyRelu", "Affine"],
+                         activation_alpha=[0.3, 0.2, 1.5], activation_beta=[0.4, 0.1])),
+        ("GRU", 3, dict(activations=["Sigmoid", "ScaledTanh"], activation_alpha=[0.7],
+                        activation_beta=[1.3])))):
+    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
+    g = helper.make_graph(
+        [helper.make_node(op, ["x", "W", "R"], outs, hidden_size=H, **attrs)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, B, I])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
+        [numpy_helper.from_array(rng.standard_normal((1, G * H, I)).astype(np.float32), "W"),
+         numpy_helper.from_array(rng.standard_normal((1, G * H, H)).astype(np.float32), "R")])
+    am = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    am.ir_version = 8
+    path = os.path.join(work, f"attrs{k}_{op}.onnx")
+    onnx.save(am, path)
+    feeds = {"x": rng.standard_normal((T, B, I)).astype(np.float32)}
+    add_check(f"attrs{k}", path, feeds, run(path, feeds), 1e-5)
 
 # DynamicQuantizeLSTM
 T, B, I, H = 16, 2, 32, 64
