@@ -636,12 +636,16 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
       c->node = NULL;
       return vm_status_make(VM_INVALID_ARGUMENT, "node %zu has no op_type", i);
     }
-    if (n->n_output == 0 || !n->output[0] || !n->output[0][0])
-      return onx_node_err(c, VM_INVALID_ARGUMENT, "the node has no output 0");
     /* before the skip: a node fused into an earlier one is checked too */
     const onx_op_t *op;
     vm_status_t st = onx_resolve_op(c, &op);
     if (st) return st;
+    int has_out = n->n_output > 0 && n->output[0] && n->output[0][0];
+    for (size_t k = 1; onx_op_any_output(op) && !has_out && k < n->n_output; k++)
+      has_out = n->output[k] && n->output[k][0];
+    if (!has_out)
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          onx_op_any_output(op) ? "the node has no output" : "the node has no output 0");
     c->op = op;
     if (c->skip && c->skip[i]) { /* fused into an earlier node */
       if (c->rep) {

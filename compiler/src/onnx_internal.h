@@ -254,5 +254,8 @@ struct onx_op {
  * operator, a domain or an opset without a row, an attribute the row does
  * not list; INVALID_ARGUMENT for a duplicate or nameless attribute. */
 vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out);
+/* 1 when op's output 0 may be absent ("") as long as another is named
+ * (the recurrent operators: Y_h alone is common). */
+int onx_op_any_output(const onx_op_t *op);
 
 #endif /* ONX_INTERNAL_H */

@@ -43,6 +43,8 @@
 #define A_BCAST5 "axis:-6 broadcast:-6 consumed_inputs:-5"
 #define A_REDUCE18 "keepdims axes:-17 noop_with_empty_axes:18-"
 
+#define A_RECURRENT "activation_alpha activation_beta activations clip direction hidden_size"
+
 static const onx_op_t k_ops[] = {
     {"Abs", "", 0, 0, A_LEGACY, onx_op_unary, ONX_U_ABS},
     {"Add", "", 0, 0, A_BCAST5, onx_op_binary, B_ADD},
@@ -157,11 +159,20 @@ static const onx_op_t k_ops[] = {
     {"QLinearConcat", "com.microsoft", 0, 0, "axis", onx_op_qlinear_concat, 0},
     {"QuantizeLinear", "com.microsoft", 0, 0, "axis", onx_op_quantize, 0},
     {"DequantizeLinear", "com.microsoft", 0, 0, "axis", onx_op_dequantize, 0},
+    /* recurrent layers (onnx_ops_recurrent.c); output_sequence (opsets
+     * 1-6) only said whether Y is computed, which the outputs say too */
+    {"GRU", "", 0, 0, A_RECURRENT " linear_before_reset:3- layout:14- output_sequence:-6",
+     onx_op_recurrent, 1},
+    {"LSTM", "", 0, 0, A_RECURRENT " input_forget layout:14- output_sequence:-6",
+     onx_op_recurrent, 2},
+    {"RNN", "", 0, 0, A_RECURRENT " layout:14- output_sequence:-6", onx_op_recurrent, 0},
+    {"DynamicQuantizeLSTM", "com.microsoft", 0, 0, A_RECURRENT " input_forget", onx_op_dq_lstm,
+     0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
-/* The operators of domain dom, comma-separated. */
+/* The operators of domain dom, in the table's order. */
 static void supported_ops(const char *dom, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = 0;
@@ -187,6 +198,10 @@ vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
   if (!op) {
     char ops[2048];
     supported_ops(dom, ops, sizeof(ops));
+    if (dom[0])
+      return onx_node_err(c, VM_UNIMPLEMENTED,
+                          "operator %.40s of domain '%.60s' is not supported: supported: %s",
+                          n->op_type, dom, ops);
     return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
                         n->op_type, ops);
   }

@@ -169,6 +169,9 @@ vm_status_t onx_op_maxpool(onx_ctx_t *c);
 vm_status_t onx_op_not(onx_ctx_t *c);
 vm_status_t onx_op_pad(onx_ctx_t *c);
 vm_status_t onx_op_range(onx_ctx_t *c);
+/* onnx_ops_recurrent.c: RNN, GRU, LSTM (arg: 0, 1, 2) and DynamicQuantizeLSTM */
+vm_status_t onx_op_recurrent(onx_ctx_t *c);
+vm_status_t onx_op_dq_lstm(onx_ctx_t *c);
 vm_status_t onx_op_reduce(onx_ctx_t *c);
 vm_status_t onx_op_reshape(onx_ctx_t *c);
 vm_status_t onx_op_resize(onx_ctx_t *c);

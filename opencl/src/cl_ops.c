@@ -75,6 +75,7 @@ static const op_entry_t ops[] = {
     {"cl.dynamic_quantize", vmcl_op_dynamic_quantize, NULL},
     {"cl.qgemm", vmcl_op_qgemm, NULL},
     {"cl.qconv2d", vmcl_op_qconv2d, NULL},
+    {"cl.rnn", vmcl_op_rnn, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

@@ -25,6 +25,7 @@ extern const char vmcl_src_cast[];
 extern const char vmcl_src_resize[];
 extern const char vmcl_src_intops[];
 extern const char vmcl_src_quant[];
+extern const char vmcl_src_rnn[];
 
 /* Operator families. Each is one OpenCL program (per set of build options)
  * holding all the kernels of the family, so a process builds few
@@ -40,6 +41,7 @@ typedef enum vmcl_family {
   VMCL_FAM_RESIZE,          /* cl.resize */
   VMCL_FAM_INT,             /* integer cl.binary.*, cl.unary.clip */
   VMCL_FAM_QUANT,           /* cl.quantize, cl.dequantize, cl.qgemm, cl.qconv2d, ... */
+  VMCL_FAM_RNN,             /* cl.rnn */
   VMCL_FAM_COUNT
 } vmcl_family_t;
 
@@ -294,6 +296,8 @@ vm_status_t vmcl_op_where(vm_machine_t *m, const vm_value_t *args, uint32_t narg
                           void *user);
 vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                                 vm_value_t *out, void *user);
+vm_status_t vmcl_op_rnn(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                        void *user);
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
 /* cl_ops_quant.c */

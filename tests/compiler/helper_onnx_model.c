@@ -154,3 +154,60 @@ uint8_t *mb_pack(mb_t *m, size_t *n) {
 void mb_node_input(Onnx__NodeProto *n, const char *name) {
   n->input[n->n_input++] = (char *)name;
 }
+
+static Onnx__AttributeProto *attrs_add(mb_attrs_t *s, Onnx__NodeProto *n, const char *name,
+                                       Onnx__AttributeProto__AttributeType type) {
+  if (n->attribute != s->p) n->n_attribute = 0;
+  size_t k = n->n_attribute++;
+  assert_true(k < MB_MAX_ATTRS);
+  Onnx__AttributeProto *a = &s->a[k];
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->has_type = 1;
+  a->type = type;
+  s->p[k] = a;
+  n->attribute = s->p;
+  return a;
+}
+
+void mb_attrs_int(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = attrs_add(s, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  a->has_i = 1;
+  a->i = v;
+}
+
+void mb_attrs_float(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, float v) {
+  Onnx__AttributeProto *a = attrs_add(s, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  a->has_f = 1;
+  a->f = v;
+}
+
+void mb_attrs_floats(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, uint32_t k,
+                     const float *v) {
+  Onnx__AttributeProto *a = attrs_add(s, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
+  assert_true(k <= MB_MAX_ATTRS);
+  float *dst = s->floats[n->n_attribute - 1];
+  memcpy(dst, v, k * sizeof(float));
+  a->n_floats = k;
+  a->floats = dst;
+}
+
+void mb_attrs_str(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, const char *v) {
+  Onnx__AttributeProto *a = attrs_add(s, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+  a->has_s = 1;
+  a->s.data = (uint8_t *)v;
+  a->s.len = strlen(v);
+}
+
+void mb_attrs_strs(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, uint32_t k,
+                   const char *const *v) {
+  Onnx__AttributeProto *a = attrs_add(s, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS);
+  assert_true(k <= MB_MAX_ATTRS);
+  ProtobufCBinaryData *dst = s->strs[n->n_attribute - 1];
+  for (uint32_t i = 0; i < k; i++) {
+    dst[i].data = (uint8_t *)v[i];
+    dst[i].len = strlen(v[i]);
+  }
+  a->n_strings = k;
+  a->strings = dst;
+}

@@ -57,6 +57,22 @@ void mb_attr_scalar(mb_t *m, Onnx__NodeProto *n, const char *name, int32_t elem,
 /* An initializer with raw data (nbytes given, so tests can lie). */
 Onnx__TensorProto *mb_init_raw(mb_t *m, const char *name, int32_t elem, uint32_t ndim,
                                const int64_t *dims, const void *data, size_t nbytes);
+/* Attributes beyond mb_t's one per node: up to MB_MAX_ATTRS on one node,
+ * held in s (each list of at most MB_MAX_ATTRS values, copied). */
+#define MB_MAX_ATTRS 8
+typedef struct mb_attrs {
+  Onnx__AttributeProto a[MB_MAX_ATTRS];
+  Onnx__AttributeProto *p[MB_MAX_ATTRS];
+  float floats[MB_MAX_ATTRS][MB_MAX_ATTRS];
+  ProtobufCBinaryData strs[MB_MAX_ATTRS][MB_MAX_ATTRS];
+} mb_attrs_t;
+void mb_attrs_int(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, int64_t v);
+void mb_attrs_float(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, float v);
+void mb_attrs_floats(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, uint32_t k,
+                     const float *v);
+void mb_attrs_str(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, const char *v);
+void mb_attrs_strs(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, uint32_t k,
+                   const char *const *v);
 /* The packed bytes (malloc'ed). */
 uint8_t *mb_pack(mb_t *m, size_t *n);
 

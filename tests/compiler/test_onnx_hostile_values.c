@@ -484,6 +484,122 @@ static void test_initializers(void **state) {
   EXPECT_REFUSED(&m, VM_INVALID_ARGUMENT, "initializer 'w': 3 values for 4 elements");
 }
 
+/* y = LSTM(x [5, 1, 3], W, R) with W [1, 4h, 3] and R [1, 4h, h] as
+ * run-time inputs (h = 2 unless the test lies), one attribute set. */
+static Onnx__NodeProto *lstm_model(mb_t *m, const char *op, const int64_t *xd, const int64_t *wd,
+                                   const int64_t *rd) {
+  mb_init(m, 14);
+  mb_input(m, "x", 3, xd);
+  mb_input(m, "w", 3, wd);
+  mb_input(m, "r", 3, rd);
+  mb_output(m, "y", 4, (int64_t[]){5, 1, 1, 2});
+  Onnx__NodeProto *n = mb_node(m, op, "l", "x", "w", "y");
+  mb_node_input(n, "r");
+  return n;
+}
+
+static void test_recurrent(void **state) {
+  mb_t m;
+  mb_attrs_t at;
+  static const int64_t x5[3] = {5, 1, 3}, w8[3] = {1, 8, 3}, r8[3] = {1, 8, 2};
+  static const struct {
+    int64_t h;
+    const char *want;
+  } hs[] = {
+      {P62, "node 'l' (LSTM): hidden_size 4611686018427387904: expected 1 to 2147483647"},
+      {INT64_MIN, "node 'l' (LSTM): hidden_size -9223372036854775808: expected 1 to 2147483647"},
+      {0, "node 'l' (LSTM): hidden_size 0: expected 1 to 2147483647"},
+      {3, "node 'l' (LSTM): W [1,8,3] and R [1,8,2] do not fit 1 direction(s), hidden_size 3 "
+          "and input_size 3"},
+  };
+  for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
+    Onnx__NodeProto *n = lstm_model(&m, "LSTM", x5, w8, r8);
+    mb_attrs_int(&at, n, "hidden_size", hs[i].h);
+    EXPECT_REFUSED(&m, VM_INVALID_ARGUMENT, hs[i].want);
+  }
+  /* X [T, B, 1] with T*B rows: X W^T [1, T*B, 4096] past a dim, then past
+   * 2^40 elements */
+  static const int64_t xbig[3] = {65536, 32768, 1}, xbig2[3] = {32768, 32768, 1};
+  static const int64_t wbig[3] = {1, 4096, 1}, rbig[3] = {1, 4096, 1024};
+  lstm_model(&m, "LSTM", xbig, wbig, rbig);
+  EXPECT_REFUSED(&m, VM_INVALID_ARGUMENT,
+                 "node 'l' (LSTM): X W^T [1,2147483648,4096]: dim 1 is 2147483648");
+  lstm_model(&m, "LSTM", xbig2, wbig, rbig);
+  EXPECT_REFUSED(&m, VM_RESOURCE_EXHAUSTED,
+                 "node 'l' (LSTM): X W^T [1,1073741824,4096]: 4398046511104 elements");
+  /* a constant sequence length outside 0..T */
+  static const int32_t lens_hi[1] = {7}, lens_neg[1] = {INT32_MIN};
+  const int32_t *lens[2] = {lens_hi, lens_neg};
+  static const char *const lens_want[2] = {
+      "node 'l' (LSTM): sequence_lens[0] is 7: a length is 0 to the 5 time steps",
+      "node 'l' (LSTM): sequence_lens[0] is -2147483648: a length is 0 to the 5 time steps"};
+  for (int i = 0; i < 2; i++) {
+    Onnx__NodeProto *n = lstm_model(&m, "LSTM", x5, w8, r8);
+    mb_node_input(n, "");
+    mb_node_input(n, "lens");
+    mb_init_raw(&m, "lens", 6, 1, (int64_t[]){1}, lens[i], sizeof(int32_t));
+    EXPECT_REFUSED(&m, VM_INVALID_ARGUMENT, lens_want[i]);
+  }
+  /* an initial_h of another shape */
+  Onnx__NodeProto *n = lstm_model(&m, "LSTM", x5, w8, r8);
+  static const float h0[4] = {0};
+  mb_node_input(n, "");
+  mb_node_input(n, "");
+  mb_node_input(n, "h0");
+  mb_init_raw(&m, "h0", 1, 3, (int64_t[]){2, 1, 2}, h0, sizeof(h0));
+  EXPECT_REFUSED(&m, VM_INVALID_ARGUMENT,
+                 "node 'l' (LSTM): initial_h 'h0' has shape [2,1,2], expected [1,1,2]");
+  /* attributes: values outside their meaning */
+  static const char *const gelu[3] = {"Gelu", "Tanh", "Tanh"}, *const two[2] = {"Tanh", "Tanh"};
+  n = lstm_model(&m, "LSTM", x5, w8, r8);
+  mb_attrs_strs(&at, n, "activations", 3, gelu);
+  EXPECT_REFUSED(&m, VM_UNIMPLEMENTED,
+                 "node 'l' (LSTM): attribute 'activations' = Gelu: supported: Relu, Tanh, "
+                 "Sigmoid, Affine");
+  n = lstm_model(&m, "LSTM", x5, w8, r8);
+  mb_attrs_strs(&at, n, "activations", 2, two);
+  EXPECT_REFUSED(&m, VM_INVALID_ARGUMENT,
+                 "node 'l' (LSTM): attribute 'activations' has 2 functions, expected 3");
+  n = lstm_model(&m, "LSTM", x5, w8, r8);
+  mb_attrs_float(&at, n, "clip", -1.0f);
+  EXPECT_REFUSED(&m, VM_UNIMPLEMENTED,
+                 "node 'l' (LSTM): attribute 'clip' = -1: supported: a threshold above 0");
+  n = lstm_model(&m, "LSTM", x5, w8, r8);
+  mb_attrs_float(&at, n, "clip", NAN);
+  EXPECT_REFUSED(&m, VM_UNIMPLEMENTED, "node 'l' (LSTM): attribute 'clip' = nan");
+  n = lstm_model(&m, "LSTM", x5, w8, r8);
+  mb_attrs_str(&at, n, "direction", "sideways");
+  EXPECT_REFUSED(&m, VM_UNIMPLEMENTED,
+                 "node 'l' (LSTM): attribute 'direction' = sideways: supported: forward, "
+                 "reverse, bidirectional");
+  n = lstm_model(&m, "GRU", x5, (int64_t[]){1, 6, 3}, (int64_t[]){1, 6, 2});
+  mb_attrs_int(&at, n, "layout", INT64_MIN);
+  EXPECT_REFUSED(&m, VM_UNIMPLEMENTED,
+                 "node 'l' (GRU): attribute 'layout' = -9223372036854775808: supported: 0, 1");
+  /* DynamicQuantizeLSTM: W [1, 3, 8] at run time; then a constant one
+   * whose scale has 3 values for 1 direction */
+  n = lstm_model(&m, "DynamicQuantizeLSTM", x5, (int64_t[]){1, 3, 8}, (int64_t[]){1, 2, 8});
+  n->domain = "com.microsoft";
+  static char *dq_in[12] = {"x", "w", "r", "", "", "", "", "", "ws", "wz", "rs", "rz"};
+  n->input = dq_in;
+  n->n_input = 12;
+  static const float sc[3] = {0.1f, 0.1f, 0.1f};
+  static const int8_t zp[3] = {0}, q[24] = {0};
+  mb_init_raw(&m, "ws", 1, 1, (int64_t[]){1}, sc, sizeof(float));
+  mb_init_raw(&m, "wz", 3, 1, (int64_t[]){1}, zp, 1);
+  mb_init_raw(&m, "rs", 1, 1, (int64_t[]){3}, sc, sizeof(sc));
+  mb_init_raw(&m, "rz", 3, 1, (int64_t[]){3}, zp, 3);
+  EXPECT_REFUSED(&m, VM_UNIMPLEMENTED,
+                 "node 'l' (DynamicQuantizeLSTM): W, its scale and its zero point must be "
+                 "constants");
+  m.graph.n_input = 1; /* w and r become int8 initializers */
+  mb_init_raw(&m, "w", 3, 3, (int64_t[]){1, 3, 8}, q, 24);
+  mb_init_raw(&m, "r", 3, 3, (int64_t[]){1, 2, 8}, q, 16);
+  EXPECT_REFUSED(&m, VM_INVALID_ARGUMENT,
+                 "node 'l' (DynamicQuantizeLSTM): R's scale [3] and zero point [3]: expected [1] "
+                 "or [1,8] each");
+}
+
 static int setup(void **state) {
   (void)state;
   return run_proc_setup("client/vmclient", g_vmclient, sizeof(g_vmclient), "vmrpc_hostile_", g_dir,
@@ -508,6 +624,7 @@ int main(void) {
       cmocka_unit_test(test_pad),     cmocka_unit_test(test_slice),
       cmocka_unit_test(test_conv),    cmocka_unit_test(test_conv_transpose),
       cmocka_unit_test(test_pooling), cmocka_unit_test(test_initializers),
+      cmocka_unit_test(test_recurrent),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -131,6 +131,9 @@ static const char *const k_ops[] = {
     "ConvInteger",
     "QLinearConv",
     "QLinearMatMul",
+    "RNN",
+    "GRU",
+    "LSTM",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
@@ -997,6 +1000,248 @@ static void test_gelu(void **state) {
   }
 }
 
+/* ---- recurrent layers: what the node cases leave out ----
+ * LSTM, GRU and RNN with the features onnx's cases do not cover (layout 1,
+ * reverse and bidirectional with sequence_lens, activations with alpha and
+ * beta, clip, input_forget, peepholes, both linear_before_reset, an R
+ * computed at run time, so the compiler transposes it on the device),
+ * on the device against a double-precision host reference. */
+typedef struct rnn_case {
+  const char *op, *dir;
+  int kind, T, B, I, H, layout, lens, runtime_r, input_forget, lbr;
+  float clip;
+  uint32_t nact, nalpha, nbeta;
+  const char *acts[6];
+  float alpha[6], beta[6];
+} rnn_case_t;
+
+static double ref_act(const char *name, double x, double a, double b) {
+  if (!strcmp(name, "Relu")) return x > 0 ? x : 0;
+  if (!strcmp(name, "Tanh")) return tanh(x);
+  if (!strcmp(name, "Sigmoid")) return 1 / (1 + exp(-x));
+  if (!strcmp(name, "Affine")) return a * x + b;
+  if (!strcmp(name, "LeakyRelu")) return x >= 0 ? x : a * x;
+  if (!strcmp(name, "ThresholdedRelu")) return x > a ? x : 0;
+  if (!strcmp(name, "ScaledTanh")) return a * tanh(b * x);
+  if (!strcmp(name, "HardSigmoid")) return fmin(1, fmax(0, a * x + b));
+  if (!strcmp(name, "Elu")) return x >= 0 ? x : a * (exp(x) - 1);
+  if (!strcmp(name, "Softsign")) return x / (1 + fabs(x));
+  return log1p(exp(x)); /* Softplus */
+}
+
+/* The case's recurrence on the host: y [T, D, B, H] (layout 0 order) and
+ * yh [D, B, H], yc [D, B, H]. Gate pre-activations are clipped (not the
+ * cell state before h); the activations take the case's alphas and betas
+ * in order. */
+static void ref_rnn(const rnn_case_t *k, int D, const float *x, const float *w, const float *r,
+                    const float *bias, const float *p, const int32_t *lens, const float *h0,
+                    const float *c0, double *y, double *yh, double *yc) {
+  int G = k->kind == 0 ? 1 : k->kind == 1 ? 3 : 4, H = k->H, I = k->I, nact = (int)k->nact / D;
+  double al[6], be[6];
+  int ia = 0, ib = 0;
+  for (int s = 0; s < D * nact; s++) {
+    const char *n = k->acts[s];
+    int ta = strcmp(n, "Affine") == 0 || strcmp(n, "LeakyRelu") == 0 || strcmp(n, "ThresholdedRelu") == 0 ||
+             strcmp(n, "ScaledTanh") == 0 || strcmp(n, "HardSigmoid") == 0 || strcmp(n, "Elu") == 0;
+    int tb = strcmp(n, "Affine") == 0 || strcmp(n, "ScaledTanh") == 0 || strcmp(n, "HardSigmoid") == 0;
+    al[s] = ia < (int)k->nalpha && ta ? k->alpha[ia++] : 0;
+    be[s] = ib < (int)k->nbeta && tb ? k->beta[ib++] : 0;
+  }
+#define CL(v) (k->clip > 0 ? fmin(k->clip, fmax(-k->clip, (v))) : (v))
+#define F(s, v) ref_act(k->acts[d * nact + (s)], CL(v), al[d * nact + (s)], be[d * nact + (s)])
+  memset(y, 0, sizeof(double) * (size_t)(k->T * D * k->B * H));
+  for (int d = 0; d < D; d++) {
+    int rev = strcmp(k->dir, "reverse") == 0 || d == 1;
+    for (int b = 0; b < k->B; b++) {
+      double h[16], c[16], g[64], hn[16];
+      int st = k->layout ? (b * D + d) * H : (d * k->B + b) * H;
+      for (int j = 0; j < H; j++) h[j] = h0[st + j], c[j] = c0 ? c0[st + j] : 0;
+      int len = lens ? lens[b] : k->T;
+      for (int s = 0; s < len; s++) {
+        int t = rev ? len - 1 - s : s;
+        const float *xt = x + (k->layout ? (b * k->T + t) : (t * k->B + b)) * I;
+        for (int q = 0; q < G * H; q++) {
+          double a = 0, rr = 0;
+          for (int i = 0; i < I; i++) a += xt[i] * w[(d * G * H + q) * I + i];
+          for (int i = 0; i < H; i++) rr += h[i] * r[(d * G * H + q) * H + i];
+          const float *bw = bias + d * 2 * G * H;
+          g[q] = a + bw[q];
+          if (k->kind == 1 && q >= 2 * H) { /* GRU's candidate: its two parts apart */
+            g[q + G * H - 2 * H] = rr + bw[G * H + q];
+          } else {
+            g[q] += rr + bw[G * H + q];
+          }
+        }
+        for (int j = 0; j < H; j++) {
+          if (k->kind == 0) {
+            hn[j] = F(0, g[j]);
+          } else if (k->kind == 1) {
+            double z = F(0, g[j]), rg = F(0, g[H + j]), cand;
+            if (k->lbr) {
+              cand = g[2 * H + j] + rg * g[G * H + j];
+            } else {
+              double a = g[2 * H + j] + bias[d * 2 * G * H + G * H + 2 * H + j];
+              for (int i = 0; i < H; i++) {
+                double ri = F(0, g[H + i]);
+                a += ri * h[i] * r[(d * G * H + 2 * H + j) * H + i];
+              }
+              cand = a;
+            }
+            hn[j] = (1 - z) * F(1, cand) + z * h[j];
+          } else {
+            const float *pp = p ? p + d * 3 * H : NULL;
+            double ig = F(0, g[j] + (pp ? pp[j] * c[j] : 0));
+            double fg = k->input_forget ? 1 - ig : F(0, g[2 * H + j] + (pp ? pp[2 * H + j] * c[j] : 0));
+            double cn = fg * c[j] + ig * F(1, g[3 * H + j]);
+            double og = F(0, g[H + j] + (pp ? pp[H + j] * cn : 0));
+            c[j] = cn;
+            /* the cell state is not clipped before h (as onnxruntime) */
+            hn[j] = og * ref_act(k->acts[d * nact + 2], cn, al[d * nact + 2], be[d * nact + 2]);
+          }
+        }
+        for (int j = 0; j < H; j++) h[j] = hn[j], y[((t * D + d) * k->B + b) * H + j] = h[j];
+      }
+      for (int j = 0; j < H; j++) yh[(d * k->B + b) * H + j] = h[j], yc[(d * k->B + b) * H + j] = c[j];
+    }
+  }
+#undef F
+#undef CL
+}
+
+static void rnn_run_case(env_t *e, const rnn_case_t *k) {
+  int D = strcmp(k->dir, "bidirectional") == 0 ? 2 : 1;
+  int G = k->kind == 0 ? 1 : k->kind == 1 ? 3 : 4, H = k->H, GH = G * H;
+  enum { MAXE = 2 * 4 * 16 * 16 };
+  static float x[256], w[MAXE], r[MAXE], bias[2 * 2 * 64], p[2 * 48], h0[64], c0[64], zero[1];
+  static int32_t lens[4];
+  static double y[1024], yh[64], yc[64];
+  static float got[1024];
+  unsigned seed = 7u + (unsigned)k->kind * 13u + (unsigned)k->T;
+#define RND() ((seed = seed * 1103515245u + 12345u), (float)((seed >> 16) & 0x7fff) / 16384.0f - 1.0f)
+  int nx = k->T * k->B * k->I;
+  for (int i = 0; i < nx; i++) x[i] = RND();
+  for (int i = 0; i < D * GH * k->I; i++) w[i] = 0.6f * RND();
+  for (int i = 0; i < D * GH * H; i++) r[i] = 0.5f * RND();
+  for (int i = 0; i < D * 2 * GH; i++) bias[i] = 0.3f * RND();
+  for (int i = 0; i < D * 3 * H; i++) p[i] = 0.4f * RND();
+  for (int i = 0; i < D * k->B * H; i++) h0[i] = 0.5f * RND(), c0[i] = 0.5f * RND();
+  for (int b = 0; b < k->B; b++) lens[b] = k->lens ? (b == 0 ? k->T : 1 + (b * 3) % k->T) : k->T;
+  ref_rnn(k, D, x, w, r, bias, k->kind == 2 ? p : NULL, k->lens ? lens : NULL, h0,
+          k->kind == 2 ? c0 : NULL, y, yh, yc);
+
+  mb_t m;
+  mb_attrs_t at;
+  mb_init(&m, 14);
+  int64_t xd[3] = {k->layout ? k->B : k->T, k->layout ? k->T : k->B, k->I};
+  int64_t wd[3] = {D, GH, k->I}, rd[3] = {D, GH, H}, bd[2] = {D, 2 * GH}, ld[1] = {k->B};
+  int64_t sd[3] = {k->layout ? k->B : D, k->layout ? D : k->B, H}, pd[2] = {D, 3 * H};
+  int64_t yd[4] = {k->T, D, k->B, H}, yd1[4] = {k->B, k->T, D, H};
+  mb_input(&m, "x", 3, xd);
+  mb_output(&m, "y", 4, k->layout ? yd1 : yd);
+  mb_output(&m, "yh", 3, sd);
+  if (k->kind == 2) mb_output(&m, "yc", 3, sd);
+  /* initial states in the layout's order (the reference reads them so) */
+  mb_init_raw(&m, "w", 1, 3, wd, w, sizeof(float) * (size_t)(D * GH * k->I));
+  mb_init_raw(&m, "b", 1, 2, bd, bias, sizeof(float) * (size_t)(D * 2 * GH));
+  mb_init_raw(&m, "lens", 6, 1, ld, lens, sizeof(int32_t) * (size_t)k->B);
+  mb_init_raw(&m, "h0", 1, 3, sd, h0, sizeof(float) * (size_t)(D * k->B * H));
+  mb_init_raw(&m, "c0", 1, 3, sd, c0, sizeof(float) * (size_t)(D * k->B * H));
+  mb_init_raw(&m, "p", 1, 2, pd, p, sizeof(float) * (size_t)(D * 3 * H));
+  mb_init_raw(&m, k->runtime_r ? "rc" : "r", 1, 3, rd, r, sizeof(float) * (size_t)(D * GH * H));
+  if (k->runtime_r) { /* r = rc + 0 * sum(x): known only at run time */
+    mb_init_raw(&m, "zero", 1, 0, NULL, zero, sizeof(float));
+    mb_node(&m, "ReduceSum", "sum", "x", NULL, "s");
+    mb_node(&m, "Mul", "mul", "s", "zero", "z");
+    mb_node(&m, "Add", "add", "rc", "z", "r");
+  }
+  Onnx__NodeProto *n = mb_node(&m, k->op, "rec", "x", "w", "y");
+  static char *outs[3] = {"y", "yh", "yc"};
+  n->output = outs;
+  n->n_output = k->kind == 2 ? 3 : 2;
+  mb_node_input(n, "r");
+  mb_node_input(n, "b");
+  mb_node_input(n, k->lens ? "lens" : "");
+  mb_node_input(n, "h0");
+  static char *more[2] = {"c0", "p"};
+  if (k->kind == 2) { /* inputs 6 and 7: past mb_t's six */
+    static char *ins[8];
+    memcpy(ins, n->input, 6 * sizeof(char *));
+    ins[6] = more[0];
+    ins[7] = more[1];
+    n->input = ins;
+    n->n_input = 8;
+  }
+  mb_attrs_str(&at, n, "direction", k->dir);
+  mb_attrs_int(&at, n, "hidden_size", H);
+  mb_attrs_int(&at, n, "layout", k->layout);
+  mb_attrs_strs(&at, n, "activations", k->nact, k->acts);
+  if (k->nalpha) mb_attrs_floats(&at, n, "activation_alpha", k->nalpha, k->alpha);
+  if (k->nbeta) mb_attrs_floats(&at, n, "activation_beta", k->nbeta, k->beta);
+  if (k->clip > 0) mb_attrs_float(&at, n, "clip", k->clip);
+  if (k->kind == 2) mb_attrs_int(&at, n, "input_forget", k->input_forget);
+  if (k->kind == 1) mb_attrs_int(&at, n, "linear_before_reset", k->lbr);
+
+  size_t nbytes;
+  uint8_t *bytes = mb_pack(&m, &nbytes);
+  vm_executable_t *exec = NULL;
+  ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, NULL));
+  free(bytes);
+  vm_machine_t *vm = NULL;
+  vm_value_t xv = vm_value_none(), res = vm_value_none();
+  vmcc_tensor_t xin = {VM_F32, 3, {xd[0], xd[1], xd[2]}, x, sizeof(float) * (size_t)nx};
+  ASSERT_OK(run_exec(e, exec, &xin, &vm, &xv, &res));
+  const vm_tuple_t *tu = vm_value_as_tuple(&res);
+  assert_non_null(tu);
+  for (uint32_t o = 0; o < tu->size; o++) {
+    vm_tensor_t *t = vm_value_as_tensor(&tu->fields[o]);
+    assert_non_null(t);
+    int64_t numel = vm_tensor_numel(t);
+    ASSERT_OK(e->dev->ops->copy_to_host(e->dev, got, t->storage->buffer, t->offset,
+                                        (uint64_t)numel * sizeof(float)));
+    for (int64_t i = 0; i < numel; i++) {
+      /* i in the output's layout -> the reference's [T, D, B, H] / [D, B, H] */
+      int64_t hh = i % H, q = i / H, want_i;
+      if (o == 0) {
+        int64_t tt, dd, bb;
+        if (k->layout)
+          dd = q % D, tt = (q / D) % k->T, bb = q / D / k->T;
+        else
+          bb = q % k->B, dd = (q / k->B) % D, tt = q / k->B / D;
+        want_i = ((tt * D + dd) * k->B + bb) * H + hh;
+      } else {
+        int64_t dd = k->layout ? q % D : q / k->B, bb = k->layout ? q / D : q % k->B;
+        want_i = (dd * k->B + bb) * H + hh;
+      }
+      double want = o == 0 ? y[want_i] : o == 1 ? yh[want_i] : yc[want_i];
+      if (!(fabs(got[i] - want) <= 1e-5 + 1e-4 * fabs(want)))
+        fail_msg("%s %s layout %d: output %u element %lld is %.7g, expected %.7g", k->op, k->dir,
+                 k->layout, o, (long long)i, got[i], want);
+    }
+  }
+  vm_value_release(&res);
+  vm_value_release(&xv);
+  vm_machine_free(vm);
+  vm_executable_free(exec);
+#undef RND
+}
+
+static void test_recurrent_features(void **state) {
+  static const rnn_case_t cases[] = {
+      {"LSTM", "bidirectional", 2, 5, 3, 4, 6, 1, 1, 1, 1, 0, 0.3f, 6, 4, 3,
+       {"HardSigmoid", "Elu", "Softsign", "Sigmoid", "ScaledTanh", "Affine"},
+       {0.3f, 0.9f, 0.8f, 1.2f}, {0.45f, 0.7f, 0.1f}},
+      {"LSTM", "reverse", 2, 4, 2, 3, 5, 0, 1, 0, 0, 0, 0.0f, 3, 0, 0,
+       {"Sigmoid", "Tanh", "Relu"}, {0}, {0}},
+      {"GRU", "reverse", 1, 6, 2, 3, 5, 0, 1, 0, 0, 0, 0.0f, 2, 1, 0,
+       {"Sigmoid", "ThresholdedRelu"}, {0.05f}, {0}},
+      {"GRU", "bidirectional", 1, 4, 2, 3, 4, 1, 0, 1, 0, 1, 1.5f, 4, 2, 1,
+       {"HardSigmoid", "LeakyRelu", "Sigmoid", "Tanh"}, {0.25f, 0.1f}, {0.5f}},
+      {"RNN", "bidirectional", 0, 7, 2, 3, 8, 0, 1, 1, 0, 0, 0.0f, 2, 0, 0,
+       {"Relu", "Softplus"}, {0}, {0}},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) rnn_run_case(*state, &cases[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_node_cases),
@@ -1007,6 +1252,7 @@ int main(void) {
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_qdq_conv_fused),
+      cmocka_unit_test(test_recurrent_features),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

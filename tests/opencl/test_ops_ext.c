@@ -1042,6 +1042,110 @@ static void test_int_ops(void **state) {
   release_all(c, 4);
 }
 
+/* ---------------------------------------------------------------------------
+ * cl.rnn: the whole sequence in one call equals a call per step (the state
+ * carries over in the workspace), bidirectional GRU with sequence lengths,
+ * every tensor at an offset between guards; then argument errors.
+ */
+static void rnn_call(tops_env_t *e, vm_value_t *t, int64_t t_begin, int64_t t_count) {
+  /* t: xw, r, b, lens, h0, params, ws, y, yh */
+  vm_value_t args[19] = {t[0],
+                         t[1],
+                         t[2],
+                         t[3],
+                         t[4],
+                         vm_value_none(),
+                         vm_value_none(),
+                         t[5],
+                         vm_value_int(1), /* GRU */
+                         vm_value_int(0),
+                         vm_value_int(2), /* bidirectional */
+                         vm_value_int(t_begin),
+                         vm_value_int(t_count),
+                         vm_value_int(2 | 1 << 4 | 2 << 12 | 1 << 16), /* Sigmoid, Tanh */
+                         vm_value_int(2), /* linear_before_reset */
+                         t[6],
+                         t[7],
+                         t[8],
+                         vm_value_none()};
+  ASSERT_OK(tops_call(e, "cl.rnn", args, 19));
+}
+
+static void test_rnn(void **state) {
+  tops_env_t *e = *state;
+  enum { T = 5, B = 3, H = 6, D = 2, GH = 3 * H };
+  float *xw = tops_rand(D * T * B * GH, 1, -1, 1), *r = tops_rand(D * H * GH, 2, -0.5f, 0.5f);
+  float *b = tops_rand(D * 2 * GH, 3, -0.3f, 0.3f), *h0 = tops_rand(D * B * H, 4, -0.5f, 0.5f);
+  float params[13] = {0};
+  int32_t lens[B] = {5, 2, 0};
+  float got[2][T * D * B * H], goth[2][D * B * H];
+  for (int mode = 0; mode < 2; mode++) {
+    vm_value_t t[9] = {
+        tops_tensor_f(e, VM_F32, 3, DIMS(D, T * B, GH), xw),
+        tops_tensor_f(e, VM_F32, 3, DIMS(D, H, GH), r),
+        tops_tensor_f(e, VM_F32, 2, DIMS(D, 2 * GH), b),
+        tops_tensor(e, VM_I32, 1, DIMS(B), lens),
+        tops_tensor_f(e, VM_F32, 3, DIMS(D, B, H), h0),
+        tops_tensor_f(e, VM_F32, 1, DIMS(13), params),
+        tops_tensor(e, VM_F32, 2, DIMS(D * B, 4 * H), NULL),
+        tops_tensor(e, VM_F32, 4, DIMS(T, D, B, H), NULL),
+        tops_tensor(e, VM_F32, 3, DIMS(D, B, H), NULL),
+    };
+    if (mode == 0) {
+      rnn_call(e, t, 0, T);
+    } else {
+      for (int s = 0; s < T; s++) rnn_call(e, t, s, 1);
+    }
+    for (int i = 0; i < 9; i++) tops_check_guard(e, &t[i]);
+    tops_read_f(e, &t[7], got[mode]);
+    tops_read_f(e, &t[8], goth[mode]);
+    release_all(t, 9);
+  }
+  tops_assert_close(got[1], got[0], T * D * B * H, 0, 0, "y, step by step");
+  tops_assert_close(goth[1], goth[0], D * B * H, 0, 0, "yh, step by step");
+  /* a row of length 0: zeros in y, its initial state in yh */
+  for (int t = 0; t < T; t++)
+    for (int d = 0; d < D; d++)
+      for (int j = 0; j < H; j++) assert_true(got[0][((t * D + d) * B + 2) * H + j] == 0.0f);
+  for (int d = 0; d < D; d++)
+    for (int j = 0; j < H; j++) assert_true(goth[0][(d * B + 2) * H + j] == h0[(d * B + 2) * H + j]);
+  /* length 2: steps 2.. are zeros, the reverse direction ends at t = 0 */
+  assert_true(got[0][((2 * D + 0) * B + 1) * H] == 0.0f);
+  assert_true(goth[0][(1 * B + 1) * H] == got[0][((0 * D + 1) * B + 1) * H]);
+  free(xw), free(r), free(b), free(h0);
+
+  vm_value_t xv = tops_plain(e, VM_F32, 3, DIMS(1, 4, 12)), rv = tops_plain(e, VM_F32, 3, DIMS(1, 4, 12));
+  vm_value_t rbad = tops_plain(e, VM_F32, 3, DIMS(1, 12, 4)), pv = tops_plain(e, VM_F32, 1, DIMS(13));
+  vm_value_t ws = tops_plain(e, VM_F32, 2, DIMS(2, 16)), yh = tops_plain(e, VM_F32, 3, DIMS(1, 2, 4));
+  vm_value_t l64 = tops_plain(e, VM_I64, 1, DIMS(2));
+  vm_value_t a[19] = {xv, rv, vm_value_none(), vm_value_none(), vm_value_none(), vm_value_none(),
+                      vm_value_none(), pv, vm_value_int(1), vm_value_int(0), vm_value_int(0),
+                      vm_value_int(0), vm_value_int(2), vm_value_int(0x12), vm_value_int(0), ws,
+                      vm_value_none(), yh, vm_value_none()};
+  ASSERT_OK(tops_call(e, "cl.rnn", a, 19));
+  ASSERT_STATUS(tops_call(e, "cl.rnn", a, 18), VM_INVALID_ARGUMENT, "cl.rnn: ");
+  a[1] = rbad;
+  ASSERT_STATUS(tops_call(e, "cl.rnn", a, 19), VM_INVALID_ARGUMENT,
+                "cl.rnn: r (argument 1) must be [D, H, 3*H] with D 1 or 2");
+  a[1] = rv;
+  a[12] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.rnn", a, 19), VM_INVALID_ARGUMENT,
+                "cl.rnn: steps 0 to 3 are beyond the sequence (2 steps)");
+  a[12] = vm_value_int(2);
+  a[13] = vm_value_int(0xb00);
+  ASSERT_STATUS(tops_call(e, "cl.rnn", a, 19), VM_INVALID_ARGUMENT,
+                "cl.rnn: acts (argument 13) holds an activation code above 10");
+  a[13] = vm_value_int(0x12);
+  a[3] = l64;
+  ASSERT_STATUS(tops_call(e, "cl.rnn", a, 19), VM_INVALID_ARGUMENT,
+                "cl.rnn: lens (argument 3) has dtype int64, expected int32");
+  a[3] = vm_value_none();
+  a[8] = vm_value_int(2);
+  ASSERT_STATUS(tops_call(e, "cl.rnn", a, 19), VM_INVALID_ARGUMENT,
+                "cl.rnn: r (argument 1) must be [D, H, 4*H] with D 1 or 2");
+  release_all((vm_value_t[]){xv, rv, rbad, pv, ws, yh, l64}, 7);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ext),
@@ -1055,6 +1159,7 @@ int main(void) {
       cmocka_unit_test(test_reduce_min_prod),
       cmocka_unit_test(test_argmax),
       cmocka_unit_test(test_int_ops),
+      cmocka_unit_test(test_rnn),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
