@@ -135,6 +135,13 @@ static const onx_op_t k_ops[] = {
     {"Unsqueeze", "", 0, 0, "axes:-12", onx_op_unsqueeze, 0},
     {"Where", "", 0, 0, "", onx_op_where, 0},
     {"Xor", "", 0, 0, A_BCAST, onx_op_binary, B_XOR},
+    /* control flow (onnx_ops_control.c) */
+    {"If", "", 0, 0, "then_branch else_branch", onx_op_if, 0},
+    {"Loop", "", 0, 0, "body", onx_op_loop, 0},
+    {"Scan", "", 8, 0,
+     "body num_scan_inputs directions:8-8 scan_input_directions:9- scan_output_directions:9- "
+     "scan_input_axes:9- scan_output_axes:9-",
+     onx_op_scan, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
