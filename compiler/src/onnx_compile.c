@@ -716,7 +716,7 @@ static vm_status_t bind_output(onx_ctx_t *c, int32_t *outs, uint32_t i, int64_t 
     /* onnxruntime ignores the declared shape of a graph output: so does
      * the compiler, with a warning (the computed shape is the output's) */
     char got[128], decl[128] = "[";
-    type_str(v->dt, v->ndim, v->dims, got, sizeof(got));
+    onx_dims_str(v->ndim, v->dims, got, sizeof(got));
     for (int32_t d = 0; d < rank; d++) { /* a dynamic dim as ? */
       size_t u = strlen(decl);
       if (dims[d] < 0)

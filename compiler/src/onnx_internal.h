@@ -116,7 +116,6 @@ typedef struct onx_subfn {
 #define ONX_MAX_SUB_DEPTH 16          /* subgraphs lowered within each other */
 #define ONX_MAX_SUB_NODES (1u << 20)  /* subgraph nodes lowered, unrolled iterations included */
 #define ONX_MAX_UNROLL_NODES 65536    /* nodes one unrolled Loop or Scan lowers */
-#define ONX_MAX_TRIP_COUNT (1 << 24)  /* iterations of a run-time loop with a static count */
 
 /* ---- messages ---- */
 /* "node 'name' (Op): <fmt>" with code. */

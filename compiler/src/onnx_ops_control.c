@@ -801,10 +801,233 @@ static vm_status_t check_unroll(onx_ctx_t *c, const Onnx__GraphProto *body, int6
   return VM_STATUS_OK;
 }
 
+/* Whether trip iterations of body are beyond what one loop unrolls. */
+static int check_unroll_fits(const Onnx__GraphProto *body, int64_t trip) {
+  uint64_t nodes = body->n_node ? body->n_node : 1;
+  return trip > 0 && (uint64_t)trip > ONX_MAX_UNROLL_NODES / nodes;
+}
+
 static int truthy(const onx_value_t *v) {
   return onx_is_float(v->dt) ? onx_ld_f(v->dt, v->data, 0) != 0 : onx_ld_i(v->dt, v->data, 0) != 0;
 }
 
+
+/* A detached run-time value of tensor t (of the current graph). */
+static onx_value_t tensor_value(onx_ctx_t *c, int32_t t) {
+  onx_value_t v;
+  memset(&v, 0, sizeof(v));
+  v.tid = t;
+  v.dt = vmcc_graph_dtype(c->g, t);
+  v.ndim = vmcc_graph_ndim(c->g, t);
+  if (v.ndim) memcpy(v.dims, vmcc_graph_shape(c->g, t), v.ndim * sizeof(int64_t));
+  v.numel = onx_numel(v.ndim, v.dims);
+  return v;
+}
+
+/* A bool scalar tensor: a && b, each a tensor or (-1) true. */
+static int32_t and_t(onx_ctx_t *c, int32_t a, int32_t b) {
+  if (a < 0) return b;
+  if (b < 0) return a;
+  int32_t y = new_t(c, VM_BOOL, 0, NULL);
+  double f = 0;
+  int32_t no = onx_const_tensor_f(c, VM_BOOL, 0, NULL, &f);
+  vmcc_arg_t w[4] = {A(a), A(b), A(no), A(y)};
+  call(c, "cl.where", 4, w);
+  return y;
+}
+
+/* iter < m as a bool scalar tensor (iter an int64 scalar tensor, m a value). */
+static int32_t less_t(onx_ctx_t *c, int32_t iter, onx_value_t *m) {
+  int32_t y = new_t(c, VM_BOOL, 0, NULL);
+  int32_t mt = onx_reshaped(c, m, 0, NULL);
+  if (!vm_dtype_equal(m->dt, VM_I64)) {
+    int32_t t = new_t(c, VM_I64, 0, NULL);
+    vmcc_arg_t a[2] = {A(mt), A(t)};
+    call(c, "cl.cast", 2, a);
+    mt = t;
+  }
+  vmcc_arg_t a[3] = {A(iter), A(mt), A(y)};
+  call(c, "cl.binary.less", 3, a);
+  return y;
+}
+
+/* Loop with a run-time trip count or condition (or too long to unroll): a
+ * VM loop over a function of the body. Its state is the iteration number
+ * and the carried values; it also returns whether to go on (the body's
+ * condition, and the next iteration number below M). */
+static vm_status_t loop_vm(onx_ctx_t *c, const Onnx__GraphProto *body, onx_value_t *m,
+                           onx_value_t *cond) {
+  uint32_t nc = (uint32_t)c->node->n_input - 2;
+  if (body->n_input != 2u + nc)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "body has %zu inputs, the node gives it %u",
+                        body->n_input, 2 + nc);
+  if (body->n_output != 1u + nc)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "%zu scan outputs in a loop whose trip count or condition is known at "
+                        "run time only: their length would not be static: supported: a trip "
+                        "count and a condition known at compile time (bind their inputs with "
+                        "--const)",
+                        body->n_output - 1 - nc);
+  if (c->node->n_output != nc)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "the node has %zu outputs for %u carried values",
+                        c->node->n_output, nc);
+  /* zero iterations known at compile time: the initial values */
+  int64_t trip = m && m->data ? onx_ld_i(m->dt, m->data, 0) : 1;
+  if (trip <= 0 || (cond && cond->data && !truthy(cond))) {
+    vm_status_t st = VM_STATUS_OK;
+    for (uint32_t k = 0; k < nc && !st; k++) {
+      onx_value_t *v, d;
+      st = onx_in_req(c, 2 + k, &v);
+      if (!st) st = copy_value(v, &d);
+      if (!st) st = def_from(c, k, &d);
+      free(d.data);
+    }
+    return st;
+  }
+  /* params: the iteration number, the carried values, M (at run time),
+   * then the run-time values the body reads */
+  onx_value_t **cap;
+  uint32_t ncap;
+  VM_RETURN_IF_ERROR(captures(c, body, NULL, &cap, &ncap));
+  uint32_t np = 1 + nc + (m && !m->data ? 1 : 0) + ncap;
+  onx_value_t *pvals = calloc(np + 1, sizeof(*pvals));   /* the params' types */
+  onx_value_t **pv = calloc(np + 1, sizeof(*pv));
+  int32_t *init = calloc(np + 1, sizeof(*init)), *res = calloc(np + 1, sizeof(*res));
+  vm_status_t st = VM_STATUS_OK;
+  if (!pvals || !pv || !init || !res) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+  const char *iname = body->input[0] && body->input[0]->name ? body->input[0]->name : "iter";
+  for (uint32_t k = 0; !st && k < 1 + nc; k++) {
+    onx_value_t *p = &pvals[k];
+    if (k == 0) {
+      p->dt = VM_I64;
+      p->name = iname;
+      p->numel = 1;
+    } else {
+      onx_value_t *v;
+      st = onx_in_req(c, 1 + k, &v);
+      if (st) break;
+      p->name = v->name;
+      p->dt = v->dt;
+      p->ndim = v->ndim;
+      memcpy(p->dims, v->dims, sizeof(p->dims));
+      p->numel = v->numel;
+    }
+    p->tid = -1;
+    pv[k] = p;
+  }
+  uint32_t k0 = 1 + nc;
+  if (!st && m && !m->data) pv[k0++] = m;
+  for (uint32_t k = 0; !st && k < ncap; k++) pv[k0 + k] = cap[k];
+  /* initial values, in the outer graph (before the function takes over
+   * the tensors of the values it reads) */
+  int32_t cond0 = -1;
+  if (!st) {
+    double zero = 0;
+    init[0] = onx_const_tensor_f(c, VM_I64, 0, NULL, &zero);
+    for (uint32_t k = 0; k < nc; k++) init[1 + k] = onx_tid(c, onx_in(c, 2 + k));
+    for (uint32_t k = 1 + nc; k < np; k++) init[k] = onx_tid(c, pv[k]);
+    int32_t cc = cond && !cond->data ? onx_reshaped(c, cond, 0, NULL) : -1;
+    int32_t cm = m && !m->data ? less_t(c, init[0], m) : -1;
+    cond0 = and_t(c, cc, cm);
+    if (cond0 < 0) { /* both known and true: go */
+      double one = 1;
+      cond0 = onx_const_tensor_f(c, VM_BOOL, 0, NULL, &one);
+    }
+  }
+  fn_t f;
+  memset(&f, 0, sizeof(f));
+  onx_value_t *o = NULL;
+  onx_value_t fo[2];
+  onx_value_t *fouts = NULL;
+  char name[64];
+  snprintf(name, sizeof(name), "sub%u.body", c->num_subfns);
+  if (!st) st = fn_begin(c, name, np, pv, &f);
+  if (!st) {
+    /* the body's inputs: the iteration number, cond (true: the loop goes
+     * on only while it is), the carried values */
+    onx_value_t *in = calloc(2 + nc, sizeof(*in));
+    if (!in) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+    if (!st) {
+      in[0] = *pv[0];
+      st = scalar_const(VM_BOOL, 1, &in[1]);
+      for (uint32_t k = 0; k < nc; k++) in[2 + k] = *pv[1 + k];
+    }
+    if (!st) st = lower_sub(c, body, "body", 2 + nc, in, &o);
+    if (in) free(in[1].data);
+    free(in);
+    if (!st && !o) st = onx_node_err(c, VM_INVALID_ARGUMENT, "the body failed");
+    for (uint32_t k = 0; !st && k < nc; k++)
+      if (!same_type(&o[1 + k], pv[1 + k])) {
+        char a[96], b[96];
+        st = onx_node_err(c, VM_UNIMPLEMENTED,
+                          "carried value %u changes its shape from %s to %s in an iteration: "
+                          "supported: one static shape",
+                          k, onx_dims_str(pv[1 + k]->ndim, pv[1 + k]->dims, a, sizeof(a)),
+                          onx_dims_str(o[1 + k].ndim, o[1 + k].dims, b, sizeof(b)));
+      }
+    if (!st) {
+      /* next = iter + 1; go on = cond_out && next < M */
+      double one = 1;
+      int32_t next = new_t(c, VM_I64, 0, NULL);
+      vmcc_arg_t a[3] = {A(pv[0]->tid), A(onx_const_tensor_f(c, VM_I64, 0, NULL, &one)),
+                         A(next)};
+      call(c, "cl.binary.add", 3, a);
+      int32_t cc = -1;
+      if (cond && o[0].numel != 1) {
+        st = onx_node_err(c, VM_INVALID_ARGUMENT, "the body's condition has %lld elements",
+                          (long long)o[0].numel);
+      } else if (cond && o[0].data && !truthy(&o[0])) {
+        double zero = 0;
+        cc = onx_const_tensor_f(c, VM_BOOL, 0, NULL, &zero);
+      } else if (cond && !o[0].data) {
+        cc = onx_reshaped(c, &o[0], 0, NULL);
+      }
+      onx_value_t mv;
+      int32_t cm = -1;
+      if (m) {
+        mv = *m;
+        if (m->data) mv.tid = -1; /* made again in the function */
+        cm = less_t(c, next, m->data ? &mv : pv[1 + nc]);
+      }
+      int32_t go = and_t(c, cc, cm);
+      if (go < 0) { /* no M and a condition always true */
+        double t1 = 1;
+        go = onx_const_tensor_f(c, VM_BOOL, 0, NULL, &t1);
+      }
+      fouts = calloc(2 + nc, sizeof(*fouts));
+      if (!fouts) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+      if (!st) {
+        fo[0] = tensor_value(c, go);
+        fo[1] = tensor_value(c, next);
+        fouts[0] = fo[0];
+        fouts[1] = fo[1];
+        for (uint32_t k = 0; k < nc; k++) fouts[2 + k] = o[1 + k];
+      }
+    }
+  }
+  if (f.g) {
+    vm_status_t fe = fn_end(c, &f, 2 + nc, fouts, !st);
+    if (!st) st = fe;
+    else vm_status_free(fe);
+  }
+  if (!st) {
+    for (uint32_t k = 0; k < 1 + nc; k++) {
+      const onx_value_t *p = k ? pv[k] : &pvals[0];
+      res[k] = vmcc_graph_result(c->g, p->dt, p->ndim, p->dims);
+    }
+    vmcc_graph_loop(c->g, cond0, f.idx, 1 + nc, init, np - 1 - nc, init + 1 + nc, res);
+    for (uint32_t k = 0; k < nc && !st; k++)
+      st = onx_bind_out(c, k, res[1 + k], pv[1 + k]->ndim, pv[1 + k]->dims);
+  }
+  free(fouts);
+  free_values(o, (uint32_t)body->n_output);
+  free(pvals);
+  free(pv);
+  free(init);
+  free(res);
+  free(cap);
+  return st;
+}
 
 vm_status_t onx_op_loop(onx_ctx_t *c) {
   const Onnx__GraphProto *body;
@@ -820,13 +1043,17 @@ vm_status_t onx_op_loop(onx_ctx_t *c) {
   if (!m && !cond)
     return onx_node_err(c, VM_INVALID_ARGUMENT,
                         "neither M nor cond is given: the loop would never end");
-  if ((m && !m->data) || (cond && !cond->data))
-    return onx_node_err(c, VM_UNIMPLEMENTED,
-                        "%s is computed at run time: supported: a trip count and a condition "
-                        "known at compile time (bind their inputs with --const)",
-                        m && !m->data ? "the trip count M" : "the condition");
+  if (body->n_input < 2 || body->n_output < 1 || c->node->n_input - 2 > body->n_output - 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "body has %zu inputs and %zu outputs for %zu carried values", body->n_input,
+                        body->n_output, c->node->n_input - 2);
+  int has_scan = body->n_output - 1 > c->node->n_input - 2;
+  if ((m && !m->data) || (cond && !cond->data)) return loop_vm(c, body, m, cond);
   int64_t trip = m ? onx_ld_i(m->dt, m->data, 0) : -1; /* -1: unbounded */
   if (m && trip < 0) trip = 0;
+  /* a loop too long to unroll runs in the VM, when its results' shapes
+   * do not depend on the count */
+  if (!has_scan && (trip < 0 || check_unroll_fits(body, trip))) return loop_vm(c, body, m, cond);
   VM_RETURN_IF_ERROR(check_unroll(c, body, trip));
   unroll_t u;
   memset(&u, 0, sizeof(u));
