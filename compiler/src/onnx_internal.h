@@ -103,6 +103,7 @@ typedef struct onx_ctx {
   uint64_t sub_nodes;      /* subgraph nodes lowered so far (unrolled iterations count each) */
   struct onx_subfn *subfns; /* bytecode functions of run-time branches and loop bodies */
   uint32_t num_subfns, cap_subfns;
+  uint32_t fn_seq; /* numbers the functions' names */
 } onx_ctx_t;
 
 /* A bytecode function lowered from a subgraph, emitted after main. */

@@ -119,6 +119,48 @@ static void free_values(onx_value_t *v, uint32_t n) {
   free(v);
 }
 
+/* Calls fn(c, name, v, arg) for every name that the nodes of g and of the
+ * subgraphs within it read, and g's outputs name, which is an outer value
+ * v of the current scope (a name once per reference). */
+typedef vm_status_t (*outer_fn)(onx_ctx_t *c, const char *name, onx_value_t *v, void *arg);
+
+static vm_status_t walk_outer(onx_ctx_t *c, const Onnx__GraphProto *g, uint32_t depth,
+                              outer_fn fn, void *arg) {
+  if (depth > ONX_MAX_SUB_DEPTH)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "subgraphs nest more than %d deep: flatten the model's control flow",
+                        ONX_MAX_SUB_DEPTH);
+  for (size_t i = 0; i < g->n_node; i++) {
+    const Onnx__NodeProto *nd = g->node[i];
+    if (!nd) continue;
+    for (size_t k = 0; k < nd->n_input; k++) {
+      onx_value_t *v = onx_lookup(c, nd->input[k]);
+      if (v) VM_RETURN_IF_ERROR(fn(c, nd->input[k], v, arg));
+    }
+    for (size_t a = 0; a < nd->n_attribute; a++) {
+      const Onnx__AttributeProto *at = nd->attribute[a];
+      if (!at) continue;
+      if (at->g) VM_RETURN_IF_ERROR(walk_outer(c, at->g, depth + 1, fn, arg));
+      for (size_t q = 0; q < at->n_graphs; q++)
+        if (at->graphs[q]) VM_RETURN_IF_ERROR(walk_outer(c, at->graphs[q], depth + 1, fn, arg));
+    }
+  }
+  for (size_t k = 0; k < g->n_output; k++) {
+    const char *name = g->output[k] ? g->output[k]->name : NULL;
+    onx_value_t *v = onx_lookup(c, name);
+    if (v) VM_RETURN_IF_ERROR(fn(c, name, v, arg));
+  }
+  return VM_STATUS_OK;
+}
+
+/* walk_outer's fn: the name in the table arg, pointing at v. */
+static vm_status_t link_one(onx_ctx_t *c, const char *name, onx_value_t *v, void *arg) {
+  onx_name_t *e = onx_names_add(arg, name);
+  if (!e) return vm_status_make(VM_RESOURCE_EXHAUSTED, "onnx: out of host memory");
+  e->val = (int32_t)(v - c->vals);
+  return VM_STATUS_OK;
+}
+
 /* Enters subgraph sub of the current node: a name table of its own, whose
  * names of outer values point at them. */
 static vm_status_t scope_enter(onx_ctx_t *c, const Onnx__GraphProto *sub, const char *what,
@@ -136,12 +178,10 @@ static vm_status_t scope_enter(onx_ctx_t *c, const Onnx__GraphProto *sub, const 
   c->sub_nodes += sub->n_node;
   memset(s, 0, sizeof(*s));
   vm_status_t st = onx_names_build(&s->names, sub);
-  if (st) return st;
-  for (uint32_t i = 0; i < s->names.cap; i++) {
-    onx_name_t *e = &s->names.tab[i];
-    if (!e->name) continue;
-    onx_value_t *v = onx_lookup(c, e->name);
-    if (v) e->val = (int32_t)(v - c->vals);
+  if (!st) st = walk_outer(c, sub, c->depth, link_one, &s->names);
+  if (st) {
+    onx_names_free(&s->names);
+    return st;
   }
   s->skip = calloc(sub->n_node + 1, 1);
   if (!s->skip) {
@@ -283,38 +323,19 @@ static vm_status_t need_graph(onx_ctx_t *c, const char *name, const Onnx__GraphP
  * Run-time subgraphs: bytecode functions
  */
 
-/* The outer values that subgraph g (and those within it) reads, each once,
- * appended to list (marks: per outer value, 1 once listed). */
-static vm_status_t free_values_of(onx_ctx_t *c, const Onnx__GraphProto *g, uint8_t *marks,
-                                  onx_value_t **list, uint32_t *n, uint32_t depth) {
-  if (depth > ONX_MAX_SUB_DEPTH)
-    return onx_node_err(c, VM_INVALID_ARGUMENT,
-                        "subgraphs nest more than %d deep: flatten the model's control flow",
-                        ONX_MAX_SUB_DEPTH);
-  for (size_t i = 0; i < g->n_node; i++) {
-    const Onnx__NodeProto *nd = g->node[i];
-    if (!nd) continue;
-    for (size_t k = 0; k < nd->n_input; k++) {
-      onx_value_t *v = onx_lookup(c, nd->input[k]);
-      if (!v || marks[v - c->vals]) continue;
-      marks[v - c->vals] = 1;
-      list[(*n)++] = v;
-    }
-    for (size_t a = 0; a < nd->n_attribute; a++) {
-      const Onnx__AttributeProto *at = nd->attribute[a];
-      if (!at) continue;
-      if (at->g) VM_RETURN_IF_ERROR(free_values_of(c, at->g, marks, list, n, depth + 1));
-      for (size_t q = 0; q < at->n_graphs; q++)
-        if (at->graphs[q])
-          VM_RETURN_IF_ERROR(free_values_of(c, at->graphs[q], marks, list, n, depth + 1));
-    }
-  }
-  /* an output may name an outer value itself */
-  for (size_t k = 0; k < g->n_output; k++) {
-    onx_value_t *v = g->output[k] && g->output[k]->name ? onx_lookup(c, g->output[k]->name) : NULL;
-    if (!v || marks[v - c->vals]) continue;
-    marks[v - c->vals] = 1;
-    list[(*n)++] = v;
+/* walk_outer's fn: v appended to the list arg once. */
+typedef struct capture_list {
+  uint8_t *marks; /* per value of the context, 1 once listed */
+  onx_value_t **list;
+  uint32_t n;
+} capture_list_t;
+
+static vm_status_t capture_one(onx_ctx_t *c, const char *name, onx_value_t *v, void *arg) {
+  (void)name;
+  capture_list_t *l = arg;
+  if (!l->marks[v - c->vals]) {
+    l->marks[v - c->vals] = 1;
+    l->list[l->n++] = v;
   }
   return VM_STATUS_OK;
 }
@@ -325,13 +346,14 @@ static vm_status_t captures(onx_ctx_t *c, const Onnx__GraphProto *g0, const Onnx
                             onx_value_t ***out, uint32_t *n) {
   *out = NULL;
   *n = 0;
-  uint8_t *marks = calloc(c->num_vals + 1, 1);
-  onx_value_t **list = calloc(c->num_vals + 1, sizeof(*list));
+  capture_list_t l = {calloc(c->num_vals + 1, 1), calloc(c->num_vals + 1, sizeof(*l.list)), 0};
   vm_status_t st = VM_STATUS_OK;
-  if (!marks || !list) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
-  if (!st) st = free_values_of(c, g0, marks, list, n, 0);
-  if (!st && g1) st = free_values_of(c, g1, marks, list, n, 0);
-  free(marks);
+  if (!l.marks || !l.list) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!st) st = walk_outer(c, g0, c->depth, capture_one, &l);
+  if (!st && g1) st = walk_outer(c, g1, c->depth, capture_one, &l);
+  free(l.marks);
+  onx_value_t **list = l.list;
+  *n = l.n;
   if (st) {
     free(list);
     *n = 0;
@@ -471,9 +493,10 @@ vm_status_t onx_op_if(onx_ctx_t *c) {
   onx_value_t *outs[2] = {NULL, NULL};
   uint32_t fidx[2] = {0, 0};
   vm_status_t st = VM_STATUS_OK;
+  uint32_t seq = c->fn_seq++;
   for (int b = 0; b < 2 && !st; b++) {
     char name[64];
-    snprintf(name, sizeof(name), "sub%u.%s", c->num_subfns, b ? "else" : "then");
+    snprintf(name, sizeof(name), "if%u.%s", seq, b ? "else" : "then");
     fn_t f;
     st = fn_begin(c, name, np, pv, &f);
     if (st) break;
@@ -940,7 +963,7 @@ static vm_status_t loop_vm(onx_ctx_t *c, const Onnx__GraphProto *body, onx_value
   onx_value_t fo[2];
   onx_value_t *fouts = NULL;
   char name[64];
-  snprintf(name, sizeof(name), "sub%u.body", c->num_subfns);
+  snprintf(name, sizeof(name), "loop%u.body", c->fn_seq++);
   if (!st) st = fn_begin(c, name, np, pv, &f);
   if (!st) {
     /* the body's inputs: the iteration number, cond (true: the loop goes
