@@ -36,71 +36,19 @@ static agent_proc_t g_agent;
  * Models as protobuf bytes (field numbers of onnx.proto)
  */
 
-/* A ValueInfoProto of elem type and shape as graph field `field` (11
- * input, 12 output). */
-static void vi(pb_t *g, uint32_t field, const char *name, int elem, uint32_t ndim,
-               const int64_t *dims) {
-  pb_t shape = {0}, tensor = {0}, type = {0}, v = {0};
-  for (uint32_t i = 0; i < ndim; i++) {
-    pb_t d = {0};
-    pb_int(&d, 1, (uint64_t)dims[i]);
-    pb_msg(&shape, 1, &d);
-  }
-  pb_int(&tensor, 1, (uint64_t)elem);
-  pb_msg(&tensor, 2, &shape);
-  pb_msg(&type, 1, &tensor);
-  pb_str(&v, 1, name);
-  pb_msg(&v, 2, &type);
-  pb_msg(g, field, &v);
-}
+#define vi onnx_add_typed_value_info
+#define attr_graph onnx_attr_graph
+#define attr_int(a, name, v) onnx_attr_int(a, name, 0, v)
+#define attr_ints(a, name, v) onnx_attr_int(a, name, 1, v)
 
-/* A node of the inputs and outputs given ("" for an absent input) with
- * the attributes in attrs (AttributeProto messages as node field 5; freed),
- * as graph field 1. */
 static void node(pb_t *g, const char *op, const char *const *in, size_t nin,
                  const char *const *out, size_t nout, pb_t *attrs) {
-  pb_t n = {0};
-  for (size_t i = 0; i < nin; i++) pb_str(&n, 1, in[i]);
-  for (size_t i = 0; i < nout; i++) pb_str(&n, 2, out[i]);
-  pb_str(&n, 3, op);
-  pb_str(&n, 4, op);
-  if (attrs && attrs->n) pb_raw(&n, attrs->d, attrs->n);
-  if (attrs) {
-    free(attrs->d);
-    memset(attrs, 0, sizeof(*attrs));
-  }
-  pb_msg(g, 1, &n);
+  onnx_add_node_attrs(g, op, op, in, nin, out, nout, attrs);
 }
 
-static void attr_graph(pb_t *attrs, const char *name, pb_t *graph) {
-  pb_t a = {0};
-  pb_str(&a, 1, name);
-  pb_msg(&a, 6, graph);
-  pb_int(&a, 20, 5); /* GRAPH */
-  pb_msg(attrs, 5, &a);
-}
-
-/* An int attribute (field 3, type INT) or a list of one int (field 8,
- * type INTS). */
-static void attr_num(pb_t *attrs, const char *name, int list, int64_t v) {
-  pb_t a = {0};
-  pb_str(&a, 1, name);
-  pb_int(&a, list ? 8 : 3, (uint64_t)v);
-  pb_int(&a, 20, list ? 7 : 2);
-  pb_msg(attrs, 5, &a);
-}
-#define attr_int(a, name, v) attr_num(a, name, 0, v)
-#define attr_ints(a, name, v) attr_num(a, name, 1, v)
-
-/* A float initializer as graph field 5. */
 static void init_f(pb_t *g, const char *name, uint32_t ndim, const int64_t *dims, const float *v,
                    size_t n) {
-  pb_t t = {0};
-  for (uint32_t i = 0; i < ndim; i++) pb_int(&t, 1, (uint64_t)dims[i]);
-  pb_int(&t, 2, ELEM_FLOAT);
-  pb_str(&t, 8, name);
-  pb_bytes(&t, 9, v, n * sizeof(float));
-  pb_msg(g, 5, &t);
+  onnx_add_initializer(g, name, ELEM_FLOAT, ndim, dims, v, n * sizeof(float));
 }
 
 /* ---------------------------------------------------------------------------
