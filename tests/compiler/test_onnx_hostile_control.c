@@ -6,6 +6,7 @@
  * problem) and to the library (the exact status and message), and the
  * compiler stays well within its time (the bounds are checked before the
  * work, or as it goes). */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -246,6 +247,33 @@ static void test_malformed_attributes(void **state) {
                  "node 'if' (If): attribute 'else_branch' (a graph) is missing");
 }
 
+/* The control-flow seeds of fuzz_onnx (tests/fuzz/corpus/fuzz_onnx,
+ * tests/fuzz/gen_onnx_seeds.py) compile without options: the fuzzer starts
+ * from models that reach the lowering of If, Loop and Scan. */
+static void test_fuzz_seeds_compile(void **state) {
+  (void)state;
+  const char *src = getenv("VMRPC_SOURCE_DIR");
+  assert_non_null(src);
+  char dir[1024];
+  snprintf(dir, sizeof(dir), "%s/tests/fuzz/corpus/fuzz_onnx", src);
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *de; (de = readdir(d)) != NULL;) {
+    if (de->d_name[0] == '.') continue;
+    char path[1300];
+    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+    vm_executable_t *e = NULL;
+    vmcc_onnx_report_t rep;
+    vm_status_t st = vmcc_onnx_compile_file(path, NULL, &e, &rep);
+    if (st) fail_msg("%s: %s", de->d_name, vm_status_message(st));
+    vm_executable_free(e);
+    n++;
+  }
+  closedir(d);
+  assert_true(n >= 6);
+}
+
 static int setup(void **state) {
   (void)state;
   return run_proc_setup("client/vmclient", g_vmclient, sizeof(g_vmclient), "vmrpc-onnx-hctl-",
@@ -262,7 +290,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_if_nested_too_deep),      cmocka_unit_test(test_loop_bounds),
       cmocka_unit_test(test_total_subgraph_nodes),    cmocka_unit_test(test_if_branch_shapes_differ),
-      cmocka_unit_test(test_malformed_attributes),
+      cmocka_unit_test(test_malformed_attributes),   cmocka_unit_test(test_fuzz_seeds_compile),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
