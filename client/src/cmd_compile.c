@@ -79,6 +79,8 @@ static void json_report(cli_json_t *j, const vmcc_onnx_report_t *r) {
   cli_json_uint(j, "planned_tensors", r->plan.num_tensors);
   cli_json_uint(j, "output_bytes", r->plan.output_bytes);
   cli_json_obj_end(j);
+  cli_json_uint(j, "warnings", r->num_warnings);
+  if (r->num_warnings) cli_json_str(j, "warning", r->warning);
 }
 
 enum { OPT_OUT = 1, OPT_SHAPE, OPT_CONST, OPT_FUSE };

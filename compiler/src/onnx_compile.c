@@ -728,7 +728,7 @@ static vm_status_t bind_output(onx_ctx_t *c, int32_t *outs, uint32_t i, int64_t 
     snprintf(decl + u, sizeof(decl) - u, "]");
     if (!c->rep->num_warnings)
       snprintf(c->rep->warning, sizeof(c->rep->warning),
-               "graph output '%.80s': the model declares shape %s, the graph computes %s: "
+               "graph output '%.80s': the model declares shape %.96s, the graph computes %.96s: "
                "the computed shape is used, as onnxruntime does",
                vi->name, decl, got);
     c->rep->num_warnings++;

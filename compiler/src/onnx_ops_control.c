@@ -25,6 +25,9 @@
 
 #include "onnx_ops.h"
 
+/* The dims of a scalar (none; a pointer for the helpers that compare dims) */
+static const int64_t k_scalar[1] = {0};
+
 uint64_t onx_graph_values(const Onnx__GraphProto *g, int *has_sub) {
   uint64_t n = (uint64_t)g->n_initializer + g->n_input, sub = 0;
   for (size_t i = 0; i < g->n_node; i++) {
@@ -530,7 +533,7 @@ vm_status_t onx_op_if(onx_ctx_t *c) {
     for (uint32_t k = 0; k < np; k++) args[k] = onx_tid(c, pv[k]);
     for (uint32_t k = 0; k < nout; k++)
       res[k] = vmcc_graph_result(c->g, outs[0][k].dt, outs[0][k].ndim, outs[0][k].dims);
-    vmcc_graph_if(c->g, onx_reshaped(c, cond, 0, NULL), fidx[0], fidx[1], np, args, nout, res);
+    vmcc_graph_if(c->g, onx_reshaped(c, cond, 0, k_scalar), fidx[0], fidx[1], np, args, nout, res);
     for (uint32_t k = 0; k < nout && !st; k++)
       st = onx_bind_out(c, k, res[k], outs[0][k].ndim, outs[0][k].dims);
   }
@@ -851,9 +854,9 @@ static onx_value_t tensor_value(onx_ctx_t *c, int32_t t) {
 static int32_t and_t(onx_ctx_t *c, int32_t a, int32_t b) {
   if (a < 0) return b;
   if (b < 0) return a;
-  int32_t y = new_t(c, VM_BOOL, 0, NULL);
+  int32_t y = new_t(c, VM_BOOL, 0, k_scalar);
   double f = 0;
-  int32_t no = onx_const_tensor_f(c, VM_BOOL, 0, NULL, &f);
+  int32_t no = onx_const_tensor_f(c, VM_BOOL, 0, k_scalar, &f);
   vmcc_arg_t w[4] = {A(a), A(b), A(no), A(y)};
   call(c, "cl.where", 4, w);
   return y;
@@ -861,10 +864,10 @@ static int32_t and_t(onx_ctx_t *c, int32_t a, int32_t b) {
 
 /* iter < m as a bool scalar tensor (iter an int64 scalar tensor, m a value). */
 static int32_t less_t(onx_ctx_t *c, int32_t iter, onx_value_t *m) {
-  int32_t y = new_t(c, VM_BOOL, 0, NULL);
-  int32_t mt = onx_reshaped(c, m, 0, NULL);
+  int32_t y = new_t(c, VM_BOOL, 0, k_scalar);
+  int32_t mt = onx_reshaped(c, m, 0, k_scalar);
   if (!vm_dtype_equal(m->dt, VM_I64)) {
-    int32_t t = new_t(c, VM_I64, 0, NULL);
+    int32_t t = new_t(c, VM_I64, 0, k_scalar);
     vmcc_arg_t a[2] = {A(mt), A(t)};
     call(c, "cl.cast", 2, a);
     mt = t;
@@ -946,15 +949,15 @@ static vm_status_t loop_vm(onx_ctx_t *c, const Onnx__GraphProto *body, onx_value
   int32_t cond0 = -1;
   if (!st) {
     double zero = 0;
-    init[0] = onx_const_tensor_f(c, VM_I64, 0, NULL, &zero);
+    init[0] = onx_const_tensor_f(c, VM_I64, 0, k_scalar, &zero);
     for (uint32_t k = 0; k < nc; k++) init[1 + k] = onx_tid(c, onx_in(c, 2 + k));
     for (uint32_t k = 1 + nc; k < np; k++) init[k] = onx_tid(c, pv[k]);
-    int32_t cc = cond && !cond->data ? onx_reshaped(c, cond, 0, NULL) : -1;
+    int32_t cc = cond && !cond->data ? onx_reshaped(c, cond, 0, k_scalar) : -1;
     int32_t cm = m && !m->data ? less_t(c, init[0], m) : -1;
     cond0 = and_t(c, cc, cm);
     if (cond0 < 0) { /* both known and true: go */
       double one = 1;
-      cond0 = onx_const_tensor_f(c, VM_BOOL, 0, NULL, &one);
+      cond0 = onx_const_tensor_f(c, VM_BOOL, 0, k_scalar, &one);
     }
   }
   fn_t f;
@@ -991,8 +994,8 @@ static vm_status_t loop_vm(onx_ctx_t *c, const Onnx__GraphProto *body, onx_value
     if (!st) {
       /* next = iter + 1; go on = cond_out && next < M */
       double one = 1;
-      int32_t next = new_t(c, VM_I64, 0, NULL);
-      vmcc_arg_t a[3] = {A(pv[0]->tid), A(onx_const_tensor_f(c, VM_I64, 0, NULL, &one)),
+      int32_t next = new_t(c, VM_I64, 0, k_scalar);
+      vmcc_arg_t a[3] = {A(pv[0]->tid), A(onx_const_tensor_f(c, VM_I64, 0, k_scalar, &one)),
                          A(next)};
       call(c, "cl.binary.add", 3, a);
       int32_t cc = -1;
@@ -1001,9 +1004,9 @@ static vm_status_t loop_vm(onx_ctx_t *c, const Onnx__GraphProto *body, onx_value
                           (long long)o[0].numel);
       } else if (cond && o[0].data && !truthy(&o[0])) {
         double zero = 0;
-        cc = onx_const_tensor_f(c, VM_BOOL, 0, NULL, &zero);
+        cc = onx_const_tensor_f(c, VM_BOOL, 0, k_scalar, &zero);
       } else if (cond && !o[0].data) {
-        cc = onx_reshaped(c, &o[0], 0, NULL);
+        cc = onx_reshaped(c, &o[0], 0, k_scalar);
       }
       onx_value_t mv;
       int32_t cm = -1;
@@ -1015,7 +1018,7 @@ static vm_status_t loop_vm(onx_ctx_t *c, const Onnx__GraphProto *body, onx_value
       int32_t go = and_t(c, cc, cm);
       if (go < 0) { /* no M and a condition always true */
         double t1 = 1;
-        go = onx_const_tensor_f(c, VM_BOOL, 0, NULL, &t1);
+        go = onx_const_tensor_f(c, VM_BOOL, 0, k_scalar, &t1);
       }
       fouts = calloc(2 + nc, sizeof(*fouts));
       if (!fouts) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
