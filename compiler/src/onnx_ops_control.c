@@ -326,50 +326,67 @@ static vm_status_t need_graph(onx_ctx_t *c, const char *name, const Onnx__GraphP
  * Run-time subgraphs: bytecode functions
  */
 
-/* walk_outer's fn: v appended to the list arg once. */
+/* walk_outer's fn: v appended to the list arg (duplicates removed after). */
 typedef struct capture_list {
-  uint8_t *marks; /* per value of the context, 1 once listed */
   onx_value_t **list;
-  uint32_t n;
+  uint32_t n, cap;
 } capture_list_t;
 
 static vm_status_t capture_one(onx_ctx_t *c, const char *name, onx_value_t *v, void *arg) {
+  (void)c;
   (void)name;
   capture_list_t *l = arg;
-  if (!l->marks[v - c->vals]) {
-    l->marks[v - c->vals] = 1;
-    l->list[l->n++] = v;
+  if (l->n == l->cap) {
+    uint32_t ncap = l->cap ? l->cap * 2 : 16;
+    onx_value_t **p = ncap > l->cap ? realloc(l->list, ncap * sizeof(*p)) : NULL;
+    if (!p) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+    l->list = p;
+    l->cap = ncap;
   }
+  l->list[l->n++] = v;
   return VM_STATUS_OK;
 }
 
-/* The run-time outer values that graphs g0 and g1 (may be NULL) read, in
- * a fresh array (*out, *n). */
+static int cmp_value_ptr(const void *a, const void *b) {
+  const onx_value_t *x = *(onx_value_t *const *)a, *y = *(onx_value_t *const *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The outer values that graphs g0 and g1 (may be NULL) read, each once, in
+ * a fresh array (*out, *n): the run-time ones first (*nrt of them, the
+ * functions' parameters), then the constants (made again inside). Its cost
+ * follows the subgraphs' references, not the size of the outer graph. */
 static vm_status_t captures(onx_ctx_t *c, const Onnx__GraphProto *g0, const Onnx__GraphProto *g1,
-                            onx_value_t ***out, uint32_t *n) {
+                            onx_value_t ***out, uint32_t *n, uint32_t *nrt) {
   *out = NULL;
-  *n = 0;
-  capture_list_t l = {calloc(c->num_vals + 1, 1), calloc(c->num_vals + 1, sizeof(*l.list)), 0};
-  vm_status_t st = VM_STATUS_OK;
-  if (!l.marks || !l.list) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
-  if (!st) st = walk_outer(c, g0, c->depth, capture_one, &l);
+  *n = *nrt = 0;
+  capture_list_t l = {NULL, 0, 0};
+  vm_status_t st = walk_outer(c, g0, c->depth, capture_one, &l);
   if (!st && g1) st = walk_outer(c, g1, c->depth, capture_one, &l);
-  free(l.marks);
-  onx_value_t **list = l.list;
-  *n = l.n;
   if (st) {
-    free(list);
-    *n = 0;
+    free(l.list);
     return st;
   }
-  /* constants are the function's own constants: only run-time values pass */
+  if (l.n) qsort(l.list, l.n, sizeof(*l.list), cmp_value_ptr);
   uint32_t m = 0;
-  for (uint32_t i = 0; i < *n; i++) {
-    if (list[i]->expr) onx_tid(c, list[i]);
-    if (!list[i]->data) list[m++] = list[i];
+  for (uint32_t i = 0; i < l.n; i++)
+    if (!m || l.list[m - 1] != l.list[i]) l.list[m++] = l.list[i];
+  /* run-time values first, in the order of the values */
+  onx_value_t **sorted = malloc((m ? m : 1) * sizeof(*sorted));
+  if (!sorted) {
+    free(l.list);
+    return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
   }
+  uint32_t k = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (uint32_t i = 0; i < m; i++) {
+      if (pass == 0 && l.list[i]->expr) onx_tid(c, l.list[i]);
+      if ((pass == 0) == !l.list[i]->data) sorted[k++] = l.list[i];
+      if (pass == 0 && !l.list[i]->data) (*nrt)++;
+    }
+  free(l.list);
+  *out = sorted;
   *n = m;
-  *out = list;
   return VM_STATUS_OK;
 }
 
@@ -386,13 +403,16 @@ typedef struct fn {
 
 /* Starts function `name` of nparams parameters of the types of pv (the
  * run-time values the caller passes, whose tensors inside become the
- * parameters); every constant is materialised again inside. */
+ * parameters); the constants in consts (the outer ones the function
+ * reads) are materialised again inside. */
 static vm_status_t fn_begin(onx_ctx_t *c, const char *name, uint32_t nparams,
-                            onx_value_t *const *pv, fn_t *f) {
+                            onx_value_t *const *pv, uint32_t nconsts, onx_value_t *const *consts,
+                            fn_t *f) {
   memset(f, 0, sizeof(*f));
   const char **names = calloc(nparams + 1, sizeof(*names));
-  f->saved = calloc(c->num_vals + 1, sizeof(*f->saved));
-  f->saved_tid = calloc(c->num_vals + 1, sizeof(*f->saved_tid));
+  size_t ns = (size_t)nparams + nconsts + 1;
+  f->saved = calloc(ns, sizeof(*f->saved));
+  f->saved_tid = calloc(ns, sizeof(*f->saved_tid));
   if (!names || !f->saved || !f->saved_tid) {
     free(names);
     free(f->saved);
@@ -408,12 +428,12 @@ static vm_status_t fn_begin(onx_ctx_t *c, const char *name, uint32_t nparams,
     free(f->saved_tid);
     return st;
   }
-  /* every outer value: run-time ones not passed are unreachable (-1: an
-   * error if used), constants made again inside */
-  for (uint32_t i = 0; i < c->num_vals; i++) {
-    f->saved[f->nsaved] = &c->vals[i];
-    f->saved_tid[f->nsaved++] = c->vals[i].tid;
-    c->vals[i].tid = -1;
+  /* the outer tensors of what the function reads, restored by fn_end */
+  for (uint32_t k = 0; k < nparams + nconsts; k++) {
+    onx_value_t *v = k < nparams ? pv[k] : consts[k - nparams];
+    f->saved[f->nsaved] = v;
+    f->saved_tid[f->nsaved++] = v->tid;
+    v->tid = -1;
   }
   for (uint32_t k = 0; k < nparams; k++)
     pv[k]->tid = vmcc_graph_param(f->g, k, pv[k]->name, pv[k]->dt, pv[k]->ndim, pv[k]->dims);
@@ -438,7 +458,8 @@ static vm_status_t fn_end(onx_ctx_t *c, fn_t *f, uint32_t nout, onx_value_t *out
     }
     if (!st && vmcc_graph_error(f->g)) ok = 0; /* reported by the caller */
   }
-  for (uint32_t i = 0; i < f->nsaved; i++) f->saved[i]->tid = f->saved_tid[i];
+  /* backwards: a value saved twice gets its first (outer) tensor back */
+  for (uint32_t i = f->nsaved; i-- > 0;) f->saved[i]->tid = f->saved_tid[i];
   free(f->saved);
   free(f->saved_tid);
   c->g = f->outer;
@@ -491,8 +512,8 @@ vm_status_t onx_op_if(onx_ctx_t *c) {
   }
   /* at run time: a function per branch, taking the run-time values both read */
   onx_value_t **pv;
-  uint32_t np;
-  VM_RETURN_IF_ERROR(captures(c, gt, ge, &pv, &np));
+  uint32_t ncap, np;
+  VM_RETURN_IF_ERROR(captures(c, gt, ge, &pv, &ncap, &np));
   onx_value_t *outs[2] = {NULL, NULL};
   uint32_t fidx[2] = {0, 0};
   vm_status_t st = VM_STATUS_OK;
@@ -501,7 +522,7 @@ vm_status_t onx_op_if(onx_ctx_t *c) {
     char name[64];
     snprintf(name, sizeof(name), "if%u.%s", seq, b ? "else" : "then");
     fn_t f;
-    st = fn_begin(c, name, np, pv, &f);
+    st = fn_begin(c, name, np, pv, ncap - np, pv + np, &f);
     if (st) break;
     fidx[b] = f.idx;
     st = lower_sub(c, b ? ge : gt, b ? "else_branch" : "then_branch", 0, NULL, &outs[b]);
@@ -913,8 +934,8 @@ static vm_status_t loop_vm(onx_ctx_t *c, const Onnx__GraphProto *body, onx_value
   /* params: the iteration number, the carried values, M (at run time),
    * then the run-time values the body reads */
   onx_value_t **cap;
-  uint32_t ncap;
-  VM_RETURN_IF_ERROR(captures(c, body, NULL, &cap, &ncap));
+  uint32_t nall, ncap;
+  VM_RETURN_IF_ERROR(captures(c, body, NULL, &cap, &nall, &ncap));
   uint32_t np = 1 + nc + (m && !m->data ? 1 : 0) + ncap;
   onx_value_t *pvals = calloc(np + 1, sizeof(*pvals));   /* the params' types */
   onx_value_t **pv = calloc(np + 1, sizeof(*pv));
@@ -967,7 +988,7 @@ static vm_status_t loop_vm(onx_ctx_t *c, const Onnx__GraphProto *body, onx_value
   onx_value_t *fouts = NULL;
   char name[64];
   snprintf(name, sizeof(name), "loop%u.body", c->fn_seq++);
-  if (!st) st = fn_begin(c, name, np, pv, &f);
+  if (!st) st = fn_begin(c, name, np, pv, nall - ncap, cap + ncap, &f);
   if (!st) {
     /* the body's inputs: the iteration number, cond (true: the loop goes
      * on only while it is), the carried values */
