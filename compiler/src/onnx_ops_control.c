@@ -1128,6 +1128,7 @@ vm_status_t onx_op_loop(onx_ctx_t *c) {
       break;
     }
     onx_value_t fix[2], head[1];
+    memset(fix, 0, sizeof(fix));
     memset(head, 0, sizeof(head));
     st = scalar_const(VM_I64, it, &fix[0]);
     if (!st) st = scalar_const(VM_BOOL, 1, &fix[1]);
