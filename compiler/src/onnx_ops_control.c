@@ -1037,12 +1037,14 @@ static vm_status_t loop_vm(onx_ctx_t *c, const Onnx__GraphProto *body, onx_value
         cm = less_t(c, next, m->data ? &mv : pv[1 + nc]);
       }
       int32_t go = and_t(c, cc, cm);
-      if (go < 0) { /* no M and a condition always true */
-        double t1 = 1;
-        go = onx_const_tensor_f(c, VM_BOOL, 0, k_scalar, &t1);
+      if (go < 0) /* no M, and a condition that stays true */
+        st = onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "no trip count M is given and the body's condition is always true: "
+                          "the loop would never end");
+      if (!st) {
+        fouts = calloc(2 + nc, sizeof(*fouts));
+        if (!fouts) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
       }
-      fouts = calloc(2 + nc, sizeof(*fouts));
-      if (!fouts) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
       if (!st) {
         fo[0] = tensor_value(c, go);
         fo[1] = tensor_value(c, next);

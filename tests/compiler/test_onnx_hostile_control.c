@@ -141,6 +141,26 @@ static pb_t loop_model(int64_t trip, int with_m) {
   return onnx_model_of(&g, 17);
 }
 
+/* while (c) y = Identity(y), c = c_in: without M the condition stays
+ * true once the loop runs. */
+static pb_t endless_model(void) {
+  pb_t g = {0}, body = {0}, attrs = {0};
+  const char *yi[1] = {"y_in"}, *ci[1] = {"c_in"};
+  onnx_add_node(&body, "Identity", "cy", yi, 1, "y_out");
+  onnx_add_node(&body, "Identity", "cc", ci, 1, "c_out");
+  pb_str(&body, 2, "body");
+  onnx_add_typed_value_info(&body, 11, "i", ELEM_INT64, 0, NULL);
+  onnx_add_typed_value_info(&body, 11, "c_in", ELEM_BOOL, 0, NULL);
+  onnx_add_value_info(&body, 11, "y_in", 2, k_d23);
+  onnx_add_typed_value_info(&body, 12, "c_out", ELEM_BOOL, 0, NULL);
+  onnx_add_value_info(&body, 12, "y_out", 2, k_d23);
+  onnx_attr_graph(&attrs, "body", &body);
+  const char *in[3] = {"", "c", "x"}, *out[1] = {"y"};
+  onnx_add_node_attrs(&g, "Loop", "loop", in, 3, out, 1, &attrs);
+  pb_str(&g, 2, "g");
+  return model_xc(&g, 17);
+}
+
 static void test_loop_bounds(void **state) {
   (void)state;
   /* 2^40 iterations of 3 nodes would unroll into 3 * 2^40 */
@@ -155,6 +175,10 @@ static void test_loop_bounds(void **state) {
   m = loop_model(0, 0);
   expect_refused("endless.onnx", &m, VM_INVALID_ARGUMENT,
                  "node 'loop' (Loop): neither M nor cond is given: the loop would never end");
+  m = endless_model();
+  expect_refused("while_true.onnx", &m, VM_INVALID_ARGUMENT,
+                 "node 'loop' (Loop): no trip count M is given and the body's condition is "
+                 "always true: the loop would never end");
 }
 
 /* 17 Scans of 1,024 iterations of a body of 64 nodes: 1,114,112 subgraph
