@@ -19,8 +19,15 @@ int cli_is_onnx_path(const char *path) {
 
 int cli_onnx_compile(const char *cmd, const char *path, const vmcc_onnx_options_t *opts,
                      vm_executable_t **out_exec, vmcc_onnx_report_t *report) {
+  vmcc_onnx_report_t local;
+  if (!report) report = &local;
   vm_status_t st = vmcc_onnx_compile_file(path, opts, out_exec, report);
-  if (!st) return CLI_EXIT_OK;
+  if (!st) {
+    if (report->num_warnings)
+      fprintf(stderr, "vmclient: %s: compiling '%s': warning: %s%s\n", cmd, path, report->warning,
+              report->num_warnings > 1 ? " (and more like it)" : "");
+    return CLI_EXIT_OK;
+  }
   /* options that do not fit the model are usage errors; the model's own
    * problems (malformed, unsupported) exit 3, unreadable files 4 */
   int rc = vm_status_code(st) == VM_FAILED_PRECONDITION ? CLI_EXIT_USAGE : cli_input_exit_code(st);
@@ -72,6 +79,8 @@ static void json_report(cli_json_t *j, const vmcc_onnx_report_t *r) {
   cli_json_uint(j, "planned_tensors", r->plan.num_tensors);
   cli_json_uint(j, "output_bytes", r->plan.output_bytes);
   cli_json_obj_end(j);
+  cli_json_uint(j, "warnings", r->num_warnings);
+  if (r->num_warnings) cli_json_str(j, "warning", r->warning);
 }
 
 enum { OPT_OUT = 1, OPT_SHAPE, OPT_CONST, OPT_FUSE };

@@ -12,6 +12,7 @@ typedef enum tkind {
   T_WEIGHT = 1, /* tensor constant `index` */
   T_INTER = 2,  /* intermediate: planned (or the output) */
   T_VIEW = 3,   /* reshape of an intermediate, parameter or view (root) */
+  T_RESULT = 4, /* a result of a bytecode function a control call makes (own memory) */
 } tkind_t;
 
 typedef struct gtensor {
@@ -30,11 +31,17 @@ typedef struct gtensor {
   char name[32];       /* PARAM: its name, for error contexts */
 } gtensor_t;
 
+typedef enum gctl { C_CALL = 0, C_IF = 1, C_LOOP = 2 } gctl_t;
+
 typedef struct gcall {
-  uint32_t func; /* packed function index */
+  gctl_t ctl;    /* C_CALL: a packed call; C_IF, C_LOOP: control (vmcc_graph_if/loop) */
+  uint32_t func; /* packed function index; C_IF: then, C_LOOP: body (bytecode functions) */
+  uint32_t func2; /* C_IF: else */
   int32_t dst;   /* a VIEW id receiving the result, or -1 (void) */
   uint32_t nargs;
-  vmcc_arg_t *args;
+  vmcc_arg_t *args; /* C_IF: cond, the functions' arguments; C_LOOP: cond, state, extra */
+  uint32_t nouts;   /* C_IF, C_LOOP: result tensors (T_RESULT) */
+  int32_t *outs;
 } gcall_t;
 
 #define DTYPE_CACHE 16
@@ -113,7 +120,10 @@ vm_status_t vmcc_graph_create(vm_builder_t *b, uint32_t func, const char *func_n
 
 void vmcc_graph_free(vmcc_graph_t *g) {
   if (!g) return;
-  for (uint32_t i = 0; i < g->num_calls; i++) free(g->calls[i].args);
+  for (uint32_t i = 0; i < g->num_calls; i++) {
+    free(g->calls[i].args);
+    free(g->calls[i].outs);
+  }
   free(g->calls);
   free(g->tensors);
   free(g->shapes);
@@ -267,6 +277,86 @@ int32_t vmcc_graph_view(vmcc_graph_t *g, int32_t src, uint32_t ndim, const int64
 
 void vmcc_graph_call(vmcc_graph_t *g, const char *name, uint32_t nargs, const vmcc_arg_t *args) {
   add_call(g, name, -1, nargs, args);
+}
+
+int32_t vmcc_graph_result(vmcc_graph_t *g, vm_dtype_t dt, uint32_t ndim, const int64_t *shape) {
+  return add_tensor(g, T_RESULT, dt, ndim, shape);
+}
+
+/* Records a control call: args (tensor ids), then the result tensors. */
+static void add_ctl(vmcc_graph_t *g, gctl_t ctl, uint32_t f1, uint32_t f2, uint32_t nargs,
+                    const int32_t *args, uint32_t nouts, const int32_t *outs) {
+  if (g->err) return;
+  for (uint32_t i = 0; i < nargs; i++)
+    if (!valid_tid(g, args[i])) {
+      set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: control argument %u: no tensor %d",
+                                i, args[i]));
+      return;
+    }
+  for (uint32_t i = 0; i < nouts; i++)
+    if (!valid_tid(g, outs[i]) || g->tensors[outs[i]].kind != T_RESULT ||
+        g->tensors[outs[i]].produced_at != -1) {
+      set_err(g, vm_status_make(VM_INVALID_ARGUMENT,
+                                "graph: control result %u: tensor %d is no fresh result", i,
+                                outs[i]));
+      return;
+    }
+  gcall_t c;
+  memset(&c, 0, sizeof(c));
+  c.ctl = ctl;
+  c.func = f1;
+  c.func2 = f2;
+  c.dst = -1;
+  c.nargs = nargs;
+  c.nouts = nouts;
+  c.args = malloc((nargs ? nargs : 1) * sizeof(*c.args));
+  c.outs = malloc((nouts ? nouts : 1) * sizeof(*c.outs));
+  if (!c.args || !c.outs || grow((void **)&g->calls, &g->cap_calls, g->num_calls, sizeof(c)) != 0) {
+    free(c.args);
+    free(c.outs);
+    set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory"));
+    return;
+  }
+  for (uint32_t i = 0; i < nargs; i++) c.args[i] = vmcc_a_t(args[i]);
+  if (nouts) memcpy(c.outs, outs, nouts * sizeof(*outs));
+  /* marks the results as made, so that no other call claims them */
+  for (uint32_t i = 0; i < nouts; i++) g->tensors[outs[i]].produced_at = -2;
+  g->calls[g->num_calls++] = c;
+}
+
+void vmcc_graph_if(vmcc_graph_t *g, int32_t cond, uint32_t then_func, uint32_t else_func,
+                   uint32_t nargs, const int32_t *args, uint32_t nouts, const int32_t *outs) {
+  if (g->err) return;
+  int32_t *a = malloc(((size_t)nargs + 1) * sizeof(*a));
+  if (!a) {
+    set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory"));
+    return;
+  }
+  a[0] = cond;
+  if (nargs) memcpy(a + 1, args, nargs * sizeof(*args));
+  add_ctl(g, C_IF, then_func, else_func, nargs + 1, a, nouts, outs);
+  free(a);
+}
+
+void vmcc_graph_loop(vmcc_graph_t *g, int32_t cond, uint32_t body_func, uint32_t nstate,
+                     const int32_t *init, uint32_t nextra, const int32_t *extra,
+                     const int32_t *outs) {
+  if (g->err) return;
+  if (nstate == 0) {
+    set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: a loop without state"));
+    return;
+  }
+  size_t n = 1 + (size_t)nstate + nextra;
+  int32_t *a = n <= UINT32_MAX ? malloc(n * sizeof(*a)) : NULL;
+  if (!a) {
+    set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory"));
+    return;
+  }
+  a[0] = cond;
+  memcpy(a + 1, init, nstate * sizeof(*init));
+  if (nextra) memcpy(a + 1 + nstate, extra, nextra * sizeof(*extra));
+  add_ctl(g, C_LOOP, body_func, 0, (uint32_t)n, a, nstate, outs);
+  free(a);
 }
 
 static vmcc_arg_t add_list(vmcc_graph_t *g, uint32_t n, const int64_t *vals, const double *fvals) {
@@ -455,8 +545,17 @@ static void emit_param_checks(vmcc_graph_t *g, const gtensor_t *t, const char *p
 /* Walks the calls: who produces each intermediate, and its last use
  * (through views too). */
 static vm_status_t compute_lifetimes(vmcc_graph_t *g) {
+  for (uint32_t i = 0; i < g->num_tensors; i++)
+    if (g->tensors[i].kind == T_RESULT) g->tensors[i].produced_at = -1;
   for (uint32_t i = 0; i < g->num_calls; i++) {
     const gcall_t *c = &g->calls[i];
+    /* a control call's results first: they are made by it (and their
+     * registers must differ from its arguments', which it reads first) */
+    for (uint32_t k = 0; k < c->nouts; k++) {
+      gtensor_t *t = &g->tensors[c->outs[k]];
+      t->produced_at = i;
+      t->last_ref = i;
+    }
     for (uint32_t k = 0; k <= c->nargs; k++) {
       int64_t tid;
       if (k < c->nargs) {
@@ -467,6 +566,13 @@ static vm_status_t compute_lifetimes(vmcc_graph_t *g) {
         tid = c->dst;
       }
       gtensor_t *t = &g->tensors[tid];
+      if (t->kind == T_RESULT) {
+        if (t->produced_at < 0)
+          return vm_status_make(VM_INTERNAL, "graph: result %lld used before its call",
+                                (long long)tid);
+        t->last_ref = i;
+        continue;
+      }
       if (t->kind != T_INTER && t->kind != T_VIEW) continue;
       /* Destination passing: the first call naming an intermediate writes
        * it; a view is produced by its reshape (dst). */
@@ -485,6 +591,8 @@ static vm_status_t compute_lifetimes(vmcc_graph_t *g) {
     if ((t->kind == T_INTER || t->kind == T_VIEW) && t->produced_at < 0) {
       return vm_status_make(VM_INVALID_ARGUMENT, "graph: intermediate %u is never used", i);
     }
+    if (t->kind == T_RESULT && t->produced_at < 0)
+      return vm_status_make(VM_INVALID_ARGUMENT, "graph: result %u has no call", i);
     if (t->kind == T_INTER && t->last < t->last_ref) t->last = t->last_ref;
     if (t->kind == T_VIEW) {
       gtensor_t *r = &g->tensors[t->root];
@@ -530,13 +638,13 @@ static int64_t assign_registers(vmcc_graph_t *g, const uint32_t *kill_off, const
   /* the tensors each call produces, in index order (counts, then starts) */
   for (uint32_t t = 0; t < g->num_tensors; t++) {
     const gtensor_t *x = &g->tensors[t];
-    if ((x->kind == T_INTER || x->kind == T_VIEW) && x->produced_at >= 0)
+    if ((x->kind == T_INTER || x->kind == T_VIEW || x->kind == T_RESULT) && x->produced_at >= 0)
       born_off[x->produced_at + 1]++;
   }
   for (uint32_t i = 0; i < g->num_calls; i++) born_off[i + 1] += born_off[i];
   for (uint32_t t = 0; t < g->num_tensors; t++) {
     gtensor_t *x = &g->tensors[t];
-    if ((x->kind == T_INTER || x->kind == T_VIEW) && x->produced_at >= 0)
+    if ((x->kind == T_INTER || x->kind == T_VIEW || x->kind == T_RESULT) && x->produced_at >= 0)
       born[born_off[x->produced_at]++] = t; /* ends at the next call's start */
   }
   size_t nfree = 0;
@@ -551,6 +659,76 @@ out:
   free(born);
   free(free_regs);
   return next;
+}
+
+/* The result registers of a control call's function: one result
+ * straight into its register, several through a tuple. */
+static void emit_fn_call(vmcc_graph_t *g, const gcall_t *c, uint32_t func, uint32_t first_arg,
+                         const int64_t *words, int64_t tup) {
+  uint32_t n = c->nargs - first_arg;
+  if (c->nouts == 1) {
+    emit(g, g->tensors[c->outs[0]].reg, func, n, words + first_arg);
+    return;
+  }
+  emit(g, tup, func, n, words + first_arg);
+  for (uint32_t k = 0; k < c->nouts; k++) {
+    int64_t w[2] = {VM_REG(tup), VM_IMM(k)};
+    emit(g, g->tensors[c->outs[k]].reg, packed(g, "vm.builtin.tuple_getitem"), 2, w);
+  }
+  emit_kill(g, tup);
+}
+
+/* A control call (vmcc_graph_if / vmcc_graph_loop) with Goto and If:
+ *
+ *   if:   %f = read_if_cond(cond); if %f else L1; outs = then(args); goto L2;
+ *         L1: outs = else(args); L2:
+ *   loop: %c = copy(cond); outs = copy(init);
+ *         L0: %f = read_if_cond(%c); if %f else L1;
+ *         %t = body(outs, extra); %c = %t[0]; outs = %t[1..]; goto L0; L1:
+ */
+static void emit_ctl(vmcc_graph_t *g, const gcall_t *c, int64_t *words, int64_t null_reg,
+                     int64_t ctl_reg) {
+  int64_t cond = ctl_reg, flag = ctl_reg + 1, tup = ctl_reg + 2;
+  for (uint32_t k = 0; k < c->nargs; k++) words[k] = arg_word(g, &c->args[k], null_reg);
+  uint32_t rd = packed(g, "vm.builtin.read_if_cond");
+  if (g->err) return;
+  if (c->ctl == C_IF) {
+    vm_label_t l_else = vm_builder_new_label(g->b), l_end = vm_builder_new_label(g->b);
+    emit(g, flag, rd, 1, words);
+    if (!g->err) set_err(g, vm_builder_emit_if(g->b, flag, l_else));
+    emit_fn_call(g, c, c->func, 1, words, tup);
+    if (!g->err) set_err(g, vm_builder_emit_goto(g->b, l_end));
+    if (!g->err) set_err(g, vm_builder_bind_label(g->b, l_else));
+    emit_fn_call(g, c, c->func2, 1, words, tup);
+    if (!g->err) set_err(g, vm_builder_bind_label(g->b, l_end));
+    emit_kill(g, flag);
+    return;
+  }
+  /* C_LOOP: args are cond, the state's initial values, then the extra
+   * arguments; the body takes the state and the extra arguments and
+   * returns (cond, state...) */
+  uint32_t cp = packed(g, "vm.builtin.copy"), gi = packed(g, "vm.builtin.tuple_getitem");
+  emit(g, cond, cp, 1, words);
+  for (uint32_t k = 0; k < c->nouts; k++)
+    emit(g, g->tensors[c->outs[k]].reg, cp, 1, words + 1 + k);
+  for (uint32_t k = 0; k < c->nouts; k++) words[1 + k] = VM_REG(g->tensors[c->outs[k]].reg);
+  vm_label_t l_top = vm_builder_new_label(g->b), l_end = vm_builder_new_label(g->b);
+  if (!g->err) set_err(g, vm_builder_bind_label(g->b, l_top));
+  int64_t wc[1] = {VM_REG(cond)};
+  emit(g, flag, rd, 1, wc);
+  if (!g->err) set_err(g, vm_builder_emit_if(g->b, flag, l_end));
+  emit(g, tup, c->func, c->nargs - 1, words + 1);
+  int64_t w[2] = {VM_REG(tup), VM_IMM(0)};
+  emit(g, cond, gi, 2, w);
+  for (uint32_t k = 0; k < c->nouts; k++) {
+    w[1] = VM_IMM(k + 1);
+    emit(g, g->tensors[c->outs[k]].reg, gi, 2, w);
+  }
+  emit_kill(g, tup);
+  if (!g->err) set_err(g, vm_builder_emit_goto(g->b, l_top));
+  if (!g->err) set_err(g, vm_builder_bind_label(g->b, l_end));
+  emit_kill(g, flag);
+  emit_kill(g, cond);
 }
 
 vm_status_t vmcc_graph_emit(vmcc_graph_t *g, int32_t output, vmcc_plan_report_t *report) {
@@ -640,7 +818,9 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   for (int pass = 0; pass < 2; pass++) {
     for (uint32_t t = 0; t < g->num_tensors; t++) {
       const gtensor_t *x = &g->tensors[t];
-      if ((x->kind != T_INTER && x->kind != T_VIEW) || out_of[t] >= 0 || x->last_ref < 0) continue;
+      if ((x->kind != T_INTER && x->kind != T_VIEW && x->kind != T_RESULT) || out_of[t] >= 0 ||
+          x->last_ref < 0)
+        continue;
       if (pass) kills[kill_off[x->last_ref]++] = t;
       else kill_off[x->last_ref]++;
     }
@@ -680,6 +860,8 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   int64_t list_reg0 = next;
   next += max_lists;
   int64_t tuple_reg = next++;
+  int64_t ctl_reg = next; /* control calls: the condition, the flag read, the tuple */
+  next += 3;
   words = malloc(max_args * sizeof(*words));
   if (!words) goto nomem;
 
@@ -697,6 +879,10 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
 
   for (uint32_t i = 0; i < g->num_calls && !g->err; i++) {
     const gcall_t *c = &g->calls[i];
+    if (c->ctl != C_CALL) {
+      emit_ctl(g, c, words, null_reg, ctl_reg);
+      goto release;
+    }
     /* allocate what this call produces, right before it */
     for (uint32_t k = 0; k < c->nargs; k++) {
       if (c->args[k].kind != VMCC_ARG_TENSOR) continue;
@@ -750,6 +936,7 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
     }
     emit(g, dst, c->func, c->nargs, words);
     for (uint32_t j = 0; j < nl; j++) emit_kill(g, list_reg0 + j);
+  release:
     /* release registers whose last use this was (after pass 1 above,
      * call i's kills end where call i + 1's start) */
     for (uint32_t q = i ? kill_off[i - 1] : 0; q < kill_off[i]; q++)

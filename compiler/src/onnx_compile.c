@@ -32,7 +32,7 @@ static onx_value_t *find_value(const onx_ctx_t *c, const char *name) {
 
 /* Values live in an array of fixed capacity (sized from the graph before
  * lowering starts), so pointers to them stay valid. */
-static vm_status_t add_value(onx_ctx_t *c, const char *name, onx_value_t **out) {
+vm_status_t onx_add_value(onx_ctx_t *c, const char *name, onx_value_t **out) {
   *out = NULL;
   if (!name || !name[0]) return vm_status_make(VM_INVALID_ARGUMENT, "a value without a name");
   if (find_value(c, name))
@@ -93,7 +93,7 @@ vm_status_t onx_def_out(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim, 
   if (!onx_out_wanted(c, i))
     return onx_node_err(c, VM_INTERNAL, "output %u is not wanted", i); /* callers check */
   onx_value_t *v;
-  vm_status_t st = add_value(c, c->node->output[i], &v);
+  vm_status_t st = onx_add_value(c, c->node->output[i], &v);
   if (!st) st = set_shape(c, v, dt, ndim, dims);
   if (st) return st;
   v->tid = vmcc_graph_tensor(c->g, dt, ndim, v->dims);
@@ -108,7 +108,7 @@ vm_status_t onx_def_const(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim
     return VM_STATUS_OK;
   }
   onx_value_t *v;
-  vm_status_t st = add_value(c, c->node->output[i], &v);
+  vm_status_t st = onx_add_value(c, c->node->output[i], &v);
   if (!st) st = set_shape(c, v, dt, ndim, dims);
   if (st) {
     free(data);
@@ -135,7 +135,7 @@ vm_status_t onx_def_view(onx_ctx_t *c, uint32_t i, onx_value_t *src, uint32_t nd
     return onx_def_const(c, i, src->dt, ndim, dims, d);
   }
   onx_value_t *v;
-  vm_status_t st = add_value(c, c->node->output[i], &v);
+  vm_status_t st = onx_add_value(c, c->node->output[i], &v);
   if (!st) st = set_shape(c, v, src->dt, ndim, dims);
   if (st) return st;
   v->tid = vmcc_graph_view(c->g, onx_tid(c, src), ndim, v->dims);
@@ -152,7 +152,7 @@ vm_status_t onx_bind_named(onx_ctx_t *c, const char *name, int32_t tid, uint32_t
                            const int64_t *dims) {
   if (tid < 0) return VM_STATUS_OK; /* the graph's sticky error reports it */
   onx_value_t *v;
-  vm_status_t st = add_value(c, name, &v);
+  vm_status_t st = onx_add_value(c, name, &v);
   if (!st) st = set_shape(c, v, vmcc_graph_dtype(c->g, tid), ndim, dims);
   if (st) return st;
   const int64_t *td = vmcc_graph_shape(c->g, tid);
@@ -171,7 +171,7 @@ onx_value_t *onx_lookup(onx_ctx_t *c, const char *name) {
 vm_status_t onx_def_expr(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
                          const int64_t *dims, onx_expr_t *e) {
   onx_value_t *v;
-  vm_status_t st = add_value(c, c->node->output[i], &v);
+  vm_status_t st = onx_add_value(c, c->node->output[i], &v);
   if (!st) st = set_shape(c, v, dt, ndim, dims);
   if (st) {
     onx_expr_free(e);
@@ -363,6 +363,7 @@ static int is_initializer(const onx_names_t *names, const char *name) {
  */
 
 static void count_op(vmcc_onnx_report_t *rep, const char *op) {
+  if (!rep) return;
   for (uint32_t i = 0; i < rep->num_ops; i++) {
     if (strcmp(rep->ops[i].name, op) == 0) {
       rep->ops[i].count++;
@@ -372,6 +373,10 @@ static void count_op(vmcc_onnx_report_t *rep, const char *op) {
   if (rep->num_ops >= VMCC_ONNX_MAX_REPORT_OPS) return;
   snprintf(rep->ops[rep->num_ops].name, sizeof(rep->ops[0].name), "%s", op);
   rep->ops[rep->num_ops++].count = 1;
+}
+
+void onx_count_op(onx_ctx_t *c, const char *op) {
+  count_op(c->rep, op);
 }
 
 static vm_status_t check_model(const Onnx__ModelProto *m, int64_t *opset) {
@@ -402,6 +407,28 @@ static vm_status_t check_model(const Onnx__ModelProto *m, int64_t *opset) {
   return VM_STATUS_OK;
 }
 
+vm_status_t onx_bind_initializers(onx_ctx_t *c, const Onnx__GraphProto *g) {
+  for (size_t i = 0; i < g->n_initializer; i++) {
+    const Onnx__TensorProto *tp = g->initializer[i];
+    if (!tp || !tp->name || !tp->name[0])
+      return vm_status_make(VM_INVALID_ARGUMENT, "initializer %zu has no name", i);
+    char what[128];
+    snprintf(what, sizeof(what), "initializer '%.80s'", tp->name);
+    vmcc_tensor_t t;
+    vm_status_t st = onx_tensor_from_proto(tp, c->base_dir, what, &t);
+    if (st) return st;
+    onx_value_t *v;
+    st = onx_add_value(c, tp->name, &v);
+    if (!st) st = set_shape(c, v, t.dtype, t.ndim, t.shape);
+    if (st) {
+      vmcc_tensor_free(&t);
+      return st;
+    }
+    v->data = t.data;
+  }
+  return VM_STATUS_OK;
+}
+
 /* Binds the graph's initializers and inputs. Parameters get registers in
  * graph order. */
 static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const char ***names,
@@ -411,24 +438,8 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
   *names = calloc(g->n_input ? g->n_input : 1, sizeof(char *));
   if (!*names) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
   *num_params = 0;
-  for (size_t i = 0; i < g->n_initializer; i++) {
-    const Onnx__TensorProto *tp = g->initializer[i];
-    if (!tp || !tp->name || !tp->name[0])
-      return vm_status_make(VM_INVALID_ARGUMENT, "initializer %zu has no name", i);
-    char what[128];
-    snprintf(what, sizeof(what), "initializer '%.80s'", tp->name);
-    vmcc_tensor_t t;
-    st = onx_tensor_from_proto(tp, c->base_dir, what, &t);
-    if (st) return st;
-    onx_value_t *v;
-    st = add_value(c, tp->name, &v);
-    if (!st) st = set_shape(c, v, t.dtype, t.ndim, t.shape);
-    if (st) {
-      vmcc_tensor_free(&t);
-      return st;
-    }
-    v->data = t.data;
-  }
+  st = onx_bind_initializers(c, g);
+  if (st) return st;
   for (uint32_t k = 0; o && k < o->num_input_shapes; k++) {
     int found = 0;
     for (size_t i = 0; i < g->n_input; i++)
@@ -501,7 +512,7 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
         onx_names_find(&c->names, vi->name)->val = -1;
       }
       onx_value_t *v;
-      st = add_value(c, vi->name, &v);
+      st = onx_add_value(c, vi->name, &v);
       if (!st) st = set_shape(c, v, cv->dtype, cv->ndim, cv->shape);
       if (st) return st;
       uint8_t *d = malloc(cv->nbytes ? cv->nbytes : 1);
@@ -546,7 +557,7 @@ static vm_status_t bind_inputs(onx_ctx_t *c, const vmcc_onnx_options_t *o, const
                                 vi->name, d, dim_name(vi, (uint32_t)d), vi->name);
     }
     onx_value_t *v;
-    st = add_value(c, vi->name, &v);
+    st = onx_add_value(c, vi->name, &v);
     if (!st) st = set_shape(c, v, dt, (uint32_t)rank, dims);
     if (st) return st;
     v->tid = -2 - (int32_t)*num_params; /* parameter index, made a tensor below */
@@ -626,7 +637,7 @@ static vm_status_t undefined_input(onx_ctx_t *c, const char *name) {
                       name, who);
 }
 
-static vm_status_t lower_nodes(onx_ctx_t *c) {
+vm_status_t onx_lower_graph(onx_ctx_t *c) {
   const Onnx__GraphProto *g = c->graph;
   for (size_t i = 0; i < g->n_node; i++) {
     const Onnx__NodeProto *n = g->node[i];
@@ -648,7 +659,7 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
                           onx_op_any_output(op) ? "the node has no output" : "the node has no output 0");
     c->op = op;
     if (c->skip && c->skip[i]) { /* fused into an earlier node */
-      if (c->rep) {
+      if (c->rep && !c->depth) {
         count_op(c->rep, n->op_type);
         c->rep->num_folded++;
       }
@@ -658,7 +669,7 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
       if (!n->input[k] || !n->input[k][0]) continue;
       if (!find_value(c, n->input[k])) return undefined_input(c, n->input[k]);
     }
-    if (c->rep) count_op(c->rep, n->op_type);
+    if (c->rep && !c->depth) count_op(c->rep, n->op_type);
     uint32_t before = c->num_vals;
     c->fused = 0;
     st = op->fn(c);
@@ -674,7 +685,7 @@ static vm_status_t lower_nodes(onx_ctx_t *c) {
     int folded = 1;
     for (uint32_t v = before; v < c->num_vals; v++)
       if (!c->vals[v].data) folded = 0;
-    if (folded && c->rep) c->rep->num_folded++;
+    if (folded && c->rep && !c->depth) c->rep->num_folded++;
     for (size_t k = 0; k < n->n_output; k++) {
       if (!n->output[k] || !n->output[k][0] || c->fused) continue;
       if (!find_value(c, n->output[k]))
@@ -715,13 +726,7 @@ static vm_status_t bind_output(onx_ctx_t *c, int32_t *outs, uint32_t i, int64_t 
   int64_t dims[VMCC_MAX_NDIM];
   vm_status_t st = declared_type(vi, "output", &has_dt, &dt, &elem, &rank, dims);
   if (st) return st;
-  int ok = !has_dt || vm_dtype_equal(dt, v->dt);
-  if (rank >= 0) {
-    if ((uint32_t)rank != v->ndim) ok = 0;
-    for (int32_t d = 0; ok && d < rank; d++)
-      if (dims[d] >= 0 && dims[d] != v->dims[d]) ok = 0;
-  }
-  if (!ok) {
+  if (has_dt && !vm_dtype_equal(dt, v->dt)) {
     char got[128];
     type_str(v->dt, v->ndim, v->dims, got, sizeof(got));
     return vm_status_make(VM_INVALID_ARGUMENT,
@@ -729,17 +734,42 @@ static vm_status_t bind_output(onx_ctx_t *c, int32_t *outs, uint32_t i, int64_t 
                           "inferred %s",
                           vi->name, got);
   }
-  int32_t t = onx_tid(c, v);
-  int dup = t >= 0 && tid_seen(seen, cap, t);
-  if (t < 0 || !vmcc_graph_is_intermediate(c->g, t) || dup) {
-    /* a parameter, constant, view or repeated output: returned as a copy */
-    int32_t y = vmcc_graph_tensor(c->g, v->dt, v->ndim, v->dims);
-    vmcc_arg_t a[2] = {vmcc_a_t(t), vmcc_a_t(y)};
-    vmcc_graph_call(c->g, "cl.cast", 2, a);
-    t = y;
+  int same = rank < 0 || (uint32_t)rank == v->ndim;
+  for (int32_t d = 0; same && d < rank; d++)
+    if (dims[d] >= 0 && dims[d] != v->dims[d]) same = 0;
+  if (!same && c->rep) {
+    /* onnxruntime ignores the declared shape of a graph output: so does
+     * the compiler, with a warning (the computed shape is the output's) */
+    char got[128], decl[128] = "[";
+    onx_dims_str(v->ndim, v->dims, got, sizeof(got));
+    for (int32_t d = 0; d < rank; d++) { /* a dynamic dim as ? */
+      size_t u = strlen(decl);
+      if (dims[d] < 0)
+        snprintf(decl + u, sizeof(decl) - u, "%s?", d ? "," : "");
+      else
+        snprintf(decl + u, sizeof(decl) - u, "%s%lld", d ? "," : "", (long long)dims[d]);
+    }
+    size_t u = strlen(decl);
+    snprintf(decl + u, sizeof(decl) - u, "]");
+    if (!c->rep->num_warnings)
+      snprintf(c->rep->warning, sizeof(c->rep->warning),
+               "graph output '%.80s': the model declares shape %.96s, the graph computes %.96s: "
+               "the computed shape is used, as onnxruntime does",
+               vi->name, decl, got);
+    c->rep->num_warnings++;
   }
-  outs[i] = t;
+  int32_t t = onx_tid(c, v);
+  outs[i] = onx_returned(c, v, t, t >= 0 && tid_seen(seen, cap, t));
   return VM_STATUS_OK;
+}
+
+int32_t onx_returned(onx_ctx_t *c, const onx_value_t *v, int32_t t, int dup) {
+  if (t >= 0 && vmcc_graph_is_intermediate(c->g, t) && !dup) return t;
+  /* a parameter, constant, view, result or repeated output: returned as a copy */
+  int32_t y = vmcc_graph_tensor(c->g, v->dt, v->ndim, v->dims);
+  vmcc_arg_t a[2] = {vmcc_a_t(t), vmcc_a_t(y)};
+  vmcc_graph_call(c->g, "cl.cast", 2, a);
+  return y;
 }
 
 static vm_status_t bind_outputs(onx_ctx_t *c, int32_t *outs, uint32_t n) {
@@ -815,11 +845,12 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
   report->opset = c.opset;
   report->num_nodes = (uint32_t)m->graph->n_node;
   {
-    size_t cap = m->graph->n_initializer + m->graph->n_input;
-    for (size_t i = 0; i < m->graph->n_node; i++)
-      if (m->graph->node[i]) cap += m->graph->node[i]->n_output;
+    int has_sub = 0;
+    uint64_t cap = onx_graph_values(m->graph, &has_sub);
+    if (has_sub) c.fuse = 0; /* subgraph readers are not fusion's uses */
     if (cap > (1u << 24)) {
-      st = vm_status_make(VM_RESOURCE_EXHAUSTED, "onnx: %zu values (at most %u)", cap, 1u << 24);
+      st = vm_status_make(VM_RESOURCE_EXHAUSTED, "onnx: %llu values (at most %u)",
+                          (unsigned long long)cap, 1u << 24);
       goto done;
     }
     st = onx_names_build(&c.names, m->graph);
@@ -853,7 +884,7 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
     uint32_t p = (uint32_t)(-2 - v->tid);
     v->tid = vmcc_graph_param(c.g, p, v->name, v->dt, v->ndim, v->dims);
   }
-  st = lower_nodes(&c);
+  st = onx_lower_graph(&c);
   if (st) goto done;
   uint32_t nout = (uint32_t)m->graph->n_output;
   outs = calloc(nout, sizeof(*outs));
@@ -863,6 +894,7 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
   }
   st = bind_outputs(&c, outs, nout);
   if (!st) st = vmcc_graph_emit_multi(c.g, nout, outs, &report->plan);
+  if (!st) st = onx_emit_subfns(&c);
   if (!st) st = add_meta(&c, num_params, names, &report->plan);
   if (!st) st = vm_builder_finish(c.b, out_exec);
   if (st) goto done;
@@ -877,6 +909,7 @@ done:
     vm_status_free(st);
     st = inv;
   }
+  onx_free_subfns(&c);
   vmcc_graph_free(c.g);
   vm_builder_free(c.b);
   for (uint32_t i = 0; i < c.num_vals; i++) {

@@ -103,7 +103,25 @@ typedef struct onx_ctx {
   uint8_t *skip;          /* per node: fused into an earlier one */
   int fused;              /* the current node fused a later one (its output is that one's) */
   int fuse;               /* fuse elementwise chains into cl.elementwise */
+  /* control flow (onnx_ops_control.c) */
+  uint32_t depth;          /* subgraphs (If/Loop/Scan bodies) being lowered within each other */
+  uint64_t sub_nodes;      /* subgraph nodes lowered so far (unrolled iterations count each) */
+  struct onx_subfn *subfns; /* bytecode functions of run-time branches and loop bodies */
+  uint32_t num_subfns, cap_subfns;
+  uint32_t fn_seq; /* numbers the functions' names */
 } onx_ctx_t;
+
+/* A bytecode function lowered from a subgraph, emitted after main. */
+typedef struct onx_subfn {
+  vmcc_graph_t *g;
+  uint32_t nout;
+  int32_t *outs;
+} onx_subfn_t;
+
+/* Bounds on control flow (docs/onnx.md, docs/security.md). */
+#define ONX_MAX_SUB_DEPTH 16          /* subgraphs lowered within each other */
+#define ONX_MAX_SUB_NODES (1u << 20)  /* subgraph nodes lowered, unrolled iterations included */
+#define ONX_MAX_UNROLL_NODES 65536    /* nodes one unrolled Loop or Scan lowers */
 
 /* ---- messages ---- */
 /* "node 'name' (Op): <fmt>" with code. */
@@ -201,6 +219,28 @@ vm_status_t onx_bind_named(onx_ctx_t *c, const char *name, int32_t tid, uint32_t
  * passed to an operator call already) seen with shape (ndim, dims): tid
  * itself, or a view of it when the shapes differ. */
 vm_status_t onx_bind_out(onx_ctx_t *c, uint32_t i, int32_t tid, uint32_t ndim, const int64_t *dims);
+
+/* ---- graphs (onnx_compile.c) ---- */
+/* Lowers every node of c->graph in order (names: c->names, fused nodes:
+ * c->skip). */
+vm_status_t onx_lower_graph(onx_ctx_t *c);
+/* A new value named name (unique in the current scope). */
+vm_status_t onx_add_value(onx_ctx_t *c, const char *name, onx_value_t **out);
+/* Parses the initializers of g into constant values. */
+vm_status_t onx_bind_initializers(onx_ctx_t *c, const Onnx__GraphProto *g);
+/* Counts op in the report. */
+void onx_count_op(onx_ctx_t *c, const char *op);
+/* The tensor a function returns for v, whose tensor is t: t itself when
+ * it is an intermediate not returned already (dup 0), else a copy. */
+int32_t onx_returned(onx_ctx_t *c, const onx_value_t *v, int32_t t, int dup);
+
+/* ---- control flow (onnx_ops_control.c) ---- */
+/* The values lowering g may hold at once, its subgraphs' included (each
+ * lowered and dropped in turn); *has_sub is set when g has subgraphs. */
+uint64_t onx_graph_values(const Onnx__GraphProto *g, int *has_sub);
+/* Emits the bytecode functions of c->subfns (after main), and frees them. */
+vm_status_t onx_emit_subfns(onx_ctx_t *c);
+void onx_free_subfns(onx_ctx_t *c);
 
 /* ---- host helpers (onnx_host.c) ---- */
 int onx_is_float(vm_dtype_t dt);

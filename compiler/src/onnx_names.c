@@ -71,6 +71,57 @@ static vm_status_t oom(void) {
   return vm_status_make(VM_RESOURCE_EXHAUSTED, "onnx: out of host memory for the value names");
 }
 
+/* Calls fn(t, name, i, k, pass) for every input name of the nodes of the
+ * subgraphs of node i (If's branches, Loop's and Scan's bodies, within
+ * each other), k counting them: the node reads those values too, so a
+ * value one of its subgraphs uses is no value only another node consumes.
+ * The nesting is bounded by onx_wire_check. */
+typedef int (*ref_fn)(onx_names_t *t, const char *name, uint32_t node, uint32_t k, int pass);
+
+static int walk_sub_refs(onx_names_t *t, const Onnx__GraphProto *g, uint32_t node, uint32_t *k,
+                         int pass, ref_fn fn) {
+  for (size_t i = 0; g && i < g->n_node; i++) {
+    const Onnx__NodeProto *n = g->node[i];
+    if (!n) continue;
+    for (size_t j = 0; j < n->n_input; j++)
+      if (n->input[j] && n->input[j][0] && fn(t, n->input[j], node, (*k)++, pass) != 0) return -1;
+    for (size_t a = 0; a < n->n_attribute; a++) {
+      const Onnx__AttributeProto *at = n->attribute[a];
+      if (!at) continue;
+      if (at->g && walk_sub_refs(t, at->g, node, k, pass, fn) != 0) return -1;
+      for (size_t q = 0; q < at->n_graphs; q++)
+        if (walk_sub_refs(t, at->graphs[q], node, k, pass, fn) != 0) return -1;
+    }
+  }
+  return 0;
+}
+
+static int node_sub_refs(onx_names_t *t, const Onnx__NodeProto *n, uint32_t node, int pass,
+                         ref_fn fn) {
+  uint32_t k = (uint32_t)n->n_input;
+  for (size_t a = 0; a < n->n_attribute; a++) {
+    const Onnx__AttributeProto *at = n->attribute[a];
+    if (!at) continue;
+    if (at->g && walk_sub_refs(t, at->g, node, &k, pass, fn) != 0) return -1;
+    for (size_t q = 0; q < at->n_graphs; q++)
+      if (walk_sub_refs(t, at->graphs[q], node, &k, pass, fn) != 0) return -1;
+  }
+  return 0;
+}
+
+/* pass 0 counts a reader of a name the graph knows, pass 1 records it */
+static int add_ref(onx_names_t *t, const char *name, uint32_t node, uint32_t k, int pass) {
+  onx_name_t *e = onx_names_find(t, name);
+  if (!e) return 0; /* defined inside the subgraph: not this graph's value */
+  if (pass == 0) {
+    if (e->num_cons == UINT32_MAX) return -1;
+    e->num_cons++;
+  } else {
+    t->uses[e->cons_off + e->num_cons++] = (onx_use_t){node, k};
+  }
+  return 0;
+}
+
 vm_status_t onx_names_build(onx_names_t *t, const Onnx__GraphProto *g) {
   memset(t, 0, sizeof(*t));
   uint64_t nuses = 0;
@@ -103,6 +154,13 @@ vm_status_t onx_names_build(onx_names_t *t, const Onnx__GraphProto *g) {
       nuses++;
     }
   }
+  /* subgraphs' readers (the names above are all known by now) */
+  uint64_t before = 0, after = 0;
+  for (uint32_t i = 0; i < t->cap; i++) before += t->tab[i].name ? t->tab[i].num_cons : 0;
+  for (size_t i = 0; i < g->n_node; i++)
+    if (g->node[i] && node_sub_refs(t, g->node[i], (uint32_t)i, 0, add_ref) != 0) return oom();
+  for (uint32_t i = 0; i < t->cap; i++) after += t->tab[i].name ? t->tab[i].num_cons : 0;
+  nuses += after - before;
   if (nuses > UINT32_MAX) return oom();
   t->uses = malloc((nuses ? nuses : 1) * sizeof(*t->uses));
   if (!t->uses) return oom();
@@ -121,6 +179,7 @@ vm_status_t onx_names_build(onx_names_t *t, const Onnx__GraphProto *g) {
       onx_name_t *e = onx_names_find(t, n->input[k]);
       if (e) t->uses[e->cons_off + e->num_cons++] = (onx_use_t){(uint32_t)i, (uint32_t)k};
     }
+    if (n) node_sub_refs(t, n, (uint32_t)i, 1, add_ref);
   }
   return VM_STATUS_OK;
 }

@@ -168,6 +168,13 @@ static const onx_op_t k_ops[] = {
     {"RNN", "", 0, 0, A_RECURRENT " layout:14- output_sequence:-6", onx_op_recurrent, 0},
     {"DynamicQuantizeLSTM", "com.microsoft", 0, 0, A_RECURRENT " input_forget", onx_op_dq_lstm,
      0},
+    /* control flow (onnx_ops_control.c) */
+    {"If", "", 0, 0, "then_branch else_branch", onx_op_if, 0},
+    {"Loop", "", 0, 0, "body", onx_op_loop, 0},
+    {"Scan", "", 8, 0,
+     "body num_scan_inputs directions:8-8 scan_input_directions:9- scan_output_directions:9- "
+     "scan_input_axes:9- scan_output_axes:9-",
+     onx_op_scan, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))

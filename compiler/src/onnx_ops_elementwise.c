@@ -652,6 +652,7 @@ int64_t onx_sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *
     const Onnx__NodeProto *n = g->node[use.node];
     if (use.node == after) continue;
     if (found >= 0 || use.node < after || !n->op_type || (n->domain && n->domain[0])) return -1;
+    if (use.slot >= n->n_input) return -1; /* read in a subgraph of the node */
     found = (int64_t)use.node;
     *slot = use.slot;
   }

@@ -417,7 +417,8 @@ static void conv_epilogue_after(onx_ctx_t *c, const char *cur, size_t after, uin
       const Onnx__NodeProto *nd = g->node[n];
       int64_t ic, im, id;
       int swish;
-      if (n <= after || !nd->op_type || strcmp(nd->op_type, "Add") != 0 || nd->n_input != 2 ||
+      if (n <= after || xs > 1 || !nd->op_type || strcmp(nd->op_type, "Add") != 0 ||
+          nd->n_input != 2 ||
           !onx_hard_chain(c, n, xs, cur, ndim, &ic, &im, &id, &swish) || !swish ||
           !consumed_by_two(c, cur, after, n, (size_t)im))
         continue;

@@ -1432,13 +1432,14 @@ static PyObject *onnx_report_dict(const vmcc_onnx_report_t *r) {
   if (!ops) return NULL;
   const vmcc_plan_report_t *p = &r->plan;
   return Py_BuildValue(
-      "{s:L,s:I,s:I,s:N,s:I,s:K,s:{s:K,s:K,s:K,s:I,s:I,s:K}}", "opset", (long long)r->opset,
+      "{s:L,s:I,s:I,s:N,s:I,s:K,s:{s:K,s:K,s:K,s:I,s:I,s:K},s:I,s:s}", "opset", (long long)r->opset,
       "nodes", r->num_nodes, "folded_nodes", r->num_folded, "ops", ops, "constants", r->num_consts,
       "constants_bytes", (unsigned long long)r->const_bytes, "memory", "planned_bytes",
       (unsigned long long)p->planned_bytes, "unplanned_bytes",
       (unsigned long long)p->unplanned_bytes, "live_peak_bytes",
       (unsigned long long)p->live_peak_bytes, "storages", p->num_storages, "planned_tensors",
-      p->num_tensors, "output_bytes", (unsigned long long)p->output_bytes);
+      p->num_tensors, "output_bytes", (unsigned long long)p->output_bytes, "warnings",
+      r->num_warnings, "warning", r->num_warnings ? r->warning : "");
 }
 
 /* A (name, value) pair of the lists compile_onnx() takes: the name (UTF-8,

@@ -320,3 +320,20 @@ def test_no_leaks_over_300_compiles() -> None:
     grew = (rss1 - rss0) * os.sysconf("SC_PAGE_SIZE")
     assert grew < 4 * 1024 * 1024, f"RSS grew by {grew / 1024:.0f} KiB"
     assert sys.getrefcount(w) == refs0
+
+
+def test_declared_output_shape_is_a_warning() -> None:
+    """An output declared [3, 2] that the graph computes [2, 3] compiles (as
+    onnxruntime ignores the declaration) and the report says so."""
+    m = op.model(
+        [op.node("Relu", ["x"], ["y"])],
+        [op.value_info("x", [2, 3])],
+        [op.value_info("y", [3, 2])],
+    )
+    c = vmrpc.compile(m)
+    assert c.report["warnings"] == 1
+    assert c.report["warning"] == (
+        "graph output 'y': the model declares shape [3,2], the graph computes [2,3]: "
+        "the computed shape is used, as onnxruntime does"
+    )
+    assert vmrpc.compile(mlp_model(), input_shapes={"x": [2, 4]}).report["warning"] == ""

@@ -60,13 +60,18 @@ void pb_msg(pb_t *b, uint32_t field, pb_t *sub) {
  * as graph field `field` (11 input, 12 output). */
 void onnx_add_value_info(pb_t *graph, uint32_t field, const char *name, uint32_t ndim,
                          const int64_t *dims) {
+  onnx_add_typed_value_info(graph, field, name, 1, ndim, dims);
+}
+
+void onnx_add_typed_value_info(pb_t *graph, uint32_t field, const char *name, int elem,
+                               uint32_t ndim, const int64_t *dims) {
   pb_t shape = {0}, tensor = {0}, type = {0}, vi = {0};
   for (uint32_t i = 0; i < ndim; i++) {
     pb_t dim = {0};
     pb_int(&dim, 1, (uint64_t)(dims ? dims[i] : 1));
     pb_msg(&shape, 1, &dim);
   }
-  pb_int(&tensor, 1, 1); /* elem_type float */
+  pb_int(&tensor, 1, (uint64_t)elem);
   pb_msg(&tensor, 2, &shape);
   pb_msg(&type, 1, &tensor); /* tensor_type */
   pb_str(&vi, 1, name);
@@ -76,15 +81,50 @@ void onnx_add_value_info(pb_t *graph, uint32_t field, const char *name, uint32_t
 
 void onnx_add_node(pb_t *graph, const char *op, const char *name, const char *const *in,
                    size_t nin, const char *out) {
+  onnx_add_node_attrs(graph, op, name, in, nin, &out, 1, NULL);
+}
+
+void onnx_add_node_attrs(pb_t *graph, const char *op, const char *name, const char *const *in,
+                         size_t nin, const char *const *out, size_t nout, pb_t *attrs) {
   pb_t node = {0};
   for (size_t i = 0; i < nin; i++) pb_str(&node, 1, in[i]);
-  pb_str(&node, 2, out);
+  for (size_t i = 0; i < nout; i++) pb_str(&node, 2, out[i]);
   pb_str(&node, 3, name);
   pb_str(&node, 4, op);
+  if (attrs) {
+    if (attrs->n) pb_raw(&node, attrs->d, attrs->n);
+    free(attrs->d);
+    memset(attrs, 0, sizeof(*attrs));
+  }
   pb_msg(graph, 1, &node);
 }
 
-/* ModelProto (IR 7) of graph at opset; frees graph. */
+void onnx_attr_graph(pb_t *attrs, const char *name, pb_t *graph) {
+  pb_t a = {0};
+  pb_str(&a, 1, name);
+  pb_msg(&a, 6, graph);
+  pb_int(&a, 20, 5); /* GRAPH */
+  pb_msg(attrs, 5, &a);
+}
+
+void onnx_attr_int(pb_t *attrs, const char *name, int list, int64_t v) {
+  pb_t a = {0};
+  pb_str(&a, 1, name);
+  pb_int(&a, list ? 8 : 3, (uint64_t)v); /* ints, i */
+  pb_int(&a, 20, list ? 7 : 2);          /* INTS, INT */
+  pb_msg(attrs, 5, &a);
+}
+
+void onnx_add_initializer(pb_t *graph, const char *name, int elem, uint32_t ndim,
+                          const int64_t *dims, const void *raw, size_t nbytes) {
+  pb_t t = {0};
+  for (uint32_t i = 0; i < ndim; i++) pb_int(&t, 1, (uint64_t)dims[i]);
+  pb_int(&t, 2, (uint64_t)elem);
+  pb_str(&t, 8, name);
+  pb_bytes(&t, 9, raw, nbytes);
+  pb_msg(graph, 5, &t);
+}
+
 pb_t onnx_model_of(pb_t *graph, uint64_t opset) {
   pb_t m = {0}, os = {0};
   pb_int(&m, 1, 7);

@@ -577,8 +577,18 @@ static void test_graph_errors(void **state) {
   m.vis[1].name = "z";
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
                 "graph output 'z' is never computed");
+  /* another declared shape compiles with a warning (onnxruntime ignores
+   * the declaration); another declared dtype is refused */
   relu_model(&m);
   m.dims[1][1].dim_value = 5;
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(compile(&m, NULL, &rep, NULL));
+  assert_int_equal(rep.num_warnings, 1);
+  assert_string_equal(rep.warning,
+                      "graph output 'y': the model declares shape [2,5], the graph computes "
+                      "[2,4]: the computed shape is used, as onnxruntime does");
+  relu_model(&m);
+  m.ttypes[1].elem_type = 7;
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
                 "graph output 'y': the model declares another type than the inferred "
                 "float32[2,4]");

@@ -134,6 +134,9 @@ static const char *const k_ops[] = {
     "RNN",
     "GRU",
     "LSTM",
+    "If",
+    "Loop",
+    "Scan",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
@@ -275,10 +278,12 @@ static int cmp_names(const void *a, const void *b) {
 }
 
 /* Ops the importer evaluates at compile time only: their cases bind every
- * input as a constant. */
+ * input as a constant. Loop too: its cases' input 0 is the trip count,
+ * which must be known at compile time when the loop has scan outputs (their
+ * length is a static dim). */
 static int is_fold_only(const char *op) {
-  static const char *const k_fold[] = {"And", "Or",       "Xor",   "Not",
-                                       "Mod", "Constant", "Range", "ConstantOfShape"};
+  static const char *const k_fold[] = {"And", "Or",    "Xor",   "Not",  "Mod",
+                                       "Constant", "Range", "ConstantOfShape", "Loop"};
   for (size_t i = 0; i < sizeof(k_fold) / sizeof(k_fold[0]); i++)
     if (strcmp(k_fold[i], op) == 0) return 1;
   return 0;

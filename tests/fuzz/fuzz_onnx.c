@@ -1,7 +1,7 @@
 /* libFuzzer target: the ONNX importer on arbitrary bytes (vmcc_onnx_compile:
  * protobuf parse, tensor and attribute checks, shape inference, folding and
  * lowering). Seeds: the Debian libonnx-testdata node models, copied by
- * scripts/fuzz.sh. Every input must end in a status or an executable, never
+ * scripts/fuzz.sh, and the If/Loop/Scan models of corpus/fuzz_onnx. Every input must end in a status or an executable, never
  * a crash, a leak or an out-of-bounds access. */
 #include <stddef.h>
 #include <stdint.h>

@@ -124,6 +124,25 @@ vmcc_arg_t vmcc_graph_floats(vmcc_graph_t *g, uint32_t n, const double *vals);
 /* Records a call of packed function name whose result is discarded. */
 void vmcc_graph_call(vmcc_graph_t *g, const char *name, uint32_t nargs, const vmcc_arg_t *args);
 
+/* Control flow over bytecode functions (each declared on the builder and
+ * emitted from a graph of its own, which returns its results: one tensor,
+ * or a tuple when there are several).
+ *
+ * A result: a tensor that a control call below makes (it has memory of its
+ * own, returned by the function), used afterwards like an intermediate. */
+int32_t vmcc_graph_result(vmcc_graph_t *g, vm_dtype_t dt, uint32_t ndim, const int64_t *shape);
+/* outs = cond ? then_func(args) : else_func(args): cond is a 1-element
+ * tensor read back with vm.builtin.read_if_cond, the branch is the VM's
+ * If and Goto; outs are fresh results (vmcc_graph_result). */
+void vmcc_graph_if(vmcc_graph_t *g, int32_t cond, uint32_t then_func, uint32_t else_func,
+                   uint32_t nargs, const int32_t *args, uint32_t nouts, const int32_t *outs);
+/* A while loop: state = init; c = cond; while (c) (c, state...) =
+ * body_func(state..., extra...); outs (fresh results) get the final state.
+ * The body returns a tuple of 1 + nstate values. */
+void vmcc_graph_loop(vmcc_graph_t *g, int32_t cond, uint32_t body_func, uint32_t nstate,
+                     const int32_t *init, uint32_t nextra, const int32_t *extra,
+                     const int32_t *outs);
+
 /* The tensor's dtype, dims and kind (for front ends). */
 vm_dtype_t vmcc_graph_dtype(const vmcc_graph_t *g, int32_t tid);
 uint32_t vmcc_graph_ndim(const vmcc_graph_t *g, int32_t tid);

@@ -98,6 +98,8 @@ typedef struct vmcc_onnx_report {
     char name[32];
     uint32_t count;
   } ops[VMCC_ONNX_MAX_REPORT_OPS];
+  uint32_t num_warnings; /* what the compiler accepted leniently (as onnxruntime does) */
+  char warning[400];     /* the first of them */
 } vmcc_onnx_report_t;
 
 /* Compiles the model file at path (external data files are looked up in
