@@ -188,7 +188,7 @@ vm_status_t onx_def_lazy(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
     return VM_STATUS_OK;
   }
   onx_value_t *v;
-  vm_status_t st = add_value(c, c->node->output[i], &v);
+  vm_status_t st = onx_add_value(c, c->node->output[i], &v);
   if (!st) st = set_shape(c, v, dt, ndim, dims);
   if (st) {
     free(q);
