@@ -792,7 +792,8 @@ vm_status_t vmcc_onnx_compile(const void *data, size_t size, const char *base_di
   {
     size_t cap = m->graph->n_initializer + m->graph->n_input;
     for (size_t i = 0; i < m->graph->n_node; i++)
-      if (m->graph->node[i]) cap += m->graph->node[i]->n_output;
+      if (m->graph->node[i])
+        cap += m->graph->node[i]->n_output + onx_sub_budget(m->graph->node[i]);
     if (cap > (1u << 24)) {
       st = vm_status_make(VM_RESOURCE_EXHAUSTED, "onnx: %zu values (at most %u)", cap, 1u << 24);
       goto done;
@@ -860,6 +861,7 @@ done:
   }
   free(c.vals);
   onx_names_free(&c.names);
+  onx_scratch_free(c.scratch);
   free(c.skip);
   free(names);
   free(outs);

@@ -98,6 +98,8 @@ typedef struct onx_ctx {
   uint8_t *skip;          /* per node: fused into an earlier one */
   int fused;              /* the current node fused a later one (its output is that one's) */
   int fuse;               /* fuse elementwise chains into cl.elementwise */
+  int sub_depth;          /* lowering a composite's sub-node (onnx_sub.c) */
+  struct onx_scratch *scratch; /* the sub-nodes' value names */
 } onx_ctx_t;
 
 /* ---- messages ---- */
@@ -237,6 +239,11 @@ struct onx_op {
   onx_lower_fn fn;            /* the lowering */
   int32_t arg;                /* for fn, which of its family's operations (c->op->arg) */
 };
+/* The default domain's row named op_type, or NULL. */
+const onx_op_t *onx_find_op(const char *op_type);
+/* The values a node of op_type may add beyond its outputs (sub-nodes). */
+uint32_t onx_sub_budget(const Onnx__NodeProto *n);
+void onx_scratch_free(struct onx_scratch *s);
 /* The row for the current node (c->node, at c->opset) into *out, after
  * checking its domain, its opset and its attributes: the one place a node
  * meets the registry. UNIMPLEMENTED (naming what is supported) for an

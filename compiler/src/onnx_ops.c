@@ -135,6 +135,50 @@ static const onx_op_t k_ops[] = {
     {"Unsqueeze", "", 0, 0, "axes:-12", onx_op_unsqueeze, 0},
     {"Where", "", 0, 0, "", onx_op_where, 0},
     {"Xor", "", 0, 0, A_BCAST, onx_op_binary, B_XOR},
+    /* ---- onnx_ops_compose.c: one elementwise program, one call, or
+     * sub-nodes (onnx_sub.c) ---- */
+    {"Acos", "", 0, 0, "", onx_op_ew, ONX_E_ACOS},
+    {"Acosh", "", 0, 0, "", onx_op_ew, ONX_E_ACOSH},
+    {"ArgMax", "", 0, 0, "axis keepdims select_last_index:12-", onx_op_argmax, 0},
+    {"ArgMin", "", 0, 0, "axis keepdims select_last_index:12-", onx_op_argmax, 1},
+    {"Asin", "", 0, 0, "", onx_op_ew, ONX_E_ASIN},
+    {"Asinh", "", 0, 0, "", onx_op_ew, ONX_E_ASINH},
+    {"Atan", "", 0, 0, "", onx_op_ew, ONX_E_ATAN},
+    {"Atanh", "", 0, 0, "", onx_op_ew, ONX_E_ATANH},
+    {"BlackmanWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 2},
+    {"Celu", "", 0, 0, "alpha", onx_op_ew, ONX_E_CELU},
+    {"Cosh", "", 0, 0, "", onx_op_ew, ONX_E_COSH},
+    {"CumSum", "", 0, 0, "exclusive reverse", onx_op_cumsum, 0},
+    {"DepthToSpace", "", 0, 0, "blocksize mode:11-", onx_op_depth_space, 0},
+    {"EyeLike", "", 0, 0, "dtype k", onx_op_eye_like, 0},
+    {"HammingWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 1},
+    {"HannWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 0},
+    {"Hardmax", "", 13, 0, "axis", onx_op_hardmax, 0},
+    {"InstanceNormalization", "", 0, 0, "epsilon consumed_inputs:-5", onx_op_instance_norm, 0},
+    {"IsInf", "", 0, 0, "detect_negative detect_positive", onx_op_isinf, 0},
+    {"IsNaN", "", 0, 0, "", onx_op_ew, ONX_E_ISNAN},
+    {"LpNormalization", "", 0, 0, "axis p", onx_op_lp_norm, 0},
+    {"Mean", "", 0, 0, A_LEGACY, onx_op_variadic, 1},
+    {"MeanVarianceNormalization", "", 0, 0, "axes", onx_op_mvn, 0},
+    {"Mish", "", 0, 0, "", onx_op_ew, ONX_E_MISH},
+    {"PRelu", "", 0, 0, A_LEGACY, onx_op_ew, ONX_E_PRELU},
+    {"ReduceL1", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_L1},
+    {"ReduceL2", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_L2},
+    {"ReduceLogSum", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_LOG_SUM},
+    {"ReduceLogSumExp", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_LOG_SUM_EXP},
+    {"ReduceSumSquare", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_SUM_SQUARE},
+    {"RMSNormalization", "", 0, 0, "axis epsilon stash_type", onx_op_rms_norm, 0},
+    {"Shrink", "", 0, 0, "bias lambd", onx_op_ew, ONX_E_SHRINK},
+    {"Sign", "", 0, 0, "", onx_op_ew, ONX_E_SIGN},
+    {"Sinh", "", 0, 0, "", onx_op_ew, ONX_E_SINH},
+    {"Softsign", "", 0, 0, "", onx_op_ew, ONX_E_SOFTSIGN},
+    {"SpaceToDepth", "", 0, 0, "blocksize mode:28-", onx_op_depth_space, 1},
+    {"Sum", "", 0, 0, A_LEGACY, onx_op_variadic, 0},
+    {"Swish", "", 0, 0, "alpha", onx_op_ew, ONX_E_SWISH},
+    {"Tan", "", 0, 0, "", onx_op_ew, ONX_E_TAN},
+    {"ThresholdedRelu", "", 0, 0, "alpha", onx_op_ew, ONX_E_THRESHOLDED_RELU},
+    {"Tile", "", 0, 0, "", onx_op_tile, 0},
+    {"Trilu", "", 0, 0, "upper", onx_op_trilu, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
@@ -144,6 +188,12 @@ static void supported_ops(char *buf, size_t len) {
   buf[0] = 0;
   for (size_t i = 0; i < NUM_OPS && used < len; i++)
     used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", k_ops[i].name);
+}
+
+const onx_op_t *onx_find_op(const char *op_type) {
+  for (size_t i = 0; op_type && i < NUM_OPS; i++)
+    if (!k_ops[i].domain[0] && strcmp(k_ops[i].name, op_type) == 0) return &k_ops[i];
+  return NULL;
 }
 
 vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
@@ -160,7 +210,7 @@ vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
   if (!dom_known)
     return onx_node_err(c, VM_UNIMPLEMENTED, "domain '%.60s': supported: the default domain", dom);
   if (!op) {
-    char ops[1280];
+    char ops[4096];
     supported_ops(ops, sizeof(ops));
     return onx_node_err(c, VM_UNIMPLEMENTED, "operator %.40s is not supported: supported: %s",
                         n->op_type, ops);

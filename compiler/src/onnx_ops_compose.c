@@ -1,0 +1,638 @@
+/* ONNX operators lowered as small graphs of other operators (onnx_sub.c),
+ * mostly their ONNX function bodies: the Reduce* variants, RMS and Lp
+ * normalisation, Sum/Mean, Trilu, Hardmax, CumSum, the depth/space
+ * rearrangements, Tile; and operators that are one cl.elementwise
+ * program (activations, trigonometry, IsNaN/IsInf) or one library call
+ * (ArgMax/ArgMin), plus the compile-time windows and EyeLike. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx_ops.h"
+
+/* ---------------------------------------------------------------------------
+ * One cl.elementwise program over the node's inputs
+ */
+
+/* Emits program over the run-time float inputs ins (broadcast together)
+ * into a new tensor of their dtype and broadcast shape; the tid in *y. */
+static vm_status_t ew_emit(onx_ctx_t *c, const char *prog, uint32_t nin, onx_value_t **ins,
+                           int32_t *y, uint32_t *ondim, int64_t *odims) {
+  *y = -1;
+  uint32_t nd = ins[0]->ndim;
+  int64_t d[MAXD];
+  memcpy(d, ins[0]->dims, nd * sizeof(int64_t));
+  for (uint32_t i = 0; i < nin; i++) {
+    VM_RETURN_IF_ERROR(need_float(c, ins[i]));
+    if (!vm_dtype_equal(ins[i]->dt, ins[0]->dt))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "inputs have different dtypes");
+    if (i && onx_broadcast(nd, d, ins[i]->ndim, ins[i]->dims, &nd, d) < 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "input %u does not broadcast to input 0", i);
+  }
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", nd, d, NULL));
+  uint32_t idx = 0;
+  vm_status_t st = vm_builder_const_string(c->b, prog, strlen(prog), &idx);
+  if (st) return st;
+  int32_t t = new_t(c, ins[0]->dt, nd, d);
+  vmcc_arg_t a[10];
+  uint32_t n = 0;
+  a[n++] = vmcc_a_const(idx);
+  for (uint32_t i = 0; i < nin; i++) a[n++] = A(onx_tid(c, ins[i]));
+  a[n++] = A(t);
+  call(c, "cl.elementwise", n, a);
+  *y = t;
+  *ondim = nd;
+  memcpy(odims, d, nd * sizeof(int64_t));
+  return VM_STATUS_OK;
+}
+
+/* Output 0 as program over ins, cast to bool when to_bool. */
+static vm_status_t ew_out(onx_ctx_t *c, const char *prog, uint32_t nin, onx_value_t **ins,
+                          int to_bool) {
+  int32_t y;
+  uint32_t nd = 0;
+  int64_t d[MAXD];
+  VM_RETURN_IF_ERROR(ew_emit(c, prog, nin, ins, &y, &nd, d));
+  if (!to_bool) return onx_bind_out(c, 0, y, nd, d);
+  int32_t yb = new_t(c, VM_BOOL, nd, d);
+  vmcc_arg_t ca[2] = {A(y), A(yb)};
+  call(c, "cl.cast", 2, ca);
+  return onx_bind_out(c, 0, yb, nd, d);
+}
+
+/* The programs of onx_op_ew (a row's arg); %A, %B stand for attribute
+ * values written as numbers, x1 for input 1. */
+typedef struct ew_row {
+  const char *op;
+  const char *prog;
+  const char *attr_a; /* attribute read into %A (its default) */
+  float def_a;
+  const char *attr_b;
+  float def_b;
+  int bool_out;   /* the result is cast to bool */
+  int two_inputs; /* x1 is input 1 (unidirectional broadcast to x0) */
+} ew_row_t;
+
+static const ew_row_t k_ew[] = {
+    [ONX_E_ACOS] = {"Acos", "x0 acos"},
+    [ONX_E_ACOSH] = {"Acosh", "x0 acosh"},
+    [ONX_E_ASIN] = {"Asin", "x0 asin"},
+    [ONX_E_ASINH] = {"Asinh", "x0 asinh"},
+    [ONX_E_ATAN] = {"Atan", "x0 atan"},
+    [ONX_E_ATANH] = {"Atanh", "x0 atanh"},
+    [ONX_E_COSH] = {"Cosh", "x0 cosh"},
+    [ONX_E_SINH] = {"Sinh", "x0 sinh"},
+    [ONX_E_TAN] = {"Tan", "x0 tan"},
+    [ONX_E_SOFTSIGN] = {"Softsign", "x0 x0 abs 1 add div"},
+    [ONX_E_SIGN] = {"Sign", "x0 sign"},
+    [ONX_E_MISH] = {"Mish", "x0 x0 softplus tanh mul"},
+    [ONX_E_SWISH] = {"Swish", "x0 x0 %A mul sigmoid mul", "alpha", 1.0f},
+    [ONX_E_CELU] = {"Celu", "x0 0 max x0 %A div exp 1 sub %A mul 0 min add", "alpha", 1.0f},
+    [ONX_E_THRESHOLDED_RELU] = {"ThresholdedRelu", "x0 %A gt x0 0 select", "alpha", 1.0f},
+    [ONX_E_SHRINK] = {"Shrink", "x0 0 %A sub lt x0 %B add x0 %A gt x0 %B sub 0 select select",
+                      "lambd", 0.5f, "bias", 0.0f},
+    [ONX_E_PRELU] = {"PRelu", "x0 0 lt x0 x1 mul x0 select", NULL, 0, NULL, 0, 0, 1},
+    [ONX_E_ISNAN] = {"IsNaN", "1 x0 x0 eq sub", NULL, 0, NULL, 0, 1},
+};
+
+static void put_num(char *buf, size_t len, size_t *used, float v) {
+  if (*used < len) *used += (size_t)snprintf(buf + *used, len - *used, "%.9g", (double)v);
+}
+
+vm_status_t onx_op_ew(onx_ctx_t *c) {
+  const ew_row_t *r = &k_ew[c->op->arg];
+  onx_value_t *x, *ins[2];
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  ins[0] = x;
+  uint32_t nin = 1;
+  if (r->two_inputs) {
+    VM_RETURN_IF_ERROR(onx_in_req(c, 1, &ins[1]));
+    nin = 2;
+    uint32_t nd;
+    int64_t d[MAXD];
+    if (onx_broadcast(x->ndim, x->dims, ins[1]->ndim, ins[1]->dims, &nd, d) < 0 || nd != x->ndim ||
+        memcmp(d, x->dims, nd * sizeof(int64_t)) != 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "input 1 does not broadcast to input 0's shape");
+  }
+  float a = r->def_a, b = r->def_b;
+  if (r->attr_a) VM_RETURN_IF_ERROR(onx_attr_float(c, r->attr_a, r->def_a, &a));
+  if (r->attr_b) VM_RETURN_IF_ERROR(onx_attr_float(c, r->attr_b, r->def_b, &b));
+  if (!isfinite(a) || !isfinite(b) || (c->op->arg == ONX_E_CELU && a == 0))
+    return onx_node_err(c, VM_UNIMPLEMENTED, "attribute %s = %g: supported: finite%s values",
+                        isfinite(a) ? r->attr_b : r->attr_a, (double)(isfinite(a) ? b : a),
+                        c->op->arg == ONX_E_CELU ? ", nonzero" : "");
+  char prog[256];
+  size_t used = 0;
+  for (const char *p = r->prog; *p && used < sizeof(prog) - 1; p++) {
+    if (p[0] == '%' && (p[1] == 'A' || p[1] == 'B')) {
+      put_num(prog, sizeof(prog), &used, p[1] == 'A' ? a : b);
+      p++;
+    } else {
+      prog[used++] = *p;
+      prog[used] = 0;
+    }
+  }
+  prog[used < sizeof(prog) ? used : sizeof(prog) - 1] = 0;
+  return ew_out(c, prog, nin, ins, r->bool_out);
+}
+
+/* IsInf: detect_positive and detect_negative pick the program. */
+vm_status_t onx_op_isinf(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t pos, neg;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "detect_positive", 1, &pos));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "detect_negative", 1, &neg));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (!pos && !neg) { /* never true */
+    uint8_t *d;
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_BOOL, x->numel, &d));
+    memset(d, 0, (size_t)x->numel);
+    return onx_def_const(c, 0, VM_BOOL, x->ndim, x->dims, d);
+  }
+  /* beyond the largest finite float (NaN compares false) */
+  const char *prog = pos && neg ? "x0 abs 3.40282347e38 gt"
+                     : pos      ? "x0 3.40282347e38 gt"
+                                : "x0 -3.40282347e38 lt";
+  return ew_out(c, prog, 1, &x, 1);
+}
+
+/* ---------------------------------------------------------------------------
+ * ArgMax, ArgMin: cl.argmax / cl.argmin
+ */
+vm_status_t onx_op_argmax(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t axis, keep, last;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", 0, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "keepdims", 1, &keep));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "select_last_index", 0, &last));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "input 0 is a scalar");
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &axis));
+  int64_t od[MAXD];
+  uint32_t on = 0;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    if ((int64_t)i == axis) {
+      if (keep) od[on++] = 1;
+    } else {
+      od[on++] = x->dims[i];
+    }
+  }
+  int32_t y = new_t(c, VM_I64, on, od);
+  vmcc_arg_t a[5] = {A(onx_tid(c, x)), I(axis), I(keep != 0), I(last != 0), A(y)};
+  call(c, c->op->arg ? "cl.argmin" : "cl.argmax", 5, a);
+  return onx_bind_out(c, 0, y, on, od);
+}
+
+/* ---------------------------------------------------------------------------
+ * Reduce variants as ReduceSum/ReduceMax with elementwise nodes around
+ */
+
+/* The axes input of the node's reductions at ONX_SUB_OPSET: input 1 from
+ * opset 18, else the attribute as a constant ("" for none). */
+static vm_status_t reduce_axes(onx_ctx_t *c, const char **axes) {
+  *axes = "";
+  if (c->opset >= 18) {
+    onx_value_t *av = onx_in(c, 1);
+    if (av) *axes = av->name;
+    return VM_STATUS_OK;
+  }
+  int64_t ax[MAXD], n;
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "axes", ax, MAXD, &n));
+  if (n > 0) VM_RETURN_IF_ERROR(onx_sub_ints(c, (uint32_t)n, ax, axes));
+  return VM_STATUS_OK;
+}
+
+vm_status_t onx_op_reduce_composite(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t keep, noop = 0;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "keepdims", 1, &keep));
+  if (c->opset >= 18) VM_RETURN_IF_ERROR(onx_attr_int(c, "noop_with_empty_axes", 0, &noop));
+  const char *axes;
+  VM_RETURN_IF_ERROR(reduce_axes(c, &axes));
+  const char *out = c->node->output[0];
+  onx_sattr_t ra[2] = {SA_INT("keepdims", keep), SA_INT("noop_with_empty_axes", noop)};
+  const char *t = NULL, *s = NULL, *m = NULL;
+  switch (c->op->arg) {
+    case ONX_RC_L1:
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Abs", NULL, x->name, NULL, NULL, 0, NULL, &t));
+      return onx_sub1(c, "ReduceSum", out, t, axes, NULL, 2, ra, NULL);
+    case ONX_RC_SUM_SQUARE:
+    case ONX_RC_L2:
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Mul", NULL, x->name, x->name, NULL, 0, NULL, &t));
+      if (c->op->arg == ONX_RC_SUM_SQUARE)
+        return onx_sub1(c, "ReduceSum", out, t, axes, NULL, 2, ra, NULL);
+      VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceSum", NULL, t, axes, NULL, 2, ra, &s));
+      return onx_sub1(c, "Sqrt", out, s, NULL, NULL, 0, NULL, NULL);
+    case ONX_RC_LOG_SUM:
+      VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceSum", NULL, x->name, axes, NULL, 2, ra, &s));
+      return onx_sub1(c, "Log", out, s, NULL, NULL, 0, NULL, NULL);
+    default: { /* ONX_RC_LOG_SUM_EXP: m + log(sum(exp(x - m))), m the max (0 when empty) */
+      int empty = x->numel == 0;
+      if (empty) {
+        VM_RETURN_IF_ERROR(onx_sub1(c, "Exp", NULL, x->name, NULL, NULL, 0, NULL, &t));
+        VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceSum", NULL, t, axes, NULL, 2, ra, &s));
+        return onx_sub1(c, "Log", out, s, NULL, NULL, 0, NULL, NULL);
+      }
+      onx_sattr_t ka[2] = {SA_INT("keepdims", 1), SA_INT("noop_with_empty_axes", noop)};
+      const char *mk, *d, *mo = NULL;
+      VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMax", NULL, x->name, axes, NULL, 2, ka, &mk));
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Sub", NULL, x->name, mk, NULL, 0, NULL, &d));
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Exp", NULL, d, NULL, NULL, 0, NULL, &t));
+      VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceSum", NULL, t, axes, NULL, 2, ra, &s));
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Log", NULL, s, NULL, NULL, 0, NULL, &m));
+      if (keep)
+        mo = mk;
+      else
+        VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMax", NULL, x->name, axes, NULL, 2, ra, &mo));
+      return onx_sub1(c, "Add", out, m, mo, NULL, 0, NULL, NULL);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------
+ * Normalisations
+ */
+
+/* The axes [from, r) as a constant. */
+static vm_status_t tail_axes(onx_ctx_t *c, int64_t from, uint32_t r, const char **out) {
+  int64_t ax[MAXD];
+  uint32_t n = 0;
+  for (int64_t i = from; i < (int64_t)r; i++) ax[n++] = i;
+  return onx_sub_ints(c, n, ax, out);
+}
+
+vm_status_t onx_op_rms_norm(onx_ctx_t *c) {
+  onx_value_t *x, *scale;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &scale));
+  int64_t axis, stash;
+  float eps;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", -1, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "stash_type", 1, &stash));
+  if (stash != 1) return onx_unsupported_attr(c, "stash_type", "not 1", "1 (float)");
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &axis));
+  const char *axes, *xu = x->name, *t, *m, *e, *r, *n, *ep;
+  VM_RETURN_IF_ERROR(tail_axes(c, axis, x->ndim, &axes));
+  int half = vm_dtype_equal(x->dt, VM_F16);
+  onx_sattr_t to_f[1] = {SA_INT("to", 1)}, to_h[1] = {SA_INT("to", 10)};
+  if (half) VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, x->name, NULL, NULL, 1, to_f, &xu));
+  onx_sattr_t ka[1] = {SA_INT("keepdims", 1)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Mul", NULL, xu, xu, NULL, 0, NULL, &t));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMean", NULL, t, axes, NULL, 1, ka, &m));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, VM_F32, eps, &ep));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Add", NULL, m, ep, NULL, 0, NULL, &e));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Sqrt", NULL, e, NULL, NULL, 0, NULL, &r));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Div", NULL, xu, r, NULL, 0, NULL, &n));
+  if (half) VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, n, NULL, NULL, 1, to_h, &n));
+  return onx_sub1(c, "Mul", c->node->output[0], n, scale->name, NULL, 0, NULL, NULL);
+}
+
+vm_status_t onx_op_lp_norm(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t axis, p;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", -1, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "p", 2, &p));
+  if (p != 1 && p != 2) return onx_unsupported_attr(c, "p", "not 1 or 2", "1, 2");
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &axis));
+  const char *axes, *t, *s;
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, 1, &axis, &axes));
+  onx_sattr_t ka[1] = {SA_INT("keepdims", 1)};
+  if (p == 1)
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Abs", NULL, x->name, NULL, NULL, 0, NULL, &t));
+  else
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Mul", NULL, x->name, x->name, NULL, 0, NULL, &t));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceSum", NULL, t, axes, NULL, 1, ka, &s));
+  if (p == 2) VM_RETURN_IF_ERROR(onx_sub1(c, "Sqrt", NULL, s, NULL, NULL, 0, NULL, &s));
+  /* a zero norm (x all zeros along the axis) gives 0, not 0/0 */
+  const char *tiny;
+  VM_RETURN_IF_ERROR(
+      onx_sub_scalar(c, x->dt, vm_dtype_equal(x->dt, VM_F16) ? 6e-8 : 1.17549435e-38, &tiny));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Max", NULL, s, tiny, NULL, 0, NULL, &s));
+  return onx_sub1(c, "Div", c->node->output[0], x->name, s, NULL, 0, NULL, NULL);
+}
+
+/* MeanVarianceNormalization: (x - mean) / sqrt(mean(x^2) - mean^2), over
+ * axes (default 0, 2, 3), as the ONNX function body (no epsilon). */
+vm_status_t onx_op_mvn(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t ax[MAXD] = {0, 2, 3}, n;
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "axes", ax, MAXD, &n));
+  if (n < 0) n = 3;
+  const char *axes, *m, *x2, *m2, *mm, *v, *sd, *d;
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, (uint32_t)n, ax, &axes));
+  onx_sattr_t ka[1] = {SA_INT("keepdims", 1)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMean", NULL, x->name, axes, NULL, 1, ka, &m));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Mul", NULL, x->name, x->name, NULL, 0, NULL, &x2));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMean", NULL, x2, axes, NULL, 1, ka, &m2));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Mul", NULL, m, m, NULL, 0, NULL, &mm));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Sub", NULL, m2, mm, NULL, 0, NULL, &v));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Sqrt", NULL, v, NULL, NULL, 0, NULL, &sd));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Sub", NULL, x->name, m, NULL, 0, NULL, &d));
+  return onx_sub1(c, "Div", c->node->output[0], d, sd, NULL, 0, NULL, NULL);
+}
+
+/* InstanceNormalization: per (N, C), over the spatial axes, then scale
+ * and bias per channel. */
+vm_status_t onx_op_instance_norm(onx_ctx_t *c) {
+  onx_value_t *x, *sc, *b;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sc));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 2, &b));
+  float eps;
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim < 3 || sc->ndim != 1 || b->ndim != 1 || sc->dims[0] != x->dims[1] ||
+      b->dims[0] != x->dims[1])
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "X must be [N, C, ...] with scale and B of [C]");
+  const char *axes, *m, *d, *d2, *v, *ep, *ve, *sd, *nrm, *scv, *bv, *y;
+  VM_RETURN_IF_ERROR(tail_axes(c, 2, x->ndim, &axes));
+  onx_sattr_t ka[1] = {SA_INT("keepdims", 1)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMean", NULL, x->name, axes, NULL, 1, ka, &m));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Sub", NULL, x->name, m, NULL, 0, NULL, &d));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Mul", NULL, d, d, NULL, 0, NULL, &d2));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMean", NULL, d2, axes, NULL, 1, ka, &v));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, eps, &ep));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Add", NULL, v, ep, NULL, 0, NULL, &ve));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Sqrt", NULL, ve, NULL, NULL, 0, NULL, &sd));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Div", NULL, d, sd, NULL, 0, NULL, &nrm));
+  int64_t cs[MAXD];
+  cs[0] = x->dims[1];
+  for (uint32_t i = 1; i + 1 < x->ndim; i++) cs[i] = 1;
+  const char *shape;
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, x->ndim - 1, cs, &shape));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Reshape", NULL, sc->name, shape, NULL, 0, NULL, &scv));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Reshape", NULL, b->name, shape, NULL, 0, NULL, &bv));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Mul", NULL, nrm, scv, NULL, 0, NULL, &y));
+  return onx_sub1(c, "Add", c->node->output[0], y, bv, NULL, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * Sum, Mean: a chain of Adds (NumPy broadcasting), Mean divided by n
+ */
+vm_status_t onx_op_variadic(onx_ctx_t *c) {
+  uint32_t n = (uint32_t)c->node->n_input;
+  if (n == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "no inputs");
+  onx_value_t *v;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &v));
+  const char *acc = v->name;
+  int mean = c->op->arg == 1;
+  if (n == 1 && !mean)
+    return onx_sub1(c, "Identity", c->node->output[0], acc, NULL, NULL, 0, NULL, NULL);
+  for (uint32_t i = 1; i < n; i++) {
+    onx_value_t *w;
+    VM_RETURN_IF_ERROR(onx_in_req(c, i, &w));
+    const char *out = i + 1 == n && !mean ? c->node->output[0] : NULL;
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Add", out, acc, w->name, NULL, 0, NULL, &acc));
+  }
+  if (!mean) return VM_STATUS_OK;
+  const char *k;
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, v->dt, (double)n, &k));
+  return onx_sub1(c, "Div", c->node->output[0], acc, k, NULL, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * Trilu: Where with a constant mask over the last two axes
+ */
+vm_status_t onx_op_trilu(onx_ctx_t *c) {
+  onx_value_t *x, *kv = onx_in(c, 1);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t upper, k = 0, nk = 0;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "upper", 1, &upper));
+  if (kv) VM_RETURN_IF_ERROR(onx_const_ints(c, kv, "k", &k, 1, &nk));
+  if (kv && nk != 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "k must hold one value");
+  if (x->ndim < 2)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input 0 has rank %u, at least 2", x->ndim);
+  int64_t md[2] = {x->dims[x->ndim - 2], x->dims[x->ndim - 1]};
+  uint8_t *m;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_BOOL, md[0] * md[1], &m));
+  for (int64_t i = 0; i < md[0]; i++)
+    for (int64_t j = 0; j < md[1]; j++) {
+      /* j - i is within +-2^31: no overflow against any int64 k */
+      int keep = upper ? j - i >= k : j - i <= k;
+      m[i * md[1] + j] = (uint8_t)keep;
+    }
+  const char *mask, *zero;
+  VM_RETURN_IF_ERROR(onx_sub_const(c, VM_BOOL, 2, md, m, &mask));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, 0, &zero));
+  return onx_sub1(c, "Where", c->node->output[0], mask, x->name, zero, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * Hardmax: one-hot of ArgMax along the axis (opset 13's definition)
+ */
+vm_status_t onx_op_hardmax(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t axis;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", -1, &axis));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &axis));
+  int64_t n = x->dims[axis], rd[MAXD];
+  for (uint32_t i = 0; i < x->ndim; i++) rd[i] = (int64_t)i == axis ? n : 1;
+  uint8_t *r;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_I64, n, &r));
+  for (int64_t i = 0; i < n; i++) ((int64_t *)(void *)r)[i] = i;
+  const char *am, *range, *eq;
+  onx_sattr_t aa[2] = {SA_INT("axis", axis), SA_INT("keepdims", 1)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ArgMax", NULL, x->name, NULL, NULL, 2, aa, &am));
+  VM_RETURN_IF_ERROR(onx_sub_const(c, VM_I64, x->ndim, rd, r, &range));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Equal", NULL, am, range, NULL, 0, NULL, &eq));
+  onx_sattr_t to[1] = {SA_INT("to", vm_dtype_equal(x->dt, VM_F16) ? 10 : 1)};
+  return onx_sub1(c, "Cast", c->node->output[0], eq, NULL, NULL, 1, to, NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * CumSum: a MatMul by a constant 0/1 triangle along the axis (float)
+ */
+vm_status_t onx_op_cumsum(onx_ctx_t *c) {
+  onx_value_t *x, *av;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &av));
+  int64_t axis, na, excl, rev;
+  VM_RETURN_IF_ERROR(onx_const_ints(c, av, "axis", &axis, 1, &na));
+  if (na != 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis must hold one value");
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "exclusive", 0, &excl));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "reverse", 0, &rev));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "input 0 is a scalar");
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &axis));
+  int64_t n = x->dims[axis], pre = 1, post = 1;
+  if (n > 4096)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "an axis of %lld elements: supported: at most 4096",
+                        (long long)n);
+  for (int64_t i = 0; i < axis; i++) pre *= x->dims[i];
+  for (uint32_t i = (uint32_t)axis + 1; i < x->ndim; i++) post *= x->dims[i];
+  uint8_t *t;
+  int64_t td[2] = {n, n};
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, n * n, &t));
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < n; j++) {
+      int on = rev ? (excl ? j > i : j >= i) : (excl ? j < i : j <= i);
+      onx_st_f(x->dt, t, i * n + j, on);
+    }
+  int64_t s3[3] = {pre, n, post};
+  const char *tri, *shape, *x3, *y3, *back;
+  VM_RETURN_IF_ERROR(onx_sub_const(c, x->dt, 2, td, t, &tri));
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, 3, s3, &shape));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Reshape", NULL, x->name, shape, NULL, 0, NULL, &x3));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "MatMul", NULL, tri, x3, NULL, 0, NULL, &y3));
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, x->ndim, x->dims, &back));
+  return onx_sub1(c, "Reshape", c->node->output[0], y3, back, NULL, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * DepthToSpace, SpaceToDepth, Tile: Reshape, Transpose/Expand, Reshape
+ */
+static vm_status_t reshape_to(onx_ctx_t *c, const char *in, uint32_t n, const int64_t *dims,
+                              const char *out, const char **res) {
+  const char *shape;
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, n, dims, &shape));
+  return onx_sub1(c, "Reshape", out, in, shape, NULL, 0, NULL, res);
+}
+
+vm_status_t onx_op_depth_space(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t b;
+  char mode[8];
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "blocksize", 0, &b));
+  if (x->ndim != 4) return onx_node_err(c, VM_INVALID_ARGUMENT, "input 0 must be [N, C, H, W]");
+  if (b < 1 || b > 4096)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "blocksize %lld: 1 to 4096", (long long)b);
+  int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+  int64_t s6[6], perm[6], out[4];
+  if (c->op->arg == 0) { /* DepthToSpace */
+    VM_RETURN_IF_ERROR(onx_attr_str(c, "mode", "DCR", mode, sizeof(mode)));
+    int crd = strcmp(mode, "CRD") == 0;
+    if (!crd && strcmp(mode, "DCR") != 0) return onx_unsupported_attr(c, "mode", mode, "DCR, CRD");
+    if (C % (b * b))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "C is not a multiple of blocksize^2");
+    int64_t cc = C / (b * b);
+    int64_t sd[6] = {N, b, b, cc, H, W}, sc[6] = {N, cc, b, b, H, W};
+    int64_t pd[6] = {0, 3, 4, 1, 5, 2}, pc[6] = {0, 1, 4, 2, 5, 3};
+    memcpy(s6, crd ? sc : sd, sizeof(s6));
+    memcpy(perm, crd ? pc : pd, sizeof(perm));
+    int64_t o[4] = {N, cc, H * b, W * b};
+    memcpy(out, o, sizeof(out));
+  } else { /* SpaceToDepth; mode (opset 28) orders the new channels */
+    VM_RETURN_IF_ERROR(onx_attr_str(c, "mode", "DCR", mode, sizeof(mode)));
+    int crd = strcmp(mode, "CRD") == 0;
+    if (!crd && strcmp(mode, "DCR") != 0) return onx_unsupported_attr(c, "mode", mode, "DCR, CRD");
+    if (H % b || W % b)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "H and W must be multiples of blocksize");
+    int64_t s[6] = {N, C, H / b, b, W / b, b}, p[6] = {0, 3, 5, 1, 2, 4};
+    if (crd) p[1] = 1, p[2] = 3, p[3] = 5, p[4] = 2, p[5] = 4;
+    int64_t o[4] = {N, C * b * b, H / b, W / b};
+    memcpy(s6, s, sizeof(s6));
+    memcpy(perm, p, sizeof(perm));
+    memcpy(out, o, sizeof(out));
+  }
+  const char *r, *t;
+  VM_RETURN_IF_ERROR(reshape_to(c, x->name, 6, s6, NULL, &r));
+  onx_sattr_t pa[1] = {SA_INTS("perm", perm, 6)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Transpose", NULL, r, NULL, NULL, 1, pa, &t));
+  return reshape_to(c, t, 4, out, c->node->output[0], NULL);
+}
+
+vm_status_t onx_op_tile(onx_ctx_t *c) {
+  onx_value_t *x, *rv;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &rv));
+  int64_t rep[MAXD], nr;
+  VM_RETURN_IF_ERROR(onx_const_ints(c, rv, "repeats", rep, MAXD, &nr));
+  if (nr != (int64_t)x->ndim)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "repeats has %lld values for rank %u",
+                        (long long)nr, x->ndim);
+  int64_t vd[MAXD], ed[MAXD], od[MAXD];
+  uint32_t nv = 0;
+  for (uint32_t i = 0; i < x->ndim; i++) {
+    if (rep[i] < 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "repeats[%u] is negative", i);
+    if (rep[i] != 1) {
+      if (nv == MAXD) return onx_node_err(c, VM_UNIMPLEMENTED, "more than %d dims to expand", MAXD);
+      vd[nv] = 1;
+      ed[nv++] = rep[i];
+    }
+    if (nv == MAXD) return onx_node_err(c, VM_UNIMPLEMENTED, "more than %d dims to expand", MAXD);
+    vd[nv] = x->dims[i];
+    ed[nv++] = x->dims[i];
+    if (vm_ckd_mul_i64(x->dims[i], rep[i], &od[i]))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "output dim %u overflows", i);
+  }
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", x->ndim, od, NULL));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", nv, ed, NULL));
+  const char *v, *es, *e;
+  VM_RETURN_IF_ERROR(reshape_to(c, x->name, nv, vd, NULL, &v));
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, nv, ed, &es));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Expand", NULL, v, es, NULL, 0, NULL, &e));
+  return reshape_to(c, e, x->ndim, od, c->node->output[0], NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * Compile-time constants: the windows, EyeLike
+ */
+vm_status_t onx_op_window(onx_ctx_t *c) {
+  onx_value_t *sv;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &sv));
+  int64_t size, ns, periodic, odt;
+  if (!sv->data) return onx_node_err(c, VM_UNIMPLEMENTED, "size must be a constant");
+  VM_RETURN_IF_ERROR(onx_const_ints(c, sv, "size", &size, 1, &ns));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "periodic", 1, &periodic));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "output_datatype", 1, &odt));
+  vm_dtype_t dt;
+  if (ns != 1 || size < 0 || size > (1 << 24))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "size must be one value of 0 to 2^24");
+  if (onx_dtype_from_onnx((int32_t)odt, &dt) < 0)
+    return onx_unsupported_attr(c, "output_datatype", "that type", "numeric types");
+  uint8_t *d;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, dt, size, &d));
+  double den = periodic ? (double)size : (double)size - 1;
+  for (int64_t i = 0; i < size; i++) {
+    double w = 2 * M_PI * (double)i / den, v;
+    if (c->op->arg == 0)
+      v = 0.5 - 0.5 * cos(w); /* Hann */
+    else if (c->op->arg == 1)
+      v = 25.0 / 46 - (1 - 25.0 / 46) * cos(w); /* Hamming */
+    else
+      v = 0.42 - 0.5 * cos(w) + 0.08 * cos(2 * w); /* Blackman */
+    if (den == 0) v = 1;
+    if (onx_is_float(dt))
+      onx_st_f(dt, d, i, v);
+    else
+      onx_st_i(dt, d, i, (int64_t)v);
+  }
+  return onx_def_const(c, 0, dt, 1, &size, d);
+}
+
+vm_status_t onx_op_eye_like(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t k, odt;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "k", 0, &k));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "dtype", -1, &odt));
+  vm_dtype_t dt = x->dt;
+  if (odt >= 0 && onx_dtype_from_onnx((int32_t)odt, &dt) < 0)
+    return onx_unsupported_attr(c, "dtype", "that type", "numeric types");
+  if (x->ndim != 2) return onx_node_err(c, VM_INVALID_ARGUMENT, "input 0 must be 2-D");
+  uint8_t *d;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, dt, x->numel, &d));
+  memset(d, 0, (size_t)x->numel * esize(dt));
+  for (int64_t i = 0; i < x->dims[0]; i++) {
+    if (k > INT32_MAX || k < -INT32_MAX) break;
+    int64_t j = i + k;
+    if (j < 0 || j >= x->dims[1]) continue;
+    if (onx_is_float(dt))
+      onx_st_f(dt, d, i * x->dims[1] + j, 1);
+    else
+      onx_st_i(dt, d, i * x->dims[1] + j, 1);
+  }
+  return onx_def_const(c, 0, dt, 2, x->dims, d);
+}
