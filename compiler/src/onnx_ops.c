@@ -139,6 +139,10 @@ static const onx_op_t k_ops[] = {
      * sub-nodes (onnx_sub.c) ---- */
     {"Acos", "", 0, 0, "", onx_op_ew, ONX_E_ACOS},
     {"Acosh", "", 0, 0, "", onx_op_ew, ONX_E_ACOSH},
+    {"Attention", "", 23, 0,
+     "is_causal kv_num_heads q_num_heads qk_matmul_output_mode scale softcap softmax_precision "
+     "left_window_size:25- right_window_size:25-",
+     onx_op_attention, 0},
     {"ArgMax", "", 0, 0, "axis keepdims select_last_index:12-", onx_op_argmax, 0},
     {"ArgMin", "", 0, 0, "axis keepdims select_last_index:12-", onx_op_argmax, 1},
     {"Asin", "", 0, 0, "", onx_op_ew, ONX_E_ASIN},
@@ -161,6 +165,7 @@ static const onx_op_t k_ops[] = {
     {"Mean", "", 0, 0, A_LEGACY, onx_op_variadic, 1},
     {"MeanVarianceNormalization", "", 0, 0, "axes", onx_op_mvn, 0},
     {"Mish", "", 0, 0, "", onx_op_ew, ONX_E_MISH},
+    {"NegativeLogLikelihoodLoss", "", 0, 0, "ignore_index reduction", onx_op_nll, 0},
     {"PRelu", "", 0, 0, A_LEGACY, onx_op_ew, ONX_E_PRELU},
     {"ReduceL1", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_L1},
     {"ReduceL2", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_L2},
@@ -171,6 +176,7 @@ static const onx_op_t k_ops[] = {
     {"Shrink", "", 0, 0, "bias lambd", onx_op_ew, ONX_E_SHRINK},
     {"Sign", "", 0, 0, "", onx_op_ew, ONX_E_SIGN},
     {"Sinh", "", 0, 0, "", onx_op_ew, ONX_E_SINH},
+    {"SoftmaxCrossEntropyLoss", "", 0, 0, "ignore_index reduction", onx_op_nll, 1},
     {"Softsign", "", 0, 0, "", onx_op_ew, ONX_E_SOFTSIGN},
     {"SpaceToDepth", "", 0, 0, "blocksize mode:28-", onx_op_depth_space, 1},
     {"Sum", "", 0, 0, A_LEGACY, onx_op_variadic, 0},

@@ -237,6 +237,7 @@ vm_status_t onx_op_unsqueeze(onx_ctx_t *c);
 vm_status_t onx_op_where(onx_ctx_t *c);
 /* onnx_ops_compose.c */
 vm_status_t onx_op_argmax(onx_ctx_t *c);
+vm_status_t onx_op_attention(onx_ctx_t *c);
 vm_status_t onx_op_cumsum(onx_ctx_t *c);
 vm_status_t onx_op_depth_space(onx_ctx_t *c);
 vm_status_t onx_op_ew(onx_ctx_t *c);
@@ -246,6 +247,7 @@ vm_status_t onx_op_instance_norm(onx_ctx_t *c);
 vm_status_t onx_op_isinf(onx_ctx_t *c);
 vm_status_t onx_op_lp_norm(onx_ctx_t *c);
 vm_status_t onx_op_mvn(onx_ctx_t *c);
+vm_status_t onx_op_nll(onx_ctx_t *c);
 vm_status_t onx_op_reduce_composite(onx_ctx_t *c);
 vm_status_t onx_op_rms_norm(onx_ctx_t *c);
 vm_status_t onx_op_tile(onx_ctx_t *c);

@@ -636,3 +636,353 @@ vm_status_t onx_op_eye_like(onx_ctx_t *c) {
   }
   return onx_def_const(c, 0, dt, 2, x->dims, d);
 }
+
+/* ---------------------------------------------------------------------------
+ * Attention (opsets 23-25) as its function body: heads split from 3-D
+ * inputs, the past key/value cache concatenated, grouped-query heads
+ * repeated, Q K^T scaled, softcapped, biased (attn_mask; the causal,
+ * sliding-window and nonpad_kv_seqlen masks as a constant), softmax with
+ * fully masked rows zeroed, times V.
+ */
+
+/* Runs op on a, b (b may be NULL) into a fresh name. */
+static vm_status_t s2(onx_ctx_t *c, const char *op, const char *a, const char *b,
+                      const char **out) {
+  return onx_sub1(c, op, NULL, a, b, NULL, 0, NULL, out);
+}
+
+static vm_status_t s_reshape(onx_ctx_t *c, const char *in, uint32_t n, const int64_t *d,
+                             const char **out) {
+  return reshape_to(c, in, n, d, NULL, out);
+}
+
+static vm_status_t s_transpose(onx_ctx_t *c, const char *in, const int64_t *perm, uint32_t n,
+                               const char **out) {
+  onx_sattr_t pa[1] = {SA_INTS("perm", perm, n)};
+  return onx_sub1(c, "Transpose", NULL, in, NULL, NULL, 1, pa, out);
+}
+
+/* [B, S, H*D] -> [B, H, S, D] */
+static vm_status_t split_heads(onx_ctx_t *c, onx_value_t *v, int64_t heads, const char **out) {
+  if (heads < 1 || v->dims[2] % heads)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "input '%.80s': hidden size %lld is not a multiple of %lld heads", v->name,
+                        (long long)v->dims[2], (long long)heads);
+  int64_t d4[4] = {v->dims[0], v->dims[1], heads, v->dims[2] / heads}, p[4] = {0, 2, 1, 3};
+  const char *r;
+  VM_RETURN_IF_ERROR(s_reshape(c, v->name, 4, d4, &r));
+  return s_transpose(c, r, p, 4, out);
+}
+
+vm_status_t onx_op_attention(onx_ctx_t *c) {
+  onx_value_t *q, *k, *v, *mask = onx_in(c, 3), *pk = onx_in(c, 4), *pv = onx_in(c, 5),
+                          *npad = onx_in(c, 6);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &q));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &k));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 2, &v));
+  int64_t causal, hq_attr, hkv_attr, mode, prec, lw, rw;
+  float scale, cap;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "is_causal", 0, &causal));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "q_num_heads", 0, &hq_attr));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "kv_num_heads", 0, &hkv_attr));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "qk_matmul_output_mode", 0, &mode));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "softmax_precision", 0, &prec));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "left_window_size", -1, &lw));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "right_window_size", -1, &rw));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "scale", 0.0f, &scale));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "softcap", 0.0f, &cap));
+  VM_RETURN_IF_ERROR(need_float(c, q));
+  int half = vm_dtype_equal(q->dt, VM_F16);
+  if (mode < 0 || mode > 3)
+    return onx_unsupported_attr(c, "qk_matmul_output_mode", "that value", "0 to 3");
+  if (prec != 0 && prec != 1 && prec != 10)
+    return onx_unsupported_attr(c, "softmax_precision", "that type",
+                                "float (1) and float16 (10); double is not supported at run time");
+  if (lw < -1 || rw < -1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "window sizes must be -1 or nonnegative");
+  if (!isfinite(scale) || !isfinite(cap) || cap < 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "scale and softcap must be finite, softcap >= 0");
+  if (!vm_dtype_equal(k->dt, q->dt) || !vm_dtype_equal(v->dt, q->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "Q, K and V must have one dtype");
+  if ((q->ndim != 3 && q->ndim != 4) || k->ndim != q->ndim || v->ndim != q->ndim)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "Q, K and V must all be 3-D or all 4-D");
+  if ((pk == NULL) != (pv == NULL) || (npad && pk))
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "past_key and past_value come together, and not with nonpad_kv_seqlen");
+  int three = q->ndim == 3;
+  const char *q4 = q->name, *k4 = k->name, *v4 = v->name;
+  int64_t B = q->dims[0], hq, hkv, sq, skv, dq, dv;
+  if (three) {
+    if (hq_attr < 1 || hkv_attr < 1)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "3-D inputs need q_num_heads and kv_num_heads");
+    hq = hq_attr;
+    hkv = hkv_attr;
+    VM_RETURN_IF_ERROR(split_heads(c, q, hq, &q4));
+    VM_RETURN_IF_ERROR(split_heads(c, k, hkv, &k4));
+    VM_RETURN_IF_ERROR(split_heads(c, v, hkv, &v4));
+    sq = q->dims[1];
+    skv = k->dims[1];
+    dq = q->dims[2] / hq;
+    dv = v->dims[2] / hkv;
+    if (k->dims[2] / hkv != dq)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "Q and K head sizes differ");
+  } else {
+    hq = q->dims[1];
+    hkv = k->dims[1];
+    sq = q->dims[2];
+    skv = k->dims[2];
+    dq = q->dims[3];
+    dv = v->dims[3];
+    if (k->dims[3] != dq) return onx_node_err(c, VM_INVALID_ARGUMENT, "Q and K head sizes differ");
+    if (v->dims[1] != hkv)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "K and V head counts differ");
+  }
+  if (k->dims[0] != B || v->dims[0] != B || v->dims[three ? 1 : 2] != skv)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "K and V must match Q's batch and each other's length");
+  if (hkv < 1 || hq % hkv)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "%lld query heads are not a multiple of %lld kv heads", (long long)hq,
+                        (long long)hkv);
+  int64_t past = 0;
+  if (pk) {
+    if (pk->ndim != 4 || pv->ndim != 4 || pk->dims[0] != B || pk->dims[1] != hkv ||
+        pk->dims[3] != dq || pv->dims[0] != B || pv->dims[1] != hkv || pv->dims[3] != dv ||
+        pv->dims[2] != pk->dims[2])
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "past_key/past_value must be [B, kv heads, P, head size]");
+    past = pk->dims[2];
+    onx_sattr_t ax[1] = {SA_INT("axis", 2)};
+    const char *ins_k[2] = {pk->name, k4}, *ins_v[2] = {pv->name, v4};
+    const char *nk = onx_sub_name(c), *nv = onx_sub_name(c);
+    if (!nk || !nv) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    VM_RETURN_IF_ERROR(onx_sub(c, "Concat", 2, ins_k, 1, &nk, 1, ax));
+    VM_RETURN_IF_ERROR(onx_sub(c, "Concat", 2, ins_v, 1, &nv, 1, ax));
+    k4 = nk;
+    v4 = nv;
+  }
+  int64_t kvlen = skv + past;
+  if (onx_out_wanted(c, 1))
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Identity", c->node->output[1], k4, NULL, NULL, 0, NULL, NULL));
+  if (onx_out_wanted(c, 2))
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Identity", c->node->output[2], v4, NULL, NULL, 0, NULL, NULL));
+  /* grouped-query attention: each kv head serves hq / hkv query heads in a row */
+  const char *kr = k4, *vr = v4;
+  if (hq != hkv) {
+    int64_t rep = hq / hkv;
+    for (int i = 0; i < 2; i++) {
+      int64_t d = i ? dv : dq;
+      int64_t d5[5] = {B, hkv, 1, kvlen, d}, e5[5] = {B, hkv, rep, kvlen, d},
+              d4[4] = {B, hq, kvlen, d};
+      const char *r, *es, *e, **dst = i ? &vr : &kr;
+      VM_RETURN_IF_ERROR(s_reshape(c, i ? v4 : k4, 5, d5, &r));
+      VM_RETURN_IF_ERROR(onx_sub_ints(c, 5, e5, &es));
+      VM_RETURN_IF_ERROR(s2(c, "Expand", r, es, &e));
+      VM_RETURN_IF_ERROR(s_reshape(c, e, 4, d4, dst));
+    }
+  }
+  int64_t pt[4] = {0, 1, 3, 2};
+  const char *kt, *qk, *sc;
+  VM_RETURN_IF_ERROR(s_transpose(c, kr, pt, 4, &kt));
+  /* both sides scaled by sqrt(scale) in the inputs' dtype, as the function body */
+  double ss = sqrt(scale != 0 ? (double)scale : 1.0 / sqrt((double)dq));
+  const char *qs;
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, ss, &sc));
+  VM_RETURN_IF_ERROR(s2(c, "Mul", q4, sc, &qs));
+  VM_RETURN_IF_ERROR(s2(c, "Mul", kt, sc, &kt));
+  VM_RETURN_IF_ERROR(s2(c, "MatMul", qs, kt, &qk));
+  if (cap > 0) {
+    const char *cv, *t;
+    VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, cap, &cv));
+    VM_RETURN_IF_ERROR(s2(c, "Div", qk, cv, &t));
+    VM_RETURN_IF_ERROR(s2(c, "Tanh", t, NULL, &t));
+    VM_RETURN_IF_ERROR(s2(c, "Mul", t, cv, &qk));
+  }
+  /* the bias: attn_mask (bool: 0 or -inf), padded with -inf to the kv length */
+  const char *bias = NULL;
+  if (mask) {
+    if (mask->ndim < 1 || mask->ndim > 4 || mask->dims[mask->ndim - 1] > kvlen)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "attn_mask must be [..., q, kv] with kv <= %lld",
+                          (long long)kvlen);
+    bias = mask->name;
+    if (vm_dtype_equal(mask->dt, VM_BOOL)) {
+      const char *z, *ni;
+      VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, 0, &z));
+      VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, -INFINITY, &ni));
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Where", NULL, mask->name, z, ni, 0, NULL, &bias));
+    } else if (!vm_dtype_equal(mask->dt, q->dt)) {
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "attn_mask must be bool or Q's dtype");
+    }
+    int64_t padw = kvlen - mask->dims[mask->ndim - 1];
+    if (padw > 0) {
+      int64_t pads[8] = {0};
+      pads[mask->ndim + mask->ndim - 1] = padw;
+      const char *pv_, *ni;
+      VM_RETURN_IF_ERROR(onx_sub_ints(c, 2 * mask->ndim, pads, &pv_));
+      VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, -INFINITY, &ni));
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Pad", NULL, bias, pv_, ni, 0, NULL, &bias));
+    }
+  }
+  /* the structural masks, known here: causal, window, nonpad lengths */
+  int64_t off[64], nb = 1;
+  int per_batch = npad != NULL;
+  if (npad) {
+    if (!npad->data)
+      return onx_node_err(c, VM_UNIMPLEMENTED, "nonpad_kv_seqlen must be a constant");
+    int64_t n;
+    VM_RETURN_IF_ERROR(onx_const_ints(c, npad, "nonpad_kv_seqlen", off, 64, &n));
+    if (n != B)
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "nonpad_kv_seqlen must hold one length per batch");
+    nb = B;
+  } else {
+    off[0] = past + sq; /* so that off - sq is the offset */
+  }
+  if (causal || lw >= 0 || rw >= 0 || npad) {
+    int64_t sd[4] = {nb, 1, sq, kvlen};
+    int64_t n = nb * sq * kvlen;
+    double *sb = malloc((size_t)n * sizeof(double));
+    if (!sb) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    for (int64_t b = 0; b < nb; b++) {
+      int64_t o = off[b] - sq;
+      for (int64_t i = 0; i < sq; i++)
+        for (int64_t j = 0; j < kvlen; j++) {
+          int ok = 1;
+          int64_t diff = i + o - j;
+          if (causal && j > i + o) ok = 0;
+          if (lw >= 0 && diff > lw) ok = 0;
+          if (rw >= 0 && -diff > rw) ok = 0;
+          if (npad && j >= off[b]) ok = 0;
+          sb[(b * sq + i) * kvlen + j] = ok ? 0 : -INFINITY;
+        }
+    }
+    const char *sn;
+    vm_status_t st = onx_sub_const_f(c, q->dt, per_batch ? 4 : 2, per_batch ? sd : sd + 2, sb, &sn);
+    free(sb);
+    VM_RETURN_IF_ERROR(st);
+    if (bias)
+      VM_RETURN_IF_ERROR(s2(c, "Add", bias, sn, &bias));
+    else
+      bias = sn;
+  }
+  const char *qkb = qk;
+  if (bias) VM_RETURN_IF_ERROR(s2(c, "Add", qk, bias, &qkb));
+  if (onx_out_wanted(c, 3) && mode <= 2)
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Identity", c->node->output[3], mode == 2 ? qkb : qk, NULL, NULL,
+                                0, NULL, NULL));
+  const char *sm = qkb;
+  onx_sattr_t to_f[1] = {SA_INT("to", 1)}, to_h[1] = {SA_INT("to", 10)},
+              ax[1] = {SA_INT("axis", -1)};
+  int upcast = half && prec == 1;
+  if (upcast) VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, sm, NULL, NULL, 1, to_f, &sm));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Softmax", NULL, sm, NULL, NULL, 1, ax, &sm));
+  if (upcast) VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, sm, NULL, NULL, 1, to_h, &sm));
+  if (bias) { /* rows whose every key is masked give 0, not NaN */
+    onx_sattr_t ka[1] = {SA_INT("keepdims", 1)};
+    const char *last, *mx, *ni, *dead, *z;
+    int64_t minus1 = -1;
+    VM_RETURN_IF_ERROR(onx_sub_ints(c, 1, &minus1, &last));
+    VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMax", NULL, bias, last, NULL, 1, ka, &mx));
+    VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, -INFINITY, &ni));
+    VM_RETURN_IF_ERROR(s2(c, "Equal", mx, ni, &dead));
+    onx_value_t *dv_ = onx_lookup(c, dead);
+    int any = 1;
+    if (dv_ && dv_->data) {
+      any = 0;
+      for (int64_t i = 0; i < dv_->numel; i++) any |= dv_->data[i] != 0;
+    }
+    if (any) {
+      VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, 0, &z));
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Where", NULL, dead, z, sm, 0, NULL, &sm));
+    }
+  }
+  if (onx_out_wanted(c, 3) && mode == 3)
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Identity", c->node->output[3], sm, NULL, NULL, 0, NULL, NULL));
+  if (!three) return onx_sub1(c, "MatMul", c->node->output[0], sm, vr, NULL, 0, NULL, NULL);
+  const char *y4, *yt;
+  int64_t p[4] = {0, 2, 1, 3}, d3[3] = {B, sq, hq * dv};
+  VM_RETURN_IF_ERROR(s2(c, "MatMul", sm, vr, &y4));
+  VM_RETURN_IF_ERROR(s_transpose(c, y4, p, 4, &yt));
+  return reshape_to(c, yt, 3, d3, c->node->output[0], NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss (LogSoftmax first):
+ * with constant targets (and weights), a Gather of the picked log
+ * probabilities by constant flat indices, times constant -weights, then
+ * the reduction.
+ */
+vm_status_t onx_op_nll(onx_ctx_t *c) {
+  onx_value_t *x, *t, *w = onx_in(c, 2);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &t));
+  char red[8];
+  int64_t ii;
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "reduction", "mean", red, sizeof(red)));
+  int has_ii = onx_attr(c->node, "ignore_index") != NULL;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "ignore_index", 0, &ii));
+  int r_none = strcmp(red, "none") == 0, r_sum = strcmp(red, "sum") == 0;
+  if (!r_none && !r_sum && strcmp(red, "mean") != 0)
+    return onx_unsupported_attr(c, "reduction", red, "none, sum, mean");
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (!t->data || (w && !w->data))
+    return onx_node_err(c, VM_UNIMPLEMENTED, "the target%s must be constant (bind it with --const)",
+                        w ? " and weight" : "");
+  if (!onx_is_int(t->dt) || vm_dtype_equal(t->dt, VM_BOOL))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "the target must be an integer tensor");
+  if (x->ndim < 2 || t->ndim != x->ndim - 1 || t->dims[0] != x->dims[0])
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input must be [N, C, d...] and target [N, d...]");
+  for (uint32_t i = 1; i < t->ndim; i++)
+    if (t->dims[i] != x->dims[i + 1])
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "target dim %u differs from input dim %u", i,
+                          i + 1);
+  int64_t C = x->dims[1], D = 1;
+  for (uint32_t i = 2; i < x->ndim; i++) D *= x->dims[i];
+  if (w && (w->ndim != 1 || w->dims[0] != C || !vm_dtype_equal(w->dt, x->dt)))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "weight must be [C] of the input's dtype");
+  const char *lp = x->name;
+  if (c->op->arg) { /* SoftmaxCrossEntropyLoss */
+    onx_sattr_t ax[1] = {SA_INT("axis", 1)};
+    const char *lpo = onx_out_wanted(c, 1) ? c->node->output[1] : NULL;
+    VM_RETURN_IF_ERROR(onx_sub1(c, "LogSoftmax", lpo, x->name, NULL, NULL, 1, ax, &lp));
+  }
+  int64_t n = t->numel;
+  uint8_t *idx, *wneg;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_I64, n, &idx));
+  vm_status_t st = onx_alloc_const(c, x->dt, n, &wneg);
+  if (st) {
+    free(idx);
+    return st;
+  }
+  double wsum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t tv = onx_ld_i(t->dt, t->data, i), b = i / D, d = i % D;
+    int ignored = has_ii && tv == ii;
+    if (!ignored && (tv < 0 || tv >= C)) {
+      free(idx);
+      free(wneg);
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "target %lld at %lld is outside [0, %lld)",
+                          (long long)tv, (long long)i, (long long)C);
+    }
+    double wt = ignored ? 0 : w ? onx_ld_f(w->dt, w->data, tv) : 1;
+    ((int64_t *)(void *)idx)[i] = ignored ? 0 : (b * C + tv) * D + d;
+    onx_st_f(x->dt, wneg, i, -wt);
+    wsum += wt;
+  }
+  const char *flat, *ic, *wc, *g, *l;
+  int64_t all = x->numel;
+  VM_RETURN_IF_ERROR(reshape_to(c, lp, 1, &all, NULL, &flat));
+  VM_RETURN_IF_ERROR(onx_sub_const(c, VM_I64, t->ndim, t->dims, idx, &ic));
+  VM_RETURN_IF_ERROR(onx_sub_const(c, x->dt, t->ndim, t->dims, wneg, &wc));
+  onx_sattr_t a0[1] = {SA_INT("axis", 0)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Gather", NULL, flat, ic, NULL, 1, a0, &g));
+  const char *out = c->node->output[0];
+  if (r_none) return onx_sub1(c, "Mul", out, g, wc, NULL, 0, NULL, NULL);
+  VM_RETURN_IF_ERROR(s2(c, "Mul", g, wc, &l));
+  onx_sattr_t k0[1] = {SA_INT("keepdims", 0)};
+  if (r_sum) return onx_sub1(c, "ReduceSum", out, l, "", NULL, 1, k0, NULL);
+  const char *s, *den;
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceSum", NULL, l, "", NULL, 1, k0, &s));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, wsum, &den));
+  return onx_sub1(c, "Div", out, s, den, NULL, 0, NULL, NULL);
+}

@@ -58,13 +58,14 @@ const char *onx_sub_name(onx_ctx_t *c) {
 
 /* Sub-nodes may add this many values per composite node, and two more
  * per input (onnx_compile.c sizes the value table with it). */
-#define SUB_VALUES 32
+#define SUB_VALUES 64
 
 uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
   static const onx_lower_fn k_sub_fns[] = {
-      onx_op_cumsum,  onx_op_depth_space, onx_op_hardmax,          onx_op_instance_norm,
-      onx_op_lp_norm, onx_op_mvn,         onx_op_reduce_composite, onx_op_rms_norm,
-      onx_op_tile,    onx_op_trilu,       onx_op_variadic,
+      onx_op_attention,        onx_op_cumsum,   onx_op_depth_space, onx_op_hardmax,
+      onx_op_instance_norm,    onx_op_lp_norm,  onx_op_mvn,         onx_op_nll,
+      onx_op_reduce_composite, onx_op_rms_norm, onx_op_tile,        onx_op_trilu,
+      onx_op_variadic,
   };
   const onx_op_t *op = n ? onx_find_op(n->op_type) : NULL;
   for (size_t i = 0; op && i < sizeof(k_sub_fns) / sizeof(k_sub_fns[0]); i++)
