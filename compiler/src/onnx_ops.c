@@ -135,6 +135,17 @@ static const onx_op_t k_ops[] = {
     {"Unsqueeze", "", 0, 0, "axes:-12", onx_op_unsqueeze, 0},
     {"Where", "", 0, 0, "", onx_op_where, 0},
     {"Xor", "", 0, 0, A_BCAST, onx_op_binary, B_XOR},
+    /* ---- onnx_ops_index.c: constant indices, one Gather ---- */
+    {"CenterCropPad", "", 0, 0, "axes", onx_op_center_crop_pad, 0},
+    {"Compress", "", 0, 0, "axis", onx_op_compress, 0},
+    {"GatherElements", "", 0, 0, "axis", onx_op_gather_elements, 0},
+    {"GatherND", "", 0, 0, "batch_dims:12-", onx_op_gather_nd, 0},
+    {"MaxUnpool", "", 0, 0, "kernel_shape pads strides", onx_op_max_unpool, 0},
+    {"OneHot", "", 0, 0, "axis", onx_op_one_hot, 0},
+    {"ReverseSequence", "", 0, 0, "batch_axis time_axis", onx_op_reverse_sequence, 0},
+    {"Scatter", "", 0, 10, "axis", onx_op_scatter_elements, 0},
+    {"ScatterElements", "", 0, 0, "axis reduction:16-", onx_op_scatter_elements, 0},
+    {"ScatterND", "", 0, 0, "reduction:16-", onx_op_scatter_nd, 0},
     /* ---- onnx_ops_compose.c: one elementwise program, one call, or
      * sub-nodes (onnx_sub.c) ---- */
     {"Acos", "", 0, 0, "", onx_op_ew, ONX_E_ACOS},
@@ -149,6 +160,7 @@ static const onx_op_t k_ops[] = {
     {"Asinh", "", 0, 0, "", onx_op_ew, ONX_E_ASINH},
     {"Atan", "", 0, 0, "", onx_op_ew, ONX_E_ATAN},
     {"Atanh", "", 0, 0, "", onx_op_ew, ONX_E_ATANH},
+    {"BitShift", "", 0, 0, "direction", onx_op_bitshift, 0},
     {"BlackmanWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 2},
     {"Celu", "", 0, 0, "alpha", onx_op_ew, ONX_E_CELU},
     {"Cosh", "", 0, 0, "", onx_op_ew, ONX_E_COSH},

@@ -238,6 +238,7 @@ vm_status_t onx_op_where(onx_ctx_t *c);
 /* onnx_ops_compose.c */
 vm_status_t onx_op_argmax(onx_ctx_t *c);
 vm_status_t onx_op_attention(onx_ctx_t *c);
+vm_status_t onx_op_bitshift(onx_ctx_t *c);
 vm_status_t onx_op_cumsum(onx_ctx_t *c);
 vm_status_t onx_op_depth_space(onx_ctx_t *c);
 vm_status_t onx_op_ew(onx_ctx_t *c);
@@ -254,5 +255,16 @@ vm_status_t onx_op_tile(onx_ctx_t *c);
 vm_status_t onx_op_trilu(onx_ctx_t *c);
 vm_status_t onx_op_variadic(onx_ctx_t *c);
 vm_status_t onx_op_window(onx_ctx_t *c);
+/* onnx_ops_index.c; scatter reductions: at most this many updates of one element */
+#define ONX_SCATTER_LEVELS 64
+vm_status_t onx_op_center_crop_pad(onx_ctx_t *c);
+vm_status_t onx_op_compress(onx_ctx_t *c);
+vm_status_t onx_op_gather_elements(onx_ctx_t *c);
+vm_status_t onx_op_gather_nd(onx_ctx_t *c);
+vm_status_t onx_op_max_unpool(onx_ctx_t *c);
+vm_status_t onx_op_one_hot(onx_ctx_t *c);
+vm_status_t onx_op_reverse_sequence(onx_ctx_t *c);
+vm_status_t onx_op_scatter_elements(onx_ctx_t *c);
+vm_status_t onx_op_scatter_nd(onx_ctx_t *c);
 
 #endif /* ONX_OPS_H */

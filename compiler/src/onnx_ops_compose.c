@@ -986,3 +986,62 @@ vm_status_t onx_op_nll(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, wsum, &den));
   return onx_sub1(c, "Div", out, s, den, NULL, 0, NULL, NULL);
 }
+
+/* ---------------------------------------------------------------------------
+ * BitShift with constant shift amounts: a wrapping Mul (left) or a
+ * flooring Div (right; for signed x, ~(~x / 2^b) below zero) by 2^b; a
+ * shift out of [0, width) gives 0 (right, signed: -1 below zero).
+ */
+vm_status_t onx_op_bitshift(onx_ctx_t *c) {
+  onx_value_t *x, *y;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &y));
+  char dir[8];
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "direction", "", dir, sizeof(dir)));
+  int left = strcmp(dir, "LEFT") == 0;
+  if (!left && strcmp(dir, "RIGHT") != 0)
+    return onx_unsupported_attr(c, "direction", dir, "LEFT, RIGHT");
+  if (!onx_is_int(x->dt) || vm_dtype_equal(x->dt, VM_BOOL) || !vm_dtype_equal(y->dt, x->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "X and Y must be one integer dtype");
+  if (!y->data) return onx_node_err(c, VM_UNIMPLEMENTED, "the shift amounts Y must be constant");
+  int sgn = x->dt.code == VM_DTYPE_INT;
+  int bits = (int)x->dt.bits;
+  uint8_t *p, *z = NULL;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, y->numel, &p));
+  int oor = 0;
+  for (int64_t i = 0; i < y->numel; i++) {
+    int64_t b = onx_ld_i(y->dt, y->data, i);
+    int valid = b >= 0 && b < bits;
+    if (!sgn && b < 0) valid = 0;
+    oor |= !valid;
+    uint64_t v = left    ? (valid ? 1ull << b : 0)
+                 : sgn   ? 1ull << (valid ? b : bits - 1)
+                 : valid ? 1ull << b
+                         : 1;
+    onx_st_i(x->dt, p, i, (int64_t)v);
+  }
+  const char *pn, *out = c->node->output[0], *q;
+  VM_RETURN_IF_ERROR(onx_sub_const(c, x->dt, y->ndim, y->dims, p, &pn));
+  if (left) return onx_sub1(c, "Mul", out, x->name, pn, NULL, 0, NULL, NULL);
+  if (!sgn) {
+    if (!oor) return onx_sub1(c, "Div", out, x->name, pn, NULL, 0, NULL, NULL);
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, y->numel, &z));
+    for (int64_t i = 0; i < y->numel; i++) {
+      int64_t b = onx_ld_i(y->dt, y->data, i);
+      onx_st_i(x->dt, z, i, b >= 0 && b < bits);
+    }
+    const char *zn;
+    VM_RETURN_IF_ERROR(onx_sub_const(c, x->dt, y->ndim, y->dims, z, &zn));
+    VM_RETURN_IF_ERROR(s2(c, "Div", x->name, pn, &q));
+    return onx_sub1(c, "Mul", out, q, zn, NULL, 0, NULL, NULL);
+  }
+  const char *zero, *m1, *neg, *pos, *nx, *qn, *rn;
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, 0, &zero));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, -1, &m1));
+  VM_RETURN_IF_ERROR(s2(c, "Less", x->name, zero, &neg));
+  VM_RETURN_IF_ERROR(s2(c, "Div", x->name, pn, &pos));
+  VM_RETURN_IF_ERROR(s2(c, "Sub", m1, x->name, &nx));
+  VM_RETURN_IF_ERROR(s2(c, "Div", nx, pn, &qn));
+  VM_RETURN_IF_ERROR(s2(c, "Sub", m1, qn, &rn));
+  return onx_sub1(c, "Where", out, neg, rn, pos, 0, NULL, NULL);
+}

@@ -62,12 +62,31 @@ const char *onx_sub_name(onx_ctx_t *c) {
 
 uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
   static const onx_lower_fn k_sub_fns[] = {
-      onx_op_attention,        onx_op_cumsum,   onx_op_depth_space, onx_op_hardmax,
-      onx_op_instance_norm,    onx_op_lp_norm,  onx_op_mvn,         onx_op_nll,
-      onx_op_reduce_composite, onx_op_rms_norm, onx_op_tile,        onx_op_trilu,
+      onx_op_attention,
+      onx_op_bitshift,
+      onx_op_cumsum,
+      onx_op_depth_space,
+      onx_op_hardmax,
+      onx_op_instance_norm,
+      onx_op_lp_norm,
+      onx_op_mvn,
+      onx_op_nll,
+      onx_op_reduce_composite,
+      onx_op_rms_norm,
+      onx_op_tile,
+      onx_op_trilu,
       onx_op_variadic,
+      onx_op_center_crop_pad,
+      onx_op_compress,
+      onx_op_gather_elements,
+      onx_op_gather_nd,
+      onx_op_max_unpool,
+      onx_op_one_hot,
+      onx_op_reverse_sequence,
   };
   const onx_op_t *op = n ? onx_find_op(n->op_type) : NULL;
+  if (op && (op->fn == onx_op_scatter_elements || op->fn == onx_op_scatter_nd))
+    return SUB_VALUES + 4 * ONX_SCATTER_LEVELS;
   for (size_t i = 0; op && i < sizeof(k_sub_fns) / sizeof(k_sub_fns[0]); i++)
     if (op->fn == k_sub_fns[i]) return SUB_VALUES + 2 * (uint32_t)n->n_input;
   return 0;
