@@ -51,7 +51,8 @@ export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$build/pocl-cache}
 # listed in the known failures; the others count towards the percentage
 # over all cases outside the excluded families
 # (tests/compiler/onnx123_node_excluded.txt). Each mode's failing cases,
-# each with its reason, go to $data/failures-MODE.txt and are printed.
+# each with its reason, go to $data/failures-MODE.txt and are printed; the
+# whole census (every case, and the table per op) to $data/census-MODE.txt.
 for mode in bytecode compiled; do
   echo "== onnx-node-1.23: $mode mode"
   rc=0
@@ -60,6 +61,7 @@ for mode in bytecode compiled; do
     VMRPC_ONNX_KNOWN_FAILURES=$root/tests/compiler/onnx123_node_known_failures.txt \
     VMRPC_ONNX_EXCLUDED=$root/tests/compiler/onnx123_node_excluded.txt \
     "$runner" 2>&1) || rc=$?
+  echo "$out" > "$data/census-$mode.txt"
   echo "$out" | sed -n 's/^case FAIL //p' > "$data/failures-$mode.txt"
   if [ "$rc" -ne 0 ]; then
     echo "$out" | grep -v '^case '

@@ -1045,3 +1045,67 @@ vm_status_t onx_op_bitshift(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(s2(c, "Sub", m1, qn, &rn));
   return onx_sub1(c, "Where", out, neg, rn, pos, 0, NULL, NULL);
 }
+
+/* ---------------------------------------------------------------------------
+ * CastLike: Cast to the dtype of input 1
+ */
+vm_status_t onx_op_cast_like(onx_ctx_t *c) {
+  onx_value_t *x, *like;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &like));
+  char rm[16];
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "round_mode", "up", rm, sizeof(rm)));
+  if (strcmp(rm, "up") != 0 && strcmp(rm, "down") != 0 && strcmp(rm, "nearest") != 0)
+    return onx_unsupported_attr(c, "round_mode", rm, "up, down, nearest");
+  for (int32_t e = 1; e <= 16; e++) {
+    vm_dtype_t dt;
+    if (onx_dtype_from_onnx(e, &dt) == 0 && vm_dtype_equal(dt, like->dt)) {
+      onx_sattr_t to[1] = {SA_INT("to", e)};
+      return onx_sub1(c, "Cast", c->node->output[0], x->name, NULL, NULL, 1, to, NULL);
+    }
+  }
+  return onx_node_err(c, VM_UNIMPLEMENTED, "the dtype of input 1 has no ONNX type here");
+}
+
+/* ---------------------------------------------------------------------------
+ * LpPool: (sum over the window of |x|^p)^(1/p), the sum an AveragePool
+ * counting the pads times the window's size
+ */
+vm_status_t onx_op_lp_pool(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t p, ks[MAXD], nk, pads[2 * MAXD], np, st[MAXD], ns, dil[MAXD], nd, ceil_mode;
+  char ap[16];
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "p", 2, &p));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "kernel_shape", ks, MAXD, &nk));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "pads", pads, 2 * MAXD, &np));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "strides", st, MAXD, &ns));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "dilations", dil, MAXD, &nd));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "ceil_mode", 0, &ceil_mode));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (p < 1 || p > 64) return onx_unsupported_attr(c, "p", "outside 1 to 64", "1 to 64");
+  if (nk < 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "kernel_shape is required");
+  double area = 1;
+  for (int64_t i = 0; i < nk; i++) area *= (double)ks[i];
+  onx_sattr_t a[7];
+  uint32_t na = 0;
+  a[na++] = (onx_sattr_t)SA_INTS("kernel_shape", ks, (size_t)nk);
+  if (np >= 0) a[na++] = (onx_sattr_t)SA_INTS("pads", pads, (size_t)np);
+  if (ns >= 0) a[na++] = (onx_sattr_t)SA_INTS("strides", st, (size_t)ns);
+  if (nd >= 0) a[na++] = (onx_sattr_t)SA_INTS("dilations", dil, (size_t)nd);
+  a[na++] = (onx_sattr_t)SA_INT("ceil_mode", ceil_mode);
+  a[na++] = (onx_sattr_t)SA_STR("auto_pad", ap);
+  a[na++] = (onx_sattr_t)SA_INT("count_include_pad", 1);
+  const char *t, *pv, *avg, *ar, *s, *inv;
+  VM_RETURN_IF_ERROR(s2(c, "Abs", x->name, NULL, &t));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, (double)p, &pv));
+  if (p != 1) VM_RETURN_IF_ERROR(s2(c, "Pow", t, pv, &t));
+  /* AveragePool at ONX_SUB_OPSET has no dilations (19): refused there if given */
+  VM_RETURN_IF_ERROR(onx_sub1(c, "AveragePool", NULL, t, NULL, NULL, na, a, &avg));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, area, &ar));
+  if (p == 1) return onx_sub1(c, "Mul", c->node->output[0], avg, ar, NULL, 0, NULL, NULL);
+  VM_RETURN_IF_ERROR(s2(c, "Mul", avg, ar, &s));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, 1.0 / (double)p, &inv));
+  return onx_sub1(c, "Pow", c->node->output[0], s, inv, NULL, 0, NULL, NULL);
+}

@@ -63,6 +63,8 @@ const char *onx_sub_name(onx_ctx_t *c) {
 uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
   static const onx_lower_fn k_sub_fns[] = {
       onx_op_attention,
+      onx_op_cast_like,
+      onx_op_lp_pool,
       onx_op_bitshift,
       onx_op_cumsum,
       onx_op_depth_space,
