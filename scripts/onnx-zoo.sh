@@ -81,7 +81,8 @@ while IFS=$'\t' read -r name path copts chopts note; do
   # shellcheck disable=SC2086 # options are words without spaces
   "$vmclient" compile "$path" -o "$vmx" $copts >"$log" 2>&1 </dev/null || crc=$?
   if [ "$crc" -ne 0 ]; then
-    err=$(grep -m1 'compile:' "$log" | sed 's/^vmclient: compile: compiling [^:]*: //' | cut -c1-160)
+    err=$(grep -m1 'compile:' "$log" | sed 's/^vmclient: compile: compiling [^:]*: //; s/: supported: .*//' |
+      cut -c1-160)
     printf '| %s | no (exit %s) | - | %s |\n' "$name" "$crc" "${err:-see $log}" >>"$table"
     if [ "$crc" -eq 3 ] && listed "$name"; then continue; fi
     echo "onnx-zoo: $name: compile failed (exit $crc): $(cat "$log")" >&2

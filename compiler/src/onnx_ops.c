@@ -149,6 +149,7 @@ static const onx_op_t k_ops[] = {
     /* ---- onnx_ops_compose.c: one elementwise program, one call, or
      * sub-nodes (onnx_sub.c) ---- */
     {"Acos", "", 0, 0, "", onx_op_ew, ONX_E_ACOS},
+    {"AffineGrid", "", 0, 0, "align_corners", onx_op_affine_grid, 0},
     {"Acosh", "", 0, 0, "", onx_op_ew, ONX_E_ACOSH},
     {"Attention", "", 23, 0,
      "is_causal kv_num_heads q_num_heads qk_matmul_output_mode scale softcap softmax_precision "
@@ -164,16 +165,20 @@ static const onx_op_t k_ops[] = {
     {"BlackmanWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 2},
     {"CastLike", "", 0, 0, "saturate round_mode:25-", onx_op_cast_like, 0},
     {"Celu", "", 0, 0, "alpha", onx_op_ew, ONX_E_CELU},
+    {"Col2Im", "", 0, 0, "dilations pads strides", onx_op_col2im, 0},
     {"Cosh", "", 0, 0, "", onx_op_ew, ONX_E_COSH},
     {"CumSum", "", 0, 0, "exclusive reverse", onx_op_cumsum, 0},
+    {"DFT", "", 17, 0, "axis:-19 inverse onesided", onx_op_dft, 0},
     {"DepthToSpace", "", 0, 0, "blocksize mode:11-", onx_op_depth_space, 0},
     {"EyeLike", "", 0, 0, "dtype k", onx_op_eye_like, 0},
+    {"GroupNormalization", "", 21, 0, "epsilon num_groups stash_type", onx_op_group_norm, 0},
     {"HammingWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 1},
     {"HannWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 0},
     {"Hardmax", "", 13, 0, "axis", onx_op_hardmax, 0},
     {"InstanceNormalization", "", 0, 0, "epsilon consumed_inputs:-5", onx_op_instance_norm, 0},
     {"IsInf", "", 0, 0, "detect_negative detect_positive", onx_op_isinf, 0},
     {"IsNaN", "", 0, 0, "", onx_op_ew, ONX_E_ISNAN},
+    {"LRN", "", 0, 0, "alpha beta bias size", onx_op_lrn, 0},
     {"LpPool", "", 0, 0, "auto_pad ceil_mode:18- dilations:18- kernel_shape p pads strides",
      onx_op_lp_pool, 0},
     {"LpNormalization", "", 0, 0, "axis p", onx_op_lp_norm, 0},
@@ -196,10 +201,12 @@ static const onx_op_t k_ops[] = {
     {"SpaceToDepth", "", 0, 0, "blocksize mode:28-", onx_op_depth_space, 1},
     {"Sum", "", 0, 0, A_LEGACY, onx_op_variadic, 0},
     {"Swish", "", 0, 0, "alpha", onx_op_ew, ONX_E_SWISH},
+    {"SwiGLU", "", 0, 0, "alpha", onx_op_swiglu, 0},
     {"Tan", "", 0, 0, "", onx_op_ew, ONX_E_TAN},
     {"ThresholdedRelu", "", 0, 0, "alpha", onx_op_ew, ONX_E_THRESHOLDED_RELU},
     {"Tile", "", 0, 0, "", onx_op_tile, 0},
     {"Trilu", "", 0, 0, "upper", onx_op_trilu, 0},
+    {"Upsample", "", 7, 9, "mode scales:-8", onx_op_upsample, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))

@@ -840,7 +840,12 @@ vm_status_t onx_op_attention(onx_ctx_t *c) {
   }
   if (causal || lw >= 0 || rw >= 0 || npad) {
     int64_t sd[4] = {nb, 1, sq, kvlen};
-    int64_t n = nb * sq * kvlen;
+    int64_t n;
+    if (vm_ckd_mul_i64(nb, sq, &n) || vm_ckd_mul_i64(n, kvlen, &n) || n > ONX_MAX_FOLD_ELEMS)
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
+                          "a causal/window mask of %lld x %lld x %lld: at most %lld elements",
+                          (long long)nb, (long long)sq, (long long)kvlen,
+                          (long long)ONX_MAX_FOLD_ELEMS);
     double *sb = malloc((size_t)n * sizeof(double));
     if (!sb) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
     for (int64_t b = 0; b < nb; b++) {
@@ -1108,4 +1113,338 @@ vm_status_t onx_op_lp_pool(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(s2(c, "Mul", avg, ar, &s));
   VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, 1.0 / (double)p, &inv));
   return onx_sub1(c, "Pow", c->node->output[0], s, inv, NULL, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * DFT as one MatMul by a constant matrix: the signal axis moved next to
+ * the last (real/imaginary) one, the pair flattened, times M [n c, m 2]
+ * whose entries are the cos/sin of the transform (inverse: divided by N;
+ * one-sided inverse: the Hermitian bins counted twice, a real output)
+ */
+vm_status_t onx_op_dft(onx_ctx_t *c) {
+  onx_value_t *x, *lv = onx_in(c, 1), *av = c->opset >= 20 ? onx_in(c, 2) : NULL;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t axis = 1, inv, one, N;
+  if (c->opset >= 20) {
+    axis = -2;
+    if (av) {
+      int64_t n;
+      VM_RETURN_IF_ERROR(onx_const_ints(c, av, "axis", &axis, 1, &n));
+      if (n != 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis must hold one value");
+    }
+  } else {
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", 1, &axis));
+  }
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "inverse", 0, &inv));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "onesided", 0, &one));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  uint32_t r = x->ndim;
+  if (r < 2 || (x->dims[r - 1] != 1 && x->dims[r - 1] != 2))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input must be [..., n, 1 or 2]");
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, r, "axis", &axis));
+  if (axis == (int64_t)r - 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "axis cannot be the real/imaginary axis");
+  int64_t n = x->dims[axis], cin = x->dims[r - 1];
+  int irfft = inv && one;
+  N = irfft ? 2 * (n - 1) : n;
+  if (lv) {
+    int64_t k;
+    VM_RETURN_IF_ERROR(onx_const_ints(c, lv, "dft_length", &N, 1, &k));
+    if (k != 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "dft_length must hold one value");
+  }
+  if (N < 1 || N > 4096 || n > 4096)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "a transform of %lld points: supported: 1 to 4096",
+                        (long long)N);
+  int64_t m = irfft ? N : one ? N / 2 + 1 : N, cout = irfft ? 1 : 2;
+  int64_t rows = n * cin, cols = m * cout;
+  uint8_t *w;
+  int64_t wd[2] = {rows, cols};
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, rows * cols, &w));
+  for (int64_t j = 0; j < n && j < N; j++)
+    for (int64_t k = 0; k < m; k++) {
+      double th = 2 * M_PI * (double)((j * k) % N) / (double)N, cs = cos(th), sn = sin(th);
+      double sc = inv ? 1.0 / (double)N : 1.0;
+      if (irfft) {
+        double wt = (j == 0 || (N % 2 == 0 && j == N / 2)) ? 1 : 2;
+        onx_st_f(x->dt, w, (j * cin) * cols + k, wt * cs * sc);
+        if (cin == 2) onx_st_f(x->dt, w, (j * cin + 1) * cols + k, -wt * sn * sc);
+        continue;
+      }
+      double s = inv ? sn : -sn; /* e^{+-i th} */
+      onx_st_f(x->dt, w, (j * cin) * cols + 2 * k, cs * sc);
+      onx_st_f(x->dt, w, (j * cin) * cols + 2 * k + 1, s * sc);
+      if (cin == 2) {
+        onx_st_f(x->dt, w, (j * cin + 1) * cols + 2 * k, -s * sc);
+        onx_st_f(x->dt, w, (j * cin + 1) * cols + 2 * k + 1, cs * sc);
+      }
+    }
+  /* [..., axis, ..., c] -> [..., ..., axis, c] -> [rest, n c] */
+  int64_t perm[MAXD], back[MAXD], td[MAXD], rest = 1;
+  uint32_t k = 0;
+  for (uint32_t i = 0; i + 1 < r; i++)
+    if ((int64_t)i != axis) perm[k++] = i;
+  perm[k++] = axis;
+  perm[k++] = r - 1;
+  for (uint32_t i = 0; i < r; i++) {
+    back[perm[i]] = i;
+    td[i] = x->dims[perm[i]];
+  }
+  for (uint32_t i = 0; i + 2 < r; i++) rest *= td[i];
+  const char *t = x->name, *wn, *f, *y, *yo;
+  if (axis != (int64_t)r - 2) VM_RETURN_IF_ERROR(s_transpose(c, t, perm, r, &t));
+  int64_t fd[2] = {rest, rows};
+  VM_RETURN_IF_ERROR(s_reshape(c, t, 2, fd, &f));
+  VM_RETURN_IF_ERROR(onx_sub_const(c, x->dt, 2, wd, w, &wn));
+  VM_RETURN_IF_ERROR(s2(c, "MatMul", f, wn, &y));
+  td[r - 2] = m;
+  td[r - 1] = cout;
+  if (axis == (int64_t)r - 2) return reshape_to(c, y, r, td, c->node->output[0], NULL);
+  VM_RETURN_IF_ERROR(s_reshape(c, y, r, td, &yo));
+  onx_sattr_t pa[1] = {SA_INTS("perm", back, r)};
+  return onx_sub1(c, "Transpose", c->node->output[0], yo, NULL, NULL, 1, pa, NULL);
+}
+
+/* SwiGLU: Swish(A, alpha) * B (A and B of one shape) */
+vm_status_t onx_op_swiglu(onx_ctx_t *c) {
+  onx_value_t *a, *b;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
+  float alpha;
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 1.0f, &alpha));
+  if (!isfinite(alpha)) return onx_unsupported_attr(c, "alpha", "not finite", "finite values");
+  if (a->ndim != b->ndim || memcmp(a->dims, b->dims, a->ndim * sizeof(int64_t)) != 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B must have one shape");
+  char prog[96];
+  snprintf(prog, sizeof(prog), "x0 x0 %.9g mul sigmoid mul x1 mul", (double)alpha);
+  onx_value_t *ins[2] = {a, b};
+  return ew_out(c, prog, 2, ins, 0);
+}
+
+/* GroupNormalization (opset 21): per (N, group) over its channels and the
+ * spatial axes, then scale and bias per channel */
+vm_status_t onx_op_group_norm(onx_ctx_t *c) {
+  onx_value_t *x, *sc, *b;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sc));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 2, &b));
+  int64_t g, stash;
+  float eps;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "num_groups", 0, &g));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "stash_type", 1, &stash));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim < 3 || g < 1 || x->dims[1] % g || sc->ndim != 1 || sc->dims[0] != x->dims[1] ||
+      b->ndim != 1 || b->dims[0] != x->dims[1])
+    return onx_node_err(
+        c, VM_INVALID_ARGUMENT,
+        "X must be [N, C, ...] with C a multiple of num_groups, scale and bias [C]");
+  int64_t rest = x->dims[1] / g;
+  for (uint32_t i = 2; i < x->ndim; i++) rest *= x->dims[i]; /* within the checked shape */
+  int64_t gd[3] = {x->dims[0], g, rest}, two = 2;
+  const char *xg, *axes, *m, *d, *d2, *v, *ep, *ve, *sd, *nrm, *nx, *shape, *scv, *bv, *y;
+  VM_RETURN_IF_ERROR(s_reshape(c, x->name, 3, gd, &xg));
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, 1, &two, &axes));
+  onx_sattr_t ka[1] = {SA_INT("keepdims", 1)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMean", NULL, xg, axes, NULL, 1, ka, &m));
+  VM_RETURN_IF_ERROR(s2(c, "Sub", xg, m, &d));
+  VM_RETURN_IF_ERROR(s2(c, "Mul", d, d, &d2));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMean", NULL, d2, axes, NULL, 1, ka, &v));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, eps, &ep));
+  VM_RETURN_IF_ERROR(s2(c, "Add", v, ep, &ve));
+  VM_RETURN_IF_ERROR(s2(c, "Sqrt", ve, NULL, &sd));
+  VM_RETURN_IF_ERROR(s2(c, "Div", d, sd, &nrm));
+  VM_RETURN_IF_ERROR(s_reshape(c, nrm, x->ndim, x->dims, &nx));
+  int64_t cs[MAXD];
+  cs[0] = x->dims[1];
+  for (uint32_t i = 1; i + 1 < x->ndim; i++) cs[i] = 1;
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, x->ndim - 1, cs, &shape));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Reshape", NULL, sc->name, shape, NULL, 0, NULL, &scv));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Reshape", NULL, b->name, shape, NULL, 0, NULL, &bv));
+  VM_RETURN_IF_ERROR(s2(c, "Mul", nx, scv, &y));
+  return onx_sub1(c, "Add", c->node->output[0], y, bv, NULL, 0, NULL, NULL);
+}
+
+/* LRN: x / (bias + alpha * mean of x^2 over `size` channels around)^beta,
+ * the mean an AveragePool over the channel axis counting the pads */
+vm_status_t onx_op_lrn(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t size;
+  float alpha, beta, bias;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "size", 0, &size));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "alpha", 1e-4f, &alpha));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "beta", 0.75f, &beta));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "bias", 1.0f, &bias));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim < 3 || size < 1 || size > (1 << 20))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "X must be [N, C, ...] and size 1 to 2^20");
+  if (!isfinite(alpha) || !isfinite(beta) || !isfinite(bias))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "alpha, beta and bias must be finite");
+  int64_t rest = 1;
+  for (uint32_t i = 2; i < x->ndim; i++) rest *= x->dims[i]; /* a checked shape's product */
+  int64_t r4[4] = {x->dims[0], 1, x->dims[1], rest};
+  int64_t ks[2] = {size, 1}, pads[4] = {(size - 1) / 2, 0, size - 1 - (size - 1) / 2, 0};
+  onx_sattr_t pa[3] = {SA_INTS("kernel_shape", ks, 2), SA_INTS("pads", pads, 4),
+                       SA_INT("count_include_pad", 1)};
+  const char *sq, *v, *avg, *a, *b, *t, *bt, *p, *sc, *back;
+  VM_RETURN_IF_ERROR(s2(c, "Mul", x->name, x->name, &sq));
+  VM_RETURN_IF_ERROR(s_reshape(c, sq, 4, r4, &v));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "AveragePool", NULL, v, NULL, NULL, 3, pa, &avg));
+  VM_RETURN_IF_ERROR(s_reshape(c, avg, x->ndim, x->dims, &back));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, alpha, &a));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, bias, &b));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, x->dt, beta, &bt));
+  VM_RETURN_IF_ERROR(s2(c, "Mul", back, a, &sc));
+  VM_RETURN_IF_ERROR(s2(c, "Add", sc, b, &t));
+  VM_RETURN_IF_ERROR(s2(c, "Pow", t, bt, &p));
+  return onx_sub1(c, "Div", c->node->output[0], x->name, p, NULL, 0, NULL, NULL);
+}
+
+/* Upsample (opsets 7-9): Resize with asymmetric coordinates, nearest
+ * rounding down */
+vm_status_t onx_op_upsample(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  char mode[16];
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "mode", "nearest", mode, sizeof(mode)));
+  if (strcmp(mode, "nearest") != 0 && strcmp(mode, "linear") != 0)
+    return onx_unsupported_attr(c, "mode", mode, "nearest, linear");
+  const char *scales;
+  onx_value_t *sv = onx_in(c, 1);
+  if (sv) {
+    scales = sv->name;
+  } else {
+    float f[MAXD];
+    int64_t n;
+    double d[MAXD];
+    VM_RETURN_IF_ERROR(onx_attr_floats(c, "scales", f, MAXD, &n));
+    if (n != (int64_t)x->ndim)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "scales must have X's rank");
+    for (int64_t i = 0; i < n; i++) d[i] = f[i];
+    VM_RETURN_IF_ERROR(onx_sub_const_f(c, VM_F32, 1, &n, d, &scales));
+  }
+  onx_sattr_t ra[3] = {SA_STR("mode", mode), SA_STR("coordinate_transformation_mode", "asymmetric"),
+                       SA_STR("nearest_mode", "floor")};
+  const char *ins[3] = {x->name, "", scales}, *out = c->node->output[0];
+  return onx_sub(c, "Resize", 3, ins, 1, &out, 3, ra);
+}
+
+/* Col2Im: the columns summed into the image by one MatMul with a constant
+ * 0/1 matrix [K L, pixels] (K kernel offsets, L blocks) */
+vm_status_t onx_op_col2im(onx_ctx_t *c) {
+  onx_value_t *x, *iv, *bv;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &iv));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 2, &bv));
+  int64_t img[MAXD], blk[MAXD], ni, nb, dil[MAXD], nd, pads[2 * MAXD], np, st[MAXD], ns;
+  VM_RETURN_IF_ERROR(onx_const_ints(c, iv, "image_shape", img, MAXD, &ni));
+  VM_RETURN_IF_ERROR(onx_const_ints(c, bv, "block_shape", blk, MAXD, &nb));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "dilations", dil, MAXD, &nd));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "pads", pads, 2 * MAXD, &np));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "strides", st, MAXD, &ns));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim != 3 || ni != nb || ni < 1 || ni + 2 > MAXD || (nd >= 0 && nd != ni) ||
+      (ns >= 0 && ns != ni) || (np >= 0 && np != 2 * ni))
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "input must be [N, C K, L] with one image, block, dilation, stride and "
+                        "two pad values per spatial axis");
+  int64_t K = 1, L = 1, P = 1, cnt[MAXD];
+  for (int64_t d = 0; d < ni; d++) {
+    int64_t dl = nd >= 0 ? dil[d] : 1, s = ns >= 0 ? st[d] : 1;
+    int64_t pb = np >= 0 ? pads[d] : 0, pe = np >= 0 ? pads[d + ni] : 0;
+    if (img[d] < 1 || blk[d] < 1 || dl < 1 || s < 1 || pb < 0 || pe < 0 || img[d] > (1 << 20) ||
+        blk[d] > (1 << 20) || dl > (1 << 20) || s > (1 << 20) || pb > (1 << 20) || pe > (1 << 20))
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "image, block, dilation, stride or pad out of range");
+    int64_t span = dl * (blk[d] - 1) + 1;
+    cnt[d] = img[d] + pb + pe >= span ? (img[d] + pb + pe - span) / s + 1 : 0;
+    if (vm_ckd_mul_i64(K, blk[d], &K) || vm_ckd_mul_i64(L, cnt[d], &L) ||
+        vm_ckd_mul_i64(P, img[d], &P))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "the sizes overflow");
+  }
+  if (L != x->dims[2] || x->dims[1] % K)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input is not [N, C %lld, %lld]", (long long)K,
+                        (long long)L);
+  int64_t rows, md[2];
+  if (vm_ckd_mul_i64(K, L, &rows) || vm_ckd_mul_i64(rows, P, &md[0]))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "the sizes overflow");
+  md[0] = rows;
+  md[1] = P;
+  uint8_t *w;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, rows * P, &w));
+  int64_t kk[MAXD] = {0}, kdims[MAXD];
+  memcpy(kdims, blk, (size_t)ni * sizeof(int64_t));
+  for (int64_t k = 0; k < K; k++) {
+    int64_t l[MAXD] = {0};
+    for (int64_t j = 0; j < L; j++) {
+      int64_t pix = 0, inside = 1;
+      for (int64_t d = 0; d < ni && inside; d++) {
+        int64_t s = ns >= 0 ? st[d] : 1, dl = nd >= 0 ? dil[d] : 1, pb = np >= 0 ? pads[d] : 0;
+        int64_t p = l[d] * s - pb + kk[d] * dl;
+        inside = p >= 0 && p < img[d];
+        pix = pix * img[d] + p;
+      }
+      if (inside) onx_st_f(x->dt, w, (k * L + j) * P + pix, 1.0);
+      onx_next_index((uint32_t)ni, cnt, l);
+    }
+    onx_next_index((uint32_t)ni, kdims, kk);
+  }
+  int64_t C = x->dims[1] / K, r3[3] = {x->dims[0], C, rows}, od[MAXD];
+  od[0] = x->dims[0];
+  od[1] = C;
+  for (int64_t d = 0; d < ni; d++) od[d + 2] = img[d];
+  const char *xr, *wn, *y;
+  VM_RETURN_IF_ERROR(s_reshape(c, x->name, 3, r3, &xr));
+  VM_RETURN_IF_ERROR(onx_sub_const(c, x->dt, 2, md, w, &wn));
+  VM_RETURN_IF_ERROR(s2(c, "MatMul", xr, wn, &y));
+  return reshape_to(c, y, (uint32_t)ni + 2, od, c->node->output[0], NULL);
+}
+
+/* AffineGrid: theta [N, k, k+1] times the constant homogeneous grid */
+vm_status_t onx_op_affine_grid(onx_ctx_t *c) {
+  onx_value_t *th, *sv;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &th));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sv));
+  int64_t size[5], n, align;
+  VM_RETURN_IF_ERROR(onx_const_ints(c, sv, "size", size, 5, &n));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "align_corners", 0, &align));
+  VM_RETURN_IF_ERROR(need_float(c, th));
+  int64_t k = n - 2;
+  if ((k != 2 && k != 3) || th->ndim != 3 || th->dims[1] != k || th->dims[2] != k + 1 ||
+      th->dims[0] != size[0])
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "theta must be [N, 2, 3] with size [N, C, H, W] or [N, 3, 4] with "
+                        "[N, C, D, H, W]");
+  int64_t P = 1;
+  for (int64_t d = 2; d < n; d++) {
+    if (size[d] < 1 || size[d] > (1 << 20))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "size[%lld] is out of range", (long long)d);
+    if (vm_ckd_mul_i64(P, size[d], &P) || P > ONX_MAX_FOLD_ELEMS)
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "the grid is too large");
+  }
+  double *g = malloc((size_t)(P * (k + 1)) * sizeof(double));
+  if (!g) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  int64_t idx[3] = {0};
+  for (int64_t p = 0; p < P; p++) {
+    /* (x, y[, z], 1): x along the last axis */
+    for (int64_t d = 0; d < k; d++) {
+      int64_t dim = size[2 + d], i = idx[d];
+      double v = align ? (dim > 1 ? -1 + 2.0 * (double)i / (double)(dim - 1) : -1)
+                       : -1 + 1.0 / (double)dim + 2.0 * (double)i / (double)dim;
+      g[p * (k + 1) + (k - 1 - d)] = v;
+    }
+    g[p * (k + 1) + k] = 1;
+    onx_next_index((uint32_t)k, size + 2, idx);
+  }
+  int64_t gd[2] = {P, k + 1}, perm[3] = {0, 2, 1}, od[5];
+  const char *gn, *tt, *y;
+  vm_status_t st = onx_sub_const_f(c, th->dt, 2, gd, g, &gn);
+  free(g);
+  VM_RETURN_IF_ERROR(st);
+  VM_RETURN_IF_ERROR(s_transpose(c, th->name, perm, 3, &tt));
+  VM_RETURN_IF_ERROR(s2(c, "MatMul", gn, tt, &y));
+  od[0] = size[0];
+  for (int64_t d = 0; d < k; d++) od[d + 1] = size[2 + d];
+  od[k + 1] = k;
+  return reshape_to(c, y, (uint32_t)k + 2, od, c->node->output[0], NULL);
 }

@@ -217,6 +217,10 @@ static vm_status_t scatter_lower(onx_ctx_t *c, onx_value_t *x, onx_value_t *u,
     return onx_node_err(c, VM_UNIMPLEMENTED, "reduction %s on integers: supported: float types",
                         red);
   int64_t n = x->numel, nu = u->numel, *map;
+  if (n > ONX_MAX_FOLD_ELEMS || nu > ONX_MAX_FOLD_ELEMS)
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
+                        "data or updates of more than %lld elements: too large for an index map",
+                        (long long)ONX_MAX_FOLD_ELEMS);
   /* level of each update: how many earlier updates hit its element */
   int64_t *cnt = calloc((size_t)(n ? n : 1), sizeof(int64_t)), levels = 0;
   if (!cnt) return oom(c);

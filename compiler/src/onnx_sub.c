@@ -63,6 +63,12 @@ const char *onx_sub_name(onx_ctx_t *c) {
 uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
   static const onx_lower_fn k_sub_fns[] = {
       onx_op_attention,
+      onx_op_col2im,
+      onx_op_affine_grid,
+      onx_op_lrn,
+      onx_op_upsample,
+      onx_op_dft,
+      onx_op_group_norm,
       onx_op_cast_like,
       onx_op_lp_pool,
       onx_op_bitshift,
@@ -88,14 +94,16 @@ uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
   };
   const onx_op_t *op = n ? onx_find_op(n->op_type) : NULL;
   if (op && (op->fn == onx_op_scatter_elements || op->fn == onx_op_scatter_nd))
-    return SUB_VALUES + 4 * ONX_SCATTER_LEVELS;
+    return SUB_VALUES + 8 * ONX_SCATTER_LEVELS; /* a Gather and a step per level */
   for (size_t i = 0; op && i < sizeof(k_sub_fns) / sizeof(k_sub_fns[0]); i++)
     if (op->fn == k_sub_fns[i]) return SUB_VALUES + 2 * (uint32_t)n->n_input;
   return 0;
 }
 
 static vm_status_t no_room(onx_ctx_t *c) {
-  return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
+                      "its sub-nodes need more values than the compiler set aside (or out of "
+                      "host memory)");
 }
 
 vm_status_t onx_sub(onx_ctx_t *c, const char *op_type, uint32_t nin, const char *const *ins,

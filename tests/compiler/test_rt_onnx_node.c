@@ -136,6 +136,7 @@ static const char *const k_ops[] = {
     "ScatterND",
     /* onnx_ops_compose.c */
     "Acos",
+    "AffineGrid",
     "Acosh",
     "ArgMax",
     "ArgMin",
@@ -148,10 +149,13 @@ static const char *const k_ops[] = {
     "BlackmanWindow",
     "CastLike",
     "Celu",
+    "Col2Im",
     "Cosh",
     "CumSum",
     "DepthToSpace",
+    "DFT",
     "EyeLike",
+    "GroupNormalization",
     "HammingWindow",
     "HannWindow",
     "Hardmax",
@@ -159,6 +163,7 @@ static const char *const k_ops[] = {
     "IsInf",
     "IsNaN",
     "LpNormalization",
+    "LRN",
     "LpPool",
     "Mean",
     "MeanVarianceNormalization",
@@ -179,10 +184,12 @@ static const char *const k_ops[] = {
     "SpaceToDepth",
     "Sum",
     "Swish",
+    "SwiGLU",
     "Tan",
     "ThresholdedRelu",
     "Tile",
     "Trilu",
+    "Upsample",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
