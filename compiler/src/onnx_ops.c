@@ -192,6 +192,7 @@ static const onx_op_t k_ops[] = {
     {"ReduceLogSum", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_LOG_SUM},
     {"ReduceLogSumExp", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_LOG_SUM_EXP},
     {"ReduceSumSquare", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_SUM_SQUARE},
+    {"RotaryEmbedding", "", 23, 0, "interleaved num_heads rotary_embedding_dim", onx_op_rotary, 0},
     {"RMSNormalization", "", 0, 0, "axis epsilon stash_type", onx_op_rms_norm, 0},
     {"Shrink", "", 0, 0, "bias lambd", onx_op_ew, ONX_E_SHRINK},
     {"Sign", "", 0, 0, "", onx_op_ew, ONX_E_SIGN},

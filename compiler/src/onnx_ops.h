@@ -250,6 +250,7 @@ vm_status_t onx_op_lrn(onx_ctx_t *c);
 vm_status_t onx_op_upsample(onx_ctx_t *c);
 vm_status_t onx_op_col2im(onx_ctx_t *c);
 vm_status_t onx_op_affine_grid(onx_ctx_t *c);
+vm_status_t onx_op_rotary(onx_ctx_t *c);
 vm_status_t onx_op_ew(onx_ctx_t *c);
 vm_status_t onx_op_eye_like(onx_ctx_t *c);
 vm_status_t onx_op_hardmax(onx_ctx_t *c);

@@ -1448,3 +1448,114 @@ vm_status_t onx_op_affine_grid(onx_ctx_t *c) {
   od[k + 1] = k;
   return reshape_to(c, y, (uint32_t)k + 2, od, c->node->output[0], NULL);
 }
+
+/* RotaryEmbedding (opset 23): y = x C + swap(x) S along the head axis, C
+ * and S built from the cos/sin caches (gathered by position_ids when given:
+ * a run-time Gather), swap a constant permutation of the rotated pairs
+ * (halves, or neighbours when interleaved); the tail past
+ * rotary_embedding_dim passes through (C 1, S 0). */
+vm_status_t onx_op_rotary(onx_ctx_t *c) {
+  onx_value_t *x, *cc, *sc, *pos = onx_in(c, 3);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &cc));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 2, &sc));
+  int64_t il, heads, rdim;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "interleaved", 0, &il));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "num_heads", 0, &heads));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "rotary_embedding_dim", 0, &rdim));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  if (x->ndim != 3 && x->ndim != 4)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input must be [B, H, S, D] or [B, S, H D]");
+  int three = x->ndim == 3;
+  int64_t B = x->dims[0], S = three ? x->dims[1] : x->dims[2], D;
+  if (three) {
+    if (heads < 1 || x->dims[2] % heads)
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "3-D input needs num_heads dividing its last dim");
+    D = x->dims[2] / heads;
+  } else {
+    D = x->dims[3];
+  }
+  if (rdim == 0) rdim = D;
+  if (rdim < 2 || rdim > D || rdim % 2)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "rotary_embedding_dim %lld: an even 2 to %lld",
+                        (long long)rdim, (long long)D);
+  int64_t h = rdim / 2;
+  if (!vm_dtype_equal(cc->dt, x->dt) || !vm_dtype_equal(sc->dt, x->dt) ||
+      cc->dims[cc->ndim - 1] != h || sc->dims[sc->ndim - 1] != h)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "the caches must end in rotary_embedding_dim / 2 = %lld", (long long)h);
+  const char *cs = cc->name, *sn = sc->name;
+  onx_sattr_t a0[1] = {SA_INT("axis", 0)}, alast[1] = {SA_INT("axis", -1)};
+  if (pos) {
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Gather", NULL, cc->name, pos->name, NULL, 1, a0, &cs));
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Gather", NULL, sc->name, pos->name, NULL, 1, a0, &sn));
+  }
+  int64_t bsh[3] = {B, S, h}, bs2h[3] = {B, S, 2 * h}, bsh1[4] = {B, S, h, 1};
+  const char *cb, *sb, *ns, *cfull, *sfull;
+  VM_RETURN_IF_ERROR(s_reshape(c, cs, 3, bsh, &cb));
+  VM_RETURN_IF_ERROR(s_reshape(c, sn, 3, bsh, &sb));
+  VM_RETURN_IF_ERROR(s2(c, "Neg", sb, NULL, &ns));
+  if (il) { /* pairs: (cos, cos), (-sin, sin) */
+    const char *c4, *s4, *n4, *ins_c[2], *ins_s[2], *cc2 = onx_sub_name(c), *ss2 = onx_sub_name(c);
+    if (!cc2 || !ss2) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    VM_RETURN_IF_ERROR(s_reshape(c, cb, 4, bsh1, &c4));
+    VM_RETURN_IF_ERROR(s_reshape(c, sb, 4, bsh1, &s4));
+    VM_RETURN_IF_ERROR(s_reshape(c, ns, 4, bsh1, &n4));
+    ins_c[0] = ins_c[1] = c4;
+    ins_s[0] = n4;
+    ins_s[1] = s4;
+    VM_RETURN_IF_ERROR(onx_sub(c, "Concat", 2, ins_c, 1, &cc2, 1, alast));
+    VM_RETURN_IF_ERROR(onx_sub(c, "Concat", 2, ins_s, 1, &ss2, 1, alast));
+    VM_RETURN_IF_ERROR(s_reshape(c, cc2, 3, bs2h, &cfull));
+    VM_RETURN_IF_ERROR(s_reshape(c, ss2, 3, bs2h, &sfull));
+  } else { /* halves: [cos, cos], [-sin, sin] */
+    const char *ins_c[2] = {cb, cb}, *ins_s[2] = {ns, sb};
+    cfull = onx_sub_name(c);
+    sfull = onx_sub_name(c);
+    if (!cfull || !sfull) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    VM_RETURN_IF_ERROR(onx_sub(c, "Concat", 2, ins_c, 1, &cfull, 1, alast));
+    VM_RETURN_IF_ERROR(onx_sub(c, "Concat", 2, ins_s, 1, &sfull, 1, alast));
+  }
+  if (rdim < D) { /* the tail: C 1, S 0 */
+    int64_t td[3] = {B, S, D - rdim};
+    int64_t tn = B * S * (D - rdim);
+    uint8_t *one, *zero;
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, tn, &one));
+    for (int64_t i = 0; i < tn; i++) onx_st_f(x->dt, one, i, 1);
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, tn, &zero));
+    const char *on, *zn, *ic[2], *is[2], *c2 = onx_sub_name(c), *s2n = onx_sub_name(c);
+    if (!c2 || !s2n) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    VM_RETURN_IF_ERROR(onx_sub_const(c, x->dt, 3, td, one, &on));
+    VM_RETURN_IF_ERROR(onx_sub_const(c, x->dt, 3, td, zero, &zn));
+    ic[0] = cfull;
+    ic[1] = on;
+    is[0] = sfull;
+    is[1] = zn;
+    VM_RETURN_IF_ERROR(onx_sub(c, "Concat", 2, ic, 1, &c2, 1, alast));
+    VM_RETURN_IF_ERROR(onx_sub(c, "Concat", 2, is, 1, &s2n, 1, alast));
+    cfull = c2;
+    sfull = s2n;
+  }
+  /* the caches against x's layout: [B, 1, S, D] (4-D) or [B, S, 1, D] */
+  int64_t cd4[4] = {B, three ? S : 1, three ? 1 : S, D};
+  VM_RETURN_IF_ERROR(s_reshape(c, cfull, 4, cd4, &cfull));
+  VM_RETURN_IF_ERROR(s_reshape(c, sfull, 4, cd4, &sfull));
+  const char *x4 = x->name;
+  int64_t xd4[4] = {B, S, heads, D};
+  if (three) VM_RETURN_IF_ERROR(s_reshape(c, x->name, 4, xd4, &x4));
+  int64_t *perm;
+  uint8_t *pd;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_I64, D, &pd));
+  perm = (int64_t *)(void *)pd;
+  for (int64_t i = 0; i < D; i++) perm[i] = i >= rdim ? i : il ? (i ^ 1) : (i < h ? i + h : i - h);
+  const char *pn, *sw, *t1, *t2, *y;
+  VM_RETURN_IF_ERROR(onx_sub_const(c, VM_I64, 1, &D, pd, &pn));
+  onx_sattr_t a3[1] = {SA_INT("axis", 3)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Gather", NULL, x4, pn, NULL, 1, a3, &sw));
+  VM_RETURN_IF_ERROR(s2(c, "Mul", x4, cfull, &t1));
+  VM_RETURN_IF_ERROR(s2(c, "Mul", sw, sfull, &t2));
+  if (!three) return onx_sub1(c, "Add", c->node->output[0], t1, t2, NULL, 0, NULL, NULL);
+  VM_RETURN_IF_ERROR(s2(c, "Add", t1, t2, &y));
+  return reshape_to(c, y, 3, x->dims, c->node->output[0], NULL);
+}

@@ -176,6 +176,7 @@ static const char *const k_ops[] = {
     "ReduceLogSumExp",
     "ReduceSumSquare",
     "RMSNormalization",
+    "RotaryEmbedding",
     "Shrink",
     "Sign",
     "Sinh",
