@@ -239,6 +239,7 @@ vm_status_t onx_op_where(onx_ctx_t *c);
 vm_status_t onx_op_argmax(onx_ctx_t *c);
 vm_status_t onx_op_attention(onx_ctx_t *c);
 vm_status_t onx_op_bitshift(onx_ctx_t *c);
+vm_status_t onx_op_bitwise(onx_ctx_t *c);
 vm_status_t onx_op_cast_like(onx_ctx_t *c);
 vm_status_t onx_op_lp_pool(onx_ctx_t *c);
 vm_status_t onx_op_cumsum(onx_ctx_t *c);

@@ -1559,3 +1559,45 @@ vm_status_t onx_op_rotary(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(s2(c, "Add", t1, t2, &y));
   return reshape_to(c, y, 3, x->dims, c->node->output[0], NULL);
 }
+
+/* BitwiseAnd/Or/Xor: cl.binary.bitwise_* on integers (NumPy broadcasting;
+ * constants fold); BitwiseNot: Xor with all ones */
+vm_status_t onx_op_bitwise(onx_ctx_t *c) {
+  onx_value_t *a, *b;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
+  if (!onx_is_int(a->dt) || vm_dtype_equal(a->dt, VM_BOOL))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "input 0 has a non-integer dtype");
+  const char *ones = NULL;
+  if (c->op->arg == 3) VM_RETURN_IF_ERROR(onx_sub_scalar(c, a->dt, -1, &ones));
+  if (c->op->arg == 3) {
+    b = onx_lookup(c, ones);
+  } else {
+    VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
+  }
+  if (!vm_dtype_equal(b->dt, a->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "inputs have different dtypes");
+  uint32_t nd;
+  int64_t d[MAXD];
+  if (onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, &nd, d) < 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "inputs do not broadcast");
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", nd, d, NULL));
+  int op = c->op->arg == 3 ? 2 : c->op->arg;
+  if (a->data && b->data) {
+    int64_t n = onx_numel(nd, d), idx[MAXD] = {0};
+    uint8_t *y;
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, a->dt, n, &y));
+    for (int64_t i = 0; i < n; i++) {
+      int64_t x0 = onx_ld_i(a->dt, a->data, onx_bcast_offset(a->ndim, a->dims, nd, idx));
+      int64_t x1 = onx_ld_i(b->dt, b->data, onx_bcast_offset(b->ndim, b->dims, nd, idx));
+      onx_st_i(a->dt, y, i, op == 0 ? (x0 & x1) : op == 1 ? (x0 | x1) : (x0 ^ x1));
+      onx_next_index(nd, d, idx);
+    }
+    return onx_def_const(c, 0, a->dt, nd, d, y);
+  }
+  static const char *const k_names[] = {"cl.binary.bitwise_and", "cl.binary.bitwise_or",
+                                        "cl.binary.bitwise_xor"};
+  int32_t y = new_t(c, a->dt, nd, d);
+  vmcc_arg_t args[3] = {A(onx_tid(c, a)), A(onx_tid(c, b)), A(y)};
+  call(c, k_names[op], 3, args);
+  return onx_bind_out(c, 0, y, nd, d);
+}

@@ -63,6 +63,7 @@ const char *onx_sub_name(onx_ctx_t *c) {
 uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
   static const onx_lower_fn k_sub_fns[] = {
       onx_op_attention,
+      onx_op_bitwise,
       onx_op_rotary,
       onx_op_col2im,
       onx_op_affine_grid,
