@@ -27,6 +27,9 @@
 #                              itself when its Debian packages cannot be had)
 #   VMRPC_SKIP_ONNX_NODE123=1  no onnx 1.23 node cases (scripts/onnx-node-1.23.sh; it
 #                              skips itself when PyPI cannot be reached)
+#   VMRPC_SKIP_ONNX_ZOO=1      no real-model zoo (scripts/onnx-zoo.sh: eight PyPI models
+#                              and their float16/int8 variants against onnxruntime; it
+#                              skips itself when PyPI cannot be reached)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -100,6 +103,12 @@ if [ "${VMRPC_SKIP_ONNX_NODE123:-0}" != 1 ]; then
   echo "== ONNX node cases of onnx 1.23 (opsets up to 28): scripts/onnx-node-1.23.sh"
   rc=0
   scripts/onnx-node-1.23.sh build || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+fi
+if [ "${VMRPC_SKIP_ONNX_ZOO:-0}" != 1 ]; then
+  echo "== ONNX real models and their float16/int8 variants: scripts/onnx-zoo.sh"
+  rc=0
+  scripts/onnx-zoo.sh build || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 fi
 if [ "${VMRPC_SKIP_BOARD:-0}" != 1 ]; then

@@ -469,6 +469,18 @@ void cli_model_note_generated(const cli_model_t *m, const cli_global_t *g) {
 }
 
 /* Connects and picks the VM's devices: as given, else the agent's first. */
+/* 1 when the executable holds float16 tensors (constants, or tensors it
+ * allocates: a DTYPE constant). */
+static int uses_float16(const vm_executable_t *e) {
+  for (uint32_t i = 0; e && i < e->num_constants; i++) {
+    const vm_constant_t *k = &e->constants[i];
+    if ((k->kind == VM_CONST_DTYPE && vm_dtype_equal(k->u.dtype, VM_F16)) ||
+        (k->kind == VM_CONST_TENSOR && vm_dtype_equal(k->u.tensor.dtype, VM_F16)))
+      return 1;
+  }
+  return 0;
+}
+
 static int model_connect(cli_model_t *m, const cli_global_t *g) {
   const char *cmd = m->cmd;
   double t0 = cli_now_s();
@@ -491,6 +503,14 @@ static int model_connect(cli_model_t *m, const cli_global_t *g) {
   for (uint32_t i = 0; i < m->info.num_devices; i++)
     if (strcmp(m->info.devices[i].selector, m->specs[0].selector) == 0)
       m->device = &m->info.devices[i];
+  /* float16 without cl_khr_fp16: the cl.* kernels keep half storage and
+   * compute in float32 (docs/onnx.md, "float16") */
+  if (m->device && strncmp(m->device->selector, "opencl", 6) == 0 && !m->device->supports_fp16 &&
+      uses_float16(m->exec))
+    fprintf(stderr,
+            "vmclient: %s: note: %s has no cl_khr_fp16: float16 tensors stay half in memory and "
+            "are computed in float32\n",
+            cmd, m->device->selector);
   return CLI_EXIT_OK;
 }
 

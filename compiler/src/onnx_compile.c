@@ -919,6 +919,7 @@ done:
   }
   free(c.vals);
   onx_names_free(&c.names);
+  onx_scratch_free(c.scratch);
   free(c.skip);
   free(names);
   free(outs);

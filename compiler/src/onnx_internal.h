@@ -109,6 +109,8 @@ typedef struct onx_ctx {
   struct onx_subfn *subfns; /* bytecode functions of run-time branches and loop bodies */
   uint32_t num_subfns, cap_subfns;
   uint32_t fn_seq; /* numbers the functions' names */
+  int sub_depth;          /* lowering a composite's sub-node (onnx_sub.c) */
+  struct onx_scratch *scratch; /* the sub-nodes' value names */
 } onx_ctx_t;
 
 /* A bytecode function lowered from a subgraph, emitted after main. */
@@ -288,6 +290,11 @@ struct onx_op {
   onx_lower_fn fn;            /* the lowering */
   int32_t arg;                /* for fn, which of its family's operations (c->op->arg) */
 };
+/* The default domain's row named op_type, or NULL. */
+const onx_op_t *onx_find_op(const char *op_type);
+/* The values a node of op_type may add beyond its outputs (sub-nodes). */
+uint32_t onx_sub_budget(const Onnx__NodeProto *n);
+void onx_scratch_free(struct onx_scratch *s);
 /* The row for the current node (c->node, at c->opset) into *out, after
  * checking its domain, its opset and its attributes: the one place a node
  * meets the registry. UNIMPLEMENTED (naming what is supported) for an

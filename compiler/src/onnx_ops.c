@@ -175,6 +175,83 @@ static const onx_op_t k_ops[] = {
      "body num_scan_inputs directions:8-8 scan_input_directions:9- scan_output_directions:9- "
      "scan_input_axes:9- scan_output_axes:9-",
      onx_op_scan, 0},
+    /* ---- onnx_ops_index.c: constant indices, one Gather ---- */
+    {"CenterCropPad", "", 0, 0, "axes", onx_op_center_crop_pad, 0},
+    {"Compress", "", 0, 0, "axis", onx_op_compress, 0},
+    {"GatherElements", "", 0, 0, "axis", onx_op_gather_elements, 0},
+    {"GatherND", "", 0, 0, "batch_dims:12-", onx_op_gather_nd, 0},
+    {"MaxUnpool", "", 0, 0, "kernel_shape pads strides", onx_op_max_unpool, 0},
+    {"OneHot", "", 0, 0, "axis", onx_op_one_hot, 0},
+    {"ReverseSequence", "", 0, 0, "batch_axis time_axis", onx_op_reverse_sequence, 0},
+    {"Scatter", "", 0, 10, "axis", onx_op_scatter_elements, 0},
+    {"ScatterElements", "", 0, 0, "axis reduction:16-", onx_op_scatter_elements, 0},
+    {"ScatterND", "", 0, 0, "reduction:16-", onx_op_scatter_nd, 0},
+    /* ---- onnx_ops_compose.c: one elementwise program, one call, or
+     * sub-nodes (onnx_sub.c) ---- */
+    {"Acos", "", 0, 0, "", onx_op_ew, ONX_E_ACOS},
+    {"AffineGrid", "", 0, 0, "align_corners", onx_op_affine_grid, 0},
+    {"Acosh", "", 0, 0, "", onx_op_ew, ONX_E_ACOSH},
+    {"Attention", "", 23, 0,
+     "is_causal kv_num_heads q_num_heads qk_matmul_output_mode scale softcap softmax_precision "
+     "left_window_size:25- right_window_size:25-",
+     onx_op_attention, 0},
+    {"ArgMax", "", 0, 0, "axis keepdims select_last_index:12-", onx_op_argmax, 0},
+    {"ArgMin", "", 0, 0, "axis keepdims select_last_index:12-", onx_op_argmax, 1},
+    {"Asin", "", 0, 0, "", onx_op_ew, ONX_E_ASIN},
+    {"Asinh", "", 0, 0, "", onx_op_ew, ONX_E_ASINH},
+    {"Atan", "", 0, 0, "", onx_op_ew, ONX_E_ATAN},
+    {"Atanh", "", 0, 0, "", onx_op_ew, ONX_E_ATANH},
+    {"BitShift", "", 0, 0, "direction", onx_op_bitshift, 0},
+    {"BitwiseAnd", "", 0, 0, "", onx_op_bitwise, 0},
+    {"BitwiseNot", "", 0, 0, "", onx_op_bitwise, 3},
+    {"BitwiseOr", "", 0, 0, "", onx_op_bitwise, 1},
+    {"BitwiseXor", "", 0, 0, "", onx_op_bitwise, 2},
+    {"BlackmanWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 2},
+    {"CastLike", "", 0, 0, "saturate round_mode:25-", onx_op_cast_like, 0},
+    {"Celu", "", 0, 0, "alpha", onx_op_ew, ONX_E_CELU},
+    {"Col2Im", "", 0, 0, "dilations pads strides", onx_op_col2im, 0},
+    {"Cosh", "", 0, 0, "", onx_op_ew, ONX_E_COSH},
+    {"CumSum", "", 0, 0, "exclusive reverse", onx_op_cumsum, 0},
+    {"DFT", "", 17, 0, "axis:-19 inverse onesided", onx_op_dft, 0},
+    {"DepthToSpace", "", 0, 0, "blocksize mode:11-", onx_op_depth_space, 0},
+    {"EyeLike", "", 0, 0, "dtype k", onx_op_eye_like, 0},
+    {"GroupNormalization", "", 21, 0, "epsilon num_groups stash_type", onx_op_group_norm, 0},
+    {"HammingWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 1},
+    {"HannWindow", "", 0, 0, "output_datatype periodic", onx_op_window, 0},
+    {"Hardmax", "", 13, 0, "axis", onx_op_hardmax, 0},
+    {"InstanceNormalization", "", 0, 0, "epsilon consumed_inputs:-5", onx_op_instance_norm, 0},
+    {"IsInf", "", 0, 0, "detect_negative detect_positive", onx_op_isinf, 0},
+    {"IsNaN", "", 0, 0, "", onx_op_ew, ONX_E_ISNAN},
+    {"LRN", "", 0, 0, "alpha beta bias size", onx_op_lrn, 0},
+    {"LpPool", "", 0, 0, "auto_pad ceil_mode:18- dilations:18- kernel_shape p pads strides",
+     onx_op_lp_pool, 0},
+    {"LpNormalization", "", 0, 0, "axis p", onx_op_lp_norm, 0},
+    {"Mean", "", 0, 0, A_LEGACY, onx_op_variadic, 1},
+    {"MeanVarianceNormalization", "", 0, 0, "axes", onx_op_mvn, 0},
+    {"Mish", "", 0, 0, "", onx_op_ew, ONX_E_MISH},
+    {"NegativeLogLikelihoodLoss", "", 0, 0, "ignore_index reduction", onx_op_nll, 0},
+    {"PRelu", "", 0, 0, A_LEGACY, onx_op_ew, ONX_E_PRELU},
+    {"ReduceL1", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_L1},
+    {"ReduceL2", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_L2},
+    {"ReduceLogSum", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_LOG_SUM},
+    {"ReduceLogSumExp", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_LOG_SUM_EXP},
+    {"ReduceSumSquare", "", 0, 0, A_REDUCE18, onx_op_reduce_composite, ONX_RC_SUM_SQUARE},
+    {"RotaryEmbedding", "", 23, 0, "interleaved num_heads rotary_embedding_dim", onx_op_rotary, 0},
+    {"RMSNormalization", "", 0, 0, "axis epsilon stash_type", onx_op_rms_norm, 0},
+    {"Shrink", "", 0, 0, "bias lambd", onx_op_ew, ONX_E_SHRINK},
+    {"Sign", "", 0, 0, "", onx_op_ew, ONX_E_SIGN},
+    {"Sinh", "", 0, 0, "", onx_op_ew, ONX_E_SINH},
+    {"SoftmaxCrossEntropyLoss", "", 0, 0, "ignore_index reduction", onx_op_nll, 1},
+    {"Softsign", "", 0, 0, "", onx_op_ew, ONX_E_SOFTSIGN},
+    {"SpaceToDepth", "", 0, 0, "blocksize mode:28-", onx_op_depth_space, 1},
+    {"Sum", "", 0, 0, A_LEGACY, onx_op_variadic, 0},
+    {"Swish", "", 0, 0, "alpha", onx_op_ew, ONX_E_SWISH},
+    {"SwiGLU", "", 0, 0, "alpha", onx_op_swiglu, 0},
+    {"Tan", "", 0, 0, "", onx_op_ew, ONX_E_TAN},
+    {"ThresholdedRelu", "", 0, 0, "alpha", onx_op_ew, ONX_E_THRESHOLDED_RELU},
+    {"Tile", "", 0, 0, "", onx_op_tile, 0},
+    {"Trilu", "", 0, 0, "upper", onx_op_trilu, 0},
+    {"Upsample", "", 7, 9, "mode scales:-8", onx_op_upsample, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
@@ -186,6 +263,12 @@ static void supported_ops(const char *dom, char *buf, size_t len) {
   for (size_t i = 0; i < NUM_OPS && used < len; i++)
     if (strcmp(k_ops[i].domain, dom) == 0)
       used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", k_ops[i].name);
+}
+
+const onx_op_t *onx_find_op(const char *op_type) {
+  for (size_t i = 0; op_type && i < NUM_OPS; i++)
+    if (!k_ops[i].domain[0] && strcmp(k_ops[i].name, op_type) == 0) return &k_ops[i];
+  return NULL;
 }
 
 vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
@@ -203,7 +286,7 @@ vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "domain '%.60s': supported: the default domain, com.microsoft", dom);
   if (!op) {
-    char ops[2048];
+    char ops[4096];
     supported_ops(dom, ops, sizeof(ops));
     if (dom[0])
       return onx_node_err(c, VM_UNIMPLEMENTED,

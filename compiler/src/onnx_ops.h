@@ -112,6 +112,35 @@ typedef enum bop {
 /* onx_op_reduce's operations (a row's arg; fold_reduce's kind). */
 typedef enum onx_reduce { ONX_R_SUM, ONX_R_MEAN, ONX_R_MAX, ONX_R_MIN, ONX_R_PROD } onx_reduce_t;
 
+/* onx_op_ew's programs and onx_op_reduce_composite's kinds (onnx_ops_compose.c). */
+typedef enum onx_ew {
+  ONX_E_ACOS,
+  ONX_E_ACOSH,
+  ONX_E_ASIN,
+  ONX_E_ASINH,
+  ONX_E_ATAN,
+  ONX_E_ATANH,
+  ONX_E_COSH,
+  ONX_E_SINH,
+  ONX_E_TAN,
+  ONX_E_SOFTSIGN,
+  ONX_E_SIGN,
+  ONX_E_MISH,
+  ONX_E_SWISH,
+  ONX_E_CELU,
+  ONX_E_THRESHOLDED_RELU,
+  ONX_E_SHRINK,
+  ONX_E_PRELU,
+  ONX_E_ISNAN,
+} onx_ew_t;
+typedef enum onx_reduce_composite {
+  ONX_RC_L1,
+  ONX_RC_L2,
+  ONX_RC_LOG_SUM,
+  ONX_RC_LOG_SUM_EXP,
+  ONX_RC_SUM_SQUARE,
+} onx_reduce_composite_t;
+
 /* ---- shared between families ---- */
 /* onnx_ops_elementwise.c: the node that alone consumes `name` after node
  * `after` (its index, -1 none; *slot its input); the HardSigmoid/HardSwish
@@ -140,6 +169,45 @@ vm_status_t onx_qdq_matmul(onx_ctx_t *c, int gemm, int *done);
 /* onnx_ops_reduce.c: output 0 as the reduction `name` of x over axes. */
 vm_status_t onx_reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
                             const int64_t *axes, int keep);
+
+/* ---- sub-nodes (onnx_sub.c): a composite lowered as other operators ---- */
+/* The opset sub-nodes are written for and lowered at. */
+#define ONX_SUB_OPSET 21
+typedef enum { ONX_SA_INT, ONX_SA_FLOAT, ONX_SA_INTS, ONX_SA_STR } onx_sattr_kind_t;
+typedef struct onx_sattr {
+  const char *name;
+  onx_sattr_kind_t kind;
+  int64_t i;
+  float f;
+  const int64_t *ints;
+  size_t n;
+  const char *s;
+} onx_sattr_t;
+#define SA_INT(nm, v) {.name = (nm), .kind = ONX_SA_INT, .i = (v)}
+#define SA_FLOAT(nm, v) {.name = (nm), .kind = ONX_SA_FLOAT, .f = (v)}
+#define SA_INTS(nm, p, k) {.name = (nm), .kind = ONX_SA_INTS, .ints = (p), .n = (k)}
+#define SA_STR(nm, v) {.name = (nm), .kind = ONX_SA_STR, .s = (v)}
+/* A fresh value name, owned by the context (NULL: out of memory). */
+const char *onx_sub_name(onx_ctx_t *c);
+/* Lowers op_type (default domain, at ONX_SUB_OPSET) on the values named
+ * ins ("" or NULL: absent) into outs, with attributes; errors name the
+ * composite node. */
+vm_status_t onx_sub(onx_ctx_t *c, const char *op_type, uint32_t nin, const char *const *ins,
+                    uint32_t nout, const char *const *outs, uint32_t nattr,
+                    const onx_sattr_t *attrs);
+/* One output: out (NULL: a fresh name, returned in *out_name) of op_type
+ * on in0[, in1[, in2]]. */
+vm_status_t onx_sub1(onx_ctx_t *c, const char *op_type, const char *out, const char *in0,
+                     const char *in1, const char *in2, uint32_t nattr, const onx_sattr_t *attrs,
+                     const char **out_name);
+/* Host constants under fresh names: data (taken), doubles, one scalar,
+ * a 1-D int64 list. */
+vm_status_t onx_sub_const(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
+                          uint8_t *data, const char **out_name);
+vm_status_t onx_sub_const_f(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
+                            const double *vals, const char **out_name);
+vm_status_t onx_sub_scalar(onx_ctx_t *c, vm_dtype_t dt, double v, const char **out_name);
+vm_status_t onx_sub_ints(onx_ctx_t *c, uint32_t n, const int64_t *vals, const char **out_name);
 
 /* ---- the lowerings (the registry in onnx_ops.c points at them) ---- */
 vm_status_t onx_op_avgpool(onx_ctx_t *c);
@@ -202,5 +270,47 @@ vm_status_t onx_op_qlinear_binary(onx_ctx_t *c);
 vm_status_t onx_op_qlinear_unary(onx_ctx_t *c);
 vm_status_t onx_op_qlinear_global_avg(onx_ctx_t *c);
 vm_status_t onx_op_qlinear_concat(onx_ctx_t *c);
+/* onnx_ops_compose.c */
+vm_status_t onx_op_argmax(onx_ctx_t *c);
+vm_status_t onx_op_attention(onx_ctx_t *c);
+vm_status_t onx_op_bitshift(onx_ctx_t *c);
+vm_status_t onx_op_bitwise(onx_ctx_t *c);
+vm_status_t onx_op_cast_like(onx_ctx_t *c);
+vm_status_t onx_op_lp_pool(onx_ctx_t *c);
+vm_status_t onx_op_cumsum(onx_ctx_t *c);
+vm_status_t onx_op_depth_space(onx_ctx_t *c);
+vm_status_t onx_op_dft(onx_ctx_t *c);
+vm_status_t onx_op_group_norm(onx_ctx_t *c);
+vm_status_t onx_op_swiglu(onx_ctx_t *c);
+vm_status_t onx_op_lrn(onx_ctx_t *c);
+vm_status_t onx_op_upsample(onx_ctx_t *c);
+vm_status_t onx_op_col2im(onx_ctx_t *c);
+vm_status_t onx_op_affine_grid(onx_ctx_t *c);
+vm_status_t onx_op_rotary(onx_ctx_t *c);
+vm_status_t onx_op_ew(onx_ctx_t *c);
+vm_status_t onx_op_eye_like(onx_ctx_t *c);
+vm_status_t onx_op_hardmax(onx_ctx_t *c);
+vm_status_t onx_op_instance_norm(onx_ctx_t *c);
+vm_status_t onx_op_isinf(onx_ctx_t *c);
+vm_status_t onx_op_lp_norm(onx_ctx_t *c);
+vm_status_t onx_op_mvn(onx_ctx_t *c);
+vm_status_t onx_op_nll(onx_ctx_t *c);
+vm_status_t onx_op_reduce_composite(onx_ctx_t *c);
+vm_status_t onx_op_rms_norm(onx_ctx_t *c);
+vm_status_t onx_op_tile(onx_ctx_t *c);
+vm_status_t onx_op_trilu(onx_ctx_t *c);
+vm_status_t onx_op_variadic(onx_ctx_t *c);
+vm_status_t onx_op_window(onx_ctx_t *c);
+/* onnx_ops_index.c; scatter reductions: at most this many updates of one element */
+#define ONX_SCATTER_LEVELS 64
+vm_status_t onx_op_center_crop_pad(onx_ctx_t *c);
+vm_status_t onx_op_compress(onx_ctx_t *c);
+vm_status_t onx_op_gather_elements(onx_ctx_t *c);
+vm_status_t onx_op_gather_nd(onx_ctx_t *c);
+vm_status_t onx_op_max_unpool(onx_ctx_t *c);
+vm_status_t onx_op_one_hot(onx_ctx_t *c);
+vm_status_t onx_op_reverse_sequence(onx_ctx_t *c);
+vm_status_t onx_op_scatter_elements(onx_ctx_t *c);
+vm_status_t onx_op_scatter_nd(onx_ctx_t *c);
 
 #endif /* ONX_OPS_H */

@@ -33,7 +33,7 @@ uint64_t onx_graph_values(const Onnx__GraphProto *g, int *has_sub) {
   for (size_t i = 0; i < g->n_node; i++) {
     const Onnx__NodeProto *nd = g->node[i];
     if (!nd) continue;
-    n += nd->n_output;
+    n += nd->n_output + onx_sub_budget(nd); /* a composite's sub-node values */
     uint64_t s = 0;
     for (size_t a = 0; a < nd->n_attribute; a++) {
       const Onnx__AttributeProto *at = nd->attribute[a];

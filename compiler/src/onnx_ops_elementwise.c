@@ -755,6 +755,7 @@ int onx_hard_chain(onx_ctx_t *c, size_t ia, size_t xs, const char *xname, uint32
  * cl.unary call, skips the rest and sets *done. */
 static vm_status_t hard_act(onx_ctx_t *c, int *done) {
   *done = 0;
+  if (c->sub_depth) return VM_STATUS_OK; /* c->node_idx is the composite's node */
   onx_value_t *x = NULL;
   size_t xs = 0;
   for (size_t s = 0; s < 2 && !x; s++) {

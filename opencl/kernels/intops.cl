@@ -1,4 +1,5 @@
-/* Integer elementwise operators: cl.binary.{add,sub,mul,div,max,min} and
+/* Integer elementwise operators: cl.binary.{add,sub,mul,div,max,min},
+ * cl.binary.bitwise_{and,or,xor} (integers only) and
  * the comparisons on int8..int64 / uint8..uint64 tensors, and
  * cl.unary.clip on them. Built per type: -DT=<type> -DU=<unsigned type of
  * the same size> -DSIGNED=<0|1>.
@@ -16,6 +17,9 @@
 #else
 #define IOP_div(a, b) ((b) == 0 ? (T)0 : (T)((a) / (b)))
 #endif
+#define IOP_bitwise_and(a, b) ((T)((a) & (b)))
+#define IOP_bitwise_or(a, b) ((T)((a) | (b)))
+#define IOP_bitwise_xor(a, b) ((T)((a) ^ (b)))
 #define IOP_max(a, b) ((a) > (b) ? (a) : (b))
 #define IOP_min(a, b) ((a) < (b) ? (a) : (b))
 
@@ -46,6 +50,9 @@ IBINARY_ND(mul)
 IBINARY_ND(div)
 IBINARY_ND(max)
 IBINARY_ND(min)
+IBINARY_ND(bitwise_and)
+IBINARY_ND(bitwise_or)
+IBINARY_ND(bitwise_xor)
 ICMP_ND(equal, ==)
 ICMP_ND(less, <)
 ICMP_ND(less_equal, <=)

@@ -305,12 +305,12 @@ def test_hostile_values_are_invalid_argument(name: str, data: bytes, want: Tuple
         assert w in ei.value.message, (name, ei.value.message)
 
 
-def test_tile_is_refused_as_unsupported() -> None:
-    # Tile is not lowered at all: its repeats never reach arithmetic
+def test_tile_repeats_that_overflow_are_invalid_argument() -> None:
+    # Tile's repeats times a dim overflowing 64 bits: refused at the node
     m = model(node("Tile", ["x", "r"], "t"), [X], [ints("r", [P62, P62, 1, 1])])
-    with pytest.raises(vmrpc.Unimplemented) as ei:
+    with pytest.raises(vmrpc.InvalidArgument) as ei:
         vmrpc.compile(m)
-    assert ei.value.message.startswith("node 't' (Tile): operator Tile is not supported")
+    assert ei.value.message.startswith("node 't' (Tile): output dim 1 overflows")
 
 
 @pytest.mark.parametrize(

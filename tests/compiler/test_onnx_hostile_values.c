@@ -192,15 +192,20 @@ static void test_expand(void **state) {
                  "node 'e' (Expand): shape [-9223372036854775808,3,8,8]: dim 0 is negative");
 }
 
-/* Tile is not an operator the compiler lowers: refused as such whatever
- * its repeats (exit 3 all the same). */
+/* Tile (onnx_ops_compose.c): repeats whose product with a dim overflows
+ * 64 bits, or gives a dim beyond 2^31-1, are refused at the node. */
 static void test_tile(void **state) {
   mb_t m;
-  static const int64_t rep[4] = {P62, P62, 1, 1};
+  static const int64_t rep[4] = {P62, P62, 1, 1}, rep2[4] = {1, I32, 1, 1};
   expand_model(&m, rep, 4);
   m.nodes[0].op_type = "Tile";
   m.nodes[0].name = "t";
-  EXPECT_REFUSED(&m, VM_UNIMPLEMENTED, "node 't' (Tile): operator Tile is not supported");
+  EXPECT_REFUSED(&m, VM_INVALID_ARGUMENT, "node 't' (Tile): output dim 1 overflows");
+  expand_model(&m, rep2, 4);
+  m.nodes[0].op_type = "Tile";
+  m.nodes[0].name = "t";
+  EXPECT_REFUSED(&m, VM_INVALID_ARGUMENT,
+                 "node 't' (Tile): output [1,6442450941,8,8]: dim 1 is 6442450941");
 }
 
 static void test_constant_of_shape(void **state) {

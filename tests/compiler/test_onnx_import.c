@@ -216,6 +216,64 @@ static void test_quant_params(void **state) {
                 "constants");
 }
 
+/* The composites of onnx_ops_compose.c and onnx_ops_index.c refuse what
+ * they cannot lower, naming the node; a refusal inside a sub-node names the
+ * composite node and the inner operator. */
+static void test_composite_refusals(void **state) {
+  (void)state;
+  mb_t m;
+  static const int64_t d3[1] = {3}, d1[1] = {1}, d24[2] = {2, 4}, d124[3] = {1, 2, 4};
+  /* BitShift: the shift amounts must be constant */
+  mb_init(&m, 11);
+  m.graph.input[m.graph.n_input++] = mb_vi(&m, "x", 12, 1, d3);
+  m.graph.input[m.graph.n_input++] = mb_vi(&m, "s", 12, 1, d3);
+  m.graph.output[m.graph.n_output++] = mb_vi(&m, "y", 12, 1, d3);
+  Onnx__NodeProto *n = mb_node(&m, "BitShift", "b", "x", "s", "y");
+  mb_attr_s(&m, n, "direction", "LEFT");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'b' (BitShift): the shift amounts Y must be constant");
+  mb_attr_s(&m, n, "direction", "UP");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'b' (BitShift): attribute 'direction' = UP: supported: LEFT, RIGHT");
+  /* GatherElements: constant indices are range-checked here */
+  static const int64_t idx[8] = {0, 1, 2, 3, 0, 1, 2, 9};
+  mb_init(&m, 13);
+  mb_input(&m, "x", 2, d24);
+  mb_output(&m, "y", 2, d24);
+  mb_init_raw(&m, "i", 7, 2, d24, idx, sizeof(idx));
+  n = mb_node(&m, "GatherElements", "g", "x", "i", "y");
+  set_int_attr(&m, 0, "axis", 1);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'g' (GatherElements): an index 9 is outside [-4, 4)");
+  /* RMSNormalization computes in float: stash_type 1 only */
+  static const float ones[4] = {1, 1, 1, 1};
+  mb_init(&m, 23);
+  mb_input(&m, "x", 2, d24);
+  mb_output(&m, "y", 2, d24);
+  mb_init_raw(&m, "w", 1, 1, d24 + 1, ones, sizeof(ones));
+  mb_node(&m, "RMSNormalization", "r", "x", "w", "y");
+  set_int_attr(&m, 0, "stash_type", 11);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'r' (RMSNormalization): attribute 'stash_type' = not 1: supported: 1 "
+                "(float)");
+  /* Attention: 3-D inputs need the head counts */
+  mb_init(&m, 23);
+  m.graph.input[m.graph.n_input++] = mb_vi(&m, "q", 1, 3, d124);
+  m.graph.output[m.graph.n_output++] = mb_vi(&m, "y", 1, 3, d124);
+  n = mb_node(&m, "Attention", "a", "q", "q", "y");
+  mb_node_input(n, "q");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'a' (Attention): 3-D inputs need q_num_heads and kv_num_heads");
+  /* a sub-node's refusal: ReduceLogSumExp's ReduceMax on a run-time int tensor */
+  mb_init(&m, 18);
+  m.graph.input[m.graph.n_input++] = mb_vi(&m, "x", 6, 1, d3);
+  m.graph.output[m.graph.n_output++] = mb_vi(&m, "y", 6, 1, d1);
+  mb_node(&m, "ReduceLogSumExp", "l", "x", NULL, "y");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'l' (ReduceMax): input 'x' has dtype int32: supported: float, float16 (at "
+                "run time)");
+}
+
 static const float k_three = 3.0f, k_zero = 0.0f, k_six = 6.0f;
 
 /* x * clip(x + 3, 0, 6) / 6 at opset 13: one cl.unary.hard_swish call (the
@@ -913,6 +971,7 @@ int main(void) {
       cmocka_unit_test(test_quant_params),
       cmocka_unit_test(test_opset_range),
       cmocka_unit_test(test_unsupported_op_and_attribute),
+      cmocka_unit_test(test_composite_refusals),
       cmocka_unit_test(test_unknown_attributes),
       cmocka_unit_test(test_opset_28_changes),
       cmocka_unit_test(test_input_shapes),
