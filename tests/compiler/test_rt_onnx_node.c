@@ -382,12 +382,10 @@ static int cmp_names(const void *a, const void *b) {
  * which must be known at compile time when the loop has scan outputs (their
  * length is a static dim). */
 static int is_fold_only(const char *op) {
-  static const char *const k_fold[] = {"And", "Or",    "Xor",   "Not",  "Mod",
-                                       "Constant", "Range", "ConstantOfShape", "Loop"};
-  static const char *const k_fold[] = {"And",        "Or",          "Xor",
-                                       "Not",        "Mod",         "Constant",
-                                       "Range",      "ConstantOfShape", "BlackmanWindow",
-                                       "HammingWindow", "HannWindow"};
+  static const char *const k_fold[] = {"And",           "Or",         "Xor",
+                                       "Not",           "Mod",        "Constant",
+                                       "Range",         "ConstantOfShape", "BlackmanWindow",
+                                       "HammingWindow", "HannWindow", "Loop"};
   for (size_t i = 0; i < sizeof(k_fold) / sizeof(k_fold[0]); i++)
     if (strcmp(k_fold[i], op) == 0) return 1;
   return 0;
