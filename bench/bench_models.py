@@ -19,6 +19,11 @@ Run by bench/bench_models (which makes the venv); prints one JSON object:
   models.NAME.check              "ok" or why the outputs differ
   median_ratio, worst_ratio, worst_model, aim {median 1.5, worst 3.0}
   skipped.NAME                   why a model was not timed
+
+With --base-build DIR a second agent (DIR/agent/vmagent, e.g. a build of the
+commit before a change) serves the same executables in the same rounds:
+models.NAME.base_ratio / base_wall_s and median_base_ratio, and
+models.NAME.speedup (median over rounds of base wall / this wall).
 """
 import argparse
 import glob
@@ -133,10 +138,10 @@ def last_line(text):
     return line[:300]
 
 
-def start_agent(vmagent, work):
-    out = open(os.path.join(work, "agent.out"), "w+")
+def start_agent(vmagent, work, tag="agent"):
+    out = open(os.path.join(work, tag + ".out"), "w+")
     p = subprocess.Popen([vmagent, "--listen", "tcp://127.0.0.1:0", "--device", "opencl:0",
-                          "--cache-dir", os.path.join(work, "cache")],
+                          "--cache-dir", os.path.join(work, tag + "-cache")],
                          stdout=out, stderr=subprocess.STDOUT)
     for _ in range(600):
         out.seek(0)
@@ -178,6 +183,7 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
     ap.add_argument("--compile-args", default="", help="extra `vmclient compile` options")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--base-build", default="", help="a second build whose vmagent is timed too")
     a = ap.parse_args()
     import onnxruntime as ort
 
@@ -238,7 +244,11 @@ def main():
                       "sess": sess, "feed": feed, "compile_s": time.perf_counter() - t})
 
     agent, host = start_agent(vmagent, work)
+    base = base_host = None
     try:
+        if a.base_build:
+            base, base_host = start_agent(os.path.join(os.path.abspath(a.base_build), "agent", "vmagent"),
+                                          work, "base")
         for m in ready:
             r = subprocess.run([vmclient, "--host", host, "check", m["vmx"], "--device", "opencl:0",
                                 "--rtol", str(RTOL), "--atol", str(ATOL)] + m["input_args"] + m["expected"],
@@ -254,20 +264,31 @@ def main():
         for m in ready:
             if m not in timed:
                 result["skipped"][m["name"]] = "does not run: " + m["check"]
+        if base_host:  # its first runs build its kernels
+            for m in timed:
+                vm_bench(vmclient, base_host, m, 1)
         for rnd in range(a.rounds):
             for m in timed:
+                bw = None
                 if rnd % 2 == 0:
                     vw, vd = vm_bench(vmclient, host, m, a.repeat)
+                    if base_host:
+                        bw, _ = vm_bench(vmclient, base_host, m, a.repeat)
                     o = ort_time(m["sess"], m["feed"], a.repeat)
                 else:
                     o = ort_time(m["sess"], m["feed"], a.repeat)
+                    if base_host:
+                        bw, _ = vm_bench(vmclient, base_host, m, a.repeat)
                     vw, vd = vm_bench(vmclient, host, m, a.repeat)
                 m["rounds"].append((vw, vd, o))
+                m.setdefault("base", []).append(bw)
     finally:
-        agent.terminate()
-        agent.wait(timeout=30)
+        for p in (agent, base):
+            if p:
+                p.terminate()
+                p.wait(timeout=30)
 
-    ratios = []
+    ratios, base_ratios = [], []
     for m in timed:
         rs = m["rounds"]
         ratio = float(np.median([vw / o for vw, _, o in rs]))
@@ -281,11 +302,21 @@ def main():
             "check": m["check"],
             "compile_s": round(m["compile_s"], 3),
         }
+        if base_host:
+            bs = m["base"]
+            e = result["models"][m["name"]]
+            e["base_wall_s"] = float(np.median(bs))
+            e["base_ratio"] = round(float(np.median([b / o for b, (_, _, o) in zip(bs, rs)])), 3)
+            e["speedup"] = round(float(np.median([b / vw for b, (vw, _, _) in zip(bs, rs)])), 3)
+            base_ratios.append(e["base_ratio"])
         ratios.append((ratio, m["name"]))
     if ratios:
         result["median_ratio"] = round(float(np.median([r for r, _ in ratios])), 3)
         worst = max(ratios)
         result["worst_ratio"], result["worst_model"] = round(worst[0], 3), worst[1]
+    if base_ratios:
+        result["median_base_ratio"] = round(float(np.median(base_ratios)), 3)
+        result["worst_base_ratio"] = round(float(max(base_ratios)), 3)
     result["aim"] = {"median_ratio": 1.5, "worst_ratio": 3.0}
     result["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
     if not a.keep:
