@@ -139,9 +139,9 @@ step() {
 
 run() {
   local packd=${1:-$root/build/gpu-pack}
-  local priv
+  # global: the EXIT trap runs after this function has returned
   priv=$(mktemp -d /tmp/gpu-check.XXXXXX)
-  trap 'kill "${agent:-}" 2>/dev/null; rm -rf "$priv"' EXIT
+  trap 'kill "${agent:-}" 2>/dev/null; rm -rf "${priv:-}"' EXIT
   if [ -f "$packd" ]; then
     # the compressed pack: unpacked into the private folder
     tar -C "$priv" -xJf "$packd" || die "cannot unpack $packd"
@@ -174,7 +174,7 @@ run() {
   if [ -x "$packd/bin/clinfo" ]; then
     step clinfo "$packd/bin/clinfo"
     grep -E "^\s*(Platform Name|Platform Version|Device Name|Device Version|Driver Version|Device Type|Max compute units|Max clock frequency|Global memory size|Max memory allocation|Local memory size|Max work group size|Preferred work group size multiple|Half-precision|Double-precision)" \
-      "$out/clinfo.txt" | sed 's/^ */  /' | head -n 40
+      "$out/clinfo.txt" | sed 's/^ */  /' | awk '!seen[$0]++' | head -n 40
   fi
   "$packd/bin/vmagent" --listen tcp://127.0.0.1:0 --device opencl:0 --cache-dir "$priv/cache" \
     >"$out/vmagent.txt" 2>&1 &
