@@ -29,10 +29,18 @@
  *                 VMCL_CONV_T=direct (the direct kernel; conv_ms is the
  *                 device's choice, the GEMM path on CPU devices), with
  *                 direct_cpu_ms and ratio_direct = conv_ms / direct_ms
+ *   direct_ms, gemm_ms  general cl.conv2d shapes (neither depthwise nor
+ *                 pointwise): each formulation forced (VMCL_CONV=direct,
+ *                 gemm), with their CPU times, ratio_gemm_direct =
+ *                 gemm_ms / direct_ms and ratio_chosen = conv_ms / the
+ *                 faster of the two (conv_ms runs on the device's tuning
+ *                 table, filled by the warm-up call)
  *
  * plus the totals over each model (each shape times its calls): total_*
  * the convolution part of one recognizer run, decoder_total_* the
- * decoder's transposed convolutions.
+ * decoder's transposed convolutions. Shapes named "o_..." are other
+ * models' general convolutions (magika's 1-D one, yahoo-open-nsfw's and
+ * captcha-whisperer's), in no total.
  *
  * Usage: bench_conv [runs] [SUBSTRING]: SUBSTRING keeps only the shapes
  * whose name contains it. Prints one JSON object.
@@ -87,6 +95,14 @@ static const conv_shape_t SHAPES[] = {
     {"pw_60_120_1x40", 2, 60, 1, 40, 120, 1, 1, 1, 1, 0, 0, 1, 0},
     {"pw_120_480_1x40", 1, 120, 1, 40, 480, 1, 1, 1, 1, 0, 0, 1, 0},
     {"conv1x3_960_60_1x40", 1, 960, 1, 40, 60, 1, 3, 1, 1, 0, 1, 1, 0},
+    /* other models' general convolutions (calls 0: in no total) */
+    {"o_c1d5_256_512_512x1", 0, 256, 512, 1, 512, 5, 1, 1, 1, 0, 0, 1, 0}, /* magika */
+    {"o_stem7x7s2_3_64_230x230", 0, 3, 230, 230, 64, 7, 7, 2, 2, 0, 0, 1, 0}, /* nsfw */
+    {"o_3x3_64_64_56x56", 0, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 0},        /* nsfw */
+    {"o_3x3_256_256_14x14", 0, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1, 1, 0},    /* nsfw */
+    {"o_1x1s2_256_512_28x28", 0, 256, 28, 28, 512, 1, 1, 2, 2, 0, 0, 1, 0},  /* nsfw */
+    {"o_stem7x7s2_3_64_60x160", 0, 3, 60, 160, 64, 7, 7, 2, 2, 3, 3, 1, 0},  /* captcha */
+    {"o_3x3s2_128_128_15x40", 0, 128, 15, 40, 128, 3, 3, 2, 2, 1, 1, 1, 0},  /* captcha */
     {"ct4x4s2_384_256_16x16", 1, 384, 16, 16, 256, 4, 4, 2, 2, 1, 1, 1, 1},
     {"ct4x4s2_256_128_32x32", 1, 256, 32, 32, 128, 4, 4, 2, 2, 1, 1, 1, 1},
     {"ct4x4s2_128_64_64x64", 1, 128, 64, 64, 64, 4, 4, 2, 2, 1, 1, 1, 1},
@@ -294,6 +310,24 @@ static double cl_gemm_s(bench_t *b, const conv_shape_t *s, int runs) {
   return med;
 }
 
+/* conv_s with the environment variable var set to val for the call (its
+ * previous value restored); *cpu gets the CPU time. */
+static double conv_s_env(bench_t *b, const conv_shape_t *s, int runs, const char *var,
+                         const char *val, double *cpu) {
+  const char *was = getenv(var);
+  char *saved = was ? strdup(was) : NULL;
+  setenv(var, val, 1);
+  double t = conv_s(b, s, runs);
+  *cpu = g_cpu;
+  if (saved) {
+    setenv(var, saved, 1);
+    free(saved);
+  } else {
+    unsetenv(var);
+  }
+  return t;
+}
+
 int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 5;
   if (runs < 1) runs = 1;
@@ -333,21 +367,16 @@ int main(int argc, char **argv) {
     double c = conv_s(&b, s, runs), cmin = g_min, ccpu = g_cpu;
     int t = s->transpose;
     /* a transposed one again on the direct kernel, the other formulation */
-    double direct = 0, direct_cpu = 0;
+    double direct = 0, direct_cpu = 0, cgemm = 0, cgemm_cpu = 0;
+    int general = !t && s->groups != s->o &&
+                  !(s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0);
     if (t) {
-      const char *was = getenv("VMCL_CONV_T");
-      char *saved = was ? strdup(was) : NULL;
-      setenv("VMCL_CONV_T", "direct", 1);
-      direct = conv_s(&b, s, runs);
-      direct_cpu = g_cpu;
-      if (saved) {
-        setenv("VMCL_CONV_T", saved, 1);
-        free(saved);
-      } else {
-        unsetenv("VMCL_CONV_T");
-      }
+      direct = conv_s_env(&b, s, runs, "VMCL_CONV_T", "direct", &direct_cpu);
       tot_direct += direct * s->calls;
       tot_direct_cpu += direct_cpu * s->calls;
+    } else if (general) {
+      direct = conv_s_env(&b, s, runs, "VMCL_CONV", "direct", &direct_cpu);
+      cgemm = conv_s_env(&b, s, runs, "VMCL_CONV", "gemm", &cgemm_cpu);
     }
     tot_gemm[t] += gm * s->calls;
     tot_gemm_cpu[t] += gm_cpu * s->calls;
@@ -365,6 +394,12 @@ int main(int argc, char **argv) {
     if (t) {
       printf(", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"ratio_direct\": %.3f", direct * 1e3,
              direct_cpu * 1e3, c / direct);
+    } else if (general) {
+      printf(
+          ", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"gemm_ms\": %.4f, \"gemm_cpu_ms\": %.4f, "
+          "\"ratio_gemm_direct\": %.3f, \"ratio_chosen\": %.3f",
+          direct * 1e3, direct_cpu * 1e3, cgemm * 1e3, cgemm_cpu * 1e3, cgemm / direct,
+          c / (cgemm < direct ? cgemm : direct));
     }
     printf("}");
     first = 0;

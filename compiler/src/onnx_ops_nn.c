@@ -310,29 +310,36 @@ static int fold_bn(onx_ctx_t *c, const Onnx__NodeProto *bn, int64_t co, double *
   return 1;
 }
 
-/* Node `n`, a float32 Mul or Add of the rank-`ndim` value y with a constant
- * defined by now that holds one value or one per output channel and
- * broadcasts to y's shape without changing it (a scalar, [co, 1, 1],
- * [1, co, 1, 1], ...), folded into y = a y + b: 1, or 0 when it does not fit. */
+/* Node `n`, a float32 Mul, Add or Sub of the rank-`ndim` value y (its
+ * input `slot`) with a constant defined by now that holds one value or one
+ * per channel and broadcasts to y's shape without changing it (channels
+ * on axis cax: a scalar, [co, 1, 1] or [1, co, 1, 1] for axis 1, [co] or
+ * [1, 1, 1, co] for axis 3, ...), folded into y = a y + b: 1, or 0 when it
+ * does not fit. */
 static int fold_affine(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uint32_t ndim,
-                       int64_t co, double *a, double *b) {
-  int mul = strcmp(n->op_type, "Mul") == 0;
-  if ((!mul && strcmp(n->op_type, "Add") != 0) || n->n_input != 2 || !n->input[1 - slot]) return 0;
+                       uint32_t cax, int64_t co, double *a, double *b) {
+  int mul = strcmp(n->op_type, "Mul") == 0, sub = strcmp(n->op_type, "Sub") == 0;
+  if ((!mul && !sub && strcmp(n->op_type, "Add") != 0) || n->n_input != 2 || slot > 1 ||
+      !n->input[1 - slot])
+    return 0;
   onx_value_t *k = onx_lookup(c, n->input[1 - slot]);
   if (!k || !k->data || !vm_dtype_equal(k->dt, VM_F32) || k->ndim > ndim ||
       (k->numel != 1 && k->numel != co))
     return 0;
   for (uint32_t i = 0; i < k->ndim; i++) {
     uint32_t axis = ndim - k->ndim + i; /* y's axis, right-aligned */
-    if (k->dims[i] != 1 && !(axis == 1 && k->dims[i] == co)) return 0;
+    if (k->dims[i] != 1 && !(axis == cax && k->dims[i] == co)) return 0;
   }
   for (int64_t o = 0; o < co; o++) {
     double v = onx_ld_f(k->dt, k->data, k->numel == 1 ? 0 : o);
     if (mul) {
       a[o] *= v;
       b[o] *= v;
+    } else if (sub && slot == 1) { /* v - y */
+      a[o] = -a[o];
+      b[o] = v - b[o];
     } else {
-      b[o] += v;
+      b[o] += sub ? -v : v;
     }
   }
   return 1;
@@ -356,7 +363,7 @@ static int64_t affine_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, int64_t 
     if (strcmp(n->op_type, "BatchNormalization") == 0)
       ok = slot == 0 && fold_bn(c, n, co, a, b);
     else if (vm_dtype_equal(dt, VM_F32))
-      ok = fold_affine(c, n, slot, ndim, co, a, b);
+      ok = fold_affine(c, n, slot, ndim, 1, co, a, b);
     if (!ok) break;
     c->skip[j] = 1;
     last = j;
@@ -432,10 +439,101 @@ static void conv_epilogue_after(onx_ctx_t *c, const char *cur, size_t after, uin
   for (;;) {
     const Onnx__NodeProto *ln = g->node[e->last];
     int64_t k = onx_sole_consumer(c, ln->output[0], (size_t)e->last, &slot);
-    if (k < 0 || !fold_affine(c, g->node[k], slot, ndim, 1, &e->am, &e->aa)) break;
+    if (k < 0 || !fold_affine(c, g->node[k], slot, ndim, 1, 1, &e->am, &e->aa)) break;
     c->skip[k] = 1;
     e->last = k;
   }
+}
+
+/* The sole consumer of `name` after node `after` (onx_sole_consumer),
+ * looking through Casts of float32 to float32 (no-ops, which converters
+ * of NHWC models write around every node): their indices go to casts[]
+ * (at most max; more: -1). */
+static int64_t sole_through_casts(onx_ctx_t *c, const char *name, size_t after, size_t *slot,
+                                  int64_t *casts, int *ncasts, int max) {
+  *ncasts = 0;
+  for (;;) {
+    int64_t j = onx_sole_consumer(c, name, after, slot);
+    if (j < 0) return -1;
+    const Onnx__NodeProto *n = c->graph->node[j];
+    if (strcmp(n->op_type, "Cast") != 0) return j;
+    const Onnx__AttributeProto *to = onx_attr(n, "to");
+    if (!to || to->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT ||
+        to->i != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || *ncasts >= max)
+      return -1;
+    casts[(*ncasts)++] = j;
+    name = n->output[0];
+    after = (size_t)j;
+  }
+}
+
+/* Whether node n is a Transpose with the 4-D permutation p. */
+static int is_transpose(const Onnx__NodeProto *n, const int64_t p[4]) {
+  if (strcmp(n->op_type, "Transpose") != 0 || n->n_input != 1) return 0;
+  const Onnx__AttributeProto *at = onx_attr(n, "perm");
+  if (!at || at->n_ints != 4) return 0;
+  for (int i = 0; i < 4; i++)
+    if (at->ints[i] != p[i]) return 0;
+  return 1;
+}
+
+/* A float32 4-D Conv whose output alone goes through Transpose(perm 0, 2,
+ * 3, 1) into NHWC — as converters of NHWC models (TensorFlow's) write
+ * every convolution —, then per-channel Add, Sub and Mul by constants on
+ * the last axis (the bias and batch norm: folded into a, b), a Relu (into
+ * the epilogue e), and maybe Transpose(perm 0, 3, 1, 2) back to NCHW
+ * (*back: its index, else -1), Casts to float32 anywhere in between. Those
+ * nodes are marked skipped; returns the last of them, or -1 when there is
+ * no such Transpose after the Conv or nothing after it folds (nothing is
+ * marked then). Without the transpose back, the caller transposes the
+ * convolution's (epilogued) output once to NHWC and binds it to the last
+ * node's output. */
+static int64_t nhwc_after(onx_ctx_t *c, int64_t co, double *a, double *b, conv_epi_t *e,
+                          int64_t *back) {
+  static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+  enum { MAXC = 8 };
+  int64_t casts[MAXC];
+  int nc;
+  size_t slot = 0;
+  *back = -1;
+  int64_t t = sole_through_casts(c, c->node->output[0], c->node_idx, &slot, casts, &nc, MAXC);
+  if (t < 0 || !is_transpose(c->graph->node[t], to_nhwc)) return -1;
+  /* what is folded so far: marked when the chain is kept */
+  int64_t marks[64];
+  int nm = 0, folded = 0;
+  for (int i = 0; i < nc; i++) marks[nm++] = casts[i];
+  marks[nm++] = t;
+  int64_t last = t;
+  for (;;) {
+    int64_t j = sole_through_casts(c, c->graph->node[last]->output[0], (size_t)last, &slot, casts,
+                                   &nc, MAXC);
+    if (j < 0 || nm + nc + 1 > 64) break;
+    const Onnx__NodeProto *n = c->graph->node[j];
+    int ok = 0;
+    if (e->act == 0 && strcmp(n->op_type, "Relu") == 0 && n->n_input == 1) {
+      e->act = 1;
+      ok = 1;
+    } else if (e->act == 0) {
+      ok = fold_affine(c, n, slot, 4, 3, co, a, b);
+    } else if (is_transpose(n, to_nchw)) {
+      *back = j;
+      ok = 1;
+    }
+    if (!ok && is_transpose(n, to_nchw)) {
+      *back = j;
+      ok = 1;
+    }
+    if (!ok) break;
+    for (int i = 0; i < nc; i++) marks[nm++] = casts[i];
+    marks[nm++] = j;
+    last = j;
+    folded = 1;
+    if (*back >= 0) break;
+  }
+  if (!folded) return -1;
+  for (int i = 0; i < nm; i++) c->skip[marks[i]] = 1;
+  e->last = last;
+  return last;
 }
 
 vm_status_t onx_op_conv(onx_ctx_t *c) {
@@ -472,7 +570,8 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
   int32_t tx = onx_reshaped(c, x, 4, x4), tw;
   vmcc_arg_t bz;
-  int64_t bn = -1;
+  int64_t bn = -1, nhwc = -1, back = -1;
+  conv_epi_t ep = {0, 1, 0, -1};
   double *fa = NULL, *fb = NULL;
   if (wv->data && (!bias || bias->data)) {
     fa = malloc((size_t)(co ? co : 1) * sizeof(double));
@@ -487,6 +586,9 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
       fb[o] = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
     }
     bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
+    if (bn < 0 && x->ndim == 4 && vm_dtype_equal(x->dt, VM_F32))
+      nhwc = nhwc_after(c, co, fa, fb, &ep, &back);
+    if (nhwc >= 0) bn = nhwc;
   }
   if (bn >= 0) {
     /* a (conv(x, W) + b) + c = conv(x, a W) + (a b + c), per output channel */
@@ -511,8 +613,7 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   free(fa);
   free(fb);
   int32_t y = new_t(c, x->dt, 4, y4);
-  conv_epi_t ep = {0, 1, 0, -1};
-  if (vm_dtype_equal(x->dt, VM_F32)) {
+  if (nhwc < 0 && vm_dtype_equal(x->dt, VM_F32)) {
     size_t at = bn >= 0 ? (size_t)bn : c->node_idx;
     conv_epilogue_after(c, c->graph->node[at]->output[0], at, x->ndim, &ep);
   }
@@ -546,6 +647,17 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   }
   int64_t yd[4] = {x->dims[0], co, w.out[1], w.out[2]};
   if (nsp == 1) yd[2] = w.out[2];
+  if (nhwc >= 0) {
+    c->fused = 1;
+    if (back >= 0) return onx_bind_named(c, c->graph->node[back]->output[0], y, 4, yd);
+    /* once to NHWC, after the folded bias, batch norm and Relu */
+    static const int64_t perm[4] = {0, 2, 3, 1};
+    int64_t td[4] = {yd[0], yd[2], yd[3], yd[1]};
+    int32_t yt = new_t(c, x->dt, 4, td);
+    vmcc_arg_t ta[3] = {A(y), vmcc_graph_ints(c->g, 4, perm), A(yt)};
+    call(c, "cl.transpose", 3, ta);
+    return onx_bind_named(c, c->graph->node[nhwc]->output[0], yt, 4, td);
+  }
   int64_t last = ep.last >= 0 ? ep.last : bn;
   if (last >= 0) {
     c->fused = 1;

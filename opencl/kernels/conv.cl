@@ -431,3 +431,52 @@ __kernel void conv_transpose2d_col2im(__global const float *cols, __global const
   }
 }
 #undef COL_LANE
+
+/* cl.conv2d's GEMM path (float32 columns), step 1: the columns of one image,
+ *   cols[(c * KH + kh) * KW + kw][oh * OW + ow] = x[c, oh * SH - PH + kh * DH, ow * SW - PW + kw * DW]
+ * (0 in the padding) for all C input channels. A group's rows are
+ * contiguous, so per group the convolution is the GEMM W_g (Og x Cg*KK)
+ * times cols_g (Cg*KK x P), which the host runs on the tuned GEMM.
+ * Global ids: 0 = block of 8 output columns ow, 1 = output row oh,
+ * 2 = row of cols (c * KK + tap). */
+__kernel void conv2d_im2col(__global const S *x, int xo, __global float *cols, int H, int W,
+                            int OH, int OW, int KH, int KW, int SH, int SW, int PH, int PW,
+                            int DH, int DW) {
+  int q0 = get_global_id(0) * 8, oh = get_global_id(1), r = get_global_id(2);
+  if (q0 >= OW || oh >= OH) return;
+  int KK = KH * KW, c = r / KK, tap = r - c * KK, kh = tap / KW, kw = tap - kh * KW;
+  int ih = oh * SH - PH + kh * DH, n = min(8, OW - q0);
+  __global float *dst = cols + r * (OH * OW) + oh * OW + q0;
+  if (ih < 0 || ih >= H) {
+    for (int t = 0; t < n; t++) dst[t] = 0.0f;
+    return;
+  }
+  __global const S *xr = x + xo + (c * H + ih) * W;
+  int iw0 = q0 * SW - PW + kw * DW;
+  if (n == 8 && SW == 1 && iw0 >= 0 && iw0 + 7 < W) {
+    vstore8(LD8(xr + iw0, 0), 0, dst);
+    return;
+  }
+  for (int t = 0, iw = iw0; t < n; t++, iw += SW) dst[t] = iw >= 0 && iw < W ? LD(xr, iw) : 0.0f;
+}
+
+/* cl.conv2d's GEMM path, step 2: y = act(y + bias[o]) * am + aa in place
+ * (conv_epilogue), 8 pixels per work-item. Global ids: 0 = block of 8 of
+ * the P pixels, 1 = n * O + o. */
+__kernel void conv2d_epilogue(__global S *y, int yo, __global const S *bias, int bo,
+                              int has_bias, int O, int P, int act, float am, float aa) {
+  int p0 = get_global_id(0) * 8, no = get_global_id(1);
+  if (p0 >= P) return;
+  __global S *yr = y + yo + no * P + p0;
+  int n = min(8, P - p0);
+  float b = has_bias ? LD(bias, bo + no % O) : 0.0f;
+  float8 v;
+  if (n == 8) {
+    v = LD8(yr, 0);
+  } else {
+    float a[8];
+    for (int t = 0; t < 8; t++) a[t] = t < n ? LD(yr, t) : 0.0f;
+    v = vload8(0, a);
+  }
+  conv_store(yr, n, 0.0f, conv_epilogue(v + b, act, am, aa));
+}

@@ -792,6 +792,7 @@ static void vmcl_destroy(vm_device_t *dev) {
                 (int)err);
     }
     vmcl_cache_destroy(d->cache);
+    vmcl_tune_destroy(d->tune);
     vmcl_release_events_locked(d);
     free(d->events);
     if (d->queue) vmcl_released(clReleaseCommandQueue(d->queue), "clReleaseCommandQueue");

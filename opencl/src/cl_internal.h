@@ -7,6 +7,7 @@
 #include <CL/cl.h>
 #include <pthread.h>
 
+#include "vm/base.h"
 #include "vm/device.h"
 #include "vm/status.h"
 #include "vm/value.h"
@@ -29,6 +30,7 @@ vm_status_t vmcl_status(cl_int err, const char *what);
   } while (0)
 
 typedef struct vmcl_program_cache vmcl_program_cache_t;
+typedef struct vmcl_tune vmcl_tune_t;
 
 /* State behind an OpenCL vm_device_t (dev->impl). */
 typedef struct vmcl_dev {
@@ -37,6 +39,7 @@ typedef struct vmcl_dev {
   cl_context context;
   cl_command_queue queue; /* in order, CL_QUEUE_PROFILING_ENABLE */
   vmcl_program_cache_t *cache;
+  vmcl_tune_t *tune; /* NULL until first used */
   /* device timer: while timing, every enqueue of the thread that started
    * it (timing_thread: the one running the measured function) records its
    * event; other threads' commands (another session's transfers) are not
@@ -118,6 +121,21 @@ void vmcl_track_event(vmcl_dev_t *d, cl_event ev);
  * platform name and version) is read from d here. */
 vm_status_t vmcl_cache_create(vmcl_dev_t *d, const char *cache_dir,
                               vmcl_program_cache_t **out_cache);
+/* The cache's directory (NULL: memory only) and the SHA-256 (hex) of its
+ * device identity (device name, driver version, platform name and version):
+ * the tuning table (cl_tune.c) keeps its file there under that name. */
+const char *vmcl_cache_dir(const vmcl_program_cache_t *c);
+void vmcl_cache_identity(const vmcl_program_cache_t *c, char out[2 * VM_SHA256_BYTES + 1]);
+
+/* The device's tuning table (cl_tune.c): which formulation of an operator
+ * measured fastest on it, per shape key. vmcl_tune_lookup returns the
+ * choice recorded for key, or -1 when none is (loading the table's file
+ * from the cache directory on first use). vmcl_tune_record remembers a
+ * measured choice and appends it to the file. Both take d->lock. */
+int vmcl_tune_lookup(vmcl_dev_t *d, const char *key);
+void vmcl_tune_record(vmcl_dev_t *d, const char *key, int choice, const char *detail);
+void vmcl_tune_destroy(vmcl_tune_t *t);
+
 /* Releases every cached kernel and program. NULL is a no-op. */
 void vmcl_cache_destroy(vmcl_program_cache_t *c);
 

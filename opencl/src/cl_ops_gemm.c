@@ -105,14 +105,11 @@ static vm_status_t clblast_status(CLBlastStatusCode s, const char *what) {
 }
 
 static vm_status_t gemm_clblast(const clblast_api_t *api, vmcl_dev_t *d, const gemm_shape_t *g,
-                                vm_dtype_t dt, const vm_tensor_t *A, const vm_tensor_t *B,
-                                const vm_tensor_t *C, float alpha, float beta) {
+                                vm_dtype_t dt, cl_mem a, size_t ao, cl_mem b, size_t bo,
+                                cl_mem c, size_t co, float alpha, float beta) {
   int f16 = vm_dtype_equal(dt, VM_F16);
   CLBlastTranspose ta = g->ta ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastTranspose tb = g->tb ? CLBlastTransposeYes : CLBlastTransposeNo;
-  cl_mem a = vmcl_tensor_mem(A), b = vmcl_tensor_mem(B), c = vmcl_tensor_mem(C);
-  size_t ao = (size_t)vmcl_elem_offset(A), bo = (size_t)vmcl_elem_offset(B);
-  size_t co = (size_t)vmcl_elem_offset(C);
   cl_half ha = vmcl_f32_to_f16(alpha), hb = vmcl_f32_to_f16(beta);
   cl_command_queue q = d->queue;
   /* CLBlast's strided batch wants a real stride per operand; a broadcast
@@ -225,6 +222,32 @@ done:
   return st;
 }
 
+vm_status_t vmcl_gemm_mem(vmcl_dev_t *d, const vm_device_t *dev, const gemm_shape_t *g,
+                          vm_dtype_t dt, cl_mem A, int64_t ao, cl_mem B, int64_t bo, cl_mem C,
+                          int64_t co, float alpha, float beta) {
+  /* CLBlast rejects k == 0; the kernel then just scales C by beta */
+  int backend = g->k > 0 ? gemm_backend(d, dev, dt) : GEMM_TILED;
+  if (backend != GEMM_TILED) {
+    const char *why;
+    const clblast_api_t *api = clblast_api(&why);
+    if (api)
+      return gemm_clblast(api, d, g, dt, A, (size_t)ao, B, (size_t)bo, C, (size_t)co, alpha, beta);
+    if (backend == GEMM_CLBLAST_FORCED) {
+      return vm_status_make(VM_FAILED_PRECONDITION,
+                            "cl.gemm: VMCL_GEMM=clblast, but CLBlast cannot be loaded (%s); "
+                            "install libclblast1, or set VMCL_CLBLAST_LIB to the library's path",
+                            why);
+    }
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&warned))
+      VM_LOGW(
+          "cl.gemm: CLBlast cannot be loaded (%s); using the built-in kernel (install "
+          "libclblast1, or set VMCL_CLBLAST_LIB, for tuned GEMM on GPUs)",
+          why);
+  }
+  return vmcl_gemm_tiled(d, g, dt, A, ao, B, bo, C, co, alpha, beta);
+}
+
 vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user) {
   vmcl_op_t op;
@@ -282,27 +305,7 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   g.sc = g.m * g.n;
   if (g.batch * g.m * g.n == 0) return VM_STATUS_OK;
 
-  vmcl_dev_t *d = op.d;
-  /* CLBlast rejects k == 0; the kernel then just scales C by beta */
-  int backend = g.k > 0 ? gemm_backend(d, op.dev, A->dtype) : GEMM_TILED;
-  if (backend != GEMM_TILED) {
-    const char *why;
-    const clblast_api_t *api = clblast_api(&why);
-    if (api) return gemm_clblast(api, d, &g, A->dtype, A, B, C, (float)alpha, (float)beta);
-    if (backend == GEMM_CLBLAST_FORCED) {
-      return vm_status_make(VM_FAILED_PRECONDITION,
-                            "cl.gemm: VMCL_GEMM=clblast, but CLBlast cannot be loaded (%s); "
-                            "install libclblast1, or set VMCL_CLBLAST_LIB to the library's path",
-                            why);
-    }
-    static atomic_flag warned = ATOMIC_FLAG_INIT;
-    if (!atomic_flag_test_and_set(&warned))
-      VM_LOGW(
-          "cl.gemm: CLBlast cannot be loaded (%s); using the built-in kernel (install "
-          "libclblast1, or set VMCL_CLBLAST_LIB, for tuned GEMM on GPUs)",
-          why);
-  }
-  return vmcl_gemm_tiled(d, &g, A->dtype, vmcl_tensor_mem(A), vmcl_elem_offset(A),
-                         vmcl_tensor_mem(B), vmcl_elem_offset(B), vmcl_tensor_mem(C),
-                         vmcl_elem_offset(C), (float)alpha, (float)beta);
+  return vmcl_gemm_mem(op.d, op.dev, &g, A->dtype, vmcl_tensor_mem(A), vmcl_elem_offset(A),
+                       vmcl_tensor_mem(B), vmcl_elem_offset(B), vmcl_tensor_mem(C),
+                       vmcl_elem_offset(C), (float)alpha, (float)beta);
 }

@@ -240,6 +240,13 @@ typedef struct vmcl_gemm_shape {
  * devices; cl_ops_gemm.c) rather than CLBlast. */
 int vmcl_gemm_is_tiled(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt);
 
+/* The GEMM on the backend cl.gemm takes for dt on this device (CLBlast on
+ * GPUs when it loads, else kernels/gemm.cl); operands are buffers with the
+ * element offsets of their starts. */
+vm_status_t vmcl_gemm_mem(vmcl_dev_t *d, const vm_device_t *dev, const vmcl_gemm_shape_t *g,
+                          vm_dtype_t dt, cl_mem A, int64_t ao, cl_mem B, int64_t bo, cl_mem C,
+                          int64_t co, float alpha, float beta);
+
 /* The GEMM on kernels/gemm.cl; operands are buffers with the element
  * offsets of their starts. Takes d->lock itself. */
 vm_status_t vmcl_gemm_tiled(vmcl_dev_t *d, const vmcl_gemm_shape_t *g, vm_dtype_t dt, cl_mem A,

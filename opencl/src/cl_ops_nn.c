@@ -1,11 +1,13 @@
 /* cl.conv2d, cl.conv_transpose2d (kernels/conv.cl) and cl.pool2d.* (kernels/pool.cl, and
  * global_avg through the reduction of cl_ops_reduce.c). NCHW layout. */
 #include <limits.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cl_ops_internal.h"
+#include "vm/log.h"
 
 /* Largest stride, padding, dilation or window: far beyond any real model,
  * and small enough that the kernels' 32-bit index arithmetic cannot
@@ -131,6 +133,190 @@ static vm_status_t launch_rows(vmcl_dev_t *d, cl_kernel k, size_t b0, size_t row
   return vmcl_launch(d, k, 3, global, local);
 }
 
+/* The shape of a general cl.conv2d call (neither depthwise nor
+ * pointwise) and its epilogue, as its formulations take it. */
+typedef struct conv_shape {
+  int64_t N, C, H, W, O, OH, OW, KH, KW, groups, act;
+  double am, aa;
+  window_t wa;
+} conv_shape_t;
+
+/* cl.conv2d's formulations of a general convolution; which one runs is
+ * measured per device and shape (conv_general). */
+enum { CONV_F_DIRECT = 0, CONV_F_GEMM = 1 };
+
+/* The columns of the GEMM formulation may take at most this many float32
+ * elements (256 MiB); larger calls stay on the direct kernel. */
+#define CONV_GEMM_MAX_COLS ((int64_t)64 << 20)
+
+/* Direct: conv.cl's conv2d, 8 output channels x 8 pixels per work-item,
+ * the input gathered on the fly (implicit im2col). */
+static vm_status_t conv_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                               const vm_tensor_t *bias, const vm_tensor_t *y,
+                               const conv_shape_t *s) {
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st =
+      vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    conv_tensor_args(&a, x, w, bias, y);
+    const window_t *wa = &s->wa;
+    int64_t ints[] = {s->C,   s->H,   s->W,   s->O,   s->OH,  s->OW,  s->KH,    s->KW,
+                      wa->sh, wa->sw, wa->pt, wa->pl, wa->dh, wa->dw, s->groups};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+    conv_epilogue_args(&a, s->act, s->am, s->aa);
+    st = a.err != CL_SUCCESS
+             ? vmcl_status(a.err, "clSetKernelArg")
+             : launch_blocks(d, k, (size_t)(s->OH * s->OW + 7) / 8,
+                             (size_t)(s->O / s->groups + 7) / 8, (size_t)(s->N * s->groups));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+/* GEMM (float32): per image, conv2d_im2col writes the columns of all
+ * input channels into a scratch buffer and the device's GEMM (cl.gemm's
+ * backend: CLBlast on GPUs, gemm.cl on CPUs) multiplies each group's
+ * weights by its rows straight into y; conv2d_epilogue then adds the bias
+ * and applies the activation in place when there is any. */
+static vm_status_t conv_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
+                             const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
+                             const conv_shape_t *s) {
+  const window_t *wa = &s->wa;
+  int64_t KK = s->KH * s->KW, P = s->OH * s->OW, Cg = s->C / s->groups, Og = s->O / s->groups;
+  int64_t rows = s->C * KK, HW = s->H * s->W;
+  cl_int err;
+  cl_mem cols = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(rows * P) * sizeof(float),
+                               NULL, &err);
+  if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.conv2d columns)");
+  vmcl_gemm_shape_t g = {.batch = s->groups,
+                         .m = Og,
+                         .n = P,
+                         .k = Cg * KK,
+                         .lda = Cg * KK,
+                         .ldb = P,
+                         .ldc = P,
+                         .sa = Og * Cg * KK,
+                         .sb = Cg * KK * P,
+                         .sc = Og * P};
+  vm_status_t st = VM_STATUS_OK;
+  cl_kernel k;
+  for (int64_t nb = 0; nb < s->N && !st; nb++) {
+    pthread_mutex_lock(&d->lock);
+    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv2d_im2col", &k);
+    if (!st) {
+      vmcl_args_t a = vmcl_args_begin(k);
+      vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+      vmcl_arg_int(&a, vmcl_elem_offset(x) + nb * s->C * HW);
+      vmcl_arg_mem(&a, cols);
+      int64_t ints[] = {s->H,   s->W,   s->OH,  s->OW,  s->KH,  s->KW,
+                        wa->sh, wa->sw, wa->pt, wa->pl, wa->dh, wa->dw};
+      for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+      st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                               : launch_rows(d, k, (size_t)(s->OW + 7) / 8, (size_t)s->OH,
+                                             (size_t)rows);
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (st) break;
+    st = vmcl_gemm_mem(d, dev, &g, VM_F32, vmcl_tensor_mem(w), vmcl_elem_offset(w), cols, 0,
+                       vmcl_tensor_mem(y), vmcl_elem_offset(y) + nb * s->O * P, 1.0f, 0.0f);
+  }
+  if (!st && (bias || s->act != CONV_ACT_NONE || s->am != 1.0 || s->aa != 0.0)) {
+    pthread_mutex_lock(&d->lock);
+    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv2d_epilogue", &k);
+    if (!st) {
+      vmcl_args_t a = vmcl_args_begin(k);
+      vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+      vmcl_arg_int(&a, vmcl_elem_offset(y));
+      vmcl_arg_mem(&a, vmcl_tensor_mem(bias ? bias : y));
+      vmcl_arg_int(&a, bias ? vmcl_elem_offset(bias) : 0);
+      vmcl_arg_int(&a, bias != NULL);
+      vmcl_arg_int(&a, s->O);
+      vmcl_arg_int(&a, P);
+      conv_epilogue_args(&a, s->act, s->am, s->aa);
+      size_t global[2] = {(size_t)(P + 7) / 8, (size_t)(s->N * s->O)};
+      st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                               : vmcl_launch(d, k, 2, global, NULL);
+    }
+    pthread_mutex_unlock(&d->lock);
+  }
+  /* the queued commands keep the buffer until they finish */
+  clReleaseMemObject(cols);
+  return st;
+}
+
+static vm_status_t conv_run(int f, vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
+                            const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
+                            const conv_shape_t *s) {
+  return f == CONV_F_GEMM ? conv_gemm(d, dev, x, w, bias, y, s)
+                          : conv_direct(d, x, w, bias, y, s);
+}
+
+/* Seconds of one run of formulation f, waited for. */
+static vm_status_t conv_time(int f, vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
+                             const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
+                             const conv_shape_t *s, double *out) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  VM_RETURN_IF_ERROR(conv_run(f, d, dev, x, w, bias, y, s));
+  cl_int err = clFinish(d->queue);
+  if (err != CL_SUCCESS) return vmcl_status(err, "clFinish(cl.conv2d tuning)");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  *out = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  return VM_STATUS_OK;
+}
+
+/* A general convolution on the formulation the device's tuning table names
+ * for its shape. A shape not in the table yet is measured now: each
+ * formulation once to build its kernels, then three interleaved timed
+ * runs each; the one with the shorter fastest run is recorded (cl_tune.c) and y holds the
+ * last run's result (both compute the same y). VMCL_CONV=direct or gemm
+ * overrides the table (benchmarks and tests compare the two); only
+ * float32 has the GEMM formulation, within CONV_GEMM_MAX_COLS. */
+static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
+                                const vm_tensor_t *w, const vm_tensor_t *bias,
+                                const vm_tensor_t *y, const conv_shape_t *s) {
+  int64_t rows = s->C * s->KH * s->KW, P = s->OH * s->OW;
+  if (!vm_dtype_equal(x->dtype, VM_F32) || rows * P > CONV_GEMM_MAX_COLS) {
+    return conv_direct(d, x, w, bias, y, s);
+  }
+  const char *env = getenv("VMCL_CONV");
+  if (env && strcmp(env, "direct") == 0) return conv_direct(d, x, w, bias, y, s);
+  if (env && strcmp(env, "gemm") == 0) return conv_gemm(d, dev, x, w, bias, y, s);
+  const window_t *wa = &s->wa;
+  char key[160];
+  snprintf(key, sizeof(key),
+           "conv2d f32 n%lld c%lld h%lld w%lld o%lld k%lldx%lld s%lldx%lld p%lld-%lld-%lld-%lld "
+           "d%lldx%lld g%lld",
+           (long long)s->N, (long long)s->C, (long long)s->H, (long long)s->W, (long long)s->O,
+           (long long)s->KH, (long long)s->KW, (long long)wa->sh, (long long)wa->sw,
+           (long long)wa->pt, (long long)wa->pl, (long long)wa->pb, (long long)wa->pr,
+           (long long)wa->dh, (long long)wa->dw, (long long)s->groups);
+  int f = vmcl_tune_lookup(d, key);
+  if (f == CONV_F_DIRECT || f == CONV_F_GEMM) return conv_run(f, d, dev, x, w, bias, y, s);
+  double t[2][3];
+  for (int r = -1; r < 3; r++) {
+    for (int i = 0; i < 2; i++) {
+      double dt = 0;
+      VM_RETURN_IF_ERROR(conv_time(i, d, dev, x, w, bias, y, s, &dt));
+      if (r >= 0) t[i][r] = dt;
+    }
+  }
+  /* the fastest of the runs: load on a shared machine only adds time */
+  double med[2];
+  for (int i = 0; i < 2; i++) {
+    med[i] = t[i][0];
+    for (int r = 1; r < 3; r++) med[i] = t[i][r] < med[i] ? t[i][r] : med[i];
+  }
+  f = med[CONV_F_GEMM] < med[CONV_F_DIRECT] ? CONV_F_GEMM : CONV_F_DIRECT;
+  char detail[96];
+  snprintf(detail, sizeof(detail), "direct %.3f ms, gemm %.3f ms", med[0] * 1e3, med[1] * 1e3);
+  vmcl_tune_record(d, key, f, detail);
+  VM_LOGD("cl.conv2d %s: %s (%s)", key, f == CONV_F_GEMM ? "gemm" : "direct", detail);
+  return VM_STATUS_OK;
+}
+
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
@@ -210,6 +396,18 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
 
   vmcl_dev_t *d = op.d;
+  /* A map one pixel wide under a kernel one tap wide and no column pads
+   * (a 1-D convolution along H, as Conv1d exports as [C, L, 1]) is the same
+   * convolution along W of the map seen as [C, 1, H] (x, w and y lie in
+   * memory alike): the kernels' 8-pixel blocks then run along a row, where
+   * a tap's pixels are one vector load, instead of across 8 rows, where
+   * each is gathered. */
+  if (W == 1 && KW == 1 && OW == 1 && H > 1 && wa.pl == 0 && wa.pr == 0) {
+    window_t t = wa;
+    wa.sh = t.sw, wa.sw = t.sh, wa.pt = t.pl, wa.pl = t.pt, wa.pb = t.pr, wa.pr = t.pb;
+    wa.dh = t.dw, wa.dw = t.dh, wa.eh = t.ew, wa.ew = t.eh;
+    W = H, H = 1, KW = KH, KH = 1, OW = OH, OH = 1;
+  }
   int64_t P = OH * OW, Og = O / groups;
   /* one output channel per group (depthwise): conv2d_og1, whose work-items
    * each compute 8 pixels of one channel; pointwise: conv2d_1x1; otherwise
@@ -223,6 +421,10 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   int pointwise = KH == 1 && KW == 1 && wa.sh == 1 && wa.sw == 1 && wa.pt == 0 && wa.pl == 0 &&
                   wa.pb == 0 && wa.pr == 0;
   int pw16 = pointwise && !og1;
+  if (!og1 && !pw16) {
+    conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa};
+    return conv_general(d, op.dev, x, w, bias, y, &s);
+  }
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
@@ -241,8 +443,9 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     st = launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 7) / 8, (size_t)(N * groups));
     goto done;
   }
-  st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype),
-                          og1 ? "conv2d_og1" : "conv2d", &k);
+  /* one output channel per group: conv2d_og1, 8-pixel blocks of a row x
+   * rows x (n, o) (conv.cl) */
+  st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d_og1", &k);
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
   conv_tensor_args(&a, x, w, bias, y);
@@ -251,21 +454,14 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     H = OH = 1;
   }
   /* the end pads only shape the output; conv2d_og1 takes groups as O */
-  int64_t ints[] = {C, H, W, O, OH, OW, KH, KW, wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw, groups};
-  size_t nints = sizeof(ints) / sizeof(ints[0]) - (og1 ? 1 : 0);
-  for (size_t i = 0; i < nints; i++) vmcl_arg_int(&a, ints[i]);
+  int64_t ints[] = {C, H, W, O, OH, OW, KH, KW, wa.sh, wa.sw, wa.pt, wa.pl, wa.dh, wa.dw};
+  for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
   conv_epilogue_args(&a, act, am, aa);
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;
   }
-  size_t g0 = (size_t)(P + 7) / 8;
-  if (og1) {
-    /* 8-pixel blocks of a row x rows x (n, o) (conv.cl) */
-    st = launch_rows(d, k, (size_t)(OW + 7) / 8, (size_t)OH, (size_t)(N * O));
-    goto done;
-  }
-  st = launch_blocks(d, k, g0, (size_t)(Og + 7) / 8, (size_t)(N * groups));
+  st = launch_rows(d, k, (size_t)(OW + 7) / 8, (size_t)OH, (size_t)(N * O));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;

@@ -486,6 +486,17 @@ void vmcl_cache_destroy(vmcl_program_cache_t *c) {
   free(c);
 }
 
+const char *vmcl_cache_dir(const vmcl_program_cache_t *c) { return c ? c->dir : NULL; }
+
+void vmcl_cache_identity(const vmcl_program_cache_t *c, char out[2 * VM_SHA256_BYTES + 1]) {
+  char buf[1024];
+  int n = snprintf(buf, sizeof(buf), "%s\n%s\n%s\n%s", c->device_name, c->driver_version,
+                   c->platform_name, c->platform_version);
+  uint8_t dig[VM_SHA256_BYTES];
+  vm_sha256(buf, n < 0 ? 0 : (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1, dig);
+  vm_sha256_hex(dig, out);
+}
+
 void vmcl_cache_stats(const vm_device_t *dev, vmcl_cache_stats_t *out) {
   memset(out, 0, sizeof(*out));
   vmcl_dev_t *d = vmcl_get(dev);

@@ -111,6 +111,18 @@ void mb_attr_s(mb_t *m, Onnx__NodeProto *n, const char *name, const char *s) {
   a->s.len = strlen(s);
 }
 
+void mb_attr_i(mb_t *m, Onnx__NodeProto *n, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = attr_slot(m, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  a->has_i = 1;
+  a->i = v;
+}
+
+void mb_attr_ints(mb_t *m, Onnx__NodeProto *n, const char *name, const int64_t *v, size_t count) {
+  Onnx__AttributeProto *a = attr_slot(m, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+  a->n_ints = count;
+  a->ints = (int64_t *)v;
+}
+
 /* Sets n's single attribute to a scalar tensor (a Constant node's value). */
 void mb_attr_scalar(mb_t *m, Onnx__NodeProto *n, const char *name, int32_t elem, const void *data,
                     size_t nbytes) {

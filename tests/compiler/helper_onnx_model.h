@@ -50,6 +50,9 @@ Onnx__NodeProto *mb_node(mb_t *m, const char *op, const char *name, const char *
 void mb_node_input(Onnx__NodeProto *n, const char *name);
 /* Sets n's single attribute to a string. */
 void mb_attr_s(mb_t *m, Onnx__NodeProto *n, const char *name, const char *s);
+/* n's single attribute: an int, or a list of ints (v must outlive m). */
+void mb_attr_i(mb_t *m, Onnx__NodeProto *n, const char *name, int64_t v);
+void mb_attr_ints(mb_t *m, Onnx__NodeProto *n, const char *name, const int64_t *v, size_t count);
 /* Sets n's single attribute to a scalar tensor of ONNX elem type with raw
  * data (a Constant node's value). */
 void mb_attr_scalar(mb_t *m, Onnx__NodeProto *n, const char *name, int32_t elem, const void *data,

@@ -885,6 +885,86 @@ static void test_conv_affine_folded(void **state) {
   for (int v = 0; v < 4; v++) conv_affine_case(*state, v);
 }
 
+/* An NHWC model as TensorFlow converters write it: x [1, H, W, C] ->
+ * Transpose to NCHW -> Conv (bias) -> Transpose to NHWC -> Cast to float ->
+ * Sub mean [O] -> Mul scale [1, 1, 1, O] -> Add offset [O] -> Relu, in five
+ * variants: 0 then Transpose back to NCHW (the output): all seven nodes
+ * after the Conv fold into it; 1 the NHWC Relu output is the output: six
+ * fold and one cl.transpose makes it; 2 the Sub's output is also added to
+ * the result (another consumer): the fold stops after the Sub (three); 3
+ * the scale is [1, 1, OW, 1] (along W, not the channels): the same; 4 the
+ * Transpose's output is added to the result: nothing folds. Every result
+ * matches the host. */
+static void nhwc_conv_case(env_t *e, int variant) {
+  enum { C = 2, H = 5, W = 4, O = 3, K = 3, OH = H - K + 1, OW = W - K + 1 };
+  static float x[H * W * C], w[O * C * K * K], b[O], mn[O], sc[O], of[O];
+  static const int64_t to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
+  for (int i = 0; i < H * W * C; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < O * C * K * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int o = 0; o < O; o++) {
+    b[o] = 0.1f * (float)o - 0.1f;
+    mn[o] = 0.2f - 0.15f * (float)o;
+    sc[o] = 1.5f - 0.75f * (float)o;
+    of[o] = 0.25f * (float)o - 0.1f;
+  }
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, H, W, C}, wd[4] = {O, C, K, K}, od[1] = {O}, sd[4] = {1, 1, 1, O};
+  int64_t ynchw[4] = {1, O, OH, OW}, ynhwc[4] = {1, OH, OW, O}, swd[4] = {1, 1, OW, 1};
+  static float scw[OW];
+  for (int j = 0; j < OW; j++) scw[j] = 0.5f + (float)j;
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, variant == 0 ? ynchw : ynhwc);
+  mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 1, od, b, sizeof(b));
+  mb_init_raw(&m, "mn", 1, 1, od, mn, sizeof(mn));
+  if (variant == 3)
+    mb_init_raw(&m, "sc", 1, 4, swd, scw, sizeof(scw));
+  else
+    mb_init_raw(&m, "sc", 1, 4, sd, sc, sizeof(sc));
+  mb_init_raw(&m, "of", 1, 1, od, of, sizeof(of));
+  mb_attr_ints(&m, mb_node(&m, "Transpose", "t0", "x", NULL, "xc"), "perm", to_nchw, 4);
+  Onnx__NodeProto *conv = mb_node(&m, "Conv", "conv", "xc", "w", "c");
+  mb_node_input(conv, "b");
+  mb_attr_ints(&m, mb_node(&m, "Transpose", "t1", "c", NULL, "t"), "perm", to_nhwc, 4);
+  mb_attr_i(&m, mb_node(&m, "Cast", "cast", "t", NULL, "tc"), "to", 1);
+  mb_node(&m, "Sub", "sub", "tc", "mn", "s");
+  mb_node(&m, "Mul", "mul", "s", "sc", "p");
+  mb_node(&m, "Add", "add", "p", "of", "q");
+  int extra = variant == 2 || variant == 4;
+  mb_node(&m, "Relu", "relu", "q", NULL, variant == 0 || extra ? "r" : "y");
+  if (variant == 0) mb_attr_ints(&m, mb_node(&m, "Transpose", "t2", "r", NULL, "y"), "perm", to_nchw, 4);
+  if (extra) mb_node(&m, "Add", "add2", "r", variant == 2 ? "s" : "t", "y");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, H, W, C}, x, sizeof(x)};
+  float got[O * OH * OW];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  assert_int_equal(rep.num_folded, variant == 0 ? 7 : variant == 1 ? 6 : variant == 4 ? 0 : 3);
+  double max_err = 0;
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < OH; i++)
+      for (int j = 0; j < OW; j++) {
+        /* x is NHWC: the conv reads x[i][j][c] as the NCHW map's [c][i][j] */
+        double acc = b[o];
+        for (int ci = 0; ci < C; ci++)
+          for (int ki = 0; ki < K; ki++)
+            for (int kj = 0; kj < K; kj++)
+              acc += (double)x[((i + ki) * W + j + kj) * C + ci] * w[((o * C + ci) * K + ki) * K + kj];
+        double s = variant == 3 ? scw[j] : sc[o];
+        double want = fmax((acc - mn[o]) * s + of[o], 0);
+        if (variant == 2) want += acc - mn[o];
+        if (variant == 4) want += acc;
+        float g = variant == 0 ? got[(o * OH + i) * OW + j] : got[(i * OW + j) * O + o];
+        double d = fabs(want - g);
+        if (d > max_err) max_err = d;
+      }
+  if (max_err > 1e-5) fail_msg("nhwc conv (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_nhwc_conv_folded(void **state) {
+  for (int v = 0; v < 5; v++) nhwc_conv_case(*state, v);
+}
+
 /* x * clip(x + 3, 0, 6) / 6 and clip(x + 3, 0, 6) / 6 (Clip bounds from
  * Constant nodes placed after the Add, as exporters write them) in five
  * variants: 0 HardSwish, 1 HardSigmoid, each one cl.unary call (the three or
@@ -1370,6 +1450,7 @@ int main(void) {
       cmocka_unit_test(test_node_cases),
       cmocka_unit_test(test_conv_bn_folded),
       cmocka_unit_test(test_conv_affine_folded),
+      cmocka_unit_test(test_nhwc_conv_folded),
       cmocka_unit_test(test_hard_act_rewritten),
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_elementwise_fusion),

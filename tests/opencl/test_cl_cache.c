@@ -376,6 +376,68 @@ static void test_cache_dir_unusable(void **state) {
   remove_dir(dir);
 }
 
+/* The path of the one tune-*.txt file in dir (the tuning table's). */
+static void tune_file(const char *dir, char *out, size_t cap) {
+  DIR *dp = opendir(dir);
+  assert_non_null(dp);
+  struct dirent *de;
+  int found = 0;
+  while ((de = readdir(dp))) {
+    if (strncmp(de->d_name, "tune-", 5) == 0) {
+      snprintf(out, cap, "%.200s/%.40s", dir, de->d_name);
+      found++;
+    }
+  }
+  closedir(dp);
+  assert_int_equal(found, 1);
+}
+
+/* The tuning table (cl_tune.c) persists in the cache directory, is read
+ * back by the next device on that directory, and skips what it cannot
+ * trust in its file: keys with other characters, choices out of range or
+ * not numbers, lines without a tab, an over-long line. */
+static void test_tune_table_file(void **state) {
+  (void)state;
+  char dir[] = "/tmp/vmcl_cache_test_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  vmcl_options_t opts = {.cache_dir = dir};
+  vm_device_t *dev = NULL;
+  ASSERT_OK(vmcl_device_open(NULL, &opts, &dev));
+  vmcl_dev_t *d = vmcl_get(dev);
+  assert_int_equal(vmcl_tune_lookup(d, "conv2d f32 a"), -1);
+  vmcl_tune_record(d, "conv2d f32 a", 1, "direct 2 ms, gemm 1 ms");
+  vmcl_tune_record(d, "Bad\tkey", 1, NULL); /* not a key: ignored */
+  vmcl_tune_record(d, "conv2d f32 e", 16, NULL); /* out of range: ignored */
+  assert_int_equal(vmcl_tune_lookup(d, "conv2d f32 a"), 1);
+  assert_int_equal(vmcl_tune_lookup(d, "conv2d f32 e"), -1);
+  vm_device_destroy(dev);
+
+  char path[256];
+  tune_file(dir, path, sizeof(path));
+  FILE *fp = fopen(path, "a");
+  assert_non_null(fp);
+  fputs("bad key!\t1\nconv2d f32 b\t99\nconv2d f32 c\tx\nno tab here\n", fp);
+  for (int i = 0; i < 5000; i++) fputc('k', fp);
+  fputs("\t1\nconv2d f32 d\t0\tdirect 1 ms, gemm 3 ms\n\n", fp);
+  fclose(fp);
+
+  ASSERT_OK(vmcl_device_open(NULL, &opts, &dev));
+  d = vmcl_get(dev);
+  assert_int_equal(vmcl_tune_lookup(d, "conv2d f32 a"), 1);
+  assert_int_equal(vmcl_tune_lookup(d, "conv2d f32 d"), 0);
+  assert_int_equal(vmcl_tune_lookup(d, "conv2d f32 b"), -1);
+  assert_int_equal(vmcl_tune_lookup(d, "conv2d f32 c"), -1);
+  assert_int_equal(vmcl_tune_lookup(d, "bad key!"), -1);
+  /* a later choice for a key replaces the earlier one, in memory and on disk */
+  vmcl_tune_record(d, "conv2d f32 a", 0, NULL);
+  assert_int_equal(vmcl_tune_lookup(d, "conv2d f32 a"), 0);
+  vm_device_destroy(dev);
+  ASSERT_OK(vmcl_device_open(NULL, &opts, &dev));
+  assert_int_equal(vmcl_tune_lookup(vmcl_get(dev), "conv2d f32 a"), 0);
+  vm_device_destroy(dev);
+  remove_dir(dir);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--child") == 0) return child_main(argv[2]);
   const struct CMUnitTest tests[] = {
@@ -384,6 +446,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_disk_cache_across_processes),
       cmocka_unit_test(test_cache_key_separates_options_and_sources),
       cmocka_unit_test(test_cache_dir_unusable),
+      cmocka_unit_test(test_tune_table_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "cl_internal.h"
 #include "helper_ref.h"
 #include "test_util.h"
 #include "vm/vm.h"
@@ -232,6 +233,59 @@ static void test_conv2d(void **state) {
   check_conv(e, VM_F16, &cases[2]);
   check_conv(e, VM_F16, &cases[8]);
   check_conv(e, VM_F16, &cases[11]);
+}
+
+/* Both formulations of general convolutions, forced by VMCL_CONV: the GEMM
+ * one (im2col columns, the device's GEMM, then the bias and epilogue in
+ * place) and the direct kernel, on the general shapes of test_conv2d, with
+ * the epilogue, and on 1-D convolutions along H (a map one pixel wide,
+ * which cl.conv2d runs along a row). */
+static void test_conv2d_formulations(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H   W  O  KH KW sh sw ph pw dh dw g  bias */
+      {2, 3, 9, 11, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {1, 4, 7, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},
+      {2, 4, 13, 10, 6, 3, 2, 2, 3, 1, 0, 2, 1, 2, 1},
+      {1, 2, 3, 3, 3, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1},
+      {1, 3, 32, 40, 9, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0},
+      {0, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {1, 4, 5, 5, 3, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1},
+      {1, 3, 23, 29, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1}, /* a stem: K = 147 */
+      {1, 6, 40, 1, 8, 5, 1, 1, 1, 2, 0, 1, 1, 1, 1},   /* 1-D along H, same pads */
+      {2, 4, 33, 1, 6, 3, 1, 2, 1, 0, 0, 2, 1, 2, 0},   /* 1-D, stride, dilation, groups */
+  };
+  static const conv_epi_t relu_affine = {1, 0.5, -0.25}, hswish = {2, 1, 0};
+  const char *modes[] = {"gemm", "direct"};
+  for (int m = 0; m < 2; m++) {
+    setenv("VMCL_CONV", modes[m], 1);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
+    check_conv_epi(e, VM_F32, &cases[0], &relu_affine);
+    check_conv_epi(e, VM_F32, &cases[8], &hswish);
+    check_conv(e, VM_F16, &cases[8]); /* float16 stays on the direct kernel */
+  }
+  unsetenv("VMCL_CONV");
+}
+
+/* Without VMCL_CONV a general shape is measured on both formulations once,
+ * the faster recorded in the device's tuning table under the shape's key,
+ * and later calls read the table; the result is right either way. */
+static void test_conv2d_tuned(void **state) {
+  tops_env_t *e = *state;
+  unsetenv("VMCL_CONV");
+  static const conv_case_t c = {1, 5, 9, 10, 7, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1};
+  const char *key = "conv2d f32 n1 c5 h9 w10 o7 k3x3 s1x2 p1-1-1-1 d1x1 g1";
+  vmcl_dev_t *d = vmcl_get(e->dev);
+  assert_int_equal(vmcl_tune_lookup(d, key), -1);
+  check_conv(e, VM_F32, &c);
+  int f = vmcl_tune_lookup(d, key);
+  assert_true(f == 0 || f == 1);
+  check_conv(e, VM_F32, &c);
+  assert_int_equal(vmcl_tune_lookup(d, key), f);
+  /* another choice recorded is obeyed (and the result still right) */
+  vmcl_tune_record(d, key, 1 - f, NULL);
+  check_conv(e, VM_F32, &c);
+  assert_int_equal(vmcl_tune_lookup(d, key), 1 - f);
 }
 
 /* One output channel per group (depthwise and groups == O): the conv2d_og1
@@ -565,6 +619,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_errors),      cmocka_unit_test(test_conv2d),
       cmocka_unit_test(test_conv2d_depthwise), cmocka_unit_test(test_conv2d_errors),
       cmocka_unit_test(test_conv2d_epilogue),  cmocka_unit_test(test_pool2d),
+      cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
       cmocka_unit_test(test_machine_model),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
