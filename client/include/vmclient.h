@@ -477,7 +477,9 @@ typedef struct vmc_run_result {
  * exec must be NULL and that VM runs again. Inputs travel inside the Run
  * request while they fit one chunk in all; the others are transferred
  * first, every TensorBegin and then all their chunks in flight together.
- * Against an agent of protocol 1.0 the same is done with the stateful
+ * Any number of inputs: a Run request carries the first 256 (the
+ * protocol's bound), those after them are set with SetInput first, one
+ * round trip each. Against an agent of protocol 1.0 the same is done with the stateful
  * requests. Errors: as the stateful operations, prefixed with the step
  * ("Run: input 1: ..."); a VM the call created is freed again when a
  * later step fails. */

@@ -1420,10 +1420,13 @@ static vm_status_t run_transfer_inputs(vmc_conn_t *c, vmc_vm_t vm, const vmc_val
 }
 
 /* The Run request itself: inputs inline or (larger ones) transferred
- * first, which needs the VM to exist before. */
+ * first, which needs the VM to exist before. A Run carries at most
+ * VMCI_RUN_MAX_INPUTS inputs (0, 1, ...): the parameters after them are
+ * set on the VM with SetInput before it, one round trip each. */
 static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
-                             const vmc_value_t *inputs, uint32_t num_inputs, const char *func,
+                             const vmc_value_t *inputs, uint32_t num_all, const char *func,
                              const vmc_run_opts_t *o, vmc_run_result_t *out, int *created) {
+  uint32_t num_inputs = num_all < VMCI_RUN_MAX_INPUTS ? num_all : VMCI_RUN_MAX_INPUTS;
   uint64_t cb = c->limits.chunk_bytes;
   uint64_t inline_total = 0;
   uint32_t nx = 0; /* tensors transferred before the Run: which[0..nx) */
@@ -1448,7 +1451,7 @@ static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
   if (!st && !(payload = malloc(inline_total ? (size_t)inline_total : 1)))
     st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
   if (!st && !out->vm.id) vm_sha256(exec, exec_size, out->upload.sha256);
-  if (!st && nx && !out->vm.id) { /* the tensors need their VM first */
+  if (!st && (nx || num_all > num_inputs) && !out->vm.id) { /* they need their VM first */
     st = upload_hashed(c, exec, exec_size, o->progress, o->progress_user, &out->exec, &out->upload);
     if (!st) st = vmc_create_vm(c, out->exec, o->devices, o->num_devices, o->exec_mode, &out->vm);
     if (!st) *created = 1;
@@ -1457,6 +1460,10 @@ static vm_status_t run_fused(vmc_conn_t *c, const void *exec, size_t exec_size,
     st = run_transfer_inputs(c, out->vm, inputs, which, nx, tid);
     if (st)
       st = vm_status_annotate(st, "Run %s: transferring %u input%s", func, nx, nx == 1 ? "" : "s");
+  }
+  for (uint32_t i = num_inputs; !st && i < num_all; i++) {
+    st = vmc_set_input_value(c, out->vm, func, i, NULL, &inputs[i]);
+    if (st) st = vm_status_annotate(st, "Run %s: input %u", func, i);
   }
   uint64_t plen = 0;
   uint32_t xi = 0;
