@@ -149,18 +149,24 @@ void cli_progress_done(cli_progress_t *p) {
  * Model options
  */
 
-const char cli_model_help[] =
-    "  -f, --func NAME        the function to run [main]\n"
-    "  -d, --device SEL       a device of the agent (vmclient info lists them: cpu,\n"
-    "                         opencl:0, ...); repeatable, or a comma-separated list;\n"
-    "                         the first is where inputs go [the agent's first device]\n"
-    "  --memory-cfg CFG       allocators: pooled or naive for every device, or\n"
-    "                         SEL=TYPE,SEL=TYPE,... per device (without --device the\n"
-    "                         listed devices are used) [pooled]\n"
-    "  --exec-mode MODE       bytecode or compiled [bytecode]\n"
-    "  -i, --input P=FILE.npy set parameter P (a name, or an index from 0) from an\n"
-    "                         .npy file; repeatable. Input files may also follow\n"
-    "                         MODEL.vmx positionally, in parameter order\n";
+const cli_opt_t cli_model_options[] = {
+    {"func", 'f', "NAME", CLI_MOPT_FUNC, "the function to run [main]"},
+    {"device", 'd', "SEL", CLI_MOPT_DEVICE,
+     "a device of the agent (vmclient info lists them: cpu,\n"
+     "opencl:0, ...); repeatable, or a comma-separated list;\n"
+     "the first is where inputs go [the agent's first device]"},
+    {"memory-cfg", 0, "CFG", CLI_MOPT_MEMCFG,
+     "allocators: pooled or naive for every device, or\n"
+     "SEL=TYPE,SEL=TYPE,... per device (without --device the\n"
+     "listed devices are used) [pooled]"},
+    {"exec-mode", 0, "MODE", CLI_MOPT_EXECMODE, "bytecode or compiled [bytecode]"},
+    {"input", 'i', "P=FILE.npy", CLI_MOPT_INPUT,
+     "set parameter P (a name, or an index from 0) from an\n"
+     ".npy file; repeatable, as many as the function takes.\n"
+     "Input files may also follow MODEL.vmx positionally,\n"
+     "in parameter order"},
+    {0},
+};
 
 static int valid_allocator(const char *s) {
   return strcmp(s, "pooled") == 0 || strcmp(s, "naive") == 0;
@@ -175,6 +181,29 @@ static int add_device(cli_model_opts_t *m, const char *cmd, const char *sel) {
     return cli_usage_error(cmd, "at most %d devices", CLI_MAX_DEVICES);
   m->devices[m->num_devices++] = sel;
   return CLI_EXIT_OK;
+}
+
+/* A new input spec at the end of m's list (which grows as needed: a
+ * model takes as many inputs as its function has parameters); NULL after
+ * printing the error when out of memory. */
+static cli_input_spec_t *add_input(cli_model_opts_t *m, const char *cmd) {
+  if (m->num_inputs == m->cap_inputs) {
+    uint32_t cap = m->cap_inputs ? 2 * m->cap_inputs : 16;
+    cli_input_spec_t *p = cap > m->cap_inputs ? realloc(m->inputs, cap * sizeof(*p)) : NULL;
+    if (!p) {
+      cli_error(cmd, "out of memory for the inputs");
+      return NULL;
+    }
+    m->inputs = p;
+    m->cap_inputs = cap;
+  }
+  return &m->inputs[m->num_inputs++];
+}
+
+void cli_model_opts_free(cli_model_opts_t *m) {
+  free(m->inputs);
+  m->inputs = NULL;
+  m->num_inputs = m->cap_inputs = 0;
 }
 
 /* Splits s at commas in place into items (s is argv memory, which we may
@@ -222,12 +251,11 @@ int cli_model_opt(cli_model_opts_t *m, const char *cmd, int id, const char *val)
       if (!eq || eq == val || !eq[1])
         return cli_usage_error(
             cmd, "--input needs PARAM=FILE.npy (a name or an index), not '%.64s'", val);
-      if (m->num_inputs >= CLI_MAX_INPUTS)
-        return cli_usage_error(cmd, "at most %d inputs", CLI_MAX_INPUTS);
-      cli_input_spec_t *s = &m->inputs[m->num_inputs++];
+      cli_input_spec_t *s = add_input(m, cmd);
+      if (!s) return CLI_EXIT_INTERNAL;
       *(char *)eq = '\0';
       int64_t idx;
-      if (cli_parse_i64(val, 0, CLI_MAX_INPUTS - 1, &idx) == 0) {
+      if (cli_parse_i64(val, 0, UINT32_MAX - 1, &idx) == 0) {
         s->name = NULL;
         s->index = idx;
       } else {
@@ -247,9 +275,8 @@ int cli_model_positional(cli_model_opts_t *m, const char *cmd, const char *val) 
     m->model = val;
     return CLI_EXIT_OK;
   }
-  if (m->num_inputs >= CLI_MAX_INPUTS)
-    return cli_usage_error(cmd, "at most %d inputs", CLI_MAX_INPUTS);
-  cli_input_spec_t *s = &m->inputs[m->num_inputs++];
+  cli_input_spec_t *s = add_input(m, cmd);
+  if (!s) return CLI_EXIT_INTERNAL;
   s->name = NULL;
   s->index = m->num_positional_inputs++;
   s->path = val;
@@ -355,6 +382,46 @@ static int make_input(const char *cmd, const vm_param_t *p, vmc_tensor_t *out) {
   return CLI_EXIT_OK;
 }
 
+/* Reads the inputs the command line gives into m->inputs, marking each
+ * parameter given. Prints and returns the exit code on failure. */
+static int read_given_inputs(cli_model_t *m, const char *cmd, const cli_model_opts_t *o,
+                             const char *func, uint8_t *given) {
+  for (uint32_t i = 0; i < o->num_inputs; i++) {
+    const cli_input_spec_t *s = &o->inputs[i];
+    int64_t idx = s->index;
+    if (s->name) {
+      idx = -1;
+      for (uint32_t k = 0; k < m->num_params; k++)
+        if (strcmp(m->fn->params[k].name, s->name) == 0) idx = k;
+      if (idx < 0) {
+        char names[512];
+        size_t k = 0;
+        names[0] = '\0';
+        for (uint32_t p = 0; p < m->num_params && k < sizeof(names) - 1; p++)
+          k += (size_t)snprintf(names + k, sizeof(names) - k, "%s%s", p ? ", " : "",
+                                m->fn->params[p].name);
+        return cli_usage_error(cmd, "function '%s' has no parameter '%.64s' (parameters: %s)", func,
+                               s->name, names[0] ? names : "none");
+      }
+    } else if (idx >= (int64_t)m->num_params) {
+      return cli_usage_error(cmd, "input '%.128s' is for parameter %lld, but '%s' takes %u",
+                             s->path, (long long)idx, func, m->num_params);
+    }
+    if (given[idx])
+      return cli_usage_error(cmd, "parameter %lld ('%s') is given twice", (long long)idx,
+                             m->fn->params[idx].name);
+    given[idx] = 1;
+    vm_status_t st = vmc_npy_read_file(s->path, &m->inputs[idx]);
+    if (st) {
+      int rc = cli_input_exit_code(st);
+      cli_error(cmd, "input '%s': %s", m->fn->params[idx].name, vm_status_message(st));
+      vm_status_free(st);
+      return rc;
+    }
+  }
+  return CLI_EXIT_OK;
+}
+
 int cli_model_load(cli_model_t *m, const char *cmd, cli_model_opts_t *o) {
   memset(m, 0, sizeof(*m));
   m->cmd = cmd;
@@ -366,15 +433,22 @@ int cli_model_load(cli_model_t *m, const char *cmd, cli_model_opts_t *o) {
   vm_status_t st;
   if (cli_is_onnx_path(o->model)) {
     /* compiled here, the input shapes taken from the input files */
-    const char *names[CLI_MAX_INPUTS], *paths[CLI_MAX_INPUTS];
-    int64_t idx[CLI_MAX_INPUTS];
-    for (uint32_t i = 0; i < o->num_inputs; i++) {
+    size_t n = o->num_inputs ? o->num_inputs : 1;
+    const char **names = calloc(n, sizeof(*names)), **paths = calloc(n, sizeof(*paths));
+    int64_t *idx = calloc(n, sizeof(*idx));
+    rc = names && paths && idx ? CLI_EXIT_OK : CLI_EXIT_INTERNAL;
+    if (rc) cli_error(cmd, "out of memory");
+    for (uint32_t i = 0; !rc && i < o->num_inputs; i++) {
       names[i] = o->inputs[i].name;
       idx[i] = o->inputs[i].index;
       paths[i] = o->inputs[i].path;
     }
-    rc = cli_onnx_compile_for_inputs(cmd, o->model, o->num_inputs, names, idx, paths, &m->exec,
-                                     &m->bytes, &m->size);
+    if (!rc)
+      rc = cli_onnx_compile_for_inputs(cmd, o->model, o->num_inputs, names, idx, paths, &m->exec,
+                                       &m->bytes, &m->size);
+    free(names);
+    free(paths);
+    free(idx);
     if (rc) return rc;
   } else {
     rc = cli_read_input(cmd, o->model, lim.max_file_bytes, &m->bytes, &m->size);
@@ -404,61 +478,33 @@ int cli_model_load(cli_model_t *m, const char *cmd, cli_model_opts_t *o) {
   }
   m->fn = &m->exec->functions[fi];
   m->num_params = m->fn->num_args;
-  if (m->num_params > CLI_MAX_INPUTS)
-    return cli_usage_error(cmd, "function '%s' has %u parameters; vmclient sets at most %d", func,
-                           m->num_params, CLI_MAX_INPUTS);
-
-  int given[CLI_MAX_INPUTS] = {0};
-  for (uint32_t i = 0; i < o->num_inputs; i++) {
-    const cli_input_spec_t *s = &o->inputs[i];
-    int64_t idx = s->index;
-    if (s->name) {
-      idx = -1;
-      for (uint32_t k = 0; k < m->num_params; k++)
-        if (strcmp(m->fn->params[k].name, s->name) == 0) idx = k;
-      if (idx < 0) {
-        char names[512];
-        size_t k = 0;
-        names[0] = '\0';
-        for (uint32_t p = 0; p < m->num_params && k < sizeof(names) - 1; p++)
-          k += (size_t)snprintf(names + k, sizeof(names) - k, "%s%s", p ? ", " : "",
-                                m->fn->params[p].name);
-        return cli_usage_error(cmd, "function '%s' has no parameter '%.64s' (parameters: %s)", func,
-                               s->name, names[0] ? names : "none");
-      }
-    } else if (idx >= (int64_t)m->num_params) {
-      return cli_usage_error(cmd, "input '%.128s' is for parameter %lld, but '%s' takes %u",
-                             s->path, (long long)idx, func, m->num_params);
-    }
-    if (given[idx])
-      return cli_usage_error(cmd, "parameter %lld ('%s') is given twice", (long long)idx,
-                             m->fn->params[idx].name);
-    given[idx] = 1;
-    st = vmc_npy_read_file(s->path, &m->inputs[idx]);
-    if (st) {
-      rc = cli_input_exit_code(st);
-      cli_error(cmd, "input '%s': %s", m->fn->params[idx].name, vm_status_message(st));
-      vm_status_free(st);
-      return rc;
-    }
+  size_t np = m->num_params ? m->num_params : 1;
+  m->inputs = calloc(np, sizeof(*m->inputs));
+  m->input_generated = calloc(np, sizeof(*m->input_generated));
+  if (!m->inputs || !m->input_generated) {
+    cli_error(cmd, "out of memory for %u inputs", m->num_params);
+    return CLI_EXIT_INTERNAL;
   }
-  for (uint32_t i = 0; i < m->num_params; i++) {
+  uint8_t *given = calloc(np, 1);
+  rc = given ? read_given_inputs(m, cmd, o, func, given) : CLI_EXIT_INTERNAL;
+  if (!given) cli_error(cmd, "out of memory for %u inputs", m->num_params);
+  for (uint32_t i = 0; !rc && i < m->num_params; i++) {
     if (given[i]) continue;
     const vm_param_t *p = &m->fn->params[i];
     if (o->fill_missing) {
       rc = make_input(cmd, p, &m->inputs[i]);
-      if (rc) return rc;
-      m->input_generated[i] = 1;
+      m->input_generated[i] = !rc;
       continue;
     }
     char ty[256];
     param_type(p, ty, sizeof(ty));
-    return cli_usage_error(cmd,
-                           "missing input for parameter %u '%s' (%s) of %s: give --input "
-                           "%s=FILE.npy",
-                           i, p->name, ty, func, p->name);
+    rc = cli_usage_error(cmd,
+                         "missing input for parameter %u '%s' (%s) of %s: give --input "
+                         "%s=FILE.npy",
+                         i, p->name, ty, func, p->name);
   }
-  return CLI_EXIT_OK;
+  free(given);
+  return rc;
 }
 
 void cli_model_note_generated(const cli_model_t *m, const cli_global_t *g) {
@@ -499,8 +545,11 @@ int cli_model_run(cli_model_t *m, const cli_global_t *g, int keep_outputs, vmc_r
   memset(res, 0, sizeof(*res));
   int rc = model_connect(m, g);
   if (rc) return rc;
-  vmc_value_t in[CLI_MAX_INPUTS];
-  memset(in, 0, sizeof(in));
+  vmc_value_t *in = calloc(m->num_params ? m->num_params : 1, sizeof(*in));
+  if (!in) {
+    cli_error(m->cmd, "out of memory for %u inputs", m->num_params);
+    return CLI_EXIT_INTERNAL;
+  }
   for (uint32_t i = 0; i < m->num_params; i++) {
     in[i].kind = VMC_VALUE_TENSOR;
     in[i].tensor = m->inputs[i];
@@ -518,6 +567,7 @@ int cli_model_run(cli_model_t *m, const cli_global_t *g, int keep_outputs, vmc_r
   ro.progress_user = &pr;
   double t0 = cli_now_s();
   vm_status_t st = vmc_run(m->conn, m->bytes, m->size, (vmc_vm_t){0}, in, m->num_params, &ro, res);
+  free(in); /* the tensors stay m's */
   cli_progress_done(&pr);
   if (out_wall_s) *out_wall_s = cli_now_s() - t0;
   if (st) {
@@ -535,7 +585,11 @@ int cli_model_run(cli_model_t *m, const cli_global_t *g, int keep_outputs, vmc_r
 void cli_model_close(cli_model_t *m) {
   vmc_close(m->conn);
   m->conn = NULL;
-  for (uint32_t i = 0; i < CLI_MAX_INPUTS; i++) vmc_tensor_free(&m->inputs[i]);
+  for (uint32_t i = 0; m->inputs && i < m->num_params; i++) vmc_tensor_free(&m->inputs[i]);
+  free(m->inputs);
+  m->inputs = NULL;
+  free(m->input_generated);
+  m->input_generated = NULL;
   vm_executable_free(m->exec);
   m->exec = NULL;
   free(m->bytes);
