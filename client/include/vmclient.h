@@ -5,6 +5,8 @@
  * agent's devices, set inputs, invoke statefully (outputs stay on the
  * device), fetch only the outputs wanted, and time or profile functions on
  * the device. Large payloads move in chunks with several requests in flight.
+ * (One header by design, over 600 lines: it is the whole public API a user
+ * includes, each declaration with its contract.)
  *
  * Conventions
  * - Every call that can fail returns a vm_status_t (vm/status.h): NULL is
