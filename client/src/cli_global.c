@@ -18,7 +18,8 @@ const cli_opt_t cli_global_opts[] = {
     {"timeout", 0, "MS", CLI_GOPT_TIMEOUT,
      "limit of every request, invoke, bench and profile included\n"
      "[30000 per request; invoke/bench/profile unlimited]"},
-    {"connect-timeout", 0, "MS", CLI_GOPT_CONNECT_TIMEOUT, "limit of connecting and the Hello [5000]"},
+    {"connect-timeout", 0, "MS", CLI_GOPT_CONNECT_TIMEOUT,
+     "limit of connecting and the Hello [5000]"},
     {"tls-ca", 0, "F", CLI_GOPT_TLS_CA,
      "PEM CA bundle that signed a tls+tcp:// agent's certificate\n[the system CA store]"},
     {"tls-pin", 0, "sha256:HEX", CLI_GOPT_TLS_PIN,

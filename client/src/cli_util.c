@@ -60,9 +60,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
 static void print_opt(FILE *f, const cli_opt_t *o) {
   char left[96];
   const char *sp = o->arg ? " " : "", *arg = o->arg ? o->arg : "";
-  int n = o->short_name
-              ? snprintf(left, sizeof(left), "  -%c, --%s%s%s", o->short_name, o->long_name, sp, arg)
-              : snprintf(left, sizeof(left), "  --%s%s%s", o->long_name, sp, arg);
+  int n = o->short_name ? snprintf(left, sizeof(left), "  -%c, --%s%s%s", o->short_name,
+                                   o->long_name, sp, arg)
+                         : snprintf(left, sizeof(left), "  --%s%s%s", o->long_name, sp, arg);
   fprintf(f, "%s%*s", left, n + 2 > HELP_COL ? 2 : HELP_COL - n, "");
   const char *h = o->help ? o->help : "";
   for (const char *nl; (nl = strchr(h, '\n')) != NULL; h = nl + 1)

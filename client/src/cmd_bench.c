@@ -32,7 +32,8 @@ const cli_opt_t cli_bench_opts[] = {
      "bytes written to flush host caches before each\nrepeat; K, M, G suffixes [0]"},
     {"max-temp", 0, "C", OPT_MAX_TEMP,
      "first wait until every thermal zone is at or\nbelow C degrees [no wait]"},
-    {"max-temp-wait", 0, "S", OPT_MAX_TEMP_WAIT, "wait at most this long, then measure anyway [60]"},
+    {"max-temp-wait", 0, "S", OPT_MAX_TEMP_WAIT,
+     "wait at most this long, then measure anyway [60]"},
     {0},
 };
 

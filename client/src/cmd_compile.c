@@ -84,7 +84,8 @@ const cli_opt_t cli_compile_opts[] = {
     {"fuse-elementwise", 0, NULL, OPT_FUSE,
      "fuse chains of elementwise nodes into\ncl.elementwise calls (default: one call per node)"},
     {"json", 0, NULL, CLI_GOPT_JSON,
-     "print the summary as JSON: ops used, constants and\ntheir bytes, planned vs unplanned memory"},
+     "print the summary as JSON: ops used, constants and\n"
+     "their bytes, planned vs unplanned memory"},
     {"quiet", 'q', NULL, CLI_GOPT_QUIET, "no summary"},
     {0},
 };
