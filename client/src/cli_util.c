@@ -85,7 +85,7 @@ void cli_print_command_help(FILE *f, const cli_command_t *c) {
   fprintf(f, "\n%s\n", c->opts_title ? c->opts_title : "options:");
   cli_print_opts(f, c->opts);
   cli_print_opts(f, k_help_opt);
-  if (c->opts_note) fprintf(f, "%s", c->opts_note);
+  if (c->opts_note) fprintf(f, "\n%s", c->opts_note);
   if (c->model) {
     fprintf(f, "\nmodel options:\n");
     cli_print_opts(f, cli_model_options);
