@@ -22,6 +22,9 @@
 #define VMCI_MAX_CHUNK (64u << 20)
 /* Most chunk requests the client overlaps, whatever the agent allows. */
 #define VMCI_MAX_INFLIGHT 64
+/* Inputs one Run request may carry (the protocol's bound, docs/protocol.md);
+ * vmc_run() sets the ones after them with SetInput first. */
+#define VMCI_RUN_MAX_INPUTS 256
 /* Message buffers a connection keeps for reuse. */
 #define VMCI_POOL_MAX (VMCI_MAX_INFLIGHT + 4)
 

@@ -2,14 +2,16 @@
  * parsing and the input/output helpers every subcommand shares.
  *
  * Adding a subcommand: write `int cli_cmd_NAME(const cli_global_t *g, int
- * argc, char **argv)` in a cmd_*.c file, declare it here and add one row
- * to the table in main.c. argv[0] is the subcommand name; the function
- * parses its own options with cli_next_arg() and returns an exit code. */
+ * argc, char **argv)` and its option table in a cmd_*.c file, declare both
+ * here and add one row to the table in cli_commands.c. argv[0] is the
+ * subcommand name; the function parses its options with cli_parse() and
+ * returns an exit code. */
 #ifndef VMCLIENT_CLI_H
 #define VMCLIENT_CLI_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "vm/status.h"
 
@@ -53,15 +55,43 @@ typedef struct cli_global {
 
 typedef int (*cli_cmd_fn)(const cli_global_t *g, int argc, char **argv);
 
-/* One row of the command table. */
+/* One option: the single place that says its names, whether it takes a
+ * value, its id and its help. cli_next_arg() parses by these rows and
+ * cli_print_command_help() prints them, so the two cannot disagree. */
+typedef struct cli_opt {
+  const char *long_name; /* without "--" */
+  char short_name;       /* 0 = none */
+  const char *arg;       /* the value's name in the help ("N", "DIR"); NULL = takes none */
+  int id;                /* > 0: what cli_next_arg() returns for it */
+  const char *help;      /* what it does; each '\n' starts a continuation line */
+} cli_opt_t;
+
+/* One row of the command table (cli_commands.c). Its help is made of the
+ * prose below and its option tables: its own (opts), the model options
+ * (cli_model_options, when model) and the global ones (cli_global_opts, when
+ * net); the parser accepts exactly those. */
 typedef struct cli_command {
   const char *name;
-  const char *synopsis; /* arguments after the name, for usage lines */
-  const char *summary;  /* one line for the command list */
-  const char *help;     /* full help: options and behaviour */
+  const char *synopsis;   /* arguments after the name, for usage lines */
+  const char *summary;    /* one line for the command list */
+  const char *about;      /* what it does, before the options */
+  const cli_opt_t *opts;  /* its own options (a zeroed row ends them); NULL = none */
+  const char *opts_title; /* heading of its own options; NULL = "options:" */
+  const char *opts_note;  /* prose after its own options; NULL = none */
+  int model;              /* takes the model options (cli_net.h) */
+  int net;                /* talks to an agent: takes the global options after its name too */
   cli_cmd_fn run;
-  int net; /* talks to an agent: its help lists the global options */
 } cli_command_t;
+
+/* The command table, in the order --help lists it. */
+extern const cli_command_t cli_commands[];
+extern const size_t cli_num_commands;
+
+/* vmclient's own options before the command (--version, --help), and its
+ * usage screen. */
+enum { CLI_MAIN_OPT_VERSION = 1 };
+extern const cli_opt_t cli_main_opts[];
+void cli_print_usage(FILE *f);
 
 /* Looks a command up by name; NULL if unknown. */
 const cli_command_t *cli_find_command(const char *name);
@@ -75,21 +105,16 @@ void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(prin
  * returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Prints a command's full help on stdout. */
-void cli_print_command_help(const cli_command_t *c);
-
-/* Options of a subcommand. id > 0 is returned by cli_next_arg when the
- * option is seen. */
-typedef struct cli_opt {
-  const char *long_name; /* without "--" */
-  char short_name;       /* 0 = none */
-  int has_arg;
-  int id;
-} cli_opt_t;
+/* Prints a command's full help to f. */
+void cli_print_command_help(FILE *f, const cli_command_t *c);
+/* Prints the rows of an option table (a zeroed row ends it) to f. */
+void cli_print_opts(FILE *f, const cli_opt_t *opts);
 
 #define CLI_OPT_HELP (-100) /* id of the --help / -h every command accepts */
 
 enum { CLI_ARG_END = 0, CLI_ARG_POSITIONAL = -1, CLI_ARG_ERROR = -2 };
+
+#define CLI_MAX_OPT_TABLES 4
 
 typedef struct cli_args {
   const char *cmd; /* for messages */
@@ -97,14 +122,33 @@ typedef struct cli_args {
   char **argv;
   int i;               /* next argv index */
   int only_positional; /* after "--" */
+  const cli_opt_t *tables[CLI_MAX_OPT_TABLES + 1]; /* searched in order; NULL ends */
 } cli_args_t;
+
+/* Sets a up to parse argv[1..argc) by the option tables of command c. */
+void cli_args_init(cli_args_t *a, const cli_command_t *c, int argc, char **argv);
 
 /* Returns the next item: an option id (its value in *out_val when it takes
  * one), CLI_OPT_HELP, CLI_ARG_POSITIONAL (*out_val = the argument; "-"
  * counts as positional, meaning stdin/stdout), CLI_ARG_END, or
  * CLI_ARG_ERROR after printing the usage error. Accepts --name=value,
- * --name value, -x value, -xvalue and "--". opts ends with a zeroed row. */
-int cli_next_arg(cli_args_t *a, const cli_opt_t *opts, const char **out_val);
+ * --name value, -x value, -xvalue and "--". */
+int cli_next_arg(cli_args_t *a, const char **out_val);
+
+/* How a command takes what cli_parse() finds. */
+struct cli_model_opts;
+typedef struct cli_parse {
+  cli_global_t *g;          /* global options land here */
+  struct cli_model_opts *mo; /* model options, and positionals when on_pos is NULL */
+  int (*on_opt)(void *ctx, int id, const char *val); /* its own options */
+  int (*on_pos)(void *ctx, const char *val);         /* positionals; NULL: to mo, else refused */
+  void *ctx;
+} cli_parse_t;
+
+/* Parses argv (argv[0] the command's name) by c's tables. Returns -1 when
+ * the command goes on, else its exit code: 0 after printing --help, or
+ * the usage error's. */
+int cli_parse(const cli_command_t *c, int argc, char **argv, const cli_parse_t *p);
 
 /* Reads a whole input ("-" = stdin) of at most max_bytes. On failure prints
  * the error and returns its exit code (CLI_EXIT_IO, or CLI_EXIT_INPUT when
@@ -140,24 +184,9 @@ enum {
   CLI_GOPT_QUIET,
 };
 
-/* clang-format off */
-#define CLI_GLOBAL_OPTS                                 \
-  {"host", 0, 1, CLI_GOPT_HOST},                        \
-  {"token", 0, 1, CLI_GOPT_TOKEN},                      \
-  {"token-file", 0, 1, CLI_GOPT_TOKEN_FILE},            \
-  {"timeout", 0, 1, CLI_GOPT_TIMEOUT},                  \
-  {"connect-timeout", 0, 1, CLI_GOPT_CONNECT_TIMEOUT},  \
-  {"tls-ca", 0, 1, CLI_GOPT_TLS_CA},                    \
-  {"tls-cert", 0, 1, CLI_GOPT_TLS_CERT},                \
-  {"tls-key", 0, 1, CLI_GOPT_TLS_KEY},                  \
-  {"tls-pin", 0, 1, CLI_GOPT_TLS_PIN},                  \
-  {"tls-insecure", 0, 0, CLI_GOPT_TLS_INSECURE},        \
-  {"json", 0, 0, CLI_GOPT_JSON},                        \
-  {"quiet", 'q', 0, CLI_GOPT_QUIET}
-/* clang-format on */
-
-/* Text of the global options for --help screens. */
-extern const char cli_global_help[];
+/* The global options (each command that talks to an agent takes them
+ * after its name too). */
+extern const cli_opt_t cli_global_opts[];
 
 /* Applies global option id with value val to g. Returns 0, or
  * CLI_EXIT_USAGE after printing the error. */
@@ -198,7 +227,9 @@ void cli_json_uint(cli_json_t *j, const char *key, uint64_t v);
 void cli_json_bool(cli_json_t *j, const char *key, int v);
 void cli_json_null(cli_json_t *j, const char *key);
 
-/* The subcommands. */
+/* The subcommands, and the tables of their own options. */
+extern const cli_opt_t cli_info_opts[], cli_ping_opts[], cli_run_opts[], cli_check_opts[],
+    cli_bench_opts[], cli_compare_opts[], cli_compile_opts[], cli_asm_opts[], cli_disasm_opts[];
 int cli_cmd_asm(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_disasm(const cli_global_t *g, int argc, char **argv);
 int cli_cmd_stats(const cli_global_t *g, int argc, char **argv);

@@ -9,25 +9,29 @@
 
 #include "cli.h"
 
-const char cli_global_help[] =
-    "global options (before or after the command):\n"
-    "  --host URL             the agent: tcp://HOST:PORT, tls+tcp://HOST:PORT, ipc:///PATH\n"
-    "                         or HOST:PORT [$VMCLIENT_HOST, else " CLI_DEFAULT_HOST
-    "]\n"
-    "  --token T              token of an agent started with --token-file\n"
-    "  --token-file F         read the token from the first line of F\n"
-    "  --timeout MS           limit of every request, invoke, bench and profile included\n"
-    "                         [30000 per request; invoke/bench/profile unlimited]\n"
-    "  --connect-timeout MS   limit of connecting and the Hello [5000]\n"
-    "  --tls-ca F             PEM CA bundle that signed a tls+tcp:// agent's certificate\n"
-    "                         [the system CA store]\n"
-    "  --tls-pin sha256:HEX   trust exactly the (self-signed) agent certificate with this\n"
-    "                         SHA-256 fingerprint instead\n"
-    "  --tls-insecure         do not verify the agent's certificate (anyone on the path\n"
-    "                         can read the token and the data)\n"
-    "  --tls-cert F, --tls-key F  client certificate and key for tls+tcp://\n"
-    "  --json                 print one JSON object on standard output\n"
-    "  -q, --quiet            no progress bars, notes or human-readable report\n";
+const cli_opt_t cli_global_opts[] = {
+    {"host", 0, "URL", CLI_GOPT_HOST,
+     "the agent: tcp://HOST:PORT, tls+tcp://HOST:PORT, ipc:///PATH\n"
+     "or HOST:PORT [$VMCLIENT_HOST, else " CLI_DEFAULT_HOST "]"},
+    {"token", 0, "T", CLI_GOPT_TOKEN, "token of an agent started with --token-file"},
+    {"token-file", 0, "F", CLI_GOPT_TOKEN_FILE, "read the token from the first line of F"},
+    {"timeout", 0, "MS", CLI_GOPT_TIMEOUT,
+     "limit of every request, invoke, bench and profile included\n"
+     "[30000 per request; invoke/bench/profile unlimited]"},
+    {"connect-timeout", 0, "MS", CLI_GOPT_CONNECT_TIMEOUT,
+     "limit of connecting and the Hello [5000]"},
+    {"tls-ca", 0, "F", CLI_GOPT_TLS_CA,
+     "PEM CA bundle that signed a tls+tcp:// agent's certificate\n[the system CA store]"},
+    {"tls-pin", 0, "sha256:HEX", CLI_GOPT_TLS_PIN,
+     "trust exactly the (self-signed) agent certificate with this\nSHA-256 fingerprint instead"},
+    {"tls-insecure", 0, NULL, CLI_GOPT_TLS_INSECURE,
+     "do not verify the agent's certificate (anyone on the path\ncan read the token and the data)"},
+    {"tls-cert", 0, "F", CLI_GOPT_TLS_CERT, "client certificate for tls+tcp://"},
+    {"tls-key", 0, "F", CLI_GOPT_TLS_KEY, "the key of --tls-cert"},
+    {"json", 0, NULL, CLI_GOPT_JSON, "print one JSON object on standard output"},
+    {"quiet", 'q', NULL, CLI_GOPT_QUIET, "no progress bars, notes or human-readable report"},
+    {0},
+};
 
 int cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
   if (!s || !*s) return -1;

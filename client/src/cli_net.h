@@ -48,7 +48,6 @@ void cli_progress_done(cli_progress_t *p);
  * Model options and the VM they describe.
  */
 #define CLI_MAX_DEVICES 8
-#define CLI_MAX_INPUTS 64
 
 enum {
   CLI_MOPT_BASE = 500,
@@ -60,17 +59,8 @@ enum {
   CLI_MOPT_END_,
 };
 
-/* clang-format off */
-#define CLI_MODEL_OPTS                          \
-  {"func", 'f', 1, CLI_MOPT_FUNC},              \
-  {"device", 'd', 1, CLI_MOPT_DEVICE},          \
-  {"memory-cfg", 0, 1, CLI_MOPT_MEMCFG},        \
-  {"exec-mode", 0, 1, CLI_MOPT_EXECMODE},       \
-  {"input", 'i', 1, CLI_MOPT_INPUT}
-/* clang-format on */
-
-/* Help text of CLI_MODEL_OPTS. */
-extern const char cli_model_help[];
+/* The model options' table. */
+extern const cli_opt_t cli_model_options[];
 
 typedef struct cli_input_spec {
   const char *name; /* parameter name, or NULL when index is used */
@@ -86,11 +76,14 @@ typedef struct cli_model_opts {
   const char *allocators[CLI_MAX_DEVICES]; /* per device; NULL = default */
   const char *memory_cfg;
   const char *exec_mode;
-  cli_input_spec_t inputs[CLI_MAX_INPUTS];
-  uint32_t num_inputs;
+  cli_input_spec_t *inputs; /* as many as the command line gives (malloc'ed) */
+  uint32_t num_inputs, cap_inputs;
   uint32_t num_positional_inputs;
   int fill_missing; /* bench, profile: make inputs the user did not give */
 } cli_model_opts_t;
+
+/* Frees what the parse of the model options allocated. */
+void cli_model_opts_free(cli_model_opts_t *m);
 
 /* Applies a model option (id in [CLI_MOPT_BASE, CLI_MOPT_END_)). 0 or
  * CLI_EXIT_USAGE after printing. */
@@ -109,8 +102,8 @@ typedef struct cli_model {
   char sha256_hex[2 * VM_SHA256_BYTES + 1]; /* set by the upload */
   const vm_function_t *fn;
   uint32_t num_params;
-  vmc_tensor_t inputs[CLI_MAX_INPUTS];
-  int input_generated[CLI_MAX_INPUTS];
+  vmc_tensor_t *inputs;  /* num_params of them (calloc'ed) */
+  int *input_generated;  /* per parameter */
   /* remote */
   vmc_conn_t *conn;
   vmc_info_t info;

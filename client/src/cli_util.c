@@ -52,22 +52,76 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   return CLI_EXIT_USAGE;
 }
 
-void cli_print_command_help(const cli_command_t *c) {
-  printf("usage: vmclient %s %s\n\n%s\n", c->name, c->synopsis, c->summary);
-  if (c->help && *c->help) {
-    /* "%MODEL%" stands for the model options every model command shares. */
-    const char *h = c->help, *mark;
-    printf("\n");
-    while ((mark = strstr(h, "%MODEL%")) != NULL) {
-      printf("%.*s%s", (int)(mark - h), h, cli_model_help);
-      h = mark + 7;
-    }
-    printf("%s", h);
-  }
-  if (c->net) printf("\n%s", cli_global_help);
+/* The help's option rows: names and value from column 2, the text from
+ * column 25 (after two spaces when the names are longer), continuation
+ * lines indented to it. */
+#define HELP_COL 25
+
+static void print_opt(FILE *f, const cli_opt_t *o) {
+  char left[96];
+  const char *sp = o->arg ? " " : "", *arg = o->arg ? o->arg : "";
+  int n = o->short_name ? snprintf(left, sizeof(left), "  -%c, --%s%s%s", o->short_name,
+                                   o->long_name, sp, arg)
+                         : snprintf(left, sizeof(left), "  --%s%s%s", o->long_name, sp, arg);
+  fprintf(f, "%s%*s", left, n + 2 > HELP_COL ? 2 : HELP_COL - n, "");
+  const char *h = o->help ? o->help : "";
+  for (const char *nl; (nl = strchr(h, '\n')) != NULL; h = nl + 1)
+    fprintf(f, "%.*s\n%*s", (int)(nl - h), h, HELP_COL, "");
+  fprintf(f, "%s\n", h);
 }
 
-int cli_next_arg(cli_args_t *a, const cli_opt_t *opts, const char **out_val) {
+void cli_print_opts(FILE *f, const cli_opt_t *opts) {
+  for (const cli_opt_t *o = opts; o && o->long_name; o++) print_opt(f, o);
+}
+
+static const cli_opt_t k_help_opt[] = {
+    {"help", 'h', NULL, CLI_OPT_HELP, "show this help"},
+    {0},
+};
+
+void cli_print_command_help(FILE *f, const cli_command_t *c) {
+  fprintf(f, "usage: vmclient %s %s\n\n%s\n", c->name, c->synopsis, c->summary);
+  if (c->about && *c->about) fprintf(f, "\n%s", c->about);
+  fprintf(f, "\n%s\n", c->opts_title ? c->opts_title : "options:");
+  cli_print_opts(f, c->opts);
+  cli_print_opts(f, k_help_opt);
+  if (c->opts_note) fprintf(f, "\n%s", c->opts_note);
+  if (c->model) {
+    fprintf(f, "\nmodel options:\n");
+    cli_print_opts(f, cli_model_options);
+  }
+  if (c->net) {
+    fprintf(f, "\nglobal options (before or after the command):\n");
+    cli_print_opts(f, cli_global_opts);
+  }
+}
+
+void cli_args_init(cli_args_t *a, const cli_command_t *c, int argc, char **argv) {
+  memset(a, 0, sizeof(*a));
+  a->argc = argc;
+  a->argv = argv;
+  a->i = 1;
+  if (!c) return;
+  a->cmd = c->name;
+  int n = 0;
+  if (c->opts) a->tables[n++] = c->opts;
+  if (c->model) a->tables[n++] = cli_model_options;
+  if (c->net) a->tables[n++] = cli_global_opts;
+}
+
+/* The row of a's tables that matches: by long name (n bytes of name) when
+ * name is set, else by short name. */
+static const cli_opt_t *find_opt(const cli_args_t *a, const char *name, size_t n, char short_name) {
+  for (int t = 0; t < CLI_MAX_OPT_TABLES && a->tables[t]; t++)
+    for (const cli_opt_t *p = a->tables[t]; p->long_name; p++) {
+      if (name ? strlen(p->long_name) == n && strncmp(p->long_name, name, n) == 0
+               : p->short_name && p->short_name == short_name)
+        return p;
+    }
+  return NULL;
+}
+
+int cli_next_arg(cli_args_t *a, const char **out_val) {
   *out_val = NULL;
   if (a->i >= a->argc) return CLI_ARG_END;
   char *arg = a->argv[a->i++];
@@ -89,16 +143,12 @@ int cli_next_arg(cli_args_t *a, const cli_opt_t *opts, const char **out_val) {
     const char *eq = strchr(name, '=');
     size_t n = eq ? (size_t)(eq - name) : strlen(name);
     if (n == 4 && strncmp(name, "help", 4) == 0 && !eq) return CLI_OPT_HELP;
-    for (const cli_opt_t *p = opts; p && p->long_name; p++) {
-      if (strlen(p->long_name) == n && strncmp(p->long_name, name, n) == 0) o = p;
-    }
+    o = find_opt(a, name, n, 0);
     if (eq) inline_val = eq + 1;
     snprintf(shown, sizeof(shown), "--%.*s", (int)(n > 40 ? 40 : n), name);
   } else {
     if (arg[1] == 'h' && arg[2] == '\0') return CLI_OPT_HELP;
-    for (const cli_opt_t *p = opts; p && p->long_name; p++) {
-      if (p->short_name && p->short_name == arg[1]) o = p;
-    }
+    o = find_opt(a, NULL, 0, arg[1]);
     if (arg[2]) inline_val = arg + 2;
     snprintf(shown, sizeof(shown), "-%c", arg[1]);
   }
@@ -107,7 +157,7 @@ int cli_next_arg(cli_args_t *a, const cli_opt_t *opts, const char **out_val) {
     cli_usage_error(a->cmd, "unknown option '%s'", shown);
     return CLI_ARG_ERROR;
   }
-  if (!o->has_arg) {
+  if (!o->arg) {
     if (inline_val) {
       cli_usage_error(a->cmd, "option '%s' takes no value", shown);
       return CLI_ARG_ERROR;
@@ -124,6 +174,39 @@ int cli_next_arg(cli_args_t *a, const cli_opt_t *opts, const char **out_val) {
   }
   *out_val = a->argv[a->i++];
   return o->id;
+}
+
+int cli_parse(const cli_command_t *c, int argc, char **argv, const cli_parse_t *p) {
+  cli_args_t a;
+  cli_args_init(&a, c, argc, argv);
+  const char *val;
+  for (;;) {
+    int r = cli_next_arg(&a, &val), rc;
+    if (r == CLI_ARG_END) return -1;
+    if (r == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
+    if (r == CLI_OPT_HELP) {
+      cli_print_command_help(stdout, c);
+      return CLI_EXIT_OK;
+    }
+    if (r == CLI_ARG_POSITIONAL) {
+      if (p->on_pos)
+        rc = p->on_pos(p->ctx, val);
+      else if (p->mo)
+        rc = cli_model_positional(p->mo, c->name, val);
+      else
+        rc = cli_usage_error(c->name, "unexpected argument '%.64s'", val);
+    } else if (r >= CLI_GOPT_BASE) {
+      rc = cli_global_apply(p->g, c->name, r, val);
+    } else if (r >= CLI_MOPT_BASE && r < CLI_MOPT_END_) {
+      rc = cli_model_opt(p->mo, c->name, r, val);
+    } else if (p->on_opt) {
+      rc = p->on_opt(p->ctx, r, val);
+    } else {
+      cli_error(c->name, "internal error: option %d has no handler", r);
+      rc = CLI_EXIT_INTERNAL;
+    }
+    if (rc) return rc;
+  }
 }
 
 /* Reads stdin to the end, refusing more than max_bytes. */

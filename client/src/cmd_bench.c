@@ -20,32 +20,22 @@ enum {
   OPT_MAX_TEMP_WAIT,
 };
 
-/* Parses a model command's command line; extra options go to on_extra. */
-static int parse_model_cmd(const char *cmd, int argc, char **argv, const cli_opt_t *opts,
-                           cli_global_t *g, cli_model_opts_t *mo,
-                           int (*on_extra)(void *, int, const char *), void *ctx) {
-  cli_args_t a = {cmd, argc, argv, 1, 0};
-  const char *val;
-  int rc;
-  for (;;) {
-    int r = cli_next_arg(&a, opts, &val);
-    if (r == CLI_ARG_END) return -1;
-    if (r == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
-    if (r == CLI_OPT_HELP) {
-      cli_print_command_help(cli_find_command(cmd));
-      return CLI_EXIT_OK;
-    }
-    if (r == CLI_ARG_POSITIONAL)
-      rc = cli_model_positional(mo, cmd, val);
-    else if (r >= CLI_GOPT_BASE)
-      rc = cli_global_apply(g, cmd, r, val);
-    else if (r >= CLI_MOPT_BASE)
-      rc = cli_model_opt(mo, cmd, r, val);
-    else
-      rc = on_extra(ctx, r, val);
-    if (rc) return rc;
-  }
-}
+const cli_opt_t cli_bench_opts[] = {
+    {"number", 'n', "N", OPT_NUMBER, "calls per repeat [10]"},
+    {"repeat", 'r', "N", OPT_REPEAT, "measurements, 1..1048576 [1]"},
+    {"min-repeat-ms", 0, "MS", OPT_MIN_REPEAT_MS, "grow number until a repeat lasts this long [0]"},
+    {"limit-zero-time-iterations", 0, "N", OPT_LIMIT_ZERO,
+     "zero readings allowed before a zero is\nkept [100]"},
+    {"cooldown-interval-ms", 0, "MS", OPT_COOLDOWN_MS, "sleep between groups of repeats [0]"},
+    {"repeats-to-cooldown", 0, "N", OPT_REPEATS_TO_COOLDOWN, "repeats per group [1]"},
+    {"cache-flush-bytes", 0, "SIZE", OPT_CACHE_FLUSH,
+     "bytes written to flush host caches before each\nrepeat; K, M, G suffixes [0]"},
+    {"max-temp", 0, "C", OPT_MAX_TEMP,
+     "first wait until every thermal zone is at or\nbelow C degrees [no wait]"},
+    {"max-temp-wait", 0, "S", OPT_MAX_TEMP_WAIT,
+     "wait at most this long, then measure anyway [60]"},
+    {0},
+};
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -158,51 +148,34 @@ static int bench_opt(void *ctx, int id, const char *val) {
   }
 }
 
-int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
+/* Times the model of mo once parsed. */
+static int bench(const cli_global_t *g, cli_model_opts_t *mo, const bench_opts_t *bo) {
   const char *cmd = "bench";
-  cli_global_t g = *g0;
-  static const cli_opt_t opts[] = {CLI_GLOBAL_OPTS,
-                                   CLI_MODEL_OPTS,
-                                   {"number", 'n', 1, OPT_NUMBER},
-                                   {"repeat", 'r', 1, OPT_REPEAT},
-                                   {"min-repeat-ms", 0, 1, OPT_MIN_REPEAT_MS},
-                                   {"limit-zero-time-iterations", 0, 1, OPT_LIMIT_ZERO},
-                                   {"cooldown-interval-ms", 0, 1, OPT_COOLDOWN_MS},
-                                   {"repeats-to-cooldown", 0, 1, OPT_REPEATS_TO_COOLDOWN},
-                                   {"cache-flush-bytes", 0, 1, OPT_CACHE_FLUSH},
-                                   {"max-temp", 0, 1, OPT_MAX_TEMP},
-                                   {"max-temp-wait", 0, 1, OPT_MAX_TEMP_WAIT},
-                                   {0}};
-  cli_model_opts_t mo;
-  memset(&mo, 0, sizeof(mo));
-  mo.fill_missing = 1;
-  bench_opts_t bo = {vmc_time_params_default(), 0, 60};
-  int rc = parse_model_cmd(cmd, argc, argv, opts, &g, &mo, bench_opt, &bo);
-  if (rc >= 0) return rc;
-  vmc_time_params_t tp = bo.tp;
+  int rc;
+  vmc_time_params_t tp = bo->tp;
   cli_snaps_t sn;
   memset(&sn, 0, sizeof(sn));
 
   cli_model_t m;
   vmc_time_result_t tr;
   memset(&tr, 0, sizeof(tr));
-  const char *func = mo.func ? mo.func : "main";
+  const char *func = mo->func ? mo->func : "main";
   vmc_run_result_t res;
   memset(&res, 0, sizeof(res));
-  rc = cli_model_load(&m, cmd, &mo);
+  rc = cli_model_load(&m, cmd, mo);
   if (rc) goto done;
   /* First run (cold caches, kernel builds, pool fills) in one Run request
    * that also creates the VM and sets the inputs: the init figures are
    * part of it. */
   double first_s = 0;
-  rc = cli_model_run(&m, &g, 0, &res, &first_s);
+  rc = cli_model_run(&m, g, 0, &res, &first_s);
   if (rc) goto done;
-  cli_model_note_generated(&m, &g);
+  cli_model_note_generated(&m, g);
   double first_agent_s = res.agent_seconds;
   double init_s = m.connect_s;
   /* The device's state before and after; with --max-temp, a wait until it
    * is cool first. */
-  cli_snaps_init(&sn, m.conn, bo.max_temp_c, bo.max_temp_wait_s);
+  cli_snaps_init(&sn, m.conn, bo->max_temp_c, bo->max_temp_wait_s);
   cli_snaps_take(&sn);
   cli_snaps_wait_cool(&sn);
   double t0 = cli_now_s();
@@ -225,7 +198,7 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
     if (!(tr.device_seconds[i] >= 0)) has_dev = 0;
   if (has_dev) summarize(tr.device_seconds, tr.repeat, &dev);
 
-  if (g.json) {
+  if (g->json) {
     cli_json_t j;
     cli_json_begin(&j);
     cli_model_json(&j, &m);
@@ -273,8 +246,8 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
     cli_json_num(&j, "evaluate_s", eval_s);
     cli_snaps_json(&j, &sn);
     cli_json_end(&j);
-  } else if (!g.quiet) {
-    printf("model:      %s (sha256 %.16s...), function %s\n", mo.model, m.sha256_hex, func);
+  } else if (!g->quiet) {
+    printf("model:      %s (sha256 %.16s...), function %s\n", mo->model, m.sha256_hex, func);
     printf("agent:      vmagent %s at %s\n", m.info.agent_version, m.info.url);
     printf("device:     %s (%s)\n", m.specs[0].selector, m.device ? m.device->name : "?");
     printf(
@@ -295,7 +268,7 @@ int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
     else
       printf("  device  (no device timer)\n");
   }
-  cli_snaps_report(&sn, &g);
+  cli_snaps_report(&sn, g);
 done:
   cli_snaps_free(&sn);
   vmc_time_result_free(&tr);
@@ -304,38 +277,40 @@ done:
   return rc;
 }
 
+int cli_cmd_bench(const cli_global_t *g0, int argc, char **argv) {
+  cli_global_t g = *g0;
+  cli_model_opts_t mo;
+  memset(&mo, 0, sizeof(mo));
+  mo.fill_missing = 1;
+  bench_opts_t bo = {vmc_time_params_default(), 0, 60};
+  cli_parse_t p = {&g, &mo, bench_opt, NULL, &bo};
+  int rc = cli_parse(cli_find_command("bench"), argc, argv, &p);
+  if (rc < 0) rc = bench(&g, &mo, &bo);
+  cli_model_opts_free(&mo);
+  return rc;
+}
+
 /* ---------------------------------------------------------------------------
  * profile
  */
 
-static int no_extra(void *ctx, int id, const char *val) {
-  (void)ctx;
-  (void)val;
-  return cli_usage_error("profile", "internal: option %d", id);
-}
-
-int cli_cmd_profile(const cli_global_t *g0, int argc, char **argv) {
+/* Profiles the model of mo once parsed. */
+static int profile(const cli_global_t *g, cli_model_opts_t *mo) {
   const char *cmd = "profile";
-  cli_global_t g = *g0;
-  static const cli_opt_t opts[] = {CLI_GLOBAL_OPTS, CLI_MODEL_OPTS, {0}};
-  cli_model_opts_t mo;
-  memset(&mo, 0, sizeof(mo));
-  mo.fill_missing = 1;
-  int rc = parse_model_cmd(cmd, argc, argv, opts, &g, &mo, no_extra, NULL);
-  if (rc >= 0) return rc;
+  int rc;
   cli_model_t m;
   vmc_profile_t p;
   memset(&p, 0, sizeof(p));
-  const char *func = mo.func ? mo.func : "main";
+  const char *func = mo->func ? mo->func : "main";
   vmc_run_result_t res;
   memset(&res, 0, sizeof(res));
-  rc = cli_model_load(&m, cmd, &mo);
+  rc = cli_model_load(&m, cmd, mo);
   if (rc) goto done;
   /* One plain run first, so the profile does not show first-run costs
    * (kernel builds) as operator time. */
-  rc = cli_model_run(&m, &g, 0, &res, NULL);
+  rc = cli_model_run(&m, g, 0, &res, NULL);
   if (rc) goto done;
-  cli_model_note_generated(&m, &g);
+  cli_model_note_generated(&m, g);
   vm_status_t st = vmc_profile(m.conn, m.vm, func, &p);
   if (st) {
     rc = cli_remote_error(cmd, "profile", st);
@@ -344,7 +319,7 @@ int cli_cmd_profile(const cli_global_t *g0, int argc, char **argv) {
   int any_dev = 0;
   for (uint32_t i = 0; i < p.num_rows; i++)
     if (p.rows[i].device_s >= 0) any_dev = 1;
-  if (g.json) {
+  if (g->json) {
     cli_json_t j;
     cli_json_begin(&j);
     cli_model_json(&j, &m);
@@ -366,8 +341,8 @@ int cli_cmd_profile(const cli_global_t *g0, int argc, char **argv) {
     }
     cli_json_arr_end(&j);
     cli_json_end(&j);
-  } else if (!g.quiet) {
-    printf("model:   %s, function %s, device %s (%s)\n", mo.model, func, m.specs[0].selector,
+  } else if (!g->quiet) {
+    printf("model:   %s, function %s, device %s (%s)\n", mo->model, func, m.specs[0].selector,
            m.device ? m.device->name : "?");
     printf("%-34s %6s %12s %11s %12s %7s\n", "operator", "calls", "total (ms)", "mean (ms)",
            any_dev ? "device (ms)" : "", "share");
@@ -390,5 +365,17 @@ done:
   vmc_profile_free(&p);
   vmc_run_result_free(&res);
   cli_model_close(&m);
+  return rc;
+}
+
+int cli_cmd_profile(const cli_global_t *g0, int argc, char **argv) {
+  cli_global_t g = *g0;
+  cli_model_opts_t mo;
+  memset(&mo, 0, sizeof(mo));
+  mo.fill_missing = 1;
+  cli_parse_t p = {&g, &mo, NULL, NULL, NULL};
+  int rc = cli_parse(cli_find_command("profile"), argc, argv, &p);
+  if (rc < 0) rc = profile(&g, &mo);
+  cli_model_opts_free(&mo);
   return rc;
 }

@@ -24,6 +24,23 @@ enum {
   OPT_MAX_TEMP_WAIT,
 };
 
+const cli_opt_t cli_compare_opts[] = {
+    {"func-b", 0, "NAME", OPT_FUNC_B, "B's function [the same as --func]"},
+    {"threshold", 't', "X", OPT_THRESHOLD, "relative difference that matters: 2% or 0.02 [2%]"},
+    {"confidence", 0, "X", OPT_CONFIDENCE, "family-wise level over every look [95%]"},
+    {"min-rounds", 0, "N", OPT_MIN_ROUNDS, "rounds before the first look, 2..1000 [10]"},
+    {"max-rounds", 0, "N", OPT_MAX_ROUNDS, "1..1000 [100]"},
+    {"max-seconds", 0, "S", OPT_MAX_SECONDS, "no round starts that would end later [300]"},
+    {"round-ms", 0, "MS", OPT_ROUND_MS, "each batch of calls lasts about this [1]"},
+    {"repeats", 'r', "N", OPT_REPEATS, "batches per side per round, 1..100 [20]"},
+    {"cooldown-ms", 0, "MS", OPT_COOLDOWN_MS, "sleep between rounds [0]"},
+    {"max-temp", 0, "C", OPT_MAX_TEMP,
+     "before each round, wait until every thermal zone\nis at or below C degrees [no wait]"},
+    {"max-temp-wait", 0, "S", OPT_MAX_TEMP_WAIT,
+     "wait at most this long each time, then measure\nanyway with a warning [60]"},
+    {0},
+};
+
 /* A fraction written as 0.02 or 2%. 0, or -1 when it is not a finite
  * number. */
 static int parse_fraction(const char *s, double *out) {
@@ -47,7 +64,8 @@ typedef struct compare_cli {
   double max_temp_c, max_temp_wait_s;
 } compare_cli_t;
 
-static int compare_opt(compare_cli_t *c, int id, const char *val) {
+static int compare_opt(void *ctx, int id, const char *val) {
+  compare_cli_t *c = ctx;
   const char *cmd = "compare";
   int64_t v;
   double x;
@@ -123,53 +141,22 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static int parse_compare(const cli_global_t *g0, cli_global_t *g, int argc, char **argv,
-                         compare_cli_t *c) {
-  const char *cmd = "compare";
-  static const cli_opt_t opts[] = {CLI_GLOBAL_OPTS,
-                                   CLI_MODEL_OPTS,
-                                   {"func-b", 0, 1, OPT_FUNC_B},
-                                   {"threshold", 't', 1, OPT_THRESHOLD},
-                                   {"confidence", 0, 1, OPT_CONFIDENCE},
-                                   {"min-rounds", 0, 1, OPT_MIN_ROUNDS},
-                                   {"max-rounds", 0, 1, OPT_MAX_ROUNDS},
-                                   {"max-seconds", 0, 1, OPT_MAX_SECONDS},
-                                   {"round-ms", 0, 1, OPT_ROUND_MS},
-                                   {"repeats", 'r', 1, OPT_REPEATS},
-                                   {"cooldown-ms", 0, 1, OPT_COOLDOWN_MS},
-                                   {"max-temp", 0, 1, OPT_MAX_TEMP},
-                                   {"max-temp-wait", 0, 1, OPT_MAX_TEMP_WAIT},
-                                   {0}};
-  *g = *g0;
-  cli_args_t a = {cmd, argc, argv, 1, 0};
-  const char *val;
-  int rc;
-  for (;;) {
-    int r = cli_next_arg(&a, opts, &val);
-    if (r == CLI_ARG_END) break;
-    if (r == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
-    if (r == CLI_OPT_HELP) {
-      cli_print_command_help(cli_find_command(cmd));
-      return CLI_EXIT_OK;
-    }
-    if (r == CLI_ARG_POSITIONAL) {
-      /* A.vmx, then B when it is not an .npy input, then the inputs. */
-      if (c->mo.model && !c->model_b && c->mo.num_positional_inputs == 0 &&
-          !ends_with(val, ".npy")) {
-        if (!*val) return cli_usage_error(cmd, "an empty path was given");
-        c->model_b = val;
-        continue;
-      }
-      rc = cli_model_positional(&c->mo, cmd, val);
-    } else if (r >= CLI_GOPT_BASE) {
-      rc = cli_global_apply(g, cmd, r, val);
-    } else if (r >= CLI_MOPT_BASE) {
-      rc = cli_model_opt(&c->mo, cmd, r, val);
-    } else {
-      rc = compare_opt(c, r, val);
-    }
-    if (rc) return rc;
+/* A.vmx, then B when it is not an .npy input, then the inputs. */
+static int compare_pos(void *ctx, const char *val) {
+  compare_cli_t *c = ctx;
+  if (c->mo.model && !c->model_b && c->mo.num_positional_inputs == 0 && !ends_with(val, ".npy")) {
+    if (!*val) return cli_usage_error("compare", "an empty path was given");
+    c->model_b = val;
+    return CLI_EXIT_OK;
   }
+  return cli_model_positional(&c->mo, "compare", val);
+}
+
+static int parse_compare(cli_global_t *g, int argc, char **argv, compare_cli_t *c) {
+  const char *cmd = "compare";
+  cli_parse_t p = {g, &c->mo, compare_opt, compare_pos, c};
+  int rc = cli_parse(cli_find_command(cmd), argc, argv, &p);
+  if (rc >= 0) return rc;
   if (!c->mo.model) return cli_usage_error(cmd, "missing A.vmx and B.vmx");
   if (!c->model_b && !c->func_b)
     return cli_usage_error(cmd, "give a second executable B.vmx, or --func-b to compare two "
@@ -219,14 +206,17 @@ static void interval_json(cli_json_t *j, const char *key, double v) {
 
 int cli_cmd_compare(const cli_global_t *g0, int argc, char **argv) {
   const char *cmd = "compare";
-  cli_global_t g;
+  cli_global_t g = *g0;
   static compare_cli_t c; /* big: keep it off the stack */
   memset(&c, 0, sizeof(c));
   c.mo.fill_missing = 1;
   c.co = vmc_compare_opts_default();
   c.max_temp_wait_s = 60;
-  int rc = parse_compare(g0, &g, argc, argv, &c);
-  if (rc >= 0) return rc;
+  int rc = parse_compare(&g, argc, argv, &c);
+  if (rc >= 0) {
+    cli_model_opts_free(&c.mo);
+    return rc;
+  }
   static cli_model_opts_t mo_b;
   mo_b = c.mo;
   if (c.model_b) mo_b.model = c.model_b;
@@ -377,5 +367,6 @@ done:
   vmc_run_result_free(&rb);
   cli_model_close(&ma);
   cli_model_close(&mb);
+  cli_model_opts_free(&c.mo); /* mo_b shares its inputs */
   return rc;
 }

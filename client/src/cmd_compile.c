@@ -10,8 +10,6 @@
 #include "vmclient.h"
 #include "vmcompiler/onnx.h"
 
-#define MAX_SHAPES 64
-
 int cli_is_onnx_path(const char *path) {
   size_t n = path ? strlen(path) : 0;
   return n > 5 && strcmp(path + n - 5, ".onnx") == 0;
@@ -85,67 +83,110 @@ static void json_report(cli_json_t *j, const vmcc_onnx_report_t *r) {
 
 enum { OPT_OUT = 1, OPT_SHAPE, OPT_CONST, OPT_FUSE };
 
-int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
-  const char *cmd = argv[0];
-  cli_global_t g = *gin;
-  static const cli_opt_t opts[] = {{"output", 'o', 1, OPT_OUT},
-                                   {"input-shape", 0, 1, OPT_SHAPE},
-                                   {"const", 0, 1, OPT_CONST},
-                                   {"fuse-elementwise", 0, 0, OPT_FUSE},
-                                   {"json", 0, 0, CLI_GOPT_JSON},
-                                   {"quiet", 'q', 0, CLI_GOPT_QUIET},
-                                   {0}};
-  cli_args_t a = {cmd, argc, argv, 1, 0};
-  const char *val, *in = NULL, *out = NULL;
-  vmcc_input_shape_t shapes[MAX_SHAPES];
-  vmcc_const_binding_t consts[MAX_SHAPES];
-  vmcc_tensor_t cvals[MAX_SHAPES];
-  const char *cpaths[MAX_SHAPES];
-  uint32_t ns = 0, nc = 0;
-  int rc = CLI_EXIT_OK, fuse = 0;
-  for (;;) {
-    int r = cli_next_arg(&a, opts, &val);
-    if (r == CLI_ARG_END) break;
-    if (r == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
-    if (r == CLI_OPT_HELP) {
-      cli_print_command_help(cli_find_command(cmd));
-      return CLI_EXIT_OK;
-    }
-    if (r >= CLI_GOPT_BASE) {
-      if ((rc = cli_global_apply(&g, cmd, r, val))) return rc;
-      continue;
-    }
-    if (r == OPT_FUSE) {
-      fuse = 1;
-    } else if (r == OPT_OUT) {
-      if (out) return cli_usage_error(cmd, "-o given twice");
-      if (!*val) return cli_usage_error(cmd, "-o needs a non-empty path");
-      out = val;
-    } else if (r == OPT_SHAPE) {
-      if (ns >= MAX_SHAPES) return cli_usage_error(cmd, "at most %d --input-shape", MAX_SHAPES);
-      if ((rc = parse_shape(cmd, (char *)val, &shapes[ns]))) return rc;
-      for (uint32_t i = 0; i < ns; i++)
-        if (strcmp(shapes[i].name, shapes[ns].name) == 0)
-          return cli_usage_error(cmd, "--input-shape %s given twice", shapes[ns].name);
-      ns++;
-    } else if (r == OPT_CONST) {
-      char *eq = strchr(val, '=');
-      if (!eq || eq == val || !eq[1])
-        return cli_usage_error(cmd, "--const needs NAME=FILE.npy, not '%.64s'", val);
-      if (nc >= MAX_SHAPES) return cli_usage_error(cmd, "at most %d --const", MAX_SHAPES);
-      *eq = '\0';
-      consts[nc].name = val;
-      cpaths[nc] = eq + 1;
-      for (uint32_t i = 0; i < nc; i++)
-        if (strcmp(consts[i].name, val) == 0)
-          return cli_usage_error(cmd, "--const %s given twice", val);
-      nc++;
-    } else {
-      if (in) return cli_usage_error(cmd, "more than one model ('%.64s')", val);
-      if (!*val) return cli_usage_error(cmd, "the model path is empty");
-      in = val;
-    }
+const cli_opt_t cli_compile_opts[] = {
+    {"output", 'o', "OUT", OPT_OUT,
+     "where to write (default: MODEL with .onnx replaced\nby .vmx; \"-\" = standard output)"},
+    {"input-shape", 0, "NAME=D0,D1,...", OPT_SHAPE,
+     "fix the shape of input NAME (required for\ndynamic dims; must agree with static ones);\n"
+     "repeatable"},
+    {"const", 0, "NAME=FILE.npy", OPT_CONST, "bind input NAME to a constant; repeatable"},
+    {"fuse-elementwise", 0, NULL, OPT_FUSE,
+     "fuse chains of elementwise nodes into\ncl.elementwise calls (default: one call per node)"},
+    {"json", 0, NULL, CLI_GOPT_JSON,
+     "print the summary as JSON: ops used, constants and\n"
+     "their bytes, planned vs unplanned memory"},
+    {"quiet", 'q', NULL, CLI_GOPT_QUIET, "no summary"},
+    {0},
+};
+
+/* compile's command line. Every --input-shape and --const takes an
+ * argument of its own, so arrays of argc entries hold them all. */
+typedef struct compile_args {
+  const char *in, *out;
+  vmcc_input_shape_t *shapes;
+  vmcc_const_binding_t *consts;
+  vmcc_tensor_t *cvals;
+  const char **cpaths;
+  uint32_t ns, nc;
+  int fuse;
+  cli_global_t *g;
+} compile_args_t;
+
+static int compile_opt(void *ctx, int id, const char *val) {
+  compile_args_t *c = ctx;
+  const char *cmd = "compile";
+  if (id == CLI_GOPT_JSON || id == CLI_GOPT_QUIET) return cli_global_apply(c->g, cmd, id, val);
+  if (id == OPT_FUSE) {
+    c->fuse = 1;
+  } else if (id == OPT_OUT) {
+    if (c->out) return cli_usage_error(cmd, "-o given twice");
+    if (!*val) return cli_usage_error(cmd, "-o needs a non-empty path");
+    c->out = val;
+  } else if (id == OPT_SHAPE) {
+    int rc = parse_shape(cmd, (char *)val, &c->shapes[c->ns]);
+    if (rc) return rc;
+    for (uint32_t i = 0; i < c->ns; i++)
+      if (strcmp(c->shapes[i].name, c->shapes[c->ns].name) == 0)
+        return cli_usage_error(cmd, "--input-shape %s given twice", c->shapes[c->ns].name);
+    c->ns++;
+  } else if (id == OPT_CONST) {
+    char *eq = strchr(val, '=');
+    if (!eq || eq == val || !eq[1])
+      return cli_usage_error(cmd, "--const needs NAME=FILE.npy, not '%.64s'", val);
+    *eq = '\0';
+    for (uint32_t i = 0; i < c->nc; i++)
+      if (strcmp(c->consts[i].name, val) == 0)
+        return cli_usage_error(cmd, "--const %s given twice", val);
+    c->consts[c->nc].name = val;
+    c->cpaths[c->nc++] = eq + 1;
+  } else {
+    return cli_usage_error(cmd, "internal: option %d", id);
   }
+  return CLI_EXIT_OK;
+}
+
+static int compile_pos(void *ctx, const char *val) {
+  compile_args_t *c = ctx;
+  if (c->in) return cli_usage_error("compile", "more than one model ('%.64s')", val);
+  if (!*val) return cli_usage_error("compile", "the model path is empty");
+  c->in = val;
+  return CLI_EXIT_OK;
+}
+
+static int compile_model(cli_global_t *g, compile_args_t *c);
+
+int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
+  cli_global_t g = *gin;
+  size_t n = argc > 0 ? (size_t)argc : 1;
+  compile_args_t c = {NULL, NULL, calloc(n, sizeof(vmcc_input_shape_t)),
+                      calloc(n, sizeof(vmcc_const_binding_t)), calloc(n, sizeof(vmcc_tensor_t)),
+                      calloc(n, sizeof(const char *)), 0, 0, 0, &g};
+  int rc = -1;
+  if (!c.shapes || !c.consts || !c.cvals || !c.cpaths) {
+    cli_error("compile", "out of memory");
+    rc = CLI_EXIT_INTERNAL;
+  }
+  cli_parse_t p = {&g, NULL, compile_opt, compile_pos, &c};
+  if (rc < 0) rc = cli_parse(cli_find_command("compile"), argc, argv, &p);
+  if (rc < 0) rc = compile_model(&g, &c);
+  for (uint32_t i = 0; c.cvals && i < c.nc; i++) vmcc_tensor_free(&c.cvals[i]);
+  free(c.shapes);
+  free(c.consts);
+  free(c.cvals);
+  free(c.cpaths);
+  return rc;
+}
+
+static int compile_model(cli_global_t *gp, compile_args_t *c) {
+  const char *cmd = "compile";
+  cli_global_t g = *gp;
+  const char *in = c->in, *out = c->out;
+  vmcc_input_shape_t *shapes = c->shapes;
+  vmcc_const_binding_t *consts = c->consts;
+  vmcc_tensor_t *cvals = c->cvals;
+  const char **cpaths = c->cpaths;
+  uint32_t ns = c->ns, nc = c->nc;
+  int rc, fuse = c->fuse;
   if (!in) return cli_usage_error(cmd, "missing MODEL.onnx");
   if (out && strcmp(out, "-") == 0 && g.json)
     return cli_usage_error(cmd, "--json and -o - both want standard output");
@@ -158,7 +199,6 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
     snprintf(outbuf, sizeof(outbuf), "%.*s.vmx", (int)(n - 5), in);
     out = outbuf;
   }
-  memset(cvals, 0, sizeof(cvals));
   for (uint32_t i = 0; i < nc; i++) {
     vmc_tensor_t t;
     vm_status_t st = vmc_npy_read_file(cpaths[i], &t);
@@ -229,8 +269,7 @@ int cli_cmd_compile(const cli_global_t *gin, int argc, char **argv) {
   free(bytes);
   vm_executable_free(exec);
 done:
-  for (uint32_t i = 0; i < nc; i++) vmcc_tensor_free(&cvals[i]);
-  return rc;
+  return rc; /* the caller frees the constants */
 }
 
 int cli_onnx_compile_for_inputs(const char *cmd, const char *path, uint32_t n,
@@ -248,10 +287,14 @@ int cli_onnx_compile_for_inputs(const char *cmd, const char *path, uint32_t n,
     vm_status_free(st);
     return rc;
   }
-  vmcc_input_shape_t shapes[MAX_SHAPES];
+  vmcc_input_shape_t *shapes = calloc(n ? n : 1, sizeof(*shapes));
   uint32_t ns = 0;
   int rc = CLI_EXIT_OK;
-  for (uint32_t i = 0; i < n && i < MAX_SHAPES; i++) {
+  if (!shapes) {
+    cli_error(cmd, "out of memory");
+    rc = CLI_EXIT_INTERNAL;
+  }
+  for (uint32_t i = 0; !rc && i < n; i++) {
     const char *name = names[i];
     if (!name) {
       if (idx[i] < 0 || idx[i] >= (int64_t)io.num_inputs) {
@@ -283,6 +326,7 @@ int cli_onnx_compile_for_inputs(const char *cmd, const char *path, uint32_t n,
     vmc_tensor_free(&t);
     ns++;
   }
+  if (rc) goto done;
   vmcc_onnx_options_t o;
   memset(&o, 0, sizeof(o));
   o.num_input_shapes = ns;
@@ -298,6 +342,7 @@ int cli_onnx_compile_for_inputs(const char *cmd, const char *path, uint32_t n,
     rc = CLI_EXIT_INTERNAL;
   }
 done:
+  free(shapes);
   vmcc_onnx_io_free(&io);
   return rc;
 }

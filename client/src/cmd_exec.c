@@ -11,41 +11,53 @@
 
 enum { OPT_OUTPUT = 1 };
 
-static const cli_opt_t k_output_opts[] = {
-    {"output", 'o', 1, OPT_OUTPUT},
+const cli_opt_t cli_asm_opts[] = {
+    {"output", 'o', "OUT", OPT_OUTPUT,
+     "where to write (default: IN with .vmasm replaced by .vmx;\n\"-\" = standard output)"},
     {0},
 };
 
+const cli_opt_t cli_disasm_opts[] = {
+    {"output", 'o', "OUT", OPT_OUTPUT, "write to OUT atomically instead of standard output"},
+    {0},
+};
+
+/* The input file and -o of asm, disasm and stats FILE. */
+typedef struct in_out {
+  const char *cmd, *in, *out;
+} in_out_t;
+
+static int in_out_opt(void *ctx, int id, const char *val) {
+  in_out_t *io = ctx;
+  if (id != OPT_OUTPUT) return cli_usage_error(io->cmd, "internal: option %d", id);
+  if (io->out) return cli_usage_error(io->cmd, "-o given twice");
+  if (!*val) return cli_usage_error(io->cmd, "-o needs a non-empty path");
+  io->out = val;
+  return CLI_EXIT_OK;
+}
+
+static int in_out_pos(void *ctx, const char *val) {
+  in_out_t *io = ctx;
+  if (io->in) return cli_usage_error(io->cmd, "more than one input file ('%s')", val);
+  if (!*val) return cli_usage_error(io->cmd, "the input path is empty");
+  io->in = val;
+  return CLI_EXIT_OK;
+}
+
 /* Parses "[-o OUT] IN": exactly one positional. Returns 0, or an exit code
  * (with *done set for --help, which exits 0). */
-static int parse_in_out(const char *cmd, int argc, char **argv, const cli_opt_t *opts,
-                        const char **out_in, const char **out_out, int *done) {
-  cli_args_t a = {cmd, argc, argv, 1, 0};
-  const char *val;
-  *out_in = NULL;
-  *done = 0;
-  for (;;) {
-    int r = cli_next_arg(&a, opts, &val);
-    if (r == CLI_ARG_END) break;
-    if (r == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
-    if (r == CLI_OPT_HELP) {
-      cli_print_command_help(cli_find_command(cmd));
-      *done = 1;
-      return CLI_EXIT_OK;
-    }
-    if (r == OPT_OUTPUT) {
-      if (!out_out) return cli_usage_error(cmd, "this command has no output file");
-      if (*out_out) return cli_usage_error(cmd, "-o given twice");
-      if (!*val) return cli_usage_error(cmd, "-o needs a non-empty path");
-      *out_out = val;
-      continue;
-    }
-    /* positional */
-    if (*out_in) return cli_usage_error(cmd, "more than one input file ('%s')", val);
-    if (!*val) return cli_usage_error(cmd, "the input path is empty");
-    *out_in = val;
-  }
-  if (!*out_in) return cli_usage_error(cmd, "missing input file");
+static int parse_in_out(const char *cmd, int argc, char **argv, const char **out_in,
+                        const char **out_out, int *done) {
+  in_out_t io = {cmd, NULL, NULL};
+  cli_global_t g;
+  memset(&g, 0, sizeof(g));
+  cli_parse_t p = {&g, NULL, in_out_opt, in_out_pos, &io};
+  int rc = cli_parse(cli_find_command(cmd), argc, argv, &p);
+  *done = rc == CLI_EXIT_OK;
+  if (rc >= 0) return rc;
+  if (!io.in) return cli_usage_error(cmd, "missing input file");
+  *out_in = io.in;
+  *out_out = io.out;
   return CLI_EXIT_OK;
 }
 
@@ -94,7 +106,7 @@ static char *default_output(const char *in) {
 int cli_cmd_asm(const cli_global_t *g, int argc, char **argv) {
   (void)g;
   const char *cmd = "asm", *in, *out = NULL;
-  int done, rc = parse_in_out(cmd, argc, argv, k_output_opts, &in, &out, &done);
+  int done, rc = parse_in_out(cmd, argc, argv, &in, &out, &done);
   if (rc || done) return rc;
   if (strcmp(in, "-") == 0 && !out)
     return cli_usage_error(cmd, "reading standard input needs -o OUT.vmx (or -o - for stdout)");
@@ -140,7 +152,7 @@ done:
 int cli_cmd_disasm(const cli_global_t *g, int argc, char **argv) {
   (void)g;
   const char *cmd = "disasm", *in, *out = NULL;
-  int done, rc = parse_in_out(cmd, argc, argv, k_output_opts, &in, &out, &done);
+  int done, rc = parse_in_out(cmd, argc, argv, &in, &out, &done);
   if (rc || done) return rc;
   vm_executable_t *exec;
   uint8_t *bytes;
@@ -213,26 +225,11 @@ int cli_cmd_stats(const cli_global_t *g0, int argc, char **argv) {
   /* `stats FILE` summarises a file; `stats` alone asks the agent. */
   const char *cmd = "stats", *in = NULL;
   cli_global_t g = *g0;
-  static const cli_opt_t opts[] = {CLI_GLOBAL_OPTS, {0}};
-  cli_args_t a = {cmd, argc, argv, 1, 0};
-  const char *val;
-  int rc;
-  for (;;) {
-    int r = cli_next_arg(&a, opts, &val);
-    if (r == CLI_ARG_END) break;
-    if (r == CLI_ARG_ERROR) return CLI_EXIT_USAGE;
-    if (r == CLI_OPT_HELP) {
-      cli_print_command_help(cli_find_command(cmd));
-      return CLI_EXIT_OK;
-    }
-    if (r == CLI_ARG_POSITIONAL) {
-      if (in) return cli_usage_error(cmd, "more than one input file ('%s')", val);
-      if (!*val) return cli_usage_error(cmd, "the input path is empty");
-      in = val;
-      continue;
-    }
-    if ((rc = cli_global_apply(&g, cmd, r, val))) return rc;
-  }
+  in_out_t io = {cmd, NULL, NULL};
+  cli_parse_t p = {&g, NULL, NULL, in_out_pos, &io};
+  int rc = cli_parse(cli_find_command(cmd), argc, argv, &p);
+  if (rc >= 0) return rc;
+  in = io.in;
   if (!in) return cli_agent_stats(&g, cmd);
   vm_executable_t *exec;
   uint8_t *bytes;

@@ -1140,6 +1140,105 @@ static void test_onnx_models(void **state) {
   run_result_free(&r);
 }
 
+/* A function of many parameters, as models that take their weights as
+ * inputs have: run, check and bench set all 300 (more than the 256 one Run
+ * request carries) from positional files, --input NAME= and --input
+ * INDEX=, and the outputs are the inputs they name. */
+#define MANY_INPUTS 300
+
+static void test_many_inputs(void **state) {
+  (void)state;
+  size_t cap = 64 * 1024, n = 0;
+  char *t = malloc(cap);
+  assert_non_null(t);
+  n += (size_t)snprintf(t + n, cap - n, ".packed $vm.builtin.make_tuple\n.func @main(");
+  for (int i = 0; i < MANY_INPUTS; i++)
+    n += (size_t)snprintf(t + n, cap - n, "%sp%d: float32[2]", i ? ", " : "", i);
+  n += (size_t)snprintf(t + n, cap - n,
+                        ") regs %d {\n  %%%d = call $vm.builtin.make_tuple(%%0, %%150, %%299)\n"
+                        "  ret %%%d\n}\n",
+                        MANY_INPUTS + 1, MANY_INPUTS, MANY_INPUTS);
+  assert_true(n < cap);
+  vm_executable_t *e;
+  ASSERT_OK(vm_executable_asm(t, n, NULL, &e));
+  free(t);
+  char path[4200];
+  path_in_dir(path, sizeof(path), "many.vmx");
+  ASSERT_OK(vm_executable_write_file(e, path));
+  vm_executable_free(e);
+  int64_t shape[1] = {2};
+  for (int i = 0; i < MANY_INPUTS; i++) {
+    char name[32];
+    float v[2] = {(float)i, -(float)i};
+    snprintf(name, sizeof(name), "p%d.npy", i);
+    write_npy_f32(name, 1, shape, v, 2);
+  }
+
+  /* 0..297 positionally, 298 by name, 299 by index. */
+  static char specs[2][32];
+  const char *args[MANY_INPUTS + 32];
+  size_t k = 0;
+  const char *head[] = {"--host", g_agent.url, "run", "-d", "cpu", "--json",
+                        "many.vmx", "-o", "many_out"};
+  for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++) args[k++] = head[i];
+  static char names[MANY_INPUTS][16];
+  for (int i = 0; i < MANY_INPUTS - 2; i++) {
+    snprintf(names[i], sizeof(names[i]), "p%d.npy", i);
+    args[k++] = names[i];
+  }
+  snprintf(specs[0], sizeof(specs[0]), "p298=p298.npy");
+  snprintf(specs[1], sizeof(specs[1]), "299=p299.npy");
+  args[k++] = "--input";
+  args[k++] = specs[0];
+  args[k++] = "-i";
+  args[k++] = specs[1];
+  args[k] = NULL;
+  run_result_t r;
+  cli(EXIT_OK, &r, args);
+  jnode_t *j = jparse(r.out);
+  assert_non_null(j);
+  assert_int_equal(jarr(j, "inputs")->n, MANY_INPUTS);
+  const jnode_t *outs = jarr(j, "outputs");
+  assert_int_equal(outs->n, 3);
+  const int want[3] = {0, 150, 299};
+  for (int o = 0; o < 3; o++) {
+    char name[64];
+    float got[2];
+    snprintf(name, sizeof(name), "many_out/output_%d.npy", o);
+    read_npy_tail_f32(name, got, 2);
+    assert_true(got[0] == (float)want[o] && got[1] == -(float)want[o]);
+  }
+  jfree(j);
+  run_result_free(&r);
+
+  /* check: the same inputs, the outputs against the files they came from;
+   * output 2 against input 298 differs (exit 7). */
+  args[2] = "check";
+  args[5] = "-q";
+  args[k++] = "-e";
+  args[k++] = "p0.npy";
+  args[k++] = "-e";
+  args[k++] = "p150.npy";
+  args[k++] = "-e";
+  args[k++] = "2=p299.npy";
+  args[k] = NULL;
+  cli(EXIT_OK, &r, args);
+  run_result_free(&r);
+  args[k - 1] = "2=p298.npy";
+  cli(EXIT_MISMATCH, &r, args);
+  expect_in(r.err, "outputs differ");
+  run_result_free(&r);
+
+  /* bench generates the inputs it is not given: all 300 here. */
+  CLI(EXIT_OK, &r, "--host", g_agent.url, "bench", "-d", "cpu", "-n", "1", "--json", "many.vmx",
+      "p0.npy");
+  j = jparse(r.out);
+  assert_non_null(j);
+  assert_int_equal(jarr(j, "inputs")->n, MANY_INPUTS);
+  jfree(j);
+  run_result_free(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help),
@@ -1155,6 +1254,7 @@ int main(void) {
       cmocka_unit_test(test_agent_down),
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_readme_example_in_sync),
+      cmocka_unit_test(test_many_inputs),
   };
   return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }

@@ -3,9 +3,12 @@
  * own; README's C example (tests/client/example_api.c) builds with
  * `cc example_api.c $(pkg-config --cflags --libs vmclient)` and nothing
  * else, and runs against a live agent; the same from the installed static
- * libvmclient.a; and libvmclient.so exports exactly the API its installed
- * headers declare (vmc_* and vm/status.h, vm/dtype.h), nothing of vm_*,
- * vmp_* or protobuf-c inside it. */
+ * libvmclient.a; libvmclient.so exports exactly the API its installed
+ * headers declare (vmc_* and vmrpc/status.h, vmrpc/dtype.h), nothing of
+ * vm_*, vmp_* or protobuf-c inside it; every installed header is under
+ * include/vmrpc/; and libvmclient.a carries the client, the base layer and
+ * the wire protocol only: no object of vm/ (the interpreter, verifier,
+ * assembler ...). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +16,7 @@
 #include <cmocka.h>
 
 #include <ctype.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,7 +104,7 @@ static void test_header_alone(void **state) {
   /* vmclient.h and what it includes are installed and compile on their
    * own, strictly. */
   snprintf(cmd, sizeof(cmd),
-           "printf '#include <vmclient.h>\\nint main(void) { vmc_conn_opts_t o = {0}; "
+           "printf '#include <vmrpc/vmclient.h>\\nint main(void) { vmc_conn_opts_t o = {0}; "
            "return (int)o.tls_insecure; }\\n' > alone.c && '%s' -std=c11 -Wall -Wextra -Werror "
            "-pedantic -fsyntax-only $(" PKG " --cflags vmclient) alone.c",
            VMRPC_TEST_CC, g_prefix);
@@ -193,7 +197,7 @@ static void test_exported_symbols(void **state) {
   (void)state;
   static char api[512][64], exported[512][64];
   size_t n_api = 0, n_exp = 0;
-  const char *headers[] = {"vmclient.h", "vm/status.h", "vm/dtype.h"};
+  const char *headers[] = {"vmrpc/vmclient.h", "vmrpc/status.h", "vmrpc/dtype.h"};
   for (size_t i = 0; i < 3; i++) {
     char h[300];
     snprintf(h, sizeof(h), "%s/include/%s", g_prefix, headers[i]);
@@ -226,10 +230,87 @@ static void test_exported_symbols(void **state) {
   assert_true(n_exp > 30);
 }
 
+/* 1 when dir (under the source tree) has a file named name. */
+static int source_has(const char *dir, const char *name) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s/%s", g_src, dir, name);
+  FILE *f = fopen(path, "r");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+/* libvmclient.a holds the objects of client/lib, base/src, proto/src and
+ * the generated protocol code, and none of vm/src: the client library does
+ * not carry the VM. */
+static void test_archive_members(void **state) {
+  (void)state;
+  char cmd[4096];
+  run_result_t r;
+  snprintf(cmd, sizeof(cmd), "ar t '%s/lib/libvmclient.a'", g_prefix);
+  sh(cmd, &r);
+  size_t members = 0, base = 0;
+  char *save = NULL;
+  for (char *m = strtok_r(r.out, "\n", &save); m; m = strtok_r(NULL, "\n", &save)) {
+    char src[256];
+    size_t n = strlen(m);
+    if (n < 5 || n >= sizeof(src) || strcmp(m + n - 4, ".c.o") != 0)
+      fail_msg("libvmclient.a member '%s' is not an object of a C file", m);
+    memcpy(src, m, n - 2); /* "x.c.o" -> "x.c" */
+    src[n - 2] = '\0';
+    if (source_has("vm/src", src))
+      fail_msg("libvmclient.a carries %s, an object of the VM (vm/src/%s)", m, src);
+    int ours = source_has("client/lib", src) || source_has("base/src", src) ||
+               source_has("proto/src", src) || strcmp(src, "vmrpc.pb-c.c") == 0;
+    if (!ours) fail_msg("libvmclient.a member '%s' comes from no client, base or proto file", m);
+    base += source_has("base/src", src);
+    members++;
+  }
+  run_result_free(&r);
+  assert_true(members > 10);
+  assert_true(base >= 2); /* status.c, dtype.c at least */
+  /* and what the VM defines is not in it */
+  snprintf(cmd, sizeof(cmd),
+           "nm --defined-only '%s/lib/libvmclient.a' | grep -E ' T (vm_executable_|vm_machine_|"
+           "vm_interp|vm_verify)' || true",
+           g_prefix);
+  sh(cmd, &r);
+  if (r.out[0]) fail_msg("libvmclient.a defines VM functions: %.500s", r.out);
+  run_result_free(&r);
+}
+
+/* Every installed header is under include/vmrpc/: nothing else in
+ * include/. */
+static void test_headers_under_vmrpc(void **state) {
+  (void)state;
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/include", g_prefix);
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  size_t n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    if (strcmp(e->d_name, "vmrpc") != 0)
+      fail_msg("include/%s is installed outside vmrpc/", e->d_name);
+    n++;
+  }
+  closedir(d);
+  assert_int_equal(n, 1);
+  const char *want[] = {"vmrpc/vmclient.h", "vmrpc/status.h", "vmrpc/dtype.h"};
+  for (size_t i = 0; i < 3; i++) {
+    char p[400];
+    snprintf(p, sizeof(p), "%s/%s", dir, want[i]);
+    FILE *f = fopen(p, "r");
+    if (!f) fail_msg("%s is not installed", p);
+    fclose(f);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_header_alone),
       cmocka_unit_test(test_exported_symbols),
+      cmocka_unit_test(test_archive_members),
+      cmocka_unit_test(test_headers_under_vmrpc),
       cmocka_unit_test(test_pkg_config_shared),
       cmocka_unit_test(test_static_archive),
   };

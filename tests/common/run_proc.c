@@ -70,11 +70,13 @@ void run_proc(const char *prog, const char *const *args, const char *dir, const 
   memset(r, 0, sizeof(*r));
   buf_add(&r->out, &r->out_n, "", 0);
   buf_add(&r->err, &r->err_n, "", 0);
-  const char *argv[64];
-  int argc = 0;
-  argv[argc++] = prog;
-  for (; args[argc - 1] && argc < 63; argc++) argv[argc] = args[argc - 1];
-  argv[argc] = NULL;
+  /* every argument, however many (a model may take hundreds of inputs) */
+  size_t nargs = 0;
+  while (args[nargs]) nargs++;
+  const char **argv = calloc(nargs + 2, sizeof(*argv));
+  assert_non_null(argv);
+  argv[0] = prog;
+  memcpy(argv + 1, args, nargs * sizeof(*argv));
 
   int pin[2], pout[2], perr[2];
   assert_int_equal(pipe(pin), 0);
@@ -103,6 +105,7 @@ void run_proc(const char *prog, const char *const *args, const char *dir, const 
     execv(prog, (char *const *)argv);
     _exit(127);
   }
+  free(argv);
   close(pin[0]);
   close(pout[1]);
   close(perr[1]);

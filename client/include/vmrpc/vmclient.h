@@ -5,6 +5,8 @@
  * agent's devices, set inputs, invoke statefully (outputs stay on the
  * device), fetch only the outputs wanted, and time or profile functions on
  * the device. Large payloads move in chunks with several requests in flight.
+ * (One header by design, over 600 lines: it is the whole public API a user
+ * includes, each declaration with its contract.)
  *
  * Conventions
  * - Every call that can fail returns a vm_status_t (vm/status.h): NULL is
@@ -477,7 +479,9 @@ typedef struct vmc_run_result {
  * exec must be NULL and that VM runs again. Inputs travel inside the Run
  * request while they fit one chunk in all; the others are transferred
  * first, every TensorBegin and then all their chunks in flight together.
- * Against an agent of protocol 1.0 the same is done with the stateful
+ * Any number of inputs: a Run request carries the first 256 (the
+ * protocol's bound), those after them are set with SetInput first, one
+ * round trip each. Against an agent of protocol 1.0 the same is done with the stateful
  * requests. Errors: as the stateful operations, prefixed with the step
  * ("Run: input 1: ..."); a VM the call created is freed again when a
  * later step fails. */

@@ -1,8 +1,9 @@
-/* The base layer (library vmbase: this, vm/status.h and vm/src/base.c,
- * status.c): statuses, whole-file I/O and SHA-256. Below the executable
- * format, the agent and the client; libc and libcrypto only. */
-#ifndef VM_BASE_H
-#define VM_BASE_H
+/* Whole files and their digests (base layer, library vmbase: see
+ * base/CMakeLists.txt): reading a file under a size cap, writing one
+ * atomically, SHA-256. Below the executable format, the agent and the
+ * client; libc and libcrypto only. */
+#ifndef VMRPC_FILE_H
+#define VMRPC_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,4 +38,4 @@ void vm_sha256_hex(const uint8_t digest[VM_SHA256_BYTES], char out[2 * VM_SHA256
 }
 #endif
 
-#endif /* VM_BASE_H */
+#endif /* VMRPC_FILE_H */

@@ -1,7 +1,6 @@
-/* The base layer: whole-file I/O and SHA-256, used by the executable
- * format, the agent's store, the client library and the tools alike. With
- * status.c it is the library vmbase, which depends on libc and OpenSSL's
- * libcrypto only. */
+/* The base layer's files: whole-file I/O and SHA-256, used by the
+ * executable format, the agent's store, the client library and the tools
+ * alike (library vmbase: libc and OpenSSL's libcrypto only). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
