@@ -45,7 +45,7 @@
 #include "agent_proc.h"
 #include "gemm_exec.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 #define N 96
 #define GEMMS_A 20

@@ -50,7 +50,7 @@
 #include "agent_proc.h"
 #include "vm/executable.h"
 #include "vm/vm.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmexamples/models.h"
 
 #define MAX_ROUNDS 51

@@ -55,7 +55,7 @@
 #include <unistd.h>
 
 #include "agent_proc.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 extern char **environ;
 

@@ -79,7 +79,7 @@
 #include "agent_proc.h"
 #include "vm/executable.h"
 #include "vm/vm.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmproto/sp.h"
 
 #define MAX_ROUNDS 51

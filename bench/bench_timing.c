@@ -36,7 +36,7 @@
 #include "vm/device.h"
 #include "vm/vm.h"
 #include "vmcl/vmcl.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmexamples/models.h"
 
 #define SEED 1u

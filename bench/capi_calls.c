@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

@@ -16,7 +16,7 @@
 #include "server.h"
 #include "session.h"
 #include "store.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 #include "vmcl/vmcl.h"
 
 void vmagent_config_default(vmagent_config_t *cfg) {

@@ -30,7 +30,7 @@
 #include "auth.h"
 
 #include "agent_core.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 #define VMA_AUTH_LOG_NS 1000000000ull
 

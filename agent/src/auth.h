@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmagent/agent.h"
 
 /* Whether the failure budget is spent at now (an attack): Hellos arriving

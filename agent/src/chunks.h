@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 /* A chunked receive: which chunks arrived. Shared by uploads and tensor
  * transfers. */

@@ -3,7 +3,7 @@
 #define VMA_DEVICE_GATE_H
 
 #include "device.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmagent/agent.h"
 
 typedef struct vma_vm vma_vm_t;

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "handlers.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 #define VMA_MSG_MAX 4096
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "out.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 typedef struct vma_link_hdr {
   uint32_t len;

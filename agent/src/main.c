@@ -23,7 +23,7 @@
 
 #include "isolation/xlock.h"
 #include "procfs.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 #include "vmproto/wire.h"
 #include "worker.h"
 

@@ -9,7 +9,7 @@
 #include "handlers.h"
 #include "procfs.h"
 #include "store.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 static void vma_fill_device(const vma_device_t *d, Vmrpc__DeviceInfo *o) {
   const vm_device_props_t *p = &d->dev->props;

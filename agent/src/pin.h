@@ -5,7 +5,7 @@
 
 #include <sched.h>
 
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 typedef struct vma_pin {
   int on;

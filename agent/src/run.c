@@ -19,7 +19,7 @@
 #include "op_output.h"
 #include "op_upload.h"
 #include "vm_lock.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 /* Inputs one Run may set, and result entries (leaves, or tuples left for
  * the client to walk) one reply describes: bounded so the reply's envelope

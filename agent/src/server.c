@@ -57,7 +57,7 @@
 #include "server.h"
 #include "session.h"
 #include "time_in.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 #include "vmproto/ops.h"
 #include "vmproto/sp.h"
 #include "vmproto/wire.h"

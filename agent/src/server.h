@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmagent/agent.h"
 
 vm_status_t vma_server_start(vmagent_t *a);

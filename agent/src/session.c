@@ -19,7 +19,7 @@
 
 #include "agent_core.h"
 #include "chunks.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 uint64_t vma_random_u64(void) {
   uint64_t v = 0;

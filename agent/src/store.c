@@ -37,7 +37,7 @@
 
 #include <pthread.h>
 #include <time.h>
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 typedef struct vma_disk_entry {
   uint8_t hash[VM_SHA256_BYTES];

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "vm/executable.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 typedef struct vma_store vma_store_t;
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "session.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmagent/agent.h"
 
 typedef enum vma_use {

@@ -26,7 +26,7 @@
 #include "isolate.h"
 #include "session.h"
 #include "worker.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 #include "vmcl/vmcl.h"
 
 /* The one connection id of the link: the parent's session is bound to it. */

@@ -1,6 +1,6 @@
-#include "vm/dtype.h"
+#include "vmrpc/dtype.h"
 
-#include "vm/checked.h"
+#include "vmrpc/checked.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -13,7 +13,7 @@
 
 #include <openssl/evp.h>
 
-#include "vm/base.h"
+#include "vmrpc/file.h"
 
 void vm_sha256(const void *data, size_t size, uint8_t out[VM_SHA256_BYTES]) {
   /* OpenSSL's libcrypto picks the CPU's SHA instructions when it has them

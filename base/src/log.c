@@ -1,4 +1,4 @@
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -1,4 +1,4 @@
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -31,7 +31,7 @@
 #include <nng/supplemental/tls/tls.h>
 #include <nng/transport/tcp/tcp.h>
 
-#include "vm/base.h"
+#include "vmrpc/file.h"
 #include "vmc_internal.h"
 #include "vmproto/sp.h"
 

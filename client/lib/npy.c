@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "vm/base.h"
-#include "vmclient.h"
+#include "vmrpc/file.h"
+#include "vmrpc/vmclient.h"
 
 /* Headers longer than this are refused (numpy writes < 200 bytes for up to
  * 16 dims; its own reader refuses more than 10000 by default). */

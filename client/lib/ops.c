@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "vm/base.h"
+#include "vmrpc/file.h"
 #include "ops_internal.h"
 
 vm_status_t vmci_need_func(const char *func) {

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "vm/base.h"
+#include "vmrpc/file.h"
 #include "ops_internal.h"
 
 /* ---------------------------------------------------------------- upload */

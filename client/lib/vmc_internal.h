@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmproto/sp.h"
 #include "vmproto/wire.h"
 

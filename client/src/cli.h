@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 #ifndef VMRPC_VERSION
 #define VMRPC_VERSION "0.1.0" /* the CMake project version; a build may pass its own */

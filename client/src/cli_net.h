@@ -10,7 +10,7 @@
 
 #include "cli.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 /* Transfers larger than this show a progress bar (stderr a terminal, no
  * --quiet). */

@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmcompiler/onnx.h"
 
 int cli_is_onnx_path(const char *path) {

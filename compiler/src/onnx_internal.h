@@ -9,9 +9,9 @@
 #include <stdint.h>
 
 #include "onnx.pb-c.h"
-#include "vm/checked.h"
-#include "vm/dtype.h"
-#include "vm/status.h"
+#include "vmrpc/checked.h"
+#include "vmrpc/dtype.h"
+#include "vmrpc/status.h"
 #include "vmcompiler/graph.h"
 #include "vmcompiler/onnx.h"
 

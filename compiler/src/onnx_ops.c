@@ -23,7 +23,7 @@
  *     gets a new onnx_ops_<family>.c) and declare it in onnx_ops.h.
  *     Read inputs with onx_in_req / onx_in, attributes with onx_attr_*,
  *     check every shape it computes with onx_check_shape and every size
- *     with vm/checked.h, fold constant inputs on the host (onx_def_const)
+ *     with vmrpc/checked.h, fold constant inputs on the host (onx_def_const)
  *     or emit cl.* calls (new_t, call) and define each output
  *     (onx_bind_out / onx_def_out / onx_def_view). Propagate statuses
  *     with VM_RETURN_IF_ERROR; refuse what it cannot do with onx_node_err

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "vm/executable.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmcompiler/graph.h"
 #include "vmexamples/models.h"
 

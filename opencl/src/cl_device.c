@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "cl_internal.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 #include "vm/vm.h"
 
 /* ---------------------------------------------------------------------------

@@ -7,9 +7,9 @@
 #include <CL/cl.h>
 #include <pthread.h>
 
-#include "vm/base.h"
+#include "vmrpc/file.h"
 #include "vm/device.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vm/value.h"
 #include "vmcl/vmcl.h"
 

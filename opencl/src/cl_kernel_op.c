@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "cl_internal.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 #include "vm/vm.h"
 
 #define VMCL_OP "cl.kernel"

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "cl_ops_internal.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 /* The CLBlast entry points used, typed from its header. */
 typedef struct clblast_api {

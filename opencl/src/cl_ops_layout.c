@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cl_ops_internal.h"
-#include "vm/checked.h"
+#include "vmrpc/checked.h"
 
 vm_status_t vmcl_op_transpose(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                               vm_value_t *out, void *user) {

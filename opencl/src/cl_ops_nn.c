@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cl_ops_internal.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 /* Largest stride, padding, dilation or window: far beyond any real model,
  * and small enough that the kernels' 32-bit index arithmetic cannot

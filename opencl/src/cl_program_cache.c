@@ -41,7 +41,7 @@
 
 #include "cl_internal.h"
 #include "vm/executable.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 #define VMCL_BIN_MAGIC "VMCLBIN" /* 7 chars + NUL = 8 bytes */
 #define VMCL_BIN_VERSION 1u

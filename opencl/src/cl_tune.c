@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "cl_internal.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 #define TUNE_KEY_MAX 160       /* bytes of a key, NUL included */
 #define TUNE_ENTRIES_MAX 4096  /* shapes per device */

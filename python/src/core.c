@@ -1,4 +1,4 @@
-/* vmrpc._core: the CPython binding of libvmclient (client/include/vmclient.h).
+/* vmrpc._core: the CPython binding of libvmclient (client/include/vmrpc/vmclient.h).
  *
  * The Python package (python/vmrpc) builds its API on this module; nothing
  * here is meant to be used directly. What it guarantees:
@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmcompiler/onnx.h"
 
 /* ------------------------------------------------------------ module state

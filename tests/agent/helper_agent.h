@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "helper_wire.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 /* The test program (text form), built by ha_test_exec():
  *   main(x: float32[?]) -> (x, shape_of(x))

@@ -10,9 +10,9 @@
 
 #include "agent_core.h"
 #include "session.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 #include "vmagent/agent.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmproto/wire.h"
 
 static void fuzz_default_fail(const char *msg) {

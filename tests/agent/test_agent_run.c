@@ -19,8 +19,8 @@
 #include "helper_agent.h"
 #include "helper_wire.h"
 #include "test_util.h"
-#include "vm/base.h"
-#include "vmclient.h"
+#include "vmrpc/file.h"
+#include "vmrpc/vmclient.h"
 
 #define CHUNK 4096
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "test_util.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 /* Builds an .npy image: preamble of version major.0, the dict text padded
  * to a 64-byte boundary with '\n' last, then ndata bytes of data. */

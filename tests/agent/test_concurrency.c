@@ -21,7 +21,7 @@
 #include "helper_agent.h"
 #include "test_util.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmexamples/models.h"
 
 #define NTHREADS 8

@@ -22,7 +22,7 @@
 #include "helper_agent.h"
 #include "test_util.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 #define N 16
 

@@ -23,7 +23,7 @@
 #include "fake_tree.h"
 #include "run_proc.h"
 #include "test_util.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 static char g_root[256];  /* the fake tree */
 static char g_empty[256]; /* a tree that exposes nothing */

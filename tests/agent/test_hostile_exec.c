@@ -29,7 +29,7 @@
 #include "vmexamples/models.h"
 #include "test_util.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 #define N 16
 

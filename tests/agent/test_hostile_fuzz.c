@@ -37,7 +37,7 @@
 #include "helper_agent.h"
 #include "test_util.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmexamples/models.h"
 
 enum { P_ARGS, P_DEEP, P_CONCAT, P_SLICE, P_TIME, P_COUNT };

@@ -45,7 +45,7 @@
 #include "helper_agent.h"
 #include "test_util.h"
 #include "vmagent/agent.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 #define N 16
 

@@ -29,7 +29,7 @@
 #include "helper_agent.h"
 #include "test_util.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 #define THREADS 16
 #define CHUNK 4096

@@ -22,7 +22,7 @@
 #include "agent_proc.h"
 #include "gemm_exec.h"
 #include "test_util.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 static void test_bad_lists_refused(void **state) {
   (void)state;

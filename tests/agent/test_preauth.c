@@ -46,8 +46,8 @@
 #include "agent_proc.h"
 #include "helper_agent.h"
 #include "test_util.h"
-#include "vm/base.h"
-#include "vmclient.h"
+#include "vmrpc/file.h"
+#include "vmrpc/vmclient.h"
 #include "vmproto/wire.h"
 
 #define TOKEN "preauth-test-token-0123456789"

@@ -41,7 +41,7 @@
 #include "helper_agent.h"
 #include "test_util.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 #define MIB (1u << 20)
 

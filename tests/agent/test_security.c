@@ -28,9 +28,9 @@
 #include "helper_agent.h"
 #include "test_util.h"
 #include "vm/executable.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 #include "vmagent/agent.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmproto/wire.h"
 
 /* ------------------------------------------------------------ TLS */

@@ -40,9 +40,9 @@
 #include "agent_proc.h"
 #include "helper_agent.h"
 #include "test_util.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 #include "vmagent/agent.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmproto/wire.h"
 
 #define TOKEN "correct-horse-battery"

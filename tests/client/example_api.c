@@ -3,7 +3,7 @@
  *   client_example_api URL MODEL.vmx INPUT.npy OUTPUT.npy */
 #include <stdio.h>
 
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 #define CHECK(call)                                               \
   do {                                                            \

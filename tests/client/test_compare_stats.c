@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "test_util.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 
 static const double k_d[12] = {0.031, -0.012, 0.054, 0.020, 0.008, 0.047,
                                -0.003, 0.039, 0.025, 0.061, 0.015, 0.033};

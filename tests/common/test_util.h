@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 /* Fails the test with the status message unless st is OK; frees st. */
 #define ASSERT_OK(expr)                                                         \

@@ -17,7 +17,7 @@
 #include "helper_onnx_model.h"
 #include "run_proc.h"
 #include "test_util.h"
-#include "vm/dtype.h"
+#include "vmrpc/dtype.h"
 #include "vmcl/vmcl.h"
 
 static char g_vmclient[4096];

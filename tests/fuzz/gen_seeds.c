@@ -33,7 +33,7 @@
 #include "helper_fuzz.h"
 #include "sample_exec.h"
 #include "vm/executable.h"
-#include "vmclient.h"
+#include "vmrpc/vmclient.h"
 #include "vmexamples/models.h"
 #include "vmproto/wire.h"
 

@@ -20,7 +20,7 @@
 
 #include "helper_ref.h"
 #include "test_util.h"
-#include "vm/dtype.h"
+#include "vmrpc/dtype.h"
 #include "vm/vm.h"
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})

@@ -1,4 +1,4 @@
-/* vm/checked.h: the overflow-checked helpers every layer uses on numbers
+/* vmrpc/checked.h: the overflow-checked helpers every layer uses on numbers
  * from outside. Each edge: the largest result that fits, the first that
  * does not (and *out left as it was), INT64_MIN, zeros among dims. */
 #include <setjmp.h>
@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "vm/checked.h"
+#include "vmrpc/checked.h"
 
 #define P62 ((int64_t)1 << 62)
 

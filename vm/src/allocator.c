@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 #define VMI_SMALL_STEP 256u
 #define VMI_SMALL_MAX 4096u /* last size of the 256-byte classes */

@@ -14,9 +14,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "vm/checked.h"
+#include "vmrpc/checked.h"
 #include "vm/device.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 #define VMI_CPU_ALIGN 64
 

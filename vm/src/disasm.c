@@ -11,7 +11,7 @@
 
 #include "exec_internal.h"
 #include "text_internal.h"
-#include "vm/checked.h"
+#include "vmrpc/checked.h"
 #include "vm/executable.h"
 
 /* ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "exec_internal.h"
-#include "vm/checked.h"
+#include "vmrpc/checked.h"
 #include "vm/executable.h"
 
 const char *vm_opcode_name(int64_t op) {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "exec_internal.h"
-#include "vm/checked.h"
+#include "vmrpc/checked.h"
 #include "vm/executable.h"
 
 /* "VMRPCVMX" as the first eight bytes of the file. */

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "exec_internal.h"
-#include "vm/checked.h"
+#include "vmrpc/checked.h"
 #include "machine_internal.h"
 
 /* Arguments of one Call up to this count live in a stack array of the loop;

@@ -6,7 +6,7 @@
 
 #include "exec_internal.h"
 #include "machine_internal.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 /* ---------------------------------------------------------------------------
  * Registry: open addressing on FNV-1a, load <= 1/2. Lookups only happen at

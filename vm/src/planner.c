@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vm/checked.h"
+#include "vmrpc/checked.h"
 
 typedef struct placed {
   uint64_t offset, end;

@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "vm/allocator.h"
-#include "vm/checked.h"
-#include "vm/log.h"
+#include "vmrpc/checked.h"
+#include "vmrpc/log.h"
 
 /* Largest tensor rank accepted at run time. Operators keep per-dimension
  * arrays on the stack, so the rank must be bounded; 32 (NumPy's historical

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 #ifdef __cplusplus
 extern "C" {

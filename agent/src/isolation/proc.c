@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 uint64_t vma_ms_ns(uint64_t ms) {
   return ms * 1000000ull;

@@ -17,7 +17,7 @@
 
 #include "isolation/shared.h"
 #include "out.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmagent/agent.h"
 
 /* A worker that does not say it is ready within this long is killed. */

@@ -4,7 +4,7 @@
 #define VMA_ISOLATION_STATS_H
 
 #include "out.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmagent/agent.h"
 
 struct vma_session;

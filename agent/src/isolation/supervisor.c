@@ -31,7 +31,7 @@
 #include "procfs.h"
 #include "session.h"
 #include "time_in.h"
-#include "vm/log.h"
+#include "vmrpc/log.h"
 
 /* Starts a worker (supervisor thread, iso->mu not held). */
 static void vma_iso_spawn(vma_iso_t *iso) {

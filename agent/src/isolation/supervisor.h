@@ -36,7 +36,7 @@
 #ifndef VMA_ISOLATION_SUPERVISOR_H
 #define VMA_ISOLATION_SUPERVISOR_H
 
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmagent/agent.h"
 
 struct vma_session;

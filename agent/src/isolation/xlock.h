@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "device.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmagent/agent.h"
 
 typedef struct vma_vm vma_vm_t;

@@ -9,7 +9,7 @@
  * includes, each declaration with its contract.)
  *
  * Conventions
- * - Every call that can fail returns a vm_status_t (vm/status.h): NULL is
+ * - Every call that can fail returns a vm_status_t (vmrpc/status.h): NULL is
  *   OK, anything else carries a gRPC-style code and a message that says what
  *   to do next; the caller frees it with vm_status_free(). Errors reported
  *   by the agent keep the agent's code and message.
@@ -58,8 +58,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vm/dtype.h"
-#include "vm/status.h"
+#include "vmrpc/dtype.h"
+#include "vmrpc/status.h"
 
 #ifdef __cplusplus
 extern "C" {

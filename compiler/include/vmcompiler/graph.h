@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "vm/executable.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "vm/executable.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vmcompiler/graph.h"
 
 #ifdef __cplusplus

@@ -29,7 +29,7 @@
 
 #include "vm/executable.h"
 #include "vmcompiler/graph.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "vm/device.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vm/vm.h"
 
 #ifdef __cplusplus

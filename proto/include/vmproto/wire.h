@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vm/dtype.h"
-#include "vm/status.h"
+#include "vmrpc/dtype.h"
+#include "vmrpc/status.h"
 #include "vmproto/ops.h"
 #include "vmrpc.pb-c.h"
 

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "vm/device.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 #ifdef __cplusplus
 extern "C" {

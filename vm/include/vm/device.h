@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "vm/status.h"
+#include "vmrpc/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vm/base.h"
-#include "vm/dtype.h"
-#include "vm/status.h"
+#include "vmrpc/file.h"
+#include "vmrpc/dtype.h"
+#include "vmrpc/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -291,7 +291,7 @@ vm_status_t vm_executable_load_file(const char *path, const vm_limits_t *limits,
 vm_status_t vm_executable_write_file(const vm_executable_t *exec, const char *path);
 
 /* An executable's identity is the SHA-256 of its file bytes (vm_sha256,
- * vm/base.h). */
+ * vmrpc/file.h). */
 
 /* Decodes instruction pc of a verified executable. */
 vm_instr_t vm_executable_instr(const vm_executable_t *exec, uint64_t pc);

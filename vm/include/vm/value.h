@@ -16,8 +16,8 @@
 #include <stdint.h>
 
 #include "vm/device.h"
-#include "vm/dtype.h"
-#include "vm/status.h"
+#include "vmrpc/dtype.h"
+#include "vmrpc/status.h"
 
 #ifdef __cplusplus
 extern "C" {

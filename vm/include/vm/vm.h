@@ -14,7 +14,7 @@
 #include "vm/budget.h"
 #include "vm/device.h"
 #include "vm/executable.h"
-#include "vm/status.h"
+#include "vmrpc/status.h"
 #include "vm/value.h"
 
 #ifdef __cplusplus
