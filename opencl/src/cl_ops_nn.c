@@ -270,8 +270,9 @@ static vm_status_t conv_time(int f, vmcl_dev_t *d, const vm_device_t *dev, const
 /* A general convolution on the formulation the device's tuning table names
  * for its shape. A shape not in the table yet is measured now: each
  * formulation once to build its kernels, then three interleaved timed
- * runs each; the one with the shorter fastest run is recorded (cl_tune.c) and y holds the
- * last run's result (both compute the same y). VMCL_CONV=direct or gemm
+ * runs each; the one with the shorter fastest run is recorded (cl_tune.c) and y holds
+ * its result (the two sum in different orders, so a first call must leave what every
+ * later call computes: a run is bit for bit the same from the first). VMCL_CONV=direct or gemm
  * overrides the table (benchmarks and tests compare the two); only
  * float32 has the GEMM formulation, within CONV_GEMM_MAX_COLS. */
 static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
@@ -314,6 +315,8 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   snprintf(detail, sizeof(detail), "direct %.3f ms, gemm %.3f ms", med[0] * 1e3, med[1] * 1e3);
   vmcl_tune_record(d, key, f, detail);
   VM_LOGD("cl.conv2d %s: %s (%s)", key, f == CONV_F_GEMM ? "gemm" : "direct", detail);
+  /* the last timed run was the GEMM's */
+  if (f != CONV_F_GEMM) return conv_run(f, d, dev, x, w, bias, y, s);
   return VM_STATUS_OK;
 }
 
