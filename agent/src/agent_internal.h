@@ -4,7 +4,8 @@
  * its requests, serves the cheap ones itself and queues the others; N
  * workers (more while requests wait for devices) serving queued requests;
  * one reaper (idle sessions, sessions of closed connections, shutdown
- * cancels); nng's poller for the sockets; the caller of
+ * cancels); the flusher (replies the sockets did not take at once,
+ * vmtransport/sendq.h); the caller of
  * vmagent_start/stop.
  *
  * Locks, always taken in this order, never the other way round:
@@ -265,12 +266,12 @@ struct vmagent {
   /* transport */
   int started;
   int stopped;
-  nng_stream_listener *listener;
-  nng_aio *accept_aio;
+  struct vmt_listener *listener;
   int ipc_listener; /* ipc:// framing (a type byte before each length) */
   pthread_t acceptor;
   int acceptor_started;
-  void *tls_config;      /* nng_tls_config * */
+  struct vmt_tls *tls;         /* tls+tcp:// */
+  struct vmt_flusher *flusher; /* writes what replies left in send queues */
   vma_worker_t *workers; /* pool_size slots */
   uint32_t pool_size;
   /* Worker slots, the job queue, the connection list and the counts

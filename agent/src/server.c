@@ -1,13 +1,12 @@
-/* The transport: SP framing over nng byte streams (tcp://, tls+tcp://,
- * ipc://), wire-compatible with nng's req0 sockets (vmproto/sp.h).
+/* The server: connections of the transport layer (tcp://, tls+tcp://,
+ * ipc://: vmtransport/), wire-compatible with nng's req0 sockets.
  *
  * An acceptor thread takes connections; each gets a reader thread that
  * reads its requests one after the other and serves the cheap ones
  * (vma_op_is_cheap: no device, never blocking) itself, answering on the
  * thread that read them, and queues the rest for the workers. So Ping and
  * Cancel never wait behind a busy worker, and a small request costs one
- * wake-up of the reader (nng's poller completes the read) and an inline
- * write. A worker that is about to wait for a busy device makes sure
+ * wake-up of the reader (it polls its own socket) and an inline write. A worker that is about to wait for a busy device makes sure
  * another worker is idle (vma_on_block). When a reader ends (the peer
  * closed, a read failed, a message was malformed or too large) the
  * connection's sessions are torn down (the reaper destroys them).
@@ -22,23 +21,18 @@
  * and SP handshakes included), and a new connection closes the oldest one
  * when --max-unauthenticated are open.
  *
- * Replies never block the thread that made them, and no lock is held
- * while one is written: a reply goes out at once as far as the socket
- * takes it (plain TCP: a non-blocking send on the socket), and what is
- * left waits in the connection's outgoing queue (wmu guards the queue,
- * never I/O), written by an nng callback as the peer reads. While the
- * queue holds more than VMA_OUT_SOFT bytes the reader reads no more of
- * that connection's requests; a connection whose queue passes
- * vma_out_cap(), or whose writes make no progress for --write-timeout,
- * is dropped. Replies of one connection go out whole, in the order they
- * were made.
+ * Replies never block the thread that made them: each connection's
+ * replies go through its send queue (vmtransport/sendq.h), written at
+ * once as far as the socket takes it, the rest by the agent's flusher
+ * thread as the peer reads. While the queue holds more than VMA_OUT_SOFT
+ * bytes the reader reads no more of that connection's requests; a
+ * connection whose queue passes vma_out_cap(), or whose writes make no
+ * progress for --write-timeout, is dropped.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -48,13 +42,13 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <nng/supplemental/tls/tls.h>
-#include <nng/transport/tcp/tcp.h>
 
 #include "agent_internal.h"
 #include "vm/log.h"
 #include "vmproto/ops.h"
-#include "vmproto/sp.h"
+#include "vmtransport/conn.h"
+#include "vmtransport/frame.h"
+#include "vmtransport/sendq.h"
 
 /* Most authenticated connections open at once (each has a reader
  * thread); connections without Hello have their own, smaller cap
@@ -84,32 +78,16 @@ static uint64_t vma_out_cap(const vmagent_t *a) {
   return (16ull << 20) + 16 * a->cfg.max_message_bytes;
 }
 
-/* A reply waiting to be written. It heads the reply's own heap block
- * (vma_reply_alloc), so queueing a reply allocates nothing. */
-typedef struct vma_outbuf {
-  struct vma_outbuf *next;
-  const uint8_t *p; /* the next byte to write */
-  size_t left;
-} vma_outbuf_t;
-
-/* Room before a reply body for the queue entry, its prefix and the
+/* Room before a reply body for its send-queue entry, its prefix and the
  * request's id words. */
-#define VMA_REPLY_HEAD (sizeof(vma_outbuf_t) + VMP_SP_PREFIX_MAX + 4 * VMP_SP_MAX_HOPS)
+#define VMA_REPLY_HEAD (sizeof(vmt_sendbuf_t) + VMT_PREFIX_MAX + 4 * VMT_MAX_HOPS)
 
 typedef struct vma_conn {
   vmagent_t *a;
   uint32_t id;
   int ipc;
-  nng_stream *s;
-  nng_aio *raio; /* the reader's (rd.aio) */
-  nng_aio *waio; /* the queue's writes; its callback is vma_conn_sent */
-  int wfd;       /* plain TCP: the socket, for non-blocking sends; else -1 */
-  /* The outgoing queue. wmu is never held across I/O. */
-  pthread_mutex_t wmu;
-  pthread_cond_t wcv; /* the queue shrank, emptied, or c closed */
-  vma_outbuf_t *oq_head, *oq_tail;
-  uint64_t oq_bytes; /* unsent bytes queued */
-  int writing;       /* the one writer: a sender's try, or waio in flight */
+  vmt_conn_t *s;
+  vmt_sendq_t out;   /* replies */
   atomic_int refs;   /* the reader + queued or running jobs */
   atomic_int closed;
   /* A reply refused a Hello's token (vma_out_t.close_after): one guess per
@@ -124,7 +102,7 @@ typedef struct vma_conn {
   struct vma_conn *uprev, *unext;
   char peer[64];
   pthread_t reader;
-  vmp_sp_reader_t rd;    /* requests, read by the reader thread */
+  vmt_reader_t rd;       /* requests, read by the reader thread */
   struct vma_conn *next; /* a->conns or a->ended, under pool_lock */
 } vma_conn_t;
 
@@ -142,45 +120,19 @@ static int vma_op_is_cheap(int op) {
   return (vmp_op_flags((Vmrpc__Request__OpCase)op) & VMP_OP_CHEAP) != 0;
 }
 
-/* Frees the queue (wmu held, or c unshared). */
-static void vma_out_discard(vma_conn_t *c) {
-  while (c->oq_head) {
-    vma_outbuf_t *b = c->oq_head;
-    c->oq_head = b->next;
-    free(b);
-  }
-  c->oq_tail = NULL;
-  c->oq_bytes = 0;
-}
-
 static void vma_conn_unref(vma_conn_t *c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
-  /* A write still in flight ends (the stream is closed) and its callback
-   * returns before the connection goes; a stopped aio starts no more. */
-  nng_aio_stop(c->waio);
-  nng_aio_stop(c->raio);
-  nng_stream_free(c->s);
-  nng_aio_free(c->raio);
-  nng_aio_free(c->waio);
-  vma_out_discard(c);
-  pthread_cond_destroy(&c->wcv);
-  pthread_mutex_destroy(&c->wmu);
+  vmt_sendq_destroy(&c->out);
+  vmt_conn_free(c->s);
   free(c);
 }
 
-/* Closes c's stream and stops its reads: nng 1.5 may leave an operation
- * started on a closed stream pending for ever, a stopped aio refuses new
- * ones at once. A write in flight fails (its callback starts no other);
- * a reader waiting for reply space wakes. Never waits for waio's
- * callback, so it may be called from it, and with pool_lock held. */
+/* Closes c: its reader wakes and ends, its replies are dropped. May be
+ * called with pool_lock held, and from the flusher. */
 static void vma_conn_close(vma_conn_t *c) {
   atomic_store(&c->closed, 1);
-  nng_stream_close(c->s);
-  nng_aio_stop(c->raio);
-  nng_aio_abort(c->waio, NNG_ECLOSED);
-  pthread_mutex_lock(&c->wmu);
-  pthread_cond_broadcast(&c->wcv);
-  pthread_mutex_unlock(&c->wmu);
+  vmt_conn_close(c->s);
+  vmt_sendq_close(&c->out);
 }
 
 /* Logs why c is dropped, VMA_DROP_LOG_PER_S a second; pool_lock held. */
@@ -244,21 +196,7 @@ void vma_conn_peer(vmagent_t *a, uint32_t id, char *out, size_t cap) {
 }
 
 static void vma_peer_of(vma_conn_t *c) {
-  snprintf(c->peer, sizeof(c->peer), "ipc");
-  if (c->ipc) return;
-  nng_sockaddr sa;
-  memset(&sa, 0, sizeof(sa));
-  snprintf(c->peer, sizeof(c->peer), "pipe %u", c->id);
-  if (nng_stream_get_addr(c->s, NNG_OPT_REMADDR, &sa) != 0) return;
-  if (sa.s_family == NNG_AF_INET) {
-    char ip[INET_ADDRSTRLEN];
-    if (inet_ntop(AF_INET, &sa.s_in.sa_addr, ip, sizeof(ip)))
-      snprintf(c->peer, sizeof(c->peer), "%s", ip);
-  } else if (sa.s_family == NNG_AF_INET6) {
-    char ip[INET6_ADDRSTRLEN];
-    if (inet_ntop(AF_INET6, sa.s_in6.sa_addr, ip, sizeof(ip)))
-      snprintf(c->peer, sizeof(c->peer), "%s", ip);
-  }
+  snprintf(c->peer, sizeof(c->peer), "%s", c->ipc ? "ipc" : c->s->peer);
 }
 
 /* ------------------------------------------------------------ replies */
@@ -279,139 +217,25 @@ static uint8_t *vma_reply_alloc(vma_out_t *o, size_t size) {
   return o->buf;
 }
 
-/* Writes the queue's head through waio; c's writer, head set. */
-static void vma_conn_kick(vma_conn_t *c) {
-  pthread_mutex_lock(&c->wmu);
-  nng_iov v = {.iov_buf = (void *)c->oq_head->p, .iov_len = c->oq_head->left};
-  pthread_mutex_unlock(&c->wmu);
-  nng_aio_set_iov(c->waio, 1, &v);
-  nng_aio_set_timeout(c->waio, (nng_duration)c->a->cfg.write_timeout_ms);
-  nng_stream_send(c->s, c->waio);
-}
-
-/* waio's callback (an nng thread): the head moved on by what was
- * written; the next write, or the connection dropped when the peer has
- * read nothing for cfg.write_timeout_ms. */
-static void vma_conn_sent(void *arg) {
-  vma_conn_t *c = arg;
-  int rv = nng_aio_result(c->waio);
-  size_t n = rv ? 0 : nng_aio_count(c->waio);
-  if (!rv && n == 0) rv = NNG_ECONNSHUT; /* a stream that takes nothing is a closed one */
-  pthread_mutex_lock(&c->wmu);
-  vma_outbuf_t *h = c->oq_head;
-  if (!rv && h) {
-    h->p += n;
-    h->left -= n;
-    c->oq_bytes -= n;
-    if (h->left == 0) {
-      c->oq_head = h->next;
-      if (!c->oq_head) c->oq_tail = NULL;
-      free(h);
-    }
-  }
-  int more = !rv && c->oq_head && !atomic_load(&c->closed);
-  if (!more) {
-    c->writing = 0;
-    if (rv || atomic_load(&c->closed)) vma_out_discard(c);
-  }
-  if (!more || c->oq_bytes <= VMA_OUT_SOFT) pthread_cond_broadcast(&c->wcv);
-  pthread_mutex_unlock(&c->wmu);
-  if (more) {
-    vma_conn_kick(c);
-  } else if (rv && !atomic_load(&c->closed)) {
-    if (rv == NNG_ETIMEDOUT) {
-      char why[160];
-      snprintf(why, sizeof(why),
-               "a stalled writer: the peer has read nothing of its replies for %.1f s "
-               "(--write-timeout)",
-               c->a->cfg.write_timeout_ms / 1000.0);
-      vma_conn_drop(c, why);
-    } else {
-      VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));
-      vma_conn_drop(c, NULL); /* a reply cut short leaves the stream unusable */
-    }
-  }
-}
-
-/* Sends the reply b (its p and left set) on c without waiting: written
- * now as far as the socket takes it, the rest queued. */
-static void vma_conn_send(vma_conn_t *c, vma_outbuf_t *b) {
-  b->next = NULL;
-  pthread_mutex_lock(&c->wmu);
-  if (atomic_load(&c->closed)) {
-    pthread_mutex_unlock(&c->wmu);
-    free(b);
+/* c's send queue failed (the flusher, or a sender): the connection goes. */
+static void vma_out_failed(void *ctx, int rv) {
+  vma_conn_t *c = ctx;
+  if (atomic_load(&c->closed)) return;
+  char why[160];
+  if (rv == NNG_ETIMEDOUT) {
+    snprintf(why, sizeof(why),
+             "a stalled writer: the peer has read nothing of its replies for %.1f s "
+             "(--write-timeout)",
+             c->a->cfg.write_timeout_ms / 1000.0);
+  } else if (rv == NNG_EMSGSIZE) {
+    snprintf(why, sizeof(why), "its unsent replies passed %llu MiB (the peer does not read them)",
+             (unsigned long long)(vma_out_cap(c->a) >> 20));
+  } else {
+    VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));
+    vma_conn_drop(c, NULL); /* a reply cut short leaves the stream unusable */
     return;
   }
-  if (c->writing) { /* behind the replies being written */
-    uint64_t cap = vma_out_cap(c->a);
-    if (c->oq_bytes + b->left > cap) {
-      pthread_mutex_unlock(&c->wmu);
-      free(b);
-      char why[160];
-      snprintf(why, sizeof(why), "its unsent replies passed %llu MiB (the peer does not read them)",
-               (unsigned long long)(cap >> 20));
-      vma_conn_drop(c, why);
-      return;
-    }
-    if (c->oq_tail)
-      c->oq_tail->next = b;
-    else
-      c->oq_head = b;
-    c->oq_tail = b;
-    c->oq_bytes += b->left;
-    pthread_mutex_unlock(&c->wmu);
-    return;
-  }
-  c->writing = 1;
-  pthread_mutex_unlock(&c->wmu);
-  if (c->wfd >= 0) {
-    ssize_t n;
-    do n = send(c->wfd, b->p, b->left, MSG_DONTWAIT | MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-      VM_LOGD("connection %u: sending a reply: %s", c->id, strerror(errno));
-      free(b);
-      pthread_mutex_lock(&c->wmu);
-      c->writing = 0;
-      vma_out_discard(c);
-      pthread_mutex_unlock(&c->wmu);
-      vma_conn_drop(c, NULL);
-      return;
-    }
-    if (n > 0) {
-      b->p += n;
-      b->left -= (size_t)n;
-    }
-    if (b->left == 0) {
-      free(b);
-      pthread_mutex_lock(&c->wmu);
-      int more = c->oq_head && !atomic_load(&c->closed);
-      if (!more) c->writing = 0;
-      pthread_mutex_unlock(&c->wmu);
-      if (more) vma_conn_kick(c);
-      return;
-    }
-  }
-  /* The rest goes before whatever others queued meanwhile. */
-  pthread_mutex_lock(&c->wmu);
-  b->next = c->oq_head;
-  c->oq_head = b;
-  if (!c->oq_tail) c->oq_tail = b;
-  c->oq_bytes += b->left;
-  pthread_mutex_unlock(&c->wmu);
-  vma_conn_kick(c);
-}
-
-/* Waits while c's unsent replies exceed VMA_OUT_SOFT: 0, or -1 once c is
- * closed. */
-static int vma_conn_wait_out(vma_conn_t *c) {
-  pthread_mutex_lock(&c->wmu);
-  while (!atomic_load(&c->closed) && c->oq_bytes > VMA_OUT_SOFT)
-    pthread_cond_wait(&c->wcv, &c->wmu);
-  int closed = atomic_load(&c->closed);
-  pthread_mutex_unlock(&c->wmu);
-  return closed ? -1 : 0;
+  vma_conn_drop(c, why);
 }
 
 /* Serves one request (id words hdr, hdr_len bytes, then body) of c and
@@ -434,16 +258,16 @@ static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, in
     free(out.user);
     return;
   }
-  uint8_t pre[VMP_SP_PREFIX_MAX];
-  size_t pn = vmp_sp_prefix(c->ipc, (uint64_t)hdr_len + out.len, pre);
+  uint8_t pre[VMT_PREFIX_MAX];
+  size_t pn = vmt_prefix_make(c->ipc, (uint64_t)hdr_len + out.len, pre);
   uint8_t *start = out.buf - hdr_len - pn;
   memcpy(start, pre, pn);
   memcpy(start + pn, msg, hdr_len);
-  vma_outbuf_t *b = out.user;
+  vmt_sendbuf_t *b = out.user;
   b->p = start;
   b->left = pn + hdr_len + out.len;
   if (out.close_after) atomic_store(&c->refused, 1); /* a failed Hello: one guess per connection */
-  vma_conn_send(c, b);
+  vmt_sendq_send(&c->out, b);
 }
 
 /* Workers: each serves queued requests one at a time. A request that must
@@ -523,14 +347,14 @@ static void vma_on_block(vmagent_t *a) {
  * stored or decoded. */
 static int vma_drain_pre_hello(vma_conn_t *c, uint64_t len) {
   uint8_t buf[4096];
-  size_t hn = 4 * VMP_SP_MAX_HOPS;
-  int rv = vmp_sp_read(&c->rd, buf, hn, 0, NULL);
-  int hdr = rv ? 0 : vmp_sp_request_header(buf, hn);
-  uint8_t head[4 * VMP_SP_MAX_HOPS];
+  size_t hn = 4 * VMT_MAX_HOPS;
+  int rv = vmt_read(&c->rd, buf, hn, 0, NULL);
+  int hdr = rv ? 0 : vmt_request_header(buf, hn);
+  uint8_t head[4 * VMT_MAX_HOPS];
   memcpy(head, buf, hn);
   for (uint64_t left = len - hn; !rv && left > 0;) {
     size_t n = left < sizeof(buf) ? (size_t)left : sizeof(buf);
-    rv = vmp_sp_read(&c->rd, buf, n, 0, NULL);
+    rv = vmt_read(&c->rd, buf, n, 0, NULL);
     left -= n;
   }
   if (rv) return rv;
@@ -557,8 +381,8 @@ static int vma_refused_pre_hello(vma_conn_t *c) {
   uint8_t b;
   int rv;
   do {
-    c->rd.off = c->rd.len; /* buffered bytes: thrown away */
-    rv = vmp_sp_read(&c->rd, &b, 1, wait, NULL);
+    vmt_reader_drop(&c->rd); /* buffered bytes: thrown away */
+    rv = vmt_read(&c->rd, &b, 1, wait, NULL);
   } while (!rv);
   return rv;
 }
@@ -579,14 +403,14 @@ static void vma_conn_authenticated(vma_conn_t *c) {
  * session authenticates c); any other request gets its refusal and is the
  * last served. 0 to read on, else the reader's end. */
 static int vma_serve_pre_hello(vma_conn_t *c, uint64_t len) {
-  if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS) {
+  if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMT_MAX_HOPS) {
     int rv = vma_drain_pre_hello(c, len);
     return rv ? rv : vma_refused_pre_hello(c);
   }
-  uint8_t msg[VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS];
-  int rv = vmp_sp_read(&c->rd, msg, (size_t)len, 0, NULL);
+  uint8_t msg[VMA_PRE_HELLO_MAX_BYTES + 4 * VMT_MAX_HOPS];
+  int rv = vmt_read(&c->rd, msg, (size_t)len, 0, NULL);
   if (rv) return rv;
-  int hdr = vmp_sp_request_header(msg, (size_t)len);
+  int hdr = vmt_request_header(msg, (size_t)len);
   if (hdr == 0) {
     VM_LOGW("connection %u (%s): a message without a request id: closing the connection", c->id,
             c->peer);
@@ -609,26 +433,23 @@ static int vma_serve_pre_hello(vma_conn_t *c, uint64_t len) {
 static void *vma_reader_main(void *arg) {
   vma_conn_t *c = arg;
   vmagent_t *a = c->a;
-  /* Plain TCP: the reader waits for requests on the socket itself, so the
-   * kernel wakes it without a detour through nng's poller thread; replies
-   * try a non-blocking send on it first. */
-  c->wfd = a->ipc_listener || a->tls_config ? -1 : vmp_sp_stream_fd(c->s);
-  c->rd.fd = c->wfd;
-  /* The whole of it is bounded by the Hello deadline (the reaper). */
-  int rv =
-      vmp_sp_handshake(c->s, c->raio, VMP_SP_REP0, VMP_SP_REQ0, (int32_t)a->cfg.hello_timeout_ms);
+  /* The TLS and SP handshakes; the whole of it is bounded by the Hello
+   * deadline (the reaper). */
+  int rv = vmt_conn_start(c->s, (int32_t)a->cfg.hello_timeout_ms);
+  if (!rv)
+    rv = vmt_conn_handshake(c->s, VMT_SP_REP0, VMT_SP_REQ0, (int32_t)a->cfg.hello_timeout_ms);
   if (rv) VM_LOGD("connection %u (%s): handshake: %s", c->id, c->peer, nng_strerror(rv));
-  size_t pn = c->ipc ? 9 : 8;
+  size_t pn = vmt_prefix_len(c->ipc);
   while (!rv) {
     /* A peer that does not read its replies gets no more served. */
-    if (vma_conn_wait_out(c)) {
+    if (vmt_sendq_wait_room(&c->out)) {
       rv = NNG_ECLOSED;
       break;
     }
-    uint8_t pre[VMP_SP_PREFIX_MAX];
-    rv = vmp_sp_read(&c->rd, pre, pn, 0, NULL);
+    uint8_t pre[VMT_PREFIX_MAX];
+    rv = vmt_read(&c->rd, pre, pn, 0, NULL);
     uint64_t len = 0;
-    if (!rv) rv = vmp_sp_prefix_parse(c->ipc, pre, &len);
+    if (!rv) rv = vmt_prefix_parse(c->ipc, pre, &len);
     if (rv) break;
     /* Bigger messages (or garbage) close the connection before a byte
      * of them is stored, as nng's own sockets do. */
@@ -646,7 +467,7 @@ static void *vma_reader_main(void *arg) {
     }
     /* Without a session (after Goodbye), a message beyond the pre-Hello
      * cap is drained, not stored: its header is kept for the refusal. */
-    if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS && !vma_pipe_has_session(a, c->id)) {
+    if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMT_MAX_HOPS && !vma_pipe_has_session(a, c->id)) {
       rv = vma_drain_pre_hello(c, len);
       if (rv) break;
       continue;
@@ -658,8 +479,8 @@ static void *vma_reader_main(void *arg) {
       rv = NNG_ENOMEM;
       break;
     }
-    rv = vmp_sp_read(&c->rd, j->data, (size_t)len, 0, NULL);
-    int hdr = rv ? 0 : vmp_sp_request_header(j->data, (size_t)len);
+    rv = vmt_read(&c->rd, j->data, (size_t)len, 0, NULL);
+    int hdr = rv ? 0 : vmt_request_header(j->data, (size_t)len);
     if (rv || hdr <= 0) {
       free(j);
       if (rv) break;
@@ -743,35 +564,19 @@ static void vma_conns_join(vmagent_t *a) {
 
 /* Takes over s: starts its reader, or closes it. A connection without
  * Hello closes the oldest one when cfg.max_unauth_conns are open. */
-static void vma_conn_start(vmagent_t *a, nng_stream *s) {
+static void vma_conn_start(vmagent_t *a, vmt_conn_t *s) {
   vma_conn_t *c = calloc(1, sizeof(*c));
-  if (!c || nng_aio_alloc(&c->raio, NULL, NULL) != 0 ||
-      nng_aio_alloc(&c->waio, vma_conn_sent, c) != 0 || pthread_mutex_init(&c->wmu, NULL) != 0) {
+  if (!c || vmt_sendq_init(&c->out, s, a->flusher, vma_out_cap(a), VMA_OUT_SOFT, vma_out_failed,
+                           c) != 0) {
     VM_LOGE("no memory for a connection: closing it");
-    if (c) {
-      nng_aio_free(c->raio);
-      nng_aio_free(c->waio);
-    }
     free(c);
-    nng_stream_free(s);
-    return;
-  }
-  if (pthread_cond_init(&c->wcv, NULL) != 0) {
-    VM_LOGE("no memory for a connection: closing it");
-    pthread_mutex_destroy(&c->wmu);
-    nng_aio_free(c->raio);
-    nng_aio_free(c->waio);
-    free(c);
-    nng_stream_free(s);
+    vmt_conn_free(s);
     return;
   }
   c->a = a;
   c->s = s;
   c->ipc = a->ipc_listener;
-  c->wfd = -1;
-  c->rd.s = s;
-  c->rd.aio = c->raio;
-  c->rd.fd = -1;
+  c->rd.c = s;
   atomic_init(&c->refs, 1);
   atomic_init(&c->closed, 0);
   pthread_mutex_lock(&a->pool_lock);
@@ -853,24 +658,17 @@ static void vma_conns_expire(vmagent_t *a) {
 static void *vma_acceptor_main(void *arg) {
   vmagent_t *a = arg;
   for (;;) {
-    nng_stream_listener_accept(a->listener, a->accept_aio);
-    nng_aio_wait(a->accept_aio);
-    int rv = nng_aio_result(a->accept_aio);
-    if (atomic_load(&a->stopping) || rv == NNG_ECLOSED) break;
+    vmt_conn_t *s = NULL;
+    int rv = vmt_listener_accept(a->listener, &s);
+    if (atomic_load(&a->stopping) || rv == NNG_ECLOSED) {
+      vmt_conn_free(s);
+      break;
+    }
     if (rv != 0) {
       VM_LOGD("accepting a connection: %s", nng_strerror(rv));
-      if (rv == NNG_ENOMEM || rv == NNG_ENOFILES) {
-        struct timespec ts = {0, 10 * 1000 * 1000}; /* do not spin */
-        nanosleep(&ts, NULL);
-      }
+      struct timespec ts = {0, 10 * 1000 * 1000}; /* do not spin */
+      nanosleep(&ts, NULL);
       continue;
-    }
-    nng_stream *s = nng_aio_get_output(a->accept_aio, 0);
-    if (!a->ipc_listener) {
-      nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
-      /* Detects peers that vanished without closing, so their sessions
-       * end. */
-      nng_stream_set_bool(s, NNG_OPT_TCP_KEEPALIVE, true);
     }
     vma_conn_start(a, s);
     vma_conns_join(a);
@@ -932,40 +730,32 @@ static void vma_log_fingerprint(const char *pem) {
 }
 
 static vm_status_t vma_tls_setup(vmagent_t *a) {
-  const char *engine = nng_tls_engine_name();
-  if (!engine || strcmp(engine, "none") == 0)
-    return vm_status_make(VM_UNAVAILABLE, "this nng build has no TLS engine; use tcp://");
   char *cert = NULL, *key = NULL;
-  nng_tls_config *cfg = NULL;
   vm_status_t st = vma_read_text(a->tls_cert_file, "--tls-cert", &cert);
   if (!st) st = vma_read_text(a->tls_key_file, "--tls-key", &key);
   if (st) goto done;
-  int rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER);
-  if (rv) {
+  vmt_tls_opts_t o = {.server = 1, .cert_pem = cert, .key_pem = key};
+  char err[256];
+  int rv = vmt_tls_new(&o, &a->tls, err, sizeof(err));
+  if (rv == NNG_EINVAL)
+    st = vm_status_make(VM_INVALID_ARGUMENT, "loading --tls-cert/--tls-key: %s", err);
+  else if (rv)
     st = vmp_nng_status(rv, "creating the TLS configuration");
-    goto done;
-  }
-  rv = nng_tls_config_own_cert(cfg, cert, key, NULL);
-  if (rv) {
-    st = vmp_nng_status(rv, "loading --tls-cert/--tls-key");
-    goto done;
-  }
-  a->tls_config = cfg;
-  cfg = NULL;
-  vma_log_fingerprint(cert);
+  if (!st) vma_log_fingerprint(cert);
 done:
-  if (cfg) nng_tls_config_free(cfg);
   free(cert);
-  free(key);
+  if (key) {
+    memset(key, 0, strlen(key));
+    free(key);
+  }
   return st;
 }
 
-/* Rewrites the listen URL with the port nng actually bound. */
+/* Rewrites the listen URL with the port actually bound. */
 static void vma_make_url(vmagent_t *a) {
   snprintf(a->url, sizeof(a->url), "%s", a->listen_url);
-  int port = 0;
-  if (nng_stream_listener_get_int(a->listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0 || port <= 0)
-    return;
+  int port = vmt_listener_port(a->listener);
+  if (port <= 0) return;
   char *sep = strstr(a->url, "://");
   if (!sep) return;
   char *colon = strrchr(sep + 3, ':');
@@ -994,23 +784,19 @@ vm_status_t vma_server_start(vmagent_t *a) {
     return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
   }
   a->pool_lock_ready = 1;
-  a->ipc_listener = vmp_sp_url_is_ipc(a->listen_url);
-  int rv = nng_stream_listener_alloc(&a->listener, a->listen_url);
+  a->ipc_listener = vmt_url_is_ipc(a->listen_url);
+  int rv = vmt_url_check(a->listen_url);
   if (rv) return vmp_nng_status(rv, a->listen_url);
-  if (strncmp(a->listen_url, "tls+", 4) == 0) {
-    VM_RETURN_IF_ERROR(vma_tls_setup(a));
-    rv = nng_stream_listener_set_ptr(a->listener, NNG_OPT_TLS_CONFIG, a->tls_config);
-    if (rv) return vmp_nng_status(rv, "applying the TLS configuration");
-  }
-  rv = nng_stream_listener_listen(a->listener);
+  if (strncmp(a->listen_url, "tls+", 4) == 0) VM_RETURN_IF_ERROR(vma_tls_setup(a));
+  rv = vmt_listen(a->listen_url, a->tls, &a->listener);
   if (rv) {
     char what[600];
     snprintf(what, sizeof(what), "listening on %s", a->listen_url);
     return vmp_nng_status(rv, what);
   }
   vma_make_url(a);
-  rv = nng_aio_alloc(&a->accept_aio, NULL, NULL);
-  if (rv) return vmp_nng_status(rv, "allocating the accept aio");
+  rv = vmt_flusher_start((int32_t)a->cfg.write_timeout_ms, &a->flusher);
+  if (rv) return vmp_nng_status(rv, "starting the reply flusher");
 
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -1051,7 +837,7 @@ void vma_server_stop(vmagent_t *a) {
   vma_sessions_reap(a);
   /* No new connections; then every open one is closed, which ends its
    * reader (and fails any reply still being written). */
-  if (a->listener) nng_stream_listener_close(a->listener);
+  if (a->listener) vmt_listener_close(a->listener);
   if (a->acceptor_started) {
     pthread_join(a->acceptor, NULL);
     a->acceptor_started = 0;
@@ -1084,13 +870,11 @@ void vma_server_stop(vmagent_t *a) {
   free(a->workers);
   a->workers = NULL;
   if (a->listener) {
-    nng_stream_listener_free(a->listener);
+    vmt_listener_free(a->listener);
     a->listener = NULL;
   }
-  if (a->accept_aio) {
-    nng_aio_free(a->accept_aio);
-    a->accept_aio = NULL;
-  }
+  vmt_flusher_stop(a->flusher);
+  a->flusher = NULL;
   if (a->reaper_started) {
     pthread_mutex_lock(&a->lock);
     a->reaper_quit = 1;
@@ -1109,8 +893,6 @@ void vma_server_stop(vmagent_t *a) {
     pthread_mutex_destroy(&a->pool_lock);
     a->pool_lock_ready = 0;
   }
-  if (a->tls_config) {
-    nng_tls_config_free(a->tls_config);
-    a->tls_config = NULL;
-  }
+  vmt_tls_free(a->tls);
+  a->tls = NULL;
 }
