@@ -1,25 +1,22 @@
-/* Connection and request/reply transport of libvmclient.
+/* Connection and request/reply calls of libvmclient.
  *
- * A connection is one nng byte stream (tcp://, tls+tcp:// or ipc://)
- * carrying nng's req0 wire format, framed here (vmproto/sp.h), so it talks
- * to any rep0 peer. The calling thread writes its request itself (whole,
- * under conn->wmu) and then waits for the reply: whichever waiting thread
- * holds the reader role reads messages one by one, hands each to the call
- * it answers (by SP request id) and goes on until its own has come, then
- * gives the role up; other waiters sleep on conn->cv meanwhile. A single
- * request thus costs one write and one read on the caller's own thread:
- * nng tries each at once and, when the reply is not there yet, its poller
- * thread completes the read and wakes the caller (one hand-off, the least
- * nng's stream API allows). Pipelined chunk transfers put several requests
- * on the wire before waiting; long calls wait with a limit and send a
- * Cancel from the same thread.
+ * A connection is one transport connection (tcp://, tls+tcp:// or ipc://,
+ * vmtransport/conn.h) carrying nng's req0 wire format, so it talks to any
+ * rep0 peer, and its multiplexer (vmtransport/mux.h): the calling thread
+ * writes its request itself and then waits for the reply, reading it
+ * itself when no other caller holds the reading turn. A single request
+ * thus costs one write and one read on the caller's own thread, woken by
+ * the kernel on its own socket. Pipelined chunk transfers put several
+ * requests on the wire before waiting, with each download chunk's payload
+ * read straight into the caller's tensor; long calls wait with a limit and
+ * send a Cancel from the same thread.
  *
  * Message buffers come from a small per-connection pool, so chunk after
  * chunk lands in the same (already faulted-in) memory; upload payloads are
  * written straight from the caller's memory.
  *
- * Lock order: conn->wmu before conn->mu. mu is never held across network
- * I/O; wmu only by the thread writing a request.
+ * Lock order: the mux's locks (vmtransport/mux.h), then conn->mu (the
+ * pool and the chunk slots), which is never held across I/O.
  */
 #include <errno.h>
 #include <stdio.h>
