@@ -28,6 +28,9 @@
  * bytes the reader reads no more of that connection's requests; a
  * connection whose queue passes vma_out_cap(), or whose writes make no
  * progress for --write-timeout, is dropped.
+ *
+ * Parts: server_prehello.c (before Hello), server_pool.c (the workers),
+ * server_tls.c (the TLS configuration); server_internal.h joins them.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,80 +42,10 @@
 #endif
 
 #include <nng/nng.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 
-#include "agent_internal.h"
+#include "server_internal.h"
 #include "vm/log.h"
 #include "vmproto/ops.h"
-#include "vmtransport/conn.h"
-#include "vmtransport/frame.h"
-#include "vmtransport/sendq.h"
-
-/* Most authenticated connections open at once (each has a reader
- * thread); connections without Hello have their own, smaller cap
- * (cfg.max_unauth_conns). */
-#define VMA_MAX_CONNS 1024
-/* Requests of one connection waiting for a worker, at most: beyond that
- * its reader stops reading until a worker takes one (a client cannot make
- * the agent buffer messages without limit; a vmrpc client has at most 64
- * chunk requests in flight). */
-#define VMA_CONN_QUEUE_MAX 128
-/* Reader threads serve cheap requests only; a Goodbye may still free a
- * session's VMs there, so they get a worker-sized stack margin. */
-#define VMA_READER_STACK (2u << 20)
-/* Unsent replies beyond which a connection's reader stops reading its
- * requests until the peer has read some. */
-#define VMA_OUT_SOFT (1u << 20)
-/* How long a connection whose token was refused is kept while its peer
- * is silent, so that it reads the refusal before the connection ends. */
-#define VMA_REFUSED_LINGER_MS 1000
-/* Drops logged one by one per second; one line counts the rest. */
-#define VMA_DROP_LOG_PER_S 20
-
-/* Unsent replies beyond which a connection is dropped: 16 MiB plus 16 of
- * the largest messages, twice the chunk replies a client may have in
- * flight (Hello's max_inflight_chunks is at most 8). */
-static uint64_t vma_out_cap(const vmagent_t *a) {
-  return (16ull << 20) + 16 * a->cfg.max_message_bytes;
-}
-
-/* Room before a reply body for its send-queue entry, its prefix and the
- * request's id words. */
-#define VMA_REPLY_HEAD (sizeof(vmt_sendbuf_t) + VMT_PREFIX_MAX + 4 * VMT_MAX_HOPS)
-
-typedef struct vma_conn {
-  vmagent_t *a;
-  uint32_t id;
-  int ipc;
-  vmt_conn_t *s;
-  vmt_sendq_t out;   /* replies */
-  atomic_int refs;   /* the reader + queued or running jobs */
-  atomic_int closed;
-  /* A reply refused a Hello's token (vma_out_t.close_after): one guess per
-   * connection, nothing more is served on it. */
-  atomic_int refused;
-  uint32_t queued; /* its jobs in the queue (pool_lock) */
-  /* A Hello succeeded here (written by the reader under pool_lock). */
-  int authed;
-  /* On a->unauth_head..tail (pool_lock) until authed or dropped. */
-  int unauth_listed;
-  uint64_t hello_deadline_ns;
-  struct vma_conn *uprev, *unext;
-  char peer[64];
-  pthread_t reader;
-  vmt_reader_t rd;       /* requests, read by the reader thread */
-  struct vma_conn *next; /* a->conns or a->ended, under pool_lock */
-} vma_conn_t;
-
-typedef struct vma_job {
-  struct vma_job *next;
-  vma_conn_t *conn;
-  size_t hdr_len; /* id words at the start of data */
-  size_t len;
-  uint8_t data[]; /* the message as received */
-} vma_job_t;
 
 /* Served where they are read: the operation table marks them cheap (no
  * device, no VM code, no lock held for long: vmproto/ops.h). */
@@ -120,7 +53,7 @@ static int vma_op_is_cheap(int op) {
   return (vmp_op_flags((Vmrpc__Request__OpCase)op) & VMP_OP_CHEAP) != 0;
 }
 
-static void vma_conn_unref(vma_conn_t *c) {
+void vma_conn_unref(vma_conn_t *c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
   vmt_sendq_destroy(&c->out);
   vmt_conn_free(c->s);
@@ -155,7 +88,7 @@ static void vma_drop_log_locked(vmagent_t *a, const vma_conn_t *c, const char *w
 }
 
 /* Takes c off the unauthenticated list (pool_lock held). */
-static void vma_unauth_remove_locked(vmagent_t *a, vma_conn_t *c) {
+void vma_unauth_remove_locked(vmagent_t *a, vma_conn_t *c) {
   if (!c->unauth_listed) return;
   if (c->uprev)
     c->uprev->unext = c->unext;
@@ -180,7 +113,7 @@ static void vma_conn_drop_locked(vmagent_t *a, vma_conn_t *c, const char *why) {
   pthread_cond_broadcast(&a->space_cv); /* its reader may wait for queue space */
 }
 
-static void vma_conn_drop(vma_conn_t *c, const char *why) {
+void vma_conn_drop(vma_conn_t *c, const char *why) {
   pthread_mutex_lock(&c->a->pool_lock);
   vma_conn_drop_locked(c->a, c, why);
   pthread_mutex_unlock(&c->a->pool_lock);
@@ -203,7 +136,7 @@ static void vma_peer_of(vma_conn_t *c) {
 
 /* The reply goes into one heap block with room in front for its queue
  * entry, prefix and id words, so that it leaves in one write. */
-static uint8_t *vma_reply_alloc(vma_out_t *o, size_t size) {
+uint8_t *vma_reply_alloc(vma_out_t *o, size_t size) {
   free(o->user);
   o->user = NULL;
   o->buf = NULL;
@@ -238,19 +171,14 @@ static void vma_out_failed(void *ctx, int rv) {
   vma_conn_drop(c, why);
 }
 
-/* Serves one request (id words hdr, hdr_len bytes, then body) of c and
- * writes the reply. */
-static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
-                           vma_out_t out);
-
-static void vma_serve(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, size_t len) {
+void vma_serve(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, size_t len) {
   vma_out_t out = {.alloc = vma_reply_alloc};
   int rc = vma_dispatch(c->a, c->id, msg + hdr_len, len - hdr_len, &out);
   vma_send_reply(c, msg, hdr_len, rc, out);
 }
 
 /* Sends OUT, the reply to the request whose SP header is MSG[0..HDR_LEN). */
-static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
+void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
                            vma_out_t out) {
   if (rc != 0 || !out.user) {
     /* Out of memory even for an error reply: the client times out. */
@@ -268,164 +196,6 @@ static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, in
   b->left = pn + hdr_len + out.len;
   if (out.close_after) atomic_store(&c->refused, 1); /* a failed Hello: one guess per connection */
   vmt_sendq_send(&c->out, b);
-}
-
-/* Workers: each serves queued requests one at a time. A request that must
- * wait for a busy device keeps its worker, so when no other worker is idle
- * the pool grows by one (vma_on_block), up to VMA_MAX_EXTRA_WORKERS beyond
- * --workers: however many invocations queue behind a device, chunks of
- * other transfers find a worker. Extra workers retire as soon as they
- * finish a request while others are idle. */
-static void *vma_worker_main(void *arg) {
-  vma_worker_t *w = arg;
-  vmagent_t *a = w->agent;
-  pthread_mutex_lock(&a->pool_lock); /* the spawner counted us idle */
-  for (;;) {
-    while (!a->jobs_head && !atomic_load(&a->stopping))
-      pthread_cond_wait(&a->jobs_cv, &a->pool_lock);
-    if (atomic_load(&a->stopping)) break;
-    vma_job_t *j = a->jobs_head;
-    a->jobs_head = j->next;
-    if (!a->jobs_head) a->jobs_tail = NULL;
-    if (j->conn->queued-- == VMA_CONN_QUEUE_MAX) pthread_cond_broadcast(&a->space_cv);
-    a->idle_workers--;
-    pthread_mutex_unlock(&a->pool_lock);
-    if (!atomic_load(&j->conn->closed)) vma_serve(j->conn, j->data, j->hdr_len, j->len);
-    vma_conn_unref(j->conn);
-    free(j);
-    pthread_mutex_lock(&a->pool_lock);
-    a->idle_workers++;
-    if (w->extra && a->idle_workers > 1) break; /* others are idle: retire */
-  }
-  a->idle_workers--;
-  pthread_mutex_unlock(&a->pool_lock);
-  atomic_store(&w->exited, 1);
-  return NULL;
-}
-
-/* Starts a worker in a free slot (reaping a retired one); pool_lock held.
- * Returns 0, or -1. */
-static int vma_spawn_locked(vmagent_t *a, int extra) {
-  vma_worker_t *w = NULL;
-  for (uint32_t i = 0; i < a->pool_size && !w; i++) {
-    vma_worker_t *x = &a->workers[i];
-    if (x->started && atomic_load(&x->exited)) { /* retired: reap the slot */
-      pthread_join(x->thread, NULL);
-      memset(x, 0, sizeof(*x));
-    }
-    if (!x->started) w = x;
-  }
-  if (!w) {
-    if (!a->pool_full_logged) {
-      a->pool_full_logged = 1;
-      VM_LOGW("all %u workers are busy; further requests wait in the queue", a->pool_size);
-    }
-    return -1;
-  }
-  w->agent = a;
-  w->extra = extra;
-  atomic_init(&w->exited, 0);
-  a->idle_workers++; /* idle until it takes a request */
-  if (pthread_create(&w->thread, NULL, vma_worker_main, w) != 0) {
-    a->idle_workers--;
-    return -1;
-  }
-  w->started = 1;
-  return 0;
-}
-
-static void vma_on_block(vmagent_t *a) {
-  pthread_mutex_lock(&a->pool_lock);
-  if (!atomic_load(&a->stopping) && a->idle_workers == 0 && vma_spawn_locked(a, 1) != 0)
-    VM_LOGD("cannot add a worker");
-  pthread_mutex_unlock(&a->pool_lock);
-}
-
-/* A LEN-byte message on a connection without a session, LEN beyond the
- * pre-Hello cap: read its SP header, drain the rest through a small buffer
- * and answer FAILED_PRECONDITION (docs/protocol.md). Not a byte of it is
- * stored or decoded. */
-static int vma_drain_pre_hello(vma_conn_t *c, uint64_t len) {
-  uint8_t buf[4096];
-  size_t hn = 4 * VMT_MAX_HOPS;
-  int rv = vmt_read(&c->rd, buf, hn, 0, NULL);
-  int hdr = rv ? 0 : vmt_request_header(buf, hn);
-  uint8_t head[4 * VMT_MAX_HOPS];
-  memcpy(head, buf, hn);
-  for (uint64_t left = len - hn; !rv && left > 0;) {
-    size_t n = left < sizeof(buf) ? (size_t)left : sizeof(buf);
-    rv = vmt_read(&c->rd, buf, n, 0, NULL);
-    left -= n;
-  }
-  if (rv) return rv;
-  if (hdr <= 0) return 0; /* too many hops: dropped, as rep0 does */
-  vma_out_t out = {.alloc = vma_reply_alloc};
-  int rc = vma_refuse_pre_hello(c->a, c->id, len - (uint64_t)hdr, &out);
-  vma_send_reply(c, head, (size_t)hdr, rc, out);
-  return 0;
-}
-
-/* The reader of a connection that has not said Hello refused a request
- * (its one refusal): nothing more is served on it. What the peer sends is
- * read and thrown away until it closes, or the reaper closes it at its
- * Hello deadline (or a newer connection evicts it): closing at once could
- * make an nng req0 peer see the connection end before the refusal.
- * Returns the reader's end. */
-static int vma_refused_pre_hello(vma_conn_t *c) {
-  VM_LOGD("connection %u (%s): refused a request before Hello; serving nothing more", c->id,
-          c->peer);
-  /* After a refused token the connection ends once the peer has had time
-   * to read the refusal (VMA_REFUSED_LINGER_MS of silence), not at the
-   * Hello deadline: a refused guess frees its place at once. */
-  int32_t wait = atomic_load(&c->refused) ? VMA_REFUSED_LINGER_MS : 0;
-  uint8_t b;
-  int rv;
-  do {
-    vmt_reader_drop(&c->rd); /* buffered bytes: thrown away */
-    rv = vmt_read(&c->rd, &b, 1, wait, NULL);
-  } while (!rv);
-  return rv;
-}
-
-/* A Hello on c succeeded: off the unauthenticated list, for good. */
-static void vma_conn_authenticated(vma_conn_t *c) {
-  vmagent_t *a = c->a;
-  pthread_mutex_lock(&a->pool_lock);
-  if (!atomic_load(&c->closed)) {
-    vma_unauth_remove_locked(a, c);
-    c->authed = 1;
-  }
-  pthread_mutex_unlock(&a->pool_lock);
-}
-
-/* A LEN-byte request of c, which has not said Hello: served here, never
- * queued for a worker. Hello and Ping are answered (a Hello that makes a
- * session authenticates c); any other request gets its refusal and is the
- * last served. 0 to read on, else the reader's end. */
-static int vma_serve_pre_hello(vma_conn_t *c, uint64_t len) {
-  if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMT_MAX_HOPS) {
-    int rv = vma_drain_pre_hello(c, len);
-    return rv ? rv : vma_refused_pre_hello(c);
-  }
-  uint8_t msg[VMA_PRE_HELLO_MAX_BYTES + 4 * VMT_MAX_HOPS];
-  int rv = vmt_read(&c->rd, msg, (size_t)len, 0, NULL);
-  if (rv) return rv;
-  int hdr = vmt_request_header(msg, (size_t)len);
-  if (hdr == 0) {
-    VM_LOGW("connection %u (%s): a message without a request id: closing the connection", c->id,
-            c->peer);
-    return NNG_EPROTO;
-  }
-  if (hdr < 0) return 0; /* too many hops: dropped, as rep0 does */
-  int op = vmp_request_peek_op(msg + hdr, (size_t)len - (size_t)hdr);
-  vma_serve(c, msg, (size_t)hdr, (size_t)len);
-  if (atomic_load(&c->refused)) return vma_refused_pre_hello(c); /* a wrong token */
-  if (op == VMRPC__REQUEST__OP_HELLO) {
-    if (vma_pipe_has_session(c->a, c->id)) vma_conn_authenticated(c);
-    return 0;
-  }
-  if (op == VMRPC__REQUEST__OP_PING) return 0;
-  return vma_refused_pre_hello(c);
 }
 
 /* The reader of one connection: handshake, then requests until the
@@ -694,61 +464,6 @@ static void *vma_reaper_main(void *arg) {
   }
   pthread_mutex_unlock(&a->lock);
   return NULL;
-}
-
-static vm_status_t vma_read_text(const char *path, const char *what, char **out) {
-  uint8_t *data = NULL;
-  size_t len = 0;
-  vm_status_t st = vm_read_file(path, 1 << 20, &data, &len);
-  if (st) return vm_status_annotate(st, "reading %s %s", what, path);
-  char *s = malloc(len + 1);
-  if (!s) {
-    free(data);
-    return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  memcpy(s, data, len);
-  s[len] = '\0';
-  free(data);
-  *out = s;
-  return VM_STATUS_OK;
-}
-
-/* Logs the SHA-256 fingerprint of the (first) certificate in pem, what a
- * client pins with --tls-pin. */
-static void vma_log_fingerprint(const char *pem) {
-  BIO *bio = BIO_new_mem_buf(pem, -1);
-  X509 *x = bio ? PEM_read_bio_X509(bio, NULL, NULL, NULL) : NULL;
-  uint8_t md[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  if (x && X509_digest(x, EVP_sha256(), md, &n) == 1 && n == 32) {
-    char hex[32 * 3];
-    for (unsigned i = 0; i < n; i++) sprintf(hex + 3 * i, "%02X%s", md[i], i + 1 < n ? ":" : "");
-    VM_LOGI("TLS certificate sha256:%s (what a client gives to --tls-pin)", hex);
-  }
-  X509_free(x);
-  BIO_free(bio);
-}
-
-static vm_status_t vma_tls_setup(vmagent_t *a) {
-  char *cert = NULL, *key = NULL;
-  vm_status_t st = vma_read_text(a->tls_cert_file, "--tls-cert", &cert);
-  if (!st) st = vma_read_text(a->tls_key_file, "--tls-key", &key);
-  if (st) goto done;
-  vmt_tls_opts_t o = {.server = 1, .cert_pem = cert, .key_pem = key};
-  char err[256];
-  int rv = vmt_tls_new(&o, &a->tls, err, sizeof(err));
-  if (rv == NNG_EINVAL)
-    st = vm_status_make(VM_INVALID_ARGUMENT, "loading --tls-cert/--tls-key: %s", err);
-  else if (rv)
-    st = vmp_nng_status(rv, "creating the TLS configuration");
-  if (!st) vma_log_fingerprint(cert);
-done:
-  free(cert);
-  if (key) {
-    memset(key, 0, strlen(key));
-    free(key);
-  }
-  return st;
 }
 
 /* Rewrites the listen URL with the port actually bound. */

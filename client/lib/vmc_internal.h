@@ -141,6 +141,14 @@ VMCI_API vm_status_t vmci_decode(vmc_conn_t *c, vmci_msg_t *msg, uint64_t req_id
                                  Vmrpc__Response__OpCase expect, const char *what,
                                  vmci_reply_t *out);
 
+/* The connection's message pool (conn.c): a buffer for a message of size
+ * bytes (body after VMCI_HEAD bytes of room), back into the pool, freed. */
+VMCI_API vmci_msg_t *vmci_msg_get(vmc_conn_t *c, size_t size);
+VMCI_API void vmci_msg_put(vmc_conn_t *c, vmci_msg_t *m);
+VMCI_API void vmci_msg_free(vmci_msg_t *m);
+/* Whether c's connection is lost (or was never made). */
+VMCI_API int vmci_conn_lost(vmc_conn_t *c);
+
 /* Status for a failed nng operation during `what`, with advice. */
 VMCI_API vm_status_t vmci_nng_error(vmc_conn_t *c, int rv, const char *what, int32_t timeout_ms);
 
