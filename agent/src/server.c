@@ -588,8 +588,6 @@ void vma_server_stop(vmagent_t *a) {
     vmt_listener_free(a->listener);
     a->listener = NULL;
   }
-  vmt_flusher_stop(a->flusher);
-  a->flusher = NULL;
   if (a->reaper_started) {
     pthread_mutex_lock(&a->lock);
     a->reaper_quit = 1;
@@ -601,6 +599,10 @@ void vma_server_stop(vmagent_t *a) {
     pthread_mutex_unlock(&a->lock);
     pthread_cond_destroy(&a->reaper_cond);
   }
+  /* Every connection is gone (the reaper joined the last ones): no queue
+   * is left for the flusher. */
+  vmt_flusher_stop(a->flusher);
+  a->flusher = NULL;
   if (a->pool_lock_ready) {
     pthread_cond_destroy(&a->readers_cv);
     pthread_cond_destroy(&a->space_cv);

@@ -144,7 +144,13 @@ static void *flusher_main(void *arg) {
       if (ns) snap = ns;
       if (np && ns) pcap = nc;
     }
-    size_t n = f->n + 1 <= pcap ? f->n : (pcap ? pcap - 1 : 0);
+    if (!pcap) { /* no memory for the poll set yet: try again shortly */
+      pthread_mutex_unlock(&f->mu);
+      poll(NULL, 0, 10);
+      pthread_mutex_lock(&f->mu);
+      continue;
+    }
+    size_t n = f->n + 1 <= pcap ? f->n : pcap - 1;
     pf[0].fd = f->wake;
     pf[0].events = POLLIN;
     for (size_t i = 0; i < n; i++) {
