@@ -17,6 +17,9 @@
 
 #include <cmocka.h>
 #include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 
 #include "vmtransport/conn.h"
 #include "vmtransport/frame.h"
@@ -800,6 +803,165 @@ static void test_sendq_tls(void **state) {
   check_sendq(K_TLS);
 }
 
+/* --------------------------------------------------- nng interop */
+
+/* The wire bytes are nng's: nng 1.5's own req0 and rep0 sockets talk to
+ * the transport layer on tcp://, ipc:// and tls+tcp:// (nng's TLS is
+ * mbedTLS, ours OpenSSL). Both ways: our dialer and mux against an nng
+ * rep0 listener, an nng req0 dialer against our listener. */
+static nng_tls_config *nng_tls(int server) {
+  nng_tls_config *cfg = NULL;
+  assert_int_equal(nng_tls_config_alloc(&cfg, server ? NNG_TLS_MODE_SERVER : NNG_TLS_MODE_CLIENT),
+                   0);
+  if (server) {
+    assert_int_equal(nng_tls_config_own_cert(cfg, g_cert, g_key, NULL), 0);
+  } else {
+    assert_int_equal(nng_tls_config_ca_chain(cfg, g_cert, NULL), 0);
+    assert_int_equal(nng_tls_config_server_name(cfg, "127.0.0.1"), 0);
+    assert_int_equal(nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED), 0);
+  }
+  return cfg;
+}
+
+static void check_nng_interop(int kind) {
+  char url[128];
+  /* 1. Our client side against an nng rep0 server. */
+  nng_socket rep;
+  nng_listener nl;
+  assert_int_equal(nng_rep0_open(&rep), 0);
+  if (kind == K_IPC)
+    snprintf(url, sizeof(url), "ipc://%s/nng-rep", g_dir);
+  else
+    snprintf(url, sizeof(url), "%s://127.0.0.1:0", kind == K_TLS ? "tls+tcp" : "tcp");
+  assert_int_equal(nng_listener_create(&nl, rep, url), 0);
+  nng_tls_config *stls = NULL;
+  if (kind == K_TLS) {
+    stls = nng_tls(1);
+    assert_int_equal(nng_listener_set_ptr(nl, NNG_OPT_TLS_CONFIG, stls), 0);
+  }
+  assert_int_equal(nng_listener_start(nl, 0), 0);
+  nng_duration to = 5000;
+  assert_int_equal(nng_socket_set_ms(rep, NNG_OPT_RECVTIMEO, to), 0);
+  if (kind != K_IPC) {
+    int port = 0;
+    assert_int_equal(nng_listener_get_int(nl, NNG_OPT_TCP_BOUND_PORT, &port), 0);
+    snprintf(url, sizeof(url), "%s://127.0.0.1:%d", kind == K_TLS ? "tls+tcp" : "tcp", port);
+  }
+  char err[256];
+  vmt_tls_t *ctls = NULL;
+  if (kind == K_TLS) {
+    vmt_tls_opts_t co = {.ca_pem = g_cert, .server_name = "127.0.0.1"};
+    assert_int_equal(vmt_tls_new(&co, &ctls, err, sizeof(err)), 0);
+  }
+  vmt_conn_t *c = NULL;
+  assert_int_equal(vmt_dial(url, ctls, 5000, &c), 0);
+  assert_int_equal(vmt_conn_handshake(c, VMT_SP_REQ0, VMT_SP_REP0, 5000), 0);
+  vmt_mux_msgs_t msgs = {.get = t_get, .put = t_put, .received = t_received};
+  vmt_mux_t m;
+  assert_int_equal(vmt_mux_init(&m, c, &msgs, 1 << 16, 5000), 0);
+  vmt_call_t k;
+  memset(&k, 0, sizeof(k));
+  char body[] = "request to nng";
+  struct iovec v = {body, sizeof(body)};
+  assert_int_equal(vmt_mux_send(&m, &k, vmt_id_make(77), &v, 1), 0);
+  nng_msg *msg = NULL;
+  assert_int_equal(nng_recvmsg(rep, &msg, 0), 0);
+  assert_int_equal(nng_msg_len(msg), sizeof(body));
+  assert_memory_equal(nng_msg_body(msg), body, sizeof(body));
+  nng_msg_clear(msg);
+  assert_int_equal(nng_msg_append(msg, "reply from nng", 15), 0);
+  assert_int_equal(nng_sendmsg(rep, msg, 0), 0);
+  vmt_call_t *ks = &k;
+  assert_int_equal(vmt_mux_wait(&m, &ks, 1, vmt_mux_now_ns() + 5000000000ll), 0);
+  assert_int_equal(k.rv, 0);
+  msgbuf_t *r = k.reply;
+  assert_int_equal(r->len, 15);
+  assert_memory_equal(r->mem + r->off, "reply from nng", 15);
+  free(r);
+  vmt_mux_destroy(&m);
+  vmt_conn_free(c);
+  nng_close(rep);
+  if (stls) nng_tls_config_free(stls);
+
+  /* 2. An nng req0 client against our listener. */
+  vmt_tls_t *tls = NULL;
+  if (kind == K_TLS) {
+    vmt_tls_opts_t so = {.server = 1, .cert_pem = g_cert, .key_pem = g_key};
+    assert_int_equal(vmt_tls_new(&so, &tls, err, sizeof(err)), 0);
+  }
+  if (kind == K_IPC)
+    snprintf(url, sizeof(url), "ipc://%s/vmt-rep", g_dir);
+  else
+    snprintf(url, sizeof(url), "%s://127.0.0.1:0", kind == K_TLS ? "tls+tcp" : "tcp");
+  vmt_listener_t *l = NULL;
+  assert_int_equal(vmt_listen(url, tls, &l), 0);
+  if (kind != K_IPC)
+    snprintf(url, sizeof(url), "%s://127.0.0.1:%d", kind == K_TLS ? "tls+tcp" : "tcp",
+             vmt_listener_port(l));
+  pair_t q = {.l = l};
+  accept_arg_t x = {.p = &q};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, accept_main, &x), 0);
+  nng_socket req;
+  nng_dialer nd;
+  assert_int_equal(nng_req0_open(&req), 0);
+  assert_int_equal(nng_socket_set_ms(req, NNG_OPT_RECVTIMEO, to), 0);
+  assert_int_equal(nng_dialer_create(&nd, req, url), 0);
+  nng_tls_config *ntls = NULL;
+  if (kind == K_TLS) {
+    ntls = nng_tls(0);
+    assert_int_equal(nng_dialer_set_ptr(nd, NNG_OPT_TLS_CONFIG, ntls), 0);
+  }
+  /* In the background: a blocking dial would wait for our SP handshake. */
+  assert_int_equal(nng_dialer_start(nd, NNG_FLAG_NONBLOCK), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(x.rv, 0);
+  assert_int_equal(vmt_conn_handshake(q.b, VMT_SP_REP0, VMT_SP_REQ0, 5000), 0);
+  assert_int_equal(nng_msg_alloc(&msg, 0), 0);
+  assert_int_equal(nng_msg_append(msg, "request from nng", 17), 0);
+  assert_int_equal(nng_sendmsg(req, msg, 0), 0);
+  vmt_reader_t *rd = calloc(1, sizeof(*rd));
+  assert_non_null(rd);
+  rd->c = q.b;
+  uint8_t pre[VMT_PREFIX_MAX], in[64];
+  uint64_t len = 0;
+  assert_int_equal(vmt_read(rd, pre, vmt_prefix_len(q.b->ipc), 5000, NULL), 0);
+  assert_int_equal(vmt_prefix_parse(q.b->ipc, pre, &len), 0);
+  assert_int_equal(len, 4 + 17);
+  assert_int_equal(vmt_read(rd, in, (size_t)len, 5000, NULL), 0);
+  assert_int_equal(vmt_request_header(in, (size_t)len), 4);
+  assert_memory_equal(in + 4, "request from nng", 17);
+  uint8_t head[VMT_HEAD_MAX];
+  size_t hn = vmt_head_make(q.b->ipc, vmt_id_get(in), 13, head);
+  struct iovec w[2] = {{head, hn}, {"reply to nng", 13}};
+  assert_int_equal(vmt_conn_writev(q.b, w, 2, 5000, NULL), 0);
+  assert_int_equal(nng_recvmsg(req, &msg, 0), 0);
+  assert_int_equal(nng_msg_len(msg), 13);
+  assert_memory_equal(nng_msg_body(msg), "reply to nng", 13);
+  nng_msg_free(msg);
+  nng_close(req);
+  if (ntls) nng_tls_config_free(ntls);
+  free(rd);
+  vmt_conn_free(q.b);
+  vmt_listener_close(l);
+  vmt_listener_free(l);
+  vmt_tls_free(tls);
+  vmt_tls_free(ctls);
+}
+
+static void test_nng_interop_tcp(void **state) {
+  (void)state;
+  check_nng_interop(K_TCP);
+}
+static void test_nng_interop_ipc(void **state) {
+  (void)state;
+  check_nng_interop(K_IPC);
+}
+static void test_nng_interop_tls(void **state) {
+  (void)state;
+  check_nng_interop(K_TLS);
+}
+
 int main(void) {
   (void)KIND;
   const struct CMUnitTest tests[] = {
@@ -812,6 +974,8 @@ int main(void) {
       cmocka_unit_test(test_mux_ipc),       cmocka_unit_test(test_mux_tls),
       cmocka_unit_test(test_mux_stalled_reply), cmocka_unit_test(test_sendq_tcp),
       cmocka_unit_test(test_sendq_ipc),     cmocka_unit_test(test_sendq_tls),
+      cmocka_unit_test(test_nng_interop_tcp), cmocka_unit_test(test_nng_interop_ipc),
+      cmocka_unit_test(test_nng_interop_tls),
   };
   return cmocka_run_group_tests(tests, setup_all, teardown_all);
 }
