@@ -75,6 +75,71 @@ static void vma_peer_of(vma_conn_t *c) {
   snprintf(c->peer, sizeof(c->peer), "%s", c->ipc ? "ipc" : c->s->peer);
 }
 
+/* Messages this long or longer, with a payload of at least half of it,
+ * have their head (id words, frame header, envelope) read first and go to
+ * the router before their payload is read (vma_route_direct), so that an
+ * upload's chunk is read from the socket straight into its tensor: no
+ * copy, no staging buffer, no hand-off to a pool thread. Envelopes longer
+ * than VMA_DIRECT_ENV_MAX take the usual way. */
+#define VMA_DIRECT_MIN (4u << 10)
+#define VMA_DIRECT_ENV_MAX 1024u
+#define VMA_HEAD_MAX (4 * VMT_MAX_HOPS + 4 + VMA_DIRECT_ENV_MAX)
+
+typedef struct vma_direct_rd {
+  vma_conn_t *c;
+  int rv; /* the read's error, 0 */
+} vma_direct_rd_t;
+
+static int vma_direct_read(void *ctx, void *dst, size_t n) {
+  vma_direct_rd_t *r = ctx;
+  r->rv = vmt_read(&r->c->rd, dst, n, 0, NULL);
+  return r->rv;
+}
+
+/* Reads the head of a LEN-byte message of c into head (*have bytes read)
+ * and serves it with its payload read straight into its destination when
+ * the router can (vma_route_direct): *served 1; else 0, and the caller
+ * reads the other len - *have bytes and serves the message as usual.
+ * Returns 0, or the read's error (the connection ends). */
+static int vma_serve_direct(vma_conn_t *c, uint64_t len, uint8_t head[VMA_HEAD_MAX],
+                            size_t *have, int *served) {
+  *have = 0;
+  *served = 0;
+  size_t hdr = 0;
+  /* The id words, up to the one with the high bit set (vmt_request_header
+   * judges them when the message goes the usual way). */
+  while (!hdr) {
+    if (*have + 4 > len || *have >= 4 * VMT_MAX_HOPS) return 0; /* the usual way */
+    int rv = vmt_read(&c->rd, head + *have, 4, 0, NULL);
+    if (rv) return rv;
+    *have += 4;
+    if (head[*have - 4] & 0x80) hdr = *have;
+  }
+  if (hdr + 4 > len) return 0;
+  int rv = vmt_read(&c->rd, head + hdr, 4, 0, NULL);
+  if (rv) return rv;
+  *have += 4;
+  const uint8_t *e = head + hdr;
+  uint32_t env_len = (uint32_t)e[0] | (uint32_t)e[1] << 8 | (uint32_t)e[2] << 16 |
+                     (uint32_t)e[3] << 24; /* vmproto/wire.h's frame header */
+  if (env_len > VMA_DIRECT_ENV_MAX || hdr + 4 + env_len + VMA_DIRECT_MIN / 2 > len) return 0;
+  rv = vmt_read(&c->rd, head + *have, env_len, 0, NULL);
+  if (rv) return rv;
+  *have += env_len;
+  vma_direct_rd_t rd = {.c = c};
+  vma_payload_src_t src = {.read = vma_direct_read, .ctx = &rd, .len = len - *have};
+  vma_out_t out = {.alloc = vma_reply_alloc};
+  int rc = vma_route_direct(c->a, c->id, head + hdr, *have - hdr, &src, &out);
+  if (rc == 1) return 0;
+  *served = 1;
+  if (rd.rv) { /* the connection failed mid-payload: no reply can follow */
+    free(out.user);
+    return rd.rv;
+  }
+  vma_send_reply(c, head, hdr, rc, out);
+  return 0;
+}
+
 /* The reader of one connection: handshake, then requests until the
  * stream ends. */
 static void *vma_reader_main(void *arg) {
@@ -119,6 +184,14 @@ static void *vma_reader_main(void *arg) {
       if (rv) break;
       continue;
     }
+    uint8_t head[VMA_HEAD_MAX];
+    size_t have = 0;
+    if (len >= VMA_DIRECT_MIN) {
+      int served = 0;
+      rv = vma_serve_direct(c, len, head, &have, &served);
+      if (rv) break;
+      if (served) continue;
+    }
     vma_job_t *j = malloc(sizeof(*j) + (size_t)len);
     if (!j) {
       VM_LOGE("connection %u: no memory for a %llu-byte message: closing the connection", c->id,
@@ -126,7 +199,8 @@ static void *vma_reader_main(void *arg) {
       rv = NNG_ENOMEM;
       break;
     }
-    rv = vmt_read(&c->rd, j->data, (size_t)len, 0, NULL);
+    memcpy(j->data, head, have);
+    rv = vmt_read(&c->rd, j->data + have, (size_t)len - have, 0, NULL);
     int hdr = rv ? 0 : vmt_request_header(j->data, (size_t)len);
     if (rv || hdr <= 0) {
       free(j);
