@@ -9,17 +9,22 @@
  *   nng_rtt_us            bare nng req0/rep0 echo (both ends in this process,
  *                         blocking nng_sendmsg/nng_recvmsg): what nng itself
  *                         costs, a diagnostic, not a baseline
- *   nng_stream_rtt_us     32-byte ping-pong over an nng 1.5 byte stream
- *                         between two threads of this process, each blocking
- *                         on a callback-free aio (nng_aio_wait): the floor
- *                         of any transport built on nng's stream API, which
- *                         vmrpc's is (one poller hand-off per direction);
- *                         nng_stream_rtt_ratio against raw TCP
+ *   transport_rtt_us      32-byte ping-pong over two connections of the
+ *                         transport layer (vmtransport/conn.h) between two
+ *                         threads of this process: what vmrpc's own
+ *                         transport costs beyond raw TCP, a diagnostic;
+ *                         transport_rtt_ratio against raw TCP
  *   ping_rtt_us           vmc_ping (no work on the agent)
  *   get_output4_rtt_us    vmc_get_output_into of a 4-byte tensor
  *   rtt_ratio             ping / raw; get_output4_rtt_ratio likewise
- *   raw_tcp_gbps_N        N MiB sent on request between two threads (an
- *                         8-byte request, then N MiB into a reused buffer)
+ *   raw_tcp_gbps_N        the best raw TCP stream of N MiB between two
+ *                         threads, per round the fastest of three (an 8-byte
+ *                         request, then): the peer writes all N MiB in one
+ *                         call; it writes them one chunk (the agent's chunk
+ *                         size) per call; this thread writes them one chunk
+ *                         per call and the peer reads them (an upload), each
+ *                         into a reused buffer. raw_tcp_variants_gbps_N
+ *                         lists the three medians
  *   upload_gbps_N         vmc_set_input of an N MiB u8 tensor (cpu device)
  *   download_gbps_N       vmc_get_output_into of it into a reused buffer
  *   upload/download_ratio_N   against raw_tcp_gbps_N (median of the
@@ -48,7 +53,9 @@
  * only those figures, for tuning one path at a time). The agent serves
  * only the cpu device (--device cpu) with its defaults otherwise (extra
  * flags from $VMRPC_BENCH_AGENT_ARGS, for experiments), and a fresh
- * executable store in a temporary directory (removed at the end). Needs
+ * executable store in a temporary directory (removed at the end);
+ * $VMRPC_BENCH_CLIENT_CA names the CA file when those flags make it listen
+ * on tls+tcp://. Needs
  * VMRPC_BUILD_DIR (defaults to the directory above this program). Prints
  * one JSON object.
  */
@@ -80,7 +87,7 @@
 #include "vm/executable.h"
 #include "vm/vm.h"
 #include "vmrpc/vmclient.h"
-#include "vmproto/sp.h"
+#include "vmtransport/conn.h"
 
 #define MAX_ROUNDS 51
 #define RTT_ITERS 2000 /* round trips per round and figure */
@@ -184,20 +191,39 @@ static int write_full(int fd, const void *buf, size_t n) {
 typedef struct raw_peer {
   int fd;
   const unsigned char *src; /* bulk source, the largest size */
+  unsigned char *sink;      /* where uploads land, the largest size */
+  uint64_t chunk;
 } raw_peer_t;
+
+/* The request's top byte: how the N bytes move. */
+enum { RAW_DOWN_WHOLE, RAW_DOWN_CHUNKED, RAW_UP_CHUNKED, RAW_MODES };
+static const char *const RAW_MODE_NAME[RAW_MODES] = {"down_whole", "down_chunked", "up_chunked"};
+#define RAW_LEN_MASK ((1ull << 56) - 1)
+
+/* Writes n bytes of src, chunk bytes per call. */
+static int write_chunked(int fd, const unsigned char *src, uint64_t n, uint64_t chunk) {
+  for (uint64_t off = 0; off < n; off += chunk)
+    if (write_full(fd, src + off, n - off < chunk ? n - off : chunk) != 0) return -1;
+  return 0;
+}
 
 static void *raw_peer_main(void *arg) {
   raw_peer_t *p = arg;
   unsigned char ping[PING_BYTES];
   for (;;) {
-    uint64_t n;
-    if (read_full(p->fd, &n, sizeof(n)) != 0) break;
-    if (n == 0) {
-      if (read_full(p->fd, ping, sizeof(ping)) != 0 || write_full(p->fd, ping, sizeof(ping)) != 0)
-        break;
-    } else if (write_full(p->fd, p->src, n) != 0) {
-      break;
-    }
+    uint64_t req;
+    if (read_full(p->fd, &req, sizeof(req)) != 0) break;
+    uint64_t n = req & RAW_LEN_MASK;
+    int mode = (int)(req >> 56), rc;
+    if (n == 0)
+      rc = read_full(p->fd, ping, sizeof(ping)) || write_full(p->fd, ping, sizeof(ping));
+    else if (mode == RAW_DOWN_WHOLE)
+      rc = write_full(p->fd, p->src, n);
+    else if (mode == RAW_DOWN_CHUNKED)
+      rc = write_chunked(p->fd, p->src, n, p->chunk);
+    else
+      rc = read_full(p->fd, p->sink, n) || write_full(p->fd, ping, 1);
+    if (rc) break;
   }
   close(p->fd);
   return NULL;
@@ -218,11 +244,18 @@ static double raw_rtt_us(int fd, int iters) {
   return (now_s() - t0) / iters * 1e6;
 }
 
-/* GB/s of `reps` requests of n bytes each, received into dst. */
-static double raw_bulk_gbps(int fd, unsigned char *dst, uint64_t n, int reps) {
+/* GB/s of `reps` transfers of n bytes each in mode: downloads received
+ * into dst, uploads sent from src chunk bytes per call. */
+static double raw_bulk_gbps(int fd, int mode, const unsigned char *src, unsigned char *dst,
+                            uint64_t n, uint64_t chunk, int reps) {
+  uint64_t req = n | (uint64_t)mode << 56;
+  unsigned char ack;
   double t0 = now_s();
   for (int r = 0; r < reps; r++) {
-    if (write_full(fd, &n, sizeof(n)) != 0 || read_full(fd, dst, n) != 0) die("raw bulk");
+    if (write_full(fd, &req, sizeof(req)) != 0) die("raw bulk");
+    int rc = mode == RAW_UP_CHUNKED ? write_chunked(fd, src, n, chunk) || read_full(fd, &ack, 1)
+                                    : read_full(fd, dst, n);
+    if (rc) die("raw bulk");
   }
   return (double)n * reps / (now_s() - t0) / 1e9;
 }
@@ -259,59 +292,60 @@ static double nng_rtt_us(nng_socket req, int iters) {
   return (now_s() - t0) / iters * 1e6;
 }
 
-/* ------------------------------------------------- bare nng stream */
+/* ------------------------------------------------ the transport layer */
 
-typedef struct stream_peer {
-  nng_stream *s;
-  nng_aio *aio;
-} stream_peer_t;
-
-static void *stream_peer_main(void *arg) {
-  stream_peer_t *p = arg;
+static void *transport_peer_main(void *arg) {
+  vmt_conn_t *c = arg;
   unsigned char buf[PING_BYTES];
-  nng_iov v = {.iov_buf = buf, .iov_len = sizeof(buf)};
-  while (vmp_sp_io(p->s, p->aio, 0, &v, 1, 0, NULL) == 0 &&
-         vmp_sp_io(p->s, p->aio, 1, &v, 1, 0, NULL) == 0) {
+  for (;;) {
+    size_t have = 0, got = 0;
+    while (have < sizeof(buf) && vmt_conn_read(c, buf + have, sizeof(buf) - have, 0, &got) == 0)
+      have += got;
+    struct iovec v = {buf, sizeof(buf)};
+    if (have < sizeof(buf) || vmt_conn_writev(c, &v, 1, 0, NULL) != 0) break;
   }
   return NULL;
 }
 
-static double stream_rtt_us(nng_stream *s, nng_aio *aio, int iters) {
+static double transport_rtt_us(vmt_conn_t *c, int iters) {
   unsigned char buf[PING_BYTES] = {0};
-  nng_iov v = {.iov_buf = buf, .iov_len = sizeof(buf)};
   double t0 = now_s();
-  for (int i = 0; i < iters; i++)
-    if (vmp_sp_io(s, aio, 1, &v, 1, 0, NULL) != 0 || vmp_sp_io(s, aio, 0, &v, 1, 0, NULL) != 0)
-      die("nng stream ping-pong");
+  for (int i = 0; i < iters; i++) {
+    struct iovec v = {buf, sizeof(buf)};
+    size_t have = 0, got = 0;
+    if (vmt_conn_writev(c, &v, 1, 0, NULL) != 0) die("transport ping-pong");
+    while (have < sizeof(buf))
+      if (vmt_conn_read(c, buf + have, sizeof(buf) - have, 0, &got) != 0)
+        die("transport ping-pong");
+      else
+        have += got;
+  }
   return (now_s() - t0) / iters * 1e6;
 }
 
-/* Connects a dialed and an accepted loopback nng stream. */
-static void stream_pair(nng_stream_listener **l, nng_stream **a, nng_stream **b) {
-  nng_aio *acc, *dia;
-  nng_stream_dialer *d;
-  int port = 0;
+typedef struct transport_accept {
+  vmt_listener_t *l;
+  vmt_conn_t *c;
+} transport_accept_t;
+
+static void *transport_accept_main(void *arg) {
+  transport_accept_t *x = arg;
+  if (vmt_listener_accept(x->l, &x->c) != 0) x->c = NULL;
+  return NULL;
+}
+
+/* A dialed and an accepted tcp:// connection on loopback. */
+static void transport_pair(vmt_listener_t **l, vmt_conn_t **a, vmt_conn_t **b) {
   char url[64];
-  if (nng_stream_listener_alloc(l, "tcp://127.0.0.1:0") != 0 ||
-      nng_stream_listener_listen(*l) != 0 ||
-      nng_stream_listener_get_int(*l, NNG_OPT_TCP_BOUND_PORT, &port) != 0)
-    die("nng stream listener");
-  snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
-  if (nng_aio_alloc(&acc, NULL, NULL) != 0 || nng_aio_alloc(&dia, NULL, NULL) != 0 ||
-      nng_stream_dialer_alloc(&d, url) != 0)
-    die("nng stream dialer");
-  nng_stream_listener_accept(*l, acc);
-  nng_stream_dialer_dial(d, dia);
-  nng_aio_wait(dia);
-  nng_aio_wait(acc);
-  if (nng_aio_result(dia) != 0 || nng_aio_result(acc) != 0) die("nng stream connect");
-  *a = nng_aio_get_output(dia, 0);
-  *b = nng_aio_get_output(acc, 0);
-  nng_stream_set_bool(*a, NNG_OPT_TCP_NODELAY, true);
-  nng_stream_set_bool(*b, NNG_OPT_TCP_NODELAY, true);
-  nng_aio_free(acc);
-  nng_aio_free(dia);
-  nng_stream_dialer_free(d);
+  if (vmt_listen("tcp://127.0.0.1:0", NULL, l) != 0) die("transport listener");
+  snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", vmt_listener_port(*l));
+  transport_accept_t x = {.l = *l};
+  pthread_t t;
+  if (pthread_create(&t, NULL, transport_accept_main, &x) != 0) die("pthread_create");
+  if (vmt_dial(url, NULL, 5000, a) != 0) die("transport dial");
+  pthread_join(t, NULL);
+  if (!x.c) die("transport accept");
+  *b = x.c;
 }
 
 /* ----------------------------------------------------- vmrpc helpers */
@@ -462,8 +496,7 @@ typedef struct bench {
   vmc_exec_t ident; /* main(x) = x */
   int raw_fd;       /* raw TCP, the peer thread answers */
   nng_socket nreq;  /* bare nng, the echo thread answers */
-  nng_stream *ns;   /* bare nng stream, its peer thread answers */
-  nng_aio *ns_aio;
+  vmt_conn_t *tc;   /* the transport layer, its peer thread answers */
   unsigned char *src, *dst;
   pid_t agent_pid;
   uint64_t chunk; /* the agent's chunk size */
@@ -485,7 +518,7 @@ static void part_rtt(bench_t *b) {
   /* warm-up */
   raw_rtt_us(b->raw_fd, 200);
   nng_rtt_us(b->nreq, 200);
-  stream_rtt_us(b->ns, b->ns_aio, 200);
+  transport_rtt_us(b->tc, 200);
   for (int i = 0; i < 200; i++) check(vmc_ping(c, NULL), "ping");
   for (int i = 0; i < 200; i++) download_tensor(c, vm, four_back, 4);
 
@@ -493,7 +526,7 @@ static void part_rtt(bench_t *b) {
   for (int r = 0; r < rounds; r++) {
     raw[r] = raw_rtt_us(b->raw_fd, RTT_ITERS);
     nng[r] = nng_rtt_us(b->nreq, RTT_ITERS);
-    nst[r] = stream_rtt_us(b->ns, b->ns_aio, RTT_ITERS);
+    nst[r] = transport_rtt_us(b->tc, RTT_ITERS);
     double t0 = now_s();
     for (int i = 0; i < RTT_ITERS; i++) check(vmc_ping(c, NULL), "ping");
     ping[r] = (now_s() - t0) / RTT_ITERS * 1e6;
@@ -520,7 +553,7 @@ static void part_rtt(bench_t *b) {
       (double)(cpu2 - cpu1) / RTT_ITERS / 1e3);
   out("\"raw_tcp_rtt_us\":%.2f,\"nng_rtt_us\":%.2f,\"ping_rtt_us\":%.2f,"
       "\"get_output4_rtt_us\":%.2f,\"rtt_ratio\":%.3f,\"get_output4_rtt_ratio\":%.3f,"
-      "\"nng_rtt_ratio\":%.3f,\"nng_stream_rtt_us\":%.2f,\"nng_stream_rtt_ratio\":%.3f,",
+      "\"nng_rtt_ratio\":%.3f,\"transport_rtt_us\":%.2f,\"transport_rtt_ratio\":%.3f,",
       raw_m, nng_m, ping_m, go_m, ping_m / raw_m, go_m / raw_m, nng_m / raw_m, nst_m,
       nst_m / raw_m);
 }
@@ -561,6 +594,7 @@ static void part_bulk(bench_t *b, int first, const char *suffix) {
   int rounds = b->rounds;
   vmc_device_spec_t cpu = {"cpu", "pooled"};
   double raw_g[NSIZES], up_g[NSIZES], down_g[NSIZES], up_r[NSIZES], down_r[NSIZES];
+  double raw_v[NSIZES][RAW_MODES];
   double raw_cpu[NSIZES], up_cpu[NSIZES], down_cpu[NSIZES], up_cs[NSIZES], down_cs[NSIZES];
   double up_af[NSIZES], up_cf[NSIZES], down_af[NSIZES], down_cf[NSIZES];
   for (int s = first; s < NSIZES; s++) {
@@ -574,19 +608,27 @@ static void part_bulk(bench_t *b, int first, const char *suffix) {
     check(vmc_invoke(c, vm, "main", 0, NULL), "invoke");
     download_tensor(c, vm, b->dst, n);
     upload_tensor(c, vm, b->src, n);
-    raw_bulk_gbps(b->raw_fd, b->dst, n, 1);
+    for (int m = 0; m < RAW_MODES; m++) raw_bulk_gbps(b->raw_fd, m, b->src, b->dst, n, b->chunk, 1);
     double rg[MAX_ROUNDS], ug[MAX_ROUNDS], dg[MAX_ROUNDS], ur[MAX_ROUNDS], dr[MAX_ROUNDS];
     double rc[MAX_ROUNDS], uc[MAX_ROUNDS], dc[MAX_ROUNDS], ucs[MAX_ROUNDS], dcs[MAX_ROUNDS];
     double uaf[MAX_ROUNDS], ucf[MAX_ROUNDS], daf[MAX_ROUNDS], dcf[MAX_ROUNDS];
+    double rv[RAW_MODES][MAX_ROUNDS];
     double mibs = bytes / (double)MIB;
     double chunks = (double)reps * (double)((n + b->chunk - 1) / b->chunk);
     for (int r = 0; r < rounds; r++) {
       phase_t ph;
       phase_cost_t pc;
-      phase_start(b, &ph);
-      raw_bulk_gbps(b->raw_fd, b->dst, n, reps);
-      rg[r] = bytes / phase_end(b, &ph, &pc) / 1e9;
-      rc[r] = pc.cpu_s * 1e9 / bytes;
+      /* The best of the raw streams is the baseline of this round. */
+      rg[r] = 0;
+      for (int m = 0; m < RAW_MODES; m++) {
+        phase_start(b, &ph);
+        raw_bulk_gbps(b->raw_fd, m, b->src, b->dst, n, b->chunk, reps);
+        rv[m][r] = bytes / phase_end(b, &ph, &pc) / 1e9;
+        if (rv[m][r] > rg[r]) {
+          rg[r] = rv[m][r];
+          rc[r] = pc.cpu_s * 1e9 / bytes;
+        }
+      }
       memset(b->dst, 0, 4096);
       phase_start(b, &ph);
       for (int k = 0; k < reps; k++) upload_tensor(c, vm, b->src, n);
@@ -612,6 +654,7 @@ static void part_bulk(bench_t *b, int first, const char *suffix) {
       dr[r] = dg[r] / rg[r];
     }
     raw_g[s] = median(rg, rounds);
+    for (int m = 0; m < RAW_MODES; m++) raw_v[s][m] = median(rv[m], rounds);
     up_g[s] = median(ug, rounds);
     down_g[s] = median(dg, rounds);
     up_r[s] = median(ur, rounds);
@@ -634,6 +677,9 @@ static void part_bulk(bench_t *b, int first, const char *suffix) {
     out("\"raw_tcp_gbps_%llu%s\":%.3f,\"upload_gbps_%llu%s\":%.3f,\"download_gbps_%llu%s\":%.3f,"
         "\"upload_ratio_%llu%s\":%.3f,\"download_ratio_%llu%s\":%.3f,",
         m, x, raw_g[s], m, x, up_g[s], m, x, down_g[s], m, x, up_r[s], m, x, down_r[s]);
+    out("\"raw_tcp_variants_gbps_%llu%s\":{", m, x);
+    for (int v = 0; v < RAW_MODES; v++)
+      out("\"%s\":%.3f%s", RAW_MODE_NAME[v], raw_v[s][v], v + 1 < RAW_MODES ? "," : "},");
     out("\"raw_cpu_ns_per_byte_%llu%s\":%.3f,\"upload_cpu_ns_per_byte_%llu%s\":%.3f,"
         "\"download_cpu_ns_per_byte_%llu%s\":%.3f,\"upload_ctx_switches_per_chunk_%llu%s\":%.1f,"
         "\"download_ctx_switches_per_chunk_%llu%s\":%.1f,",
@@ -749,7 +795,12 @@ int main(int argc, char **argv) {
   memset(&b, 0, sizeof(b));
   b.rounds = rounds;
   b.agent_pid = agent.pid;
-  check(vmc_connect(agent.url, NULL, &b.c), "connecting");
+  /* $VMRPC_BENCH_CLIENT_CA: the CA file of a tls+tcp:// agent (its
+   * --listen, --tls-cert and --tls-key in $VMRPC_BENCH_AGENT_ARGS). */
+  vmc_conn_opts_t copts;
+  memset(&copts, 0, sizeof(copts));
+  copts.tls_ca_file = getenv("VMRPC_BENCH_CLIENT_CA");
+  check(vmc_connect(agent.url, &copts, &b.c), "connecting");
   vmc_info_t info;
   vmc_info(b.c, &info);
   b.chunk = info.limits.chunk_bytes;
@@ -760,7 +811,7 @@ int main(int argc, char **argv) {
   b.dst = alloc_touched(max_bytes, 0);
   int peer_fd;
   tcp_pair(&b.raw_fd, &peer_fd);
-  raw_peer_t rp = {peer_fd, b.src};
+  raw_peer_t rp = {peer_fd, b.src, alloc_touched(max_bytes, 0), b.chunk};
   pthread_t raw_thr;
   if (pthread_create(&raw_thr, NULL, raw_peer_main, &rp) != 0) die("pthread_create");
 
@@ -784,14 +835,12 @@ int main(int argc, char **argv) {
     }
     if (pthread_create(&nng_thr, NULL, nng_peer_main, &np) != 0) die("pthread_create");
   }
-  /* Bare nng stream peer thread. */
-  nng_stream_listener *nsl;
-  stream_peer_t sp;
-  pthread_t ns_thr;
-  stream_pair(&nsl, &b.ns, &sp.s);
-  if (nng_aio_alloc(&sp.aio, NULL, NULL) != 0 || nng_aio_alloc(&b.ns_aio, NULL, NULL) != 0)
-    die("nng_aio_alloc");
-  if (pthread_create(&ns_thr, NULL, stream_peer_main, &sp) != 0) die("pthread_create");
+  /* Transport-layer echo thread. */
+  vmt_listener_t *tl;
+  vmt_conn_t *tpeer;
+  pthread_t tc_thr;
+  transport_pair(&tl, &b.tc, &tpeer);
+  if (pthread_create(&tc_thr, NULL, transport_peer_main, tpeer) != 0) die("pthread_create");
 
   vm_executable_t *ident = identity_exec();
   uint8_t *ibytes;
@@ -830,14 +879,12 @@ int main(int argc, char **argv) {
   nng_close(b.nreq);
   nng_close(np.sock);
   pthread_join(nng_thr, NULL);
-  nng_stream_close(b.ns); /* the peer reads the end of its stream and leaves */
-  pthread_join(ns_thr, NULL);
-  nng_stream_close(sp.s);
-  nng_stream_free(b.ns);
-  nng_stream_free(sp.s);
-  nng_aio_free(b.ns_aio);
-  nng_aio_free(sp.aio);
-  nng_stream_listener_free(nsl);
+  vmt_conn_close(b.tc); /* the peer reads the end of its stream and leaves */
+  pthread_join(tc_thr, NULL);
+  vmt_conn_free(b.tc);
+  vmt_conn_free(tpeer);
+  vmt_listener_free(tl);
+  free(rp.sink);
   nftw(store, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   free(b.src);
   free(b.dst);

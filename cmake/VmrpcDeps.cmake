@@ -8,8 +8,8 @@
 pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 add_library(vmrpc_dep_crypto INTERFACE)
 target_link_libraries(vmrpc_dep_crypto INTERFACE PkgConfig::LIBCRYPTO)
-# libssl: the client's --tls-pin check makes one TLS handshake of its own
-# (nng's TLS engine does not show the peer's certificate).
+# libssl: tls+tcp:// (transport/src/tls.c) and the client's --tls-pin
+# probe.
 pkg_check_modules(LIBSSL REQUIRED IMPORTED_TARGET libssl)
 
 find_package(nng CONFIG QUIET)

@@ -20,8 +20,8 @@
  * its requests, serves the cheap ones itself and queues the others; N pool
  * threads (more while requests wait for devices) serving queued requests;
  * one reaper (idle sessions, sessions of closed connections, shutdown
- * cancels); nng's poller for the sockets; the caller of
- * vmagent_start/stop. With session isolation, isolation/supervisor.c adds
+ * cancels); the flusher (replies the sockets did not take at once,
+ * vmtransport/sendq.h); the caller of vmagent_start/stop. With session isolation, isolation/supervisor.c adds
  * its own (docs/architecture.md has the whole lock order).
  *
  * Locks, always taken in this order, never the other way round:

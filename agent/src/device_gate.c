@@ -89,6 +89,16 @@ vm_status_t vma_copy_enter(vmagent_t *a, vma_device_t *d) {
   return VM_STATUS_OK;
 }
 
+int vma_copy_try_enter(vmagent_t *a, vma_device_t *d) {
+  if (!d) return 1;
+  if (a->in_worker.lock_fd >= 0) return 0;
+  pthread_mutex_lock(&d->gate_mu);
+  int ok = !d->measuring && !atomic_load(&a->stopping);
+  if (ok) d->copies++;
+  pthread_mutex_unlock(&d->gate_mu);
+  return ok;
+}
+
 void vma_copy_exit(vma_device_t *d) {
   if (!d) return;
   pthread_mutex_lock(&d->gate_mu);

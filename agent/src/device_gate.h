@@ -17,6 +17,10 @@ vma_device_t *vma_device_of(vmagent_t *a, const vm_device_t *dev);
  * nest two on one thread. */
 vm_status_t vma_copy_enter(vmagent_t *a, vma_device_t *d);
 void vma_copy_exit(vma_device_t *d);
+/* As vma_copy_enter, but never waits: 0 (not entered) while a measurement
+ * runs on d, or in a worker process (whose copies take the cross-process
+ * gate); 1 when entered (leave with vma_copy_exit). */
+int vma_copy_try_enter(vmagent_t *a, vma_device_t *d);
 /* Around a measurement of v (its run locks held): closes the quiet gates
  * of its devices and waits for the copies inside; returns the seconds it
  * had to wait for them (0 when none were inside). */

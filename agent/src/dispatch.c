@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "handlers.h"
+#include "op_tensor.h"
 #include "vmrpc/log.h"
 
 #define VMA_MSG_MAX 4096
@@ -186,4 +187,52 @@ int vma_request_run(vmagent_t *a, uint32_t conn_id, const uint8_t *body, size_t 
 
 int vma_dispatch(vmagent_t *a, uint32_t conn_id, const uint8_t *body, size_t len, vma_out_t *out) {
   return vma_request_run(a, conn_id, body, len, out, vma_request_serve);
+}
+
+int vma_dispatch_direct(vmagent_t *a, uint32_t conn_id, const uint8_t *head, size_t head_len,
+                        vma_payload_src_t *src, vma_out_t *out) {
+  const uint8_t *env, *rest;
+  size_t env_len, rest_len;
+  vm_status_t e = vmp_frame_split(head, head_len, 0, &env, &env_len, &rest, &rest_len);
+  if (e || rest_len) {
+    vm_status_free(e);
+    return 1;
+  }
+  Vmrpc__Request *rq = NULL;
+  e = vmp_request_unpack(env, env_len, &rq);
+  if (e) {
+    vm_status_free(e);
+    return 1;
+  }
+  int rc = 1;
+  vma_session_t *s = NULL;
+  if (rq->op_case == VMRPC__REQUEST__OP_TENSOR_CHUNK && rq->tensor_chunk && rq->session &&
+      !rq->base.n_unknown_fields) {
+    vm_status_t st = vma_session_acquire(a, rq->session, conn_id, &s);
+    if (st) {
+      vm_status_free(st);
+      s = NULL;
+    }
+  }
+  vm_status_t st = VM_STATUS_OK;
+  if (s && vma_tensor_chunk_direct(a, s, rq->tensor_chunk, src, &st) == 0) {
+    atomic_fetch_add(&a->requests, 1);
+    if (st) {
+      VM_LOGD("request %llu TensorChunk: %s", (unsigned long long)rq->id, vm_status_message(st));
+      rc = vma_write_error(out, rq->id, st);
+      vm_status_free(st);
+    } else {
+      Vmrpc__Response r;
+      Vmrpc__TensorChunkResponse tr;
+      vmrpc__response__init(&r);
+      vmrpc__tensor_chunk_response__init(&tr);
+      r.id = rq->id;
+      r.op_case = VMRPC__RESPONSE__OP_TENSOR_CHUNK;
+      r.tensor_chunk = &tr;
+      rc = vma_write(out, &r);
+    }
+  }
+  if (s) vma_session_release(a, s);
+  vmrpc__request__free_unpacked(rq, NULL);
+  return rc;
 }

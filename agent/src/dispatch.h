@@ -9,11 +9,20 @@
 
 #include "handler_ctx.h"
 #include "out.h"
+#include "payload_src.h"
 #include "vmagent/agent.h"
 
 /* Serves one request body from connection conn_id into out here (always
  * produces a reply unless allocation fails: returns -1). */
 int vma_dispatch(vmagent_t *a, uint32_t conn_id, const uint8_t *body, size_t len, vma_out_t *out);
+/* Serves a request whose payload is still on the connection (head: its
+ * frame header and envelope; src: the payload), reading the payload
+ * straight into its destination, when it can: 1 when not (nothing read,
+ * nothing answered: the caller reads the rest of the message and serves
+ * it as any other, which gives any error); else as vma_dispatch. Served
+ * so: TensorChunk (vma_tensor_chunk_direct says when). */
+int vma_dispatch_direct(vmagent_t *a, uint32_t conn_id, const uint8_t *head, size_t head_len,
+                        vma_payload_src_t *src, vma_out_t *out);
 /* The reply to a LEN-byte message on a connection without a session (the
  * pre-Hello cap), written without the message: the serving loop drains such
  * a message instead of storing it. */

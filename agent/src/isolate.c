@@ -21,6 +21,7 @@
 
 #include "isolate.h"
 #include "isolation/proc.h"
+#include "vmtransport/frame.h"
 
 /* ------------------------------------------------------------ the link */
 
@@ -38,23 +39,14 @@ int vma_link_read_full(int fd, void *buf, size_t len) {
 
 int vma_link_write(int fd, const vma_link_hdr_t *h, const void *body) {
   struct iovec iov[2] = {{(void *)h, sizeof(*h)}, {(void *)body, body ? h->len : 0}};
-  int n = 2;
+  unsigned n = 2;
   struct iovec *v = iov;
   while (n) {
-    struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)n};
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = n};
     ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0) return -1;
-    size_t left = (size_t)w;
-    while (n && left >= v->iov_len) {
-      left -= v->iov_len;
-      v++;
-      n--;
-    }
-    if (n) {
-      v->iov_base = (uint8_t *)v->iov_base + left;
-      v->iov_len -= left;
-    }
+    vmt_iov_advance(&v, &n, (size_t)w);
   }
   return 0;
 }

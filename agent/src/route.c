@@ -19,3 +19,9 @@ int vma_route(vmagent_t *a, uint32_t conn_id, const uint8_t *body, size_t len, v
   }
   return vma_dispatch(a, conn_id, body, len, out);
 }
+
+int vma_route_direct(vmagent_t *a, uint32_t conn_id, const uint8_t *head, size_t head_len,
+                     vma_payload_src_t *src, vma_out_t *out) {
+  if (a->iso) return 1;
+  return vma_dispatch_direct(a, conn_id, head, head_len, src, out);
+}

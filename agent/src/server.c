@@ -1,13 +1,12 @@
-/* The transport: SP framing over nng byte streams (tcp://, tls+tcp://,
- * ipc://), wire-compatible with nng's req0 sockets (vmproto/sp.h).
+/* The server: connections of the transport layer (tcp://, tls+tcp://,
+ * ipc://: vmtransport/), wire-compatible with nng's req0 sockets.
  *
  * An acceptor thread takes connections; each gets a reader thread that
  * reads its requests one after the other and serves the cheap ones
  * (vma_op_is_cheap: no device, never blocking) itself, answering on the
  * thread that read them, and queues the rest for the workers. So Ping and
  * Cancel never wait behind a busy worker, and a small request costs one
- * wake-up of the reader (nng's poller completes the read) and an inline
- * write. A worker that is about to wait for a busy device makes sure
+ * wake-up of the reader (it polls its own socket) and an inline write. A worker that is about to wait for a busy device makes sure
  * another worker is idle (vma_on_block). When a reader ends (the peer
  * closed, a read failed, a message was malformed or too large) the
  * connection's sessions are torn down (the reaper destroys them).
@@ -22,222 +21,45 @@
  * and SP handshakes included), and a new connection closes the oldest one
  * when --max-unauthenticated are open.
  *
- * Replies never block the thread that made them, and no lock is held
- * while one is written: a reply goes out at once as far as the socket
- * takes it (plain TCP: a non-blocking send on the socket), and what is
- * left waits in the connection's outgoing queue (wmu guards the queue,
- * never I/O), written by an nng callback as the peer reads. While the
- * queue holds more than VMA_OUT_SOFT bytes the reader reads no more of
- * that connection's requests; a connection whose queue passes
- * vma_out_cap(), or whose writes make no progress for --write-timeout,
- * is dropped. Replies of one connection go out whole, in the order they
- * were made.
+ * Replies never block the thread that made them: each connection's
+ * replies go through its send queue (vmtransport/sendq.h), written at
+ * once as far as the socket takes it, the rest by the agent's flusher
+ * thread as the peer reads. While the queue holds more than VMA_OUT_SOFT
+ * bytes the reader reads no more of that connection's requests; a
+ * connection whose queue passes vma_out_cap(), or whose writes make no
+ * progress for --write-timeout, is dropped.
+ *
+ * Parts: server_conn.c (a connection: closing, dropping, replies),
+ * server_prehello.c (before Hello), server_pool.c (the pool threads),
+ * server_tls.c (the TLS configuration).
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 
 #include <nng/nng.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-#include <nng/supplemental/tls/tls.h>
-#include <nng/transport/tcp/tcp.h>
 
-#include "agent_core.h"
-#include "dispatch.h"
 #include "route.h"
 #include "server.h"
+#include "server_conn.h"
+#include "server_pool.h"
+#include "server_prehello.h"
+#include "server_tls.h"
 #include "session.h"
 #include "time_in.h"
 #include "vmrpc/log.h"
 #include "vmproto/ops.h"
-#include "vmproto/sp.h"
 #include "vmproto/wire.h"
-
-/* Most authenticated connections open at once (each has a reader
- * thread); connections without Hello have their own, smaller cap
- * (cfg.max_unauth_conns). */
-#define VMA_MAX_CONNS 1024
-/* Requests of one connection waiting for a worker, at most: beyond that
- * its reader stops reading until a worker takes one (a client cannot make
- * the agent buffer messages without limit; a vmrpc client has at most 64
- * chunk requests in flight). */
-#define VMA_CONN_QUEUE_MAX 128
-/* Reader threads serve cheap requests only; a Goodbye may still free a
- * session's VMs there, so they get a worker-sized stack margin. */
-#define VMA_READER_STACK (2u << 20)
-/* Unsent replies beyond which a connection's reader stops reading its
- * requests until the peer has read some. */
-#define VMA_OUT_SOFT (1u << 20)
-/* How long a connection whose token was refused is kept while its peer
- * is silent, so that it reads the refusal before the connection ends. */
-#define VMA_REFUSED_LINGER_MS 1000
-/* Drops logged one by one per second; one line counts the rest. */
-#define VMA_DROP_LOG_PER_S 20
-
-/* Unsent replies beyond which a connection is dropped: 16 MiB plus 16 of
- * the largest messages, twice the chunk replies a client may have in
- * flight (Hello's max_inflight_chunks is at most 8). */
-static uint64_t vma_out_cap(const vmagent_t *a) {
-  return (16ull << 20) + 16 * a->cfg.max_message_bytes;
-}
-
-/* A reply waiting to be written. It heads the reply's own heap block
- * (vma_reply_alloc), so queueing a reply allocates nothing. */
-typedef struct vma_outbuf {
-  struct vma_outbuf *next;
-  const uint8_t *p; /* the next byte to write */
-  size_t left;
-} vma_outbuf_t;
-
-/* Room before a reply body for the queue entry, its prefix and the
- * request's id words. */
-#define VMA_REPLY_HEAD (sizeof(vma_outbuf_t) + VMP_SP_PREFIX_MAX + 4 * VMP_SP_MAX_HOPS)
-
-typedef struct vma_conn {
-  vmagent_t *a;
-  uint32_t id;
-  int ipc;
-  nng_stream *s;
-  nng_aio *raio; /* the reader's (rd.aio) */
-  nng_aio *waio; /* the queue's writes; its callback is vma_conn_sent */
-  int wfd;       /* plain TCP: the socket, for non-blocking sends; else -1 */
-  /* The outgoing queue. wmu is never held across I/O. */
-  pthread_mutex_t wmu;
-  pthread_cond_t wcv; /* the queue shrank, emptied, or c closed */
-  vma_outbuf_t *oq_head, *oq_tail;
-  uint64_t oq_bytes; /* unsent bytes queued */
-  int writing;       /* the one writer: a sender's try, or waio in flight */
-  atomic_int refs;   /* the reader + queued or running jobs */
-  atomic_int closed;
-  /* A reply refused a Hello's token (vma_out_t.close_after): one guess per
-   * connection, nothing more is served on it. */
-  atomic_int refused;
-  uint32_t queued; /* its jobs in the queue (pool_lock) */
-  /* A Hello succeeded here (written by the reader under pool_lock). */
-  int authed;
-  /* On a->srv.unauth_head..tail (pool_lock) until authed or dropped. */
-  int unauth_listed;
-  uint64_t hello_deadline_ns;
-  struct vma_conn *uprev, *unext;
-  char peer[64];
-  pthread_t reader;
-  vmp_sp_reader_t rd;    /* requests, read by the reader thread */
-  struct vma_conn *next; /* a->srv.conns or a->srv.ended, under pool_lock */
-} vma_conn_t;
-
-typedef struct vma_job {
-  struct vma_job *next;
-  vma_conn_t *conn;
-  size_t hdr_len; /* id words at the start of data */
-  size_t len;
-  uint8_t data[]; /* the message as received */
-} vma_job_t;
 
 /* Served where they are read: the operation table marks them cheap (no
  * device, no VM code, no lock held for long: vmproto/ops.h). */
 static int vma_op_is_cheap(int op) {
   return (vmp_op_flags((Vmrpc__Request__OpCase)op) & VMP_OP_CHEAP) != 0;
-}
-
-/* Frees the queue (wmu held, or c unshared). */
-static void vma_out_discard(vma_conn_t *c) {
-  while (c->oq_head) {
-    vma_outbuf_t *b = c->oq_head;
-    c->oq_head = b->next;
-    free(b);
-  }
-  c->oq_tail = NULL;
-  c->oq_bytes = 0;
-}
-
-static void vma_conn_unref(vma_conn_t *c) {
-  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
-  /* A write still in flight ends (the stream is closed) and its callback
-   * returns before the connection goes; a stopped aio starts no more. */
-  nng_aio_stop(c->waio);
-  nng_aio_stop(c->raio);
-  nng_stream_free(c->s);
-  nng_aio_free(c->raio);
-  nng_aio_free(c->waio);
-  vma_out_discard(c);
-  pthread_cond_destroy(&c->wcv);
-  pthread_mutex_destroy(&c->wmu);
-  free(c);
-}
-
-/* Closes c's stream and stops its reads: nng 1.5 may leave an operation
- * started on a closed stream pending for ever, a stopped aio refuses new
- * ones at once. A write in flight fails (its callback starts no other);
- * a reader waiting for reply space wakes. Never waits for waio's
- * callback, so it may be called from it, and with pool_lock held. */
-static void vma_conn_close(vma_conn_t *c) {
-  atomic_store(&c->closed, 1);
-  nng_stream_close(c->s);
-  nng_aio_stop(c->raio);
-  nng_aio_abort(c->waio, NNG_ECLOSED);
-  pthread_mutex_lock(&c->wmu);
-  pthread_cond_broadcast(&c->wcv);
-  pthread_mutex_unlock(&c->wmu);
-}
-
-/* Logs why c is dropped, VMA_DROP_LOG_PER_S a second; pool_lock held. */
-static void vma_drop_log_locked(vmagent_t *a, const vma_conn_t *c, const char *why) {
-  uint64_t sec = vm_now_ns() / 1000000000ull;
-  if (sec != a->srv.drop_log_sec) {
-    if (a->srv.drop_unlogged)
-      VM_LOGW("%u more connections were dropped in the second before (not logged one by one)",
-              a->srv.drop_unlogged);
-    a->srv.drop_log_sec = sec;
-    a->srv.drop_logged = a->srv.drop_unlogged = 0;
-  }
-  if (!c) return;
-  if (a->srv.drop_logged < VMA_DROP_LOG_PER_S) {
-    a->srv.drop_logged++;
-    VM_LOGW("connection %u (%s): %s: dropping the connection", c->id, c->peer, why);
-  } else {
-    a->srv.drop_unlogged++;
-  }
-}
-
-/* Takes c off the unauthenticated list (pool_lock held). */
-static void vma_unauth_remove_locked(vmagent_t *a, vma_conn_t *c) {
-  if (!c->unauth_listed) return;
-  if (c->uprev)
-    c->uprev->unext = c->unext;
-  else
-    a->srv.unauth_head = c->unext;
-  if (c->unext)
-    c->unext->uprev = c->uprev;
-  else
-    a->srv.unauth_tail = c->uprev;
-  c->uprev = c->unext = NULL;
-  c->unauth_listed = 0;
-  a->srv.num_unauth--;
-}
-
-/* Drops c for the reason why (logged; NULL: quietly, the peer went away):
- * pool_lock held. Its reader ends, its sessions with it. */
-static void vma_conn_drop_locked(vmagent_t *a, vma_conn_t *c, const char *why) {
-  int was = atomic_load(&c->closed);
-  vma_unauth_remove_locked(a, c);
-  if (!was && why) vma_drop_log_locked(a, c, why);
-  vma_conn_close(c);
-  pthread_cond_broadcast(&a->srv.space_cv); /* its reader may wait for queue space */
-}
-
-static void vma_conn_drop(vma_conn_t *c, const char *why) {
-  pthread_mutex_lock(&c->a->srv.pool_lock);
-  vma_conn_drop_locked(c->a, c, why);
-  pthread_mutex_unlock(&c->a->srv.pool_lock);
 }
 
 void vma_conn_peer(vmagent_t *a, uint32_t id, char *out, size_t cap) {
@@ -250,364 +72,72 @@ void vma_conn_peer(vmagent_t *a, uint32_t id, char *out, size_t cap) {
 }
 
 static void vma_peer_of(vma_conn_t *c) {
-  snprintf(c->peer, sizeof(c->peer), "ipc");
-  if (c->ipc) return;
-  nng_sockaddr sa;
-  memset(&sa, 0, sizeof(sa));
-  snprintf(c->peer, sizeof(c->peer), "pipe %u", c->id);
-  if (nng_stream_get_addr(c->s, NNG_OPT_REMADDR, &sa) != 0) return;
-  if (sa.s_family == NNG_AF_INET) {
-    char ip[INET_ADDRSTRLEN];
-    if (inet_ntop(AF_INET, &sa.s_in.sa_addr, ip, sizeof(ip)))
-      snprintf(c->peer, sizeof(c->peer), "%s", ip);
-  } else if (sa.s_family == NNG_AF_INET6) {
-    char ip[INET6_ADDRSTRLEN];
-    if (inet_ntop(AF_INET6, sa.s_in6.sa_addr, ip, sizeof(ip)))
-      snprintf(c->peer, sizeof(c->peer), "%s", ip);
-  }
+  snprintf(c->peer, sizeof(c->peer), "%s", c->ipc ? "ipc" : c->s->peer);
 }
 
-/* ------------------------------------------------------------ replies */
+/* Messages this long or longer, with a payload of at least half of it,
+ * have their head (id words, frame header, envelope) read first and go to
+ * the router before their payload is read (vma_route_direct), so that an
+ * upload's chunk is read from the socket straight into its tensor: no
+ * copy, no staging buffer, no hand-off to a pool thread. Envelopes longer
+ * than VMA_DIRECT_ENV_MAX take the usual way. */
+#define VMA_DIRECT_MIN (4u << 10)
+#define VMA_DIRECT_ENV_MAX 1024u
+#define VMA_HEAD_MAX (4 * VMT_MAX_HOPS + 4 + VMA_DIRECT_ENV_MAX)
 
-/* The reply goes into one heap block with room in front for its queue
- * entry, prefix and id words, so that it leaves in one write. */
-static uint8_t *vma_reply_alloc(vma_out_t *o, size_t size) {
-  free(o->user);
-  o->user = NULL;
-  o->buf = NULL;
-  o->len = 0;
-  if (size > SIZE_MAX - VMA_REPLY_HEAD) return NULL;
-  uint8_t *p = malloc(VMA_REPLY_HEAD + size);
-  if (!p) return NULL;
-  o->user = p;
-  o->buf = p + VMA_REPLY_HEAD;
-  o->len = size;
-  return o->buf;
+typedef struct vma_direct_rd {
+  vma_conn_t *c;
+  int rv; /* the read's error, 0 */
+} vma_direct_rd_t;
+
+static int vma_direct_read(void *ctx, void *dst, size_t n) {
+  vma_direct_rd_t *r = ctx;
+  r->rv = vmt_read(&r->c->rd, dst, n, 0, NULL);
+  return r->rv;
 }
 
-/* Writes the queue's head through waio; c's writer, head set. */
-static void vma_conn_kick(vma_conn_t *c) {
-  pthread_mutex_lock(&c->wmu);
-  nng_iov v = {.iov_buf = (void *)c->oq_head->p, .iov_len = c->oq_head->left};
-  pthread_mutex_unlock(&c->wmu);
-  nng_aio_set_iov(c->waio, 1, &v);
-  nng_aio_set_timeout(c->waio, (nng_duration)c->a->cfg.write_timeout_ms);
-  nng_stream_send(c->s, c->waio);
-}
-
-/* waio's callback (an nng thread): the head moved on by what was
- * written; the next write, or the connection dropped when the peer has
- * read nothing for cfg.write_timeout_ms. */
-static void vma_conn_sent(void *arg) {
-  vma_conn_t *c = arg;
-  int rv = nng_aio_result(c->waio);
-  size_t n = rv ? 0 : nng_aio_count(c->waio);
-  if (!rv && n == 0) rv = NNG_ECONNSHUT; /* a stream that takes nothing is a closed one */
-  pthread_mutex_lock(&c->wmu);
-  vma_outbuf_t *h = c->oq_head;
-  if (!rv && h) {
-    h->p += n;
-    h->left -= n;
-    c->oq_bytes -= n;
-    if (h->left == 0) {
-      c->oq_head = h->next;
-      if (!c->oq_head) c->oq_tail = NULL;
-      free(h);
-    }
+/* Reads the head of a LEN-byte message of c into head (*have bytes read)
+ * and serves it with its payload read straight into its destination when
+ * the router can (vma_route_direct): *served 1; else 0, and the caller
+ * reads the other len - *have bytes and serves the message as usual.
+ * Returns 0, or the read's error (the connection ends). */
+static int vma_serve_direct(vma_conn_t *c, uint64_t len, uint8_t head[VMA_HEAD_MAX],
+                            size_t *have, int *served) {
+  *have = 0;
+  *served = 0;
+  size_t hdr = 0;
+  /* The id words, up to the one with the high bit set (vmt_request_header
+   * judges them when the message goes the usual way). */
+  while (!hdr) {
+    if (*have + 4 > len || *have >= 4 * VMT_MAX_HOPS) return 0; /* the usual way */
+    int rv = vmt_read(&c->rd, head + *have, 4, 0, NULL);
+    if (rv) return rv;
+    *have += 4;
+    if (head[*have - 4] & 0x80) hdr = *have;
   }
-  int more = !rv && c->oq_head && !atomic_load(&c->closed);
-  if (!more) {
-    c->writing = 0;
-    if (rv || atomic_load(&c->closed)) vma_out_discard(c);
-  }
-  if (!more || c->oq_bytes <= VMA_OUT_SOFT) pthread_cond_broadcast(&c->wcv);
-  pthread_mutex_unlock(&c->wmu);
-  if (more) {
-    vma_conn_kick(c);
-  } else if (rv && !atomic_load(&c->closed)) {
-    if (rv == NNG_ETIMEDOUT) {
-      char why[160];
-      snprintf(why, sizeof(why),
-               "a stalled writer: the peer has read nothing of its replies for %.1f s "
-               "(--write-timeout)",
-               c->a->cfg.write_timeout_ms / 1000.0);
-      vma_conn_drop(c, why);
-    } else {
-      VM_LOGD("connection %u: sending a reply: %s", c->id, nng_strerror(rv));
-      vma_conn_drop(c, NULL); /* a reply cut short leaves the stream unusable */
-    }
-  }
-}
-
-/* Sends the reply b (its p and left set) on c without waiting: written
- * now as far as the socket takes it, the rest queued. */
-static void vma_conn_send(vma_conn_t *c, vma_outbuf_t *b) {
-  b->next = NULL;
-  pthread_mutex_lock(&c->wmu);
-  if (atomic_load(&c->closed)) {
-    pthread_mutex_unlock(&c->wmu);
-    free(b);
-    return;
-  }
-  if (c->writing) { /* behind the replies being written */
-    uint64_t cap = vma_out_cap(c->a);
-    if (c->oq_bytes + b->left > cap) {
-      pthread_mutex_unlock(&c->wmu);
-      free(b);
-      char why[160];
-      snprintf(why, sizeof(why), "its unsent replies passed %llu MiB (the peer does not read them)",
-               (unsigned long long)(cap >> 20));
-      vma_conn_drop(c, why);
-      return;
-    }
-    if (c->oq_tail)
-      c->oq_tail->next = b;
-    else
-      c->oq_head = b;
-    c->oq_tail = b;
-    c->oq_bytes += b->left;
-    pthread_mutex_unlock(&c->wmu);
-    return;
-  }
-  c->writing = 1;
-  pthread_mutex_unlock(&c->wmu);
-  if (c->wfd >= 0) {
-    ssize_t n;
-    do n = send(c->wfd, b->p, b->left, MSG_DONTWAIT | MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-      VM_LOGD("connection %u: sending a reply: %s", c->id, strerror(errno));
-      free(b);
-      pthread_mutex_lock(&c->wmu);
-      c->writing = 0;
-      vma_out_discard(c);
-      pthread_mutex_unlock(&c->wmu);
-      vma_conn_drop(c, NULL);
-      return;
-    }
-    if (n > 0) {
-      b->p += n;
-      b->left -= (size_t)n;
-    }
-    if (b->left == 0) {
-      free(b);
-      pthread_mutex_lock(&c->wmu);
-      int more = c->oq_head && !atomic_load(&c->closed);
-      if (!more) c->writing = 0;
-      pthread_mutex_unlock(&c->wmu);
-      if (more) vma_conn_kick(c);
-      return;
-    }
-  }
-  /* The rest goes before whatever others queued meanwhile. */
-  pthread_mutex_lock(&c->wmu);
-  b->next = c->oq_head;
-  c->oq_head = b;
-  if (!c->oq_tail) c->oq_tail = b;
-  c->oq_bytes += b->left;
-  pthread_mutex_unlock(&c->wmu);
-  vma_conn_kick(c);
-}
-
-/* Waits while c's unsent replies exceed VMA_OUT_SOFT: 0, or -1 once c is
- * closed. */
-static int vma_conn_wait_out(vma_conn_t *c) {
-  pthread_mutex_lock(&c->wmu);
-  while (!atomic_load(&c->closed) && c->oq_bytes > VMA_OUT_SOFT)
-    pthread_cond_wait(&c->wcv, &c->wmu);
-  int closed = atomic_load(&c->closed);
-  pthread_mutex_unlock(&c->wmu);
-  return closed ? -1 : 0;
-}
-
-/* Serves one request (id words hdr, hdr_len bytes, then body) of c and
- * writes the reply. */
-static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
-                           vma_out_t out);
-
-static void vma_serve(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, size_t len) {
+  if (hdr + 4 > len) return 0;
+  int rv = vmt_read(&c->rd, head + hdr, 4, 0, NULL);
+  if (rv) return rv;
+  *have += 4;
+  const uint8_t *e = head + hdr;
+  uint32_t env_len = (uint32_t)e[0] | (uint32_t)e[1] << 8 | (uint32_t)e[2] << 16 |
+                     (uint32_t)e[3] << 24; /* vmproto/wire.h's frame header */
+  if (env_len > VMA_DIRECT_ENV_MAX || hdr + 4 + env_len + VMA_DIRECT_MIN / 2 > len) return 0;
+  rv = vmt_read(&c->rd, head + *have, env_len, 0, NULL);
+  if (rv) return rv;
+  *have += env_len;
+  vma_direct_rd_t rd = {.c = c};
+  vma_payload_src_t src = {.read = vma_direct_read, .ctx = &rd, .len = len - *have};
   vma_out_t out = {.alloc = vma_reply_alloc};
-  int rc = vma_route(c->a, c->id, msg + hdr_len, len - hdr_len, &out);
-  vma_send_reply(c, msg, hdr_len, rc, out);
-}
-
-/* Sends OUT, the reply to the request whose SP header is MSG[0..HDR_LEN). */
-static void vma_send_reply(vma_conn_t *c, const uint8_t *msg, size_t hdr_len, int rc,
-                           vma_out_t out) {
-  if (rc != 0 || !out.user) {
-    /* Out of memory even for an error reply: the client times out. */
-    VM_LOGE("connection %u: no memory for a reply", c->id);
+  int rc = vma_route_direct(c->a, c->id, head + hdr, *have - hdr, &src, &out);
+  if (rc == 1) return 0;
+  *served = 1;
+  if (rd.rv) { /* the connection failed mid-payload: no reply can follow */
     free(out.user);
-    return;
+    return rd.rv;
   }
-  uint8_t pre[VMP_SP_PREFIX_MAX];
-  size_t pn = vmp_sp_prefix(c->ipc, (uint64_t)hdr_len + out.len, pre);
-  uint8_t *start = out.buf - hdr_len - pn;
-  memcpy(start, pre, pn);
-  memcpy(start + pn, msg, hdr_len);
-  vma_outbuf_t *b = out.user;
-  b->p = start;
-  b->left = pn + hdr_len + out.len;
-  if (out.close_after) atomic_store(&c->refused, 1); /* a failed Hello: one guess per connection */
-  vma_conn_send(c, b);
-}
-
-/* Workers: each serves queued requests one at a time. A request that must
- * wait for a busy device keeps its worker, so when no other worker is idle
- * the pool grows by one (vma_on_block), up to VMA_MAX_EXTRA_THREADS beyond
- * --workers: however many invocations queue behind a device, chunks of
- * other transfers find a worker. Extra workers retire as soon as they
- * finish a request while others are idle. */
-static void *vma_pool_thread_main(void *arg) {
-  vma_pool_thread_t *w = arg;
-  vmagent_t *a = w->agent;
-  pthread_mutex_lock(&a->srv.pool_lock); /* the spawner counted us idle */
-  for (;;) {
-    while (!a->srv.jobs_head && !atomic_load(&a->stopping))
-      pthread_cond_wait(&a->srv.jobs_cv, &a->srv.pool_lock);
-    if (atomic_load(&a->stopping)) break;
-    vma_job_t *j = a->srv.jobs_head;
-    a->srv.jobs_head = j->next;
-    if (!a->srv.jobs_head) a->srv.jobs_tail = NULL;
-    if (j->conn->queued-- == VMA_CONN_QUEUE_MAX) pthread_cond_broadcast(&a->srv.space_cv);
-    a->srv.idle_threads--;
-    pthread_mutex_unlock(&a->srv.pool_lock);
-    if (!atomic_load(&j->conn->closed)) vma_serve(j->conn, j->data, j->hdr_len, j->len);
-    vma_conn_unref(j->conn);
-    free(j);
-    pthread_mutex_lock(&a->srv.pool_lock);
-    a->srv.idle_threads++;
-    if (w->extra && a->srv.idle_threads > 1) break; /* others are idle: retire */
-  }
-  a->srv.idle_threads--;
-  pthread_mutex_unlock(&a->srv.pool_lock);
-  atomic_store(&w->exited, 1);
-  return NULL;
-}
-
-/* Starts a worker in a free slot (reaping a retired one); pool_lock held.
- * Returns 0, or -1. */
-static int vma_spawn_locked(vmagent_t *a, int extra) {
-  vma_pool_thread_t *w = NULL;
-  for (uint32_t i = 0; i < a->srv.pool_size && !w; i++) {
-    vma_pool_thread_t *x = &a->srv.threads[i];
-    if (x->started && atomic_load(&x->exited)) { /* retired: reap the slot */
-      pthread_join(x->thread, NULL);
-      memset(x, 0, sizeof(*x));
-    }
-    if (!x->started) w = x;
-  }
-  if (!w) {
-    if (!a->srv.pool_full_logged) {
-      a->srv.pool_full_logged = 1;
-      VM_LOGW("all %u workers are busy; further requests wait in the queue", a->srv.pool_size);
-    }
-    return -1;
-  }
-  w->agent = a;
-  w->extra = extra;
-  atomic_init(&w->exited, 0);
-  a->srv.idle_threads++; /* idle until it takes a request */
-  if (pthread_create(&w->thread, NULL, vma_pool_thread_main, w) != 0) {
-    a->srv.idle_threads--;
-    return -1;
-  }
-  w->started = 1;
+  vma_send_reply(c, head, hdr, rc, out);
   return 0;
-}
-
-static void vma_on_block(vmagent_t *a) {
-  pthread_mutex_lock(&a->srv.pool_lock);
-  if (!atomic_load(&a->stopping) && a->srv.idle_threads == 0 && vma_spawn_locked(a, 1) != 0)
-    VM_LOGD("cannot add a worker");
-  pthread_mutex_unlock(&a->srv.pool_lock);
-}
-
-/* A LEN-byte message on a connection without a session, LEN beyond the
- * pre-Hello cap: read its SP header, drain the rest through a small buffer
- * and answer FAILED_PRECONDITION (docs/protocol.md). Not a byte of it is
- * stored or decoded. */
-static int vma_drain_pre_hello(vma_conn_t *c, uint64_t len) {
-  uint8_t buf[4096];
-  size_t hn = 4 * VMP_SP_MAX_HOPS;
-  int rv = vmp_sp_read(&c->rd, buf, hn, 0, NULL);
-  int hdr = rv ? 0 : vmp_sp_request_header(buf, hn);
-  uint8_t head[4 * VMP_SP_MAX_HOPS];
-  memcpy(head, buf, hn);
-  for (uint64_t left = len - hn; !rv && left > 0;) {
-    size_t n = left < sizeof(buf) ? (size_t)left : sizeof(buf);
-    rv = vmp_sp_read(&c->rd, buf, n, 0, NULL);
-    left -= n;
-  }
-  if (rv) return rv;
-  if (hdr <= 0) return 0; /* too many hops: dropped, as rep0 does */
-  vma_out_t out = {.alloc = vma_reply_alloc};
-  int rc = vma_refuse_pre_hello(c->a, c->id, len - (uint64_t)hdr, &out);
-  vma_send_reply(c, head, (size_t)hdr, rc, out);
-  return 0;
-}
-
-/* The reader of a connection that has not said Hello refused a request
- * (its one refusal): nothing more is served on it. What the peer sends is
- * read and thrown away until it closes, or the reaper closes it at its
- * Hello deadline (or a newer connection evicts it): closing at once could
- * make an nng req0 peer see the connection end before the refusal.
- * Returns the reader's end. */
-static int vma_refused_pre_hello(vma_conn_t *c) {
-  VM_LOGD("connection %u (%s): refused a request before Hello; serving nothing more", c->id,
-          c->peer);
-  /* After a refused token the connection ends once the peer has had time
-   * to read the refusal (VMA_REFUSED_LINGER_MS of silence), not at the
-   * Hello deadline: a refused guess frees its place at once. */
-  int32_t wait = atomic_load(&c->refused) ? VMA_REFUSED_LINGER_MS : 0;
-  uint8_t b;
-  int rv;
-  do {
-    c->rd.off = c->rd.len; /* buffered bytes: thrown away */
-    rv = vmp_sp_read(&c->rd, &b, 1, wait, NULL);
-  } while (!rv);
-  return rv;
-}
-
-/* A Hello on c succeeded: off the unauthenticated list, for good. */
-static void vma_conn_authenticated(vma_conn_t *c) {
-  vmagent_t *a = c->a;
-  pthread_mutex_lock(&a->srv.pool_lock);
-  if (!atomic_load(&c->closed)) {
-    vma_unauth_remove_locked(a, c);
-    c->authed = 1;
-  }
-  pthread_mutex_unlock(&a->srv.pool_lock);
-}
-
-/* A LEN-byte request of c, which has not said Hello: served here, never
- * queued for a worker. Hello and Ping are answered (a Hello that makes a
- * session authenticates c); any other request gets its refusal and is the
- * last served. 0 to read on, else the reader's end. */
-static int vma_serve_pre_hello(vma_conn_t *c, uint64_t len) {
-  if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS) {
-    int rv = vma_drain_pre_hello(c, len);
-    return rv ? rv : vma_refused_pre_hello(c);
-  }
-  uint8_t msg[VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS];
-  int rv = vmp_sp_read(&c->rd, msg, (size_t)len, 0, NULL);
-  if (rv) return rv;
-  int hdr = vmp_sp_request_header(msg, (size_t)len);
-  if (hdr == 0) {
-    VM_LOGW("connection %u (%s): a message without a request id: closing the connection", c->id,
-            c->peer);
-    return NNG_EPROTO;
-  }
-  if (hdr < 0) return 0; /* too many hops: dropped, as rep0 does */
-  int op = vmp_request_peek_op(msg + hdr, (size_t)len - (size_t)hdr);
-  vma_serve(c, msg, (size_t)hdr, (size_t)len);
-  if (atomic_load(&c->refused)) return vma_refused_pre_hello(c); /* a wrong token */
-  if (op == VMRPC__REQUEST__OP_HELLO) {
-    if (vma_conn_has_session(c->a, c->id)) vma_conn_authenticated(c);
-    return 0;
-  }
-  if (op == VMRPC__REQUEST__OP_PING) return 0;
-  return vma_refused_pre_hello(c);
 }
 
 /* The reader of one connection: handshake, then requests until the
@@ -615,26 +145,23 @@ static int vma_serve_pre_hello(vma_conn_t *c, uint64_t len) {
 static void *vma_reader_main(void *arg) {
   vma_conn_t *c = arg;
   vmagent_t *a = c->a;
-  /* Plain TCP: the reader waits for requests on the socket itself, so the
-   * kernel wakes it without a detour through nng's poller thread; replies
-   * try a non-blocking send on it first. */
-  c->wfd = a->srv.ipc_listener || a->srv.tls_config ? -1 : vmp_sp_stream_fd(c->s);
-  c->rd.fd = c->wfd;
-  /* The whole of it is bounded by the Hello deadline (the reaper). */
-  int rv =
-      vmp_sp_handshake(c->s, c->raio, VMP_SP_REP0, VMP_SP_REQ0, (int32_t)a->cfg.hello_timeout_ms);
+  /* The TLS and SP handshakes; the whole of it is bounded by the Hello
+   * deadline (the reaper). */
+  int rv = vmt_conn_start(c->s, (int32_t)a->cfg.hello_timeout_ms);
+  if (!rv)
+    rv = vmt_conn_handshake(c->s, VMT_SP_REP0, VMT_SP_REQ0, (int32_t)a->cfg.hello_timeout_ms);
   if (rv) VM_LOGD("connection %u (%s): handshake: %s", c->id, c->peer, nng_strerror(rv));
-  size_t pn = c->ipc ? 9 : 8;
+  size_t pn = vmt_prefix_len(c->ipc);
   while (!rv) {
     /* A peer that does not read its replies gets no more served. */
-    if (vma_conn_wait_out(c)) {
+    if (vmt_sendq_wait_room(&c->out)) {
       rv = NNG_ECLOSED;
       break;
     }
-    uint8_t pre[VMP_SP_PREFIX_MAX];
-    rv = vmp_sp_read(&c->rd, pre, pn, 0, NULL);
+    uint8_t pre[VMT_PREFIX_MAX];
+    rv = vmt_read(&c->rd, pre, pn, 0, NULL);
     uint64_t len = 0;
-    if (!rv) rv = vmp_sp_prefix_parse(c->ipc, pre, &len);
+    if (!rv) rv = vmt_prefix_parse(c->ipc, pre, &len);
     if (rv) break;
     /* Bigger messages (or garbage) close the connection before a byte
      * of them is stored, as nng's own sockets do. */
@@ -652,10 +179,18 @@ static void *vma_reader_main(void *arg) {
     }
     /* Without a session (after Goodbye), a message beyond the pre-Hello
      * cap is drained, not stored: its header is kept for the refusal. */
-    if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMP_SP_MAX_HOPS && !vma_conn_has_session(a, c->id)) {
+    if (len > VMA_PRE_HELLO_MAX_BYTES + 4 * VMT_MAX_HOPS && !vma_conn_has_session(a, c->id)) {
       rv = vma_drain_pre_hello(c, len);
       if (rv) break;
       continue;
+    }
+    uint8_t head[VMA_HEAD_MAX];
+    size_t have = 0;
+    if (len >= VMA_DIRECT_MIN) {
+      int served = 0;
+      rv = vma_serve_direct(c, len, head, &have, &served);
+      if (rv) break;
+      if (served) continue;
     }
     vma_job_t *j = malloc(sizeof(*j) + (size_t)len);
     if (!j) {
@@ -664,8 +199,9 @@ static void *vma_reader_main(void *arg) {
       rv = NNG_ENOMEM;
       break;
     }
-    rv = vmp_sp_read(&c->rd, j->data, (size_t)len, 0, NULL);
-    int hdr = rv ? 0 : vmp_sp_request_header(j->data, (size_t)len);
+    memcpy(j->data, head, have);
+    rv = vmt_read(&c->rd, j->data + have, (size_t)len - have, 0, NULL);
+    int hdr = rv ? 0 : vmt_request_header(j->data, (size_t)len);
     if (rv || hdr <= 0) {
       free(j);
       if (rv) break;
@@ -749,35 +285,19 @@ static void vma_conns_join(vmagent_t *a) {
 
 /* Takes over s: starts its reader, or closes it. A connection without
  * Hello closes the oldest one when cfg.max_unauth_conns are open. */
-static void vma_conn_start(vmagent_t *a, nng_stream *s) {
+static void vma_conn_start(vmagent_t *a, vmt_conn_t *s) {
   vma_conn_t *c = calloc(1, sizeof(*c));
-  if (!c || nng_aio_alloc(&c->raio, NULL, NULL) != 0 ||
-      nng_aio_alloc(&c->waio, vma_conn_sent, c) != 0 || pthread_mutex_init(&c->wmu, NULL) != 0) {
+  if (!c || vmt_sendq_init(&c->out, s, a->srv.flusher, vma_out_cap(a), VMA_OUT_SOFT, vma_out_failed,
+                           c) != 0) {
     VM_LOGE("no memory for a connection: closing it");
-    if (c) {
-      nng_aio_free(c->raio);
-      nng_aio_free(c->waio);
-    }
     free(c);
-    nng_stream_free(s);
-    return;
-  }
-  if (pthread_cond_init(&c->wcv, NULL) != 0) {
-    VM_LOGE("no memory for a connection: closing it");
-    pthread_mutex_destroy(&c->wmu);
-    nng_aio_free(c->raio);
-    nng_aio_free(c->waio);
-    free(c);
-    nng_stream_free(s);
+    vmt_conn_free(s);
     return;
   }
   c->a = a;
   c->s = s;
   c->ipc = a->srv.ipc_listener;
-  c->wfd = -1;
-  c->rd.s = s;
-  c->rd.aio = c->raio;
-  c->rd.fd = -1;
+  c->rd.c = s;
   atomic_init(&c->refs, 1);
   atomic_init(&c->closed, 0);
   pthread_mutex_lock(&a->srv.pool_lock);
@@ -859,24 +379,17 @@ static void vma_conns_expire(vmagent_t *a) {
 static void *vma_acceptor_main(void *arg) {
   vmagent_t *a = arg;
   for (;;) {
-    nng_stream_listener_accept(a->srv.listener, a->srv.accept_aio);
-    nng_aio_wait(a->srv.accept_aio);
-    int rv = nng_aio_result(a->srv.accept_aio);
-    if (atomic_load(&a->stopping) || rv == NNG_ECLOSED) break;
+    vmt_conn_t *s = NULL;
+    int rv = vmt_listener_accept(a->srv.listener, &s);
+    if (atomic_load(&a->stopping) || rv == NNG_ECLOSED) {
+      vmt_conn_free(s);
+      break;
+    }
     if (rv != 0) {
       VM_LOGD("accepting a connection: %s", nng_strerror(rv));
-      if (rv == NNG_ENOMEM || rv == NNG_ENOFILES) {
-        struct timespec ts = {0, 10 * 1000 * 1000}; /* do not spin */
-        nanosleep(&ts, NULL);
-      }
+      struct timespec ts = {0, 10 * 1000 * 1000}; /* do not spin */
+      nanosleep(&ts, NULL);
       continue;
-    }
-    nng_stream *s = nng_aio_get_output(a->srv.accept_aio, 0);
-    if (!a->srv.ipc_listener) {
-      nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
-      /* Detects peers that vanished without closing, so their sessions
-       * end. */
-      nng_stream_set_bool(s, NNG_OPT_TCP_KEEPALIVE, true);
     }
     vma_conn_start(a, s);
     vma_conns_join(a);
@@ -904,74 +417,11 @@ static void *vma_reaper_main(void *arg) {
   return NULL;
 }
 
-static vm_status_t vma_read_text(const char *path, const char *what, char **out) {
-  uint8_t *data = NULL;
-  size_t len = 0;
-  vm_status_t st = vm_read_file(path, 1 << 20, &data, &len);
-  if (st) return vm_status_annotate(st, "reading %s %s", what, path);
-  char *s = malloc(len + 1);
-  if (!s) {
-    free(data);
-    return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  memcpy(s, data, len);
-  s[len] = '\0';
-  free(data);
-  *out = s;
-  return VM_STATUS_OK;
-}
-
-/* Logs the SHA-256 fingerprint of the (first) certificate in pem, what a
- * client pins with --tls-pin. */
-static void vma_log_fingerprint(const char *pem) {
-  BIO *bio = BIO_new_mem_buf(pem, -1);
-  X509 *x = bio ? PEM_read_bio_X509(bio, NULL, NULL, NULL) : NULL;
-  uint8_t md[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  if (x && X509_digest(x, EVP_sha256(), md, &n) == 1 && n == 32) {
-    char hex[32 * 3];
-    for (unsigned i = 0; i < n; i++) sprintf(hex + 3 * i, "%02X%s", md[i], i + 1 < n ? ":" : "");
-    VM_LOGI("TLS certificate sha256:%s (what a client gives to --tls-pin)", hex);
-  }
-  X509_free(x);
-  BIO_free(bio);
-}
-
-static vm_status_t vma_tls_setup(vmagent_t *a) {
-  const char *engine = nng_tls_engine_name();
-  if (!engine || strcmp(engine, "none") == 0)
-    return vm_status_make(VM_UNAVAILABLE, "this nng build has no TLS engine; use tcp://");
-  char *cert = NULL, *key = NULL;
-  nng_tls_config *cfg = NULL;
-  vm_status_t st = vma_read_text(a->tls_cert_file, "--tls-cert", &cert);
-  if (!st) st = vma_read_text(a->tls_key_file, "--tls-key", &key);
-  if (st) goto done;
-  int rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER);
-  if (rv) {
-    st = vmp_nng_status(rv, "creating the TLS configuration");
-    goto done;
-  }
-  rv = nng_tls_config_own_cert(cfg, cert, key, NULL);
-  if (rv) {
-    st = vmp_nng_status(rv, "loading --tls-cert/--tls-key");
-    goto done;
-  }
-  a->srv.tls_config = cfg;
-  cfg = NULL;
-  vma_log_fingerprint(cert);
-done:
-  if (cfg) nng_tls_config_free(cfg);
-  free(cert);
-  free(key);
-  return st;
-}
-
-/* Rewrites the listen URL with the port nng actually bound. */
+/* Rewrites the listen URL with the port actually bound. */
 static void vma_make_url(vmagent_t *a) {
   snprintf(a->url, sizeof(a->url), "%s", a->listen_url);
-  int port = 0;
-  if (nng_stream_listener_get_int(a->srv.listener, NNG_OPT_TCP_BOUND_PORT, &port) != 0 || port <= 0)
-    return;
+  int port = vmt_listener_port(a->srv.listener);
+  if (port <= 0) return;
   char *sep = strstr(a->url, "://");
   if (!sep) return;
   char *colon = strrchr(sep + 3, ':');
@@ -1000,23 +450,19 @@ vm_status_t vma_server_start(vmagent_t *a) {
     return vm_status_make(VM_INTERNAL, "pthread_cond_init failed");
   }
   a->srv.pool_lock_ready = 1;
-  a->srv.ipc_listener = vmp_sp_url_is_ipc(a->listen_url);
-  int rv = nng_stream_listener_alloc(&a->srv.listener, a->listen_url);
+  a->srv.ipc_listener = vmt_url_is_ipc(a->listen_url);
+  int rv = vmt_url_check(a->listen_url);
   if (rv) return vmp_nng_status(rv, a->listen_url);
-  if (strncmp(a->listen_url, "tls+", 4) == 0) {
-    VM_RETURN_IF_ERROR(vma_tls_setup(a));
-    rv = nng_stream_listener_set_ptr(a->srv.listener, NNG_OPT_TLS_CONFIG, a->srv.tls_config);
-    if (rv) return vmp_nng_status(rv, "applying the TLS configuration");
-  }
-  rv = nng_stream_listener_listen(a->srv.listener);
+  if (strncmp(a->listen_url, "tls+", 4) == 0) VM_RETURN_IF_ERROR(vma_tls_setup(a));
+  rv = vmt_listen(a->listen_url, a->srv.tls, &a->srv.listener);
   if (rv) {
     char what[600];
     snprintf(what, sizeof(what), "listening on %s", a->listen_url);
     return vmp_nng_status(rv, what);
   }
   vma_make_url(a);
-  rv = nng_aio_alloc(&a->srv.accept_aio, NULL, NULL);
-  if (rv) return vmp_nng_status(rv, "allocating the accept aio");
+  rv = vmt_flusher_start((int32_t)a->cfg.write_timeout_ms, &a->srv.flusher);
+  if (rv) return vmp_nng_status(rv, "starting the reply flusher");
 
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -1058,7 +504,7 @@ void vma_server_stop(vmagent_t *a) {
   vma_sessions_reap(a);
   /* No new connections; then every open one is closed, which ends its
    * reader (and fails any reply still being written). */
-  if (a->srv.listener) nng_stream_listener_close(a->srv.listener);
+  if (a->srv.listener) vmt_listener_close(a->srv.listener);
   if (a->srv.acceptor_started) {
     pthread_join(a->srv.acceptor, NULL);
     a->srv.acceptor_started = 0;
@@ -1092,12 +538,8 @@ void vma_server_stop(vmagent_t *a) {
   free(a->srv.threads);
   a->srv.threads = NULL;
   if (a->srv.listener) {
-    nng_stream_listener_free(a->srv.listener);
+    vmt_listener_free(a->srv.listener);
     a->srv.listener = NULL;
-  }
-  if (a->srv.accept_aio) {
-    nng_aio_free(a->srv.accept_aio);
-    a->srv.accept_aio = NULL;
   }
   if (a->reaper_started) {
     pthread_mutex_lock(&a->lock);
@@ -1110,6 +552,10 @@ void vma_server_stop(vmagent_t *a) {
     pthread_mutex_unlock(&a->lock);
     pthread_cond_destroy(&a->reaper_cond);
   }
+  /* Every connection is gone (the reaper joined the last ones): no queue
+   * is left for the flusher. */
+  vmt_flusher_stop(a->srv.flusher);
+  a->srv.flusher = NULL;
   if (a->srv.pool_lock_ready) {
     pthread_cond_destroy(&a->srv.readers_cv);
     pthread_cond_destroy(&a->srv.space_cv);
@@ -1117,8 +563,6 @@ void vma_server_stop(vmagent_t *a) {
     pthread_mutex_destroy(&a->srv.pool_lock);
     a->srv.pool_lock_ready = 0;
   }
-  if (a->srv.tls_config) {
-    nng_tls_config_free(a->srv.tls_config);
-    a->srv.tls_config = NULL;
-  }
+  vmt_tls_free(a->srv.tls);
+  a->srv.tls = NULL;
 }

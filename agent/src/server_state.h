@@ -12,8 +12,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include <nng/nng.h>
-
 /* Beyond --workers, this many extra pool threads may be started while
  * requests wait for busy devices (see vma_on_block in server.c). */
 #define VMA_MAX_EXTRA_THREADS 64
@@ -28,15 +26,18 @@ typedef struct vma_pool_thread {
 
 struct vma_conn; /* one accepted connection (server.c) */
 struct vma_job;  /* a request waiting for a pool thread (server.c) */
+struct vmt_listener;
+struct vmt_tls;
+struct vmt_flusher;
 
 typedef struct vma_server {
-  nng_stream_listener *listener;
-  nng_aio *accept_aio;
+  struct vmt_listener *listener;
   int ipc_listener; /* ipc:// framing (a type byte before each length) */
   pthread_t acceptor;
   int acceptor_started;
-  void *tls_config;           /* nng_tls_config * */
-  vma_pool_thread_t *threads; /* pool_size slots */
+  struct vmt_tls *tls;         /* tls+tcp:// (vmtransport/conn.h) */
+  struct vmt_flusher *flusher; /* writes what replies left in send queues (vmtransport/sendq.h) */
+  vma_pool_thread_t *threads;  /* pool_size slots */
   uint32_t pool_size;
   /* Thread slots, the job queue, the connection list and the counts
    * below. */

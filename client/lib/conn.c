@@ -1,25 +1,22 @@
-/* Connection and request/reply transport of libvmclient.
+/* Connection and request/reply calls of libvmclient.
  *
- * A connection is one nng byte stream (tcp://, tls+tcp:// or ipc://)
- * carrying nng's req0 wire format, framed here (vmproto/sp.h), so it talks
- * to any rep0 peer. The calling thread writes its request itself (whole,
- * under conn->wmu) and then waits for the reply: whichever waiting thread
- * holds the reader role reads messages one by one, hands each to the call
- * it answers (by SP request id) and goes on until its own has come, then
- * gives the role up; other waiters sleep on conn->cv meanwhile. A single
- * request thus costs one write and one read on the caller's own thread:
- * nng tries each at once and, when the reply is not there yet, its poller
- * thread completes the read and wakes the caller (one hand-off, the least
- * nng's stream API allows). Pipelined chunk transfers put several requests
- * on the wire before waiting; long calls wait with a limit and send a
- * Cancel from the same thread.
+ * A connection is one transport connection (tcp://, tls+tcp:// or ipc://,
+ * vmtransport/conn.h) carrying nng's req0 wire format, so it talks to any
+ * rep0 peer, and its multiplexer (vmtransport/mux.h): the calling thread
+ * writes its request itself and then waits for the reply, reading it
+ * itself when no other caller holds the reading turn. A single request
+ * thus costs one write and one read on the caller's own thread, woken by
+ * the kernel on its own socket. Pipelined chunk transfers put several
+ * requests on the wire before waiting, with each download chunk's payload
+ * read straight into the caller's tensor; long calls wait with a limit and
+ * send a Cancel from the same thread.
  *
  * Message buffers come from a small per-connection pool, so chunk after
  * chunk lands in the same (already faulted-in) memory; upload payloads are
  * written straight from the caller's memory.
  *
- * Lock order: conn->wmu before conn->mu. mu is never held across network
- * I/O; wmu only by the thread writing a request.
+ * Lock order: the mux's locks (vmtransport/mux.h), then conn->mu (the
+ * pool and the chunk slots), which is never held across I/O.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,25 +25,12 @@
 #include <time.h>
 
 #include <nng/nng.h>
-#include <nng/supplemental/tls/tls.h>
-#include <nng/transport/tcp/tcp.h>
 
 #include "vmrpc/file.h"
 #include "vmc_internal.h"
-#include "vmproto/sp.h"
 
-#ifndef VMRPC_VERSION
-#define VMRPC_VERSION "0"
-#endif
-
-/* Room before a request body: the SP prefix and the request id. */
-#define VMCI_HEAD (VMP_SP_PREFIX_MAX + 4)
-/* Largest message a reply may be (its id word included). */
-#define VMCI_MAX_REPLY ((uint64_t)VMCI_MAX_CHUNK + VMP_MAX_ENVELOPE + VMP_FRAME_HEADER + 4)
-
-nng_duration vmci_duration(int32_t ms) {
-  return ms > 0 ? (nng_duration)ms : NNG_DURATION_INFINITE;
-}
+/* Room kept before a message body (where a reply's id word is read). */
+#define VMCI_HEAD 16
 
 /* ------------------------------------------------------------------ errors */
 
@@ -89,7 +73,7 @@ static vm_status_t lost_status(vmc_conn_t *c, const char *what) {
 
 /* A buffer for a message of size bytes: the smallest pooled one that
  * fits, else a new one. */
-static vmci_msg_t *msg_get(vmc_conn_t *c, size_t size) {
+vmci_msg_t *vmci_msg_get(vmc_conn_t *c, size_t size) {
   if (size > SIZE_MAX - VMCI_HEAD) return NULL;
   size_t need = VMCI_HEAD + size;
   pthread_mutex_lock(&c->mu);
@@ -121,14 +105,14 @@ static vmci_msg_t *msg_get(vmc_conn_t *c, size_t size) {
   return m;
 }
 
-static void msg_free(vmci_msg_t *m) {
+void vmci_msg_free(vmci_msg_t *m) {
   if (!m) return;
   free(m->mem);
   free(m);
 }
 
 /* Back into the pool; with the pool full, the smallest buffer goes. */
-static void msg_put(vmc_conn_t *c, vmci_msg_t *m) {
+void vmci_msg_put(vmc_conn_t *c, vmci_msg_t *m) {
   if (!m) return;
   m->ext = NULL;
   pthread_mutex_lock(&c->mu);
@@ -145,7 +129,7 @@ static void msg_put(vmc_conn_t *c, vmci_msg_t *m) {
     c->pool_n--;
   }
   pthread_mutex_unlock(&c->mu);
-  msg_free(drop);
+  vmci_msg_free(drop);
 }
 
 /* ------------------------------------------------------------------- frames */
@@ -153,7 +137,7 @@ static void msg_put(vmc_conn_t *c, vmci_msg_t *m) {
 void vmci_reply_free(vmci_reply_t *r) {
   if (!r) return;
   if (r->resp) vmrpc__response__free_unpacked(r->resp, NULL);
-  if (r->msg) msg_put(r->conn, r->msg);
+  if (r->msg) vmci_msg_put(r->conn, r->msg);
   memset(r, 0, sizeof(*r));
 }
 
@@ -176,7 +160,7 @@ vm_status_t vmci_build(vmc_conn_t *c, Vmrpc__Request *req, const void *payload, 
                           "bytes (its --max-message)",
                           vmp_op_name(req->op_case), total,
                           (unsigned long long)c->limits.max_message_bytes);
-  vmci_msg_t *m = msg_get(c, fs);
+  vmci_msg_t *m = vmci_msg_get(c, fs);
   if (!m) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory for a request message");
   vmp_frame_write(&req->base, m->body);
   m->ext = payload;
@@ -245,9 +229,7 @@ vm_status_t vmci_decode(vmc_conn_t *c, vmci_msg_t *msg, uint64_t req_id,
 /* ---------------------------------------------------------------- the wire */
 
 static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  return vmt_mux_now_ns();
 }
 
 /* Deadline ms from now (0 when ms <= 0: none). */
@@ -255,201 +237,18 @@ static int64_t deadline_in(int32_t ms) {
   return ms > 0 ? now_ns() + (int64_t)ms * 1000000 : 0;
 }
 
-/* The connection failed: every call in flight completes with rv, and every
- * later one fails at once. mu held. */
-static void lose_locked(vmc_conn_t *c, int rv) {
-  if (!c->lost) {
-    c->lost = 1;
-    c->lost_rv = rv;
-  }
-  for (vmci_call_t *k = c->calls; k; k = k->next) {
-    k->done = 1;
-    k->rv = NNG_ECONNSHUT;
-  }
-  c->calls = NULL;
-  pthread_cond_broadcast(&c->cv);
-  pthread_cond_broadcast(&c->slot_cv);
+int vmci_conn_lost(vmc_conn_t *c) {
+  return !c->mux_ready || vmt_mux_lost(&c->mux) != 0;
 }
 
-static void lose(vmc_conn_t *c, int rv) {
-  pthread_mutex_lock(&c->mu);
-  lose_locked(c, rv);
-  pthread_mutex_unlock(&c->mu);
-}
-
-static int conn_lost(vmc_conn_t *c) {
-  pthread_mutex_lock(&c->mu);
-  int lost = c->lost;
-  pthread_mutex_unlock(&c->mu);
-  return lost;
-}
-
-/* Takes k off the calls in flight (a reply that comes later is dropped).
- * mu held. */
-static void call_forget_locked(vmc_conn_t *c, vmci_call_t *k) {
-  while (k->filling) pthread_cond_wait(&c->cv, &c->mu); /* it writes into k->dst */
-  for (vmci_call_t **pp = &c->calls; *pp; pp = &(*pp)->next)
-    if (*pp == k) {
-      *pp = k->next;
-      break;
-    }
-  k->next = NULL;
-}
-
-/* Registers k for msg and writes msg (then returns it to the pool).
- * Returns 0 or the nng error (the connection is then lost). */
+/* Registers k and writes msg (then returns it to the pool). Returns 0 or
+ * the nng error (k is then done with it; the connection may be lost). */
 static int call_send(vmc_conn_t *c, vmci_call_t *k, vmci_msg_t *m, uint64_t req_id) {
-  k->req_id = req_id;
-  k->sp_id = 0x80000000u | (uint32_t)(req_id & 0x7fffffffu);
-  k->done = 0;
-  k->rv = 0;
-  k->reply = NULL;
-  uint8_t *start = m->body - 4;
-  start[0] = (uint8_t)(k->sp_id >> 24);
-  start[1] = (uint8_t)(k->sp_id >> 16);
-  start[2] = (uint8_t)(k->sp_id >> 8);
-  start[3] = (uint8_t)k->sp_id;
-  uint8_t pre[VMP_SP_PREFIX_MAX];
-  size_t pn = vmp_sp_prefix(c->ipc, (uint64_t)4 + m->len + m->ext_len, pre);
-  start -= pn;
-  memcpy(start, pre, pn);
-  nng_iov v[2] = {{.iov_buf = start, .iov_len = pn + 4 + m->len},
-                  {.iov_buf = (void *)m->ext, .iov_len = m->ext_len}};
-  pthread_mutex_lock(&c->wmu);
-  pthread_mutex_lock(&c->mu);
-  int rv = c->lost ? NNG_ECONNSHUT : 0;
-  if (!rv) {
-    k->next = c->calls;
-    c->calls = k;
-  }
-  pthread_mutex_unlock(&c->mu);
-  if (!rv) {
-    rv = vmp_sp_io(c->s, c->waio, 1, v, m->ext_len ? 2 : 1, c->request_timeout_ms, NULL);
-    /* A request cut short leaves the stream unusable. */
-    if (rv) lose(c, rv);
-  }
-  pthread_mutex_unlock(&c->wmu);
-  msg_put(c, m);
+  struct iovec v[2] = {{.iov_base = m->body, .iov_len = m->len},
+                       {.iov_base = (void *)m->ext, .iov_len = m->ext_len}};
+  int rv = vmt_mux_send(&c->mux, k, vmt_id_make(req_id), v, m->ext_len ? 2 : 1);
+  vmci_msg_put(c, m);
   return rv;
-}
-
-/* Reads one message (as the reader) within ms (<= 0: no limit): 0 with
- * the reply and its SP id; NNG_ETIMEDOUT when nothing came (the stream is
- * still in step); any other error leaves the stream unusable. A reply
- * whose call named a destination for its payload (dst, dst_len) and whose
- * payload has that size is read in two parts: id, frame header and
- * envelope into a buffer, the payload straight into dst. */
-static int read_one(vmc_conn_t *c, int32_t ms, vmci_msg_t **out, uint32_t *out_id) {
-  uint8_t pre[VMP_SP_PREFIX_MAX];
-  size_t pn = c->ipc ? 9 : 8, moved = 0;
-  int32_t t = c->request_timeout_ms; /* once a message has begun, it must come whole */
-  int rv = vmp_sp_read(&c->rd, pre, pn, ms, &moved);
-  if (rv == NNG_ETIMEDOUT && moved == 0) return rv;
-  if (rv == NNG_ETIMEDOUT) rv = vmp_sp_read(&c->rd, pre + moved, pn - moved, t, NULL);
-  uint64_t len = 0;
-  if (!rv) rv = vmp_sp_prefix_parse(c->ipc, pre, &len);
-  if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
-  if (len < 4 || len > VMCI_MAX_REPLY) return NNG_EMSGSIZE;
-  /* The id and the frame header first (8 bytes), when there are as many. */
-  uint8_t hdr[8];
-  size_t hn = len >= 8 ? 8 : 4;
-  rv = vmp_sp_read(&c->rd, hdr, hn, t, NULL);
-  if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
-  if (!(hdr[0] & 0x80u)) return NNG_EPROTO; /* a rep0 peer echoes our one id word */
-  uint32_t id =
-      ((uint32_t)hdr[0] << 24) | ((uint32_t)hdr[1] << 16) | ((uint32_t)hdr[2] << 8) | hdr[3];
-  uint64_t env = hn == 8 ? (uint64_t)hdr[4] | (uint64_t)hdr[5] << 8 | (uint64_t)hdr[6] << 16 |
-                               (uint64_t)hdr[7] << 24
-                         : 0;
-  vmci_call_t *k = NULL;
-  uint64_t pay = 0;
-  if (hn == 8 && env <= len - 8) {
-    pay = len - 8 - env;
-    pthread_mutex_lock(&c->mu);
-    for (vmci_call_t *x = c->calls; x; x = x->next)
-      if (x->sp_id == id) k = x;
-    if (k && (!k->dst || k->dst_len != pay || pay == 0)) k = NULL;
-    if (k) k->filling = 1;
-    pthread_mutex_unlock(&c->mu);
-  }
-  size_t head = k ? (size_t)(len - pay) : (size_t)len; /* into the buffer, id included */
-  vmci_msg_t *m = msg_get(c, head);
-  if (!m) rv = NNG_ENOMEM;
-  if (!rv) {
-    memcpy(m->body, hdr, hn);
-    rv = vmp_sp_read(&c->rd, m->body + hn, head - hn, t, NULL);
-    if (!rv && k) rv = vmp_sp_read(&c->rd, k->dst, (size_t)pay, t, NULL);
-  }
-  if (k) {
-    pthread_mutex_lock(&c->mu);
-    k->filling = 0;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-  }
-  if (rv) {
-    msg_put(c, m);
-    return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
-  }
-  *out_id = id;
-  m->body += 4;
-  m->len = head - 4;
-  if (k) {
-    m->ext = k->dst;
-    m->ext_len = (size_t)pay;
-  }
-  *out = m;
-  return 0;
-}
-
-/* Waits until one of calls[0..n) is done (0), the deadline (ns, 0 =
- * none) passes (NNG_ETIMEDOUT) or the connection is lost (its calls are
- * then done with an error). Reads replies itself while no other thread
- * does. mu held. */
-static int wait_any(vmc_conn_t *c, vmci_call_t *const *calls, uint32_t n, int64_t deadline) {
-  for (;;) {
-    for (uint32_t i = 0; i < n; i++)
-      if (calls[i]->done) return 0;
-    if (c->lost) return NNG_ECONNSHUT;
-    int32_t left = 0;
-    if (deadline) {
-      int64_t d = deadline - now_ns();
-      if (d <= 0) return NNG_ETIMEDOUT;
-      left = d / 1000000 > INT32_MAX ? INT32_MAX : (int32_t)(d / 1000000) + 1;
-    }
-    if (!c->reading) {
-      c->reading = 1;
-      pthread_mutex_unlock(&c->mu);
-      vmci_msg_t *m = NULL;
-      uint32_t id = 0;
-      int rv = read_one(c, left, &m, &id);
-      pthread_mutex_lock(&c->mu);
-      c->reading = 0;
-      if (rv == 0) {
-        vmci_call_t **pp = &c->calls;
-        while (*pp && (*pp)->sp_id != id) pp = &(*pp)->next;
-        vmci_call_t *k = *pp;
-        if (k) {
-          *pp = k->next;
-          k->next = NULL;
-          k->reply = m;
-          k->done = 1;
-        } else { /* the reply of a call given up on */
-          pthread_mutex_unlock(&c->mu);
-          msg_put(c, m);
-          pthread_mutex_lock(&c->mu);
-        }
-      } else if (rv != NNG_ETIMEDOUT) {
-        lose_locked(c, rv);
-      }
-      pthread_cond_broadcast(&c->cv);
-    } else if (deadline) {
-      struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000),
-                            .tv_nsec = (long)(deadline % 1000000000)};
-      pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-    } else {
-      pthread_cond_wait(&c->cv, &c->mu);
-    }
-  }
 }
 
 /* Sends req and waits up to timeout_ms (<= 0: no limit) for its reply:
@@ -463,14 +262,12 @@ static int call_sync(vmc_conn_t *c, vmci_msg_t *msg, uint64_t req_id, int32_t ti
   int rv = call_send(c, &k, msg, req_id);
   if (rv) return rv;
   vmci_call_t *ks = &k;
-  pthread_mutex_lock(&c->mu);
-  rv = wait_any(c, &ks, 1, deadline);
+  rv = vmt_mux_wait(&c->mux, &ks, 1, deadline);
   if (rv)
-    call_forget_locked(c, &k);
+    vmt_mux_abandon(&c->mux, &k, rv);
   else
     rv = k.rv;
   *out_reply = k.reply;
-  pthread_mutex_unlock(&c->mu);
   return rv;
 }
 
@@ -485,14 +282,14 @@ vm_status_t vmci_call_rv(vmc_conn_t *c, Vmrpc__Request *req, const void *payload
                          vmci_reply_t *out, int *out_rv) {
   memset(out, 0, sizeof(*out));
   if (out_rv) *out_rv = 0;
-  if (conn_lost(c)) return lost_status(c, what);
+  if (vmci_conn_lost(c)) return lost_status(c, what);
   vmci_msg_t *msg;
   VM_RETURN_IF_ERROR(vmci_build(c, req, payload, plen, &msg));
   vmci_msg_t *reply;
   int rv = call_sync(c, msg, req->id, timeout_ms, &reply);
   if (out_rv) *out_rv = rv;
   if (rv != 0) {
-    msg_put(c, reply);
+    vmci_msg_put(c, reply);
     return vmci_nng_error(c, rv, what, timeout_ms);
   }
   return vmci_decode(c, reply, req->id, expect, what, out);
@@ -503,7 +300,7 @@ vm_status_t vmci_call_long(vmc_conn_t *c, Vmrpc__Request *req, Vmrpc__Response__
                            void *arg, vmci_reply_t *out) {
   memset(out, 0, sizeof(*out));
   if (wait_ms <= 0) return vmci_call(c, req, NULL, 0, expect, 0, what, out); /* no limit */
-  if (conn_lost(c)) return lost_status(c, what);
+  if (vmci_conn_lost(c)) return lost_status(c, what);
   vmci_msg_t *msg;
   VM_RETURN_IF_ERROR(vmci_build(c, req, NULL, 0, &msg));
   uint64_t id = req->id;
@@ -513,24 +310,18 @@ vm_status_t vmci_call_long(vmc_conn_t *c, Vmrpc__Request *req, Vmrpc__Response__
   int64_t deadline = deadline_in(wait_ms);
   int rv = call_send(c, &k, msg, id);
   if (rv) return vmci_nng_error(c, rv, what, wait_ms);
-  pthread_mutex_lock(&c->mu);
-  int gave_up = wait_any(c, &ks, 1, deadline) == NNG_ETIMEDOUT;
-  pthread_mutex_unlock(&c->mu);
+  int gave_up = vmt_mux_wait(&c->mux, &ks, 1, deadline) == NNG_ETIMEDOUT;
   int confirmed = 0;
   if (gave_up) {
     /* Stop the run on the agent, then give its reply (CANCELLED) a
      * bounded time to arrive so the VM is idle when we return. The call
      * stays registered meanwhile: whoever reads its reply completes it. */
     if (on_timeout) on_timeout(arg);
-    pthread_mutex_lock(&c->mu);
-    confirmed = wait_any(c, &ks, 1, deadline_in(c->request_timeout_ms)) == 0;
-    pthread_mutex_unlock(&c->mu);
+    confirmed = vmt_mux_wait(&c->mux, &ks, 1, deadline_in(c->request_timeout_ms)) == 0;
   }
-  pthread_mutex_lock(&c->mu);
-  if (!k.done) call_forget_locked(c, &k);
-  rv = k.done ? k.rv : NNG_ETIMEDOUT;
+  vmt_mux_abandon(&c->mux, &k, NNG_ETIMEDOUT);
+  rv = k.rv;
   vmci_msg_t *reply = k.reply;
-  pthread_mutex_unlock(&c->mu);
   if (gave_up) {
     if (reply) {
       /* A run that finished just as we gave up counts as done. */
@@ -548,7 +339,7 @@ vm_status_t vmci_call_long(vmc_conn_t *c, Vmrpc__Request *req, Vmrpc__Response__
                     "confirm: the VM may still be busy");
   }
   if (rv != 0) {
-    msg_put(c, reply);
+    vmci_msg_put(c, reply);
     return vmci_nng_error(c, rv, what, wait_ms);
   }
   return vmci_decode(c, reply, id, expect, what, out);
@@ -568,7 +359,7 @@ static void slot_release(vmc_conn_t *c) {
 static int slot_take(vmc_conn_t *c, int block) {
   pthread_mutex_lock(&c->mu);
   for (;;) {
-    if (c->lost) {
+    if (vmt_mux_lost(&c->mux)) {
       pthread_mutex_unlock(&c->mu);
       return -1;
     }
@@ -593,6 +384,7 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
   memset(calls, 0, sizeof(calls));
   vmci_call_t *inflight[VMCI_MAX_INFLIGHT];
   vmci_call_t *spare[VMCI_MAX_INFLIGHT];
+  uint64_t req_ids[VMCI_MAX_INFLIGHT];
   uint32_t n_inflight = 0, n_spare = window;
   for (uint32_t i = 0; i < window; i++) spare[i] = &calls[i];
   uint64_t next = 0;
@@ -622,37 +414,21 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
       k->tag = next;
       k->dst = p->dest ? p->dest(p->ctx, next) : NULL;
       k->dst_len = k->dst ? (size_t)p->chunk_size(p->ctx, next) : 0;
+      req_ids[k - calls] = req_id;
       inflight[n_inflight++] = k;
       next++;
       /* A failed send completes k (the connection is lost) and is
        * reported below like any other failed chunk. */
-      if (call_send(c, k, msg, req_id) != 0) {
-        pthread_mutex_lock(&c->mu);
-        k->done = 1;
-        k->rv = c->lost_rv ? c->lost_rv : NNG_ECONNSHUT;
-        pthread_mutex_unlock(&c->mu);
-        break;
-      }
+      if (call_send(c, k, msg, req_id) != 0) break;
     }
     if (n_inflight == 0) break;
     /* Wait for any of ours to complete, then handle every completed one. */
-    pthread_mutex_lock(&c->mu);
-    int rv = wait_any(c, inflight, n_inflight, deadline_in(timeout_ms));
-    if (rv == NNG_ETIMEDOUT) {
-      for (uint32_t i = 0; i < n_inflight; i++)
-        if (!inflight[i]->done) {
-          call_forget_locked(c, inflight[i]);
-          inflight[i]->done = 1;
-          inflight[i]->rv = NNG_ETIMEDOUT;
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
+    int rv = vmt_mux_wait(&c->mux, inflight, n_inflight, deadline_in(timeout_ms));
+    if (rv == NNG_ETIMEDOUT)
+      for (uint32_t i = 0; i < n_inflight; i++) vmt_mux_abandon(&c->mux, inflight[i], NNG_ETIMEDOUT);
     for (uint32_t i = 0; i < n_inflight;) {
       vmci_call_t *k = inflight[i];
-      pthread_mutex_lock(&c->mu);
-      int done = k->done;
-      pthread_mutex_unlock(&c->mu);
-      if (!done) {
+      if (!vmt_mux_is_done(&c->mux, k)) {
         i++;
         continue;
       }
@@ -662,13 +438,13 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
       slot_release(c);
       vm_status_t st;
       if (k->rv != 0) {
-        msg_put(c, k->reply);
+        vmci_msg_put(c, k->reply);
         char what[96];
         snprintf(what, sizeof(what), "%s (chunk %llu)", p->what, (unsigned long long)idx);
         st = vmci_nng_error(c, k->rv, what, timeout_ms);
       } else {
         vmci_reply_t r;
-        st = vmci_decode(c, k->reply, k->req_id, p->expect, p->what, &r);
+        st = vmci_decode(c, k->reply, req_ids[k - calls], p->expect, p->what, &r);
         if (!st) {
           st = p->done(p->ctx, idx, &r);
           vmci_reply_free(&r);
@@ -680,14 +456,8 @@ vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p) {
           first_err = st;
           /* Stop waiting for the others: their results no longer matter
            * (replies that still come are dropped). */
-          pthread_mutex_lock(&c->mu);
           for (uint32_t j = 0; j < n_inflight; j++)
-            if (!inflight[j]->done) {
-              call_forget_locked(c, inflight[j]);
-              inflight[j]->done = 1;
-              inflight[j]->rv = NNG_ECANCELED;
-            }
-          pthread_mutex_unlock(&c->mu);
+            vmt_mux_abandon(&c->mux, inflight[j], NNG_ECANCELED);
         } else {
           vm_status_free(st);
         }
@@ -713,447 +483,4 @@ void vmci_meta_from_tensor(const vmc_tensor_t *t, Vmrpc__TensorMeta *meta, int64
   meta->n_shape = t->ndim;
   meta->shape = dims_buf;
   meta->nbytes = t->nbytes;
-}
-
-/* --------------------------------------------------------------- connect */
-
-static char *dup_str(const char *s) {
-  s = s ? s : "";
-  size_t n = strlen(s);
-  char *d = malloc(n + 1);
-  if (d) memcpy(d, s, n + 1);
-  return d;
-}
-
-static void copy_str(char *dst, size_t cap, const char *src) {
-  snprintf(dst, cap, "%s", src ? src : "");
-}
-
-static vm_status_t read_pem(const char *path, const char *what, char **out) {
-  uint8_t *data;
-  size_t size;
-  vm_status_t st = vm_read_file(path, 1u << 20, &data, &size);
-  if (st) {
-    /* Missing: NOT_FOUND; any other reason it cannot be read (permissions,
-     * a directory, too big): PERMISSION_DENIED. Both are I/O errors to the
-     * CLI (exit 4), not usage errors. */
-    if (vm_status_code(st) != VM_NOT_FOUND) {
-      vm_status_t io = vm_status_make(VM_PERMISSION_DENIED, "%s", vm_status_message(st));
-      vm_status_free(st);
-      st = io;
-    }
-    return vm_status_annotate(st, "reading the %s", what);
-  }
-  char *s = malloc(size + 1);
-  if (!s) {
-    free(data);
-    return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory reading the %s", what);
-  }
-  memcpy(s, data, size);
-  s[size] = '\0';
-  free(data);
-  *out = s;
-  return VM_STATUS_OK;
-}
-
-/* The trust anchors of a tls+tcp:// connection (see vmc_conn_opts_t):
- * pinned certificate, CA file, system store, or (insecure) nothing. */
-static vm_status_t tls_trust(vmc_conn_t *c, const vmc_conn_opts_t *o, nng_tls_config *cfg,
-                             const nng_url *u) {
-  int has_ca = o->tls_ca_file && o->tls_ca_file[0], has_pin = o->tls_pin && o->tls_pin[0];
-  if (has_ca + has_pin + (o->tls_insecure != 0) > 1)
-    return vm_status_make(VM_INVALID_ARGUMENT,
-                          "give at most one of --tls-ca, --tls-pin and --tls-insecure");
-  int rv;
-  if (o->tls_insecure) {
-    rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_NONE);
-    return rv ? vmp_nng_status(rv, "disabling TLS verification") : VM_STATUS_OK;
-  }
-  char *pem = NULL;
-  const char *what;
-  if (has_pin) {
-    uint8_t pin[32];
-    VM_RETURN_IF_ERROR(vmci_tls_pin_parse(o->tls_pin, pin));
-    const char *port = u->u_port && u->u_port[0] ? u->u_port : "443";
-    VM_RETURN_IF_ERROR(vmci_tls_probe_pin(c->url, u->u_hostname, port, c->connect_timeout_ms,
-                                          o->tls_pin, pin, &pem));
-    /* No host name check: the pinned key is the identity. */
-    what = "the pinned certificate";
-  } else {
-    what = has_ca ? o->tls_ca_file : vmci_tls_system_ca();
-    if (!what)
-      return vm_status_make(VM_FAILED_PRECONDITION,
-                            "no system CA store to verify the agent's certificate with (looked "
-                            "at $SSL_CERT_FILE and /etc/ssl/certs/ca-certificates.crt ...): give "
-                            "--tls-ca FILE or --tls-pin sha256:HEX (or, on a trusted network "
-                            "only, --tls-insecure)");
-    VM_RETURN_IF_ERROR(read_pem(what, has_ca ? "TLS CA file" : "system CA store", &pem));
-    nng_tls_config_server_name(cfg, u->u_hostname);
-  }
-  vm_status_t st = VM_STATUS_OK;
-  rv = nng_tls_config_ca_chain(cfg, pem, NULL);
-  if (rv)
-    st = vm_status_make(VM_INVALID_ARGUMENT,
-                        "cannot use '%s' as TLS trust anchors: %s (expected PEM certificates)",
-                        what, nng_strerror(rv));
-  else if ((rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)))
-    st = vmp_nng_status(rv, "requiring TLS verification");
-  free(pem);
-  return st;
-}
-
-static vm_status_t tls_setup(vmc_conn_t *c, const vmc_conn_opts_t *o) {
-  nng_url *u = NULL;
-  nng_tls_config *cfg = NULL;
-  char *cert = NULL, *key = NULL;
-  vm_status_t st = VM_STATUS_OK;
-  int rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT);
-  if (rv) {
-    st = vmci_nng_error(c, rv, "setting up TLS (is nng built with TLS support?)", 0);
-    goto done;
-  }
-  if (nng_url_parse(&u, c->url) != 0 || !u->u_hostname || !u->u_hostname[0]) {
-    st = vm_status_make(VM_INVALID_ARGUMENT, "'%s' names no host: use tls+tcp://HOST:PORT", c->url);
-    goto done;
-  }
-  if ((st = tls_trust(c, o, cfg, u))) goto done;
-  int has_cert = o->tls_cert && o->tls_cert[0], has_key = o->tls_key && o->tls_key[0];
-  if (has_cert != has_key) {
-    st = vm_status_make(VM_INVALID_ARGUMENT,
-                        "a TLS client certificate needs both --tls-cert and --tls-key");
-    goto done;
-  }
-  if (has_cert) {
-    if ((st = read_pem(o->tls_cert, "TLS client certificate", &cert))) goto done;
-    if ((st = read_pem(o->tls_key, "TLS client key", &key))) goto done;
-    rv = nng_tls_config_own_cert(cfg, cert, key, NULL);
-    if (rv) {
-      st = vm_status_make(VM_INVALID_ARGUMENT,
-                          "cannot use the TLS certificate '%s' with key '%s': %s (expected PEM "
-                          "files that belong together)",
-                          o->tls_cert, o->tls_key, nng_strerror(rv));
-      goto done;
-    }
-  }
-  rv = nng_stream_dialer_set_ptr(c->dialer, NNG_OPT_TLS_CONFIG, cfg);
-  if (rv) st = vmci_nng_error(c, rv, "configuring TLS on the dialer", 0);
-done:
-  if (key) {
-    memset(key, 0, strlen(key));
-    free(key);
-  }
-  free(cert);
-  if (u) nng_url_free(u);
-  if (cfg) nng_tls_config_free(cfg); /* the dialer holds its own reference */
-  return st;
-}
-
-/* Connects within the connect timeout: the stream, then the SP handshake
- * (on tls+tcp:// the TLS handshake happens with its first bytes). */
-static vm_status_t dial(vmc_conn_t *c) {
-  nng_aio *aio = NULL;
-  int rv = nng_aio_alloc(&aio, NULL, NULL);
-  if (rv) return vmci_nng_error(c, rv, "connecting", 0);
-  nng_aio_set_timeout(aio, vmci_duration(c->connect_timeout_ms));
-  nng_stream_dialer_dial(c->dialer, aio);
-  nng_aio_wait(aio);
-  rv = nng_aio_result(aio);
-  if (!rv) {
-    c->s = nng_aio_get_output(aio, 0);
-    c->rd.s = c->s;
-    c->rd.aio = c->raio;
-  }
-  nng_aio_free(aio);
-  if (!rv && !c->ipc) {
-    nng_stream_set_bool(c->s, NNG_OPT_TCP_NODELAY, true);
-    nng_stream_set_bool(c->s, NNG_OPT_TCP_KEEPALIVE, true);
-    /* Plain TCP: replies are waited for on the socket itself, so the
-     * kernel wakes the caller without a detour through nng's poller. */
-    if (strncmp(c->url, "tcp", 3) == 0) c->rd.fd = vmp_sp_stream_fd(c->s);
-  }
-  if (!rv) rv = vmp_sp_handshake(c->s, c->raio, VMP_SP_REQ0, VMP_SP_REP0, c->connect_timeout_ms);
-  if (rv == NNG_ETIMEDOUT)
-    return vm_status_make(VM_DEADLINE_EXCEEDED,
-                          "could not connect to the agent at %s within %d ms (connect timeout): "
-                          "check the host, the port and any firewall, and that a vmagent (not "
-                          "another service) listens there, or raise the timeout "
-                          "(--connect-timeout MS, vmc_conn_opts_t.connect_timeout_ms)",
-                          c->url, (int)c->connect_timeout_ms);
-  if (rv == 0) return VM_STATUS_OK;
-  switch (rv) {
-    case NNG_ECONNREFUSED:
-      return vm_status_make(VM_UNAVAILABLE,
-                            "cannot reach the agent at %s: %s — is vmagent running? start it "
-                            "with `vmagent --listen %s`",
-                            c->url, nng_strerror(rv), c->url);
-    case NNG_EADDRINVAL:
-    case NNG_EINVAL:
-      return vm_status_make(VM_INVALID_ARGUMENT,
-                            "cannot connect to '%s': %s — check that the host name resolves "
-                            "and that the URL reads tcp://HOST:PORT, tls+tcp://HOST:PORT or "
-                            "ipc:///PATH",
-                            c->url, nng_strerror(rv));
-    case NNG_EUNREACHABLE:
-    case NNG_ETIMEDOUT:
-    case NNG_EPROTO:
-      return vm_status_make(VM_UNAVAILABLE,
-                            "cannot reach the agent at %s: %s (nng error %d) — check the "
-                            "address, the network and any firewall, and that a vmagent (not "
-                            "another service) listens there",
-                            c->url, nng_strerror(rv), rv);
-    case NNG_EPEERAUTH:
-    case NNG_ECRYPTO:
-      return vm_status_make(VM_UNAVAILABLE,
-                            "TLS handshake with the agent at %s failed: %s — its certificate "
-                            "must be signed by --tls-ca (default: the system CA store) and name "
-                            "the host, or match --tls-pin sha256:HEX; check also that the agent "
-                            "listens on tls+tcp://",
-                            c->url, nng_strerror(rv));
-    default:
-      return vm_status_make(VM_UNAVAILABLE,
-                            "cannot reach the agent at %s: %s (nng error %d) — is vmagent "
-                            "running there? start it with `vmagent --listen %s`",
-                            c->url, nng_strerror(rv), rv, c->url);
-  }
-}
-
-static vm_status_t hello(vmc_conn_t *c, const vmc_conn_opts_t *o) {
-  Vmrpc__Request req = VMRPC__REQUEST__INIT;
-  Vmrpc__HelloRequest h = VMRPC__HELLO_REQUEST__INIT;
-  h.protocol_major = VMRPC_PROTOCOL_MAJOR;
-  h.protocol_minor = VMRPC_PROTOCOL_MINOR;
-  h.client_name =
-      (char *)(o->client_name && o->client_name[0] ? o->client_name : "libvmclient/" VMRPC_VERSION);
-  h.token = (char *)(o->token ? o->token : "");
-  req.op_case = VMRPC__REQUEST__OP_HELLO;
-  req.hello = &h;
-  vmci_reply_t r;
-  int rv;
-  vm_status_t cst = vmci_call_rv(c, &req, NULL, 0, VMRPC__RESPONSE__OP_HELLO, c->connect_timeout_ms,
-                                 "Hello", &r, &rv);
-  if (cst && rv == NNG_ETIMEDOUT) {
-    vm_status_free(cst);
-    return vm_status_make(VM_DEADLINE_EXCEEDED,
-                          "connected to %s but no vmrpc Hello reply within %d ms (connect "
-                          "timeout): is a vmagent listening there (and not some other service)? "
-                          "If it is busy, raise the timeout (--connect-timeout MS, "
-                          "vmc_conn_opts_t.connect_timeout_ms)",
-                          c->url, (int)c->connect_timeout_ms);
-  }
-  if (cst) return cst;
-  const Vmrpc__HelloResponse *hr = r.resp->hello;
-  vm_status_t st = VM_STATUS_OK;
-  if (!hr) {
-    st = vm_status_make(VM_INTERNAL, "the agent at %s sent an empty Hello reply", c->url);
-    goto done;
-  }
-  if (hr->protocol_major != VMRPC_PROTOCOL_MAJOR) {
-    st = vm_status_make(VM_FAILED_PRECONDITION,
-                        "the agent at %s speaks protocol %u.%u, this client %d.%d: use a "
-                        "vmclient of the agent's major version (or upgrade the agent)",
-                        c->url, hr->protocol_major, hr->protocol_minor, VMRPC_PROTOCOL_MAJOR,
-                        VMRPC_PROTOCOL_MINOR);
-    goto done;
-  }
-  if (hr->session == 0) {
-    st = vm_status_make(VM_INTERNAL, "the agent at %s opened no session (session id 0)", c->url);
-    goto done;
-  }
-  c->protocol_major = hr->protocol_major;
-  c->protocol_minor = hr->protocol_minor;
-  c->agent_version = dup_str(hr->agent_version);
-  if (!c->agent_version) {
-    st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
-  if (hr->n_devices > 1024) {
-    st = vm_status_make(VM_INTERNAL, "the agent at %s lists %zu devices; at most 1024 expected",
-                        c->url, hr->n_devices);
-    goto done;
-  }
-  c->num_devices = (uint32_t)hr->n_devices;
-  c->devices = calloc(c->num_devices ? c->num_devices : 1, sizeof(*c->devices));
-  if (!c->devices) {
-    st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
-  for (uint32_t i = 0; i < c->num_devices; i++) {
-    const Vmrpc__DeviceInfo *d = hr->devices[i];
-    vmc_device_info_t *o2 = &c->devices[i];
-    copy_str(o2->selector, sizeof(o2->selector), d->selector);
-    copy_str(o2->name, sizeof(o2->name), d->name);
-    copy_str(o2->vendor, sizeof(o2->vendor), d->vendor);
-    copy_str(o2->driver_version, sizeof(o2->driver_version), d->driver_version);
-    copy_str(o2->version, sizeof(o2->version), d->version);
-    copy_str(o2->platform, sizeof(o2->platform), d->platform);
-    o2->compute_units = d->compute_units;
-    o2->global_mem_bytes = d->global_mem_bytes;
-    o2->local_mem_bytes = d->local_mem_bytes;
-    o2->max_alloc_bytes = d->max_alloc_bytes;
-    o2->supports_fp16 = d->supports_fp16;
-    o2->has_device_timer = d->has_device_timer;
-  }
-  vmc_limits_t *l = &c->limits;
-  const Vmrpc__Limits *wl = hr->limits;
-  l->chunk_bytes = wl && wl->chunk_bytes ? wl->chunk_bytes : (1u << 20);
-  l->max_inflight_chunks = wl && wl->max_inflight_chunks ? wl->max_inflight_chunks : 8;
-  l->max_message_bytes =
-      wl && wl->max_message_bytes ? wl->max_message_bytes : l->chunk_bytes + (64u << 10);
-  l->max_sessions = wl ? wl->max_sessions : 0;
-  l->session_mem_bytes = wl ? wl->session_mem_bytes : 0;
-  l->max_executable_bytes = wl ? wl->max_executable_bytes : 0;
-  l->idle_timeout_ms = wl ? wl->idle_timeout_ms : 0;
-  if (l->chunk_bytes > VMCI_MAX_CHUNK || l->chunk_bytes < 64) {
-    st = vm_status_make(VM_FAILED_PRECONDITION,
-                        "the agent at %s uses %llu-byte chunks; this client supports 64 bytes to "
-                        "%u bytes (restart the agent with a --chunk size in that range)",
-                        c->url, (unsigned long long)l->chunk_bytes, (unsigned)VMCI_MAX_CHUNK);
-    goto done;
-  }
-  if (l->max_message_bytes < l->chunk_bytes + 256) {
-    st = vm_status_make(VM_FAILED_PRECONDITION,
-                        "the agent at %s accepts messages of %llu bytes, too small for its own "
-                        "%llu-byte chunks plus an envelope: fix its --max-message",
-                        c->url, (unsigned long long)l->max_message_bytes,
-                        (unsigned long long)l->chunk_bytes);
-    goto done;
-  }
-  if (l->max_inflight_chunks > VMCI_MAX_INFLIGHT) l->max_inflight_chunks = VMCI_MAX_INFLIGHT;
-  c->slots_free = l->max_inflight_chunks;
-  c->session = hr->session;
-done:
-  vmci_reply_free(&r);
-  return st;
-}
-
-vm_status_t vmc_connect(const char *url, const vmc_conn_opts_t *opts, vmc_conn_t **out_conn) {
-  vmc_conn_opts_t o;
-  memset(&o, 0, sizeof(o));
-  if (opts) o = *opts;
-  if (!out_conn) return vm_status_make(VM_INVALID_ARGUMENT, "vmc_connect: out_conn is NULL");
-  *out_conn = NULL;
-  if (!url || !url[0])
-    return vm_status_make(VM_INVALID_ARGUMENT,
-                          "no agent URL given: pass --host tcp://HOST:PORT or set VMCLIENT_HOST");
-  int is_tls = strncmp(url, "tls+", 4) == 0;
-  if (!is_tls && ((o.tls_ca_file && o.tls_ca_file[0]) || (o.tls_cert && o.tls_cert[0]) ||
-                  (o.tls_key && o.tls_key[0]) || (o.tls_pin && o.tls_pin[0]) || o.tls_insecure))
-    return vm_status_make(VM_INVALID_ARGUMENT,
-                          "TLS options were given but '%s' is not a tls+tcp:// URL: use "
-                          "tls+tcp://HOST:PORT",
-                          url);
-  if (o.connect_timeout_ms < 0 || o.request_timeout_ms < 0 || o.long_timeout_ms < 0)
-    return vm_status_make(VM_INVALID_ARGUMENT, "timeouts must be >= 0 ms (0 = default)");
-
-  vmc_conn_t *c = calloc(1, sizeof(*c));
-  if (!c) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_mutex_init(&c->wmu, NULL);
-  pthread_cond_init(&c->slot_cv, NULL);
-  {
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
-  }
-  atomic_init(&c->next_id, 1);
-  c->connect_timeout_ms =
-      o.connect_timeout_ms ? o.connect_timeout_ms : VMC_DEFAULT_CONNECT_TIMEOUT_MS;
-  c->request_timeout_ms =
-      o.request_timeout_ms ? o.request_timeout_ms : VMC_DEFAULT_REQUEST_TIMEOUT_MS;
-  c->long_timeout_ms = o.long_timeout_ms;
-  c->limits.max_inflight_chunks = 1;
-  c->slots_free = 1;
-  vm_status_t st = VM_STATUS_OK;
-  c->url = dup_str(url);
-  if (!c->url) {
-    st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of memory");
-    goto fail;
-  }
-  c->ipc = vmp_sp_url_is_ipc(url);
-  c->rd.fd = -1;
-  int rv = nng_aio_alloc(&c->raio, NULL, NULL);
-  if (!rv) rv = nng_aio_alloc(&c->waio, NULL, NULL);
-  if (rv) {
-    st = vmci_nng_error(c, rv, "allocating the connection's aios", 0);
-    goto fail;
-  }
-  rv = nng_stream_dialer_alloc(&c->dialer, url);
-  if (rv) {
-    if (rv == NNG_ENOTSUP || rv == NNG_EADDRINVAL || rv == NNG_EINVAL)
-      st = vm_status_make(VM_INVALID_ARGUMENT,
-                          "'%s' is not a valid agent URL (%s): use tcp://HOST:PORT, "
-                          "tls+tcp://HOST:PORT or ipc:///PATH",
-                          url, nng_strerror(rv));
-    else
-      st = vmci_nng_error(c, rv, "creating a dialer", 0);
-    goto fail;
-  }
-  if (is_tls && (st = tls_setup(c, &o))) goto fail;
-  if ((st = dial(c))) goto fail;
-  if ((st = hello(c, &o))) goto fail;
-  *out_conn = c;
-  return VM_STATUS_OK;
-fail:
-  vmc_close(c);
-  return st;
-}
-
-void vmc_close(vmc_conn_t *c) {
-  if (!c) return;
-  if (c->session && !conn_lost(c)) {
-    Vmrpc__Request req = VMRPC__REQUEST__INIT;
-    Vmrpc__GoodbyeRequest g = VMRPC__GOODBYE_REQUEST__INIT;
-    req.op_case = VMRPC__REQUEST__OP_GOODBYE;
-    req.goodbye = &g;
-    vmci_reply_t r;
-    int32_t t = c->request_timeout_ms < 2000 ? c->request_timeout_ms : 2000;
-    vm_status_t st = vmci_call(c, &req, NULL, 0, VMRPC__RESPONSE__OP_GOODBYE, t, "Goodbye", &r);
-    if (st)
-      vm_status_free(st);
-    else
-      vmci_reply_free(&r);
-  }
-  if (c->s) {
-    nng_stream_close(c->s);
-    nng_stream_free(c->s);
-  }
-  if (c->dialer) {
-    nng_stream_dialer_close(c->dialer);
-    nng_stream_dialer_free(c->dialer);
-  }
-  if (c->raio) nng_aio_free(c->raio);
-  if (c->waio) nng_aio_free(c->waio);
-  while (c->pool) {
-    vmci_msg_t *m = c->pool;
-    c->pool = m->next;
-    msg_free(m);
-  }
-  free(c->devices);
-  free(c->agent_version);
-  free(c->url);
-  pthread_cond_destroy(&c->slot_cv);
-  pthread_cond_destroy(&c->cv);
-  pthread_mutex_destroy(&c->wmu);
-  pthread_mutex_destroy(&c->mu);
-  free(c);
-}
-
-const char *vmc_conn_url(const vmc_conn_t *c) {
-  return c ? c->url : "";
-}
-
-void vmc_info(const vmc_conn_t *c, vmc_info_t *out) {
-  memset(out, 0, sizeof(*out));
-  out->url = c->url;
-  out->agent_version = c->agent_version ? c->agent_version : "";
-  out->protocol_major = c->protocol_major;
-  out->protocol_minor = c->protocol_minor;
-  out->client_protocol_major = VMRPC_PROTOCOL_MAJOR;
-  out->client_protocol_minor = VMRPC_PROTOCOL_MINOR;
-  out->session = c->session;
-  out->num_devices = c->num_devices;
-  out->devices = c->devices;
-  out->limits = c->limits;
 }

@@ -1,5 +1,5 @@
-/* libvmclient internals: the connection (an nng byte stream carrying
- * nng's req0 wire format, framed here), single request/reply, long calls
+/* libvmclient internals: the connection (a transport connection carrying
+ * nng's req0 wire format, vmtransport/), single request/reply, long calls
  * and pipelined chunk transfers. Internal symbols use the vmci_ prefix. */
 #ifndef VMC_INTERNAL_H
 #define VMC_INTERNAL_H
@@ -11,8 +11,10 @@
 #include <time.h>
 
 #include "vmrpc/vmclient.h"
-#include "vmproto/sp.h"
 #include "vmproto/wire.h"
+#include "vmtransport/conn.h"
+#include "vmtransport/frame.h"
+#include "vmtransport/mux.h"
 
 /* Internal functions stay out of the shared library's interface. */
 #define VMCI_API __attribute__((visibility("hidden")))
@@ -41,41 +43,21 @@ typedef struct vmci_msg {
   size_t ext_len;
 } vmci_msg_t;
 
-/* One request in flight: registered on the connection until its reply
- * (or the connection's loss) completes it. Under conn->mu. */
-typedef struct vmci_call {
-  struct vmci_call *next;
-  uint32_t sp_id; /* the SP request id: high bit | low 31 bits of req_id */
-  uint64_t req_id;
-  uint64_t tag; /* caller's data (chunk index) */
-  int done;
-  int rv; /* nng result: 0 when the reply came */
-  vmci_msg_t *reply;
-  /* Where a reply payload of exactly dst_len bytes goes: read there
-   * straight from the socket (reply->ext then points to it). */
-  uint8_t *dst;
-  size_t dst_len;
-  int filling; /* the reader is writing into dst: wait before forgetting */
-} vmci_call_t;
+/* One request in flight (the multiplexer's). */
+typedef vmt_call_t vmci_call_t;
 
+/* A connection: the transport's, its multiplexer (which owns the calls in
+ * flight and the reading turn), and the message pool and chunk slots.
+ * Lock order: the mux's wmu, then its mu; mu here is a leaf. */
 struct vmc_conn {
   char *url;
-  nng_stream_dialer *dialer;
-  nng_stream *s;
-  int ipc; /* ipc:// framing */
+  vmt_tls_t *tls;
+  vmt_conn_t *s;
+  vmt_mux_t mux;
+  int mux_ready;
 
-  pthread_mutex_t wmu; /* one request written at a time; before mu */
-  nng_aio *waio;       /* under wmu */
-  nng_aio *raio;       /* the reader's (see reading) */
-  vmp_sp_reader_t rd;  /* replies, read by the thread holding the role */
-
-  pthread_mutex_t mu;     /* everything below */
-  pthread_cond_t cv;      /* a call completed, or the reader role is free */
+  pthread_mutex_t mu;     /* the pool and the slots */
   pthread_cond_t slot_cv; /* chunk slots */
-  vmci_call_t *calls;     /* in flight */
-  int reading;            /* a thread holds the reader role */
-  int lost;               /* the stream failed after the session started */
-  int lost_rv;
   vmci_msg_t *pool;
   uint32_t pool_n;
   uint32_t slots_free; /* chunk requests that may still start */
@@ -109,9 +91,6 @@ VMCI_API void vmci_reply_free(vmci_reply_t *r);
  * and the session. *out_msg belongs to the caller until sent. */
 VMCI_API vm_status_t vmci_build(vmc_conn_t *c, Vmrpc__Request *req, const void *payload,
                                 size_t plen, vmci_msg_t **out_msg);
-
-/* Timeout of a request: ms > 0, or NNG_DURATION_INFINITE for ms <= 0. */
-VMCI_API nng_duration vmci_duration(int32_t ms);
 
 /* Sends req (+ payload) and waits for its reply; checks the frame, the id,
  * the status (an agent error is returned with its code) and that the reply
@@ -164,6 +143,14 @@ VMCI_API vm_status_t vmci_pipeline_run(vmc_conn_t *c, const vmci_pipeline_t *p);
 VMCI_API vm_status_t vmci_decode(vmc_conn_t *c, vmci_msg_t *msg, uint64_t req_id,
                                  Vmrpc__Response__OpCase expect, const char *what,
                                  vmci_reply_t *out);
+
+/* The connection's message pool (conn.c): a buffer for a message of size
+ * bytes (body after VMCI_HEAD bytes of room), back into the pool, freed. */
+VMCI_API vmci_msg_t *vmci_msg_get(vmc_conn_t *c, size_t size);
+VMCI_API void vmci_msg_put(vmc_conn_t *c, vmci_msg_t *m);
+VMCI_API void vmci_msg_free(vmci_msg_t *m);
+/* Whether c's connection is lost (or was never made). */
+VMCI_API int vmci_conn_lost(vmc_conn_t *c);
 
 /* Status for a failed nng operation during `what`, with advice. */
 VMCI_API vm_status_t vmci_nng_error(vmc_conn_t *c, int rv, const char *what, int32_t timeout_ms);

@@ -696,6 +696,237 @@ static void test_sp_wire_by_hand(void **state) {
   assert_int_equal(ha_ping_fresh(g_agent.url), 0);
 }
 
+/* A handshake as req0 on a new plain TCP connection. */
+static int raw_open(void) {
+  int fd = raw_connect(g_agent.url);
+  const uint8_t req0[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
+  raw_write(fd, req0, sizeof(req0));
+  uint8_t hs[8];
+  assert_int_equal(raw_read(fd, hs, 8), 8);
+  return fd;
+}
+
+/* Sends rq (+ payload) with the single id word 0x80000000|id, all but its
+ * last `hold` bytes (the caller writes them). */
+static void raw_send(int fd, uint32_t id, Vmrpc__Request *rq, const void *payload, size_t plen,
+                     size_t hold) {
+  size_t body = vmp_frame_size(&rq->base), len = 4 + body + plen;
+  uint8_t *msg = malloc(8 + len);
+  assert_non_null(msg);
+  for (int i = 0; i < 8; i++) msg[i] = (uint8_t)((uint64_t)len >> (56 - 8 * i));
+  const uint8_t word[4] = {(uint8_t)(0x80 | id >> 24), (uint8_t)(id >> 16), (uint8_t)(id >> 8),
+                           (uint8_t)id};
+  memcpy(msg + 8, word, 4);
+  vmp_frame_write(&rq->base, msg + 12);
+  if (plen) memcpy(msg + 12 + body, payload, plen);
+  assert_true(hold <= plen);
+  raw_write(fd, msg, 8 + len - hold);
+  free(msg);
+}
+
+/* Reads one reply: its status code (0 OK), *rs (the caller frees it) and
+ * its payload copied into pl (at most cap bytes; *pl_len). */
+static int raw_reply(int fd, Vmrpc__Response **rs, void *pl, size_t cap, size_t *pl_len) {
+  uint8_t pre[8];
+  assert_int_equal(raw_read(fd, pre, 8), 8);
+  uint64_t rlen = 0;
+  for (int i = 0; i < 8; i++) rlen = rlen << 8 | pre[i];
+  assert_true(rlen > 4 && rlen < (1u << 20));
+  uint8_t *msg = malloc((size_t)rlen);
+  assert_non_null(msg);
+  assert_int_equal(raw_read(fd, msg, (size_t)rlen), (size_t)rlen);
+  const uint8_t *env, *p;
+  size_t env_len, p_len;
+  vm_status_t st = vmp_frame_split(msg + 4, (size_t)rlen - 4, 0, &env, &env_len, &p, &p_len);
+  if (!st) st = vmp_response_unpack(env, env_len, rs);
+  assert_null(st);
+  assert_true(p_len <= cap);
+  if (p_len) memcpy(pl, p, p_len);
+  if (pl_len) *pl_len = p_len;
+  free(msg);
+  return (*rs)->status ? (int)(*rs)->status->code : 0;
+}
+
+/* Sends rq on fd (session `session`) and reads its reply: its code. */
+static int raw_call(int fd, uint64_t session, Vmrpc__Request *rq, Vmrpc__Response **rs) {
+  static uint32_t next_id = 100;
+  rq->id = ++next_id;
+  rq->session = session;
+  raw_send(fd, next_id, rq, NULL, 0, 0);
+  return raw_reply(fd, rs, NULL, 0, NULL);
+}
+
+/* raw_call that must succeed; the reply is freed. */
+static void raw_ok(int fd, uint64_t session, Vmrpc__Request *rq) {
+  Vmrpc__Response *rs = NULL;
+  assert_int_equal(raw_call(fd, session, rq, &rs), 0);
+  vmrpc__response__free_unpacked(rs, NULL);
+}
+
+/* A TensorChunk request for transfer t at offset off. */
+static void chunk_request(Vmrpc__Request *rq, Vmrpc__TensorChunkRequest *q, uint64_t session,
+                          uint32_t id, uint64_t t, uint64_t off) {
+  vmrpc__request__init(rq);
+  vmrpc__tensor_chunk_request__init(q);
+  q->transfer_id = t;
+  q->offset = off;
+  rq->id = id;
+  rq->session = session;
+  rq->op_case = VMRPC__REQUEST__OP_TENSOR_CHUNK;
+  rq->tensor_chunk = q;
+}
+
+/* A chunk's payload is read from the socket into its tensor as it comes
+ * (vma_route_direct): one arriving in two parts with a pause between lands
+ * whole, a chunk of the usual way beside it too, and the tensor reads back
+ * as sent; a peer that closes mid-payload leaves an agent that still
+ * serves (and, under ASan, nothing leaked: the agent's exit status). */
+static void test_chunk_payload_read_in_place(void **state) {
+  (void)state;
+  hw_conn_t c;
+  ha_open_session(&c, g_agent.url);
+  (void)ha_upload_ok(&c, g_prog, g_prog_len, CHUNK); /* in the agent's store */
+  int fd = raw_open();
+  Vmrpc__Response *rs = NULL;
+  Vmrpc__Request rq = VMRPC__REQUEST__INIT;
+  Vmrpc__HelloRequest h = VMRPC__HELLO_REQUEST__INIT;
+  h.protocol_major = 1;
+  h.client_name = (char *)"raw";
+  h.token = (char *)"";
+  rq.op_case = VMRPC__REQUEST__OP_HELLO;
+  rq.hello = &h;
+  assert_int_equal(raw_call(fd, 0, &rq, &rs), 0);
+  uint64_t session = rs->hello->session;
+  vmrpc__response__free_unpacked(rs, NULL);
+  uint8_t sha[32];
+  vm_sha256(g_prog, g_prog_len, sha);
+  Vmrpc__UploadBeginRequest ub = VMRPC__UPLOAD_BEGIN_REQUEST__INIT;
+  ub.sha256.data = sha;
+  ub.sha256.len = 32;
+  ub.size = g_prog_len;
+  vmrpc__request__init(&rq);
+  rq.op_case = VMRPC__REQUEST__OP_UPLOAD_BEGIN;
+  rq.upload_begin = &ub;
+  assert_int_equal(raw_call(fd, session, &rq, &rs), 0);
+  assert_true(rs->upload_begin->present);
+  uint64_t exec = rs->upload_begin->exec_id;
+  vmrpc__response__free_unpacked(rs, NULL);
+  Vmrpc__CreateVMRequest cv = VMRPC__CREATE_VMREQUEST__INIT;
+  Vmrpc__DeviceSpec d = VMRPC__DEVICE_SPEC__INIT;
+  Vmrpc__DeviceSpec *dl[1] = {&d};
+  d.selector = (char *)"cpu";
+  d.allocator = (char *)"";
+  cv.exec_id = exec;
+  cv.n_devices = 1;
+  cv.devices = dl;
+  cv.exec_mode = (char *)"";
+  vmrpc__request__init(&rq);
+  rq.op_case = VMRPC__REQUEST__OP_CREATE_VM;
+  rq.create_vm = &cv;
+  assert_int_equal(raw_call(fd, session, &rq, &rs), 0);
+  uint64_t vm = rs->create_vm->vm_id;
+  vmrpc__response__free_unpacked(rs, NULL);
+
+  /* 10000 bytes: chunks of 4096 and 4096 (read in place) and 1808 (under
+   * half of VMA_DIRECT_MIN: the usual way). */
+  int64_t shape[1] = {2500};
+  Vmrpc__TensorBeginRequest tb = VMRPC__TENSOR_BEGIN_REQUEST__INIT;
+  Vmrpc__TensorMeta m = VMRPC__TENSOR_META__INIT;
+  m.dtype = (char *)"float32";
+  m.n_shape = 1;
+  m.shape = shape;
+  m.nbytes = 10000;
+  tb.vm_id = vm;
+  tb.meta = &m;
+  vmrpc__request__init(&rq);
+  rq.op_case = VMRPC__REQUEST__OP_TENSOR_BEGIN;
+  rq.tensor_begin = &tb;
+  assert_int_equal(raw_call(fd, session, &rq, &rs), 0);
+  uint64_t t = rs->tensor_begin->transfer_id;
+  vmrpc__response__free_unpacked(rs, NULL);
+  uint8_t *data = malloc(10000), *back = malloc(10000);
+  assert_non_null(data);
+  assert_non_null(back);
+  for (size_t i = 0; i < 10000; i++) data[i] = (uint8_t)(i * 7 + 3);
+  Vmrpc__TensorChunkRequest tc;
+  /* Chunk 1 first, its last 1000 bytes after a pause. */
+  chunk_request(&rq, &tc, session, 201, t, CHUNK);
+  raw_send(fd, 201, &rq, data + CHUNK, CHUNK, 1000);
+  usleep(200 * 1000);
+  assert_int_equal(ha_ping_fresh(g_agent.url), 0); /* others are served meanwhile */
+  raw_write(fd, data + 2 * CHUNK - 1000, 1000);
+  assert_int_equal(raw_reply(fd, &rs, NULL, 0, NULL), 0);
+  assert_int_equal(rs->id, 201);
+  assert_int_equal(rs->op_case, VMRPC__RESPONSE__OP_TENSOR_CHUNK);
+  vmrpc__response__free_unpacked(rs, NULL);
+  /* The same chunk again: refused as before (the usual way answers). */
+  chunk_request(&rq, &tc, session, 202, t, CHUNK);
+  raw_send(fd, 202, &rq, data + CHUNK, CHUNK, 0);
+  assert_int_equal(raw_reply(fd, &rs, NULL, 0, NULL), VM_ALREADY_EXISTS);
+  vmrpc__response__free_unpacked(rs, NULL);
+  chunk_request(&rq, &tc, session, 203, t, 0);
+  raw_send(fd, 203, &rq, data, CHUNK, 0);
+  chunk_request(&rq, &tc, session, 204, t, 2 * CHUNK);
+  raw_send(fd, 204, &rq, data + 2 * CHUNK, 10000 - 2 * CHUNK, 0);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(raw_reply(fd, &rs, NULL, 0, NULL), 0);
+    vmrpc__response__free_unpacked(rs, NULL);
+  }
+  /* Into the VM and back out. */
+  Vmrpc__SetInputRequest si = VMRPC__SET_INPUT_REQUEST__INIT;
+  Vmrpc__Value v = VMRPC__VALUE__INIT;
+  v.kind_case = VMRPC__VALUE__KIND_TENSOR_REF;
+  v.tensor_ref = t;
+  si.vm_id = vm;
+  si.func = (char *)"ident";
+  si.param_case = VMRPC__SET_INPUT_REQUEST__PARAM_INDEX;
+  si.index = 0;
+  si.value = &v;
+  vmrpc__request__init(&rq);
+  rq.op_case = VMRPC__REQUEST__OP_SET_INPUT;
+  rq.set_input = &si;
+  raw_ok(fd, session, &rq);
+  Vmrpc__InvokeRequest iv = VMRPC__INVOKE_REQUEST__INIT;
+  iv.vm_id = vm;
+  iv.func = (char *)"ident";
+  vmrpc__request__init(&rq);
+  rq.op_case = VMRPC__REQUEST__OP_INVOKE;
+  rq.invoke = &iv;
+  raw_ok(fd, session, &rq);
+  Vmrpc__GetOutputRequest go = VMRPC__GET_OUTPUT_REQUEST__INIT;
+  go.vm_id = vm;
+  go.func = (char *)"ident";
+  vmrpc__request__init(&rq);
+  rq.op_case = VMRPC__REQUEST__OP_GET_OUTPUT;
+  rq.get_output = &go;
+  rq.session = session;
+  for (uint32_t off = 0; off < 10000; off += CHUNK) { /* a chunk per reply */
+    go.offset = off;
+    rq.id = 300 + off;
+    raw_send(fd, 300 + off, &rq, NULL, 0, 0);
+    size_t got = 0;
+    assert_int_equal(raw_reply(fd, &rs, back + off, 10000 - off, &got), 0);
+    vmrpc__response__free_unpacked(rs, NULL);
+    assert_int_equal(got, off + CHUNK <= 10000 ? CHUNK : 10000 - off);
+  }
+  assert_memory_equal(back, data, 10000);
+
+  /* A second transfer: the peer goes away halfway through a chunk. */
+  vmrpc__request__init(&rq);
+  rq.op_case = VMRPC__REQUEST__OP_TENSOR_BEGIN;
+  rq.tensor_begin = &tb;
+  assert_int_equal(raw_call(fd, session, &rq, &rs), 0);
+  uint64_t t2 = rs->tensor_begin->transfer_id;
+  vmrpc__response__free_unpacked(rs, NULL);
+  chunk_request(&rq, &tc, session, 401, t2, 0);
+  raw_send(fd, 401, &rq, data, CHUNK, CHUNK / 2);
+  close(fd);
+  ping_ok(&c);
+  hw_close(&c);
+  free(data);
+  free(back);
+}
+
 /* ------------------------------------------------------------ agent flags */
 
 static void test_token(void **state) {
@@ -910,6 +1141,7 @@ int main(void) {
       cmocka_unit_test(test_create_vm_rules),
       cmocka_unit_test(test_time_evaluate_limits),
       cmocka_unit_test(test_sp_wire_by_hand),
+      cmocka_unit_test(test_chunk_payload_read_in_place),
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_max_sessions),
       cmocka_unit_test(test_device_queue_keeps_a_worker_free),
