@@ -52,6 +52,8 @@ VARIANTS = ["fp32", "fp16", "fp16io", "qdq", "dyn"]
 # tests; float16 and int8 relative to the output's largest magnitude.
 TOL = {"fp32": (1e-3, 1e-4), "fp16": (1e-2, 2e-2), "fp16io": (1e-2, 2e-2),
        "qdq": (5e-2, 5e-2), "dyn": (5e-2, 5e-2)}
+# models whose file is already quantized (dynamic int8)
+SHIPS_INT8 = {"traceforge_encoder"}
 CALIBRATION = 4  # inputs that quantize_static calibrates with
 
 
@@ -223,12 +225,17 @@ def main():
                 check_opts.append(f"--input={iname}={os.path.join(vdir, f)}")
             outs = sorted((f for f in os.listdir(vdir) if f.startswith("out_")),
                           key=lambda f: int(f[4:-4]))
-            rtol, rel = TOL[variant]
+            # a model that ships int8 is compared as an int8 variant in every
+            # variant: onnxruntime's x86 uint8 x int8 kernel saturates pairs of
+            # products in 16 bits, so it is not exact (docs/onnx.md, "Quantized
+            # models"), while its float variants are
+            kind = "dyn" if name in SHIPS_INT8 and variant == "fp32" else variant
+            rtol, rel = TOL[kind]
             # the scale of the float outputs (integer ones must match exactly)
             arrs = [np.load(os.path.join(vdir, f)) for f in outs]
             big = max([float(np.max(np.abs(a.astype(np.float64)))) for a in arrs
                        if a.size and a.dtype.kind == "f"] or [0.0])
-            atol = max(1e-4, rel * big) if variant != "fp32" else rel
+            atol = max(1e-4, rel * big) if kind != "fp32" else rel
             check_opts += [f"--expected={os.path.join(vdir, f)}" for f in outs]
             check_opts += [f"--rtol={rtol:g}", f"--atol={atol:.3g}"]
             hp = os.path.join(vdir, "how.txt")
