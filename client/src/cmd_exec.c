@@ -105,7 +105,7 @@ static char *default_output(const char *in) {
 
 int cli_cmd_asm(const cli_global_t *g, int argc, char **argv) {
   (void)g;
-  const char *cmd = "asm", *in, *out = NULL;
+  const char *cmd = "asm", *in = NULL, *out = NULL;
   int done, rc = parse_in_out(cmd, argc, argv, &in, &out, &done);
   if (rc || done) return rc;
   if (strcmp(in, "-") == 0 && !out)
@@ -151,7 +151,7 @@ done:
 
 int cli_cmd_disasm(const cli_global_t *g, int argc, char **argv) {
   (void)g;
-  const char *cmd = "disasm", *in, *out = NULL;
+  const char *cmd = "disasm", *in = NULL, *out = NULL;
   int done, rc = parse_in_out(cmd, argc, argv, &in, &out, &done);
   if (rc || done) return rc;
   vm_executable_t *exec;

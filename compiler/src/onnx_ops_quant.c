@@ -871,8 +871,8 @@ static vm_status_t q_output(onx_ctx_t *c, int32_t t, uint32_t ndim, const int64_
 
 /* QLinearAdd / QLinearMul: A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp. */
 vm_status_t onx_op_qlinear_binary(onx_ctx_t *c) {
-  int32_t ta, tb;
-  onx_value_t *a, *b;
+  int32_t ta = -1, tb = -1;
+  onx_value_t *a = NULL, *b = NULL;
   VM_RETURN_IF_ERROR(dq_input(c, 0, 1, 2, &ta, &a));
   VM_RETURN_IF_ERROR(dq_input(c, 3, 4, 5, &tb, &b));
   uint32_t on;
@@ -890,8 +890,8 @@ vm_status_t onx_op_qlinear_binary(onx_ctx_t *c) {
 
 /* QLinearSigmoid (arg 0) / QLinearLeakyRelu (1): X, X_scale, X_zp, Y_scale, Y_zp. */
 vm_status_t onx_op_qlinear_unary(onx_ctx_t *c) {
-  int32_t tx;
-  onx_value_t *x, *s;
+  int32_t tx = -1;
+  onx_value_t *x = NULL, *s;
   VM_RETURN_IF_ERROR(dq_input(c, 0, 1, 2, &tx, &x));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &s));
   int32_t t = new_t(c, s->dt, x->ndim, x->dims);
