@@ -176,6 +176,51 @@ def make_variant(src, variant, dest, inputs):
     return ""
 
 
+def make_and_run(src, variant, path, inputs, vdir):
+    """Makes the variant and onnxruntime's outputs for it into vdir."""
+    import onnxruntime as ort
+    how = make_variant(src, variant, path, inputs) if variant != "fp32" else ""
+    with open(os.path.join(vdir, "how.txt"), "w") as f:
+        f.write(how)
+    feeds = feeds_for(path, inputs, 0)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    outs = sess.run(None, {k: v for k, v in feeds.items()})
+    for k, v in feeds.items():
+        np.save(os.path.join(vdir, f"in_{k}.npy"), v)
+    for i, v in enumerate(outs):
+        np.save(os.path.join(vdir, f"out_{i}.npy"), np.asarray(v))
+
+
+def make_in_child(vdir, failed, work):
+    """Runs work in a child process: the converter and the quantizer are
+    third-party code that was seen to crash (a segmentation fault in a
+    fresh clone's run), and a crash must name the variant, not end the
+    zoo. What fails or crashes is written to `failed`."""
+    if os.path.exists(failed):
+        os.remove(failed)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            work()
+        except Exception as e:  # noqa: BLE001 - the tools' own failure, reported
+            with open(failed, "w") as f:
+                f.write(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+        except BaseException:  # noqa: BLE001
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        with open(failed, "w") as f:
+            f.write(f"the tool crashed (signal {os.WTERMSIG(status)}) while making the variant")
+    elif os.WEXITSTATUS(status) != 0:
+        with open(failed, "w") as f:
+            f.write(f"the tool exited with status {os.WEXITSTATUS(status)} while making the variant")
+
+
 def main():
     work = sys.argv[1]
     import onnxruntime as ort
@@ -189,24 +234,7 @@ def main():
             failed = os.path.join(vdir, "not-made.txt")
             done = os.path.join(vdir, "done")
             if not os.path.exists(done):
-                try:
-                    how = make_variant(src, variant, path, inputs) if variant != "fp32" else ""
-                    with open(os.path.join(vdir, "how.txt"), "w") as f:
-                        f.write(how)
-                    feeds = feeds_for(path, inputs, 0)
-                    so = ort.SessionOptions()
-                    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-                    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-                    outs = sess.run(None, {k: v for k, v in feeds.items()})
-                    for k, v in feeds.items():
-                        np.save(os.path.join(vdir, f"in_{k}.npy"), v)
-                    for i, v in enumerate(outs):
-                        np.save(os.path.join(vdir, f"out_{i}.npy"), np.asarray(v))
-                    if os.path.exists(failed):
-                        os.remove(failed)
-                except Exception as e:  # noqa: BLE001 - the tools' own failure, reported
-                    with open(failed, "w") as f:
-                        f.write(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+                make_in_child(vdir, failed, lambda: make_and_run(src, variant, path, inputs, vdir))
                 open(done, "w").close()
             if os.path.exists(failed):
                 why = open(failed).read().strip()
