@@ -11,37 +11,16 @@
 # (skipped) when PyPI cannot be reached; 1 otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-venv=$build/pyenv
+# shellcheck source=scripts/onnx-common.sh
+. "$root/scripts/onnx-common.sh"
+onnx_tools onnx-quant "${1:-}"
 work=$build/quant-work
-vmclient=$build/client/vmclient
-vmagent=$build/agent/vmagent
-[ -x "$vmclient" ] && [ -x "$vmagent" ] || { echo "onnx-quant: build vmclient and vmagent first" >&2; exit 1; }
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy" 2>/dev/null &&
-   ! "$venv/bin/pip" install -q onnxruntime onnx==1.23.2 numpy; then
-  echo "onnx-quant: SKIPPED: pip cannot install onnxruntime (is PyPI reachable?)"; exit 77
-fi
-mkdir -p "$work/wheels"
-if ! "$venv/bin/pip" download -q --no-deps -d "$work/wheels" traceforge-title-model==0.2.0 magika==1.0.3; then
-  echo "onnx-quant: SKIPPED: pip cannot download the models (is PyPI reachable?)"; exit 77
-fi
+onnx_venv "onnxruntime, onnx, numpy" onnxruntime onnx==1.23.2 numpy
+onnx_download "$work/wheels" traceforge-title-model==0.2.0 magika==1.0.3
 "$venv/bin/python" -W ignore "$root/scripts/onnx_quant_ref.py" "$work" "$work/wheels" 2>/dev/null \
   | grep -E '^(traceforge|magika|qdq_|ms_)' >"$work/models.txt"
 
-export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$build/pocl-cache}
-"$vmagent" --listen tcp://127.0.0.1:0 --device opencl:0 --cache-dir "$work/cache" >"$work/agent.out" 2>&1 &
-agent=$!
-trap 'kill $agent 2>/dev/null || true' EXIT
-url=
-for _ in $(seq 1 600); do
-  url=$(sed -n 's/^vmagent listening on //p' "$work/agent.out")
-  [ -n "$url" ] && break
-  kill -0 $agent 2>/dev/null || { cat "$work/agent.out" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "onnx-quant: vmagent did not start" >&2; exit 1; }
-export VMCLIENT_HOST=$url
+onnx_agent_start "$work"
 
 check() { # name model expected rtol atol inputs...
   local name=$1 model=$2 exp=$3 rtol=$4 atol=$5; shift 5

@@ -14,20 +14,13 @@
 # reached; 1 otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-venv=$build/pyenv
+# shellcheck source=scripts/onnx-common.sh
+. "$root/scripts/onnx-common.sh"
+onnx_tools onnx-rapidocr "${1:-}"
 work=$build/onnx-rapidocr
-vmclient=$build/client/vmclient
-vmagent=$build/agent/vmagent
-[ -x "$vmclient" ] && [ -x "$vmagent" ] || { echo "onnx-rapidocr: build vmclient and vmagent first" >&2; exit 1; }
+onnx_venv "onnxruntime, rapidocr_onnxruntime, PIL, numpy" \
+  onnxruntime rapidocr-onnxruntime==1.4.4 pillow numpy
 
-if ! "$venv/bin/python" -c "import onnxruntime, rapidocr_onnxruntime, PIL, numpy" 2>/dev/null; then
-  python3 -m venv "$venv"
-  if ! "$venv/bin/pip" install -q onnxruntime rapidocr-onnxruntime==1.4.4 pillow numpy; then
-    echo "onnx-rapidocr: SKIPPED: pip cannot install onnxruntime and rapidocr-onnxruntime==1.4.4 (is PyPI reachable?)"
-    exit 77
-  fi
-fi
 rm -rf "$work"
 mkdir -p "$work/out"
 py=$venv/bin/python
@@ -35,19 +28,7 @@ ref=$root/tests/onnx/rapidocr_ref.py
 "$py" "$ref" "$work"
 models=$("$py" "$ref" --models)
 
-export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$build/pocl-cache}
-"$vmagent" --listen tcp://127.0.0.1:0 --device opencl:0 --cache-dir "$work/cache" >"$work/agent.out" 2>&1 &
-agent=$!
-trap 'kill $agent 2>/dev/null || true' EXIT
-url=
-for _ in $(seq 1 600); do
-  url=$(sed -n 's/^vmagent listening on //p' "$work/agent.out")
-  [ -n "$url" ] && break
-  kill -0 $agent 2>/dev/null || { cat "$work/agent.out" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "onnx-rapidocr: vmagent did not start" >&2; exit 1; }
-export VMCLIENT_HOST=$url
+onnx_agent_start "$work"
 
 "$vmclient" compile "$models/ch_ppocr_mobile_v2.0_cls_infer.onnx" -o "$work/cls.vmx" --input-shape x=1,3,48,192
 "$vmclient" compile "$models/ch_PP-OCRv4_rec_infer.onnx" -o "$work/rec_fused.vmx" --input-shape x=1,3,48,320 \

@@ -20,50 +20,21 @@
 # a message only when PyPI cannot be reached; 1 otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-venv=$build/pyenv
+# shellcheck source=scripts/onnx-common.sh
+. "$root/scripts/onnx-common.sh"
+onnx_tools onnx-zoo "${1:-}"
 work=$build/onnx-zoo
-vmclient=$build/client/vmclient
-vmagent=$build/agent/vmagent
 known=$root/scripts/onnx-zoo-known-refusals.txt
-[ -x "$vmclient" ] && [ -x "$vmagent" ] || { echo "onnx-zoo: build vmclient and vmagent first" >&2; exit 1; }
-
-unreachable() {
-  ! python3 -c 'import urllib.request; urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=20)' \
-    2>/dev/null
-}
-if ! "$venv/bin/python" -c "import onnx, onnxruntime, onnxconverter_common, numpy" 2>/dev/null; then
-  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  if ! "$venv/bin/pip" install -q onnx==1.23.2 onnxruntime onnxconverter-common numpy; then
-    if unreachable; then
-      echo "onnx-zoo: SKIPPED: pip cannot install onnxruntime and onnxconverter-common (PyPI is unreachable)"
-      exit 77
-    fi
-    echo "onnx-zoo: FAILED: pip install failed with PyPI reachable" >&2
-    exit 1
-  fi
-fi
+onnx_venv "onnx, onnxruntime, onnxconverter_common, numpy" \
+  onnx==1.23.2 onnxruntime onnxconverter-common numpy
 mkdir -p "$work"
 rc=0
 "$venv/bin/python" -W ignore "$root/scripts/onnx_zoo.py" "$work" >"$work/manifest.tsv" || rc=$?
 [ "$rc" -eq 77 ] && exit 77
 [ "$rc" -eq 0 ] || { echo "onnx-zoo: FAILED: making the models and references" >&2; exit 1; }
 
-export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$build/pocl-cache}
 rm -rf "$work/run"
-mkdir -p "$work/run"
-"$vmagent" --listen tcp://127.0.0.1:0 --device opencl:0 --cache-dir "$work/run/cache" >"$work/run/agent.out" 2>&1 &
-agent=$!
-trap 'kill $agent 2>/dev/null || true' EXIT
-url=
-for _ in $(seq 1 600); do
-  url=$(sed -n 's/^vmagent listening on //p' "$work/run/agent.out")
-  [ -n "$url" ] && break
-  kill -0 $agent 2>/dev/null || { cat "$work/run/agent.out" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "onnx-zoo: vmagent did not start" >&2; exit 1; }
-export VMCLIENT_HOST=$url
+onnx_agent_start "$work/run"
 
 listed() { grep -q "^$1:" "$known" 2>/dev/null; }
 bad=0

@@ -19,9 +19,9 @@
 #   VMRPC_FUZZ_SEED=N          the fuzz smoke's libFuzzer seed [1]
 #   VMRPC_FUZZ_RUNS_SCALE=N    the fuzz smoke's executions x N [1]
 #   VMRPC_LOAD_SECONDS=N       length of the load test (agent.test_load) [60]
-#   VMRPC_SKIP_ONNX_MODELS=1   no rapidocr and int8 model checks (scripts/onnx-rapidocr.sh,
-#                              scripts/onnx-quant.sh; they skip themselves when PyPI
-#                              cannot be reached)
+#   VMRPC_SKIP_ONNX_MODELS=1   no rapidocr, int8 and recurrent model checks
+#                              (scripts/onnx-rapidocr.sh, onnx-quant.sh, onnx-recurrent.sh;
+#                              they skip themselves when PyPI cannot be reached)
 #   VMRPC_SKIP_BOARD=1         no emulated aarch64 board (scripts/board-aarch64.sh: the
 #                              aarch64 agent and client under qemu-user; it skips
 #                              itself when its Debian packages cannot be had)
@@ -97,6 +97,10 @@ if [ "${VMRPC_SKIP_ONNX_MODELS:-0}" != 1 ]; then
   echo "== int8 ONNX models (dynamic, QDQ) against onnxruntime: scripts/onnx-quant.sh"
   rc=0
   scripts/onnx-quant.sh build || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+  echo "== recurrent layers (attributes, DynamicQuantizeLSTM) against onnxruntime: scripts/onnx-recurrent.sh"
+  rc=0
+  scripts/onnx-recurrent.sh build || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 fi
 if [ "${VMRPC_SKIP_ONNX_NODE123:-0}" != 1 ]; then
