@@ -93,8 +93,11 @@ uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
       onx_op_max_unpool,
       onx_op_one_hot,
       onx_op_reverse_sequence,
+      onx_op_causal_conv,
+      onx_op_flex_attention,
+      onx_op_linear_attention,
   };
-  const onx_op_t *op = n ? onx_find_op(n->op_type) : NULL;
+  const onx_op_t *op = n ? onx_find_node_op(n) : NULL;
   if (op && (op->fn == onx_op_scatter_elements || op->fn == onx_op_scatter_nd))
     return SUB_VALUES + 8 * ONX_SCATTER_LEVELS; /* a Gather and a step per level */
   for (size_t i = 0; op && i < sizeof(k_sub_fns) / sizeof(k_sub_fns[0]); i++)
