@@ -256,6 +256,10 @@ static const onx_op_t k_ops[] = {
     {"CausalConvWithState", "", 27, 0, "activation", onx_op_causal_conv, 0},
     {"LinearAttention", "", 27, 0, "chunk_size kv_num_heads q_num_heads scale update_rule",
      onx_op_linear_attention, 0},
+    {"TfIdfVectorizer", "", 9, 0,
+     "max_gram_length max_skip_count min_gram_length mode ngram_counts ngram_indexes pool_int64s "
+     "pool_strings weights",
+     onx_op_tfidf, 0},
     {"FlexAttention", "ai.onnx.preview", 0, 0, "prob_mod scale score_mod softmax_precision",
      onx_op_flex_attention, 0},
 };

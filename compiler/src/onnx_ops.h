@@ -322,5 +322,8 @@ vm_status_t onx_op_scatter_nd(onx_ctx_t *c);
 vm_status_t onx_op_causal_conv(onx_ctx_t *c);
 vm_status_t onx_op_flex_attention(onx_ctx_t *c);
 vm_status_t onx_op_linear_attention(onx_ctx_t *c);
+/* TfIdfVectorizer: at most this many gram sizes (each adds its sub-nodes) */
+#define ONX_TFIDF_MAX_SIZES 64
+vm_status_t onx_op_tfidf(onx_ctx_t *c);
 
 #endif /* ONX_OPS_H */

@@ -1,9 +1,10 @@
 /* ONNX's newer sequence operators: CausalConvWithState and
  * FlexAttention (ai.onnx.preview) as sub-nodes (onnx_sub.c) of the
  * existing lowerings, LinearAttention as one cl.linear_attention call
- * (its recurrence over the time steps). docs/onnx.md lists what each
- * accepts. */
+ * (its recurrence over the time steps); TfIdfVectorizer's n-gram counts
+ * as sub-nodes too. docs/onnx.md lists what each accepts. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "onnx_ops.h"
@@ -313,4 +314,242 @@ vm_status_t onx_op_linear_attention(onx_ctx_t *c) {
   call(c, "cl.linear_attention", 11, a);
   VM_RETURN_IF_ERROR(out_from_f32(c, 0, ty, q->dt, 3, yd));
   return out_from_f32(c, 1, ts, past ? past->dt : q->dt, 4, sd);
+}
+
+/* ---------------------------------------------------------------------------
+ * TfIdfVectorizer (integer pools): the n-grams of the pool whose size lies
+ * in [min_gram_length, max_gram_length], counted per row of X over every
+ * skip s = 1 .. max_skip_count + 1 (unigrams once); then weighted by mode.
+ * Per gram size n, with P positions (i, s) whose window
+ * x[i], x[i+s], .., x[i+(n-1)s] fits in the row: a Gather of the windows
+ * [R, P, 1, n], Equal with the size's grams [K, n], all of n (ReduceMin),
+ * summed over P ([R, K]), then a MatMul with a 0/1 [K, O] matrix puts
+ * each gram's count in its output column (ngram_indexes).
+ */
+
+/* Most elements of one size's comparison [R, P, K, n]. */
+#define TFIDF_MAX_ELEMS ONX_MAX_FOLD_ELEMS
+
+typedef struct gram {
+  int64_t n;          /* its size */
+  const int64_t *tok; /* its n tokens in the pool */
+  int64_t id;         /* 1-based, in pool order (ngram_indexes[id - 1]) */
+} gram_t;
+
+static int cmp_gram(const void *pa, const void *pb) {
+  const gram_t *a = pa, *b = pb;
+  if (a->n != b->n) return a->n < b->n ? -1 : 1;
+  for (int64_t j = 0; j < a->n; j++)
+    if (a->tok[j] != b->tok[j]) return a->tok[j] < b->tok[j] ? -1 : 1;
+  return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* The ints of attribute name (borrowed); *n -1 when absent. */
+static vm_status_t ints_attr(onx_ctx_t *c, const char *name, const int64_t **v, int64_t *n) {
+  const Onnx__AttributeProto *a = onx_attr(c->node, name);
+  *v = NULL;
+  *n = -1;
+  if (!a) return VM_STATUS_OK;
+  if (a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS && a->n_ints == 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "attribute '%s' must be a list of ints", name);
+  *v = a->ints;
+  *n = (int64_t)a->n_ints;
+  return VM_STATUS_OK;
+}
+
+/* The counts [R, O] of the n-grams g[0..k) (of one size n) in x2 [R, C]. */
+static vm_status_t tfidf_size(onx_ctx_t *c, onx_value_t *x, const char *x2, int64_t R, int64_t C,
+                              int64_t n, int64_t skips, const gram_t *g, int64_t k,
+                              const int64_t *col, int64_t O, const char **out) {
+  int64_t P = 0;
+  for (int64_t s = 1; s <= (n == 1 ? 1 : skips + 1); s++) {
+    int64_t span = (n - 1) * s; /* n, s <= 2^31: fits */
+    if (span >= C) break;       /* and for every longer skip */
+    P += C - span;              /* at most C * C */
+  }
+  *out = NULL;
+  if (P == 0) return VM_STATUS_OK;
+  int64_t e;
+  if (vm_ckd_mul_i64(R, P, &e) || vm_ckd_mul_i64(e, k, &e) || vm_ckd_mul_i64(e, n, &e) ||
+      e > TFIDF_MAX_ELEMS)
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
+                        "comparing %lld windows of %lld rows with %lld %lld-grams: more than "
+                        "%lld elements",
+                        (long long)P, (long long)R, (long long)k, (long long)n,
+                        (long long)TFIDF_MAX_ELEMS);
+  /* the windows: positions i + j s of each (s, i), j < n */
+  uint8_t *idx;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_I64, P * n, &idx));
+  int64_t *ip = (int64_t *)idx, p = 0;
+  for (int64_t s = 1; s <= (n == 1 ? 1 : skips + 1); s++)
+    for (int64_t i = 0; i + (n - 1) * s < C; i++, p++)
+      for (int64_t j = 0; j < n; j++) ip[p * n + j] = i + j * s;
+  const char *iv, *win, *gv, *eq, *ef, *mn, *cnt, *mv, *ax;
+  int64_t idim = P * n, wd[4] = {R, P, 1, n}, gd[4] = {1, 1, k, n}, md[2] = {k, O};
+  VM_RETURN_IF_ERROR(onx_sub_const(c, VM_I64, 1, &idim, idx, &iv));
+  onx_sattr_t ga[1] = {SA_INT("axis", 1)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Gather", NULL, x2, iv, NULL, 1, ga, &win));
+  VM_RETURN_IF_ERROR(s_reshape(c, win, 4, wd, NULL, &win));
+  uint8_t *gt;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, x->dt, k * n, &gt));
+  for (int64_t a = 0; a < k; a++)
+    for (int64_t j = 0; j < n; j++) onx_st_i(x->dt, gt, a * n + j, g[a].tok[j]);
+  VM_RETURN_IF_ERROR(onx_sub_const(c, x->dt, 4, gd, gt, &gv));
+  VM_RETURN_IF_ERROR(s2(c, "Equal", win, gv, &eq));
+  VM_RETURN_IF_ERROR(s_cast(c, eq, 1, NULL, &ef));
+  int64_t last = -1, one = 1;
+  onx_sattr_t k0[1] = {SA_INT("keepdims", 0)};
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, 1, &last, &ax));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMin", NULL, ef, ax, NULL, 1, k0, &mn));
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, 1, &one, &ax));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceSum", NULL, mn, ax, NULL, 1, k0, &cnt));
+  uint8_t *m;
+  VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_F32, k * O, &m));
+  memset(m, 0, (size_t)(k * O) * sizeof(float));
+  for (int64_t a = 0; a < k; a++) ((float *)m)[a * O + col[a]] = 1.0f;
+  VM_RETURN_IF_ERROR(onx_sub_const(c, VM_F32, 2, md, m, &mv));
+  return s2(c, "MatMul", cnt, mv, out);
+}
+
+vm_status_t onx_op_tfidf(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t gmin, gmax, skips;
+  char mode[8];
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "min_gram_length", 0, &gmin));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "max_gram_length", 0, &gmax));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "max_skip_count", 0, &skips));
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "mode", "", mode, sizeof(mode)));
+  int tf = strcmp(mode, "TF") == 0, idf = strcmp(mode, "IDF") == 0;
+  if (!tf && !idf && strcmp(mode, "TFIDF") != 0)
+    return onx_unsupported_attr(c, "mode", mode, "TF, IDF, TFIDF");
+  if (onx_attr(c->node, "pool_strings"))
+    return onx_unsupported_attr(c, "pool_strings", "a string pool",
+                                "pool_int64s (string tensors are not supported)");
+  const int64_t *counts, *indexes, *pool;
+  int64_t ncounts, nindexes, npool;
+  VM_RETURN_IF_ERROR(ints_attr(c, "ngram_counts", &counts, &ncounts));
+  VM_RETURN_IF_ERROR(ints_attr(c, "ngram_indexes", &indexes, &nindexes));
+  VM_RETURN_IF_ERROR(ints_attr(c, "pool_int64s", &pool, &npool));
+  const Onnx__AttributeProto *wa = onx_attr(c->node, "weights");
+  if (wa && wa->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS && wa->n_floats == 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "attribute 'weights' must be a list of floats");
+  if (ncounts < 0 || nindexes < 1 || npool < 0)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "ngram_counts, a nonempty ngram_indexes and pool_int64s are required");
+  if (gmin < 1 || gmax < gmin || gmax > ONX_MAX_DIM || skips < 0 || skips >= ONX_MAX_DIM)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "gram lengths must satisfy 1 <= min <= max and max_skip_count >= 0");
+  if (!vm_dtype_equal(x->dt, VM_I32) && !vm_dtype_equal(x->dt, VM_I64)) {
+    char b[32];
+    return onx_node_err(c, VM_UNIMPLEMENTED, "X has dtype %s: supported: int32, int64",
+                        dt_name(x->dt, b, sizeof(b)));
+  }
+  if (x->ndim > 2) return onx_node_err(c, VM_INVALID_ARGUMENT, "X must be [C] or [B, C]");
+  int64_t R = x->ndim == 2 ? x->dims[0] : 1, C = x->ndim ? x->dims[x->ndim - 1] : 1;
+  if (x->ndim == 2 && R < 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "X [B, C] needs B >= 1");
+  int64_t O = 0;
+  for (int64_t i = 0; i < nindexes; i++) {
+    if (indexes[i] < 0 || indexes[i] >= ONX_MAX_DIM)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "ngram_indexes[%lld] = %lld is out of range",
+                          (long long)i, (long long)indexes[i]);
+    if (indexes[i] + 1 > O) O = indexes[i] + 1;
+  }
+  if (wa && !tf && (int64_t)wa->n_floats < O)
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "weights has %zu values: one per output column (%lld) is needed",
+                        wa->n_floats, (long long)O);
+  int64_t yd[2] = {R, O};
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 2, yd, NULL));
+  /* the pool's grams, in id order; sizes outside [min, max] keep their ids */
+  gram_t *g = calloc((size_t)npool + 1, sizeof(*g));
+  if (!g) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  int64_t ng = 0, id = 1;
+  vm_status_t st = VM_STATUS_OK;
+  for (int64_t i = 0; i < ncounts && !st; i++) {
+    int64_t size = i + 1, beg = counts[i], end = i + 1 < ncounts ? counts[i + 1] : npool;
+    if (beg < 0 || end < beg || end > npool) {
+      st = onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "ngram_counts must rise within the pool's %lld values", (long long)npool);
+      break;
+    }
+    int64_t k = (end - beg) / size;
+    for (int64_t a = 0; a < k; a++, id++) {
+      if (size < gmin || size > gmax) continue;
+      if (id - 1 >= nindexes) {
+        st = onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "n-gram %lld has no entry in ngram_indexes (%lld entries)", (long long)id,
+                          (long long)nindexes);
+        break;
+      }
+      int fits = 1; /* a token beyond X's dtype never matches */
+      for (int64_t j = 0; j < size; j++)
+        if (vm_dtype_equal(x->dt, VM_I32) &&
+            (pool[beg + a * size + j] < INT32_MIN || pool[beg + a * size + j] > INT32_MAX))
+          fits = 0;
+      if (fits) g[ng++] = (gram_t){size, pool + beg + a * size, id};
+    }
+  }
+  /* one gram listed twice counts at its last id */
+  if (!st) qsort(g, (size_t)ng, sizeof(*g), cmp_gram);
+  int64_t nu = 0;
+  for (int64_t i = 0; !st && i < ng; i++) {
+    if (i + 1 < ng && g[i + 1].n == g[i].n &&
+        memcmp(g[i + 1].tok, g[i].tok, (size_t)g[i].n * sizeof(int64_t)) == 0)
+      continue;
+    g[nu++] = g[i];
+  }
+  int64_t *col = st ? NULL : malloc(((size_t)nu + 1) * sizeof(int64_t));
+  if (!st && !col) st = onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  int64_t sizes = 0;
+  for (int64_t i = 0; !st && i < nu; i++) {
+    col[i] = indexes[g[i].id - 1];
+    sizes += i == 0 || g[i].n != g[i - 1].n;
+  }
+  if (!st && sizes > ONX_TFIDF_MAX_SIZES)
+    st = onx_node_err(c, VM_UNIMPLEMENTED, "n-grams of %lld sizes: at most %d are supported",
+                      (long long)sizes, ONX_TFIDF_MAX_SIZES);
+  const char *x2 = NULL, *sum = NULL;
+  int64_t xd[2] = {R, C};
+  if (!st) st = s_reshape(c, x->name, 2, xd, NULL, &x2);
+  for (int64_t i = 0; !st && i < nu;) {
+    int64_t j = i;
+    while (j < nu && g[j].n == g[i].n) j++;
+    const char *part;
+    st = tfidf_size(c, x, x2, R, C, g[i].n, skips, g + i, j - i, col + i, O, &part);
+    if (!st && part && sum)
+      st = s2(c, "Add", sum, part, &sum);
+    else if (!st && part)
+      sum = part;
+    i = j;
+  }
+  free(col);
+  free(g);
+  VM_RETURN_IF_ERROR(st);
+  if (!sum) { /* nothing to count: zeros */
+    uint8_t *z;
+    VM_RETURN_IF_ERROR(onx_alloc_const(c, VM_F32, R * O, &z));
+    memset(z, 0, (size_t)(R * O) * sizeof(float));
+    VM_RETURN_IF_ERROR(onx_sub_const(c, VM_F32, 2, yd, z, &sum));
+  }
+  /* the weighting: TF the counts; IDF min(count, 1) (times the weights);
+   * TFIDF the counts times the weights */
+  if (idf) {
+    const char *one;
+    VM_RETURN_IF_ERROR(onx_sub_scalar(c, VM_F32, 1.0, &one));
+    VM_RETURN_IF_ERROR(s2(c, "Min", sum, one, &sum));
+  }
+  if (!tf && wa) {
+    double *w = malloc((size_t)O * sizeof(double));
+    if (!w) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    for (int64_t i = 0; i < O; i++) w[i] = wa->floats[i];
+    const char *wv;
+    st = onx_sub_const_f(c, VM_F32, 1, &O, w, &wv);
+    free(w);
+    VM_RETURN_IF_ERROR(st);
+    VM_RETURN_IF_ERROR(s2(c, "Mul", sum, wv, &sum));
+  }
+  int64_t od[2] = {R, O};
+  return s_reshape(c, sum, x->ndim == 2 ? 2 : 1, x->ndim == 2 ? od : od + 1, c->node->output[0],
+                   NULL);
 }
