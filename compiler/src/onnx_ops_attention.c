@@ -363,19 +363,21 @@ static vm_status_t tfidf_size(onx_ctx_t *c, onx_value_t *x, const char *x2, int6
                               const int64_t *col, int64_t O, const char **out) {
   int64_t P = 0;
   for (int64_t s = 1; s <= (n == 1 ? 1 : skips + 1); s++) {
-    int64_t span = (n - 1) * s; /* n, s <= 2^31: fits */
-    if (span >= C) break;       /* and for every longer skip */
-    P += C - span;              /* at most C * C */
+    int64_t span = (n - 1) * s;     /* n, s <= 2^31: fits */
+    if (span >= C) break;           /* and for every longer skip */
+    P += C - span;                  /* at most C * C */
+    if (P > TFIDF_MAX_ELEMS) break; /* refused below, without walking every skip */
   }
+  const char *over = P > TFIDF_MAX_ELEMS ? "over " : "";
   *out = NULL;
   if (P == 0) return VM_STATUS_OK;
   int64_t e;
   if (vm_ckd_mul_i64(R, P, &e) || vm_ckd_mul_i64(e, k, &e) || vm_ckd_mul_i64(e, n, &e) ||
       e > TFIDF_MAX_ELEMS)
     return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
-                        "comparing %lld windows of %lld rows with %lld %lld-grams: more than "
+                        "comparing %s%lld windows of %lld rows with %lld %lld-grams: more than "
                         "%lld elements",
-                        (long long)P, (long long)R, (long long)k, (long long)n,
+                        over, (long long)P, (long long)R, (long long)k, (long long)n,
                         (long long)TFIDF_MAX_ELEMS);
   /* the windows: positions i + j s of each (s, i), j < n */
   uint8_t *idx;

@@ -437,6 +437,13 @@ static void test_sequence_op_refusals(void **state) {
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_RESOURCE_EXHAUSTED,
                 "node 't' (TfIdfVectorizer): comparing 8386560 windows of 1 rows with 2000 "
                 "2-grams: more than 67108864 elements");
+  /* a row of 2^30 tokens: refused at the first skip, without walking the others */
+  static const int64_t huge_x[2] = {1, 1 << 30};
+  m.graph.input[0] = mb_vi(&m, "x", 6, 2, huge_x);
+  s.a[3].i = 1 << 30;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_RESOURCE_EXHAUSTED,
+                "node 't' (TfIdfVectorizer): comparing over 1073741823 windows of 1 rows with 2000 "
+                "2-grams: more than 67108864 elements");
 }
 
 static const float k_three = 3.0f, k_zero = 0.0f, k_six = 6.0f;
