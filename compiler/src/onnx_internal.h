@@ -292,6 +292,8 @@ struct onx_op {
 };
 /* The default domain's row named op_type, or NULL. */
 const onx_op_t *onx_find_op(const char *op_type);
+/* The row of node n's op_type in its own domain, or NULL. */
+const onx_op_t *onx_find_node_op(const Onnx__NodeProto *n);
 /* The values a node of op_type may add beyond its outputs (sub-nodes). */
 uint32_t onx_sub_budget(const Onnx__NodeProto *n);
 void onx_scratch_free(struct onx_scratch *s);

@@ -252,6 +252,16 @@ static const onx_op_t k_ops[] = {
     {"Tile", "", 0, 0, "", onx_op_tile, 0},
     {"Trilu", "", 0, 0, "upper", onx_op_trilu, 0},
     {"Upsample", "", 7, 9, "mode scales:-8", onx_op_upsample, 0},
+    /* ---- onnx_ops_attention.c ---- */
+    {"CausalConvWithState", "", 27, 0, "activation", onx_op_causal_conv, 0},
+    {"LinearAttention", "", 27, 0, "chunk_size kv_num_heads q_num_heads scale update_rule",
+     onx_op_linear_attention, 0},
+    {"TfIdfVectorizer", "", 9, 0,
+     "max_gram_length max_skip_count min_gram_length mode ngram_counts ngram_indexes pool_int64s "
+     "pool_strings weights",
+     onx_op_tfidf, 0},
+    {"FlexAttention", "ai.onnx.preview", 0, 0, "prob_mod scale score_mod softmax_precision",
+     onx_op_flex_attention, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
@@ -265,6 +275,19 @@ static void supported_ops(const char *dom, char *buf, size_t len) {
       used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", k_ops[i].name);
 }
 
+/* A node's domain as the registry spells it ("" the default one). */
+static const char *node_domain(const Onnx__NodeProto *n) {
+  return n->domain && strcmp(n->domain, "ai.onnx") != 0 ? n->domain : "";
+}
+
+const onx_op_t *onx_find_node_op(const Onnx__NodeProto *n) {
+  const char *dom = node_domain(n);
+  for (size_t i = 0; n->op_type && i < NUM_OPS; i++)
+    if (strcmp(k_ops[i].domain, dom) == 0 && strcmp(k_ops[i].name, n->op_type) == 0)
+      return &k_ops[i];
+  return NULL;
+}
+
 const onx_op_t *onx_find_op(const char *op_type) {
   for (size_t i = 0; op_type && i < NUM_OPS; i++)
     if (!k_ops[i].domain[0] && strcmp(k_ops[i].name, op_type) == 0) return &k_ops[i];
@@ -273,7 +296,7 @@ const onx_op_t *onx_find_op(const char *op_type) {
 
 vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
   const Onnx__NodeProto *n = c->node;
-  const char *dom = n->domain && strcmp(n->domain, "ai.onnx") != 0 ? n->domain : "";
+  const char *dom = node_domain(n);
   const onx_op_t *op = NULL;
   int dom_known = 0;
   *out = NULL;
@@ -284,7 +307,9 @@ vm_status_t onx_resolve_op(const onx_ctx_t *c, const onx_op_t **out) {
   }
   if (!dom_known)
     return onx_node_err(c, VM_UNIMPLEMENTED,
-                        "domain '%.60s': supported: the default domain, com.microsoft", dom);
+                        "domain '%.60s': supported: the default domain, com.microsoft, "
+                        "ai.onnx.preview",
+                        dom);
   if (!op) {
     char ops[4096];
     supported_ops(dom, ops, sizeof(ops));

@@ -170,6 +170,12 @@ vm_status_t onx_qdq_matmul(onx_ctx_t *c, int gemm, int *done);
 vm_status_t onx_reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
                             const int64_t *axes, int keep);
 
+/* onnx_ops_control.c: graph g (one input, one output; what names it in
+ * messages) lowered inline on the value named in; *out names its output,
+ * of in's dtype and shape (NULL with a graph error set: the driver says it). */
+vm_status_t onx_inline_graph(onx_ctx_t *c, const Onnx__GraphProto *g, const char *what,
+                             const char *in, const char **out);
+
 /* ---- sub-nodes (onnx_sub.c): a composite lowered as other operators ---- */
 /* The opset sub-nodes are written for and lowered at. */
 #define ONX_SUB_OPSET 21
@@ -312,5 +318,12 @@ vm_status_t onx_op_one_hot(onx_ctx_t *c);
 vm_status_t onx_op_reverse_sequence(onx_ctx_t *c);
 vm_status_t onx_op_scatter_elements(onx_ctx_t *c);
 vm_status_t onx_op_scatter_nd(onx_ctx_t *c);
+/* onnx_ops_attention.c */
+vm_status_t onx_op_causal_conv(onx_ctx_t *c);
+vm_status_t onx_op_flex_attention(onx_ctx_t *c);
+vm_status_t onx_op_linear_attention(onx_ctx_t *c);
+/* TfIdfVectorizer: at most this many gram sizes (each adds its sub-nodes) */
+#define ONX_TFIDF_MAX_SIZES 64
+vm_status_t onx_op_tfidf(onx_ctx_t *c);
 
 #endif /* ONX_OPS_H */

@@ -673,6 +673,15 @@ static vm_status_t split_heads(onx_ctx_t *c, onx_value_t *v, int64_t heads, cons
   return s_transpose(c, r, p, 4, out);
 }
 
+/* Output i of dtype qdt from x of dtype xdt (float, qdt float16: a Cast). */
+static vm_status_t att_out(onx_ctx_t *c, uint32_t i, const char *x, vm_dtype_t xdt,
+                           vm_dtype_t qdt) {
+  onx_sattr_t to_h[1] = {SA_INT("to", 10)};
+  if (vm_dtype_equal(xdt, qdt))
+    return onx_sub1(c, "Identity", c->node->output[i], x, NULL, NULL, 0, NULL, NULL);
+  return onx_sub1(c, "Cast", c->node->output[i], x, NULL, NULL, 1, to_h, NULL);
+}
+
 vm_status_t onx_op_attention(onx_ctx_t *c) {
   onx_value_t *q, *k, *v, *mask = onx_in(c, 3), *pk = onx_in(c, 4), *pv = onx_in(c, 5),
                           *npad = onx_in(c, 6);
@@ -765,6 +774,17 @@ vm_status_t onx_op_attention(onx_ctx_t *c) {
     VM_RETURN_IF_ERROR(onx_sub1(c, "Identity", c->node->output[1], k4, NULL, NULL, 0, NULL, NULL));
   if (onx_out_wanted(c, 2))
     VM_RETURN_IF_ERROR(onx_sub1(c, "Identity", c->node->output[2], v4, NULL, NULL, 0, NULL, NULL));
+  /* float16 operands are computed in float (the reference computes them in
+   * double and rounds once): cdt the scores' dtype, sdt the softmax's and
+   * the product with V's (float16 when softmax_precision asks for it) */
+  vm_dtype_t cdt = half ? VM_F32 : q->dt, sdt = half && prec == 10 ? VM_F16 : cdt;
+  if (half) {
+    onx_sattr_t tf[1] = {SA_INT("to", 1)};
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, q4, NULL, NULL, 1, tf, &q4));
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, k4, NULL, NULL, 1, tf, &k4));
+    if (!vm_dtype_equal(sdt, VM_F16))
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, v4, NULL, NULL, 1, tf, &v4));
+  }
   /* grouped-query attention: each kv head serves hq / hkv query heads in a row */
   const char *kr = k4, *vr = v4;
   if (hq != hkv) {
@@ -786,13 +806,13 @@ vm_status_t onx_op_attention(onx_ctx_t *c) {
   /* both sides scaled by sqrt(scale) in the inputs' dtype, as the function body */
   double ss = sqrt(scale != 0 ? (double)scale : 1.0 / sqrt((double)dq));
   const char *qs;
-  VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, ss, &sc));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, cdt, ss, &sc));
   VM_RETURN_IF_ERROR(s2(c, "Mul", q4, sc, &qs));
   VM_RETURN_IF_ERROR(s2(c, "Mul", kt, sc, &kt));
   VM_RETURN_IF_ERROR(s2(c, "MatMul", qs, kt, &qk));
   if (cap > 0) {
     const char *cv, *t;
-    VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, cap, &cv));
+    VM_RETURN_IF_ERROR(onx_sub_scalar(c, cdt, cap, &cv));
     VM_RETURN_IF_ERROR(s2(c, "Div", qk, cv, &t));
     VM_RETURN_IF_ERROR(s2(c, "Tanh", t, NULL, &t));
     VM_RETURN_IF_ERROR(s2(c, "Mul", t, cv, &qk));
@@ -806,11 +826,14 @@ vm_status_t onx_op_attention(onx_ctx_t *c) {
     bias = mask->name;
     if (vm_dtype_equal(mask->dt, VM_BOOL)) {
       const char *z, *ni;
-      VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, 0, &z));
-      VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, -INFINITY, &ni));
+      VM_RETURN_IF_ERROR(onx_sub_scalar(c, cdt, 0, &z));
+      VM_RETURN_IF_ERROR(onx_sub_scalar(c, cdt, -INFINITY, &ni));
       VM_RETURN_IF_ERROR(onx_sub1(c, "Where", NULL, mask->name, z, ni, 0, NULL, &bias));
     } else if (!vm_dtype_equal(mask->dt, q->dt)) {
       return onx_node_err(c, VM_INVALID_ARGUMENT, "attn_mask must be bool or Q's dtype");
+    } else if (half) {
+      onx_sattr_t tf[1] = {SA_INT("to", 1)};
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, bias, NULL, NULL, 1, tf, &bias));
     }
     int64_t padw = kvlen - mask->dims[mask->ndim - 1];
     if (padw > 0) {
@@ -818,7 +841,7 @@ vm_status_t onx_op_attention(onx_ctx_t *c) {
       pads[mask->ndim + mask->ndim - 1] = padw;
       const char *pv_, *ni;
       VM_RETURN_IF_ERROR(onx_sub_ints(c, 2 * mask->ndim, pads, &pv_));
-      VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, -INFINITY, &ni));
+      VM_RETURN_IF_ERROR(onx_sub_scalar(c, cdt, -INFINITY, &ni));
       VM_RETURN_IF_ERROR(onx_sub1(c, "Pad", NULL, bias, pv_, ni, 0, NULL, &bias));
     }
   }
@@ -861,7 +884,7 @@ vm_status_t onx_op_attention(onx_ctx_t *c) {
         }
     }
     const char *sn;
-    vm_status_t st = onx_sub_const_f(c, q->dt, per_batch ? 4 : 2, per_batch ? sd : sd + 2, sb, &sn);
+    vm_status_t st = onx_sub_const_f(c, cdt, per_batch ? 4 : 2, per_batch ? sd : sd + 2, sb, &sn);
     free(sb);
     VM_RETURN_IF_ERROR(st);
     if (bias)
@@ -871,23 +894,20 @@ vm_status_t onx_op_attention(onx_ctx_t *c) {
   }
   const char *qkb = qk;
   if (bias) VM_RETURN_IF_ERROR(s2(c, "Add", qk, bias, &qkb));
+  onx_sattr_t to_h[1] = {SA_INT("to", 10)}, ax[1] = {SA_INT("axis", -1)};
   if (onx_out_wanted(c, 3) && mode <= 2)
-    VM_RETURN_IF_ERROR(onx_sub1(c, "Identity", c->node->output[3], mode == 2 ? qkb : qk, NULL, NULL,
-                                0, NULL, NULL));
+    VM_RETURN_IF_ERROR(att_out(c, 3, mode == 2 ? qkb : qk, cdt, q->dt));
   const char *sm = qkb;
-  onx_sattr_t to_f[1] = {SA_INT("to", 1)}, to_h[1] = {SA_INT("to", 10)},
-              ax[1] = {SA_INT("axis", -1)};
-  int upcast = half && prec == 1;
-  if (upcast) VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, sm, NULL, NULL, 1, to_f, &sm));
+  if (!vm_dtype_equal(sdt, cdt))
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, sm, NULL, NULL, 1, to_h, &sm));
   VM_RETURN_IF_ERROR(onx_sub1(c, "Softmax", NULL, sm, NULL, NULL, 1, ax, &sm));
-  if (upcast) VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, sm, NULL, NULL, 1, to_h, &sm));
   if (bias) { /* rows whose every key is masked give 0, not NaN */
     onx_sattr_t ka[1] = {SA_INT("keepdims", 1)};
     const char *last, *mx, *ni, *dead, *z;
     int64_t minus1 = -1;
     VM_RETURN_IF_ERROR(onx_sub_ints(c, 1, &minus1, &last));
     VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceMax", NULL, bias, last, NULL, 1, ka, &mx));
-    VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, -INFINITY, &ni));
+    VM_RETURN_IF_ERROR(onx_sub_scalar(c, cdt, -INFINITY, &ni));
     VM_RETURN_IF_ERROR(s2(c, "Equal", mx, ni, &dead));
     onx_value_t *dv_ = onx_lookup(c, dead);
     int any = 1;
@@ -896,16 +916,19 @@ vm_status_t onx_op_attention(onx_ctx_t *c) {
       for (int64_t i = 0; i < dv_->numel; i++) any |= dv_->data[i] != 0;
     }
     if (any) {
-      VM_RETURN_IF_ERROR(onx_sub_scalar(c, q->dt, 0, &z));
+      VM_RETURN_IF_ERROR(onx_sub_scalar(c, sdt, 0, &z));
       VM_RETURN_IF_ERROR(onx_sub1(c, "Where", NULL, dead, z, sm, 0, NULL, &sm));
     }
   }
-  if (onx_out_wanted(c, 3) && mode == 3)
-    VM_RETURN_IF_ERROR(onx_sub1(c, "Identity", c->node->output[3], sm, NULL, NULL, 0, NULL, NULL));
-  if (!three) return onx_sub1(c, "MatMul", c->node->output[0], sm, vr, NULL, 0, NULL, NULL);
+  if (onx_out_wanted(c, 3) && mode == 3) VM_RETURN_IF_ERROR(att_out(c, 3, sm, sdt, q->dt));
+  int same = vm_dtype_equal(sdt, q->dt);
+  if (!three && same) return onx_sub1(c, "MatMul", c->node->output[0], sm, vr, NULL, 0, NULL, NULL);
   const char *y4, *yt;
-  int64_t p[4] = {0, 2, 1, 3}, d3[3] = {B, sq, hq * dv};
   VM_RETURN_IF_ERROR(s2(c, "MatMul", sm, vr, &y4));
+  if (!three) return att_out(c, 0, y4, sdt, q->dt);
+  onx_sattr_t to_q[1] = {SA_INT("to", 10)}; /* sdt float, Q float16 */
+  if (!same) VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, y4, NULL, NULL, 1, to_q, &y4));
+  int64_t p[4] = {0, 2, 1, 3}, d3[3] = {B, sq, hq * dv};
   VM_RETURN_IF_ERROR(s_transpose(c, y4, p, 4, &yt));
   return reshape_to(c, yt, 3, d3, c->node->output[0], NULL);
 }

@@ -300,6 +300,39 @@ static vm_status_t lower_sub(onx_ctx_t *c, const Onnx__GraphProto *sub, const ch
   return VM_STATUS_OK;
 }
 
+vm_status_t onx_inline_graph(onx_ctx_t *c, const Onnx__GraphProto *g, const char *what,
+                             const char *in, const char **out) {
+  *out = NULL;
+  onx_value_t *v = onx_lookup(c, in);
+  if (!v) return onx_node_err(c, VM_INTERNAL, "%s: value '%.80s' is not defined", what, in);
+  if (g->n_output != 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "%s has %zu outputs: it must have 1", what,
+                        g->n_output);
+  if (!v->data && onx_tid(c, v) < 0) return VM_STATUS_OK; /* the graph's error says why */
+  onx_value_t *o;
+  VM_RETURN_IF_ERROR(lower_sub(c, g, what, 1, v, &o));
+  if (!o) return VM_STATUS_OK;
+  vm_status_t st = VM_STATUS_OK;
+  if (!vm_dtype_equal(o->dt, v->dt) || o->ndim != v->ndim ||
+      memcmp(o->dims, v->dims, v->ndim * sizeof(int64_t)) != 0) {
+    char a[32], b[32], da[96], db[96];
+    st = onx_node_err(c, VM_INVALID_ARGUMENT, "%s gives %s%s for its input's %s%s: they must match",
+                      what, dt_name(o->dt, a, sizeof(a)),
+                      onx_dims_str(o->ndim, o->dims, da, sizeof(da)), dt_name(v->dt, b, sizeof(b)),
+                      onx_dims_str(v->ndim, v->dims, db, sizeof(db)));
+  } else if (o->data) {
+    st = onx_sub_const(c, o->dt, o->ndim, o->dims, o->data, out);
+    o->data = NULL;
+  } else {
+    const char *name = onx_sub_name(c);
+    st = name ? onx_bind_named(c, name, o->tid, o->ndim, o->dims)
+              : onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    if (!st) *out = name;
+  }
+  free_values(o, 1);
+  return st;
+}
+
 /* Defines output i of the node as the detached value v (its data taken). */
 static vm_status_t def_from(onx_ctx_t *c, uint32_t i, onx_value_t *v) {
   if (!onx_out_wanted(c, i)) return VM_STATUS_OK;

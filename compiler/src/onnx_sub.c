@@ -93,10 +93,14 @@ uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
       onx_op_max_unpool,
       onx_op_one_hot,
       onx_op_reverse_sequence,
+      onx_op_causal_conv,
+      onx_op_flex_attention,
+      onx_op_linear_attention,
   };
-  const onx_op_t *op = n ? onx_find_op(n->op_type) : NULL;
+  const onx_op_t *op = n ? onx_find_node_op(n) : NULL;
   if (op && (op->fn == onx_op_scatter_elements || op->fn == onx_op_scatter_nd))
     return SUB_VALUES + 8 * ONX_SCATTER_LEVELS; /* a Gather and a step per level */
+  if (op && op->fn == onx_op_tfidf) return SUB_VALUES + 16 * ONX_TFIDF_MAX_SIZES; /* per size */
   for (size_t i = 0; op && i < sizeof(k_sub_fns) / sizeof(k_sub_fns[0]); i++)
     if (op->fn == k_sub_fns[i]) return SUB_VALUES + 2 * (uint32_t)n->n_input;
   return 0;

@@ -79,6 +79,7 @@ static const op_entry_t ops[] = {
     {"cl.qgemm", vmcl_op_qgemm, NULL},
     {"cl.qconv2d", vmcl_op_qconv2d, NULL},
     {"cl.rnn", vmcl_op_rnn, NULL},
+    {"cl.linear_attention", vmcl_op_linear_attention, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

@@ -25,6 +25,7 @@ static const char *const family_files[VMCL_FAM_COUNT] = {
     [VMCL_FAM_INT] = vmcl_src_intops,
     [VMCL_FAM_QUANT] = vmcl_src_quant,
     [VMCL_FAM_RNN] = vmcl_src_rnn,
+    [VMCL_FAM_ATTENTION] = vmcl_src_attention,
 };
 
 static char *family_sources[VMCL_FAM_COUNT];
@@ -291,6 +292,12 @@ vm_status_t vmcl_op_shape_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t
   return vmcl_op_error(op, "%s (argument %u) has shape %s, expected %s", what, idx,
                        vmcl_shape_str(t->shape, t->ndim, b1, sizeof(b1)),
                        vmcl_shape_str(shape, ndim, b2, sizeof(b2)));
+}
+
+vm_status_t vmcl_op_want(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx, const char *what,
+                         vm_dtype_t dt, uint32_t ndim, const int64_t *shape) {
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(op, t, idx, what, dt, "the operator"));
+  return vmcl_op_shape_eq(op, t, idx, what, shape, ndim);
 }
 
 vm_status_t vmcl_op_copyable(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,

@@ -26,6 +26,7 @@ extern const char vmcl_src_resize[];
 extern const char vmcl_src_intops[];
 extern const char vmcl_src_quant[];
 extern const char vmcl_src_rnn[];
+extern const char vmcl_src_attention[];
 
 /* Operator families. Each is one OpenCL program (per set of build options)
  * holding all the kernels of the family, so a process builds few
@@ -42,6 +43,7 @@ typedef enum vmcl_family {
   VMCL_FAM_INT,             /* integer cl.binary.*, cl.unary.clip */
   VMCL_FAM_QUANT,           /* cl.quantize, cl.dequantize, cl.qgemm, cl.qconv2d, ... */
   VMCL_FAM_RNN,             /* cl.rnn */
+  VMCL_FAM_ATTENTION,       /* cl.linear_attention */
   VMCL_FAM_COUNT
 } vmcl_family_t;
 
@@ -124,6 +126,10 @@ vm_status_t vmcl_op_dtype_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t
 /* t must have exactly this shape. */
 vm_status_t vmcl_op_shape_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                              const char *what, const int64_t *shape, uint32_t ndim);
+
+/* Both: t must have dtype dt (the operator's) and exactly this shape. */
+vm_status_t vmcl_op_want(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx, const char *what,
+                         vm_dtype_t dt, uint32_t ndim, const int64_t *shape);
 
 /* t's dtype must be a single-lane type of 1, 2, 4 or 8 bytes (what the
  * copy kernels move). */
@@ -305,6 +311,8 @@ vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_
                                 vm_value_t *out, void *user);
 vm_status_t vmcl_op_rnn(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                         void *user);
+vm_status_t vmcl_op_linear_attention(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                     vm_value_t *out, void *user);
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
 /* cl_ops_quant.c */

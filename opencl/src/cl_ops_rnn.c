@@ -8,13 +8,6 @@
   "(xw, r, b|none, lens|none, h0|none, c0|none, p|none, params, kind, layout, rev_mask, "    \
   "t_begin, t_count, acts, flags, ws, y|none, yh, yc|none)"
 
-/* t must be float32 with exactly shape (n dims). */
-static vm_status_t want(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx, const char *what,
-                        vm_dtype_t dt, uint32_t n, const int64_t *shape) {
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(op, t, idx, what, dt, "the operator"));
-  return vmcl_op_shape_eq(op, t, idx, what, shape, n);
-}
-
 vm_status_t vmcl_op_rnn(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                         void *user) {
   (void)m;
@@ -59,8 +52,8 @@ vm_status_t vmcl_op_rnn(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
   if (yh->ndim != 3) return vmcl_op_error(&op, "yh (argument 17) must have 3 dims");
   int64_t B = layout ? yh->shape[0] : yh->shape[1];
   int64_t sshape[3] = {layout ? B : D, layout ? D : B, H};
-  VM_RETURN_IF_ERROR(want(&op, r, 1, "r", VM_F32, 3, r->shape));
-  VM_RETURN_IF_ERROR(want(&op, yh, 17, "yh", VM_F32, 3, sshape));
+  VM_RETURN_IF_ERROR(vmcl_op_want(&op, r, 1, "r", VM_F32, 3, r->shape));
+  VM_RETURN_IF_ERROR(vmcl_op_want(&op, yh, 17, "yh", VM_F32, 3, sshape));
   if (B == 0) return VM_STATUS_OK; /* no rows: nothing to compute */
   if (xw->ndim != 3 || xw->shape[0] != D || xw->shape[2] != GH || xw->shape[1] % B != 0)
     return vmcl_op_error(&op, "xw (argument 0) must be [%lld, T*%lld, %lld]", (long long)D,
@@ -69,22 +62,21 @@ vm_status_t vmcl_op_rnn(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
   if (t_begin > T || t_count > T - t_begin)
     return vmcl_op_error(&op, "steps %lld to %lld are beyond the sequence (%lld steps)",
                          (long long)t_begin, (long long)(t_begin + t_count), (long long)T);
-  VM_RETURN_IF_ERROR(want(&op, xw, 0, "xw", VM_F32, 3, xw->shape));
+  VM_RETURN_IF_ERROR(vmcl_op_want(&op, xw, 0, "xw", VM_F32, 3, xw->shape));
   int64_t bshape[2] = {D, 2 * GH}, pshape[2] = {D, 3 * H}, lshape[1] = {B}, parshape[1] = {13};
   int64_t wshape[2] = {D * B, 4 * H};
   int64_t yshape[4] = {T, D, B, H}, yshape1[4] = {B, T, D, H};
-  if (b) VM_RETURN_IF_ERROR(want(&op, b, 2, "b", VM_F32, 2, bshape));
-  if (lens) VM_RETURN_IF_ERROR(want(&op, lens, 3, "lens", VM_I32, 1, lshape));
-  if (h0) VM_RETURN_IF_ERROR(want(&op, h0, 4, "h0", VM_F32, 3, sshape));
-  if (c0) VM_RETURN_IF_ERROR(want(&op, c0, 5, "c0", VM_F32, 3, sshape));
-  if (p) VM_RETURN_IF_ERROR(want(&op, p, 6, "p", VM_F32, 2, pshape));
-  VM_RETURN_IF_ERROR(want(&op, params, 7, "params", VM_F32, 1, parshape));
-  VM_RETURN_IF_ERROR(want(&op, ws, 15, "ws", VM_F32, 2, wshape));
-  if (y) VM_RETURN_IF_ERROR(want(&op, y, 16, "y", VM_F32, 4, layout ? yshape1 : yshape));
+  if (b) VM_RETURN_IF_ERROR(vmcl_op_want(&op, b, 2, "b", VM_F32, 2, bshape));
+  if (lens) VM_RETURN_IF_ERROR(vmcl_op_want(&op, lens, 3, "lens", VM_I32, 1, lshape));
+  if (h0) VM_RETURN_IF_ERROR(vmcl_op_want(&op, h0, 4, "h0", VM_F32, 3, sshape));
+  if (c0) VM_RETURN_IF_ERROR(vmcl_op_want(&op, c0, 5, "c0", VM_F32, 3, sshape));
+  if (p) VM_RETURN_IF_ERROR(vmcl_op_want(&op, p, 6, "p", VM_F32, 2, pshape));
+  VM_RETURN_IF_ERROR(vmcl_op_want(&op, params, 7, "params", VM_F32, 1, parshape));
+  VM_RETURN_IF_ERROR(vmcl_op_want(&op, ws, 15, "ws", VM_F32, 2, wshape));
+  if (y) VM_RETURN_IF_ERROR(vmcl_op_want(&op, y, 16, "y", VM_F32, 4, layout ? yshape1 : yshape));
   if (kind == 2 && !yc) return vmcl_op_error(&op, "yc (argument 18) is required for an LSTM");
-  if (yc) VM_RETURN_IF_ERROR(want(&op, yc, 18, "yc", VM_F32, 3, sshape));
-  if ((c0 || p) && kind != 2)
-    return vmcl_op_error(&op, "c0 and p are for an LSTM (kind 2) only");
+  if (yc) VM_RETURN_IF_ERROR(vmcl_op_want(&op, yc, 18, "yc", VM_F32, 3, sshape));
+  if ((c0 || p) && kind != 2) return vmcl_op_error(&op, "c0 and p are for an LSTM (kind 2) only");
   if (D * B * H == 0) return VM_STATUS_OK;
 
   vmcl_dev_t *d = op.d;

@@ -139,7 +139,7 @@ static void test_unsupported_op_and_attribute(void **state) {
   m.nodes[0].domain = "com.example";
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
                 "node 'r' (Relu): domain 'com.example': supported: the default domain, "
-                "com.microsoft");
+                "com.microsoft, ai.onnx.preview");
   relu_model(&m);
   m.nodes[0].domain = "com.microsoft";
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
@@ -272,6 +272,178 @@ static void test_composite_refusals(void **state) {
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
                 "node 'l' (ReduceMax): input 'x' has dtype int32: supported: float, float16 (at "
                 "run time)");
+}
+
+/* ---------------------------------------------------------------------------
+ * CausalConvWithState, LinearAttention, FlexAttention (ai.onnx.preview) and
+ * TfIdfVectorizer: what they refuse, each with its exact error.
+ */
+
+/* An ints attribute appended to n's attributes in s (v outlives the model). */
+static void attrs_ints(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, const int64_t *v,
+                       size_t k) {
+  mb_attrs_int(s, n, name, 0);
+  Onnx__AttributeProto *a = s->p[n->n_attribute - 1];
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  a->has_i = 0;
+  a->ints = (int64_t *)v;
+  a->n_ints = k;
+}
+
+/* A graph attribute appended to n's attributes in s. */
+static void attrs_graph(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, Onnx__GraphProto *g) {
+  mb_attrs_int(s, n, name, 0);
+  Onnx__AttributeProto *a = s->p[n->n_attribute - 1];
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+  a->has_i = 0;
+  a->g = g;
+}
+
+/* x [1, 2, 4] through CausalConvWithState 'c' with zero weights of wd at opset. */
+static Onnx__NodeProto *causal_conv_model(mb_t *m, int64_t opset, const int64_t *wd) {
+  static const float w[12] = {0};
+  static const int64_t d124[3] = {1, 2, 4};
+  mb_init(m, opset);
+  mb_input(m, "x", 3, d124);
+  mb_output(m, "y", 3, d124);
+  mb_init_raw(m, "w", 1, 3, wd, w, (size_t)(wd[0] * wd[1] * wd[2]) * sizeof(float));
+  return mb_node(m, "CausalConvWithState", "c", "x", "w", "y");
+}
+
+static void test_sequence_op_refusals(void **state) {
+  (void)state;
+  mb_t m;
+  mb_attrs_t s;
+  Onnx__NodeProto *n;
+  static const int64_t d124[3] = {1, 2, 4}, d213[3] = {2, 1, 3}, d223[3] = {2, 2, 3};
+  /* CausalConvWithState */
+  n = causal_conv_model(&m, 27, d213);
+  mb_attr_s(&m, n, "activation", "relu");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'c' (CausalConvWithState): attribute 'activation' = relu: supported: none, "
+                "silu, swish");
+  causal_conv_model(&m, 27, d223);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'c' (CausalConvWithState): weight must be [2, 1, k] with k >= 1");
+  causal_conv_model(&m, 26, d213);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'c' (CausalConvWithState): operator CausalConvWithState at opset 26 is not "
+                "supported: supported: opsets 27 to the newest");
+  /* LinearAttention */
+  mb_init(&m, 27);
+  mb_input(&m, "q", 3, d124);
+  mb_output(&m, "y", 3, d124);
+  n = mb_node(&m, "LinearAttention", "l", "q", "q", "y");
+  mb_node_input(n, "q");
+  memset(&s, 0, sizeof(s));
+  mb_attrs_int(&s, n, "q_num_heads", 2);
+  mb_attrs_int(&s, n, "kv_num_heads", 2);
+  mb_attrs_str(&s, n, "update_rule", "mamba");
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'l' (LinearAttention): attribute 'update_rule' = mamba: supported: linear, "
+                "gated, delta, gated_delta");
+  s.a[2].s.data = (uint8_t *)"gated";
+  s.a[2].s.len = 5;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'l' (LinearAttention): update_rule 'gated' takes a decay and no beta");
+  s.a[2].s.data = (uint8_t *)"linear";
+  s.a[2].s.len = 6;
+  s.a[1].i = 3;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'l' (LinearAttention): q_num_heads (2) must be a positive multiple of "
+                "kv_num_heads (3)");
+  s.a[1].i = 2;
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  /* FlexAttention: its domain, softmax_precision, its modifier graphs */
+  static const int64_t d1224[4] = {1, 2, 2, 4}, d1222[4] = {1, 2, 2, 2};
+  mb_init(&m, 26);
+  mb_input(&m, "q", 4, d1224);
+  mb_output(&m, "y", 4, d1224);
+  n = mb_node(&m, "FlexAttention", "f", "q", "q", "y");
+  mb_node_input(n, "q");
+  n->domain = "ai.onnx.preview";
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  memset(&s, 0, sizeof(s));
+  mb_attrs_int(&s, n, "softmax_precision", 11);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 'f' (FlexAttention): attribute 'softmax_precision' = that type: supported: "
+                "float (1) and float16 (10)");
+  /* score_mod: a ReduceSum (over every axis) changes the scores' shape */
+  mb_t g;
+  mb_init(&g, 26);
+  g.graph.input[g.graph.n_input++] = mb_vi(&g, "sc", 1, 4, d1222);
+  g.graph.output[g.graph.n_output++] = mb_vi(&g, "so", 1, 4, (const int64_t[]){1, 1, 1, 1});
+  mb_node(&g, "ReduceSum", "r", "sc", NULL, "so");
+  n->n_attribute = 0;
+  attrs_graph(&s, n, "score_mod", &g.graph);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'f' (FlexAttention): score_mod gives float32[1,1,1,1] for its input's "
+                "float32[1,2,2,2]: they must match");
+  g.graph.output[g.graph.n_output++] = mb_vi(&g, "so", 1, 4, d1222);
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'f' (FlexAttention): score_mod has 2 outputs: it must have 1");
+  /* TfIdfVectorizer */
+  static const int64_t d16[2] = {1, 6}, d17[2] = {1, 7}, counts[2] = {0, 2}, idx[3] = {0, 1, 6},
+                       bad_idx[3] = {0, -1, 2}, pool[4] = {1, 2, 3, 4};
+  mb_init(&m, 9);
+  m.graph.input[m.graph.n_input++] = mb_vi(&m, "x", 6, 2, d16);
+  mb_output(&m, "y", 2, d17);
+  n = mb_node(&m, "TfIdfVectorizer", "t", "x", NULL, "y");
+  memset(&s, 0, sizeof(s));
+  mb_attrs_str(&s, n, "mode", "TF");
+  mb_attrs_int(&s, n, "min_gram_length", 1);
+  mb_attrs_int(&s, n, "max_gram_length", 2);
+  mb_attrs_int(&s, n, "max_skip_count", 1);
+  attrs_ints(&s, n, "ngram_counts", counts, 2);
+  attrs_ints(&s, n, "ngram_indexes", idx, 3);
+  attrs_ints(&s, n, "pool_int64s", pool, 4);
+  ASSERT_OK(compile(&m, NULL, NULL, NULL));
+  s.a[0].s.data = (uint8_t *)"BM25";
+  s.a[0].s.len = 4;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 't' (TfIdfVectorizer): attribute 'mode' = BM25: supported: TF, IDF, TFIDF");
+  s.a[0].s.data = (uint8_t *)"TF";
+  s.a[0].s.len = 2;
+  s.a[5].ints = (int64_t *)bad_idx;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 't' (TfIdfVectorizer): ngram_indexes[1] = -1 is out of range");
+  s.a[5].ints = (int64_t *)idx;
+  s.a[5].n_ints = 2; /* three grams: the third has no output column */
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 't' (TfIdfVectorizer): n-gram 3 has no entry in ngram_indexes (2 entries)");
+  s.a[5].n_ints = 3;
+  s.a[4].ints = (int64_t *)(const int64_t[]){0, 5};
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 't' (TfIdfVectorizer): ngram_counts must rise within the pool's 4 values");
+  s.a[4].ints = (int64_t *)counts;
+  mb_attrs_strs(&s, n, "pool_strings", 1, (const char *const[]){"a"});
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
+                "node 't' (TfIdfVectorizer): attribute 'pool_strings' = a string pool: supported: "
+                "pool_int64s (string tensors are not supported)");
+  n->n_attribute--;
+  /* a hostile size: every skip of a long row against 2000 distinct bigrams */
+  static int64_t big_pool[4000], big_idx[2000];
+  for (int i = 0; i < 4000; i++) big_pool[i] = i;
+  for (int i = 0; i < 2000; i++) big_idx[i] = i;
+  static const int64_t big_counts[2] = {0, 0}, big_x[2] = {1, 4096}, big_y[2] = {1, 2000};
+  m.graph.input[0] = mb_vi(&m, "x", 6, 2, big_x);
+  m.graph.output[0] = mb_vi(&m, "y", 1, 2, big_y);
+  s.a[3].i = 4095;
+  s.a[4].ints = (int64_t *)big_counts;
+  s.a[5].ints = big_idx;
+  s.a[5].n_ints = 2000;
+  s.a[6].ints = big_pool;
+  s.a[6].n_ints = 4000;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_RESOURCE_EXHAUSTED,
+                "node 't' (TfIdfVectorizer): comparing 8386560 windows of 1 rows with 2000 "
+                "2-grams: more than 67108864 elements");
+  /* a row of 2^30 tokens: refused at the first skip, without walking the others */
+  static const int64_t huge_x[2] = {1, 1 << 30};
+  m.graph.input[0] = mb_vi(&m, "x", 6, 2, huge_x);
+  s.a[3].i = 1 << 30;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_RESOURCE_EXHAUSTED,
+                "node 't' (TfIdfVectorizer): comparing over 1073741823 windows of 1 rows with 2000 "
+                "2-grams: more than 67108864 elements");
 }
 
 static const float k_three = 3.0f, k_zero = 0.0f, k_six = 6.0f;
@@ -972,6 +1144,7 @@ int main(void) {
       cmocka_unit_test(test_opset_range),
       cmocka_unit_test(test_unsupported_op_and_attribute),
       cmocka_unit_test(test_composite_refusals),
+      cmocka_unit_test(test_sequence_op_refusals),
       cmocka_unit_test(test_unknown_attributes),
       cmocka_unit_test(test_opset_28_changes),
       cmocka_unit_test(test_input_shapes),

@@ -209,6 +209,11 @@ static const char *const k_ops[] = {
     "Tile",
     "Trilu",
     "Upsample",
+    /* onnx_ops_attention.c */
+    "CausalConvWithState",
+    "FlexAttention",
+    "LinearAttention",
+    "TfIdfVectorizer",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
