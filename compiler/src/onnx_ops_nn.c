@@ -836,8 +836,7 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "input rank %u: supported: 1-D, 2-D and 3-D pooling (rank 3 to 5)",
                         x->ndim);
-  if (is_max && onx_out_wanted(c, 1))
-    return onx_node_err(c, VM_UNIMPLEMENTED, "output Indices: supported: the values only");
+  if (is_max && onx_out_wanted(c, 1)) return onx_maxpool_indices(c);
   int64_t ceil_mode = 0, cip = 0, so = 0;
   if (c->opset >= 10) VM_RETURN_IF_ERROR(onx_attr_int(c, "ceil_mode", 0, &ceil_mode));
   if (!is_max) VM_RETURN_IF_ERROR(onx_attr_int(c, "count_include_pad", 0, &cip));

@@ -25,6 +25,7 @@ static const char *const family_files[VMCL_FAM_COUNT] = {
     [VMCL_FAM_INT] = vmcl_src_intops,
     [VMCL_FAM_QUANT] = vmcl_src_quant,
     [VMCL_FAM_RNN] = vmcl_src_rnn,
+    [VMCL_FAM_SPATIAL] = vmcl_src_spatial,
 };
 
 static char *family_sources[VMCL_FAM_COUNT];
