@@ -338,3 +338,46 @@ __kernel void stft(__global const S *x, int xo, __global const S *win, int wo, i
   ST(re, yo + 2 * i, y);
   ST(im, yo + 2 * i + 1, y);
 }
+
+/* cl.conv_transpose3d: y[n, o, od, oh, ow] = b[o] + the sum over the
+ * group's input channels and the taps (kd, kh, kw) whose input position
+ * (od + pd - kd dd) / sd (likewise h, w) is whole and in range of x * w[c,
+ * o mod Og, kd, kh, kw] (a gather: each output element reads what reaches
+ * it). Extents in sz: x's D, H, W then y's. */
+__kernel void conv_transpose3d(__global const S *x, int xo, __global const S *w, int wo,
+                               __global const S *bias, int bo, int has_bias, __global S *y,
+                               int yo, int n, int C, int O, int G, int8 sz, int4 k, int4 s,
+                               int4 p, int4 dl) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int D = sz.s0, H = sz.s1, W = sz.s2, OD = sz.s3, OH = sz.s4, OW = sz.s5;
+  int ow = i % OW, oh = (i / OW) % OH, od = (i / (OW * OH)) % OD;
+  int o = (i / (OW * OH * OD)) % O, b = i / (OW * OH * OD * O);
+  int Cg = C / G, Og = O / G, g = o / Og, ol = o % Og;
+  float acc = has_bias ? LD(bias, bo + o) : 0.0f;
+  for (int kd = 0; kd < k.s0; kd++) {
+    int td = od + p.s0 - kd * dl.s0;
+    if (td < 0 || td % s.s0) continue;
+    int id = td / s.s0;
+    if (id >= D) continue;
+    for (int kh = 0; kh < k.s1; kh++) {
+      int th = oh + p.s1 - kh * dl.s1;
+      if (th < 0 || th % s.s1) continue;
+      int ih = th / s.s1;
+      if (ih >= H) continue;
+      for (int kw = 0; kw < k.s2; kw++) {
+        int tw = ow + p.s2 - kw * dl.s2;
+        if (tw < 0 || tw % s.s2) continue;
+        int iw = tw / s.s2;
+        if (iw >= W) continue;
+        for (int cl = 0; cl < Cg; cl++) {
+          int c = g * Cg + cl;
+          float xv = LD(x, xo + (((b * C + c) * D + id) * H + ih) * W + iw);
+          float wv = LD(w, wo + (((c * Og + ol) * k.s0 + kd) * k.s1 + kh) * k.s2 + kw);
+          acc += xv * wv;
+        }
+      }
+    }
+  }
+  ST(acc, yo + i, y);
+}

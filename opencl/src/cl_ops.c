@@ -86,6 +86,7 @@ static const op_entry_t ops[] = {
     {"cl.pool2d.max_indices", vmcl_op_maxpool_indices, NULL},
     {"cl.det", vmcl_op_det, NULL},
     {"cl.stft", vmcl_op_stft, NULL},
+    {"cl.conv_transpose3d", vmcl_op_conv_transpose3d, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

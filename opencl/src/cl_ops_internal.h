@@ -332,6 +332,8 @@ vm_status_t vmcl_op_maxpool_indices(vm_machine_t *m, const vm_value_t *args, uin
                                     vm_value_t *out, void *user);
 vm_status_t vmcl_op_det(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                         void *user);
+vm_status_t vmcl_op_conv_transpose3d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                     vm_value_t *out, void *user);
 vm_status_t vmcl_op_stft(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user);
 

@@ -499,3 +499,89 @@ vm_status_t vmcl_op_stft(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   stft_ctx_t c = {x, win, y, {n, len, x->shape[2] == 2, step, L, F, K, 0}};
   return launch(&op, x->dtype, "stft", n, stft_args, &c);
 }
+
+/* ---------------------------------------------------------------------------
+ * cl.conv_transpose3d(x, w, bias|none, sd, sh, sw, pad_d, pad_h, pad_w, dd,
+ *                     dh, dw, groups, y): the output extent is y's (pads at
+ * the end and output_padding only decide it)
+ */
+
+typedef struct ct3_ctx {
+  const vm_tensor_t *x, *w, *bias, *y;
+  int64_t n, G, v[9];
+} ct3_ctx_t;
+
+static void set_int4(vmcl_args_t *a, const int64_t *v) {
+  cl_int4 q = {{(cl_int)v[0], (cl_int)v[1], (cl_int)v[2], 0}};
+  if (a->err == CL_SUCCESS) a->err = clSetKernelArg(a->k, a->next++, sizeof(q), &q);
+}
+
+static void ct3_args(vmcl_args_t *a, const void *p) {
+  const ct3_ctx_t *c = p;
+  arg_t(a, c->x);
+  arg_t(a, c->w);
+  arg_opt(a, c->bias, c->x);
+  arg_t(a, c->y);
+  int64_t ints[] = {c->n, c->x->shape[1], c->y->shape[1], c->G};
+  arg_ints(a, ints, 4);
+  int64_t sz[8] = {c->x->shape[2], c->x->shape[3], c->x->shape[4],
+                   c->y->shape[2], c->y->shape[3], c->y->shape[4], 0, 0};
+  cl_int8 q;
+  for (int i = 0; i < 8; i++) q.s[i] = (cl_int)sz[i];
+  if (a->err == CL_SUCCESS) a->err = clSetKernelArg(a->k, a->next++, sizeof(q), &q);
+  set_int4(a, c->w->shape + 2);
+  for (int i = 0; i < 3; i++) set_int4(a, c->v + 3 * i);
+}
+
+vm_status_t vmcl_op_conv_transpose3d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                     vm_value_t *out, void *user) {
+  (void)m;
+  (void)out;
+  (void)user;
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.conv_transpose3d",
+               "(x, w, bias|none, sd, sh, sw, pad_d, pad_h, pad_w, dd, dh, dw, groups, y)", args,
+               nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 14, 14));
+  ct3_ctx_t c;
+  vm_tensor_t *x, *w, *bias, *y;
+  static const char *const names[9] = {"sd",    "sh",    "sw", "pad_d", "pad_h",
+                                       "pad_w", "dd",    "dh", "dw"};
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "w", &w));
+  VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "bias", &bias));
+  /* bounded so that every position the kernel forms fits in int */
+  for (uint32_t i = 0; i < 9; i++)
+    VM_RETURN_IF_ERROR(
+        vmcl_op_int(&op, 3 + i, names[i], i >= 3 && i < 6 ? 0 : 1, 1 << 20, &c.v[i]));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 12, "groups", 1, INT32_MAX, &c.G));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 13, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, w, 1, "w", x->dtype, "x"));
+  if (bias) VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, bias, 2, "bias", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 13, "y", x->dtype, "x"));
+  if (x->ndim != 5 || w->ndim != 5 || y->ndim != 5)
+    return vmcl_op_error(&op, "x, w and y (arguments 0, 1, 13) must have 5 dims");
+  int64_t C = x->shape[1], G = c.G;
+  if (C % G || w->shape[0] != C) {
+    return vmcl_op_error(&op, "w (argument 1) has %lld input channels, expected C = %lld (a "
+                         "multiple of groups %lld)",
+                         (long long)w->shape[0], (long long)C, (long long)G);
+  }
+  int64_t O = w->shape[1] * G; /* w exists: the product of its dims fits */
+  int64_t ys[5] = {x->shape[0], O, y->shape[2], y->shape[3], y->shape[4]};
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 13, "y", ys, 5));
+  if (bias) VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, bias, 2, "bias", &O, 1));
+  for (int i = 0; i < 3; i++) {
+    if (w->shape[2 + i] > (1 << 20) || y->shape[2 + i] > (1 << 24))
+      return vmcl_op_error(&op, "the kernel (up to 2^20) or y (up to 2^24) is too large on "
+                           "spatial axis %d", i);
+  }
+  c.n = vm_tensor_numel(y);
+  if (c.n == 0) return VM_STATUS_OK;
+  c.x = x;
+  c.w = w;
+  c.bias = bias;
+  c.y = y;
+  return launch(&op, x->dtype, "conv_transpose3d", c.n, ct3_args, &c);
+}
