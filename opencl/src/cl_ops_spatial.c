@@ -572,10 +572,14 @@ vm_status_t vmcl_op_conv_transpose3d(vm_machine_t *m, const vm_value_t *args, ui
   int64_t ys[5] = {x->shape[0], O, y->shape[2], y->shape[3], y->shape[4]};
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 13, "y", ys, 5));
   if (bias) VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, bias, 2, "bias", &O, 1));
+  /* positions are computed in int: the dilated kernel's reach and y's
+   * extent stay within 2^30 */
   for (int i = 0; i < 3; i++) {
-    if (w->shape[2 + i] > (1 << 20) || y->shape[2 + i] > (1 << 24))
-      return vmcl_op_error(&op, "the kernel (up to 2^20) or y (up to 2^24) is too large on "
-                           "spatial axis %d", i);
+    if ((w->shape[2 + i] - 1) * c.v[6 + i] > (1 << 30) || y->shape[2 + i] > (1 << 24))
+      return vmcl_op_error(&op,
+                           "spatial axis %d: the dilated kernel reaches past 2^30 or y's extent "
+                           "past 2^24",
+                           i);
   }
   c.n = vm_tensor_numel(y);
   if (c.n == 0) return VM_STATUS_OK;

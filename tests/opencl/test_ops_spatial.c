@@ -709,7 +709,15 @@ static void test_conv_transpose3d(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.conv_transpose3d", args, 14), VM_INVALID_ARGUMENT,
                 "cl.conv_transpose3d: w (argument 1) has 4 input channels, expected C = 4 (a "
                 "multiple of groups 3)");
-  release_all((vm_value_t[]){args[0], args[1], args[2], keep, y2}, 5);
+  /* a dilated kernel reaching past 2^30 */
+  args[12] = vm_value_int(G);
+  vm_value_t wl = tops_plain(e, VM_F32, 5, DIMS(C, Og, 1026, 1, 1)), wkeep = args[1];
+  args[1] = wl;
+  args[9] = vm_value_int(1 << 20);
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose3d", args, 14), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose3d: spatial axis 0: the dilated kernel reaches past 2^30");
+  args[1] = wkeep;
+  release_all((vm_value_t[]){args[0], args[1], args[2], keep, y2, wl}, 6);
   free(x);
   free(w);
   free(b);
