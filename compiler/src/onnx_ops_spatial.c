@@ -60,9 +60,9 @@ vm_status_t onx_op_grid_sample(onx_ctx_t *c) {
   static const char *const k_pad[] = {"zeros", "border", "reflection"};
   int im = pick(mode, new_names ? k_new : k_old, 3);
   if (im < 0)
-    return onx_unsupported_attr(c, "mode", mode,
-                                new_names ? "linear, nearest, cubic"
-                                          : "bilinear, nearest, bicubic (before opset 20)");
+    return onx_unsupported_attr(
+        c, "mode", mode,
+        new_names ? "linear, nearest, cubic" : "bilinear, nearest, bicubic (before opset 20)");
   int ip = pick(pm, k_pad, 3);
   if (ip < 0) return onx_unsupported_attr(c, "padding_mode", pm, "zeros, border, reflection");
   /* cl.grid_sample's codes: 0 linear, 1 nearest, 2 cubic */
@@ -76,7 +76,8 @@ vm_status_t onx_op_grid_sample(onx_ctx_t *c) {
   uint32_t r = nd - 2;
   char s1[100], s2[100];
   if (grid->ndim != nd || grid->dims[0] != x->dims[0] || grid->dims[nd - 1] != (int64_t)r)
-    return onx_node_err(c, VM_INVALID_ARGUMENT, "grid %s does not fit X %s: expected [%lld, ..., %u]",
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "grid %s does not fit X %s: expected [%lld, ..., %u]",
                         onx_dims_str(grid->ndim, grid->dims, s1, sizeof(s1)),
                         onx_dims_str(nd, x->dims, s2, sizeof(s2)), (long long)x->dims[0], r);
   int64_t yd[5] = {x->dims[0], x->dims[1]};
@@ -127,8 +128,9 @@ vm_status_t onx_op_roi_align(onx_ctx_t *c) {
     return onx_unsupported_attr(c, "sampling_ratio", v, "0 (adaptive) to 256");
   }
   if (oh < 1 || ow < 1)
-    return onx_node_err(c, VM_INVALID_ARGUMENT, "output_height %lld and output_width %lld: at least 1",
-                        (long long)oh, (long long)ow);
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "output_height %lld and output_width %lld: at least 1", (long long)oh,
+                        (long long)ow);
   if (!(scale > 0) || isinf(scale))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "spatial_scale %g: a positive number",
                         (double)scale);
@@ -141,8 +143,7 @@ vm_status_t onx_op_roi_align(onx_ctx_t *c) {
                         onx_dims_str(rois->ndim, rois->dims, s1, sizeof(s1)));
   int64_t R = rois->dims[0];
   if (!vm_dtype_equal(bi->dt, VM_I64) || bi->ndim != 1 || bi->dims[0] != R)
-    return onx_node_err(c, VM_INVALID_ARGUMENT, "batch_indices must be int64 [%lld]",
-                        (long long)R);
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "batch_indices must be int64 [%lld]", (long long)R);
   for (int64_t i = 0; bi->data && i < R; i++) {
     int64_t b = onx_ld_i(bi->dt, bi->data, i);
     if (b < 0 || b >= x->dims[0])
@@ -155,8 +156,8 @@ vm_status_t onx_op_roi_align(onx_ctx_t *c) {
   if (numel && (x->dims[2] == 0 || x->dims[3] == 0))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "X has an empty image");
   int32_t y = new_t(c, x->dt, 4, yd);
-  vmcc_arg_t a[8] = {A(onx_tid(c, x)), A(onx_tid(c, rois)), A(onx_tid(c, bi)), I(im), I(ratio),
-                     onx_float_arg(c, scale), I(half),    A(y)};
+  vmcc_arg_t a[8] = {A(onx_tid(c, x)), A(onx_tid(c, rois)),     A(onx_tid(c, bi)), I(im),
+                     I(ratio),         onx_float_arg(c, scale), I(half),           A(y)};
   call(c, "cl.roi_align", 8, a);
   return onx_bind_out(c, 0, y, 4, yd);
 }
@@ -309,14 +310,12 @@ vm_status_t onx_op_stft(onx_ctx_t *c) {
     return onx_node_err(c, VM_INVALID_ARGUMENT, "signal %s: expected [batch, length, 1 or 2]",
                         onx_dims_str(x->ndim, x->dims, s1, sizeof(s1)));
   int64_t step, L, n;
-  if (!vstep->data)
-    return onx_node_err(c, VM_UNIMPLEMENTED, "frame_step must be a constant");
+  if (!vstep->data) return onx_node_err(c, VM_UNIMPLEMENTED, "frame_step must be a constant");
   VM_RETURN_IF_ERROR(onx_const_ints(c, vstep, "frame_step", &step, 1, &n));
   if (n != 1 || step < 1 || step > INT32_MAX)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "frame_step must be one positive int");
   if (vlen) {
-    if (!vlen->data)
-      return onx_node_err(c, VM_UNIMPLEMENTED, "frame_length must be a constant");
+    if (!vlen->data) return onx_node_err(c, VM_UNIMPLEMENTED, "frame_length must be a constant");
     VM_RETURN_IF_ERROR(onx_const_ints(c, vlen, "frame_length", &L, 1, &n));
     if (n != 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "frame_length must be one int");
   } else {
@@ -350,8 +349,10 @@ vm_status_t onx_op_mel_weight_matrix(onx_ctx_t *c) {
   for (uint32_t i = 0; i < 5; i++) {
     VM_RETURN_IF_ERROR(onx_in_req(c, i, &v[i]));
     if (!v[i]->data)
-      return onx_node_err(c, VM_UNIMPLEMENTED, "%s must be a constant (the output's shape "
-                          "depends on it)", names[i]);
+      return onx_node_err(c, VM_UNIMPLEMENTED,
+                          "%s must be a constant (the output's shape "
+                          "depends on it)",
+                          names[i]);
     if (v[i]->numel != 1)
       return onx_node_err(c, VM_INVALID_ARGUMENT, "%s must be a scalar", names[i]);
     f[i] = onx_is_float(v[i]->dt) ? onx_ld_f(v[i]->dt, v[i]->data, 0)
@@ -364,8 +365,8 @@ vm_status_t onx_op_mel_weight_matrix(onx_ctx_t *c) {
       !(vm_dtype_equal(odt, VM_F32) || vm_dtype_equal(odt, VM_F16) || vm_dtype_equal(odt, VM_F64)))
     return onx_unsupported_attr(c, "output_datatype", "that type", "float, float16, double");
   double bins = f[0], dft = f[1], rate = f[2], lo = f[3], hi = f[4];
-  if (!(bins >= 1 && bins <= 65536 && dft >= 1 && dft <= (1 << 24) && rate > 0 &&
-        isfinite(rate) && lo >= 0 && hi >= lo && isfinite(hi)))
+  if (!(bins >= 1 && bins <= 65536 && dft >= 1 && dft <= (1 << 24) && rate > 0 && isfinite(rate) &&
+        lo >= 0 && hi >= lo && isfinite(hi)))
     return onx_node_err(c, VM_INVALID_ARGUMENT,
                         "num_mel_bins %g (1 to 65536), dft_length %g (1 to 2^24), sample_rate "
                         "%g (positive), edges %g and %g (0 <= lower <= upper)",
@@ -381,10 +382,11 @@ vm_status_t onx_op_mel_weight_matrix(onx_ctx_t *c) {
     double hz = 700 * (pow(10, ((double)i * step + mlo) / 2595) - 1);
     fb[i] = (int64_t)floor(((double)(int64_t)dft + 1) * hz / (double)(int64_t)rate);
     if (fb[i] < 0 || fb[i] >= spec) {
+      long long at = (long long)fb[i];
       free(fb);
       return onx_node_err(c, VM_INVALID_ARGUMENT,
                           "mel bin edge %lld falls on spectrogram bin %lld, outside 0 to %lld",
-                          (long long)i, (long long)fb[i], (long long)(spec - 1));
+                          (long long)i, at, (long long)(spec - 1));
     }
   }
   uint8_t *d;
@@ -399,7 +401,8 @@ vm_status_t onx_op_mel_weight_matrix(onx_ctx_t *c) {
     if (m == l) {
       onx_st_f(odt, d, m * nb + i, 1.0);
     } else {
-      for (int64_t j = l; j <= m; j++) onx_st_f(odt, d, j * nb + i, (double)(j - l) / (double)(m - l));
+      for (int64_t j = l; j <= m; j++)
+        onx_st_f(odt, d, j * nb + i, (double)(j - l) / (double)(m - l));
     }
     for (int64_t j = m; j < h; j++) onx_st_f(odt, d, j * nb + i, (double)(h - j) / (double)(h - m));
   }

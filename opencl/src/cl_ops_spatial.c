@@ -100,8 +100,8 @@ vm_status_t vmcl_op_grid_sample(vm_machine_t *m, const vm_value_t *args, uint32_
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, grid, 1, "grid", x->dtype, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 5, "y", x->dtype, "x"));
   if (x->ndim < 3 || x->ndim > 5) {
-    return vmcl_op_error(&op, "x (argument 0) has %u dims, expected 3 to 5 ([N, C, 1 to 3 spatial])",
-                         x->ndim);
+    return vmcl_op_error(
+        &op, "x (argument 0) has %u dims, expected 3 to 5 ([N, C, 1 to 3 spatial])", x->ndim);
   }
   int64_t r = x->ndim - 2;
   int64_t gshape[5], yshape[5];
@@ -151,9 +151,8 @@ static void roi_args(vmcl_args_t *a, const void *p) {
   arg_t(a, c->rois);
   arg_t(a, c->bidx);
   arg_t(a, c->y);
-  int64_t ints[] = {c->n,           c->x->shape[0], c->x->shape[1], c->x->shape[2],
-                    c->x->shape[3], c->y->shape[2], c->y->shape[3], c->ratio,
-                    ROI_MAX_GRID};
+  int64_t ints[] = {c->n,           c->x->shape[0], c->x->shape[1], c->x->shape[2], c->x->shape[3],
+                    c->y->shape[2], c->y->shape[3], c->ratio,       ROI_MAX_GRID};
   arg_ints(a, ints, sizeof(ints) / sizeof(ints[0]));
   vmcl_arg_float(a, c->scale);
   vmcl_arg_int(a, c->mode);
@@ -294,7 +293,8 @@ vm_status_t vmcl_op_deform_conv2d(vm_machine_t *m, const vm_value_t *args, uint3
   int64_t n = vm_tensor_numel(y);
   if (n == 0) return VM_STATUS_OK;
   /* positions are computed in int: bound the window's reach */
-  if ((OH - 1) * sh + (KH - 1) * dh > INT32_MAX / 2 || (OW - 1) * sw + (KW - 1) * dw > INT32_MAX / 2)
+  if ((OH - 1) * sh + (KH - 1) * dh > INT32_MAX / 2 ||
+      (OW - 1) * sw + (KW - 1) * dw > INT32_MAX / 2)
     return vmcl_op_error(&op, "strides and dilations reach past 2^30");
   c.x = x;
   c.w = w;
@@ -485,8 +485,7 @@ vm_status_t vmcl_op_stft(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
     return vmcl_op_error(&op, "frame_length (argument 3) %lld is longer than the signal (%lld)",
                          (long long)L, (long long)len);
   }
-  if (y->ndim != 4)
-    return vmcl_op_error(&op, "y (argument 4) has %u dims, expected 4", y->ndim);
+  if (y->ndim != 4) return vmcl_op_error(&op, "y (argument 4) has %u dims, expected 4", y->ndim);
   int64_t F = (len - L) / step + 1, K = y->shape[2];
   if (K != L && K != L / 2 + 1) {
     return vmcl_op_error(&op, "y (argument 4) has %lld bins, expected %lld or %lld (one-sided)",
@@ -524,8 +523,14 @@ static void ct3_args(vmcl_args_t *a, const void *p) {
   arg_t(a, c->y);
   int64_t ints[] = {c->n, c->x->shape[1], c->y->shape[1], c->G};
   arg_ints(a, ints, 4);
-  int64_t sz[8] = {c->x->shape[2], c->x->shape[3], c->x->shape[4],
-                   c->y->shape[2], c->y->shape[3], c->y->shape[4], 0, 0};
+  int64_t sz[8] = {c->x->shape[2],
+                   c->x->shape[3],
+                   c->x->shape[4],
+                   c->y->shape[2],
+                   c->y->shape[3],
+                   c->y->shape[4],
+                   0,
+                   0};
   cl_int8 q;
   for (int i = 0; i < 8; i++) q.s[i] = (cl_int)sz[i];
   if (a->err == CL_SUCCESS) a->err = clSetKernelArg(a->k, a->next++, sizeof(q), &q);
@@ -545,8 +550,8 @@ vm_status_t vmcl_op_conv_transpose3d(vm_machine_t *m, const vm_value_t *args, ui
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 14, 14));
   ct3_ctx_t c;
   vm_tensor_t *x, *w, *bias, *y;
-  static const char *const names[9] = {"sd",    "sh",    "sw", "pad_d", "pad_h",
-                                       "pad_w", "dd",    "dh", "dw"};
+  static const char *const names[9] = {"sd",    "sh", "sw", "pad_d", "pad_h",
+                                       "pad_w", "dd", "dh", "dw"};
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "w", &w));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "bias", &bias));
@@ -564,7 +569,8 @@ vm_status_t vmcl_op_conv_transpose3d(vm_machine_t *m, const vm_value_t *args, ui
     return vmcl_op_error(&op, "x, w and y (arguments 0, 1, 13) must have 5 dims");
   int64_t C = x->shape[1], G = c.G;
   if (C % G || w->shape[0] != C) {
-    return vmcl_op_error(&op, "w (argument 1) has %lld input channels, expected C = %lld (a "
+    return vmcl_op_error(&op,
+                         "w (argument 1) has %lld input channels, expected C = %lld (a "
                          "multiple of groups %lld)",
                          (long long)w->shape[0], (long long)C, (long long)G);
   }

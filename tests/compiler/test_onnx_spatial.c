@@ -203,8 +203,7 @@ static void test_det_stft_mel(void **state) {
   m.graph.input[m.graph.n_input++] = mb_vi(&m, "step", E_INT64, 0, NULL);
   mb_output(&m, "y", 4, D(1, 7, 9, 2));
   mb_node(&m, "STFT", "st", "s", "step", "y");
-  ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED,
-                "node 'st' (STFT): frame_step must be a constant");
+  ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED, "node 'st' (STFT): frame_step must be a constant");
   static const int64_t eight = 8, big = 65;
   mb_init(&m, 17);
   mb_input(&m, "s", 3, D(1, 64, 1));
@@ -243,8 +242,7 @@ static void test_det_stft_mel(void **state) {
     else if (k == 1)
       ASSERT_OK(compile(&m));
     else
-      ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
-                    "falls on spectrogram bin");
+      ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT, "falls on spectrogram bin");
   }
 }
 
@@ -273,8 +271,8 @@ static void test_maxpool_indices(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_grid_sample),    cmocka_unit_test(test_roi_align),
-      cmocka_unit_test(test_deform_conv),    cmocka_unit_test(test_det_stft_mel),
+      cmocka_unit_test(test_grid_sample),     cmocka_unit_test(test_roi_align),
+      cmocka_unit_test(test_deform_conv),     cmocka_unit_test(test_det_stft_mel),
       cmocka_unit_test(test_maxpool_indices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

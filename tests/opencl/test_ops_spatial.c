@@ -166,8 +166,8 @@ static void check_grid_sample(tops_env_t *e, const gs_case_t *c, vm_dtype_t dt) 
                         vm_value_int(c->mode),           vm_value_int(c->pad),
                         vm_value_int(c->align),          tops_tensor(e, dt, nd, yd, NULL)};
   char what[96];
-  snprintf(what, sizeof(what), "grid_sample r %d mode %d pad %d align %d %s", c->r, c->mode,
-           c->pad, c->align, f16 ? "f16" : "f32");
+  snprintf(what, sizeof(what), "grid_sample r %d mode %d pad %d align %d %s", c->r, c->mode, c->pad,
+           c->align, f16 ? "f16" : "f32");
   run_close(e, "cl.grid_sample", args, 6, want, (size_t)ny, f16 ? 4e-3 : 2e-5, what);
   release_all((vm_value_t[]){args[0], args[1], args[5]}, 3);
   free(x);
@@ -321,8 +321,8 @@ static void test_roi_align(void **state) {
   /* inside; at the border; reaching past the image; across its right edge
    * (samples within one pixel of it read the edge, beyond it nothing);
    * empty (x1 == x2); reversed; an out-of-range batch index */
-  const float rois[7 * 4] = {1, 1, 5, 4,  -2, -1, 3, 7,  8, 7, 12, 9,  12, 2, 18, 8,
-                             2, 2, 2, 5,  5, 4, 1, 1,    0, 0, 6, 5};
+  const float rois[7 * 4] = {1,  1, 5, 4, -2, -1, 3, 7, 8, 7, 12, 9, 12, 2,
+                             18, 8, 2, 2, 2,  5,  5, 4, 1, 1, 0,  0, 6,  5};
   const int64_t bidx[7] = {0, 1, 1, 0, 0, 1, 5};
   for (int mode = 0; mode < 2; mode++)
     for (int half = 0; half < 2; half++)
@@ -352,8 +352,8 @@ static void test_roi_align_errors(void **state) {
   vm_value_t bi = tops_plain(e, VM_I64, 1, DIMS(2));
   vm_value_t bi32 = tops_plain(e, VM_I32, 1, DIMS(2));
   vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(2, 1, 2, 2));
-  vm_value_t args[8] = {x, rois, bi, vm_value_int(0), vm_value_int(0), vm_value_float(1),
-                        vm_value_int(1), y};
+  vm_value_t args[8] = {
+      x, rois, bi, vm_value_int(0), vm_value_int(0), vm_value_float(1), vm_value_int(1), y};
   args[4] = vm_value_int(257);
   ASSERT_STATUS(tops_call(e, "cl.roi_align", args, 8), VM_INVALID_ARGUMENT,
                 "cl.roi_align: sampling_ratio (argument 4) is 257, expected 0 to 256");
@@ -418,7 +418,8 @@ static void check_deform(tops_env_t *e, const dc_case_t *c, int zero_offsets) {
                 double dy = off[(((n * c->OG * c->KH * c->KW) * 2 + tap * 2) * OH + oh) * OW + ow];
                 double dx =
                     off[(((n * c->OG * c->KH * c->KW) * 2 + tap * 2 + 1) * OH + oh) * OW + ow];
-                double mv = c->mask ? m[((n * c->OG * c->KH * c->KW + tap) * OH + oh) * OW + ow] : 1;
+                double mv =
+                    c->mask ? m[((n * c->OG * c->KH * c->KW + tap) * OH + oh) * OW + ow] : 1;
                 double yy = (double)(oh * c->sh - c->ph + kh * c->dh) + dy;
                 double xx = (double)(ow * c->sw - c->pw + kw * c->dw) + dx;
                 acc += w[((o * Cg + cl) * c->KH + kh) * c->KW + kw] * mv *
@@ -479,9 +480,20 @@ static void test_deform_conv2d(void **state) {
   vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(2, 3, 2, 2));
   vm_value_t off = tops_plain(e, VM_F32, 4, DIMS(1, 8, 3, 3));
   vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 2, 3, 3));
-  vm_value_t args[14] = {x, w, off, vm_value_none(), vm_value_none(), vm_value_int(1),
-                         vm_value_int(1), vm_value_int(0), vm_value_int(0), vm_value_int(1),
-                         vm_value_int(1), vm_value_int(1), vm_value_int(2), y};
+  vm_value_t args[14] = {x,
+                         w,
+                         off,
+                         vm_value_none(),
+                         vm_value_none(),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(2),
+                         y};
   ASSERT_STATUS(tops_call(e, "cl.deform_conv2d", args, 14), VM_INVALID_ARGUMENT,
                 "cl.deform_conv2d: offset_groups (argument 12) 2 does not divide the 3 channels");
   args[12] = vm_value_int(1);
@@ -500,7 +512,8 @@ static void test_maxpool_indices(void **state) {
   tops_env_t *e = *state;
   const int64_t N = 2, C = 2, H = 5, W = 6, KH = 3, KW = 2, sh = 2, sw = 1, ph = 1, pw = 1;
   const int64_t dh = 1, dw = 2;
-  int64_t OH = (H + 2 * ph - (KH - 1) * dh - 1) / sh + 1, OW = (W + 2 * pw - (KW - 1) * dw - 1) / sw + 1;
+  int64_t OH = (H + 2 * ph - (KH - 1) * dh - 1) / sh + 1,
+          OW = (W + 2 * pw - (KW - 1) * dw - 1) / sw + 1;
   float *x = tops_rand((size_t)(N * C * H * W), 41, -1, 1);
   x[7] = x[8]; /* a tie: the first position wins */
   for (int order = 0; order < 2; order++) {
@@ -566,11 +579,12 @@ static void test_det(void **state) {
   tops_env_t *e = *state;
   /* identity 3, a permutation (-1), singular (rows 1 + 2 = row 3), one
    * needing a pivot (a zero on the diagonal), a general one */
-  const float m[5 * 9] = {1, 0, 0, 0, 1, 0, 0, 0, 1,  0, 1, 0, 1, 0, 0, 0, 0, 1,
-                          1, 2, 3, 4, 5, 6, 5, 7, 9,  0, 2, 1, 3, 0, 4, 1, 5, 0,
-                          2, -1, 0.5f, 3, 4, -2, 1, 0.25f, 5};
-  const float want[5] = {1, -1, 0, 0 * 0 + -2 * (3 * 0 - 4 * 1) + 1 * (3 * 5 - 0 * 1),
-                         2 * (4 * 5 - -2 * 0.25f) - -1 * (3 * 5 - -2 * 1) + 0.5f * (3 * 0.25f - 4 * 1)};
+  const float m[5 * 9] = {1, 0, 0, 0, 1, 0, 0, 0,  1,    0, 1, 0,  1, 0,     0,
+                          0, 0, 1, 1, 2, 3, 4, 5,  6,    5, 7, 9,  0, 2,     1,
+                          3, 0, 4, 1, 5, 0, 2, -1, 0.5f, 3, 4, -2, 1, 0.25f, 5};
+  const float want[5] = {
+      1, -1, 0, 0 * 0 + -2 * (3 * 0 - 4 * 1) + 1 * (3 * 5 - 0 * 1),
+      2 * (4 * 5 - -2 * 0.25f) - -1 * (3 * 5 - -2 * 1) + 0.5f * (3 * 0.25f - 4 * 1)};
   vm_value_t args[2] = {tops_tensor_f(e, VM_F32, 3, DIMS(5, 3, 3), m),
                         tops_tensor(e, VM_F32, 1, DIMS(5), NULL)};
   run_close(e, "cl.det", args, 2, want, 5, 1e-5, "det 3x3");
@@ -588,7 +602,8 @@ static void test_det(void **state) {
   vm_value_t bad[2] = {x, y};
   ASSERT_STATUS(tops_call(e, "cl.det", bad, 2), VM_INVALID_ARGUMENT,
                 "cl.det: x (argument 0) has shape [2, 3, 4], expected [..., m, m]");
-  vm_value_t big = tops_plain(e, VM_F32, 3, DIMS(1, 257, 257)), y0 = tops_plain(e, VM_F32, 1, DIMS(1));
+  vm_value_t big = tops_plain(e, VM_F32, 3, DIMS(1, 257, 257)),
+             y0 = tops_plain(e, VM_F32, 1, DIMS(1));
   bad[0] = big;
   bad[1] = y0;
   ASSERT_STATUS(tops_call(e, "cl.det", bad, 2), VM_INVALID_ARGUMENT,
@@ -636,7 +651,8 @@ static void test_stft(void **state) {
         free(w);
         free(want);
       }
-  vm_value_t x = tops_plain(e, VM_F32, 3, DIMS(1, 8, 1)), y = tops_plain(e, VM_F32, 4, DIMS(1, 1, 4, 2));
+  vm_value_t x = tops_plain(e, VM_F32, 3, DIMS(1, 8, 1)),
+             y = tops_plain(e, VM_F32, 4, DIMS(1, 1, 4, 2));
   vm_value_t args[5] = {x, vm_value_none(), vm_value_int(1), vm_value_int(9), y};
   ASSERT_STATUS(tops_call(e, "cl.stft", args, 5), VM_INVALID_ARGUMENT,
                 "cl.stft: frame_length (argument 3) 9 is longer than the signal (8)");
@@ -656,7 +672,8 @@ static void test_conv_transpose3d(void **state) {
   const int64_t k[3] = {2, 3, 2}, s[3] = {2, 1, 3}, p[3] = {1, 0, 1}, dl[3] = {1, 2, 1};
   int64_t od[3], in[3] = {D, H, W};
   for (int i = 0; i < 3; i++) od[i] = s[i] * (in[i] - 1) + (k[i] - 1) * dl[i] + 1 - 2 * p[i] + 1;
-  int64_t nx = N * C * D * H * W, nw = C * Og * k[0] * k[1] * k[2], ny = N * O * od[0] * od[1] * od[2];
+  int64_t nx = N * C * D * H * W, nw = C * Og * k[0] * k[1] * k[2],
+          ny = N * O * od[0] * od[1] * od[2];
   float *x = tops_rand((size_t)nx, 61, -1, 1), *w = tops_rand((size_t)nw, 62, -1, 1);
   float *b = tops_rand((size_t)O, 63, -1, 1);
   double *acc = calloc((size_t)ny, sizeof(double));
@@ -701,7 +718,8 @@ static void test_conv_transpose3d(void **state) {
   vm_value_t y2 = tops_plain(e, VM_F32, 5, DIMS(N, O + 1, od[0], od[1], od[2])), keep = args[13];
   args[13] = y2;
   char msg[160];
-  snprintf(msg, sizeof(msg), "cl.conv_transpose3d: y (argument 13) has shape [2, 7, %lld, %lld, %lld]",
+  snprintf(msg, sizeof(msg),
+           "cl.conv_transpose3d: y (argument 13) has shape [2, 7, %lld, %lld, %lld]",
            (long long)od[0], (long long)od[1], (long long)od[2]);
   ASSERT_STATUS(tops_call(e, "cl.conv_transpose3d", args, 14), VM_INVALID_ARGUMENT, msg);
   args[13] = keep;
