@@ -262,6 +262,18 @@ static const onx_op_t k_ops[] = {
      onx_op_tfidf, 0},
     {"FlexAttention", "ai.onnx.preview", 0, 0, "prob_mod scale score_mod softmax_precision",
      onx_op_flex_attention, 0},
+    /* ---- onnx_ops_spatial.c: sampling and spatial operators (MaxPool's
+     * Indices output is handed over by its row above) ---- */
+    {"DeformConv", "", 19, 0, "dilations group kernel_shape offset_group pads strides",
+     onx_op_deform_conv, 0},
+    {"Det", "", 11, 0, "", onx_op_det, 0},
+    {"GridSample", "", 16, 0, "align_corners mode padding_mode", onx_op_grid_sample, 0},
+    {"MelWeightMatrix", "", 17, 0, "output_datatype", onx_op_mel_weight_matrix, 0},
+    {"RoiAlign", "", 10, 0,
+     "coordinate_transformation_mode:16- mode output_height output_width sampling_ratio "
+     "spatial_scale",
+     onx_op_roi_align, 0},
+    {"STFT", "", 17, 0, "onesided", onx_op_stft, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))

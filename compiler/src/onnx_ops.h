@@ -325,5 +325,14 @@ vm_status_t onx_op_linear_attention(onx_ctx_t *c);
 /* TfIdfVectorizer: at most this many gram sizes (each adds its sub-nodes) */
 #define ONX_TFIDF_MAX_SIZES 64
 vm_status_t onx_op_tfidf(onx_ctx_t *c);
+/* onnx_ops_spatial.c; onx_maxpool_indices: MaxPool with its Indices
+ * output (onnx_ops_nn.c's pooling hands it over) */
+vm_status_t onx_op_grid_sample(onx_ctx_t *c);
+vm_status_t onx_op_roi_align(onx_ctx_t *c);
+vm_status_t onx_op_deform_conv(onx_ctx_t *c);
+vm_status_t onx_maxpool_indices(onx_ctx_t *c);
+vm_status_t onx_op_det(onx_ctx_t *c);
+vm_status_t onx_op_stft(onx_ctx_t *c);
+vm_status_t onx_op_mel_weight_matrix(onx_ctx_t *c);
 
 #endif /* ONX_OPS_H */

@@ -671,9 +671,9 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &wv));
   VM_RETURN_IF_ERROR(need_float(c, x));
-  if (x->ndim != 3 && x->ndim != 4)
-    return onx_node_err(c, VM_UNIMPLEMENTED, "input rank %u: supported: 1-D and 2-D (rank 3 or 4)",
-                        x->ndim);
+  if (x->ndim < 3 || x->ndim > 5)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "input rank %u: supported: 1-D, 2-D and 3-D (rank 3 to 5)", x->ndim);
   if (wv->ndim != x->ndim || !vm_dtype_equal(wv->dt, x->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "W must have X's rank and dtype");
   int64_t group;
@@ -690,13 +690,13 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
     return onx_node_err(c, VM_INVALID_ARGUMENT,
                         "group %lld times W's %lld output channels per group overflows",
                         (long long)group, (long long)cog);
-  int64_t ks[4], st[4], dl[4], pd[8], op[4], os[4], nks, nst, ndl, npd, nop, nos;
+  int64_t ks[4], st[4], dl[4], pd[8], op[4], os[8], nks, nst, ndl, npd, nop, nos;
   VM_RETURN_IF_ERROR(onx_attr_ints(c, "kernel_shape", ks, 4, &nks));
   VM_RETURN_IF_ERROR(onx_attr_ints(c, "strides", st, 4, &nst));
   VM_RETURN_IF_ERROR(onx_attr_ints(c, "dilations", dl, 4, &ndl));
   VM_RETURN_IF_ERROR(onx_attr_ints(c, "pads", pd, 8, &npd));
   VM_RETURN_IF_ERROR(onx_attr_ints(c, "output_padding", op, 4, &nop));
-  VM_RETURN_IF_ERROR(onx_attr_ints(c, "output_shape", os, 4, &nos));
+  VM_RETURN_IF_ERROR(onx_attr_ints(c, "output_shape", os, 8, &nos));
   char ap[32];
   VM_RETURN_IF_ERROR(onx_attr_str(c, "auto_pad", "NOTSET", ap, sizeof(ap)));
   if ((nst >= 0 && nst != nsp) || (ndl >= 0 && ndl != nsp) || (npd >= 0 && npd != 2 * nsp) ||
@@ -715,9 +715,10 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
     mode = 3;
   else
     return onx_unsupported_attr(c, "auto_pad", ap, "NOTSET, SAME_UPPER, SAME_LOWER, VALID");
-  int64_t s2[2] = {1, 1}, d2[2] = {1, 1}, k2[2] = {1, 1}, pb[2] = {0, 0}, pe[2] = {0, 0},
-          o2[2] = {1, 1};
-  uint32_t off = 2 - nsp;
+  /* per spatial axis, right-aligned: [0] D, [1] H, [2] W */
+  int64_t s2[3] = {1, 1, 1}, d2[3] = {1, 1, 1}, k2[3] = {1, 1, 1}, pb[3] = {0, 0, 0},
+          pe[3] = {0, 0, 0}, o2[3] = {1, 1, 1};
+  uint32_t off = 3 - nsp;
   for (uint32_t i = 0; i < nsp; i++) {
     uint32_t j = off + i;
     k2[j] = wv->dims[2 + i];
@@ -782,18 +783,29 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   }
   if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
+  vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
+  if (nsp == 3) {
+    /* 3-D: onnx_ops_spatial.c's gather (the 2-D path's GEMM forms are 2-D) */
+    int64_t y5[5] = {x->dims[0], co, o2[0], o2[1], o2[2]};
+    VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 5, y5, NULL));
+    int32_t y = new_t(c, x->dt, 5, y5);
+    vmcc_arg_t a[14] = {A(onx_tid(c, x)), A(onx_tid(c, wv)), bz,       I(s2[0]), I(s2[1]),
+                        I(s2[2]),         I(pb[0]),          I(pb[1]), I(pb[2]), I(d2[0]),
+                        I(d2[1]),         I(d2[2]),          I(group), A(y)};
+    call(c, "cl.conv_transpose3d", 14, a);
+    return onx_bind_out(c, 0, y, 5, y5);
+  }
   int64_t x4[4] = {x->dims[0], x->dims[1], nsp == 2 ? x->dims[2] : 1, x->dims[nsp + 1]};
-  int64_t w4[4] = {ci, cog, k2[0], k2[1]};
-  int64_t y4[4] = {x->dims[0], co, o2[0], o2[1]};
+  int64_t w4[4] = {ci, cog, k2[1], k2[2]};
+  int64_t y4[4] = {x->dims[0], co, o2[1], o2[2]};
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
   int32_t tx = onx_reshaped(c, x, 4, x4), tw = onx_reshaped(c, wv, 4, w4);
   int32_t y = new_t(c, x->dt, 4, y4);
-  vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
-  vmcc_arg_t a[13] = {A(tx),    A(tw),    bz,       I(s2[0]), I(s2[1]), I(pb[0]), I(pb[1]),
-                      I(pe[0]), I(pe[1]), I(d2[0]), I(d2[1]), I(group), A(y)};
+  vmcc_arg_t a[13] = {A(tx),    A(tw),    bz,       I(s2[1]), I(s2[2]), I(pb[1]), I(pb[2]),
+                      I(pe[1]), I(pe[2]), I(d2[1]), I(d2[2]), I(group), A(y)};
   call(c, "cl.conv_transpose2d", 13, a);
-  int64_t yd[4] = {x->dims[0], co, o2[0], o2[1]};
-  if (nsp == 1) yd[2] = o2[1];
+  int64_t yd[4] = {x->dims[0], co, o2[1], o2[2]};
+  if (nsp == 1) yd[2] = o2[2];
   return onx_bind_out(c, 0, y, x->ndim, yd);
 }
 
@@ -836,8 +848,7 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "input rank %u: supported: 1-D, 2-D and 3-D pooling (rank 3 to 5)",
                         x->ndim);
-  if (is_max && onx_out_wanted(c, 1))
-    return onx_node_err(c, VM_UNIMPLEMENTED, "output Indices: supported: the values only");
+  if (is_max && onx_out_wanted(c, 1)) return onx_maxpool_indices(c);
   int64_t ceil_mode = 0, cip = 0, so = 0;
   if (c->opset >= 10) VM_RETURN_IF_ERROR(onx_attr_int(c, "ceil_mode", 0, &ceil_mode));
   if (!is_max) VM_RETURN_IF_ERROR(onx_attr_int(c, "count_include_pad", 0, &cip));

@@ -80,6 +80,14 @@ static const op_entry_t ops[] = {
     {"cl.qconv2d", vmcl_op_qconv2d, NULL},
     {"cl.rnn", vmcl_op_rnn, NULL},
     {"cl.linear_attention", vmcl_op_linear_attention, NULL},
+    /* cl_ops_spatial.c */
+    {"cl.grid_sample", vmcl_op_grid_sample, NULL},
+    {"cl.roi_align", vmcl_op_roi_align, NULL},
+    {"cl.deform_conv2d", vmcl_op_deform_conv2d, NULL},
+    {"cl.pool2d.max_indices", vmcl_op_maxpool_indices, NULL},
+    {"cl.det", vmcl_op_det, NULL},
+    {"cl.stft", vmcl_op_stft, NULL},
+    {"cl.conv_transpose3d", vmcl_op_conv_transpose3d, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

@@ -26,6 +26,7 @@ static const char *const family_files[VMCL_FAM_COUNT] = {
     [VMCL_FAM_QUANT] = vmcl_src_quant,
     [VMCL_FAM_RNN] = vmcl_src_rnn,
     [VMCL_FAM_ATTENTION] = vmcl_src_attention,
+    [VMCL_FAM_SPATIAL] = vmcl_src_spatial,
 };
 
 static char *family_sources[VMCL_FAM_COUNT];

@@ -27,6 +27,7 @@ extern const char vmcl_src_intops[];
 extern const char vmcl_src_quant[];
 extern const char vmcl_src_rnn[];
 extern const char vmcl_src_attention[];
+extern const char vmcl_src_spatial[];
 
 /* Operator families. Each is one OpenCL program (per set of build options)
  * holding all the kernels of the family, so a process builds few
@@ -44,6 +45,7 @@ typedef enum vmcl_family {
   VMCL_FAM_QUANT,           /* cl.quantize, cl.dequantize, cl.qgemm, cl.qconv2d, ... */
   VMCL_FAM_RNN,             /* cl.rnn */
   VMCL_FAM_ATTENTION,       /* cl.linear_attention */
+  VMCL_FAM_SPATIAL,         /* cl.grid_sample, cl.roi_align, cl.deform_conv2d, cl.det, ... */
   VMCL_FAM_COUNT
 } vmcl_family_t;
 
@@ -326,5 +328,21 @@ vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t narg
                           vm_value_t *out, void *user);
 vm_status_t vmcl_op_qconv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                             vm_value_t *out, void *user);
+
+/* cl_ops_spatial.c */
+vm_status_t vmcl_op_grid_sample(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                vm_value_t *out, void *user);
+vm_status_t vmcl_op_roi_align(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                              vm_value_t *out, void *user);
+vm_status_t vmcl_op_deform_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                  vm_value_t *out, void *user);
+vm_status_t vmcl_op_maxpool_indices(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                    vm_value_t *out, void *user);
+vm_status_t vmcl_op_det(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                        void *user);
+vm_status_t vmcl_op_conv_transpose3d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                     vm_value_t *out, void *user);
+vm_status_t vmcl_op_stft(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                         void *user);
 
 #endif

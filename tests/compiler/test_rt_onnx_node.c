@@ -214,6 +214,13 @@ static const char *const k_ops[] = {
     "FlexAttention",
     "LinearAttention",
     "TfIdfVectorizer",
+    /* onnx_ops_spatial.c */
+    "DeformConv",
+    "Det",
+    "GridSample",
+    "MelWeightMatrix",
+    "RoiAlign",
+    "STFT",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
@@ -390,7 +397,8 @@ static int is_fold_only(const char *op) {
   static const char *const k_fold[] = {"And",           "Or",         "Xor",
                                        "Not",           "Mod",        "Constant",
                                        "Range",         "ConstantOfShape", "BlackmanWindow",
-                                       "HammingWindow", "HannWindow", "Loop"};
+                                       "HammingWindow", "HannWindow", "Loop",
+                                       "MelWeightMatrix"};
   for (size_t i = 0; i < sizeof(k_fold) / sizeof(k_fold[0]); i++)
     if (strcmp(k_fold[i], op) == 0) return 1;
   return 0;
