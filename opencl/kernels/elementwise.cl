@@ -96,9 +96,10 @@ CMP_ND(greater, >)
 CMP_ND(greater_equal, >=)
 
 /* Unary operations on an F4 v; pa and pb are the operator's float
- * attributes (0 for operations that take none). Clamps are written with
- * fmax/fmin plus a select that keeps NaN, as NumPy's clip does (fmax and
- * fmin would turn NaN into the bound). */
+ * attributes, of type F so that float64 clip bounds stay exact (0 for
+ * operations that take none). Clamps are written with fmax/fmin plus a
+ * select that keeps NaN, as NumPy's clip does (fmax and fmin would turn
+ * NaN into the bound). */
 #define KEEP_NAN(r, v) select((r), (v), isnan(v))
 /* relu keeps NaN (x < 0 is false for it), as NumPy's maximum(x, 0) does. */
 #define UN_relu(x) select((x), (F4)(0.0f), (x) < (F4)(0.0f))
@@ -139,7 +140,7 @@ CMP_ND(greater_equal, >=)
  * work-item as in binary_OP_vec; pa, pb: see above. */
 #define UNARY(name)                                                                   \
   __kernel void unary_##name(__global const S *x, int xo, __global S *y, int yo,      \
-                             int n, float pa, float pb) {                             \
+                             int n, F pa, F pb) {                                     \
     int i = get_global_id(0);                                                         \
     int n4 = n >> 2;                                                                  \
     x += xo;                                                                          \

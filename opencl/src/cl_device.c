@@ -827,6 +827,11 @@ int vmcl_device_is_cpu(const vm_device_t *dev) {
   return d && (d->type & CL_DEVICE_TYPE_CPU);
 }
 
+int vmcl_device_has_fp64(const vm_device_t *dev) {
+  const vmcl_dev_t *d = vmcl_get(dev);
+  return d && d->fp64;
+}
+
 int vmcl_device_out_of_service(vm_device_t *dev) {
   vmcl_dev_t *d = vmcl_get(dev);
   if (!d) return 0;

@@ -205,8 +205,8 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
     vmcl_arg_long(&ka, int_bound(p[0], tmin, tmax, 1));
     vmcl_arg_long(&ka, u64 && p[1] >= 9.2e18 ? -1 : int_bound(p[1], tmin, tmax, 0));
   } else {
-    vmcl_arg_float(&ka, (float)p[0]);
-    vmcl_arg_float(&ka, (float)p[1]);
+    vmcl_arg_real(&ka, x->dtype, p[0]);
+    vmcl_arg_real(&ka, x->dtype, p[1]);
   }
   if (ka.err != CL_SUCCESS) {
     st = vmcl_status(ka.err, "clSetKernelArg");

@@ -40,7 +40,7 @@ static void assert_close_d(const double *got, const double *want, size_t n, doub
 }
 
 static int dev_fp64(tops_env_t *e) {
-  return ((vmcl_dev_t *)e->dev->impl)->fp64;
+  return vmcl_device_has_fp64(e->dev);
 }
 
 static void test_device_reports_fp64(void **state) {
@@ -123,6 +123,12 @@ static void test_f64_unary(void **state) {
   for (int i = 0; i < 7; i++) want[i] = sqrt(x[i]);
   assert_close_d(got, want, 7, 1e-15, "sqrt");
   tops_check_guard(e, &v[1]);
+  /* clip's bounds arrive as doubles (0.1 is not 0.1f) */
+  vm_value_t c[4] = {v[0], vm_value_float(0.1), vm_value_float(2.0 - 0x1p-40), v[1]};
+  ASSERT_OK(tops_call(e, "cl.unary.clip", c, 4));
+  tops_read(e, &v[1], got);
+  for (int i = 0; i < 7; i++) want[i] = fmin(fmax(x[i], 0.1), 2.0 - 0x1p-40);
+  assert_close_d(got, want, 7, 0, "clip");
   release_all(v, 2);
 }
 
@@ -185,6 +191,19 @@ static void test_f64_reduce(void **state) {
   for (int i = 0; i < 4; i++) sw[i] = exp(sx[i] - sx[3]) / sum;
   assert_close_d(sy, sw, 4, 1e-15, "softmax");
   assert_true(sy[3] > sy[0]); /* float32 would make them equal */
+  /* layer_norm over rows of 4 whose spread is 2^-40 (float32: all 0) */
+  double lx[4] = {1, 1 + 0x1p-40, 1 + 2 * 0x1p-40, 1 + 3 * 0x1p-40}, ly[4], lw[4];
+  double mean = 0, var = 0;
+  vm_value_t ln[6] = {tops_tensor(e, VM_F64, 1, DIMS(4), lx), vm_value_none(), vm_value_none(),
+                      vm_value_int(-1), vm_value_float(0),
+                      tops_tensor(e, VM_F64, 1, DIMS(4), NULL)};
+  ASSERT_OK(tops_call(e, "cl.layer_norm", ln, 6));
+  tops_read(e, &ln[5], ly);
+  for (int i = 0; i < 4; i++) mean += lx[i] / 4;
+  for (int i = 0; i < 4; i++) var += (lx[i] - mean) * (lx[i] - mean) / 4;
+  for (int i = 0; i < 4; i++) lw[i] = (lx[i] - mean) / sqrt(var);
+  assert_close_d(ly, lw, 4, 1e-12, "layer_norm"); /* rsqrt is within a few ulps */
+  release_all(ln, 6);
   free(x);
   vm_value_release(&v[0]);
   vm_value_release(&v[3]);
