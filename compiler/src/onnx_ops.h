@@ -45,6 +45,19 @@ static inline vm_status_t need_float(onx_ctx_t *c, const onx_value_t *v) {
                       v->name, dt_name(v->dt, b, sizeof(b)));
 }
 
+/* Run-time float operands of the lowerings whose cl.* kernels also compute
+ * in double (elementwise, reduce, gemm, cast): float32, float16 or float64.
+ * float64 needs a device with fp64; cl.* refuses it elsewhere at run time
+ * (docs/onnx.md, "float64"). */
+static inline vm_status_t need_real(onx_ctx_t *c, const onx_value_t *v) {
+  if (vm_dtype_equal(v->dt, VM_F64)) return VM_STATUS_OK;
+  if (vm_dtype_equal(v->dt, VM_F32) || vm_dtype_equal(v->dt, VM_F16)) return VM_STATUS_OK;
+  char b[32];
+  return onx_node_err(c, VM_UNIMPLEMENTED,
+                      "input '%.80s' has dtype %s: supported: float, float16, double (at run time)",
+                      v->name, dt_name(v->dt, b, sizeof(b)));
+}
+
 /* axis in [-r, r) -> [0, r) */
 static inline vm_status_t norm_axis(onx_ctx_t *c, int64_t axis, uint32_t r, const char *what,
                                     int64_t *out) {

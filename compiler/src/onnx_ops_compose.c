@@ -167,7 +167,7 @@ vm_status_t onx_op_argmax(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", 0, &axis));
   VM_RETURN_IF_ERROR(onx_attr_int(c, "keepdims", 1, &keep));
   VM_RETURN_IF_ERROR(onx_attr_int(c, "select_last_index", 0, &last));
-  VM_RETURN_IF_ERROR(need_float(c, x));
+  VM_RETURN_IF_ERROR(need_real(c, x));
   if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "input 0 is a scalar");
   VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &axis));
   int64_t od[MAXD];
@@ -461,7 +461,7 @@ vm_status_t onx_op_cumsum(onx_ctx_t *c) {
   if (na != 1) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis must hold one value");
   VM_RETURN_IF_ERROR(onx_attr_int(c, "exclusive", 0, &excl));
   VM_RETURN_IF_ERROR(onx_attr_int(c, "reverse", 0, &rev));
-  VM_RETURN_IF_ERROR(need_float(c, x));
+  VM_RETURN_IF_ERROR(need_real(c, x));
   if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "input 0 is a scalar");
   VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &axis));
   int64_t n = x->dims[axis], pre = 1, post = 1;

@@ -345,7 +345,7 @@ static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, u
   }
   /* integer clip runs too (cl.unary.clip rounds lo up and hi down) */
   if (!(fn == u_clip && onx_is_int(x->dt) && x->dt.code != VM_DTYPE_BOOL))
-    VM_RETURN_IF_ERROR(need_float(c, x));
+    VM_RETURN_IF_ERROR(need_real(c, x));
   int done;
   VM_RETURN_IF_ERROR(try_fuse(c, clname, NULL, &x, 1, np, p, x->ndim, x->dims, &done));
   if (done) return VM_STATUS_OK;
@@ -611,7 +611,7 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
   }
   /* integers: the cl.* arithmetic but pow, and the comparisons */
   if (!(onx_is_int(a->dt) && a->dt.code != VM_DTYPE_BOOL && bo->op != B_POW))
-    VM_RETURN_IF_ERROR(need_float(c, a));
+    VM_RETURN_IF_ERROR(need_real(c, a));
   static const char *const k_tok[] = {"add", "sub", "mul", "div", "pow", "max", "min"};
   if (last && bo->op <= B_MIN && *out_tid == -2) {
     onx_value_t *ops[2] = {a, b};

@@ -34,7 +34,7 @@ vm_status_t onx_op_gemm(onx_ctx_t *c) {
   if (a->ndim != 2 || b->ndim != 2)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B must be 2-D (ranks %u and %u)", a->ndim,
                         b->ndim);
-  VM_RETURN_IF_ERROR(need_float(c, a));
+  VM_RETURN_IF_ERROR(need_real(c, a));
   if (!vm_dtype_equal(a->dt, b->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B have different dtypes");
   int64_t m = ta ? a->dims[1] : a->dims[0], k = ta ? a->dims[0] : a->dims[1];
@@ -93,7 +93,7 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
   if (a->ndim < 1 || b->ndim < 1)
     return onx_node_err(c, VM_INVALID_ARGUMENT, "MatMul of a 0-d tensor");
-  VM_RETURN_IF_ERROR(need_float(c, a));
+  VM_RETURN_IF_ERROR(need_real(c, a));
   if (!vm_dtype_equal(a->dt, b->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "A and B have different dtypes");
   /* 1-D operands: [K] as [1, K] (A) or [K, 1] (B), the dim dropped after */
@@ -1064,7 +1064,7 @@ vm_status_t onx_op_batchnorm(onx_ctx_t *c) {
 vm_status_t onx_op_softmax(onx_ctx_t *c) {
   onx_value_t *x;
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
-  VM_RETURN_IF_ERROR(need_float(c, x));
+  VM_RETURN_IF_ERROR(need_real(c, x));
   int64_t axis;
   int log_sm = c->op->arg; /* 1 LogSoftmax, 0 Softmax */
   VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", c->opset < 13 ? 1 : -1, &axis));

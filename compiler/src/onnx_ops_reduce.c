@@ -125,7 +125,7 @@ vm_status_t onx_op_reduce(onx_ctx_t *c) {
   }
   if (x->data) return fold_reduce(c, x, red, kind, (int)keep);
   int is_bool = vm_dtype_equal(x->dt, VM_BOOL);
-  if (!(is_bool && (kind == 2 || kind == 3))) VM_RETURN_IF_ERROR(need_float(c, x));
+  if (!(is_bool && (kind == 2 || kind == 3))) VM_RETURN_IF_ERROR(need_real(c, x));
   int empty = 0;
   for (uint32_t i = 0; i < x->ndim; i++)
     if (red[i] && x->dims[i] == 0) empty = 1;

@@ -13,6 +13,8 @@
  *   integer -> narrower integer: wraps (two's complement), as NumPy;
  *   anything -> bool: value != 0; bool -> anything: 0 or 1;
  *   float32 -> float16: round to nearest even, overflow to inf.
+ * float64 (SRC_T/DST_T double, kind 1) is built with -DVMCL_F64, which
+ * enables cl_khr_fp64 (common.cl); double -> float16 rounds once.
  */
 #define KIND_INT 0
 #define KIND_FLOAT 1
@@ -30,7 +32,10 @@
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 
-#if DST_KIND == KIND_HALF
+#if DST_KIND == KIND_HALF && defined(VMCL_F64)
+/* from double: rounded once, straight to half */
+#define STORE_DST(v, i, p) vstore_half_rte((double)(v), (i), (p))
+#elif DST_KIND == KIND_HALF
 #define STORE_DST(v, i, p) vstore_half_rte((float)(v), (i), (p))
 #elif DST_KIND == KIND_BOOL
 #define STORE_DST(v, i, p) ((p)[(i)] = (uchar)((v) != 0))

@@ -2,12 +2,29 @@
  * it with the family's source), so the families share one definition of the
  * storage macros and the index helpers.
  *
- * Float tensors are stored as S: float, or with -DVMCL_F16 half. Half is
+ * Float tensors are stored as S: float, with -DVMCL_F16 half, with
+ * -DVMCL_F64 double. Half is
  * only ever touched through vload_half/vstore_half, which are core OpenCL
  * 1.2 and need no cl_khr_fp16, so float16 tensors work on every device;
  * arithmetic is always done in float. S is a macro, not a typedef, because
  * without cl_khr_fp16 half may only appear in pointer declarations.
+ *
+ * F, F4 and F8 are the compute types: float, or with -DVMCL_F64 double
+ * (arithmetic in double). Only programs built for float64 tensors enable
+ * cl_khr_fp64, so float32 and float16 programs build on devices without
+ * it; the host refuses float64 on such devices before building.
  */
+#ifdef VMCL_F64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#define F double
+#define F4 double4
+#define F8 double8
+#else
+#define F float
+#define F4 float4
+#define F8 float8
+#endif
+
 #ifdef VMCL_F16
 #define S half
 #define LD(p, i) vload_half((i), (p))
@@ -17,7 +34,7 @@
 #define LD8(p, i) vload_half8((i), (p))
 #define ST8(v, i, p) vstore_half8_rte((v), (i), (p))
 #else
-#define S float
+#define S F /* float, or double */
 #define LD(p, i) ((p)[(i)])
 #define ST(v, i, p) ((p)[(i)] = (v))
 #define LD4(p, i) vload4((i), (p))
@@ -60,18 +77,18 @@ int2 nd_offsets(int i, int rank, int8 shape, int8 sa, int8 sb) {
  * them. The trailing barrier lets the caller reuse the scratch. WG_REDUCE
  * defines one for a combining expression of a and b. */
 #define WG_REDUCE(name, combine)                      \
-  float name(float v, __local float *s) {             \
+  F name(F v, __local F *s) {                         \
     int l = get_local_id(0), n = get_local_size(0);   \
     s[l] = v;                                         \
     barrier(CLK_LOCAL_MEM_FENCE);                     \
     for (int k = n >> 1; k > 0; k >>= 1) {            \
       if (l < k) {                                    \
-        float a = s[l], b = s[l + k];                 \
+        F a = s[l], b = s[l + k];                     \
         s[l] = combine;                               \
       }                                               \
       barrier(CLK_LOCAL_MEM_FENCE);                   \
     }                                                 \
-    float r = s[0];                                   \
+    F r = s[0];                                       \
     barrier(CLK_LOCAL_MEM_FENCE);                     \
     return r;                                         \
   }

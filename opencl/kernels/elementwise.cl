@@ -1,6 +1,7 @@
 /* Elementwise operators: cl.binary.* and cl.unary.* on float tensors
- * (storage S, see common.cl). Every operation is written once for float4;
- * scalar tails broadcast into a float4 and keep lane 0.
+ * (storage S, see common.cl). Every operation is written once for F4
+ * (float4, or double4 for float64 tensors); scalar tails broadcast into an
+ * F4 and keep lane 0.
  *
  * Kernels take (buffer, element offset) pairs so that tensor views into a
  * larger storage work without sub-buffers.
@@ -17,10 +18,10 @@
 #define BIN_pow(a, b) pow((a), (b))
 
 /* binary_OP_vec: both operands dense with the output's shape, or one of
- * them a single broadcast element (x_bc = 1). One float4 per work-item:
+ * them a single broadcast element (x_bc = 1). One F4 per work-item:
  * on PoCL's CPU device this beats loops inside a work-item by far, since
  * the work-group loop is what it vectorises and parallelises. The
- * work-item just past the last full float4 does the 0-3 leftover
+ * work-item just past the last full F4 does the 0-3 leftover
  * elements. */
 #define BINARY_VEC(name)                                                              \
   __kernel void binary_##name##_vec(__global const S *a, int ao, int a_bc,            \
@@ -32,13 +33,13 @@
     b += bo;                                                                          \
     c += co;                                                                          \
     if (i < n4) {                                                                     \
-      float4 x = a_bc ? (float4)(LD(a, 0)) : LD4(a, i);                               \
-      float4 y = b_bc ? (float4)(LD(b, 0)) : LD4(b, i);                               \
+      F4 x = a_bc ? (F4)(LD(a, 0)) : LD4(a, i);                                       \
+      F4 y = b_bc ? (F4)(LD(b, 0)) : LD4(b, i);                                       \
       ST4(BIN_##name(x, y), i, c);                                                    \
     } else if (i == n4) {                                                             \
       for (int j = n4 * 4; j < n; j++) {                                              \
-        float4 x = (float4)(LD(a, a_bc ? 0 : j));                                     \
-        float4 y = (float4)(LD(b, b_bc ? 0 : j));                                     \
+        F4 x = (F4)(LD(a, a_bc ? 0 : j));                                             \
+        F4 y = (F4)(LD(b, b_bc ? 0 : j));                                             \
         ST(BIN_##name(x, y).s0, j, c);                                                \
       }                                                                               \
     }                                                                                 \
@@ -54,8 +55,8 @@
     int i = get_global_id(0);                                                         \
     if (i >= n) return;                                                               \
     int2 o = nd_offsets(i, rank, shape, as, bs);                                      \
-    float4 x = (float4)(LD(a, ao + o.x));                                             \
-    float4 y = (float4)(LD(b, bo + o.y));                                             \
+    F4 x = (F4)(LD(a, ao + o.x));                                                     \
+    F4 y = (F4)(LD(b, bo + o.y));                                                     \
     ST(BIN_##name(x, y).s0, co + i, c);                                               \
   }
 
@@ -94,13 +95,14 @@ CMP_ND(less_equal, <=)
 CMP_ND(greater, >)
 CMP_ND(greater_equal, >=)
 
-/* Unary operations on a float4 v; pa and pb are the operator's float
- * attributes (0 for operations that take none). Clamps are written with
- * fmax/fmin plus a select that keeps NaN, as NumPy's clip does (fmax and
- * fmin would turn NaN into the bound). */
+/* Unary operations on an F4 v; pa and pb are the operator's float
+ * attributes, of type F so that float64 clip bounds stay exact (0 for
+ * operations that take none). Clamps are written with fmax/fmin plus a
+ * select that keeps NaN, as NumPy's clip does (fmax and fmin would turn
+ * NaN into the bound). */
 #define KEEP_NAN(r, v) select((r), (v), isnan(v))
 /* relu keeps NaN (x < 0 is false for it), as NumPy's maximum(x, 0) does. */
-#define UN_relu(x) select((x), (float4)(0.0f), (x) < (float4)(0.0f))
+#define UN_relu(x) select((x), (F4)(0.0f), (x) < (F4)(0.0f))
 /* Exact (erf) GELU, as PyTorch's default and ONNX's Gelu. */
 #define UN_gelu(x) (0.5f * (x) * (1.0f + erf((x) * 0.70710678118654752f)))
 /* The tanh approximation of GELU (ONNX Gelu with approximate = "tanh"). */
@@ -124,31 +126,31 @@ CMP_ND(greater_equal, >=)
 #define UN_sin(x) sin(x)
 #define UN_cos(x) cos(x)
 /* log(1 + exp(x)) without overflow: x + log1p(exp(-x)) for large x. */
-#define UN_softplus(x) select(log1p(exp(x)), (x) + log1p(exp(-(x))), (x) > (float4)(0.0f))
+#define UN_softplus(x) select(log1p(exp(x)), (x) + log1p(exp(-(x))), (x) > (F4)(0.0f))
 /* x * relu6(x + 3) / 6, written as ONNX's x * max(0, min(1, x / 6 + 1/2)) */
 #define UN_hard_swish(x) ((x) * fmin(fmax((x) * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f))
-#define UN_leaky_relu(x) select((x), pa * (x), (x) < (float4)(0.0f))
+#define UN_leaky_relu(x) select((x), pa * (x), (x) < (F4)(0.0f))
 #define UN_hard_sigmoid(x) KEEP_NAN(fmin(fmax(pa * (x) + pb, 0.0f), 1.0f), pa * (x) + pb)
 /* min(max(x, lo), hi): hi wins when lo > hi, as NumPy's clip */
 #define UN_clip(x) KEEP_NAN(fmin(fmax((x), pa), pb), (x))
-#define UN_elu(x) select((x), pa * expm1(x), (x) < (float4)(0.0f))
-#define UN_selu(x) (pb * select((x), pa * expm1(x), (x) <= (float4)(0.0f)))
+#define UN_elu(x) select((x), pa * expm1(x), (x) < (F4)(0.0f))
+#define UN_selu(x) (pb * select((x), pa * expm1(x), (x) <= (F4)(0.0f)))
 
-/* unary_OP: dense input and output of the same shape, float4 per
+/* unary_OP: dense input and output of the same shape, F4 per
  * work-item as in binary_OP_vec; pa, pb: see above. */
 #define UNARY(name)                                                                   \
   __kernel void unary_##name(__global const S *x, int xo, __global S *y, int yo,      \
-                             int n, float pa, float pb) {                             \
+                             int n, F pa, F pb) {                                     \
     int i = get_global_id(0);                                                         \
     int n4 = n >> 2;                                                                  \
     x += xo;                                                                          \
     y += yo;                                                                          \
     if (i < n4) {                                                                     \
-      float4 v = LD4(x, i);                                                           \
+      F4 v = LD4(x, i);                                                               \
       ST4(UN_##name(v), i, y);                                                        \
     } else if (i == n4) {                                                             \
       for (int j = n4 * 4; j < n; j++) {                                              \
-        float4 v = (float4)(LD(x, j));                                                \
+        F4 v = (F4)(LD(x, j));                                                        \
         ST(UN_##name(v).s0, j, y);                                                    \
       }                                                                               \
     }                                                                                 \

@@ -4,7 +4,8 @@
  *
  * Register blocking for CPUs: each work-item computes an 8x8 block of C as
  * eight float8 rows, reading per k one float8 of B and broadcasting eight
- * elements of A (8 FMAs of 8 lanes per 16 loads, all from cache). PoCL
+ * elements of A (8 FMAs of 8 lanes per 16 loads, all from cache); F8 is
+ * float8, or double8 for float64 (common.cl). PoCL
  * runs a work-group as a loop on one core, so an 8x8 group (a 64x64 tile
  * of C) keeps its panels of A and B hot in L1/L2; measured on PoCL here it
  * reaches about half of OpenBLAS, where untuned CLBlast reaches ~13%.
@@ -29,14 +30,14 @@
 
 /* One k step: eight broadcasts of A times the float8 row bv of B. */
 #define GEMM_FMA8(bv)                                                                    \
-  c0 = fma((float8)(LD(A, a0)), bv, c0);                                                 \
-  c1 = fma((float8)(LD(A, a1)), bv, c1);                                                 \
-  c2 = fma((float8)(LD(A, a2)), bv, c2);                                                 \
-  c3 = fma((float8)(LD(A, a3)), bv, c3);                                                 \
-  c4 = fma((float8)(LD(A, a4)), bv, c4);                                                 \
-  c5 = fma((float8)(LD(A, a5)), bv, c5);                                                 \
-  c6 = fma((float8)(LD(A, a6)), bv, c6);                                                 \
-  c7 = fma((float8)(LD(A, a7)), bv, c7);                                                 \
+  c0 = fma((F8)(LD(A, a0)), bv, c0);                                                     \
+  c1 = fma((F8)(LD(A, a1)), bv, c1);                                                     \
+  c2 = fma((F8)(LD(A, a2)), bv, c2);                                                     \
+  c3 = fma((F8)(LD(A, a3)), bv, c3);                                                     \
+  c4 = fma((F8)(LD(A, a4)), bv, c4);                                                     \
+  c5 = fma((F8)(LD(A, a5)), bv, c5);                                                     \
+  c6 = fma((F8)(LD(A, a6)), bv, c6);                                                     \
+  c7 = fma((F8)(LD(A, a7)), bv, c7);                                                     \
   a0 += as;                                                                              \
   a1 += as;                                                                              \
   a2 += as;                                                                              \
@@ -61,13 +62,13 @@
     int a2 = A_BASE(ta, min(i + 2, M - 1)), a3 = A_BASE(ta, min(i + 3, M - 1));          \
     int a4 = A_BASE(ta, min(i + 4, M - 1)), a5 = A_BASE(ta, min(i + 5, M - 1));          \
     int a6 = A_BASE(ta, min(i + 6, M - 1)), a7 = A_BASE(ta, min(i + 7, M - 1));          \
-    float8 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;                                   \
-    float8 c4 = 0.0f, c5 = 0.0f, c6 = 0.0f, c7 = 0.0f;                                   \
+    F8 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;                                       \
+    F8 c4 = 0.0f, c5 = 0.0f, c6 = 0.0f, c7 = 0.0f;                                       \
     int full = j + 8 <= N;                                                               \
     if (!tb && full) {                                                                   \
       __global const S *b = B + j;                                                       \
       for (int k = 0; k < K; k++, b += ldb) {                                            \
-        float8 bv = LD8(b, 0);                                                           \
+        F8 bv = LD8(b, 0);                                                               \
         GEMM_FMA8(bv)                                                                    \
       }                                                                                  \
     } else {                                                                             \
@@ -76,7 +77,7 @@
       int8 idx = tb ? cols * ldb : cols;                                                 \
       int bs = tb ? 1 : ldb;                                                             \
       for (int k = 0; k < K; k++, idx += bs) {                                           \
-        float8 bv = (float8)(LD(B, idx.s0), LD(B, idx.s1), LD(B, idx.s2), LD(B, idx.s3), \
+        F8 bv = (F8)(LD(B, idx.s0), LD(B, idx.s1), LD(B, idx.s2), LD(B, idx.s3),         \
                              LD(B, idx.s4), LD(B, idx.s5), LD(B, idx.s6), LD(B, idx.s7)); \
         GEMM_FMA8(bv)                                                                    \
       }                                                                                  \
@@ -94,18 +95,18 @@
 /* Writes one row of a block: alpha * acc (+ beta * C). beta == 0 does not
  * read C, so an uninitialised output never leaks NaN (BLAS convention). */
 void gemm_store(__global S *C, int ldc, int row, int j, int M, int N, float alpha,
-                float beta, int full, float8 acc) {
+                float beta, int full, F8 acc) {
   if (row >= M) return;
   __global S *c = C + row * ldc + j;
   if (full) {
-    float8 v = alpha * acc;
+    F8 v = alpha * acc;
     if (beta != 0.0f) v += beta * LD8(c, 0);
     ST8(v, 0, c);
   } else {
-    float a[8];
+    F a[8];
     vstore8(alpha * acc, 0, a);
     for (int t = 0; t < N - j; t++) {
-      float v = a[t];
+      F v = a[t];
       if (beta != 0.0f) v += beta * LD(c, t);
       ST(v, t, c);
     }

@@ -1,6 +1,7 @@
 /* Reductions and the normalisations built on them: cl.reduce.*,
  * cl.softmax, cl.layer_norm (and cl.pool2d.global_avg through
- * reduce_sum). Float storage S (common.cl); accumulation is in float.
+ * reduce_sum). Float storage S (common.cl); accumulation is in F (float,
+ * or double for float64 tensors).
  */
 
 /* ---- cl.reduce.{sum,mean,max,min,prod} ----
@@ -31,7 +32,7 @@ WG_REDUCE(wg_prod, a * b)
   __kernel void reduce_##op##_item(__global const S *x, int xo, __global S *y, int yo,    \
                                    int nout, int krank, int8 kshape, int8 kstride,        \
                                    int rrank, int8 rshape, int8 rstride, int rcount,      \
-                                   float scale) {                                         \
+                                   F scale) {                                             \
     int i = get_global_id(0);                                                             \
     if (i >= nout) return;                                                                \
     int base = xo + nd_offsets(i, krank, kshape, kstride, kstride).x;                     \
@@ -39,7 +40,7 @@ WG_REDUCE(wg_prod, a * b)
     vstore8(rshape, 0, sz);                                                               \
     vstore8(rstride, 0, st);                                                              \
     for (int d = 0; d < 8; d++) idx[d] = 0;                                               \
-    float acc = RED_INIT_##op;                                                            \
+    F acc = RED_INIT_##op;                                                                \
     int off = 0;                                                                          \
     for (int r = 0; r < rcount; r++) {                                                    \
       acc = RED_STEP_##op(acc, LD(x, base + off));                                        \
@@ -61,10 +62,10 @@ WG_REDUCE(wg_prod, a * b)
   __kernel void reduce_##op##_group(__global const S *x, int xo, __global S *y, int yo,   \
                                     int nout, int krank, int8 kshape, int8 kstride,       \
                                     int rrank, int8 rshape, int8 rstride, int rcount,     \
-                                    float scale, __local float *scratch) {                \
+                                    F scale, __local F *scratch) {                        \
     int g = get_group_id(0);                                                              \
     int base = xo + nd_offsets(g, krank, kshape, kstride, kstride).x;                     \
-    float acc = RED_INIT_##op;                                                            \
+    F acc = RED_INIT_##op;                                                                \
     for (int r = get_local_id(0); r < rcount; r += get_local_size(0)) {                   \
       int off = nd_offsets(r, rrank, rshape, rstride, rstride).x;                         \
       acc = RED_STEP_##op(acc, LD(x, base + off));                                        \
@@ -99,22 +100,22 @@ REDUCE_GROUP(prod)
 /* softmax_row: axis is the innermost (contiguous) one; one work-group per
  * row. */
 __kernel void softmax_row(__global const S *x, int xo, __global S *y, int yo, int len,
-                          __local float *scratch) {
+                          __local F *scratch) {
   int row = get_group_id(0), l = get_local_id(0), n = get_local_size(0);
   int base = row * len;
   x += xo + base;
   y += yo + base;
-  float m = -INFINITY;
+  F m = -INFINITY;
   for (int j = l; j < len; j += n) m = NANMAX(m, LD(x, j));
   m = wg_max(m, scratch);
-  float s = 0.0f;
+  F s = 0.0f;
   for (int j = l; j < len; j += n) {
-    float e = exp(LD(x, j) - m);
+    F e = exp(LD(x, j) - m);
     s += e;
     SM_KEEP(e, j, y);
   }
   s = wg_sum(s, scratch);
-  float inv = 1.0f / s;
+  F inv = 1.0f / s;
   for (int j = l; j < len; j += n) ST(SM_EXP(x, j, m, y) * inv, j, y);
 }
 
@@ -129,15 +130,15 @@ __kernel void softmax_col(__global const S *x, int xo, __global S *y, int yo, in
   int base = o * len * inner + in;
   x += xo + base;
   y += yo + base;
-  float m = -INFINITY;
+  F m = -INFINITY;
   for (int j = 0; j < len; j++) m = NANMAX(m, LD(x, j * inner));
-  float s = 0.0f;
+  F s = 0.0f;
   for (int j = 0; j < len; j++) {
-    float e = exp(LD(x, j * inner) - m);
+    F e = exp(LD(x, j * inner) - m);
     s += e;
     SM_KEEP(e, j * inner, y);
   }
-  float inv = 1.0f / s;
+  F inv = 1.0f / s;
   for (int j = 0; j < len; j++) ST(SM_EXP(x, j * inner, m, y) * inv, j * inner, y);
 }
 
@@ -150,25 +151,25 @@ __kernel void softmax_col(__global const S *x, int xo, __global S *y, int yo, in
 __kernel void layer_norm_row(__global const S *x, int xo, __global const S *gamma, int go,
                              int has_gamma, __global const S *beta, int bo, int has_beta,
                              __global S *y, int yo, int len, float eps,
-                             __local float *scratch, __global float *mean_out, int mo,
+                             __local F *scratch, __global float *mean_out, int mo,
                              __global float *rstd_out, int ro, int has_stats) {
   int row = get_group_id(0), l = get_local_id(0), n = get_local_size(0);
   int base = row * len;
   x += xo + base;
   y += yo + base;
-  float s = 0.0f;
+  F s = 0.0f;
   for (int j = l; j < len; j += n) s += LD(x, j);
-  float mean = wg_sum(s, scratch) / (float)len;
-  float v = 0.0f;
+  F mean = wg_sum(s, scratch) / (F)len;
+  F v = 0.0f;
   for (int j = l; j < len; j += n) {
-    float d = LD(x, j) - mean;
+    F d = LD(x, j) - mean;
     v += d * d;
   }
-  float rstd = rsqrt(wg_sum(v, scratch) / (float)len + eps);
+  F rstd = rsqrt(wg_sum(v, scratch) / (F)len + eps);
   if (l == 0 && (has_stats & 1)) mean_out[mo + row] = mean;
   if (l == 0 && (has_stats & 2)) rstd_out[ro + row] = rstd;
   for (int j = l; j < len; j += n) {
-    float t = (LD(x, j) - mean) * rstd;
+    F t = (LD(x, j) - mean) * rstd;
     if (has_gamma) t *= LD(gamma, go + j);
     if (has_beta) t += LD(beta, bo + j);
     ST(t, j, y);
@@ -187,10 +188,10 @@ __kernel void layer_norm_row(__global const S *x, int xo, __global const S *gamm
     if (i >= n) return;                                                                   \
     int o = i / inner, in = i - o * inner;                                                \
     x += xo + o * len * inner + in;                                                       \
-    float best = LD(x, 0);                                                                \
+    F best = LD(x, 0);                                                                    \
     int bi = 0;                                                                           \
     for (int j = 1; j < len && !isnan(best); j++) {                                       \
-      float v = LD(x, j * inner);                                                         \
+      F v = LD(x, j * inner);                                                             \
       if (isnan(v) || better || (select_last && v == best)) {                             \
         best = v;                                                                         \
         bi = j;                                                                           \

@@ -317,11 +317,11 @@ __kernel void det(__global const S *x, int xo, __global S *y, int yo, __global f
  * (x[b, f * step + t], real or complex: cplx) times window[t] (none: 1)
  * times e^(-2 pi i k t / L). */
 __kernel void stft(__global const S *x, int xo, __global const S *win, int wo, int has_win,
-                   __global S *y, int yo, int n, int len, int cplx, int step, int L, int F,
+                   __global S *y, int yo, int n, int len, int cplx, int step, int L, int nframes,
                    int K) {
   int i = get_global_id(0);
   if (i >= n) return;
-  int k = i % K, f = (i / K) % F, b = i / (K * F);
+  int k = i % K, f = (i / K) % nframes, b = i / (K * nframes);
   float re = 0, im = 0;
   int ch = cplx ? 2 : 1;
   for (int t = 0; t < L; t++) {

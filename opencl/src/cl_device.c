@@ -193,6 +193,25 @@ static int vmcl_has_extension(const char *list, const char *ext) {
   return 0;
 }
 
+/* d->fp64: whether the device computes in double (cl_khr_fp64 listed and a
+ * nonzero CL_DEVICE_DOUBLE_FP_CONFIG), read once per device. VMCL_FP64=off
+ * treats it as lacking fp64 (where doubles are emulated slowly, and to test
+ * the refusal on a device that has it). */
+static vm_status_t vmcl_read_fp64(vmcl_dev_t *d) {
+  char *ext = NULL;
+  VM_RETURN_IF_ERROR(
+      vmcl_info_string(NULL, d->device, CL_DEVICE_EXTENSIONS, "clGetDeviceInfo(EXTENSIONS)", &ext));
+  int listed = vmcl_has_extension(ext, "cl_khr_fp64");
+  free(ext);
+  cl_device_fp_config cfg = 0;
+  if (listed && clGetDeviceInfo(d->device, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof(cfg), &cfg, NULL) !=
+                    CL_SUCCESS)
+    cfg = 0;
+  const char *env = getenv("VMCL_FP64");
+  d->fp64 = listed && cfg != 0 && !(env && strcmp(env, "off") == 0);
+  return VM_STATUS_OK;
+}
+
 static vm_status_t vmcl_read_props(cl_platform_id platform, cl_device_id device,
                                    vm_device_props_t *p) {
   memset(p, 0, sizeof(*p));
@@ -808,6 +827,11 @@ int vmcl_device_is_cpu(const vm_device_t *dev) {
   return d && (d->type & CL_DEVICE_TYPE_CPU);
 }
 
+int vmcl_device_has_fp64(const vm_device_t *dev) {
+  const vmcl_dev_t *d = vmcl_get(dev);
+  return d && d->fp64;
+}
+
 int vmcl_device_out_of_service(vm_device_t *dev) {
   vmcl_dev_t *d = vmcl_get(dev);
   if (!d) return 0;
@@ -870,6 +894,8 @@ vm_status_t vmcl_device_open(const char *selector, const vmcl_options_t *opts,
     st = vmcl_status(err, "clGetDeviceInfo(TYPE)");
     goto fail;
   }
+  st = vmcl_read_fp64(d);
+  if (st) goto fail;
 
   pthread_mutexattr_t attr;
   if (pthread_mutexattr_init(&attr) != 0) {

@@ -54,6 +54,7 @@ typedef struct vmcl_dev {
    * first clSetKernelArg through vmcl_launch. */
   pthread_mutex_t lock;
   cl_device_type type;
+  int fp64; /* double arithmetic available (cl_khr_fp64; vmcl_read_fp64) */
   /* carried-kernel policy (vmcl_set_kernel_policy) */
   char *kernels_denied; /* NULL: allowed; else why not */
   uint32_t kernel_timeout_ms;

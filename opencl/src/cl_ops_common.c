@@ -57,7 +57,12 @@ vm_status_t vmcl_family_kernel(vmcl_dev_t *d, vmcl_family_t fam, const char *opt
 }
 
 const char *vmcl_float_options(vm_dtype_t dt) {
+  if (vm_dtype_equal(dt, VM_F64)) return "-DVMCL_F64";
   return dt.code == VM_DTYPE_FLOAT && dt.bits == 16 ? "-DVMCL_F16" : "";
+}
+
+size_t vmcl_real_bytes(vm_dtype_t dt) {
+  return vm_dtype_equal(dt, VM_F64) ? sizeof(cl_double) : sizeof(cl_float);
 }
 
 /* ---------------------------------------------------------------------------
@@ -275,6 +280,26 @@ vm_status_t vmcl_op_float_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint3
                        vm_dtype_str(t->dtype, buf, sizeof(buf)));
 }
 
+vm_status_t vmcl_op_fp64(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                         const char *what) {
+  if (!vm_dtype_equal(t->dtype, VM_F64) || (op->d && op->d->fp64)) return VM_STATUS_OK;
+  char dbuf[32];
+  return vm_status_make(VM_UNIMPLEMENTED,
+                        "%s: %s (argument %u) is float64, and %s (%s) lacks fp64 (no cl_khr_fp64): "
+                        "cast the model to float32 or run it on a device with double precision",
+                        op->name, what, idx, vm_device_str(op->dev, dbuf, sizeof(dbuf)),
+                        op->dev ? op->dev->props.name : "?");
+}
+
+vm_status_t vmcl_op_real_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                               const char *what) {
+  if (vm_dtype_equal(t->dtype, VM_F64)) return vmcl_op_fp64(op, t, idx, what);
+  if (vm_dtype_equal(t->dtype, VM_F32) || vm_dtype_equal(t->dtype, VM_F16)) return VM_STATUS_OK;
+  char buf[24];
+  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected float32, float16 or float64",
+                       what, idx, vm_dtype_str(t->dtype, buf, sizeof(buf)));
+}
+
 vm_status_t vmcl_op_dtype_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                              const char *what, vm_dtype_t dt, const char *from_what) {
   if (vm_dtype_equal(t->dtype, dt)) return VM_STATUS_OK;
@@ -456,6 +481,16 @@ void vmcl_arg_long(vmcl_args_t *a, int64_t v) {
 
 void vmcl_arg_float(vmcl_args_t *a, float v) {
   cl_float x = v;
+  cl_int err = clSetKernelArg(a->k, a->next++, sizeof(x), &x);
+  if (a->err == CL_SUCCESS) a->err = err;
+}
+
+void vmcl_arg_real(vmcl_args_t *a, vm_dtype_t dt, double v) {
+  if (!vm_dtype_equal(dt, VM_F64)) {
+    vmcl_arg_float(a, (float)v);
+    return;
+  }
+  cl_double x = v;
   cl_int err = clSetKernelArg(a->k, a->next++, sizeof(x), &x);
   if (a->err == CL_SUCCESS) a->err = err;
 }

@@ -31,12 +31,14 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
                          vm_dtype_str(a->dtype, buf, sizeof(buf)));
   }
   if (!is_int || strcmp(opname, "pow") == 0) {
-    if (!vm_dtype_equal(a->dtype, VM_F32) && !vm_dtype_equal(a->dtype, VM_F16)) {
+    if (!vm_dtype_equal(a->dtype, VM_F32) && !vm_dtype_equal(a->dtype, VM_F16) &&
+        !vm_dtype_equal(a->dtype, VM_F64)) {
       char buf[24];
-      return vmcl_op_error(&op, "a (argument 0) has dtype %s, expected float32 or float16%s",
+      return vmcl_op_error(&op, "a (argument 0) has dtype %s, expected float32, float16%s",
                            vm_dtype_str(a->dtype, buf, sizeof(buf)),
-                           strcmp(opname, "pow") == 0 ? "" : " or an integer type");
+                           strcmp(opname, "pow") == 0 ? " or float64" : ", float64 or an integer type");
     }
+    VM_RETURN_IF_ERROR(vmcl_op_fp64(&op, a, 0, "a"));
   }
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, b, 1, "b", a->dtype, "a"));
   /* comparisons (equal, less, ...) store bool */
@@ -163,7 +165,7 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1 + na, "y", &y));
   int64_t tmin, tmax;
   int int_clip = strcmp(opname, "clip") == 0 && vmcl_int_type(x->dtype, NULL, &tmin, &tmax);
-  if (!int_clip) VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  if (!int_clip) VM_RETURN_IF_ERROR(vmcl_op_real_dtype(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 1 + na, "y", x->dtype, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1 + na, "y", x->shape, x->ndim));
   double p[2] = {0.0, 0.0};
@@ -203,8 +205,8 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
     vmcl_arg_long(&ka, int_bound(p[0], tmin, tmax, 1));
     vmcl_arg_long(&ka, u64 && p[1] >= 9.2e18 ? -1 : int_bound(p[1], tmin, tmax, 0));
   } else {
-    vmcl_arg_float(&ka, (float)p[0]);
-    vmcl_arg_float(&ka, (float)p[1]);
+    vmcl_arg_real(&ka, x->dtype, p[0]);
+    vmcl_arg_real(&ka, x->dtype, p[1]);
   }
   if (ka.err != CL_SUCCESS) {
     st = vmcl_status(ka.err, "clSetKernelArg");

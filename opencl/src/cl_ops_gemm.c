@@ -86,6 +86,7 @@ enum { GEMM_TILED, GEMM_CLBLAST, GEMM_CLBLAST_FORCED };
 
 static int gemm_backend(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt) {
   if (vm_dtype_equal(dt, VM_F16) && !dev->props.supports_fp16) return GEMM_TILED;
+  if (vm_dtype_equal(dt, VM_F64)) return GEMM_TILED; /* gemm_clblast serves float32/16 */
   const char *env = getenv("VMCL_GEMM");
   if (env && strcmp(env, "clblast") == 0) return GEMM_CLBLAST_FORCED;
   if (env && strcmp(env, "tiled") == 0) return GEMM_TILED;
@@ -257,7 +258,7 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &A));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B", &B));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 6, "C", &C));
-  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, A, 0, "A"));
+  VM_RETURN_IF_ERROR(vmcl_op_real_dtype(&op, A, 0, "A"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, B, 1, "B", A->dtype, "A"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, C, 6, "C", A->dtype, "A"));
   int64_t ta, tb;

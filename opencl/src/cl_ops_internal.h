@@ -64,8 +64,12 @@ vm_status_t vmcl_family_kernel(vmcl_dev_t *d, vmcl_family_t fam, const char *opt
                                const char *name, cl_kernel *out_kernel);
 
 /* Build options selecting the storage of a float dtype: "" for float32,
- * "-DVMCL_F16" for float16. */
+ * "-DVMCL_F16" for float16, "-DVMCL_F64" for float64 (double storage and
+ * compute; only families whose kernels use common.cl's F types take it). */
 const char *vmcl_float_options(vm_dtype_t dt);
+/* Bytes of the compute type F of a float dtype's program (double for
+ * float64, else float): local scratch of work-group reductions. */
+size_t vmcl_real_bytes(vm_dtype_t dt);
 
 /* ---- argument checking ----
  * Errors are INVALID_ARGUMENT and read "<op>: <what> (argument <i>) ...",
@@ -122,6 +126,14 @@ void vmcl_int_options(vm_dtype_t dt, char *buf, size_t len);
 /* t's dtype must be float32 or float16. */
 vm_status_t vmcl_op_float_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                                 const char *what);
+/* UNIMPLEMENTED when t is float64 and the device lacks fp64
+ * (vmcl_dev_t.fp64), naming the operator, the argument and the device. */
+vm_status_t vmcl_op_fp64(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                         const char *what);
+/* t's dtype must be float32, float16 or float64 (the last where the device
+ * has fp64: vmcl_op_fp64). For the operators whose kernels compute in F. */
+vm_status_t vmcl_op_real_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                               const char *what);
 /* t's dtype must equal dt (from_what names where dt came from). */
 vm_status_t vmcl_op_dtype_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                              const char *what, vm_dtype_t dt, const char *from_what);
@@ -169,6 +181,8 @@ void vmcl_arg_mem(vmcl_args_t *a, cl_mem m);
 void vmcl_arg_int(vmcl_args_t *a, int64_t v);  /* callers keep v in int range */
 void vmcl_arg_long(vmcl_args_t *a, int64_t v); /* a long (or ulong, same bits) */
 void vmcl_arg_float(vmcl_args_t *a, float v);
+/* A scalar of the compute type F of dt's program (double for float64). */
+void vmcl_arg_real(vmcl_args_t *a, vm_dtype_t dt, double v);
 /* v[0..rank) in row-major order (outermost first) as an int8 stored
  * innermost first; unused components are fill. */
 void vmcl_arg_dims(vmcl_args_t *a, const int64_t *v, int rank, int fill);

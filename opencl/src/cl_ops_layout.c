@@ -213,6 +213,7 @@ static int cast_type(vm_dtype_t dt, const char **type) {
     case VM_DTYPE_FLOAT:
       if (dt.bits == 32) return *type = "float", 1;
       if (dt.bits == 16) return *type = "half", 2;
+      if (dt.bits == 64) return *type = "double", 1; /* needs fp64: vmcl_op_cast */
       return -1;
     case VM_DTYPE_BOOL: return *type = "uchar", 3;
     case VM_DTYPE_INT:
@@ -243,14 +244,14 @@ vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   char buf[24];
   if (sk < 0) {
     return vmcl_op_error(&op,
-                         "x (argument 0) has dtype %s, expected float32, float16, bool or an "
-                         "integer type",
+                         "x (argument 0) has dtype %s, expected float32, float16, float64, bool "
+                         "or an integer type",
                          vm_dtype_str(x->dtype, buf, sizeof(buf)));
   }
   if (dk < 0) {
     return vmcl_op_error(&op,
-                         "y (argument 1) has dtype %s, expected float32, float16, bool or an "
-                         "integer type",
+                         "y (argument 1) has dtype %s, expected float32, float16, float64, bool "
+                         "or an integer type",
                          vm_dtype_str(y->dtype, buf, sizeof(buf)));
   }
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
@@ -262,9 +263,14 @@ vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
     return vmcl_copy_strided(d, vm_dtype_bytes(x->dtype), vmcl_tensor_mem(x), vmcl_elem_offset(x),
                              vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
   }
+  /* float64 on either side: the device must have fp64, and the program
+   * (only it) enables cl_khr_fp64 through common.cl's VMCL_F64 */
+  VM_RETURN_IF_ERROR(vmcl_op_fp64(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_fp64(&op, y, 1, "y"));
+  int f64 = vm_dtype_equal(x->dtype, VM_F64) || vm_dtype_equal(y->dtype, VM_F64);
   char opts[128];
-  snprintf(opts, sizeof(opts), "-DSRC_T=%s -DSRC_KIND=%d -DDST_T=%s -DDST_KIND=%d", st_, sk, dt_,
-           dk);
+  snprintf(opts, sizeof(opts), "-DSRC_T=%s -DSRC_KIND=%d -DDST_T=%s -DDST_KIND=%d%s", st_, sk, dt_,
+           dk, f64 ? " -DVMCL_F64" : "");
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);

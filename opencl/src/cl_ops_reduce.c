@@ -69,8 +69,8 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
                                                   : "sum";
   char kname[40];
   snprintf(kname, sizeof(kname), "reduce_%s_%s", opname, group ? "group" : "item");
-  float scale = 1.0f;
-  if (kind == VMCL_REDUCE_MEAN) scale = rcount ? (float)(1.0 / (double)rcount) : NAN;
+  double scale = 1.0;
+  if (kind == VMCL_REDUCE_MEAN) scale = rcount ? 1.0 / (double)rcount : NAN;
 
   cl_kernel k;
   vm_status_t st;
@@ -91,8 +91,8 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
   vmcl_arg_dims(&a, red.shape, red.rank, 1);
   vmcl_arg_dims(&a, red.stride[0], red.rank, 0);
   vmcl_arg_int(&a, rcount);
-  vmcl_arg_float(&a, scale);
-  if (group) vmcl_arg_local(&a, local * sizeof(cl_float));
+  vmcl_arg_real(&a, x->dtype, scale);
+  if (group) vmcl_arg_local(&a, local * vmcl_real_bytes(x->dtype));
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;
@@ -114,7 +114,7 @@ vm_status_t vmcl_op_reduce(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "y", &y));
-  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_real_dtype(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", x->dtype, "x"));
   int reduce[VMCL_MAX_RANK] = {0};
   if (op.args[1].kind == VM_VAL_NONE) {
@@ -172,7 +172,7 @@ vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t na
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "y", &y));
-  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_real_dtype(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 2, "y", x->dtype, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 2, "y", x->shape, x->ndim));
   if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
@@ -201,7 +201,7 @@ vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t na
   if (row) {
     local = vmcl_local_size(d, k, row_local(len));
     vmcl_arg_int(&a, len);
-    vmcl_arg_local(&a, local * sizeof(cl_float));
+    vmcl_arg_local(&a, local * vmcl_real_bytes(x->dtype));
     items = (size_t)outer * local;
   } else {
     local = vmcl_local_size(d, k, ITEM_LOCAL);
@@ -243,7 +243,7 @@ vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 1, "gamma", &gamma));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "beta", &beta));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 5, "y", &y));
-  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_real_dtype(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 5, "y", x->dtype, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 5, "y", x->shape, x->ndim));
   if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
@@ -307,7 +307,7 @@ vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t
   vmcl_arg_int(&a, vmcl_elem_offset(y));
   vmcl_arg_int(&a, len);
   vmcl_arg_float(&a, (float)eps);
-  vmcl_arg_local(&a, local * sizeof(cl_float));
+  vmcl_arg_local(&a, local * vmcl_real_bytes(x->dtype));
   /* absent statistics: y's buffer stands in (never written) */
   vmcl_arg_mem(&a, vmcl_tensor_mem(mean ? mean : y));
   vmcl_arg_int(&a, mean ? vmcl_elem_offset(mean) : 0);
@@ -335,7 +335,7 @@ vm_status_t vmcl_op_argmax(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 4, "y", &y));
-  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  VM_RETURN_IF_ERROR(vmcl_op_real_dtype(&op, x, 0, "x"));
   if (!vm_dtype_equal(y->dtype, VM_I64)) {
     char buf[24];
     return vmcl_op_error(&op, "y (argument 4) has dtype %s, expected int64",

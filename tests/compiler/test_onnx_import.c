@@ -270,8 +270,8 @@ static void test_composite_refusals(void **state) {
   m.graph.output[m.graph.n_output++] = mb_vi(&m, "y", 6, 1, d1);
   mb_node(&m, "ReduceLogSumExp", "l", "x", NULL, "y");
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_UNIMPLEMENTED,
-                "node 'l' (ReduceMax): input 'x' has dtype int32: supported: float, float16 (at "
-                "run time)");
+                "node 'l' (ReduceMax): input 'x' has dtype int32: supported: float, float16, "
+                "double (at run time)");
 }
 
 /* ---------------------------------------------------------------------------

@@ -644,7 +644,7 @@ static void test_errors(void **state) {
   vm_value_t c = tops_plain(e, VM_F32, 2, DIMS(3, 4));
   vm_value_t wrong = tops_plain(e, VM_F32, 2, DIMS(3, 5));
   vm_value_t f16 = tops_plain(e, VM_F16, 2, DIMS(3, 4));
-  vm_value_t f64 = tops_plain(e, VM_F64, 2, DIMS(3, 4));
+  vm_value_t f2 = tops_plain(e, VM_DTYPE_MAKE(VM_DTYPE_FLOAT, 32, 2), 2, DIMS(3, 4));
   vm_value_t i32 = tops_plain(e, VM_I32, 2, DIMS(3, 4));
 
   /* arity */
@@ -664,11 +664,11 @@ static void test_errors(void **state) {
   /* dtypes */
   ASSERT_STATUS(tops_call(e, "cl.binary.add", (vm_value_t[]){a, f16, c}, 3), VM_INVALID_ARGUMENT,
                 "b (argument 1) has dtype float16, expected float32 (the dtype of a)");
-  ASSERT_STATUS(tops_call(e, "cl.unary.exp", (vm_value_t[]){f64, f64}, 2), VM_INVALID_ARGUMENT,
-                "x (argument 0) has dtype float64, expected float32 or float16");
+  ASSERT_STATUS(tops_call(e, "cl.unary.exp", (vm_value_t[]){f2, f2}, 2), VM_INVALID_ARGUMENT,
+                "x (argument 0) has dtype float32x2, expected float32, float16 or float64");
   ASSERT_STATUS(
       tops_call(e, "cl.reduce.sum", (vm_value_t[]){i32, vm_value_none(), vm_value_int(0), i32}, 4),
-      VM_INVALID_ARGUMENT, "expected float32 or float16");
+      VM_INVALID_ARGUMENT, "expected float32, float16 or float64");
   /* shapes: the output must be exactly right */
   ASSERT_STATUS(tops_call(e, "cl.binary.add", (vm_value_t[]){a, b, wrong}, 3), VM_INVALID_ARGUMENT,
                 "c (argument 2) has shape [3, 5], expected [3, 4]");
@@ -708,8 +708,9 @@ static void test_errors(void **state) {
                 VM_INVALID_ARGUMENT, "max over zero elements has no identity");
   vm_value_release(&empty);
   vm_value_release(&scalar);
-  ASSERT_STATUS(tops_call(e, "cl.cast", (vm_value_t[]){a, f64}, 2), VM_INVALID_ARGUMENT,
-                "y (argument 1) has dtype float64");
+  ASSERT_STATUS(tops_call(e, "cl.cast", (vm_value_t[]){a, f2}, 2), VM_INVALID_ARGUMENT,
+                "y (argument 1) has dtype float32x2, expected float32, float16, float64, bool or an "
+                "integer type");
 
   /* a tensor on the cpu device */
   vm_device_t *cpu = NULL;
@@ -754,7 +755,7 @@ static void test_errors(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.binary.add", (vm_value_t[]){vmarg, a, b}, 3), VM_INVALID_ARGUMENT,
                 "expected 3 arguments (a, b, c), got 2");
 
-  vm_value_t all[] = {a, b, c, wrong, f16, f64, i32};
+  vm_value_t all[] = {a, b, c, wrong, f16, f2, i32};
   release_all(all, sizeof(all) / sizeof(all[0]));
 }
 

@@ -54,6 +54,11 @@ void vmcl_cache_stats(const vm_device_t *dev, vmcl_cache_stats_t *out);
  * device): its kernels run as native code inside this process. */
 int vmcl_device_is_cpu(const vm_device_t *dev);
 
+/* 1 when dev computes float64 (cl_khr_fp64 with a nonzero
+ * CL_DEVICE_DOUBLE_FP_CONFIG, and VMCL_FP64 was not "off" when it was
+ * opened): the cl.* operators take float64 there, else refuse it. */
+int vmcl_device_has_fp64(const vm_device_t *dev);
+
 /* Policy for kernels that executables carry (cl.kernel) on an OpenCL
  * device (docs/security.md):
  *   deny_reason  NULL: they may run; else cl.kernel fails with
