@@ -79,6 +79,9 @@ static const op_entry_t ops[] = {
     {"cl.qgemm", vmcl_op_qgemm, NULL},
     {"cl.qconv2d", vmcl_op_qconv2d, NULL},
     {"cl.rnn", vmcl_op_rnn, NULL},
+    {"cl.topk", vmcl_op_topk, NULL},
+    {"cl.cumulative", vmcl_op_cumulative, NULL},
+    {"cl.tensor_scatter", vmcl_op_tensor_scatter, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

@@ -209,6 +209,10 @@ static const char *const k_ops[] = {
     "Tile",
     "Trilu",
     "Upsample",
+    /* onnx_ops_select.c */
+    "CumProd",
+    "TensorScatter",
+    "TopK",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 

@@ -1,0 +1,227 @@
+/* Selection and scans along one axis (kernels/select.cl): cl.topk,
+ * cl.cumulative and cl.tensor_scatter. One work-item per row along the
+ * axis (topk, cumulative) or per output element (tensor_scatter). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cl_ops_internal.h"
+
+#define SELECT_LOCAL 64
+
+/* The build options of a numeric dtype: float32/float16 as common.cl's S,
+ * the integers with -DSEL_INT; -1 for any other dtype. */
+static int select_options(vm_dtype_t dt, char *buf, size_t n) {
+  if (vm_dtype_equal(dt, VM_F32) || vm_dtype_equal(dt, VM_F16)) {
+    snprintf(buf, n, "%s", vmcl_float_options(dt));
+    return 0;
+  }
+  if (!vmcl_int_type(dt, NULL, NULL, NULL)) return -1;
+  char io[96];
+  vmcl_int_options(dt, io, sizeof(io));
+  snprintf(buf, n, "-DSEL_INT %s", io);
+  return 0;
+}
+
+static vm_status_t numeric(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                           const char *what, char *opts, size_t n) {
+  if (select_options(t->dtype, opts, n) == 0) return VM_STATUS_OK;
+  char buf[24];
+  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected float32, float16 or an "
+                       "integer type",
+                       what, idx, vm_dtype_str(t->dtype, buf, sizeof(buf)));
+}
+
+static vm_status_t need_i64(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                            const char *what) {
+  if (vm_dtype_equal(t->dtype, VM_I64)) return VM_STATUS_OK;
+  char buf[24];
+  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected int64", what, idx,
+                       vm_dtype_str(t->dtype, buf, sizeof(buf)));
+}
+
+/* outer (dims before the axis), the axis' extent and inner (dims after). */
+static void split_axis(const vm_tensor_t *t, int ax, int64_t *outer, int64_t *len,
+                       int64_t *inner) {
+  *outer = *inner = 1;
+  for (int i = 0; i < (int)t->ndim; i++) {
+    if (i < ax) *outer *= t->shape[i];
+    if (i > ax) *inner *= t->shape[i];
+  }
+  *len = t->shape[ax];
+}
+
+static vm_status_t select_launch(vmcl_dev_t *d, const char *opts, const char *kname, int64_t items,
+                                 vmcl_args_fn set_args, const void *ctx) {
+  return vmcl_family_launch(d, VMCL_FAM_SELECT, opts, kname, items, SELECT_LOCAL, set_args, ctx);
+}
+
+/* ---- cl.topk ---- */
+
+typedef struct topk_ctx {
+  const vm_tensor_t *x, *v, *ix;
+  int64_t rows, n, inner, k, largest;
+} topk_ctx_t;
+
+static void topk_args(vmcl_args_t *a, const void *p) {
+  const topk_ctx_t *c = p;
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->x));
+  vmcl_arg_int(a, vmcl_elem_offset(c->x));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->v));
+  vmcl_arg_int(a, vmcl_elem_offset(c->v));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->ix));
+  vmcl_arg_int(a, vmcl_elem_offset(c->ix));
+  vmcl_arg_int(a, c->rows);
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, c->inner);
+  vmcl_arg_int(a, c->k);
+  vmcl_arg_int(a, c->largest);
+}
+
+vm_status_t vmcl_op_topk(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                         void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.topk", "(x, axis, k, largest, values, indices)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 6, 6));
+  vm_tensor_t *x, *v, *ix;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 4, "values", &v));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 5, "indices", &ix));
+  char opts[128];
+  VM_RETURN_IF_ERROR(numeric(&op, x, 0, "x", opts, sizeof(opts)));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, v, 4, "values", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(need_i64(&op, ix, 5, "indices"));
+  if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
+  topk_ctx_t c = {.x = x, .v = v, .ix = ix};
+  int64_t axis, outer;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 1, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
+  int ax = (int)(axis < 0 ? axis + x->ndim : axis);
+  split_axis(x, ax, &outer, &c.n, &c.inner);
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "k", 0, c.n, &c.k));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 3, "largest", 0, 1, &c.largest));
+  int64_t shape[VMCL_MAX_RANK];
+  memcpy(shape, x->shape, x->ndim * sizeof(int64_t));
+  shape[ax] = c.k;
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, v, 4, "values", shape, x->ndim));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, ix, 5, "indices", shape, x->ndim));
+  c.rows = outer * c.inner;
+  if (c.rows == 0 || c.k == 0) return VM_STATUS_OK;
+  return select_launch(op.d, opts, "topk", c.rows, topk_args, &c);
+}
+
+/* ---- cl.cumulative ---- */
+
+typedef struct cum_ctx {
+  const vm_tensor_t *x, *y;
+  int64_t rows, n, inner, prod, exclusive, reverse;
+} cum_ctx_t;
+
+static void cum_args(vmcl_args_t *a, const void *p) {
+  const cum_ctx_t *c = p;
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->x));
+  vmcl_arg_int(a, vmcl_elem_offset(c->x));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->y));
+  vmcl_arg_int(a, vmcl_elem_offset(c->y));
+  vmcl_arg_int(a, c->rows);
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, c->inner);
+  vmcl_arg_int(a, c->prod);
+  vmcl_arg_int(a, c->exclusive);
+  vmcl_arg_int(a, c->reverse);
+}
+
+vm_status_t vmcl_op_cumulative(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                               vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.cumulative", "(x, axis, prod, exclusive, reverse, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 6, 6));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 5, "y", &y));
+  char opts[128];
+  VM_RETURN_IF_ERROR(numeric(&op, x, 0, "x", opts, sizeof(opts)));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 5, "y", x->dtype, "x"));
+  if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
+  cum_ctx_t c = {.x = x, .y = y};
+  int64_t axis, outer;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 1, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "prod", 0, 1, &c.prod));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 3, "exclusive", 0, 1, &c.exclusive));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 4, "reverse", 0, 1, &c.reverse));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 5, "y", x->shape, x->ndim));
+  split_axis(x, (int)(axis < 0 ? axis + x->ndim : axis), &outer, &c.n, &c.inner);
+  c.rows = outer * c.inner;
+  if (c.rows == 0 || c.n == 0) return VM_STATUS_OK;
+  return select_launch(op.d, opts, "cumulative", c.rows, cum_args, &c);
+}
+
+/* ---- cl.tensor_scatter ---- */
+
+typedef struct ts_ctx {
+  const vm_tensor_t *past, *upd, *wi, *y;
+  int64_t n, mid, seq, useq, inner, circular;
+} ts_ctx_t;
+
+static void ts_args(vmcl_args_t *a, const void *p) {
+  const ts_ctx_t *c = p;
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->past));
+  vmcl_arg_int(a, vmcl_elem_offset(c->past));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->upd));
+  vmcl_arg_int(a, vmcl_elem_offset(c->upd));
+  /* without write indices the kernel never reads them: any buffer does */
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->wi ? c->wi : c->past));
+  vmcl_arg_int(a, c->wi ? vmcl_elem_offset(c->wi) : 0);
+  vmcl_arg_int(a, c->wi != NULL);
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->y));
+  vmcl_arg_int(a, vmcl_elem_offset(c->y));
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, c->mid);
+  vmcl_arg_int(a, c->seq);
+  vmcl_arg_int(a, c->useq);
+  vmcl_arg_int(a, c->inner);
+  vmcl_arg_int(a, c->circular);
+}
+
+vm_status_t vmcl_op_tensor_scatter(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                   vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.tensor_scatter", "(past, update, write_indices|none, axis, circular, y)",
+               args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 6, 6));
+  vm_tensor_t *past, *upd, *wi, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "past", &past));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "update", &upd));
+  VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "write_indices", &wi));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 5, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, past, 0, "past"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, upd, 1, "update", past->dtype, "past"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 5, "y", past->dtype, "past"));
+  uint32_t r = past->ndim;
+  if (r < 2) return vmcl_op_error(&op, "past (argument 0) has rank %u, expected at least 2", r);
+  ts_ctx_t c = {.past = past, .upd = upd, .wi = wi, .y = y};
+  int64_t axis;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 3, "axis", 1, (int64_t)r - 1, &axis));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 4, "circular", 0, 1, &c.circular));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 5, "y", past->shape, r));
+  int64_t ushape[VMCL_MAX_RANK];
+  memcpy(ushape, past->shape, r * sizeof(int64_t));
+  ushape[axis] = upd->ndim == r ? upd->shape[axis] : 0;
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, upd, 1, "update", ushape, r));
+  if (wi) {
+    VM_RETURN_IF_ERROR(need_i64(&op, wi, 2, "write_indices"));
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, wi, 2, "write_indices", past->shape, 1));
+  }
+  c.mid = c.inner = 1;
+  for (uint32_t i = 1; i < r; i++) {
+    if (i < axis) c.mid *= past->shape[i];
+    if (i > axis) c.inner *= past->shape[i];
+  }
+  c.seq = past->shape[axis];
+  c.useq = upd->shape[axis];
+  c.n = vm_tensor_numel(past);
+  if (c.n == 0) return VM_STATUS_OK;
+  size_t eb = vm_dtype_bytes(past->dtype);
+  const char *ut = eb == 1 ? "uchar" : eb == 2 ? "ushort" : eb == 4 ? "uint" : "ulong";
+  char opts[96];
+  snprintf(opts, sizeof(opts), "-DSEL_INT -DT=%s -DU=%s -DSIGNED=0", ut, ut);
+  return select_launch(op.d, opts, "tensor_scatter", c.n, ts_args, &c);
+}
