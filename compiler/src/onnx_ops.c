@@ -256,6 +256,9 @@ static const onx_op_t k_ops[] = {
     {"CumProd", "", 26, 0, "exclusive reverse", onx_op_cumulative, 1},
     {"TensorScatter", "", 24, 0, "axis mode", onx_op_tensor_scatter, 0},
     {"TopK", "", 0, 0, "axis k:-9 largest:11- sorted:11-", onx_op_topk, 0},
+    {"NonZero", "", 9, 0, "", onx_op_nonzero, 0},
+    {"Unique", "", 11, 0, "axis sorted", onx_op_unique, 0},
+    {"NonMaxSuppression", "", 10, 0, "center_point_box", onx_op_nms, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))

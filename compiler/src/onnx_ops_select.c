@@ -149,3 +149,143 @@ vm_status_t onx_op_tensor_scatter(onx_ctx_t *c) {
   call(c, "cl.tensor_scatter", 6, a);
   return onx_bind_out(c, 0, y, past->ndim, past->dims);
 }
+
+/* ---------------------------------------------------------------------------
+ * Data-dependent output shapes: NonZero, Unique, NonMaxSuppression. The
+ * operator writes each such output into a tensor of its largest shape,
+ * densely in the actual shape, with the actual extent of the cut dim in a
+ * one-element int64 count; the function returns it as
+ * vm.builtin.trim_dim(output, count, axis) (vmcc_graph_trim_dim). Shapes
+ * are static everywhere else, so such an output can only be a graph output
+ * of the main graph that no node reads.
+ */
+
+/* Output i of the current node may have a data-dependent shape. */
+static vm_status_t dyn_output_ok(onx_ctx_t *c, uint32_t i) {
+  if (!onx_out_wanted(c, i)) return VM_STATUS_OK;
+  const char *name = c->node->output[i];
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  if (!c->depth && !c->sub_depth && e && e->num_cons == 0 && e->outputs == 1)
+    return VM_STATUS_OK;
+  return onx_node_err(c, VM_UNIMPLEMENTED,
+                      "output '%.80s' has a data-dependent shape: supported: as an output of the "
+                      "main graph that no node reads (named once among the graph's outputs)",
+                      name);
+}
+
+/* Binds output i as tensor t of the largest shape, returned cut to count
+ * along axis. */
+static vm_status_t bind_trimmed(onx_ctx_t *c, uint32_t i, int32_t t, int32_t count,
+                                uint32_t axis) {
+  if (!onx_out_wanted(c, i)) return VM_STATUS_OK;
+  vmcc_graph_trim_dim(c->g, t, count, axis);
+  return onx_bind_out(c, i, t, vmcc_graph_ndim(c->g, t), vmcc_graph_shape(c->g, t));
+}
+
+vm_status_t onx_op_nonzero(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(dyn_output_ok(c, 0));
+  if (!vm_dtype_equal(x->dt, VM_BOOL)) VM_RETURN_IF_ERROR(need_numeric(c, x));
+  int64_t yd[2] = {x->ndim, x->numel}, one = 1;
+  int32_t y = new_t(c, VM_I64, 2, yd), cnt = new_t(c, VM_I64, 1, &one);
+  vmcc_arg_t a[3] = {A(onx_tid(c, x)), A(y), A(cnt)};
+  call(c, "cl.nonzero", 3, a);
+  return bind_trimmed(c, 0, y, cnt, 1);
+}
+
+vm_status_t onx_op_unique(onx_ctx_t *c) {
+  onx_value_t *x;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  int64_t sorted, axis = 0;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "sorted", 1, &sorted));
+  if (sorted != 0 && sorted != 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "sorted is %lld, expected 0 or 1",
+                        (long long)sorted);
+  int has_axis = onx_attr(c->node, "axis") != NULL;
+  if (has_axis) {
+    VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", 0, &axis));
+    if (x->ndim == 0) return onx_node_err(c, VM_INVALID_ARGUMENT, "axis given for a scalar");
+    VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &axis));
+  }
+  VM_RETURN_IF_ERROR(need_numeric(c, x));
+  for (uint32_t i = 0; i < 4; i++)
+    if (i != 2) VM_RETURN_IF_ERROR(dyn_output_ok(c, i));
+  int64_t n = has_axis ? x->dims[axis] : x->numel, one = 1;
+  int64_t yd[MAXD];
+  uint32_t yn = has_axis ? x->ndim : 1;
+  if (has_axis)
+    memcpy(yd, x->dims, x->ndim * sizeof(int64_t));
+  else
+    yd[0] = n;
+  int32_t y = new_t(c, x->dt, yn, yd), idx = new_t(c, VM_I64, 1, &n),
+          inv = new_t(c, VM_I64, 1, &n), counts = new_t(c, VM_I64, 1, &n),
+          cnt = new_t(c, VM_I64, 1, &one), ws = new_t(c, VM_I64, 1, &n);
+  vmcc_arg_t a[9] = {A(onx_tid(c, x)), has_axis ? I(axis) : vmcc_a_none(), I(sorted), A(y),
+                     A(idx), A(inv), A(counts), A(cnt), A(ws)};
+  call(c, "cl.unique", 9, a);
+  VM_RETURN_IF_ERROR(bind_trimmed(c, 0, y, cnt, has_axis ? (uint32_t)axis : 0));
+  VM_RETURN_IF_ERROR(bind_trimmed(c, 1, idx, cnt, 0));
+  VM_RETURN_IF_ERROR(onx_bind_out(c, 2, inv, 1, &n));
+  return bind_trimmed(c, 3, counts, cnt, 0);
+}
+
+/* A constant optional scalar input of NonMaxSuppression: 0 when absent
+ * or empty (*given 0). */
+static vm_status_t nms_scalar(onx_ctx_t *c, uint32_t i, const char *what, double *out,
+                              int *given) {
+  onx_value_t *v = onx_in(c, i);
+  *out = 0;
+  *given = 0;
+  if (!v) return VM_STATUS_OK;
+  if (!v->data)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "%s '%.80s' is computed at run time: supported: a constant", what, v->name);
+  if (v->numel > 1 || v->ndim > 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "%s must hold one value", what);
+  if (v->numel == 0) return VM_STATUS_OK;
+  *out = onx_is_float(v->dt) ? onx_ld_f(v->dt, v->data, 0) : (double)onx_ld_i(v->dt, v->data, 0);
+  *given = 1;
+  return VM_STATUS_OK;
+}
+
+vm_status_t onx_op_nms(onx_ctx_t *c) {
+  onx_value_t *bx, *sc;
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &bx));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sc));
+  VM_RETURN_IF_ERROR(dyn_output_ok(c, 0));
+  int64_t center;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "center_point_box", 0, &center));
+  if (center != 0 && center != 1)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "center_point_box is %lld, expected 0 or 1",
+                        (long long)center);
+  if (bx->ndim != 3 || bx->dims[2] != 4 || sc->ndim != 3 || sc->dims[0] != bx->dims[0] ||
+      sc->dims[2] != bx->dims[1])
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "boxes must be [batches, boxes, 4] and scores [batches, classes, boxes]");
+  VM_RETURN_IF_ERROR(need_float(c, bx));
+  if (!vm_dtype_equal(sc->dt, bx->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "boxes and scores have different dtypes");
+  double maxk, iou, sthr;
+  int given, has_sthr;
+  VM_RETURN_IF_ERROR(nms_scalar(c, 2, "max_output_boxes_per_class", &maxk, &given));
+  VM_RETURN_IF_ERROR(nms_scalar(c, 3, "iou_threshold", &iou, &given));
+  VM_RETURN_IF_ERROR(nms_scalar(c, 4, "score_threshold", &sthr, &has_sthr));
+  int64_t n = bx->dims[1], bc = sc->dims[0] * sc->dims[1];
+  int64_t k = maxk <= 0 ? 0 : maxk < (double)n ? (int64_t)maxk : n;
+  /* bc * k <= the scores' elements, bc * (k + 1) at most twice that */
+  int64_t yd[2] = {bc * k, 3}, wn = bc * (k + 1), one = 1;
+  int32_t y = new_t(c, VM_I64, 2, yd), cnt = new_t(c, VM_I64, 1, &one),
+          ws = new_t(c, VM_I64, 1, &wn);
+  vmcc_arg_t a[9] = {A(onx_tid(c, bx)),
+                     A(onx_tid(c, sc)),
+                     I(k),
+                     onx_float_arg(c, iou),
+                     has_sthr ? onx_float_arg(c, sthr) : vmcc_a_none(),
+                     I(center),
+                     A(y),
+                     A(cnt),
+                     A(ws)};
+  call(c, "cl.nms", 9, a);
+  return bind_trimmed(c, 0, y, cnt, 0);
+}

@@ -82,6 +82,9 @@ static const op_entry_t ops[] = {
     {"cl.topk", vmcl_op_topk, NULL},
     {"cl.cumulative", vmcl_op_cumulative, NULL},
     {"cl.tensor_scatter", vmcl_op_tensor_scatter, NULL},
+    {"cl.nonzero", vmcl_op_nonzero, NULL},
+    {"cl.unique", vmcl_op_unique, NULL},
+    {"cl.nms", vmcl_op_nms, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

@@ -320,6 +320,12 @@ vm_status_t vmcl_op_cumulative(vm_machine_t *m, const vm_value_t *args, uint32_t
                                vm_value_t *out, void *user);
 vm_status_t vmcl_op_tensor_scatter(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                                    vm_value_t *out, void *user);
+vm_status_t vmcl_op_nonzero(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                            vm_value_t *out, void *user);
+vm_status_t vmcl_op_unique(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                           vm_value_t *out, void *user);
+vm_status_t vmcl_op_nms(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                        void *user);
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
 /* cl_ops_quant.c */

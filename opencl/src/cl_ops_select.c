@@ -225,3 +225,260 @@ vm_status_t vmcl_op_tensor_scatter(vm_machine_t *m, const vm_value_t *args, uint
   snprintf(opts, sizeof(opts), "-DSEL_INT -DT=%s -DU=%s -DSIGNED=0", ut, ut);
   return select_launch(op.d, opts, "tensor_scatter", c.n, ts_args, &c);
 }
+
+/* ---- data-dependent output shapes: cl.nonzero, cl.unique, cl.nms ----
+ * Each writes its result densely in the actual shape at the start of
+ * outputs of the largest shape, and the count along the cut dim into a
+ * one-element int64 tensor; vm.builtin.trim_dim views the result. */
+
+static vm_status_t count_tensor(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx) {
+  VM_RETURN_IF_ERROR(need_i64(op, t, idx, "count"));
+  if (vm_tensor_numel(t) == 1) return VM_STATUS_OK;
+  return vmcl_op_error(op, "count (argument %u) has %lld elements, expected 1", idx,
+                       (long long)vm_tensor_numel(t));
+}
+
+/* Sets the count to 0 when there is nothing to launch. */
+static vm_status_t zero_count(vmcl_dev_t *d, const vm_tensor_t *cnt) {
+  static const int64_t zero = 0;
+  cl_event ev = NULL;
+  cl_int e = clEnqueueWriteBuffer(d->queue, vmcl_tensor_mem(cnt), CL_TRUE, (size_t)cnt->offset,
+                                  sizeof(zero), &zero, 0, NULL, vmcl_event_slot(d, &ev));
+  if (e != CL_SUCCESS) return vmcl_status(e, "clEnqueueWriteBuffer");
+  vmcl_track_event(d, ev);
+  return VM_STATUS_OK;
+}
+
+typedef struct nz_ctx {
+  const vm_tensor_t *x, *y, *cnt;
+  int64_t n;
+} nz_ctx_t;
+
+static void nz_args(vmcl_args_t *a, const void *p) {
+  const nz_ctx_t *c = p;
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->x));
+  vmcl_arg_int(a, vmcl_elem_offset(c->x));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->y));
+  vmcl_arg_int(a, vmcl_elem_offset(c->y));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->cnt));
+  vmcl_arg_int(a, vmcl_elem_offset(c->cnt));
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, c->x->ndim);
+  vmcl_arg_dims(a, c->x->shape, (int)c->x->ndim, 1);
+}
+
+vm_status_t vmcl_op_nonzero(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                            vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.nonzero", "(x, y, count)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 3, 3));
+  vm_tensor_t *x, *y, *cnt;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "count", &cnt));
+  char opts[128];
+  if (vm_dtype_equal(x->dtype, VM_BOOL)) {
+    snprintf(opts, sizeof(opts), "-DSEL_INT -DT=uchar -DU=uchar -DSIGNED=0");
+  } else {
+    VM_RETURN_IF_ERROR(numeric(&op, x, 0, "x", opts, sizeof(opts)));
+  }
+  VM_RETURN_IF_ERROR(need_i64(&op, y, 1, "y"));
+  VM_RETURN_IF_ERROR(count_tensor(&op, cnt, 2));
+  nz_ctx_t c = {.x = x, .y = y, .cnt = cnt, .n = vm_tensor_numel(x)};
+  int64_t ys[2] = {x->ndim, c.n};
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", ys, 2));
+  if (c.n == 0) return zero_count(op.d, cnt);
+  return select_launch(op.d, opts, "nonzero", 1, nz_args, &c);
+}
+
+typedef struct uq_ctx {
+  const vm_tensor_t *x, *y, *idx, *inv, *counts, *cnt, *ws;
+  int64_t n, outer, inner, sorted;
+} uq_ctx_t;
+
+static void uq_x_args(vmcl_args_t *a, const uq_ctx_t *c) {
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->x));
+  vmcl_arg_int(a, vmcl_elem_offset(c->x));
+}
+
+static void uq_f_args(vmcl_args_t *a, const uq_ctx_t *c) {
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->ws));
+  vmcl_arg_int(a, vmcl_elem_offset(c->ws));
+}
+
+static void uq_first_args(vmcl_args_t *a, const void *p) {
+  const uq_ctx_t *c = p;
+  uq_x_args(a, c);
+  uq_f_args(a, c);
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, c->outer);
+  vmcl_arg_int(a, c->inner);
+}
+
+static void uq_count_args(vmcl_args_t *a, const void *p) {
+  const uq_ctx_t *c = p;
+  uq_f_args(a, c);
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->cnt));
+  vmcl_arg_int(a, vmcl_elem_offset(c->cnt));
+  vmcl_arg_int(a, c->n);
+}
+
+static void uq_place_args(vmcl_args_t *a, const void *p) {
+  const uq_ctx_t *c = p;
+  uq_x_args(a, c);
+  uq_f_args(a, c);
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->cnt));
+  vmcl_arg_int(a, vmcl_elem_offset(c->cnt));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->y));
+  vmcl_arg_int(a, vmcl_elem_offset(c->y));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->idx));
+  vmcl_arg_int(a, vmcl_elem_offset(c->idx));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->counts));
+  vmcl_arg_int(a, vmcl_elem_offset(c->counts));
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, c->outer);
+  vmcl_arg_int(a, c->inner);
+  vmcl_arg_int(a, c->sorted);
+}
+
+static void uq_inverse_args(vmcl_args_t *a, const void *p) {
+  const uq_ctx_t *c = p;
+  uq_x_args(a, c);
+  uq_f_args(a, c);
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->inv));
+  vmcl_arg_int(a, vmcl_elem_offset(c->inv));
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, c->outer);
+  vmcl_arg_int(a, c->inner);
+  vmcl_arg_int(a, c->sorted);
+}
+
+vm_status_t vmcl_op_unique(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                           vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.unique",
+               "(x, axis|none, sorted, y, indices, inverse, counts, count, ws)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 9, 9));
+  vm_tensor_t *x, *y, *idx, *inv, *counts, *cnt, *ws;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 4, "indices", &idx));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 5, "inverse", &inv));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 6, "counts", &counts));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 7, "count", &cnt));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 8, "ws", &ws));
+  char opts[128];
+  VM_RETURN_IF_ERROR(numeric(&op, x, 0, "x", opts, sizeof(opts)));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", x->dtype, "x"));
+  VM_RETURN_IF_ERROR(need_i64(&op, idx, 4, "indices"));
+  VM_RETURN_IF_ERROR(need_i64(&op, inv, 5, "inverse"));
+  VM_RETURN_IF_ERROR(need_i64(&op, counts, 6, "counts"));
+  VM_RETURN_IF_ERROR(count_tensor(&op, cnt, 7));
+  VM_RETURN_IF_ERROR(need_i64(&op, ws, 8, "ws"));
+  uq_ctx_t c = {.x = x, .y = y, .idx = idx, .inv = inv, .counts = counts, .cnt = cnt, .ws = ws};
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "sorted", 0, 1, &c.sorted));
+  if (args[1].kind == VM_VAL_NONE) { /* the elements of x, flattened */
+    c.n = vm_tensor_numel(x);
+    c.outer = c.inner = 1;
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 3, "y", &c.n, 1));
+  } else {
+    if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have a dim for an axis");
+    int64_t axis;
+    VM_RETURN_IF_ERROR(
+        vmcl_op_int(&op, 1, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
+    split_axis(x, (int)(axis < 0 ? axis + x->ndim : axis), &c.outer, &c.n, &c.inner);
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 3, "y", x->shape, x->ndim));
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, idx, 4, "indices", &c.n, 1));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, inv, 5, "inverse", &c.n, 1));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, counts, 6, "counts", &c.n, 1));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, ws, 8, "ws", &c.n, 1));
+  /* (slices of no elements are all equal: one unique) */
+  if (c.n == 0) return zero_count(op.d, cnt);
+  VM_RETURN_IF_ERROR(select_launch(op.d, opts, "unique_first", c.n, uq_first_args, &c));
+  VM_RETURN_IF_ERROR(select_launch(op.d, opts, "unique_count", 1, uq_count_args, &c));
+  VM_RETURN_IF_ERROR(select_launch(op.d, opts, "unique_place", c.n, uq_place_args, &c));
+  return select_launch(op.d, opts, "unique_inverse", c.n, uq_inverse_args, &c);
+}
+
+typedef struct nms_ctx {
+  const vm_tensor_t *bx, *sc, *y, *cnt, *ws;
+  int64_t bc, ncls, n, k, center, has_sthr;
+  double iou, sthr;
+} nms_ctx_t;
+
+static void nms_select_args(vmcl_args_t *a, const void *p) {
+  const nms_ctx_t *c = p;
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->bx));
+  vmcl_arg_int(a, vmcl_elem_offset(c->bx));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->sc));
+  vmcl_arg_int(a, vmcl_elem_offset(c->sc));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->ws));
+  vmcl_arg_int(a, vmcl_elem_offset(c->ws));
+  vmcl_arg_int(a, c->bc);
+  vmcl_arg_int(a, c->ncls);
+  vmcl_arg_int(a, c->n);
+  vmcl_arg_int(a, c->k);
+  vmcl_arg_float(a, (float)c->iou);
+  vmcl_arg_float(a, (float)c->sthr);
+  vmcl_arg_int(a, c->has_sthr);
+  vmcl_arg_int(a, c->center);
+}
+
+static void nms_compact_args(vmcl_args_t *a, const void *p) {
+  const nms_ctx_t *c = p;
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->ws));
+  vmcl_arg_int(a, vmcl_elem_offset(c->ws));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->y));
+  vmcl_arg_int(a, vmcl_elem_offset(c->y));
+  vmcl_arg_mem(a, vmcl_tensor_mem(c->cnt));
+  vmcl_arg_int(a, vmcl_elem_offset(c->cnt));
+  vmcl_arg_int(a, c->bc);
+  vmcl_arg_int(a, c->ncls);
+  vmcl_arg_int(a, c->k);
+}
+
+vm_status_t vmcl_op_nms(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                        void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.nms",
+               "(boxes, scores, max_per_class, iou_threshold, score_threshold|none, "
+               "center_point_box, y, count, ws)",
+               args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 9, 9));
+  vm_tensor_t *bx, *sc, *y, *cnt, *ws;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "boxes", &bx));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "scores", &sc));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 6, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 7, "count", &cnt));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 8, "ws", &ws));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, bx, 0, "boxes"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, sc, 1, "scores", bx->dtype, "boxes"));
+  VM_RETURN_IF_ERROR(need_i64(&op, y, 6, "y"));
+  VM_RETURN_IF_ERROR(count_tensor(&op, cnt, 7));
+  VM_RETURN_IF_ERROR(need_i64(&op, ws, 8, "ws"));
+  if (bx->ndim != 3 || bx->shape[2] != 4)
+    return vmcl_op_error(&op, "boxes (argument 0) must be [batches, boxes, 4]");
+  nms_ctx_t c = {.bx = bx, .sc = sc, .y = y, .cnt = cnt, .ws = ws};
+  c.n = bx->shape[1];
+  c.ncls = sc->ndim == 3 ? sc->shape[1] : 0;
+  int64_t ss[3] = {bx->shape[0], c.ncls, c.n};
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, sc, 1, "scores", ss, 3));
+  int64_t maxk;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "max_per_class", 0, INT64_MAX, &maxk));
+  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 3, "iou_threshold", &c.iou));
+  c.has_sthr = args[4].kind != VM_VAL_NONE;
+  if (c.has_sthr) VM_RETURN_IF_ERROR(vmcl_op_float(&op, 4, "score_threshold", &c.sthr));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 5, "center_point_box", 0, 1, &c.center));
+  c.k = maxk < c.n ? maxk : c.n;
+  c.bc = bx->shape[0] * c.ncls;
+  /* bounded by the tensors: bc * k <= scores' elements */
+  int64_t ys[2] = {c.bc * c.k, 3}, wsn = c.bc * (c.k + 1);
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 6, "y", ys, 2));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, ws, 8, "ws", &wsn, 1));
+  if (c.bc == 0 || c.k == 0) return zero_count(op.d, cnt);
+  VM_RETURN_IF_ERROR(select_launch(op.d, vmcl_float_options(bx->dtype), "nms_select", c.bc,
+                                   nms_select_args, &c));
+  return select_launch(op.d, vmcl_float_options(bx->dtype), "nms_compact", 1, nms_compact_args,
+                       &c);
+}

@@ -213,6 +213,9 @@ static const char *const k_ops[] = {
     "CumProd",
     "TensorScatter",
     "TopK",
+    "NonZero",
+    "Unique",
+    "NonMaxSuppression",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
