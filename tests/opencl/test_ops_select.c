@@ -241,11 +241,228 @@ static void test_tensor_scatter(void **state) {
   release_all(b, 6);
 }
 
+/* ---------------------------------------------------------------------------
+ * Data-dependent shapes: the dense result at the start, the count beside it
+ */
+
+static int64_t read_count(tops_env_t *e, const vm_value_t *cnt) {
+  int64_t n = -1;
+  tops_read(e, cnt, &n);
+  return n;
+}
+
+static void test_nonzero(void **state) {
+  tops_env_t *e = *state;
+  /* [2, 3] with NaN (nonzero) and -0.0 (zero) */
+  const float x[6] = {0, NAN, -0.0f, 2, 0, -1};
+  vm_value_t a[3] = {tops_tensor(e, VM_F32, 2, DIMS(2, 3), x),
+                     tops_tensor(e, VM_I64, 2, DIMS(2, 6), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(1), NULL)};
+  ASSERT_OK(tops_call(e, "cl.nonzero", a, 3));
+  assert_int_equal(read_count(e, &a[2]), 3);
+  int64_t y[12];
+  tops_read(e, &a[1], y);
+  /* [2, 3] densely: rows 0 1 1, columns 1 0 2 */
+  assert_memory_equal(y, ((const int64_t[]){0, 1, 1, 1, 0, 2}), 6 * sizeof(int64_t));
+  tops_check_guard(e, &a[1]);
+  release_all(a, 3);
+  /* bool, all false: count 0 */
+  const uint8_t b[4] = {0, 0, 0, 0};
+  vm_value_t z[3] = {tops_tensor(e, VM_BOOL, 1, DIMS(4), b),
+                     tops_tensor(e, VM_I64, 2, DIMS(1, 4), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(1), NULL)};
+  ASSERT_OK(tops_call(e, "cl.nonzero", z, 3));
+  assert_int_equal(read_count(e, &z[2]), 0);
+  release_all(z, 3);
+  /* empty x: count 0 without a launch */
+  vm_value_t em[3] = {tops_tensor(e, VM_I32, 2, DIMS(0, 5), NULL),
+                      tops_tensor(e, VM_I64, 2, DIMS(2, 0), NULL),
+                      tops_tensor(e, VM_I64, 1, DIMS(1), NULL)};
+  ASSERT_OK(tops_call(e, "cl.nonzero", em, 3));
+  assert_int_equal(read_count(e, &em[2]), 0);
+  vm_value_release(&em[1]);
+  em[1] = tops_tensor(e, VM_I64, 2, DIMS(2, 1), NULL);
+  ASSERT_STATUS(tops_call(e, "cl.nonzero", em, 3), VM_INVALID_ARGUMENT,
+                "cl.nonzero: y (argument 1) has shape [2, 1], expected [2, 0]");
+  vm_value_release(&em[2]);
+  em[2] = tops_tensor(e, VM_I64, 1, DIMS(2), NULL);
+  ASSERT_STATUS(tops_call(e, "cl.nonzero", em, 3), VM_INVALID_ARGUMENT,
+                "cl.nonzero: count (argument 2) has 2 elements, expected 1");
+  release_all(em, 3);
+}
+
+/* cl.unique of x (n values along the axis, or flattened) checked against
+ * the expected count, values (bytes of y's first count slices) and the
+ * int64 outputs. */
+typedef struct uq_want {
+  int64_t count;
+  const void *y;
+  size_t ybytes;
+  const int64_t *idx, *inv, *counts;
+} uq_want_t;
+
+static void check_unique(tops_env_t *e, vm_dtype_t dt, uint32_t nd, const int64_t *xd,
+                         const void *x, int axis, int sorted, const uq_want_t *w) {
+  int64_t n = axis < 0 ? tops_numel(nd, xd) : xd[axis];
+  vm_value_t a[9] = {tops_tensor(e, dt, nd, xd, x),
+                     axis < 0 ? vm_value_none() : vm_value_int(axis),
+                     vm_value_int(sorted),
+                     axis < 0 ? tops_tensor(e, dt, 1, &n, NULL) : tops_tensor(e, dt, nd, xd, NULL),
+                     tops_tensor(e, VM_I64, 1, &n, NULL),
+                     tops_tensor(e, VM_I64, 1, &n, NULL),
+                     tops_tensor(e, VM_I64, 1, &n, NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(1), NULL),
+                     tops_tensor(e, VM_I64, 1, &n, NULL)};
+  ASSERT_OK(tops_call(e, "cl.unique", a, 9));
+  int64_t k = read_count(e, &a[7]);
+  assert_int_equal(k, w->count);
+  uint8_t y[256];
+  int64_t v[3][32];
+  tops_read(e, &a[3], y);
+  tops_read(e, &a[4], v[0]);
+  tops_read(e, &a[5], v[1]);
+  tops_read(e, &a[6], v[2]);
+  assert_memory_equal(y, w->y, w->ybytes);
+  assert_memory_equal(v[0], w->idx, (size_t)k * sizeof(int64_t));
+  assert_memory_equal(v[1], w->inv, (size_t)n * sizeof(int64_t));
+  assert_memory_equal(v[2], w->counts, (size_t)k * sizeof(int64_t));
+  for (int i = 3; i < 7; i++) tops_check_guard(e, &a[i]);
+  release_all(a, 9);
+}
+
+static void test_unique(void **state) {
+  tops_env_t *e = *state;
+  /* flattened, sorted and in first-occurrence order; NaN equals NaN and sorts last */
+  const float x[6] = {2, 1, NAN, 1, 2, NAN};
+  const float ys[3] = {1, 2, NAN}, yf[3] = {2, 1, NAN};
+  uq_want_t ws = {3, ys, 8, (const int64_t[]){1, 0, 2}, (const int64_t[]){1, 0, 2, 0, 1, 2},
+                  (const int64_t[]){2, 2, 2}};
+  check_unique(e, VM_F32, 1, DIMS(6), x, -1, 1, &ws);
+  uq_want_t wf = {3, yf, 8, (const int64_t[]){0, 1, 2}, (const int64_t[]){0, 1, 2, 1, 0, 2},
+                  (const int64_t[]){2, 2, 2}};
+  check_unique(e, VM_F32, 1, DIMS(6), x, -1, 0, &wf);
+  /* rows of [3, 2] int64 along axis 0, lexicographic: (1, 5) < (2, 0) */
+  const int64_t r[6] = {2, 0, 1, 5, 2, 0};
+  uq_want_t wr = {2, (const int64_t[]){1, 5, 2, 0}, 32, (const int64_t[]){1, 0},
+                  (const int64_t[]){1, 0, 1}, (const int64_t[]){1, 2}};
+  check_unique(e, VM_I64, 2, DIMS(3, 2), r, 0, 1, &wr);
+  /* columns of [2, 3] int8 along axis 1: y is [2, count] densely */
+  const int8_t cols[6] = {1, 0, 1, 7, 3, 7};
+  uq_want_t wc = {2, (const int8_t[]){0, 1, 3, 7}, 4, (const int64_t[]){1, 0},
+                  (const int64_t[]){1, 0, 1}, (const int64_t[]){1, 2}};
+  check_unique(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), 2, DIMS(2, 3), cols, 1, 1, &wc);
+  /* one element */
+  const int32_t one = -4;
+  uq_want_t w1 = {1, &one, 4, (const int64_t[]){0}, (const int64_t[]){0}, (const int64_t[]){1}};
+  check_unique(e, VM_I32, 1, DIMS(1), &one, -1, 1, &w1);
+  /* empty: count 0 */
+  vm_value_t z[9] = {tops_tensor(e, VM_F32, 1, DIMS(0), NULL), vm_value_none(), vm_value_int(1),
+                     tops_tensor(e, VM_F32, 1, DIMS(0), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(0), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(0), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(0), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(1), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(0), NULL)};
+  ASSERT_OK(tops_call(e, "cl.unique", z, 9));
+  assert_int_equal(read_count(e, &z[7]), 0);
+  z[2] = vm_value_int(2);
+  ASSERT_STATUS(tops_call(e, "cl.unique", z, 9), VM_INVALID_ARGUMENT,
+                "cl.unique: sorted (argument 2)");
+  z[2] = vm_value_int(1);
+  z[1] = vm_value_int(1);
+  ASSERT_STATUS(tops_call(e, "cl.unique", z, 9), VM_INVALID_ARGUMENT, "cl.unique: axis (argument 1)");
+  z[1] = vm_value_none();
+  vm_value_release(&z[8]);
+  z[8] = tops_tensor(e, VM_I32, 1, DIMS(0), NULL);
+  ASSERT_STATUS(tops_call(e, "cl.unique", z, 9), VM_INVALID_ARGUMENT,
+                "cl.unique: ws (argument 8) has dtype int32, expected int64");
+  release_all(z, 9);
+}
+
+/* cl.nms of one batch's boxes [n, 4] and one class's scores. */
+static int64_t run_nms(tops_env_t *e, int64_t n, const float *boxes, const float *scores,
+                       int64_t maxk, double iou, int has_sthr, double sthr, int center,
+                       int64_t *sel) {
+  int64_t k = maxk < n ? maxk : n;
+  vm_value_t a[9] = {tops_tensor(e, VM_F32, 3, DIMS(1, n, 4), boxes),
+                     tops_tensor(e, VM_F32, 3, DIMS(1, 1, n), scores),
+                     vm_value_int(maxk),
+                     vm_value_float(iou),
+                     has_sthr ? vm_value_float(sthr) : vm_value_none(),
+                     vm_value_int(center),
+                     tops_tensor(e, VM_I64, 2, DIMS(k, 3), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(1), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(k + 1), NULL)};
+  ASSERT_OK(tops_call(e, "cl.nms", a, 9));
+  int64_t c = read_count(e, &a[7]);
+  int64_t y[3 * 16];
+  if (k) tops_read(e, &a[6], y);
+  for (int64_t i = 0; i < c; i++) {
+    assert_int_equal(y[3 * i], 0);
+    assert_int_equal(y[3 * i + 1], 0);
+    sel[i] = y[3 * i + 2];
+  }
+  tops_check_guard(e, &a[6]);
+  release_all(a, 9);
+  return c;
+}
+
+static void test_nms(void **state) {
+  tops_env_t *e = *state;
+  /* corners [y1, x1, y2, x2]: box 1 overlaps box 0 with IoU 0.81, box 2
+   * touches box 0's edge (no overlap), box 3 is a flipped copy of box 0,
+   * box 4 is empty; equal scores go by the lower index */
+  const float bx[20] = {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, 1, 1, 2, 1, 1, 0, 0, 5, 5, 5, 5};
+  const float sc[5] = {0.9f, 0.95f, 0.9f, 0.5f, 0.99f};
+  int64_t sel[8];
+  assert_int_equal(run_nms(e, 5, bx, sc, 10, 0.5, 0, 0, 0, sel), 3);
+  assert_memory_equal(sel, ((const int64_t[]){4, 1, 2}), 3 * sizeof(int64_t));
+  /* an IoU threshold above 0.81 keeps box 0 too (and box 3 is 0 again: suppressed) */
+  assert_int_equal(run_nms(e, 5, bx, sc, 10, 0.85, 0, 0, 0, sel), 4);
+  assert_memory_equal(sel, ((const int64_t[]){4, 1, 0, 2}), 4 * sizeof(int64_t));
+  /* a score threshold keeps scores strictly above it; max per class cuts */
+  assert_int_equal(run_nms(e, 5, bx, sc, 10, 0.5, 1, 0.9, 0, sel), 2);
+  assert_memory_equal(sel, ((const int64_t[]){4, 1}), 2 * sizeof(int64_t));
+  assert_int_equal(run_nms(e, 5, bx, sc, 1, 0.5, 0, 0, 0, sel), 1);
+  assert_int_equal(sel[0], 4);
+  /* centers [x, y, w, h]: 0 and 1 overlap (IoU 1/3), 2 is far */
+  const float cb[12] = {0.5f, 0.5f, 1, 1, 1, 0.5f, 1, 1, 10, 10, 1, 1};
+  const float cs[3] = {0.3f, 0.2f, 0.1f};
+  assert_int_equal(run_nms(e, 3, cb, cs, 3, 0.3, 0, 0, 1, sel), 2);
+  assert_memory_equal(sel, ((const int64_t[]){0, 2}), 2 * sizeof(int64_t));
+  assert_int_equal(run_nms(e, 3, cb, cs, 3, 0.34, 0, 0, 1, sel), 3);
+  /* no boxes wanted: count 0 */
+  assert_int_equal(run_nms(e, 3, cb, cs, 0, 0.5, 0, 0, 0, sel), 0);
+  /* refusals */
+  vm_value_t a[9] = {tops_tensor(e, VM_F32, 3, DIMS(1, 3, 4), cb),
+                     tops_tensor(e, VM_F32, 3, DIMS(1, 2, 3), NULL),
+                     vm_value_int(3),
+                     vm_value_float(0.5),
+                     vm_value_none(),
+                     vm_value_int(0),
+                     tops_tensor(e, VM_I64, 2, DIMS(3, 3), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(1), NULL),
+                     tops_tensor(e, VM_I64, 1, DIMS(4), NULL)};
+  ASSERT_STATUS(tops_call(e, "cl.nms", a, 9), VM_INVALID_ARGUMENT,
+                "cl.nms: y (argument 6) has shape [3, 3], expected [6, 3]");
+  a[5] = vm_value_int(2);
+  ASSERT_STATUS(tops_call(e, "cl.nms", a, 9), VM_INVALID_ARGUMENT,
+                "cl.nms: center_point_box (argument 5)");
+  a[5] = vm_value_int(0);
+  a[2] = vm_value_int(-1);
+  ASSERT_STATUS(tops_call(e, "cl.nms", a, 9), VM_INVALID_ARGUMENT,
+                "cl.nms: max_per_class (argument 2)");
+  release_all(a, 9);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_topk),
       cmocka_unit_test(test_cumulative),
       cmocka_unit_test(test_tensor_scatter),
+      cmocka_unit_test(test_nonzero),
+      cmocka_unit_test(test_unique),
+      cmocka_unit_test(test_nms),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
