@@ -146,22 +146,38 @@ static void test_plan_and_code(void **state) {
   assert_int_equal(count_calls(e->exec, "vm.builtin.match_shape"), 1);
 }
 
+/* t.count(n: int, c: int64 [1]): c = n */
+static vm_status_t op_count(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                            vm_value_t *out, void *user) {
+  vm_tensor_t *c = nargs == 2 ? vm_value_as_tensor(&args[1]) : NULL;
+  if (!c || args[0].kind != VM_VAL_INT) return vm_status_make(VM_INVALID_ARGUMENT, "t.count");
+  memcpy((char *)c->storage->buffer.handle + c->offset, &args[0].u.i, sizeof(int64_t));
+  return VM_STATUS_OK;
+}
+
+/* A cpu device, a registry of the builtins and the t.* ops, and a machine
+ * config of this run's execution mode over them. */
+static void cpu_config(vm_device_t **cpu, vm_registry_t **reg, vm_machine_config_t *cfg) {
+  ASSERT_OK(vm_cpu_device_create(0, cpu));
+  ASSERT_OK(vm_registry_create(reg));
+  ASSERT_OK(vm_registry_add_builtins(*reg));
+  ASSERT_OK(vm_registry_add(*reg, "t.fill", op_fill, NULL));
+  ASSERT_OK(vm_registry_add(*reg, "t.add", op_add, NULL));
+  ASSERT_OK(vm_registry_add(*reg, "t.count", op_count, NULL));
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->mode = test_exec_mode() ? VM_EXEC_COMPILED : VM_EXEC_BYTECODE;
+  cfg->num_devices = 1;
+  cfg->devices = cpu;
+  cfg->registry = *reg;
+}
+
 static void test_runs_on_cpu(void **state) {
   env_t *e = *state;
   vm_device_t *cpu = NULL;
   vm_registry_t *reg = NULL;
   vm_machine_t *m = NULL;
-  ASSERT_OK(vm_cpu_device_create(0, &cpu));
-  ASSERT_OK(vm_registry_create(&reg));
-  ASSERT_OK(vm_registry_add_builtins(reg));
-  ASSERT_OK(vm_registry_add(reg, "t.fill", op_fill, NULL));
-  ASSERT_OK(vm_registry_add(reg, "t.add", op_add, NULL));
   vm_machine_config_t cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.mode = test_exec_mode() ? VM_EXEC_COMPILED : VM_EXEC_BYTECODE;
-  cfg.num_devices = 1;
-  cfg.devices = &cpu;
-  cfg.registry = reg;
+  cpu_config(&cpu, &reg, &cfg);
   ASSERT_OK(vm_machine_create(e->exec, &cfg, &m));
 
   int64_t s1[1] = {N}, bad[1] = {N + 1};
@@ -238,15 +254,6 @@ static void test_errors(void **state) {
   vm_builder_free(b);
 }
 
-/* t.count(n: int, c: int64 [1]): c = n */
-static vm_status_t op_count(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
-                            vm_value_t *out, void *user) {
-  vm_tensor_t *c = nargs == 2 ? vm_value_as_tensor(&args[1]) : NULL;
-  if (!c || args[0].kind != VM_VAL_INT) return vm_status_make(VM_INVALID_ARGUMENT, "t.count");
-  memcpy((char *)c->storage->buffer.handle + c->offset, &args[0].u.i, sizeof(int64_t));
-  return VM_STATUS_OK;
-}
-
 /* y [8] = 7 and its count n (an immediate of this build), returned
  * trimmed: vm.builtin.trim_dim at the return. */
 static vm_executable_t *build_trim(int64_t n) {
@@ -276,17 +283,8 @@ static void test_trim_dim(void **state) {
   (void)state;
   vm_device_t *cpu = NULL;
   vm_registry_t *reg = NULL;
-  ASSERT_OK(vm_cpu_device_create(0, &cpu));
-  ASSERT_OK(vm_registry_create(&reg));
-  ASSERT_OK(vm_registry_add_builtins(reg));
-  ASSERT_OK(vm_registry_add(reg, "t.fill", op_fill, NULL));
-  ASSERT_OK(vm_registry_add(reg, "t.count", op_count, NULL));
   vm_machine_config_t cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.mode = test_exec_mode() ? VM_EXEC_COMPILED : VM_EXEC_BYTECODE;
-  cfg.num_devices = 1;
-  cfg.devices = &cpu;
-  cfg.registry = reg;
+  cpu_config(&cpu, &reg, &cfg);
   const int64_t counts[3] = {3, 0, 9};
   for (int i = 0; i < 3; i++) {
     vm_executable_t *exec = build_trim(counts[i]);
