@@ -259,6 +259,7 @@ static const onx_op_t k_ops[] = {
     {"NonZero", "", 9, 0, "", onx_op_nonzero, 0},
     {"Unique", "", 11, 0, "axis sorted", onx_op_unique, 0},
     {"NonMaxSuppression", "", 10, 0, "center_point_box", onx_op_nms, 0},
+    {"Einsum", "", 12, 0, "equation", onx_op_einsum, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))

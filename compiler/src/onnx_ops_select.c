@@ -1,6 +1,8 @@
 /* Selection and scans along one axis: TopK (a constant K), CumProd, the
  * integer CumSum and TensorScatter, each one cl.* call of
  * kernels/select.cl (cl.topk, cl.cumulative, cl.tensor_scatter). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "onnx_ops.h"
@@ -288,4 +290,334 @@ vm_status_t onx_op_nms(onx_ctx_t *c) {
                      A(ws)};
   call(c, "cl.nms", 9, a);
   return bind_trimmed(c, 0, y, cnt, 0);
+}
+
+/* ---------------------------------------------------------------------------
+ * Einsum of one or two inputs, lowered as other operators: per input, its
+ * diagonals (a repeated label: Mul by a constant identity mask, ReduceSum)
+ * and the labels no one else has (ReduceSum); then for two inputs one
+ * MatMul over [batch..., left, contracted] x [batch..., contracted, right]
+ * (Transpose and Reshape around it); a final Transpose into the output's
+ * order. Labels: the letters (0-51) and the ellipsis' dims (52 on, aligned
+ * from the right across the inputs, as NumPy).
+ */
+#define EIN_MAX_EQ 256 /* equation characters */
+#define EIN_ELL 52     /* the first ellipsis label */
+
+typedef struct ein_term {
+  int lab[MAXD];
+  uint32_t n;
+} ein_term_t;
+
+static int ein_letter(char ch) {
+  if (ch >= 'a' && ch <= 'z') return ch - 'a';
+  if (ch >= 'A' && ch <= 'Z') return 26 + ch - 'A';
+  return -1;
+}
+
+/* Parses one term s[0, len) against rank (rank < 0: the output, whose
+ * ellipsis has emax dims) into t; -1 with a message in why. */
+static int ein_term(const char *s, size_t len, int rank, uint32_t emax, ein_term_t *t, char *why,
+                    size_t wn) {
+  int letters = 0, ell = -1;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] == '.') {
+      if (ell >= 0 || i + 2 >= len || s[i + 1] != '.' || s[i + 2] != '.') {
+        snprintf(why, wn, "'.' outside a single '...'");
+        return -1;
+      }
+      ell = letters;
+      i += 2;
+    } else if (ein_letter(s[i]) >= 0) {
+      letters++;
+    } else {
+      snprintf(why, wn, "character '%c' is not a letter, ',', '->' or '...'", s[i]);
+      return -1;
+    }
+  }
+  int e = rank < 0 ? (ell >= 0 ? (int)emax : 0) : rank - letters;
+  if (e < 0 || (ell < 0 && e != 0)) {
+    snprintf(why, wn, "a term of %d labels for an input of rank %d", letters, rank);
+    return -1;
+  }
+  if (letters + e > MAXD) {
+    snprintf(why, wn, "a term of more than %d dims", MAXD);
+    return -1;
+  }
+  t->n = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] == '.') {
+      for (int j = 0; j < e; j++) t->lab[t->n++] = EIN_ELL + (int)emax - e + j;
+      i += 2;
+    } else {
+      t->lab[t->n++] = ein_letter(s[i]);
+    }
+  }
+  return 0;
+}
+
+static int ein_find(const ein_term_t *t, int lab) {
+  for (uint32_t i = 0; i < t->n; i++)
+    if (t->lab[i] == lab) return (int)i;
+  return -1;
+}
+
+/* The current value of one operand: its name, labels and dims. */
+typedef struct ein_op {
+  const char *name;
+  ein_term_t t;
+  int64_t d[MAXD];
+} ein_op_t;
+
+static vm_status_t ein_sum(onx_ctx_t *c, ein_op_t *o, uint32_t nax, const int64_t *axes) {
+  if (!nax) return VM_STATUS_OK;
+  const char *an;
+  onx_sattr_t ra[1] = {SA_INT("keepdims", 0)};
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, nax, axes, &an));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "ReduceSum", NULL, o->name, an, NULL, 1, ra, &o->name));
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < o->t.n; i++) {
+    int drop = 0;
+    for (uint32_t j = 0; j < nax; j++) drop |= axes[j] == (int64_t)i;
+    if (drop) continue;
+    o->t.lab[k] = o->t.lab[i];
+    o->d[k++] = o->d[i];
+  }
+  o->t.n = k;
+  return VM_STATUS_OK;
+}
+
+static vm_status_t ein_transpose(onx_ctx_t *c, ein_op_t *o, const int *order) {
+  int64_t perm[MAXD];
+  int same = 1;
+  for (uint32_t i = 0; i < o->t.n; i++) {
+    perm[i] = ein_find(&o->t, order[i]);
+    same &= perm[i] == (int64_t)i;
+  }
+  if (same) return VM_STATUS_OK;
+  onx_sattr_t pa[1] = {SA_INTS("perm", perm, o->t.n)};
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Transpose", NULL, o->name, NULL, NULL, 1, pa, &o->name));
+  ein_op_t t = *o;
+  for (uint32_t i = 0; i < o->t.n; i++) {
+    o->t.lab[i] = t.t.lab[perm[i]];
+    o->d[i] = t.d[perm[i]];
+  }
+  return VM_STATUS_OK;
+}
+
+static vm_status_t ein_reshape(onx_ctx_t *c, const char **name, uint32_t n, const int64_t *d) {
+  const char *sn;
+  VM_RETURN_IF_ERROR(onx_sub_ints(c, n, d, &sn));
+  return onx_sub1(c, "Reshape", NULL, *name, sn, NULL, 0, NULL, name);
+}
+
+/* Diagonals of repeated labels, then the labels in no other term and not
+ * in the output summed away. */
+static vm_status_t ein_reduce(onx_ctx_t *c, ein_op_t *o, const ein_term_t *other,
+                              const ein_term_t *out, vm_dtype_t dt) {
+  for (;;) {
+    int p = -1, q = -1;
+    for (uint32_t i = 0; i < o->t.n && p < 0; i++)
+      for (uint32_t j = i + 1; j < o->t.n; j++)
+        if (o->t.lab[i] == o->t.lab[j]) {
+          p = (int)i;
+          q = (int)j;
+          break;
+        }
+    if (p < 0) break;
+    int64_t dd = o->d[p];
+    if (o->d[q] != dd)
+      return onx_node_err(c, VM_INVALID_ARGUMENT,
+                          "a repeated label has dims %lld and %lld: a diagonal needs them equal",
+                          (long long)dd, (long long)o->d[q]);
+    /* the identity over axes p and q, 1 along the others */
+    int64_t md[MAXD];
+    for (uint32_t i = 0; i < o->t.n; i++) md[i] = (int)i == p || (int)i == q ? dd : 1;
+    if (dd > 4096)
+      return onx_node_err(c, VM_UNIMPLEMENTED, "a diagonal of %lld: supported: at most 4096",
+                          (long long)dd);
+    double *eye = calloc(dd > 0 ? (size_t)(dd * dd) : 1, sizeof(double));
+    if (!eye) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+    for (int64_t i = 0; i < dd; i++) eye[i * dd + i] = 1;
+    const char *mn;
+    vm_status_t st = onx_sub_const_f(c, dt, o->t.n, md, eye, &mn);
+    free(eye);
+    VM_RETURN_IF_ERROR(st);
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Mul", NULL, o->name, mn, NULL, 0, NULL, &o->name));
+    int64_t ax = q;
+    VM_RETURN_IF_ERROR(ein_sum(c, o, 1, &ax));
+  }
+  int64_t axes[MAXD];
+  uint32_t nax = 0;
+  for (uint32_t i = 0; i < o->t.n; i++)
+    if (ein_find(out, o->t.lab[i]) < 0 && (!other || ein_find(other, o->t.lab[i]) < 0))
+      axes[nax++] = i;
+  return ein_sum(c, o, nax, axes);
+}
+
+vm_status_t onx_op_einsum(onx_ctx_t *c) {
+  char eq[EIN_MAX_EQ + 1], s[EIN_MAX_EQ + 1];
+  const Onnx__AttributeProto *ea = onx_attr(c->node, "equation");
+  if (!ea || ea->s.len > EIN_MAX_EQ)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "equation is %s",
+                        ea ? "longer than 256 characters" : "missing");
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "equation", "", eq, sizeof(eq)));
+  size_t n = 0;
+  for (size_t i = 0; eq[i]; i++)
+    if (eq[i] != ' ') s[n++] = eq[i];
+  s[n] = 0;
+  uint32_t nin = (uint32_t)c->node->n_input;
+  if (nin < 1 || nin > 2)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "Einsum of %u inputs: supported: 1 or 2", nin);
+  onx_value_t *in[2] = {NULL, NULL};
+  for (uint32_t i = 0; i < nin; i++) VM_RETURN_IF_ERROR(onx_in_req(c, i, &in[i]));
+  if (nin == 2 && !vm_dtype_equal(in[0]->dt, in[1]->dt))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "the inputs have different dtypes");
+  const char *arrow = strstr(s, "->");
+  size_t lhs_len = arrow ? (size_t)(arrow - s) : n;
+  if (arrow && strstr(arrow + 2, "->"))
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': more than one '->'", eq);
+  /* the input terms, split on ',' */
+  ein_op_t op[2];
+  size_t start = 0;
+  uint32_t nterm = 0;
+  uint32_t emax = 0;
+  char why[96];
+  for (int pass = 0; pass < 2; pass++) { /* pass 0: each ellipsis' size; 1: the labels */
+    start = 0;
+    nterm = 0;
+    for (size_t i = 0; i <= lhs_len; i++) {
+      if (i < lhs_len && s[i] != ',') continue;
+      if (nterm >= nin)
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s' has more terms than the %u "
+                            "inputs", eq, nin);
+      ein_term_t t;
+      if (ein_term(s + start, i - start, (int)in[nterm]->ndim, emax, &t, why, sizeof(why)) != 0)
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s', term %u: %s", eq, nterm, why);
+      if (pass == 0) {
+        uint32_t letters = 0;
+        for (size_t k = start; k < i; k++) letters += ein_letter(s[k]) >= 0;
+        if (in[nterm]->ndim - letters > emax) emax = in[nterm]->ndim - letters;
+      } else {
+        op[nterm].t = t;
+        op[nterm].name = in[nterm]->name;
+        memcpy(op[nterm].d, in[nterm]->dims, sizeof(op[nterm].d));
+      }
+      nterm++;
+      start = i + 1;
+    }
+  }
+  if (nterm != nin)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s' has %u terms for %u inputs", eq,
+                        nterm, nin);
+  /* the output's labels: given, or (implicit) the ellipsis then the letters
+   * seen once, in alphabetical order */
+  ein_term_t out;
+  if (arrow) {
+    if (ein_term(arrow + 2, strlen(arrow + 2), -1, emax, &out, why, sizeof(why)) != 0)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s', output: %s", eq, why);
+    for (uint32_t i = 0; i < out.n; i++) {
+      int seen = 0;
+      for (uint32_t k = 0; k < nin; k++) seen |= ein_find(&op[k].t, out.lab[i]) >= 0;
+      if (!seen || ein_find(&out, out.lab[i]) != (int)i)
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "equation '%s': output label %u is %s", eq, i,
+                            seen ? "repeated" : "in no input");
+    }
+  } else {
+    out.n = 0;
+    for (uint32_t j = 0; j < emax; j++) out.lab[out.n++] = EIN_ELL + (int)j;
+    for (int l = 0; l < EIN_ELL; l++) {
+      int cnt = 0;
+      for (uint32_t k = 0; k < nin; k++)
+        for (uint32_t i = 0; i < op[k].t.n; i++) cnt += op[k].t.lab[i] == l;
+      if (cnt == 1) {
+        if (out.n >= MAXD)
+          return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': more than %d output dims",
+                              eq, MAXD);
+        out.lab[out.n++] = l;
+      }
+    }
+  }
+  /* every dim of a label agrees across the inputs (1 broadcasts) */
+  int64_t ld[EIN_ELL + MAXD];
+  for (int l = 0; l < EIN_ELL + MAXD; l++) ld[l] = -1;
+  for (uint32_t k = 0; k < nin; k++)
+    for (uint32_t i = 0; i < op[k].t.n; i++) {
+      int l = op[k].t.lab[i];
+      int64_t d = op[k].d[i];
+      if (ld[l] < 0 || ld[l] == 1)
+        ld[l] = d;
+      else if (d != 1 && d != ld[l])
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "equation '%s': a label has dims %lld and %lld", eq,
+                            (long long)ld[l], (long long)d);
+    }
+  VM_RETURN_IF_ERROR(need_float(c, in[0]));
+  for (uint32_t k = 0; k < nin; k++)
+    VM_RETURN_IF_ERROR(ein_reduce(c, &op[k], nin == 2 ? &op[1 - k].t : NULL, &out, in[0]->dt));
+  ein_op_t *r = &op[0];
+  if (nin == 2) {
+    ein_op_t *a = &op[0], *b = &op[1];
+    int ba[MAXD], bb[MAXD];
+    uint32_t nb = 0, nl = 0, nr = 0, nk = 0;
+    int bl[MAXD], ll[MAXD], rl[MAXD], kl[MAXD];
+    for (uint32_t i = 0; i < out.n; i++) {
+      int l = out.lab[i], ia = ein_find(&a->t, l), ib = ein_find(&b->t, l);
+      if (ia >= 0 && ib >= 0)
+        bl[nb++] = l;
+      else if (ia >= 0)
+        ll[nl++] = l;
+      else if (ib >= 0)
+        rl[nr++] = l;
+    }
+    for (uint32_t i = 0; i < a->t.n; i++)
+      if (ein_find(&out, a->t.lab[i]) < 0) kl[nk++] = a->t.lab[i];
+    /* a contracted label is in both (ein_reduce summed the others away) */
+    int64_t L = 1, R = 1, K = 1;
+    for (uint32_t i = 0; i < nb; i++) ba[i] = bb[i] = bl[i];
+    for (uint32_t i = 0; i < nl; i++) ba[nb + i] = ll[i];
+    for (uint32_t i = 0; i < nk; i++) {
+      ba[nb + nl + i] = kl[i];
+      bb[nb + i] = kl[i];
+      int64_t da = a->d[ein_find(&a->t, kl[i])], db = b->d[ein_find(&b->t, kl[i])];
+      if (da != db)
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "equation '%s': a summed label has dims %lld and %lld", eq,
+                            (long long)da, (long long)db);
+      K *= da;
+    }
+    for (uint32_t i = 0; i < nr; i++) bb[nb + nk + i] = rl[i];
+    VM_RETURN_IF_ERROR(ein_transpose(c, a, ba));
+    VM_RETURN_IF_ERROR(ein_transpose(c, b, bb));
+    int64_t sa[MAXD + 2], sb[MAXD + 2], so[MAXD + 2];
+    for (uint32_t i = 0; i < nb; i++) {
+      sa[i] = a->d[i];
+      sb[i] = b->d[i];
+      so[i] = a->d[i] == 1 ? b->d[i] : a->d[i];
+    }
+    for (uint32_t i = 0; i < nl; i++) L *= so[nb + i] = a->d[nb + i];
+    for (uint32_t i = 0; i < nr; i++) R *= so[nb + nl + i] = b->d[nb + nk + i];
+    if (nb + nl + nr > MAXD)
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': more than %d output dims", eq,
+                          MAXD);
+    sa[nb] = L;
+    sa[nb + 1] = K;
+    sb[nb] = K;
+    sb[nb + 1] = R;
+    VM_RETURN_IF_ERROR(ein_reshape(c, &a->name, nb + 2, sa));
+    VM_RETURN_IF_ERROR(ein_reshape(c, &b->name, nb + 2, sb));
+    VM_RETURN_IF_ERROR(onx_sub1(c, "MatMul", NULL, a->name, b->name, NULL, 0, NULL, &a->name));
+    VM_RETURN_IF_ERROR(ein_reshape(c, &a->name, nb + nl + nr, so));
+    a->t.n = nb + nl + nr;
+    for (uint32_t i = 0; i < nb; i++) a->t.lab[i] = bl[i];
+    for (uint32_t i = 0; i < nl; i++) a->t.lab[nb + i] = ll[i];
+    for (uint32_t i = 0; i < nr; i++) a->t.lab[nb + nl + i] = rl[i];
+    memcpy(a->d, so, a->t.n * sizeof(int64_t));
+  }
+  if (r->t.n != out.n)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': the output's labels do not match "
+                        "the inputs'", eq);
+  VM_RETURN_IF_ERROR(ein_transpose(c, r, out.lab));
+  return onx_sub1(c, "Identity", c->node->output[0], r->name, NULL, NULL, 0, NULL, NULL);
 }

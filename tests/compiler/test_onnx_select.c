@@ -126,6 +126,51 @@ static void test_tensor_scatter_refusals(void **state) {
   ASSERT_OK(compile(&m));
 }
 
+/* Einsum of x [2, 3] and y [3, 4] by equation eq */
+static vm_status_t einsum(const char *eq, int two) {
+  mb_t m;
+  mb_init(&m, 13);
+  mb_input(&m, "x", 2, (const int64_t[]){2, 3});
+  if (two) mb_input(&m, "y", 2, (const int64_t[]){3, 4});
+  mb_output(&m, "z", 2, (const int64_t[]){2, 4});
+  Onnx__NodeProto *n = mb_node(&m, "Einsum", "ein", "x", two ? "y" : NULL, "z");
+  mb_attr_s(&m, n, "equation", eq);
+  return compile(&m);
+}
+
+static void test_einsum_equations(void **state) {
+  ASSERT_OK(einsum("ij,jk->ik", 1));
+  ASSERT_OK(einsum(" i j , j k ", 1)); /* implicit output, spaces */
+  ASSERT_OK(einsum("...j,jk->...k", 1));
+  ASSERT_OK(einsum("ij->ji", 0));
+  static const struct {
+    const char *eq;
+    int two;
+    const char *msg;
+  } bad[] = {
+      {"ij,jk->ik->i", 1, "node 'ein' (Einsum): equation 'ij,jk->ik->i': more than one '->'"},
+      {"ij,jk,kl->il", 1, "equation 'ij,jk,kl->il' has more terms than the 2 inputs"},
+      {"ij->ij", 1, "equation 'ij->ij' has 1 terms for 2 inputs"},
+      {"ijk,jk->ik", 1, "term 0: a term of 3 labels for an input of rank 2"},
+      {"i,jk->ik", 1, "term 0: a term of 1 labels for an input of rank 2"},
+      {"i1,jk->ik", 1, "term 0: character '1' is not a letter, ',', '->' or '...'"},
+      {"..i,jk->ik", 1, "term 0: '.' outside a single '...'"},
+      {"......,jk->k", 1, "term 0: '.' outside a single '...'"},
+      {"ij,jk->iq", 1, "equation 'ij,jk->iq': output label 1 is in no input"},
+      {"ij,jk->ii", 1, "equation 'ij,jk->ii': output label 1 is repeated"},
+      {"ij,ik->jk", 1, "equation 'ij,ik->jk': a label has dims 2 and 3"},
+      {"ii->i", 0, "equation 'ii->i': a label has dims 2 and 3"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    ASSERT_STATUS(einsum(bad[i].eq, bad[i].two), VM_INVALID_ARGUMENT, bad[i].msg);
+  /* bounded: an equation of more than 256 characters */
+  char longeq[300];
+  memset(longeq, 'i', sizeof(longeq) - 1);
+  longeq[sizeof(longeq) - 1] = 0;
+  ASSERT_STATUS(einsum(longeq, 0), VM_INVALID_ARGUMENT,
+                "node 'ein' (Einsum): equation is longer than 256 characters");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nonzero_output_compiles),
@@ -133,6 +178,7 @@ int main(void) {
       cmocka_unit_test(test_nonzero_output_twice_refused),
       cmocka_unit_test(test_topk_refusals),
       cmocka_unit_test(test_tensor_scatter_refusals),
+      cmocka_unit_test(test_einsum_equations),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
