@@ -40,7 +40,8 @@ vm_status_t onx_op_topk(onx_ctx_t *c) {
     return onx_node_err(c, VM_INVALID_ARGUMENT, "sorted is %lld, expected 0 or 1",
                         (long long)sorted);
   if (c->opset < 10) {
-    if (!onx_attr(c->node, "k")) return onx_node_err(c, VM_INVALID_ARGUMENT, "attribute k is missing");
+    if (!onx_attr(c->node, "k"))
+      return onx_node_err(c, VM_INVALID_ARGUMENT, "attribute k is missing");
     VM_RETURN_IF_ERROR(onx_attr_int(c, "k", 0, &k));
   } else {
     onx_value_t *kv;
@@ -146,8 +147,12 @@ vm_status_t onx_op_tensor_scatter(onx_ctx_t *c) {
                         dt_name(past->dt, b, sizeof(b)));
   }
   int32_t y = new_t(c, past->dt, past->ndim, past->dims);
-  vmcc_arg_t a[6] = {A(onx_tid(c, past)), A(onx_tid(c, upd)),
-                     wi ? A(onx_tid(c, wi)) : vmcc_a_none(), I(axis), I(circular), A(y)};
+  vmcc_arg_t a[6] = {A(onx_tid(c, past)),
+                     A(onx_tid(c, upd)),
+                     wi ? A(onx_tid(c, wi)) : vmcc_a_none(),
+                     I(axis),
+                     I(circular),
+                     A(y)};
   call(c, "cl.tensor_scatter", 6, a);
   return onx_bind_out(c, 0, y, past->ndim, past->dims);
 }
@@ -167,8 +172,7 @@ static vm_status_t dyn_output_ok(onx_ctx_t *c, uint32_t i) {
   if (!onx_out_wanted(c, i)) return VM_STATUS_OK;
   const char *name = c->node->output[i];
   const onx_name_t *e = onx_names_find(&c->names, name);
-  if (!c->depth && !c->sub_depth && e && e->num_cons == 0 && e->outputs == 1)
-    return VM_STATUS_OK;
+  if (!c->depth && !c->sub_depth && e && e->num_cons == 0 && e->outputs == 1) return VM_STATUS_OK;
   return onx_node_err(c, VM_UNIMPLEMENTED,
                       "output '%.80s' has a data-dependent shape: supported: as an output of the "
                       "main graph that no node reads (named once among the graph's outputs)",
@@ -177,8 +181,7 @@ static vm_status_t dyn_output_ok(onx_ctx_t *c, uint32_t i) {
 
 /* Binds output i as tensor t of the largest shape, returned cut to count
  * along axis. */
-static vm_status_t bind_trimmed(onx_ctx_t *c, uint32_t i, int32_t t, int32_t count,
-                                uint32_t axis) {
+static vm_status_t bind_trimmed(onx_ctx_t *c, uint32_t i, int32_t t, int32_t count, uint32_t axis) {
   if (!onx_out_wanted(c, i)) return VM_STATUS_OK;
   vmcc_graph_trim_dim(c->g, t, count, axis);
   return onx_bind_out(c, i, t, vmcc_graph_ndim(c->g, t), vmcc_graph_shape(c->g, t));
@@ -220,11 +223,18 @@ vm_status_t onx_op_unique(onx_ctx_t *c) {
     memcpy(yd, x->dims, x->ndim * sizeof(int64_t));
   else
     yd[0] = n;
-  int32_t y = new_t(c, x->dt, yn, yd), idx = new_t(c, VM_I64, 1, &n),
-          inv = new_t(c, VM_I64, 1, &n), counts = new_t(c, VM_I64, 1, &n),
-          cnt = new_t(c, VM_I64, 1, &one), ws = new_t(c, VM_I64, 1, &n);
-  vmcc_arg_t a[9] = {A(onx_tid(c, x)), has_axis ? I(axis) : vmcc_a_none(), I(sorted), A(y),
-                     A(idx), A(inv), A(counts), A(cnt), A(ws)};
+  int32_t y = new_t(c, x->dt, yn, yd), idx = new_t(c, VM_I64, 1, &n), inv = new_t(c, VM_I64, 1, &n),
+          counts = new_t(c, VM_I64, 1, &n), cnt = new_t(c, VM_I64, 1, &one),
+          ws = new_t(c, VM_I64, 1, &n);
+  vmcc_arg_t a[9] = {A(onx_tid(c, x)),
+                     has_axis ? I(axis) : vmcc_a_none(),
+                     I(sorted),
+                     A(y),
+                     A(idx),
+                     A(inv),
+                     A(counts),
+                     A(cnt),
+                     A(ws)};
   call(c, "cl.unique", 9, a);
   VM_RETURN_IF_ERROR(bind_trimmed(c, 0, y, cnt, has_axis ? (uint32_t)axis : 0));
   VM_RETURN_IF_ERROR(bind_trimmed(c, 1, idx, cnt, 0));
@@ -234,8 +244,7 @@ vm_status_t onx_op_unique(onx_ctx_t *c) {
 
 /* A constant optional scalar input of NonMaxSuppression: 0 when absent
  * or empty (*given 0). */
-static vm_status_t nms_scalar(onx_ctx_t *c, uint32_t i, const char *what, double *out,
-                              int *given) {
+static vm_status_t nms_scalar(onx_ctx_t *c, uint32_t i, const char *what, double *out, int *given) {
   onx_value_t *v = onx_in(c, i);
   *out = 0;
   *given = 0;
@@ -489,8 +498,10 @@ vm_status_t onx_op_einsum(onx_ctx_t *c) {
     for (size_t i = 0; i <= lhs_len; i++) {
       if (i < lhs_len && s[i] != ',') continue;
       if (nterm >= nin)
-        return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s' has more terms than the %u "
-                            "inputs", eq, nin);
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "equation '%s' has more terms than the %u "
+                            "inputs",
+                            eq, nin);
       ein_term_t t;
       if (ein_term(s + start, i - start, (int)in[nterm]->ndim, emax, &t, why, sizeof(why)) != 0)
         return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s', term %u: %s", eq, nterm, why);
@@ -520,8 +531,7 @@ vm_status_t onx_op_einsum(onx_ctx_t *c) {
       int seen = 0;
       for (uint32_t k = 0; k < nin; k++) seen |= ein_find(&op[k].t, out.lab[i]) >= 0;
       if (!seen || ein_find(&out, out.lab[i]) != (int)i)
-        return onx_node_err(c, VM_INVALID_ARGUMENT,
-                            "equation '%s': output label %u is %s", eq, i,
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': output label %u is %s", eq, i,
                             seen ? "repeated" : "in no input");
     }
   } else {
@@ -533,8 +543,8 @@ vm_status_t onx_op_einsum(onx_ctx_t *c) {
         for (uint32_t i = 0; i < op[k].t.n; i++) cnt += op[k].t.lab[i] == l;
       if (cnt == 1) {
         if (out.n >= MAXD)
-          return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': more than %d output dims",
-                              eq, MAXD);
+          return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': more than %d output dims", eq,
+                              MAXD);
         out.lab[out.n++] = l;
       }
     }
@@ -549,9 +559,8 @@ vm_status_t onx_op_einsum(onx_ctx_t *c) {
       if (ld[l] < 0 || ld[l] == 1)
         ld[l] = d;
       else if (d != 1 && d != ld[l])
-        return onx_node_err(c, VM_INVALID_ARGUMENT,
-                            "equation '%s': a label has dims %lld and %lld", eq,
-                            (long long)ld[l], (long long)d);
+        return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': a label has dims %lld and %lld",
+                            eq, (long long)ld[l], (long long)d);
     }
   VM_RETURN_IF_ERROR(need_float(c, in[0]));
   for (uint32_t k = 0; k < nin; k++)
@@ -616,8 +625,10 @@ vm_status_t onx_op_einsum(onx_ctx_t *c) {
     memcpy(a->d, so, a->t.n * sizeof(int64_t));
   }
   if (r->t.n != out.n)
-    return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': the output's labels do not match "
-                        "the inputs'", eq);
+    return onx_node_err(c, VM_INVALID_ARGUMENT,
+                        "equation '%s': the output's labels do not match "
+                        "the inputs'",
+                        eq);
   VM_RETURN_IF_ERROR(ein_transpose(c, r, out.lab));
   return onx_sub1(c, "Identity", c->node->output[0], r->name, NULL, NULL, 0, NULL, NULL);
 }

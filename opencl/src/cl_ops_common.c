@@ -56,8 +56,8 @@ vm_status_t vmcl_family_kernel(vmcl_dev_t *d, vmcl_family_t fam, const char *opt
 }
 
 vm_status_t vmcl_family_launch(vmcl_dev_t *d, vmcl_family_t fam, const char *options,
-                               const char *name, int64_t items, size_t local,
-                               vmcl_args_fn set_args, const void *ctx) {
+                               const char *name, int64_t items, size_t local, vmcl_args_fn set_args,
+                               const void *ctx) {
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
   vm_status_t st = vmcl_family_kernel(d, fam, options, name, &k);

@@ -175,8 +175,8 @@ size_t vmcl_local_size(vmcl_dev_t *d, cl_kernel k, size_t want);
  * items work-items in groups of about local, under the device lock. */
 typedef void (*vmcl_args_fn)(vmcl_args_t *a, const void *ctx);
 vm_status_t vmcl_family_launch(vmcl_dev_t *d, vmcl_family_t fam, const char *options,
-                               const char *name, int64_t items, size_t local,
-                               vmcl_args_fn set_args, const void *ctx);
+                               const char *name, int64_t items, size_t local, vmcl_args_fn set_args,
+                               const void *ctx);
 
 /* Enqueues a 1-D launch of at least items work-items (rounded up to a
  * multiple of local; kernels guard the tail). */
@@ -322,8 +322,8 @@ vm_status_t vmcl_op_tensor_scatter(vm_machine_t *m, const vm_value_t *args, uint
                                    vm_value_t *out, void *user);
 vm_status_t vmcl_op_nonzero(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                             vm_value_t *out, void *user);
-vm_status_t vmcl_op_unique(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
-                           vm_value_t *out, void *user);
+vm_status_t vmcl_op_unique(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
 vm_status_t vmcl_op_nms(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                         void *user);
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,

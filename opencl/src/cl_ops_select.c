@@ -26,7 +26,8 @@ static vm_status_t numeric(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t i
                            const char *what, char *opts, size_t n) {
   if (select_options(t->dtype, opts, n) == 0) return VM_STATUS_OK;
   char buf[24];
-  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected float32, float16 or an "
+  return vmcl_op_error(op,
+                       "%s (argument %u) has dtype %s, expected float32, float16 or an "
                        "integer type",
                        what, idx, vm_dtype_str(t->dtype, buf, sizeof(buf)));
 }
@@ -40,8 +41,7 @@ static vm_status_t need_i64(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t 
 }
 
 /* outer (dims before the axis), the axis' extent and inner (dims after). */
-static void split_axis(const vm_tensor_t *t, int ax, int64_t *outer, int64_t *len,
-                       int64_t *inner) {
+static void split_axis(const vm_tensor_t *t, int ax, int64_t *outer, int64_t *len, int64_t *inner) {
   *outer = *inner = 1;
   for (int i = 0; i < (int)t->ndim; i++) {
     if (i < ax) *outer *= t->shape[i];
@@ -353,11 +353,11 @@ static void uq_inverse_args(vmcl_args_t *a, const void *p) {
   vmcl_arg_int(a, c->sorted);
 }
 
-vm_status_t vmcl_op_unique(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
-                           vm_value_t *out, void *user) {
+vm_status_t vmcl_op_unique(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user) {
   vmcl_op_t op;
-  vmcl_op_init(&op, "cl.unique",
-               "(x, axis|none, sorted, y, indices, inverse, counts, count, ws)", args, nargs);
+  vmcl_op_init(&op, "cl.unique", "(x, axis|none, sorted, y, indices, inverse, counts, count, ws)",
+               args, nargs);
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 9, 9));
   vm_tensor_t *x, *y, *idx, *inv, *counts, *cnt, *ws;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
@@ -384,8 +384,7 @@ vm_status_t vmcl_op_unique(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   } else {
     if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have a dim for an axis");
     int64_t axis;
-    VM_RETURN_IF_ERROR(
-        vmcl_op_int(&op, 1, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
+    VM_RETURN_IF_ERROR(vmcl_op_int(&op, 1, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
     split_axis(x, (int)(axis < 0 ? axis + x->ndim : axis), &c.outer, &c.n, &c.inner);
     VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 3, "y", x->shape, x->ndim));
   }
@@ -477,8 +476,7 @@ vm_status_t vmcl_op_nms(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 6, "y", ys, 2));
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, ws, 8, "ws", &wsn, 1));
   if (c.bc == 0 || c.k == 0) return zero_count(op.d, cnt);
-  VM_RETURN_IF_ERROR(select_launch(op.d, vmcl_float_options(bx->dtype), "nms_select", c.bc,
-                                   nms_select_args, &c));
-  return select_launch(op.d, vmcl_float_options(bx->dtype), "nms_compact", 1, nms_compact_args,
-                       &c);
+  VM_RETURN_IF_ERROR(
+      select_launch(op.d, vmcl_float_options(bx->dtype), "nms_select", c.bc, nms_select_args, &c));
+  return select_launch(op.d, vmcl_float_options(bx->dtype), "nms_compact", 1, nms_compact_args, &c);
 }

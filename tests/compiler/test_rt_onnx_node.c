@@ -1516,13 +1516,15 @@ static void test_einsum_float32(void **state) {
     int64_t nz = 1;
     for (int i = 0; cases[c].to[i]; i++) {
       const char *p = strchr(cases[c].tx, cases[c].to[i]);
-      zd[nzd] = p ? cases[c].dx[p - cases[c].tx] : cases[c].dy[strchr(cases[c].ty, cases[c].to[i]) - cases[c].ty];
+      zd[nzd] = p ? cases[c].dx[p - cases[c].tx]
+                  : cases[c].dy[strchr(cases[c].ty, cases[c].to[i]) - cases[c].ty];
       nz *= zd[nzd++];
     }
     mb_t m;
     mb_init(&m, 13);
     mb_input(&m, "x", cases[c].nx, cases[c].dx);
-    if (cases[c].ty) mb_init_raw(&m, "y", 1, cases[c].ny, cases[c].dy, y, (size_t)ny * sizeof(float));
+    if (cases[c].ty)
+      mb_init_raw(&m, "y", 1, cases[c].ny, cases[c].dy, y, (size_t)ny * sizeof(float));
     mb_output(&m, "z", nzd, zd);
     Onnx__NodeProto *n = mb_node(&m, "Einsum", "ein", "x", cases[c].ty ? "y" : NULL, "z");
     mb_attr_s(&m, n, "equation", cases[c].eq);
@@ -1539,8 +1541,8 @@ static void test_einsum_float32(void **state) {
                                         (uint64_t)nz * sizeof(float)));
     for (int64_t i = 0; i < nz; i++)
       if (fabs(got[i] - want[i]) > 1e-5 + 1e-4 * fabs(want[i]))
-        fail_msg("einsum '%s' element %lld: %.7g, expected %.7g", cases[c].eq, (long long)i,
-                 got[i], want[i]);
+        fail_msg("einsum '%s' element %lld: %.7g, expected %.7g", cases[c].eq, (long long)i, got[i],
+                 want[i]);
     vm_value_release(&res);
     vm_value_release(&xv);
     vm_machine_free(vm);

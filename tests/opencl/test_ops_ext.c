@@ -1034,7 +1034,8 @@ static void test_int_ops(void **state) {
   tops_check_guard(e, &c[3]);
   /* integer pow: by hand, negative exponents give the integer part */
   int32_t px[8] = {2, 3, -2, 5, 1, -1, 0, 7}, py[8] = {10, 3, 3, -1, -7, -3, -2, 0}, pz[8];
-  vm_value_t pw[3] = {tops_tensor(e, VM_I32, 1, DIMS(8), px), tops_tensor(e, VM_I32, 1, DIMS(8), py),
+  vm_value_t pw[3] = {tops_tensor(e, VM_I32, 1, DIMS(8), px),
+                      tops_tensor(e, VM_I32, 1, DIMS(8), py),
                       tops_tensor(e, VM_I32, 1, DIMS(8), NULL)};
   ASSERT_OK(tops_call(e, "cl.binary.pow", pw, 3));
   tops_read(e, &pw[2], pz);

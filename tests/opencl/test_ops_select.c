@@ -30,8 +30,11 @@ static void check_topk(tops_env_t *e, vm_dtype_t dt, const int64_t *xd, int axis
   int64_t yd[2] = {xd[0], xd[1]};
   yd[axis] = k;
   size_t n = (size_t)(yd[0] * yd[1]), eb = vm_dtype_bytes(dt);
-  vm_value_t a[6] = {tops_tensor(e, dt, 2, xd, x), vm_value_int(axis), vm_value_int(k),
-                     vm_value_int(largest), tops_tensor(e, dt, 2, yd, NULL),
+  vm_value_t a[6] = {tops_tensor(e, dt, 2, xd, x),
+                     vm_value_int(axis),
+                     vm_value_int(k),
+                     vm_value_int(largest),
+                     tops_tensor(e, dt, 2, yd, NULL),
                      tops_tensor(e, VM_I64, 2, yd, NULL)};
   ASSERT_OK(tops_call(e, "cl.topk", a, 6));
   uint8_t got_v[256];
@@ -60,8 +63,11 @@ static void test_topk(void **state) {
   const float xn[4] = {1, NAN, -INFINITY, 2};
   float vn[4];
   int64_t in[4];
-  vm_value_t a[6] = {tops_tensor(e, VM_F32, 2, DIMS(1, 4), xn), vm_value_int(-1),
-                     vm_value_int(4), vm_value_int(1), tops_tensor(e, VM_F32, 2, DIMS(1, 4), NULL),
+  vm_value_t a[6] = {tops_tensor(e, VM_F32, 2, DIMS(1, 4), xn),
+                     vm_value_int(-1),
+                     vm_value_int(4),
+                     vm_value_int(1),
+                     tops_tensor(e, VM_F32, 2, DIMS(1, 4), NULL),
                      tops_tensor(e, VM_I64, 2, DIMS(1, 4), NULL)};
   ASSERT_OK(tops_call(e, "cl.topk", a, 6));
   tops_read(e, &a[4], vn);
@@ -86,13 +92,19 @@ static void test_topk(void **state) {
   const uint16_t h[3] = {ref_f32_to_f16(0.5f), ref_f32_to_f16(-2.0f), ref_f32_to_f16(7.0f)};
   check_topk(e, VM_F16, DIMS(1, 3), 1, 1, 0, h, (const uint16_t[]){h[1]}, (const int64_t[]){1});
   /* k = 0 and an empty x: nothing to do */
-  vm_value_t z[6] = {tops_tensor(e, VM_F32, 2, DIMS(0, 4), NULL), vm_value_int(1),
-                     vm_value_int(2), vm_value_int(1), tops_tensor(e, VM_F32, 2, DIMS(0, 2), NULL),
+  vm_value_t z[6] = {tops_tensor(e, VM_F32, 2, DIMS(0, 4), NULL),
+                     vm_value_int(1),
+                     vm_value_int(2),
+                     vm_value_int(1),
+                     tops_tensor(e, VM_F32, 2, DIMS(0, 2), NULL),
                      tops_tensor(e, VM_I64, 2, DIMS(0, 2), NULL)};
   ASSERT_OK(tops_call(e, "cl.topk", z, 6));
   release_all(z, 6);
-  vm_value_t k0[6] = {tops_tensor(e, VM_F32, 1, DIMS(4), x), vm_value_int(0), vm_value_int(0),
-                      vm_value_int(1), tops_tensor(e, VM_F32, 1, DIMS(0), NULL),
+  vm_value_t k0[6] = {tops_tensor(e, VM_F32, 1, DIMS(4), x),
+                      vm_value_int(0),
+                      vm_value_int(0),
+                      vm_value_int(1),
+                      tops_tensor(e, VM_F32, 1, DIMS(0), NULL),
                       tops_tensor(e, VM_I64, 1, DIMS(0), NULL)};
   ASSERT_OK(tops_call(e, "cl.topk", k0, 6));
   /* refusals */
@@ -100,33 +112,39 @@ static void test_topk(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.topk", k0, 6), VM_INVALID_ARGUMENT, "cl.topk: k (argument 2)");
   k0[2] = vm_value_int(0);
   k0[1] = vm_value_int(1);
-  ASSERT_STATUS(tops_call(e, "cl.topk", k0, 6), VM_INVALID_ARGUMENT,
-                "cl.topk: axis (argument 1)");
+  ASSERT_STATUS(tops_call(e, "cl.topk", k0, 6), VM_INVALID_ARGUMENT, "cl.topk: axis (argument 1)");
   k0[1] = vm_value_int(0);
   k0[2] = vm_value_int(1);
   ASSERT_STATUS(tops_call(e, "cl.topk", k0, 6), VM_INVALID_ARGUMENT,
                 "cl.topk: values (argument 4) has shape [0], expected [1]");
   release_all(k0, 6);
-  vm_value_t b[6] = {tops_tensor(e, VM_BOOL, 1, DIMS(2), NULL), vm_value_int(0), vm_value_int(1),
-                     vm_value_int(1), tops_tensor(e, VM_BOOL, 1, DIMS(1), NULL),
+  vm_value_t b[6] = {tops_tensor(e, VM_BOOL, 1, DIMS(2), NULL),
+                     vm_value_int(0),
+                     vm_value_int(1),
+                     vm_value_int(1),
+                     tops_tensor(e, VM_BOOL, 1, DIMS(1), NULL),
                      tops_tensor(e, VM_I32, 1, DIMS(1), NULL)};
   ASSERT_STATUS(tops_call(e, "cl.topk", b, 6), VM_INVALID_ARGUMENT,
                 "cl.topk: x (argument 0) has dtype bool, expected float32, float16 or an integer "
                 "type");
   release_all(b, 6);
-  vm_value_t f[6] = {tops_tensor(e, VM_F32, 1, DIMS(2), NULL), vm_value_int(0), vm_value_int(1),
-                     vm_value_int(1), tops_tensor(e, VM_F32, 1, DIMS(1), NULL),
+  vm_value_t f[6] = {tops_tensor(e, VM_F32, 1, DIMS(2), NULL),
+                     vm_value_int(0),
+                     vm_value_int(1),
+                     vm_value_int(1),
+                     tops_tensor(e, VM_F32, 1, DIMS(1), NULL),
                      tops_tensor(e, VM_I32, 1, DIMS(1), NULL)};
   ASSERT_STATUS(tops_call(e, "cl.topk", f, 6), VM_INVALID_ARGUMENT,
                 "cl.topk: indices (argument 5) has dtype int32, expected int64");
   release_all(f, 6);
 }
 
-static void check_cum(tops_env_t *e, vm_dtype_t dt, const int64_t *xd, int axis, int prod,
-                      int excl, int rev, const void *x, const void *want) {
+static void check_cum(tops_env_t *e, vm_dtype_t dt, const int64_t *xd, int axis, int prod, int excl,
+                      int rev, const void *x, const void *want) {
   size_t n = (size_t)(xd[0] * xd[1]), eb = vm_dtype_bytes(dt);
-  vm_value_t a[6] = {tops_tensor(e, dt, 2, xd, x), vm_value_int(axis), vm_value_int(prod),
-                     vm_value_int(excl), vm_value_int(rev), tops_tensor(e, dt, 2, xd, NULL)};
+  vm_value_t a[6] = {
+      tops_tensor(e, dt, 2, xd, x), vm_value_int(axis), vm_value_int(prod),
+      vm_value_int(excl),           vm_value_int(rev),  tops_tensor(e, dt, 2, xd, NULL)};
   ASSERT_OK(tops_call(e, "cl.cumulative", a, 6));
   uint8_t got[256];
   tops_read(e, &a[5], got);
@@ -149,19 +167,25 @@ static void test_cumulative(void **state) {
             (const int8_t[]){100, -56, 72});
   const float xf[4] = {2, NAN, 3, 0.5f};
   float yf[4];
-  vm_value_t a[6] = {tops_tensor(e, VM_F32, 2, DIMS(2, 2), xf), vm_value_int(0), vm_value_int(1),
-                     vm_value_int(0), vm_value_int(0), tops_tensor(e, VM_F32, 2, DIMS(2, 2), NULL)};
+  vm_value_t a[6] = {tops_tensor(e, VM_F32, 2, DIMS(2, 2), xf),
+                     vm_value_int(0),
+                     vm_value_int(1),
+                     vm_value_int(0),
+                     vm_value_int(0),
+                     tops_tensor(e, VM_F32, 2, DIMS(2, 2), NULL)};
   ASSERT_OK(tops_call(e, "cl.cumulative", a, 6));
   tops_read(e, &a[5], yf);
   assert_true(yf[0] == 2 && isnan(yf[1]) && yf[2] == 6 && isnan(yf[3]));
   release_all(a, 6);
   const uint16_t h[3] = {ref_f32_to_f16(1.5f), ref_f32_to_f16(2.0f), ref_f32_to_f16(-1.0f)};
   check_cum(e, VM_F16, DIMS(1, 3), 1, 1, 0, 0, h,
-            (const uint16_t[]){ref_f32_to_f16(1.5f), ref_f32_to_f16(3.0f),
-                               ref_f32_to_f16(-3.0f)});
+            (const uint16_t[]){ref_f32_to_f16(1.5f), ref_f32_to_f16(3.0f), ref_f32_to_f16(-3.0f)});
   /* an empty axis */
-  vm_value_t z[6] = {tops_tensor(e, VM_I64, 2, DIMS(3, 0), NULL), vm_value_int(1),
-                     vm_value_int(0), vm_value_int(0), vm_value_int(0),
+  vm_value_t z[6] = {tops_tensor(e, VM_I64, 2, DIMS(3, 0), NULL),
+                     vm_value_int(1),
+                     vm_value_int(0),
+                     vm_value_int(0),
+                     vm_value_int(0),
                      tops_tensor(e, VM_I64, 2, DIMS(3, 0), NULL)};
   ASSERT_OK(tops_call(e, "cl.cumulative", z, 6));
   z[2] = vm_value_int(2);
@@ -172,8 +196,12 @@ static void test_cumulative(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.cumulative", z, 6), VM_INVALID_ARGUMENT,
                 "cl.cumulative: axis (argument 1)");
   release_all(z, 6);
-  vm_value_t d[6] = {tops_tensor(e, VM_I64, 1, DIMS(3), NULL), vm_value_int(0), vm_value_int(0),
-                     vm_value_int(0), vm_value_int(0), tops_tensor(e, VM_I32, 1, DIMS(3), NULL)};
+  vm_value_t d[6] = {tops_tensor(e, VM_I64, 1, DIMS(3), NULL),
+                     vm_value_int(0),
+                     vm_value_int(0),
+                     vm_value_int(0),
+                     vm_value_int(0),
+                     tops_tensor(e, VM_I32, 1, DIMS(3), NULL)};
   ASSERT_STATUS(tops_call(e, "cl.cumulative", d, 6), VM_INVALID_ARGUMENT,
                 "cl.cumulative: y (argument 5) has dtype int32, expected int64 (the dtype of x)");
   release_all(d, 6);
@@ -188,31 +216,33 @@ static void test_tensor_scatter(void **state) {
   const int64_t wi[2] = {1, 3};
   vm_value_t a[6] = {tops_tensor(e, VM_F32, 3, DIMS(2, 4, 2), past),
                      tops_tensor(e, VM_F32, 3, DIMS(2, 2, 2), upd),
-                     tops_tensor(e, VM_I64, 1, DIMS(2), wi), vm_value_int(1), vm_value_int(0),
+                     tops_tensor(e, VM_I64, 1, DIMS(2), wi),
+                     vm_value_int(1),
+                     vm_value_int(0),
                      tops_tensor(e, VM_F32, 3, DIMS(2, 4, 2), NULL)};
   float y[16];
   /* linear: batch 1 starts at 3, its second row falls past the end */
   ASSERT_OK(tops_call(e, "cl.tensor_scatter", a, 6));
   tops_read(e, &a[5], y);
-  assert_memory_equal(y, ((const float[]){0, 1, 100, 101, 102, 103, 6, 7, 8, 9, 10, 11, 12, 13,
-                                          104, 105}),
-                      sizeof(y));
+  assert_memory_equal(
+      y, ((const float[]){0, 1, 100, 101, 102, 103, 6, 7, 8, 9, 10, 11, 12, 13, 104, 105}),
+      sizeof(y));
   /* circular: it wraps to row 0 */
   a[4] = vm_value_int(1);
   ASSERT_OK(tops_call(e, "cl.tensor_scatter", a, 6));
   tops_read(e, &a[5], y);
-  assert_memory_equal(y, ((const float[]){0, 1, 100, 101, 102, 103, 6, 7, 106, 107, 10, 11, 12,
-                                          13, 104, 105}),
-                      sizeof(y));
+  assert_memory_equal(
+      y, ((const float[]){0, 1, 100, 101, 102, 103, 6, 7, 106, 107, 10, 11, 12, 13, 104, 105}),
+      sizeof(y));
   tops_check_guard(e, &a[5]);
   /* without write indices: from 0 */
   vm_value_release(&a[2]);
   a[2] = vm_value_none();
   ASSERT_OK(tops_call(e, "cl.tensor_scatter", a, 6));
   tops_read(e, &a[5], y);
-  assert_memory_equal(y, ((const float[]){100, 101, 102, 103, 4, 5, 6, 7, 104, 105, 106, 107, 12,
-                                          13, 14, 15}),
-                      sizeof(y));
+  assert_memory_equal(
+      y, ((const float[]){100, 101, 102, 103, 4, 5, 6, 7, 104, 105, 106, 107, 12, 13, 14, 15}),
+      sizeof(y));
   /* refusals */
   a[3] = vm_value_int(0);
   ASSERT_STATUS(tops_call(e, "cl.tensor_scatter", a, 6), VM_INVALID_ARGUMENT,
@@ -230,7 +260,8 @@ static void test_tensor_scatter(void **state) {
   const int64_t w1[1] = {2};
   vm_value_t b[6] = {tops_tensor(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), 2, DIMS(1, 3), p8),
                      tops_tensor(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), 2, DIMS(1, 4), u8),
-                     tops_tensor(e, VM_I64, 1, DIMS(1), w1), vm_value_int(-1 + 2),
+                     tops_tensor(e, VM_I64, 1, DIMS(1), w1),
+                     vm_value_int(-1 + 2),
                      vm_value_int(1),
                      tops_tensor(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), 2, DIMS(1, 3), NULL)};
   int8_t y8[3];
@@ -335,28 +366,46 @@ static void test_unique(void **state) {
   /* flattened, sorted and in first-occurrence order; NaN equals NaN and sorts last */
   const float x[6] = {2, 1, NAN, 1, 2, NAN};
   const float ys[3] = {1, 2, NAN}, yf[3] = {2, 1, NAN};
-  uq_want_t ws = {3, ys, 8, (const int64_t[]){1, 0, 2}, (const int64_t[]){1, 0, 2, 0, 1, 2},
+  uq_want_t ws = {3,
+                  ys,
+                  8,
+                  (const int64_t[]){1, 0, 2},
+                  (const int64_t[]){1, 0, 2, 0, 1, 2},
                   (const int64_t[]){2, 2, 2}};
   check_unique(e, VM_F32, 1, DIMS(6), x, -1, 1, &ws);
-  uq_want_t wf = {3, yf, 8, (const int64_t[]){0, 1, 2}, (const int64_t[]){0, 1, 2, 1, 0, 2},
+  uq_want_t wf = {3,
+                  yf,
+                  8,
+                  (const int64_t[]){0, 1, 2},
+                  (const int64_t[]){0, 1, 2, 1, 0, 2},
                   (const int64_t[]){2, 2, 2}};
   check_unique(e, VM_F32, 1, DIMS(6), x, -1, 0, &wf);
   /* rows of [3, 2] int64 along axis 0, lexicographic: (1, 5) < (2, 0) */
   const int64_t r[6] = {2, 0, 1, 5, 2, 0};
-  uq_want_t wr = {2, (const int64_t[]){1, 5, 2, 0}, 32, (const int64_t[]){1, 0},
-                  (const int64_t[]){1, 0, 1}, (const int64_t[]){1, 2}};
+  uq_want_t wr = {2,
+                  (const int64_t[]){1, 5, 2, 0},
+                  32,
+                  (const int64_t[]){1, 0},
+                  (const int64_t[]){1, 0, 1},
+                  (const int64_t[]){1, 2}};
   check_unique(e, VM_I64, 2, DIMS(3, 2), r, 0, 1, &wr);
   /* columns of [2, 3] int8 along axis 1: y is [2, count] densely */
   const int8_t cols[6] = {1, 0, 1, 7, 3, 7};
-  uq_want_t wc = {2, (const int8_t[]){0, 1, 3, 7}, 4, (const int64_t[]){1, 0},
-                  (const int64_t[]){1, 0, 1}, (const int64_t[]){1, 2}};
+  uq_want_t wc = {2,
+                  (const int8_t[]){0, 1, 3, 7},
+                  4,
+                  (const int64_t[]){1, 0},
+                  (const int64_t[]){1, 0, 1},
+                  (const int64_t[]){1, 2}};
   check_unique(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), 2, DIMS(2, 3), cols, 1, 1, &wc);
   /* one element */
   const int32_t one = -4;
   uq_want_t w1 = {1, &one, 4, (const int64_t[]){0}, (const int64_t[]){0}, (const int64_t[]){1}};
   check_unique(e, VM_I32, 1, DIMS(1), &one, -1, 1, &w1);
   /* empty: count 0 */
-  vm_value_t z[9] = {tops_tensor(e, VM_F32, 1, DIMS(0), NULL), vm_value_none(), vm_value_int(1),
+  vm_value_t z[9] = {tops_tensor(e, VM_F32, 1, DIMS(0), NULL),
+                     vm_value_none(),
+                     vm_value_int(1),
                      tops_tensor(e, VM_F32, 1, DIMS(0), NULL),
                      tops_tensor(e, VM_I64, 1, DIMS(0), NULL),
                      tops_tensor(e, VM_I64, 1, DIMS(0), NULL),
@@ -370,7 +419,8 @@ static void test_unique(void **state) {
                 "cl.unique: sorted (argument 2)");
   z[2] = vm_value_int(1);
   z[1] = vm_value_int(1);
-  ASSERT_STATUS(tops_call(e, "cl.unique", z, 9), VM_INVALID_ARGUMENT, "cl.unique: axis (argument 1)");
+  ASSERT_STATUS(tops_call(e, "cl.unique", z, 9), VM_INVALID_ARGUMENT,
+                "cl.unique: axis (argument 1)");
   z[1] = vm_value_none();
   vm_value_release(&z[8]);
   z[8] = tops_tensor(e, VM_I32, 1, DIMS(0), NULL);
@@ -457,12 +507,9 @@ static void test_nms(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_topk),
-      cmocka_unit_test(test_cumulative),
-      cmocka_unit_test(test_tensor_scatter),
-      cmocka_unit_test(test_nonzero),
-      cmocka_unit_test(test_unique),
-      cmocka_unit_test(test_nms),
+      cmocka_unit_test(test_topk),           cmocka_unit_test(test_cumulative),
+      cmocka_unit_test(test_tensor_scatter), cmocka_unit_test(test_nonzero),
+      cmocka_unit_test(test_unique),         cmocka_unit_test(test_nms),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
