@@ -7,6 +7,13 @@
 
 #include "onnx_ops.h"
 
+/* Bounds on the work of one kernel item (docs/security.md): TopK's K x n
+ * per row, Unique's slices^2 x slice elements, NonMaxSuppression's boxes^2
+ * per class, NonZero's elements (one work-item). The cl.* operators check
+ * the same. */
+#define SEL_MAX_WORK (INT64_C(1) << 32)
+#define SEL_MAX_NONZERO (INT64_C(1) << 26)
+
 /* Run-time operands of cl.topk and cl.cumulative: float32, float16 or an
  * integer type of 8 to 64 bits. */
 static vm_status_t need_numeric(onx_ctx_t *c, const onx_value_t *v) {
@@ -62,6 +69,10 @@ vm_status_t onx_op_topk(onx_ctx_t *c) {
     return onx_node_err(c, VM_INVALID_ARGUMENT, "K = %lld is out of range: 0 to %lld (axis %lld)",
                         (long long)k, (long long)x->dims[axis], (long long)axis);
   VM_RETURN_IF_ERROR(need_numeric(c, x));
+  if (k * x->dims[axis] > SEL_MAX_WORK) /* both below 2^31 */
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "K = %lld of %lld elements a row: supported: K x elements at most 2^32",
+                        (long long)k, (long long)x->dims[axis]);
   int64_t d[MAXD];
   memcpy(d, x->dims, x->ndim * sizeof(int64_t));
   d[axis] = k;
@@ -192,6 +203,11 @@ vm_status_t onx_op_nonzero(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   VM_RETURN_IF_ERROR(dyn_output_ok(c, 0));
   if (!vm_dtype_equal(x->dt, VM_BOOL)) VM_RETURN_IF_ERROR(need_numeric(c, x));
+  if (x->numel > SEL_MAX_NONZERO)
+    return onx_node_err(
+        c, VM_UNIMPLEMENTED,
+        "NonZero of %lld elements: supported: at most 2^26 (one work-item scans them)",
+        (long long)x->numel);
   int64_t yd[2] = {x->ndim, x->numel}, one = 1;
   int32_t y = new_t(c, VM_I64, 2, yd), cnt = new_t(c, VM_I64, 1, &one);
   vmcc_arg_t a[3] = {A(onx_tid(c, x)), A(y), A(cnt)};
@@ -217,6 +233,12 @@ vm_status_t onx_op_unique(onx_ctx_t *c) {
   for (uint32_t i = 0; i < 4; i++)
     if (i != 2) VM_RETURN_IF_ERROR(dyn_output_ok(c, i));
   int64_t n = has_axis ? x->dims[axis] : x->numel, one = 1;
+  int64_t slice = n ? x->numel / n : 0;
+  if (n > SEL_MAX_WORK / (n ? n : 1) || n * n > SEL_MAX_WORK / (slice ? slice : 1))
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "Unique of %lld slices of %lld elements: supported: slices^2 x elements "
+                        "at most 2^32",
+                        (long long)n, (long long)slice);
   int64_t yd[MAXD];
   uint32_t yn = has_axis ? x->ndim : 1;
   if (has_axis)
@@ -283,6 +305,9 @@ vm_status_t onx_op_nms(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(nms_scalar(c, 3, "iou_threshold", &iou, &given));
   VM_RETURN_IF_ERROR(nms_scalar(c, 4, "score_threshold", &sthr, &has_sthr));
   int64_t n = bx->dims[1], bc = sc->dims[0] * sc->dims[1];
+  if (n > 65536)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "%lld boxes: supported: at most 65536 a batch",
+                        (long long)n);
   int64_t k = maxk <= 0 ? 0 : maxk < (double)n ? (int64_t)maxk : n;
   /* bc * k <= the scores' elements, bc * (k + 1) at most twice that */
   int64_t yd[2] = {bc * k, 3}, wn = bc * (k + 1), one = 1;

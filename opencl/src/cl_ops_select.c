@@ -8,6 +8,11 @@
 
 #define SELECT_LOCAL 64
 
+/* The work of one work-item (docs/security.md): TopK's k x n, Unique's
+ * slices^2 x slice elements, NMS's boxes^2, NonZero's elements. */
+#define SEL_MAX_WORK (INT64_C(1) << 32)
+#define SEL_MAX_NONZERO (INT64_C(1) << 26)
+
 /* The build options of a numeric dtype: float32/float16 as common.cl's S,
  * the integers with -DSEL_INT; -1 for any other dtype. */
 static int select_options(vm_dtype_t dt, char *buf, size_t n) {
@@ -105,6 +110,9 @@ vm_status_t vmcl_op_topk(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, ix, 5, "indices", shape, x->ndim));
   c.rows = outer * c.inner;
   if (c.rows == 0 || c.k == 0) return VM_STATUS_OK;
+  if (c.k * c.n > SEL_MAX_WORK)
+    return vmcl_op_error(&op, "k %lld of %lld elements a row: at most 2^32 (k x elements)",
+                         (long long)c.k, (long long)c.n);
   return select_launch(op.d, opts, "topk", c.rows, topk_args, &c);
 }
 
@@ -288,6 +296,8 @@ vm_status_t vmcl_op_nonzero(vm_machine_t *m, const vm_value_t *args, uint32_t na
   int64_t ys[2] = {x->ndim, c.n};
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", ys, 2));
   if (c.n == 0) return zero_count(op.d, cnt);
+  if (c.n > SEL_MAX_NONZERO)
+    return vmcl_op_error(&op, "x (argument 0) has %lld elements: at most 2^26", (long long)c.n);
   return select_launch(op.d, opts, "nonzero", 1, nz_args, &c);
 }
 
@@ -394,6 +404,10 @@ vm_status_t vmcl_op_unique(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, ws, 8, "ws", &c.n, 1));
   /* (slices of no elements are all equal: one unique) */
   if (c.n == 0) return zero_count(op.d, cnt);
+  int64_t slice = c.outer * c.inner;
+  if (c.n > SEL_MAX_WORK / c.n || c.n * c.n > SEL_MAX_WORK / (slice ? slice : 1))
+    return vmcl_op_error(&op, "%lld slices of %lld elements: at most 2^32 (slices^2 x elements)",
+                         (long long)c.n, (long long)slice);
   VM_RETURN_IF_ERROR(select_launch(op.d, opts, "unique_first", c.n, uq_first_args, &c));
   VM_RETURN_IF_ERROR(select_launch(op.d, opts, "unique_count", 1, uq_count_args, &c));
   VM_RETURN_IF_ERROR(select_launch(op.d, opts, "unique_place", c.n, uq_place_args, &c));
@@ -476,6 +490,9 @@ vm_status_t vmcl_op_nms(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 6, "y", ys, 2));
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, ws, 8, "ws", &wsn, 1));
   if (c.bc == 0 || c.k == 0) return zero_count(op.d, cnt);
+  if (c.n > 65536)
+    return vmcl_op_error(&op, "boxes (argument 0) has %lld boxes a batch: at most 65536",
+                         (long long)c.n);
   VM_RETURN_IF_ERROR(
       select_launch(op.d, vmcl_float_options(bx->dtype), "nms_select", c.bc, nms_select_args, &c));
   return select_launch(op.d, vmcl_float_options(bx->dtype), "nms_compact", 1, nms_compact_args, &c);

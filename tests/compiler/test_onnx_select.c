@@ -171,6 +171,40 @@ static void test_einsum_equations(void **state) {
                 "node 'ein' (Einsum): equation is longer than 256 characters");
 }
 
+/* The bounds on one work-item's work (docs/security.md), on shapes alone */
+static void test_work_bounds(void **state) {
+  mb_t m;
+  const int64_t k = 70000;
+  mb_init(&m, 11);
+  mb_input(&m, "x", 2, (const int64_t[]){1, 70000});
+  mb_init_raw(&m, "k", ONNX_INT64, 1, (const int64_t[]){1}, &k, sizeof(k));
+  mb_output(&m, "v", 2, (const int64_t[]){1, 70000});
+  mb_node(&m, "TopK", "tk", "x", "k", "v");
+  ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED,
+                "node 'tk' (TopK): K = 70000 of 70000 elements a row: supported: K x elements at "
+                "most 2^32");
+  mb_init(&m, 13);
+  mb_input(&m, "x", 2, (const int64_t[]){8193, 8192});
+  int64_output(&m, "nz", 2, (const int64_t[]){2, -1});
+  mb_node(&m, "NonZero", "n", "x", NULL, "nz");
+  ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED,
+                "node 'n' (NonZero): NonZero of 67117056 elements: supported: at most 2^26");
+  mb_init(&m, 11);
+  mb_input(&m, "x", 1, (const int64_t[]){70000});
+  mb_output(&m, "y", 1, (const int64_t[]){-1});
+  mb_node(&m, "Unique", "u", "x", NULL, "y");
+  ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED,
+                "node 'u' (Unique): Unique of 70000 slices of 1 elements: supported: slices^2 x "
+                "elements at most 2^32");
+  mb_init(&m, 11);
+  mb_input(&m, "boxes", 3, (const int64_t[]){1, 70000, 4});
+  mb_input(&m, "scores", 3, (const int64_t[]){1, 1, 70000});
+  int64_output(&m, "sel", 2, (const int64_t[]){-1, 3});
+  mb_node(&m, "NonMaxSuppression", "nms", "boxes", "scores", "sel");
+  ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED,
+                "node 'nms' (NonMaxSuppression): 70000 boxes: supported: at most 65536 a batch");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nonzero_output_compiles),
@@ -179,6 +213,7 @@ int main(void) {
       cmocka_unit_test(test_topk_refusals),
       cmocka_unit_test(test_tensor_scatter_refusals),
       cmocka_unit_test(test_einsum_equations),
+      cmocka_unit_test(test_work_bounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

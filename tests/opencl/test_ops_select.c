@@ -503,6 +503,30 @@ static void test_nms(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.nms", a, 9), VM_INVALID_ARGUMENT,
                 "cl.nms: max_per_class (argument 2)");
   release_all(a, 9);
+  /* the bound on one work-item's work: 65537 boxes */
+  const int64_t nb = 65537;
+  vm_value_t big[9] = {tops_tensor(e, VM_F32, 3, DIMS(1, nb, 4), NULL),
+                       tops_tensor(e, VM_F32, 3, DIMS(1, 1, nb), NULL),
+                       vm_value_int(1),
+                       vm_value_float(0.5),
+                       vm_value_none(),
+                       vm_value_int(0),
+                       tops_tensor(e, VM_I64, 2, DIMS(1, 3), NULL),
+                       tops_tensor(e, VM_I64, 1, DIMS(1), NULL),
+                       tops_tensor(e, VM_I64, 1, DIMS(2), NULL)};
+  ASSERT_STATUS(tops_call(e, "cl.nms", big, 9), VM_INVALID_ARGUMENT,
+                "cl.nms: boxes (argument 0) has 65537 boxes a batch: at most 65536");
+  release_all(big, 9);
+  /* and TopK's k x n */
+  vm_value_t tk[6] = {tops_tensor(e, VM_F32, 2, DIMS(1, nb), NULL),
+                      vm_value_int(1),
+                      vm_value_int(nb),
+                      vm_value_int(1),
+                      tops_tensor(e, VM_F32, 2, DIMS(1, nb), NULL),
+                      tops_tensor(e, VM_I64, 2, DIMS(1, nb), NULL)};
+  ASSERT_STATUS(tops_call(e, "cl.topk", tk, 6), VM_INVALID_ARGUMENT,
+                "cl.topk: k 65537 of 65537 elements a row: at most 2^32 (k x elements)");
+  release_all(tk, 6);
 }
 
 int main(void) {
