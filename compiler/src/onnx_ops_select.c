@@ -14,17 +14,20 @@
 #define SEL_MAX_WORK (INT64_C(1) << 32)
 #define SEL_MAX_NONZERO (INT64_C(1) << 26)
 
-/* Run-time operands of cl.topk and cl.cumulative: float32, float16 or an
- * integer type of 8 to 64 bits. */
+/* Run-time operands of cl.topk, cl.cumulative, cl.nonzero and cl.unique:
+ * float32, float16, float64 (the operator refuses it on a device without
+ * cl_khr_fp64) or an integer type of 8 to 64 bits. */
 static vm_status_t need_numeric(onx_ctx_t *c, const onx_value_t *v) {
-  if (vm_dtype_equal(v->dt, VM_F32) || vm_dtype_equal(v->dt, VM_F16)) return VM_STATUS_OK;
+  if (vm_dtype_equal(v->dt, VM_F32) || vm_dtype_equal(v->dt, VM_F16) ||
+      vm_dtype_equal(v->dt, VM_F64))
+    return VM_STATUS_OK;
   if (onx_is_int(v->dt) && v->dt.code != VM_DTYPE_BOOL && v->dt.lanes == 1 &&
       (v->dt.bits == 8 || v->dt.bits == 16 || v->dt.bits == 32 || v->dt.bits == 64))
     return VM_STATUS_OK;
   char b[32];
   return onx_node_err(c, VM_UNIMPLEMENTED,
-                      "input '%.80s' has dtype %s: supported: float, float16, int8 to int64, "
-                      "uint8 to uint64 (at run time)",
+                      "input '%.80s' has dtype %s: supported: float, float16, float64, int8 to "
+                      "int64, uint8 to uint64 (at run time)",
                       v->name, dt_name(v->dt, b, sizeof(b)));
 }
 
@@ -92,7 +95,7 @@ vm_status_t onx_op_cumulative(onx_ctx_t *c) {
   int prod = c->op->arg == 1;
   onx_value_t *x, *av;
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
-  if (!prod && onx_is_float(x->dt)) return onx_op_cumsum(c);
+  if (!prod && onx_is_float(x->dt) && !vm_dtype_equal(x->dt, VM_F64)) return onx_op_cumsum(c);
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &av));
   int64_t axis, na, excl, rev;
   if (!av->data)
@@ -587,7 +590,7 @@ vm_status_t onx_op_einsum(onx_ctx_t *c) {
         return onx_node_err(c, VM_INVALID_ARGUMENT, "equation '%s': a label has dims %lld and %lld",
                             eq, (long long)ld[l], (long long)d);
     }
-  VM_RETURN_IF_ERROR(need_float(c, in[0]));
+  /* the dtype: as the inner operators take it (float32/float16; float64 where they do) */
   for (uint32_t k = 0; k < nin; k++)
     VM_RETURN_IF_ERROR(ein_reduce(c, &op[k], nin == 2 ? &op[1 - k].t : NULL, &out, in[0]->dt));
   ein_op_t *r = &op[0];

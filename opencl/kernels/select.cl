@@ -9,7 +9,16 @@
  * position: element t of row r is at (r / inner) * n * inner + t * inner +
  * r % inner. One work-item per row walks it sequentially.
  */
-#ifdef SEL_INT
+#ifdef SEL_F64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#define E double
+#define V double
+#define GET(p, i) ((p)[(i)])
+#define PUT(v, i, p) ((p)[(i)] = (v))
+#define SEL_ISNAN(v) isnan(v)
+#define SEL_ADD(a, b) ((a) + (b))
+#define SEL_MUL(a, b) ((a) * (b))
+#elif defined(SEL_INT)
 #define E T
 #define V T
 #define GET(p, i) ((p)[(i)])
@@ -244,7 +253,7 @@ __kernel void unique_inverse(__global const E *x, int xo, __global const long *f
   inv[vo + j] = uq_pos(x, xo, f, fo, n, outer, inner, (int)f[fo + j], sorted);
 }
 
-#ifndef SEL_INT
+#if !defined(SEL_INT) && !defined(SEL_F64)
 /* NonMaxSuppression (float builds). Box i of batch b at boxes[(b n + i) 4]:
  * [y1, x1, y2, x2] (any diagonal corners), or with center [x, y, w, h]. */
 void nms_extent(__global const E *bx, int o, int center, float *x0, float *x1, float *y0,

@@ -13,11 +13,26 @@
 #define SEL_MAX_WORK (INT64_C(1) << 32)
 #define SEL_MAX_NONZERO (INT64_C(1) << 26)
 
+/* Whether the device computes in double (cl_khr_fp64). */
+static int has_fp64(vmcl_dev_t *d) {
+  char ext[4096] = "";
+  if (clGetDeviceInfo(d->device, CL_DEVICE_EXTENSIONS, sizeof(ext) - 1, ext, NULL) != CL_SUCCESS)
+    return 0;
+  for (const char *p = strstr(ext, "cl_khr_fp64"); p; p = strstr(p + 1, "cl_khr_fp64"))
+    if ((p == ext || p[-1] == ' ') && (p[11] == ' ' || p[11] == 0)) return 1;
+  return 0;
+}
+
 /* The build options of a numeric dtype: float32/float16 as common.cl's S,
- * the integers with -DSEL_INT; -1 for any other dtype. */
+ * float64 with -DSEL_F64 (numeric() checks the device), the integers with
+ * -DSEL_INT; -1 for any other dtype. */
 static int select_options(vm_dtype_t dt, char *buf, size_t n) {
   if (vm_dtype_equal(dt, VM_F32) || vm_dtype_equal(dt, VM_F16)) {
     snprintf(buf, n, "%s", vmcl_float_options(dt));
+    return 0;
+  }
+  if (vm_dtype_equal(dt, VM_F64)) {
+    snprintf(buf, n, "-DSEL_F64");
     return 0;
   }
   if (!vmcl_int_type(dt, NULL, NULL, NULL)) return -1;
@@ -29,12 +44,18 @@ static int select_options(vm_dtype_t dt, char *buf, size_t n) {
 
 static vm_status_t numeric(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                            const char *what, char *opts, size_t n) {
-  if (select_options(t->dtype, opts, n) == 0) return VM_STATUS_OK;
   char buf[24];
-  return vmcl_op_error(op,
-                       "%s (argument %u) has dtype %s, expected float32, float16 or an "
-                       "integer type",
-                       what, idx, vm_dtype_str(t->dtype, buf, sizeof(buf)));
+  if (select_options(t->dtype, opts, n) != 0)
+    return vmcl_op_error(op,
+                         "%s (argument %u) has dtype %s, expected float32, float16, float64 or "
+                         "an integer type",
+                         what, idx, vm_dtype_str(t->dtype, buf, sizeof(buf)));
+  if (vm_dtype_equal(t->dtype, VM_F64) && !has_fp64(op->d))
+    return vmcl_op_error(op,
+                         "%s (argument %u) has dtype float64, which this device cannot compute "
+                         "(no cl_khr_fp64)",
+                         what, idx);
+  return VM_STATUS_OK;
 }
 
 static vm_status_t need_i64(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,

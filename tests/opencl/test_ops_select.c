@@ -125,8 +125,8 @@ static void test_topk(void **state) {
                      tops_tensor(e, VM_BOOL, 1, DIMS(1), NULL),
                      tops_tensor(e, VM_I32, 1, DIMS(1), NULL)};
   ASSERT_STATUS(tops_call(e, "cl.topk", b, 6), VM_INVALID_ARGUMENT,
-                "cl.topk: x (argument 0) has dtype bool, expected float32, float16 or an integer "
-                "type");
+                "cl.topk: x (argument 0) has dtype bool, expected float32, float16, float64 or an "
+                "integer type");
   release_all(b, 6);
   vm_value_t f[6] = {tops_tensor(e, VM_F32, 1, DIMS(2), NULL),
                      vm_value_int(0),
@@ -180,6 +180,21 @@ static void test_cumulative(void **state) {
   const uint16_t h[3] = {ref_f32_to_f16(1.5f), ref_f32_to_f16(2.0f), ref_f32_to_f16(-1.0f)};
   check_cum(e, VM_F16, DIMS(1, 3), 1, 1, 0, 0, h,
             (const uint16_t[]){ref_f32_to_f16(1.5f), ref_f32_to_f16(3.0f), ref_f32_to_f16(-3.0f)});
+  /* float64 where the device computes in double (PoCL does), else the refusal */
+  const double xd[4] = {1.5, 1e300, -2.0, 1e10};
+  double yd[4];
+  vm_value_t dv[6] = {tops_tensor(e, VM_F64, 1, DIMS(4), xd), vm_value_int(0), vm_value_int(1),
+                      vm_value_int(0), vm_value_int(1), tops_tensor(e, VM_F64, 1, DIMS(4), NULL)};
+  vm_status_t st = tops_call(e, "cl.cumulative", dv, 6);
+  if (st && strstr(vm_status_message(st), "no cl_khr_fp64")) {
+    vm_status_free(st);
+  } else {
+    ASSERT_OK(st);
+    tops_read(e, &dv[5], yd);
+    /* reverse products, beyond float's range: 1e300 * -2 * 1e10 = -2e310 overflows to -inf */
+    assert_true(isinf(yd[0]) && yd[0] < 0 && isinf(yd[1]) && yd[2] == -2e10 && yd[3] == 1e10);
+  }
+  release_all(dv, 6);
   /* an empty axis */
   vm_value_t z[6] = {tops_tensor(e, VM_I64, 2, DIMS(3, 0), NULL),
                      vm_value_int(1),
