@@ -186,7 +186,8 @@ static vm_status_t dyn_output_ok(onx_ctx_t *c, uint32_t i) {
   if (!onx_out_wanted(c, i)) return VM_STATUS_OK;
   const char *name = c->node->output[i];
   const onx_name_t *e = onx_names_find(&c->names, name);
-  if (!c->depth && !c->sub_depth && e && e->num_cons == 0 && e->outputs == 1) return VM_STATUS_OK;
+  /* unread and not returned is as good as absent */
+  if (!c->depth && !c->sub_depth && e && e->num_cons == 0 && e->outputs <= 1) return VM_STATUS_OK;
   return onx_node_err(c, VM_UNIMPLEMENTED,
                       "output '%.80s' has a data-dependent shape: supported: as an output of the "
                       "main graph that no node reads (named once among the graph's outputs)",
@@ -194,10 +195,11 @@ static vm_status_t dyn_output_ok(onx_ctx_t *c, uint32_t i) {
 }
 
 /* Binds output i as tensor t of the largest shape, returned cut to count
- * along axis. */
+ * along axis (when the graph returns it). */
 static vm_status_t bind_trimmed(onx_ctx_t *c, uint32_t i, int32_t t, int32_t count, uint32_t axis) {
   if (!onx_out_wanted(c, i)) return VM_STATUS_OK;
-  vmcc_graph_trim_dim(c->g, t, count, axis);
+  const onx_name_t *e = onx_names_find(&c->names, c->node->output[i]);
+  if (e && e->outputs == 1) vmcc_graph_trim_dim(c->g, t, count, axis);
   return onx_bind_out(c, i, t, vmcc_graph_ndim(c->g, t), vmcc_graph_shape(c->g, t));
 }
 

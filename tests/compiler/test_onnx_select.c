@@ -48,6 +48,21 @@ static void test_nonzero_output_compiles(void **state) {
   ASSERT_OK(compile(&m));
 }
 
+/* Unique with four named outputs of which the graph returns Y and the
+ * inverse: the other two are computed, unread and not returned */
+static void test_unique_unread_outputs_compile(void **state) {
+  mb_t m;
+  mb_init(&m, 11);
+  mb_input(&m, "x", 1, (const int64_t[]){6});
+  mb_output(&m, "y", 1, (const int64_t[]){-1});
+  int64_output(&m, "inv", 1, (const int64_t[]){6});
+  Onnx__NodeProto *n = mb_node(&m, "Unique", "u", "x", NULL, "y");
+  char *outs[4] = {"y", "idx", "inv", "counts"};
+  n->output = outs;
+  n->n_output = 4;
+  ASSERT_OK(compile(&m));
+}
+
 /* a node reading NonZero's output: its shape is unknown until run time */
 static void test_nonzero_consumed_refused(void **state) {
   mb_t m;
@@ -209,6 +224,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nonzero_output_compiles),
       cmocka_unit_test(test_nonzero_consumed_refused),
+      cmocka_unit_test(test_unique_unread_outputs_compile),
       cmocka_unit_test(test_nonzero_output_twice_refused),
       cmocka_unit_test(test_topk_refusals),
       cmocka_unit_test(test_tensor_scatter_refusals),
