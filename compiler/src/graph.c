@@ -44,6 +44,11 @@ typedef struct gcall {
   int32_t *outs;
 } gcall_t;
 
+typedef struct gtrim {
+  int32_t t, count; /* the output, its count (an int64 1-element intermediate) */
+  int64_t axis;
+} gtrim_t;
+
 #define DTYPE_CACHE 16
 
 typedef struct int_list {
@@ -81,6 +86,8 @@ struct vmcc_graph {
   uint32_t dtype_idx[DTYPE_CACHE], num_dtypes;
   int has_f32_const, has_scope_const;
   uint32_t f32_const, scope_const;
+  gtrim_t *trims; /* outputs returned cut to a run-time count (vmcc_graph_trim_dim) */
+  uint32_t num_trims, cap_trims;
 };
 
 static void set_err(vmcc_graph_t *g, vm_status_t st) {
@@ -129,6 +136,7 @@ void vmcc_graph_free(vmcc_graph_t *g) {
   free(g->shapes);
   free(g->shape_slots);
   free(g->lists);
+  free(g->trims);
   vm_status_free(g->err);
   free(g);
 }
@@ -277,6 +285,29 @@ int32_t vmcc_graph_view(vmcc_graph_t *g, int32_t src, uint32_t ndim, const int64
 
 void vmcc_graph_call(vmcc_graph_t *g, const char *name, uint32_t nargs, const vmcc_arg_t *args) {
   add_call(g, name, -1, nargs, args);
+}
+
+void vmcc_graph_trim_dim(vmcc_graph_t *g, int32_t t, int32_t count, uint32_t axis) {
+  if (g->err) return;
+  if (!valid_tid(g, t) || !valid_tid(g, count) || g->tensors[t].kind != T_INTER ||
+      g->tensors[count].kind != T_INTER || axis >= g->tensors[t].ndim ||
+      !vm_dtype_equal(g->tensors[count].dt, VM_I64) || g->tensors[count].nbytes != 8) {
+    set_err(g, vm_status_make(VM_INVALID_ARGUMENT,
+                              "graph: trim of tensor %d by %d along axis %u: expected two "
+                              "intermediates, the count int64 of one element",
+                              t, count, axis));
+    return;
+  }
+  for (uint32_t i = 0; i < g->num_trims; i++)
+    if (g->trims[i].t == t) {
+      set_err(g, vm_status_make(VM_INVALID_ARGUMENT, "graph: tensor %d is trimmed twice", t));
+      return;
+    }
+  if (grow((void **)&g->trims, &g->cap_trims, g->num_trims, sizeof(gtrim_t)) != 0) {
+    set_err(g, vm_status_make(VM_RESOURCE_EXHAUSTED, "graph: out of host memory"));
+    return;
+  }
+  g->trims[g->num_trims++] = (gtrim_t){.t = t, .count = count, .axis = axis};
 }
 
 int32_t vmcc_graph_result(vmcc_graph_t *g, vm_dtype_t dt, uint32_t ndim, const int64_t *shape) {
@@ -769,6 +800,16 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   }
   st = compute_lifetimes(g);
   if (st) goto fail;
+  /* a trimmed output's count lives to the return (never released) */
+  for (uint32_t i = 0; i < g->num_trims; i++) {
+    if (out_of[g->trims[i].t] < 0) {
+      st = vm_status_make(VM_INVALID_ARGUMENT, "graph: trimmed tensor %d is not returned",
+                          g->trims[i].t);
+      goto fail;
+    }
+    gtensor_t *ct = &g->tensors[g->trims[i].count];
+    ct->last_ref = ct->last = g->num_calls;
+  }
 
   /* Plan every intermediate but the outputs: an output must survive the
    * return, so it cannot share memory that later calls reuse. */
@@ -860,6 +901,8 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   int64_t list_reg0 = next;
   next += max_lists;
   int64_t tuple_reg = next++;
+  int64_t trim_reg0 = next; /* the trimmed views returned */
+  next += g->num_trims;
   int64_t ctl_reg = next; /* control calls: the condition, the flag read, the tuple */
   next += 3;
   words = malloc(max_args * sizeof(*words));
@@ -943,10 +986,20 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
       emit_kill(g, kills[q] & 0x80000000u ? storage_reg[kills[q] & 0x7fffffffu]
                                           : g->tensors[kills[q]].reg);
   }
+  /* each trimmed output returns as vm.builtin.trim_dim(output, count, axis) */
+  int64_t *ret_reg = out_storage_reg; /* reused: the storages' registers are done with */
+  for (uint32_t o = 0; o < num_outputs; o++) ret_reg[o] = g->tensors[outputs[o]].reg;
+  for (uint32_t i = 0; i < g->num_trims; i++) {
+    const gtrim_t *tr = &g->trims[i];
+    int64_t w[3] = {VM_REG(g->tensors[tr->t].reg), VM_REG(g->tensors[tr->count].reg),
+                    VM_IMM(tr->axis)};
+    emit(g, trim_reg0 + i, packed(g, "vm.builtin.trim_dim"), 3, w);
+    ret_reg[out_of[tr->t]] = trim_reg0 + i;
+  }
   if (num_outputs == 1) {
-    if (!g->err) set_err(g, vm_builder_emit_ret(g->b, g->tensors[outputs[0]].reg));
+    if (!g->err) set_err(g, vm_builder_emit_ret(g->b, ret_reg[0]));
   } else {
-    for (uint32_t o = 0; o < num_outputs; o++) words[o] = VM_REG(g->tensors[outputs[o]].reg);
+    for (uint32_t o = 0; o < num_outputs; o++) words[o] = VM_REG(ret_reg[o]);
     emit(g, tuple_reg, packed(g, "vm.builtin.make_tuple"), num_outputs, words);
     if (!g->err) set_err(g, vm_builder_emit_ret(g->b, tuple_reg));
   }

@@ -211,7 +211,6 @@ static const onx_op_t k_ops[] = {
     {"Celu", "", 0, 0, "alpha", onx_op_ew, ONX_E_CELU},
     {"Col2Im", "", 0, 0, "dilations pads strides", onx_op_col2im, 0},
     {"Cosh", "", 0, 0, "", onx_op_ew, ONX_E_COSH},
-    {"CumSum", "", 0, 0, "exclusive reverse", onx_op_cumsum, 0},
     {"DFT", "", 17, 0, "axis:-19 inverse onesided", onx_op_dft, 0},
     {"DepthToSpace", "", 0, 0, "blocksize mode:11-", onx_op_depth_space, 0},
     {"EyeLike", "", 0, 0, "dtype k", onx_op_eye_like, 0},
@@ -274,6 +273,15 @@ static const onx_op_t k_ops[] = {
      "spatial_scale",
      onx_op_roi_align, 0},
     {"STFT", "", 17, 0, "onesided", onx_op_stft, 0},
+    /* onnx_ops_select.c */
+    {"CumSum", "", 0, 0, "exclusive reverse", onx_op_cumulative, 0},
+    {"CumProd", "", 26, 0, "exclusive reverse", onx_op_cumulative, 1},
+    {"TensorScatter", "", 24, 0, "axis mode", onx_op_tensor_scatter, 0},
+    {"TopK", "", 0, 0, "axis k:-9 largest:11- sorted:11-", onx_op_topk, 0},
+    {"NonZero", "", 9, 0, "", onx_op_nonzero, 0},
+    {"Unique", "", 11, 0, "axis sorted", onx_op_unique, 0},
+    {"NonMaxSuppression", "", 10, 0, "center_point_box", onx_op_nms, 0},
+    {"Einsum", "", 12, 0, "equation", onx_op_einsum, 0},
 };
 
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))

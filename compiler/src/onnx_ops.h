@@ -320,6 +320,14 @@ vm_status_t onx_op_tile(onx_ctx_t *c);
 vm_status_t onx_op_trilu(onx_ctx_t *c);
 vm_status_t onx_op_variadic(onx_ctx_t *c);
 vm_status_t onx_op_window(onx_ctx_t *c);
+/* onnx_ops_select.c */
+vm_status_t onx_op_cumulative(onx_ctx_t *c);
+vm_status_t onx_op_tensor_scatter(onx_ctx_t *c);
+vm_status_t onx_op_topk(onx_ctx_t *c);
+vm_status_t onx_op_nonzero(onx_ctx_t *c);
+vm_status_t onx_op_unique(onx_ctx_t *c);
+vm_status_t onx_op_nms(onx_ctx_t *c);
+vm_status_t onx_op_einsum(onx_ctx_t *c);
 /* onnx_ops_index.c; scatter reductions: at most this many updates of one element */
 #define ONX_SCATTER_LEVELS 64
 vm_status_t onx_op_center_crop_pad(onx_ctx_t *c);

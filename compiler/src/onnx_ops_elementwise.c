@@ -609,9 +609,34 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
                         "%s on run-time tensors (dtype %s): supported: constant inputs only",
                         bo->onnx, dt_name(a->dt, b1, sizeof(b1)));
   }
-  /* integers: the cl.* arithmetic but pow, and the comparisons */
-  if (!(onx_is_int(a->dt) && a->dt.code != VM_DTYPE_BOOL && bo->op != B_POW))
-    VM_RETURN_IF_ERROR(need_real(c, a));
+  /* integers: the cl.* arithmetic, pow and the comparisons */
+  int int_a = onx_is_int(a->dt) && a->dt.code != VM_DTYPE_BOOL;
+  if (!int_a) VM_RETURN_IF_ERROR(need_real(c, a));
+  if (bo->op == B_POW && int_a && onx_is_float(b->dt)) {
+    /* an integer base to a float power: computed in the exponent's float
+     * dtype, truncated back to the base's (as the reference's astype) */
+    VM_RETURN_IF_ERROR(need_real(c, b));
+    int32_t xf = new_t(c, b->dt, a->ndim, a->dims), yf = new_t(c, b->dt, *ondim, odims);
+    int32_t y = new_t(c, a->dt, *ondim, odims);
+    call(c, "cl.cast", 2, (vmcc_arg_t[]){A(onx_tid(c, a)), A(xf)});
+    call(c, "cl.binary.pow", 3, (vmcc_arg_t[]){A(xf), A(onx_tid(c, b)), A(yf)});
+    call(c, "cl.cast", 2, (vmcc_arg_t[]){A(yf), A(y)});
+    *out_tid = y;
+    return VM_STATUS_OK;
+  }
+  if (bo->op == B_POW && int_a && !vm_dtype_equal(a->dt, b->dt) && !b->data) {
+    /* an integer exponent of another integer dtype: as the base's */
+    if (!onx_is_int(b->dt) || b->dt.code == VM_DTYPE_BOOL) {
+      char b1[32];
+      return onx_node_err(c, VM_UNIMPLEMENTED, "Pow exponent of dtype %s: supported: numbers",
+                          dt_name(b->dt, b1, sizeof(b1)));
+    }
+    int32_t bt = new_t(c, a->dt, b->ndim, b->dims), y = new_t(c, a->dt, *ondim, odims);
+    call(c, "cl.cast", 2, (vmcc_arg_t[]){A(onx_tid(c, b)), A(bt)});
+    call(c, "cl.binary.pow", 3, (vmcc_arg_t[]){A(onx_tid(c, a)), A(bt), A(y)});
+    *out_tid = y;
+    return VM_STATUS_OK;
+  }
   static const char *const k_tok[] = {"add", "sub", "mul", "div", "pow", "max", "min"};
   if (last && bo->op <= B_MIN && *out_tid == -2) {
     onx_value_t *ops[2] = {a, b};

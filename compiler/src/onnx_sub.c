@@ -74,7 +74,8 @@ uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
       onx_op_cast_like,
       onx_op_lp_pool,
       onx_op_bitshift,
-      onx_op_cumsum,
+      onx_op_cumulative, /* a float CumSum: onx_op_cumsum */
+      onx_op_einsum,
       onx_op_depth_space,
       onx_op_hardmax,
       onx_op_instance_norm,

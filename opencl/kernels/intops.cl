@@ -1,4 +1,4 @@
-/* Integer elementwise operators: cl.binary.{add,sub,mul,div,max,min},
+/* Integer elementwise operators: cl.binary.{add,sub,mul,div,max,min,pow},
  * cl.binary.bitwise_{and,or,xor} (integers only) and
  * the comparisons on int8..int64 / uint8..uint64 tensors, and
  * cl.unary.clip on them. Built per type: -DT=<type> -DU=<unsigned type of
@@ -20,6 +20,22 @@
 #define IOP_bitwise_and(a, b) ((T)((a) & (b)))
 #define IOP_bitwise_or(a, b) ((T)((a) | (b)))
 #define IOP_bitwise_xor(a, b) ((T)((a) ^ (b)))
+/* pow: exponentiation by squaring, wrapping as mul; a negative exponent
+ * gives the integer part of the real power: 1 for a = 1, +-1 for a = -1
+ * (by the exponent's parity), 0 otherwise (0 ** -k too: no trap). */
+T iop_pow(T a, T b) {
+#if SIGNED
+  if (b < 0) return a == 1 ? (T)1 : a == (T)-1 ? ((b & 1) ? (T)-1 : (T)1) : (T)0;
+#endif
+  U r = 1, x = (U)a, e = (U)b;
+  while (e) {
+    if (e & 1) r *= x;
+    x *= x;
+    e >>= 1;
+  }
+  return (T)r;
+}
+#define IOP_pow(a, b) iop_pow((a), (b))
 #define IOP_max(a, b) ((a) > (b) ? (a) : (b))
 #define IOP_min(a, b) ((a) < (b) ? (a) : (b))
 
@@ -50,6 +66,7 @@ IBINARY_ND(mul)
 IBINARY_ND(div)
 IBINARY_ND(max)
 IBINARY_ND(min)
+IBINARY_ND(pow)
 IBINARY_ND(bitwise_and)
 IBINARY_ND(bitwise_or)
 IBINARY_ND(bitwise_xor)

@@ -88,6 +88,12 @@ static const op_entry_t ops[] = {
     {"cl.det", vmcl_op_det, NULL},
     {"cl.stft", vmcl_op_stft, NULL},
     {"cl.conv_transpose3d", vmcl_op_conv_transpose3d, NULL},
+    {"cl.topk", vmcl_op_topk, NULL},
+    {"cl.cumulative", vmcl_op_cumulative, NULL},
+    {"cl.tensor_scatter", vmcl_op_tensor_scatter, NULL},
+    {"cl.nonzero", vmcl_op_nonzero, NULL},
+    {"cl.unique", vmcl_op_unique, NULL},
+    {"cl.nms", vmcl_op_nms, NULL},
 };
 
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {

@@ -27,6 +27,7 @@ static const char *const family_files[VMCL_FAM_COUNT] = {
     [VMCL_FAM_RNN] = vmcl_src_rnn,
     [VMCL_FAM_ATTENTION] = vmcl_src_attention,
     [VMCL_FAM_SPATIAL] = vmcl_src_spatial,
+    [VMCL_FAM_SELECT] = vmcl_src_select,
 };
 
 static char *family_sources[VMCL_FAM_COUNT];
@@ -54,6 +55,24 @@ vm_status_t vmcl_family_kernel(vmcl_dev_t *d, vmcl_family_t fam, const char *opt
     return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory for kernel sources");
   }
   return vmcl_get_kernel(d, family_sources[fam], 1, options, name, out_kernel);
+}
+
+vm_status_t vmcl_family_launch(vmcl_dev_t *d, vmcl_family_t fam, const char *options,
+                               const char *name, int64_t items, size_t local, vmcl_args_fn set_args,
+                               const void *ctx) {
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = vmcl_family_kernel(d, fam, options, name, &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    set_args(&a, ctx);
+    if (a.err != CL_SUCCESS)
+      st = vmcl_status(a.err, "clSetKernelArg");
+    else
+      st = vmcl_launch_1d(d, k, (size_t)items, vmcl_local_size(d, k, local));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
 }
 
 const char *vmcl_float_options(vm_dtype_t dt) {

@@ -23,20 +23,21 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "a", &a));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "b", &b));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "c", &c));
-  /* integers take the strided kernels of intops.cl (not pow) */
+  /* integers take the strided kernels of intops.cl */
   int is_int = vmcl_int_type(a->dtype, NULL, NULL, NULL) != NULL;
   if (!is_int && strncmp(opname, "bitwise_", 8) == 0) {
     char buf[24];
     return vmcl_op_error(&op, "a (argument 0) has dtype %s, expected an integer type",
                          vm_dtype_str(a->dtype, buf, sizeof(buf)));
   }
-  if (!is_int || strcmp(opname, "pow") == 0) {
+  if (!is_int) {
     if (!vm_dtype_equal(a->dtype, VM_F32) && !vm_dtype_equal(a->dtype, VM_F16) &&
         !vm_dtype_equal(a->dtype, VM_F64)) {
       char buf[24];
-      return vmcl_op_error(&op, "a (argument 0) has dtype %s, expected float32, float16%s",
-                           vm_dtype_str(a->dtype, buf, sizeof(buf)),
-                           strcmp(opname, "pow") == 0 ? " or float64" : ", float64 or an integer type");
+      return vmcl_op_error(&op,
+                           "a (argument 0) has dtype %s, expected float32, float16, float64 or an "
+                           "integer type",
+                           vm_dtype_str(a->dtype, buf, sizeof(buf)));
     }
     VM_RETURN_IF_ERROR(vmcl_op_fp64(&op, a, 0, "a"));
   }

@@ -44,25 +44,11 @@ vm_status_t vmcl_op_broadcast_to(vm_machine_t *m, const vm_value_t *args, uint32
 }
 
 /* Runs a copy.cl kernel whose arguments set_args sets, over n items. */
-typedef void (*index_args_fn)(vmcl_args_t *a, const void *ctx);
+typedef vmcl_args_fn index_args_fn;
 
 static vm_status_t index_launch(vmcl_dev_t *d, const char *options, const char *kname, int64_t n,
                                 index_args_fn set_args, const void *ctx) {
-  cl_kernel k;
-  vm_status_t st;
-  pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_COPY, options, kname, &k);
-  if (st) goto done;
-  vmcl_args_t a = vmcl_args_begin(k);
-  set_args(&a, ctx);
-  if (a.err != CL_SUCCESS) {
-    st = vmcl_status(a.err, "clSetKernelArg");
-    goto done;
-  }
-  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, INDEX_LOCAL));
-done:
-  pthread_mutex_unlock(&d->lock);
-  return st;
+  return vmcl_family_launch(d, VMCL_FAM_COPY, options, kname, n, INDEX_LOCAL, set_args, ctx);
 }
 
 /* ---- cl.pad ---- */

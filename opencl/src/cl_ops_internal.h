@@ -28,6 +28,7 @@ extern const char vmcl_src_quant[];
 extern const char vmcl_src_rnn[];
 extern const char vmcl_src_attention[];
 extern const char vmcl_src_spatial[];
+extern const char vmcl_src_select[];
 
 /* Operator families. Each is one OpenCL program (per set of build options)
  * holding all the kernels of the family, so a process builds few
@@ -46,6 +47,7 @@ typedef enum vmcl_family {
   VMCL_FAM_RNN,             /* cl.rnn */
   VMCL_FAM_ATTENTION,       /* cl.linear_attention */
   VMCL_FAM_SPATIAL,         /* cl.grid_sample, cl.roi_align, cl.deform_conv2d, cl.det, ... */
+  VMCL_FAM_SELECT,          /* cl.topk, cl.cumulative, cl.tensor_scatter */
   VMCL_FAM_COUNT
 } vmcl_family_t;
 
@@ -191,6 +193,12 @@ void vmcl_arg_local(vmcl_args_t *a, size_t bytes);
 /* The largest power of two <= want that the kernel can run as a
  * work-group on this device (at least 1). */
 size_t vmcl_local_size(vmcl_dev_t *d, cl_kernel k, size_t want);
+/* Sets a family kernel's arguments (set_args on ctx) and launches it over
+ * items work-items in groups of about local, under the device lock. */
+typedef void (*vmcl_args_fn)(vmcl_args_t *a, const void *ctx);
+vm_status_t vmcl_family_launch(vmcl_dev_t *d, vmcl_family_t fam, const char *options,
+                               const char *name, int64_t items, size_t local, vmcl_args_fn set_args,
+                               const void *ctx);
 
 /* Enqueues a 1-D launch of at least items work-items (rounded up to a
  * multiple of local; kernels guard the tail). */
@@ -329,6 +337,19 @@ vm_status_t vmcl_op_rnn(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                         void *user);
 vm_status_t vmcl_op_linear_attention(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                                      vm_value_t *out, void *user);
+/* cl_ops_select.c */
+vm_status_t vmcl_op_topk(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                         void *user);
+vm_status_t vmcl_op_cumulative(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                               vm_value_t *out, void *user);
+vm_status_t vmcl_op_tensor_scatter(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                   vm_value_t *out, void *user);
+vm_status_t vmcl_op_nonzero(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                            vm_value_t *out, void *user);
+vm_status_t vmcl_op_unique(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                           void *user);
+vm_status_t vmcl_op_nms(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
+                        void *user);
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
 /* cl_ops_quant.c */

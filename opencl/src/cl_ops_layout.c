@@ -239,6 +239,18 @@ vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
+  size_t eb = vm_dtype_bytes(x->dtype);
+  if (vm_dtype_equal(x->dtype, y->dtype) && x->dtype.lanes == 1 &&
+      (eb == 1 || eb == 2 || eb == 4 || eb == 8)) {
+    /* a plain copy, of any dtype of whole bytes (float64 too: the compiler
+     * returns a constant output through it, e.g. EyeLike's or a folded Mod's) */
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
+    int64_t n = vm_tensor_numel(x);
+    if (n == 0) return VM_STATUS_OK;
+    vmcl_iter_t it = {.rank = 1, .shape = {n}, .stride = {{1}, {1}}};
+    return vmcl_copy_strided(op.d, vm_dtype_bytes(x->dtype), vmcl_tensor_mem(x),
+                             vmcl_elem_offset(x), vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
+  }
   const char *st_, *dt_;
   int sk = cast_type(x->dtype, &st_), dk = cast_type(y->dtype, &dt_);
   char buf[24];
@@ -258,11 +270,6 @@ vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   int64_t n = vm_tensor_numel(x);
   if (n == 0) return VM_STATUS_OK;
   vmcl_dev_t *d = op.d;
-  if (vm_dtype_equal(x->dtype, y->dtype)) { /* a plain copy */
-    vmcl_iter_t it = {.rank = 1, .shape = {n}, .stride = {{1}, {1}}};
-    return vmcl_copy_strided(d, vm_dtype_bytes(x->dtype), vmcl_tensor_mem(x), vmcl_elem_offset(x),
-                             vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
-  }
   /* float64 on either side: the device must have fp64, and the program
    * (only it) enables cl_khr_fp64 through common.cl's VMCL_F64 */
   VM_RETURN_IF_ERROR(vmcl_op_fp64(&op, x, 0, "x"));

@@ -146,22 +146,38 @@ static void test_plan_and_code(void **state) {
   assert_int_equal(count_calls(e->exec, "vm.builtin.match_shape"), 1);
 }
 
+/* t.count(n: int, c: int64 [1]): c = n */
+static vm_status_t op_count(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                            vm_value_t *out, void *user) {
+  vm_tensor_t *c = nargs == 2 ? vm_value_as_tensor(&args[1]) : NULL;
+  if (!c || args[0].kind != VM_VAL_INT) return vm_status_make(VM_INVALID_ARGUMENT, "t.count");
+  memcpy((char *)c->storage->buffer.handle + c->offset, &args[0].u.i, sizeof(int64_t));
+  return VM_STATUS_OK;
+}
+
+/* A cpu device, a registry of the builtins and the t.* ops, and a machine
+ * config of this run's execution mode over them. */
+static void cpu_config(vm_device_t **cpu, vm_registry_t **reg, vm_machine_config_t *cfg) {
+  ASSERT_OK(vm_cpu_device_create(0, cpu));
+  ASSERT_OK(vm_registry_create(reg));
+  ASSERT_OK(vm_registry_add_builtins(*reg));
+  ASSERT_OK(vm_registry_add(*reg, "t.fill", op_fill, NULL));
+  ASSERT_OK(vm_registry_add(*reg, "t.add", op_add, NULL));
+  ASSERT_OK(vm_registry_add(*reg, "t.count", op_count, NULL));
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->mode = test_exec_mode() ? VM_EXEC_COMPILED : VM_EXEC_BYTECODE;
+  cfg->num_devices = 1;
+  cfg->devices = cpu;
+  cfg->registry = *reg;
+}
+
 static void test_runs_on_cpu(void **state) {
   env_t *e = *state;
   vm_device_t *cpu = NULL;
   vm_registry_t *reg = NULL;
   vm_machine_t *m = NULL;
-  ASSERT_OK(vm_cpu_device_create(0, &cpu));
-  ASSERT_OK(vm_registry_create(&reg));
-  ASSERT_OK(vm_registry_add_builtins(reg));
-  ASSERT_OK(vm_registry_add(reg, "t.fill", op_fill, NULL));
-  ASSERT_OK(vm_registry_add(reg, "t.add", op_add, NULL));
   vm_machine_config_t cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.mode = test_exec_mode() ? VM_EXEC_COMPILED : VM_EXEC_BYTECODE;
-  cfg.num_devices = 1;
-  cfg.devices = &cpu;
-  cfg.registry = reg;
+  cpu_config(&cpu, &reg, &cfg);
   ASSERT_OK(vm_machine_create(e->exec, &cfg, &m));
 
   int64_t s1[1] = {N}, bad[1] = {N + 1};
@@ -238,11 +254,95 @@ static void test_errors(void **state) {
   vm_builder_free(b);
 }
 
+/* y [8] = 7 and its count n (an immediate of this build), returned
+ * trimmed: vm.builtin.trim_dim at the return. */
+static vm_executable_t *build_trim(int64_t n) {
+  vm_builder_t *b = NULL;
+  vmcc_graph_t *g = NULL;
+  ASSERT_OK(vm_builder_create(&b));
+  uint32_t f;
+  ASSERT_OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 0, 0, &g));
+  int64_t s8[1] = {8}, s1[1] = {1};
+  int32_t c = vmcc_graph_tensor(g, VM_I64, 1, s1);
+  vmcc_graph_call(g, "t.count", 2, (vmcc_arg_t[]){vmcc_a_imm(n), vmcc_a_t(c)});
+  int32_t y = vmcc_graph_tensor(g, VM_F32, 1, s8);
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(7), vmcc_a_t(y)});
+  vmcc_graph_trim_dim(g, y, c, 0);
+  ASSERT_OK(vmcc_graph_emit(g, y, NULL));
+  vm_executable_t *exec = NULL;
+  ASSERT_OK(vm_builder_finish(b, &exec));
+  vmcc_graph_free(g);
+  vm_builder_free(b);
+  return exec;
+}
+
+/* A trimmed output comes back cut to its run-time count, in this run's
+ * execution mode; a count past the dim is OUT_OF_RANGE; misuse fails emit. */
+static void test_trim_dim(void **state) {
+  (void)state;
+  vm_device_t *cpu = NULL;
+  vm_registry_t *reg = NULL;
+  vm_machine_config_t cfg;
+  cpu_config(&cpu, &reg, &cfg);
+  const int64_t counts[3] = {3, 0, 9};
+  for (int i = 0; i < 3; i++) {
+    vm_executable_t *exec = build_trim(counts[i]);
+    vm_machine_t *m = NULL;
+    ASSERT_OK(vm_machine_create(exec, &cfg, &m));
+    vm_value_t out = vm_value_none();
+    if (counts[i] > 8) {
+      ASSERT_STATUS(vm_machine_invoke(m, "main", NULL, 0, &out), VM_OUT_OF_RANGE,
+                    "vm.builtin.trim_dim: count 9 is out of range: 0 to 8 (dim 0 of x)");
+    } else {
+      ASSERT_OK(vm_machine_invoke(m, "main", NULL, 0, &out));
+      vm_tensor_t *t = vm_value_as_tensor(&out);
+      assert_non_null(t);
+      assert_int_equal(t->ndim, 1);
+      assert_int_equal(t->shape[0], counts[i]);
+      for (int64_t k = 0; k < counts[i]; k++) assert_true(host_data(t)[k] == 7.0f);
+    }
+    vm_value_release(&out);
+    vm_machine_free(m);
+    vm_executable_free(exec);
+  }
+  vm_registry_free(reg);
+  vm_device_destroy(cpu);
+
+  /* misuse: a count of another dtype, a trimmed tensor that is not returned */
+  vm_builder_t *b = NULL;
+  vmcc_graph_t *g = NULL;
+  uint32_t f;
+  int64_t s8[1] = {8}, s1[1] = {1};
+  ASSERT_OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_declare_function(b, "main", 0, NULL, &f));
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 0, 0, &g));
+  int32_t y = vmcc_graph_tensor(g, VM_F32, 1, s8), c = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_trim_dim(g, y, c, 0);
+  ASSERT_STATUS(vmcc_graph_emit(g, y, NULL), VM_INVALID_ARGUMENT,
+                "graph: trim of tensor 0 by 1 along axis 0: expected two intermediates, the "
+                "count int64 of one element");
+  vmcc_graph_free(g);
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 0, 0, &g));
+  y = vmcc_graph_tensor(g, VM_F32, 1, s8);
+  c = vmcc_graph_tensor(g, VM_I64, 1, s1);
+  int32_t z = vmcc_graph_tensor(g, VM_F32, 1, s8);
+  vmcc_graph_call(g, "t.count", 2, (vmcc_arg_t[]){vmcc_a_imm(1), vmcc_a_t(c)});
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(1), vmcc_a_t(y)});
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(1), vmcc_a_t(z)});
+  vmcc_graph_trim_dim(g, y, c, 0);
+  ASSERT_STATUS(vmcc_graph_emit(g, z, NULL), VM_INVALID_ARGUMENT,
+                "graph: trimmed tensor 0 is not returned");
+  vmcc_graph_free(g);
+  vm_builder_free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan_and_code),
       cmocka_unit_test(test_runs_on_cpu),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_trim_dim),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

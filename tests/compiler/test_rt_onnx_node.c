@@ -221,6 +221,14 @@ static const char *const k_ops[] = {
     "MelWeightMatrix",
     "RoiAlign",
     "STFT",
+    /* onnx_ops_select.c */
+    "CumProd",
+    "TensorScatter",
+    "TopK",
+    "NonZero",
+    "Unique",
+    "NonMaxSuppression",
+    "Einsum",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
@@ -1176,6 +1184,16 @@ static void test_elementwise_fusion(void **state) {
 
 /* Gelu (opset 20: no case in libonnx-testdata 1.12), exact and tanh, on
  * the device against the host. */
+/* The model built in m, compiled (failing the test otherwise). */
+static vm_executable_t *compile_model(mb_t *m) {
+  size_t nbytes;
+  uint8_t *bytes = mb_pack(m, &nbytes);
+  vm_executable_t *exec = NULL;
+  ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, NULL));
+  free(bytes);
+  return exec;
+}
+
 static void test_gelu(void **state) {
   env_t *e = *state;
   enum { N = 64 };
@@ -1189,11 +1207,7 @@ static void test_gelu(void **state) {
     mb_output(&m, "y", 1, xd);
     Onnx__NodeProto *n = mb_node(&m, "Gelu", "g", "x", NULL, "y");
     if (approx) mb_attr_s(&m, n, "approximate", "tanh");
-    size_t nbytes;
-    uint8_t *bytes = mb_pack(&m, &nbytes);
-    vm_executable_t *exec = NULL;
-    ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, NULL));
-    free(bytes);
+    vm_executable_t *exec = compile_model(&m);
     vm_machine_t *vm = NULL;
     vm_value_t xv = vm_value_none(), res = vm_value_none();
     vmcc_tensor_t xin = {VM_F32, 1, {N}, x, sizeof(x)};
@@ -1397,11 +1411,7 @@ static void rnn_run_case(env_t *e, const rnn_case_t *k) {
   if (k->kind == 2) mb_attrs_int(&at, n, "input_forget", k->input_forget);
   if (k->kind == 1) mb_attrs_int(&at, n, "linear_before_reset", k->lbr);
 
-  size_t nbytes;
-  uint8_t *bytes = mb_pack(&m, &nbytes);
-  vm_executable_t *exec = NULL;
-  ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, NULL));
-  free(bytes);
+  vm_executable_t *exec = compile_model(&m);
   vm_machine_t *vm = NULL;
   vm_value_t xv = vm_value_none(), res = vm_value_none();
   vmcc_tensor_t xin = {VM_F32, 3, {xd[0], xd[1], xd[2]}, x, sizeof(float) * (size_t)nx};
@@ -1458,6 +1468,101 @@ static void test_recurrent_features(void **state) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) rnn_run_case(*state, &cases[i]);
 }
 
+/* ---- Einsum in float32 (the node cases are float64 and bfloat16) ---- */
+
+/* The reference: z[out labels] = sum over the other labels of x[...] *
+ * y[...] (y optional), labels single letters, no ellipsis. */
+static void einsum_ref(const char *tx, const int64_t *dx, const float *x, const char *ty,
+                       const int64_t *dy, const float *y, const char *to, double *z) {
+  int64_t size[26] = {0}, idx[26] = {0};
+  char labels[26];
+  int nl = 0;
+  for (int k = 0; k < 2; k++) {
+    const char *t = k ? ty : tx;
+    const int64_t *d = k ? dy : dx;
+    for (int i = 0; t && t[i]; i++) {
+      if (!size[t[i] - 'a']) labels[nl++] = t[i];
+      size[t[i] - 'a'] = d[i];
+    }
+  }
+  int64_t nz = 1;
+  for (int i = 0; to[i]; i++) nz *= size[to[i] - 'a'];
+  for (int64_t i = 0; i < nz; i++) z[i] = 0;
+  for (;;) {
+    int64_t ox = 0, oy = 0, oz = 0;
+    for (int i = 0; tx[i]; i++) ox = ox * dx[i] + idx[tx[i] - 'a'];
+    for (int i = 0; ty && ty[i]; i++) oy = oy * dy[i] + idx[ty[i] - 'a'];
+    for (int i = 0; to[i]; i++) oz = oz * size[to[i] - 'a'] + idx[to[i] - 'a'];
+    z[oz] += (double)x[ox] * (ty ? y[oy] : 1.0);
+    int k = nl - 1;
+    while (k >= 0 && ++idx[labels[k] - 'a'] == size[labels[k] - 'a']) idx[labels[k--] - 'a'] = 0;
+    if (k < 0) break;
+  }
+}
+
+static void test_einsum_float32(void **state) {
+  env_t *e = *state;
+  static const struct {
+    const char *eq, *tx, *ty, *to; /* the equation, and its terms for the reference */
+    uint32_t nx, ny;
+    int64_t dx[4], dy[4];
+  } cases[] = {
+      {"bij,bjk->bik", "bij", "bjk", "bik", 3, 3, {2, 2, 3}, {2, 3, 4}},
+      {"abc,cd->dba", "abc", "cd", "dba", 3, 2, {2, 3, 4}, {4, 5}},
+      {"i,j", "i", "j", "ij", 1, 1, {3}, {4}},
+      {"ij,ij->", "ij", "ij", "", 2, 2, {3, 4}, {3, 4}},
+      {"iij,jk->ik", "iij", "jk", "ik", 3, 2, {3, 3, 2}, {2, 4}},
+      {"bii->bi", "bii", NULL, "bi", 3, 0, {2, 4, 4}, {0}},
+      {"ijk->kj", "ijk", NULL, "kj", 3, 0, {2, 3, 4}, {0}},
+  };
+  float x[64], y[64], got[64];
+  double want[64];
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    int64_t nx = 1, ny = 1;
+    for (uint32_t i = 0; i < cases[c].nx; i++) nx *= cases[c].dx[i];
+    for (uint32_t i = 0; i < cases[c].ny; i++) ny *= cases[c].dy[i];
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)((i * 7 + c) % 11) / 4.0f - 1.0f;
+    for (int64_t i = 0; i < ny; i++) y[i] = (float)((i * 5 + c) % 13) / 6.0f - 1.0f;
+    einsum_ref(cases[c].tx, cases[c].dx, x, cases[c].ty, cases[c].dy, y, cases[c].to, want);
+    int64_t zd[4];
+    uint32_t nzd = 0;
+    int64_t nz = 1;
+    for (int i = 0; cases[c].to[i]; i++) {
+      const char *p = strchr(cases[c].tx, cases[c].to[i]);
+      zd[nzd] = p ? cases[c].dx[p - cases[c].tx]
+                  : cases[c].dy[strchr(cases[c].ty, cases[c].to[i]) - cases[c].ty];
+      nz *= zd[nzd++];
+    }
+    mb_t m;
+    mb_init(&m, 13);
+    mb_input(&m, "x", cases[c].nx, cases[c].dx);
+    if (cases[c].ty)
+      mb_init_raw(&m, "y", 1, cases[c].ny, cases[c].dy, y, (size_t)ny * sizeof(float));
+    mb_output(&m, "z", nzd, zd);
+    Onnx__NodeProto *n = mb_node(&m, "Einsum", "ein", "x", cases[c].ty ? "y" : NULL, "z");
+    mb_attr_s(&m, n, "equation", cases[c].eq);
+    vm_executable_t *exec = compile_model(&m);
+    vm_machine_t *vm = NULL;
+    vm_value_t xv = vm_value_none(), res = vm_value_none();
+    vmcc_tensor_t xin = {VM_F32, cases[c].nx, {0}, x, sizeof(float) * (size_t)nx};
+    memcpy(xin.shape, cases[c].dx, cases[c].nx * sizeof(int64_t));
+    ASSERT_OK(run_exec(e, exec, &xin, &vm, &xv, &res));
+    vm_tensor_t *zt = vm_value_as_tensor(&res);
+    assert_non_null(zt);
+    assert_int_equal(vm_tensor_numel(zt), nz);
+    ASSERT_OK(e->dev->ops->copy_to_host(e->dev, got, zt->storage->buffer, zt->offset,
+                                        (uint64_t)nz * sizeof(float)));
+    for (int64_t i = 0; i < nz; i++)
+      if (fabs(got[i] - want[i]) > 1e-5 + 1e-4 * fabs(want[i]))
+        fail_msg("einsum '%s' element %lld: %.7g, expected %.7g", cases[c].eq, (long long)i, got[i],
+                 want[i]);
+    vm_value_release(&res);
+    vm_value_release(&xv);
+    vm_machine_free(vm);
+    vm_executable_free(exec);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_node_cases),
@@ -1470,6 +1575,7 @@ int main(void) {
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_qdq_conv_fused),
       cmocka_unit_test(test_recurrent_features),
+      cmocka_unit_test(test_einsum_float32),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

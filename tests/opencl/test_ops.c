@@ -568,6 +568,10 @@ static void test_cast(void **state) {
   float *r = tops_rand(1001, 12, -1, 1);
   check_cast(e, VM_F32, r, VM_F32, r, 1001);
   free(r);
+  /* a same-dtype copy takes any dtype of whole bytes, float64 included (a
+   * constant graph output of that dtype is returned through it) */
+  const double f64[3] = {1.0 / 3.0, -1e300, NAN};
+  check_cast(e, VM_F64, f64, VM_F64, f64, 3);
 }
 
 static void test_fill(void **state) {

@@ -921,6 +921,11 @@ static int64_t ref_int_op(const char *op, int64_t a, int64_t b, int bits, int is
     r = ua - ub;
   } else if (!strcmp(op, "mul")) {
     r = ua * ub;
+  } else if (!strcmp(op, "pow")) {
+    if (is_signed && b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+    r = 1; /* the power mod 2^64 by squaring, then wrapped into bits below */
+    for (uint64_t x = ua, k = ub; k; k >>= 1, x *= x)
+      if (k & 1) r *= x;
   } else if (!strcmp(op, "div")) {
     if (b == 0) return 0;
     if (is_signed && b == -1) {
@@ -993,7 +998,7 @@ static void check_int_binary(tops_env_t *e, const char *op, vm_dtype_t dt) {
 
 static void test_int_ops(void **state) {
   tops_env_t *e = *state;
-  static const char *ops[] = {"add", "sub", "mul", "div", "max", "min"};
+  static const char *ops[] = {"add", "sub", "mul", "div", "max", "min", "pow"};
   const vm_dtype_t dts[] = {VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), VM_U8, VM_I32, VM_I64,
                             VM_DTYPE_MAKE(VM_DTYPE_UINT, 64, 1)};
   for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
@@ -1027,10 +1032,16 @@ static void test_int_ops(void **state) {
   tops_read(e, &c[3], y8);
   assert_memory_equal(y8, ((const int8_t[]){-4, -4, 0, 3, 4, 127}), 6);
   tops_check_guard(e, &c[3]);
-  /* pow and the other unary operations stay float-only */
-  ASSERT_STATUS(tops_call(e, "cl.binary.pow", (vm_value_t[]){c[0], c[0], c[3]}, 3),
-                VM_INVALID_ARGUMENT,
-                "cl.binary.pow: a (argument 0) has dtype int8, expected float32, float16 or float64");
+  /* integer pow: by hand, negative exponents give the integer part */
+  int32_t px[8] = {2, 3, -2, 5, 1, -1, 0, 7}, py[8] = {10, 3, 3, -1, -7, -3, -2, 0}, pz[8];
+  vm_value_t pw[3] = {tops_tensor(e, VM_I32, 1, DIMS(8), px),
+                      tops_tensor(e, VM_I32, 1, DIMS(8), py),
+                      tops_tensor(e, VM_I32, 1, DIMS(8), NULL)};
+  ASSERT_OK(tops_call(e, "cl.binary.pow", pw, 3));
+  tops_read(e, &pw[2], pz);
+  assert_memory_equal(pz, ((const int32_t[]){1024, 27, -8, 0, 1, -1, 0, 1}), sizeof(pz));
+  release_all(pw, 3);
+  /* the unary operations stay float-only */
   ASSERT_STATUS(tops_call(e, "cl.unary.relu", (vm_value_t[]){c[0], c[3]}, 2), VM_INVALID_ARGUMENT,
                 "cl.unary.relu: x (argument 0) has dtype int8, expected float32, float16 or float64");
   /* bitwise operations on int8 (two's complement), and never on floats */

@@ -161,6 +161,7 @@ static const char *const k_names[] = {
     "vm.builtin.tuple_getitem", "vm.builtin.null_value",
     "vm.builtin.kill",          "vm.builtin.read_if_cond",
     "vm.builtin.to_device",     "vm.builtin.check_tensor_info",
+    "vm.builtin.trim_dim",
 };
 
 static void test_registry_has_every_builtin(void **state) {
@@ -197,6 +198,7 @@ static void test_arity_errors(void **state) {
       {"vm.builtin.to_device", 0, 1, "vm.builtin.to_device: expected 2 arguments, got 1"},
       {"vm.builtin.check_tensor_info", 0, 1, "check_tensor_info: expected 2 to 4 arguments, got 1"},
       {"vm.builtin.check_tensor_info", 0, 5, "check_tensor_info: expected 2 to 4 arguments, got 5"},
+      {"vm.builtin.trim_dim", 0, 2, "vm.builtin.trim_dim: expected 3 arguments, got 2"},
   };
   env_t e;
   env_init(&e, 0, 1, VM_ALLOC_POOLED);
@@ -701,6 +703,60 @@ static void test_kill_releases_early(void **state) {
 }
 
 /* ---------------------------------------------------------------------------
+ * trim_dim
+ */
+
+static void test_trim_dim(void **state) {
+  env_t e;
+  env_init(&e, 0, 1, VM_ALLOC_POOLED);
+  const int64_t d23[] = {2, 3}, one[] = {1};
+  const float x[6] = {1, 2, 3, 4, 5, 6};
+  int64_t n = 2;
+  vm_value_t args[3] = {vtensor(&e, VM_F32, 2, d23, x), vtensor(&e, VM_I64, 1, one, &n),
+                        vm_value_int(1)};
+  vm_value_t out;
+  /* [2, 3] cut to [2, 2] along axis 1: the first 4 elements, same storage */
+  ASSERT_OK(call(&e, "vm.builtin.trim_dim", 0, args, 3, &out));
+  vm_tensor_t *t = vm_value_as_tensor(&out);
+  assert_non_null(t);
+  assert_int_equal(t->ndim, 2);
+  assert_int_equal(t->shape[0], 2);
+  assert_int_equal(t->shape[1], 2);
+  assert_ptr_equal(t->storage, vm_value_as_tensor(&args[0])->storage);
+  assert_memory_equal(host_data(&out), x, 4 * sizeof(float));
+  vm_value_release(&out);
+  /* 0 rows along axis 0: an empty view */
+  *(int64_t *)host_data(&args[1]) = 0;
+  args[2] = vm_value_int(0);
+  ASSERT_OK(call(&e, "vm.builtin.trim_dim", 0, args, 3, &out));
+  assert_int_equal(vm_value_as_tensor(&out)->shape[0], 0);
+  assert_int_equal(vm_value_as_tensor(&out)->shape[1], 3);
+  vm_value_release(&out);
+  /* a count past the dim, a negative one, a bad axis, a count of another dtype */
+  *(int64_t *)host_data(&args[1]) = 3;
+  ASSERT_STATUS(call(&e, "vm.builtin.trim_dim", 0, args, 3, &out), VM_OUT_OF_RANGE,
+                "vm.builtin.trim_dim: count 3 is out of range: 0 to 2 (dim 0 of x)");
+  *(int64_t *)host_data(&args[1]) = -1;
+  ASSERT_STATUS(call(&e, "vm.builtin.trim_dim", 0, args, 3, &out), VM_OUT_OF_RANGE,
+                "count -1 is out of range");
+  args[2] = vm_value_int(2);
+  ASSERT_STATUS(call(&e, "vm.builtin.trim_dim", 0, args, 3, &out), VM_INVALID_ARGUMENT,
+                "vm.builtin.trim_dim: argument 2 (axis): 2 is out of range for x of shape (2, 3)");
+  args[2] = vm_value_int(0);
+  vm_value_release(&args[1]);
+  int32_t n32 = 1;
+  args[1] = vtensor(&e, VM_I32, 1, one, &n32);
+  ASSERT_STATUS(call(&e, "vm.builtin.trim_dim", 0, args, 3, &out), VM_INVALID_ARGUMENT,
+                "argument 1 (count): expected a 1-element int64 tensor, got int32 (1)");
+  vm_value_release(&args[1]);
+  args[1] = vm_value_int(1);
+  ASSERT_STATUS(call(&e, "vm.builtin.trim_dim", 0, args, 3, &out), VM_INVALID_ARGUMENT,
+                "argument 1 (count): expected tensor, got int");
+  release_all(args, 3);
+  env_fini(&e);
+}
+
+/* ---------------------------------------------------------------------------
  * read_if_cond
  */
 
@@ -994,6 +1050,7 @@ int main(void) {
       cmocka_unit_test(test_tuples),
       cmocka_unit_test(test_null_value_and_kill_results),
       cmocka_unit_test(test_kill_releases_early),
+      cmocka_unit_test(test_trim_dim),
       cmocka_unit_test(test_read_if_cond),
       cmocka_unit_test(test_read_if_cond_drives_if),
       cmocka_unit_test(test_to_device),

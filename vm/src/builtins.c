@@ -18,6 +18,7 @@
  *   vm.builtin.read_if_cond       (int|bool|1-element tensor)             bool
  *   vm.builtin.to_device          (tensor, device_index:int)              tensor
  *   vm.builtin.check_tensor_info  (x, [ndim:int], [dtype|none], err_ctx)  none
+ *   vm.builtin.trim_dim           (x, count:int64 tensor, axis:int)       tensor
  *
  * docs/builtins.md documents each one with its errors. Every builtin checks
  * its argument count and kinds and answers misuse with INVALID_ARGUMENT
@@ -431,6 +432,47 @@ static vm_status_t b_read_if_cond(vm_machine_t *m, const vm_value_t *args, uint3
   return VM_STATUS_OK;
 }
 
+/* trim_dim(x, count, axis) -> the dense view of x's first elements shaped
+ * as x with dim axis cut to count (0 <= count <= that dim): the result of
+ * an operator with a data-dependent output shape, which writes it densely
+ * in that smaller shape into a buffer of the largest one, and the count
+ * (a 1-element int64 tensor on any device, read back here) beside it. */
+static vm_status_t b_trim_dim(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                              vm_value_t *out, void *user) {
+  static const char fn[] = "vm.builtin.trim_dim";
+  VM_RETURN_IF_ERROR(check_arity(fn, nargs, 3));
+  vm_tensor_t *x = NULL, *c = NULL;
+  int64_t axis = 0;
+  VM_RETURN_IF_ERROR(get_tensor(fn, args, 0, "x", &x));
+  VM_RETURN_IF_ERROR(get_tensor(fn, args, 1, "count", &c));
+  VM_RETURN_IF_ERROR(get_int(fn, args, 2, "axis", &axis));
+  char buf[160];
+  if (axis < 0 || axis >= (int64_t)x->ndim)
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s: argument 2 (axis): %lld is out of range for x of shape %s", fn,
+                          (long long)axis, format_dims(x->shape, x->ndim, 0, buf, sizeof(buf)));
+  if (!vm_dtype_equal(c->dtype, VM_I64) || vm_tensor_numel(c) != 1)
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s: argument 1 (count): expected a 1-element int64 tensor, got %s %s",
+                          fn, vm_dtype_str(c->dtype, buf, 24),
+                          format_dims(c->shape, c->ndim, 0, buf + 24, sizeof(buf) - 24));
+  int64_t n = 0;
+  vm_device_t *dev = c->storage->device;
+  VM_RETURN_IF_ERROR(vm_status_annotate(
+      dev->ops->copy_to_host(dev, &n, c->storage->buffer, c->offset, sizeof(n)), "%s", fn));
+  if (n < 0 || n > x->shape[axis])
+    return vm_status_make(VM_OUT_OF_RANGE,
+                          "%s: count %lld is out of range: 0 to %lld (dim %lld of x)", fn,
+                          (long long)n, (long long)x->shape[axis], (long long)axis);
+  int64_t *dims = malloc(x->ndim * sizeof(int64_t)); /* ndim >= 1: axis is in range */
+  if (!dims) return vm_status_make(VM_RESOURCE_EXHAUSTED, "%s: out of host memory", fn);
+  memcpy(dims, x->shape, x->ndim * sizeof(int64_t));
+  dims[axis] = n;
+  vm_status_t st = vm_tensor_new(x->storage, x->offset, x->dtype, dims, x->ndim, out);
+  free(dims);
+  return vm_status_annotate(st, "%s", fn);
+}
+
 /* Copies nbytes from (src, src_off) on sdev to (dst, dst_off) on ddev, two
  * different devices. A cpu side is used in place (its handles are host
  * pointers); between two non-host devices the bytes go through a bounded
@@ -558,6 +600,7 @@ static const struct {
     {"vm.builtin.read_if_cond", b_read_if_cond},
     {"vm.builtin.to_device", b_to_device},
     {"vm.builtin.check_tensor_info", b_check_tensor_info},
+    {"vm.builtin.trim_dim", b_trim_dim},
 };
 
 /* Stops at the first failure (e.g. ALREADY_EXISTS when called twice on one

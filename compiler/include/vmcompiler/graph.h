@@ -124,6 +124,13 @@ vmcc_arg_t vmcc_graph_floats(vmcc_graph_t *g, uint32_t n, const double *vals);
 /* Records a call of packed function name whose result is discarded. */
 void vmcc_graph_call(vmcc_graph_t *g, const char *name, uint32_t nargs, const vmcc_arg_t *args);
 
+/* A data-dependent output shape: output t (an intermediate the function
+ * returns, of the largest shape) is returned as vm.builtin.trim_dim(t,
+ * count, axis), the dense view of its first elements with dim axis cut to
+ * the run-time count (an int64 one-element intermediate the same calls
+ * write; it stays live to the return). The operator writing t writes its
+ * result densely in that smaller shape. */
+void vmcc_graph_trim_dim(vmcc_graph_t *g, int32_t t, int32_t count, uint32_t axis);
 /* Control flow over bytecode functions (each declared on the builder and
  * emitted from a graph of its own, which returns its results: one tensor,
  * or a tuple when there are several).
