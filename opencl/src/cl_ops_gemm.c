@@ -175,8 +175,8 @@ static vm_status_t gemm_vector(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t 
                                float beta) {
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(dt),
-                                      g->tb ? "gemv_t" : "gemv_n", &k);
+  vm_status_t st =
+      vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(dt), g->tb ? "gemv_t" : "gemv_n", &k);
   if (!st) {
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_int(&a, g->n);
