@@ -272,6 +272,17 @@ int main(int argc, char **argv) {
   double copy_gbps = cl_copy_gbps(&b, &add_args[0], &add_args[2]);
   for (int i = 0; i < 3; i++) vm_value_release(&add_args[i]);
 
+  /* softmax over rows of 197 (a ViT-S attention's [1, 6, 197, 197]): the
+   * device's choice, then a work-group per row forced */
+  int64_t sd[2] = {6 * 197, 197};
+  vm_value_t sm_args[3] = {tensor(&b, 2, sd, 4.0f), vm_value_int(-1), tensor(&b, 2, sd, 0.0f)};
+  double sm_s = time_op(&b, "cl.softmax", sm_args, 3);
+  setenv("VMCL_SOFTMAX", "group", 1);
+  double sm_group_s = time_op(&b, "cl.softmax", sm_args, 3);
+  unsetenv("VMCL_SOFTMAX");
+  vm_value_release(&sm_args[0]);
+  vm_value_release(&sm_args[2]);
+
   double *first = calloc((size_t)b.runs, sizeof(double));
   double *cached = calloc((size_t)b.runs, sizeof(double));
   if (!first || !cached) return 1;
@@ -302,6 +313,8 @@ int main(int argc, char **argv) {
       ", \"add_gbps\": %.2f, \"memcpy_gbps\": %.2f, \"add_ratio\": %.3f, "
       "\"cl_copy_gbps\": %.2f",
       add_gbps, mc_gbps, add_gbps / mc_gbps, copy_gbps);
+  printf(", \"softmax_197_ms\": %.3f, \"softmax_197_group_ms\": %.3f, \"softmax_speedup\": %.2f",
+         sm_s * 1e3, sm_group_s * 1e3, sm_group_s / sm_s);
   printf(
       ", \"first_build_ms\": %.1f, \"cached_build_ms\": %.1f, \"cache_speedup\": %.2f, "
       "\"cache_disk_hit\": %s}\n",

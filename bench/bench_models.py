@@ -21,7 +21,9 @@ Run by bench/bench_models (which makes the venv); prints one JSON object:
   skipped.NAME                   why a model was not timed
 
 With --base-build DIR a second agent (DIR/agent/vmagent, e.g. a build of the
-commit before a change) serves the same executables in the same rounds:
+commit before a change) serves the same executables in the same rounds (with
+--base-compile: executables compiled by DIR's vmclient, with
+--base-compile-args, so that compiler changes count too):
 models.NAME.base_ratio / base_wall_s and median_base_ratio, and
 models.NAME.speedup (median over rounds of base wall / this wall).
 """
@@ -155,8 +157,9 @@ def start_agent(vmagent, work, tag="agent"):
     raise SystemExit("bench_models: vmagent did not start: " + open(out.name).read()[-500:])
 
 
-def vm_bench(vmclient, host, m, repeat):
-    cmd = [vmclient, "--host", host, "bench", m["vmx"], "--device", "opencl:0",
+def vm_bench(vmclient, host, m, repeat, base=False):
+    vmx = m.get("base_vmx", m["vmx"]) if base else m["vmx"]
+    cmd = [vmclient, "--host", host, "bench", vmx, "--device", "opencl:0",
            "-n", "1", "-r", str(repeat), "--json"] + m["input_args"]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -184,6 +187,10 @@ def main():
     ap.add_argument("--compile-args", default="", help="extra `vmclient compile` options")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--base-build", default="", help="a second build whose vmagent is timed too")
+    ap.add_argument("--base-compile", action="store_true",
+                    help="the base agent runs executables compiled by the base build's vmclient "
+                         "(with --base-compile-args), so compiler changes show in speedup")
+    ap.add_argument("--base-compile-args", default="", help="`vmclient compile` options of the base")
     a = ap.parse_args()
     import onnxruntime as ort
 
@@ -240,8 +247,18 @@ def main():
         if r.returncode != 0:
             result["skipped"][name] = "does not compile: " + last_line(r.stderr or r.stdout)
             continue
-        ready.append({"name": name, "vmx": vmx, "input_args": args, "expected": expected,
-                      "sess": sess, "feed": feed, "compile_s": time.perf_counter() - t})
+        entry = {"name": name, "vmx": vmx, "input_args": args, "expected": expected,
+                 "sess": sess, "feed": feed, "compile_s": time.perf_counter() - t}
+        if a.base_build and a.base_compile:
+            bvmx = os.path.join(work, name + ".base.vmx")
+            bcl = os.path.join(os.path.abspath(a.base_build), "client", "vmclient")
+            r = subprocess.run([bcl, "compile", path, "-o", bvmx] + shapes + a.base_compile_args.split(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if r.returncode != 0:
+                result["skipped"][name] = "the base does not compile it: " + last_line(r.stderr or r.stdout)
+                continue
+            entry["base_vmx"] = bvmx
+        ready.append(entry)
 
     agent, host = start_agent(vmagent, work)
     base = base_host = None
@@ -266,19 +283,19 @@ def main():
                 result["skipped"][m["name"]] = "does not run: " + m["check"]
         if base_host:  # its first runs build its kernels
             for m in timed:
-                vm_bench(vmclient, base_host, m, 1)
+                vm_bench(vmclient, base_host, m, 1, True)
         for rnd in range(a.rounds):
             for m in timed:
                 bw = None
                 if rnd % 2 == 0:
                     vw, vd = vm_bench(vmclient, host, m, a.repeat)
                     if base_host:
-                        bw, _ = vm_bench(vmclient, base_host, m, a.repeat)
+                        bw, _ = vm_bench(vmclient, base_host, m, a.repeat, True)
                     o = ort_time(m["sess"], m["feed"], a.repeat)
                 else:
                     o = ort_time(m["sess"], m["feed"], a.repeat)
                     if base_host:
-                        bw, _ = vm_bench(vmclient, base_host, m, a.repeat)
+                        bw, _ = vm_bench(vmclient, base_host, m, a.repeat, True)
                     vw, vd = vm_bench(vmclient, host, m, a.repeat)
                 m["rounds"].append((vw, vd, o))
                 m.setdefault("base", []).append(bw)

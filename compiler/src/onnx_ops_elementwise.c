@@ -596,6 +596,8 @@ static int32_t const_as(onx_ctx_t *c, onx_value_t *v, vm_dtype_t dt) {
   return t;
 }
 
+static int const_is(onx_ctx_t *c, const char *name, uint32_t ndim, double v);
+
 static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t *a, onx_value_t *b,
                                int last, int32_t *out_tid, uint32_t *ondim, int64_t *odims) {
   if (onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, ondim, odims) != 0)
@@ -603,6 +605,13 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
                         a->name, b->name);
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", *ondim, odims, NULL));
   if (a->data && b->data && last) return fold_binary(c, bo->op, a, b, *ondim, odims);
+  /* x ** 2 (a LayerNorm's variance written out) as x * x: pow is a libm
+   * call per element on CPU devices, several times a multiply's cost */
+  if (bo->op == B_POW && !a->data && onx_is_float(a->dt) && b->data &&
+      const_is(c, b->name, a->ndim, 2.0)) {
+    bo = &k_binary[B_MUL];
+    b = a;
+  }
   if (!bo->cl) {
     char b1[32];
     return onx_node_err(c, VM_UNIMPLEMENTED,

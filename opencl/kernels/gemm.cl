@@ -117,3 +117,76 @@ GEMM_KERNEL(gemm_nn, 0, 0)
 GEMM_KERNEL(gemm_nt, 0, 1)
 GEMM_KERNEL(gemm_tn, 1, 0)
 GEMM_KERNEL(gemm_tt, 1, 1)
+
+/* The gemv kernels' signature and first lines: j = the first of the PER
+ * outputs of the work-item, the batch's operands. */
+#define GEMV_KERNEL(name, PER)                                                            \
+  __kernel void name(int N, int K, __global const S *A, int ao, int sa,                  \
+                     __global const S *B, int bo, int ldb, int sb, __global S *C, int co, \
+                     int sc, float alpha, float beta) {                                  \
+    int j = get_global_id(0) * PER, bt = get_global_id(1);                               \
+    if (j >= N) return;                                                                  \
+    A += ao + bt * sa;                                                                   \
+    B += bo + bt * sb;                                                                   \
+    C += co + bt * sc;
+
+/* M == 1 (a row vector times a matrix: an LSTM step's Gemm, a batch-1
+ * Linear): the 8x8 blocks above would compute seven clamped copies of the
+ * one row, and with B transposed gather B column by column. A (1 x K) is
+ * contiguous here (lda is 1 when A is stored transposed); the host
+ * launches these for every M == 1 product, without K chunks.
+ *
+ * gemv_n (B is K x N, row-major): each work-item computes 8 consecutive
+ * outputs as one F8 (float8 or double8), one vector load of B's row k per k. */
+GEMV_KERNEL(gemv_n, 8)
+  F8 acc = 0.0f;
+  int full = j + 8 <= N;
+  if (full) {
+    __global const S *b = B + j;
+    for (int k = 0; k < K; k++, b += ldb) acc = fma((F8)(LD(A, k)), LD8(b, 0), acc);
+  } else {
+    /* columns past N repeat the last column: computed, never stored */
+    int8 idx = min((int8)(j) + (int8)(0, 1, 2, 3, 4, 5, 6, 7), (int8)(N - 1));
+    for (int k = 0; k < K; k++, idx += ldb) {
+      F8 bv = (F8)(LD(B, idx.s0), LD(B, idx.s1), LD(B, idx.s2), LD(B, idx.s3),
+                           LD(B, idx.s4), LD(B, idx.s5), LD(B, idx.s6), LD(B, idx.s7));
+      acc = fma((F8)(LD(A, k)), bv, acc);
+    }
+  }
+  gemm_store(C, 0, 0, j, 1, N, alpha, beta, full, acc);
+}
+
+/* gemv_t (B is N x K, row-major: op(B) = B^T): output j is the dot product
+ * of A with B's row j, both contiguous. Each work-item computes 4 outputs,
+ * reading A as float8s once for the 4 rows. */
+F gemv_sum8(F8 v) {
+  F4 s = v.lo + v.hi;
+  return s.s0 + s.s1 + s.s2 + s.s3;
+}
+
+GEMV_KERNEL(gemv_t, 4)
+  /* rows past N repeat the last row: computed, never stored */
+  __global const S *b0 = B + j * ldb, *b1 = B + min(j + 1, N - 1) * ldb;
+  __global const S *b2 = B + min(j + 2, N - 1) * ldb, *b3 = B + min(j + 3, N - 1) * ldb;
+  F8 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+  int k = 0;
+  for (; k + 8 <= K; k += 8) {
+    F8 av = LD8(A + k, 0);
+    c0 = fma(av, LD8(b0 + k, 0), c0);
+    c1 = fma(av, LD8(b1 + k, 0), c1);
+    c2 = fma(av, LD8(b2 + k, 0), c2);
+    c3 = fma(av, LD8(b3 + k, 0), c3);
+  }
+  F4 r = (F4)(gemv_sum8(c0), gemv_sum8(c1), gemv_sum8(c2), gemv_sum8(c3));
+  for (; k < K; k++) {
+    F a = LD(A, k);
+    r = fma((F4)(a), (F4)(LD(b0, k), LD(b1, k), LD(b2, k), LD(b3, k)), r);
+  }
+  F o[4];
+  vstore4(alpha * r, 0, o);
+  for (int t = 0; t < 4 && j + t < N; t++) {
+    F v = o[t];
+    if (beta != 0.0f) v += beta * LD(C, j + t);
+    ST(v, j + t, C);
+  }
+}

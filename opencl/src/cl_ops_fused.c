@@ -38,7 +38,7 @@ static const ew_op_t ew_ops[] = {
     {"square", 1, "(%0 * %0)"},
     {"tanh", 1, "tanh(%0)"},
     {"sigmoid", 1, "(1.0f / (1.0f + exp(-%0)))"},
-    {"relu", 1, "(%0 < 0.0f ? 0.0f : %0)"},
+    {"relu", 1, "(%0 < 0.0f ? (T)(0.0f) : %0)"},
     {"gelu", 1, "(0.5f * %0 * (1.0f + erf(%0 * 0.70710678118654752f)))"},
     {"erf", 1, "erf(%0)"},
     {"floor", 1, "floor(%0)"},
@@ -65,11 +65,11 @@ static const ew_op_t ew_ops[] = {
     {"max", 2, "NANMAX(%0, %1)"},
     {"min", 2, "(isnan(%0) || isnan(%1) ? %0 + %1 : fmin(%0, %1))"},
     /* comparisons give 1 or 0 (NaN compares false) */
-    {"eq", 2, "(%0 == %1 ? 1.0f : 0.0f)"},
-    {"lt", 2, "(%0 < %1 ? 1.0f : 0.0f)"},
-    {"le", 2, "(%0 <= %1 ? 1.0f : 0.0f)"},
-    {"gt", 2, "(%0 > %1 ? 1.0f : 0.0f)"},
-    {"ge", 2, "(%0 >= %1 ? 1.0f : 0.0f)"},
+    {"eq", 2, "(%0 == %1 ? (T)(1.0f) : (T)(0.0f))"},
+    {"lt", 2, "(%0 < %1 ? (T)(1.0f) : (T)(0.0f))"},
+    {"le", 2, "(%0 <= %1 ? (T)(1.0f) : (T)(0.0f))"},
+    {"gt", 2, "(%0 > %1 ? (T)(1.0f) : (T)(0.0f))"},
+    {"ge", 2, "(%0 >= %1 ? (T)(1.0f) : (T)(0.0f))"},
     {"select", 3, "(%0 != 0.0f ? %1 : %2)"},
     {"clip", 3, "(isnan(%0) ? %0 : fmin(fmax(%0, %1), %2))"},
     {"fma", 3, "fma(%0, %1, %2)"},
@@ -111,9 +111,10 @@ static void ew_put(ew_buf_t *b, const char *fmt, ...) {
   }
 }
 
-/* Appends op's code with %k replaced by the names t<operand k>. */
+/* Appends op's code with %k replaced by the names t<operand k>; temps
+ * have the type T (float, or float4 in the vector body). */
 static void ew_emit_op(ew_buf_t *b, int dst, const ew_op_t *op, const int *operands) {
-  ew_put(b, "  float t%d = ", dst);
+  ew_put(b, "  T t%d = ", dst);
   for (const char *p = op->code; *p; p++) {
     if (p[0] == '%' && p[1] >= '0' && p[1] < '0' + op->arity) {
       ew_put(b, "t%d", operands[p[1] - '0']);
@@ -129,37 +130,20 @@ static void ew_emit_op(ew_buf_t *b, int dst, const ew_op_t *op, const int *opera
  * (scalar), or through its broadcast strides (general). */
 enum { EW_DENSE = 'd', EW_SCALAR = 's', EW_GENERAL = 'g' };
 
-/* Validates the program and writes the kernel "vmcl_elementwise" for nin
- * inputs into b (after the common.cl prelude). kinds[i] is input i's
- * EW_*: when none is general, element i of y reads element i or element 0
- * of each input, without the per-element division loop over the dims
- * (straight-line code, which the CPU device vectorises across
- * work-items). */
-static vm_status_t ew_compile(const vmcl_op_t *op, const char *prog, uint32_t nin,
-                              const char *kinds, ew_buf_t *b) {
+/* One validated token of the program: an operation, input k, or a number
+ * (as its float bits). */
+typedef struct ew_step {
+  const ew_op_t *op;
+  int input; /* -1: not an input */
+  uint32_t bits;
+} ew_step_t;
+
+/* Validates the program into steps (at most EW_MAX_TOKENS); *nsteps and
+ * *result (the temp holding y) on success. */
+static vm_status_t ew_parse(const vmcl_op_t *op, const char *prog, uint32_t nin, ew_step_t *steps,
+                            int *nsteps, int *result) {
   char tok[64];
-  int stack[EW_MAX_DEPTH], depth = 0, ntemp = 0, ntok = 0;
-  int general = memchr(kinds, EW_GENERAL, nin) != NULL;
-  ew_put(b, "%s\n__kernel void vmcl_elementwise(", vmcl_src_common);
-  for (uint32_t i = 0; i < nin; i++) ew_put(b, "__global const S *p%u, int o%u, ", i, i);
-  ew_put(b, "__global S *y, int yo, int n, int rank, int8 shape8");
-  for (uint32_t i = 0; i < nin; i++) ew_put(b, ", int8 st%u", i);
-  ew_put(b, ") {\n  int i = get_global_id(0);\n  if (i >= n) return;\n");
-  if (general) {
-    ew_put(b, "  int sh[8], rem = i;\n  vstore8(shape8, 0, sh);\n");
-    for (uint32_t i = 0; i < nin; i++) {
-      ew_put(b, "  int s%u[8], f%u = o%u;\n  vstore8(st%u, 0, s%u);\n", i, i, i, i, i);
-    }
-    ew_put(b,
-           "  for (int d = 0; d < rank; d++) {\n    int q = rem / sh[d], r = rem - q * sh[d];\n"
-           "    rem = q;\n");
-    for (uint32_t i = 0; i < nin; i++) ew_put(b, "    f%u += r * s%u[d];\n", i, i);
-    ew_put(b, "  }\n");
-  } else {
-    for (uint32_t i = 0; i < nin; i++) {
-      ew_put(b, "  int f%u = o%u%s;\n", i, i, kinds[i] == EW_DENSE ? " + i" : "");
-    }
-  }
+  int depth = 0, ntok = 0, stack[EW_MAX_DEPTH];
   for (const char *p = prog;;) {
     while (*p == ' ' || *p == '\t' || *p == '\n') p++;
     if (!*p) break;
@@ -175,19 +159,21 @@ static vm_status_t ew_compile(const vmcl_op_t *op, const char *prog, uint32_t ni
     memcpy(tok, p, len);
     tok[len] = '\0';
     p += len;
-    const ew_op_t *o = NULL;
+    ew_step_t *st = &steps[ntok - 1];
+    st->op = NULL;
+    st->input = -1;
+    st->bits = 0;
     for (size_t k = 0; k < sizeof(ew_ops) / sizeof(ew_ops[0]); k++) {
-      if (strcmp(ew_ops[k].name, tok) == 0) o = &ew_ops[k];
+      if (strcmp(ew_ops[k].name, tok) == 0) st->op = &ew_ops[k];
     }
-    if (o) {
-      if (depth < o->arity) {
+    if (st->op) {
+      if (depth < st->op->arity) {
         return vmcl_op_error(op,
                              "program (argument 0) token %d '%s' needs %d operands, the "
                              "stack holds %d",
-                             ntok, tok, o->arity, depth);
+                             ntok, tok, st->op->arity, depth);
       }
-      depth -= o->arity;
-      ew_emit_op(b, ntemp, o, stack + depth);
+      depth -= st->op->arity;
     } else if (tok[0] == 'x' && tok[1] >= '0' && tok[1] <= '9' && tok[2] == '\0') {
       uint32_t k = (uint32_t)(tok[1] - '0');
       if (k >= nin) {
@@ -196,7 +182,7 @@ static vm_status_t ew_compile(const vmcl_op_t *op, const char *prog, uint32_t ni
                              "does not have (it has %u)",
                              ntok, tok, nin);
       }
-      ew_put(b, "  float t%d = LD(p%u, f%u);\n", ntemp, k, k);
+      st->input = (int)k;
     } else {
       char *end;
       errno = 0;
@@ -212,20 +198,96 @@ static vm_status_t ew_compile(const vmcl_op_t *op, const char *prog, uint32_t ni
         return vmcl_op_error(op, "program (argument 0) token %d '%s' is not a finite float", ntok,
                              tok);
       }
-      uint32_t bits;
-      memcpy(&bits, &f, sizeof(bits));
-      ew_put(b, "  float t%d = as_float(0x%08xu);\n", ntemp, bits);
+      memcpy(&st->bits, &f, sizeof(st->bits));
     }
     if (depth == EW_MAX_DEPTH) {
       return vmcl_op_error(op, "program (argument 0) stacks more than %d values", EW_MAX_DEPTH);
     }
-    stack[depth++] = ntemp++;
+    stack[depth++] = ntok - 1;
   }
   if (depth != 1) {
     return vmcl_op_error(op, "program (argument 0) leaves %d values on the stack, expected 1",
                          depth);
   }
-  ew_put(b, "  ST(t%d, yo + i, y);\n}\n", stack[0]);
+  *nsteps = ntok;
+  *result = stack[0];
+  return VM_STATUS_OK;
+}
+
+/* Writes the steps as statements over temps of type T (defined by the
+ * caller): temp k is step k's value. Input k's load is loads[k], a format
+ * taking k twice (pointer p<k>, offset f<k>). */
+static void ew_body(ew_buf_t *b, const ew_step_t *steps, int nsteps, const char *const *loads) {
+  int stack[EW_MAX_DEPTH], depth = 0;
+  for (int k = 0; k < nsteps; k++) {
+    const ew_step_t *st = &steps[k];
+    if (st->op) {
+      depth -= st->op->arity;
+      ew_emit_op(b, k, st->op, stack + depth);
+    } else if (st->input >= 0) {
+      ew_put(b, "  T t%d = ", k);
+      ew_put(b, loads[st->input], st->input, st->input);
+      ew_put(b, ";\n");
+    } else {
+      ew_put(b, "  T t%d = (T)(as_float(0x%08xu));\n", k, st->bits);
+    }
+    stack[depth++] = k;
+  }
+}
+
+/* Validates the program and writes the kernel "vmcl_elementwise" for nin
+ * inputs into b (after the common.cl prelude). kinds[i] is input i's
+ * EW_*: when none is general, work-item i computes elements 4i .. 4i + 3
+ * as float4s (dense inputs by vector loads, scalars broadcast), like the
+ * cl.binary kernels, and the work-item after the last full float4 the
+ * 0-3 leftover elements; otherwise each work-item one element, its
+ * inputs' offsets found by dividing through the broadcast shape. */
+static vm_status_t ew_compile(const vmcl_op_t *op, const char *prog, uint32_t nin,
+                              const char *kinds, ew_buf_t *b) {
+  ew_step_t steps[EW_MAX_TOKENS];
+  int nsteps = 0, res = 0;
+  VM_RETURN_IF_ERROR(ew_parse(op, prog, nin, steps, &nsteps, &res));
+  int general = memchr(kinds, EW_GENERAL, nin) != NULL;
+  const char *one[EW_MAX_INPUTS];
+  for (uint32_t i = 0; i < nin; i++) one[i] = "LD(p%d, f%d)";
+  ew_put(b, "%s\n__kernel void vmcl_elementwise(", vmcl_src_common);
+  for (uint32_t i = 0; i < nin; i++) ew_put(b, "__global const S *p%u, int o%u, ", i, i);
+  ew_put(b, "__global S *y, int yo, int n, int rank, int8 shape8");
+  for (uint32_t i = 0; i < nin; i++) ew_put(b, ", int8 st%u", i);
+  ew_put(b, ") {\n  int i = get_global_id(0);\n");
+  if (general) {
+    ew_put(b, "  if (i >= n) return;\n");
+    ew_put(b, "  int sh[8], rem = i;\n  vstore8(shape8, 0, sh);\n");
+    for (uint32_t i = 0; i < nin; i++) {
+      ew_put(b, "  int s%u[8], f%u = o%u;\n  vstore8(st%u, 0, s%u);\n", i, i, i, i, i);
+    }
+    ew_put(b,
+           "  for (int d = 0; d < rank; d++) {\n    int q = rem / sh[d], r = rem - q * sh[d];\n"
+           "    rem = q;\n");
+    for (uint32_t i = 0; i < nin; i++) ew_put(b, "    f%u += r * s%u[d];\n", i, i);
+    ew_put(b, "  }\n#define T float\n");
+    ew_body(b, steps, nsteps, one);
+    ew_put(b, "  ST(t%d, yo + i, y);\n#undef T\n}\n", res);
+  } else {
+    ew_put(b, "  int n4 = n >> 2;\n  if (i < n4) {\n");
+    for (uint32_t i = 0; i < nin; i++) {
+      ew_put(b, "  int f%u = o%u%s;\n", i, i, kinds[i] == EW_DENSE ? " + 4 * i" : "");
+    }
+    /* a scalar input is one element broadcast, a dense one a vector load */
+    const char *vec[EW_MAX_INPUTS];
+    for (uint32_t i = 0; i < nin; i++)
+      vec[i] = kinds[i] == EW_SCALAR ? "(T)(LD(p%d, f%d))" : "LD4(p%d + f%d, 0)";
+    ew_put(b, "#define T float4\n");
+    ew_body(b, steps, nsteps, vec);
+    ew_put(b, "  ST4(t%d, 0, y + yo + 4 * i);\n#undef T\n", res);
+    ew_put(b, "  } else if (i == n4) {\n    for (int j = 4 * n4; j < n; j++) {\n");
+    for (uint32_t i = 0; i < nin; i++) {
+      ew_put(b, "  int f%u = o%u%s;\n", i, i, kinds[i] == EW_DENSE ? " + j" : "");
+    }
+    ew_put(b, "#define T float\n");
+    ew_body(b, steps, nsteps, one);
+    ew_put(b, "  ST(t%d, yo + j, y);\n#undef T\n    }\n  }\n}\n", res);
+  }
   if (b->failed) return vm_status_make(VM_RESOURCE_EXHAUSTED, "%s: out of host memory", op->name);
   return VM_STATUS_OK;
 }
@@ -315,7 +377,9 @@ vm_status_t vmcl_op_elementwise(vm_machine_t *m, const vm_value_t *args, uint32_
     if (a.err != CL_SUCCESS) {
       st = vmcl_status(a.err, "clSetKernelArg");
     } else {
-      st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+      /* dense and scalar inputs: a float4 per work-item and one for the tail */
+      size_t items = memchr(kinds, EW_GENERAL, nin) ? (size_t)n : (size_t)(n / 4 + 1);
+      st = vmcl_launch_1d(d, k, items, vmcl_local_size(d, k, 256));
     }
   }
   pthread_mutex_unlock(&d->lock);

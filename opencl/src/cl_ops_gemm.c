@@ -168,9 +168,46 @@ int vmcl_gemm_is_tiled(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt) {
   return gemm_backend(d, dev, dt) == GEMM_TILED;
 }
 
+/* M == 1: gemm.cl's gemv_n / gemv_t, one launch (no K chunks: B is read
+ * once, row by row or column block by column block). A 1 x K is contiguous
+ * either way (transposed, its lda is 1). */
+static vm_status_t gemm_vector(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt, cl_mem A,
+                               int64_t ao, cl_mem B, int64_t bo, cl_mem C, int64_t co, float alpha,
+                               float beta) {
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st =
+      vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(dt), g->tb ? "gemv_t" : "gemv_n", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    vmcl_arg_int(&a, g->n);
+    vmcl_arg_int(&a, g->k);
+    vmcl_arg_mem(&a, A);
+    vmcl_arg_int(&a, ao);
+    vmcl_arg_int(&a, g->sa);
+    vmcl_arg_mem(&a, B);
+    vmcl_arg_int(&a, bo);
+    vmcl_arg_int(&a, g->ldb);
+    vmcl_arg_int(&a, g->sb);
+    vmcl_arg_mem(&a, C);
+    vmcl_arg_int(&a, co);
+    vmcl_arg_int(&a, g->sc);
+    vmcl_arg_float(&a, alpha);
+    vmcl_arg_float(&a, beta);
+    size_t per = g->tb ? 4 : 8;
+    size_t global[2] = {(size_t)(g->n + (int64_t)per - 1) / per, (size_t)g->batch};
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : vmcl_launch(d, k, 2, global, NULL);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
 vm_status_t vmcl_gemm_tiled(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt, cl_mem A,
                             int64_t ao, cl_mem B, int64_t bo, cl_mem C, int64_t co, float alpha,
                             float beta) {
+  if (g->m == 1 && (!g->ta || g->lda == 1))
+    return gemm_vector(d, g, dt, A, ao, B, bo, C, co, alpha, beta);
   static const char *const names[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
   int chunked = vm_dtype_equal(dt, VM_F32) && g->k > GEMM_CHUNK_MIN_K;
   int64_t kc = chunked ? GEMM_K_CHUNK : (g->k > 0 ? g->k : 1);

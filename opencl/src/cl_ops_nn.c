@@ -149,6 +149,34 @@ enum { CONV_F_DIRECT = 0, CONV_F_GEMM = 1 };
  * elements (256 MiB); larger calls stay on the direct kernel. */
 #define CONV_GEMM_MAX_COLS ((int64_t)64 << 20)
 
+/* conv.cl's conv2d_epilogue over y ([N, O, P]) in place: bias, then the
+ * activation and act * am + aa; nothing to do without any. */
+static vm_status_t conv_epilogue_launch(vmcl_dev_t *d, const vm_tensor_t *y,
+                                        const vm_tensor_t *bias, int64_t N, int64_t O, int64_t P,
+                                        int64_t act, double am, double aa) {
+  if (!bias && act == CONV_ACT_NONE && am == 1.0 && aa == 0.0) return VM_STATUS_OK;
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st =
+      vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv2d_epilogue", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+    vmcl_arg_int(&a, vmcl_elem_offset(y));
+    vmcl_arg_mem(&a, vmcl_tensor_mem(bias ? bias : y));
+    vmcl_arg_int(&a, bias ? vmcl_elem_offset(bias) : 0);
+    vmcl_arg_int(&a, bias != NULL);
+    vmcl_arg_int(&a, O);
+    vmcl_arg_int(&a, P);
+    conv_epilogue_args(&a, act, am, aa);
+    size_t global[2] = {(size_t)(P + 7) / 8, (size_t)(N * O)};
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : vmcl_launch(d, k, 2, global, NULL);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
 /* Direct: conv.cl's conv2d, 8 output channels x 8 pixels per work-item,
  * the input gathered on the fly (implicit im2col). */
 static vm_status_t conv_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
@@ -222,28 +250,27 @@ static vm_status_t conv_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
     st = vmcl_gemm_mem(d, dev, &g, VM_F32, vmcl_tensor_mem(w), vmcl_elem_offset(w), cols, 0,
                        vmcl_tensor_mem(y), vmcl_elem_offset(y) + nb * s->O * P, 1.0f, 0.0f);
   }
-  if (!st && (bias || s->act != CONV_ACT_NONE || s->am != 1.0 || s->aa != 0.0)) {
-    pthread_mutex_lock(&d->lock);
-    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv2d_epilogue", &k);
-    if (!st) {
-      vmcl_args_t a = vmcl_args_begin(k);
-      vmcl_arg_mem(&a, vmcl_tensor_mem(y));
-      vmcl_arg_int(&a, vmcl_elem_offset(y));
-      vmcl_arg_mem(&a, vmcl_tensor_mem(bias ? bias : y));
-      vmcl_arg_int(&a, bias ? vmcl_elem_offset(bias) : 0);
-      vmcl_arg_int(&a, bias != NULL);
-      vmcl_arg_int(&a, s->O);
-      vmcl_arg_int(&a, P);
-      conv_epilogue_args(&a, s->act, s->am, s->aa);
-      size_t global[2] = {(size_t)(P + 7) / 8, (size_t)(s->N * s->O)};
-      st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
-                               : vmcl_launch(d, k, 2, global, NULL);
-    }
-    pthread_mutex_unlock(&d->lock);
-  }
+  if (!st) st = conv_epilogue_launch(d, y, bias, s->N, s->O, P, s->act, s->am, s->aa);
   /* the queued commands keep the buffer until they finish */
   clReleaseMemObject(cols);
   return st;
+}
+
+/* A float32 pointwise convolution of one pixel per image (the squeeze-
+ * excitation blocks' and a classifier head's 1x1 convolutions after a
+ * global pooling), groups 1: per image y[n] = w x[n], the M = 1 product
+ * of cl.gemm's gemv_t (w is [O, C]: B transposed), then the epilogue. The
+ * 16-pixel blocks of conv2d_1x1 would compute 15 masked pixels. */
+static vm_status_t conv_one_pixel(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
+                                  const vm_tensor_t *w, const vm_tensor_t *bias,
+                                  const vm_tensor_t *y, int64_t N, int64_t C, int64_t O,
+                                  int64_t act, double am, double aa) {
+  vmcl_gemm_shape_t g = {.batch = N, .m = 1, .n = O, .k = C, .tb = 1, .lda = C, .ldb = C,
+                         .ldc = O, .sa = C, .sb = 0, .sc = O};
+  VM_RETURN_IF_ERROR(vmcl_gemm_mem(d, dev, &g, VM_F32, vmcl_tensor_mem(x), vmcl_elem_offset(x),
+                                   vmcl_tensor_mem(w), vmcl_elem_offset(w), vmcl_tensor_mem(y),
+                                   vmcl_elem_offset(y), 1.0f, 0.0f));
+  return conv_epilogue_launch(d, y, bias, N, O, 1, act, am, aa);
 }
 
 static vm_status_t conv_run(int f, vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
@@ -424,6 +451,9 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   int pointwise = KH == 1 && KW == 1 && wa.sh == 1 && wa.sw == 1 && wa.pt == 0 && wa.pl == 0 &&
                   wa.pb == 0 && wa.pr == 0;
   int pw16 = pointwise && !og1;
+  if (pw16 && P == 1 && groups == 1 && vm_dtype_equal(x->dtype, VM_F32) &&
+      (!bias || vm_dtype_equal(bias->dtype, VM_F32)))
+    return conv_one_pixel(d, op.dev, x, w, bias, y, N, C, O, act, am, aa);
   if (!og1 && !pw16) {
     conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa};
     return conv_general(d, op.dev, x, w, bias, y, &s);

@@ -1,6 +1,7 @@
 /* cl.reduce.*, cl.argmax/argmin, cl.softmax and cl.layer_norm: kernels/reduce.cl. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cl_ops_internal.h"
@@ -185,7 +186,13 @@ vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t na
   if (outer * len * inner == 0) return VM_STATUS_OK;
 
   vmcl_dev_t *d = op.d;
-  int row = inner == 1;
+  /* Contiguous rows take a work-group each, except on CPU devices with
+   * rows enough for every core (cpu_items_suffice): there a work-group's
+   * barriers run as separate loops, so softmax_col's work-item per row
+   * (inner 1) is faster (bench_kernels' softmax figures; VMCL_SOFTMAX=group
+   * keeps the work-groups, for that comparison). */
+  const char *env = getenv("VMCL_SOFTMAX");
+  int row = inner == 1 && !((!env || strcmp(env, "group") != 0) && cpu_items_suffice(d, outer));
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);

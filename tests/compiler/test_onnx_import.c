@@ -98,6 +98,25 @@ static void test_shape_arithmetic_folds(void **state) {
   assert_int_equal(rep.num_folded, 2);
 }
 
+/* Pow by the constant 2 (a LayerNorm's variance written out) lowers to
+ * cl.binary.mul of x by itself; any other exponent stays cl.binary.pow. */
+static void test_pow_two_is_mul(void **state) {
+  for (int k = 0; k < 2; k++) {
+    mb_t m;
+    mb_init(&m, 17);
+    mb_input(&m, "x", 2, k_d24);
+    mb_output(&m, "y", 2, k_d24);
+    float two = k == 0 ? 2.0f : 3.0f;
+    mb_init_raw(&m, "e", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL, &two, sizeof(two));
+    mb_node(&m, "Pow", "p", "x", "e", "y");
+    vm_executable_t *e;
+    ASSERT_OK(compile(&m, NULL, NULL, &e));
+    assert_int_equal(vm_executable_find_function(e, "cl.binary.mul", VM_FUNC_PACKED) >= 0, k == 0);
+    assert_int_equal(vm_executable_find_function(e, "cl.binary.pow", VM_FUNC_PACKED) >= 0, k == 1);
+    vm_executable_free(e);
+  }
+}
+
 static void test_not_a_model(void **state) {
   vm_executable_t *e = NULL;
   const char junk[] = "\xff\xff\xff\xff not protobuf";
@@ -1140,6 +1159,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_relu_compiles),
       cmocka_unit_test(test_shape_arithmetic_folds),
+      cmocka_unit_test(test_pow_two_is_mul),
       cmocka_unit_test(test_not_a_model),
       cmocka_unit_test(test_quant_params),
       cmocka_unit_test(test_opset_range),

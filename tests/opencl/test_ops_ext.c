@@ -710,6 +710,7 @@ static void check_elementwise(tops_env_t *e, vm_dtype_t dt, const ew_case_t *c) 
 static void test_elementwise(void **state) {
   tops_env_t *e = *state;
   bshape_t s34 = {2, {3, 4}}, s4 = {1, {4}}, s31 = {2, {3, 1}}, s234 = {3, {2, 3, 4}};
+  bshape_t s57 = {2, {5, 7}}, s1 = {1, {1}};
   static const char *silu = "x0 x0 sigmoid mul";
   static const char *gelu_tanh =
       "0.5 x0 mul x0 0.044715 x0 x0 x0 mul mul mul add "
@@ -724,12 +725,17 @@ static void test_elementwise(void **state) {
       {"x0 square x1 div 1e-5 add rsqrt neg exp", 2, {s34, s34}, s34},
       {"x0 2 pow x0 sqrt sub gelu", 1, {s4}, s234}, /* y has more dims than the input */
       {"2.5", 0, {s4}, s31},                        /* constants only */
+      /* dense and one-element inputs: float4s plus a tail of 3 (35 elements) */
+      {"x0 x1 lt x0 x1 select relu x2 mul", 3, {s57, s1, s57}, s57},
+      {"x0 x1 ge 2 x0 select x1 sub relu", 2, {s57, s57}, s57},
+      {"x0 neg x1 max sigmoid 3 mul", 2, {s1, s57}, s57},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     check_elementwise(e, VM_F32, &cases[i]);
   }
   check_elementwise(e, VM_F16, &cases[1]);
   check_elementwise(e, VM_F16, &cases[4]);
+  check_elementwise(e, VM_F16, &cases[9]);
 
   vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(3, 4));
   vm_value_t y5 = tops_plain(e, VM_F32, 1, DIMS(5)), x16 = tops_plain(e, VM_F16, 2, DIMS(3, 4));

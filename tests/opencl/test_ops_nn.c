@@ -57,6 +57,16 @@ static const tops_gemm_case_t gemm_cases[] = {
     {0, 0, 33, 65, 700, 0, 0, 1.0f, 0.0f},
     {0, 0, 33, 65, 700, 1, 1, 0.5f, 0.5f},
     {2, 0, 17, 9, 600, 1, 0, 1.0f, 2.0f},
+    /* M = 1: gemm.cl's gemv_n / gemv_t, one launch; N and K off the vector
+     * widths (8 columns, 4 rows, 8 of K), beta, batches, K past the chunk */
+    {0, 0, 1, 13, 21, 0, 0, 1.0f, 0.0f},
+    {0, 0, 1, 13, 21, 0, 1, 1.0f, 0.0f},
+    {0, 0, 1, 13, 21, 1, 0, 0.5f, 2.0f},
+    {0, 0, 1, 13, 21, 1, 1, 0.5f, 2.0f},
+    {0, 0, 1, 400, 4096, 0, 1, 1.0f, 1.0f}, /* an LSTM step's input Gemm */
+    {0, 0, 1, 3, 700, 0, 0, -1.0f, 0.0f},
+    {3, 3, 1, 11, 6, 0, 1, 1.0f, 0.5f},
+    {3, 0, 1, 16, 9, 0, 0, 1.0f, 0.0f},
 };
 
 static void test_gemm_tiled(void **state) {
@@ -78,6 +88,8 @@ static void test_gemm_f16(void **state) {
       {0, 0, 7, 13, 5, 0, 0, 1.0f, 0.0f},
       {0, 0, 65, 17, 33, 1, 1, 0.5f, 2.0f},
       {2, 2, 9, 11, 6, 0, 1, 1.0f, 0.0f},
+      {0, 0, 1, 13, 21, 0, 0, 1.0f, 0.0f}, /* M = 1 */
+      {2, 2, 1, 13, 21, 0, 1, 0.5f, 2.0f},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     tops_check_gemm(e, VM_F16, &cases[i]);
@@ -321,6 +333,8 @@ static void test_conv2d_epilogue(void **state) {
       {2, 3, 9, 11, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* conv2d */
       {1, 20, 4, 12, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* conv2d_1x1 */
       {1, 12, 24, 80, 12, 3, 3, 1, 1, 1, 1, 1, 1, 12, 0}, /* conv2d_og1 */
+      {3, 37, 1, 1, 21, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},    /* one pixel: gemv_t */
+      {2, 16, 1, 1, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},     /* the same, no bias */
   };
   static const conv_epi_t epis[] = {
       {0, 1, 0}, {1, 1, 0}, {2, 1, 0}, {2, 0.5, -0.25}, {1, -2, 3}, {0, 1.5, 0.125},
