@@ -201,6 +201,7 @@ static const onx_op_t k_ops[] = {
     {"Asinh", "", 0, 0, "", onx_op_ew, ONX_E_ASINH},
     {"Atan", "", 0, 0, "", onx_op_ew, ONX_E_ATAN},
     {"Atanh", "", 0, 0, "", onx_op_ew, ONX_E_ATANH},
+    {"BitCast", "", 26, 0, "to", onx_op_bitcast, 0},
     {"BitShift", "", 0, 0, "direction", onx_op_bitshift, 0},
     {"BitwiseAnd", "", 0, 0, "", onx_op_bitwise, 0},
     {"BitwiseNot", "", 0, 0, "", onx_op_bitwise, 3},
