@@ -148,6 +148,8 @@ vm_status_t onx_wire_check(const ProtobufCMessageDescriptor *desc, const uint8_t
 
 /* ---- dtypes and tensors (onnx_tensor.c) ---- */
 /* ONNX TensorProto.DataType -> dtype; -1 if unsupported. */
+/* The ONNX TensorProto data type of dt; 0 if it has none. */
+int32_t onx_dtype_to_onnx(vm_dtype_t dt);
 int onx_dtype_from_onnx(int32_t elem, vm_dtype_t *out);
 const char *onx_onnx_type_name(int32_t elem);
 /* Parses a TensorProto into a host tensor (data malloc'ed, even for

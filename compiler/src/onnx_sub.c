@@ -93,6 +93,8 @@ uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
       onx_op_max_unpool,
       onx_op_one_hot,
       onx_op_reverse_sequence,
+      onx_op_quantize, /* the storage types: float32 operators around a Cast */
+      onx_op_dequantize,
   };
   const onx_op_t *op = n ? onx_find_op(n->op_type) : NULL;
   if (op && (op->fn == onx_op_scatter_elements || op->fn == onx_op_scatter_nd))

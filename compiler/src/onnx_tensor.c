@@ -77,6 +77,12 @@ int onx_dtype_from_onnx(int32_t elem, vm_dtype_t *out) {
   return -1;
 }
 
+int32_t onx_dtype_to_onnx(vm_dtype_t dt) {
+  for (size_t i = 0; i < sizeof(k_dtypes) / sizeof(k_dtypes[0]); i++)
+    if (k_dtypes[i].ok && vm_dtype_equal(k_dtypes[i].dt, dt)) return k_dtypes[i].elem;
+  return 0;
+}
+
 const char *onx_onnx_type_name(int32_t elem) {
   for (size_t i = 0; i < sizeof(k_dtypes) / sizeof(k_dtypes[0]); i++)
     if (k_dtypes[i].elem == elem) return k_dtypes[i].name;
