@@ -669,12 +669,10 @@ vm_status_t onx_lower_graph(onx_ctx_t *c) {
       if (!n->input[k] || !n->input[k][0]) continue;
       if (!find_value(c, n->input[k])) return undefined_input(c, n->input[k]);
     }
-    st = onx_check_storage_inputs(c);
-    if (st) return st;
     if (c->rep && !c->depth) count_op(c->rep, n->op_type);
     uint32_t before = c->num_vals;
     c->fused = 0;
-    st = op->fn(c);
+    st = onx_lower_node(c, op);
     if (!st && vmcc_graph_error(c->g)) {
       /* a tensor or call the graph refused (a shape the model made
        * impossible): reported at this node, not as an undefined output */

@@ -258,9 +258,11 @@ double onx_ld_f(vm_dtype_t dt, const uint8_t *data, int64_t i);
 int64_t onx_ld_i(vm_dtype_t dt, const uint8_t *data, int64_t i);
 void onx_st_f(vm_dtype_t dt, uint8_t *data, int64_t i, double x);
 void onx_st_i(vm_dtype_t dt, uint8_t *data, int64_t i, int64_t x);
-/* UNIMPLEMENTED naming the input when the node is not one of the
- * operators that take bfloat16, float8, float4, int4/uint4 or int2/uint2. */
-vm_status_t onx_check_storage_inputs(onx_ctx_t *c);
+/* Lowers the current node with op (onnx_ops_dtypes.c): a bfloat16 input
+ * is computed in float32 with casts around; a float8, float4, int4/uint4 or
+ * int2/uint2 input is refused (UNIMPLEMENTED, naming it) unless the
+ * operator takes the storage types (casts, quantization, views). */
+vm_status_t onx_lower_node(onx_ctx_t *c, const onx_op_t *op);
 /* Bytes of numel elements of dt (packed types: whole bytes). */
 uint64_t onx_nbytes(vm_dtype_t dt, int64_t numel);
 /* A small float (float8/float4 code) element from x with Cast's saturate

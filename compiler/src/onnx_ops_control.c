@@ -45,8 +45,9 @@ uint64_t onx_graph_values(const Onnx__GraphProto *g, int *has_sub) {
     if (s > sub) sub = s;
   }
   /* 2 per node output beyond that: an unrolled loop's carried values and
-   * scan slices live outside the table, its stacked outputs in it */
-  return n + sub;
+   * scan slices live outside the table, its stacked outputs in it; 8 for
+   * the headroom onx_sub keeps */
+  return n + sub + 8;
 }
 
 /* ---------------------------------------------------------------------------

@@ -53,13 +53,59 @@ static int is_storage_dtype(vm_dtype_t dt) {
          vm_dtype_per_byte(dt) > 1;
 }
 
-vm_status_t onx_check_storage_inputs(onx_ctx_t *c) {
+/* Lowers the node with bfloat16 inputs as runtimes without bfloat16
+ * arithmetic do: each bfloat16 input cast to float32, the operator in
+ * float32, each float32 output cast back to bfloat16 (round to nearest
+ * even); other outputs (indices) pass through. */
+static vm_status_t lower_bf16(onx_ctx_t *c, const onx_op_t *op) {
+  const Onnx__NodeProto *n = c->node;
+  enum { MAXIO = 32 };
+  if (n->n_input > MAXIO || n->n_output > MAXIO)
+    return onx_node_err(c, VM_UNIMPLEMENTED, "a bfloat16 node with %zu inputs and %zu outputs: "
+                        "supported: at most %d of each", n->n_input, n->n_output, MAXIO);
+  const char *ins[MAXIO], *outs[MAXIO];
+  onx_sattr_t to_f[1] = {SA_INT("to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)};
+  onx_sattr_t to_bf[1] = {SA_INT("to", ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)};
+  for (uint32_t k = 0; k < n->n_input; k++) {
+    onx_value_t *v = onx_in(c, k);
+    ins[k] = n->input[k];
+    if (v && v->dt.code == VM_DTYPE_BFLOAT)
+      VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, v->name, NULL, NULL, 1, to_f, &ins[k]));
+  }
+  for (uint32_t k = 0; k < n->n_output; k++) {
+    outs[k] = n->output[k];
+    if (outs[k] && outs[k][0] && !(outs[k] = onx_sub_name(c)))
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  Onnx__NodeProto f = *n; /* the node in float32: fresh names in and out */
+  f.input = (char **)ins;
+  f.output = (char **)outs;
+  c->node = &f;
+  vm_status_t st = op->fn(c);
+  c->node = n;
+  for (uint32_t k = 0; !st && k < n->n_output; k++) {
+    if (!n->output[k] || !n->output[k][0]) continue;
+    onx_value_t *v = onx_lookup(c, outs[k]);
+    if (!v) continue; /* an optional output the lowering does not define */
+    int to_bf16 = vm_dtype_equal(v->dt, VM_F32);
+    st = onx_sub1(c, to_bf16 ? "Cast" : "Identity", n->output[k], outs[k], NULL, NULL,
+                  to_bf16 ? 1 : 0, to_bf16 ? to_bf : NULL, NULL);
+  }
+  return st;
+}
+
+vm_status_t onx_lower_node(onx_ctx_t *c, const onx_op_t *op) {
   const Onnx__NodeProto *n = c->node;
   for (size_t i = 0; i < sizeof(k_storage_ops) / sizeof(k_storage_ops[0]); i++)
-    if (strcmp(n->op_type, k_storage_ops[i]) == 0) return VM_STATUS_OK;
+    if (strcmp(n->op_type, k_storage_ops[i]) == 0) return op->fn(c);
+  int bf16 = 0;
   for (uint32_t k = 0; k < n->n_input; k++) {
     onx_value_t *v = onx_in(c, k);
     if (!v || !is_storage_dtype(v->dt)) continue;
+    if (v->dt.code == VM_DTYPE_BFLOAT) {
+      bf16 = 1;
+      continue;
+    }
     char b[32];
     return onx_node_err(c, VM_UNIMPLEMENTED,
                         "input %u is %s, a storage type this operator does not compute on: "
@@ -67,5 +113,5 @@ vm_status_t onx_check_storage_inputs(onx_ctx_t *c) {
                         "CastLike, BitCast, QuantizeLinear, DequantizeLinear and the views)",
                         k, vm_dtype_str(v->dt, b, sizeof(b)));
   }
-  return VM_STATUS_OK;
+  return bf16 ? lower_bf16(c, op) : op->fn(c);
 }

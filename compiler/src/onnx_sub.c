@@ -99,9 +99,12 @@ uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
   const onx_op_t *op = n ? onx_find_op(n->op_type) : NULL;
   if (op && (op->fn == onx_op_scatter_elements || op->fn == onx_op_scatter_nd))
     return SUB_VALUES + 8 * ONX_SCATTER_LEVELS; /* a Gather and a step per level */
+  /* a bfloat16 node computed in float32: a Cast per input, a fresh value
+   * and a Cast per output */
+  uint32_t around = n ? (uint32_t)(n->n_input + 2 * n->n_output) : 0;
   for (size_t i = 0; op && i < sizeof(k_sub_fns) / sizeof(k_sub_fns[0]); i++)
-    if (op->fn == k_sub_fns[i]) return SUB_VALUES + 2 * (uint32_t)n->n_input;
-  return 0;
+    if (op->fn == k_sub_fns[i]) return SUB_VALUES + 2 * (uint32_t)n->n_input + around;
+  return around;
 }
 
 static vm_status_t no_room(onx_ctx_t *c) {
