@@ -80,44 +80,42 @@ static void test_packed_tensor_sizes(void **state) {
   ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT, "initializer 'w': 4 values for 5 elements");
 }
 
+/* A model x[5] -> y[5] of one node op(in0, in1) named name at opset. */
+static Onnx__NodeProto *one_node(mb_t *m, int64_t opset, const char *op, const char *name,
+                                 const char *in0, const char *in1) {
+  static const int64_t d5[1] = {5};
+  mb_init(m, opset);
+  mb_input(m, "x", 1, d5);
+  mb_output(m, "y", 1, d5);
+  return mb_node(m, op, name, in0, in1, "y");
+}
+
 static void test_refusals(void **state) {
   (void)state;
   mb_t m;
   static const int64_t d5[1] = {5};
   const uint8_t f8[5] = {0x38, 0x40, 0x7f, 0x80, 0x01};
   /* an operator that does not compute on float8 names the input */
-  mb_init(&m, 21);
-  mb_input(&m, "x", 1, d5);
-  mb_output(&m, "y", 1, d5);
-  mb_node(&m, "Add", "a", "x", "w", "y");
+  one_node(&m, 21, "Add", "a", "x", "w");
   mb_init_raw(&m, "w", T_FLOAT8E4M3FN, 1, d5, f8, 5);
   ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED,
                 "node 'a' (Add): input 1 is float8_e4m3fn, a storage type this operator does not "
                 "compute on");
   /* BitCast keeps the bit width */
-  mb_init(&m, 26);
-  mb_input(&m, "x", 1, d5);
-  mb_output(&m, "y", 1, d5);
-  Onnx__NodeProto *b = mb_node(&m, "BitCast", "b", "x", NULL, "y");
+  Onnx__NodeProto *b = one_node(&m, 26, "BitCast", "b", "x", NULL);
   mb_attr_i(&m, b, "to", T_INT8);
   ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
                 "input 0 is float32 (32 bits), 'to' is int8 (8 bits): BitCast needs the same bit "
                 "width");
   /* Cast to a type that does not exist, and a round_mode that does not */
-  mb_init(&m, 24);
-  mb_input(&m, "x", 1, d5);
-  mb_output(&m, "y", 1, d5);
-  Onnx__NodeProto *c = mb_node(&m, "Cast", "c", "x", NULL, "y");
+  Onnx__NodeProto *c = one_node(&m, 24, "Cast", "c", "x", NULL);
   mb_attr_i(&m, c, "to", 27);
   ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED, "attribute 'to' = 27 (unknown)");
   mb_attr_s(&m, c, "round_mode", "sideways");
   ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED,
                 "attribute 'round_mode' = sideways: supported: up, down, nearest");
   /* a float8 x's zero point must be 0 */
-  mb_init(&m, 21);
-  mb_input(&m, "x", 1, d5);
-  mb_output(&m, "y", 1, d5);
-  Onnx__NodeProto *q = mb_node(&m, "DequantizeLinear", "q", "w", "s", "y");
+  Onnx__NodeProto *q = one_node(&m, 21, "DequantizeLinear", "q", "w", "s");
   mb_node_input(q, "z");
   const float s = 2.0f;
   const uint8_t z = 0x38; /* 1.0 */
