@@ -220,6 +220,12 @@ static void test_bitcast_and_errors(void **state) {
   vm_value_t f64 = tops_tensor(e, VM_F64, 1, DIMS(3), NULL);
   ASSERT_STATUS(tops_call(e, "cl.cast", (vm_value_t[]){f8, f64}, 2), VM_INVALID_ARGUMENT,
                 "y (argument 1) has dtype float64, expected float32, float16, bfloat16");
+  /* the other operators refuse a packed tensor (its bytes are fewer than
+   * its elements) */
+  vm_value_t i4 = tops_tensor(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 4, 1), 1, DIMS(3), NULL);
+  ASSERT_STATUS(tops_call(e, "cl.unary.neg", (vm_value_t[]){i4, i4}, 2), VM_INVALID_ARGUMENT,
+                "x (argument 0) has the packed dtype int4: supported: cl.cast and cl.bitcast");
+  vm_value_release(&i4);
   vm_value_t all[] = {a[0], a[1], w, f8, f64};
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) vm_value_release(&all[i]);
 }
