@@ -209,6 +209,8 @@ static const char *const k_ops[] = {
     "Tile",
     "Trilu",
     "Upsample",
+    /* the storage types */
+    "BitCast",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
