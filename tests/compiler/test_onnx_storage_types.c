@@ -48,7 +48,7 @@ static void test_packed_tensor_sizes(void **state) {
   (void)state;
   mb_t m;
   /* five int4 elements take three bytes (the last half padding) */
-  const uint8_t raw[3] = {0x21, 0x43, 0x05};
+  const uint8_t raw[4] = {0x21, 0x43, 0x05, 0}; /* a spare byte for the long raw_data */
   Onnx__TensorProto *t = cast_add_model(&m, T_INT4, raw, 2);
   ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT, "initializer 'w': raw_data has 2 bytes, expected 3");
   t->raw_data.len = 4;
