@@ -18,10 +18,8 @@ int vm_dtype_valid(vm_dtype_t dt) {
     case VM_DTYPE_FLOAT8_E4M3FNUZ:
     case VM_DTYPE_FLOAT8_E5M2:
     case VM_DTYPE_FLOAT8_E5M2FNUZ:
-    case VM_DTYPE_FLOAT8_E8M0FNU:
-      return dt.bits == 8 && dt.lanes == 1;
-    case VM_DTYPE_FLOAT4_E2M1FN:
-      return dt.bits == 4 && dt.lanes == 1;
+    case VM_DTYPE_FLOAT8_E8M0FNU: return dt.bits == 8 && dt.lanes == 1;
+    case VM_DTYPE_FLOAT4_E2M1FN: return dt.bits == 4 && dt.lanes == 1;
     case VM_DTYPE_FLOAT:
       return dt.bits == 16 || dt.bits == 32 || dt.bits == 64;
     case VM_DTYPE_BFLOAT:
@@ -278,16 +276,20 @@ uint8_t vm_f32_to_small_float(uint8_t code, float x, int saturate, int round_mod
   uint8_t mag_max; /* the largest finite magnitude's code */
   switch (f.kind) {
     case MF_FN: mag_max = (uint8_t)((1u << sh) - 2); break;
-    case MF_IEEE: mag_max = (uint8_t)((((1u << f.ebits) - 2) << f.mbits) | ((1u << f.mbits) - 1)); break;
+    case MF_IEEE:
+      mag_max = (uint8_t)((((1u << f.ebits) - 2) << f.mbits) | ((1u << f.mbits) - 1));
+      break;
     default: mag_max = (uint8_t)((1u << sh) - 1); break;
   }
   if (isnan(x)) {
     switch (f.kind) {
       case MF_FNUZ: return 0x80;
       case MF_FN: return sign | (uint8_t)((1u << sh) - 1);
-      case MF_IEEE: return sign | (uint8_t)((((1u << f.ebits) - 1) << f.mbits) | (1u << (f.mbits - 1)));
-      default: return sign ? 0 : 0x8; /* float4 has no NaN: the reference writes a zero of the
-                                          opposite sign */
+      case MF_IEEE:
+        return sign | (uint8_t)((((1u << f.ebits) - 1) << f.mbits) | (1u << (f.mbits - 1)));
+      default:
+        return sign ? 0 : 0x8; /* float4 has no NaN: the reference writes a zero of the
+                                   opposite sign */
     }
   }
   float a = fabsf(x);
@@ -318,7 +320,9 @@ uint8_t vm_f32_to_small_float(uint8_t code, float x, int saturate, int round_mod
   return sign | (uint8_t)((e << f.mbits) | m);
 }
 
-float vm_bf16_to_f32(uint16_t h) { return f32_of((uint32_t)h << 16); }
+float vm_bf16_to_f32(uint16_t h) {
+  return f32_of((uint32_t)h << 16);
+}
 
 uint16_t vm_f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);

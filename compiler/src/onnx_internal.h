@@ -18,7 +18,7 @@
 /* Limits on what a model may ask for. */
 #define ONX_MAX_TENSOR_BYTES (4ull << 30) /* one constant */
 /* the element types a tensor may have, for messages */
-#define ONX_DTYPES_SUPPORTED                                                               \
+#define ONX_DTYPES_SUPPORTED                                                             \
   "float, float16, double, bfloat16, bool, int8/16/32/64, uint8/16/32/64, int4, uint4, " \
   "int2, uint2, float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float8e8m0, "  \
   "float4e2m1"
@@ -267,8 +267,7 @@ vm_status_t onx_lower_node(onx_ctx_t *c, const onx_op_t *op);
 uint64_t onx_nbytes(vm_dtype_t dt, int64_t numel);
 /* A small float (float8/float4 code) element from x with Cast's saturate
  * and round_mode (0 up, 1 down, 2 nearest; float8e8m0 only). */
-void onx_st_small(vm_dtype_t dt, uint8_t *data, int64_t i, double x, int saturate,
-                  int round_mode);
+void onx_st_small(vm_dtype_t dt, uint8_t *data, int64_t i, double x, int saturate, int round_mode);
 /* Reads a constant int tensor (any int dtype) into out (at most max). */
 vm_status_t onx_const_ints(const onx_ctx_t *c, const onx_value_t *v, const char *what, int64_t *out,
                            int64_t max, int64_t *out_n);

@@ -44,8 +44,9 @@ vm_status_t onx_op_bitcast(onx_ctx_t *c) {
 /* The operators that take a storage type as an input: the casts, the
  * quantization pair and the views (which move no element). */
 static const char *const k_storage_ops[] = {
-    "BitCast", "Cast",    "CastLike", "Constant",  "DequantizeLinear", "Flatten", "Identity",
-    "QuantizeLinear", "Reshape", "Shape", "Size", "Squeeze", "Unsqueeze",
+    "BitCast", "Cast",     "CastLike",       "Constant", "DequantizeLinear",
+    "Flatten", "Identity", "QuantizeLinear", "Reshape",  "Shape",
+    "Size",    "Squeeze",  "Unsqueeze",
 };
 
 static int is_storage_dtype(vm_dtype_t dt) {
@@ -61,8 +62,10 @@ static vm_status_t lower_bf16(onx_ctx_t *c, const onx_op_t *op) {
   const Onnx__NodeProto *n = c->node;
   enum { MAXIO = 32 };
   if (n->n_input > MAXIO || n->n_output > MAXIO)
-    return onx_node_err(c, VM_UNIMPLEMENTED, "a bfloat16 node with %zu inputs and %zu outputs: "
-                        "supported: at most %d of each", n->n_input, n->n_output, MAXIO);
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "a bfloat16 node with %zu inputs and %zu outputs: "
+                        "supported: at most %d of each",
+                        n->n_input, n->n_output, MAXIO);
   const char *ins[MAXIO], *outs[MAXIO];
   onx_sattr_t to_f[1] = {SA_INT("to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)};
   onx_sattr_t to_bf[1] = {SA_INT("to", ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)};

@@ -333,8 +333,8 @@ static vm_status_t q_float(onx_ctx_t *c, const onx_value_t *x, const char **name
 /* QuantizeLinear to a storage type, as ONNX's reference: v = x / scale;
  * integers: clip(round(v) + zero point) to the type's range; float4:
  * v + zero point; float8: v (its zero point is 0); then cast. */
-static vm_status_t quantize_storage(onx_ctx_t *c, onx_value_t *x, onx_value_t *sv,
-                                    onx_value_t *zv, vm_dtype_t ydt, const qlay_t *l) {
+static vm_status_t quantize_storage(onx_ctx_t *c, onx_value_t *x, onx_value_t *sv, onx_value_t *zv,
+                                    vm_dtype_t ydt, const qlay_t *l) {
   int64_t sat = 1;
   if (c->opset >= 19) VM_RETURN_IF_ERROR(onx_attr_int(c, "saturate", 1, &sat));
   const char *xf, *sf, *zf = NULL, *v;

@@ -199,9 +199,8 @@ vm_status_t onx_tensor_from_proto(const Onnx__TensorProto *tp, const char *base_
   int32_t elem = tp->has_data_type ? tp->data_type : 0;
   vm_dtype_t dt;
   if (onx_dtype_from_onnx(elem, &dt) != 0)
-    return vm_status_make(VM_UNIMPLEMENTED,
-                          "%s: data type %d (%s) is not supported: supported: %s", what, elem,
-                          onx_onnx_type_name(elem), ONX_DTYPES_SUPPORTED);
+    return vm_status_make(VM_UNIMPLEMENTED, "%s: data type %d (%s) is not supported: supported: %s",
+                          what, elem, onx_onnx_type_name(elem), ONX_DTYPES_SUPPORTED);
   unsigned per = vm_dtype_per_byte(dt);
   if (tp->n_dims > VMCC_MAX_NDIM)
     return vm_status_make(VM_UNIMPLEMENTED, "%s: %zu dims, at most %d are supported", what,
@@ -243,9 +242,8 @@ vm_status_t onx_tensor_from_proto(const Onnx__TensorProto *tp, const char *base_
     /* packed types: one packed byte in each int32 */
     if (tp->n_int32_data != nbytes)
       st = vm_status_make(VM_INVALID_ARGUMENT,
-                          "%s: %zu int32 values for %lld packed %u-bit elements (%llu bytes)",
-                          what, tp->n_int32_data, (long long)numel, dt.bits,
-                          (unsigned long long)nbytes);
+                          "%s: %zu int32 values for %lld packed %u-bit elements (%llu bytes)", what,
+                          tp->n_int32_data, (long long)numel, dt.bits, (unsigned long long)nbytes);
     for (uint64_t i = 0; !st && i < nbytes; i++) {
       if (tp->int32_data[i] < 0 || tp->int32_data[i] > 255)
         st = vm_status_make(VM_INVALID_ARGUMENT, "%s: packed byte %llu is %d, not 0..255", what,

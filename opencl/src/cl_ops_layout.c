@@ -328,7 +328,8 @@ vm_status_t vmcl_op_bitcast(vm_machine_t *m, const vm_value_t *args, uint32_t na
   if (x->dtype.bits * x->dtype.lanes != y->dtype.bits * y->dtype.lanes) {
     char a[24], b[24];
     return vmcl_op_error(&op, "x is %s, y is %s: a bit cast needs the same bit width",
-                         vm_dtype_str(x->dtype, a, sizeof(a)), vm_dtype_str(y->dtype, b, sizeof(b)));
+                         vm_dtype_str(x->dtype, a, sizeof(a)),
+                         vm_dtype_str(y->dtype, b, sizeof(b)));
   }
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
   uint64_t nb = vm_tensor_nbytes_of(x);

@@ -50,9 +50,11 @@ static void test_packed_tensor_sizes(void **state) {
   /* five int4 elements take three bytes (the last half padding) */
   const uint8_t raw[4] = {0x21, 0x43, 0x05, 0}; /* a spare byte for the long raw_data */
   Onnx__TensorProto *t = cast_add_model(&m, T_INT4, raw, 2);
-  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT, "initializer 'w': raw_data has 2 bytes, expected 3");
+  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
+                "initializer 'w': raw_data has 2 bytes, expected 3");
   t->raw_data.len = 4;
-  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT, "initializer 'w': raw_data has 4 bytes, expected 3");
+  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
+                "initializer 'w': raw_data has 4 bytes, expected 3");
   t->raw_data.len = 3;
   ASSERT_OK(compile(&m));
   /* the typed field: one packed byte per int32 */
@@ -65,13 +67,16 @@ static void test_packed_tensor_sizes(void **state) {
   t->n_int32_data = 3;
   ASSERT_OK(compile(&m));
   packed[1] = 300;
-  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT, "initializer 'w': packed byte 1 is 300, not 0..255");
+  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
+                "initializer 'w': packed byte 1 is 300, not 0..255");
   packed[1] = -1;
-  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT, "initializer 'w': packed byte 1 is -1, not 0..255");
+  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
+                "initializer 'w': packed byte 1 is -1, not 0..255");
   /* float8: one byte per element */
   const uint8_t f8[5] = {0x38, 0x40, 0x7f, 0x80, 0x01};
   t = cast_add_model(&m, T_FLOAT8E4M3FN, f8, 4);
-  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT, "initializer 'w': raw_data has 4 bytes, expected 5");
+  ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
+                "initializer 'w': raw_data has 4 bytes, expected 5");
   t->raw_data.len = 5;
   ASSERT_OK(compile(&m));
   t->has_raw_data = 0;

@@ -22,8 +22,8 @@
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 
-static const uint8_t k_codes[] = {VM_DTYPE_FLOAT8_E4M3FN, VM_DTYPE_FLOAT8_E4M3FNUZ,
-                                  VM_DTYPE_FLOAT8_E5M2,   VM_DTYPE_FLOAT8_E5M2FNUZ,
+static const uint8_t k_codes[] = {VM_DTYPE_FLOAT8_E4M3FN,  VM_DTYPE_FLOAT8_E4M3FNUZ,
+                                  VM_DTYPE_FLOAT8_E5M2,    VM_DTYPE_FLOAT8_E5M2FNUZ,
                                   VM_DTYPE_FLOAT8_E8M0FNU, VM_DTYPE_FLOAT4_E2M1FN};
 
 static vm_dtype_t small_dt(uint8_t code) {
@@ -45,10 +45,10 @@ static void run_cast(tops_env_t *e, vm_dtype_t from, const void *x, vm_dtype_t t
 /* float32 inputs: specials, powers of two around every format's range,
  * and each code's value with its neighbours half-way to the next code */
 static float *probe_values(size_t *out_n) {
-  static const float specials[] = {0.0f,      -0.0f,   INFINITY, -INFINITY, NAN,     -NAN,
-                                   1e-45f,    -1e-45f, 3.4e38f,  -3.4e38f,  464.0f,  465.0f,
-                                   61440.0f,  61439.0f, 1e6f,    -1e6f,     0.25f,   0.75f,
-                                   -3.5f,     5.0f,    1.1f,     0.124f,    1e-7f,   -1e-7f};
+  static const float specials[] = {0.0f,     -0.0f,    INFINITY, -INFINITY, NAN,    -NAN,
+                                   1e-45f,   -1e-45f,  3.4e38f,  -3.4e38f,  464.0f, 465.0f,
+                                   61440.0f, 61439.0f, 1e6f,     -1e6f,     0.25f,  0.75f,
+                                   -3.5f,    5.0f,     1.1f,     0.124f,    1e-7f,  -1e-7f};
   size_t cap = 4096, n = 0;
   float *v = malloc(cap * sizeof(float));
   assert_non_null(v);
@@ -83,10 +83,9 @@ static void test_decode_every_code(void **state) {
     for (int64_t i = 0; i < n; i++) {
       uint8_t b = dt.bits == 4 ? (uint8_t)(i % 2 ? 15 - i / 2 : i / 2) : (uint8_t)i;
       float want = vm_small_float_to_f32(k_codes[c], b);
-      if (isnan(want) ? !isnan(got[i])
-                      : (got[i] != want || signbit(got[i]) != signbit(want)))
-        fail_msg("code %u: 0x%02x -> %.9g on the device, %.9g on the host", k_codes[c], b,
-                 got[i], want);
+      if (isnan(want) ? !isnan(got[i]) : (got[i] != want || signbit(got[i]) != signbit(want)))
+        fail_msg("code %u: 0x%02x -> %.9g on the device, %.9g on the host", k_codes[c], b, got[i],
+                 want);
     }
   }
 }
@@ -114,9 +113,10 @@ static void test_encode_matches_host(void **state) {
         size_t nb = dt.bits == 4 ? (n + 1) / 2 : n;
         for (size_t i = 0; i < nb; i++)
           if (got[i] != want[i])
-            fail_msg("code %u (saturate %d, round %d): byte %zu is 0x%02x, expected 0x%02x "
-                     "(from %.9g)",
-                     k_codes[c], sat, rm, i, got[i], want[i], v[dt.bits == 4 ? 2 * i : i]);
+            fail_msg(
+                "code %u (saturate %d, round %d): byte %zu is 0x%02x, expected 0x%02x "
+                "(from %.9g)",
+                k_codes[c], sat, rm, i, got[i], want[i], v[dt.bits == 4 ? 2 * i : i]);
       }
     }
   }
@@ -126,8 +126,8 @@ static void test_encode_matches_host(void **state) {
   run_cast(e, VM_F16, h, small_dt(VM_DTYPE_FLOAT8_E4M3FN), 4, 2, 0, 0, g4);
   assert_memory_equal(g4, ((const uint8_t[]){0x38, 0x7f, 0x80, 0x7e}), 4);
   uint16_t bf[3] = {0x3f80, 0xff80, 0x4040}; /* 1, -inf, 3 */
-  run_cast(e, VM_DTYPE_MAKE(VM_DTYPE_BFLOAT, 16, 1), bf, small_dt(VM_DTYPE_FLOAT8_E5M2), 3, 2, 1,
-           0, g4);
+  run_cast(e, VM_DTYPE_MAKE(VM_DTYPE_BFLOAT, 16, 1), bf, small_dt(VM_DTYPE_FLOAT8_E5M2), 3, 2, 1, 0,
+           g4);
   assert_memory_equal(g4, ((const uint8_t[]){0x3c, 0xfb, 0x42}), 3);
   free(v);
   free(got);
@@ -202,7 +202,8 @@ static void test_packed_ints(void **state) {
 static void test_bitcast_and_errors(void **state) {
   tops_env_t *e = *state;
   const float f[3] = {1.0f, -2.0f, 0.5f};
-  vm_value_t a[2] = {tops_tensor(e, VM_F32, 1, DIMS(3), f), tops_tensor(e, VM_I32, 1, DIMS(3), NULL)};
+  vm_value_t a[2] = {tops_tensor(e, VM_F32, 1, DIMS(3), f),
+                     tops_tensor(e, VM_I32, 1, DIMS(3), NULL)};
   ASSERT_OK(tops_call(e, "cl.bitcast", a, 2));
   int32_t got[3];
   tops_read(e, &a[1], got);
@@ -232,8 +233,10 @@ static void test_bitcast_and_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_decode_every_code), cmocka_unit_test(test_encode_matches_host),
-      cmocka_unit_test(test_bf16),              cmocka_unit_test(test_packed_ints),
+      cmocka_unit_test(test_decode_every_code),
+      cmocka_unit_test(test_encode_matches_host),
+      cmocka_unit_test(test_bf16),
+      cmocka_unit_test(test_packed_ints),
       cmocka_unit_test(test_bitcast_and_errors),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);

@@ -310,10 +310,14 @@ static void test_round_trip(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_names_and_sizes), cmocka_unit_test(test_packed_reads),
-      cmocka_unit_test(test_decode),          cmocka_unit_test(test_encode_e4m3),
-      cmocka_unit_test(test_encode_e5m2),     cmocka_unit_test(test_encode_e2m1_e8m0),
-      cmocka_unit_test(test_bf16),            cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_names_and_sizes),
+      cmocka_unit_test(test_packed_reads),
+      cmocka_unit_test(test_decode),
+      cmocka_unit_test(test_encode_e4m3),
+      cmocka_unit_test(test_encode_e5m2),
+      cmocka_unit_test(test_encode_e2m1_e8m0),
+      cmocka_unit_test(test_bf16),
+      cmocka_unit_test(test_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

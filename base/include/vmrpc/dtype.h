@@ -72,11 +72,12 @@ int vm_dtype_is_floating(vm_dtype_t dt);
  * becomes inf (e5m2) or NaN (e4m3fn, the fnuz types); NaN becomes the NaN
  * encoding (sign kept where the type has one); the fnuz types have no -0
  * (it becomes +0). float4_e2m1fn always saturates and, having no NaN,
- * writes NaN as a zero of the opposite sign (as the ONNX reference does). float8_e8m0fnu follows ONNX's
- * to_float8e8m0: only the float32 exponent counts (the sign is ignored),
- * inf and NaN become 0xff, round_mode 0 "up" (any fraction rounds the
- * exponent up), 1 "down" (truncate), 2 "nearest"; saturate keeps 0xfe from
- * rounding up to 0xff. Return 0 for a code that is none of these. */
+ * writes NaN as a zero of the opposite sign (as the ONNX reference does).
+ * float8_e8m0fnu follows ONNX's to_float8e8m0: only the float32 exponent
+ * counts (the sign is ignored), inf and NaN become 0xff, round_mode 0 "up"
+ * (any fraction rounds the exponent up), 1 "down" (truncate), 2 "nearest";
+ * saturate keeps 0xfe from rounding up to 0xff. Return 0 for a code that is
+ * none of these. */
 float vm_small_float_to_f32(uint8_t code, uint8_t bits);
 uint8_t vm_f32_to_small_float(uint8_t code, float f, int saturate, int round_mode);
 
