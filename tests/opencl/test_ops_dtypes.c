@@ -199,6 +199,34 @@ static void test_packed_ints(void **state) {
   assert_memory_equal(r, wr, 2);
 }
 
+/* The mixed paths: float8 to integers and bool, bool to float8, int4 to
+ * float8 and back, each on 5 elements (odd, for the packed ones) */
+static void test_mixed_paths(void **state) {
+  tops_env_t *e = *state;
+  vm_dtype_t e4 = small_dt(VM_DTYPE_FLOAT8_E4M3FN), e5z = small_dt(VM_DTYPE_FLOAT8_E5M2FNUZ);
+  vm_dtype_t i4 = VM_DTYPE_MAKE(VM_DTYPE_INT, 4, 1);
+  /* e4m3fn 1.5, -2.75, 448, NaN, -0 */
+  const uint8_t x8[5] = {0x3c, 0xc3, 0x7e, 0x7f, 0x80};
+  int32_t i32[5];
+  run_cast(e, e4, x8, VM_I32, 5, 0, 1, 0, i32); /* truncation; NaN -> 0 */
+  assert_memory_equal(i32, ((const int32_t[]){1, -2, 448, 0, 0}), sizeof(i32));
+  uint8_t b[5];
+  run_cast(e, e4, x8, VM_BOOL, 5, 0, 1, 0, b); /* NaN is true, -0 false */
+  assert_memory_equal(b, ((const uint8_t[]){1, 1, 1, 1, 0}), 5);
+  uint8_t f8[5];
+  run_cast(e, VM_BOOL, b, e5z, 5, 2, 1, 0, f8); /* e5m2fnuz 1.0 is 0x40 */
+  assert_memory_equal(f8, ((const uint8_t[]){0x40, 0x40, 0x40, 0x40, 0x00}), 5);
+  const uint8_t p4[3] = {0x9f, 0x07, 0x01}; /* int4 -1, -7, 7, 0, 1 */
+  run_cast(e, i4, p4, e4, 5, 2, 1, 0, f8);
+  uint8_t want[5];
+  const float v[5] = {-1, -7, 7, 0, 1};
+  for (int i = 0; i < 5; i++) want[i] = vm_f32_to_small_float(VM_DTYPE_FLOAT8_E4M3FN, v[i], 1, 0);
+  assert_memory_equal(f8, want, 5);
+  uint8_t back[3];
+  run_cast(e, e4, f8, i4, 5, 0, 1, 0, back);
+  assert_memory_equal(back, p4, 3);
+}
+
 static void test_bitcast_and_errors(void **state) {
   tops_env_t *e = *state;
   const float f[3] = {1.0f, -2.0f, 0.5f};
@@ -237,6 +265,7 @@ int main(void) {
       cmocka_unit_test(test_encode_matches_host),
       cmocka_unit_test(test_bf16),
       cmocka_unit_test(test_packed_ints),
+      cmocka_unit_test(test_mixed_paths),
       cmocka_unit_test(test_bitcast_and_errors),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
