@@ -131,7 +131,7 @@ vm_status_t onx_def_view(onx_ctx_t *c, uint32_t i, onx_value_t *src, uint32_t nd
     uint8_t *d;
     vm_status_t st = onx_alloc_const(c, src->dt, src->numel, &d);
     if (st) return st;
-    memcpy(d, src->data, (size_t)src->numel * vm_dtype_bytes(src->dt));
+    memcpy(d, src->data, (size_t)onx_nbytes(src->dt, src->numel));
     return onx_def_const(c, i, src->dt, ndim, dims, d);
   }
   onx_value_t *v;
@@ -213,7 +213,7 @@ int32_t onx_tid(onx_ctx_t *c, onx_value_t *v) {
   v->tid = vmcc_graph_const(c->g, v->dt, v->data, v->ndim, v->dims);
   if (v->tid >= 0 && c->rep) {
     c->rep->num_consts++;
-    c->rep->const_bytes += (uint64_t)v->numel * vm_dtype_bytes(v->dt);
+    c->rep->const_bytes += onx_nbytes(v->dt, v->numel);
   }
   return v->tid;
 }
@@ -224,7 +224,7 @@ int32_t onx_reshaped(onx_ctx_t *c, onx_value_t *v, uint32_t ndim, const int64_t 
     int32_t t = vmcc_graph_const(c->g, v->dt, v->data, ndim, dims);
     if (t >= 0 && c->rep) {
       c->rep->num_consts++;
-      c->rep->const_bytes += (uint64_t)v->numel * vm_dtype_bytes(v->dt);
+      c->rep->const_bytes += onx_nbytes(v->dt, v->numel);
     }
     return t;
   }
@@ -247,7 +247,7 @@ int32_t onx_const_tensor_f(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int
   int32_t t = vmcc_graph_const(c->g, dt, d, ndim, dims);
   if (t >= 0 && c->rep) {
     c->rep->num_consts++;
-    c->rep->const_bytes += (uint64_t)n * vm_dtype_bytes(dt);
+    c->rep->const_bytes += onx_nbytes(dt, n);
   }
   free(d);
   return t;
@@ -672,7 +672,7 @@ vm_status_t onx_lower_graph(onx_ctx_t *c) {
     if (c->rep && !c->depth) count_op(c->rep, n->op_type);
     uint32_t before = c->num_vals;
     c->fused = 0;
-    st = op->fn(c);
+    st = onx_lower_node(c, op);
     if (!st && vmcc_graph_error(c->g)) {
       /* a tensor or call the graph refused (a shape the model made
        * impossible): reported at this node, not as an undefined output */

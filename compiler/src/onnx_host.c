@@ -47,7 +47,35 @@ int64_t onx_ld_i(vm_dtype_t dt, const uint8_t *p, int64_t i) {
   return vm_dtype_load_i64(dt, p, (uint64_t)i);
 }
 
+/* Element i of a packed array set to the low bits of v. */
+static void st_packed(vm_dtype_t dt, uint8_t *p, int64_t i, unsigned v) {
+  unsigned per = vm_dtype_per_byte(dt), sh = (unsigned)(i % per) * dt.bits;
+  unsigned mask = ((1u << dt.bits) - 1) << sh;
+  p[i / per] = (uint8_t)((p[i / per] & ~mask) | ((v << sh) & mask));
+}
+
+void onx_st_small(vm_dtype_t dt, uint8_t *p, int64_t i, double x, int saturate, int round_mode) {
+  uint8_t b = vm_f32_to_small_float(dt.code, (float)x, saturate, round_mode);
+  if (vm_dtype_per_byte(dt) > 1)
+    st_packed(dt, p, i, b);
+  else
+    p[i] = b;
+}
+
 void onx_st_f(vm_dtype_t dt, uint8_t *p, int64_t i, double x) {
+  if (dt.code >= VM_DTYPE_FLOAT8_E4M3FN) { /* the small floats: ONNX's defaults */
+    onx_st_small(dt, p, i, x, 1, 0);
+    return;
+  }
+  if (dt.code == VM_DTYPE_BFLOAT) {
+    uint16_t h = vm_f32_to_bf16((float)x);
+    memcpy(p + i * 2, &h, 2);
+    return;
+  }
+  if (vm_dtype_per_byte(dt) > 1) { /* float -> int4/int2: truncated, then wraps (as Cast) */
+    st_packed(dt, p, i, (unsigned)onx_f64_to_i64(x));
+    return;
+  }
   if (dt.code == VM_DTYPE_FLOAT) {
     if (dt.bits == 32) {
       float f = (float)x;
@@ -85,7 +113,7 @@ int64_t onx_f64_to_i64(double x) {
 }
 
 void onx_st_i(vm_dtype_t dt, uint8_t *p, int64_t i, int64_t x) {
-  if (dt.code == VM_DTYPE_FLOAT) {
+  if (vm_dtype_is_floating(dt)) {
     onx_st_f(dt, p, i, (double)x);
     return;
   }
@@ -95,6 +123,8 @@ void onx_st_i(vm_dtype_t dt, uint8_t *p, int64_t i, int64_t x) {
   }
   /* integer -> integer wraps (two's complement) */
   switch (dt.bits) {
+    case 4:
+    case 2: st_packed(dt, p, i, (unsigned)(uint64_t)x); break;
     case 8: p[i] = (uint8_t)x; break;
     case 16: {
       uint16_t v = (uint16_t)x;
@@ -198,6 +228,12 @@ vm_status_t onx_check_shape(const onx_ctx_t *c, const char *what, uint32_t ndim,
   n = onx_numel(ndim, dims); /* fits: at most extent */
   if (numel) *numel = n;
   return VM_STATUS_OK;
+}
+
+uint64_t onx_nbytes(vm_dtype_t dt, int64_t numel) {
+  uint64_t n = numel > 0 ? (uint64_t)numel : 0;
+  unsigned per = vm_dtype_per_byte(dt);
+  return per > 1 ? n / per + (n % per != 0) : n * vm_dtype_bytes(dt);
 }
 
 vm_status_t onx_alloc_const(const onx_ctx_t *c, vm_dtype_t dt, int64_t numel, uint8_t **out) {

@@ -17,6 +17,11 @@
 
 /* Limits on what a model may ask for. */
 #define ONX_MAX_TENSOR_BYTES (4ull << 30) /* one constant */
+/* the element types a tensor may have, for messages */
+#define ONX_DTYPES_SUPPORTED                                                             \
+  "float, float16, double, bfloat16, bool, int8/16/32/64, uint8/16/32/64, int4, uint4, " \
+  "int2, uint2, float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float8e8m0, "  \
+  "float4e2m1"
 #define ONX_MAX_FOLD_ELEMS (64ll << 20)   /* one folded constant */
 #define ONX_MAX_DIM INT32_MAX             /* one dim of any value */
 #define ONX_MAX_ELEMS ((int64_t)1 << 40)  /* one value (its nonzero dims' product too) */
@@ -143,6 +148,8 @@ vm_status_t onx_wire_check(const ProtobufCMessageDescriptor *desc, const uint8_t
 
 /* ---- dtypes and tensors (onnx_tensor.c) ---- */
 /* ONNX TensorProto.DataType -> dtype; -1 if unsupported. */
+/* The ONNX TensorProto data type of dt; 0 if it has none. */
+int32_t onx_dtype_to_onnx(vm_dtype_t dt);
 int onx_dtype_from_onnx(int32_t elem, vm_dtype_t *out);
 const char *onx_onnx_type_name(int32_t elem);
 /* Parses a TensorProto into a host tensor (data malloc'ed, even for
@@ -251,6 +258,16 @@ double onx_ld_f(vm_dtype_t dt, const uint8_t *data, int64_t i);
 int64_t onx_ld_i(vm_dtype_t dt, const uint8_t *data, int64_t i);
 void onx_st_f(vm_dtype_t dt, uint8_t *data, int64_t i, double x);
 void onx_st_i(vm_dtype_t dt, uint8_t *data, int64_t i, int64_t x);
+/* Lowers the current node with op (onnx_ops_dtypes.c): a bfloat16 input
+ * is computed in float32 with casts around; a float8, float4, int4/uint4 or
+ * int2/uint2 input is refused (UNIMPLEMENTED, naming it) unless the
+ * operator takes the storage types (casts, quantization, views). */
+vm_status_t onx_lower_node(onx_ctx_t *c, const onx_op_t *op);
+/* Bytes of numel elements of dt (packed types: whole bytes). */
+uint64_t onx_nbytes(vm_dtype_t dt, int64_t numel);
+/* A small float (float8/float4 code) element from x with Cast's saturate
+ * and round_mode (0 up, 1 down, 2 nearest; float8e8m0 only). */
+void onx_st_small(vm_dtype_t dt, uint8_t *data, int64_t i, double x, int saturate, int round_mode);
 /* Reads a constant int tensor (any int dtype) into out (at most max). */
 vm_status_t onx_const_ints(const onx_ctx_t *c, const onx_value_t *v, const char *what, int64_t *out,
                            int64_t max, int64_t *out_n);

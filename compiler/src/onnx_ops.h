@@ -214,6 +214,15 @@ const char *onx_sub_name(onx_ctx_t *c);
 vm_status_t onx_sub(onx_ctx_t *c, const char *op_type, uint32_t nin, const char *const *ins,
                     uint32_t nout, const char *const *outs, uint32_t nattr,
                     const onx_sattr_t *attrs);
+/* onnx_ops_dtypes.c */
+vm_status_t onx_op_bitcast(onx_ctx_t *c);
+
+/* Cast's saturate (0/1) and round_mode (0 up, 1 down, 2 nearest). */
+vm_status_t onx_cast_attrs(const onx_ctx_t *c, int *sat, int *rmode);
+/* Output 0 of the node: x cast to dt with Cast's saturate (0/1) and
+ * round_mode (0 up, 1 down, 2 nearest). */
+vm_status_t onx_cast_to(onx_ctx_t *c, onx_value_t *x, vm_dtype_t dt, int sat, int rmode);
+
 /* One output: out (NULL: a fresh name, returned in *out_name) of op_type
  * on in0[, in1[, in2]]. */
 vm_status_t onx_sub1(onx_ctx_t *c, const char *op_type, const char *out, const char *in0,

@@ -1080,18 +1080,9 @@ vm_status_t onx_op_cast_like(onx_ctx_t *c) {
   onx_value_t *x, *like;
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &like));
-  char rm[16];
-  VM_RETURN_IF_ERROR(onx_attr_str(c, "round_mode", "up", rm, sizeof(rm)));
-  if (strcmp(rm, "up") != 0 && strcmp(rm, "down") != 0 && strcmp(rm, "nearest") != 0)
-    return onx_unsupported_attr(c, "round_mode", rm, "up, down, nearest");
-  for (int32_t e = 1; e <= 16; e++) {
-    vm_dtype_t dt;
-    if (onx_dtype_from_onnx(e, &dt) == 0 && vm_dtype_equal(dt, like->dt)) {
-      onx_sattr_t to[1] = {SA_INT("to", e)};
-      return onx_sub1(c, "Cast", c->node->output[0], x->name, NULL, NULL, 1, to, NULL);
-    }
-  }
-  return onx_node_err(c, VM_UNIMPLEMENTED, "the dtype of input 1 has no ONNX type here");
+  int sat, rmode;
+  VM_RETURN_IF_ERROR(onx_cast_attrs(c, &sat, &rmode));
+  return onx_cast_to(c, x, like->dt, sat, rmode);
 }
 
 /* ---------------------------------------------------------------------------

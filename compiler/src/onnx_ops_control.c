@@ -45,8 +45,9 @@ uint64_t onx_graph_values(const Onnx__GraphProto *g, int *has_sub) {
     if (s > sub) sub = s;
   }
   /* 2 per node output beyond that: an unrolled loop's carried values and
-   * scan slices live outside the table, its stacked outputs in it */
-  return n + sub;
+   * scan slices live outside the table, its stacked outputs in it; 8 for
+   * the headroom onx_sub keeps */
+  return n + sub + 8;
 }
 
 /* ---------------------------------------------------------------------------
@@ -109,7 +110,7 @@ static vm_status_t copy_value(const onx_value_t *src, onx_value_t *dst) {
   dst->expr = NULL;
   dst->data = NULL;
   if (src->data) {
-    size_t nb = (size_t)src->numel * vm_dtype_bytes(src->dt);
+    size_t nb = (size_t)onx_nbytes(src->dt, src->numel);
     dst->data = malloc(nb ? nb : 1);
     if (!dst->data) return vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
     if (nb) memcpy(dst->data, src->data, nb);

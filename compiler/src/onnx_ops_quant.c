@@ -281,6 +281,110 @@ static vm_status_t refuse_dtype(onx_ctx_t *c, const char *what, vm_dtype_t dt, c
                       dt_name(dt, b, sizeof(b)), sup);
 }
 
+/* ---- the storage types (float8, float4, int4/uint4, int2/uint2): as
+ * float32 operators around a Cast, the parameters host constants shaped to
+ * broadcast against x ---- */
+
+static int is_storage_q(vm_dtype_t dt) {
+  return vm_dtype_is_small_float(dt) || vm_dtype_per_byte(dt) > 1;
+}
+
+/* Scale or zero point v as a float32 constant that broadcasts against x:
+ * a scalar (per tensor), [1.., D, ..1] (per axis) or x's shape (blocked). */
+static vm_status_t q_param(onx_ctx_t *c, const onx_value_t *x, const onx_value_t *v,
+                           const qlay_t *l, const char *what, const char **name) {
+  if (!v->data)
+    return onx_node_err(c, VM_UNIMPLEMENTED,
+                        "%s '%s' is computed at run time: supported for the float8, float4, "
+                        "int4 and int2 types: a constant",
+                        what, v->name);
+  int64_t dims[VMCC_MAX_NDIM];
+  uint32_t nd = l->per_tensor ? 0 : x->ndim;
+  for (uint32_t i = 0; i < nd; i++)
+    dims[i] = l->block ? x->dims[i] : (int64_t)i == l->axis ? l->D : 1;
+  int64_t n = onx_numel(nd, dims);
+  if (n < 0 || n > ONX_MAX_FOLD_ELEMS)
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED,
+                        "%s expanded to x's shape: %lld elements (the compiler folds at most %lld)",
+                        what, (long long)n, (long long)ONX_MAX_FOLD_ELEMS);
+  double *vals = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  if (!vals) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  for (int64_t i = 0; i < n; i++)
+    vals[i] = onx_ld_f(v->dt, v->data, l->block ? lay_index(l, i) : i);
+  vm_status_t st = onx_sub_const_f(c, VM_F32, nd, dims, vals, name);
+  free(vals);
+  return st;
+}
+
+/* Output 0 as a Cast of value `in` to dt (saturate for float8). */
+static vm_status_t q_cast_out(onx_ctx_t *c, const char *in, vm_dtype_t dt, int sat) {
+  onx_sattr_t to[2] = {SA_INT("to", onx_dtype_to_onnx(dt)), SA_INT("saturate", sat)};
+  return onx_sub1(c, "Cast", c->node->output[0], in, NULL, NULL, 2, to, NULL);
+}
+
+/* x in float32 (a Cast unless it is float32 already). */
+static vm_status_t q_float(onx_ctx_t *c, const onx_value_t *x, const char **name) {
+  *name = x->name;
+  if (vm_dtype_equal(x->dt, VM_F32)) return VM_STATUS_OK;
+  onx_sattr_t f32[1] = {SA_INT("to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)};
+  return onx_sub1(c, "Cast", NULL, x->name, NULL, NULL, 1, f32, name);
+}
+
+/* QuantizeLinear to a storage type, as ONNX's reference: v = x / scale;
+ * integers: clip(round(v) + zero point) to the type's range; float4:
+ * v + zero point; float8: v (its zero point is 0); then cast. */
+static vm_status_t quantize_storage(onx_ctx_t *c, onx_value_t *x, onx_value_t *sv, onx_value_t *zv,
+                                    vm_dtype_t ydt, const qlay_t *l) {
+  int64_t sat = 1;
+  if (c->opset >= 19) VM_RETURN_IF_ERROR(onx_attr_int(c, "saturate", 1, &sat));
+  const char *xf, *sf, *zf = NULL, *v;
+  VM_RETURN_IF_ERROR(q_float(c, x, &xf));
+  VM_RETURN_IF_ERROR(q_param(c, x, sv, l, "y_scale", &sf));
+  if (zv && !(vm_dtype_is_small_float(ydt) && ydt.bits == 8))
+    VM_RETURN_IF_ERROR(q_param(c, x, zv, l, "y_zero_point", &zf));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Div", NULL, xf, sf, NULL, 0, NULL, &v));
+  if (vm_dtype_is_small_float(ydt)) {
+    if (zf) VM_RETURN_IF_ERROR(onx_sub1(c, "Add", NULL, v, zf, NULL, 0, NULL, &v));
+    return q_cast_out(c, v, ydt, sat != 0);
+  }
+  double lo, hi;
+  qrange(ydt, &lo, &hi);
+  const char *lon, *hin;
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Round", NULL, v, NULL, NULL, 0, NULL, &v));
+  if (zf) VM_RETURN_IF_ERROR(onx_sub1(c, "Add", NULL, v, zf, NULL, 0, NULL, &v));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, VM_F32, lo, &lon));
+  VM_RETURN_IF_ERROR(onx_sub_scalar(c, VM_F32, hi, &hin));
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Clip", NULL, v, lon, hin, 0, NULL, &v));
+  return q_cast_out(c, v, ydt, 1);
+}
+
+/* DequantizeLinear of a storage type: (float32(x) - zero point) * scale
+ * (a float8 zero point must be 0), cast to the scale's type. */
+static vm_status_t dequantize_storage(onx_ctx_t *c, onx_value_t *x, onx_value_t *sv,
+                                      onx_value_t *zv, vm_dtype_t ydt, const qlay_t *l) {
+  const char *v, *sf, *zf;
+  int f8 = vm_dtype_is_small_float(x->dt) && x->dt.bits == 8;
+  if (zv && f8) {
+    if (!zv->data)
+      return onx_node_err(c, VM_UNIMPLEMENTED, "x_zero_point of a float8 x must be a constant 0");
+    for (int64_t i = 0; i < zv->numel; i++)
+      if (onx_ld_f(zv->dt, zv->data, i) != 0.0)
+        return onx_node_err(c, VM_INVALID_ARGUMENT,
+                            "x_zero_point of a float8 x must be 0, element %lld is not",
+                            (long long)i);
+  }
+  VM_RETURN_IF_ERROR(q_float(c, x, &v));
+  if (zv && !f8) {
+    VM_RETURN_IF_ERROR(q_param(c, x, zv, l, "x_zero_point", &zf));
+    VM_RETURN_IF_ERROR(onx_sub1(c, "Sub", NULL, v, zf, NULL, 0, NULL, &v));
+  }
+  VM_RETURN_IF_ERROR(q_param(c, x, sv, l, "x_scale", &sf));
+  if (vm_dtype_equal(ydt, VM_F32))
+    return onx_sub1(c, "Mul", c->node->output[0], v, sf, NULL, 0, NULL, NULL);
+  VM_RETURN_IF_ERROR(onx_sub1(c, "Mul", NULL, v, sf, NULL, 0, NULL, &v));
+  return q_cast_out(c, v, ydt, 1);
+}
+
 vm_status_t onx_op_quantize(onx_ctx_t *c) {
   onx_value_t *x, *sv, *zv = onx_in(c, 2);
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
@@ -304,7 +408,15 @@ vm_status_t onx_op_quantize(onx_ctx_t *c) {
     return onx_node_err(c, VM_UNIMPLEMENTED, "output_dtype %s: supported: int8, uint8, int16, uint16",
                         onx_onnx_type_name((int32_t)od));
   }
-  if (!is_qint(ydt, 0)) return refuse_dtype(c, "the output", ydt, "int8, uint8, int16, uint16");
+  if (is_storage_q(ydt)) {
+    qlay_t l;
+    VM_RETURN_IF_ERROR(read_layout(c, x, sv, zv, &l));
+    return quantize_storage(c, x, sv, zv, ydt, &l);
+  }
+  if (!is_qint(ydt, 0))
+    return refuse_dtype(c, "the output", ydt,
+                        "int8, uint8, int16, uint16, int4, uint4, int2, uint2, float8e4m3fn, "
+                        "float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1");
   qlay_t l;
   VM_RETURN_IF_ERROR(read_layout(c, x, sv, zv, &l));
   if (!vm_dtype_equal(sv->dt, x->dt))
@@ -331,7 +443,10 @@ vm_status_t onx_op_dequantize(onx_ctx_t *c) {
   onx_value_t *x, *sv, *zv = onx_in(c, 2);
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sv));
-  if (!is_qint(x->dt, 1)) return refuse_dtype(c, "x", x->dt, "int8, uint8, int16, uint16, int32");
+  if (!is_qint(x->dt, 1) && !is_storage_q(x->dt))
+    return refuse_dtype(c, "x", x->dt,
+                        "int8, uint8, int16, uint16, int32, int4, uint4, int2, uint2, "
+                        "float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1");
   if (zv && !vm_dtype_equal(zv->dt, x->dt))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "x and its zero point have different dtypes");
   vm_dtype_t ydt = sv->dt;
@@ -343,6 +458,7 @@ vm_status_t onx_op_dequantize(onx_ctx_t *c) {
                         onx_onnx_type_name((int32_t)od));
   qlay_t l;
   VM_RETURN_IF_ERROR(read_layout(c, x, sv, zv, &l));
+  if (is_storage_q(x->dt)) return dequantize_storage(c, x, sv, zv, ydt, &l);
   if (vm_dtype_equal(x->dt, VM_I32) && zv && zv->data)
     for (int64_t i = 0; i < zv->numel; i++)
       if (onx_ld_i(zv->dt, zv->data, i) != 0)

@@ -777,28 +777,44 @@ vm_status_t onx_op_resize(onx_ctx_t *c) {
  * Constants, casts and shape arithmetic
  */
 
+vm_status_t onx_cast_attrs(const onx_ctx_t *c, int *sat, int *rmode) {
+  /* opset 19: saturate (float8 targets); opset 24: the rounding of casts
+   * to float8e8m0 */
+  int64_t s;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "saturate", 1, &s));
+  *sat = s != 0;
+  char rm[16];
+  VM_RETURN_IF_ERROR(onx_attr_str(c, "round_mode", "up", rm, sizeof(rm)));
+  *rmode = strcmp(rm, "up") == 0 ? 0 : strcmp(rm, "down") == 0 ? 1 : 2;
+  if (*rmode == 2 && strcmp(rm, "nearest") != 0)
+    return onx_unsupported_attr(c, "round_mode", rm, "up, down, nearest");
+  return VM_STATUS_OK;
+}
+
 vm_status_t onx_op_cast(onx_ctx_t *c) {
   onx_value_t *x;
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   int64_t to;
   VM_RETURN_IF_ERROR(onx_attr_int(c, "to", 0, &to));
-  /* opset 24: the rounding of casts to float8e8m0, a type refused here */
-  char rm[16];
-  VM_RETURN_IF_ERROR(onx_attr_str(c, "round_mode", "up", rm, sizeof(rm)));
-  if (strcmp(rm, "up") != 0 && strcmp(rm, "down") != 0 && strcmp(rm, "nearest") != 0)
-    return onx_unsupported_attr(c, "round_mode", rm, "up, down, nearest");
+  int sat, rmode;
+  VM_RETURN_IF_ERROR(onx_cast_attrs(c, &sat, &rmode));
   vm_dtype_t dt;
   if (to < INT32_MIN || to > INT32_MAX || onx_dtype_from_onnx((int32_t)to, &dt) != 0) {
     char v[32];
     snprintf(v, sizeof(v), "%lld (%s)", (long long)to, onx_onnx_type_name((int32_t)to));
-    return onx_unsupported_attr(c, "to", v,
-                                "float, float16, double, bool, int8/16/32/64, uint8/16/32/64");
+    return onx_unsupported_attr(c, "to", v, ONX_DTYPES_SUPPORTED);
   }
+  return onx_cast_to(c, x, dt, sat, rmode);
+}
+
+vm_status_t onx_cast_to(onx_ctx_t *c, onx_value_t *x, vm_dtype_t dt, int sat, int rmode) {
   if (x->data) {
     uint8_t *d;
     VM_RETURN_IF_ERROR(onx_alloc_const(c, dt, x->numel, &d));
     for (int64_t i = 0; i < x->numel; i++) {
-      if (onx_is_float(x->dt))
+      if (dt.code >= VM_DTYPE_FLOAT8_E4M3FN) /* through float32, as cl.cast */
+        onx_st_small(dt, d, i, (float)onx_ld_f(x->dt, x->data, i), sat, rmode);
+      else if (vm_dtype_is_floating(x->dt))
         onx_st_f(dt, d, i, onx_ld_f(x->dt, x->data, i));
       else
         onx_st_i(dt, d, i, onx_ld_i(x->dt, x->data, i));
@@ -809,8 +825,9 @@ vm_status_t onx_op_cast(onx_ctx_t *c) {
   /* float64 on either side: cl.cast converts in double where the device
    * has fp64 and refuses at run time elsewhere (docs/onnx.md, "float64") */
   int32_t y = new_t(c, dt, x->ndim, x->dims);
-  vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
-  call(c, "cl.cast", 2, a);
+  vmcc_arg_t a[4] = {A(onx_tid(c, x)), A(y), vmcc_a_imm(sat), vmcc_a_imm(rmode)};
+  /* the two scalars only where they matter: the plain form otherwise */
+  call(c, "cl.cast", dt.code >= VM_DTYPE_FLOAT8_E4M3FN && dt.bits == 8 ? 4 : 2, a);
   return onx_bind_out(c, 0, y, x->ndim, x->dims);
 }
 

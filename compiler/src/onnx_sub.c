@@ -97,14 +97,20 @@ uint32_t onx_sub_budget(const Onnx__NodeProto *n) {
       onx_op_causal_conv,
       onx_op_flex_attention,
       onx_op_linear_attention,
+      onx_op_quantize, /* the storage types: float32 operators around a Cast */
+      onx_op_dequantize,
   };
   const onx_op_t *op = n ? onx_find_node_op(n) : NULL;
   if (op && (op->fn == onx_op_scatter_elements || op->fn == onx_op_scatter_nd))
     return SUB_VALUES + 8 * ONX_SCATTER_LEVELS; /* a Gather and a step per level */
-  if (op && op->fn == onx_op_tfidf) return SUB_VALUES + 16 * ONX_TFIDF_MAX_SIZES; /* per size */
+  /* a bfloat16 node computed in float32: a Cast per input, a fresh value
+   * and a Cast per output */
+  uint32_t around = n ? (uint32_t)(n->n_input + 2 * n->n_output) : 0;
+  if (op && op->fn == onx_op_tfidf) /* per gram size */
+    return SUB_VALUES + 16 * ONX_TFIDF_MAX_SIZES + around;
   for (size_t i = 0; op && i < sizeof(k_sub_fns) / sizeof(k_sub_fns[0]); i++)
-    if (op->fn == k_sub_fns[i]) return SUB_VALUES + 2 * (uint32_t)n->n_input;
-  return 0;
+    if (op->fn == k_sub_fns[i]) return SUB_VALUES + 2 * (uint32_t)n->n_input + around;
+  return around;
 }
 
 static vm_status_t no_room(onx_ctx_t *c) {

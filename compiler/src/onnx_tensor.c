@@ -54,7 +54,17 @@ static const dtype_map_t k_dtypes[] = {
     {13, "uint64", VM_DTYPE_MAKE(VM_DTYPE_UINT, 64, 1), 1},
     {14, "complex64", VM_F32, 0},
     {15, "complex128", VM_F32, 0},
-    {16, "bfloat16", VM_F32, 0},
+    {16, "bfloat16", VM_DTYPE_MAKE(VM_DTYPE_BFLOAT, 16, 1), 1},
+    {17, "float8e4m3fn", VM_DTYPE_MAKE(VM_DTYPE_FLOAT8_E4M3FN, 8, 1), 1},
+    {18, "float8e4m3fnuz", VM_DTYPE_MAKE(VM_DTYPE_FLOAT8_E4M3FNUZ, 8, 1), 1},
+    {19, "float8e5m2", VM_DTYPE_MAKE(VM_DTYPE_FLOAT8_E5M2, 8, 1), 1},
+    {20, "float8e5m2fnuz", VM_DTYPE_MAKE(VM_DTYPE_FLOAT8_E5M2FNUZ, 8, 1), 1},
+    {21, "uint4", VM_DTYPE_MAKE(VM_DTYPE_UINT, 4, 1), 1},
+    {22, "int4", VM_DTYPE_MAKE(VM_DTYPE_INT, 4, 1), 1},
+    {23, "float4e2m1", VM_DTYPE_MAKE(VM_DTYPE_FLOAT4_E2M1FN, 4, 1), 1},
+    {24, "float8e8m0", VM_DTYPE_MAKE(VM_DTYPE_FLOAT8_E8M0FNU, 8, 1), 1},
+    {25, "uint2", VM_DTYPE_MAKE(VM_DTYPE_UINT, 2, 1), 1},
+    {26, "int2", VM_DTYPE_MAKE(VM_DTYPE_INT, 2, 1), 1},
 };
 
 int onx_dtype_from_onnx(int32_t elem, vm_dtype_t *out) {
@@ -65,6 +75,12 @@ int onx_dtype_from_onnx(int32_t elem, vm_dtype_t *out) {
     }
   }
   return -1;
+}
+
+int32_t onx_dtype_to_onnx(vm_dtype_t dt) {
+  for (size_t i = 0; i < sizeof(k_dtypes) / sizeof(k_dtypes[0]); i++)
+    if (k_dtypes[i].ok && vm_dtype_equal(k_dtypes[i].dt, dt)) return k_dtypes[i].elem;
+  return 0;
 }
 
 const char *onx_onnx_type_name(int32_t elem) {
@@ -183,10 +199,9 @@ vm_status_t onx_tensor_from_proto(const Onnx__TensorProto *tp, const char *base_
   int32_t elem = tp->has_data_type ? tp->data_type : 0;
   vm_dtype_t dt;
   if (onx_dtype_from_onnx(elem, &dt) != 0)
-    return vm_status_make(VM_UNIMPLEMENTED,
-                          "%s: data type %d (%s) is not supported: supported: float, float16, "
-                          "double, bool, int8/16/32/64, uint8/16/32/64",
-                          what, elem, onx_onnx_type_name(elem));
+    return vm_status_make(VM_UNIMPLEMENTED, "%s: data type %d (%s) is not supported: supported: %s",
+                          what, elem, onx_onnx_type_name(elem), ONX_DTYPES_SUPPORTED);
+  unsigned per = vm_dtype_per_byte(dt);
   if (tp->n_dims > VMCC_MAX_NDIM)
     return vm_status_make(VM_UNIMPLEMENTED, "%s: %zu dims, at most %d are supported", what,
                           tp->n_dims, VMCC_MAX_NDIM);
@@ -223,6 +238,19 @@ vm_status_t onx_tensor_from_proto(const Onnx__TensorProto *tp, const char *base_
                           tp->raw_data.len, (unsigned long long)nbytes);
     else if (nbytes)
       memcpy(data, tp->raw_data.data, nbytes);
+  } else if (per > 1) {
+    /* packed types: one packed byte in each int32 */
+    if (tp->n_int32_data != nbytes)
+      st = vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s: %zu int32 values for %lld packed %u-bit elements (%llu bytes)", what,
+                          tp->n_int32_data, (long long)numel, dt.bits, (unsigned long long)nbytes);
+    for (uint64_t i = 0; !st && i < nbytes; i++) {
+      if (tp->int32_data[i] < 0 || tp->int32_data[i] > 255)
+        st = vm_status_make(VM_INVALID_ARGUMENT, "%s: packed byte %llu is %d, not 0..255", what,
+                            (unsigned long long)i, tp->int32_data[i]);
+      else
+        data[i] = (uint8_t)tp->int32_data[i];
+    }
   } else {
     /* typed fields, by the dtype's storage rule */
     size_t n = 0;
@@ -249,9 +277,11 @@ vm_status_t onx_tensor_from_proto(const Onnx__TensorProto *tp, const char *base_
           case 4: memcpy(data + i * 8, &tp->double_data[i], 8); break;
           case 5: onx_st_i(dt, data, i, (int64_t)tp->uint64_data[i]); break;
           default:
-            if (vm_dtype_equal(dt, VM_F16)) {
-              uint16_t h = (uint16_t)tp->int32_data[i];
+            if (vm_dtype_equal(dt, VM_F16) || dt.code == VM_DTYPE_BFLOAT) {
+              uint16_t h = (uint16_t)tp->int32_data[i]; /* the bits */
               memcpy(data + i * 2, &h, 2);
+            } else if (dt.code >= VM_DTYPE_FLOAT8_E4M3FN) {
+              data[i] = (uint8_t)tp->int32_data[i]; /* float8: the bits */
             } else {
               onx_st_i(dt, data, i, tp->int32_data[i]);
             }
@@ -260,6 +290,10 @@ vm_status_t onx_tensor_from_proto(const Onnx__TensorProto *tp, const char *base_
       (void)esz;
     }
   }
+  /* the padding bits of a packed tensor's last byte read as zero, so that
+   * equal tensors have equal bytes */
+  if (!st && per > 1 && numel % per)
+    data[nbytes - 1] &= (uint8_t)((1u << ((unsigned)(numel % per) * dt.bits)) - 1);
   if (st) {
     free(data);
     return st;

@@ -67,6 +67,7 @@ static const op_entry_t ops[] = {
     {"cl.concat", vmcl_op_concat, NULL},
     {"cl.slice", vmcl_op_slice, NULL},
     {"cl.cast", vmcl_op_cast, NULL},
+    {"cl.bitcast", vmcl_op_bitcast, NULL},
     {"cl.fill", vmcl_op_fill, NULL},
     {"cl.broadcast_to", vmcl_op_broadcast_to, NULL},
     {"cl.pad", vmcl_op_pad, NULL},

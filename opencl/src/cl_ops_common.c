@@ -150,6 +150,15 @@ static vm_status_t check_tensor(vmcl_op_t *op, uint32_t idx, const char *what, v
     return vmcl_op_error(op, "%s (argument %u) has %u dims, at most %d are supported", what, idx,
                          t->ndim, VMCL_MAX_RANK);
   }
+  /* a packed tensor (4- or 2-bit elements) has fewer bytes than elements:
+   * only the operators that index it by its packing may touch it */
+  if (vm_dtype_per_byte(t->dtype) > 1 && strcmp(op->name, "cl.cast") != 0 &&
+      strcmp(op->name, "cl.bitcast") != 0) {
+    return vmcl_op_error(op,
+                         "%s (argument %u) has the packed dtype %s: supported: cl.cast and "
+                         "cl.bitcast (cast it to an 8-bit type first)",
+                         what, idx, vm_dtype_str(t->dtype, dbuf, sizeof(dbuf)));
+  }
   size_t eb = vm_dtype_bytes(t->dtype);
   if (eb == 0 || t->offset % eb != 0) {
     return vmcl_op_error(op,

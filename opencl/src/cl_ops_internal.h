@@ -321,6 +321,8 @@ vm_status_t vmcl_op_slice(vm_machine_t *m, const vm_value_t *args, uint32_t narg
                           void *user);
 vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user);
+vm_status_t vmcl_op_bitcast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                            vm_value_t *out, void *user);
 vm_status_t vmcl_op_fill(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user);
 vm_status_t vmcl_op_broadcast_to(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,

@@ -205,79 +205,103 @@ vm_status_t vmcl_op_slice(vm_machine_t *m, const vm_value_t *args, uint32_t narg
                            vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
 }
 
-/* OpenCL C type and cast.cl kind of a dtype; -1 if cl.cast cannot
- * handle it. */
-static int cast_type(vm_dtype_t dt, const char **type) {
+/* OpenCL C type and cast.cl kind of a dtype, with its -D options (prefix
+ * "SRC" or "DST") appended to opts; -1 if cl.cast cannot handle it. */
+static int cast_type(vm_dtype_t dt, const char *pre, char *opts, size_t optlen) {
   if (dt.lanes != 1) return -1;
-  switch (dt.code) {
+  const char *type = NULL;
+  int kind = -1;
+  char extra[64] = "";
+  if (vm_dtype_is_small_float(dt)) {
+    type = "uchar", kind = dt.bits == 4 ? 7 : 5;
+    snprintf(extra, sizeof(extra), " -D%s_MF=%u", pre, dt.code);
+  }
+  switch (vm_dtype_is_small_float(dt) ? 255 : dt.code) {
     case VM_DTYPE_FLOAT:
-      if (dt.bits == 32) return *type = "float", 1;
-      if (dt.bits == 16) return *type = "half", 2;
-      if (dt.bits == 64) return *type = "double", 1; /* needs fp64: vmcl_op_cast */
-      return -1;
-    case VM_DTYPE_BOOL: return *type = "uchar", 3;
+      if (dt.bits == 32) type = "float", kind = 1;
+      if (dt.bits == 16) type = "half", kind = 2;
+      if (dt.bits == 64) type = "double", kind = 1; /* needs fp64: vmcl_op_cast */
+      break;
+    case VM_DTYPE_BOOL: type = "uchar", kind = 3; break;
+    case VM_DTYPE_BFLOAT: type = "ushort", kind = 4; break;
     case VM_DTYPE_INT:
     case VM_DTYPE_UINT: {
       int u = dt.code == VM_DTYPE_UINT;
+      kind = 0;
       switch (dt.bits) {
-        case 8: *type = u ? "uchar" : "char"; return 0;
-        case 16: *type = u ? "ushort" : "short"; return 0;
-        case 32: *type = u ? "uint" : "int"; return 0;
-        case 64: *type = u ? "ulong" : "long"; return 0;
-        default: return -1;
+        case 2:
+        case 4:
+          type = "uchar", kind = 6;
+          snprintf(extra, sizeof(extra), " -D%s_BITS=%u -D%s_SIGNED=%d", pre, dt.bits, pre, !u);
+          break;
+        case 8: type = u ? "uchar" : "char"; break;
+        case 16: type = u ? "ushort" : "short"; break;
+        case 32: type = u ? "uint" : "int"; break;
+        case 64: type = u ? "ulong" : "long"; break;
+        default: kind = -1;
       }
+      break;
     }
-    default: return -1;
+    default: break;
   }
+  if (kind < 0 || !type) return -1;
+  size_t used = strlen(opts);
+  snprintf(opts + used, optlen - used, " -D%s_T=%s -D%s_KIND=%d%s", pre, type, pre, kind, extra);
+  return kind;
 }
 
 vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user) {
   vmcl_op_t op;
-  vmcl_op_init(&op, "cl.cast", "(x, y)", args, nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2, 2));
+  vmcl_op_init(&op, "cl.cast", "(x, y[, saturate[, round_mode]])", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2, 4));
   vm_tensor_t *x, *y;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
-  size_t eb = vm_dtype_bytes(x->dtype);
-  if (vm_dtype_equal(x->dtype, y->dtype) && x->dtype.lanes == 1 &&
-      (eb == 1 || eb == 2 || eb == 4 || eb == 8)) {
-    /* a plain copy, of any dtype of whole bytes (float64 too: the compiler
-     * returns a constant output through it, e.g. EyeLike's or a folded Mod's) */
-    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
-    int64_t n = vm_tensor_numel(x);
-    if (n == 0) return VM_STATUS_OK;
-    vmcl_iter_t it = {.rank = 1, .shape = {n}, .stride = {{1}, {1}}};
-    return vmcl_copy_strided(op.d, vm_dtype_bytes(x->dtype), vmcl_tensor_mem(x),
-                             vmcl_elem_offset(x), vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
-  }
-  const char *st_, *dt_;
-  int sk = cast_type(x->dtype, &st_), dk = cast_type(y->dtype, &dt_);
+  int64_t sat = 1, rmode = 0;
+  if (nargs > 2) VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "saturate", 0, 1, &sat));
+  if (nargs > 3) VM_RETURN_IF_ERROR(vmcl_op_int(&op, 3, "round_mode", 0, 2, &rmode));
+  char opts[256];
+  snprintf(opts, sizeof(opts), "-DSAT=%d -DRMODE=%d", (int)sat, (int)rmode);
+  int sk = cast_type(x->dtype, "SRC", opts, sizeof(opts));
+  int dk = cast_type(y->dtype, "DST", opts, sizeof(opts));
   char buf[24];
+  static const char *const k_types =
+      "float32, float16, float64, bfloat16, bool, an integer type (int4/uint4/int2/uint2 too), "
+      "float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu or "
+      "float4_e2m1fn";
   if (sk < 0) {
-    return vmcl_op_error(&op,
-                         "x (argument 0) has dtype %s, expected float32, float16, float64, bool "
-                         "or an integer type",
-                         vm_dtype_str(x->dtype, buf, sizeof(buf)));
+    return vmcl_op_error(&op, "x (argument 0) has dtype %s, expected %s",
+                         vm_dtype_str(x->dtype, buf, sizeof(buf)), k_types);
   }
   if (dk < 0) {
-    return vmcl_op_error(&op,
-                         "y (argument 1) has dtype %s, expected float32, float16, float64, bool "
-                         "or an integer type",
-                         vm_dtype_str(y->dtype, buf, sizeof(buf)));
+    return vmcl_op_error(&op, "y (argument 1) has dtype %s, expected %s",
+                         vm_dtype_str(y->dtype, buf, sizeof(buf)), k_types);
   }
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
   int64_t n = vm_tensor_numel(x);
   if (n == 0) return VM_STATUS_OK;
+  /* a packed tensor's offset is in bytes (its first element starts a
+   * byte); its element count must fit the kernel's int indices */
+  unsigned xper = vm_dtype_per_byte(x->dtype), yper = vm_dtype_per_byte(y->dtype);
+  if (n > INT32_MAX - 8)
+    return vmcl_op_error(&op, "x has %lld elements, at most %d are supported", (long long)n,
+                         INT32_MAX - 8);
   vmcl_dev_t *d = op.d;
+  if (vm_dtype_equal(x->dtype, y->dtype)) { /* a plain copy */
+    uint64_t nb = vm_tensor_nbytes_of(x);
+    vmcl_iter_t it = {.rank = 1, .shape = {xper > 1 ? (int64_t)nb : n}, .stride = {{1}, {1}}};
+    return vmcl_copy_strided(d, vm_dtype_bytes(x->dtype), vmcl_tensor_mem(x), vmcl_elem_offset(x),
+                             vmcl_tensor_mem(y), vmcl_elem_offset(y), &it);
+  }
   /* float64 on either side: the device must have fp64, and the program
    * (only it) enables cl_khr_fp64 through common.cl's VMCL_F64 */
   VM_RETURN_IF_ERROR(vmcl_op_fp64(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_fp64(&op, y, 1, "y"));
-  int f64 = vm_dtype_equal(x->dtype, VM_F64) || vm_dtype_equal(y->dtype, VM_F64);
-  char opts[128];
-  snprintf(opts, sizeof(opts), "-DSRC_T=%s -DSRC_KIND=%d -DDST_T=%s -DDST_KIND=%d%s", st_, sk, dt_,
-           dk, f64 ? " -DVMCL_F64" : "");
+  if (vm_dtype_equal(x->dtype, VM_F64) || vm_dtype_equal(y->dtype, VM_F64)) {
+    size_t used = strlen(opts);
+    snprintf(opts + used, sizeof(opts) - used, " -DVMCL_F64");
+  }
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
@@ -293,10 +317,37 @@ vm_status_t vmcl_op_cast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;
   }
-  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+  size_t units = (size_t)((n + yper - 1) / yper);
+  st = vmcl_launch_1d(d, k, units, vmcl_local_size(d, k, 256));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;
+}
+
+/* cl.bitcast(x, y): y gets x's bytes; the two dtypes have one element
+ * size (ONNX's BitCast: the same bit width) and the shapes agree. */
+vm_status_t vmcl_op_bitcast(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                            vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.bitcast", "(x, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 2, 2));
+  vm_tensor_t *x, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "y", &y));
+  if (x->dtype.bits * x->dtype.lanes != y->dtype.bits * y->dtype.lanes) {
+    char a[24], b[24];
+    return vmcl_op_error(&op, "x is %s, y is %s: a bit cast needs the same bit width",
+                         vm_dtype_str(x->dtype, a, sizeof(a)),
+                         vm_dtype_str(y->dtype, b, sizeof(b)));
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
+  uint64_t nb = vm_tensor_nbytes_of(x);
+  if (nb == 0) return VM_STATUS_OK;
+  /* whole bytes: a packed tensor's offset is in bytes as well */
+  size_t esz = vm_dtype_per_byte(x->dtype) > 1 ? 1 : vm_dtype_bytes(x->dtype);
+  vmcl_iter_t it = {.rank = 1, .shape = {(int64_t)(nb / esz)}, .stride = {{1}, {1}}};
+  return vmcl_copy_strided(op.d, esz, vmcl_tensor_mem(x), vmcl_elem_offset(x), vmcl_tensor_mem(y),
+                           vmcl_elem_offset(y), &it);
 }
 
 vm_status_t vmcl_op_fill(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,

@@ -229,6 +229,8 @@ static const char *const k_ops[] = {
     "Unique",
     "NonMaxSuppression",
     "Einsum",
+    /* the storage types */
+    "BitCast",
 };
 #define NUM_OPS (sizeof(k_ops) / sizeof(k_ops[0]))
 
@@ -452,8 +454,9 @@ static int compare(env_t *e, const vm_tensor_t *t, const vmcc_tensor_t *want, ch
   for (uint32_t i = 0; i < t->ndim; i++) numel *= t->shape[i];
   int rc = 0;
   const uint8_t *w = want->data;
-  if (t->dtype.code == VM_DTYPE_FLOAT) {
-    /* float16 too: NaNs compare equal whatever their payload */
+  if (vm_dtype_is_floating(t->dtype)) {
+    /* float16, bfloat16, float8 and float4 too: NaNs compare equal
+     * whatever their payload (a float8 step is far above the tolerance) */
     for (int64_t i = 0; i < numel; i++) {
       double g = vm_dtype_load_f64(t->dtype, got, (uint64_t)i);
       double x = vm_dtype_load_f64(t->dtype, w, (uint64_t)i);

@@ -74,7 +74,9 @@ int64_t tops_numel(uint32_t ndim, const int64_t *dims) {
 vm_value_t tops_tensor(tops_env_t *e, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
                        const void *data) {
   size_t eb = vm_dtype_bytes(dt);
-  size_t nbytes = (size_t)tops_numel(ndim, dims) * eb;
+  uint64_t nb64; /* packed types: whole bytes */
+  assert_int_equal(vm_tensor_nbytes(dt, dims, ndim, &nb64), 0);
+  size_t nbytes = (size_t)nb64;
   size_t total = (PAD_BEFORE + PAD_AFTER) * eb + nbytes;
   uint8_t *host = malloc(total);
   assert_non_null(host);

@@ -719,8 +719,9 @@ static void test_errors(void **state) {
   vm_value_release(&empty);
   vm_value_release(&scalar);
   ASSERT_STATUS(tops_call(e, "cl.cast", (vm_value_t[]){a, f2}, 2), VM_INVALID_ARGUMENT,
-                "y (argument 1) has dtype float32x2, expected float32, float16, float64, bool or an "
-                "integer type");
+                "y (argument 1) has dtype float32x2, expected float32, float16, float64, bfloat16, "
+                "bool, an integer type (int4/uint4/int2/uint2 too), float8_e4m3fn, "
+                "float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu or float4_e2m1fn");
 
   /* a tensor on the cpu device */
   vm_device_t *cpu = NULL;

@@ -800,6 +800,12 @@ static void test_read_if_cond(void **state) {
   uint16_t h1 = 0x3c00, hnz = 0x8000; /* 1.0 and -0.0 in float16 */
   expect_tensor_cond(&e, VM_F16, &h1, 1);
   expect_tensor_cond(&e, VM_F16, &hnz, 0);
+  /* a packed element: its own low bits only, not the byte's padding */
+  uint8_t i4pad = 0xf0, i4one = 0x01;
+  expect_tensor_cond(&e, VM_DTYPE_MAKE(VM_DTYPE_INT, 4, 1), &i4pad, 0);
+  expect_tensor_cond(&e, VM_DTYPE_MAKE(VM_DTYPE_INT, 4, 1), &i4one, 1);
+  uint8_t u2pad = 0xfc;
+  expect_tensor_cond(&e, VM_DTYPE_MAKE(VM_DTYPE_UINT, 2, 1), &u2pad, 0);
 
   /* any rank with one element; a view at an offset reads its own element */
   const int64_t d11[] = {1, 1};

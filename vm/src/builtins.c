@@ -393,6 +393,7 @@ static int element_truth(vm_dtype_t dt, const uint8_t *p) {
   size_t n = vm_dtype_bytes(dt);
   uint64_t bits = 0;
   memcpy(&bits, p, n); /* little-endian hosts only, as the whole format */
+  if (dt.bits < 8) bits &= (1u << dt.bits) - 1; /* a packed element: the first, low bits */
   if (dt.code == VM_DTYPE_FLOAT || dt.code == VM_DTYPE_BFLOAT) {
     uint64_t sign = (uint64_t)1 << (dt.bits - 1);
     bits &= ~sign;

@@ -375,7 +375,10 @@ int64_t vm_tensor_numel(const vm_tensor_t *t) {
 }
 
 uint64_t vm_tensor_nbytes_of(const vm_tensor_t *t) {
-  return (uint64_t)vm_tensor_numel(t) * (uint64_t)vm_dtype_bytes(t->dtype);
+  uint64_t n = (uint64_t)vm_tensor_numel(t);
+  unsigned per = vm_dtype_per_byte(t->dtype);
+  if (per > 1) return n / per + (n % per != 0); /* packed: ceil(n / per) */
+  return n * (uint64_t)vm_dtype_bytes(t->dtype);
 }
 
 vm_status_t vm_value_get_int(const vm_value_t *v, const char *what, int64_t *out) {
