@@ -596,6 +596,22 @@ static double phase_end(const bench_t *b, const phase_t *p, phase_cost_t *c) {
   return wall;
 }
 
+/* One direction's figures per round: GB/s, CPU ns per byte, context
+ * switches per chunk, page faults per MiB of the agent and the client. */
+typedef struct dir_fig {
+  double g[MAX_ROUNDS], c[MAX_ROUNDS], cs[MAX_ROUNDS], af[MAX_ROUNDS], cf[MAX_ROUNDS];
+} dir_fig_t;
+
+static void note_phase(dir_fig_t *f, int r, double bytes, double wall, const phase_cost_t *pc,
+                       double chunks) {
+  double mibs = bytes / (double)MIB;
+  f->g[r] = bytes / wall / 1e9;
+  f->c[r] = pc->cpu_s * 1e9 / bytes;
+  f->cs[r] = pc->switches / chunks;
+  f->af[r] = pc->agent_faults / mibs;
+  f->cf[r] = pc->client_faults / mibs;
+}
+
 /* Bulk figures for sizes [first, NSIZES); key names end in suffix. */
 static void part_bulk(bench_t *b, int first, const char *suffix) {
   vmc_conn_t *c = b->c;
@@ -619,12 +635,9 @@ static void part_bulk(bench_t *b, int first, const char *suffix) {
     download_tensor(c, vm, b->dst, n);
     upload_tensor(c, vm, b->src, n);
     for (int m = 0; m < RAW_MODES; m++) raw_bulk_gbps(b->raw_fd, m, b->src, b->dst, n, b->chunk, 1);
-    double ug[MAX_ROUNDS], dg[MAX_ROUNDS], ur[MAX_ROUNDS], dr[MAX_ROUNDS];
-    double uc[MAX_ROUNDS], dc[MAX_ROUNDS], ucs[MAX_ROUNDS], dcs[MAX_ROUNDS];
-    double ucr[MAX_ROUNDS], dcr[MAX_ROUNDS];
-    double uaf[MAX_ROUNDS], ucf[MAX_ROUNDS], daf[MAX_ROUNDS], dcf[MAX_ROUNDS];
+    dir_fig_t up, down;
+    double ur[MAX_ROUNDS], dr[MAX_ROUNDS], ucr[MAX_ROUNDS], dcr[MAX_ROUNDS];
     double rv[RAW_MODES][MAX_ROUNDS], rcm[RAW_MODES][MAX_ROUNDS];
-    double mibs = bytes / (double)MIB;
     double chunks = (double)reps * (double)((n + b->chunk - 1) / b->chunk);
     for (int r = 0; r < rounds; r++) {
       phase_t ph;
@@ -644,20 +657,12 @@ static void part_bulk(bench_t *b, int first, const char *suffix) {
         } else if (what == 1) {
           phase_start(b, &ph);
           for (int k = 0; k < reps; k++) upload_tensor(c, vm, b->src, n);
-          ug[r] = bytes / phase_end(b, &ph, &pc) / 1e9;
-          uc[r] = pc.cpu_s * 1e9 / bytes;
-          ucs[r] = pc.switches / chunks;
-          uaf[r] = pc.agent_faults / mibs;
-          ucf[r] = pc.client_faults / mibs;
+          note_phase(&up, r, bytes, phase_end(b, &ph, &pc), &pc, chunks);
         } else {
           memset(b->dst, 0, 4096);
           phase_start(b, &ph);
           for (int k = 0; k < reps; k++) download_tensor(c, vm, b->dst, n);
-          dg[r] = bytes / phase_end(b, &ph, &pc) / 1e9;
-          dc[r] = pc.cpu_s * 1e9 / bytes;
-          dcs[r] = pc.switches / chunks;
-          daf[r] = pc.agent_faults / mibs;
-          dcf[r] = pc.client_faults / mibs;
+          note_phase(&down, r, bytes, phase_end(b, &ph, &pc), &pc, chunks);
           if (b->dst[0] != 0x5a || b->dst[n - 1] != 0x5a) {
             fprintf(stderr, "bench_rpc: downloaded bytes differ from the uploaded ones\n");
             exit(1);
@@ -679,28 +684,28 @@ static void part_bulk(bench_t *b, int first, const char *suffix) {
       if (raw_v[s][m] > raw_v[s][best]) best = m;
     }
     for (int r = 0; r < rounds; r++) {
-      ur[r] = ug[r] / rv[best][r];
-      dr[r] = dg[r] / rv[best][r];
-      ucr[r] = rcm[best][r] / uc[r];
-      dcr[r] = rcm[best][r] / dc[r];
+      ur[r] = up.g[r] / rv[best][r];
+      dr[r] = down.g[r] / rv[best][r];
+      ucr[r] = rcm[best][r] / up.c[r];
+      dcr[r] = rcm[best][r] / down.c[r];
     }
     raw_best[s] = best;
     raw_g[s] = raw_v[s][best];
-    up_g[s] = median(ug, rounds);
-    down_g[s] = median(dg, rounds);
+    up_g[s] = median(up.g, rounds);
+    down_g[s] = median(down.g, rounds);
     up_r[s] = median(ur, rounds);
     down_r[s] = median(dr, rounds);
     up_cr[s] = median(ucr, rounds);
     down_cr[s] = median(dcr, rounds);
     raw_cpu[s] = median(rcm[best], rounds);
-    up_cpu[s] = median(uc, rounds);
-    down_cpu[s] = median(dc, rounds);
-    up_cs[s] = median(ucs, rounds);
-    down_cs[s] = median(dcs, rounds);
-    up_af[s] = median(uaf, rounds);
-    up_cf[s] = median(ucf, rounds);
-    down_af[s] = median(daf, rounds);
-    down_cf[s] = median(dcf, rounds);
+    up_cpu[s] = median(up.c, rounds);
+    down_cpu[s] = median(down.c, rounds);
+    up_cs[s] = median(up.cs, rounds);
+    down_cs[s] = median(down.cs, rounds);
+    up_af[s] = median(up.af, rounds);
+    up_cf[s] = median(up.cf, rounds);
+    down_af[s] = median(down.af, rounds);
+    down_cf[s] = median(down.cf, rounds);
     check(vmc_free_vm(c, vm), "free VM");
   }
   if (first <= 1) out("\"raw_tcp_gbps%s\":%.3f,", suffix, raw_g[1]);
