@@ -191,7 +191,7 @@ static int read_one(vmt_mux_t *m, int32_t ms, void **out, vmt_call_t **into, uin
   } else if (k && !(pay && k->dst && k->dst_len == pay)) {
     k = NULL;
   }
-  if (k) k->filling = 1;
+  if (k && !rv) k->filling = 1;
   pthread_mutex_unlock(&m->mu);
   if (rv) return rv;
   void *msg = NULL;
