@@ -1,13 +1,15 @@
 /* Session isolation, the worker process's side (worker.h): vmagent started
  * with --worker-fd serves one session for the agent that started it, over
- * the inherited socket (isolate.h), until that closes. The cross-process
- * device locks that keep runs and measurements of different worker
- * processes apart are isolation/xlock.c.
+ * the inherited socket (isolation/link.h), until that closes. The
+ * cross-process device locks that keep runs and measurements of different
+ * worker processes apart are isolation/xlock.c.
  *
- * Threads take turns (leader/follower): one reads the next frame off the
- * link, hands the reading to an idle thread, and serves what it read with
- * the ordinary dispatcher, writing the reply with the request's tag; so a
- * request costs no hand-off between threads. The pool (cfg.workers) grows
+ * Threads take turns on the link's multiplexer (vmtransport/mux.h, the
+ * serving end): one reads the next request, passes the reading turn on,
+ * and serves what it read with the ordinary dispatcher, writing the reply
+ * with the request's id; so a request costs no hand-off between threads.
+ * HELLO and attach are answered before the turn passes, so the session
+ * exists before any request of it is read. The pool (cfg.workers) grows
  * whenever no thread is left to read (requests waiting for a busy device
  * hold theirs): Cancel always finds one.
  */
@@ -19,11 +21,14 @@
 #include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <nng/nng.h>
 
 #include "agent_core.h"
 #include "dispatch.h"
-#include "isolate.h"
+#include "isolation/link.h"
 #include "session.h"
 #include "worker.h"
 #include "vmrpc/log.h"
@@ -35,23 +40,17 @@
 
 static struct {
   vmagent_t *a;
-  int fd;
-  uint64_t cap;       /* largest frame body accepted */
-  pthread_mutex_t mu; /* the fields below */
-  pthread_cond_t cv;
-  int reading;            /* a thread reads the link */
+  vmt_conn_t *conn;
+  vmt_mux_t mux;
+  pthread_mutex_t mu;     /* the fields below */
   uint32_t threads, idle; /* idle: waiting for their turn to read */
-  pthread_mutex_t wmu;    /* writes to the link */
-} g_w = {.mu = PTHREAD_MUTEX_INITIALIZER,
-         .cv = PTHREAD_COND_INITIALIZER,
-         .wmu = PTHREAD_MUTEX_INITIALIZER};
+} g_w = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static void vma_worker_reply(uint64_t tag, uint32_t flags, const void *body, size_t len) {
-  vma_link_hdr_t h = {(uint32_t)len, flags, tag};
-  pthread_mutex_lock(&g_w.wmu);
-  int rc = vma_link_write(g_w.fd, &h, body);
-  pthread_mutex_unlock(&g_w.wmu);
-  if (rc != 0) _exit(0); /* the agent is gone */
+static void vma_worker_reply(uint32_t id, uint32_t flags, const void *body, size_t len) {
+  uint8_t fl[VMA_LINK_FLAGS_LEN];
+  vma_link_flags_put(flags, fl);
+  struct iovec v[2] = {{fl, sizeof(fl)}, {(void *)body, len}};
+  if (vmt_mux_reply(&g_w.mux, id, v, len ? 2 : 1) != 0) _exit(0); /* the agent is gone */
 }
 
 /* Whether a device of this process is out of service (a carried kernel ran
@@ -97,7 +96,7 @@ static void vma_worker_note_retire(vma_out_t *out) {
   vmrpc__response__free_unpacked(r, NULL);
 }
 
-static void vma_worker_handle(uint64_t tag, const uint8_t *body, uint32_t len) {
+static void vma_worker_handle(uint32_t id, const uint8_t *body, size_t len) {
   vmagent_t *a = g_w.a;
   vma_out_t out = {.alloc = vma_heap_alloc};
   int rc = vma_dispatch(a, VMA_WORKER_CONN, body, len, &out);
@@ -110,47 +109,43 @@ static void vma_worker_handle(uint64_t tag, const uint8_t *body, uint32_t len) {
     flags |= VMA_LINK_RETIRE;
     vma_worker_note_retire(&out);
   }
-  vma_worker_reply(tag, flags, out.buf, out.len);
+  vma_worker_reply(id, flags, out.buf, out.len);
   free(out.buf);
 }
 
-static void vma_worker_attach(vmagent_t *a, uint64_t tag, const uint8_t *body, uint32_t len);
+static void vma_worker_attach(vmagent_t *a, uint32_t id, const uint8_t *body, size_t len);
 static void vma_worker_add_thread_locked(void);
-
-/* Reads one frame (the caller holds the turn). Exits the process when the
- * agent closed the link or sent nonsense. */
-static void vma_worker_read(vma_link_hdr_t *h, uint8_t **out_body) {
-  if (vma_link_read_full(g_w.fd, h, sizeof(*h)) != 0) _exit(0); /* the agent let go */
-  if (h->len > g_w.cap) {
-    VM_LOGE("worker: a %u-byte frame from the agent; exiting", h->len);
-    _exit(3);
-  }
-  uint8_t *body = malloc(h->len ? h->len : 1);
-  if (!body) _exit(3);
-  if (vma_link_read_full(g_w.fd, body, h->len) != 0) _exit(0);
-  *out_body = body;
-}
 
 static void *vma_worker_thread(void *arg) {
   (void)arg;
   for (;;) {
+    void *msg = NULL;
+    uint32_t id = 0;
+    int rv = vmt_mux_next(&g_w.mux, &msg, &id);
+    if (rv == NNG_ECONNSHUT || rv == NNG_ECLOSED || rv == NNG_ECONNRESET) _exit(0); /* let go */
+    if (rv) {
+      VM_LOGE("worker: the agent's link failed (nng error %d); exiting", rv);
+      _exit(3);
+    }
+    vma_link_msg_t *m = msg;
+    if (m->len < VMA_LINK_FLAGS_LEN) {
+      VM_LOGE("worker: a %zu-byte message from the agent; exiting", m->len);
+      _exit(3);
+    }
+    uint32_t flags = vma_link_flags_get(m->mem + m->off);
+    const uint8_t *body = m->mem + m->off + VMA_LINK_FLAGS_LEN;
+    size_t len = m->len - VMA_LINK_FLAGS_LEN;
+    int inline_op = (flags & (VMA_LINK_HELLO | VMA_LINK_ATTACH)) != 0;
+    if (flags & VMA_LINK_HELLO) vma_worker_reply(id, 0, NULL, 0);
+    else if (flags & VMA_LINK_ATTACH) vma_worker_attach(g_w.a, id, body, len);
     pthread_mutex_lock(&g_w.mu);
-    while (g_w.reading) pthread_cond_wait(&g_w.cv, &g_w.mu);
-    g_w.reading = 1;
     g_w.idle--;
-    pthread_mutex_unlock(&g_w.mu);
-    vma_link_hdr_t h;
-    uint8_t *body = NULL;
-    vma_worker_read(&h, &body);
-    if (h.flags & VMA_LINK_ATTACH) vma_worker_attach(g_w.a, h.tag, body, h.len);
-    pthread_mutex_lock(&g_w.mu);
-    g_w.reading = 0;
     if (g_w.idle == 0 && g_w.threads < g_w.a->cfg.workers + VMA_WORKER_MAX_EXTRA)
       vma_worker_add_thread_locked();
-    pthread_cond_signal(&g_w.cv);
     pthread_mutex_unlock(&g_w.mu);
-    if (!(h.flags & VMA_LINK_ATTACH)) vma_worker_handle(h.tag, body, h.len);
-    free(body);
+    vmt_mux_pass(&g_w.mux);
+    if (!inline_op) vma_worker_handle(id, body, len);
+    free(msg);
     pthread_mutex_lock(&g_w.mu);
     g_w.idle++;
     pthread_mutex_unlock(&g_w.mu);
@@ -181,7 +176,7 @@ static void vma_worker_on_block(vmagent_t *a) {
   pthread_mutex_unlock(&g_w.mu);
 }
 
-static void vma_worker_attach(vmagent_t *a, uint64_t tag, const uint8_t *body, uint32_t len) {
+static void vma_worker_attach(vmagent_t *a, uint32_t id, const uint8_t *body, size_t len) {
   char err[256] = "";
   if (len < sizeof(vma_link_attach_t) || len > sizeof(vma_link_attach_t) + 63) {
     snprintf(err, sizeof(err), "malformed attach");
@@ -204,13 +199,15 @@ static void vma_worker_attach(vmagent_t *a, uint64_t tag, const uint8_t *body, u
     if (st) snprintf(err, sizeof(err), "%s", vm_status_message(st));
     vm_status_free(st);
   }
-  vma_worker_reply(tag, 0, err, strlen(err));
+  vma_worker_reply(id, 0, err, strlen(err));
 }
 
 void vma_worker_serve(vmagent_t *a, int fd) {
   g_w.a = a;
-  g_w.fd = fd;
-  g_w.cap = a->cfg.max_message_bytes + VMA_LINK_SLACK;
+  if (vma_link_open(fd, a->cfg.max_message_bytes + VMA_LINK_SLACK, 0, &g_w.conn, &g_w.mux) != 0) {
+    VM_LOGE("worker: cannot open the agent's link; exiting");
+    _exit(3);
+  }
   a->in_worker.on = 1;
   a->hooks.on_block = vma_worker_on_block;
   pthread_mutex_lock(&g_w.mu);
@@ -218,7 +215,6 @@ void vma_worker_serve(vmagent_t *a, int fd) {
   g_w.idle++; /* this thread is one of them */
   g_w.threads++;
   pthread_mutex_unlock(&g_w.mu);
-  vma_worker_reply(0, VMA_LINK_READY, NULL, 0);
   vma_worker_thread(NULL);
   _exit(0);
 }

@@ -1,6 +1,6 @@
 /* A worker process of session isolation (worker.c): vmagent started with
  * --worker-fd serves one session for the agent that started it, over the
- * inherited link (isolate.h). */
+ * inherited link (isolation/link.h). */
 #ifndef VMA_WORKER_H
 #define VMA_WORKER_H
 

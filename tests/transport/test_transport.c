@@ -1,7 +1,8 @@
 /* The transport layer on real loopback sockets: tcp://, ipc:// and
  * tls+tcp:// connections (partial reads and writes, TLS bytes pending in
  * the library, a close from another thread, a peer that stalls
- * mid-frame), the frame codec, the multiplexer and the send queues. */
+ * mid-frame), the frame codec, the multiplexer (calling and serving ends,
+ * replies into a call's own buffer) and the send queues. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -678,6 +679,188 @@ static void test_mux_tls(void **state) {
   check_mux(K_TLS);
 }
 
+/* ------------------------------------------- mux: serving end, own buffers */
+
+/* The serving end over a socketpair taken over with vmt_conn_adopt (the
+ * agent<->worker link's shape): threads take the reading turn with
+ * vmt_mux_next and answer each request [k, n] with a 4-byte head
+ * "h" k 0 0 and n bytes of k, out of order when asked. */
+typedef struct server {
+  vmt_mux_t *m;
+  int served;
+  int end_rv; /* how vmt_mux_next ended */
+  pthread_mutex_t mu;
+} server_t;
+
+static void *server_main(void *arg) {
+  server_t *sv = arg;
+  for (;;) {
+    void *msg = NULL;
+    uint32_t id = 0;
+    int rv = vmt_mux_next(sv->m, &msg, &id);
+    if (rv) {
+      pthread_mutex_lock(&sv->mu);
+      sv->end_rv = rv;
+      pthread_mutex_unlock(&sv->mu);
+      return NULL;
+    }
+    msgbuf_t *b = msg;
+    assert_int_equal(b->len, 5);
+    uint8_t k = b->mem[b->off];
+    uint32_t n = (uint32_t)b->mem[b->off + 1] | (uint32_t)b->mem[b->off + 2] << 8 |
+                 (uint32_t)b->mem[b->off + 3] << 16;
+    uint8_t stray = b->mem[b->off + 4];
+    vmt_mux_pass(sv->m); /* the next request is read while this one is served */
+    t_put(NULL, msg);
+    if (k == 0) { /* the first waits, so that the others overtake it */
+      struct timespec ts = {0, 100 * 1000000};
+      nanosleep(&ts, NULL);
+    }
+    uint8_t head[4] = {'h', k, 0, 0};
+    uint8_t *pay = malloc(n ? n : 1);
+    assert_non_null(pay);
+    memset(pay, k, n);
+    struct iovec v[2] = {{head, 4}, {pay, n}};
+    assert_int_equal(vmt_mux_reply(sv->m, stray ? vmt_id_make(999) : id, v, 2), 0);
+    free(pay);
+    pthread_mutex_lock(&sv->mu);
+    sv->served++;
+    pthread_mutex_unlock(&sv->mu);
+  }
+}
+
+static uint8_t *t_alloc(void *actx, size_t len) {
+  uint8_t **slot = actx;
+  free(*slot);
+  *slot = malloc(len ? len : 1);
+  return *slot;
+}
+
+static void test_mux_serving_end(void **state) {
+  (void)state;
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  vmt_conn_t *ca = NULL, *cb = NULL;
+  assert_int_equal(vmt_conn_adopt(sv[0], 0, "a", &ca), 0);
+  assert_int_equal(vmt_conn_adopt(sv[1], 0, "b", &cb), 0);
+  vmt_mux_msgs_t cm = {.get = t_get, .put = t_put, .received = t_received, .peek = 4,
+                       .strict = 1};
+  vmt_mux_msgs_t sm = {.get = t_get, .put = t_put, .received = t_received};
+  vmt_mux_t client, server;
+  assert_int_equal(vmt_mux_init(&client, ca, &cm, 4 + (4u << 20), 0), 0);
+  assert_int_equal(vmt_mux_init(&server, cb, &sm, 1 << 10, 0), 0);
+  server_t srv = {.m = &server};
+  pthread_mutex_init(&srv.mu, NULL);
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) assert_int_equal(pthread_create(&th[i], NULL, server_main, &srv), 0);
+
+  /* Three calls at once, replies of any size read into the calls' own
+   * buffers (3 MiB straight from the socket), the first answered last. */
+  const uint32_t sizes[3] = {3u << 20, 0, 1000};
+  vmt_call_t k[3];
+  uint8_t *bufs[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3; i++) {
+    memset(&k[i], 0, sizeof(k[i]));
+    k[i].alloc = t_alloc;
+    k[i].actx = &bufs[i];
+    uint8_t body[5] = {(uint8_t)i, (uint8_t)sizes[i], (uint8_t)(sizes[i] >> 8),
+                       (uint8_t)(sizes[i] >> 16), 0};
+    struct iovec v = {body, 5};
+    assert_int_equal(vmt_mux_send(&client, &k[i], vmt_id_make(10 + i), &v, 1), 0);
+  }
+  vmt_call_t *ks[3] = {&k[0], &k[1], &k[2]};
+  int64_t deadline = vmt_mux_now_ns() + 10000000000ll;
+  unsigned left = 3;
+  while (left) {
+    assert_int_equal(vmt_mux_wait(&client, ks, left, deadline), 0);
+    unsigned j = 0;
+    for (unsigned i = 0; i < left; i++)
+      if (!ks[i]->done) ks[j++] = ks[i];
+    left = j;
+  }
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(k[i].rv, 0);
+    assert_null(k[i].reply);
+    assert_int_equal(k[i].reply_len, sizes[i]);
+    assert_memory_equal(k[i].head, ((uint8_t[]){'h', (uint8_t)i, 0, 0}), 4);
+    assert_non_null(bufs[i]);
+    for (uint32_t b = 0; b < sizes[i]; b += 4099) assert_int_equal(bufs[i][b], i);
+  }
+
+  /* A reply no call waits for: the strict end is lost with NNG_EPROTO. */
+  memset(&k[0], 0, sizeof(k[0]));
+  k[0].alloc = t_alloc;
+  k[0].actx = &bufs[0];
+  uint8_t stray[5] = {7, 4, 0, 0, 1};
+  struct iovec v = {stray, 5};
+  assert_int_equal(vmt_mux_send(&client, &k[0], vmt_id_make(20), &v, 1), 0);
+  ks[0] = &k[0];
+  assert_int_equal(vmt_mux_wait(&client, ks, 1, deadline), 0);
+  assert_int_equal(k[0].rv, NNG_ECONNSHUT);
+  assert_int_equal(vmt_mux_lost(&client), NNG_EPROTO);
+  assert_int_equal(vmt_mux_send(&client, &k[1], vmt_id_make(21), &v, 1), NNG_ECONNSHUT);
+
+  /* The client's end closes: every serving thread ends with the peer's
+   * close, and the serving end is lost for writers too. */
+  vmt_conn_close(ca);
+  for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+  assert_int_equal(srv.served, 4);
+  assert_int_equal(srv.end_rv, NNG_ECONNSHUT);
+  assert_int_equal(vmt_mux_reply(&server, vmt_id_make(1), &v, 1), NNG_ECONNSHUT);
+  for (int i = 0; i < 3; i++) free(bufs[i]);
+  vmt_mux_destroy(&client);
+  vmt_mux_destroy(&server);
+  vmt_conn_free(ca);
+  vmt_conn_free(cb);
+  pthread_mutex_destroy(&srv.mu);
+}
+
+/* A call's own buffer that cannot be had, and a reply shorter than the
+ * head every reply has, each lose the mux with their own error. */
+static uint8_t *t_alloc_none(void *actx, size_t len) {
+  (void)actx, (void)len;
+  return NULL;
+}
+
+static void test_mux_own_buffer_errors(void **state) {
+  (void)state;
+  for (int round = 0; round < 2; round++) {
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    vmt_conn_t *ca = NULL, *cb = NULL;
+    assert_int_equal(vmt_conn_adopt(sv[0], 0, "a", &ca), 0);
+    assert_int_equal(vmt_conn_adopt(sv[1], 0, "b", &cb), 0);
+    vmt_mux_msgs_t cm = {.get = t_get, .put = t_put, .received = t_received, .peek = 4,
+                         .strict = 1};
+    vmt_mux_t m;
+    assert_int_equal(vmt_mux_init(&m, ca, &cm, 1 << 16, 2000), 0);
+    vmt_call_t k;
+    memset(&k, 0, sizeof(k));
+    k.alloc = t_alloc_none;
+    uint8_t body[1] = {0};
+    struct iovec v = {body, 1};
+    assert_int_equal(vmt_mux_send(&m, &k, vmt_id_make(3), &v, 1), 0);
+    uint8_t reply[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    size_t rlen = round == 0 ? 8 : 2; /* round 1: under the 4 bytes of head */
+    uint8_t head[VMT_HEAD_MAX];
+    size_t hn = vmt_head_make(0, vmt_id_make(3), rlen, head);
+    struct iovec w[2] = {{head, hn}, {reply, rlen}};
+    assert_int_equal(vmt_conn_writev(cb, w, 2, 5000, NULL), 0);
+    vmt_call_t *ks = &k;
+    assert_int_equal(vmt_mux_wait(&m, &ks, 1, 0), 0);
+    assert_int_equal(k.rv, NNG_ECONNSHUT);
+    assert_int_equal(vmt_mux_lost(&m), round == 0 ? NNG_ENOMEM : NNG_EPROTO);
+    /* Giving the call up now returns at once: the refused reply left it
+     * not filling. */
+    vmt_mux_abandon(&m, &k, NNG_ETIMEDOUT);
+    assert_true(k.done);
+    assert_int_equal(k.rv, NNG_ECONNSHUT);
+    vmt_mux_destroy(&m);
+    vmt_conn_free(ca);
+    vmt_conn_free(cb);
+  }
+}
+
 /* A reply that stalls mid-frame loses the mux after its io timeout. */
 static void test_mux_stalled_reply(void **state) {
   (void)state;
@@ -972,7 +1155,8 @@ int main(void) {
       cmocka_unit_test(test_stall_ipc),     cmocka_unit_test(test_stall_tls),
       cmocka_unit_test(test_dial_errors),   cmocka_unit_test(test_mux_tcp),
       cmocka_unit_test(test_mux_ipc),       cmocka_unit_test(test_mux_tls),
-      cmocka_unit_test(test_mux_stalled_reply), cmocka_unit_test(test_sendq_tcp),
+      cmocka_unit_test(test_mux_stalled_reply), cmocka_unit_test(test_mux_serving_end),
+      cmocka_unit_test(test_mux_own_buffer_errors), cmocka_unit_test(test_sendq_tcp),
       cmocka_unit_test(test_sendq_ipc),     cmocka_unit_test(test_sendq_tls),
       cmocka_unit_test(test_nng_interop_tcp), cmocka_unit_test(test_nng_interop_ipc),
       cmocka_unit_test(test_nng_interop_tls),

@@ -2,8 +2,10 @@
  * reader, the SP handshake) and the plain socket kind (tcp://, ipc://).
  * See vmtransport/conn.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -278,4 +280,12 @@ int vmt_sock_wrap(int fd, int ipc, vmt_conn_t **out) {
   c->ipc = ipc;
   *out = c;
   return 0;
+}
+
+int vmt_conn_adopt(int fd, int ipc, const char *peer, vmt_conn_t **out) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return vmt_errno(errno);
+  int rv = vmt_sock_wrap(fd, ipc, out);
+  if (!rv && peer) snprintf((*out)->peer, sizeof((*out)->peer), "%s", peer);
+  return rv;
 }

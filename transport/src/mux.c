@@ -22,13 +22,14 @@ int vmt_mux_init(vmt_mux_t *m, vmt_conn_t *c, const vmt_mux_msgs_t *msgs, uint64
   m->rd->c = c;
   m->conn = c;
   m->msgs = *msgs;
-  if (m->msgs.peek > 64) m->msgs.peek = 64;
+  if (m->msgs.peek > VMT_MUX_PEEK_MAX) m->msgs.peek = VMT_MUX_PEEK_MAX;
   m->max_msg = max_msg;
   m->io_timeout_ms = io_timeout_ms;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   int bad = pthread_cond_init(&m->cv, &ca);
+  bad |= pthread_cond_init(&m->turn_cv, &ca);
   pthread_condattr_destroy(&ca);
   if (bad || pthread_mutex_init(&m->mu, NULL) || pthread_mutex_init(&m->wmu, NULL)) {
     free(m->rd);
@@ -43,6 +44,7 @@ void vmt_mux_destroy(vmt_mux_t *m) {
   free(m->rd);
   m->rd = NULL;
   pthread_cond_destroy(&m->cv);
+  pthread_cond_destroy(&m->turn_cv);
   pthread_mutex_destroy(&m->wmu);
   pthread_mutex_destroy(&m->mu);
 }
@@ -58,6 +60,7 @@ static void lose_locked(vmt_mux_t *m, int rv) {
   }
   m->calls = NULL;
   pthread_cond_broadcast(&m->cv);
+  pthread_cond_broadcast(&m->turn_cv);
 }
 
 void vmt_mux_lose(vmt_mux_t *m, int rv) {
@@ -96,7 +99,9 @@ void vmt_mux_abandon(vmt_mux_t *m, vmt_call_t *k, int rv) {
   pthread_mutex_unlock(&m->mu);
 }
 
-int vmt_mux_send(vmt_mux_t *m, vmt_call_t *k, uint32_t id, const struct iovec *body, unsigned n) {
+/* Writes prefix, id and body whole (wmu held): 0, or the error, which
+ * loses m (a message cut short leaves the stream unusable). */
+static int write_locked(vmt_mux_t *m, uint32_t id, const struct iovec *body, unsigned n) {
   struct iovec v[8];
   if (n > 7) return NNG_EINVAL;
   uint8_t head[VMT_HEAD_MAX];
@@ -105,11 +110,19 @@ int vmt_mux_send(vmt_mux_t *m, vmt_call_t *k, uint32_t id, const struct iovec *b
   v[0].iov_base = head;
   v[0].iov_len = vmt_head_make(m->conn->ipc, id, len, head);
   memcpy(v + 1, body, n * sizeof(*v));
+  int rv = vmt_conn_writev(m->conn, v, n + 1, m->io_timeout_ms, NULL);
+  if (rv) vmt_mux_lose(m, rv);
+  return rv;
+}
+
+int vmt_mux_send(vmt_mux_t *m, vmt_call_t *k, uint32_t id, const struct iovec *body, unsigned n) {
+  if (n > 7) return NNG_EINVAL;
   k->id = id;
   k->done = 0;
   k->rv = 0;
   k->reply = NULL;
   k->filling = 0;
+  k->reply_len = 0;
   pthread_mutex_lock(&m->wmu);
   pthread_mutex_lock(&m->mu);
   int rv = m->lost ? NNG_ECONNSHUT : 0;
@@ -118,10 +131,7 @@ int vmt_mux_send(vmt_mux_t *m, vmt_call_t *k, uint32_t id, const struct iovec *b
     m->calls = k;
   }
   pthread_mutex_unlock(&m->mu);
-  if (!rv) {
-    rv = vmt_conn_writev(m->conn, v, n + 1, m->io_timeout_ms, NULL);
-    if (rv) vmt_mux_lose(m, rv); /* a request cut short leaves the stream unusable */
-  }
+  if (!rv) rv = write_locked(m, id, body, n);
   pthread_mutex_unlock(&m->wmu);
   if (rv) {
     pthread_mutex_lock(&m->mu);
@@ -132,13 +142,22 @@ int vmt_mux_send(vmt_mux_t *m, vmt_call_t *k, uint32_t id, const struct iovec *b
   return rv;
 }
 
+int vmt_mux_reply(vmt_mux_t *m, uint32_t id, const struct iovec *body, unsigned n) {
+  pthread_mutex_lock(&m->wmu);
+  int rv = vmt_mux_lost(m);
+  if (!rv) rv = write_locked(m, id, body, n);
+  pthread_mutex_unlock(&m->wmu);
+  return rv;
+}
+
 /* Reads one message (holding the reading turn) within ms (<= 0: no
- * limit): 0 with the reply and its id; NNG_ETIMEDOUT when nothing came
- * (the stream is still in step); any other error leaves the stream
- * unusable. A reply whose call named a destination of the payload's size
- * is read in two parts: id and head into a buffer, the payload into
- * the destination. */
-static int read_one(vmt_mux_t *m, int32_t ms, void **out, uint32_t *out_id) {
+ * limit): 0 with its id and either the message (*out) or the call whose
+ * own buffer took it (*into; its head, reply_len and buffer filled);
+ * NNG_ETIMEDOUT when nothing came (the stream is still in step); any
+ * other error leaves the stream unusable. A reply whose call named a
+ * destination of the payload's size is read in two parts: id and head
+ * into a buffer, the payload into the destination. */
+static int read_one(vmt_mux_t *m, int32_t ms, void **out, vmt_call_t **into, uint32_t *out_id) {
   int ipc = m->conn->ipc;
   uint8_t pre[VMT_PREFIX_MAX];
   size_t pn = vmt_prefix_len(ipc), moved = 0;
@@ -151,7 +170,7 @@ static int read_one(vmt_mux_t *m, int32_t ms, void **out, uint32_t *out_id) {
   if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
   if (len < 4 || len > m->max_msg) return NNG_EMSGSIZE;
   /* The id and the head of the body first, when there is as much. */
-  uint8_t hdr[4 + 64];
+  uint8_t hdr[4 + VMT_MUX_PEEK_MAX];
   size_t hn = 4 + (len - 4 >= m->msgs.peek ? m->msgs.peek : 0);
   rv = vmt_read(m->rd, hdr, hn, t, NULL);
   if (rv) return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
@@ -163,22 +182,38 @@ static int read_one(vmt_mux_t *m, int32_t ms, void **out, uint32_t *out_id) {
     pay = m->msgs.payload_len(hdr + 4, len - 4);
     if (pay > len - hn) pay = 0;
   }
-  if (pay) {
-    pthread_mutex_lock(&m->mu);
-    for (vmt_call_t *x = m->calls; x; x = x->next)
-      if (x->id == id) k = x;
-    if (k && (!k->dst || k->dst_len != pay)) k = NULL;
-    if (k) k->filling = 1;
-    pthread_mutex_unlock(&m->mu);
+  pthread_mutex_lock(&m->mu);
+  for (vmt_call_t *x = m->calls; x; x = x->next)
+    if (x->id == id) k = x;
+  if (!k && m->msgs.strict) rv = NNG_EPROTO;
+  if (k && k->alloc) {
+    if (hn < 4 + m->msgs.peek) rv = NNG_EPROTO; /* shorter than the head every reply has */
+  } else if (k && !(pay && k->dst && k->dst_len == pay)) {
+    k = NULL;
   }
-  size_t head = k ? (size_t)(len - pay) : (size_t)len; /* into the buffer, id included */
-  uint8_t *mem = NULL;
-  void *msg = m->msgs.get(m->msgs.ctx, head, &mem);
-  if (!msg) rv = NNG_ENOMEM;
-  if (!rv) {
-    memcpy(mem, hdr, hn);
-    rv = vmt_read(m->rd, mem + hn, head - hn, t, NULL);
-    if (!rv && k) rv = vmt_read(m->rd, k->dst, (size_t)pay, t, NULL);
+  if (k && !rv) k->filling = 1;
+  pthread_mutex_unlock(&m->mu);
+  if (rv) return rv;
+  void *msg = NULL;
+  size_t head = 0;
+  if (k && k->alloc) { /* the whole body past the peek into the call's buffer */
+    size_t rest = (size_t)(len - hn);
+    uint8_t *dst = k->alloc(k->actx, rest);
+    rv = dst ? vmt_read(m->rd, dst, rest, t, NULL) : NNG_ENOMEM;
+    if (!rv) {
+      memcpy(k->head, hdr + 4, hn - 4);
+      k->reply_len = rest;
+    }
+  } else {
+    head = k ? (size_t)(len - pay) : (size_t)len; /* into the buffer, id included */
+    uint8_t *mem = NULL;
+    msg = m->msgs.get(m->msgs.ctx, head, &mem);
+    if (!msg) rv = NNG_ENOMEM;
+    if (!rv) {
+      memcpy(mem, hdr, hn);
+      rv = vmt_read(m->rd, mem + hn, head - hn, t, NULL);
+      if (!rv && k) rv = vmt_read(m->rd, k->dst, (size_t)pay, t, NULL);
+    }
   }
   if (k) {
     pthread_mutex_lock(&m->mu);
@@ -190,7 +225,9 @@ static int read_one(vmt_mux_t *m, int32_t ms, void **out, uint32_t *out_id) {
     if (msg) m->msgs.put(m->msgs.ctx, msg);
     return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
   }
-  m->msgs.received(m->msgs.ctx, msg, 4, head - 4, k ? k->dst : NULL, k ? (size_t)pay : 0);
+  if (msg)
+    m->msgs.received(m->msgs.ctx, msg, 4, head - 4, k ? k->dst : NULL, k ? (size_t)pay : 0);
+  *into = msg ? NULL : k;
   *out_id = id;
   *out = msg;
   return 0;
@@ -216,11 +253,20 @@ int vmt_mux_wait(vmt_mux_t *m, vmt_call_t *const *calls, unsigned n, int64_t dea
       m->reading = 1;
       pthread_mutex_unlock(&m->mu);
       void *msg = NULL;
+      vmt_call_t *into = NULL;
       uint32_t id = 0;
-      int r = read_one(m, left, &msg, &id);
+      int r = read_one(m, left, &msg, &into, &id);
       pthread_mutex_lock(&m->mu);
       m->reading = 0;
-      if (r == 0) {
+      if (r == 0 && !msg) { /* read into its call's own buffer */
+        for (vmt_call_t **pp = &m->calls; *pp; pp = &(*pp)->next)
+          if (*pp == into) {
+            *pp = into->next;
+            into->next = NULL;
+            into->done = 1;
+            break;
+          }
+      } else if (r == 0) {
         vmt_call_t **pp = &m->calls;
         while (*pp && (*pp)->id != id) pp = &(*pp)->next;
         vmt_call_t *k = *pp;
@@ -249,4 +295,30 @@ int vmt_mux_wait(vmt_mux_t *m, vmt_call_t *const *calls, unsigned n, int64_t dea
 out:
   pthread_mutex_unlock(&m->mu);
   return rv;
+}
+
+int vmt_mux_next(vmt_mux_t *m, void **msg, uint32_t *id) {
+  pthread_mutex_lock(&m->mu);
+  while (m->reading && !m->lost) pthread_cond_wait(&m->turn_cv, &m->mu);
+  int rv = m->lost ? (m->lost_rv ? m->lost_rv : NNG_ECONNSHUT) : 0;
+  if (!rv) m->reading = 1;
+  pthread_mutex_unlock(&m->mu);
+  if (rv) return rv;
+  vmt_call_t *into = NULL;
+  rv = read_one(m, 0, msg, &into, id);
+  if (!rv && !*msg) rv = NNG_EPROTO; /* no call of ours waits here */
+  if (rv) {
+    pthread_mutex_lock(&m->mu);
+    m->reading = 0;
+    lose_locked(m, rv);
+    pthread_mutex_unlock(&m->mu);
+  }
+  return rv;
+}
+
+void vmt_mux_pass(vmt_mux_t *m) {
+  pthread_mutex_lock(&m->mu);
+  m->reading = 0;
+  pthread_cond_signal(&m->turn_cv);
+  pthread_mutex_unlock(&m->mu);
 }

@@ -9,7 +9,7 @@
 
 #include "agent_core.h"
 #include "dispatch.h"
-#include "isolate.h"
+#include "isolation/link.h"
 #include "isolation/proc.h"
 #include "isolation/stats.h"
 #include "isolation/supervisor.h"

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <nng/nng.h>
+
 #include "vmrpc/log.h"
 
 uint64_t vma_ms_ns(uint64_t ms) {
@@ -28,7 +30,7 @@ void vma_iso_kill_locked(vma_iso_worker_t *w, vm_code_t code, int quiet, const c
   vsnprintf(w->why + n, sizeof(w->why) - (size_t)n, fmt, ap);
   va_end(ap);
   if (w->pid > 0) kill(w->pid, SIGKILL);
-  shutdown(w->fd, SHUT_RDWR);
+  vmt_conn_close(w->conn);
   vm_log(quiet ? VM_LOG_DEBUG : VM_LOG_WARN, "worker %d%s %s", (int)w->pid,
          w->session_id ? " (session)" : "", w->why);
 }
@@ -62,30 +64,20 @@ static void vma_iso_exit_reason(vma_iso_t *iso, vma_iso_worker_t *w, char *why, 
   }
 }
 
-static void vma_iso_fail_calls_locked(vma_iso_worker_t *w, vm_code_t code, const char *why) {
-  for (vma_iso_call_t *c = w->calls; c; c = c->next) {
-    if (c->done) continue;
-    w->told = 1;
-    c->done = 1;
-    c->failed = 1;
-    if (!c->code) c->code = code;
-    if (!c->why[0]) snprintf(c->why, sizeof(c->why), "%s", why);
-    pthread_cond_signal(&c->cv);
-  }
-}
-
-vma_iso_call_t *vma_iso_find_call_locked(vma_iso_worker_t *w, uint64_t tag) {
-  for (vma_iso_call_t *c = w->calls; c; c = c->next)
-    if (c->tag == tag && !c->done) return c;
-  return NULL;
-}
-
-/* The link closed: why, reaping the process, and every waiting request
- * failed. The caller has the reading turn (iso->mu not held); it ends here. */
+/* The link is lost: why, reaping the process, the link closed for every
+ * later call; once (iso->mu not held). */
 void vma_iso_end(vma_iso_t *iso, vma_iso_worker_t *w) {
   pthread_mutex_lock(&iso->mu);
+  if (w->ending) { /* another thread ends it: its why comes from there */
+    while (!w->gone) pthread_cond_wait(&iso->cv, &iso->mu);
+    pthread_mutex_unlock(&iso->mu);
+    return;
+  }
+  w->ending = 1;
   int was_killed = w->killed;
   pthread_mutex_unlock(&iso->mu);
+  vmt_mux_lose(&w->mux, NNG_ECONNSHUT); /* calls still in flight fail; none starts */
+  vmt_conn_close(w->conn);
   char why[VMA_ISO_WHY];
   vma_iso_exit_reason(iso, w, why, sizeof(why));
   pthread_mutex_lock(&iso->mu);
@@ -108,24 +100,14 @@ void vma_iso_end(vma_iso_t *iso, vma_iso_worker_t *w) {
         iso->backoff_until_ns = vm_now_ns() + vma_ms_ns(VMA_ISO_BACKOFF_MS);
     }
   }
-  vma_iso_fail_calls_locked(w, w->code, w->why);
-  w->reading = 0;
   pthread_cond_broadcast(&iso->cv);
   pthread_mutex_unlock(&iso->mu);
 }
 
-/* Kills w for a broken link and ends it (reading turn held). */
-void vma_iso_bad(vma_iso_t *iso, vma_iso_worker_t *w, const char *bad) {
-  pthread_mutex_lock(&iso->mu);
-  vma_iso_kill_locked(w, VM_ABORTED, 0, "it %s", bad);
-  pthread_mutex_unlock(&iso->mu);
-  vma_iso_end(iso, w);
-}
-
 void vma_iso_free_worker(vma_iso_worker_t *w) {
   if (w->starter_started) pthread_join(w->starter, NULL);
-  close(w->fd);
-  pthread_mutex_destroy(&w->wmu);
+  vmt_mux_destroy(&w->mux);
+  vmt_conn_free(w->conn);
   free(w);
 }
 

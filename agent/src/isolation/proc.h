@@ -2,10 +2,12 @@
  * (isolation/proc.c): the table of them, their calls in flight, and their
  * end. isolation/supervisor.h has the design.
  *
- * One lock (iso->mu) covers the worker processes, their pending calls and
- * the sessions' worker fields; it is taken after agent->lock, never
- * before. Writes to a worker process are serialised by its own write lock
- * (wmu), taken with no other lock held.
+ * Lock order: agent->lock, then iso->mu, then a worker process's link
+ * multiplexer (its wmu, then its mu: vmtransport/mux.h). iso->mu covers the
+ * worker processes, their lists of calls and the sessions' worker fields;
+ * it is held for a look at the multiplexer (vmt_mux_is_done) but never
+ * across I/O: a request thread writes its request and takes the reading
+ * turn with no lock of the agent's held.
  */
 #ifndef VMA_ISOLATION_PROC_H
 #define VMA_ISOLATION_PROC_H
@@ -17,6 +19,7 @@
 
 #include "isolation/shared.h"
 #include "out.h"
+#include "vmtransport/mux.h"
 #include "vmrpc/status.h"
 #include "vmagent/agent.h"
 
@@ -39,26 +42,24 @@
 #define VMA_ISO_MAX_ARGS 96
 #define VMA_ISO_WHY 320
 
+/* A request in flight to a worker process: its call on the link, and what
+ * the supervisor needs to bound it. */
 typedef struct vma_iso_call {
-  uint64_t tag;
-  vma_out_t *out;
+  vmt_call_t k;        /* on w->mux: the reply goes into the request's vma_out_t */
   uint64_t kill_at_ns; /* 0: no bound */
-  int done;            /* replied, or failed */
-  int failed;          /* the worker ended first: code/why say how */
-  vm_code_t code;
+  vm_code_t code;      /* set when it is the reason w was killed (else w's) */
   char why[VMA_ISO_WHY];
-  uint32_t flags; /* of the reply */
-  pthread_cond_t cv;
   struct vma_iso_call *next;
 } vma_iso_call_t;
 
 typedef struct vma_iso_worker {
   struct vma_iso *iso;
   pid_t pid;
-  int fd;
+  vmt_conn_t *conn; /* the link (isolation/link.h) */
+  vmt_mux_t mux;
   pthread_t starter;
   int starter_started;
-  int reading; /* a thread has the reading turn */
+  int ending;  /* a thread runs vma_iso_end */
   int told;    /* a request of its session learnt of its end */
   int slot;    /* its share's index in the shared memory, -1: none */
   uint64_t started_ns;
@@ -70,9 +71,8 @@ typedef struct vma_iso_worker {
   char why[VMA_ISO_WHY];
   uint64_t session_id; /* 0: a spare */
   uint32_t refs;       /* the session's binding and calls in flight */
-  uint64_t next_tag;
-  vma_iso_call_t *calls;
-  pthread_mutex_t wmu;
+  uint64_t next_id;      /* of its link's requests */
+  vma_iso_call_t *calls; /* in flight (the supervisor's bounds) */
   struct vma_iso_worker *next;
 } vma_iso_worker_t;
 
@@ -100,18 +100,14 @@ typedef struct vma_iso {
 } vma_iso_t;
 
 uint64_t vma_ms_ns(uint64_t ms);
-/* Kills w (iso->mu held; never blocks): SIGKILL, and the link shut so that
- * its reader and any writer return at once. The first reason stays. */
+/* Kills w (iso->mu held; never blocks): SIGKILL, and the link closed so
+ * that its reader and any writer return at once. The first reason stays. */
 void vma_iso_kill_locked(vma_iso_worker_t *w, vm_code_t code, int quiet, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* w's pending call of tag, NULL if none (iso->mu held). */
-vma_iso_call_t *vma_iso_find_call_locked(vma_iso_worker_t *w, uint64_t tag);
-/* The link closed: why, reaping the process, and every waiting request
- * failed. The caller has the reading turn (iso->mu not held); it ends
- * here. */
+/* The link is lost (iso->mu not held): why, reaping the process, the link
+ * closed for every later call. Once per worker process: a second caller
+ * waits until the first is done. */
 void vma_iso_end(vma_iso_t *iso, vma_iso_worker_t *w);
-/* Kills w for a broken link and ends it (reading turn held). */
-void vma_iso_bad(vma_iso_t *iso, vma_iso_worker_t *w, const char *bad);
 /* Frees an ended worker process's record (its starter joined). */
 void vma_iso_free_worker(vma_iso_worker_t *w);
 /* The status a request gets when its session's worker process ended. */

@@ -7,7 +7,7 @@
  * agent's lifetime; keeps the spares; kills worker processes whose
  * requests passed their bound; frees the ended ones; notices the end of a
  * worker process nobody waits on), and a starter per new worker process
- * (until it says it is ready: isolate.c). Locks: isolation/proc.h.
+ * (until it answers HELLO: link.c). Locks: isolation/proc.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "agent_core.h"
-#include "isolate.h"
+#include "isolation/link.h"
 #include "isolation/proc.h"
 #include "isolation/supervisor.h"
 #include "procfs.h"
@@ -42,9 +42,15 @@ static void vma_iso_spawn(vma_iso_t *iso) {
     free(w);
     return;
   }
-  pthread_mutex_init(&w->wmu, NULL);
   w->iso = iso;
-  w->fd = sv[0];
+  /* The agent's end: bodies up to the largest reply (reply_cap). */
+  int lrv = vma_link_open(sv[0], iso->reply_cap + VMA_LINK_FLAGS_LEN, 1, &w->conn, &w->mux);
+  if (lrv) {
+    VM_LOGE("cannot start a worker: its link: nng error %d", lrv);
+    close(sv[1]);
+    free(w);
+    return;
+  }
   w->started_ns = vm_now_ns();
   w->slot = -1;
   char *argv[VMA_ISO_MAX_ARGS + 2];
@@ -84,8 +90,8 @@ static void vma_iso_spawn(vma_iso_t *iso) {
     pthread_mutex_lock(&iso->mu);
     if (w->slot >= 0) iso->slot_used[w->slot] = 0;
     pthread_mutex_unlock(&iso->mu);
-    close(sv[0]);
-    pthread_mutex_destroy(&w->wmu);
+    vmt_mux_destroy(&w->mux);
+    vmt_conn_free(w->conn);
     free(w);
     return;
   }
@@ -93,15 +99,13 @@ static void vma_iso_spawn(vma_iso_t *iso) {
   pthread_mutex_lock(&iso->mu);
   w->next = iso->workers;
   iso->workers = w;
-  w->reading = 1; /* the starter's, until READY */
   if (pthread_create(&w->starter, NULL, vma_iso_starter, w) == 0) {
     w->starter_started = 1;
     /* vma_iso_stop ran while this one was being started */
     if (iso->stopping) vma_iso_kill_locked(w, VM_UNAVAILABLE, 1, "the agent is shutting down");
   } else {
     vma_iso_kill_locked(w, VM_UNAVAILABLE, 0, "no thread to start it");
-    w->gone = 1;
-    w->reading = 0;
+    w->gone = w->ending = 1;
     kill(pid, SIGKILL);
     (void)waitpid(pid, NULL, 0);
     w->pid = -pid;
@@ -125,7 +129,7 @@ static uint32_t vma_iso_spares_locked(vma_iso_t *iso) {
 
 /* Whether w's link has something to read (or has closed). */
 static int vma_iso_readable(const vma_iso_worker_t *w) {
-  struct pollfd p = {.fd = w->fd, .events = POLLIN};
+  struct pollfd p = {.fd = w->conn->fd, .events = POLLIN};
   return poll(&p, 1, 0) > 0;
 }
 
@@ -157,7 +161,7 @@ static void *vma_iso_supervisor(void *arg) {
     vma_iso_worker_t **pp = &iso->workers;
     while (*pp) {
       vma_iso_worker_t *w = *pp;
-      if (w->gone && !w->reading && w->refs == 0) { /* ended, unused: free */
+      if (w->gone && w->refs == 0) { /* ended, unused: free */
         *pp = w->next;
         pthread_mutex_unlock(&iso->mu);
         vma_iso_free_worker(w);
@@ -165,11 +169,14 @@ static void *vma_iso_supervisor(void *arg) {
         pp = &iso->workers; /* the list may have changed */
         continue;
       }
-      if (!w->gone && !w->reading && !w->calls && vma_iso_readable(w)) {
+      if (!w->gone && !w->ending && !w->calls && vma_iso_readable(w)) {
         /* Nobody waits on it, yet it speaks: it ended (or misbehaves). */
-        w->reading = 1;
+        w->refs++;
         pthread_mutex_unlock(&iso->mu);
-        (void)vma_iso_read_one(iso, w);
+        vma_iso_poll(iso, w);
+        pthread_mutex_lock(&iso->mu);
+        w->refs--;
+        pthread_mutex_unlock(&iso->mu);
         pthread_mutex_lock(&iso->mu);
         pp = &iso->workers;
         continue;
@@ -179,7 +186,7 @@ static void *vma_iso_supervisor(void *arg) {
         vma_iso_kill_locked(w, VM_UNAVAILABLE, 0, "it did not start within %d s",
                             VMA_ISO_START_MS / 1000);
       for (vma_iso_call_t *c = w->calls; c && !w->killed; c = c->next) {
-        if (c->done || !c->kill_at_ns || now < c->kill_at_ns) continue;
+        if (!c->kill_at_ns || now < c->kill_at_ns || vmt_mux_is_done(&w->mux, &c->k)) continue;
         c->code = VM_DEADLINE_EXCEEDED;
         snprintf(c->why, sizeof(c->why),
                  "was stopped: it did not answer within this request's bound (its deadline, "
@@ -450,10 +457,7 @@ void vma_iso_free(vmagent_t *a) {
     iso->workers = w->next;
     if (w->starter_started) pthread_join(w->starter, NULL);
     w->starter_started = 0;
-    if (!w->gone) { /* killed above: its link ends at once; reap it */
-      w->reading = 1;
-      vma_iso_end(iso, w);
-    }
+    if (!w->gone) vma_iso_end(iso, w); /* killed above: its link ends at once; reap it */
     vma_iso_free_worker(w);
   }
   for (uint32_t i = 0; i < iso->argc; i++) free(iso->argv[i]);

@@ -1,4 +1,4 @@
-/* Session isolation (isolation/, isolate.c, worker.c): with --isolate
+/* Session isolation (isolation/, worker.c): with --isolate
  * session, the VMs of each session live in a worker process of their own,
  * a copy of vmagent started with --worker-fd, so that a fault there (a
  * carried kernel that writes over memory, a crash in a driver, the OOM
@@ -9,7 +9,7 @@
  * VMP_OP_LOCAL (Hello and its token, the session table, ListDevices,
  * DeviceState, Ping, Goodbye); the router (route.c) forwards every other
  * request of a session, as the client's bytes, to the session's worker
- * process over a socketpair (isolate.h, the link) and relays the reply
+ * process over a socketpair (isolation/link.h, the link) and relays the reply
  * (isolation/forward.c). The agent kills a worker process that does not
  * answer a bounded request (the table's VMP_OP_KBOUND and VMP_OP_DEADLINE:
  * Invoke/Run with a deadline, Cancel, Stats, FreeExecutable) within its
@@ -31,7 +31,8 @@
  * session's worker process), proc.c (their table and end), forward.c (a
  * request's way there and back), stats.c (Stats speaks for the agent),
  * xlock.c (the cross-process device locks, in the worker processes),
- * shared.h (the memory they share); the link is isolate.c / worker.c.
+ * shared.h (the memory they share), link.c (the link, on the transport's
+ * multiplexer; the worker process's end is worker.c).
  */
 #ifndef VMA_ISOLATION_SUPERVISOR_H
 #define VMA_ISOLATION_SUPERVISOR_H

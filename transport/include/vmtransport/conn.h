@@ -116,6 +116,11 @@ int vmt_url_check(const char *url);
  * TCP_NODELAY and keep-alive. */
 int vmt_dial(const char *url, vmt_tls_t *tls, int32_t timeout_ms, vmt_conn_t **out);
 
+/* Takes over fd, a connected stream socket made elsewhere (a socketpair
+ * end, an inherited descriptor): made non-blocking and owned by *out, framed
+ * as tcp:// (ipc 0) or ipc://. 0, NNG_ENOMEM, or the fcntl error. */
+int vmt_conn_adopt(int fd, int ipc, const char *peer, vmt_conn_t **out);
+
 /* Listens on url (port 0: any free one; ipc: a stale socket file of a
  * dead listener is replaced). */
 int vmt_listen(const char *url, vmt_tls_t *tls, vmt_listener_t **out);

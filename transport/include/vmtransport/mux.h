@@ -13,12 +13,25 @@
  * a read error, a malformed reply) every call in flight completes with
  * NNG_ECONNSHUT and every later one fails at once: the mux is lost.
  *
+ * A call may instead bring its own buffer for a reply of any size
+ * (alloc): the first msgs.peek bytes of the reply's body go to the call's
+ * head[], the rest straight from the socket into what alloc gives once
+ * the size is known. The agent<->worker link reads every reply so.
+ *
+ * The serving end of a connection uses the same mux: its threads take the
+ * reading turn in turn (vmt_mux_next: one reads the next request while
+ * the others wait, then passes the turn on with vmt_mux_pass) and write
+ * replies whole, one at a time (vmt_mux_reply). The worker process of
+ * session isolation serves its link so.
+ *
  * The mux knows the frame (prefix, id word) but not the body: message
  * buffers and the payload's place in a body come from the caller's
  * vmt_mux_msgs_t.
  *
- * Lock order: wmu before mu. mu is never held across I/O; wmu only by
- * the thread writing a request.
+ * Lock order: wmu before mu. mu is never held across I/O, nor while a
+ * msgs or alloc callback runs; wmu only by the thread writing a message.
+ * A caller may hold a lock of its own while it calls in (the agent holds
+ * its isolation lock for vmt_mux_is_done); no callback takes such a lock.
  */
 #ifndef VMTRANSPORT_MUX_H
 #define VMTRANSPORT_MUX_H
@@ -33,6 +46,9 @@
 extern "C" {
 #endif
 
+/* Body bytes a reply may be told apart by (vmt_mux_msgs_t.peek). */
+#define VMT_MUX_PEEK_MAX 64
+
 /* One call in flight: registered until its reply or the loss of the
  * connection completes it (fields under the mux's mu). */
 typedef struct vmt_call {
@@ -46,6 +62,14 @@ typedef struct vmt_call {
   size_t dst_len;
   int filling;  /* the reader writes into dst now */
   uint64_t tag; /* the caller's */
+  /* Or (alloc not NULL): any reply of at least msgs.peek body bytes is
+   * read here, those bytes into head[] and the rest, reply_len bytes,
+   * into alloc(actx, reply_len) (NULL: no memory, the mux is lost with
+   * NNG_ENOMEM). reply stays NULL. */
+  uint8_t *(*alloc)(void *actx, size_t len);
+  void *actx;
+  uint8_t head[VMT_MUX_PEEK_MAX];
+  size_t reply_len;
 } vmt_call_t;
 
 /* The caller's message buffers and body format. */
@@ -60,7 +84,11 @@ typedef struct vmt_mux_msgs {
   /* Bytes at the end of a body_len-byte body that are its payload, told
    * from its first peek bytes (0: none or unknown). */
   uint64_t (*payload_len)(const uint8_t *head, uint64_t body_len);
-  size_t peek;
+  size_t peek; /* at most VMT_MUX_PEEK_MAX */
+  /* A reply that no call waits for loses the mux (NNG_EPROTO) instead of
+   * being dropped: for a peer whose calls are never given up, where such
+   * a reply can only be a fault. */
+  int strict;
 } vmt_mux_msgs_t;
 
 typedef struct vmt_mux {
@@ -72,6 +100,7 @@ typedef struct vmt_mux {
   pthread_mutex_t wmu;   /* one request written at a time; before mu */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* a call completed, or the reading turn is free */
+  pthread_cond_t turn_cv; /* the serving end's reading turn is free */
   vmt_call_t *calls;
   int reading;
   int lost, lost_rv;
@@ -100,6 +129,20 @@ int vmt_mux_lost(vmt_mux_t *m);
 /* Loses m: every call completes with NNG_ECONNSHUT. */
 void vmt_mux_lose(vmt_mux_t *m, int rv);
 int64_t vmt_mux_now_ns(void);
+
+/* ---- the serving end ---- */
+
+/* Waits for the reading turn and reads the next request into a buffer
+ * from msgs.get (msgs.received tells its body; give it back with
+ * msgs.put): 0 with *msg and its id, keeping the turn; or the error that
+ * lost the mux (NNG_ECONNSHUT when the peer closed, NNG_EMSGSIZE over
+ * max_msg, NNG_EPROTO a malformed frame), the turn given up. */
+int vmt_mux_next(vmt_mux_t *m, void **msg, uint32_t *id);
+/* Passes the reading turn on to the next thread waiting in vmt_mux_next. */
+void vmt_mux_pass(vmt_mux_t *m);
+/* Writes a reply (or any message) with id whole: 0, or the error that
+ * lost the mux. */
+int vmt_mux_reply(vmt_mux_t *m, uint32_t id, const struct iovec *body, unsigned n);
 
 #ifdef __cplusplus
 }
