@@ -259,6 +259,11 @@ vm_status_t onx_op_linear_attention(onx_ctx_t *c) {
     return onx_node_err(c, VM_INVALID_ARGUMENT,
                         "q_num_heads (%lld) must be a positive multiple of kv_num_heads (%lld)",
                         (long long)hq, (long long)hkv);
+  /* as cl.linear_attention: the head counts fit 32 bits (with a head size
+   * of 0 nothing else would bound them below) */
+  if (hq > INT32_MAX)
+    return onx_node_err(c, VM_INVALID_ARGUMENT, "q_num_heads %lld: expected at most %d",
+                        (long long)hq, INT32_MAX);
   if (!isfinite(scale)) return onx_node_err(c, VM_INVALID_ARGUMENT, "scale must be finite");
   if (gated != (decay != NULL) || delta != (beta != NULL))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "update_rule '%s' takes %s decay and %s beta", rule,

@@ -1,6 +1,7 @@
 /* ONNX operators on the storage types (bfloat16, float8, float4, int4,
  * uint4, int2, uint2): BitCast, and the guard that keeps those types out of
- * the operators that do not handle them. Cast, CastLike (onnx_ops_shape.c)
+ * the operators that do not handle them; float16 recurrent layers, which
+ * run in float32 between casts. Cast, CastLike (onnx_ops_shape.c)
  * and QuantizeLinear / DequantizeLinear (onnx_ops_quant.c) convert them. */
 #include <stdio.h>
 #include <string.h>
@@ -54,25 +55,29 @@ static int is_storage_dtype(vm_dtype_t dt) {
          vm_dtype_per_byte(dt) > 1;
 }
 
-/* Lowers the node with bfloat16 inputs as runtimes without bfloat16
- * arithmetic do: each bfloat16 input cast to float32, the operator in
- * float32, each float32 output cast back to bfloat16 (round to nearest
- * even); other outputs (indices) pass through. */
-static vm_status_t lower_bf16(onx_ctx_t *c, const onx_op_t *op) {
+/* Lowers the node with inputs of dtype `from` (bfloat16; float16 for the
+ * recurrent layers, whose kernel computes in float32) as runtimes without
+ * arithmetic in that type do: each such input cast to float32, the
+ * operator in float32, each float32 output cast back to `from` (round to
+ * nearest even); other inputs and outputs (lengths, indices) pass
+ * through. */
+static vm_status_t lower_in_f32(onx_ctx_t *c, const onx_op_t *op, vm_dtype_t from,
+                                int64_t onnx_from) {
   const Onnx__NodeProto *n = c->node;
   enum { MAXIO = 32 };
+  char fb[32];
   if (n->n_input > MAXIO || n->n_output > MAXIO)
     return onx_node_err(c, VM_UNIMPLEMENTED,
-                        "a bfloat16 node with %zu inputs and %zu outputs: "
+                        "a %s node with %zu inputs and %zu outputs: "
                         "supported: at most %d of each",
-                        n->n_input, n->n_output, MAXIO);
+                        vm_dtype_str(from, fb, sizeof(fb)), n->n_input, n->n_output, MAXIO);
   const char *ins[MAXIO], *outs[MAXIO];
   onx_sattr_t to_f[1] = {SA_INT("to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)};
-  onx_sattr_t to_bf[1] = {SA_INT("to", ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)};
+  onx_sattr_t to_from[1] = {SA_INT("to", onnx_from)};
   for (uint32_t k = 0; k < n->n_input; k++) {
     onx_value_t *v = onx_in(c, k);
     ins[k] = n->input[k];
-    if (v && v->dt.code == VM_DTYPE_BFLOAT)
+    if (v && vm_dtype_equal(v->dt, from))
       VM_RETURN_IF_ERROR(onx_sub1(c, "Cast", NULL, v->name, NULL, NULL, 1, to_f, &ins[k]));
   }
   for (uint32_t k = 0; k < n->n_output; k++) {
@@ -90,12 +95,16 @@ static vm_status_t lower_bf16(onx_ctx_t *c, const onx_op_t *op) {
     if (!n->output[k] || !n->output[k][0]) continue;
     onx_value_t *v = onx_lookup(c, outs[k]);
     if (!v) continue; /* an optional output the lowering does not define */
-    int to_bf16 = vm_dtype_equal(v->dt, VM_F32);
-    st = onx_sub1(c, to_bf16 ? "Cast" : "Identity", n->output[k], outs[k], NULL, NULL,
-                  to_bf16 ? 1 : 0, to_bf16 ? to_bf : NULL, NULL);
+    int back = vm_dtype_equal(v->dt, VM_F32);
+    st = onx_sub1(c, back ? "Cast" : "Identity", n->output[k], outs[k], NULL, NULL, back ? 1 : 0,
+                  back ? to_from : NULL, NULL);
   }
   return st;
 }
+
+/* The recurrent layers: their kernel (cl.rnn) computes in float32, so a
+ * float16 model's LSTM, GRU or RNN runs in float32 between casts. */
+static const char *const k_f32_only_ops[] = {"GRU", "LSTM", "RNN"};
 
 vm_status_t onx_lower_node(onx_ctx_t *c, const onx_op_t *op) {
   const Onnx__NodeProto *n = c->node;
@@ -116,5 +125,11 @@ vm_status_t onx_lower_node(onx_ctx_t *c, const onx_op_t *op) {
                         "CastLike, BitCast, QuantizeLinear, DequantizeLinear and the views)",
                         k, vm_dtype_str(v->dt, b, sizeof(b)));
   }
-  return bf16 ? lower_bf16(c, op) : op->fn(c);
+  if (bf16) return lower_in_f32(c, op, VM_DTYPE_MAKE(VM_DTYPE_BFLOAT, 16, 1),
+                                ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16);
+  onx_value_t *x = n->n_input ? onx_in(c, 0) : NULL;
+  for (size_t i = 0; x && i < sizeof(k_f32_only_ops) / sizeof(k_f32_only_ops[0]); i++)
+    if (strcmp(n->op_type, k_f32_only_ops[i]) == 0 && vm_dtype_equal(x->dt, VM_F16))
+      return lower_in_f32(c, op, VM_F16, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16);
+  return op->fn(c);
 }

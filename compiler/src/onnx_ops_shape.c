@@ -920,6 +920,13 @@ vm_status_t onx_op_constant_of_shape(onx_ctx_t *c) {
     dt = t.dtype;
     memcpy(val, t.data, vm_dtype_bytes(dt));
     vmcc_tensor_free(&t);
+    if (vm_dtype_per_byte(dt) > 1) { /* the fill below copies whole bytes */
+      char b[32];
+      return onx_node_err(c, VM_UNIMPLEMENTED,
+                          "value of the packed dtype %s: supported: a value of whole bytes "
+                          "(Cast the result to it)",
+                          vm_dtype_str(dt, b, sizeof(b)));
+    }
   }
   uint8_t *d;
   VM_RETURN_IF_ERROR(onx_alloc_const(c, dt, numel, &d));

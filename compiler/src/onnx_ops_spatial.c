@@ -380,14 +380,17 @@ vm_status_t onx_op_mel_weight_matrix(onx_ctx_t *c) {
   double step = (mhi - mlo) / (double)(nb + 2);
   for (int64_t i = 0; i < nb + 2; i++) {
     double hz = 700 * (pow(10, ((double)i * step + mlo) / 2595) - 1);
-    fb[i] = (int64_t)floor(((double)(int64_t)dft + 1) * hz / (double)(int64_t)rate);
-    if (fb[i] < 0 || fb[i] >= spec) {
-      long long at = (long long)fb[i];
+    /* the edge is checked as a double: a huge one (or inf) never reaches
+     * the int64 conversion */
+    double e = floor(((double)(int64_t)dft + 1) * hz / (double)(int64_t)rate);
+    if (!(e >= 0 && e < (double)spec)) {
+      long long at = isfinite(e) && fabs(e) < 9e18 ? (long long)e : -1;
       free(fb);
       return onx_node_err(c, VM_INVALID_ARGUMENT,
                           "mel bin edge %lld falls on spectrogram bin %lld, outside 0 to %lld",
                           (long long)i, at, (long long)(spec - 1));
     }
+    fb[i] = (int64_t)e;
   }
   uint8_t *d;
   vm_status_t st = onx_alloc_const(c, odt, numel, &d);

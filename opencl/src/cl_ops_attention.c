@@ -41,13 +41,13 @@ vm_status_t vmcl_op_linear_attention(vm_machine_t *m, const vm_value_t *args, ui
   int64_t B = s->shape[0], dk = s->shape[2], dv = s->shape[3];
   if (q->ndim != 3) return vmcl_op_error(&op, "q (argument 0) must have 3 dims");
   int64_t T = q->shape[1];
-  /* every product below is at most some tensor's element count (checked
-   * by vmcl_op_tensor to fit 32 bits) once the shapes match */
-  int64_t qd[3] = {B, T, hq * dk}, kd[3] = {B, T, hkv * dk}, vd[3] = {B, T, hkv * dv},
-          yd[3] = {B, T, hq * dv};
+  /* an empty state bounds none of its dims: the heads' products are
+   * bounded first, then made */
   if (hq > INT32_MAX / (dk ? dk : 1) || hq > INT32_MAX / (dv ? dv : 1) ||
       hkv > INT32_MAX / (dk ? dk : 1) || hkv > INT32_MAX / (dv ? dv : 1))
     return vmcl_op_error(&op, "heads times head size exceed 32 bits");
+  int64_t qd[3] = {B, T, hq * dk}, kd[3] = {B, T, hkv * dk}, vd[3] = {B, T, hkv * dv},
+          yd[3] = {B, T, hq * dv};
   VM_RETURN_IF_ERROR(want_f32(&op, q, 0, "q", 3, qd));
   VM_RETURN_IF_ERROR(want_f32(&op, k, 1, "k", 3, kd));
   VM_RETURN_IF_ERROR(want_f32(&op, v, 2, "v", 3, vd));

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <vmrpc/checked.h>
+
 #include "cl_ops_internal.h"
 
 /* The most samples per bin axis cl.roi_align takes (sampling_ratio, or the
@@ -285,8 +287,13 @@ vm_status_t vmcl_op_deform_conv2d(vm_machine_t *m, const vm_value_t *args, uint3
   }
   int64_t ys[4] = {N, O, OH, OW};
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 13, "y", ys, 4));
-  /* the tensors exist, so these products fit in int64 */
-  int64_t os[4] = {N, OG * KH * KW * 2, OH, OW}, ms[4] = {N, OG * KH * KW, OH, OW};
+  /* empty tensors bound none of their dims: the products are checked */
+  int64_t okk, okk2;
+  if (vm_ckd_mul_i64(OG, KH, &okk) || vm_ckd_mul_i64(okk, KW, &okk) ||
+      vm_ckd_mul_i64(okk, 2, &okk2))
+    return vmcl_op_error(&op, "offset_groups x the kernel's %lld x %lld taps overflow",
+                         (long long)KH, (long long)KW);
+  int64_t os[4] = {N, okk2, OH, OW}, ms[4] = {N, okk, OH, OW};
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, off, 2, "offset", os, 4));
   if (mask) VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, mask, 4, "mask", ms, 4));
   if (bias) VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, bias, 3, "bias", &O, 1));
@@ -574,7 +581,12 @@ vm_status_t vmcl_op_conv_transpose3d(vm_machine_t *m, const vm_value_t *args, ui
                          "multiple of groups %lld)",
                          (long long)w->shape[0], (long long)C, (long long)G);
   }
-  int64_t O = w->shape[1] * G; /* w exists: the product of its dims fits */
+  /* an empty w (C = 0) bounds none of its dims: the product is checked */
+  int64_t O;
+  if (vm_ckd_mul_i64(w->shape[1], G, &O) || O > INT32_MAX)
+    return vmcl_op_error(&op, "w (argument 1) has %lld outputs per group: groups x that is past "
+                         "2^31",
+                         (long long)w->shape[1]);
   int64_t ys[5] = {x->shape[0], O, y->shape[2], y->shape[3], y->shape[4]};
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 13, "y", ys, 5));
   if (bias) VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, bias, 2, "bias", &O, 1));

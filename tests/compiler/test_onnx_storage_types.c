@@ -129,6 +129,16 @@ static void test_refusals(void **state) {
   mb_init_raw(&m, "z", T_FLOAT8E4M3FN, 0, NULL, &z, 1);
   ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
                 "x_zero_point of a float8 x must be 0, element 0 is not");
+  /* ConstantOfShape fills whole bytes: a packed value is refused, not
+   * spread over the padding */
+  const int64_t shape5 = 5;
+  Onnx__NodeProto *k = one_node(&m, 21, "ConstantOfShape", "k", "s5", NULL);
+  mb_init_raw(&m, "s5", 7 /* int64 */, 1, (const int64_t[]){1}, &shape5, 8);
+  const uint8_t seven = 7;
+  mb_attr_scalar(&m, k, "value", T_INT4, &seven, 1);
+  ASSERT_STATUS(compile(&m), VM_UNIMPLEMENTED,
+                "node 'k' (ConstantOfShape): value of the packed dtype int4: supported: a value of "
+                "whole bytes");
 }
 
 int main(void) {

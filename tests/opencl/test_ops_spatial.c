@@ -735,6 +735,19 @@ static void test_conv_transpose3d(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.conv_transpose3d", args, 14), VM_INVALID_ARGUMENT,
                 "cl.conv_transpose3d: spatial axis 0: the dilated kernel reaches past 2^30");
   args[1] = wkeep;
+  args[9] = vm_value_int(dl[0]);
+  /* an empty float16 x and w (C = 0) bound no dim of w: groups x its outputs per
+   * group must not wrap (0x3333333333333334 x 5 would be 4) */
+  vm_value_t x0 = tops_plain(e, VM_F16, 5, DIMS(N, 0, D, H, W));
+  vm_value_t w0 = tops_plain(e, VM_F16, 5, DIMS(0, INT64_C(0x3333333333333334), 1, 1, 1));
+  vm_value_t y0 = tops_plain(e, VM_F16, 5, DIMS(N, 4, od[0], od[1], od[2]));
+  vm_value_t a0[14];
+  memcpy(a0, args, sizeof(a0));
+  a0[0] = x0, a0[1] = w0, a0[2] = vm_value_none(), a0[12] = vm_value_int(5), a0[13] = y0;
+  ASSERT_STATUS(tops_call(e, "cl.conv_transpose3d", a0, 14), VM_INVALID_ARGUMENT,
+                "cl.conv_transpose3d: w (argument 1) has 3689348814741910324 outputs per group: "
+                "groups x that is past 2^31");
+  release_all((vm_value_t[]){x0, w0, y0}, 3);
   release_all((vm_value_t[]){args[0], args[1], args[2], keep, y2, wl}, 6);
   free(x);
   free(w);
