@@ -4,9 +4,9 @@
  * this kernel (cl.gemm); what stays sequential is the recurrence, which
  * runs here: one work-group per (direction, batch) row, looping over the
  * time steps [t_begin, t_begin + t_count) with the hidden state in the
- * workspace ws. A work-item owns the hidden units in fours, j .. j + 3
- * for j = 4 lid, 4 (lid + L), ..., and reads R^T's columns for them as
- * float4s; the whole state is read by every work-item, so steps are
+ * workspace ws. A work-item owns the hidden units in eights, j .. j + 7
+ * for j = 8 lid, 8 (lid + L), ..., and reads R^T's columns for them as
+ * float8s; the whole state is read by every work-item, so steps are
  * separated by a barrier (two for a GRU without linear_before_reset;
  * global memory is coherent within a work-group at a barrier).
  *
@@ -57,33 +57,37 @@ float clipv(float x, float c) {
 }
 
 /* Lane e of v. */
-float lane4(float4 v, int e) {
-  return e == 0 ? v.s0 : e == 1 ? v.s1 : e == 2 ? v.s2 : v.s3;
+float lane8(float8 v, int e) {
+  float t[8];
+  vstore8(v, 0, t);
+  return t[e];
 }
 
-/* h R^T for the w (1..4) adjacent units from column col of each of the ng
+/* h R^T for the w (1..8) adjacent units from column col of each of the ng
  * gates (gate g's columns start at g * H): acc[g]. r holds R^T ([H, G*H],
  * a row per input unit), so the units are adjacent floats, read as one
- * float4 where w is 4; each lane sums over k in order, as a scalar dot
+ * float8 where w is 8; each lane sums over k in order, as a scalar dot
  * would. Called with a constant ng, so the accumulators stay registers. */
 void rdots(__global const float *r, int col, int H, int GH, int ng, int w,
-           __global const float *v, float4 *acc) {
-  for (int g = 0; g < ng; g++) acc[g] = (float4)(0.0f);
-  __global const float *p = r + col;
-  if (w == 4) {
+           __global const float *v, float8 *acc) {
+  if (w == 8) {
+    for (int g = 0; g < ng; g++) acc[g] = (float8)(0.0f);
+    __global const float *p = r + col;
     for (int k = 0; k < H; k++, p += GH) {
       float vk = v[k];
-      for (int g = 0; g < ng; g++) acc[g] += vload4(0, p + g * H) * vk;
+      for (int g = 0; g < ng; g++) acc[g] += vload8(0, p + g * H) * vk;
     }
-  } else {
-    for (int k = 0; k < H; k++, p += GH) {
-      float vk = v[k];
-      for (int g = 0; g < ng; g++) {
-        acc[g].s0 += p[g * H] * vk;
-        if (w > 1) acc[g].s1 += p[g * H + 1] * vk;
-        if (w > 2) acc[g].s2 += p[g * H + 2] * vk;
-      }
+    return;
+  }
+  for (int g = 0; g < ng; g++) {
+    float t[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int e = 0; e < w; e++) {
+      __global const float *p = r + col + g * H + e;
+      float sum = 0.0f;
+      for (int k = 0; k < H; k++) sum += p[(size_t)k * GH] * v[k];
+      t[e] = sum;
     }
+    acc[g] = vload8(0, t);
   }
 }
 
@@ -116,7 +120,6 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
   if (has_lens) len = clamp(lens[lo + b], 0, T);
   int rev = (rev_mask >> d) & 1;
   int lbr = (flags & 2) != 0;
-  float4 acc[4];
   if (t_begin == 0) {
     for (int j = lid; j < H; j += L) {
       wr[j] = has_h0 ? h0[h0o + st + j] : 0.0f;
@@ -137,9 +140,10 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
     __global float *hn = wr + ((s + 1) & 1) * H;
     __global const float *x =
         xw + xwo + ((size_t)d * T * B + (layout ? (size_t)b * T + t : (size_t)t * B + b)) * GH;
-    /* a work-item takes units j .. j + 3, j + 4L .. */
-    for (int j = 4 * lid; j < H; j += 4 * L) {
-      int w = min(4, H - j);
+    /* a work-item takes units j .. j + 7, j + 8L .. */
+    for (int j = 8 * lid; j < H; j += 8 * L) {
+      int w = min(8, H - j);
+      float8 acc[4];
       if (kind == 0)
         rdots(r, j, H, GH, 1, w, hp, acc);
       else if (kind == 1 && lbr)
@@ -152,11 +156,11 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
         int u = j + e;
         float hnew;
         if (kind == 0) {
-          float a = x[u] + lane4(acc[0], e);
+          float a = x[u] + lane8(acc[0], e);
           if (has_b) a += wb[u] + rb[u];
           hnew = ACT(0, a);
         } else if (kind == 1) {
-          float az = x[u] + lane4(acc[0], e), ar = x[H + u] + lane4(acc[1], e);
+          float az = x[u] + lane8(acc[0], e), ar = x[H + u] + lane8(acc[1], e);
           if (has_b) az += wb[u] + rb[u], ar += wb[H + u] + rb[H + u];
           float z = ACT(0, az), rr = ACT(0, ar);
           if (!lbr) {
@@ -166,11 +170,11 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
             continue;
           }
           float wbh = has_b ? wb[2 * H + u] : 0.0f, rbh = has_b ? rb[2 * H + u] : 0.0f;
-          float ah = x[2 * H + u] + rr * (lane4(acc[2], e) + rbh) + wbh;
+          float ah = x[2 * H + u] + rr * (lane8(acc[2], e) + rbh) + wbh;
           hnew = (1.0f - z) * ACT(1, ah) + z * hp[u];
         } else {
-          float ai = x[u] + lane4(acc[0], e), ao = x[H + u] + lane4(acc[1], e);
-          float af = x[2 * H + u] + lane4(acc[2], e), ac = x[3 * H + u] + lane4(acc[3], e);
+          float ai = x[u] + lane8(acc[0], e), ao = x[H + u] + lane8(acc[1], e);
+          float af = x[2 * H + u] + lane8(acc[2], e), ac = x[3 * H + u] + lane8(acc[3], e);
           if (has_b) {
             ai += wb[u] + rb[u];
             ao += wb[H + u] + rb[H + u];
@@ -193,13 +197,14 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
     }
     if (kind == 1 && !lbr) {
       barrier(CLK_GLOBAL_MEM_FENCE);
-      for (int j = 4 * lid; j < H; j += 4 * L) {
-        int w = min(4, H - j);
+      for (int j = 8 * lid; j < H; j += 8 * L) {
+        int w = min(8, H - j);
+        float8 acc[1];
         rdots(r, 2 * H + j, H, GH, 1, w, rh, acc);
         for (int e = 0; e < w; e++) {
           int u = j + e;
           float wbh = has_b ? wb[2 * H + u] : 0.0f, rbh = has_b ? rb[2 * H + u] : 0.0f;
-          float ah = x[2 * H + u] + lane4(acc[0], e) + rbh + wbh;
+          float ah = x[2 * H + u] + lane8(acc[0], e) + rbh + wbh;
           float z = zs[u];
           float hnew = (1.0f - z) * ACT(1, ah) + z * hp[u];
           hn[u] = hnew;
