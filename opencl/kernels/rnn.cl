@@ -4,9 +4,11 @@
  * this kernel (cl.gemm); what stays sequential is the recurrence, which
  * runs here: one work-group per (direction, batch) row, looping over the
  * time steps [t_begin, t_begin + t_count) with the hidden state in the
- * workspace ws. A work-item owns the hidden units j = lid, lid + L, ...;
- * the whole state is read by every work-item, so steps are separated by
- * barriers (global memory is coherent within a work-group at a barrier).
+ * workspace ws. A work-item owns the hidden units in eights, j .. j + 7
+ * for j = 8 lid, 8 (lid + L), ..., and reads R^T's columns for them as
+ * float8s; the whole state is read by every work-item, so steps are
+ * separated by a barrier (two for a GRU without linear_before_reset;
+ * global memory is coherent within a work-group at a barrier).
  *
  * Layouts (ONNX's `layout` attribute): 0: X [T, B, I], Y [T, D, B, H],
  * states [D, B, H]; 1: X [B, T, I], Y [B, T, D, H], states [B, D, H].
@@ -20,8 +22,9 @@
  * 4 bits each; params: [clip (<= 0: none; it bounds the gates'
  * pre-activations), alpha/beta per slot].
  * flags: 1 input_forget (LSTM), 2 linear_before_reset (GRU).
- * ws: [D * B, 4 * H]: previous h, next h, r * h (GRU), z (GRU); the
- * cell state lives in yc. Steps from t_begin 0 start from h0/c0 (or 0).
+ * ws: [D * B, 4 * H]: two hidden-state slots (a step reads one and
+ * writes the other), r * h (GRU), z (GRU); the cell state lives in yc.
+ * Steps from t_begin 0 start from h0/c0 (or 0).
  */
 
 float rnn_act(int code, float x, float a, float b) {
@@ -53,13 +56,39 @@ float clipv(float x, float c) {
   return c > 0.0f ? clamp(x, -c, c) : x;
 }
 
-/* Gate column `col` of h R^T: r holds R^T ([H, G*H], a row per input
- * unit), so the work-items of a group read consecutive columns. */
-float rdot(__global const float *r, int col, int H, int GH, __global const float *v) {
-  __global const float *p = r + col;
-  float s = 0.0f;
-  for (int k = 0; k < H; k++) s += p[(size_t)k * GH] * v[k];
-  return s;
+/* Lane e of v. */
+float lane8(float8 v, int e) {
+  float t[8];
+  vstore8(v, 0, t);
+  return t[e];
+}
+
+/* h R^T for the w (1..8) adjacent units from column col of each of the ng
+ * gates (gate g's columns start at g * H): acc[g]. r holds R^T ([H, G*H],
+ * a row per input unit), so the units are adjacent floats, read as one
+ * float8 where w is 8; each lane sums over k in order, as a scalar dot
+ * would. Called with a constant ng, so the accumulators stay registers. */
+void rdots(__global const float *r, int col, int H, int GH, int ng, int w,
+           __global const float *v, float8 *acc) {
+  if (w == 8) {
+    for (int g = 0; g < ng; g++) acc[g] = (float8)(0.0f);
+    __global const float *p = r + col;
+    for (int k = 0; k < H; k++, p += GH) {
+      float vk = v[k];
+      for (int g = 0; g < ng; g++) acc[g] += vload8(0, p + g * H) * vk;
+    }
+    return;
+  }
+  for (int g = 0; g < ng; g++) {
+    float t[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int e = 0; e < w; e++) {
+      __global const float *p = r + col + g * H + e;
+      float sum = 0.0f;
+      for (int k = 0; k < H; k++) sum += p[(size_t)k * GH] * v[k];
+      t[e] = sum;
+    }
+    acc[g] = vload8(0, t);
+  }
 }
 
 __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r, int ro,
@@ -83,14 +112,17 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
   __global const float *p = has_p ? pp + po + (size_t)d * 3 * H : pp;
   /* the row's state, wherever the layout puts it */
   size_t st = layout ? ((size_t)b * D + d) * H : ((size_t)d * B + b) * H;
-  __global float *hp = ws + wso + (size_t)g * 4 * H, *hn = hp + H, *rh = hp + 2 * H, *zs = hp + 3 * H;
+  /* the hidden state before step s is slot min(s, len) & 1 of the row's
+   * ws (each live step writes the other slot: one barrier per step) */
+  __global float *wr = ws + wso + (size_t)g * 4 * H, *rh = wr + 2 * H, *zs = wr + 3 * H;
   __global float *cs = kind == 2 ? yc + yco + st : yc;
   int len = T;
   if (has_lens) len = clamp(lens[lo + b], 0, T);
   int rev = (rev_mask >> d) & 1;
+  int lbr = (flags & 2) != 0;
   if (t_begin == 0) {
     for (int j = lid; j < H; j += L) {
-      hp[j] = has_h0 ? h0[h0o + st + j] : 0.0f;
+      wr[j] = has_h0 ? h0[h0o + st + j] : 0.0f;
       if (kind == 2) cs[j] = has_c0 ? c0[c0o + st + j] : 0.0f;
     }
     barrier(CLK_GLOBAL_MEM_FENCE);
@@ -104,68 +136,84 @@ __kernel void rnn_seq(__global const float *xw, int xwo, __global const float *r
         for (int j = lid; j < H; j += L) y[yo + yrow + j] = 0.0f;
       continue; /* uniform over the group: one row per group */
     }
+    __global const float *hp = wr + (s & 1) * H;
+    __global float *hn = wr + ((s + 1) & 1) * H;
     __global const float *x =
         xw + xwo + ((size_t)d * T * B + (layout ? (size_t)b * T + t : (size_t)t * B + b)) * GH;
-    for (int j = lid; j < H; j += L) {
-      float hnew;
-      if (kind == 0) {
-        float a = x[j] + rdot(r, j, H, GH, hp);
-        if (has_b) a += wb[j] + rb[j];
-        hnew = ACT(0, a);
-      } else if (kind == 1) {
-        float az = x[j] + rdot(r, j, H, GH, hp), ar = x[H + j] + rdot(r, H + j, H, GH, hp);
-        if (has_b) az += wb[j] + rb[j], ar += wb[H + j] + rb[H + j];
-        float z = ACT(0, az), rr = ACT(0, ar);
-        zs[j] = z;
-        rh[j] = rr; /* the reset gate; r * h once every unit has it */
-        hnew = 0.0f;
-      } else {
-        float ai = x[j] + rdot(r, j, H, GH, hp), ao = x[H + j] + rdot(r, H + j, H, GH, hp);
-        float af = x[2 * H + j] + rdot(r, 2 * H + j, H, GH, hp);
-        float ac = x[3 * H + j] + rdot(r, 3 * H + j, H, GH, hp);
-        if (has_b) {
-          ai += wb[j] + rb[j];
-          ao += wb[H + j] + rb[H + j];
-          af += wb[2 * H + j] + rb[2 * H + j];
-          ac += wb[3 * H + j] + rb[3 * H + j];
+    /* a work-item takes units j .. j + 7, j + 8L .. */
+    for (int j = 8 * lid; j < H; j += 8 * L) {
+      int w = min(8, H - j);
+      float8 acc[4];
+      if (kind == 0)
+        rdots(r, j, H, GH, 1, w, hp, acc);
+      else if (kind == 1 && lbr)
+        rdots(r, j, H, GH, 3, w, hp, acc);
+      else if (kind == 1)
+        rdots(r, j, H, GH, 2, w, hp, acc);
+      else
+        rdots(r, j, H, GH, 4, w, hp, acc);
+      for (int e = 0; e < w; e++) {
+        int u = j + e;
+        float hnew;
+        if (kind == 0) {
+          float a = x[u] + lane8(acc[0], e);
+          if (has_b) a += wb[u] + rb[u];
+          hnew = ACT(0, a);
+        } else if (kind == 1) {
+          float az = x[u] + lane8(acc[0], e), ar = x[H + u] + lane8(acc[1], e);
+          if (has_b) az += wb[u] + rb[u], ar += wb[H + u] + rb[H + u];
+          float z = ACT(0, az), rr = ACT(0, ar);
+          if (!lbr) {
+            /* the candidate needs every unit's r * h: after a barrier */
+            zs[u] = z;
+            rh[u] = rr * hp[u];
+            continue;
+          }
+          float wbh = has_b ? wb[2 * H + u] : 0.0f, rbh = has_b ? rb[2 * H + u] : 0.0f;
+          float ah = x[2 * H + u] + rr * (lane8(acc[2], e) + rbh) + wbh;
+          hnew = (1.0f - z) * ACT(1, ah) + z * hp[u];
+        } else {
+          float ai = x[u] + lane8(acc[0], e), ao = x[H + u] + lane8(acc[1], e);
+          float af = x[2 * H + u] + lane8(acc[2], e), ac = x[3 * H + u] + lane8(acc[3], e);
+          if (has_b) {
+            ai += wb[u] + rb[u];
+            ao += wb[H + u] + rb[H + u];
+            af += wb[2 * H + u] + rb[2 * H + u];
+            ac += wb[3 * H + u] + rb[3 * H + u];
+          }
+          float cprev = cs[u];
+          if (has_p) ai += p[u] * cprev, af += p[2 * H + u] * cprev;
+          float ig = ACT(0, ai);
+          float fg = (flags & 1) ? 1.0f - ig : ACT(0, af);
+          float cnew = fg * cprev + ig * ACT(1, ac);
+          if (has_p) ao += p[H + u] * cnew;
+          float og = ACT(0, ao);
+          cs[u] = cnew;
+          hnew = og * ACTC(2, cnew, 0.0f);
         }
-        float cprev = cs[j];
-        if (has_p) ai += p[j] * cprev, af += p[2 * H + j] * cprev;
-        float ig = ACT(0, ai);
-        float fg = (flags & 1) ? 1.0f - ig : ACT(0, af);
-        float cnew = fg * cprev + ig * ACT(1, ac);
-        if (has_p) ao += p[H + j] * cnew;
-        float og = ACT(0, ao);
-        cs[j] = cnew;
-        hnew = og * ACTC(2, cnew, 0.0f);
-      }
-      if (kind != 1) {
-        hn[j] = hnew;
-        if (has_y) y[yo + yrow + j] = hnew;
+        hn[u] = hnew;
+        if (has_y) y[yo + yrow + u] = hnew;
       }
     }
-    if (kind == 1) {
-      /* the candidate: needs every unit's reset gate */
+    if (kind == 1 && !lbr) {
       barrier(CLK_GLOBAL_MEM_FENCE);
-      if (!(flags & 2))
-        for (int j = lid; j < H; j += L) rh[j] = rh[j] * hp[j];
-      barrier(CLK_GLOBAL_MEM_FENCE);
-      for (int j = lid; j < H; j += L) {
-        float ah;
-        float wbh = has_b ? wb[2 * H + j] : 0.0f, rbh = has_b ? rb[2 * H + j] : 0.0f;
-        if (flags & 2)
-          ah = x[2 * H + j] + rh[j] * (rdot(r, 2 * H + j, H, GH, hp) + rbh) + wbh;
-        else
-          ah = x[2 * H + j] + rdot(r, 2 * H + j, H, GH, rh) + rbh + wbh;
-        float z = zs[j];
-        float hnew = (1.0f - z) * ACT(1, ah) + z * hp[j];
-        hn[j] = hnew;
-        if (has_y) y[yo + yrow + j] = hnew;
+      for (int j = 8 * lid; j < H; j += 8 * L) {
+        int w = min(8, H - j);
+        float8 acc[1];
+        rdots(r, 2 * H + j, H, GH, 1, w, rh, acc);
+        for (int e = 0; e < w; e++) {
+          int u = j + e;
+          float wbh = has_b ? wb[2 * H + u] : 0.0f, rbh = has_b ? rb[2 * H + u] : 0.0f;
+          float ah = x[2 * H + u] + lane8(acc[0], e) + rbh + wbh;
+          float z = zs[u];
+          float hnew = (1.0f - z) * ACT(1, ah) + z * hp[u];
+          hn[u] = hnew;
+          if (has_y) y[yo + yrow + u] = hnew;
+        }
       }
     }
-    barrier(CLK_GLOBAL_MEM_FENCE);
-    for (int j = lid; j < H; j += L) hp[j] = hn[j];
     barrier(CLK_GLOBAL_MEM_FENCE);
   }
-  for (int j = lid; j < H; j += L) yh[yho + st + j] = hp[j];
+  __global const float *hf = wr + (min(t_begin + t_count, len) & 1) * H;
+  for (int j = lid; j < H; j += L) yh[yho + st + j] = hf[j];
 }

@@ -1111,7 +1111,8 @@ static void rnn_call(tops_env_t *e, vm_value_t *t, int64_t t_begin, int64_t t_co
 
 static void test_rnn(void **state) {
   tops_env_t *e = *state;
-  enum { T = 5, B = 3, H = 6, D = 2, GH = 3 * H };
+  /* H 11: a float8 of units, then three one by one */
+  enum { T = 5, B = 3, H = 11, D = 2, GH = 3 * H };
   float *xw = tops_rand(D * T * B * GH, 1, -1, 1), *r = tops_rand(D * H * GH, 2, -0.5f, 0.5f);
   float *b = tops_rand(D * 2 * GH, 3, -0.3f, 0.3f), *h0 = tops_rand(D * B * H, 4, -0.5f, 0.5f);
   float params[13] = {0};
