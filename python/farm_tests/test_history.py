@@ -66,12 +66,12 @@ def realtime_wrap() -> Tuple[str, ...]:
 
 
 def heavier(vmx: pathlib.Path, d: pathlib.Path, extra: int) -> pathlib.Path:
-    if extra == 0:
-        return vmx
     """The MLP with `extra` more 8x512x512 GEMMs before it returns (2.1 M
     multiply-adds each, beside its own 4.3 M): disassembled and assembled
     again with vmclient. A few ms per call: long enough that a loaded
     machine's scheduling evens out within a call."""
+    if extra == 0:
+        return vmx
     vmclient = str(BUILD / "client" / "vmclient")
     text = subprocess.run(
         [vmclient, "disasm", str(vmx)], check=True, capture_output=True, text=True
@@ -204,11 +204,16 @@ def quiet_agent(
     c = cluster(1, wrap)
     x = np.load(mlp.x)
     # A fresh agent's first seconds are slower (kernels built, caches
-    # cold): warm it up first, storing nothing.
-    warm = JobSpec("bench", "warm-up", mlp.vmx.read_bytes(), args=(x,), number=1,
-                   repeat=3, min_repeat_ms=300)
-    assert [j.state for j in c.farm.dispatch(warm, c.where, deadline=120)] == ["ok"]
+    # cold), and so is each executable's first run (uploaded, its memory
+    # planned: on a quiet machine the A/A's first run came out 4-35 %
+    # slower than the other three): warm up the agent and the fine plan's
+    # two executables first, storing nothing.
     base = heavier(mlp.vmx, tmp, FINE.base).read_bytes()
+    for i, exe in enumerate((mlp.vmx.read_bytes(), base,
+                             heavier(mlp.vmx, tmp, FINE.heavy).read_bytes())):
+        warm = JobSpec("bench", f"warm-up-{i}", exe, args=(x,), number=1, repeat=3,
+                       min_repeat_ms=300)
+        assert [j.state for j in c.farm.dispatch(warm, c.where, deadline=120)] == ["ok"]
     # A/A: four runs of the base executable in the order A B B A, as `fill`
     # mirrors its labels; B's repeats against A's with `check`'s statistics
     medians, runs = [], []
