@@ -141,8 +141,13 @@ def make_variant(src, variant, dest, inputs):
         import onnxruntime as ort
         m16 = float16.convert_float_to_float16(onnx.load(src), keep_io_types=(variant == "fp16"))
         onnx.save(m16, dest)
+        # onnxruntime loads it as make_and_run runs it, without graph
+        # optimizations: its optimizer crashes (signal 11) on lac_encoder's
+        # float16 GRUs, and the reference must not depend on it
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
-            ort.InferenceSession(dest, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(dest, so, providers=["CPUExecutionProvider"])
         except Exception:  # noqa: BLE001
             # the converter keeps the model's own Cast(to=float32) nodes inside
             # the float16 graph, which onnxruntime then refuses; the usual fix
@@ -156,7 +161,7 @@ def make_variant(src, variant, dest, inputs):
                     if a.name == "to" and a.i == onnx.TensorProto.FLOAT:
                         a.i = onnx.TensorProto.FLOAT16
             onnx.save(m16, dest)
-            ort.InferenceSession(dest, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(dest, so, providers=["CPUExecutionProvider"])
             return "the model's float32 Casts retargeted to float16"
         return ""
     if variant == "dyn":
@@ -193,32 +198,48 @@ def make_and_run(src, variant, path, inputs, vdir):
         np.save(os.path.join(vdir, f"out_{i}.npy"), np.asarray(v))
 
 
-def make_in_child(vdir, failed, work):
-    """Runs work in a child process: the converter and the quantizer are
-    third-party code that was seen to crash (a segmentation fault in a
-    fresh clone's run), and a crash must name the variant, not end the
-    zoo. What fails or crashes is written to `failed`."""
+def make_in_child(work, name, variant):
+    """Makes one variant (make_and_run) in a fresh interpreter: the converter
+    and the quantizer are third-party code that was seen to crash, and a
+    crash must name the variant, not end the zoo. A forked child of this
+    process crashed (signal 11) making lac_encoder's float16 variants in a
+    fresh clone, where the same work in a new interpreter ran: a fork keeps
+    the parent's NumPy/OpenBLAS and onnxruntime state, which is not safe to
+    use after fork. What fails or crashes is written to not-made.txt."""
+    failed = os.path.join(work, "variants", name, variant, "not-made.txt")
     if os.path.exists(failed):
         os.remove(failed)
     sys.stdout.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            work()
-        except Exception as e:  # noqa: BLE001 - the tools' own failure, reported
-            with open(failed, "w") as f:
-                f.write(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
-        except BaseException:  # noqa: BLE001
-            code = 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
+    r = subprocess.run([sys.executable, "-W", "ignore", os.path.abspath(__file__), "--make", work,
+                        name, variant], stdout=sys.stderr)
+    if r.returncode < 0:
         with open(failed, "w") as f:
-            f.write(f"the tool crashed (signal {os.WTERMSIG(status)}) while making the variant")
-    elif os.WEXITSTATUS(status) != 0:
+            f.write(f"the tool crashed (signal {-r.returncode}) while making the variant")
+    elif r.returncode == 77:
+        sys.exit(77)
+    elif r.returncode != 0:
         with open(failed, "w") as f:
-            f.write(f"the tool exited with status {os.WEXITSTATUS(status)} while making the variant")
+            f.write(f"the tool exited with status {r.returncode} while making the variant")
+
+
+def variant_paths(work, name, variant, src):
+    vdir = os.path.join(work, "variants", name, variant)
+    path = src if variant == "fp32" else os.path.join(vdir, "model.onnx")
+    return vdir, path
+
+
+def make_one(work, name, variant):
+    """The child's side of make_in_child."""
+    import onnxruntime as ort
+    ort.set_default_logger_severity(3)
+    (req, member, inputs), = [(r, m, i) for n, r, m, i in MODELS if n == name]
+    src = fetch(work, req, member)
+    vdir, path = variant_paths(work, name, variant, src)
+    try:
+        make_and_run(src, variant, path, inputs, vdir)
+    except Exception as e:  # noqa: BLE001 - the tools' own failure, reported
+        with open(os.path.join(vdir, "not-made.txt"), "w") as f:
+            f.write(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
 
 
 def main():
@@ -228,13 +249,12 @@ def main():
     for name, req, member, inputs in MODELS:
         src = fetch(work, req, member)
         for variant in VARIANTS:
-            vdir = os.path.join(work, "variants", name, variant)
+            vdir, path = variant_paths(work, name, variant, src)
             os.makedirs(vdir, exist_ok=True)
-            path = src if variant == "fp32" else os.path.join(vdir, "model.onnx")
             failed = os.path.join(vdir, "not-made.txt")
             done = os.path.join(vdir, "done")
             if not os.path.exists(done):
-                make_in_child(vdir, failed, lambda: make_and_run(src, variant, path, inputs, vdir))
+                make_in_child(work, name, variant)
                 open(done, "w").close()
             if os.path.exists(failed):
                 why = open(failed).read().strip()
@@ -273,4 +293,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 5 and sys.argv[1] == "--make":
+        make_one(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        main()
