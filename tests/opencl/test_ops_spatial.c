@@ -501,6 +501,18 @@ static void test_deform_conv2d(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.deform_conv2d", args, 14), VM_INVALID_ARGUMENT,
                 "cl.deform_conv2d: offset (argument 2) has shape [1, 2, 3, 3], expected [1, 8, 3, "
                 "3]");
+  /* empty float16 x and w (C = O = 0) bound none of w's kernel dims: the
+   * offset's channel count (offset groups x taps x 2) must not wrap */
+  vm_value_t x0 = tops_plain(e, VM_F16, 4, DIMS(1, 0, 4, 4));
+  vm_value_t w0 = tops_plain(e, VM_F16, 4, DIMS(0, 0, INT64_C(1) << 30, INT64_C(1) << 30));
+  vm_value_t y0 = tops_plain(e, VM_F16, 4, DIMS(1, 0, 3, 3));
+  vm_value_t a0[14];
+  memcpy(a0, args, sizeof(a0));
+  a0[0] = x0, a0[1] = w0, a0[2] = y0, a0[12] = vm_value_int(INT32_MAX), a0[13] = y0;
+  ASSERT_STATUS(tops_call(e, "cl.deform_conv2d", a0, 14), VM_INVALID_ARGUMENT,
+                "cl.deform_conv2d: offset_groups x the kernel's 1073741824 x 1073741824 taps "
+                "overflow");
+  release_all((vm_value_t[]){x0, w0, y0}, 3);
   release_all((vm_value_t[]){x, w, off, y}, 4);
 }
 
