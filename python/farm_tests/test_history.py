@@ -43,14 +43,16 @@ class Plan:
 
 FINE = Plan(threshold="0.05", base=40, heavy=46, min_ratio=1.05)
 COARSE = Plan(threshold="2.0", base=0, heavy=48, min_ratio=3.0)
-# how far an A/A comparison (the fine plan's base executable against itself,
-# with the statistics of `check`) may stray from 1 for the fine plan to run:
-# its whole confidence interval within half the 5 % threshold, so that c2
-# against c1 stays `same` and c3's 14 % stays above the threshold with a
-# margin on both sides. (An estimate near 1 alone is not enough: under a
-# load of 10 an A/A ratio of 1.001 came with the interval 0.94-1.09, and
-# c2 against c1 then failed.)
+# how far the control may stray from 1 for the fine plan to be judged: its
+# estimate within half the 5 % threshold, so that b.vmx, measured in the
+# same calls, keeps c2 against c1 `same` and c3's 14 % above the threshold
+# with a margin on both sides. The estimate, not the whole interval: the
+# interval comes from the repeats of two calls, and calls of one unchanged
+# executable differ by 1-4 % even on a quiet machine while the repeats of a
+# call agree closely, so a whole-interval gate set aside a quiet machine's
+# story whose control `check` itself called `same` (1.015 [1.005, 1.029]).
 QUIET_AA = 0.025
+FINE_TRIES = 2
 
 
 def realtime_wrap() -> Tuple[str, ...]:
@@ -191,8 +193,8 @@ def quiet_agent(
     1.45x apart even for a real-time agent on a core of its own (the other
     core's load slows it through what the cores share). So four runs of the
     fine plan's base executable measure the device first, compared A B B A
-    with `check`'s own statistics: where that A/A ratio is `same` and within
-    QUIET_AA of 1 with its whole interval, the fine story may run (story()):
+    with `check`'s own statistics: where that A/A estimate is within QUIET_AA
+    of 1 and its interval within the threshold, the fine story may run (story()):
     c3 does 14 % more work (46 GEMMs of 2.1 M multiply-adds instead of 40,
     beside the MLP's own 4.3 M) against a 5 % threshold; elsewhere the story
     is told coarsely (25x the work against a 200 % threshold) and the test
@@ -224,28 +226,35 @@ def quiet_agent(
         runs.append(list(r.result["timing"]["results"]))
         medians.append(statistics.median(runs[-1]))
     aa = stats.hl_ratio(runs[0] + runs[3], runs[1] + runs[2])
-    quiet = (aa.lo is not None and aa.hi is not None
-             and 1 / (1 + QUIET_AA) <= aa.lo and aa.hi <= 1 + QUIET_AA)
+    # A busy device is not even tried: the A/A estimate within QUIET_AA and
+    # its interval within the threshold (under a load of 10 an estimate of
+    # 1.001 came with the interval 0.94-1.09).
+    quiet = (near(aa.ratio, QUIET_AA)
+             and within(aa.lo, aa.hi, float(FINE.threshold)))
     note = {"aa_ratio": aa.ratio, "aa_interval": [aa.lo, aa.hi], "medians_s": medians,
             "realtime": bool(wrap)}
     return c, quiet, note
 
 
+def near(x: Any, margin: float) -> bool:
+    return x is not None and 1 / (1 + margin) <= x <= 1 + margin
+
+
 def within(lo: Any, hi: Any, margin: float) -> bool:
-    return lo is not None and hi is not None and 1 / (1 + margin) <= lo and hi <= 1 + margin
+    return near(lo, margin) and near(hi, margin)
 
 
 def control_quiet(store: str, tmp: pathlib.Path) -> Tuple[bool, Dict[str, Any]]:
     """Whether the device stayed quiet through the fine story: a.vmx, the
     control (the same executable under every label), must show c2 against
-    c1 and c3 against c2 with whole intervals within QUIET_AA of 1."""
+    c1 and c3 against c2 with estimates within QUIET_AA of 1."""
     seen: Dict[str, Any] = {}
     (tmp / "control").mkdir(exist_ok=True)
     for label, baseline in (("c2", "c1"), ("c3", "c2")):
         _, v, _ = verdicts(store, label, baseline, tmp / "control", FINE)
         a = v["a.vmx"]
         seen[f"{label}/{baseline}"] = [a.get("ratio"), a.get("ci_lo"), a.get("ci_hi")]
-    return all(within(lo, hi, QUIET_AA) for _, lo, hi in seen.values()), seen
+    return all(near(r, QUIET_AA) for r, _, _ in seen.values()), seen
 
 
 def story(
@@ -260,15 +269,19 @@ def story(
     minute says little about the next one, so a fine story whose control
     moved is set aside (written to the plan file, not judged) and the
     coarse story is told instead. A fine story whose control stayed quiet
-    is judged in full."""
-    note = dict(note, fine_tried=quiet)
+    is judged in full. A control that moved once is given one more try
+    (FINE_TRIES) with a fresh store: on a quiet machine the control moved
+    in one story of three (by 1.5-3.4 % once, 28 % once)."""
+    note = dict(note, fine_tried=quiet, controls=[])
     plan = COARSE
-    if quiet:
-        store = new_store("fine")
-        fill(tmp / "fine", c, address, store, mlp, FINE)
-        ok, note["control"] = control_quiet(store, tmp)
+    for k in range(FINE_TRIES if quiet else 0):
+        store = new_store(f"fine{k}")
+        fill(tmp / f"fine{k}", c, address, store, mlp, FINE)
+        ok, seen = control_quiet(store, tmp / f"fine{k}")
+        note["controls"].append(seen)
         if ok:
             plan = FINE
+            break
     if plan is COARSE:
         store = new_store("coarse")
         fill(tmp / "coarse", c, address, store, mlp, COARSE)
