@@ -372,7 +372,13 @@ static void test_sequence_op_refusals(void **state) {
   ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
                 "node 'l' (LinearAttention): q_num_heads (2) must be a positive multiple of "
                 "kv_num_heads (3)");
+  /* a head count past 32 bits (nothing else bounds it when the head size
+   * is 0) */
+  s.a[0].i = INT64_C(1) << 32;
   s.a[1].i = 2;
+  ASSERT_STATUS(compile(&m, NULL, NULL, NULL), VM_INVALID_ARGUMENT,
+                "node 'l' (LinearAttention): q_num_heads 4294967296: expected at most 2147483647");
+  s.a[0].i = 2;
   ASSERT_OK(compile(&m, NULL, NULL, NULL));
   /* FlexAttention: its domain, softmax_precision, its modifier graphs */
   static const int64_t d1224[4] = {1, 2, 2, 4}, d1222[4] = {1, 2, 2, 2};

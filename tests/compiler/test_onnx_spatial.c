@@ -220,15 +220,15 @@ static void test_det_stft_mel(void **state) {
                 "node 'st' (STFT): attribute 'onesided' = 3: supported: 0, 1");
 
   /* MelWeightMatrix: its shape comes from its inputs, so they are constants */
-  static const int32_t bins = 8, dft = 16, rate = 8192;
+  static const int32_t bins = 8, no_bins = 0, dft = 16, rate = 8192;
   static const float lo = 0, hi = 4096, far = 1e9f;
   const char *names[5] = {"n", "d", "r", "l", "h"};
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     mb_init(&m, 17);
     if (k == 0)
       m.graph.input[m.graph.n_input++] = mb_vi(&m, "n", E_INT32, 0, NULL);
     else
-      mb_init_raw(&m, "n", E_INT32, 0, NULL, &bins, sizeof(bins));
+      mb_init_raw(&m, "n", E_INT32, 0, NULL, k == 3 ? &no_bins : &bins, sizeof(bins));
     mb_init_raw(&m, "d", E_INT32, 0, NULL, &dft, sizeof(dft));
     mb_init_raw(&m, "r", E_INT32, 0, NULL, &rate, sizeof(rate));
     mb_init_raw(&m, "l", E_FLOAT, 0, NULL, &lo, sizeof(lo));
@@ -241,8 +241,15 @@ static void test_det_stft_mel(void **state) {
                     "node 'mw' (MelWeightMatrix): num_mel_bins must be a constant");
     else if (k == 1)
       ASSERT_OK(compile(&m));
+    else if (k == 2) /* an upper edge far past the Nyquist frequency */
+      ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
+                    "node 'mw' (MelWeightMatrix): mel bin edge 2 falls on spectrogram bin 23, "
+                    "outside 0 to 8");
     else
-      ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT, "falls on spectrogram bin");
+      ASSERT_STATUS(compile(&m), VM_INVALID_ARGUMENT,
+                    "node 'mw' (MelWeightMatrix): num_mel_bins 0 (1 to 65536), dft_length 16 (1 "
+                    "to 2^24), sample_rate 8192 (positive), edges 0 and 4096 (0 <= lower <= "
+                    "upper)");
   }
 }
 
