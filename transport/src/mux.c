@@ -83,17 +83,23 @@ int vmt_mux_is_done(vmt_mux_t *m, vmt_call_t *k) {
   return d;
 }
 
+/* Unlinks k from the calls waiting (where it still is) and marks it done
+ * (m->mu held). */
+static void unlink_done_locked(vmt_mux_t *m, vmt_call_t *k) {
+  for (vmt_call_t **pp = &m->calls; *pp; pp = &(*pp)->next)
+    if (*pp == k) {
+      *pp = k->next;
+      break;
+    }
+  k->next = NULL;
+  k->done = 1;
+}
+
 void vmt_mux_abandon(vmt_mux_t *m, vmt_call_t *k, int rv) {
   pthread_mutex_lock(&m->mu);
   while (k->filling) pthread_cond_wait(&m->cv, &m->mu); /* the reader writes into k->dst */
   if (!k->done) {
-    for (vmt_call_t **pp = &m->calls; *pp; pp = &(*pp)->next)
-      if (*pp == k) {
-        *pp = k->next;
-        break;
-      }
-    k->next = NULL;
-    k->done = 1;
+    unlink_done_locked(m, k);
     k->rv = rv;
   }
   pthread_mutex_unlock(&m->mu);
@@ -151,13 +157,14 @@ int vmt_mux_reply(vmt_mux_t *m, uint32_t id, const struct iovec *body, unsigned 
 }
 
 /* Reads one message (holding the reading turn) within ms (<= 0: no
- * limit): 0 with its id and either the message (*out) or the call whose
- * own buffer took it (*into; its head, reply_len and buffer filled);
+ * limit): 0 with its id and either the message (*out) or NULL there when
+ * a call's own buffer took it (its head, reply_len and buffer filled, and
+ * the call completed);
  * NNG_ETIMEDOUT when nothing came (the stream is still in step); any
  * other error leaves the stream unusable. A reply whose call named a
  * destination of the payload's size is read in two parts: id and head
  * into a buffer, the payload into the destination. */
-static int read_one(vmt_mux_t *m, int32_t ms, void **out, vmt_call_t **into, uint32_t *out_id) {
+static int read_one(vmt_mux_t *m, int32_t ms, void **out, uint32_t *out_id) {
   int ipc = m->conn->ipc;
   uint8_t pre[VMT_PREFIX_MAX];
   size_t pn = vmt_prefix_len(ipc), moved = 0;
@@ -215,9 +222,14 @@ static int read_one(vmt_mux_t *m, int32_t ms, void **out, vmt_call_t **into, uin
       if (!rv && k) rv = vmt_read(m->rd, k->dst, (size_t)pay, t, NULL);
     }
   }
+  void *kdst = k ? k->dst : NULL;
   if (k) {
+    /* A call read into its own buffer completes here, in the same critical
+     * section that ends its filling: once filling is 0 an abandoning
+     * thread may unlink and free it, and a later call may take its address. */
     pthread_mutex_lock(&m->mu);
     k->filling = 0;
+    if (!rv && !msg) unlink_done_locked(m, k);
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
   }
@@ -226,8 +238,7 @@ static int read_one(vmt_mux_t *m, int32_t ms, void **out, vmt_call_t **into, uin
     return rv == NNG_ETIMEDOUT ? NNG_ECONNSHUT : rv;
   }
   if (msg)
-    m->msgs.received(m->msgs.ctx, msg, 4, head - 4, k ? k->dst : NULL, k ? (size_t)pay : 0);
-  *into = msg ? NULL : k;
+    m->msgs.received(m->msgs.ctx, msg, 4, head - 4, kdst, k ? (size_t)pay : 0);
   *out_id = id;
   *out = msg;
   return 0;
@@ -253,20 +264,11 @@ int vmt_mux_wait(vmt_mux_t *m, vmt_call_t *const *calls, unsigned n, int64_t dea
       m->reading = 1;
       pthread_mutex_unlock(&m->mu);
       void *msg = NULL;
-      vmt_call_t *into = NULL;
       uint32_t id = 0;
-      int r = read_one(m, left, &msg, &into, &id);
+      int r = read_one(m, left, &msg, &id);
       pthread_mutex_lock(&m->mu);
       m->reading = 0;
-      if (r == 0 && !msg) { /* read into its call's own buffer */
-        for (vmt_call_t **pp = &m->calls; *pp; pp = &(*pp)->next)
-          if (*pp == into) {
-            *pp = into->next;
-            into->next = NULL;
-            into->done = 1;
-            break;
-          }
-      } else if (r == 0) {
+      if (r == 0 && msg) { /* (NULL: read into a call's own buffer, completed) */
         vmt_call_t **pp = &m->calls;
         while (*pp && (*pp)->id != id) pp = &(*pp)->next;
         vmt_call_t *k = *pp;
@@ -280,7 +282,7 @@ int vmt_mux_wait(vmt_mux_t *m, vmt_call_t *const *calls, unsigned n, int64_t dea
           m->msgs.put(m->msgs.ctx, msg);
           pthread_mutex_lock(&m->mu);
         }
-      } else if (r != NNG_ETIMEDOUT) {
+      } else if (r != 0 && r != NNG_ETIMEDOUT) {
         lose_locked(m, r);
       }
       pthread_cond_broadcast(&m->cv);
@@ -304,8 +306,7 @@ int vmt_mux_next(vmt_mux_t *m, void **msg, uint32_t *id) {
   if (!rv) m->reading = 1;
   pthread_mutex_unlock(&m->mu);
   if (rv) return rv;
-  vmt_call_t *into = NULL;
-  rv = read_one(m, 0, msg, &into, id);
+  rv = read_one(m, 0, msg, id);
   if (!rv && !*msg) rv = NNG_EPROTO; /* no call of ours waits here */
   if (rv) {
     pthread_mutex_lock(&m->mu);
