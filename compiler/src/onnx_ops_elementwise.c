@@ -698,15 +698,34 @@ int64_t onx_sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *
   return found;
 }
 
+/* Whether `name` (no graph output) is consumed exactly by nodes i and j
+ * (each once), both placed after node `after`. */
+int onx_consumed_by_two(onx_ctx_t *c, const char *name, size_t after, size_t i, size_t j) {
+  const Onnx__GraphProto *g = c->graph;
+  for (size_t k = 0; k < g->n_output; k++)
+    if (g->output[k] && g->output[k]->name && strcmp(g->output[k]->name, name) == 0) return 0;
+  if (i <= after || j <= after || i == j) return 0;
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  size_t uses = 0;
+  for (uint32_t u = 0; e && u < e->num_cons; u++) {
+    uint32_t n = c->names.uses[e->cons_off + u].node;
+    if (n != i && n != j) return 0;
+    uses++;
+  }
+  return uses == 2;
+}
+
 /* Whether `name` is a float32 constant (defined by now, or a Constant node
- * later in the graph) that holds the one value v and leaves the shape of a
+ * later in the graph) that holds one value (*v) and leaves the shape of a
  * rank-ndim operand as it is. */
-static int const_is(onx_ctx_t *c, const char *name, uint32_t ndim, double v) {
+int onx_const_scalar(onx_ctx_t *c, const char *name, uint32_t ndim, double *v) {
   if (!name || !name[0]) return 0;
   onx_value_t *k = onx_lookup(c, name);
-  if (k)
-    return k->data && vm_dtype_equal(k->dt, VM_F32) && k->numel == 1 && k->ndim <= ndim &&
-           onx_ld_f(k->dt, k->data, 0) == v;
+  if (k) {
+    if (!(k->data && vm_dtype_equal(k->dt, VM_F32) && k->numel == 1 && k->ndim <= ndim)) return 0;
+    *v = onx_ld_f(k->dt, k->data, 0);
+    return 1;
+  }
   /* a Constant node later in the graph */
   const onx_name_t *e = onx_names_find(&c->names, name);
   const Onnx__GraphProto *g = c->graph;
@@ -730,9 +749,16 @@ static int const_is(onx_ctx_t *c, const char *name, uint32_t ndim, double v) {
       f = t->float_data[0];
     else
       return 0;
-    return (double)f == v;
+    *v = f;
+    return 1;
   }
   return 0;
+}
+
+/* onx_const_scalar holding exactly v. */
+static int const_is(onx_ctx_t *c, const char *name, uint32_t ndim, double v) {
+  double k;
+  return onx_const_scalar(c, name, ndim, &k) && k == v;
 }
 
 /* The nodes after Add node ia = Add(x, 3) (x named xname, of rank ndim,
@@ -824,6 +850,11 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
   if (c->op->arg == B_ADD && c->node->n_input == 2) {
     int done;
     VM_RETURN_IF_ERROR(hard_act(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
+  if (c->op->arg == B_DIV && c->node->n_input == 2) { /* Gelu spelled out? */
+    int done;
+    VM_RETURN_IF_ERROR(onx_gelu_chain(c, &done));
     if (done) return VM_STATUS_OK;
   }
   const binary_op_t *bo = &k_binary[c->op->arg];

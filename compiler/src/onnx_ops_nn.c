@@ -380,23 +380,6 @@ typedef struct conv_epi {
   int64_t last; /* the last node folded, or -1 */
 } conv_epi_t;
 
-/* Whether `name` (no graph output) is consumed exactly by nodes i and j
- * (each once), both placed after node `after`. */
-static int consumed_by_two(onx_ctx_t *c, const char *name, size_t after, size_t i, size_t j) {
-  const Onnx__GraphProto *g = c->graph;
-  for (size_t k = 0; k < g->n_output; k++)
-    if (g->output[k] && g->output[k]->name && strcmp(g->output[k]->name, name) == 0) return 0;
-  if (i <= after || j <= after || i == j) return 0;
-  const onx_name_t *e = onx_names_find(&c->names, name);
-  size_t uses = 0;
-  for (uint32_t u = 0; e && u < e->num_cons; u++) {
-    uint32_t n = c->names.uses[e->cons_off + u].node;
-    if (n != i && n != j) return 0;
-    uses++;
-  }
-  return uses == 2;
-}
-
 /* Folds the float32 activation that alone consumes the value `cur` (of
  * rank ndim, written by node `after`: Relu, HardSwish or hard_swish spelled
  * out, see onx_hard_chain), then a chain of Mul and Add by one-value constants,
@@ -427,7 +410,7 @@ static void conv_epilogue_after(onx_ctx_t *c, const char *cur, size_t after, uin
       if (n <= after || xs > 1 || !nd->op_type || strcmp(nd->op_type, "Add") != 0 ||
           nd->n_input != 2 ||
           !onx_hard_chain(c, n, xs, cur, ndim, &ic, &im, &id, &swish) || !swish ||
-          !consumed_by_two(c, cur, after, n, (size_t)im))
+          !onx_consumed_by_two(c, cur, after, n, (size_t)im))
         continue;
       c->skip[n] = c->skip[ic] = c->skip[im] = c->skip[id] = 1;
       e->act = 2;
@@ -1095,23 +1078,8 @@ vm_status_t onx_op_softmax(onx_ctx_t *c) {
   return onx_bind_out(c, 0, y, x->ndim, x->dims);
 }
 
-vm_status_t onx_op_layernorm(onx_ctx_t *c) {
-  onx_value_t *x, *sc, *bb = onx_in(c, 2);
-  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
-  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sc));
-  VM_RETURN_IF_ERROR(need_float(c, x));
-  int64_t axis, stash;
-  float eps;
-  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", -1, &axis));
-  VM_RETURN_IF_ERROR(onx_attr_float(c, "epsilon", 1e-5f, &eps));
-  VM_RETURN_IF_ERROR(onx_attr_int(c, "stash_type", 1, &stash));
-  if (stash != 1) {
-    char v[24];
-    snprintf(v, sizeof(v), "%lld", (long long)stash);
-    return onx_unsupported_attr(c, "stash_type", v, "1 (float)");
-  }
-  int64_t ax;
-  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
+vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, onx_value_t *bb,
+                                int64_t ax, float eps, int32_t *y, int32_t *tm, int32_t *ti) {
   uint32_t nn = x->ndim - (uint32_t)ax;
   const int64_t *nd = x->dims + ax;
   /* Scale and B: the normalised shape (or broadcastable to it) */
@@ -1149,34 +1117,52 @@ vm_status_t onx_op_layernorm(onx_ctx_t *c) {
     else
       tb = t;
   }
-  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  *y = new_t(c, x->dt, x->ndim, x->dims);
   int64_t sd[MAXD];
   for (uint32_t i = 0; i < x->ndim; i++) sd[i] = i < ax ? x->dims[i] : 1;
-  int want_stats = onx_out_wanted(c, 1) || onx_out_wanted(c, 2);
-  int32_t tm = -1, ti = -1;
-  if (want_stats) {
-    tm = new_t(c, VM_F32, x->ndim, sd);
-    ti = new_t(c, VM_F32, x->ndim, sd);
-    vmcc_arg_t a[8] = {A(onx_tid(c, x)),
-                       tg >= 0 ? A(tg) : vmcc_a_none(),
-                       tb >= 0 ? A(tb) : vmcc_a_none(),
-                       I(ax),
-                       onx_float_arg(c, eps),
-                       A(y),
-                       A(tm),
-                       A(ti)};
-    call(c, "cl.layer_norm", 8, a);
-  } else {
-    vmcc_arg_t a[6] = {A(onx_tid(c, x)),
-                       tg >= 0 ? A(tg) : vmcc_a_none(),
-                       tb >= 0 ? A(tb) : vmcc_a_none(),
-                       I(ax),
-                       onx_float_arg(c, eps),
-                       A(y)};
-    call(c, "cl.layer_norm", 6, a);
+  vmcc_arg_t a[8] = {A(onx_tid(c, x)),
+                     tg >= 0 ? A(tg) : vmcc_a_none(),
+                     tb >= 0 ? A(tb) : vmcc_a_none(),
+                     I(ax),
+                     onx_float_arg(c, eps),
+                     A(*y),
+                     vmcc_a_none(),
+                     vmcc_a_none()};
+  if (tm && ti) {
+    *tm = new_t(c, VM_F32, x->ndim, sd);
+    *ti = new_t(c, VM_F32, x->ndim, sd);
+    a[6] = A(*tm);
+    a[7] = A(*ti);
   }
+  call(c, "cl.layer_norm", tm && ti ? 8 : 6, a);
+  return VM_STATUS_OK;
+}
+
+vm_status_t onx_op_layernorm(onx_ctx_t *c) {
+  onx_value_t *x, *sc, *bb = onx_in(c, 2);
+  VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
+  VM_RETURN_IF_ERROR(onx_in_req(c, 1, &sc));
+  VM_RETURN_IF_ERROR(need_float(c, x));
+  int64_t axis, stash;
+  float eps;
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "axis", -1, &axis));
+  VM_RETURN_IF_ERROR(onx_attr_float(c, "epsilon", 1e-5f, &eps));
+  VM_RETURN_IF_ERROR(onx_attr_int(c, "stash_type", 1, &stash));
+  if (stash != 1) {
+    char v[24];
+    snprintf(v, sizeof(v), "%lld", (long long)stash);
+    return onx_unsupported_attr(c, "stash_type", v, "1 (float)");
+  }
+  int64_t ax;
+  VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
+  int want_stats = onx_out_wanted(c, 1) || onx_out_wanted(c, 2);
+  int32_t y, tm = -1, ti = -1;
+  VM_RETURN_IF_ERROR(onx_layer_norm_call(c, x, sc, bb, ax, eps, &y, want_stats ? &tm : NULL,
+                                         want_stats ? &ti : NULL));
   VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
   if (want_stats) {
+    int64_t sd[MAXD];
+    for (uint32_t i = 0; i < x->ndim; i++) sd[i] = i < ax ? x->dims[i] : 1;
     VM_RETURN_IF_ERROR(onx_bind_out(c, 1, tm, x->ndim, sd));
     VM_RETURN_IF_ERROR(onx_bind_out(c, 2, ti, x->ndim, sd));
   }

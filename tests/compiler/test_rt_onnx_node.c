@@ -1197,6 +1197,120 @@ static vm_executable_t *compile_model(mb_t *m) {
   return exec;
 }
 
+/* LayerNormalization over the last axis spelled out as exporters write it
+ * before opset 17, in five variants: 0 with scale and bias (opset 13, axes
+ * attributes): one cl.layer_norm, the eight nodes after the first
+ * ReduceMean skipped; 1 without scale and bias (opset 18, axes inputs): six
+ * skipped; 2 the centred value also read by the output (another consumer),
+ * 3 the mean over axis 0: not rewritten; 4 a scale per row ([N, 1], not the
+ * normalised axis'): the six skipped, Mul and Add run as they are. Every
+ * result matches the host. */
+static void layer_norm_chain_case(env_t *e, int variant) {
+  enum { N = 3, L = 8 };
+  static float x[N * L], g[L], b[L], gr[N];
+  for (int i = 0; i < N * L; i++) x[i] = (float)((i * 7) % 11) * 0.5f - 2.0f + (float)(i / L);
+  for (int i = 0; i < L; i++) g[i] = 0.5f + 0.25f * (float)i, b[i] = (float)i * 0.1f - 0.3f;
+  for (int i = 0; i < N; i++) gr[i] = 1.5f - 0.5f * (float)i;
+  float two = 2.0f, eps = 1e-5f;
+  int64_t last = variant == 3 ? 0 : -1;
+  mb_t m;
+  mb_init(&m, variant == 1 ? 18 : 13);
+  int64_t xd[2] = {N, L}, ld[1] = {L}, one[1] = {1}, rd[2] = {N, 1};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, xd);
+  mb_init_raw(&m, "two", 1, 0, NULL, &two, 4);
+  mb_init_raw(&m, "eps", 1, 0, NULL, &eps, 4);
+  if (variant == 4)
+    mb_init_raw(&m, "g", 1, 2, rd, gr, sizeof(gr));
+  else
+    mb_init_raw(&m, "g", 1, 1, ld, g, sizeof(g));
+  mb_init_raw(&m, "b", 1, 1, ld, b, sizeof(b));
+  mb_init_raw(&m, "axes", 7, 1, one, &last, sizeof(last));
+  const char *ax = variant == 1 ? "axes" : NULL;
+  Onnx__NodeProto *r1 = mb_node(&m, "ReduceMean", "rm1", "x", ax, "m");
+  mb_node(&m, "Sub", "sub", "x", "m", "d");
+  mb_node(&m, "Pow", "pow", "d", "two", "p");
+  Onnx__NodeProto *r2 = mb_node(&m, "ReduceMean", "rm2", "p", ax, "v");
+  if (variant != 1) {
+    mb_attr_ints(&m, r1, "axes", &last, 1);
+    mb_attr_ints(&m, r2, "axes", &last, 1);
+  }
+  mb_node(&m, "Add", "add", "v", "eps", "ve");
+  mb_node(&m, "Sqrt", "sqrt", "ve", NULL, "s");
+  mb_node(&m, "Div", "div", "d", "s", variant == 1 ? "y" : "n");
+  if (variant != 1) {
+    mb_node(&m, "Mul", "mul", "n", "g", "ng");
+    mb_node(&m, "Add", "addb", "ng", "b", variant == 2 ? "nb" : "y");
+    if (variant == 2) mb_node(&m, "Add", "add2", "nb", "d", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 2, {N, L}, x, sizeof(x)};
+  float got[N * L];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  assert_int_equal(rep.num_folded, variant == 0 ? 8 : variant == 1 || variant == 4 ? 6 : 0);
+  for (int r = 0; r < N; r++)
+    for (int i = 0; i < L; i++) {
+      double mean = 0, var = 0, d, want;
+      if (variant == 3) { /* over the rows instead */
+        for (int k = 0; k < N; k++) mean += x[k * L + i] / (double)N;
+        for (int k = 0; k < N; k++) var += pow(x[k * L + i] - mean, two) / (double)N;
+      } else {
+        for (int k = 0; k < L; k++) mean += x[r * L + k] / (double)L;
+        for (int k = 0; k < L; k++) var += pow(x[r * L + k] - mean, two) / (double)L;
+      }
+      d = x[r * L + i] - mean;
+      want = d / sqrt(var + eps);
+      if (variant != 1) want = want * (variant == 4 ? gr[r] : g[i]) + b[i];
+      if (variant == 2) want += d;
+      double v = got[r * L + i];
+      if (!(fabs(v - want) <= 1e-4 + 1e-4 * fabs(want)))
+        fail_msg("variant %d, [%d, %d]: %.7g, expected %.7g", variant, r, i, v, want);
+    }
+}
+
+static void test_layer_norm_rewritten(void **state) {
+  for (int v = 0; v < 5; v++) layer_norm_chain_case(*state, v);
+}
+
+/* Gelu spelled out (0.5 * x * (1 + erf(x / sqrt 2)), BERT's export): 0 one
+ * cl.unary.gelu, the four nodes after the Div skipped; 1 a divisor of 1.5;
+ * 2 the Erf also read by the output: neither rewritten. Every result
+ * matches the host. */
+static void gelu_chain_case(env_t *e, int variant) {
+  enum { N = 48 };
+  static float x[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i / 6.0f - 4.0f;
+  float k = variant == 1 ? 1.5f : 1.41421356f, one = 1.0f, half = 0.5f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[1] = {N};
+  mb_input(&m, "x", 1, xd);
+  mb_output(&m, "y", 1, xd);
+  mb_init_raw(&m, "k", 1, 0, NULL, &k, 4);
+  mb_init_raw(&m, "one", 1, 0, NULL, &one, 4);
+  mb_init_raw(&m, "half", 1, 0, NULL, &half, 4);
+  mb_node(&m, "Div", "div", "x", "k", "q");
+  mb_node(&m, "Erf", "erf", "q", NULL, "f");
+  mb_node(&m, "Add", "add", "f", "one", "a");
+  mb_node(&m, "Mul", "mul", "x", "a", "p");
+  mb_node(&m, "Mul", "mul2", "p", "half", variant == 2 ? "h" : "y");
+  if (variant == 2) mb_node(&m, "Add", "add2", "h", "f", "y");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 1, {N}, x, sizeof(x)};
+  float got[N];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  assert_int_equal(rep.num_folded, variant == 0 ? 4 : 0);
+  for (int i = 0; i < N; i++) {
+    double v = x[i], f = erf(v / k), want = 0.5 * v * (1 + f) + (variant == 2 ? f : 0);
+    if (!(fabs(got[i] - want) <= 1e-5 + 1e-4 * fabs(want)))
+      fail_msg("variant %d, x %g: %.7g, expected %.7g", variant, v, got[i], want);
+  }
+}
+
+static void test_gelu_rewritten(void **state) {
+  for (int v = 0; v < 3; v++) gelu_chain_case(*state, v);
+}
+
 static void test_gelu(void **state) {
   env_t *e = *state;
   enum { N = 64 };
@@ -1576,6 +1690,8 @@ int main(void) {
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_layer_norm_rewritten),
+      cmocka_unit_test(test_gelu_rewritten),
       cmocka_unit_test(test_qdq_conv_fused),
       cmocka_unit_test(test_recurrent_features),
       cmocka_unit_test(test_einsum_float32),
