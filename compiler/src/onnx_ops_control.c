@@ -169,6 +169,8 @@ static vm_status_t link_one(onx_ctx_t *c, const char *name, onx_value_t *v, void
  * names of outer values point at them. */
 static vm_status_t scope_enter(onx_ctx_t *c, const Onnx__GraphProto *sub, const char *what,
                                scope_t *s) {
+  if (c->depth >= ONX_MAX_SUB_DEPTH || c->sub_nodes + sub->n_node > ONX_MAX_SUB_NODES)
+    c->hard_errors++;
   if (c->depth >= ONX_MAX_SUB_DEPTH)
     return onx_node_err(c, VM_INVALID_ARGUMENT,
                         "%s: subgraphs nest more than %d deep: at most %d are lowered within "
@@ -429,6 +431,7 @@ static vm_status_t captures(onx_ctx_t *c, const Onnx__GraphProto *g0, const Onnx
 typedef struct fn {
   vmcc_graph_t *outer;
   vmcc_graph_t *g;
+  const char *name;
   uint32_t idx;
   uint32_t nsaved;
   onx_value_t **saved; /* every value of the context, with its outer tid */
@@ -456,6 +459,7 @@ static vm_status_t fn_begin(onx_ctx_t *c, const char *name, uint32_t nparams,
   for (uint32_t k = 0; k < nparams; k++) names[k] = pv[k]->name;
   vm_status_t st = vm_builder_declare_function(c->b, name, nparams, names, &f->idx);
   free(names);
+  f->name = name;
   if (!st) st = vmcc_graph_create(c->b, f->idx, name, nparams, 0, &f->g);
   if (st) {
     free(f->saved);
@@ -509,6 +513,53 @@ static vm_status_t fn_end(onx_ctx_t *c, fn_t *f, uint32_t nout, onx_value_t *out
   return st;
 }
 
+/* What a branch put off to run time says after its error. */
+static const char k_raise_note[] =
+    " (this branch of a run-time If cannot run with the input shapes the model was compiled for: "
+    "taking it fails)";
+
+/* Defines function f (declared by fn_begin, its lowering failed with why)
+ * as one that fails with why's code and message when it runs: a call of
+ * vm.builtin.raise and nout one-element placeholders, never returned. Its
+ * parameters are the nparams values pv, as fn_begin declared them. */
+static vm_status_t fn_raise(onx_ctx_t *c, const fn_t *f, uint32_t nparams,
+                            onx_value_t *const *pv, uint32_t nout, vm_status_t why) {
+  vmcc_graph_t *g;
+  VM_RETURN_IF_ERROR(vmcc_graph_create(c->b, f->idx, f->name, nparams, 0, &g));
+  for (uint32_t k = 0; k < nparams; k++)
+    vmcc_graph_param(g, k, pv[k]->name, pv[k]->dt, pv[k]->ndim, pv[k]->dims);
+  char *msg = NULL;
+  size_t nmsg = strlen(vm_status_message(why)) + sizeof(k_raise_note);
+  uint32_t cmsg = 0;
+  vm_status_t st = VM_STATUS_OK;
+  if (!(msg = malloc(nmsg))) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!st) {
+    snprintf(msg, nmsg, "%s%s", vm_status_message(why), k_raise_note);
+    st = vm_builder_const_string(c->b, msg, strlen(msg), &cmsg);
+  }
+  free(msg);
+  vmcc_arg_t *a = st ? NULL : calloc(2 + nout, sizeof(*a));
+  int32_t *outs = st ? NULL : calloc(nout + 1, sizeof(*outs));
+  if (!st && (!a || !outs)) st = vm_status_make(VM_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!st) {
+    static const int64_t one[1] = {1};
+    a[0] = vmcc_a_imm(vm_status_code(why));
+    a[1] = vmcc_a_const(cmsg);
+    for (uint32_t k = 0; k < nout; k++) {
+      outs[k] = vmcc_graph_tensor(g, VM_F32, 1, one);
+      a[2 + k] = vmcc_a_t(outs[k]);
+    }
+    vmcc_graph_call(g, "vm.builtin.raise", 2 + nout, a);
+    st = vmcc_graph_error(g) ? vm_status_make(vm_status_code(vmcc_graph_error(g)), "%s",
+                                              vm_status_message(vmcc_graph_error(g)))
+                             : push_subfn(c, g, nout, outs);
+  }
+  if (st) vmcc_graph_free(g);
+  free(a);
+  free(outs);
+  return st;
+}
+
 /* ---------------------------------------------------------------------------
  * If
  */
@@ -551,6 +602,7 @@ vm_status_t onx_op_if(onx_ctx_t *c) {
   onx_value_t *outs[2] = {NULL, NULL};
   uint32_t fidx[2] = {0, 0};
   vm_status_t st = VM_STATUS_OK;
+  vm_status_t invalid[2] = {NULL, NULL}; /* why a branch cannot run with these shapes */
   uint32_t seq = c->fn_seq++;
   for (int b = 0; b < 2 && !st; b++) {
     char name[64];
@@ -559,13 +611,35 @@ vm_status_t onx_op_if(onx_ctx_t *c) {
     st = fn_begin(c, name, np, pv, ncap - np, pv + np, &f);
     if (st) break;
     fidx[b] = f.idx;
+    uint32_t hard = c->hard_errors;
     st = lower_sub(c, b ? ge : gt, b ? "else_branch" : "then_branch", 0, NULL, &outs[b]);
     vm_status_t fe = fn_end(c, &f, nout, outs[b], !st && outs[b]);
     if (!st) st = fe;
     else vm_status_free(fe);
     if (!st && !outs[b]) st = onx_node_err(c, VM_INVALID_ARGUMENT, "a branch failed");
+    if (st && vm_status_code(st) == VM_INVALID_ARGUMENT && c->hard_errors == hard) {
+      /* Invalid for the shapes the model is compiled for (silero-vad's
+       * 8 kHz branch given a 16 kHz chunk): onnxruntime fails only when
+       * it runs such a branch, and so does its function here. A bound
+       * (nesting, nodes lowered) is refused at once all the same. */
+      invalid[b] = st;
+      st = fn_raise(c, &f, np, pv, nout, invalid[b]);
+    }
   }
-  for (uint32_t k = 0; !st && k < nout; k++)
+  if (!st && invalid[0] && invalid[1]) { /* neither can run: refused as before */
+    st = invalid[0];
+    invalid[0] = NULL;
+  }
+  int tb = invalid[0] ? 1 : 0; /* the branch that gives the outputs' types */
+  if (!st && (invalid[0] || invalid[1]) && c->rep) {
+    if (!c->rep->num_warnings)
+      snprintf(c->rep->warning, sizeof(c->rep->warning), "%s%s", vm_status_message(invalid[!tb]),
+               k_raise_note);
+    c->rep->num_warnings++;
+  }
+  vm_status_free(invalid[0]);
+  vm_status_free(invalid[1]);
+  for (uint32_t k = 0; !st && outs[0] && outs[1] && k < nout; k++)
     if (!same_type(&outs[0][k], &outs[1][k])) {
       char a[32], b2[32], da[96], db[96];
       st = onx_node_err(
@@ -586,11 +660,11 @@ vm_status_t onx_op_if(onx_ctx_t *c) {
   }
   if (!st) {
     for (uint32_t k = 0; k < np; k++) args[k] = onx_tid(c, pv[k]);
+    const onx_value_t *o = outs[tb];
     for (uint32_t k = 0; k < nout; k++)
-      res[k] = vmcc_graph_result(c->g, outs[0][k].dt, outs[0][k].ndim, outs[0][k].dims);
+      res[k] = vmcc_graph_result(c->g, o[k].dt, o[k].ndim, o[k].dims);
     vmcc_graph_if(c->g, onx_reshaped(c, cond, 0, k_scalar), fidx[0], fidx[1], np, args, nout, res);
-    for (uint32_t k = 0; k < nout && !st; k++)
-      st = onx_bind_out(c, k, res[k], outs[0][k].ndim, outs[0][k].dims);
+    for (uint32_t k = 0; k < nout && !st; k++) st = onx_bind_out(c, k, res[k], o[k].ndim, o[k].dims);
   }
   free(args);
   free(res);

@@ -1,7 +1,8 @@
 /* Hostile control flow: If branches nested beyond the bound, a Loop whose
  * static trip count would unroll past the bound, a Loop that could never
  * end, more subgraph nodes in all than the bound, a run-time If whose
- * branches disagree on a shape, a Scan with a bogus axis. Each is fed to
+ * branches disagree on a shape, a run-time If with branches invalid for
+ * the model's shapes, a Scan with a bogus axis. Each is fed to
  * the real `vmclient compile` (exit 3, one line naming the node and the
  * problem) and to the library (the exact status and message), and the
  * compiler stays well within its time (the bounds are checked before the
@@ -74,7 +75,8 @@ static void expect_refused(const char *name, pb_t *m, vm_code_t code, const char
 }
 
 /* 17 Ifs within each other (the bound is 16), the innermost branches
- * returning x: refused at the innermost If, whose branch would be the 17th
+ * returning x: refused at the innermost If (a bound is never put off to
+ * run time as a branch invalid for its shapes is), whose branch would be the 17th
  * subgraph lowered within the others (the message names every If on the
  * way: "node 'if' (If): then_branch: node 'if' (If): ..."). */
 static void test_if_nested_too_deep(void **state) {
@@ -217,29 +219,75 @@ static void test_total_subgraph_nodes(void **state) {
                  "iterations count each time): at most 1048576 are accepted");
 }
 
+/* The model y = If(c) {then} else {els} of model_xc (takes the graphs). */
+static pb_t if_xc(pb_t *then, pb_t *els) {
+  pb_t g = {0}, attrs = {0};
+  onnx_attr_graph(&attrs, "then_branch", then);
+  onnx_attr_graph(&attrs, "else_branch", els);
+  const char *c[1] = {"c"}, *y[1] = {"y"};
+  onnx_add_node_attrs(&g, "If", "if", c, 1, y, 1, &attrs);
+  pb_str(&g, 2, "g");
+  return model_xc(&g, 17);
+}
+
 /* A run-time If whose branches give [2, 3] and [3, 2]. */
 static void test_if_branch_shapes_differ(void **state) {
   (void)state;
-  pb_t g = {0}, attrs = {0}, then = ident_graph("x", "y"), els = {0};
+  pb_t then = ident_graph("x", "y"), els = {0};
   const int64_t d32[2] = {3, 2};
-  const char *x[1] = {"x"}, *sh[2] = {"x", "shape"};
+  const char *sh[2] = {"x", "shape"};
   int64_t shape[2] = {3, 2};
   onnx_add_node(&els, "Reshape", "r", sh, 2, "y2");
   onnx_add_initializer(&els, "shape", ELEM_INT64, 1, (int64_t[]){2}, shape, sizeof(shape));
   pb_str(&els, 2, "else");
   onnx_add_value_info(&els, 12, "y2", 2, d32);
-  (void)x;
-  onnx_attr_graph(&attrs, "then_branch", &then);
-  onnx_attr_graph(&attrs, "else_branch", &els);
-  const char *c[1] = {"c"}, *y[1] = {"y"};
-  onnx_add_node_attrs(&g, "If", "if", c, 1, y, 1, &attrs);
-  pb_str(&g, 2, "g");
-  pb_t m = model_xc(&g, 17);
+  pb_t m = if_xc(&then, &els);
   expect_refused("shapes.onnx", &m, VM_UNIMPLEMENTED,
                  "node 'if' (If): output 0 is float32[2,3] in then_branch and float32[3,2] in "
                  "else_branch: a run-time condition needs one static type from both branches "
                  "(bind the condition's inputs with --const to choose the branch at compile "
                  "time)");
+}
+
+/* A branch y = MatMul(x, x) of x [2, 3]: invalid for that shape. */
+static pb_t matmul_graph(void) {
+  pb_t g = {0};
+  const char *xx[2] = {"x", "x"};
+  onnx_add_node(&g, "MatMul", "mm", xx, 2, "y");
+  pb_str(&g, 2, "mm");
+  onnx_add_value_info(&g, 12, "y", 2, k_d23);
+  return g;
+}
+
+/* A run-time If with a branch that cannot run with the model's shapes: one
+ * such branch compiles into a function that fails when taken (with the
+ * warning saying so, exactly); both such branches are refused with the
+ * then_branch's error. */
+static void test_if_branch_invalid_for_shapes(void **state) {
+  (void)state;
+  static const char why[] =
+      "node 'if' (If): else_branch: node 'mm' (MatMul): inner dims differ: 3 and 2";
+  for (int both = 0; both < 2; both++) {
+    pb_t then = both ? matmul_graph() : ident_graph("x", "y"), els = matmul_graph();
+    pb_t m = if_xc(&then, &els);
+    if (both) {
+      expect_refused("invalid2.onnx", &m, VM_INVALID_ARGUMENT,
+                     "node 'if' (If): then_branch: node 'mm' (MatMul): inner dims differ: 3 and 2");
+      continue;
+    }
+    vm_executable_t *e = NULL;
+    vmcc_onnx_report_t rep;
+    ASSERT_OK(vmcc_onnx_compile(m.d, m.n, NULL, NULL, &e, &rep));
+    vm_executable_free(e);
+    free(m.d);
+    assert_int_equal(rep.num_warnings, 1);
+    char want[400];
+    snprintf(want, sizeof(want),
+             "%s (this branch of a run-time If cannot run with the input shapes the model was "
+             "compiled for: taking it fails)",
+             why);
+    assert_string_equal(rep.warning, want);
+  }
 }
 
 /* Scan with scan_input_axes 5 on a rank-2 input; an If without its
@@ -317,6 +365,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_if_nested_too_deep),      cmocka_unit_test(test_loop_bounds),
       cmocka_unit_test(test_total_subgraph_nodes),    cmocka_unit_test(test_if_branch_shapes_differ),
+      cmocka_unit_test(test_if_branch_invalid_for_shapes),
       cmocka_unit_test(test_malformed_attributes),   cmocka_unit_test(test_fuzz_seeds_compile),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

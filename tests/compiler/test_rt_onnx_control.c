@@ -5,8 +5,10 @@
  * here. Covers an If whose condition is computed at run time (the VM's
  * If over two branch functions), the same If folded when its condition is
  * bound with --const (only the taken branch is compiled), a nested If, a
- * Loop with a run-time trip count and condition (a VM loop), a Loop with
- * scan outputs (unrolled), a reversed Scan stacking on axis 1, and a graph
+ * run-time If whose then_branch cannot run with the model's shapes (a 5-D
+ * LSTM input: compiled with a warning, failing only when taken), a Loop
+ * with a run-time trip count and condition (a VM loop), a Loop with scan
+ * outputs (unrolled), a reversed Scan stacking on axis 1, and a graph
  * output declared with another shape (compiled with a warning). */
 #include <math.h>
 #include <setjmp.h>
@@ -124,9 +126,9 @@ static void compile(const char *model, const char *c1, const char *c2, char **er
   run_result_free(&r);
 }
 
-/* Runs m.vmx on the agent's opencl:0 in this run's mode with inputs
- * (NAME=FILE, NULL-terminated); outputs into out/. */
-static void run(const char *const *inputs) {
+/* `vmclient run` of m.vmx on the agent's opencl:0 in this run's mode with
+ * inputs (NAME=FILE, NULL-terminated), outputs into out/: its result in *r. */
+static void run_args(const char *const *inputs, run_result_t *r) {
   char host[300];
   snprintf(host, sizeof(host), "%s", g_agent.url);
   const char *args[40] = {"--host", host,          "run",      "-d", "opencl:0", "--exec-mode",
@@ -134,8 +136,15 @@ static void run(const char *const *inputs) {
   int n = 10;
   for (size_t i = 0; inputs[i] && n < 36; i++) args[n++] = "--input", args[n++] = inputs[i];
   args[n] = NULL;
+  run_proc(g_vmclient, args, g_dir, NULL, 0, NULL, 300, r);
+}
+
+/* The same, which must succeed. */
+static void run(const char *const *inputs) {
   run_result_t r;
-  vmclient_ok(args, &r);
+  run_args(inputs, &r);
+  if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0)
+    fail_msg("vmclient run: status %d, stderr [%s]", r.status, r.err);
   run_result_free(&r);
 }
 
@@ -250,38 +259,46 @@ static void test_if_folded_by_const(void **state) {
   }
 }
 
+/* The model z = c ? (d ? in_then : in_else) : els, x [2, 3] and w (an
+ * initializer) read from the outer scopes, c and d run-time inputs; the
+ * then_branch's output is u. Takes the three graphs. */
+static pb_t nested_if_model(pb_t *in_then, pb_t *in_else, pb_t *els, const char *name) {
+  pb_t g = {0}, then = {0}, a1 = {0}, a2 = {0};
+  const char *d[1] = {"d"}, *u[1] = {"u"}, *c[1] = {"c"}, *z[1] = {"z"};
+  attr_graph(&a1, "then_branch", in_then);
+  attr_graph(&a1, "else_branch", in_else);
+  node(&then, "If", d, 1, u, 1, &a1);
+  pb_str(&then, 2, "then");
+  vi(&then, 12, "u", ELEM_FLOAT, 2, k_d23);
+  attr_graph(&a2, "then_branch", &then);
+  attr_graph(&a2, "else_branch", els);
+  node(&g, "If", c, 1, z, 1, &a2);
+  init_f(&g, "w", 2, k_d23, k_w, 6);
+  pb_str(&g, 2, name);
+  vi(&g, 11, "x", ELEM_FLOAT, 2, k_d23);
+  vi(&g, 11, "c", ELEM_BOOL, 0, NULL);
+  vi(&g, 11, "d", ELEM_BOOL, 0, NULL);
+  vi(&g, 12, "z", ELEM_FLOAT, 2, k_d23);
+  return onnx_model_of(&g, 17);
+}
+
 /* z = c ? (d ? x + w : x * w) : -x, c and d run-time conditions: the inner
  * If is lowered inside the then function and reads x and w from two
  * scopes out. */
 static void test_if_nested(void **state) {
   (void)state;
-  pb_t g = {0}, then = {0}, els = {0}, in_then = {0}, in_else = {0}, a1 = {0}, a2 = {0};
-  const char *xw[2] = {"x", "w"}, *p[1] = {"p"}, *q[1] = {"q"}, *x[1] = {"x"}, *nx[1] = {"nx"},
-             *d[1] = {"d"}, *u[1] = {"u"}, *c[1] = {"c"}, *z[1] = {"z"};
+  pb_t els = {0}, in_then = {0}, in_else = {0};
+  const char *xw[2] = {"x", "w"}, *p[1] = {"p"}, *q[1] = {"q"}, *x[1] = {"x"}, *nx[1] = {"nx"};
   node(&in_then, "Add", xw, 2, p, 1, NULL);
   pb_str(&in_then, 2, "in_then");
   vi(&in_then, 12, "p", ELEM_FLOAT, 2, k_d23);
   node(&in_else, "Mul", xw, 2, q, 1, NULL);
   pb_str(&in_else, 2, "in_else");
   vi(&in_else, 12, "q", ELEM_FLOAT, 2, k_d23);
-  attr_graph(&a1, "then_branch", &in_then);
-  attr_graph(&a1, "else_branch", &in_else);
-  node(&then, "If", d, 1, u, 1, &a1);
-  pb_str(&then, 2, "then");
-  vi(&then, 12, "u", ELEM_FLOAT, 2, k_d23);
   node(&els, "Neg", x, 1, nx, 1, NULL);
   pb_str(&els, 2, "else");
   vi(&els, 12, "nx", ELEM_FLOAT, 2, k_d23);
-  attr_graph(&a2, "then_branch", &then);
-  attr_graph(&a2, "else_branch", &els);
-  node(&g, "If", c, 1, z, 1, &a2);
-  init_f(&g, "w", 2, k_d23, k_w, 6);
-  pb_str(&g, 2, "nested");
-  vi(&g, 11, "x", ELEM_FLOAT, 2, k_d23);
-  vi(&g, 11, "c", ELEM_BOOL, 0, NULL);
-  vi(&g, 11, "d", ELEM_BOOL, 0, NULL);
-  vi(&g, 12, "z", ELEM_FLOAT, 2, k_d23);
-  pb_t m = onnx_model_of(&g, 17);
+  pb_t m = nested_if_model(&in_then, &in_else, &els, "nested");
   write_model("nested.onnx", &m);
   compile("nested.onnx", NULL, NULL, NULL);
   static const float xv[6] = {1, -2, 3, 0.5f, -1, 2};
@@ -296,6 +313,76 @@ static void test_if_nested(void **state) {
     read_out("z", got, 6);
     for (int i = 0; i < 6; i++) want[i] = !cv ? -xv[i] : dv ? xv[i] + k_w[i] : xv[i] * k_w[i];
     expect_close(got, want, 6, k == 0 ? "x + w" : k == 1 ? "x * w" : "-x");
+  }
+}
+
+/* A branch that cannot run with the model's fixed shapes, as silero-vad's
+ * 8 kHz branch given a 16 kHz chunk: y = Unsqueeze(x, [0, 1, 2]) (5-D)
+ * fed to an LSTM (hidden 2), whose X must be 3-D. */
+static pb_t lstm_5d_branch(const char *name) {
+  pb_t b = {0}, la = {0};
+  static const int64_t axes[3] = {0, 1, 2}, d3[1] = {3}, dw[3] = {1, 8, 3}, dr[3] = {1, 8, 2};
+  static const float w[24] = {0}, r[16] = {0};
+  const char *xa[2] = {"x", "axes"}, *u[1] = {"u"}, *uwr[3] = {"u", "W", "R"},
+             *yh[2] = {"ys", "h"};
+  node(&b, "Unsqueeze", xa, 2, u, 1, NULL);
+  attr_int(&la, "hidden_size", 2);
+  node(&b, "LSTM", uwr, 3, yh, 2, &la);
+  onnx_add_initializer(&b, "axes", ELEM_INT64, 1, d3, axes, sizeof(axes));
+  init_f(&b, "W", 3, dw, w, 24);
+  init_f(&b, "R", 3, dr, r, 16);
+  pb_str(&b, 2, name);
+  static const int64_t dh[3] = {1, 1, 2};
+  vi(&b, 12, "h", ELEM_FLOAT, 3, dh);
+  return b;
+}
+
+/* z = c ? (d ? LSTM(5-D x) : LSTM(5-D x)) : relu(x), c and d run-time
+ * inputs: the inner If has no branch that can run, so the outer then_branch
+ * cannot either: it compiles (with a warning) into a function that fails
+ * with the lowering's error when taken; with c false the model runs. */
+static void test_if_branch_invalid_for_shapes(void **state) {
+  (void)state;
+  pb_t els = {0};
+  const char *x[1] = {"x"}, *r[1] = {"r"};
+  pb_t in_then = lstm_5d_branch("in_then"), in_else = lstm_5d_branch("in_else");
+  node(&els, "Relu", x, 1, r, 1, NULL);
+  pb_str(&els, 2, "else");
+  vi(&els, 12, "r", ELEM_FLOAT, 2, k_d23);
+  pb_t m = nested_if_model(&in_then, &in_else, &els, "invalid_branch");
+  write_model("invalid_branch.onnx", &m);
+  static const char why[] =
+      "node 'If' (If): then_branch: node 'If' (If): then_branch: node 'LSTM' (LSTM): input X 'u' "
+      "has 5 dims, expected 3 (this branch of a run-time If cannot run with the input shapes the "
+      "model was compiled for: taking it fails)";
+  char *err = NULL;
+  compile("invalid_branch.onnx", NULL, NULL, &err);
+  if (!strstr(err, "warning: ") || !strstr(err, why))
+    fail_msg("compile: stderr [%s], expected the warning [%s]", err, why);
+  free(err);
+  static const float xv[6] = {1, -2, 3, 0.5f, -1, 2};
+  write_npy("x.npy", "<f4", 2, k_d23, xv, sizeof(xv));
+  const char *in[] = {"x=x.npy", "c=c.npy", "d=d.npy", NULL};
+  for (int k = 0; k < 3; k++) {
+    uint8_t cv = k == 0, dv = k == 1;
+    write_npy("c.npy", "|b1", 0, NULL, &cv, 1);
+    write_npy("d.npy", "|b1", 0, NULL, &dv, 1);
+    if (!cv) {
+      run(in);
+      float got[6], want[6];
+      read_out("z", got, 6);
+      for (int i = 0; i < 6; i++) want[i] = xv[i] > 0 ? xv[i] : 0;
+      expect_close(got, want, 6, "relu");
+      continue;
+    }
+    /* the taken branch fails, naming the node and why; the agent serves on */
+    run_result_t rr;
+    run_args(in, &rr);
+    if (!WIFEXITED(rr.status) || WEXITSTATUS(rr.status) != 6 ||
+        !strstr(rr.err, "INVALID_ARGUMENT: in function 'if0.then'") || !strstr(rr.err, why))
+      fail_msg("run with c true: status %d, stderr [%s], expected exit 6 and [%s]", rr.status,
+               rr.err, why);
+    run_result_free(&rr);
   }
 }
 
@@ -519,7 +606,8 @@ static int teardown(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_if_run_time),         cmocka_unit_test(test_if_folded_by_const),
-      cmocka_unit_test(test_if_nested),           cmocka_unit_test(test_loop_run_time),
+      cmocka_unit_test(test_if_nested),           cmocka_unit_test(test_if_branch_invalid_for_shapes),
+      cmocka_unit_test(test_loop_run_time),
       cmocka_unit_test(test_loop_scan_outputs),   cmocka_unit_test(test_scan_reverse_axis),
       cmocka_unit_test(test_declared_output_shape),
   };

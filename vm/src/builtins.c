@@ -19,6 +19,7 @@
  *   vm.builtin.to_device          (tensor, device_index:int)              tensor
  *   vm.builtin.check_tensor_info  (x, [ndim:int], [dtype|none], err_ctx)  none
  *   vm.builtin.trim_dim           (x, count:int64 tensor, axis:int)       tensor
+ *   vm.builtin.raise              (code:int, message:string, x...)        (fails)
  *
  * docs/builtins.md documents each one with its errors. Every builtin checks
  * its argument count and kinds and answers misuse with INVALID_ARGUMENT
@@ -579,6 +580,28 @@ static vm_status_t b_check_tensor_info(vm_machine_t *m, const vm_value_t *args, 
   return VM_STATUS_OK;
 }
 
+/* raise(code, message, x...): fails with status `code` and `message`. The
+ * compiler calls it where a function can only fail when it runs (a branch
+ * of a run-time If that is invalid for the model's fixed shapes); the x
+ * are what the function would return, never written. */
+static vm_status_t b_raise(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                           vm_value_t *out, void *user) {
+  static const char fn[] = "vm.builtin.raise";
+  (void)m;
+  (void)out;
+  (void)user;
+  if (nargs < 2) return arity_error(fn, "at least 2 arguments", nargs);
+  int64_t code = 0;
+  VM_RETURN_IF_ERROR(get_int(fn, args, 0, "code", &code));
+  if (code < VM_CANCELLED || code > VM_UNAUTHENTICATED)
+    return vm_status_make(VM_INVALID_ARGUMENT,
+                          "%s: argument 0 (code): expected a status code from 1 to 16, got %lld",
+                          fn, (long long)code);
+  const vm_string_t *msg = vm_value_as_string(&args[1]);
+  if (!msg) return kind_error(fn, 1, "message", "string", &args[1]);
+  return vm_status_make((vm_code_t)code, "%.*s", (int)msg->len, msg->data);
+}
+
 /* ---------------------------------------------------------------------------
  * Registration
  */
@@ -602,6 +625,7 @@ static const struct {
     {"vm.builtin.to_device", b_to_device},
     {"vm.builtin.check_tensor_info", b_check_tensor_info},
     {"vm.builtin.trim_dim", b_trim_dim},
+    {"vm.builtin.raise", b_raise},
 };
 
 /* Stops at the first failure (e.g. ALREADY_EXISTS when called twice on one
