@@ -390,13 +390,15 @@ vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   vmcl_dev_t *d = op.d;
   /* A less its zero point as float in a scratch buffer, then qgemm (quant.cl) */
   cl_int err;
-  cl_mem af = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(ba * M * K) * sizeof(float),
+  int64_t na = ba * M * K; /* 0 for K = 0: the sums are 0, the store still runs */
+  cl_mem af = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(na ? na : 1) * sizeof(float),
                              NULL, &err);
   if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.qgemm float A)");
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, "qgemm_a2f", &k);
-  if (!st) {
+  vm_status_t st = VM_STATUS_OK;
+  if (na) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, "qgemm_a2f", &k);
+  if (!st && na) {
     vmcl_args_t ka = vmcl_args_begin(k);
     vmcl_arg_mem(&ka, vmcl_tensor_mem(a));
     vmcl_arg_int(&ka, vmcl_elem_offset(a));
@@ -407,10 +409,9 @@ vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t narg
     vmcl_arg_int(&ka, az && vm_tensor_numel(az) > 1);
     vmcl_arg_int(&ka, az != NULL);
     vmcl_arg_mem(&ka, af);
-    vmcl_arg_int(&ka, ba * M * K);
+    vmcl_arg_int(&ka, na);
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
-                              : vmcl_launch_1d(d, k, (size_t)(ba * M * K),
-                                               vmcl_local_size(d, k, 256));
+                              : vmcl_launch_1d(d, k, (size_t)na, vmcl_local_size(d, k, 256));
   }
   if (!st) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, "qgemm", &k);
   if (!st) {

@@ -241,6 +241,29 @@ static void test_qgemm_exact_bound(void **state) {
   qgemm_extremes(*state, 1);
 }
 
+/* K = 0: empty sums, so the store writes the bias times mul (no scratch
+ * of A to fill). */
+static void test_qgemm_empty_k(void **state) {
+  tops_env_t *e = *state;
+  const int32_t bias[5] = {10, -20, 30, -40, 50};
+  const float mul = 0.5f;
+  vm_value_t a[8] = {tops_tensor(e, VM_U8, 2, DIMS(3, 0), NULL),
+                     tops_tensor(e, VM_I8, 2, DIMS(0, 5), NULL),
+                     vm_value_none(),
+                     vm_value_none(),
+                     tops_tensor(e, VM_F32, 0, NULL, &mul),
+                     tops_tensor(e, VM_I32, 1, DIMS(5), bias),
+                     vm_value_none(),
+                     tops_tensor(e, VM_F32, 2, DIMS(3, 5), NULL)};
+  ASSERT_OK(tops_call(e, "cl.qgemm", a, 8));
+  float got[15];
+  tops_read_f(e, &a[7], got);
+  tops_check_guard(e, &a[7]);
+  for (int i = 0; i < 15; i++)
+    if (got[i] != (float)bias[i % 5] * mul) fail_msg("element %d: %g", i, got[i]);
+  release_all(a, 8);
+}
+
 /* cl.qconv2d: int8 x (zero point 5), 2 groups, pads, stride 2, int32 out. */
 static void test_qconv2d(void **state) {
   tops_env_t *e = *state;
@@ -331,6 +354,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_quantize_per_axis), cmocka_unit_test(test_dynamic_quantize),
       cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qgemm_exact_bound),
+      cmocka_unit_test(test_qgemm_empty_k),
       cmocka_unit_test(test_qconv2d),
       cmocka_unit_test(test_quant_errors),
   };
