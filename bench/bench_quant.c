@@ -6,6 +6,9 @@
  *                     in the store (per-column scale, int32 bias, zero
  *                     point): what a QDQ MatMul/Gemm lowers to
  *   gemm_N_ratio      float / int8 (above 1: the integer path is faster)
+ *   gemm_MxKxN_float_ms, _int8_ms, _ratio   the same at traceforge's
+ *                     shapes (bench_models): uint8 A x int8 B -> float by a
+ *                     run-time scale, 32x512x1024 and 8x512x32128
  *   conv_float_ms, conv_int8_ms, conv_ratio   the same for cl.conv2d and
  *                     cl.qconv2d, 1x64x56x56 by 64x64x3x3, pads 1
  *
@@ -124,6 +127,27 @@ int main(int argc, char **argv) {
     release(fa, 7);
     release(qa, 8);
   }
+  /* the products of traceforge's dynamically quantized T5 (bench_models):
+   * a FFN's 32x512 by 512x1024 and the decoder's head, 8x512 by 512x32128;
+   * uint8 A with its zero point, int8 B with its own, float out by a
+   * run-time scale (the Cast and Mul folded into the store) */
+  static const int64_t ms[2][3] = {{32, 512, 1024}, {8, 512, 32128}};
+  double mf[2], mi[2];
+  for (int s = 0; s < 2; s++) {
+    int64_t ad[2] = {ms[s][0], ms[s][1]}, bd[2] = {ms[s][1], ms[s][2]};
+    int64_t cd[2] = {ms[s][0], ms[s][2]}, one[1] = {1};
+    vm_value_t fa[7] = {tensor(&b, VM_F32, 2, ad), tensor(&b, VM_F32, 2, bd), vm_value_int(0),
+                        vm_value_int(0), vm_value_float(1.0), vm_value_float(0.0),
+                        tensor(&b, VM_F32, 2, cd)};
+    mf[s] = time_ms(&b, "cl.gemm", fa, 7);
+    vm_value_t qa[8] = {tensor(&b, VM_U8, 2, ad),  tensor(&b, VM_I8, 2, bd),
+                        tensor(&b, VM_U8, 1, one), tensor(&b, VM_I8, 1, one),
+                        tensor(&b, VM_F32, 1, one), vm_value_none(),
+                        vm_value_none(),            tensor(&b, VM_F32, 2, cd)};
+    mi[s] = time_ms(&b, "cl.qgemm", qa, 8);
+    release(fa, 7);
+    release(qa, 8);
+  }
   int64_t xd[4] = {1, 64, 56, 56}, wd[4] = {64, 64, 3, 3}, od[1] = {64}, one[1] = {1};
   vm_value_t fc[11] = {tensor(&b, VM_F32, 4, xd), tensor(&b, VM_F32, 4, wd),
                        tensor(&b, VM_F32, 1, od), vm_value_int(1),
@@ -149,6 +173,13 @@ int main(int argc, char **argv) {
   for (int s = 0; s < 2; s++)
     printf(", \"gemm_%d_float_ms\": %.3f, \"gemm_%d_int8_ms\": %.3f, \"gemm_%d_ratio\": %.3f",
            sizes[s], gf[s], sizes[s], gi[s], sizes[s], gf[s] / gi[s]);
+  for (int s = 0; s < 2; s++) {
+    char nm[48];
+    snprintf(nm, sizeof(nm), "gemm_%lldx%lldx%lld", (long long)ms[s][0], (long long)ms[s][1],
+             (long long)ms[s][2]);
+    printf(", \"%s_float_ms\": %.3f, \"%s_int8_ms\": %.3f, \"%s_ratio\": %.3f", nm, mf[s], nm,
+           mi[s], nm, mf[s] / mi[s]);
+  }
   printf(", \"conv_float_ms\": %.3f, \"conv_int8_ms\": %.3f, \"conv_ratio\": %.3f}\n", cf, ci,
          cf / ci);
   vm_registry_free(b.reg);

@@ -612,6 +612,16 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
     bo = &k_binary[B_MUL];
     b = a;
   }
+  /* x ** 3 (GELU's tanh form) as (x * x) * x: onnxruntime computes it so
+   * (bit for bit), and two multiplies cost far less than pow's libm call */
+  if (bo->op == B_POW && !a->data && onx_is_float(a->dt) && b->data &&
+      const_is(c, b->name, a->ndim, 3.0)) {
+    int32_t sq = new_t(c, a->dt, a->ndim, a->dims), y = new_t(c, a->dt, *ondim, odims);
+    call(c, "cl.binary.mul", 3, (vmcc_arg_t[]){A(onx_tid(c, a)), A(onx_tid(c, a)), A(sq)});
+    call(c, "cl.binary.mul", 3, (vmcc_arg_t[]){A(sq), A(onx_tid(c, a)), A(y)});
+    *out_tid = y;
+    return VM_STATUS_OK;
+  }
   if (!bo->cl) {
     char b1[32];
     return onx_node_err(c, VM_UNIMPLEMENTED,

@@ -621,6 +621,36 @@ static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, 
   return onx_check_shape(c, "output", *on, od, NULL);
 }
 
+/* The dequantization a dynamically quantized MatMul ends in (what
+ * onnxruntime's quantizer writes): the current node's int32 output read
+ * only by Cast(to float), read only by Mul with a float32 scale already
+ * computed (x_scale * w_scale: one value, or one per output column of n).
+ * cl.qgemm's float store computes (float)acc * scale, the same rounding as
+ * the two nodes, so they fold into it: the scale's value, with the two
+ * nodes' indices in ci and mi; NULL when the chain does not fit. */
+static onx_value_t *dequant_after(onx_ctx_t *c, uint32_t ndim, int64_t n, int64_t *ci,
+                                  int64_t *mi) {
+  if (c->sub_depth) return NULL; /* c->node_idx is a composite's node */
+  size_t slot;
+  *ci = onx_sole_consumer(c, c->node->output[0], c->node_idx, &slot);
+  if (*ci < 0) return NULL;
+  const Onnx__NodeProto *cast = c->graph->node[*ci];
+  const Onnx__AttributeProto *to = onx_attr(cast, "to");
+  if (strcmp(cast->op_type, "Cast") != 0 || cast->n_attribute != 1 || !to ||
+      to->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT ||
+      to->i != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+    return NULL;
+  *mi = onx_sole_consumer(c, cast->output[0], (size_t)*ci, &slot);
+  if (*mi < 0) return NULL;
+  const Onnx__NodeProto *mul = c->graph->node[*mi];
+  if (strcmp(mul->op_type, "Mul") != 0 || mul->n_input != 2 || mul->n_attribute != 0)
+    return NULL;
+  onx_value_t *s = onx_lookup(c, mul->input[1 - slot]);
+  if (!s || !vm_dtype_equal(s->dt, VM_F32) || s->ndim > ndim) return NULL;
+  if (s->numel == 1 || (s->ndim == 1 && s->dims[0] == n)) return s;
+  return NULL;
+}
+
 vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   onx_value_t *a, *b, *az = onx_in(c, 2), *bz = onx_in(c, 3);
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
@@ -637,11 +667,16 @@ vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   int64_t od[MAXD], yd[3];
   VM_RETURN_IF_ERROR(
       imatmul_shapes(c, a, b, az && az->numel > 1, &ta, &tb, &on, od, &yn, yd));
-  int32_t y = new_t(c, VM_I32, yn, yd);
-  vmcc_arg_t g[8] = {A(ta), A(tb), opt_tid(c, az), opt_tid(c, bz), vmcc_a_none(), vmcc_a_none(),
+  int64_t ci, mi;
+  onx_value_t *sc = dequant_after(c, on, od[on - 1], &ci, &mi);
+  int32_t y = new_t(c, sc ? VM_F32 : VM_I32, yn, yd);
+  vmcc_arg_t g[8] = {A(ta), A(tb), opt_tid(c, az), opt_tid(c, bz), opt_tid(c, sc), vmcc_a_none(),
                      vmcc_a_none(), A(y)};
   call(c, "cl.qgemm", 8, g);
-  return onx_bind_out(c, 0, y, on, od);
+  if (!sc) return onx_bind_out(c, 0, y, on, od);
+  c->skip[ci] = c->skip[mi] = 1;
+  c->fused = 1;
+  return onx_bind_named(c, c->graph->node[mi]->output[0], y, on, od);
 }
 
 /* The requantized product of QLinearMatMul and QGemm: mul per column from

@@ -52,11 +52,25 @@ __kernel void dequantize(__global const TQ *x, int xo, __global const S *sc, int
 #define QNANMIN(a, b) (isnan(a) || isnan(b) ? (a) + (b) : fmin((a), (b)))
 WG_REDUCE(wg_qmin, QNANMIN(a, b))
 
-/* DynamicQuantizeLinear's parameters, by one work-group: the range of x
- * widened to include 0, scale = range / 255, zero point =
- * saturate(rint(0 - min / scale)) in uint8. */
-__kernel void dynamic_qparams(__global const S *x, int xo, int n, __global S *scale, int so,
-                              __global uchar *zp, int zo, __local float *scratch) {
+/* DynamicQuantizeLinear's parameters from the range [mn, mx] of x
+ * widened to include 0: scale = range / 255, zero point =
+ * saturate(rint(0 - min / scale)) in uint8 (0 for NaN). */
+float dq_scale(float mn, float mx) { return (mx - mn) / 255.0f; }
+
+uchar dq_zero_point(float mn, float s) {
+  float z = rint(fmin(fmax(0.0f - mn / s, 0.0f), 255.0f));
+  return isnan(z) ? (uchar)0 : (uchar)z;
+}
+
+/* One element quantized with scale s and zero point z. */
+uchar dq_one(float x, float s, uchar z) {
+  float v = rint(x / s) + (float)z;
+  return (uchar)fmin(fmax(v, 0.0f), 255.0f);
+}
+
+/* The range of x[xo .. xo + n) with 0, reduced over the work-group
+ * (every work-item gets it). */
+float2 dq_range(__global const S *x, int xo, int n, __local float *scratch) {
   int l = get_local_id(0), ls = get_local_size(0);
   float mn = 0.0f, mx = 0.0f;
   for (int i = l; i < n; i += ls) {
@@ -66,11 +80,17 @@ __kernel void dynamic_qparams(__global const S *x, int xo, int n, __global S *sc
   }
   mn = wg_qmin(mn, scratch);
   mx = wg_max(mx, scratch);
-  if (l == 0) {
-    float s = (mx - mn) / 255.0f;
-    float z = rint(fmin(fmax(0.0f - mn / s, 0.0f), 255.0f));
+  return (float2)(mn, mx);
+}
+
+/* DynamicQuantizeLinear's parameters, by one work-group. */
+__kernel void dynamic_qparams(__global const S *x, int xo, int n, __global S *scale, int so,
+                              __global uchar *zp, int zo, __local float *scratch) {
+  float2 r = dq_range(x, xo, n, scratch);
+  if (get_local_id(0) == 0) {
+    float s = dq_scale(r.x, r.y);
     ST(s, so, scale);
-    zp[zo] = isnan(z) ? (uchar)0 : (uchar)z;
+    zp[zo] = dq_zero_point(r.x, s);
   }
 }
 
@@ -81,8 +101,28 @@ __kernel void dynamic_quantize(__global const S *x, int xo, __global const S *sc
                                int n) {
   int i = get_global_id(0);
   if (i >= n) return;
-  float v = rint(LD(x, xo + i) / LD(scale, so)) + (float)zp[zo];
-  y[yo + i] = (uchar)fmin(fmax(v, 0.0f), 255.0f);
+  y[yo + i] = dq_one(LD(x, xo + i), LD(scale, so), zp[zo]);
+}
+
+/* The whole of DynamicQuantizeLinear by one work-group, for an x small
+ * enough that one compute unit quantizing it costs less than a second
+ * launch: the parameters as above, then the quantize step with the scale
+ * as stored (read back after a global fence: the same value, float16
+ * storage included, as the two-kernel path). */
+__kernel void dynamic_quantize_wg(__global const S *x, int xo, int n, __global S *scale, int so,
+                                  __global uchar *zp, int zo, __global uchar *y, int yo,
+                                  __local float *scratch) {
+  int l = get_local_id(0), ls = get_local_size(0);
+  float2 r = dq_range(x, xo, n, scratch);
+  if (l == 0) {
+    float s = dq_scale(r.x, r.y);
+    ST(s, so, scale);
+    zp[zo] = dq_zero_point(r.x, s);
+  }
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  float s = LD(scale, so);
+  uchar z = zp[zo];
+  for (int i = l; i < n; i += ls) y[yo + i] = dq_one(LD(x, xo + i), s, z);
 }
 #endif /* TQ */
 
@@ -124,11 +164,21 @@ __kernel void dynamic_quantize(__global const S *x, int xo, __global const S *sc
           0, y + (yi))
 #endif
 
-/* Terms a float accumulator sums exactly: every product of two operands
- * less their zero points has |p| <= 255 * 255, and 256 of them stay below
- * 2^24, where float32 holds every integer. The integer kernels multiply
+/* Terms a float accumulator sums exactly. The integer kernels multiply
  * and add in float (fma, the fast path of CPUs and GPUs alike) over chunks
- * of QK terms and add each chunk's exact sum into int32 accumulators. */
+ * of QK terms and add each chunk's sum into int32 accumulators. Exactness:
+ * an operand less its zero point is an integer in [-255, 255] (uint8 255
+ * against 0, int8 -128 against 127 and 127 against -128 are the extremes),
+ * exact in float; a product p has |p| <= 255 * 255 = 65025, an integer
+ * below 2^24, exact; after t terms of a chunk the running sum is an
+ * integer of magnitude <= t * 65025 <= 256 * 65025 = 16,646,400 < 2^24 =
+ * 16,777,216, and float32 holds every integer up to 2^24, so each fma
+ * (rounded once, from an exact integer result) is exact, and so is the
+ * chunk's conversion to int. The int32 sum of the chunks is then the exact
+ * integer result wherever that fits int32 (K * 65025 < 2^31: K up to
+ * 33,025 at the extremes). 258 terms would still be exact, 259 would not
+ * (tests/opencl/test_ops_quant.c, test_qgemm_exact_bound, K = 4099 at the
+ * extremes). */
 #define QK 256
 
 /* The eight int8 accumulator rows c0..c7 into the private array acc, for
@@ -138,51 +188,50 @@ __kernel void dynamic_quantize(__global const S *x, int xo, __global const S *sc
   vstore8(c3, 0, acc[3]), vstore8(c4, 0, acc[4]), vstore8(c5, 0, acc[5]);     \
   vstore8(c6, 0, acc[6]), vstore8(c7, 0, acc[7]);
 
-/* One k step of qgemm: row r's A element times the float8 row bv of B. */
-#define QG_FMA(r) f##r = fma((float8)((float)((int)a##r[k] - z##r)), bv, f##r);
-#define QG_ALL \
-  QG_FMA(0) QG_FMA(1) QG_FMA(2) QG_FMA(3) QG_FMA(4) QG_FMA(5) QG_FMA(6) QG_FMA(7)
-/* One of four k steps (component c of the v* rows of A) of the fast path. */
-#define QG_STEP4(c)                                      \
-  {                                                      \
-    float8 bv = convert_float8(vload8(0, b)) - zb;       \
-    b += ldb;                                            \
-    f0 = fma((float8)(v0.c), bv, f0);                    \
-    f1 = fma((float8)(v1.c), bv, f1);                    \
-    f2 = fma((float8)(v2.c), bv, f2);                    \
-    f3 = fma((float8)(v3.c), bv, f3);                    \
-    f4 = fma((float8)(v4.c), bv, f4);                    \
-    f5 = fma((float8)(v5.c), bv, f5);                    \
-    f6 = fma((float8)(v6.c), bv, f6);                    \
-    f7 = fma((float8)(v7.c), bv, f7);                    \
-  }
 #define QG_FLUSH(r) c##r += convert_int8(f##r);
 
+/* A's operands less their zero points as float, for qgemm: Af[b, i, k]
+ * = A[b, i, k] - a_zp (one, or one per row: azs 1), n = batch * M * K
+ * elements, A contiguous from ao. Exact: integers of magnitude <= 255. */
+__kernel void qgemm_a2f(__global const TA *A, int ao, int M, int K, __global const TA *azp,
+                        int azo, int azs, int has_azp, __global float *Af, int n) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int row = (i / K) % M;
+  float z = has_azp ? (float)azp[azo + row * azs] : 0.0f;
+  Af[i] = (float)A[ao + i] - z;
+}
+
+/* One k step of qgemm: row r's float A element (a broadcast load, as
+ * in the float GEMM) times the float8 row bv of B. */
+#define QF_FMA(r) f##r = fma((float8)(a##r[k]), bv, f##r);
+#define QF_ALL \
+  QF_FMA(0) QF_FMA(1) QF_FMA(2) QF_FMA(3) QF_FMA(4) QF_FMA(5) QF_FMA(6) QF_FMA(7)
+
 /* C = (A - a_zp) (B - b_zp), row-major, batched over global id 2 (batch
- * strides sa, sb, sc; 0 broadcasts). A's zero point is one value or one
- * per row (azs 0 or 1), B's one or one per column (bzs 0 or 1). Each
- * work-item computes 8 rows x 8 columns; rows and columns past the edge
- * repeat the last one and are never stored. */
-__kernel void qgemm(int M, int N, int K, __global const TA *A, int ao, int lda, int sa,
-                    __global const TB *B, int bo_, int ldb, int sb, __global const TA *azp,
-                    int azo, int azs, __global const TB *bzp, int bzo, int bzs,
-                    __global const float *mul, int mo, int mstep, __global const int *bias,
-                    int bo, int bstep, int has_bias, __global const TY *yzp, int yzo,
-                    int has_yzp, __global YT *y, int yo, int ldc, int sc, int has_azp,
-                    int has_bzp) {
+ * strides sa, sb, sc; 0 broadcasts), with A given as float less its zero
+ * point (one value or one per row: qgemm_a2f), B's zero point one value
+ * or one per column (bzs 0 or 1). Each work-item computes 8 rows x 8
+ * columns; rows and columns past the edge repeat the last one and are
+ * never stored. Each k step is the float GEMM's: eight broadcast loads of
+ * A and one float8 row of B (here converted from int8 less its zero
+ * points); converting A's int8 rows in registers instead and broadcasting
+ * their lanes (shuffles, which contend with the FMAs on CPUs) ran at
+ * 0.35-0.69 of the float GEMM on PoCL. */
+__kernel void qgemm(int M, int N, int K, __global const float *Af, int sa,
+                       __global const TB *B, int bo_, int ldb, int sb, __global const TB *bzp,
+                       int bzo, int bzs, __global const float *mul, int mo, int mstep,
+                       __global const int *bias, int bo, int bstep, int has_bias,
+                       __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
+                       int ldc, int sc, int has_bzp) {
   int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
-  A += ao + bt * sa;
+  Af += bt * sa;
   B += bo_ + bt * sb;
-  int r0 = i, r1 = min(i + 1, M - 1), r2 = min(i + 2, M - 1), r3 = min(i + 3, M - 1);
-  int r4 = min(i + 4, M - 1), r5 = min(i + 5, M - 1), r6 = min(i + 6, M - 1);
-  int r7 = min(i + 7, M - 1);
-  int z0 = 0, z1 = 0, z2 = 0, z3 = 0, z4 = 0, z5 = 0, z6 = 0, z7 = 0;
-  if (has_azp) {
-    z0 = azp[azo + r0 * azs], z1 = azp[azo + r1 * azs], z2 = azp[azo + r2 * azs];
-    z3 = azp[azo + r3 * azs], z4 = azp[azo + r4 * azs], z5 = azp[azo + r5 * azs];
-    z6 = azp[azo + r6 * azs], z7 = azp[azo + r7 * azs];
-  }
+  __global const float *a0 = Af + i * K, *a1 = Af + min(i + 1, M - 1) * K;
+  __global const float *a2 = Af + min(i + 2, M - 1) * K, *a3 = Af + min(i + 3, M - 1) * K;
+  __global const float *a4 = Af + min(i + 4, M - 1) * K, *a5 = Af + min(i + 5, M - 1) * K;
+  __global const float *a6 = Af + min(i + 6, M - 1) * K, *a7 = Af + min(i + 7, M - 1) * K;
   int8 cols = min((int8)(j) + (int8)(0, 1, 2, 3, 4, 5, 6, 7), (int8)(N - 1));
   float8 zb = 0.0f;
   if (has_bzp)
@@ -190,44 +239,25 @@ __kernel void qgemm(int M, int N, int K, __global const TA *A, int ao, int lda, 
                                bzp[bzo + cols.s2 * bzs], bzp[bzo + cols.s3 * bzs],
                                bzp[bzo + cols.s4 * bzs], bzp[bzo + cols.s5 * bzs],
                                bzp[bzo + cols.s6 * bzs], bzp[bzo + cols.s7 * bzs]));
-  __global const TA *a0 = A + r0 * lda, *a1 = A + r1 * lda, *a2 = A + r2 * lda;
-  __global const TA *a3 = A + r3 * lda, *a4 = A + r4 * lda, *a5 = A + r5 * lda;
-  __global const TA *a6 = A + r6 * lda, *a7 = A + r7 * lda;
   int8 c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
   int full = j + 8 <= N;
   for (int k0 = 0; k0 < K; k0 += QK) {
     int k1 = min(K, k0 + QK);
     float8 f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f, f4 = 0.0f, f5 = 0.0f, f6 = 0.0f,
            f7 = 0.0f;
-    int k = k0;
     if (full) {
-      /* four k at a time: one 4-element load of each A row */
-      for (; k + 4 <= k1; k += 4) {
-        float4 v0 = convert_float4(vload4(0, a0 + k)) - (float)z0;
-        float4 v1 = convert_float4(vload4(0, a1 + k)) - (float)z1;
-        float4 v2 = convert_float4(vload4(0, a2 + k)) - (float)z2;
-        float4 v3 = convert_float4(vload4(0, a3 + k)) - (float)z3;
-        float4 v4 = convert_float4(vload4(0, a4 + k)) - (float)z4;
-        float4 v5 = convert_float4(vload4(0, a5 + k)) - (float)z5;
-        float4 v6 = convert_float4(vload4(0, a6 + k)) - (float)z6;
-        float4 v7 = convert_float4(vload4(0, a7 + k)) - (float)z7;
-        __global const TB *b = B + k * ldb + j;
-        QG_STEP4(x)
-        QG_STEP4(y)
-        QG_STEP4(z)
-        QG_STEP4(w)
-      }
-      for (; k < k1; k++) {
-        float8 bv = convert_float8(vload8(0, B + k * ldb + j)) - zb;
-        QG_ALL
+      __global const TB *b = B + k0 * ldb + j;
+      for (int k = k0; k < k1; k++, b += ldb) {
+        float8 bv = convert_float8(vload8(0, b)) - zb;
+        QF_ALL
       }
     } else {
-      for (; k < k1; k++) {
+      for (int k = k0; k < k1; k++) {
         __global const TB *b = B + k * ldb;
         float8 bv = convert_float8((int8)(b[cols.s0], b[cols.s1], b[cols.s2], b[cols.s3],
                                           b[cols.s4], b[cols.s5], b[cols.s6], b[cols.s7])) -
                     zb;
-        QG_ALL
+        QF_ALL
       }
     }
     QG_FLUSH(0) QG_FLUSH(1) QG_FLUSH(2) QG_FLUSH(3)

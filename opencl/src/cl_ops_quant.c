@@ -177,6 +177,11 @@ vm_status_t vmcl_op_dequantize(vm_machine_t *m, const vm_value_t *args, uint32_t
   return quant_common(m, args, nargs, 1);
 }
 
+/* Up to this many elements cl.dynamic_quantize runs as one work-group
+ * (range, then quantize) in one launch; above, the range by one
+ * work-group, then the quantize step over the whole device. */
+#define DQ_ONE_GROUP_MAX 65536
+
 vm_status_t vmcl_op_dynamic_quantize(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                                      vm_value_t *out, void *user) {
   (void)m;
@@ -203,7 +208,9 @@ vm_status_t vmcl_op_dynamic_quantize(vm_machine_t *m, const vm_value_t *args, ui
   vmcl_dev_t *d = op.d;
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_QUANT, opts, "dynamic_qparams", &k);
+  int one = n <= DQ_ONE_GROUP_MAX;
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_QUANT, opts,
+                                      one ? "dynamic_quantize_wg" : "dynamic_qparams", &k);
   if (!st) {
     size_t local = vmcl_local_size(d, k, 256);
     vmcl_args_t a = vmcl_args_begin(k);
@@ -214,12 +221,16 @@ vm_status_t vmcl_op_dynamic_quantize(vm_machine_t *m, const vm_value_t *args, ui
     vmcl_arg_int(&a, vmcl_elem_offset(s));
     vmcl_arg_mem(&a, vmcl_tensor_mem(z));
     vmcl_arg_int(&a, vmcl_elem_offset(z));
+    if (one) {
+      vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+      vmcl_arg_int(&a, vmcl_elem_offset(y));
+    }
     vmcl_arg_local(&a, local * sizeof(float));
     st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
                              : vmcl_launch(d, k, 1, &local, &local);
   }
-  if (!st && n > 0) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, opts, "dynamic_quantize", &k);
-  if (!st && n > 0) {
+  if (!st && !one) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, opts, "dynamic_quantize", &k);
+  if (!st && !one) {
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_mem(&a, vmcl_tensor_mem(x));
     vmcl_arg_int(&a, vmcl_elem_offset(x));
@@ -377,37 +388,56 @@ vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, e.y, 7, "y", batched ? ys : ys + 1, batched ? 3 : 2));
   if (batch * M * N == 0) return VM_STATUS_OK;
   vmcl_dev_t *d = op.d;
+  /* A less its zero point as float in a scratch buffer, then qgemm (quant.cl) */
+  cl_int err;
+  int64_t na = ba * M * K; /* 0 for K = 0: the sums are 0, the store still runs */
+  cl_mem af = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(na ? na : 1) * sizeof(float),
+                             NULL, &err);
+  if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.qgemm float A)");
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, "qgemm", &k);
+  vm_status_t st = VM_STATUS_OK;
+  if (na) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, "qgemm_a2f", &k);
+  if (!st && na) {
+    vmcl_args_t ka = vmcl_args_begin(k);
+    vmcl_arg_mem(&ka, vmcl_tensor_mem(a));
+    vmcl_arg_int(&ka, vmcl_elem_offset(a));
+    vmcl_arg_int(&ka, M);
+    vmcl_arg_int(&ka, K);
+    vmcl_arg_mem(&ka, vmcl_tensor_mem(az ? az : a));
+    vmcl_arg_int(&ka, az ? vmcl_elem_offset(az) : 0);
+    vmcl_arg_int(&ka, az && vm_tensor_numel(az) > 1);
+    vmcl_arg_int(&ka, az != NULL);
+    vmcl_arg_mem(&ka, af);
+    vmcl_arg_int(&ka, na);
+    st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
+                              : vmcl_launch_1d(d, k, (size_t)na, vmcl_local_size(d, k, 256));
+  }
+  if (!st) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, "qgemm", &k);
   if (!st) {
     vmcl_args_t ka = vmcl_args_begin(k);
     vmcl_arg_int(&ka, M);
     vmcl_arg_int(&ka, N);
     vmcl_arg_int(&ka, K);
-    vmcl_arg_mem(&ka, vmcl_tensor_mem(a));
-    vmcl_arg_int(&ka, vmcl_elem_offset(a));
-    vmcl_arg_int(&ka, K);
+    vmcl_arg_mem(&ka, af);
     vmcl_arg_int(&ka, ba > 1 ? M * K : 0);
     vmcl_arg_mem(&ka, vmcl_tensor_mem(b));
     vmcl_arg_int(&ka, vmcl_elem_offset(b));
     vmcl_arg_int(&ka, N);
     vmcl_arg_int(&ka, bb > 1 ? K * N : 0);
-    vmcl_arg_mem(&ka, vmcl_tensor_mem(az ? az : a));
-    vmcl_arg_int(&ka, az ? vmcl_elem_offset(az) : 0);
-    vmcl_arg_int(&ka, az && vm_tensor_numel(az) > 1);
     vmcl_arg_mem(&ka, vmcl_tensor_mem(bz ? bz : b));
     vmcl_arg_int(&ka, bz ? vmcl_elem_offset(bz) : 0);
     vmcl_arg_int(&ka, bz && vm_tensor_numel(bz) > 1);
     qepi_args(&ka, &e);
     vmcl_arg_int(&ka, N);
     vmcl_arg_int(&ka, M * N);
-    vmcl_arg_int(&ka, az != NULL);
     vmcl_arg_int(&ka, bz != NULL);
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
                               : launch_grid(d, k, (N + 7) / 8, (M + 7) / 8, batch);
   }
   pthread_mutex_unlock(&d->lock);
+  /* the enqueued launches keep the scratch alive until they have run */
+  vmcl_released(clReleaseMemObject(af), "clReleaseMemObject(cl.qgemm float A)");
   return st;
 }
 

@@ -337,3 +337,50 @@ def test_declared_output_shape_is_a_warning() -> None:
         "the computed shape is used, as onnxruntime does"
     )
     assert vmrpc.compile(mlp_model(), input_shapes={"x": [2, 4]}).report["warning"] == ""
+
+
+def dynamic_matmul_model(w: np.ndarray, wz: np.ndarray, ws: np.ndarray) -> bytes:
+    """y = x @ W as onnxruntime's quantize_dynamic writes it (x quantized by
+    DynamicQuantizeLinear, MatMulInteger with int8 weights, Cast to float,
+    Mul by x_scale * w_scale), and z = y ** 3 (GELU's tanh form)."""
+    m, k = 5, w.shape[0]
+    return op.model(
+        [
+            op.node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+            op.node("Mul", ["xs", "Ws"], ["s"]),
+            op.node("MatMulInteger", ["xq", "W", "xz", "Wz"], ["acc"]),
+            op.node("Cast", ["acc"], ["accf"], to=1),
+            op.node("Mul", ["accf", "s"], ["y"]),
+            op.node("Pow", ["y", "three"], ["z"]),
+        ],
+        [op.value_info("x", [m, k])],
+        [op.value_info("y", [m, w.shape[1]]), op.value_info("z", [m, w.shape[1]])],
+        [op.tensor("W", w), op.tensor("Wz", wz), op.tensor("Ws", ws),
+         op.tensor("three", np.array(3.0, np.float32))],
+    )
+
+
+def test_dynamic_quantized_matmul_folds_its_dequantization(sess: vmrpc.Session, gpu: str) -> None:
+    """The Cast and Mul after MatMulInteger fold into cl.qgemm's float store
+    (two nodes folded, no cl.cast call), with the very rounding of the two
+    nodes; Pow(y, 3) is (y * y) * y, as onnxruntime computes it. Both are
+    compared bit for bit with a NumPy reference."""
+    rng = np.random.default_rng(5)
+    k, n = 300, 37
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    w[0, :] = -128
+    wz, ws = np.array(3, np.int8), np.array(0.0123, np.float32)
+    c = vmrpc.compile(dynamic_matmul_model(w, wz, ws))
+    assert c.report["folded_nodes"] == 2
+    x = (rng.standard_normal((5, k)) * 2).astype(np.float32)
+    x[1, 7] = 6.5  # the range's ends
+    x[2, 9] = -4.25
+    y, z = run(sess, c, gpu, x)
+    mn, mx = np.float32(min(0.0, x.min())), np.float32(max(0.0, x.max()))
+    s = np.float32((mx - mn) / np.float32(255))
+    zp = np.float32(np.clip(np.rint(-mn / s), 0, 255))
+    xq = np.clip(np.rint(x / s) + zp, 0, 255)
+    acc = (xq.astype(np.int64) - int(zp)) @ (w.astype(np.int64) - int(wz))
+    want = acc.astype(np.int32).astype(np.float32) * np.float32(s * ws)
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(z, (want * want) * want)

@@ -72,27 +72,39 @@ static void test_quantize_per_axis(void **state) {
   free(x);
 }
 
-/* DynamicQuantizeLinear: scale = (max(0, max) - min(0, min)) / 255. */
-static void test_dynamic_quantize(void **state) {
-  tops_env_t *e = *state;
-  float *x = tops_rand(1000, 9, -1.0f, 2.5f);
-  vm_value_t a[4] = {tops_tensor(e, VM_F32, 1, DIMS(1000), x),
-                     tops_tensor(e, VM_U8, 1, DIMS(1000), NULL),
+/* DynamicQuantizeLinear of n values: scale = (max(0, max) - min(0, min))
+ * / 255, against the C reference. */
+static void dynamic_quantize_n(tops_env_t *e, int n) {
+  float *x = tops_rand(n, 9, -1.0f, 2.5f);
+  uint8_t *y = malloc((size_t)n);
+  assert_non_null(y);
+  vm_value_t a[4] = {tops_tensor(e, VM_F32, 1, DIMS(n), x),
+                     tops_tensor(e, VM_U8, 1, DIMS(n), NULL),
                      tops_tensor(e, VM_F32, 0, NULL, NULL), tops_tensor(e, VM_U8, 0, NULL, NULL)};
   ASSERT_OK(tops_call(e, "cl.dynamic_quantize", a, 4));
   float mn = 0, mx = 0, s;
-  uint8_t z, y[1000];
-  for (int i = 0; i < 1000; i++) mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]);
+  uint8_t z;
+  for (int i = 0; i < n; i++) mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]);
   tops_read(e, &a[2], &s);
   tops_read(e, &a[3], &z);
   tops_read(e, &a[1], y);
+  tops_check_guard(e, &a[1]);
   float ws = (mx - mn) / 255.0f;
-  if (s != ws) fail_msg("scale %.9g, expected %.9g", s, ws);
+  if (s != ws) fail_msg("n %d: scale %.9g, expected %.9g", n, s, ws);
   assert_int_equal(z, (int)sat(rintf(-mn / ws), 0, 255));
-  for (int i = 0; i < 1000; i++)
-    if (y[i] != sat(rintf(x[i] / ws) + z, 0, 255)) fail_msg("element %d", i);
+  for (int i = 0; i < n; i++)
+    if (y[i] != sat(rintf(x[i] / ws) + z, 0, 255)) fail_msg("n %d: element %d", n, i);
   release_all(a, 4);
   free(x);
+  free(y);
+}
+
+/* Both formulations: one work-group in one launch (up to 65536 values)
+ * and the range kernel then the device-wide quantize step (above). */
+static void test_dynamic_quantize(void **state) {
+  dynamic_quantize_n(*state, 1000);
+  dynamic_quantize_n(*state, 65536);
+  dynamic_quantize_n(*state, 65537);
 }
 
 /* cl.qgemm: uint8 A (per-row zero points) x int8 B (per-column zero
@@ -152,6 +164,104 @@ static void test_qgemm(void **state) {
   release_all(r, 8);
   free(A);
   free(B);
+}
+
+/* The exactness bound of cl.qgemm's float chunks (QK in quant.cl): every
+ * term at the largest magnitude, 255 * 255 = 65025 (uint8 255 against a
+ * zero point of 0; int8 -128 against 127; 127 against -128), so that a
+ * chunk of more than 258 terms would pass 2^24 and round (their sums are
+ * odd multiples of 65025), over K = 4099 (16 chunks and a tail); the sums
+ * reach +-266,537,475, exact in int32. Rows alternate the sign of the
+ * A term, columns mix int8 extremes with their zero points; uint8 B too.
+ * The float store (mode 1) with a run-time scale is checked as well:
+ * (float)acc * scale, the rounding of a Cast to float then a Mul. */
+static void qgemm_extremes(tops_env_t *e, int b_unsigned) {
+  enum { M = 11, K = 4099, N = 19 };
+  uint8_t *A = malloc(M * K), *B = malloc(K * N);
+  assert_true(A && B);
+  uint8_t az[M], bz[N];
+  for (int i = 0; i < M; i++) az[i] = i % 2 ? 255 : 0;
+  for (int i = 0; i < M * K; i++) A[i] = (uint8_t)((i / K) % 2 ? 0 : 255);
+  A[3 * K + 100] = 17; /* one ordinary term */
+  for (int j = 0; j < N; j++) bz[j] = b_unsigned ? (j % 2 ? 0 : 255) : (uint8_t)(j % 2 ? 127 : -128);
+  for (int i = 0; i < K * N; i++) {
+    int j = i % N;
+    B[i] = b_unsigned ? (uint8_t)(j % 2 ? 255 : 0) : (uint8_t)(int8_t)(j % 2 ? -128 : 127);
+  }
+  int32_t *want = malloc(M * N * sizeof(int32_t)), *got = malloc(M * N * sizeof(int32_t));
+  float *gotf = malloc(M * N * sizeof(float));
+  assert_true(want && got && gotf);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      int64_t acc = 0;
+      for (int k = 0; k < K; k++) {
+        int64_t bv = b_unsigned ? B[k * N + j] : (int8_t)B[k * N + j];
+        int64_t bzv = b_unsigned ? bz[j] : (int8_t)bz[j];
+        acc += (int64_t)(A[i * K + k] - az[i]) * (bv - bzv);
+      }
+      want[i * N + j] = (int32_t)acc;
+    }
+  assert_int_equal(want[0], b_unsigned ? -266537475 : 266537475); /* 4099 x 255 x (+-255) */
+  vm_dtype_t bt = b_unsigned ? VM_U8 : VM_I8;
+  float scale = 3.0517578e-05f;
+  vm_value_t a[8] = {tops_tensor(e, VM_U8, 2, DIMS(M, K), A),
+                     tops_tensor(e, bt, 2, DIMS(K, N), B),
+                     tops_tensor(e, VM_U8, 1, DIMS(M), az),
+                     tops_tensor(e, bt, 1, DIMS(N), bz),
+                     vm_value_none(),
+                     vm_value_none(),
+                     vm_value_none(),
+                     tops_tensor(e, VM_I32, 2, DIMS(M, N), NULL)};
+  ASSERT_OK(tops_call(e, "cl.qgemm", a, 8));
+  tops_read(e, &a[7], got);
+  tops_check_guard(e, &a[7]);
+  for (int i = 0; i < M * N; i++)
+    if (got[i] != want[i]) fail_msg("element %d: %d, expected %d", i, got[i], want[i]);
+  vm_value_t f[8] = {share(&a[0]), share(&a[1]), share(&a[2]), share(&a[3]),
+                     tops_tensor(e, VM_F32, 0, NULL, &scale), vm_value_none(), vm_value_none(),
+                     tops_tensor(e, VM_F32, 2, DIMS(M, N), NULL)};
+  ASSERT_OK(tops_call(e, "cl.qgemm", f, 8));
+  tops_read(e, &f[7], gotf);
+  tops_check_guard(e, &f[7]);
+  for (int i = 0; i < M * N; i++) {
+    float w = (float)want[i] * scale;
+    if (gotf[i] != w) fail_msg("float element %d: %.9g, expected %.9g", i, gotf[i], w);
+  }
+  release_all(a, 8);
+  release_all(f, 8);
+  free(A);
+  free(B);
+  free(want);
+  free(got);
+  free(gotf);
+}
+
+static void test_qgemm_exact_bound(void **state) {
+  qgemm_extremes(*state, 0);
+  qgemm_extremes(*state, 1);
+}
+
+/* K = 0: empty sums, so the store writes the bias times mul (no scratch
+ * of A to fill). */
+static void test_qgemm_empty_k(void **state) {
+  tops_env_t *e = *state;
+  const int32_t bias[5] = {10, -20, 30, -40, 50};
+  const float mul = 0.5f;
+  vm_value_t a[8] = {tops_tensor(e, VM_U8, 2, DIMS(3, 0), NULL),
+                     tops_tensor(e, VM_I8, 2, DIMS(0, 5), NULL),
+                     vm_value_none(),
+                     vm_value_none(),
+                     tops_tensor(e, VM_F32, 0, NULL, &mul),
+                     tops_tensor(e, VM_I32, 1, DIMS(5), bias),
+                     vm_value_none(),
+                     tops_tensor(e, VM_F32, 2, DIMS(3, 5), NULL)};
+  ASSERT_OK(tops_call(e, "cl.qgemm", a, 8));
+  float got[15];
+  tops_read_f(e, &a[7], got);
+  tops_check_guard(e, &a[7]);
+  for (int i = 0; i < 15; i++)
+    if (got[i] != (float)bias[i % 5] * mul) fail_msg("element %d: %g", i, got[i]);
+  release_all(a, 8);
 }
 
 /* cl.qconv2d: int8 x (zero point 5), 2 groups, pads, stride 2, int32 out. */
@@ -243,7 +353,9 @@ static void test_quant_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_quantize_per_axis), cmocka_unit_test(test_dynamic_quantize),
-      cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qconv2d),
+      cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qgemm_exact_bound),
+      cmocka_unit_test(test_qgemm_empty_k),
+      cmocka_unit_test(test_qconv2d),
       cmocka_unit_test(test_quant_errors),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
