@@ -168,17 +168,22 @@ int onx_const_scalar(onx_ctx_t *c, const char *name, uint32_t ndim, double *v);
 /* onnx_ops_elementwise.c: whether `name` (no graph output) is read by
  * exactly nodes i and j (once each), both after node `after`. */
 int onx_consumed_by_two(onx_ctx_t *c, const char *name, size_t after, size_t i, size_t j);
-/* onnx_ops_nn.c: cl.layer_norm of x over the axes from ax, with the
- * optional scale and bias checked against the normalised shape: *y its
- * output; with tm and ti also the mean and inverse deviation. */
+/* onnx_ops_nn.c: cl.layer_norm (rms: cl.rms_norm) of x over the axes from
+ * ax, with the optional scale and bias checked against the normalised
+ * shape: *y its output; with tm and ti (not rms) also the mean and inverse
+ * deviation. */
 vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, onx_value_t *bb,
-                                int64_t ax, float eps, int32_t *y, int32_t *tm, int32_t *ti);
+                                int64_t ax, float eps, int rms, int32_t *y, int32_t *tm,
+                                int32_t *ti);
 /* onnx_ops_patterns.c: LayerNormalization over the last axis spelled out
- * from the current ReduceMean, and Gelu spelled out from the current Div:
+ * from the current ReduceMean, RMSNormalization (T5's) from the current
+ * Pow, and Gelu spelled out from the current Div:
  * lowered as the one operator when the whole chain fits (*done set, the
  * chain's other nodes skipped), else nothing. */
 vm_status_t onx_layer_norm_chain(onx_ctx_t *c, int *done);
+vm_status_t onx_rms_norm_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_gelu_chain(onx_ctx_t *c, int *done);
+vm_status_t onx_gelu_tanh_chain(onx_ctx_t *c, int *done); /* from the Mul by 0.5 */
 /* onnx_ops_nn.c: is_test nonzero before opset 7 (BatchNormalization, Dropout). */
 vm_status_t onx_need_is_test(onx_ctx_t *c);
 /* onnx_ops_nn.c: a window over up to 3 spatial axes, right-aligned: [0] D,

@@ -276,6 +276,12 @@ vm_status_t onx_op_rms_norm(onx_ctx_t *c) {
   if (stash != 1) return onx_unsupported_attr(c, "stash_type", "not 1", "1 (float)");
   VM_RETURN_IF_ERROR(need_float(c, x));
   VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &axis));
+  if (!x->data && vm_dtype_equal(scale->dt, x->dt)) {
+    /* one cl.rms_norm (float32 statistics, as stash_type 1) */
+    int32_t y;
+    VM_RETURN_IF_ERROR(onx_layer_norm_call(c, x, scale, NULL, axis, eps, 1, &y, NULL, NULL));
+    return onx_bind_out(c, 0, y, x->ndim, x->dims);
+  }
   const char *axes, *xu = x->name, *t, *m, *e, *r, *n, *ep;
   VM_RETURN_IF_ERROR(tail_axes(c, axis, x->ndim, &axes));
   int half = vm_dtype_equal(x->dt, VM_F16);

@@ -862,6 +862,16 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
     VM_RETURN_IF_ERROR(hard_act(c, &done));
     if (done) return VM_STATUS_OK;
   }
+  if (c->op->arg == B_POW && c->node->n_input == 2) { /* RMSNormalization spelled out? */
+    int done;
+    VM_RETURN_IF_ERROR(onx_rms_norm_chain(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
+  if (c->op->arg == B_MUL && c->node->n_input == 2) { /* Gelu (tanh) spelled out? */
+    int done;
+    VM_RETURN_IF_ERROR(onx_gelu_tanh_chain(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
   if (c->op->arg == B_DIV && c->node->n_input == 2) { /* Gelu spelled out? */
     int done;
     VM_RETURN_IF_ERROR(onx_gelu_chain(c, &done));

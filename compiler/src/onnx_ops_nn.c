@@ -1079,7 +1079,8 @@ vm_status_t onx_op_softmax(onx_ctx_t *c) {
 }
 
 vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, onx_value_t *bb,
-                                int64_t ax, float eps, int32_t *y, int32_t *tm, int32_t *ti) {
+                                int64_t ax, float eps, int rms, int32_t *y, int32_t *tm,
+                                int32_t *ti) {
   uint32_t nn = x->ndim - (uint32_t)ax;
   const int64_t *nd = x->dims + ax;
   /* Scale and B: the normalised shape (or broadcastable to it) */
@@ -1134,7 +1135,7 @@ vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, o
     a[6] = A(*tm);
     a[7] = A(*ti);
   }
-  call(c, "cl.layer_norm", tm && ti ? 8 : 6, a);
+  call(c, rms ? "cl.rms_norm" : "cl.layer_norm", tm && ti ? 8 : 6, a);
   return VM_STATUS_OK;
 }
 
@@ -1157,7 +1158,7 @@ vm_status_t onx_op_layernorm(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(norm_axis(c, axis, x->ndim, "axis", &ax));
   int want_stats = onx_out_wanted(c, 1) || onx_out_wanted(c, 2);
   int32_t y, tm = -1, ti = -1;
-  VM_RETURN_IF_ERROR(onx_layer_norm_call(c, x, sc, bb, ax, eps, &y, want_stats ? &tm : NULL,
+  VM_RETURN_IF_ERROR(onx_layer_norm_call(c, x, sc, bb, ax, eps, 0, &y, want_stats ? &tm : NULL,
                                          want_stats ? &ti : NULL));
   VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
   if (want_stats) {

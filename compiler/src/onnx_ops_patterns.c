@@ -6,12 +6,19 @@
  *   opset 17 (ViTs, PP-OCR's SVTR blocks):
  *     m = ReduceMean(x, [-1]); d = Sub(x, m); v = ReduceMean(Pow(d, 2), [-1])
  *     y = Div(d, Sqrt(Add(v, eps))) [* scale] [+ bias]
+ *   RMSNormalization over the last axis, as T5-style models export it:
+ *     s = Sqrt(Add(ReduceMean(Pow(x, 2), [-1]), eps))
+ *     y = Div(x, s) or Mul(x, Div(1, s)) [* scale]
  *   Gelu (erf), as BERT-style encoders export it:
  *     y = Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)
+ *   Gelu (tanh), as T5-style models export it ("gelu_new"):
+ *     h = Mul(x, 0.5); u = Mul(Add(x, Mul(Pow(x, 3), 0.044715)), sqrt(2/pi))
+ *     y = Mul(h, Add(Tanh(u), 1))
  *
  * Recognised when their first node is lowered; every intermediate value
  * must be read by the chain alone (no graph output, no other consumer), so
  * nothing else needs it. Anything else is lowered node by node as before. */
+#include <math.h>
 #include <string.h>
 
 #include "onnx_ops.h"
@@ -118,10 +125,55 @@ vm_status_t onx_layer_norm_chain(onx_ctx_t *c, int *done) {
   }
   int32_t y;
   VM_RETURN_IF_ERROR(
-      onx_layer_norm_call(c, x, sc, bb, (int64_t)x->ndim - 1, (float)eps, &y, NULL, NULL));
+      onx_layer_norm_call(c, x, sc, bb, (int64_t)x->ndim - 1, (float)eps, 0, &y, NULL, NULL));
   c->skip[is] = c->skip[ip] = c->skip[iv] = c->skip[ie] = c->skip[iq] = c->skip[idv] = 1;
   if (im >= 0) c->skip[im] = 1;
   if (ib >= 0) c->skip[ib] = 1;
+  c->fused = 1;
+  *done = 1;
+  return onx_bind_named(c, g->node[last]->output[0], y, x->ndim, x->dims);
+}
+
+vm_status_t onx_rms_norm_chain(onx_ctx_t *c, int *done) {
+  *done = 0;
+  if (c->sub_depth || !c->skip) return VM_STATUS_OK;
+  const Onnx__GraphProto *g = c->graph;
+  const Onnx__NodeProto *pw = c->node;
+  onx_value_t *x = onx_in(c, 0);
+  double k;
+  if (!is_node(pw, "Pow", 2) || !x || x->data || !vm_dtype_equal(x->dt, VM_F32) || x->ndim < 1 ||
+      x->dims[x->ndim - 1] < 1 || !onx_const_scalar(c, pw->input[1], x->ndim, &k) || k != 2)
+    return VM_STATUS_OK;
+  size_t at = c->node_idx, slot;
+  int64_t iv = onx_sole_consumer(c, pw->output[0], at, &slot);
+  if (iv < 0 || slot != 0 || !mean_of_last(c, g->node[iv], x->ndim)) return VM_STATUS_OK;
+  int64_t ie = next_is(c, g->node[iv]->output[0], (size_t)iv, "Add", 2, &slot);
+  double eps;
+  if (ie < 0 || !onx_const_scalar(c, g->node[ie]->input[1 - slot], x->ndim, &eps) ||
+      !(eps >= 0 && eps < 1))
+    return VM_STATUS_OK;
+  int64_t iq = next_is(c, g->node[ie]->output[0], (size_t)ie, "Sqrt", 1, &slot);
+  if (iq < 0) return VM_STATUS_OK;
+  int64_t id = next_is(c, g->node[iq]->output[0], (size_t)iq, "Div", 2, &slot);
+  if (id < 0 || slot != 1) return VM_STATUS_OK;
+  int64_t ir = -1, last = id;
+  if (strcmp(g->node[id]->input[0], x->name) != 0) { /* Div(1, s), then Mul(x, that) */
+    if (!onx_const_scalar(c, g->node[id]->input[0], x->ndim, &k) || k != 1) return VM_STATUS_OK;
+    ir = next_is(c, g->node[id]->output[0], (size_t)id, "Mul", 2, &slot);
+    if (ir < 0 || strcmp(g->node[ir]->input[1 - slot], x->name) != 0) return VM_STATUS_OK;
+    last = ir;
+  }
+  int64_t im = -1, n = x->dims[x->ndim - 1];
+  onx_value_t *sc = NULL;
+  int64_t jm = next_is(c, g->node[last]->output[0], (size_t)last, "Mul", 2, &slot);
+  if (jm >= 0 && (sc = row_const(c, g->node[jm]->input[1 - slot], x->ndim, n)) != NULL)
+    im = last = jm;
+  int32_t y;
+  VM_RETURN_IF_ERROR(
+      onx_layer_norm_call(c, x, sc, NULL, (int64_t)x->ndim - 1, (float)eps, 1, &y, NULL, NULL));
+  c->skip[iv] = c->skip[ie] = c->skip[iq] = c->skip[id] = 1;
+  if (ir >= 0) c->skip[ir] = 1;
+  if (im >= 0) c->skip[im] = 1;
   c->fused = 1;
   *done = 1;
   return onx_bind_named(c, g->node[last]->output[0], y, x->ndim, x->dims);
@@ -156,4 +208,73 @@ vm_status_t onx_gelu_chain(onx_ctx_t *c, int *done) {
   c->fused = 1;
   *done = 1;
   return onx_bind_named(c, g->node[ih]->output[0], y, x->ndim, x->dims);
+}
+
+/* The node writing `name` when it is op (nin inputs) placed after node
+ * `after` and read by node `reader` alone: its index, else -1. */
+static int64_t made_by(onx_ctx_t *c, const char *name, size_t after, int64_t reader,
+                       const char *op, size_t nin) {
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  size_t slot;
+  if (!e || e->producer <= (int64_t)after || !is_node(c->graph->node[e->producer], op, nin) ||
+      onx_sole_consumer(c, name, (size_t)e->producer, &slot) != reader)
+    return -1;
+  return e->producer;
+}
+
+/* The input of node n (two inputs) that is not the float32 scalar
+ * constant near v (relative 1e-6), or NULL when neither is. */
+static const char *other_than(onx_ctx_t *c, const Onnx__NodeProto *n, uint32_t ndim, double v) {
+  for (int s = 0; s < 2; s++) {
+    double k;
+    if (onx_const_scalar(c, n->input[s], ndim, &k) && fabs(k - v) <= 1e-6 * fabs(v))
+      return n->input[1 - s];
+  }
+  return NULL;
+}
+
+vm_status_t onx_gelu_tanh_chain(onx_ctx_t *c, int *done) {
+  *done = 0;
+  if (c->sub_depth || !c->skip) return VM_STATUS_OK;
+  const Onnx__GraphProto *g = c->graph;
+  const Onnx__NodeProto *hm = c->node;
+  if (!is_node(hm, "Mul", 2)) return VM_STATUS_OK;
+  const char *xn = NULL;
+  onx_value_t *x = NULL;
+  for (int s = 0; s < 2 && !x; s++) {
+    onx_value_t *v = onx_in(c, (uint32_t)s);
+    if (v && !v->data && vm_dtype_equal(v->dt, VM_F32)) x = v;
+  }
+  if (!x || (xn = other_than(c, hm, x->ndim, 0.5)) == NULL || strcmp(xn, x->name) != 0)
+    return VM_STATUS_OK;
+  size_t at = c->node_idx, slot;
+  int64_t im = next_is(c, hm->output[0], at, "Mul", 2, &slot);
+  if (im < 0) return VM_STATUS_OK;
+  /* backwards from the other factor of the last Mul */
+  const char *t = g->node[im]->input[1 - slot];
+  int64_t ia1 = made_by(c, t, at, im, "Add", 2);
+  const char *th = ia1 >= 0 ? other_than(c, g->node[ia1], x->ndim, 1) : NULL;
+  int64_t itn = th ? made_by(c, th, at, ia1, "Tanh", 1) : -1;
+  int64_t iu = itn >= 0 ? made_by(c, g->node[itn]->input[0], at, itn, "Mul", 2) : -1;
+  const char *v = iu >= 0 ? other_than(c, g->node[iu], x->ndim, 0.7978845608028654) : NULL;
+  int64_t iv = v ? made_by(c, v, at, iu, "Add", 2) : -1;
+  if (iv < 0) return VM_STATUS_OK;
+  const Onnx__NodeProto *add = g->node[iv];
+  int xs = strcmp(add->input[0], x->name) == 0 ? 0 : strcmp(add->input[1], x->name) == 0 ? 1 : -1;
+  if (xs < 0) return VM_STATUS_OK;
+  int64_t iw = made_by(c, add->input[1 - xs], at, iv, "Mul", 2);
+  const char *p = iw >= 0 ? other_than(c, g->node[iw], x->ndim, 0.044715) : NULL;
+  int64_t ip = p ? made_by(c, p, at, iw, "Pow", 2) : -1;
+  double k;
+  if (ip < 0 || strcmp(g->node[ip]->input[0], x->name) != 0 ||
+      !onx_const_scalar(c, g->node[ip]->input[1], x->ndim, &k) || k != 3)
+    return VM_STATUS_OK;
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
+  call(c, "cl.unary.gelu_tanh", 2, a);
+  c->skip[ip] = c->skip[iw] = c->skip[iv] = c->skip[iu] = c->skip[itn] = c->skip[ia1] = 1;
+  c->skip[im] = 1;
+  c->fused = 1;
+  *done = 1;
+  return onx_bind_named(c, g->node[im]->output[0], y, x->ndim, x->dims);
 }

@@ -142,9 +142,11 @@ __kernel void softmax_col(__global const S *x, int xo, __global S *y, int yo, in
   for (int j = 0; j < len; j++) ST(SM_EXP(x, j * inner, m, y) * inv, j * inner, y);
 }
 
-/* ---- cl.layer_norm ----
+/* ---- cl.layer_norm, cl.rms_norm ----
  * y = (x - mean) / sqrt(var + eps) * gamma + beta over rows of len
  * elements; two passes (mean, then squared deviations) for accuracy. With
+ * rms the mean is taken as 0 (one pass: y = x / sqrt(mean(x^2) + eps)
+ * * gamma + beta). With
  * has_gamma / has_beta 0 the buffers are placeholders and not read; with
  * has_stats, the row's mean and 1 / sqrt(var + eps) are stored (float32)
  * at mean[mo + row] and rstd[ro + row] when has_stats & 1 and & 2. */
@@ -152,14 +154,17 @@ __kernel void layer_norm_row(__global const S *x, int xo, __global const S *gamm
                              int has_gamma, __global const S *beta, int bo, int has_beta,
                              __global S *y, int yo, int len, float eps,
                              __local F *scratch, __global float *mean_out, int mo,
-                             __global float *rstd_out, int ro, int has_stats) {
+                             __global float *rstd_out, int ro, int has_stats, int rms) {
   int row = get_group_id(0), l = get_local_id(0), n = get_local_size(0);
   int base = row * len;
   x += xo + base;
   y += yo + base;
-  F s = 0.0f;
-  for (int j = l; j < len; j += n) s += LD(x, j);
-  F mean = wg_sum(s, scratch) / (F)len;
+  F mean = 0.0f;
+  if (!rms) {
+    F s = 0.0f;
+    for (int j = l; j < len; j += n) s += LD(x, j);
+    mean = wg_sum(s, scratch) / (F)len;
+  }
   F v = 0.0f;
   for (int j = l; j < len; j += n) {
     F d = LD(x, j) - mean;

@@ -53,6 +53,7 @@ static const op_entry_t ops[] = {
     {"cl.unary.selu", vmcl_op_unary, "selu"},
     {"cl.softmax", vmcl_op_softmax, NULL},
     {"cl.layer_norm", vmcl_op_layer_norm, NULL},
+    {"cl.rms_norm", vmcl_op_layer_norm, "rms"},
     {"cl.reduce.sum", vmcl_op_reduce, "sum"},
     {"cl.reduce.mean", vmcl_op_reduce, "mean"},
     {"cl.reduce.max", vmcl_op_reduce, "max"},

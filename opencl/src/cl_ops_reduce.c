@@ -240,9 +240,13 @@ static vm_status_t stats_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32
 vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                                vm_value_t *out, void *user) {
   vmcl_op_t op;
-  vmcl_op_init(&op, "cl.layer_norm",
-               "(x, gamma|none, beta|none, axis, eps, y[, mean|none, inv_std|none])", args, nargs);
-  if (op.nargs != 6 && op.nargs != 8) {
+  int rms = user != NULL; /* cl.rms_norm: the mean taken as 0, no statistics */
+  vmcl_op_init(&op, rms ? "cl.rms_norm" : "cl.layer_norm",
+               rms ? "(x, gamma|none, beta|none, axis, eps, y)"
+                   : "(x, gamma|none, beta|none, axis, eps, y[, mean|none, inv_std|none])",
+               args, nargs);
+  if (op.nargs != 6 && (op.nargs != 8 || rms)) {
+    if (rms) return vmcl_op_error(&op, "expected 6 arguments %s, got %u", op.usage, op.nargs);
     return vmcl_op_error(&op, "expected 6 or 8 arguments %s, got %u", op.usage, op.nargs);
   }
   vm_tensor_t *x, *gamma, *beta, *y, *mean = NULL, *rstd = NULL;
@@ -321,6 +325,7 @@ vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t
   vmcl_arg_mem(&a, vmcl_tensor_mem(rstd ? rstd : y));
   vmcl_arg_int(&a, rstd ? vmcl_elem_offset(rstd) : 0);
   vmcl_arg_int(&a, (mean ? 1 : 0) | (rstd ? 2 : 0));
+  vmcl_arg_int(&a, rms);
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;

@@ -1201,8 +1201,9 @@ static vm_executable_t *compile_model(mb_t *m) {
  * before opset 17, in five variants: 0 with scale and bias (opset 13, axes
  * attributes): one cl.layer_norm, the eight nodes after the first
  * ReduceMean skipped; 1 without scale and bias (opset 18, axes inputs): six
- * skipped; 2 the centred value also read by the output (another consumer),
- * 3 the mean over axis 0: not rewritten; 4 a scale per row ([N, 1], not the
+ * skipped; 2 the centred value also read by the output (another consumer):
+ * not a layer norm, but from its Pow on an RMS norm of the centred value
+ * (cl.rms_norm, five skipped); 3 the mean over axis 0: not rewritten; 4 a scale per row ([N, 1], not the
  * normalised axis'): the six skipped, Mul and Add run as they are. Every
  * result matches the host. */
 static void layer_norm_chain_case(env_t *e, int variant) {
@@ -1247,7 +1248,8 @@ static void layer_norm_chain_case(env_t *e, int variant) {
   vmcc_tensor_t xin = {VM_F32, 2, {N, L}, x, sizeof(x)};
   float got[N * L];
   compile_run(e, &m, &xin, &rep, got, sizeof(got));
-  assert_int_equal(rep.num_folded, variant == 0 ? 8 : variant == 1 || variant == 4 ? 6 : 0);
+  assert_int_equal(rep.num_folded,
+                   variant == 0 ? 8 : variant == 1 || variant == 4 ? 6 : variant == 2 ? 5 : 0);
   for (int r = 0; r < N; r++)
     for (int i = 0; i < L; i++) {
       double mean = 0, var = 0, d, want;
@@ -1309,6 +1311,103 @@ static void gelu_chain_case(env_t *e, int variant) {
 
 static void test_gelu_rewritten(void **state) {
   for (int v = 0; v < 3; v++) gelu_chain_case(*state, v);
+}
+
+/* RMSNormalization spelled out as T5-style models export it, in three
+ * variants: 0 Mul(x, Div(1, s)) then a scale: one cl.rms_norm, the six
+ * nodes after the Pow skipped; 1 Div(x, s), no scale: four skipped; 2
+ * Div(2, s): not rewritten. Every result matches the host. */
+static void rms_norm_chain_case(env_t *e, int variant) {
+  enum { N = 3, L = 16 };
+  static float x[N * L], g[L];
+  for (int i = 0; i < N * L; i++) x[i] = (float)((i * 5) % 13) * 0.25f - 1.5f;
+  for (int i = 0; i < L; i++) g[i] = 0.75f + 0.125f * (float)i;
+  float two = 2.0f, eps = 1e-6f, num = variant == 2 ? 2.0f : 1.0f;
+  int64_t last = -1;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[2] = {N, L}, ld[1] = {L};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, xd);
+  mb_init_raw(&m, "two", 1, 0, NULL, &two, 4);
+  mb_init_raw(&m, "eps", 1, 0, NULL, &eps, 4);
+  mb_init_raw(&m, "num", 1, 0, NULL, &num, 4);
+  mb_init_raw(&m, "g", 1, 1, ld, g, sizeof(g));
+  mb_node(&m, "Pow", "pow", "x", "two", "p");
+  mb_attr_ints(&m, mb_node(&m, "ReduceMean", "rm", "p", NULL, "v"), "axes", &last, 1);
+  mb_node(&m, "Add", "add", "v", "eps", "ve");
+  mb_node(&m, "Sqrt", "sqrt", "ve", NULL, "s");
+  if (variant == 1) {
+    mb_node(&m, "Div", "div", "x", "s", "y");
+  } else {
+    mb_node(&m, "Div", "div", "num", "s", "r");
+    mb_node(&m, "Mul", "mul", "x", "r", "n");
+    mb_node(&m, "Mul", "mulg", "g", "n", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 2, {N, L}, x, sizeof(x)};
+  float got[N * L];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  assert_int_equal(rep.num_folded, variant == 0 ? 6 : variant == 1 ? 4 : 0);
+  for (int r = 0; r < N; r++) {
+    double ms = 0;
+    for (int k = 0; k < L; k++) ms += (double)x[r * L + k] * x[r * L + k] / L;
+    for (int i = 0; i < L; i++) {
+      double want = x[r * L + i] * (variant == 1 ? 1 : num) / sqrt(ms + eps);
+      if (variant != 1) want *= g[i];
+      double v = got[r * L + i];
+      if (!(fabs(v - want) <= 1e-5 + 1e-4 * fabs(want)))
+        fail_msg("variant %d, [%d, %d]: %.7g, expected %.7g", variant, r, i, v, want);
+    }
+  }
+}
+
+static void test_rms_norm_rewritten(void **state) {
+  for (int v = 0; v < 3; v++) rms_norm_chain_case(*state, v);
+}
+
+/* Gelu (tanh) spelled out as T5-style models export it ("gelu_new"): 0 one
+ * cl.unary.gelu_tanh, the seven nodes after the Mul by 0.5 skipped; 1 a
+ * cubic coefficient of 0.05: not rewritten. Every result matches the
+ * host. */
+static void gelu_tanh_chain_case(env_t *e, int variant) {
+  enum { N = 40 };
+  static float x[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i / 5.0f - 4.0f;
+  float half = 0.5f, three = 3.0f, cub = variant == 1 ? 0.05f : 0.044715f, sq = 0.7978846f,
+        one = 1.0f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[1] = {N};
+  mb_input(&m, "x", 1, xd);
+  mb_output(&m, "y", 1, xd);
+  mb_init_raw(&m, "half", 1, 0, NULL, &half, 4);
+  mb_init_raw(&m, "three", 1, 0, NULL, &three, 4);
+  mb_init_raw(&m, "cub", 1, 0, NULL, &cub, 4);
+  mb_init_raw(&m, "sq", 1, 0, NULL, &sq, 4);
+  mb_init_raw(&m, "one", 1, 0, NULL, &one, 4);
+  mb_node(&m, "Mul", "h", "x", "half", "h");
+  mb_node(&m, "Pow", "pow", "x", "three", "p");
+  mb_node(&m, "Mul", "w", "p", "cub", "w");
+  mb_node(&m, "Add", "v", "x", "w", "v");
+  mb_node(&m, "Mul", "u", "v", "sq", "u");
+  mb_node(&m, "Tanh", "t", "u", NULL, "t");
+  mb_node(&m, "Add", "a", "t", "one", "a");
+  mb_node(&m, "Mul", "y", "h", "a", "y");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 1, {N}, x, sizeof(x)};
+  float got[N];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  assert_int_equal(rep.num_folded, variant == 0 ? 7 : 0);
+  for (int i = 0; i < N; i++) {
+    double v = x[i], want = 0.5 * v * (1 + tanh(sq * (v + cub * v * v * v)));
+    if (!(fabs(got[i] - want) <= 1e-5 + 1e-4 * fabs(want)))
+      fail_msg("variant %d, x %g: %.7g, expected %.7g", variant, v, got[i], want);
+  }
+}
+
+static void test_gelu_tanh_rewritten(void **state) {
+  for (int v = 0; v < 2; v++) gelu_tanh_chain_case(*state, v);
 }
 
 static void test_gelu(void **state) {
@@ -1692,6 +1791,8 @@ int main(void) {
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_layer_norm_rewritten),
       cmocka_unit_test(test_gelu_rewritten),
+      cmocka_unit_test(test_rms_norm_rewritten),
+      cmocka_unit_test(test_gelu_tanh_rewritten),
       cmocka_unit_test(test_qdq_conv_fused),
       cmocka_unit_test(test_recurrent_features),
       cmocka_unit_test(test_einsum_float32),
