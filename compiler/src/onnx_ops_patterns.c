@@ -73,6 +73,23 @@ static onx_value_t *row_const(onx_ctx_t *c, const char *name, uint32_t ndim, int
   return v;
 }
 
+/* From node ip (a Pow by 2), the root mean: ReduceMean over the last axis
+ * (iv), Add of a constant eps in [0, 1) (ie), Sqrt (iq), each alone
+ * reading the one before: 1 when it fits. */
+static int root_mean(size_t ip, onx_ctx_t *c, uint32_t ndim, int64_t *iv, int64_t *ie,
+                     int64_t *iq, double *eps) {
+  const Onnx__GraphProto *g = c->graph;
+  size_t slot;
+  *iv = onx_sole_consumer(c, g->node[ip]->output[0], ip, &slot);
+  if (*iv < 0 || slot != 0 || !mean_of_last(c, g->node[*iv], ndim)) return 0;
+  *ie = next_is(c, g->node[*iv]->output[0], (size_t)*iv, "Add", 2, &slot);
+  if (*ie < 0 || !onx_const_scalar(c, g->node[*ie]->input[1 - slot], ndim, eps) ||
+      !(*eps >= 0 && *eps < 1))
+    return 0;
+  *iq = next_is(c, g->node[*ie]->output[0], (size_t)*ie, "Sqrt", 1, &slot);
+  return *iq >= 0;
+}
+
 vm_status_t onx_layer_norm_chain(onx_ctx_t *c, int *done) {
   *done = 0;
   if (c->sub_depth || !c->skip) return VM_STATUS_OK; /* c->node_idx is a composite's node */
@@ -102,15 +119,9 @@ vm_status_t onx_layer_norm_chain(onx_ctx_t *c, int *done) {
       !onx_const_scalar(c, g->node[ip]->input[1], x->ndim, &k) || k != 2)
     return VM_STATUS_OK;
   /* v = ReduceMean(p, [-1]); e = Add(v, eps); s = Sqrt(e); Div(d, s) */
-  int64_t iv = onx_sole_consumer(c, g->node[ip]->output[0], (size_t)ip, &slot);
-  if (iv < 0 || slot != 0 || !mean_of_last(c, g->node[iv], x->ndim)) return VM_STATUS_OK;
-  int64_t ie = next_is(c, g->node[iv]->output[0], (size_t)iv, "Add", 2, &slot);
+  int64_t iv, ie, iq;
   double eps;
-  if (ie < 0 || !onx_const_scalar(c, g->node[ie]->input[1 - slot], x->ndim, &eps) ||
-      !(eps >= 0 && eps < 1))
-    return VM_STATUS_OK;
-  int64_t iq = next_is(c, g->node[ie]->output[0], (size_t)ie, "Sqrt", 1, &slot);
-  if (iq < 0) return VM_STATUS_OK;
+  if (!root_mean((size_t)ip, c, x->ndim, &iv, &ie, &iq, &eps)) return VM_STATUS_OK;
   int64_t j = next_is(c, g->node[iq]->output[0], (size_t)iq, "Div", 2, &slot);
   if (j != idv || slot != 1) return VM_STATUS_OK;
   /* then maybe * scale and + bias, constants of the last axis' size */
@@ -144,16 +155,10 @@ vm_status_t onx_rms_norm_chain(onx_ctx_t *c, int *done) {
   if (!is_node(pw, "Pow", 2) || !x || x->data || !vm_dtype_equal(x->dt, VM_F32) || x->ndim < 1 ||
       x->dims[x->ndim - 1] < 1 || !onx_const_scalar(c, pw->input[1], x->ndim, &k) || k != 2)
     return VM_STATUS_OK;
-  size_t at = c->node_idx, slot;
-  int64_t iv = onx_sole_consumer(c, pw->output[0], at, &slot);
-  if (iv < 0 || slot != 0 || !mean_of_last(c, g->node[iv], x->ndim)) return VM_STATUS_OK;
-  int64_t ie = next_is(c, g->node[iv]->output[0], (size_t)iv, "Add", 2, &slot);
+  size_t slot;
+  int64_t iv, ie, iq;
   double eps;
-  if (ie < 0 || !onx_const_scalar(c, g->node[ie]->input[1 - slot], x->ndim, &eps) ||
-      !(eps >= 0 && eps < 1))
-    return VM_STATUS_OK;
-  int64_t iq = next_is(c, g->node[ie]->output[0], (size_t)ie, "Sqrt", 1, &slot);
-  if (iq < 0) return VM_STATUS_OK;
+  if (!root_mean(c->node_idx, c, x->ndim, &iv, &ie, &iq, &eps)) return VM_STATUS_OK;
   int64_t id = next_is(c, g->node[iq]->output[0], (size_t)iq, "Div", 2, &slot);
   if (id < 0 || slot != 1) return VM_STATUS_OK;
   int64_t ir = -1, last = id;
