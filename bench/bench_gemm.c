@@ -22,8 +22,13 @@
  *                better, like bench_kernels' gemm_ratio)
  *   gflops       cl.gemm's
  *   tiled8_ms    cl.gemm with VMCL_GEMM=tiled8 (the 8x8 kernels the 6x16
- *                and dot-product ones replaced for float32), in runs
- *                alternating with cl_ms's; speedup = tiled8_ms / cl_ms
+ *                and dot-product ones replaced for float32); it and cl_ms
+ *                are medians of 3 x runs short runs (0.04 s) alternating
+ *                between the two, and speedup is the median of those
+ *                runs' tiled8 / cl ratios (the machine's load drifts)
+ *   cl_cpu_ms, tiled8_cpu_ms, cpu_speedup  the same in CPU time of this
+ *                process (PoCL's worker threads): the work the kernels
+ *                cost, steadier than wall time on a loaded machine
  * and per model the sums over shapes times calls (MODEL_cl_ms,
  * MODEL_openblas_ms, MODEL_ratio, MODEL_tiled8_ms, MODEL_speedup).
  *
@@ -37,11 +42,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vm/vm.h"
 #include "vmcl/vmcl.h"
 
 #define MIN_REPEAT_S 0.2
+#define AB_REPEAT_S 0.04 /* each of the alternating cl.gemm runs */
 
 typedef struct gemm_case {
   const char *name;
@@ -107,21 +114,35 @@ static float *filled(size_t n, int seed) {
   return p;
 }
 
+/* CPU seconds of the process, all threads (PoCL's workers included). */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double g_cpu; /* CPU seconds per call of the last repeat_s */
+
+/* Seconds per call of fn(ctx), repeated for at least min_s; g_cpu gets
+ * the CPU seconds per call. */
+static double repeat_s(void (*fn)(void *), void *ctx, double min_s) {
+  long calls = 0;
+  double t0 = now_s(), c0 = cpu_s(), el;
+  do {
+    fn(ctx);
+    calls++;
+    el = now_s() - t0;
+  } while (el < min_s);
+  g_cpu = (cpu_s() - c0) / (double)calls;
+  return el / (double)calls;
+}
+
 /* Times fn(ctx) repeated for MIN_REPEAT_S, runs times: the median per call. */
 static double timed(int runs, void (*fn)(void *), void *ctx) {
   fn(ctx); /* warm-up: builds, first touches */
   double *t = calloc((size_t)runs, sizeof(double));
   if (!t) exit(1);
-  for (int r = 0; r < runs; r++) {
-    long calls = 0;
-    double t0 = now_s(), el;
-    do {
-      fn(ctx);
-      calls++;
-      el = now_s() - t0;
-    } while (el < MIN_REPEAT_S);
-    t[r] = el / (double)calls;
-  }
+  for (int r = 0; r < runs; r++) t[r] = repeat_s(fn, ctx, MIN_REPEAT_S);
   double m = median(t, runs);
   free(t);
   return m;
@@ -188,7 +209,9 @@ int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 5;
   if (runs < 1) runs = 1;
   const char *only = argc > 2 ? argv[2] : NULL;
-  double blas[NCASES], cl[NCASES], cl8[NCASES];
+  double blas[NCASES], cl[NCASES], cl8[NCASES], ratio8[NCASES];
+  double cpu[NCASES], cpu8[NCASES], ratio8_cpu[NCASES];
+  int ab_runs = 3 * runs; /* short ones */
   int keep[NCASES];
   for (size_t i = 0; i < NCASES; i++) {
     keep[i] = !only || strstr(CASES[i].name, only) != NULL;
@@ -219,19 +242,38 @@ int main(int argc, char **argv) {
     x.args[4] = vm_value_float(1.0);
     x.args[5] = vm_value_float(0.0);
     x.args[6] = tensor(x.dev, al, c->batch, c->m, c->n, 2);
-    /* the two kernels in alternating runs, so that load changes hit both */
-    double *t8 = calloc((size_t)runs, sizeof(double)), *t6 = calloc((size_t)runs, sizeof(double));
-    if (!t8 || !t6) return 1;
-    for (int r = 0; r < runs; r++) {
-      x.legacy = r % 2;
-      (x.legacy ? t8 : t6)[r] = timed(1, cl_call, &x);
-      x.legacy = !x.legacy;
-      (x.legacy ? t8 : t6)[r] = timed(1, cl_call, &x);
+    /* the two kernels in alternating short runs, the order flipping each
+     * run, so that load changes hit both; speedup is the median of the
+     * runs' ratios */
+    double *t8 = calloc((size_t)ab_runs, sizeof(double)), *t6 = calloc((size_t)ab_runs, sizeof(double));
+    double *q = calloc((size_t)ab_runs, sizeof(double)), *qc = calloc((size_t)ab_runs, sizeof(double));
+    double *c8 = calloc((size_t)ab_runs, sizeof(double)), *c6 = calloc((size_t)ab_runs, sizeof(double));
+    if (!t8 || !t6 || !q || !qc || !c8 || !c6) return 1;
+    for (int legacy = 0; legacy < 2; legacy++) { /* warm-up: builds */
+      x.legacy = legacy;
+      cl_call(&x);
     }
-    cl[i] = median(t6, runs);
-    cl8[i] = median(t8, runs);
+    for (int r = 0; r < ab_runs; r++) {
+      for (int h = 0; h < 2; h++) {
+        x.legacy = (r + h) % 2;
+        (x.legacy ? t8 : t6)[r] = repeat_s(cl_call, &x, AB_REPEAT_S);
+        (x.legacy ? c8 : c6)[r] = g_cpu;
+      }
+      q[r] = t8[r] / t6[r];
+      qc[r] = c8[r] / c6[r];
+    }
+    cpu[i] = median(c6, ab_runs);
+    cpu8[i] = median(c8, ab_runs);
+    ratio8_cpu[i] = median(qc, ab_runs);
+    free(c8);
+    free(c6);
+    free(qc);
+    cl[i] = median(t6, ab_runs);
+    cl8[i] = median(t8, ab_runs);
+    ratio8[i] = median(q, ab_runs);
     free(t8);
     free(t6);
+    free(q);
     vm_value_release(&x.args[0]);
     vm_value_release(&x.args[1]);
     vm_value_release(&x.args[6]);
@@ -248,10 +290,11 @@ int main(int argc, char **argv) {
     printf(
         "%s\"%s\": {\"batch\": %d, \"m\": %d, \"n\": %d, \"k\": %d, \"ta\": %d, \"tb\": %d, "
         "\"calls\": %d, \"cl_ms\": %.4f, \"openblas_ms\": %.4f, \"ratio\": %.3f, "
-        "\"gflops\": %.2f, \"tiled8_ms\": %.4f, \"speedup\": %.3f}",
+        "\"gflops\": %.2f, \"tiled8_ms\": %.4f, \"speedup\": %.3f, \"cl_cpu_ms\": %.4f, "
+        "\"tiled8_cpu_ms\": %.4f, \"cpu_speedup\": %.3f}",
         first ? "" : ", ", c->name, c->batch, c->m, c->n, c->k, c->ta, c->tb, c->calls,
         cl[i] * 1e3, blas[i] * 1e3, blas[i] / cl[i], fl / cl[i] * 1e-9, cl8[i] * 1e3,
-        cl8[i] / cl[i]);
+        ratio8[i], cpu[i] * 1e3, cpu8[i] * 1e3, ratio8_cpu[i]);
     first = 0;
     for (int m = 0; m < 4; m++) {
       if (strncmp(c->name, models[m], strlen(models[m])) == 0) {
