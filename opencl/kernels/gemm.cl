@@ -9,6 +9,9 @@
  * runs a work-group as a loop on one core, so an 8x8 group (a 64x64 tile
  * of C) keeps its panels of A and B hot in L1/L2; measured on PoCL here it
  * reaches about half of OpenBLAS, where untuned CLBlast reaches ~13%.
+ * The host uses these 8x8 kernels for float16, float64 and both operands
+ * transposed; float32 takes gemm6_* (6x16 blocks) or gemmd_nt (4x3 blocks
+ * of dot products) below.
  *
  * The host may launch it over chunks of K (beta = 1 after the first; see
  * cl_ops_gemm.c) to keep B strips cached for power-of-two row strides.

@@ -9,7 +9,8 @@
  *    without cl_khr_fp16 (CLBlast's Hgemm needs it; the kernel only reads
  *    and writes halves).
  * The environment variable VMCL_GEMM=clblast|tiled overrides the choice
- * (benchmarks and tests use it to compare the two on one device).
+ * (benchmarks and tests use it to compare the two on one device; tiled8:
+ * the kernel's 8x8 blocks for every shape, see gemm_legacy).
  *
  * CLBlast is opened on the first GEMM that wants it, not linked: an idle
  * agent then carries neither it nor the C++ runtime it needs (~4.6 MiB).
@@ -212,23 +213,16 @@ static int gemm_legacy(void) {
 }
 
 /* Work-group shape over blocks (n0 blocks of columns, n1 of rows, per
- * batch entry): 8x8 blocks where the product has many of them (a tile of
- * C whose panels of A and B stay cached while the group runs on one core),
- * halved, columns first, until the launch has at least 8 groups, so both
- * cores (PoCL runs whole groups on one thread) get work for small M. */
+ * batch entry): 8x8 blocks (a tile of C whose panels of A and B stay
+ * cached while the group runs on one core), or, with shrink, 2x2 where
+ * 8x8 would make fewer than 8 groups, so that both cores (PoCL runs whole
+ * groups on one thread) get work for small M and N. Only these two: PoCL
+ * compiles a kernel once per work-group size. */
 static void gemm_local(size_t n0, size_t n1, size_t batch, size_t lmax, int shrink,
                        size_t local[3]) {
-  size_t l0 = 8, l1 = 8;
-  while (l0 * l1 > lmax && (l0 > 1 || l1 > 1)) {
-    if (l0 >= l1) l0 /= 2;
-    else l1 /= 2;
-  }
-  for (;;) {
-    size_t groups = (n0 + l0 - 1) / l0 * ((n1 + l1 - 1) / l1) * batch;
-    if (!shrink || groups >= 8 || (l0 == 1 && l1 == 1)) break;
-    if (l0 >= l1 && l0 > 1) l0 /= 2;
-    else l1 /= 2;
-  }
+  size_t l0 = lmax < 8 ? lmax : 8, l1 = lmax / l0 < 8 ? lmax / l0 : 8;
+  size_t groups = (n0 + l0 - 1) / l0 * ((n1 + l1 - 1) / l1) * batch;
+  if (shrink && groups < 8 && l0 >= 2 && l1 >= 2) l0 = l1 = 2;
   local[0] = l0;
   local[1] = l1;
   local[2] = 1;
