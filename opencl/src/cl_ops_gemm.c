@@ -9,7 +9,8 @@
  *    without cl_khr_fp16 (CLBlast's Hgemm needs it; the kernel only reads
  *    and writes halves).
  * The environment variable VMCL_GEMM=clblast|tiled overrides the choice
- * (benchmarks and tests use it to compare the two on one device).
+ * (benchmarks and tests use it to compare the two on one device; tiled8:
+ * the kernel's 8x8 blocks for every shape, see gemm_legacy).
  *
  * CLBlast is opened on the first GEMM that wants it, not linked: an idle
  * agent then carries neither it nor the C++ runtime it needs (~4.6 MiB).
@@ -89,7 +90,7 @@ static int gemm_backend(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt) {
   if (vm_dtype_equal(dt, VM_F64)) return GEMM_TILED; /* gemm_clblast serves float32/16 */
   const char *env = getenv("VMCL_GEMM");
   if (env && strcmp(env, "clblast") == 0) return GEMM_CLBLAST_FORCED;
-  if (env && strcmp(env, "tiled") == 0) return GEMM_TILED;
+  if (env && (strcmp(env, "tiled") == 0 || strcmp(env, "tiled8") == 0)) return GEMM_TILED;
   cl_device_type type = 0;
   if (clGetDeviceInfo(d->device, CL_DEVICE_TYPE, sizeof(type), &type, NULL) != CL_SUCCESS) {
     return GEMM_CLBLAST;
@@ -203,24 +204,61 @@ static vm_status_t gemm_vector(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t 
   return st;
 }
 
+/* VMCL_GEMM=tiled8: the kernels and launch shape before the 6x16 blocks
+ * (8x8 blocks in 8x8 groups for every shape), for bench/bench_gemm to
+ * compare the two in one run. */
+static int gemm_legacy(void) {
+  const char *env = getenv("VMCL_GEMM");
+  return env && strcmp(env, "tiled8") == 0;
+}
+
+/* Work-group shape over blocks (n0 blocks of columns, n1 of rows, per
+ * batch entry): 8x8 blocks (a tile of C whose panels of A and B stay
+ * cached while the group runs on one core), or, with shrink, 2x2 where
+ * 8x8 would make fewer than 8 groups, so that both cores (PoCL runs whole
+ * groups on one thread) get work for small M and N. Only these two: PoCL
+ * compiles a kernel once per work-group size. */
+static void gemm_local(size_t n0, size_t n1, size_t batch, size_t lmax, int shrink,
+                       size_t local[3]) {
+  size_t l0 = lmax < 8 ? lmax : 8, l1 = lmax / l0 < 8 ? lmax / l0 : 8;
+  size_t groups = (n0 + l0 - 1) / l0 * ((n1 + l1 - 1) / l1) * batch;
+  if (shrink && groups < 8 && l0 >= 2 && l1 >= 2) l0 = l1 = 2;
+  local[0] = l0;
+  local[1] = l1;
+  local[2] = 1;
+}
+
 vm_status_t vmcl_gemm_tiled(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt, cl_mem A,
                             int64_t ao, cl_mem B, int64_t bo, cl_mem C, int64_t co, float alpha,
                             float beta) {
   if (g->m == 1 && (!g->ta || g->lda == 1))
     return gemm_vector(d, g, dt, A, ao, B, bo, C, co, alpha, beta);
   static const char *const names[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
+  int legacy = gemm_legacy();
+  /* float32: 6x16 blocks with B not transposed, 4x3 blocks of dot
+   * products with only B transposed; 8x8 blocks otherwise */
+  int f32 = !legacy && vm_dtype_equal(dt, VM_F32);
+  const char *name = names[g->ta][g->tb];
+  int64_t bm = 8, bn = 8;
+  if (f32 && !g->tb) {
+    name = g->ta ? "gemm6_tn" : "gemm6_nn";
+    bm = 6;
+    bn = 16;
+  } else if (f32 && !g->ta) {
+    name = "gemmd_nt";
+    bm = 4;
+    bn = 3;
+  }
   int chunked = vm_dtype_equal(dt, VM_F32) && g->k > GEMM_CHUNK_MIN_K;
   int64_t kc = chunked ? GEMM_K_CHUNK : (g->k > 0 ? g->k : 1);
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(dt), names[g->ta][g->tb], &k);
+  st = vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(dt), name, &k);
   if (st) goto done;
-  /* 8x8 work-items of 8x8 blocks: a 64x64 tile of C per group */
-  size_t l = vmcl_local_size(d, k, 64);
-  size_t l0 = l < 8 ? l : 8;
-  size_t local[3] = {l0, l / l0, 1};
-  size_t g0 = (size_t)(g->n + 7) / 8, g1 = (size_t)(g->m + 7) / 8;
+  size_t g0 = (size_t)((g->n + bn - 1) / bn), g1 = (size_t)((g->m + bm - 1) / bm);
+  size_t local[3];
+  gemm_local(g0, g1, (size_t)g->batch, vmcl_local_size(d, k, 64), !legacy, local);
   size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
                       (g1 + local[1] - 1) / local[1] * local[1], (size_t)g->batch};
   /* one launch per chunk of K (a single one unless chunked; K = 0 still

@@ -69,6 +69,54 @@ static const tops_gemm_case_t gemm_cases[] = {
     {3, 0, 1, 16, 9, 0, 0, 1.0f, 0.0f},
 };
 
+/* float32 with B not transposed runs gemm.cl's 6x16 blocks (gemm6_nn,
+ * gemm6_tn): M off the 6 rows (rows past M clamped), N with the low half
+ * of the last block partial (9, 45), only the high half partial (17, 30,
+ * 120), exactly 16 and 32; K of 1, odd, and past the chunk of 512; small
+ * M with many column blocks (the work-groups shrink to give both cores
+ * work); batches, broadcast operands, alpha and beta. With only B
+ * transposed, gemmd_nt's 4x3 blocks of dot products: M off 4, N off 3, K
+ * below 8, off 8 (the scalar tail) and chunked. Each case also runs with
+ * VMCL_GEMM=tiled8 (the 8x8 kernels) in test_gemm_tiled8. */
+static const tops_gemm_case_t blocked_cases[] = {
+    {0, 0, 2, 9, 1, 0, 0, 1.0f, 0.0f},
+    {0, 0, 6, 16, 7, 0, 0, 1.0f, 0.0f},
+    {0, 0, 7, 17, 37, 0, 0, 1.0f, 0.0f},
+    {0, 0, 13, 30, 5, 1, 0, 0.5f, 2.0f},
+    {0, 0, 32, 384, 96, 0, 0, 1.0f, 0.0f}, /* a transformer's projection, 32 tokens */
+    {0, 0, 40, 120, 120, 0, 0, -1.0f, 1.0f},
+    {0, 0, 40, 45, 33, 1, 0, 1.0f, 0.0f},
+    {0, 0, 97, 32, 700, 0, 0, 1.0f, 0.5f}, /* K in chunks */
+    {0, 0, 31, 17, 600, 1, 0, 2.0f, 0.0f},
+    {12, 12, 32, 32, 32, 0, 0, 1.0f, 0.0f}, /* attention's PV over 12 heads */
+    {3, 0, 11, 33, 19, 1, 0, 1.0f, 0.25f},
+    {0, 4, 5, 18, 3, 0, 0, 1.0f, 0.0f},
+    {0, 0, 2, 2, 3, 0, 1, 1.0f, 0.0f},
+    {0, 0, 5, 7, 8, 0, 1, 1.0f, 0.0f},
+    {0, 0, 9, 10, 21, 0, 1, 0.5f, 2.0f},
+    {12, 12, 32, 32, 32, 0, 1, 0.125f, 0.0f}, /* attention's Q K^T */
+    {0, 0, 40, 121, 120, 0, 1, 1.0f, 1.0f},
+    {0, 0, 33, 14, 700, 0, 1, 1.0f, 0.0f},
+    {3, 0, 7, 5, 19, 0, 1, -1.0f, 0.0f},
+    {0, 3, 7, 5, 19, 0, 1, 1.0f, 0.5f},
+};
+
+static void test_gemm_blocked(void **state) {
+  tops_env_t *e = *state;
+  for (size_t i = 0; i < sizeof(blocked_cases) / sizeof(blocked_cases[0]); i++) {
+    tops_check_gemm(e, VM_F32, &blocked_cases[i]);
+  }
+}
+
+static void test_gemm_tiled8(void **state) {
+  tops_env_t *e = *state;
+  setenv("VMCL_GEMM", "tiled8", 1);
+  for (size_t i = 0; i < sizeof(blocked_cases) / sizeof(blocked_cases[0]); i++) {
+    tops_check_gemm(e, VM_F32, &blocked_cases[i]);
+  }
+  unsetenv("VMCL_GEMM");
+}
+
 static void test_gemm_tiled(void **state) {
   tops_env_t *e = *state;
   setenv("VMCL_GEMM", "tiled", 1);
@@ -629,7 +677,8 @@ static void test_machine_model(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gemm_tiled),       cmocka_unit_test(test_gemm_f16),
+      cmocka_unit_test(test_gemm_tiled),       cmocka_unit_test(test_gemm_blocked),
+      cmocka_unit_test(test_gemm_tiled8),      cmocka_unit_test(test_gemm_f16),
       cmocka_unit_test(test_gemm_errors),      cmocka_unit_test(test_conv2d),
       cmocka_unit_test(test_conv2d_depthwise), cmocka_unit_test(test_conv2d_errors),
       cmocka_unit_test(test_conv2d_epilogue),  cmocka_unit_test(test_pool2d),
