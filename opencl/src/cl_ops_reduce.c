@@ -190,9 +190,8 @@ vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t na
    * rows enough for every core (cpu_items_suffice): there a work-group's
    * barriers run as separate loops, so softmax_col's work-item per row
    * (inner 1) is faster (bench_kernels' softmax figures; VMCL_SOFTMAX=group
-   * keeps the work-groups, for that comparison). */
-  const char *env = getenv("VMCL_SOFTMAX");
-  int row = inner == 1 && !((!env || strcmp(env, "group") != 0) && cpu_items_suffice(d, outer));
+   * when the device is opened keeps the work-groups, for that comparison). */
+  int row = inner == 1 && !(!d->softmax_groups && cpu_items_suffice(d, outer));
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
