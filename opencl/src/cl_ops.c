@@ -100,8 +100,12 @@ static const op_entry_t ops[] = {
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {
   if (!reg) return vm_status_make(VM_INVALID_ARGUMENT, "vmcl_register_ops: no registry");
   for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
-    /* the user pointer is only read: the table is static */
-    VM_RETURN_IF_ERROR(vm_registry_add(reg, ops[i].name, ops[i].fn, (void *)ops[i].user));
+    /* the user pointer is only read: the table is static. The elementwise
+     * operators take their full name, which their messages use (the
+     * operation is its last part): nothing is formatted per call. */
+    const char *user = ops[i].fn == vmcl_op_binary || ops[i].fn == vmcl_op_unary ? ops[i].name
+                                                                                  : ops[i].user;
+    VM_RETURN_IF_ERROR(vm_registry_add(reg, ops[i].name, ops[i].fn, (void *)user));
   }
   return vmcl_register_kernel_op(reg);
 }
