@@ -235,8 +235,8 @@ static void test_softmax(void **state) {
   check_softmax(e, VM_F32, 3, DIMS(7, 13, 5), 1, -3, 3);  /* columns */
   check_softmax(e, VM_F32, 3, DIMS(7, 13, 5), 0, -3, 3);
   check_softmax(e, VM_F32, 2, DIMS(3, 3001), 1, -3, 3); /* long rows, 256-wide groups */
-  /* rows for every core: a work-item per row on CPU devices, and the same
-   * with the work-groups forced */
+  /* rows for every core: a work-item per row on CPU devices (the same with
+   * the work-groups forced: test_softmax_groups_read_at_open) */
   check_softmax(e, VM_F32, 2, DIMS(300, 197), -1, -3, 3);
   /* large magnitudes: exp would overflow without subtracting the max */
   check_softmax(e, VM_F32, 2, DIMS(5, 17), -1, -1000, 1000);
