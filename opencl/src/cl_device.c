@@ -209,6 +209,9 @@ static vm_status_t vmcl_read_fp64(vmcl_dev_t *d) {
     cfg = 0;
   const char *env = getenv("VMCL_FP64");
   d->fp64 = listed && cfg != 0 && !(env && strcmp(env, "off") == 0);
+  /* the operators' other switches, read here once rather than per call */
+  env = getenv("VMCL_SOFTMAX");
+  d->softmax_groups = env && strcmp(env, "group") == 0;
   return VM_STATUS_OK;
 }
 

@@ -55,6 +55,9 @@ typedef struct vmcl_dev {
   pthread_mutex_t lock;
   cl_device_type type;
   int fp64; /* double arithmetic available (cl_khr_fp64; vmcl_read_fp64) */
+  /* VMCL_SOFTMAX=group when the device was opened: cl.softmax keeps a
+   * work-group per row on CPU devices (read once, not per call) */
+  int softmax_groups;
   /* carried-kernel policy (vmcl_set_kernel_policy) */
   char *kernels_denied; /* NULL: allowed; else why not */
   uint32_t kernel_timeout_ms;

@@ -101,8 +101,14 @@ static const op_entry_t ops[] = {
 vm_status_t vmcl_register_ops(vm_registry_t *reg) {
   if (!reg) return vm_status_make(VM_INVALID_ARGUMENT, "vmcl_register_ops: no registry");
   for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
-    /* the user pointer is only read: the table is static */
-    VM_RETURN_IF_ERROR(vm_registry_add(reg, ops[i].name, ops[i].fn, (void *)ops[i].user));
+    /* the user pointer is only read: the table is static. The elementwise
+     * and reduction operators take their full name, which their messages
+     * use (the operation is its last part): nothing is formatted per call. */
+    vm_packed_fn fn = ops[i].fn;
+    int named = fn == vmcl_op_binary || fn == vmcl_op_unary || fn == vmcl_op_reduce ||
+                fn == vmcl_op_argmax;
+    const char *user = named ? ops[i].name : ops[i].user;
+    VM_RETURN_IF_ERROR(vm_registry_add(reg, ops[i].name, ops[i].fn, (void *)user));
   }
   return vmcl_register_kernel_op(reg);
 }

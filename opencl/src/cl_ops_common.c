@@ -121,6 +121,19 @@ vm_status_t vmcl_op_arity(const vmcl_op_t *op, uint32_t min, uint32_t max) {
                        op->nargs);
 }
 
+void vmcl_join(char *buf, size_t len, const char *a, const char *b, const char *c, const char *d) {
+  const char *parts[4] = {a, b, c, d};
+  size_t n = 0;
+  if (len == 0) return;
+  for (int i = 0; i < 4; i++) {
+    size_t k = strlen(parts[i]);
+    if (k > len - 1 - n) k = len - 1 - n;
+    memcpy(buf + n, parts[i], k);
+    n += k;
+  }
+  buf[n] = '\0';
+}
+
 char *vmcl_shape_str(const int64_t *shape, uint32_t ndim, char *buf, size_t len) {
   size_t n = 0;
   if (len == 0) return buf;
@@ -178,7 +191,7 @@ static vm_status_t check_tensor(vmcl_op_t *op, uint32_t idx, const char *what, v
   }
   if (!op->dev) {
     op->dev = dev;
-    snprintf(op->dev_what, sizeof(op->dev_what), "%s", what);
+    vmcl_join(op->dev_what, sizeof(op->dev_what), what, "", "", "");
     op->d = d;
   }
   return VM_STATUS_OK;

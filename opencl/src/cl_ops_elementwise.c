@@ -13,9 +13,8 @@
 
 vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
-  const char *opname = user;
-  char name[32];
-  snprintf(name, sizeof(name), "cl.binary.%s", opname);
+  const char *name = user; /* "cl.binary.add" (vmcl_register_ops) */
+  const char *opname = strrchr(name, '.') + 1;
   vmcl_op_t op;
   vmcl_op_init(&op, name, "(a, b, c)", args, nargs);
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 3, 3));
@@ -77,8 +76,8 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     vmcl_collapse(&it, 2);
   }
   char kname[48];
-  snprintf(kname, sizeof(kname), "%s%s_%s_%s", is_int ? "i" : "", cmp ? "cmp" : "binary", opname,
-           vec ? "vec" : "nd");
+  vmcl_join(kname, sizeof(kname), is_int ? "i" : "", cmp ? "cmp_" : "binary_", opname,
+            vec ? "_vec" : "_nd");
   char iopts[48];
   if (is_int) vmcl_int_options(a->dtype, iopts, sizeof(iopts));
   cl_kernel k;
@@ -150,9 +149,8 @@ static int64_t int_bound(double v, int64_t lo, int64_t hi, int up) {
 
 vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                           void *user) {
-  const char *opname = user;
-  char name[32];
-  snprintf(name, sizeof(name), "cl.unary.%s", opname);
+  const char *name = user; /* "cl.unary.relu" (vmcl_register_ops) */
+  const char *opname = strrchr(name, '.') + 1;
   const unary_attrs_t *ua = NULL;
   for (size_t i = 0; i < sizeof(unary_attr_table) / sizeof(unary_attr_table[0]); i++) {
     if (strcmp(unary_attr_table[i].op, opname) == 0) ua = &unary_attr_table[i];
@@ -181,13 +179,14 @@ vm_status_t vmcl_op_unary(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   if (n == 0) return VM_STATUS_OK;
   /* integer clip (intops.cl) takes the bounds as the dtype's integers: lo
    * rounds up, hi down; uint64 past int64 is all ones once the kernel casts */
-  char opts[48], kname[48];
+  char iopts[48], kname[48];
+  const char *opts = vmcl_float_options(x->dtype);
   if (int_clip) {
-    vmcl_int_options(x->dtype, opts, sizeof(opts));
-    snprintf(kname, sizeof(kname), "iunary_clip");
+    vmcl_int_options(x->dtype, iopts, sizeof(iopts));
+    opts = iopts;
+    vmcl_join(kname, sizeof(kname), "iunary_clip", "", "", "");
   } else {
-    snprintf(opts, sizeof(opts), "%s", vmcl_float_options(x->dtype));
-    snprintf(kname, sizeof(kname), "unary_%s", opname);
+    vmcl_join(kname, sizeof(kname), "unary_", opname, "", "");
   }
   vmcl_dev_t *d = op.d;
   cl_kernel k;

@@ -157,6 +157,10 @@ vm_status_t vmcl_op_copyable(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t
 vm_status_t vmcl_value_pattern(const vmcl_op_t *op, uint32_t vidx, vm_dtype_t dt, uint32_t yidx,
                                uint8_t *pattern, size_t *size);
 
+/* a, b, c and d joined into buf (cut to fit, always terminated): a kernel's
+ * name made on every call, without formatting. */
+void vmcl_join(char *buf, size_t len, const char *a, const char *b, const char *c, const char *d);
+
 /* "[2, 3, 4]" into buf (always terminated); returns buf. */
 char *vmcl_shape_str(const int64_t *shape, uint32_t ndim, char *buf, size_t len);
 

@@ -69,7 +69,7 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
                        : kind == VMCL_REDUCE_PROD ? "prod"
                                                   : "sum";
   char kname[40];
-  snprintf(kname, sizeof(kname), "reduce_%s_%s", opname, group ? "group" : "item");
+  vmcl_join(kname, sizeof(kname), "reduce_", opname, group ? "_group" : "_item", "");
   double scale = 1.0;
   if (kind == VMCL_REDUCE_MEAN) scale = rcount ? 1.0 / (double)rcount : NAN;
 
@@ -106,9 +106,8 @@ done:
 
 vm_status_t vmcl_op_reduce(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
-  const char *opname = user;
-  char name[32];
-  snprintf(name, sizeof(name), "cl.reduce.%s", opname);
+  const char *name = user; /* "cl.reduce.sum" (vmcl_register_ops) */
+  const char *opname = strrchr(name, '.') + 1;
   vmcl_op_t op;
   vmcl_op_init(&op, name, "(x, axes, keepdims, y)", args, nargs);
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 4, 4));
@@ -190,9 +189,8 @@ vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t na
    * rows enough for every core (cpu_items_suffice): there a work-group's
    * barriers run as separate loops, so softmax_col's work-item per row
    * (inner 1) is faster (bench_kernels' softmax figures; VMCL_SOFTMAX=group
-   * keeps the work-groups, for that comparison). */
-  const char *env = getenv("VMCL_SOFTMAX");
-  int row = inner == 1 && !((!env || strcmp(env, "group") != 0) && cpu_items_suffice(d, outer));
+   * when the device is opened keeps the work-groups, for that comparison). */
+  int row = inner == 1 && !(!d->softmax_groups && cpu_items_suffice(d, outer));
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
@@ -338,9 +336,8 @@ done:
 
 vm_status_t vmcl_op_argmax(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
-  const char *opname = user;
-  char name[32];
-  snprintf(name, sizeof(name), "cl.%s", opname);
+  const char *name = user; /* "cl.argmax" (vmcl_register_ops) */
+  const char *opname = strrchr(name, '.') + 1;
   vmcl_op_t op;
   vmcl_op_init(&op, name, "(x, axis, keepdims, select_last_index, y)", args, nargs);
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 5, 5));

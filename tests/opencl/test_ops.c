@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "cl_internal.h"
 #include "helper_ref.h"
 #include "test_util.h"
 #include "vm/vm.h"
@@ -234,18 +235,35 @@ static void test_softmax(void **state) {
   check_softmax(e, VM_F32, 3, DIMS(7, 13, 5), 1, -3, 3);  /* columns */
   check_softmax(e, VM_F32, 3, DIMS(7, 13, 5), 0, -3, 3);
   check_softmax(e, VM_F32, 2, DIMS(3, 3001), 1, -3, 3); /* long rows, 256-wide groups */
-  /* rows for every core: a work-item per row on CPU devices, and the same
-   * with the work-groups forced */
+  /* rows for every core: a work-item per row on CPU devices (the same with
+   * the work-groups forced: test_softmax_groups_read_at_open) */
   check_softmax(e, VM_F32, 2, DIMS(300, 197), -1, -3, 3);
-  setenv("VMCL_SOFTMAX", "group", 1);
-  check_softmax(e, VM_F32, 2, DIMS(300, 197), -1, -3, 3);
-  unsetenv("VMCL_SOFTMAX");
   /* large magnitudes: exp would overflow without subtracting the max */
   check_softmax(e, VM_F32, 2, DIMS(5, 17), -1, -1000, 1000);
   check_softmax(e, VM_F32, 2, DIMS(5, 17), 0, -1000, 1000);
   check_softmax(e, VM_F32, 1, DIMS(1), 0, -3, 3);
   check_softmax(e, VM_F32, 2, DIMS(0, 4), 1, -3, 3);
   check_softmax(e, VM_F16, 2, DIMS(9, 33), -1, -3, 3);
+}
+
+/* VMCL_SOFTMAX=group is read when a device opens, not per call: a device
+ * opened with it keeps the work-groups (and computes the same softmax)
+ * after the variable is gone; the device opened without it never takes it
+ * up, however the environment changes later. */
+static void test_softmax_groups_read_at_open(void **state) {
+  tops_env_t *e = *state;
+  assert_int_equal(vmcl_get(e->dev)->softmax_groups, 0);
+  setenv("VMCL_SOFTMAX", "group", 1);
+  tops_env_t *g = NULL;
+  int rc = tops_setup((void **)&g);
+  assert_int_equal(vmcl_get(e->dev)->softmax_groups, 0);
+  unsetenv("VMCL_SOFTMAX");
+  assert_int_equal(rc, 0);
+  assert_int_equal(vmcl_get(g->dev)->softmax_groups, 1);
+  check_softmax(g, VM_F32, 2, DIMS(300, 197), -1, -3, 3);
+  check_softmax(g, VM_F32, 3, DIMS(7, 13, 5), -1, -3, 3);
+  assert_int_equal(vmcl_get(g->dev)->softmax_groups, 1);
+  assert_int_equal(tops_teardown((void **)&g), 0);
 }
 
 static void check_layer_norm(tops_env_t *e, vm_dtype_t dt, uint32_t nd, const int64_t *dims,
@@ -779,6 +797,7 @@ int main(void) {
       cmocka_unit_test(test_binary_nan_inplace),
       cmocka_unit_test(test_unary_ops),
       cmocka_unit_test(test_softmax),
+      cmocka_unit_test(test_softmax_groups_read_at_open),
       cmocka_unit_test(test_layer_norm),
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_transpose),
