@@ -650,13 +650,11 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   if (nhwc >= 0) {
     c->fused = 1;
     if (back >= 0) return onx_bind_named(c, c->graph->node[back]->output[0], y, 4, yd);
-    /* once to NHWC, after the folded bias, batch norm and Relu */
+    /* to NHWC after the folded bias, batch norm and Relu, left pending
+     * (onnx_layout.c): a residual Add and Relu run before it, a Transpose
+     * back to NCHW cancels it */
     static const int64_t perm[4] = {0, 2, 3, 1};
-    int64_t td[4] = {yd[0], yd[2], yd[3], yd[1]};
-    int32_t yt = new_t(c, x->dt, 4, td);
-    vmcc_arg_t ta[3] = {A(y), vmcc_graph_ints(c->g, 4, perm), A(yt)};
-    call(c, "cl.transpose", 3, ta);
-    return onx_bind_named(c, c->graph->node[nhwc]->output[0], yt, 4, td);
+    return onx_def_transposed(c, c->graph->node[nhwc]->output[0], y, 4, perm);
   }
   int64_t last = ep.last >= 0 ? ep.last : bn;
   if (last >= 0) {

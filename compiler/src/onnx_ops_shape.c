@@ -202,10 +202,8 @@ vm_status_t onx_op_transpose(onx_ctx_t *c) {
     }
     return onx_def_const(c, 0, x->dt, x->ndim, od, d);
   }
-  int32_t y = new_t(c, x->dt, x->ndim, od);
-  vmcc_arg_t a[3] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, (uint32_t)n, perm), A(y)};
-  call(c, "cl.transpose", 3, a);
-  return onx_bind_out(c, 0, y, x->ndim, od);
+  /* left pending: it may cancel with another or move past elementwise ops */
+  return onx_lt_transpose(c, x, perm);
 }
 
 vm_status_t onx_op_concat(onx_ctx_t *c) {
