@@ -16,33 +16,81 @@
 /* At most this many elements of a constant are permuted on the host. */
 #define LT_MAX_CONST_ELEMS (1 << 20)
 
-int onx_lt_active(const onx_ctx_t *c, const onx_value_t *v) {
+int onx_lt_pending(const onx_ctx_t *c, const onx_value_t *v) {
   return v->lt_g && v->lt_g == c->g && !v->data && !v->expr && !v->qdq && v->lt_src >= 0;
 }
 
-int32_t onx_lt_emit(onx_ctx_t *c, onx_value_t *v) {
-  if (!onx_lt_active(c, v)) return -1; /* materialised before its graph was left */
-  int64_t perm[MAXD];
-  for (uint32_t i = 0; i < v->ndim; i++) perm[i] = v->lt_perm[i];
-  int32_t y = new_t(c, v->dt, v->ndim, v->dims);
+int onx_lt_active(const onx_ctx_t *c, const onx_value_t *v) {
+  return onx_lt_pending(c, v) && !v->lt_pad;
+}
+
+static int is_identity(uint32_t n, const int64_t *perm) {
+  for (uint32_t i = 0; i < n; i++)
+    if (perm[i] != (int64_t)i) return 0;
+  return 1;
+}
+
+int32_t onx_lt_inner(onx_ctx_t *c, onx_value_t *v) {
+  if (!onx_lt_pending(c, v)) return -1;
+  int64_t perm[MAXD], d[MAXD];
+  const int64_t *sd = vmcc_graph_shape(c->g, v->lt_src);
+  for (uint32_t i = 0; i < v->ndim; i++) {
+    perm[i] = v->lt_perm[i];
+    d[i] = sd[perm[i]];
+  }
+  if (is_identity(v->ndim, perm)) return v->lt_src;
+  int32_t y = new_t(c, v->dt, v->ndim, d);
   vmcc_arg_t a[3] = {A(v->lt_src), vmcc_graph_ints(c->g, v->ndim, perm), A(y)};
   call(c, "cl.transpose", 3, a);
   return y;
 }
 
+int32_t onx_lt_emit(onx_ctx_t *c, onx_value_t *v) {
+  int32_t t = onx_lt_inner(c, v); /* -1: materialised before its graph was left */
+  if (t < 0 || !v->lt_pad) return t;
+  int64_t pads[2 * MAXD];
+  for (uint32_t i = 0; i < 2 * v->ndim; i++) pads[i] = v->lt_pads[i];
+  int32_t y = new_t(c, v->dt, v->ndim, v->dims);
+  vmcc_arg_t a[5] = {A(t), vmcc_graph_ints(c->g, 2 * v->ndim, pads), I(v->lt_pad == 1 ? 0 : 2),
+                     onx_float_arg(c, 0.0), A(y)};
+  call(c, "cl.pad", 5, a);
+  return y;
+}
+
 vm_status_t onx_lt_transpose(onx_ctx_t *c, onx_value_t *x, const int64_t *perm) {
   if (!onx_out_wanted(c, 0)) return VM_STATUS_OK;
-  int64_t r[MAXD];
+  int64_t r[MAXD], pads[2 * MAXD];
   int32_t src;
-  if (onx_lt_active(c, x)) {
-    /* out[i] = x[perm[i]] = src[lt_perm[perm[i]]] */
+  uint32_t n = x->ndim;
+  int pad = 0;
+  if (onx_lt_pending(c, x)) {
+    /* out[i] = x[perm[i]] = src[lt_perm[perm[i]]]; x's pads move with its axes */
     src = x->lt_src;
-    for (uint32_t i = 0; i < x->ndim; i++) r[i] = x->lt_perm[perm[i]];
+    pad = x->lt_pad;
+    for (uint32_t i = 0; i < n; i++) {
+      r[i] = x->lt_perm[perm[i]];
+      pads[i] = x->lt_pads[perm[i]];
+      pads[n + i] = x->lt_pads[n + perm[i]];
+    }
   } else {
     src = onx_tid(c, x);
-    memcpy(r, perm, x->ndim * sizeof(int64_t));
+    memcpy(r, perm, n * sizeof(int64_t));
   }
-  return onx_def_transposed(c, c->node->output[0], src, x->ndim, r);
+  return onx_def_pending(c, c->node->output[0], src, n, r, pad, pads);
+}
+
+vm_status_t onx_lt_pad(onx_ctx_t *c, onx_value_t *x, int mode, const int64_t *pads) {
+  if (!onx_out_wanted(c, 0)) return VM_STATUS_OK;
+  int64_t perm[MAXD];
+  int32_t src;
+  if (onx_lt_active(c, x)) {
+    src = x->lt_src;
+    for (uint32_t i = 0; i < x->ndim; i++) perm[i] = x->lt_perm[i];
+  } else {
+    src = onx_tid(c, x);
+    for (uint32_t i = 0; i < x->ndim; i++) perm[i] = i;
+  }
+  return onx_def_pending(c, c->node->output[0], src, x->ndim, perm, mode, pads);
 }
 
 static void lt_perm_of(const onx_value_t *v, int64_t *perm) {

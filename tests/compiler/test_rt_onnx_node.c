@@ -698,16 +698,16 @@ static void test_node_cases(void **state) {
 }
 
 /* Packs m, compiles it (report in rep), runs it on xin and copies its one
- * output's first n bytes to got; the calls of cl.transpose in the
- * executable go to *transposes (when not NULL). */
+ * output's first n bytes to got; the calls of the operator op in the
+ * executable go to *count (when op is not NULL). */
 static void compile_run_t(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
-                          void *got, size_t n, uint32_t *transposes) {
+                          void *got, size_t n, const char *op, uint32_t *count) {
   size_t nbytes;
   uint8_t *bytes = mb_pack(m, &nbytes);
   vm_executable_t *exec = NULL;
   ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, rep));
   free(bytes);
-  if (transposes) *transposes = count_calls(exec, "cl.transpose");
+  if (op) *count = count_calls(exec, op);
   vm_machine_t *vm = NULL;
   vm_value_t xv = vm_value_none(), res = vm_value_none();
   ASSERT_OK(run_exec(e, exec, xin, &vm, &xv, &res));
@@ -722,7 +722,7 @@ static void compile_run_t(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_repor
 
 static void compile_run(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep, void *got,
                         size_t n) {
-  compile_run_t(e, m, xin, rep, got, n, NULL);
+  compile_run_t(e, m, xin, rep, got, n, NULL, NULL);
 }
 
 /* Output (o, i, j) of the valid, stride-1 convolution of x [C, H, W] with
@@ -1039,7 +1039,7 @@ static void transpose_case(env_t *e, int variant) {
   vmcc_tensor_t xin = {VM_F32, 4, {1, h, w, ch}, x, (size_t)(h * w * ch) * 4};
   float got[H * W * C];
   uint32_t nt;
-  compile_run_t(e, &m, &xin, &rep, got, (size_t)(h * w * ch) * 4, &nt);
+  compile_run_t(e, &m, &xin, &rep, got, (size_t)(h * w * ch) * 4, "cl.transpose", &nt);
   assert_int_equal(nt, variant < 2 ? 0 : variant == 2 ? 1 : 2);
   for (int i = 0; i < h; i++)
     for (int j = 0; j < w; j++)
@@ -1123,7 +1123,7 @@ static void nhwc_residual_case(env_t *e, int variant) {
   vmcc_tensor_t xin = {VM_F32, 4, {1, H, W, C}, x, sizeof(x)};
   float got[H * W * O];
   uint32_t nt;
-  compile_run_t(e, &m, &xin, &rep, got, sizeof(got), &nt);
+  compile_run_t(e, &m, &xin, &rep, got, sizeof(got), "cl.transpose", &nt);
   assert_int_equal(nt, variant == 0 ? 2 : 1);
   double max_err = 0;
   for (int i = 0; i < H; i++)
@@ -1148,6 +1148,98 @@ static void nhwc_residual_case(env_t *e, int variant) {
 
 static void test_nhwc_residual_block(void **state) {
   for (int v = 0; v < 2; v++) nhwc_residual_case(*state, v);
+}
+
+/* A Pad before a Conv or MaxPool is left pending and taken as the
+ * operator's own padding, on x [1, C, H, W] in four variants: 0 Pad by
+ * zeros (top 1, left 2, bottom 2, right 1) then a 3x3 Conv: no cl.pad;
+ * 1 Pad by edge values (1 each side) then a 3x3 stride-2 MaxPool: no
+ * cl.pad; 2 the same edge Pad then an AveragePool (edge copies would be
+ * averaged): one cl.pad; 3 Pad by 0.5 then the Conv: one cl.pad. Every
+ * result matches the host's padded computation. */
+static void pad_fold_case(env_t *e, int variant) {
+  enum { C = 2, H = 5, W = 6, O = 2, K = 3 };
+  static float x[C * H * W], w[O * C * K * K];
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < O * C * K * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  static const int64_t pz[8] = {0, 0, 1, 2, 0, 0, 2, 1}, pe[8] = {0, 0, 1, 1, 0, 0, 1, 1};
+  static const int64_t ks[2] = {K, K}, st[2] = {2, 2};
+  const int64_t *pads = variant == 1 || variant == 2 ? pe : pz;
+  int64_t ph = H + pads[2] + pads[6], pw = W + pads[3] + pads[7];
+  int conv = variant == 0 || variant == 3;
+  int64_t oh = conv ? ph - K + 1 : (ph - K) / 2 + 1, ow = conv ? pw - K + 1 : (pw - K) / 2 + 1;
+  int64_t oc = conv ? O : C;
+  float half = 0.5f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, C, H, W}, wd[4] = {O, C, K, K}, pd[1] = {8}, yd[4] = {1, oc, oh, ow};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, yd);
+  mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
+  mb_init_raw(&m, "pads", 7, 1, pd, pads, 8 * sizeof(int64_t));
+  mb_init_raw(&m, "cv", 1, 0, NULL, &half, sizeof(half));
+  Onnx__NodeProto *pad = mb_node(&m, "Pad", "pad", "x", "pads", "xp");
+  if (variant == 3) mb_node_input(pad, "cv");
+  if (variant == 1 || variant == 2) mb_attr_s(&m, pad, "mode", "edge");
+  mb_attrs_t as;
+  memset(&as, 0, sizeof(as));
+  if (conv) {
+    mb_node(&m, "Conv", "conv", "xp", "w", "y");
+  } else {
+    Onnx__NodeProto *pool =
+        mb_node(&m, variant == 1 ? "MaxPool" : "AveragePool", "pool", "xp", NULL, "y");
+    mb_attrs_int(&as, pool, "kernel_shape", 0); /* made lists below */
+    mb_attrs_int(&as, pool, "strides", 0);
+    for (int k = 0; k < 2; k++) {
+      as.a[k].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+      as.a[k].has_i = 0;
+      as.a[k].n_ints = 2;
+      as.a[k].ints = (int64_t *)(k == 0 ? ks : st);
+    }
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(x)};
+  float got[O * (H + 3) * (W + 3)];
+  uint32_t np;
+  compile_run_t(e, &m, &xin, &rep, got, (size_t)(oc * oh * ow) * 4, "cl.pad", &np);
+  assert_int_equal(np, variant == 0 || variant == 1 ? 0 : 1);
+  /* the padded input on the host */
+  double xp[C][H + 3][W + 3];
+  for (int ci = 0; ci < C; ci++)
+    for (int i = 0; i < ph; i++)
+      for (int j = 0; j < pw; j++) {
+        int si = i - (int)pads[2], sj = j - (int)pads[3];
+        int in = si >= 0 && si < H && sj >= 0 && sj < W;
+        if (variant == 1 || variant == 2) {
+          si = si < 0 ? 0 : si >= H ? H - 1 : si;
+          sj = sj < 0 ? 0 : sj >= W ? W - 1 : sj;
+          in = 1;
+        }
+        xp[ci][i][j] = in ? x[(ci * H + si) * W + sj] : variant == 3 ? 0.5 : 0.0;
+      }
+  double max_err = 0;
+  for (int o = 0; o < oc; o++)
+    for (int i = 0; i < oh; i++)
+      for (int j = 0; j < ow; j++) {
+        double want = conv ? 0 : variant == 1 ? -1e30 : 0;
+        for (int ki = 0; ki < K; ki++)
+          for (int kj = 0; kj < K; kj++) {
+            if (conv) {
+              for (int ci = 0; ci < C; ci++)
+                want += xp[ci][i + ki][j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+            } else {
+              double v = xp[o][2 * i + ki][2 * j + kj];
+              want = variant == 1 ? fmax(want, v) : want + v / (K * K);
+            }
+          }
+        double d = fabs(want - got[(o * oh + i) * ow + j]);
+        if (d > max_err) max_err = d;
+      }
+  if (max_err > 1e-5) fail_msg("pad fold (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_pad_folded(void **state) {
+  for (int v = 0; v < 4; v++) pad_fold_case(*state, v);
 }
 
 /* x * clip(x + 3, 0, 6) / 6 and clip(x + 3, 0, 6) / 6 (Clip bounds from
@@ -1735,6 +1827,7 @@ int main(void) {
       cmocka_unit_test(test_nhwc_conv_folded),
       cmocka_unit_test(test_transposes_cancel),
       cmocka_unit_test(test_nhwc_residual_block),
+      cmocka_unit_test(test_pad_folded),
       cmocka_unit_test(test_hard_act_rewritten),
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_elementwise_fusion),
