@@ -903,13 +903,14 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
   }
   win2d_t we = w;
   if (nsp == 2) take_pads(x, &we);
+  int64_t ih = xd[2] - x->lt_pads[2] - x->lt_pads[6], iw = xd[3] - x->lt_pads[3] - x->lt_pads[7];
   if (nsp == 2 && is_max && padded_by(c, x, 2) && !ceil_mode && w.d[1] == 1 && w.d[2] == 1 &&
-      we.pb[1] < w.k[1] && we.pe[1] < w.k[1] && we.pb[2] < w.k[2] && we.pe[2] < w.k[2]) {
+      we.pb[1] < w.k[1] && we.pe[1] < w.k[1] && we.pb[2] < w.k[2] && we.pe[2] < w.k[2] &&
+      ih > 0 && iw > 0) {
     /* a Pad by edge values before it (onnx_layout.c): every window still
      * holds a real element, which the copies at the edge repeat, so the max
      * is the same with them as the pool's own padding (never counted) */
-    int64_t i4[4] = {xd[0], xd[1], xd[2] - x->lt_pads[2] - x->lt_pads[6],
-                     xd[3] - x->lt_pads[3] - x->lt_pads[7]};
+    int64_t i4[4] = {xd[0], xd[1], ih, iw};
     y = pool2d_emit(c, name, onx_lt_inner(c, x), x->dt, i4, &we, ceil_mode, cip, is_max);
   } else if (nsp < 3) {
     int64_t x4[4] = {xd[0], xd[1], nsp == 2 ? xd[2] : 1, xd[nsp + 1]};
