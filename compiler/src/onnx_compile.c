@@ -134,6 +134,13 @@ vm_status_t onx_def_view(onx_ctx_t *c, uint32_t i, onx_value_t *src, uint32_t nd
     memcpy(d, src->data, (size_t)onx_nbytes(src->dt, src->numel));
     return onx_def_const(c, i, src->dt, ndim, dims, d);
   }
+  if (onx_lt_pending(c, src) && ndim == src->ndim &&
+      memcmp(dims, src->dims, ndim * sizeof(int64_t)) == 0) { /* stays pending */
+    int64_t perm[VMCC_MAX_NDIM], pads[2 * VMCC_MAX_NDIM];
+    for (uint32_t k = 0; k < ndim; k++) perm[k] = src->lt_perm[k];
+    for (uint32_t k = 0; k < 2 * ndim; k++) pads[k] = src->lt_pads[k];
+    return onx_def_pending(c, c->node->output[i], src->lt_src, ndim, perm, src->lt_pad, pads);
+  }
   onx_value_t *v;
   vm_status_t st = onx_add_value(c, c->node->output[i], &v);
   if (!st) st = set_shape(c, v, src->dt, ndim, dims);
@@ -162,6 +169,37 @@ vm_status_t onx_bind_named(onx_ctx_t *c, const char *name, int32_t tid, uint32_t
   else
     v->tid = vmcc_graph_view(c->g, tid, ndim, v->dims);
   return VM_STATUS_OK;
+}
+
+vm_status_t onx_def_pending(onx_ctx_t *c, const char *name, int32_t src, uint32_t ndim,
+                            const int64_t *perm, int pad, const int64_t *pads) {
+  if (src < 0) return VM_STATUS_OK; /* the graph's sticky error reports it */
+  const int64_t *sd = vmcc_graph_shape(c->g, src);
+  if (vmcc_graph_ndim(c->g, src) != ndim || ndim > VMCC_MAX_NDIM)
+    return onx_node_err(c, VM_INTERNAL, "a transpose of rank %u of a rank %u tensor", ndim,
+                        vmcc_graph_ndim(c->g, src));
+  int64_t od[VMCC_MAX_NDIM];
+  int identity = 1;
+  for (uint32_t i = 0; i < ndim; i++) {
+    od[i] = sd[perm[i]] + (pad ? pads[i] + pads[ndim + i] : 0);
+    identity &= perm[i] == (int64_t)i;
+  }
+  if (identity && !pad) return onx_bind_named(c, name, src, ndim, od);
+  onx_value_t *v;
+  vm_status_t st = onx_add_value(c, name, &v);
+  if (!st) st = set_shape(c, v, vmcc_graph_dtype(c->g, src), ndim, od);
+  if (st) return st;
+  v->lt_g = c->g;
+  v->lt_src = src;
+  for (uint32_t i = 0; i < ndim; i++) v->lt_perm[i] = (uint8_t)perm[i];
+  v->lt_pad = (uint8_t)pad;
+  for (uint32_t i = 0; pad && i < 2 * ndim; i++) v->lt_pads[i] = (int32_t)pads[i];
+  return VM_STATUS_OK;
+}
+
+vm_status_t onx_def_transposed(onx_ctx_t *c, const char *name, int32_t src, uint32_t ndim,
+                               const int64_t *perm) {
+  return onx_def_pending(c, name, src, ndim, perm, 0, NULL);
 }
 
 onx_value_t *onx_lookup(onx_ctx_t *c, const char *name) {
@@ -199,6 +237,10 @@ vm_status_t onx_def_lazy(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
 }
 
 int32_t onx_tid(onx_ctx_t *c, onx_value_t *v) {
+  if (v->lt_g && v->tid < 0 && !v->data && !v->expr && !v->qdq) {
+    v->tid = onx_lt_emit(c, v);
+    return v->tid;
+  }
   if (v->qdq && !v->data && v->tid < 0) {
     v->tid = onx_qdq_emit(c, v);
     return v->tid;

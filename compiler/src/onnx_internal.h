@@ -59,6 +59,17 @@ typedef struct onx_value {
   onx_qdq_t *qdq;   /* a dequantization: its source (owned); with no data and no
                        tid yet, onx_tid emits it (a fused consumer reads the source) */
   uint32_t uses;    /* node inputs and graph outputs naming it */
+  /* a pending transpose (onnx_layout.c): the value is transpose(lt_src,
+   * lt_perm), lt_src a tensor of the graph lt_g (NULL: none). onx_tid emits
+   * the cl.transpose when something needs the value itself; layout-aware
+   * lowerings (Transpose, elementwise) work on lt_src instead. */
+  vmcc_graph_t *lt_g;
+  int32_t lt_src;
+  uint8_t lt_perm[VMCC_MAX_NDIM];
+  /* then padded (0 no, 1 with zeros, 2 edge) by lt_pads (begins, then ends,
+   * of the transposed axes): a Conv or MaxPool takes the pads as its own */
+  uint8_t lt_pad;
+  int32_t lt_pads[2 * VMCC_MAX_NDIM];
 } onx_value_t;
 
 /* ---- value names (onnx_names.c) ---- */
@@ -229,6 +240,41 @@ vm_status_t onx_bind_named(onx_ctx_t *c, const char *name, int32_t tid, uint32_t
  * passed to an operator call already) seen with shape (ndim, dims): tid
  * itself, or a view of it when the shapes differ. */
 vm_status_t onx_bind_out(onx_ctx_t *c, uint32_t i, int32_t tid, uint32_t ndim, const int64_t *dims);
+
+/* ---- layout propagation (onnx_layout.c) ---- */
+/* Whether v is a pending transpose (maybe padded) of a tensor of the graph
+ * being built; _active: one without padding. */
+int onx_lt_pending(const onx_ctx_t *c, const onx_value_t *v);
+int onx_lt_active(const onx_ctx_t *c, const onx_value_t *v);
+/* The tensor of a pending v before its padding (its transpose emitted when
+ * not the identity); -1 when v is not pending. */
+int32_t onx_lt_inner(onx_ctx_t *c, onx_value_t *v);
+/* Pad(x, pads) of a run-time x by zeros (mode 1) or edge values (2), every
+ * pad >= 0, left pending for a Conv or MaxPool to take as its own. */
+vm_status_t onx_lt_pad(onx_ctx_t *c, onx_value_t *x, int mode, const int64_t *pads);
+/* Emits v's pending transpose: its tensor, -1 on error. */
+int32_t onx_lt_emit(onx_ctx_t *c, onx_value_t *v);
+/* Defines `name` as transpose(src, perm) (rank ndim), left pending; src
+ * itself when perm is the identity. */
+vm_status_t onx_def_transposed(onx_ctx_t *c, const char *name, int32_t src, uint32_t ndim,
+                               const int64_t *perm);
+/* The same, then padded (pad 0: not) by pads (rank ndim, of the transposed
+ * axes). */
+vm_status_t onx_def_pending(onx_ctx_t *c, const char *name, int32_t src, uint32_t ndim,
+                            const int64_t *perm, int pad, const int64_t *pads);
+/* Transpose(x, perm) of a run-time x, left pending: composed with x's own
+ * pending transpose, the two cancel when they undo each other. */
+vm_status_t onx_lt_transpose(onx_ctx_t *c, onx_value_t *x, const int64_t *perm);
+/* The elementwise clname (args: the input, np float scalars p, the output)
+ * of a pending transpose, computed before it: *done 1 when it applied. */
+vm_status_t onx_lt_unary(onx_ctx_t *c, onx_value_t *x, const char *clname, uint32_t np,
+                         const double *p, int *done);
+/* The binary clname of a and b where one is a pending transpose and the
+ * other a pending transpose by the same permutation of the same shape, or
+ * a float constant that broadcasts to it without changing its shape
+ * (permuted on the host): computed before the transpose, *done 1. */
+vm_status_t onx_lt_binary(onx_ctx_t *c, const char *clname, onx_value_t *a, onx_value_t *b,
+                          int *done);
 
 /* ---- graphs (onnx_compile.c) ---- */
 /* Lowers every node of c->graph in order (names: c->names, fused nodes:

@@ -287,7 +287,7 @@ static vm_status_t lower_sub(onx_ctx_t *c, const Onnx__GraphProto *sub, const ch
                           vi && vi->name ? vi->name : "");
       break;
     }
-    if (v->expr) onx_tid(c, v);
+    if (v->expr || v->lt_g) onx_tid(c, v); /* pending work: done in this graph */
     st = copy_value(v, &o[k]);
   }
   scope_leave(c, &s);
@@ -416,7 +416,7 @@ static vm_status_t captures(onx_ctx_t *c, const Onnx__GraphProto *g0, const Onnx
   uint32_t k = 0;
   for (int pass = 0; pass < 2; pass++)
     for (uint32_t i = 0; i < m; i++) {
-      if (pass == 0 && l.list[i]->expr) onx_tid(c, l.list[i]);
+      if (pass == 0 && (l.list[i]->expr || l.list[i]->lt_g)) onx_tid(c, l.list[i]);
       if ((pass == 0) == !l.list[i]->data) sorted[k++] = l.list[i];
       if (pass == 0 && !l.list[i]->data) (*nrt)++;
     }

@@ -347,6 +347,8 @@ static vm_status_t unary_common(onx_ctx_t *c, const char *clname, unary_fn fn, u
   if (!(fn == u_clip && onx_is_int(x->dt) && x->dt.code != VM_DTYPE_BOOL))
     VM_RETURN_IF_ERROR(need_real(c, x));
   int done;
+  VM_RETURN_IF_ERROR(onx_lt_unary(c, x, clname, np, p, &done));
+  if (done) return VM_STATUS_OK;
   VM_RETURN_IF_ERROR(try_fuse(c, clname, NULL, &x, 1, np, p, x->ndim, x->dims, &done));
   if (done) return VM_STATUS_OK;
   int32_t y = new_t(c, x->dt, x->ndim, x->dims);
@@ -914,6 +916,14 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
                   on != a->ndim || memcmp(od, a->dims, on * sizeof(int64_t)) != 0))
       return onx_node_err(c, VM_INVALID_ARGUMENT, "B must have A's shape%s before opset 7",
                           bc ? ", a suffix of it or one element" : " (broadcast = 0)");
+  }
+  if (n == 2 && bo->cl && bo->op <= B_MIN && bo->op != B_POW) {
+    /* of a pending transpose: before it */
+    onx_value_t *b;
+    int done;
+    VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
+    VM_RETURN_IF_ERROR(onx_lt_binary(c, bo->cl, a, b, &done));
+    if (done) return VM_STATUS_OK;
   }
   /* variadic Max/Min: a chain of pairs; constants fold only when all are */
   int32_t cur = -1;

@@ -519,6 +519,21 @@ static int64_t nhwc_after(onx_ctx_t *c, int64_t co, double *a, double *b, conv_e
   return last;
 }
 
+/* Whether the 4-D x is a pending Pad (mode 1 zeros, 2 edge values) of its
+ * two spatial axes only. */
+static int padded_by(const onx_ctx_t *c, const onx_value_t *x, int mode) {
+  return x->ndim == 4 && onx_lt_pending(c, x) && x->lt_pad == mode && !x->lt_pads[0] &&
+         !x->lt_pads[1] && !x->lt_pads[4] && !x->lt_pads[5];
+}
+
+/* Adds x's pending pads (padded_by) to the window's. */
+static void take_pads(const onx_value_t *x, win2d_t *w) {
+  w->pb[1] += x->lt_pads[2];
+  w->pb[2] += x->lt_pads[3];
+  w->pe[1] += x->lt_pads[6];
+  w->pe[2] += x->lt_pads[7];
+}
+
 vm_status_t onx_op_conv(onx_ctx_t *c) {
   int qdq;
   VM_RETURN_IF_ERROR(onx_qdq_conv(c, &qdq));
@@ -551,7 +566,14 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   int64_t w4[4] = {co, cig, w.k[1], w.k[2]};
   int64_t y4[4] = {x->dims[0], co, w.out[1], w.out[2]};
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
-  int32_t tx = onx_reshaped(c, x, 4, x4), tw;
+  int32_t tx, tw;
+  if (nsp == 2 && padded_by(c, x, 1)) {
+    /* a Pad by zeros before it (onnx_layout.c): its own padding */
+    tx = onx_lt_inner(c, x);
+    take_pads(x, &w);
+  } else {
+    tx = onx_reshaped(c, x, 4, x4);
+  }
   vmcc_arg_t bz;
   int64_t bn = -1, nhwc = -1, back = -1;
   conv_epi_t ep = {0, 1, 0, -1};
@@ -633,13 +655,11 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   if (nhwc >= 0) {
     c->fused = 1;
     if (back >= 0) return onx_bind_named(c, c->graph->node[back]->output[0], y, 4, yd);
-    /* once to NHWC, after the folded bias, batch norm and Relu */
+    /* to NHWC after the folded bias, batch norm and Relu, left pending
+     * (onnx_layout.c): a residual Add and Relu run before it, a Transpose
+     * back to NCHW cancels it */
     static const int64_t perm[4] = {0, 2, 3, 1};
-    int64_t td[4] = {yd[0], yd[2], yd[3], yd[1]};
-    int32_t yt = new_t(c, x->dt, 4, td);
-    vmcc_arg_t ta[3] = {A(y), vmcc_graph_ints(c->g, 4, perm), A(yt)};
-    call(c, "cl.transpose", 3, ta);
-    return onx_bind_named(c, c->graph->node[nhwc]->output[0], yt, 4, td);
+    return onx_def_transposed(c, c->graph->node[nhwc]->output[0], y, 4, perm);
   }
   int64_t last = ep.last >= 0 ? ep.last : bn;
   if (last >= 0) {
@@ -864,7 +884,18 @@ static vm_status_t pool_common(onx_ctx_t *c, int is_max) {
     }
     return onx_node_err(c, VM_UNIMPLEMENTED, "3-D pooling of integers: supported: float, float16");
   }
-  if (nsp < 3) {
+  win2d_t we = w;
+  if (nsp == 2) take_pads(x, &we);
+  int64_t ih = xd[2] - x->lt_pads[2] - x->lt_pads[6], iw = xd[3] - x->lt_pads[3] - x->lt_pads[7];
+  if (nsp == 2 && is_max && padded_by(c, x, 2) && !ceil_mode && w.d[1] == 1 && w.d[2] == 1 &&
+      we.pb[1] < w.k[1] && we.pe[1] < w.k[1] && we.pb[2] < w.k[2] && we.pe[2] < w.k[2] &&
+      ih > 0 && iw > 0) {
+    /* a Pad by edge values before it (onnx_layout.c): every window still
+     * holds a real element, which the copies at the edge repeat, so the max
+     * is the same with them as the pool's own padding (never counted) */
+    int64_t i4[4] = {xd[0], xd[1], ih, iw};
+    y = pool2d_emit(c, name, onx_lt_inner(c, x), x->dt, i4, &we, ceil_mode, cip, is_max);
+  } else if (nsp < 3) {
     int64_t x4[4] = {xd[0], xd[1], nsp == 2 ? xd[2] : 1, xd[nsp + 1]};
     y = pool2d_emit(c, name, onx_reshaped(c, x, 4, x4), x->dt, x4, &w, ceil_mode, cip, is_max);
   } else {

@@ -202,10 +202,8 @@ vm_status_t onx_op_transpose(onx_ctx_t *c) {
     }
     return onx_def_const(c, 0, x->dt, x->ndim, od, d);
   }
-  int32_t y = new_t(c, x->dt, x->ndim, od);
-  vmcc_arg_t a[3] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, (uint32_t)n, perm), A(y)};
-  call(c, "cl.transpose", 3, a);
-  return onx_bind_out(c, 0, y, x->ndim, od);
+  /* left pending: it may cancel with another or move past elementwise ops */
+  return onx_lt_transpose(c, x, perm);
 }
 
 vm_status_t onx_op_concat(onx_ctx_t *c) {
@@ -563,6 +561,11 @@ vm_status_t onx_op_pad(onx_ctx_t *c) {
       return onx_node_err(c, VM_INVALID_ARGUMENT, "reflect pads must be smaller than the dim");
   }
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", x->ndim, od, NULL));
+  /* by zeros or edge values, growing only: left pending (onnx_layout.c), a
+   * Conv or MaxPool after it takes the pads as its own */
+  int lm = m == 0 && value == 0.0 ? 1 : m == 2 ? 2 : 0, grows = 1;
+  for (uint32_t i = 0; i < 2 * x->ndim; i++) grows &= full[i] >= 0;
+  if (lm && grows && !x->data) return onx_lt_pad(c, x, lm, full);
   int32_t y = new_t(c, x->dt, x->ndim, od);
   vmcc_arg_t a[5] = {A(onx_tid(c, x)), vmcc_graph_ints(c->g, 2 * x->ndim, full), I(m),
                      onx_float_arg(c, value), A(y)};

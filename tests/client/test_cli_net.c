@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 
 #include "agent_proc.h"
+#include "onnx_bytes.h"
 #include "run_proc.h"
 #include "test_util.h"
 #include "vm/executable.h"
@@ -1101,6 +1102,51 @@ static void test_readme_example_in_sync(void **state) {
   free(example);
 }
 
+/* NHWC layers as converters write them, compiled by `vmclient compile` and
+ * checked on the agent's opencl:0: x [1, 2, 3, 4] -> Transpose to NCHW ->
+ * Relu -> Transpose back to NHWC -> Add x = y. The two transposes cancel
+ * (the executable has no cl.transpose; the Relu runs on x as it is) and
+ * y = relu(x) + x. */
+static void test_onnx_transposes_cancel(void **state) {
+  (void)state;
+  if (!agent_has_opencl()) {
+    print_message("no opencl:0 on the agent: skipped\n");
+    skip();
+  }
+  static const int64_t xd[4] = {1, 2, 3, 4}, to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
+  pb_t g = {0}, a0 = {0}, a1 = {0};
+  onnx_add_value_info(&g, 11, "x", 4, xd);
+  onnx_add_value_info(&g, 12, "y", 4, xd);
+  const char *x[1] = {"x"}, *a[1] = {"a"}, *b[1] = {"b"}, *c[1] = {"c"}, *cx[2] = {"c", "x"};
+  onnx_attr_ints(&a0, "perm", to_nchw, 4);
+  onnx_add_node_attrs(&g, "Transpose", "t0", x, 1, a, 1, &a0);
+  onnx_add_node(&g, "Relu", "r", a, 1, "b");
+  onnx_attr_ints(&a1, "perm", to_nhwc, 4);
+  onnx_add_node_attrs(&g, "Transpose", "t1", b, 1, c, 1, &a1);
+  onnx_add_node(&g, "Add", "add", cx, 2, "y");
+  pb_t m = onnx_model_of(&g, 13);
+  write_file("nhwc.onnx", m.d, m.n);
+  free(m.d);
+  float xv[24], yv[24];
+  for (int i = 0; i < 24; i++) {
+    xv[i] = (float)(i % 7) - 3.0f;
+    yv[i] = (xv[i] > 0 ? xv[i] : 0) + xv[i];
+  }
+  write_npy_f32("nhwc_x.npy", 4, xd, xv, 24);
+  write_npy_f32("nhwc_y.npy", 4, xd, yv, 24);
+  run_result_t r;
+  CLI(0, &r, "compile", "nhwc.onnx", "--input-shape", "x=1,2,3,4", "-o", "nhwc.vmx");
+  run_result_free(&r);
+  CLI(0, &r, "disasm", "nhwc.vmx");
+  expect_in(r.out, "cl.unary.relu");
+  if (strstr(r.out, "cl.transpose")) fail_msg("a cl.transpose is left:\n%s", r.out);
+  run_result_free(&r);
+  CLI(0, &r, "--host", g_agent.url, "check", "-d", "opencl:0", "nhwc.vmx", "nhwc_x.npy", "-e",
+      "nhwc_y.npy");
+  expect_in(r.out, "check: OK");
+  run_result_free(&r);
+}
+
 /* An ONNX model where a .vmx goes: run/check/bench compile it on the fly
  * (shapes from the input file), outputs carry the graph's names; an
  * unsupported model fails before any network traffic. Uses the node models
@@ -1251,6 +1297,7 @@ int main(void) {
       cmocka_unit_test(test_bench_profile_cpu),
       cmocka_unit_test(test_mlp_opencl),
       cmocka_unit_test(test_onnx_models),
+      cmocka_unit_test(test_onnx_transposes_cancel),
       cmocka_unit_test(test_agent_down),
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_readme_example_in_sync),

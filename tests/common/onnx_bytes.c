@@ -115,6 +115,14 @@ void onnx_attr_int(pb_t *attrs, const char *name, int list, int64_t v) {
   pb_msg(attrs, 5, &a);
 }
 
+void onnx_attr_ints(pb_t *attrs, const char *name, const int64_t *v, size_t n) {
+  pb_t a = {0};
+  pb_str(&a, 1, name);
+  for (size_t i = 0; i < n; i++) pb_int(&a, 8, (uint64_t)v[i]); /* ints */
+  pb_int(&a, 20, 7);                                             /* INTS */
+  pb_msg(attrs, 5, &a);
+}
+
 void onnx_add_initializer(pb_t *graph, const char *name, int elem, uint32_t ndim,
                           const int64_t *dims, const void *raw, size_t nbytes) {
   pb_t t = {0};

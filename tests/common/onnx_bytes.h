@@ -42,6 +42,8 @@ void onnx_add_node_attrs(pb_t *graph, const char *op, const char *name, const ch
  * graph), an int (list 0) or a list of one int (list 1). */
 void onnx_attr_graph(pb_t *attrs, const char *name, pb_t *graph);
 void onnx_attr_int(pb_t *attrs, const char *name, int list, int64_t v);
+/* A list of n ints. */
+void onnx_attr_ints(pb_t *attrs, const char *name, const int64_t *v, size_t n);
 /* An initializer of elem type with raw data as graph field 5. */
 void onnx_add_initializer(pb_t *graph, const char *name, int elem, uint32_t ndim,
                           const int64_t *dims, const void *raw, size_t nbytes);

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "helper_exec.h"
 #include "test_util.h"
 #include "vm/vm.h"
 #include "vmcompiler/graph.h"
@@ -111,20 +112,6 @@ static int teardown(void **state) {
   vm_executable_free(e->exec);
   free(e);
   return 0;
-}
-
-/* Counts calls of packed function name in main. */
-static uint32_t count_calls(const vm_executable_t *x, const char *name) {
-  int64_t fi = vm_executable_find_function(x, "main", VM_FUNC_BYTECODE);
-  int64_t pi = vm_executable_find_function(x, name, VM_FUNC_PACKED);
-  assert_true(fi >= 0);
-  if (pi < 0) return 0;
-  uint32_t n = 0;
-  for (uint64_t pc = x->functions[fi].start_instr; pc < x->functions[fi].end_instr; pc++) {
-    vm_instr_t in = vm_executable_instr(x, pc);
-    if (in.op == VM_OP_CALL && in.func_idx == pi) n++;
-  }
-  return n;
 }
 
 static void test_plan_and_code(void **state) {

@@ -31,6 +31,7 @@
 
 #include <cmocka.h>
 
+#include "helper_exec.h"
 #include "helper_onnx_model.h"
 #include "test_util.h"
 #include "vm/allocator.h"
@@ -697,14 +698,16 @@ static void test_node_cases(void **state) {
 }
 
 /* Packs m, compiles it (report in rep), runs it on xin and copies its one
- * output's first n bytes to got. */
-static void compile_run(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep, void *got,
-                        size_t n) {
+ * output's first n bytes to got; the calls of the operator op in the
+ * executable go to *count (when op is not NULL). */
+static void compile_run_t(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
+                          void *got, size_t n, const char *op, uint32_t *count) {
   size_t nbytes;
   uint8_t *bytes = mb_pack(m, &nbytes);
   vm_executable_t *exec = NULL;
   ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, rep));
   free(bytes);
+  if (op) *count = count_calls(exec, op);
   vm_machine_t *vm = NULL;
   vm_value_t xv = vm_value_none(), res = vm_value_none();
   ASSERT_OK(run_exec(e, exec, xin, &vm, &xv, &res));
@@ -715,6 +718,11 @@ static void compile_run(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_
   vm_value_release(&xv);
   vm_machine_free(vm);
   vm_executable_free(exec);
+}
+
+static void compile_run(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep, void *got,
+                        size_t n) {
+  compile_run_t(e, m, xin, rep, got, n, NULL, NULL);
 }
 
 /* Output (o, i, j) of the valid, stride-1 convolution of x [C, H, W] with
@@ -987,6 +995,251 @@ static void nhwc_conv_case(env_t *e, int variant) {
 
 static void test_nhwc_conv_folded(void **state) {
   for (int v = 0; v < 5; v++) nhwc_conv_case(*state, v);
+}
+
+/* Transposes of run-time tensors are left pending (onnx_layout.c), on
+ * x [1, H, W, C] in four variants: 0 Transpose to NCHW, Transpose back,
+ * Relu: the two cancel, no cl.transpose; 1 Transpose to NCHW, Relu, Mul by
+ * a per-channel [C, 1, 1], Transpose back: the Relu and the Mul run on x's
+ * layout (the constant permuted on the host), no cl.transpose; 2 Transpose
+ * (0, 2, 3, 1) twice: one cl.transpose of the composed permutation; 3 (a
+ * cube, H = W = C) Add of x's Transposes (0, 3, 1, 2) and (0, 2, 3, 1): the
+ * permutations differ, both run (two). Every result matches the host. */
+static void transpose_case(env_t *e, int variant) {
+  enum { H = 3, W = 4, C = 5, S = 3 };
+  static const int64_t to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
+  int h = variant == 3 ? S : H, w = variant == 3 ? S : W, ch = variant == 3 ? S : C;
+  static float x[H * W * C], sc[C];
+  for (int i = 0; i < h * w * ch; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < C; i++) sc[i] = 0.5f + 0.25f * (float)i;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, h, w, ch}, yd[4] = {1, ch, h, w}, sd[3] = {C, 1, 1};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, variant == 2 || variant == 3 ? yd : xd);
+  mb_init_raw(&m, "sc", 1, 3, sd, sc, sizeof(sc));
+  if (variant == 0) {
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "t0", "x", NULL, "a"), "perm", to_nchw, 4);
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "t1", "a", NULL, "b"), "perm", to_nhwc, 4);
+    mb_node(&m, "Relu", "r", "b", NULL, "y");
+  } else if (variant == 1) {
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "t0", "x", NULL, "a"), "perm", to_nchw, 4);
+    mb_node(&m, "Relu", "r", "a", NULL, "b");
+    mb_node(&m, "Mul", "m", "b", "sc", "c");
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "t1", "c", NULL, "y"), "perm", to_nhwc, 4);
+  } else if (variant == 2) {
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "t0", "x", NULL, "a"), "perm", to_nhwc, 4);
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "t1", "a", NULL, "y"), "perm", to_nhwc, 4);
+  } else {
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "t0", "x", NULL, "a"), "perm", to_nchw, 4);
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "t1", "x", NULL, "b"), "perm", to_nhwc, 4);
+    mb_node(&m, "Add", "add", "a", "b", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, h, w, ch}, x, (size_t)(h * w * ch) * 4};
+  float got[H * W * C];
+  uint32_t nt;
+  compile_run_t(e, &m, &xin, &rep, got, (size_t)(h * w * ch) * 4, "cl.transpose", &nt);
+  assert_int_equal(nt, variant < 2 ? 0 : variant == 2 ? 1 : 2);
+  for (int i = 0; i < h; i++)
+    for (int j = 0; j < w; j++)
+      for (int k = 0; k < ch; k++) {
+        double v = x[(i * w + j) * ch + k], want, g;
+        if (variant == 0 || variant == 1) {
+          want = fmax(v, 0) * (variant == 1 ? sc[k] : 1);
+          g = got[(i * w + j) * ch + k];
+        } else if (variant == 2) {
+          want = v;
+          g = got[(k * h + i) * w + j]; /* y[c][h][w] = x[h][w][c] */
+        } else {
+          /* y[a][b][d] = x[b][d][a] + x[d][a][b]: at (a, b, d) = (k, i, j) */
+          want = x[(i * w + j) * ch + k] + x[(j * w + k) * ch + i];
+          g = got[(k * h + i) * w + j];
+        }
+        if (fabs(want - g) > 1e-6)
+          fail_msg("transposes (variant %d) at %d,%d,%d: %g, expected %g", variant, i, j, k, g,
+                   want);
+      }
+}
+
+static void test_transposes_cancel(void **state) {
+  for (int v = 0; v < 4; v++) transpose_case(*state, v);
+}
+
+/* A residual block of an NHWC ResNet as converters write it: x [1, H, W, C]
+ * -> Transpose to NCHW -> Conv 1x1 -> Transpose to NHWC -> Cast -> Sub,
+ * Mul, Add (batch norm on the last axis) -> Relu = r; r -> Transpose ->
+ * Conv 1x1 -> Transpose -> Mul, Add (batch norm) -> Add r -> Relu = y
+ * (variant 0, NHWC) or y's Transpose to NCHW (variant 1). The batch norms
+ * fold into the convolutions across the transposes, r stays NCHW (its
+ * Transpose before the second Conv cancels), the residual Add and Relu run
+ * in NCHW: one cl.transpose for x, and one for y in variant 0 (before: 4).
+ * The result matches the host's unfolded computation. */
+static void nhwc_residual_case(env_t *e, int variant) {
+  enum { H = 3, W = 4, C = 3, O = 3 };
+  static const int64_t to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
+  static float x[H * W * C], w1[O * C], w2[O * O], mn[O], sc[O], of[O], sc2[O], of2[O];
+  for (int i = 0; i < H * W * C; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < O * C; i++) w1[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int i = 0; i < O * O; i++) w2[i] = (float)((i * 5) % 9) / 9.0f - 0.45f;
+  for (int o = 0; o < O; o++) {
+    mn[o] = 0.2f - 0.15f * (float)o;
+    sc[o] = 1.5f - 0.5f * (float)o;
+    of[o] = 0.25f * (float)o - 0.1f;
+    sc2[o] = 0.75f + 0.25f * (float)o;
+    of2[o] = -0.3f + 0.2f * (float)o;
+  }
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, H, W, C}, w1d[4] = {O, C, 1, 1}, w2d[4] = {O, O, 1, 1};
+  int64_t cd[4] = {1, 1, 1, O}, od[1] = {O}, ynhwc[4] = {1, H, W, O}, ynchw[4] = {1, O, H, W};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, variant == 0 ? ynhwc : ynchw);
+  mb_init_raw(&m, "w1", 1, 4, w1d, w1, sizeof(w1));
+  mb_init_raw(&m, "w2", 1, 4, w2d, w2, sizeof(w2));
+  mb_init_raw(&m, "mn", 1, 4, cd, mn, sizeof(mn));
+  mb_init_raw(&m, "sc", 1, 1, od, sc, sizeof(sc));
+  mb_init_raw(&m, "of", 1, 4, cd, of, sizeof(of));
+  mb_init_raw(&m, "sc2", 1, 4, cd, sc2, sizeof(sc2));
+  mb_init_raw(&m, "of2", 1, 1, od, of2, sizeof(of2));
+  mb_attr_ints(&m, mb_node(&m, "Transpose", "t0", "x", NULL, "xc"), "perm", to_nchw, 4);
+  mb_node(&m, "Conv", "conv1", "xc", "w1", "c1");
+  mb_attr_ints(&m, mb_node(&m, "Transpose", "t1", "c1", NULL, "n1"), "perm", to_nhwc, 4);
+  mb_attr_i(&m, mb_node(&m, "Cast", "cast", "n1", NULL, "n1c"), "to", 1);
+  mb_node(&m, "Sub", "sub", "n1c", "mn", "s1");
+  mb_node(&m, "Mul", "mul", "s1", "sc", "p1");
+  mb_node(&m, "Add", "add", "p1", "of", "q1");
+  mb_node(&m, "Relu", "relu", "q1", NULL, "r");
+  mb_attr_ints(&m, mb_node(&m, "Transpose", "t2", "r", NULL, "rc"), "perm", to_nchw, 4);
+  mb_node(&m, "Conv", "conv2", "rc", "w2", "c2");
+  mb_attr_ints(&m, mb_node(&m, "Transpose", "t3", "c2", NULL, "n2"), "perm", to_nhwc, 4);
+  mb_node(&m, "Mul", "mul2", "n2", "sc2", "p2");
+  mb_node(&m, "Add", "add2", "p2", "of2", "q2");
+  mb_node(&m, "Add", "res", "q2", "r", "z");
+  mb_node(&m, "Relu", "relu2", "z", NULL, variant == 0 ? "y" : "yn");
+  if (variant == 1)
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "t4", "yn", NULL, "y"), "perm", to_nchw, 4);
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, H, W, C}, x, sizeof(x)};
+  float got[H * W * O];
+  uint32_t nt;
+  compile_run_t(e, &m, &xin, &rep, got, sizeof(got), "cl.transpose", &nt);
+  assert_int_equal(nt, variant == 0 ? 2 : 1);
+  double max_err = 0;
+  for (int i = 0; i < H; i++)
+    for (int j = 0; j < W; j++) {
+      double r[O];
+      for (int o = 0; o < O; o++) {
+        double acc = 0;
+        for (int ci = 0; ci < C; ci++) acc += (double)x[(i * W + j) * C + ci] * w1[o * C + ci];
+        r[o] = fmax((acc - mn[o]) * sc[o] + of[o], 0);
+      }
+      for (int o = 0; o < O; o++) {
+        double acc = 0;
+        for (int ci = 0; ci < O; ci++) acc += r[ci] * w2[o * O + ci];
+        double want = fmax(acc * sc2[o] + of2[o] + r[o], 0);
+        float g = variant == 0 ? got[(i * W + j) * O + o] : got[(o * H + i) * W + j];
+        double d = fabs(want - g);
+        if (d > max_err) max_err = d;
+      }
+    }
+  if (max_err > 1e-5) fail_msg("nhwc residual (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_nhwc_residual_block(void **state) {
+  for (int v = 0; v < 2; v++) nhwc_residual_case(*state, v);
+}
+
+/* A Pad before a Conv or MaxPool is left pending and taken as the
+ * operator's own padding, on x [1, C, H, W] in four variants: 0 Pad by
+ * zeros (top 1, left 2, bottom 2, right 1) then a 3x3 Conv: no cl.pad;
+ * 1 Pad by edge values (1 each side) then a 3x3 stride-2 MaxPool: no
+ * cl.pad; 2 the same edge Pad then an AveragePool (edge copies would be
+ * averaged): one cl.pad; 3 Pad by 0.5 then the Conv: one cl.pad. Every
+ * result matches the host's padded computation. */
+static void pad_fold_case(env_t *e, int variant) {
+  enum { C = 2, H = 5, W = 6, O = 2, K = 3 };
+  static float x[C * H * W], w[O * C * K * K];
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < O * C * K * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  static const int64_t pz[8] = {0, 0, 1, 2, 0, 0, 2, 1}, pe[8] = {0, 0, 1, 1, 0, 0, 1, 1};
+  static const int64_t ks[2] = {K, K}, st[2] = {2, 2};
+  const int64_t *pads = variant == 1 || variant == 2 ? pe : pz;
+  int64_t ph = H + pads[2] + pads[6], pw = W + pads[3] + pads[7];
+  int conv = variant == 0 || variant == 3;
+  int64_t oh = conv ? ph - K + 1 : (ph - K) / 2 + 1, ow = conv ? pw - K + 1 : (pw - K) / 2 + 1;
+  int64_t oc = conv ? O : C;
+  float half = 0.5f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, C, H, W}, wd[4] = {O, C, K, K}, pd[1] = {8}, yd[4] = {1, oc, oh, ow};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, yd);
+  mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
+  mb_init_raw(&m, "pads", 7, 1, pd, pads, 8 * sizeof(int64_t));
+  mb_init_raw(&m, "cv", 1, 0, NULL, &half, sizeof(half));
+  Onnx__NodeProto *pad = mb_node(&m, "Pad", "pad", "x", "pads", "xp");
+  if (variant == 3) mb_node_input(pad, "cv");
+  if (variant == 1 || variant == 2) mb_attr_s(&m, pad, "mode", "edge");
+  mb_attrs_t as;
+  memset(&as, 0, sizeof(as));
+  if (conv) {
+    mb_node(&m, "Conv", "conv", "xp", "w", "y");
+  } else {
+    Onnx__NodeProto *pool =
+        mb_node(&m, variant == 1 ? "MaxPool" : "AveragePool", "pool", "xp", NULL, "y");
+    mb_attrs_int(&as, pool, "kernel_shape", 0); /* made lists below */
+    mb_attrs_int(&as, pool, "strides", 0);
+    for (int k = 0; k < 2; k++) {
+      as.a[k].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+      as.a[k].has_i = 0;
+      as.a[k].n_ints = 2;
+      as.a[k].ints = (int64_t *)(k == 0 ? ks : st);
+    }
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(x)};
+  float got[O * (H + 3) * (W + 3)];
+  uint32_t np;
+  compile_run_t(e, &m, &xin, &rep, got, (size_t)(oc * oh * ow) * 4, "cl.pad", &np);
+  assert_int_equal(np, variant == 0 || variant == 1 ? 0 : 1);
+  /* the padded input on the host */
+  double xp[C][H + 3][W + 3];
+  for (int ci = 0; ci < C; ci++)
+    for (int i = 0; i < ph; i++)
+      for (int j = 0; j < pw; j++) {
+        int si = i - (int)pads[2], sj = j - (int)pads[3];
+        int in = si >= 0 && si < H && sj >= 0 && sj < W;
+        if (variant == 1 || variant == 2) {
+          si = si < 0 ? 0 : si >= H ? H - 1 : si;
+          sj = sj < 0 ? 0 : sj >= W ? W - 1 : sj;
+          in = 1;
+        }
+        xp[ci][i][j] = in ? x[(ci * H + si) * W + sj] : variant == 3 ? 0.5 : 0.0;
+      }
+  double max_err = 0;
+  for (int o = 0; o < oc; o++)
+    for (int i = 0; i < oh; i++)
+      for (int j = 0; j < ow; j++) {
+        double want = conv ? 0 : variant == 1 ? -1e30 : 0;
+        for (int ki = 0; ki < K; ki++)
+          for (int kj = 0; kj < K; kj++) {
+            if (conv) {
+              for (int ci = 0; ci < C; ci++)
+                want += xp[ci][i + ki][j + kj] * w[((o * C + ci) * K + ki) * K + kj];
+            } else {
+              double v = xp[o][2 * i + ki][2 * j + kj];
+              want = variant == 1 ? fmax(want, v) : want + v / (K * K);
+            }
+          }
+        double d = fabs(want - got[(o * oh + i) * ow + j]);
+        if (d > max_err) max_err = d;
+      }
+  if (max_err > 1e-5) fail_msg("pad fold (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_pad_folded(void **state) {
+  for (int v = 0; v < 4; v++) pad_fold_case(*state, v);
 }
 
 /* x * clip(x + 3, 0, 6) / 6 and clip(x + 3, 0, 6) / 6 (Clip bounds from
@@ -1785,6 +2038,9 @@ int main(void) {
       cmocka_unit_test(test_conv_bn_folded),
       cmocka_unit_test(test_conv_affine_folded),
       cmocka_unit_test(test_nhwc_conv_folded),
+      cmocka_unit_test(test_transposes_cancel),
+      cmocka_unit_test(test_nhwc_residual_block),
+      cmocka_unit_test(test_pad_folded),
       cmocka_unit_test(test_hard_act_rewritten),
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_elementwise_fusion),
