@@ -76,8 +76,8 @@ static onx_value_t *row_const(onx_ctx_t *c, const char *name, uint32_t ndim, int
 /* From node ip (a Pow by 2), the root mean: ReduceMean over the last axis
  * (iv), Add of a constant eps in [0, 1) (ie), Sqrt (iq), each alone
  * reading the one before: 1 when it fits. */
-static int root_mean(size_t ip, onx_ctx_t *c, uint32_t ndim, int64_t *iv, int64_t *ie,
-                     int64_t *iq, double *eps) {
+static int root_mean(size_t ip, onx_ctx_t *c, uint32_t ndim, int64_t *iv, int64_t *ie, int64_t *iq,
+                     double *eps) {
   const Onnx__GraphProto *g = c->graph;
   size_t slot;
   *iv = onx_sole_consumer(c, g->node[ip]->output[0], ip, &slot);
@@ -96,8 +96,8 @@ vm_status_t onx_layer_norm_chain(onx_ctx_t *c, int *done) {
   const Onnx__GraphProto *g = c->graph;
   const Onnx__NodeProto *rm = c->node;
   onx_value_t *x = onx_in(c, 0);
-  if (!x || x->data || !vm_dtype_equal(x->dt, VM_F32) || x->ndim < 1 ||
-      x->dims[x->ndim - 1] < 1 || !mean_of_last(c, rm, x->ndim))
+  if (!x || x->data || !vm_dtype_equal(x->dt, VM_F32) || x->ndim < 1 || x->dims[x->ndim - 1] < 1 ||
+      !mean_of_last(c, rm, x->ndim))
     return VM_STATUS_OK;
   size_t at = c->node_idx, slot;
   /* d = Sub(x, m) */
@@ -217,8 +217,8 @@ vm_status_t onx_gelu_chain(onx_ctx_t *c, int *done) {
 
 /* The node writing `name` when it is op (nin inputs) placed after node
  * `after` and read by node `reader` alone: its index, else -1. */
-static int64_t made_by(onx_ctx_t *c, const char *name, size_t after, int64_t reader,
-                       const char *op, size_t nin) {
+static int64_t made_by(onx_ctx_t *c, const char *name, size_t after, int64_t reader, const char *op,
+                       size_t nin) {
   const onx_name_t *e = onx_names_find(&c->names, name);
   size_t slot;
   if (!e || e->producer <= (int64_t)after || !is_node(c->graph->node[e->producer], op, nin) ||

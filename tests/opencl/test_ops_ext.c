@@ -497,6 +497,53 @@ static void test_layer_norm_stats(void **state) {
   release_all((vm_value_t[]){x, y, m, m16, m1}, 5);
 }
 
+/* cl.rms_norm: y = x / sqrt(mean(x^2) + eps) * gamma + beta over the rows
+ * (float32 and float16, a row longer than a work-group), and its arity */
+static void test_rms_norm(void **state) {
+  tops_env_t *e = *state;
+  for (int half = 0; half < 2; half++) {
+    enum { R = 3, L = 700 };
+    size_t n = (size_t)R * L;
+    vm_dtype_t dt = half ? VM_F16 : VM_F32;
+    float *x = tops_rand(n, 17, -3, 5), *g = tops_rand(L, 18, 0.5, 1.5),
+          *b = tops_rand(L, 19, -1, 1);
+    float *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    if (half) {
+      tops_round_f16(x, n);
+      tops_round_f16(g, L);
+      tops_round_f16(b, L);
+    }
+    for (int r = 0; r < R; r++) {
+      double ms = 0;
+      for (int j = 0; j < L; j++) ms += (double)x[r * L + j] * x[r * L + j] / L;
+      for (int j = 0; j < L; j++)
+        want[r * L + j] = (float)(x[r * L + j] / sqrt(ms + 1e-6) * g[j] + b[j]);
+    }
+    vm_value_t args[6] = {tops_tensor_f(e, dt, 2, DIMS(R, L), x),
+                          tops_tensor_f(e, dt, 1, DIMS(L), g),
+                          tops_tensor_f(e, dt, 1, DIMS(L), b),
+                          vm_value_int(-1),
+                          vm_value_float(1e-6),
+                          tops_tensor(e, dt, 2, DIMS(R, L), NULL)};
+    ASSERT_OK(tops_call(e, "cl.rms_norm", args, 6));
+    tops_read_f(e, &args[5], got);
+    tops_assert_close(got, want, n, half ? 4e-3 : 1e-5, half ? 4e-3 : 1e-5, "rms_norm y");
+    if (!half) {
+      vm_value_t more[8] = {args[0], args[1], args[2],         args[3],
+                            args[4], args[5], vm_value_none(), vm_value_none()};
+      ASSERT_STATUS(tops_call(e, "cl.rms_norm", more, 8), VM_INVALID_ARGUMENT,
+                    "cl.rms_norm: expected 6 arguments (x, gamma|none, beta|none, axis, eps, y), "
+                    "got 8");
+    }
+    release_all(args, 6);
+    free(x);
+    free(g);
+    free(b);
+    free(want);
+    free(got);
+  }
+}
+
 /* ---------------------------------------------------------------------------
  * cl.where and the comparisons
  */
@@ -1048,8 +1095,9 @@ static void test_int_ops(void **state) {
   assert_memory_equal(pz, ((const int32_t[]){1024, 27, -8, 0, 1, -1, 0, 1}), sizeof(pz));
   release_all(pw, 3);
   /* the unary operations stay float-only */
-  ASSERT_STATUS(tops_call(e, "cl.unary.relu", (vm_value_t[]){c[0], c[3]}, 2), VM_INVALID_ARGUMENT,
-                "cl.unary.relu: x (argument 0) has dtype int8, expected float32, float16 or float64");
+  ASSERT_STATUS(
+      tops_call(e, "cl.unary.relu", (vm_value_t[]){c[0], c[3]}, 2), VM_INVALID_ARGUMENT,
+      "cl.unary.relu: x (argument 0) has dtype int8, expected float32, float16 or float64");
   /* bitwise operations on int8 (two's complement), and never on floats */
   int8_t bx[6] = {-128, -1, 0x0f, 0x55, 3, 127}, by[6] = {-1, 0x0f, 0x3c, -86, 5, -128};
   vm_value_t bw[3] = {tops_tensor(e, VM_DTYPE_MAKE(VM_DTYPE_INT, 8, 1), 1, DIMS(6), bx),
@@ -1067,8 +1115,7 @@ static void test_int_ops(void **state) {
   release_all(bw, 3);
   /* float64 computes where the device has fp64 (test_ops_fp64.c) */
   vm_value_t f2 = tops_plain(e, VM_DTYPE_MAKE(VM_DTYPE_FLOAT, 32, 2), 1, DIMS(6));
-  ASSERT_STATUS(tops_call(e, "cl.binary.add", (vm_value_t[]){f2, f2, f2}, 3),
-                VM_INVALID_ARGUMENT,
+  ASSERT_STATUS(tops_call(e, "cl.binary.add", (vm_value_t[]){f2, f2, f2}, 3), VM_INVALID_ARGUMENT,
                 "cl.binary.add: a (argument 0) has dtype float32x2, expected float32, float16, "
                 "float64 or an integer type");
   vm_value_t f32 = tops_plain(e, VM_F32, 1, DIMS(6));
@@ -1101,7 +1148,7 @@ static void rnn_call(tops_env_t *e, vm_value_t *t, int64_t t_begin, int64_t t_co
                          vm_value_int(t_begin),
                          vm_value_int(t_count),
                          vm_value_int(2 | 1 << 4 | 2 << 12 | 1 << 16), /* Sigmoid, Tanh */
-                         vm_value_int(2), /* linear_before_reset */
+                         vm_value_int(2),                              /* linear_before_reset */
                          t[6],
                          t[7],
                          t[8],
@@ -1147,20 +1194,39 @@ static void test_rnn(void **state) {
     for (int d = 0; d < D; d++)
       for (int j = 0; j < H; j++) assert_true(got[0][((t * D + d) * B + 2) * H + j] == 0.0f);
   for (int d = 0; d < D; d++)
-    for (int j = 0; j < H; j++) assert_true(goth[0][(d * B + 2) * H + j] == h0[(d * B + 2) * H + j]);
+    for (int j = 0; j < H; j++)
+      assert_true(goth[0][(d * B + 2) * H + j] == h0[(d * B + 2) * H + j]);
   /* length 2: steps 2.. are zeros, the reverse direction ends at t = 0 */
   assert_true(got[0][((2 * D + 0) * B + 1) * H] == 0.0f);
   assert_true(goth[0][(1 * B + 1) * H] == got[0][((0 * D + 1) * B + 1) * H]);
   free(xw), free(r), free(b), free(h0);
 
-  vm_value_t xv = tops_plain(e, VM_F32, 3, DIMS(1, 4, 12)), rv = tops_plain(e, VM_F32, 3, DIMS(1, 4, 12));
-  vm_value_t rbad = tops_plain(e, VM_F32, 3, DIMS(1, 12, 4)), pv = tops_plain(e, VM_F32, 1, DIMS(13));
-  vm_value_t ws = tops_plain(e, VM_F32, 2, DIMS(2, 16)), yh = tops_plain(e, VM_F32, 3, DIMS(1, 2, 4));
+  vm_value_t xv = tops_plain(e, VM_F32, 3, DIMS(1, 4, 12)),
+             rv = tops_plain(e, VM_F32, 3, DIMS(1, 4, 12));
+  vm_value_t rbad = tops_plain(e, VM_F32, 3, DIMS(1, 12, 4)),
+             pv = tops_plain(e, VM_F32, 1, DIMS(13));
+  vm_value_t ws = tops_plain(e, VM_F32, 2, DIMS(2, 16)),
+             yh = tops_plain(e, VM_F32, 3, DIMS(1, 2, 4));
   vm_value_t l64 = tops_plain(e, VM_I64, 1, DIMS(2));
-  vm_value_t a[19] = {xv, rv, vm_value_none(), vm_value_none(), vm_value_none(), vm_value_none(),
-                      vm_value_none(), pv, vm_value_int(1), vm_value_int(0), vm_value_int(0),
-                      vm_value_int(0), vm_value_int(2), vm_value_int(0x12), vm_value_int(0), ws,
-                      vm_value_none(), yh, vm_value_none()};
+  vm_value_t a[19] = {xv,
+                      rv,
+                      vm_value_none(),
+                      vm_value_none(),
+                      vm_value_none(),
+                      vm_value_none(),
+                      vm_value_none(),
+                      pv,
+                      vm_value_int(1),
+                      vm_value_int(0),
+                      vm_value_int(0),
+                      vm_value_int(0),
+                      vm_value_int(2),
+                      vm_value_int(0x12),
+                      vm_value_int(0),
+                      ws,
+                      vm_value_none(),
+                      yh,
+                      vm_value_none()};
   ASSERT_OK(tops_call(e, "cl.rnn", a, 19));
   ASSERT_STATUS(tops_call(e, "cl.rnn", a, 18), VM_INVALID_ARGUMENT, "cl.rnn: ");
   a[1] = rbad;
@@ -1192,6 +1258,7 @@ int main(void) {
       cmocka_unit_test(test_pad),
       cmocka_unit_test(test_gather),
       cmocka_unit_test(test_layer_norm_stats),
+      cmocka_unit_test(test_rms_norm),
       cmocka_unit_test(test_where),
       cmocka_unit_test(test_compare),
       cmocka_unit_test(test_elementwise),
