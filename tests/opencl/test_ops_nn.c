@@ -85,10 +85,8 @@ static void test_gemm_f16(void **state) {
   /* float16 storage works without cl_khr_fp16 (the kernel computes in
    * float); where the device has fp16, CLBlast's Hgemm is used on GPUs */
   static const tops_gemm_case_t cases[] = {
-      {0, 0, 7, 13, 5, 0, 0, 1.0f, 0.0f},
-      {0, 0, 65, 17, 33, 1, 1, 0.5f, 2.0f},
-      {2, 2, 9, 11, 6, 0, 1, 1.0f, 0.0f},
-      {0, 0, 1, 13, 21, 0, 0, 1.0f, 0.0f}, /* M = 1 */
+      {0, 0, 7, 13, 5, 0, 0, 1.0f, 0.0f},  {0, 0, 65, 17, 33, 1, 1, 0.5f, 2.0f},
+      {2, 2, 9, 11, 6, 0, 1, 1.0f, 0.0f},  {0, 0, 1, 13, 21, 0, 0, 1.0f, 0.0f}, /* M = 1 */
       {2, 2, 1, 13, 21, 0, 1, 0.5f, 2.0f},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -298,6 +296,50 @@ static void test_conv2d_tuned(void **state) {
   vmcl_tune_record(d, key, 1 - f, NULL);
   check_conv(e, VM_F32, &c);
   assert_int_equal(vmcl_tune_lookup(d, key), 1 - f);
+}
+
+/* The Winograd formulation F(2x2, 3x3) forced (VMCL_CONV=wino) on the
+ * shapes it takes (3x3, stride 1, one group, 8+ channels each way): odd
+ * maps whose last tiles are cut, no padding and padding of 2 (the output
+ * larger than the input), one-row and one-pixel outputs, batches, with and
+ * without bias, with the epilogue; float16 and shapes it does not take
+ * (stride 2, groups, dilation, 7 channels) fall back to the others. Each
+ * result against the reference; without VMCL_CONV the shape's tuning key
+ * carries " wino" and the table holds one of the three choices, and a
+ * recorded Winograd choice is obeyed. */
+static void test_conv2d_winograd(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H   W  O  KH KW sh sw ph pw dh dw g  bias */
+      {1, 8, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* odd map, same padding */
+      {2, 9, 5, 11, 10, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0},   /* no padding: 3x9 out, batch */
+      {1, 8, 3, 3, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1, 1},     /* pads 2: 5x5 out of 3x3 */
+      {1, 16, 1, 6, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* one row */
+      {1, 8, 3, 3, 9, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1},     /* one pixel */
+      {1, 33, 14, 14, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* K 33: GEMM edges */
+      {1, 8, 9, 12, 8, 3, 3, 1, 1, 1, 0, 1, 1, 1, 1},    /* pads on rows only */
+      {1, 8, 9, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},     /* stride 2: not taken */
+      {1, 8, 9, 9, 8, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1},     /* dilation 2: not taken */
+      {1, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1},     /* groups 2: not taken */
+      {1, 7, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* 7 channels: not taken */
+  };
+  static const conv_epi_t relu_affine = {1, 0.5, -0.25}, hswish = {2, 1, 0};
+  setenv("VMCL_CONV", "wino", 1);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
+  check_conv_epi(e, VM_F32, &cases[0], &relu_affine);
+  check_conv_epi(e, VM_F32, &cases[1], &hswish);
+  check_conv(e, VM_F16, &cases[0]); /* float16 stays on the direct kernel */
+  unsetenv("VMCL_CONV");
+  static const conv_case_t c = {1, 10, 9, 10, 11, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  const char *key = "conv2d f32 n1 c10 h9 w10 o11 k3x3 s1x1 p1-1-1-1 d1x1 g1 wino";
+  vmcl_dev_t *d = vmcl_get(e->dev);
+  assert_int_equal(vmcl_tune_lookup(d, key), -1);
+  check_conv(e, VM_F32, &c);
+  int f = vmcl_tune_lookup(d, key);
+  assert_true(f >= 0 && f <= 2);
+  vmcl_tune_record(d, key, 2, NULL);
+  check_conv_epi(e, VM_F32, &c, &relu_affine);
+  assert_int_equal(vmcl_tune_lookup(d, key), 2);
 }
 
 /* One output channel per group (depthwise and groups == O): the conv2d_og1
@@ -629,12 +671,12 @@ static void test_machine_model(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gemm_tiled),       cmocka_unit_test(test_gemm_f16),
-      cmocka_unit_test(test_gemm_errors),      cmocka_unit_test(test_conv2d),
-      cmocka_unit_test(test_conv2d_depthwise), cmocka_unit_test(test_conv2d_errors),
-      cmocka_unit_test(test_conv2d_epilogue),  cmocka_unit_test(test_pool2d),
+      cmocka_unit_test(test_gemm_tiled),          cmocka_unit_test(test_gemm_f16),
+      cmocka_unit_test(test_gemm_errors),         cmocka_unit_test(test_conv2d),
+      cmocka_unit_test(test_conv2d_depthwise),    cmocka_unit_test(test_conv2d_errors),
+      cmocka_unit_test(test_conv2d_epilogue),     cmocka_unit_test(test_pool2d),
       cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
-      cmocka_unit_test(test_machine_model),
+      cmocka_unit_test(test_conv2d_winograd),     cmocka_unit_test(test_machine_model),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
