@@ -35,9 +35,10 @@
  *                 gemm_ms / direct_ms and ratio_chosen = conv_ms / the
  *                 fastest forced one (conv_ms runs on the device's tuning
  *                 table, filled by the warm-up call)
- *   wino_ms       3x3 stride-1 shapes of one group: the Winograd
- *                 formulation forced (VMCL_CONV=wino), with wino_cpu_ms
- *                 and ratio_wino_direct = wino_ms / direct_ms
+ *   wino_ms, wino4_ms  3x3 stride-1 shapes of one group: the Winograd
+ *                 formulations F(2x2, 3x3) and F(4x4, 3x3) forced
+ *                 (VMCL_CONV=wino, wino4), with their CPU times and
+ *                 ratio_wino_direct, ratio_wino4_direct (over direct_ms)
  *
  * plus the totals over each model (each shape times its calls): total_*
  * the convolution part of one recognizer run, decoder_total_* the
@@ -399,6 +400,7 @@ int main(int argc, char **argv) {
     int t = s->transpose;
     /* a transposed one again on the direct kernel, the other formulation */
     double direct = 0, direct_cpu = 0, cgemm = 0, cgemm_cpu = 0, wino = 0, wino_cpu = 0;
+    double wino4 = 0, wino4_cpu = 0;
     int general =
         !t && s->groups != s->o &&
         !(s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0);
@@ -409,7 +411,10 @@ int main(int argc, char **argv) {
     } else if (general) {
       direct = conv_s_env(&b, s, runs, "VMCL_CONV", "direct", &direct_cpu);
       cgemm = conv_s_env(&b, s, runs, "VMCL_CONV", "gemm", &cgemm_cpu);
-      if (wino_shape(s)) wino = conv_s_env(&b, s, runs, "VMCL_CONV", "wino", &wino_cpu);
+      if (wino_shape(s)) {
+        wino = conv_s_env(&b, s, runs, "VMCL_CONV", "wino", &wino_cpu);
+        wino4 = conv_s_env(&b, s, runs, "VMCL_CONV", "wino4", &wino4_cpu);
+      }
     }
     tot_gemm[t] += gm * s->calls;
     tot_gemm_cpu[t] += gm_cpu * s->calls;
@@ -433,10 +438,13 @@ int main(int argc, char **argv) {
           "%.4f, "
           "\"ratio_gemm_direct\": %.3f, \"ratio_chosen\": %.3f",
           direct * 1e3, direct_cpu * 1e3, cgemm * 1e3, cgemm_cpu * 1e3, cgemm / direct,
-          c / fastest(direct, cgemm, wino));
+          c / fastest(direct, cgemm, fastest(wino, wino4, 0)));
       if (wino > 0)
         printf(", \"wino_ms\": %.4f, \"wino_cpu_ms\": %.4f, \"ratio_wino_direct\": %.3f",
                wino * 1e3, wino_cpu * 1e3, wino / direct);
+      if (wino4 > 0)
+        printf(", \"wino4_ms\": %.4f, \"wino4_cpu_ms\": %.4f, \"ratio_wino4_direct\": %.3f",
+               wino4 * 1e3, wino4_cpu * 1e3, wino4 / direct);
     }
     printf("}");
     first = 0;

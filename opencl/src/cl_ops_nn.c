@@ -143,8 +143,8 @@ typedef struct conv_shape {
 
 /* cl.conv2d's formulations of a general convolution; which one runs is
  * measured per device and shape (conv_general). */
-enum { CONV_F_DIRECT = 0, CONV_F_GEMM = 1, CONV_F_WINO = 2 };
-static const char *const conv_f_name[] = {"direct", "gemm", "wino"};
+enum { CONV_F_DIRECT = 0, CONV_F_GEMM = 1, CONV_F_WINO = 2, CONV_F_WINO4 = 3, CONV_F_COUNT };
+static const char *const conv_f_name[CONV_F_COUNT] = {"direct", "gemm", "wino", "wino4"};
 
 /* The columns of the GEMM formulation may take at most this many float32
  * elements (256 MiB); larger calls stay on the direct kernel. */
@@ -282,19 +282,22 @@ static vm_status_t conv_one_pixel(vmcl_dev_t *d, const vm_device_t *dev, const v
   return conv_epilogue_launch(d, y, bias, N, O, 1, act, am, aa);
 }
 
-/* Whether the Winograd formulation applies: float32, a 3x3 kernel at
+/* Whether the Winograd formulations apply: float32, a 3x3 kernel at
  * stride 1 and dilation 1, one group, at least 8 input and output channels
  * (fewer are not worth the three extra launches: the shape is then not
- * measured on it), and scratch buffers (16 transformed elements per 2x2 tile
- * and channel) within CONV_GEMM_MAX_COLS elements each. */
+ * measured on them), and scratch buffers (36 transformed elements per tile
+ * and channel at most: F(4x4, 3x3)'s 4x4 tiles; F(2x2, 3x3) has 16 per 2x2
+ * tile) within CONV_GEMM_MAX_COLS elements each. */
 static int conv_wino_ok(const conv_shape_t *s) {
   const window_t *wa = &s->wa;
   if (s->KH != 3 || s->KW != 3 || wa->sh != 1 || wa->sw != 1 || wa->dh != 1 || wa->dw != 1 ||
       s->groups != 1 || s->C < 8 || s->O < 8)
     return 0;
-  int64_t NT = s->N * ((s->OH + 1) / 2) * ((s->OW + 1) / 2);
+  int64_t NT2 = s->N * ((s->OH + 1) / 2) * ((s->OW + 1) / 2);
+  int64_t NT4 = s->N * ((s->OH + 3) / 4) * ((s->OW + 3) / 4);
   int64_t most = s->C > s->O ? s->C : s->O;
-  return 16 * most * NT <= CONV_GEMM_MAX_COLS && 16 * s->O * s->C <= CONV_GEMM_MAX_COLS;
+  return 16 * most * NT2 <= CONV_GEMM_MAX_COLS && 36 * most * NT4 <= CONV_GEMM_MAX_COLS &&
+         36 * s->O * s->C <= CONV_GEMM_MAX_COLS;
 }
 
 /* Sets a Winograd step's kernel arguments (ints after the buffers) and
@@ -306,29 +309,33 @@ static vm_status_t wino_launch(vmcl_dev_t *d, cl_kernel k, vmcl_args_t *a, size_
   return vmcl_launch(d, k, (cl_uint)dims, global, NULL);
 }
 
-/* Winograd F(2x2, 3x3) (float32; conv.cl's conv2d_wino_*): the filter
- * transform U (16 x O x C), the input transform V (16 x C x T over all N
- * images' T tiles), the 16 GEMMs M[b] = U[b] V[b] as one batched call of the
- * device's GEMM, then the output transform with the bias and the epilogue.
- * The filter transform runs on every call (O * C * 16 elements: a small
- * share of the 16 * O * C * T multiply-adds). */
+/* Winograd F(m x m, 3x3), m 2 or 4 (float32; conv.cl's conv2d_wino_* and
+ * conv2d_wino4_*): the filter transform U (A x O x C, A = (m + 2)^2
+ * planes), the input transform V (A x C x T over all N images' T tiles of
+ * m x m output pixels), the A GEMMs M[b] = U[b] V[b] as one batched call of
+ * the device's GEMM, then the output transform with the bias and the
+ * epilogue. The filter transform runs on every call (A * O * C elements: a
+ * small share of the A * O * C * T multiply-adds). */
 static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                              const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
-                             const conv_shape_t *s) {
-  int64_t TH = (s->OH + 1) / 2, TW = (s->OW + 1) / 2, NT = s->N * TH * TW;
-  int64_t OC = s->O * s->C;
+                             const conv_shape_t *s, int m) {
+  int64_t TH = (s->OH + m - 1) / m, TW = (s->OW + m - 1) / m, NT = s->N * TH * TW;
+  int64_t OC = s->O * s->C, A = (m + 2) * (m + 2);
+  const char *kf = m == 4 ? "conv2d_wino4_filter" : "conv2d_wino_filter";
+  const char *ki = m == 4 ? "conv2d_wino4_in" : "conv2d_wino_in";
+  const char *ko = m == 4 ? "conv2d_wino4_out" : "conv2d_wino_out";
   size_t fl = sizeof(float);
   cl_int err;
-  cl_mem u = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(16 * OC) * fl, NULL, &err);
+  cl_mem u = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(A * OC) * fl, NULL, &err);
   if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.conv2d Winograd filter)");
   cl_mem v =
-      clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(16 * s->C * NT) * fl, NULL, &err);
+      clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(A * s->C * NT) * fl, NULL, &err);
   if (err != CL_SUCCESS) {
     clReleaseMemObject(u);
     return vmcl_status(err, "clCreateBuffer(cl.conv2d Winograd input)");
   }
   cl_mem mm =
-      clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(16 * s->O * NT) * fl, NULL, &err);
+      clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(A * s->O * NT) * fl, NULL, &err);
   if (err != CL_SUCCESS) {
     clReleaseMemObject(u);
     clReleaseMemObject(v);
@@ -336,8 +343,7 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
   }
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  vm_status_t st =
-      vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv2d_wino_filter", &k);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), kf, &k);
   if (!st) {
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_mem(&a, vmcl_tensor_mem(w));
@@ -346,8 +352,7 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
     vmcl_arg_int(&a, OC);
     st = wino_launch(d, k, &a, 1, (size_t)OC, 1, 1);
   }
-  if (!st)
-    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv2d_wino_in", &k);
+  if (!st) st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), ki, &k);
   if (!st) {
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_mem(&a, vmcl_tensor_mem(x));
@@ -355,10 +360,10 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
     vmcl_arg_mem(&a, v);
     int64_t ints[] = {s->C, s->H, s->W, TH, TW, s->wa.pt, s->wa.pl, NT};
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
-    st = wino_launch(d, k, &a, 3, (size_t)TW, (size_t)TH, (size_t)(s->N * s->C));
+    st = wino_launch(d, k, &a, 3, (size_t)(TW + 3) / 4, (size_t)TH, (size_t)(s->N * s->C));
   }
   pthread_mutex_unlock(&d->lock);
-  vmcl_gemm_shape_t g = {.batch = 16,
+  vmcl_gemm_shape_t g = {.batch = A,
                          .m = s->O,
                          .n = NT,
                          .k = s->C,
@@ -371,7 +376,7 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
   if (!st) st = vmcl_gemm_mem(d, dev, &g, VM_F32, u, 0, v, 0, mm, 0, 1.0f, 0.0f);
   if (!st) {
     pthread_mutex_lock(&d->lock);
-    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv2d_wino_out", &k);
+    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), ko, &k);
     if (!st) {
       vmcl_args_t a = vmcl_args_begin(k);
       vmcl_arg_mem(&a, mm);
@@ -383,7 +388,7 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
       int64_t ints[] = {s->O, s->OH, s->OW, TH, TW, NT};
       for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
       conv_epilogue_args(&a, s->act, s->am, s->aa);
-      st = wino_launch(d, k, &a, 3, (size_t)TW, (size_t)TH, (size_t)(s->N * s->O));
+      st = wino_launch(d, k, &a, 3, (size_t)(TW + 3) / 4, (size_t)TH, (size_t)(s->N * s->O));
     }
     pthread_mutex_unlock(&d->lock);
   }
@@ -397,7 +402,8 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
 static vm_status_t conv_run(int f, vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                             const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
                             const conv_shape_t *s) {
-  if (f == CONV_F_WINO) return conv_wino(d, dev, x, w, bias, y, s);
+  if (f == CONV_F_WINO || f == CONV_F_WINO4)
+    return conv_wino(d, dev, x, w, bias, y, s, f == CONV_F_WINO4 ? 4 : 2);
   return f == CONV_F_GEMM ? conv_gemm(d, dev, x, w, bias, y, s) : conv_direct(d, x, w, bias, y, s);
 }
 
@@ -435,7 +441,8 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   const char *env = getenv("VMCL_CONV");
   if (env && strcmp(env, "direct") == 0) return conv_direct(d, x, w, bias, y, s);
   if (env && strcmp(env, "gemm") == 0 && gemm) return conv_gemm(d, dev, x, w, bias, y, s);
-  if (env && strcmp(env, "wino") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s);
+  if (env && strcmp(env, "wino") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s, 2);
+  if (env && strcmp(env, "wino4") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s, 4);
   const window_t *wa = &s->wa;
   char key[160];
   snprintf(key, sizeof(key),
@@ -445,14 +452,14 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
            (long long)s->KH, (long long)s->KW, (long long)wa->sh, (long long)wa->sw,
            (long long)wa->pt, (long long)wa->pl, (long long)wa->pb, (long long)wa->pr,
            (long long)wa->dh, (long long)wa->dw, (long long)s->groups, wino ? " wino" : "");
-  int ok[3] = {1, gemm, wino};
+  int ok[CONV_F_COUNT] = {1, gemm, wino, wino};
   int f = vmcl_tune_lookup(d, key);
-  if (f >= CONV_F_DIRECT && f <= CONV_F_WINO && ok[f]) return conv_run(f, d, dev, x, w, bias, y, s);
+  if (f >= CONV_F_DIRECT && f < CONV_F_COUNT && ok[f]) return conv_run(f, d, dev, x, w, bias, y, s);
   /* the fastest of the runs: load on a shared machine only adds time */
-  double best[3] = {0, 0, 0};
+  double best[CONV_F_COUNT] = {0};
   int last = CONV_F_DIRECT;
   for (int r = -1; r < 3; r++) {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < CONV_F_COUNT; i++) {
       if (!ok[i]) continue;
       double dt = 0;
       VM_RETURN_IF_ERROR(conv_time(i, d, dev, x, w, bias, y, s, &dt));
@@ -461,11 +468,11 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
     }
   }
   f = CONV_F_DIRECT;
-  for (int i = 1; i < 3; i++)
+  for (int i = 1; i < CONV_F_COUNT; i++)
     if (ok[i] && best[i] < best[f]) f = i;
   char detail[128];
-  snprintf(detail, sizeof(detail), "direct %.3f ms, gemm %.3f ms, wino %.3f ms", best[0] * 1e3,
-           best[1] * 1e3, best[2] * 1e3);
+  snprintf(detail, sizeof(detail), "direct %.3f ms, gemm %.3f ms, wino %.3f ms, wino4 %.3f ms",
+           best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, best[3] * 1e3);
   vmcl_tune_record(d, key, f, detail);
   VM_LOGD("cl.conv2d %s: %s (%s)", key, conv_f_name[f], detail);
   /* y holds the last timed run's result */

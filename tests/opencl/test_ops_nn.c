@@ -298,15 +298,13 @@ static void test_conv2d_tuned(void **state) {
   assert_int_equal(vmcl_tune_lookup(d, key), 1 - f);
 }
 
-/* The Winograd formulation F(2x2, 3x3) forced (VMCL_CONV=wino) on the
- * shapes it takes (3x3, stride 1, one group, 8+ channels each way): odd
- * maps whose last tiles are cut, no padding and padding of 2 (the output
- * larger than the input), one-row and one-pixel outputs, batches, with and
- * without bias, with the epilogue; float16 and shapes it does not take
- * (stride 2, groups, dilation, 7 channels) fall back to the others. Each
- * result against the reference; without VMCL_CONV the shape's tuning key
- * carries " wino" and the table holds one of the three choices, and a
- * recorded Winograd choice is obeyed. */
+/* The Winograd formulations F(2x2, 3x3) and F(4x4, 3x3) forced
+ * (VMCL_CONV=wino, wino4) on the shapes they take (3x3, stride 1, one group, 8+ channels each way):
+ * odd maps whose last tiles are cut, no padding and padding of 2 (the output larger than the
+ * input), one-row and one-pixel outputs, batches, with and without bias, with the epilogue; float16
+ * and shapes it does not take (stride 2, groups, dilation, 7 channels) fall back to the others.
+ * Each result against the reference; without VMCL_CONV the shape's tuning key carries " wino" and
+ * the table holds one of the four choices, and a recorded Winograd choice is obeyed. */
 static void test_conv2d_winograd(void **state) {
   tops_env_t *e = *state;
   static const conv_case_t cases[] = {
@@ -317,6 +315,7 @@ static void test_conv2d_winograd(void **state) {
       {1, 16, 1, 6, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* one row */
       {1, 8, 3, 3, 9, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1},     /* one pixel */
       {1, 33, 14, 14, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* K 33: GEMM edges */
+      {1, 8, 19, 37, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* full and cut 4-tile blocks */
       {1, 8, 9, 12, 8, 3, 3, 1, 1, 1, 0, 1, 1, 1, 1},    /* pads on rows only */
       {1, 8, 9, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},     /* stride 2: not taken */
       {1, 8, 9, 9, 8, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1},     /* dilation 2: not taken */
@@ -324,11 +323,14 @@ static void test_conv2d_winograd(void **state) {
       {1, 7, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* 7 channels: not taken */
   };
   static const conv_epi_t relu_affine = {1, 0.5, -0.25}, hswish = {2, 1, 0};
-  setenv("VMCL_CONV", "wino", 1);
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
-  check_conv_epi(e, VM_F32, &cases[0], &relu_affine);
-  check_conv_epi(e, VM_F32, &cases[1], &hswish);
-  check_conv(e, VM_F16, &cases[0]); /* float16 stays on the direct kernel */
+  const char *modes[] = {"wino", "wino4"};
+  for (int m = 0; m < 2; m++) {
+    setenv("VMCL_CONV", modes[m], 1);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
+    check_conv_epi(e, VM_F32, &cases[0], &relu_affine);
+    check_conv_epi(e, VM_F32, &cases[1], &hswish);
+    check_conv(e, VM_F16, &cases[0]); /* float16 stays on the direct kernel */
+  }
   unsetenv("VMCL_CONV");
   static const conv_case_t c = {1, 10, 9, 10, 11, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
   const char *key = "conv2d f32 n1 c10 h9 w10 o11 k3x3 s1x1 p1-1-1-1 d1x1 g1 wino";
@@ -336,10 +338,12 @@ static void test_conv2d_winograd(void **state) {
   assert_int_equal(vmcl_tune_lookup(d, key), -1);
   check_conv(e, VM_F32, &c);
   int f = vmcl_tune_lookup(d, key);
-  assert_true(f >= 0 && f <= 2);
-  vmcl_tune_record(d, key, 2, NULL);
-  check_conv_epi(e, VM_F32, &c, &relu_affine);
-  assert_int_equal(vmcl_tune_lookup(d, key), 2);
+  assert_true(f >= 0 && f <= 3);
+  for (int choice = 2; choice <= 3; choice++) {
+    vmcl_tune_record(d, key, choice, NULL);
+    check_conv_epi(e, VM_F32, &c, &relu_affine);
+    assert_int_equal(vmcl_tune_lookup(d, key), choice);
+  }
 }
 
 /* One output channel per group (depthwise and groups == O): the conv2d_og1
