@@ -139,6 +139,7 @@ typedef struct conv_shape {
   int64_t N, C, H, W, O, OH, OW, KH, KW, groups, act;
   double am, aa;
   window_t wa;
+  int pw; /* pointwise (1x1, stride 1, no pads): conv2d_1x1 or the GEMM on x */
 } conv_shape_t;
 
 /* cl.conv2d's formulations of a general convolution; which one runs is
@@ -253,6 +254,56 @@ static vm_status_t conv_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
   if (!st) st = conv_epilogue_launch(d, y, bias, s->N, s->O, P, s->act, s->am, s->aa);
   /* the queued commands keep the buffer until they finish */
   clReleaseMemObject(cols);
+  return st;
+}
+
+/* Pointwise, direct: conv.cl's conv2d_1x1 (8 channels x 16 pixels per
+ * work-item, the map as one row of P pixels). */
+static vm_status_t conv_pw_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                                  const vm_tensor_t *bias, const vm_tensor_t *y,
+                                  const conv_shape_t *s) {
+  int64_t P = s->OH * s->OW, Og = s->O / s->groups;
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st =
+      vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d_1x1", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    conv_tensor_args(&a, x, w, bias, y);
+    int64_t ints[] = {s->C, P, s->O, s->groups};
+    for (size_t i = 0; i < 4; i++) vmcl_arg_int(&a, ints[i]);
+    conv_epilogue_args(&a, s->act, s->am, s->aa);
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 7) / 8,
+                                             (size_t)(s->N * s->groups));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+/* Pointwise, GEMM (float32): per image and group y = w x straight on the
+ * device's GEMM (x is its own im2col), then conv2d_epilogue. */
+static vm_status_t conv_pw_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
+                                const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
+                                const conv_shape_t *s) {
+  int64_t P = s->OH * s->OW, Cg = s->C / s->groups, Og = s->O / s->groups;
+  vmcl_gemm_shape_t g = {.batch = s->groups,
+                         .m = Og,
+                         .n = P,
+                         .k = Cg,
+                         .lda = Cg,
+                         .ldb = P,
+                         .ldc = P,
+                         .sa = Og * Cg,
+                         .sb = Cg * P,
+                         .sc = Og * P};
+  vm_status_t st = VM_STATUS_OK;
+  for (int64_t nb = 0; nb < s->N && !st; nb++) {
+    st = vmcl_gemm_mem(d, dev, &g, VM_F32, vmcl_tensor_mem(w), vmcl_elem_offset(w),
+                       vmcl_tensor_mem(x), vmcl_elem_offset(x) + nb * s->C * P, vmcl_tensor_mem(y),
+                       vmcl_elem_offset(y) + nb * s->O * P, 1.0f, 0.0f);
+  }
+  if (!st) st = conv_epilogue_launch(d, y, bias, s->N, s->O, P, s->act, s->am, s->aa);
   return st;
 }
 
@@ -402,6 +453,9 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
 static vm_status_t conv_run(int f, vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                             const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
                             const conv_shape_t *s) {
+  if (s->pw)
+    return f == CONV_F_GEMM ? conv_pw_gemm(d, dev, x, w, bias, y, s)
+                            : conv_pw_direct(d, x, w, bias, y, s);
   if (f == CONV_F_WINO || f == CONV_F_WINO4)
     return conv_wino(d, dev, x, w, bias, y, s, f == CONV_F_WINO4 ? 4 : 2);
   return f == CONV_F_GEMM ? conv_gemm(d, dev, x, w, bias, y, s) : conv_direct(d, x, w, bias, y, s);
@@ -435,12 +489,13 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
                                 const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
                                 const conv_shape_t *s) {
   int64_t rows = s->C * s->KH * s->KW, P = s->OH * s->OW;
-  if (!vm_dtype_equal(x->dtype, VM_F32)) return conv_direct(d, x, w, bias, y, s);
-  int wino = conv_wino_ok(s), gemm = rows * P <= CONV_GEMM_MAX_COLS;
-  if (!wino && !gemm) return conv_direct(d, x, w, bias, y, s);
+  if (!vm_dtype_equal(x->dtype, VM_F32)) return conv_run(CONV_F_DIRECT, d, dev, x, w, bias, y, s);
+  int wino = !s->pw && conv_wino_ok(s), gemm = s->pw || rows * P <= CONV_GEMM_MAX_COLS;
+  if (!wino && !gemm) return conv_run(CONV_F_DIRECT, d, dev, x, w, bias, y, s);
   const char *env = getenv("VMCL_CONV");
-  if (env && strcmp(env, "direct") == 0) return conv_direct(d, x, w, bias, y, s);
-  if (env && strcmp(env, "gemm") == 0 && gemm) return conv_gemm(d, dev, x, w, bias, y, s);
+  if (env && strcmp(env, "direct") == 0) return conv_run(CONV_F_DIRECT, d, dev, x, w, bias, y, s);
+  if (env && strcmp(env, "gemm") == 0 && gemm)
+    return conv_run(CONV_F_GEMM, d, dev, x, w, bias, y, s);
   if (env && strcmp(env, "wino") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s, 2);
   if (env && strcmp(env, "wino4") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s, 4);
   const window_t *wa = &s->wa;
@@ -580,35 +635,22 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
    * pixel p: the kernels see the map as one row of H*W pixels, so every
    * full block is one vector load, also across row ends. With more than
    * one output channel per group it runs on conv2d_1x1 (8 channels x 16
-   * pixels per work-item), else on conv2d_og1 as one row. */
+   * pixels per work-item) or, float32, as the GEMM y = w x itself, which one
+   * measured faster for the shape (conv_general's tuning table); else on
+   * conv2d_og1 as one row. */
   int pointwise = KH == 1 && KW == 1 && wa.sh == 1 && wa.sw == 1 && wa.pt == 0 && wa.pl == 0 &&
                   wa.pb == 0 && wa.pr == 0;
   int pw16 = pointwise && !og1;
   if (pw16 && P == 1 && groups == 1 && vm_dtype_equal(x->dtype, VM_F32) &&
       (!bias || vm_dtype_equal(bias->dtype, VM_F32)))
     return conv_one_pixel(d, op.dev, x, w, bias, y, N, C, O, act, am, aa);
-  if (!og1 && !pw16) {
-    conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa};
+  if (!og1) {
+    conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa, pw16};
     return conv_general(d, op.dev, x, w, bias, y, &s);
   }
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  if (pw16) {
-    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d_1x1", &k);
-    if (st) goto done;
-    vmcl_args_t a = vmcl_args_begin(k);
-    conv_tensor_args(&a, x, w, bias, y);
-    int64_t ints[] = {C, P, O, groups};
-    for (size_t i = 0; i < 4; i++) vmcl_arg_int(&a, ints[i]);
-    conv_epilogue_args(&a, act, am, aa);
-    if (a.err != CL_SUCCESS) {
-      st = vmcl_status(a.err, "clSetKernelArg");
-      goto done;
-    }
-    st = launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 7) / 8, (size_t)(N * groups));
-    goto done;
-  }
   /* one output channel per group: conv2d_og1, 8-pixel blocks of a row x
    * rows x (n, o) (conv.cl) */
   st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d_og1", &k);

@@ -245,7 +245,7 @@ static void test_conv2d(void **state) {
   check_conv(e, VM_F16, &cases[11]);
 }
 
-/* Both formulations of general convolutions, forced by VMCL_CONV: the GEMM
+/* Both formulations of general and pointwise convolutions, forced by VMCL_CONV: the GEMM
  * one (im2col columns, the device's GEMM, then the bias and epilogue in
  * place) and the direct kernel, on the general shapes of test_conv2d, with
  * the epilogue, and on 1-D convolutions along H (a map one pixel wide,
@@ -264,6 +264,10 @@ static void test_conv2d_formulations(void **state) {
       {1, 3, 23, 29, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1}, /* a stem: K = 147 */
       {1, 6, 40, 1, 8, 5, 1, 1, 1, 2, 0, 1, 1, 1, 1},   /* 1-D along H, same pads */
       {2, 4, 33, 1, 6, 3, 1, 2, 1, 0, 0, 2, 1, 2, 0},   /* 1-D, stride, dilation, groups */
+      /* pointwise: conv2d_1x1 (direct) or the GEMM on x itself */
+      {2, 7, 3, 5, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},    /* batch, odd map, no bias */
+      {1, 6, 9, 7, 10, 1, 1, 1, 1, 0, 0, 2, 3, 2, 1},   /* groups */
+      {1, 20, 4, 12, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* full 16-pixel blocks */
   };
   static const conv_epi_t relu_affine = {1, 0.5, -0.25}, hswish = {2, 1, 0};
   const char *modes[] = {"gemm", "direct"};
@@ -272,12 +276,14 @@ static void test_conv2d_formulations(void **state) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
     check_conv_epi(e, VM_F32, &cases[0], &relu_affine);
     check_conv_epi(e, VM_F32, &cases[8], &hswish);
+    check_conv_epi(e, VM_F32, &cases[11], &relu_affine);
     check_conv(e, VM_F16, &cases[8]); /* float16 stays on the direct kernel */
+    check_conv(e, VM_F16, &cases[11]);
   }
   unsetenv("VMCL_CONV");
 }
 
-/* Without VMCL_CONV a general shape is measured on both formulations once,
+/* Without VMCL_CONV a general or pointwise shape is measured on both formulations once,
  * the faster recorded in the device's tuning table under the shape's key,
  * and later calls read the table; the result is right either way. */
 static void test_conv2d_tuned(void **state) {
@@ -302,6 +308,16 @@ static void test_conv2d_tuned(void **state) {
   check_conv(e, VM_F32, &c);
   f = vmcl_tune_lookup(d, key);
   assert_true(f == 0 || f == 1);
+  /* pointwise shapes too: conv2d_1x1 or the GEMM on x */
+  static const conv_case_t pw = {1, 12, 5, 6, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1};
+  const char *pkey = "conv2d f32 n1 c12 h5 w6 o9 k1x1 s1x1 p0-0-0-0 d1x1 g1";
+  assert_int_equal(vmcl_tune_lookup(d, pkey), -1);
+  check_conv(e, VM_F32, &pw);
+  f = vmcl_tune_lookup(d, pkey);
+  assert_true(f == 0 || f == 1);
+  vmcl_tune_record(d, pkey, 1 - f, NULL);
+  check_conv(e, VM_F32, &pw);
+  assert_int_equal(vmcl_tune_lookup(d, pkey), 1 - f);
 }
 
 /* The Winograd formulations F(2x2, 3x3) and F(4x4, 3x3) forced
