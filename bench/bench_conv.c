@@ -33,8 +33,12 @@
  *                 pointwise): each formulation forced (VMCL_CONV=direct,
  *                 gemm), with their CPU times, ratio_gemm_direct =
  *                 gemm_ms / direct_ms and ratio_chosen = conv_ms / the
- *                 faster of the two (conv_ms runs on the device's tuning
+ *                 fastest forced one (conv_ms runs on the device's tuning
  *                 table, filled by the warm-up call)
+ *   wino_ms, wino4_ms  3x3 stride-1 shapes of one group: the Winograd
+ *                 formulations F(2x2, 3x3) and F(4x4, 3x3) forced
+ *                 (VMCL_CONV=wino, wino4), with their CPU times and
+ *                 ratio_wino_direct, ratio_wino4_direct (over direct_ms)
  *
  * plus the totals over each model (each shape times its calls): total_*
  * the convolution part of one recognizer run, decoder_total_* the
@@ -96,13 +100,32 @@ static const conv_shape_t SHAPES[] = {
     {"pw_120_480_1x40", 1, 120, 1, 40, 480, 1, 1, 1, 1, 0, 0, 1, 0},
     {"conv1x3_960_60_1x40", 1, 960, 1, 40, 60, 1, 3, 1, 1, 0, 1, 1, 0},
     /* other models' general convolutions (calls 0: in no total) */
-    {"o_c1d5_256_512_512x1", 0, 256, 512, 1, 512, 5, 1, 1, 1, 0, 0, 1, 0}, /* magika */
+    {"o_c1d5_256_512_512x1", 0, 256, 512, 1, 512, 5, 1, 1, 1, 0, 0, 1, 0},    /* magika */
     {"o_stem7x7s2_3_64_230x230", 0, 3, 230, 230, 64, 7, 7, 2, 2, 0, 0, 1, 0}, /* nsfw */
-    {"o_3x3_64_64_56x56", 0, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 0},        /* nsfw */
-    {"o_3x3_256_256_14x14", 0, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1, 1, 0},    /* nsfw */
-    {"o_1x1s2_256_512_28x28", 0, 256, 28, 28, 512, 1, 1, 2, 2, 0, 0, 1, 0},  /* nsfw */
-    {"o_stem7x7s2_3_64_60x160", 0, 3, 60, 160, 64, 7, 7, 2, 2, 3, 3, 1, 0},  /* captcha */
-    {"o_3x3s2_128_128_15x40", 0, 128, 15, 40, 128, 3, 3, 2, 2, 1, 1, 1, 0},  /* captcha */
+    {"o_3x3_64_64_56x56", 0, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 0},         /* nsfw */
+    {"o_3x3_256_256_14x14", 0, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1, 1, 0},     /* nsfw */
+    {"o_1x1s2_256_512_28x28", 0, 256, 28, 28, 512, 1, 1, 2, 2, 0, 0, 1, 0},   /* nsfw */
+    {"o_stem7x7s2_3_64_60x160", 0, 3, 60, 160, 64, 7, 7, 2, 2, 3, 3, 1, 0},   /* captcha */
+    {"o_3x3s2_128_128_15x40", 0, 128, 15, 40, 128, 3, 3, 2, 2, 1, 1, 1, 0},   /* captcha */
+    /* 3x3 stride-1 shapes (Winograd's): yahoo-open-nsfw's four stages (ResNet-50 at
+     * half width) and PP-OCRv4 det's FPN head convolutions (96 -> 24) */
+    {"o_3x3_32_32_56x56", 0, 32, 56, 56, 32, 3, 3, 1, 1, 1, 1, 1, 0},
+    {"o_3x3_64_64_28x28", 0, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1, 1, 0},
+    {"o_3x3_128_128_14x14", 0, 128, 14, 14, 128, 3, 3, 1, 1, 1, 1, 1, 0},
+    {"o_3x3_256_256_7x7", 0, 256, 7, 7, 256, 3, 3, 1, 1, 1, 1, 1, 0},
+    {"o_3x3_96_24_120x160", 0, 96, 120, 160, 24, 3, 3, 1, 1, 1, 1, 1, 0},
+    {"o_3x3_96_24_60x80", 0, 96, 60, 80, 24, 3, 3, 1, 1, 1, 1, 1, 0},
+    {"o_3x3_96_24_30x40", 0, 96, 30, 40, 24, 3, 3, 1, 1, 1, 1, 1, 0},
+    /* PP-LCNet's (lcnet_orientation) depthwise convolutions on small maps */
+    {"o_dw3x3_128_28x28", 0, 128, 28, 28, 128, 3, 3, 1, 1, 1, 1, 128, 0},
+    {"o_dw5x5_256_14x14", 0, 256, 14, 14, 256, 5, 5, 1, 1, 2, 2, 256, 0},
+    {"o_dw5x5_512_7x7", 0, 512, 7, 7, 512, 5, 5, 1, 1, 2, 2, 512, 0},
+    {"o_dw5x5s2_256_14x14", 0, 256, 14, 14, 256, 5, 5, 2, 2, 2, 2, 256, 0},
+    {"o_dw5x5_192_30x40", 0, 192, 30, 40, 192, 5, 5, 1, 1, 2, 2, 192, 0},
+    /* PP-LCNet's pointwise convolutions on small maps */
+    {"o_pw_256_256_14x14", 0, 256, 14, 14, 256, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"o_pw_512_512_7x7", 0, 512, 7, 7, 512, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"o_pw_128_128_28x28", 0, 128, 28, 28, 128, 1, 1, 1, 1, 0, 0, 1, 0},
     {"ct4x4s2_384_256_16x16", 1, 384, 16, 16, 256, 4, 4, 2, 2, 1, 1, 1, 1},
     {"ct4x4s2_256_128_32x32", 1, 256, 32, 32, 128, 4, 4, 2, 2, 1, 1, 1, 1},
     {"ct4x4s2_128_64_64x64", 1, 128, 64, 64, 64, 4, 4, 2, 2, 1, 1, 1, 1},
@@ -328,6 +351,19 @@ static double conv_s_env(bench_t *b, const conv_shape_t *s, int runs, const char
   return t;
 }
 
+/* Whether cl.conv2d has its Winograd formulation for s (conv_wino_ok in
+ * cl_ops_nn.c: 3x3, stride 1, one group, 8+ channels each way). */
+static int wino_shape(const conv_shape_t *s) {
+  return !s->transpose && s->kh == 3 && s->kw == 3 && s->sh == 1 && s->sw == 1 && s->groups == 1 &&
+         s->c >= 8 && s->o >= 8;
+}
+
+/* The fastest of the forced formulations' times (0: not measured). */
+static double fastest(double direct, double gemm, double wino) {
+  double f = direct < gemm ? direct : gemm;
+  return wino > 0 && wino < f ? wino : f;
+}
+
 int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 5;
   if (runs < 1) runs = 1;
@@ -367,9 +403,11 @@ int main(int argc, char **argv) {
     double c = conv_s(&b, s, runs), cmin = g_min, ccpu = g_cpu;
     int t = s->transpose;
     /* a transposed one again on the direct kernel, the other formulation */
-    double direct = 0, direct_cpu = 0, cgemm = 0, cgemm_cpu = 0;
-    int general = !t && s->groups != s->o &&
-                  !(s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0);
+    double direct = 0, direct_cpu = 0, cgemm = 0, cgemm_cpu = 0, wino = 0, wino_cpu = 0;
+    double wino4 = 0, wino4_cpu = 0;
+    int general =
+        !t && s->groups != s->o &&
+        !(s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0);
     if (t) {
       direct = conv_s_env(&b, s, runs, "VMCL_CONV_T", "direct", &direct_cpu);
       tot_direct += direct * s->calls;
@@ -377,6 +415,10 @@ int main(int argc, char **argv) {
     } else if (general) {
       direct = conv_s_env(&b, s, runs, "VMCL_CONV", "direct", &direct_cpu);
       cgemm = conv_s_env(&b, s, runs, "VMCL_CONV", "gemm", &cgemm_cpu);
+      if (wino_shape(s)) {
+        wino = conv_s_env(&b, s, runs, "VMCL_CONV", "wino", &wino_cpu);
+        wino4 = conv_s_env(&b, s, runs, "VMCL_CONV", "wino4", &wino4_cpu);
+      }
     }
     tot_gemm[t] += gm * s->calls;
     tot_gemm_cpu[t] += gm_cpu * s->calls;
@@ -396,10 +438,17 @@ int main(int argc, char **argv) {
              direct_cpu * 1e3, c / direct);
     } else if (general) {
       printf(
-          ", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"gemm_ms\": %.4f, \"gemm_cpu_ms\": %.4f, "
+          ", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"gemm_ms\": %.4f, \"gemm_cpu_ms\": "
+          "%.4f, "
           "\"ratio_gemm_direct\": %.3f, \"ratio_chosen\": %.3f",
           direct * 1e3, direct_cpu * 1e3, cgemm * 1e3, cgemm_cpu * 1e3, cgemm / direct,
-          c / (cgemm < direct ? cgemm : direct));
+          c / fastest(direct, cgemm, fastest(wino, wino4, 0)));
+      if (wino > 0)
+        printf(", \"wino_ms\": %.4f, \"wino_cpu_ms\": %.4f, \"ratio_wino_direct\": %.3f",
+               wino * 1e3, wino_cpu * 1e3, wino / direct);
+      if (wino4 > 0)
+        printf(", \"wino4_ms\": %.4f, \"wino4_cpu_ms\": %.4f, \"ratio_wino4_direct\": %.3f",
+               wino4 * 1e3, wino4_cpu * 1e3, wino4 / direct);
     }
     printf("}");
     first = 0;

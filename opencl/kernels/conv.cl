@@ -222,6 +222,8 @@ __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int w
  *
  * Global ids: 0 = 8-pixel block of the row, 1 = output row, 2 = n * O + o
  * (o = the group). */
+/* conv2d_og1's window of input columns: 8 pixels and up to 9 taps */
+#define OG1_WIN 16
 __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int wo,
                          __global const S *bias, int bo, int has_bias, __global S *y, int yo,
                          int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH,
@@ -239,6 +241,9 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
   int8 live = (int8)(0, 1, 2, 3, 4, 5, 6, 7) < (int8)(npix);
   /* every tap's 8 columns inside the row: one vector load per tap */
   int inner = SW == 1 && npix == 8 && iw0 >= 0 && iw0 + 7 + (KW - 1) * DW < W;
+  /* the other blocks at stride 1 and dilation 1 (the row ends, and every
+   * block of a map narrower than 8 + KW - 1: small maps) read a window */
+  int win = !inner && SW == 1 && DW == 1 && KW <= OG1_WIN - 7;
 
   float8 acc = has_bias ? (float8)(LD(bias, bo + o)) : (float8)(0.0f);
   for (int kh = 0; kh < KH; kh++) {
@@ -250,6 +255,15 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
       if (inner) {
         for (int kw = 0; kw < KW; kw++)
           acc = fma((float8)(LD(wr, kw)), LD8(xr + iw0 + kw * DW, 0), acc);
+      } else if (win) {
+        /* the 7 + KW input columns under the block's taps, each read once
+         * (0 in the padding), then each tap one vector load from them */
+        float xw[OG1_WIN];
+        for (int t = 0; t < 7 + KW; t++) {
+          int iw = iw0 + t;
+          xw[t] = iw >= 0 && iw < W ? LD(xr, iw) : 0.0f;
+        }
+        for (int kw = 0; kw < KW; kw++) acc = fma((float8)(LD(wr, kw)), vload8(0, xw + kw), acc);
       } else {
         for (int kw = 0; kw < KW; kw++) {
           int8 iw = iwv + kw * DW;
@@ -479,4 +493,285 @@ __kernel void conv2d_epilogue(__global S *y, int yo, __global const S *bias, int
     v = vload8(0, a);
   }
   conv_store(yr, n, 0.0f, conv_epilogue(v + b, act, am, aa));
+}
+
+/* cl.conv2d's Winograd formulation F(2x2, 3x3) (3x3 kernels at stride 1,
+ * dilation 1, one group): each 2x2 block of output pixels (a tile) is
+ *   Y = A^T [ sum over c of (G g_oc G^T) .* (B^T d_c B) ] A
+ * where d_c is the 4x4 input patch of channel c under the tile and g_oc the
+ * 3x3 kernel. The 16 elementwise products summed over c are 16 GEMMs
+ *   M[b] (O x T) = U[b] (O x C) * V[b] (C x T),  b = 4 * xi + nu,
+ * T = N * TH * TW tiles (TH = ceil(OH / 2), TW = ceil(OW / 2)), which the
+ * host runs as one batched call of the tuned GEMM: 16 multiply-adds per
+ * tile and channel pair instead of the direct kernel's 36.
+ *   G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
+ *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+ *   A^T = [1 1 1 0; 0 1 -1 -1]
+ */
+
+/* Step 1, the filter transform U[b][o][c] = (G g_oc G^T)[b], g_oc the 3x3
+ * kernel of output channel o and input channel c. Global id: o * C + c. */
+__kernel void conv2d_wino_filter(__global const S *w, int wo, __global float *u, int OC) {
+  int oc = get_global_id(0);
+  if (oc >= OC) return;
+  __global const S *g = w + wo + oc * 9;
+  float t[4][3];
+  for (int j = 0; j < 3; j++) {
+    float g0 = LD(g, j), g1 = LD(g, 3 + j), g2 = LD(g, 6 + j);
+    t[0][j] = g0;
+    t[1][j] = 0.5f * (g0 + g1 + g2);
+    t[2][j] = 0.5f * (g0 - g1 + g2);
+    t[3][j] = g2;
+  }
+  for (int i = 0; i < 4; i++) {
+    float a = t[i][0], b = t[i][1], c = t[i][2];
+    u[(i * 4 + 0) * OC + oc] = a;
+    u[(i * 4 + 1) * OC + oc] = 0.5f * (a + b + c);
+    u[(i * 4 + 2) * OC + oc] = 0.5f * (a - b + c);
+    u[(i * 4 + 3) * OC + oc] = c;
+  }
+}
+
+/* Step 2, the input transform V[b][c][t] = (B^T d B)[b] for tile t = (n *
+ * TH + th) * TW + tw of channel c, d the 4x4 input patch from row 2 th -
+ * PT, column 2 tw - PL (0 in the padding). A work-item takes 4 tiles of a
+ * row, tw0 .. tw0 + 3 (10 input columns), as float4s: lane k is tile tw0 + k,
+ * so each of the 16 results is one 4-tile store. Global ids: 0 = tw0 / 4,
+ * 1 = th, 2 = n * C + c. */
+__kernel void conv2d_wino_in(__global const S *x, int xo, __global float *v, int C, int H,
+                             int W, int TH, int TW, int PT, int PL, int NT) {
+  int tw0 = get_global_id(0) * 4, th = get_global_id(1), nc = get_global_id(2);
+  if (tw0 >= TW || th >= TH) return;
+  int n = nc / C, c = nc - n * C;
+  __global const S *xc = x + xo + nc * H * W;
+  int ih0 = th * 2 - PT, iw0 = tw0 * 2 - PL;
+  int inner = iw0 >= 0 && iw0 + 9 < W;
+  float4 d[4][4];
+  for (int i = 0; i < 4; i++) {
+    int ih = ih0 + i;
+    float p[10];
+    if (ih < 0 || ih >= H) {
+      for (int j = 0; j < 10; j++) p[j] = 0.0f;
+    } else if (inner) {
+      __global const S *xr = xc + ih * W + iw0;
+      for (int j = 0; j < 10; j++) p[j] = LD(xr, j);
+    } else {
+      for (int j = 0; j < 10; j++) {
+        int iw = iw0 + j;
+        p[j] = iw >= 0 && iw < W ? LD(xc, ih * W + iw) : 0.0f;
+      }
+    }
+    d[i][0] = (float4)(p[0], p[2], p[4], p[6]);
+    d[i][1] = (float4)(p[1], p[3], p[5], p[7]);
+    d[i][2] = (float4)(p[2], p[4], p[6], p[8]);
+    d[i][3] = (float4)(p[3], p[5], p[7], p[9]);
+  }
+  float4 e[4][4];
+  for (int j = 0; j < 4; j++) {
+    e[0][j] = d[0][j] - d[2][j];
+    e[1][j] = d[1][j] + d[2][j];
+    e[2][j] = d[2][j] - d[1][j];
+    e[3][j] = d[1][j] - d[3][j];
+  }
+  long CT = (long)C * NT;
+  __global float *vp = v + (long)c * NT + (n * TH + th) * TW + tw0;
+  int nt = min(4, TW - tw0);
+  for (int i = 0; i < 4; i++) {
+    float4 r[4] = {e[i][0] - e[i][2], e[i][1] + e[i][2], e[i][2] - e[i][1], e[i][1] - e[i][3]};
+    for (int j = 0; j < 4; j++) {
+      __global float *q = vp + (i * 4 + j) * CT;
+      if (nt == 4) {
+        vstore4(r[j], 0, q);
+      } else {
+        float a[4];
+        vstore4(r[j], 0, a);
+        for (int k = 0; k < nt; k++) q[k] = a[k];
+      }
+    }
+  }
+}
+
+/* Step 4 (after the GEMMs), the output transform of M[b][o][t] into the
+ * tiles' up to 2x2 output pixels (A^T m A), with the bias and the epilogue
+ * (conv_epilogue). A work-item takes 4 tiles of a row as conv2d_wino_in
+ * does: two output rows of 8 pixels. Global ids: 0 = tw0 / 4, 1 = th,
+ * 2 = n * O + o. */
+__kernel void conv2d_wino_out(__global const float *m, __global const S *bias, int bo,
+                              int has_bias, __global S *y, int yo, int O, int OH, int OW,
+                              int TH, int TW, int NT, int act, float am, float aa) {
+  int tw0 = get_global_id(0) * 4, th = get_global_id(1), no = get_global_id(2);
+  if (tw0 >= TW || th >= TH) return;
+  int n = no / O, o = no - n * O;
+  long OT = (long)O * NT;
+  __global const float *mp = m + (long)o * NT + (n * TH + th) * TW + tw0;
+  int nt = min(4, TW - tw0);
+  float4 s[2][4];
+  for (int j = 0; j < 4; j++) {
+    float4 q[4];
+    for (int i = 0; i < 4; i++) {
+      __global const float *src = mp + (i * 4 + j) * OT;
+      if (nt == 4) {
+        q[i] = vload4(0, src);
+      } else {
+        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k = 0; k < nt; k++) a[k] = src[k];
+        q[i] = vload4(0, a);
+      }
+    }
+    s[0][j] = q[0] + q[1] + q[2];
+    s[1][j] = q[1] - q[2] - q[3];
+  }
+  float b = has_bias ? LD(bias, bo + o) : 0.0f;
+  int oh = th * 2, ow = tw0 * 2, npix = min(8, OW - ow);
+  __global S *yp = y + yo + (no * OH + oh) * OW + ow;
+  for (int i = 0; i < 2 && oh + i < OH; i++) {
+    float4 y0 = s[i][0] + s[i][1] + s[i][2], y1 = s[i][1] - s[i][2] - s[i][3];
+    float8 r = (float8)(y0.s0, y1.s0, y0.s1, y1.s1, y0.s2, y1.s2, y0.s3, y1.s3);
+    conv_store(yp + i * OW, npix, 0.0f, conv_epilogue(r + b, act, am, aa));
+  }
+}
+
+/* F(4x4, 3x3): 6x6 tiles of input for 4x4 blocks of output, 36 GEMMs of
+ * 36 multiply-adds per 16 output pixels (F(2x2, 3x3): 16 per 4, direct:
+ * 144 per 16), the transforms
+ *   G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
+ *   B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0;
+ *          0 2 -1 -2 1 0; 0 4 0 -5 0 1]
+ *   A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+ * The same layout as F(2x2, 3x3) with 36 planes b = 6 * xi + nu. */
+
+/* r = B^T z for z[0..5] (any vector type), element stride 1 */
+#define WINO4_BT(z, r)                                        \
+  r[0] = 4.0f * z[0] - 5.0f * z[2] + z[4];                    \
+  r[1] = -4.0f * z[1] - 4.0f * z[2] + z[3] + z[4];            \
+  r[2] = 4.0f * z[1] - 4.0f * z[2] - z[3] + z[4];             \
+  r[3] = -2.0f * z[1] - z[2] + 2.0f * z[3] + z[4];            \
+  r[4] = 2.0f * z[1] - z[2] - 2.0f * z[3] + z[4];             \
+  r[5] = 4.0f * z[1] - 5.0f * z[3] + z[5];
+/* r = A^T q for q[0..5] */
+#define WINO4_AT(q, r)                                        \
+  r[0] = q[0] + q[1] + q[2] + q[3] + q[4];                    \
+  r[1] = q[1] - q[2] + 2.0f * (q[3] - q[4]);                  \
+  r[2] = q[1] + q[2] + 4.0f * (q[3] + q[4]);                  \
+  r[3] = q[1] - q[2] + 8.0f * (q[3] - q[4]) + q[5];
+/* r = G z for z[0..2] */
+#define WINO4_G(z, r)                                         \
+  r[0] = 0.25f * z[0];                                        \
+  r[1] = (-1.0f / 6.0f) * (z[0] + z[1] + z[2]);               \
+  r[2] = (-1.0f / 6.0f) * (z[0] - z[1] + z[2]);               \
+  r[3] = (1.0f / 24.0f) * z[0] + (1.0f / 12.0f) * z[1] + (1.0f / 6.0f) * z[2]; \
+  r[4] = (1.0f / 24.0f) * z[0] - (1.0f / 12.0f) * z[1] + (1.0f / 6.0f) * z[2]; \
+  r[5] = z[2];
+
+/* Step 1: U[b][o][c] = (G g_oc G^T)[b]. Global id: o * C + c. */
+__kernel void conv2d_wino4_filter(__global const S *w, int wo, __global float *u, int OC) {
+  int oc = get_global_id(0);
+  if (oc >= OC) return;
+  __global const S *g = w + wo + oc * 9;
+  float t[6][3];
+  for (int j = 0; j < 3; j++) {
+    float z[3] = {LD(g, j), LD(g, 3 + j), LD(g, 6 + j)}, r[6];
+    WINO4_G(z, r)
+    for (int i = 0; i < 6; i++) t[i][j] = r[i];
+  }
+  for (int i = 0; i < 6; i++) {
+    float r[6];
+    WINO4_G(t[i], r)
+    for (int j = 0; j < 6; j++) u[(i * 6 + j) * OC + oc] = r[j];
+  }
+}
+
+/* Step 2: V[b][c][t] = (B^T d B)[b], d the 6x6 patch from row 4 th - PT,
+ * column 4 tw - PL. A work-item takes 4 tiles of a row (18 input columns)
+ * as float4s, lane k tile tw0 + k. Global ids: 0 = tw0 / 4, 1 = th,
+ * 2 = n * C + c. */
+__kernel void conv2d_wino4_in(__global const S *x, int xo, __global float *v, int C, int H,
+                              int W, int TH, int TW, int PT, int PL, int NT) {
+  int tw0 = get_global_id(0) * 4, th = get_global_id(1), nc = get_global_id(2);
+  if (tw0 >= TW || th >= TH) return;
+  int n = nc / C, c = nc - n * C;
+  __global const S *xc = x + xo + nc * H * W;
+  int ih0 = th * 4 - PT, iw0 = tw0 * 4 - PL;
+  int inner = iw0 >= 0 && iw0 + 17 < W;
+  float4 e[6][6]; /* e[j][i]: B^T applied down column j, row i */
+  float4 d[6][6]; /* d[i][j]: input row i, column j of each tile */
+  for (int i = 0; i < 6; i++) {
+    int ih = ih0 + i;
+    float p[18];
+    if (ih < 0 || ih >= H) {
+      for (int j = 0; j < 18; j++) p[j] = 0.0f;
+    } else if (inner) {
+      __global const S *xr = xc + ih * W + iw0;
+      for (int j = 0; j < 18; j++) p[j] = LD(xr, j);
+    } else {
+      for (int j = 0; j < 18; j++) {
+        int iw = iw0 + j;
+        p[j] = iw >= 0 && iw < W ? LD(xc, ih * W + iw) : 0.0f;
+      }
+    }
+    for (int j = 0; j < 6; j++) d[i][j] = (float4)(p[j], p[j + 4], p[j + 8], p[j + 12]);
+  }
+  for (int j = 0; j < 6; j++) {
+    float4 z[6] = {d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]};
+    WINO4_BT(z, e[j])
+  }
+  long CT = (long)C * NT;
+  __global float *vp = v + (long)c * NT + (n * TH + th) * TW + tw0;
+  int nt = min(4, TW - tw0);
+  for (int i = 0; i < 6; i++) {
+    float4 z[6] = {e[0][i], e[1][i], e[2][i], e[3][i], e[4][i], e[5][i]}, r[6];
+    WINO4_BT(z, r)
+    for (int j = 0; j < 6; j++) {
+      __global float *q = vp + (i * 6 + j) * CT;
+      if (nt == 4) {
+        vstore4(r[j], 0, q);
+      } else {
+        float a[4];
+        vstore4(r[j], 0, a);
+        for (int k = 0; k < nt; k++) q[k] = a[k];
+      }
+    }
+  }
+}
+
+/* Step 4: the output transform of M[b][o][t] into the tiles' up to 4x4
+ * output pixels (A^T m A), with the bias and the epilogue. 4 tiles of a
+ * row per work-item: four output rows of 16 pixels. Global ids: 0 = tw0 /
+ * 4, 1 = th, 2 = n * O + o. */
+__kernel void conv2d_wino4_out(__global const float *m, __global const S *bias, int bo,
+                               int has_bias, __global S *y, int yo, int O, int OH, int OW,
+                               int TH, int TW, int NT, int act, float am, float aa) {
+  int tw0 = get_global_id(0) * 4, th = get_global_id(1), no = get_global_id(2);
+  if (tw0 >= TW || th >= TH) return;
+  int n = no / O, o = no - n * O;
+  long OT = (long)O * NT;
+  __global const float *mp = m + (long)o * NT + (n * TH + th) * TW + tw0;
+  int nt = min(4, TW - tw0);
+  float4 s[4][6]; /* s[i][j]: A^T applied down column j, output row i */
+  for (int j = 0; j < 6; j++) {
+    float4 q[6], r[4];
+    for (int i = 0; i < 6; i++) {
+      __global const float *src = mp + (i * 6 + j) * OT;
+      if (nt == 4) {
+        q[i] = vload4(0, src);
+      } else {
+        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k = 0; k < nt; k++) a[k] = src[k];
+        q[i] = vload4(0, a);
+      }
+    }
+    WINO4_AT(q, r)
+    for (int i = 0; i < 4; i++) s[i][j] = r[i];
+  }
+  float b = has_bias ? LD(bias, bo + o) : 0.0f;
+  int oh = th * 4, ow = tw0 * 4, npix = min(16, OW - ow);
+  __global S *yp = y + yo + (no * OH + oh) * OW + ow;
+  for (int i = 0; i < 4 && oh + i < OH; i++) {
+    float4 r[4];
+    WINO4_AT(s[i], r)
+    float8 lo = (float8)(r[0].s0, r[1].s0, r[2].s0, r[3].s0, r[0].s1, r[1].s1, r[2].s1, r[3].s1);
+    float8 hi = (float8)(r[0].s2, r[1].s2, r[2].s2, r[3].s2, r[0].s3, r[1].s3, r[2].s3, r[3].s3);
+    conv_store(yp + i * OW, min(npix, 8), 0.0f, conv_epilogue(lo + b, act, am, aa));
+    if (npix > 8) conv_store(yp + i * OW + 8, npix - 8, 0.0f, conv_epilogue(hi + b, act, am, aa));
+  }
 }

@@ -139,11 +139,13 @@ typedef struct conv_shape {
   int64_t N, C, H, W, O, OH, OW, KH, KW, groups, act;
   double am, aa;
   window_t wa;
+  int pw; /* pointwise (1x1, stride 1, no pads): conv2d_1x1 or the GEMM on x */
 } conv_shape_t;
 
 /* cl.conv2d's formulations of a general convolution; which one runs is
  * measured per device and shape (conv_general). */
-enum { CONV_F_DIRECT = 0, CONV_F_GEMM = 1 };
+enum { CONV_F_DIRECT = 0, CONV_F_GEMM = 1, CONV_F_WINO = 2, CONV_F_WINO4 = 3, CONV_F_COUNT };
+static const char *const conv_f_name[CONV_F_COUNT] = {"direct", "gemm", "wino", "wino4"};
 
 /* The columns of the GEMM formulation may take at most this many float32
  * elements (256 MiB); larger calls stay on the direct kernel. */
@@ -184,8 +186,7 @@ static vm_status_t conv_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_ten
                                const conv_shape_t *s) {
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  vm_status_t st =
-      vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d", &k);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d", &k);
   if (!st) {
     vmcl_args_t a = vmcl_args_begin(k);
     conv_tensor_args(&a, x, w, bias, y);
@@ -215,8 +216,8 @@ static vm_status_t conv_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
   int64_t KK = s->KH * s->KW, P = s->OH * s->OW, Cg = s->C / s->groups, Og = s->O / s->groups;
   int64_t rows = s->C * KK, HW = s->H * s->W;
   cl_int err;
-  cl_mem cols = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(rows * P) * sizeof(float),
-                               NULL, &err);
+  cl_mem cols =
+      clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(rows * P) * sizeof(float), NULL, &err);
   if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.conv2d columns)");
   vmcl_gemm_shape_t g = {.batch = s->groups,
                          .m = Og,
@@ -241,9 +242,9 @@ static vm_status_t conv_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
       int64_t ints[] = {s->H,   s->W,   s->OH,  s->OW,  s->KH,  s->KW,
                         wa->sh, wa->sw, wa->pt, wa->pl, wa->dh, wa->dw};
       for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
-      st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
-                               : launch_rows(d, k, (size_t)(s->OW + 7) / 8, (size_t)s->OH,
-                                             (size_t)rows);
+      st = a.err != CL_SUCCESS
+               ? vmcl_status(a.err, "clSetKernelArg")
+               : launch_rows(d, k, (size_t)(s->OW + 7) / 8, (size_t)s->OH, (size_t)rows);
     }
     pthread_mutex_unlock(&d->lock);
     if (st) break;
@@ -256,6 +257,56 @@ static vm_status_t conv_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
   return st;
 }
 
+/* Pointwise, direct: conv.cl's conv2d_1x1 (8 channels x 16 pixels per
+ * work-item, the map as one row of P pixels). */
+static vm_status_t conv_pw_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                                  const vm_tensor_t *bias, const vm_tensor_t *y,
+                                  const conv_shape_t *s) {
+  int64_t P = s->OH * s->OW, Og = s->O / s->groups;
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st =
+      vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d_1x1", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    conv_tensor_args(&a, x, w, bias, y);
+    int64_t ints[] = {s->C, P, s->O, s->groups};
+    for (size_t i = 0; i < 4; i++) vmcl_arg_int(&a, ints[i]);
+    conv_epilogue_args(&a, s->act, s->am, s->aa);
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 7) / 8,
+                                             (size_t)(s->N * s->groups));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+/* Pointwise, GEMM (float32): per image and group y = w x straight on the
+ * device's GEMM (x is its own im2col), then conv2d_epilogue. */
+static vm_status_t conv_pw_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
+                                const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
+                                const conv_shape_t *s) {
+  int64_t P = s->OH * s->OW, Cg = s->C / s->groups, Og = s->O / s->groups;
+  vmcl_gemm_shape_t g = {.batch = s->groups,
+                         .m = Og,
+                         .n = P,
+                         .k = Cg,
+                         .lda = Cg,
+                         .ldb = P,
+                         .ldc = P,
+                         .sa = Og * Cg,
+                         .sb = Cg * P,
+                         .sc = Og * P};
+  vm_status_t st = VM_STATUS_OK;
+  for (int64_t nb = 0; nb < s->N && !st; nb++) {
+    st = vmcl_gemm_mem(d, dev, &g, VM_F32, vmcl_tensor_mem(w), vmcl_elem_offset(w),
+                       vmcl_tensor_mem(x), vmcl_elem_offset(x) + nb * s->C * P, vmcl_tensor_mem(y),
+                       vmcl_elem_offset(y) + nb * s->O * P, 1.0f, 0.0f);
+  }
+  if (!st) st = conv_epilogue_launch(d, y, bias, s->N, s->O, P, s->act, s->am, s->aa);
+  return st;
+}
+
 /* A float32 pointwise convolution of one pixel per image (the squeeze-
  * excitation blocks' and a classifier head's 1x1 convolutions after a
  * global pooling), groups 1: per image y[n] = w x[n], the M = 1 product
@@ -265,19 +316,149 @@ static vm_status_t conv_one_pixel(vmcl_dev_t *d, const vm_device_t *dev, const v
                                   const vm_tensor_t *w, const vm_tensor_t *bias,
                                   const vm_tensor_t *y, int64_t N, int64_t C, int64_t O,
                                   int64_t act, double am, double aa) {
-  vmcl_gemm_shape_t g = {.batch = N, .m = 1, .n = O, .k = C, .tb = 1, .lda = C, .ldb = C,
-                         .ldc = O, .sa = C, .sb = 0, .sc = O};
+  vmcl_gemm_shape_t g = {.batch = N,
+                         .m = 1,
+                         .n = O,
+                         .k = C,
+                         .tb = 1,
+                         .lda = C,
+                         .ldb = C,
+                         .ldc = O,
+                         .sa = C,
+                         .sb = 0,
+                         .sc = O};
   VM_RETURN_IF_ERROR(vmcl_gemm_mem(d, dev, &g, VM_F32, vmcl_tensor_mem(x), vmcl_elem_offset(x),
                                    vmcl_tensor_mem(w), vmcl_elem_offset(w), vmcl_tensor_mem(y),
                                    vmcl_elem_offset(y), 1.0f, 0.0f));
   return conv_epilogue_launch(d, y, bias, N, O, 1, act, am, aa);
 }
 
+/* Whether the Winograd formulations apply: float32, a 3x3 kernel at
+ * stride 1 and dilation 1, one group, at least 8 input and output channels
+ * (fewer are not worth the three extra launches: the shape is then not
+ * measured on them), and scratch buffers (36 transformed elements per tile
+ * and channel at most: F(4x4, 3x3)'s 4x4 tiles; F(2x2, 3x3) has 16 per 2x2
+ * tile) within CONV_GEMM_MAX_COLS elements each. */
+static int conv_wino_ok(const conv_shape_t *s) {
+  const window_t *wa = &s->wa;
+  if (s->KH != 3 || s->KW != 3 || wa->sh != 1 || wa->sw != 1 || wa->dh != 1 || wa->dw != 1 ||
+      s->groups != 1 || s->C < 8 || s->O < 8)
+    return 0;
+  int64_t NT2 = s->N * ((s->OH + 1) / 2) * ((s->OW + 1) / 2);
+  int64_t NT4 = s->N * ((s->OH + 3) / 4) * ((s->OW + 3) / 4);
+  int64_t most = s->C > s->O ? s->C : s->O;
+  return 16 * most * NT2 <= CONV_GEMM_MAX_COLS && 36 * most * NT4 <= CONV_GEMM_MAX_COLS &&
+         36 * s->O * s->C <= CONV_GEMM_MAX_COLS;
+}
+
+/* Sets a Winograd step's kernel arguments (ints after the buffers) and
+ * launches it over (g0, g1, g2) work-items; under d->lock. */
+static vm_status_t wino_launch(vmcl_dev_t *d, cl_kernel k, vmcl_args_t *a, size_t dims, size_t g0,
+                               size_t g1, size_t g2) {
+  if (a->err != CL_SUCCESS) return vmcl_status(a->err, "clSetKernelArg");
+  size_t global[3] = {g0, g1, g2};
+  return vmcl_launch(d, k, (cl_uint)dims, global, NULL);
+}
+
+/* Winograd F(m x m, 3x3), m 2 or 4 (float32; conv.cl's conv2d_wino_* and
+ * conv2d_wino4_*): the filter transform U (A x O x C, A = (m + 2)^2
+ * planes), the input transform V (A x C x T over all N images' T tiles of
+ * m x m output pixels), the A GEMMs M[b] = U[b] V[b] as one batched call of
+ * the device's GEMM, then the output transform with the bias and the
+ * epilogue. The filter transform runs on every call (A * O * C elements: a
+ * small share of the A * O * C * T multiply-adds). */
+static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
+                             const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
+                             const conv_shape_t *s, int m) {
+  int64_t TH = (s->OH + m - 1) / m, TW = (s->OW + m - 1) / m, NT = s->N * TH * TW;
+  int64_t OC = s->O * s->C, A = (m + 2) * (m + 2);
+  const char *kf = m == 4 ? "conv2d_wino4_filter" : "conv2d_wino_filter";
+  const char *ki = m == 4 ? "conv2d_wino4_in" : "conv2d_wino_in";
+  const char *ko = m == 4 ? "conv2d_wino4_out" : "conv2d_wino_out";
+  size_t fl = sizeof(float);
+  cl_int err;
+  cl_mem u = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(A * OC) * fl, NULL, &err);
+  if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.conv2d Winograd filter)");
+  cl_mem v =
+      clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(A * s->C * NT) * fl, NULL, &err);
+  if (err != CL_SUCCESS) {
+    clReleaseMemObject(u);
+    return vmcl_status(err, "clCreateBuffer(cl.conv2d Winograd input)");
+  }
+  cl_mem mm =
+      clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(A * s->O * NT) * fl, NULL, &err);
+  if (err != CL_SUCCESS) {
+    clReleaseMemObject(u);
+    clReleaseMemObject(v);
+    return vmcl_status(err, "clCreateBuffer(cl.conv2d Winograd products)");
+  }
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), kf, &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    vmcl_arg_mem(&a, vmcl_tensor_mem(w));
+    vmcl_arg_int(&a, vmcl_elem_offset(w));
+    vmcl_arg_mem(&a, u);
+    vmcl_arg_int(&a, OC);
+    st = wino_launch(d, k, &a, 1, (size_t)OC, 1, 1);
+  }
+  if (!st) st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), ki, &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+    vmcl_arg_int(&a, vmcl_elem_offset(x));
+    vmcl_arg_mem(&a, v);
+    int64_t ints[] = {s->C, s->H, s->W, TH, TW, s->wa.pt, s->wa.pl, NT};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+    st = wino_launch(d, k, &a, 3, (size_t)(TW + 3) / 4, (size_t)TH, (size_t)(s->N * s->C));
+  }
+  pthread_mutex_unlock(&d->lock);
+  vmcl_gemm_shape_t g = {.batch = A,
+                         .m = s->O,
+                         .n = NT,
+                         .k = s->C,
+                         .lda = s->C,
+                         .ldb = NT,
+                         .ldc = NT,
+                         .sa = OC,
+                         .sb = s->C * NT,
+                         .sc = s->O * NT};
+  if (!st) st = vmcl_gemm_mem(d, dev, &g, VM_F32, u, 0, v, 0, mm, 0, 1.0f, 0.0f);
+  if (!st) {
+    pthread_mutex_lock(&d->lock);
+    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), ko, &k);
+    if (!st) {
+      vmcl_args_t a = vmcl_args_begin(k);
+      vmcl_arg_mem(&a, mm);
+      vmcl_arg_mem(&a, vmcl_tensor_mem(bias ? bias : y));
+      vmcl_arg_int(&a, bias ? vmcl_elem_offset(bias) : 0);
+      vmcl_arg_int(&a, bias != NULL);
+      vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+      vmcl_arg_int(&a, vmcl_elem_offset(y));
+      int64_t ints[] = {s->O, s->OH, s->OW, TH, TW, NT};
+      for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+      conv_epilogue_args(&a, s->act, s->am, s->aa);
+      st = wino_launch(d, k, &a, 3, (size_t)(TW + 3) / 4, (size_t)TH, (size_t)(s->N * s->O));
+    }
+    pthread_mutex_unlock(&d->lock);
+  }
+  /* the queued commands keep the buffers until they finish */
+  clReleaseMemObject(u);
+  clReleaseMemObject(v);
+  clReleaseMemObject(mm);
+  return st;
+}
+
 static vm_status_t conv_run(int f, vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                             const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
                             const conv_shape_t *s) {
-  return f == CONV_F_GEMM ? conv_gemm(d, dev, x, w, bias, y, s)
-                          : conv_direct(d, x, w, bias, y, s);
+  if (s->pw)
+    return f == CONV_F_GEMM ? conv_pw_gemm(d, dev, x, w, bias, y, s)
+                            : conv_pw_direct(d, x, w, bias, y, s);
+  if (f == CONV_F_WINO || f == CONV_F_WINO4)
+    return conv_wino(d, dev, x, w, bias, y, s, f == CONV_F_WINO4 ? 4 : 2);
+  return f == CONV_F_GEMM ? conv_gemm(d, dev, x, w, bias, y, s) : conv_direct(d, x, w, bias, y, s);
 }
 
 /* Seconds of one run of formulation f, waited for. */
@@ -297,53 +478,60 @@ static vm_status_t conv_time(int f, vmcl_dev_t *d, const vm_device_t *dev, const
 /* A general convolution on the formulation the device's tuning table names
  * for its shape. A shape not in the table yet is measured now: each
  * formulation once to build its kernels, then three interleaved timed
- * runs each; the one with the shorter fastest run is recorded (cl_tune.c) and y holds
- * its result (the two sum in different orders, so a first call must leave what every
- * later call computes: a run is bit for bit the same from the first). VMCL_CONV=direct or gemm
- * overrides the table (benchmarks and tests compare the two); only
- * float32 has the GEMM formulation, within CONV_GEMM_MAX_COLS. */
+ * runs each; the one with the shortest fastest run is recorded (cl_tune.c) and y holds
+ * its result (they sum in different orders, so a first call must leave what every
+ * later call computes: a run is bit for bit the same from the first). VMCL_CONV=direct,
+ * gemm or wino overrides the table (benchmarks and tests compare them; wino only where
+ * conv_wino_ok, else the table decides); only float32 has the GEMM and Winograd
+ * formulations, within CONV_GEMM_MAX_COLS. Shapes Winograd applies to carry " wino" in
+ * their key, so that tables measured before it existed measure them again. */
 static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
-                                const vm_tensor_t *w, const vm_tensor_t *bias,
-                                const vm_tensor_t *y, const conv_shape_t *s) {
+                                const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
+                                const conv_shape_t *s) {
   int64_t rows = s->C * s->KH * s->KW, P = s->OH * s->OW;
-  if (!vm_dtype_equal(x->dtype, VM_F32) || rows * P > CONV_GEMM_MAX_COLS) {
-    return conv_direct(d, x, w, bias, y, s);
-  }
+  if (!vm_dtype_equal(x->dtype, VM_F32)) return conv_run(CONV_F_DIRECT, d, dev, x, w, bias, y, s);
+  int wino = !s->pw && conv_wino_ok(s), gemm = s->pw || rows * P <= CONV_GEMM_MAX_COLS;
+  if (!wino && !gemm) return conv_run(CONV_F_DIRECT, d, dev, x, w, bias, y, s);
   const char *env = getenv("VMCL_CONV");
-  if (env && strcmp(env, "direct") == 0) return conv_direct(d, x, w, bias, y, s);
-  if (env && strcmp(env, "gemm") == 0) return conv_gemm(d, dev, x, w, bias, y, s);
+  if (env && strcmp(env, "direct") == 0) return conv_run(CONV_F_DIRECT, d, dev, x, w, bias, y, s);
+  if (env && strcmp(env, "gemm") == 0 && gemm)
+    return conv_run(CONV_F_GEMM, d, dev, x, w, bias, y, s);
+  if (env && strcmp(env, "wino") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s, 2);
+  if (env && strcmp(env, "wino4") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s, 4);
   const window_t *wa = &s->wa;
   char key[160];
   snprintf(key, sizeof(key),
            "conv2d f32 n%lld c%lld h%lld w%lld o%lld k%lldx%lld s%lldx%lld p%lld-%lld-%lld-%lld "
-           "d%lldx%lld g%lld",
+           "d%lldx%lld g%lld%s",
            (long long)s->N, (long long)s->C, (long long)s->H, (long long)s->W, (long long)s->O,
            (long long)s->KH, (long long)s->KW, (long long)wa->sh, (long long)wa->sw,
            (long long)wa->pt, (long long)wa->pl, (long long)wa->pb, (long long)wa->pr,
-           (long long)wa->dh, (long long)wa->dw, (long long)s->groups);
+           (long long)wa->dh, (long long)wa->dw, (long long)s->groups, wino ? " wino" : "");
+  int ok[CONV_F_COUNT] = {1, gemm, wino, wino};
   int f = vmcl_tune_lookup(d, key);
-  if (f == CONV_F_DIRECT || f == CONV_F_GEMM) return conv_run(f, d, dev, x, w, bias, y, s);
-  double t[2][3];
+  if (f >= CONV_F_DIRECT && f < CONV_F_COUNT && ok[f]) return conv_run(f, d, dev, x, w, bias, y, s);
+  /* the fastest of the runs: load on a shared machine only adds time */
+  double best[CONV_F_COUNT] = {0};
+  int last = CONV_F_DIRECT;
   for (int r = -1; r < 3; r++) {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < CONV_F_COUNT; i++) {
+      if (!ok[i]) continue;
       double dt = 0;
       VM_RETURN_IF_ERROR(conv_time(i, d, dev, x, w, bias, y, s, &dt));
-      if (r >= 0) t[i][r] = dt;
+      if (r == 0 || (r > 0 && dt < best[i])) best[i] = dt;
+      last = i;
     }
   }
-  /* the fastest of the runs: load on a shared machine only adds time */
-  double med[2];
-  for (int i = 0; i < 2; i++) {
-    med[i] = t[i][0];
-    for (int r = 1; r < 3; r++) med[i] = t[i][r] < med[i] ? t[i][r] : med[i];
-  }
-  f = med[CONV_F_GEMM] < med[CONV_F_DIRECT] ? CONV_F_GEMM : CONV_F_DIRECT;
-  char detail[96];
-  snprintf(detail, sizeof(detail), "direct %.3f ms, gemm %.3f ms", med[0] * 1e3, med[1] * 1e3);
+  f = CONV_F_DIRECT;
+  for (int i = 1; i < CONV_F_COUNT; i++)
+    if (ok[i] && best[i] < best[f]) f = i;
+  char detail[128];
+  snprintf(detail, sizeof(detail), "direct %.3f ms, gemm %.3f ms, wino %.3f ms, wino4 %.3f ms",
+           best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, best[3] * 1e3);
   vmcl_tune_record(d, key, f, detail);
-  VM_LOGD("cl.conv2d %s: %s (%s)", key, f == CONV_F_GEMM ? "gemm" : "direct", detail);
-  /* the last timed run was the GEMM's */
-  if (f != CONV_F_GEMM) return conv_run(f, d, dev, x, w, bias, y, s);
+  VM_LOGD("cl.conv2d %s: %s (%s)", key, conv_f_name[f], detail);
+  /* y holds the last timed run's result */
+  if (f != last) return conv_run(f, d, dev, x, w, bias, y, s);
   return VM_STATUS_OK;
 }
 
@@ -447,35 +635,22 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
    * pixel p: the kernels see the map as one row of H*W pixels, so every
    * full block is one vector load, also across row ends. With more than
    * one output channel per group it runs on conv2d_1x1 (8 channels x 16
-   * pixels per work-item), else on conv2d_og1 as one row. */
+   * pixels per work-item) or, float32, as the GEMM y = w x itself, which one
+   * measured faster for the shape (conv_general's tuning table); else on
+   * conv2d_og1 as one row. */
   int pointwise = KH == 1 && KW == 1 && wa.sh == 1 && wa.sw == 1 && wa.pt == 0 && wa.pl == 0 &&
                   wa.pb == 0 && wa.pr == 0;
   int pw16 = pointwise && !og1;
   if (pw16 && P == 1 && groups == 1 && vm_dtype_equal(x->dtype, VM_F32) &&
       (!bias || vm_dtype_equal(bias->dtype, VM_F32)))
     return conv_one_pixel(d, op.dev, x, w, bias, y, N, C, O, act, am, aa);
-  if (!og1 && !pw16) {
-    conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa};
+  if (!og1) {
+    conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa, pw16};
     return conv_general(d, op.dev, x, w, bias, y, &s);
   }
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  if (pw16) {
-    st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d_1x1", &k);
-    if (st) goto done;
-    vmcl_args_t a = vmcl_args_begin(k);
-    conv_tensor_args(&a, x, w, bias, y);
-    int64_t ints[] = {C, P, O, groups};
-    for (size_t i = 0; i < 4; i++) vmcl_arg_int(&a, ints[i]);
-    conv_epilogue_args(&a, act, am, aa);
-    if (a.err != CL_SUCCESS) {
-      st = vmcl_status(a.err, "clSetKernelArg");
-      goto done;
-    }
-    st = launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 7) / 8, (size_t)(N * groups));
-    goto done;
-  }
   /* one output channel per group: conv2d_og1, 8-pixel blocks of a row x
    * rows x (n, o) (conv.cl) */
   st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d_og1", &k);

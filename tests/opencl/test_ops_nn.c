@@ -133,10 +133,8 @@ static void test_gemm_f16(void **state) {
   /* float16 storage works without cl_khr_fp16 (the kernel computes in
    * float); where the device has fp16, CLBlast's Hgemm is used on GPUs */
   static const tops_gemm_case_t cases[] = {
-      {0, 0, 7, 13, 5, 0, 0, 1.0f, 0.0f},
-      {0, 0, 65, 17, 33, 1, 1, 0.5f, 2.0f},
-      {2, 2, 9, 11, 6, 0, 1, 1.0f, 0.0f},
-      {0, 0, 1, 13, 21, 0, 0, 1.0f, 0.0f}, /* M = 1 */
+      {0, 0, 7, 13, 5, 0, 0, 1.0f, 0.0f},  {0, 0, 65, 17, 33, 1, 1, 0.5f, 2.0f},
+      {2, 2, 9, 11, 6, 0, 1, 1.0f, 0.0f},  {0, 0, 1, 13, 21, 0, 0, 1.0f, 0.0f}, /* M = 1 */
       {2, 2, 1, 13, 21, 0, 1, 0.5f, 2.0f},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -295,7 +293,7 @@ static void test_conv2d(void **state) {
   check_conv(e, VM_F16, &cases[11]);
 }
 
-/* Both formulations of general convolutions, forced by VMCL_CONV: the GEMM
+/* Both formulations of general and pointwise convolutions, forced by VMCL_CONV: the GEMM
  * one (im2col columns, the device's GEMM, then the bias and epilogue in
  * place) and the direct kernel, on the general shapes of test_conv2d, with
  * the epilogue, and on 1-D convolutions along H (a map one pixel wide,
@@ -314,6 +312,10 @@ static void test_conv2d_formulations(void **state) {
       {1, 3, 23, 29, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1}, /* a stem: K = 147 */
       {1, 6, 40, 1, 8, 5, 1, 1, 1, 2, 0, 1, 1, 1, 1},   /* 1-D along H, same pads */
       {2, 4, 33, 1, 6, 3, 1, 2, 1, 0, 0, 2, 1, 2, 0},   /* 1-D, stride, dilation, groups */
+      /* pointwise: conv2d_1x1 (direct) or the GEMM on x itself */
+      {2, 7, 3, 5, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},    /* batch, odd map, no bias */
+      {1, 6, 9, 7, 10, 1, 1, 1, 1, 0, 0, 2, 3, 2, 1},   /* groups */
+      {1, 20, 4, 12, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* full 16-pixel blocks */
   };
   static const conv_epi_t relu_affine = {1, 0.5, -0.25}, hswish = {2, 1, 0};
   const char *modes[] = {"gemm", "direct"};
@@ -322,12 +324,14 @@ static void test_conv2d_formulations(void **state) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
     check_conv_epi(e, VM_F32, &cases[0], &relu_affine);
     check_conv_epi(e, VM_F32, &cases[8], &hswish);
+    check_conv_epi(e, VM_F32, &cases[11], &relu_affine);
     check_conv(e, VM_F16, &cases[8]); /* float16 stays on the direct kernel */
+    check_conv(e, VM_F16, &cases[11]);
   }
   unsetenv("VMCL_CONV");
 }
 
-/* Without VMCL_CONV a general shape is measured on both formulations once,
+/* Without VMCL_CONV a general or pointwise shape is measured on both formulations once,
  * the faster recorded in the device's tuning table under the shape's key,
  * and later calls read the table; the result is right either way. */
 static void test_conv2d_tuned(void **state) {
@@ -346,6 +350,70 @@ static void test_conv2d_tuned(void **state) {
   vmcl_tune_record(d, key, 1 - f, NULL);
   check_conv(e, VM_F32, &c);
   assert_int_equal(vmcl_tune_lookup(d, key), 1 - f);
+  /* a Winograd choice (2, 3) for a shape Winograd does not take (stride 2),
+   * as a hostile or stale table file may hold: measured again */
+  vmcl_tune_record(d, key, 3, NULL);
+  check_conv(e, VM_F32, &c);
+  f = vmcl_tune_lookup(d, key);
+  assert_true(f == 0 || f == 1);
+  /* pointwise shapes too: conv2d_1x1 or the GEMM on x */
+  static const conv_case_t pw = {1, 12, 5, 6, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1};
+  const char *pkey = "conv2d f32 n1 c12 h5 w6 o9 k1x1 s1x1 p0-0-0-0 d1x1 g1";
+  assert_int_equal(vmcl_tune_lookup(d, pkey), -1);
+  check_conv(e, VM_F32, &pw);
+  f = vmcl_tune_lookup(d, pkey);
+  assert_true(f == 0 || f == 1);
+  vmcl_tune_record(d, pkey, 1 - f, NULL);
+  check_conv(e, VM_F32, &pw);
+  assert_int_equal(vmcl_tune_lookup(d, pkey), 1 - f);
+}
+
+/* The Winograd formulations F(2x2, 3x3) and F(4x4, 3x3) forced
+ * (VMCL_CONV=wino, wino4) on the shapes they take (3x3, stride 1, one group, 8+ channels each way):
+ * odd maps whose last tiles are cut, no padding and padding of 2 (the output larger than the
+ * input), one-row and one-pixel outputs, batches, with and without bias, with the epilogue; float16
+ * and shapes it does not take (stride 2, groups, dilation, 7 channels) fall back to the others.
+ * Each result against the reference; without VMCL_CONV the shape's tuning key carries " wino" and
+ * the table holds one of the four choices, and a recorded Winograd choice is obeyed. */
+static void test_conv2d_winograd(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H   W  O  KH KW sh sw ph pw dh dw g  bias */
+      {1, 8, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* odd map, same padding */
+      {2, 9, 5, 11, 10, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0},   /* no padding: 3x9 out, batch */
+      {1, 8, 3, 3, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1, 1},     /* pads 2: 5x5 out of 3x3 */
+      {1, 16, 1, 6, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* one row */
+      {1, 8, 3, 3, 9, 3, 3, 1, 1, 0, 0, 1, 1, 1, 1},     /* one pixel */
+      {1, 33, 14, 14, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* K 33: GEMM edges */
+      {1, 8, 19, 37, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* full and cut 4-tile blocks */
+      {1, 8, 9, 12, 8, 3, 3, 1, 1, 1, 0, 1, 1, 1, 1},    /* pads on rows only */
+      {1, 8, 9, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},     /* stride 2: not taken */
+      {1, 8, 9, 9, 8, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1},     /* dilation 2: not taken */
+      {1, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1},     /* groups 2: not taken */
+      {1, 7, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* 7 channels: not taken */
+  };
+  static const conv_epi_t relu_affine = {1, 0.5, -0.25}, hswish = {2, 1, 0};
+  const char *modes[] = {"wino", "wino4"};
+  for (int m = 0; m < 2; m++) {
+    setenv("VMCL_CONV", modes[m], 1);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
+    check_conv_epi(e, VM_F32, &cases[0], &relu_affine);
+    check_conv_epi(e, VM_F32, &cases[1], &hswish);
+    check_conv(e, VM_F16, &cases[0]); /* float16 stays on the direct kernel */
+  }
+  unsetenv("VMCL_CONV");
+  static const conv_case_t c = {1, 10, 9, 10, 11, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  const char *key = "conv2d f32 n1 c10 h9 w10 o11 k3x3 s1x1 p1-1-1-1 d1x1 g1 wino";
+  vmcl_dev_t *d = vmcl_get(e->dev);
+  assert_int_equal(vmcl_tune_lookup(d, key), -1);
+  check_conv(e, VM_F32, &c);
+  int f = vmcl_tune_lookup(d, key);
+  assert_true(f >= 0 && f <= 3);
+  for (int choice = 2; choice <= 3; choice++) {
+    vmcl_tune_record(d, key, choice, NULL);
+    check_conv_epi(e, VM_F32, &c, &relu_affine);
+    assert_int_equal(vmcl_tune_lookup(d, key), choice);
+  }
 }
 
 /* One output channel per group (depthwise and groups == O): the conv2d_og1
@@ -677,13 +745,13 @@ static void test_machine_model(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gemm_tiled),       cmocka_unit_test(test_gemm_blocked),
-      cmocka_unit_test(test_gemm_tiled8),      cmocka_unit_test(test_gemm_f16),
-      cmocka_unit_test(test_gemm_errors),      cmocka_unit_test(test_conv2d),
-      cmocka_unit_test(test_conv2d_depthwise), cmocka_unit_test(test_conv2d_errors),
-      cmocka_unit_test(test_conv2d_epilogue),  cmocka_unit_test(test_pool2d),
+      cmocka_unit_test(test_gemm_tiled),          cmocka_unit_test(test_gemm_blocked),
+      cmocka_unit_test(test_gemm_tiled8),         cmocka_unit_test(test_gemm_f16),
+      cmocka_unit_test(test_gemm_errors),         cmocka_unit_test(test_conv2d),
+      cmocka_unit_test(test_conv2d_depthwise),    cmocka_unit_test(test_conv2d_errors),
+      cmocka_unit_test(test_conv2d_epilogue),     cmocka_unit_test(test_pool2d),
       cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
-      cmocka_unit_test(test_machine_model),
+      cmocka_unit_test(test_conv2d_winograd),     cmocka_unit_test(test_machine_model),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
