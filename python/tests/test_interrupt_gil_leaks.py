@@ -19,6 +19,19 @@ import vmrpc
 from conftest import Agent, cancel_until_done, interrupted, spin_in_thread
 
 
+@pytest.fixture(autouse=True)
+def sigint_handled() -> object:
+    """Ctrl-C as in a terminal: a shell starts a background job (`scripts/test.sh &`,
+    `nohup ... &`) with SIGINT ignored, and Python then installs no handler, so
+    nothing would raise KeyboardInterrupt and the interrupted calls below would wait
+    for ever. Python's own handler for these tests, as an interactive shell gives it."""
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("what", ["invoke", "call", "time_evaluator", "profile"])
 def test_ctrl_c_cancels_on_the_agent(vm: vmrpc.VirtualMachine, what: str) -> None:
     calls = {
