@@ -509,6 +509,25 @@ __kernel void conv2d_epilogue(__global S *y, int yo, __global const S *bias, int
  *   A^T = [1 1 1 0; 0 1 -1 -1]
  */
 
+/* The first nt (1 to 4) of 4 consecutive tiles' values, stored from r /
+ * loaded (zeros past nt): the row's last work-item holds fewer tiles. */
+void wino_store(float4 r, int nt, __global float *q) {
+  if (nt == 4) {
+    vstore4(r, 0, q);
+  } else {
+    float a[4];
+    vstore4(r, 0, a);
+    for (int k = 0; k < nt; k++) q[k] = a[k];
+  }
+}
+
+float4 wino_load(__global const float *src, int nt) {
+  if (nt == 4) return vload4(0, src);
+  float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k = 0; k < nt; k++) a[k] = src[k];
+  return vload4(0, a);
+}
+
 /* Step 1, the filter transform U[b][o][c] = (G g_oc G^T)[b], g_oc the 3x3
  * kernel of output channel o and input channel c. Global id: o * C + c. */
 __kernel void conv2d_wino_filter(__global const S *w, int wo, __global float *u, int OC) {
@@ -579,14 +598,7 @@ __kernel void conv2d_wino_in(__global const S *x, int xo, __global float *v, int
   for (int i = 0; i < 4; i++) {
     float4 r[4] = {e[i][0] - e[i][2], e[i][1] + e[i][2], e[i][2] - e[i][1], e[i][1] - e[i][3]};
     for (int j = 0; j < 4; j++) {
-      __global float *q = vp + (i * 4 + j) * CT;
-      if (nt == 4) {
-        vstore4(r[j], 0, q);
-      } else {
-        float a[4];
-        vstore4(r[j], 0, a);
-        for (int k = 0; k < nt; k++) q[k] = a[k];
-      }
+      wino_store(r[j], nt, vp + (i * 4 + j) * CT);
     }
   }
 }
@@ -609,14 +621,7 @@ __kernel void conv2d_wino_out(__global const float *m, __global const S *bias, i
   for (int j = 0; j < 4; j++) {
     float4 q[4];
     for (int i = 0; i < 4; i++) {
-      __global const float *src = mp + (i * 4 + j) * OT;
-      if (nt == 4) {
-        q[i] = vload4(0, src);
-      } else {
-        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int k = 0; k < nt; k++) a[k] = src[k];
-        q[i] = vload4(0, a);
-      }
+      q[i] = wino_load(mp + (i * 4 + j) * OT, nt);
     }
     s[0][j] = q[0] + q[1] + q[2];
     s[1][j] = q[1] - q[2] - q[3];
@@ -722,14 +727,7 @@ __kernel void conv2d_wino4_in(__global const S *x, int xo, __global float *v, in
     float4 z[6] = {e[0][i], e[1][i], e[2][i], e[3][i], e[4][i], e[5][i]}, r[6];
     WINO4_BT(z, r)
     for (int j = 0; j < 6; j++) {
-      __global float *q = vp + (i * 6 + j) * CT;
-      if (nt == 4) {
-        vstore4(r[j], 0, q);
-      } else {
-        float a[4];
-        vstore4(r[j], 0, a);
-        for (int k = 0; k < nt; k++) q[k] = a[k];
-      }
+      wino_store(r[j], nt, vp + (i * 6 + j) * CT);
     }
   }
 }
@@ -751,14 +749,7 @@ __kernel void conv2d_wino4_out(__global const float *m, __global const S *bias, 
   for (int j = 0; j < 6; j++) {
     float4 q[6], r[4];
     for (int i = 0; i < 6; i++) {
-      __global const float *src = mp + (i * 6 + j) * OT;
-      if (nt == 4) {
-        q[i] = vload4(0, src);
-      } else {
-        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int k = 0; k < nt; k++) a[k] = src[k];
-        q[i] = vload4(0, a);
-      }
+      q[i] = wino_load(mp + (i * 6 + j) * OT, nt);
     }
     WINO4_AT(q, r)
     for (int i = 0; i < 4; i++) s[i][j] = r[i];
