@@ -46,6 +46,7 @@
 
 #include "vm/vm.h"
 #include "vmcl/vmcl.h"
+#include "bench_stats.h"
 
 #define MIN_REPEAT_S 0.2
 #define AB_REPEAT_S 0.04 /* each of the alternating cl.gemm runs */
@@ -95,16 +96,6 @@ static void check(vm_status_t st, const char *what) {
 
 static double now_s(void) {
   return (double)vm_now_ns() * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static float *filled(size_t n, int seed) {

@@ -32,6 +32,7 @@
 #include "cl_ops_internal.h"
 #include "vm/vm.h"
 #include "vmcl/vmcl.h"
+#include "bench_stats.h"
 
 #define NPARAMS 3 /* a, b, c */
 
@@ -120,16 +121,6 @@ static vm_executable_t *build(int64_t n, uint32_t calls) {
   check(vm_builder_finish(b, &e), "finish");
   vm_builder_free(b);
   return e;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static vm_value_t tensor(vm_device_t *dev, vm_allocator_t *al, int64_t n, float v) {
