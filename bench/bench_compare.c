@@ -47,6 +47,8 @@
 #include "vm/executable.h"
 #include "vmrpc/vmclient.h"
 
+#include "bench_stats.h"
+
 #define N 96
 #define GEMMS_A 20
 #define GEMMS_B 21
@@ -63,16 +65,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* main(x) computes x * x `gemms` times (tests/common/gemm_exec.c). */

@@ -53,6 +53,8 @@
 #include "vmrpc/vmclient.h"
 #include "vmexamples/models.h"
 
+#include "bench_stats.h"
+
 #define MAX_ROUNDS 51
 #define SMALL_ITERS 500
 #define MLP_ITERS 100
@@ -68,18 +70,6 @@ static void check(vm_status_t st, const char *what) {
 
 static double now_s(void) {
   return (double)vm_now_ns() / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-  double s[MAX_ROUNDS];
-  memcpy(s, v, (size_t)n * sizeof(double));
-  qsort(s, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
 static void nap_ms(long ms) {
@@ -323,10 +313,10 @@ int main(int argc, char **argv) {
   for (int f = 0; f < F_COUNT; f++) {
     if (f == F_INV_MLP && !sides[0].has_cl) continue;
     printf("\"%s_none\":%.3f,\"%s_session\":%.3f,\"%s_ratio\":%.3f,", FIG[f],
-           median(fig[0][f], rounds), FIG[f], median(fig[1][f], rounds), FIG[f],
-           median(ratio[f], rounds));
+           median_copy(fig[0][f], rounds), FIG[f], median_copy(fig[1][f], rounds), FIG[f],
+           median_copy(ratio[f], rounds));
   }
-  printf("\"new_session_cold_ms\":%.2f,", median(cold, rounds));
+  printf("\"new_session_cold_ms\":%.2f,", median_copy(cold, rounds));
   printf("\"agent_rss_mib_none\":%.1f,\"agent_rss_mib_session\":%.1f}\n", rss_mib(&sides[0]),
          rss_mib(&sides[1]));
   for (int i = 0; i < 3; i++) side_stop(&sides[i]);

@@ -57,6 +57,8 @@
 #include "agent_proc.h"
 #include "vmrpc/vmclient.h"
 
+#include "bench_stats.h"
+
 extern char **environ;
 
 #define MAX_ROUNDS 15
@@ -339,16 +341,6 @@ typedef struct sample {
   double ms, wire_ms, local_ms;
   uint64_t requests, bytes;
 } sample_t;
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* The arguments of flow f against url (model m: mlp<m>.vmx). */
 static void flow_args(int f, const char *url, const char *model, const char **a) {

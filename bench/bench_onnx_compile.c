@@ -17,15 +17,12 @@
 #include "vm/executable.h"
 #include "vmcompiler/onnx.h"
 
+#include "bench_stats.h"
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
 }
 
 /* Median compile time of the chain of n nodes over rounds; < 0 on error. */
@@ -46,8 +43,7 @@ static double time_chain(uint32_t n, int rounds) {
     vm_executable_free(e);
   }
   free(m.d);
-  qsort(t, (size_t)rounds, sizeof(double), cmp_double);
-  return t[rounds / 2];
+  return median(t, rounds);
 }
 
 int main(int argc, char **argv) {

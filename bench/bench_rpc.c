@@ -101,6 +101,8 @@
 #include "vmrpc/vmclient.h"
 #include "vmtransport/conn.h"
 
+#include "bench_stats.h"
+
 #define MAX_ROUNDS 51
 #define RTT_ITERS 2000 /* round trips per round and figure */
 #define MIB (1ull << 20)
@@ -125,18 +127,6 @@ static void die(const char *what) {
 
 static double now_s(void) {
   return (double)vm_now_ns() * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n) {
-  double t[MAX_ROUNDS];
-  memcpy(t, v, (size_t)n * sizeof(*v));
-  qsort(t, (size_t)n, sizeof(*t), cmp_double);
-  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
 /* Touches every page so that no figure pays for first-touch faults. */
@@ -548,8 +538,9 @@ static void part_rtt(bench_t *b) {
     go[r] = (now_s() - t0) / RTT_ITERS * 1e6;
   }
   check(vmc_free_vm(c, vm), "free VM");
-  double raw_m = median(raw, rounds), nng_m = median(nng, rounds);
-  double ping_m = median(ping, rounds), go_m = median(go, rounds), nst_m = median(nst, rounds);
+  double raw_m = median_copy(raw, rounds), nng_m = median_copy(nng, rounds);
+  double ping_m = median_copy(ping, rounds), go_m = median_copy(go, rounds);
+  double nst_m = median_copy(nst, rounds);
   /* Thread hand-offs per round trip, each side (raw TCP: one per side). */
   uint64_t cs0 = ctx_switches(getpid()), as0 = ctx_switches(b->agent_pid);
   uint64_t cpu0 = cpu_ns(getpid()) + cpu_ns(b->agent_pid) + cpu_ns(b->raw_pid);
@@ -689,7 +680,7 @@ static void part_bulk(bench_t *b, int first, const char *suffix) {
      * 1, vmrpc costs less work per byte than the raw stream. */
     int best = 0;
     for (int m = 0; m < RAW_MODES; m++) {
-      raw_v[s][m] = median(rv[m], rounds);
+      raw_v[s][m] = median_copy(rv[m], rounds);
       if (raw_v[s][m] > raw_v[s][best]) best = m;
     }
     for (int r = 0; r < rounds; r++) {
@@ -700,21 +691,21 @@ static void part_bulk(bench_t *b, int first, const char *suffix) {
     }
     raw_best[s] = best;
     raw_g[s] = raw_v[s][best];
-    up_g[s] = median(up.g, rounds);
-    down_g[s] = median(down.g, rounds);
-    up_r[s] = median(ur, rounds);
-    down_r[s] = median(dr, rounds);
-    up_cr[s] = median(ucr, rounds);
-    down_cr[s] = median(dcr, rounds);
-    raw_cpu[s] = median(rcm[best], rounds);
-    up_cpu[s] = median(up.c, rounds);
-    down_cpu[s] = median(down.c, rounds);
-    up_cs[s] = median(up.cs, rounds);
-    down_cs[s] = median(down.cs, rounds);
-    up_af[s] = median(up.af, rounds);
-    up_cf[s] = median(up.cf, rounds);
-    down_af[s] = median(down.af, rounds);
-    down_cf[s] = median(down.cf, rounds);
+    up_g[s] = median_copy(up.g, rounds);
+    down_g[s] = median_copy(down.g, rounds);
+    up_r[s] = median_copy(ur, rounds);
+    down_r[s] = median_copy(dr, rounds);
+    up_cr[s] = median_copy(ucr, rounds);
+    down_cr[s] = median_copy(dcr, rounds);
+    raw_cpu[s] = median_copy(rcm[best], rounds);
+    up_cpu[s] = median_copy(up.c, rounds);
+    down_cpu[s] = median_copy(down.c, rounds);
+    up_cs[s] = median_copy(up.cs, rounds);
+    down_cs[s] = median_copy(down.cs, rounds);
+    up_af[s] = median_copy(up.af, rounds);
+    up_cf[s] = median_copy(up.cf, rounds);
+    down_af[s] = median_copy(down.af, rounds);
+    down_cf[s] = median_copy(down.cf, rounds);
     check(vmc_free_vm(c, vm), "free VM");
   }
   if (first <= 1) out("\"raw_tcp_gbps%s\":%.3f,", suffix, raw_g[1]);
@@ -795,14 +786,14 @@ static void part_exec(bench_t *b) {
     unlink(path[r]);
   }
   rmdir(dir);
-  double cold_m = median(cold, rounds), hit_m = median(hit, rounds);
-  double hit_mem_m = median(hit_mem, rounds);
+  double cold_m = median_copy(cold, rounds), hit_m = median_copy(hit, rounds);
+  double hit_mem_m = median_copy(hit_mem, rounds);
   out("\"exec_bytes\":%zu,\"exec_rounds\":%d,\"cold_upload_ms\":%.2f,"
       "\"store_hit_upload_ms\":%.3f,\"store_hit_ratio\":%.5f,"
       "\"store_hit_memory_upload_ms\":%.2f,\"store_hit_memory_ratio\":%.4f,"
       "\"client_sha256_ms\":%.2f,",
       exec_len, rounds, cold_m, hit_m, hit_m / cold_m, hit_mem_m, hit_mem_m / cold_m,
-      median(hash_ms, rounds));
+      median_copy(hash_ms, rounds));
 }
 
 int main(int argc, char **argv) {

@@ -39,6 +39,8 @@
 #include "vmrpc/vmclient.h"
 #include "vmexamples/models.h"
 
+#include "bench_stats.h"
+
 #define SEED 1u
 #define MAX_ROUNDS 101
 
@@ -47,16 +49,6 @@ static void check(vm_status_t st, const char *what) {
   fprintf(stderr, "bench_timing: %s: %s: %s\n", what, vm_code_name(vm_status_code(st)),
           vm_status_message(st));
   exit(1);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* The other client's program: takes a 64 MiB tensor, returns it. */
