@@ -40,12 +40,18 @@ jobs=$(nproc 2>/dev/null || echo 2)
 export POCL_CACHE_DIR=${POCL_CACHE_DIR:-$PWD/build/pocl-cache}
 mkdir -p "$POCL_CACHE_DIR"
 
+# Each stage's heading says when it began (seconds since the start), so a
+# log shows where the run's time goes against its 30-minute budget.
+stage() {
+  printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"
+}
+
 run_suite() {
   local dir=$1; shift
-  echo "== configure + build: $dir"
+  stage "configure + build: $dir"
   cmake -S . -B "$dir" "$@" >/dev/null
   cmake --build "$dir" -j"$jobs"
-  echo "== test: $dir"
+  stage "test: $dir"
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
 }
 
@@ -55,14 +61,14 @@ run_suite() {
 # engine (Dask distributed, the package's `farm` extra) in the same venv.
 python_suite() {
   local venv=build/venv-py
-  echo "== python: pip install . into $venv"
+  stage "python: pip install . into $venv"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
   VMRPC_WERROR=ON "$venv/bin/python" -m pip install -q ".[farm]" numpy pytest
-  echo "== test: python (pytest python/tests)"
+  stage "test: python (pytest python/tests)"
   VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/tests
   if [ "${VMRPC_SKIP_FARM:-0}" != 1 ]; then
-    echo "== test: farm (pytest python/farm_tests)"
+    stage "test: farm (pytest python/farm_tests)"
     VMRPC_BUILD_DIR=$PWD/build "$venv/bin/python" -m pytest -v -p no:cacheprovider python/farm_tests
   fi
 }
@@ -78,7 +84,7 @@ python_asan_suite() {
   mkdir -p "$pkg"
   cp -r python/vmrpc "$pkg/"
   cp build-asan/python/_core*.so "$pkg/vmrpc/"
-  echo "== test: python (pytest python/tests, extension and vmagent from build-asan)"
+  stage "test: python (pytest python/tests, extension and vmagent from build-asan)"
   LD_PRELOAD="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)" \
     ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:quarantine_size_mb=0 PYTHONMALLOC=malloc \
     PYTHONPATH=$PWD/$pkg VMRPC_BUILD_DIR=$PWD/build-asan \
@@ -90,33 +96,33 @@ if [ "${VMRPC_SKIP_PYTHON:-0}" != 1 ]; then
   python_suite
 fi
 if [ "${VMRPC_SKIP_ONNX_MODELS:-0}" != 1 ]; then
-  echo "== ONNX models against onnxruntime: scripts/onnx-rapidocr.sh"
+  stage "ONNX models against onnxruntime: scripts/onnx-rapidocr.sh"
   rc=0
   scripts/onnx-rapidocr.sh build || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
-  echo "== int8 ONNX models (dynamic, QDQ) against onnxruntime: scripts/onnx-quant.sh"
+  stage "int8 ONNX models (dynamic, QDQ) against onnxruntime: scripts/onnx-quant.sh"
   rc=0
   scripts/onnx-quant.sh build || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
-  echo "== recurrent layers (attributes, DynamicQuantizeLSTM) against onnxruntime: scripts/onnx-recurrent.sh"
+  stage "recurrent layers (attributes, DynamicQuantizeLSTM) against onnxruntime: scripts/onnx-recurrent.sh"
   rc=0
   scripts/onnx-recurrent.sh build || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 fi
 if [ "${VMRPC_SKIP_ONNX_NODE123:-0}" != 1 ]; then
-  echo "== ONNX node cases of onnx 1.23 (opsets up to 28): scripts/onnx-node-1.23.sh"
+  stage "ONNX node cases of onnx 1.23 (opsets up to 28): scripts/onnx-node-1.23.sh"
   rc=0
   scripts/onnx-node-1.23.sh build || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 fi
 if [ "${VMRPC_SKIP_ONNX_ZOO:-0}" != 1 ]; then
-  echo "== ONNX real models and their float16/int8 variants: scripts/onnx-zoo.sh"
+  stage "ONNX real models and their float16/int8 variants: scripts/onnx-zoo.sh"
   rc=0
   scripts/onnx-zoo.sh build || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 fi
 if [ "${VMRPC_SKIP_BOARD:-0}" != 1 ]; then
-  echo "== the emulated aarch64 board: scripts/board-aarch64.sh"
+  stage "the emulated aarch64 board: scripts/board-aarch64.sh"
   rc=0
   scripts/board-aarch64.sh || rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
@@ -133,6 +139,7 @@ if [ "${VMRPC_SKIP_ASAN:-0}" != 1 ]; then
   fi
 fi
 if [ "${VMRPC_SKIP_FUZZ:-0}" != 1 ]; then
+  stage "fuzz: seeds, regressions and a fixed smoke (scripts/fuzz-ci.sh)"
   scripts/fuzz-ci.sh
 fi
-echo "test.sh: all suites passed"
+echo "test.sh: all suites passed in $((SECONDS / 60))m$((SECONDS % 60))s"
