@@ -14,6 +14,37 @@
  * Linear algebra
  */
 
+/* Whether value v (of type dt) can be cl.gemm's bias for an output whose
+ * rows have n columns: n values along its last axis, every other axis 1,
+ * rank at most rank (so the Add leaves the output's shape as it is). */
+static int bias_row(const onx_value_t *v, vm_dtype_t dt, uint32_t rank, int64_t n) {
+  if (!v || !vm_dtype_equal(v->dt, dt) || v->ndim < 1 || v->ndim > rank ||
+      v->dims[v->ndim - 1] != n)
+    return 0;
+  for (uint32_t i = 0; i + 1 < v->ndim; i++)
+    if (v->dims[i] != 1) return 0;
+  return 1;
+}
+
+/* The float32 Add that alone consumes the current MatMul's output (rank
+ * rank, rows of n columns) with a constant row vector of n values (a
+ * Linear layer's bias; either operand order): its index, the vector as
+ * [n] in *bias; else -1. cl.gemm adds it in its store, which gives the
+ * same bits as the product and a separate Add. */
+static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n, int32_t *bias) {
+  if (!vm_dtype_equal(dt, VM_F32)) return -1;
+  size_t slot = 0;
+  int64_t j = onx_sole_consumer(c, c->node->output[0], c->node_idx, &slot);
+  if (j < 0) return -1;
+  const Onnx__NodeProto *nd = c->graph->node[j];
+  if (strcmp(nd->op_type, "Add") != 0 || nd->n_input != 2 || slot > 1 || !nd->input[1 - slot])
+    return -1;
+  onx_value_t *v = onx_lookup(c, nd->input[1 - slot]);
+  if (!v || !v->data || !bias_row(v, dt, rank, n)) return -1;
+  *bias = onx_reshaped(c, v, 1, &n);
+  return j;
+}
+
 vm_status_t onx_op_gemm(onx_ctx_t *c) {
   int qdq;
   VM_RETURN_IF_ERROR(onx_qdq_matmul(c, 1, &qdq));
@@ -45,6 +76,15 @@ vm_status_t onx_op_gemm(onx_ctx_t *c) {
   int64_t yd[2] = {m, nn};
   int use_c = cc && beta != 0.0f;
   int32_t y = new_t(c, a->dt, 2, yd);
+  if (use_c && beta == 1.0f && bc && vm_dtype_equal(a->dt, VM_F32) && bias_row(cc, a->dt, 2, nn)) {
+    /* C is a float32 row vector (a Linear layer's bias): cl.gemm's bias,
+     * the same bits as the product and the Add below */
+    vmcc_arg_t g[8] = {
+        A(onx_tid(c, a)),        A(onx_tid(c, b)),        I(ta), I(tb),
+        onx_float_arg(c, alpha), vmcc_a_const(c->c_zero), A(y),  A(onx_reshaped(c, cc, 1, &nn))};
+    call(c, "cl.gemm", 8, g);
+    return onx_bind_out(c, 0, y, 2, yd);
+  }
   int32_t mm = use_c ? new_t(c, a->dt, 2, yd) : y;
   vmcc_arg_t g[7] = {A(onx_tid(c, a)),        A(onx_tid(c, b)),        I(ta), I(tb),
                      onx_float_arg(c, alpha), vmcc_a_const(c->c_zero), A(mm)};
@@ -170,8 +210,17 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
     tb = vmcc_graph_view(c->g, xb, 3, b3);
     y = new_t(c, a->dt, 3, y3);
   }
-  vmcc_arg_t g[7] = {A(ta), A(tb), I(0), I(0), vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero),
+  vmcc_arg_t g[8] = {A(ta), A(tb), I(0), I(0), vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero),
                      A(y)};
+  int32_t bias = 0;
+  int64_t add = b->ndim > 1 ? bias_after(c, a->dt, on, n, &bias) : -1;
+  if (add >= 0) {
+    g[7] = A(bias);
+    call(c, "cl.gemm", 8, g);
+    c->skip[add] = 1;
+    c->fused = 1; /* the product itself is never a value */
+    return onx_bind_named(c, c->graph->node[add]->output[0], y, on, od);
+  }
   call(c, "cl.gemm", 7, g);
   return onx_bind_out(c, 0, y, on, od);
 }

@@ -16,6 +16,12 @@
  * The host may launch it over chunks of K (beta = 1 after the first; see
  * cl_ops_gemm.c) to keep B strips cached for power-of-two row strides.
  *
+ * Bias epilogue: with hb set, every kernel adds bias[j] (from bias + bias_o, one
+ * value per column, shared by every row and batch entry) after alpha *
+ * acc + beta * C, so that C = alpha * op(A) @ op(B) + beta * C + bias is
+ * the same bits as the product and a separate Add of the row vector. The
+ * host sets hb on the last chunk of K only, for the same reason.
+ *
  * Blocks straddling the edges clamp their row indices into range (the
  * duplicate rows are computed and dropped) and gather B column by column,
  * so edge blocks cost about the same as interior ones.
@@ -32,12 +38,14 @@
 #define GEMM_BEGIN(name, BM, BN)                                                         \
   __kernel void name(int M, int N, int K, __global const S *A, int ao, int lda, int sa,  \
                      __global const S *B, int bo, int ldb, int sb, __global S *C, int co, \
-                     int ldc, int sc, float alpha, float beta) {                         \
+                     int ldc, int sc, float alpha, float beta, __global const S *bias,    \
+                     int bias_o, int hb) {                                               \
     int j = get_global_id(0) * BN, i = get_global_id(1) * BM, bt = get_global_id(2);     \
     if (i >= M || j >= N) return;                                                        \
     A += ao + bt * sa;                                                                   \
     B += bo + bt * sb;                                                                   \
-    C += co + bt * sc;
+    C += co + bt * sc;                                                                   \
+    bias += bias_o;
 
 /* Offsets of element (row r, k = 0) of A and its step per k. */
 #define A_BASE(ta, r) (ta ? (r) : (r) * lda)
@@ -90,25 +98,27 @@
         GEMM_FMA8(bv)                                                                    \
       }                                                                                  \
     }                                                                                    \
-    gemm_store(C, ldc, i + 0, j, M, N, alpha, beta, full, c0);                           \
-    gemm_store(C, ldc, i + 1, j, M, N, alpha, beta, full, c1);                           \
-    gemm_store(C, ldc, i + 2, j, M, N, alpha, beta, full, c2);                           \
-    gemm_store(C, ldc, i + 3, j, M, N, alpha, beta, full, c3);                           \
-    gemm_store(C, ldc, i + 4, j, M, N, alpha, beta, full, c4);                           \
-    gemm_store(C, ldc, i + 5, j, M, N, alpha, beta, full, c5);                           \
-    gemm_store(C, ldc, i + 6, j, M, N, alpha, beta, full, c6);                           \
-    gemm_store(C, ldc, i + 7, j, M, N, alpha, beta, full, c7);                           \
+    gemm_store(C, ldc, i + 0, j, M, N, alpha, beta, full, c0, bias, hb);                 \
+    gemm_store(C, ldc, i + 1, j, M, N, alpha, beta, full, c1, bias, hb);                 \
+    gemm_store(C, ldc, i + 2, j, M, N, alpha, beta, full, c2, bias, hb);                 \
+    gemm_store(C, ldc, i + 3, j, M, N, alpha, beta, full, c3, bias, hb);                 \
+    gemm_store(C, ldc, i + 4, j, M, N, alpha, beta, full, c4, bias, hb);                 \
+    gemm_store(C, ldc, i + 5, j, M, N, alpha, beta, full, c5, bias, hb);                 \
+    gemm_store(C, ldc, i + 6, j, M, N, alpha, beta, full, c6, bias, hb);                 \
+    gemm_store(C, ldc, i + 7, j, M, N, alpha, beta, full, c7, bias, hb);                 \
   }
 
-/* Writes one row of a block: alpha * acc (+ beta * C). beta == 0 does not
- * read C, so an uninitialised output never leaks NaN (BLAS convention). */
+/* Writes one row of a block: alpha * acc (+ beta * C) (+ bias[j..], with
+ * hb). beta == 0 does not read C, so an uninitialised output never leaks
+ * NaN (BLAS convention). */
 void gemm_store(__global S *C, int ldc, int row, int j, int M, int N, float alpha,
-                float beta, int full, F8 acc) {
+                float beta, int full, F8 acc, __global const S *bias, int hb) {
   if (row >= M) return;
   __global S *c = C + row * ldc + j;
   if (full) {
     F8 v = alpha * acc;
     if (beta != 0.0f) v += beta * LD8(c, 0);
+    if (hb) v += LD8(bias + j, 0);
     ST8(v, 0, c);
   } else {
     F a[8];
@@ -116,6 +126,7 @@ void gemm_store(__global S *C, int ldc, int row, int j, int M, int N, float alph
     for (int t = 0; t < N - j; t++) {
       F v = a[t];
       if (beta != 0.0f) v += beta * LD(c, t);
+      if (hb) v += LD(bias, j + t);
       ST(v, t, c);
     }
   }
@@ -131,12 +142,14 @@ GEMM_KERNEL(gemm_tt, 1, 1)
 #define GEMV_KERNEL(name, PER)                                                            \
   __kernel void name(int N, int K, __global const S *A, int ao, int sa,                  \
                      __global const S *B, int bo, int ldb, int sb, __global S *C, int co, \
-                     int sc, float alpha, float beta) {                                  \
+                     int sc, float alpha, float beta, __global const S *bias, int bias_o, \
+                     int hb) {                                                           \
     int j = get_global_id(0) * PER, bt = get_global_id(1);                               \
     if (j >= N) return;                                                                  \
     A += ao + bt * sa;                                                                   \
     B += bo + bt * sb;                                                                   \
-    C += co + bt * sc;
+    C += co + bt * sc;                                                                   \
+    bias += bias_o;
 
 /* M == 1 (a row vector times a matrix: an LSTM step's Gemm, a batch-1
  * Linear): the 8x8 blocks above would compute seven clamped copies of the
@@ -161,7 +174,7 @@ GEMV_KERNEL(gemv_n, 8)
       acc = fma((F8)(LD(A, k)), bv, acc);
     }
   }
-  gemm_store(C, 0, 0, j, 1, N, alpha, beta, full, acc);
+  gemm_store(C, 0, 0, j, 1, N, alpha, beta, full, acc, bias, hb);
 }
 
 /* gemv_t (B is N x K, row-major: op(B) = B^T): output j is the dot product
@@ -195,6 +208,7 @@ GEMV_KERNEL(gemv_t, 4)
   for (int t = 0; t < 4 && j + t < N; t++) {
     F v = o[t];
     if (beta != 0.0f) v += beta * LD(C, j + t);
+    if (hb) v += LD(bias, j + t);
     ST(v, j + t, C);
   }
 }
@@ -227,8 +241,9 @@ GEMV_KERNEL(gemv_t, 4)
   a4 += as;                                                                              \
   a5 += as;
 #define GEMM6_STORE(r)                                                                   \
-  gemm_store(C, ldc, i + r, j, M, N, alpha, beta, full0, c##r##l);                       \
-  if (j + 8 < N) gemm_store(C, ldc, i + r, j + 8, M, N, alpha, beta, full1, c##r##h);
+  gemm_store(C, ldc, i + r, j, M, N, alpha, beta, full0, c##r##l, bias, hb);             \
+  if (j + 8 < N)                                                                         \
+    gemm_store(C, ldc, i + r, j + 8, M, N, alpha, beta, full1, c##r##h, bias, hb);
 
 #define GEMM6_KERNEL(name, ta)                                                           \
   GEMM_BEGIN(name, 6, 16)                                                              \
@@ -294,6 +309,7 @@ GEMM6_KERNEL(gemm6_tn, 1)
     for (int t = 0; t < 3 && j + t < N; t++) {                                           \
       F v = o_[t];                                                                       \
       if (beta != 0.0f) v += beta * LD(c_, t);                                           \
+      if (hb) v += LD(bias, j + t);                                                      \
       ST(v, t, c_);                                                                      \
     }                                                                                    \
   }
@@ -324,4 +340,15 @@ GEMM_BEGIN(gemmd_nt, 4, 3)
   GEMMD_STORE(1)
   GEMMD_STORE(2)
   GEMMD_STORE(3)
+}
+
+/* The bias epilogue after a product computed elsewhere (CLBlast on GPUs):
+ * C[bt][i][j] += bias[j], one element per work-item. Global ids: 0 = j,
+ * 1 = i, 2 = bt. */
+__kernel void gemm_bias(int M, int N, __global S *C, int co, int ldc, int sc,
+                        __global const S *bias, int bias_o) {
+  int j = get_global_id(0), i = get_global_id(1), bt = get_global_id(2);
+  if (i >= M || j >= N) return;
+  __global S *c = C + co + bt * sc + i * ldc;
+  ST(LD(c, j) + LD(bias, bias_o + j), j, c);
 }

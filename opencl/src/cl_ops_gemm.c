@@ -1,4 +1,4 @@
-/* cl.gemm: C = alpha * op(A) @ op(B) + beta * C, 2-D or batched 3-D.
+/* cl.gemm: C = alpha * op(A) @ op(B) + beta * C (+ a bias row), 2-D or batched 3-D.
  *
  * Two backends:
  *  - CLBlast (Sgemm/Hgemm, strided-batched) on GPUs and accelerators: it is
@@ -106,6 +106,40 @@ static vm_status_t clblast_status(CLBlastStatusCode s, const char *what) {
   return vm_status_make(VM_INTERNAL, "%s: CLBlast status %d", what, (int)s);
 }
 
+/* The bias epilogue after a product computed elsewhere: gemm.cl's
+ * gemm_bias over C (nothing without g->bias). */
+static vm_status_t gemm_bias_launch(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt, cl_mem C,
+                                    int64_t co) {
+  if (!g->bias) return VM_STATUS_OK;
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(dt), "gemm_bias", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    vmcl_arg_int(&a, g->m);
+    vmcl_arg_int(&a, g->n);
+    vmcl_arg_mem(&a, C);
+    vmcl_arg_int(&a, co);
+    vmcl_arg_int(&a, g->ldc);
+    vmcl_arg_int(&a, g->sc);
+    vmcl_arg_mem(&a, g->bias);
+    vmcl_arg_int(&a, g->bias_o);
+    size_t global[3] = {(size_t)g->n, (size_t)g->m, (size_t)g->batch};
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : vmcl_launch(d, k, 3, global, NULL);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
+/* gemm.cl's bias arguments: the buffer (C's when there is none: never
+ * read), its offset and whether to add it. */
+static void gemm_bias_args(vmcl_args_t *a, const gemm_shape_t *g, cl_mem C, int add) {
+  vmcl_arg_mem(a, g->bias ? g->bias : C);
+  vmcl_arg_int(a, g->bias ? g->bias_o : 0);
+  vmcl_arg_int(a, add && g->bias != NULL);
+}
+
 static vm_status_t gemm_clblast(const clblast_api_t *api, vmcl_dev_t *d, const gemm_shape_t *g,
                                 vm_dtype_t dt, cl_mem a, size_t ao, cl_mem b, size_t bo,
                                 cl_mem c, size_t co, float alpha, float beta) {
@@ -150,7 +184,7 @@ static vm_status_t gemm_clblast(const clblast_api_t *api, vmcl_dev_t *d, const g
     }
     vmcl_track_event(d, ev);
   }
-  return VM_STATUS_OK;
+  return gemm_bias_launch(d, g, dt, c, (int64_t)co);
 }
 
 /* K per launch of the tiled kernel for large float32 K. A work-item walks
@@ -195,6 +229,7 @@ static vm_status_t gemm_vector(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t 
     vmcl_arg_int(&a, g->sc);
     vmcl_arg_float(&a, alpha);
     vmcl_arg_float(&a, beta);
+    gemm_bias_args(&a, g, C, 1);
     size_t per = g->tb ? 4 : 8;
     size_t global[2] = {(size_t)(g->n + (int64_t)per - 1) / per, (size_t)g->batch};
     st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
@@ -286,6 +321,7 @@ vm_status_t vmcl_gemm_tiled(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt,
     vmcl_arg_int(&a, g->sc);
     vmcl_arg_float(&a, alpha);
     vmcl_arg_float(&a, kb == 0 ? beta : 1.0f); /* later chunks add to the first */
+    gemm_bias_args(&a, g, C, kb + kc >= g->k); /* the bias after the last chunk */
     if (a.err != CL_SUCCESS) {
       st = vmcl_status(a.err, "clSetKernelArg");
       goto done;
@@ -327,15 +363,19 @@ vm_status_t vmcl_gemm_mem(vmcl_dev_t *d, const vm_device_t *dev, const gemm_shap
 vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user) {
   vmcl_op_t op;
-  vmcl_op_init(&op, "cl.gemm", "(A, B, trans_a, trans_b, alpha, beta, C)", args, nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 7, 7));
-  vm_tensor_t *A, *B, *C;
+  vmcl_op_init(&op, "cl.gemm", "(A, B, trans_a, trans_b, alpha, beta, C[, bias])", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 7, 8));
+  vm_tensor_t *A, *B, *C, *bias = NULL;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &A));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B", &B));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 6, "C", &C));
   VM_RETURN_IF_ERROR(vmcl_op_real_dtype(&op, A, 0, "A"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, B, 1, "B", A->dtype, "A"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, C, 6, "C", A->dtype, "A"));
+  if (op.nargs == 8) {
+    VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 7, "bias", &bias));
+    if (bias) VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, bias, 7, "bias", A->dtype, "A"));
+  }
   int64_t ta, tb;
   double alpha, beta;
   VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "trans_a", 0, 1, &ta));
@@ -379,6 +419,11 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   g.sa = ba > 1 ? g.m * g.k : 0;
   g.sb = bb > 1 ? g.k * g.n : 0;
   g.sc = g.m * g.n;
+  if (bias) {
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, bias, 7, "bias", &g.n, 1));
+    g.bias = vmcl_tensor_mem(bias);
+    g.bias_o = vmcl_elem_offset(bias);
+  }
   if (g.batch * g.m * g.n == 0) return VM_STATUS_OK;
 
   return vmcl_gemm_mem(op.d, op.dev, &g, A->dtype, vmcl_tensor_mem(A), vmcl_elem_offset(A),

@@ -262,12 +262,16 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
                                const int *reduce, const vm_tensor_t *y);
 
 /* ---- GEMM for other operators (cl_ops_gemm.c) ---- */
-/* One (batched) row-major GEMM: C = alpha op(A) op(B) + beta C. */
+/* One (batched) row-major GEMM: C = alpha op(A) op(B) + beta C (+ bias). */
 typedef struct vmcl_gemm_shape {
   int64_t batch, m, n, k;
   int ta, tb;
   int64_t lda, ldb, ldc;
   int64_t sa, sb, sc; /* batch strides in elements; 0 broadcasts */
+  /* The epilogue: bias[j] (bias_o + j elements into the buffer, of C's
+   * type) added to column j of every row and batch entry; NULL: none. */
+  cl_mem bias;
+  int64_t bias_o;
 } vmcl_gemm_shape_t;
 
 /* Whether cl.gemm runs on kernels/gemm.cl for dt on this device (CPU

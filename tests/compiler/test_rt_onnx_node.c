@@ -737,6 +737,90 @@ static double host_conv_at(const float *x, const float *w, int C, int H, int W, 
   return acc;
 }
 
+/* A Linear layer's bias: MatMul then Add of a constant row vector goes
+ * into cl.gemm's bias (no cl.binary.add; the Add skipped): 0 Add(mm, b[N])
+ * over a 3-D input, 1 Add(b[1, 1, N], mm); not folded: 2 a full [M, N]
+ * addend, 3 the product read twice, 5 a float64 model (the fold keeps
+ * float32's bits only). 4 Gemm with C [N] and alpha 0.5: one cl.gemm with
+ * the bias. Every result matches the host. */
+static void matmul_bias_case(env_t *e, int variant) {
+  enum { B = 2, M = 3, K = 5, N = 7 };
+  int gemm = variant == 4, f64 = variant == 5;
+  static float x[B * M * K], w[K * N], bias[M * N];
+  static double xd[B * M * K], wd[K * N], biasd[N];
+  for (int i = 0; i < B * M * K; i++) xd[i] = x[i] = (float)((i * 7) % 11) * 0.25f - 1.0f;
+  for (int i = 0; i < K * N; i++) wd[i] = w[i] = (float)((i * 5) % 9) * 0.125f - 0.5f;
+  for (int i = 0; i < M * N; i++) bias[i] = (float)i * 0.5f - 3.0f;
+  for (int i = 0; i < N; i++) biasd[i] = bias[i];
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t x3[3] = {B, M, K}, x2[2] = {B * M, K}, y3[3] = {B, M, N}, y2[2] = {B * M, N};
+  int64_t wdims[2] = {K, N}, b1[1] = {N}, b3[3] = {1, 1, N}, bf[2] = {M, N};
+  int32_t et = f64 ? 11 : 1; /* ONNX DOUBLE or FLOAT */
+  if (gemm) {
+    mb_input(&m, "x", 2, x2);
+    mb_output(&m, "y", 2, y2);
+  } else {
+    m.graph.input[m.graph.n_input++] = mb_vi(&m, "x", et, 3, x3);
+    m.graph.output[m.graph.n_output++] = mb_vi(&m, "y", et, 3, y3);
+  }
+  mb_init_raw(&m, "w", et, 2, wdims, f64 ? (const void *)wd : (const void *)w,
+              (size_t)(K * N) * (f64 ? 8 : 4));
+  if (variant == 1)
+    mb_init_raw(&m, "b", 1, 3, b3, bias, N * 4);
+  else if (variant == 2)
+    mb_init_raw(&m, "b", 1, 2, bf, bias, M * N * 4);
+  else
+    mb_init_raw(&m, "b", et, 1, b1, f64 ? (const void *)biasd : (const void *)bias,
+                (size_t)N * (f64 ? 8 : 4));
+  mb_attrs_t at;
+  memset(&at, 0, sizeof(at));
+  if (gemm) {
+    Onnx__NodeProto *g = mb_node(&m, "Gemm", "gemm", "x", "w", "y");
+    mb_node_input(g, "b");
+    mb_attrs_float(&at, g, "alpha", 0.5f);
+  } else {
+    mb_node(&m, "MatMul", "mm", "x", "w", "p");
+    if (variant == 3) {
+      mb_node(&m, "Add", "add", "p", "b", "s");
+      mb_node(&m, "Add", "add2", "s", "p", "y");
+    } else {
+      mb_node(&m, "Add", "add", variant == 1 ? "b" : "p", variant == 1 ? "p" : "b", "y");
+    }
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {f64 ? VM_F64 : VM_F32,
+                       gemm ? 2u : 3u,
+                       {B, M, K},
+                       f64 ? (void *)xd : (void *)x,
+                       (size_t)(B * M * K) * (f64 ? 8 : 4)};
+  if (gemm) {
+    xin.shape[0] = B * M;
+    xin.shape[1] = K;
+  }
+  double got[B * M * N];
+  uint32_t adds = 0;
+  compile_run_t(e, &m, &xin, &rep, got, (size_t)(B * M * N) * (f64 ? 8 : 4), "cl.binary.add",
+                &adds);
+  int folded = variant <= 1 || gemm;
+  assert_int_equal(adds, folded ? 0 : variant == 3 ? 2 : 1);
+  assert_int_equal(rep.num_folded, variant <= 1 ? 1 : 0);
+  for (int r = 0; r < B * M; r++)
+    for (int j = 0; j < N; j++) {
+      double p = 0;
+      for (int k = 0; k < K; k++) p += (double)x[r * K + k] * w[k * N + j];
+      double bv = variant == 2 ? bias[(r % M) * N + j] : bias[j];
+      double want = gemm ? 0.5 * p + bv : variant == 3 ? 2 * p + bv : p + bv;
+      double g = f64 ? got[r * N + j] : ((float *)got)[r * N + j];
+      if (!(fabs(g - want) <= 1e-5 + 1e-5 * fabs(want)))
+        fail_msg("variant %d, [%d, %d]: %.7g, expected %.7g", variant, r, j, g, want);
+    }
+}
+
+static void test_matmul_bias_folded(void **state) {
+  for (int v = 0; v < 6; v++) matmul_bias_case(*state, v);
+}
+
 /* A Conv followed by an inference BatchNormalization: the BN is folded
  * into the convolution (no node of its own) and the result matches the
  * two computed in turn on the host. */
@@ -2045,6 +2129,7 @@ int main(void) {
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_matmul_bias_folded),
       cmocka_unit_test(test_layer_norm_rewritten),
       cmocka_unit_test(test_gelu_rewritten),
       cmocka_unit_test(test_rms_norm_rewritten),

@@ -198,6 +198,10 @@ vm_value_t tops_int_tuple(uint32_t n, const int64_t *vals) {
  */
 
 void tops_check_gemm(tops_env_t *e, vm_dtype_t dt, const tops_gemm_case_t *g) {
+  tops_check_gemm_bias(e, dt, g, 0);
+}
+
+void tops_check_gemm_bias(tops_env_t *e, vm_dtype_t dt, const tops_gemm_case_t *g, int with_bias) {
   int64_t batch = g->ba > g->bb ? g->ba : g->bb;
   if (batch == 0) batch = 1;
   int batched = g->ba || g->bb;
@@ -219,26 +223,33 @@ void tops_check_gemm(tops_env_t *e, vm_dtype_t dt, const tops_gemm_case_t *g) {
   memcpy(want, c0, nc * sizeof(float));
   ref_gemm(batch, g->m, g->n, g->k, g->ta, g->tb, g->alpha, a, g->ba > 1 ? g->m * g->k : 0, b,
            g->bb > 1 ? g->k * g->n : 0, g->beta, want);
-  vm_value_t args[7] = {
+  float *bias = tops_rand((size_t)(g->n ? g->n : 1), 24, -1, 1);
+  if (f16) tops_round_f16(bias, (size_t)g->n);
+  if (with_bias) {
+    for (size_t i = 0; i < nc; i++) want[i] += bias[i % (size_t)g->n];
+  }
+  vm_value_t args[8] = {
       tops_tensor_f(e, dt, g->ba ? 3 : 2, g->ba ? adims : adims + 1, a),
       tops_tensor_f(e, dt, g->bb ? 3 : 2, g->bb ? bdims : bdims + 1, b), vm_value_int(g->ta),
       vm_value_int(g->tb), vm_value_float(g->alpha), vm_value_float(g->beta),
       /* beta == 0: C starts as the sentinel (a tiny negative float, or NaN
        * in half) and must not leak into the result */
       g->beta != 0.0f ? tops_tensor_f(e, dt, batched ? 3 : 2, batched ? cdims : cdims + 1, c0)
-                      : tops_tensor(e, dt, batched ? 3 : 2, batched ? cdims : cdims + 1, NULL)};
-  ASSERT_OK(tops_call(e, "cl.gemm", args, 7));
+                      : tops_tensor(e, dt, batched ? 3 : 2, batched ? cdims : cdims + 1, NULL),
+      with_bias ? tops_tensor_f(e, dt, 1, &g->n, bias) : vm_value_none()};
+  ASSERT_OK(tops_call(e, "cl.gemm", args, with_bias ? 8 : 7));
   tops_read_f(e, &args[6], got);
   char what[128];
-  snprintf(what, sizeof(what), "gemm %s b%lld/%lld m%lld n%lld k%lld t%d%d", f16 ? "f16" : "f32",
+  snprintf(what, sizeof(what), "gemm %s b%lld/%lld m%lld n%lld k%lld t%d%d%s", f16 ? "f16" : "f32",
            (long long)g->ba, (long long)g->bb, (long long)g->m, (long long)g->n, (long long)g->k,
-           g->ta, g->tb);
+           g->ta, g->tb, with_bias ? " bias" : "");
   double sk = sqrt((double)g->k + 1);
   tops_assert_close(got, want, nc, (f16 ? 2e-3 : 1e-4) * sk, f16 ? 2e-3 : 1e-4, what);
   tops_check_guard(e, &args[6]);
-  for (int i = 0; i < 7; i++) vm_value_release(&args[i]);
+  for (int i = 0; i < 8; i++) vm_value_release(&args[i]);
   free(a);
   free(b);
+  free(bias);
   free(c0);
   free(want);
   free(got);

@@ -85,6 +85,9 @@ typedef struct tops_gemm_case {
  * float32, 2e-3 for both in float16. With beta == 0, C starts as the
  * sentinel and must not leak into the result. Checks the guard. */
 void tops_check_gemm(tops_env_t *e, vm_dtype_t dt, const tops_gemm_case_t *g);
+/* The same with bias set: the 8-argument form, a random [N] row vector
+ * added to every row of C. */
+void tops_check_gemm_bias(tops_env_t *e, vm_dtype_t dt, const tops_gemm_case_t *g, int bias);
 
 /* ---------------------------------------------------------------------------
  * float16, independent of the library's conversion

@@ -43,6 +43,8 @@ static void test_gemm_clblast(void **state) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     tops_check_gemm(e, VM_F32, &cases[i]);
+    /* the bias epilogue: gemm.cl's gemm_bias after CLBlast's product */
+    tops_check_gemm_bias(e, VM_F32, &cases[i], 1);
   }
   unsetenv("VMCL_GEMM");
   assert_true(mapped("libclblast"));

@@ -128,6 +128,30 @@ static void test_gemm_tiled(void **state) {
   tops_check_gemm(e, VM_F32, &gemm_cases[6]);
 }
 
+/* The 8-argument form's bias (one value per column, after alpha op(A)
+ * op(B) + beta C) on every kernel: the cases above (8x8, 6x16, 4x3 dot,
+ * gemv_n/gemv_t, K in chunks where only the last chunk adds it, K = 0,
+ * batches), the 8x8 kernels with VMCL_GEMM=tiled8, float16. */
+static void test_gemm_bias(void **state) {
+  tops_env_t *e = *state;
+  for (int legacy = 0; legacy < 2; legacy++) {
+    if (legacy) setenv("VMCL_GEMM", "tiled8", 1);
+    for (size_t i = 0; i < sizeof(gemm_cases) / sizeof(gemm_cases[0]); i++) {
+      tops_check_gemm_bias(e, VM_F32, &gemm_cases[i], 1);
+    }
+    for (size_t i = 0; i < sizeof(blocked_cases) / sizeof(blocked_cases[0]); i++) {
+      tops_check_gemm_bias(e, VM_F32, &blocked_cases[i], 1);
+    }
+  }
+  unsetenv("VMCL_GEMM");
+  static const tops_gemm_case_t f16[] = {
+      {0, 0, 65, 17, 33, 1, 1, 0.5f, 2.0f},
+      {0, 0, 1, 13, 21, 0, 1, 1.0f, 0.0f},
+  };
+  for (size_t i = 0; i < sizeof(f16) / sizeof(f16[0]); i++)
+    tops_check_gemm_bias(e, VM_F16, &f16[i], 1);
+}
+
 static void test_gemm_f16(void **state) {
   tops_env_t *e = *state;
   /* float16 storage works without cl_khr_fp16 (the kernel computes in
@@ -149,9 +173,25 @@ static void test_gemm_errors(void **state) {
   vm_value_t ab = tops_plain(e, VM_F32, 3, DIMS(2, 3, 4));
   vm_value_t bb = tops_plain(e, VM_F32, 3, DIMS(3, 4, 5));
   vm_value_t i1 = vm_value_int(1), i0 = vm_value_int(0), one = vm_value_float(1);
-  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one}, 6),
+  ASSERT_STATUS(
+      tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one}, 6), VM_INVALID_ARGUMENT,
+      "cl.gemm: expected 7 to 8 arguments (A, B, trans_a, trans_b, alpha, beta, C[, bias]), got 6");
+  /* the bias: one value per column of C, of A's type */
+  vm_value_t b5 = tops_plain(e, VM_F32, 1, DIMS(5)), b3 = tops_plain(e, VM_F32, 1, DIMS(3));
+  vm_value_t b15 = tops_plain(e, VM_F32, 2, DIMS(1, 5)), bh = tops_plain(e, VM_F16, 1, DIMS(5));
+  ASSERT_OK(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one, c, b5}, 8));
+  ASSERT_OK(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one, c, vm_value_none()}, 8));
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one, c, b3}, 8),
+                VM_INVALID_ARGUMENT, "bias (argument 7) has shape [3], expected [5]");
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one, c, b15}, 8),
+                VM_INVALID_ARGUMENT, "bias (argument 7) has shape [1, 5], expected [5]");
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one, c, bh}, 8),
                 VM_INVALID_ARGUMENT,
-                "cl.gemm: expected 7 arguments (A, B, trans_a, trans_b, alpha, beta, C), got 6");
+                "bias (argument 7) has dtype float16, expected float32 (the dtype of A)");
+  ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one, c, i0}, 8),
+                VM_INVALID_ARGUMENT, "bias (argument 7) must be a tensor or none, got int");
+  vm_value_t biases[] = {b5, b3, b15, bh};
+  release_all(biases, sizeof(biases) / sizeof(biases[0]));
   ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i1, i0, one, one, c}, 7),
                 VM_INVALID_ARGUMENT, "inner dims differ: op(A) is 4x3 and op(B) is 4x5");
   ASSERT_STATUS(tops_call(e, "cl.gemm", (vm_value_t[]){a, b, i0, i0, one, one, bad}, 7),
@@ -745,13 +785,14 @@ static void test_machine_model(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gemm_tiled),          cmocka_unit_test(test_gemm_blocked),
-      cmocka_unit_test(test_gemm_tiled8),         cmocka_unit_test(test_gemm_f16),
-      cmocka_unit_test(test_gemm_errors),         cmocka_unit_test(test_conv2d),
-      cmocka_unit_test(test_conv2d_depthwise),    cmocka_unit_test(test_conv2d_errors),
-      cmocka_unit_test(test_conv2d_epilogue),     cmocka_unit_test(test_pool2d),
-      cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
-      cmocka_unit_test(test_conv2d_winograd),     cmocka_unit_test(test_machine_model),
+      cmocka_unit_test(test_gemm_tiled),    cmocka_unit_test(test_gemm_blocked),
+      cmocka_unit_test(test_gemm_tiled8),   cmocka_unit_test(test_gemm_bias),
+      cmocka_unit_test(test_gemm_f16),      cmocka_unit_test(test_gemm_errors),
+      cmocka_unit_test(test_conv2d),        cmocka_unit_test(test_conv2d_depthwise),
+      cmocka_unit_test(test_conv2d_errors), cmocka_unit_test(test_conv2d_epilogue),
+      cmocka_unit_test(test_pool2d),        cmocka_unit_test(test_conv2d_formulations),
+      cmocka_unit_test(test_conv2d_tuned),  cmocka_unit_test(test_conv2d_winograd),
+      cmocka_unit_test(test_machine_model),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
