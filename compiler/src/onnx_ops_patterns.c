@@ -245,8 +245,8 @@ static const char *other_than(onx_ctx_t *c, const Onnx__NodeProto *n, uint32_t n
 typedef struct factors {
   int nx, nk, no;
   double k;
-  int64_t other;       /* the node of the other factor */
-  int64_t nodes[8];    /* the product's nodes */
+  int64_t other;    /* the node of the other factor */
+  int64_t nodes[8]; /* the product's nodes */
   int nn;
 } factors_t;
 

@@ -104,11 +104,12 @@ __kernel void gather(__global const T *x, int xo, __global const IDX *ind, int i
   int outer = t / nind;
   long k = ind[io + j];
   if (k < 0) k += axis_len;
-  y[yo + i] = k >= 0 && k < axis_len ? x[xo + (outer * (int)axis_len + (int)k) * inner + in] : (T)0;
+  int len = (int)axis_len;
+  y[yo + i] = k >= 0 && k < len ? x[xo + (outer * len + (int)k) * inner + in] : (T)0;
 }
 
-/* cl.embedding: row ind[j] - off of the table [rows, d] for each of the
- * nind ids, y [nind, d]; an id naming no row (negatives included: no
+/* cl.embedding: row ind[j] - off of the table [rows, d] for each id j,
+ * y [ids, d]; an id naming no row (negatives included: no
  * counting from the end) yields a row of zeros and reads nothing. */
 __kernel void embed(__global const T *x, int xo, __global const IDX *ind, int io, __global T *y,
                     int yo, int n, int d, int rows, long off) {

@@ -239,7 +239,8 @@ vm_status_t vmcl_op_embedding(vm_machine_t *m, const vm_value_t *args, uint32_t 
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", x->dtype, "table"));
   int i64;
   VM_RETURN_IF_ERROR(index_dtype(&op, ind, 1, "ids", &i64));
-  if (x->ndim != 2) return vmcl_op_error(&op, "table (argument 0) has %u dims, expected 2", x->ndim);
+  if (x->ndim != 2)
+    return vmcl_op_error(&op, "table (argument 0) has %u dims, expected 2", x->ndim);
   gather_ctx_t c;
   memset(&c, 0, sizeof(c));
   VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "offset", INT64_MIN, INT64_MAX, &c.p2));

@@ -421,9 +421,8 @@ static void test_gather(void **state) {
 /* cl.embedding: rows of a [rows, D] table by ids less an offset; ids that
  * name no row (negatives included) give zero rows. Checked byte for byte
  * against the host, then its errors. */
-static void check_embedding(tops_env_t *e, vm_dtype_t dt, int64_t rows, int64_t d,
-                            vm_dtype_t it, uint32_t ni, const int64_t *id, const int64_t *ind,
-                            int64_t off) {
+static void check_embedding(tops_env_t *e, vm_dtype_t dt, int64_t rows, int64_t d, vm_dtype_t it,
+                            uint32_t ni, const int64_t *id, const int64_t *ind, int64_t off) {
   size_t eb = vm_dtype_bytes(dt), nind = (size_t)tops_numel(ni, id), n = nind * (size_t)d;
   int64_t yd[8], td[2] = {rows, d};
   if (ni) memcpy(yd, id, ni * sizeof(int64_t));
@@ -456,7 +455,8 @@ static void test_embedding(void **state) {
   check_embedding(e, VM_F32, 4, 2, VM_I32, 1, DIMS(0), NULL, 0);  /* no ids */
 
   vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(2, 4));
-  vm_value_t x3 = tops_plain(e, VM_F32, 3, DIMS(3, 4, 1)), y3 = tops_plain(e, VM_F32, 2, DIMS(2, 3));
+  vm_value_t x3 = tops_plain(e, VM_F32, 3, DIMS(3, 4, 1)),
+             y3 = tops_plain(e, VM_F32, 2, DIMS(2, 3));
   vm_value_t i2 = tops_plain(e, VM_I32, 1, DIMS(2)), f2 = tops_plain(e, VM_F32, 1, DIMS(2));
   vm_value_t args[4] = {x, i2, vm_value_int(0), y};
   ASSERT_OK(tops_call(e, "cl.embedding", args, 4));
