@@ -183,7 +183,10 @@ vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, o
 vm_status_t onx_layer_norm_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_rms_norm_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_gelu_chain(onx_ctx_t *c, int *done);
-vm_status_t onx_gelu_tanh_chain(onx_ctx_t *c, int *done); /* from the Mul by 0.5 */
+vm_status_t onx_gelu_tanh_chain(onx_ctx_t *c, int *done); /* from its first Mul or Pow */
+/* onnx_ops_patterns.c: MatMul(Cast(Equal(ids, classes)), W) from the Equal,
+ * as one cl.embedding (a row gather with zero rows for unmatched ids). */
+vm_status_t onx_one_hot_matmul_chain(onx_ctx_t *c, int *done);
 /* onnx_ops_nn.c: is_test nonzero before opset 7 (BatchNormalization, Dropout). */
 vm_status_t onx_need_is_test(onx_ctx_t *c);
 /* onnx_ops_nn.c: a window over up to 3 spatial axes, right-aligned: [0] D,

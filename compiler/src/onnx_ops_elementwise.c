@@ -869,9 +869,14 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
     VM_RETURN_IF_ERROR(onx_rms_norm_chain(c, &done));
     if (done) return VM_STATUS_OK;
   }
-  if (c->op->arg == B_MUL && c->node->n_input == 2) { /* Gelu (tanh) spelled out? */
+  if ((c->op->arg == B_MUL || c->op->arg == B_POW) && c->node->n_input == 2) { /* Gelu (tanh)? */
     int done;
     VM_RETURN_IF_ERROR(onx_gelu_tanh_chain(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
+  if (c->op->arg == B_EQ && c->node->n_input == 2) { /* a one-hot MatMul (embedding)? */
+    int done;
+    VM_RETURN_IF_ERROR(onx_one_hot_matmul_chain(c, &done));
     if (done) return VM_STATUS_OK;
   }
   if (c->op->arg == B_DIV && c->node->n_input == 2) { /* Gelu spelled out? */

@@ -14,11 +14,22 @@
  *   Gelu (tanh), as T5-style models export it ("gelu_new"):
  *     h = Mul(x, 0.5); u = Mul(Add(x, Mul(Pow(x, 3), 0.044715)), sqrt(2/pi))
  *     y = Mul(h, Add(Tanh(u), 1))
+ *   and as jax2tf exports it (magika): x^3 as Mul(x, Mul(x, Mul(0.044715, x))),
+ *   y = Mul(x, Mul(0.5, Add(1, Tanh(u)))); any association and operand
+ *   order of the three products is taken.
+ *
+ *   A one-hot row gather, as jax2tf exports an embedding (magika):
+ *     y = MatMul(Cast(Equal(ids, K), float), W)
+ *   ids int32/int64 with a last axis of 1, K a constant [1, ..., C] of
+ *   distinct classes, W a float32 constant [C, D]: y is W's row of the
+ *   class ids equals, zeros where it equals none (cl.embedding; exact, as
+ *   the one-hot product is).
  *
  * Recognised when their first node is lowered; every intermediate value
  * must be read by the chain alone (no graph output, no other consumer), so
  * nothing else needs it. Anything else is lowered node by node as before. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "onnx_ops.h"
@@ -215,18 +226,6 @@ vm_status_t onx_gelu_chain(onx_ctx_t *c, int *done) {
   return onx_bind_named(c, g->node[ih]->output[0], y, x->ndim, x->dims);
 }
 
-/* The node writing `name` when it is op (nin inputs) placed after node
- * `after` and read by node `reader` alone: its index, else -1. */
-static int64_t made_by(onx_ctx_t *c, const char *name, size_t after, int64_t reader, const char *op,
-                       size_t nin) {
-  const onx_name_t *e = onx_names_find(&c->names, name);
-  size_t slot;
-  if (!e || e->producer <= (int64_t)after || !is_node(c->graph->node[e->producer], op, nin) ||
-      onx_sole_consumer(c, name, (size_t)e->producer, &slot) != reader)
-    return -1;
-  return e->producer;
-}
-
 /* The input of node n (two inputs) that is not the float32 scalar
  * constant near v (relative 1e-6), or NULL when neither is. */
 static const char *other_than(onx_ctx_t *c, const Onnx__NodeProto *n, uint32_t ndim, double v) {
@@ -238,48 +237,228 @@ static const char *other_than(onx_ctx_t *c, const Onnx__NodeProto *n, uint32_t n
   return NULL;
 }
 
+/* The factors of a product spelled in Mul nodes (any association, either
+ * operand order): powers of x (Pow(x, 3) counts three), at most one float32
+ * scalar constant, at most one other node's output of op `other` (NULL:
+ * none allowed). Every node of the product is read by its parent alone and
+ * comes at or after node `first`; they are appended to nodes. */
+typedef struct factors {
+  int nx, nk, no;
+  double k;
+  int64_t other;    /* the node of the other factor */
+  int64_t nodes[8]; /* the product's nodes */
+  int nn;
+} factors_t;
+
+/* The node writing `name`, at or after node `first` and read by node
+ * `reader` alone: its index, else -1. */
+static int64_t producer_at(onx_ctx_t *c, const char *name, size_t first, int64_t reader) {
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  size_t slot;
+  if (!e || e->producer < (int64_t)first ||
+      onx_sole_consumer(c, name, (size_t)e->producer, &slot) != reader)
+    return -1;
+  return e->producer;
+}
+
+static int factor_into(onx_ctx_t *c, const char *name, const onx_value_t *x, size_t first,
+                       int64_t reader, const char *other, int depth, factors_t *f) {
+  double k;
+  if (strcmp(name, x->name) == 0) return ++f->nx, 1;
+  if (onx_const_scalar(c, name, x->ndim, &k)) return f->k = k, ++f->nk <= 1;
+  int64_t p = producer_at(c, name, first, reader);
+  if (p < 0 || f->nn == (int)(sizeof(f->nodes) / sizeof(f->nodes[0]))) return 0;
+  const Onnx__NodeProto *n = c->graph->node[p];
+  if (depth < 4 && is_node(n, "Mul", 2)) {
+    f->nodes[f->nn++] = p;
+    return factor_into(c, n->input[0], x, first, p, other, depth + 1, f) &&
+           factor_into(c, n->input[1], x, first, p, other, depth + 1, f);
+  }
+  if (is_node(n, "Pow", 2) && strcmp(n->input[0], x->name) == 0 &&
+      onx_const_scalar(c, n->input[1], x->ndim, &k) && k == 3) {
+    f->nodes[f->nn++] = p;
+    return f->nx += 3, 1;
+  }
+  if (other && is_node(n, other, 2) && f->no++ == 0) return f->other = p, 1;
+  return 0;
+}
+
+/* The product read by `reader` through `name` (or the Mul node `reader`
+ * itself when name is NULL): x^nx times the constant near k (relative
+ * 1e-6; no constant when k is 0) times at most the one `other` node. */
+static int product_is(onx_ctx_t *c, const char *name, int64_t reader, const onx_value_t *x,
+                      size_t first, int nx, double k, const char *other, factors_t *f) {
+  memset(f, 0, sizeof(*f));
+  f->other = -1;
+  int ok;
+  if (name) {
+    ok = factor_into(c, name, x, first, reader, other, 0, f);
+  } else {
+    const Onnx__NodeProto *n = c->graph->node[reader];
+    f->nodes[f->nn++] = reader;
+    ok = factor_into(c, n->input[0], x, first, reader, other, 1, f) &&
+         factor_into(c, n->input[1], x, first, reader, other, 1, f);
+  }
+  if (!ok || f->nx != nx || f->nk != (k != 0) || (k != 0 && !(fabs(f->k - k) <= 1e-6 * fabs(k))))
+    return 0;
+  return other ? f->no == 1 : 1;
+}
+
+/* Gelu (tanh) with x read by the Mul node iy that ends it:
+ *   y = x * 0.5 * a,  a = Add(Tanh(u), 1),  u = sqrt(2/pi) * v,
+ *   v = Add(x, x^3 * 0.044715)
+ * each product in any association and operand order (T5's gelu_new, the
+ * jax2tf export of magika, ...). Fills skip with the chain's nodes other
+ * than iy; 1 when it fits and every node comes at or after `first`. */
+static int gelu_tanh_from(onx_ctx_t *c, const onx_value_t *x, size_t first, int64_t iy,
+                          int64_t *skip, int *nskip) {
+  const Onnx__GraphProto *g = c->graph;
+  factors_t fy, fu, fw;
+  if (!product_is(c, NULL, iy, x, first, 1, 0.5, "Add", &fy)) return 0;
+  int64_t ia = fy.other;
+  const char *th = other_than(c, g->node[ia], x->ndim, 1);
+  int64_t it = th ? producer_at(c, th, first, ia) : -1;
+  if (it < 0 || !is_node(g->node[it], "Tanh", 1) ||
+      !product_is(c, g->node[it]->input[0], it, x, first, 0, 0.7978845608028654, "Add", &fu))
+    return 0;
+  const Onnx__NodeProto *add = g->node[fu.other];
+  int xs = strcmp(add->input[0], x->name) == 0 ? 0 : strcmp(add->input[1], x->name) == 0 ? 1 : -1;
+  if (xs < 0 || !product_is(c, add->input[1 - xs], fu.other, x, first, 3, 0.044715, NULL, &fw))
+    return 0;
+  int n = 0;
+  for (int i = 1; i < fy.nn; i++) skip[n++] = fy.nodes[i]; /* fy.nodes[0] is iy */
+  skip[n++] = ia;
+  skip[n++] = it;
+  for (int i = 0; i < fu.nn; i++) skip[n++] = fu.nodes[i];
+  skip[n++] = fu.other;
+  for (int i = 0; i < fw.nn; i++) skip[n++] = fw.nodes[i];
+  *nskip = n;
+  return 1;
+}
+
 vm_status_t onx_gelu_tanh_chain(onx_ctx_t *c, int *done) {
   *done = 0;
   if (c->sub_depth || !c->skip) return VM_STATUS_OK;
   const Onnx__GraphProto *g = c->graph;
-  const Onnx__NodeProto *hm = c->node;
-  if (!is_node(hm, "Mul", 2)) return VM_STATUS_OK;
-  const char *xn = NULL;
-  onx_value_t *x = NULL;
-  for (int s = 0; s < 2 && !x; s++) {
-    onx_value_t *v = onx_in(c, (uint32_t)s);
-    if (v && !v->data && vm_dtype_equal(v->dt, VM_F32)) x = v;
+  const Onnx__NodeProto *n0 = c->node;
+  if (!is_node(n0, "Mul", 2) && !is_node(n0, "Pow", 2)) return VM_STATUS_OK;
+  size_t at = c->node_idx;
+  /* x is an operand of the chain's first node; every intermediate is read
+   * by the chain alone, so the last node (a Mul) is down the line of sole
+   * readers from the first, at most 11 nodes on (magika's order: 8) */
+  for (uint32_t s = 0; s < 2; s++) {
+    onx_value_t *x = onx_in(c, s);
+    if (!x || x->data || !vm_dtype_equal(x->dt, VM_F32)) continue;
+    size_t slot, j = at;
+    for (int step = 0; step < 11; step++) {
+      int64_t nx = onx_sole_consumer(c, g->node[j]->output[0], j, &slot);
+      if (nx < 0) break;
+      j = (size_t)nx;
+      int64_t skip[32];
+      int nskip = 0, earliest = 1, has_first = 0;
+      if (!is_node(g->node[j], "Mul", 2) || !gelu_tanh_from(c, x, at, (int64_t)j, skip, &nskip))
+        continue;
+      for (int i = 0; i < nskip; i++) {
+        earliest &= skip[i] >= (int64_t)at;
+        has_first |= skip[i] == (int64_t)at;
+      }
+      if (!earliest || !has_first) break;
+      int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+      vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
+      call(c, "cl.unary.gelu_tanh", 2, a);
+      for (int i = 0; i < nskip; i++)
+        if (skip[i] != (int64_t)at) c->skip[skip[i]] = 1;
+      c->skip[j] = 1;
+      c->fused = 1;
+      *done = 1;
+      return onx_bind_named(c, g->node[j]->output[0], y, x->ndim, x->dims);
+    }
   }
-  if (!x || (xn = other_than(c, hm, x->ndim, 0.5)) == NULL || strcmp(xn, x->name) != 0)
+  return VM_STATUS_OK;
+}
+
+/* A table of at most this many rows (and 4 per class) is built when the
+ * classes are distinct values other than a run of consecutive ones. */
+#define ONE_HOT_SPAN_MAX 65536
+
+vm_status_t onx_one_hot_matmul_chain(onx_ctx_t *c, int *done) {
+  *done = 0;
+  if (c->sub_depth || !c->skip) return VM_STATUS_OK;
+  const Onnx__GraphProto *g = c->graph;
+  const Onnx__NodeProto *eq = c->node;
+  if (!is_node(eq, "Equal", 2)) return VM_STATUS_OK;
+  onx_value_t *a = NULL, *k = NULL;
+  for (uint32_t s = 0; s < 2; s++) {
+    onx_value_t *v = onx_in(c, s), *o = onx_in(c, 1 - s);
+    if (v && o && !v->data && o->data) a = v, k = o;
+  }
+  if (!a || !(vm_dtype_equal(a->dt, VM_I32) || vm_dtype_equal(a->dt, VM_I64)) ||
+      !vm_dtype_equal(k->dt, a->dt) || a->ndim < 1 || a->dims[a->ndim - 1] != 1 || k->ndim < 1 ||
+      k->ndim > a->ndim || k->numel < 1 || k->dims[k->ndim - 1] != k->numel)
     return VM_STATUS_OK;
-  size_t at = c->node_idx, slot;
-  int64_t im = next_is(c, hm->output[0], at, "Mul", 2, &slot);
-  if (im < 0) return VM_STATUS_OK;
-  /* backwards from the other factor of the last Mul */
-  const char *t = g->node[im]->input[1 - slot];
-  int64_t ia1 = made_by(c, t, at, im, "Add", 2);
-  const char *th = ia1 >= 0 ? other_than(c, g->node[ia1], x->ndim, 1) : NULL;
-  int64_t itn = th ? made_by(c, th, at, ia1, "Tanh", 1) : -1;
-  int64_t iu = itn >= 0 ? made_by(c, g->node[itn]->input[0], at, itn, "Mul", 2) : -1;
-  const char *v = iu >= 0 ? other_than(c, g->node[iu], x->ndim, 0.7978845608028654) : NULL;
-  int64_t iv = v ? made_by(c, v, at, iu, "Add", 2) : -1;
-  if (iv < 0) return VM_STATUS_OK;
-  const Onnx__NodeProto *add = g->node[iv];
-  int xs = strcmp(add->input[0], x->name) == 0 ? 0 : strcmp(add->input[1], x->name) == 0 ? 1 : -1;
-  if (xs < 0) return VM_STATUS_OK;
-  int64_t iw = made_by(c, add->input[1 - xs], at, iv, "Mul", 2);
-  const char *p = iw >= 0 ? other_than(c, g->node[iw], x->ndim, 0.044715) : NULL;
-  int64_t ip = p ? made_by(c, p, at, iw, "Pow", 2) : -1;
-  double k;
-  if (ip < 0 || strcmp(g->node[ip]->input[0], x->name) != 0 ||
-      !onx_const_scalar(c, g->node[ip]->input[1], x->ndim, &k) || k != 3)
+  /* one-hot along the last axis, Cast to float, times a constant [C, D] */
+  size_t slot;
+  int64_t ic = next_is(c, eq->output[0], c->node_idx, "Cast", 1, &slot);
+  const Onnx__AttributeProto *to = ic >= 0 ? onx_attr(g->node[ic], "to") : NULL;
+  if (!to || to->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT ||
+      to->i != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
     return VM_STATUS_OK;
-  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
-  vmcc_arg_t a[2] = {A(onx_tid(c, x)), A(y)};
-  call(c, "cl.unary.gelu_tanh", 2, a);
-  c->skip[ip] = c->skip[iw] = c->skip[iv] = c->skip[iu] = c->skip[itn] = c->skip[ia1] = 1;
-  c->skip[im] = 1;
+  int64_t im = next_is(c, g->node[ic]->output[0], (size_t)ic, "MatMul", 2, &slot);
+  onx_value_t *w = im >= 0 && slot == 0 ? onx_lookup(c, g->node[im]->input[1]) : NULL;
+  int64_t nc = k->numel;
+  if (!w || !w->data || !vm_dtype_equal(w->dt, VM_F32) || w->ndim != 2 || w->dims[0] != nc)
+    return VM_STATUS_OK;
+  /* the classes: distinct values; a run lo, lo + 1, ... is W itself */
+  int64_t lo = onx_ld_i(k->dt, k->data, 0), hi = lo, run = 1;
+  for (int64_t i = 1; i < nc; i++) {
+    int64_t v = onx_ld_i(k->dt, k->data, i);
+    run &= v == lo + i;
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+  }
+  uint64_t span = (uint64_t)hi - (uint64_t)lo + 1;
+  if (!run && (span == 0 || span > ONE_HOT_SPAN_MAX || span > 4 * (uint64_t)nc))
+    return VM_STATUS_OK;
+  int64_t dd = w->dims[1];
+  int32_t table;
+  if (run) {
+    table = onx_tid(c, w);
+  } else {
+    /* a row per value from lo to hi: W's row for a class, zeros between */
+    uint8_t *seen = calloc((size_t)span, 1), *d = NULL;
+    if (!seen) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of memory");
+    int distinct = 1;
+    for (int64_t i = 0; i < nc && distinct; i++) {
+      uint64_t r = (uint64_t)onx_ld_i(k->dt, k->data, i) - (uint64_t)lo;
+      distinct = !seen[r];
+      seen[r] = 1;
+    }
+    free(seen);
+    if (!distinct) return VM_STATUS_OK; /* a sum of rows, not one: left as it is */
+    int64_t tdims[2] = {(int64_t)span, dd};
+    vm_status_t st = onx_alloc_const(c, VM_F32, (int64_t)span * dd, &d);
+    if (st) return st;
+    memset(d, 0, (size_t)span * (size_t)dd * sizeof(float));
+    for (int64_t i = 0; i < nc; i++) {
+      uint64_t r = (uint64_t)onx_ld_i(k->dt, k->data, i) - (uint64_t)lo;
+      memcpy(d + r * (uint64_t)dd * sizeof(float), w->data + (size_t)i * (size_t)dd * sizeof(float),
+             (size_t)dd * sizeof(float));
+    }
+    const char *tn;
+    VM_RETURN_IF_ERROR(onx_sub_const(c, VM_F32, 2, tdims, d, &tn));
+    table = onx_tid(c, onx_lookup(c, tn));
+  }
+  /* ids: a without its last axis (of extent 1); y: that shape + [D] */
+  int64_t ydims[MAXD];
+  uint32_t yn = a->ndim;
+  memcpy(ydims, a->dims, (a->ndim - 1) * sizeof(int64_t));
+  ydims[yn - 1] = dd;
+  int32_t ids = onx_reshaped(c, a, a->ndim - 1, a->dims);
+  int32_t y = new_t(c, VM_F32, yn, ydims);
+  vmcc_arg_t args[4] = {A(table), A(ids), I(lo), A(y)};
+  call(c, "cl.embedding", 4, args);
+  c->skip[ic] = c->skip[im] = 1;
   c->fused = 1;
   *done = 1;
-  return onx_bind_named(c, g->node[im]->output[0], y, x->ndim, x->dims);
+  return onx_bind_named(c, g->node[im]->output[0], y, yn, ydims);
 }

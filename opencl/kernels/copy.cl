@@ -95,7 +95,7 @@ __kernel void where_nd(__global const uchar *cond, int co, __global const T *a, 
  * A negative index counts from the end; one still out of range yields a
  * zero element and reads nothing. */
 __kernel void gather(__global const T *x, int xo, __global const IDX *ind, int io,
-                     __global T *y, int yo, int n, int nind, int inner, int axis_len) {
+                     __global T *y, int yo, int n, int nind, int inner, long axis_len) {
   int i = get_global_id(0);
   if (i >= n) return;
   int in = i % inner;
@@ -104,6 +104,19 @@ __kernel void gather(__global const T *x, int xo, __global const IDX *ind, int i
   int outer = t / nind;
   long k = ind[io + j];
   if (k < 0) k += axis_len;
-  y[yo + i] = k >= 0 && k < axis_len ? x[xo + (outer * axis_len + (int)k) * inner + in] : (T)0;
+  int len = (int)axis_len;
+  y[yo + i] = k >= 0 && k < len ? x[xo + (outer * len + (int)k) * inner + in] : (T)0;
+}
+
+/* cl.embedding: row ind[j] - off of the table [rows, d] for each id j,
+ * y [ids, d]; an id naming no row (negatives included: no
+ * counting from the end) yields a row of zeros and reads nothing. */
+__kernel void embed(__global const T *x, int xo, __global const IDX *ind, int io, __global T *y,
+                    int yo, int n, int d, int rows, long off) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int in = i % d;
+  long k = (long)ind[io + i / d] - off;
+  y[yo + i] = k >= 0 && k < rows ? x[xo + (int)k * d + in] : (T)0;
 }
 #endif

@@ -73,6 +73,7 @@ static const op_entry_t ops[] = {
     {"cl.broadcast_to", vmcl_op_broadcast_to, NULL},
     {"cl.pad", vmcl_op_pad, NULL},
     {"cl.gather", vmcl_op_gather, NULL},
+    {"cl.embedding", vmcl_op_embedding, NULL},
     {"cl.resize", vmcl_op_resize, NULL},
     {"cl.elementwise", vmcl_op_elementwise, NULL},
     {"cl.quantize", vmcl_op_quantize, NULL},

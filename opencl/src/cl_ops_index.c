@@ -1,6 +1,6 @@
 /* Indexing operators of any dtype of 1, 2, 4 or 8 bytes (kernels/copy.cl):
- * cl.broadcast_to (a strided copy with zero strides), cl.pad, cl.gather
- * and cl.where. */
+ * cl.broadcast_to (a strided copy with zero strides), cl.pad, cl.gather,
+ * cl.embedding and cl.where. */
 #include <stdio.h>
 #include <string.h>
 
@@ -146,9 +146,12 @@ vm_status_t vmcl_op_pad(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
 
 /* ---- cl.gather ---- */
 
+/* cl.gather's and cl.embedding's kernel arguments: x, the indices and y
+ * (each with its offset), n items, then two ints and a long (gather: nind,
+ * inner, axis_len; embed: d, rows, offset). */
 typedef struct gather_ctx {
   const vm_tensor_t *x, *ind, *y;
-  int64_t n, nind, inner, axis_len;
+  int64_t n, p0, p1, p2;
 } gather_ctx_t;
 
 static void gather_args(vmcl_args_t *a, const void *p) {
@@ -160,9 +163,19 @@ static void gather_args(vmcl_args_t *a, const void *p) {
   vmcl_arg_mem(a, vmcl_tensor_mem(c->y));
   vmcl_arg_int(a, vmcl_elem_offset(c->y));
   vmcl_arg_int(a, c->n);
-  vmcl_arg_int(a, c->nind);
-  vmcl_arg_int(a, c->inner);
-  vmcl_arg_int(a, c->axis_len);
+  vmcl_arg_int(a, c->p0);
+  vmcl_arg_int(a, c->p1);
+  vmcl_arg_long(a, c->p2);
+}
+
+/* Whether t (argument idx, named what) holds int32 or int64 indices (*i64). */
+static vm_status_t index_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                               const char *what, int *i64) {
+  *i64 = vm_dtype_equal(t->dtype, VM_I64);
+  if (*i64 || vm_dtype_equal(t->dtype, VM_I32)) return VM_STATUS_OK;
+  char buf[24];
+  return vmcl_op_error(op, "%s (argument %u) has dtype %s, expected int32 or int64", what, idx,
+                       vm_dtype_str(t->dtype, buf, sizeof(buf)));
 }
 
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
@@ -178,12 +191,8 @@ vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "y", &y));
   VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", x->dtype, "x"));
-  int i64 = vm_dtype_equal(ind->dtype, VM_I64);
-  if (!i64 && !vm_dtype_equal(ind->dtype, VM_I32)) {
-    char buf[24];
-    return vmcl_op_error(&op, "indices (argument 1) has dtype %s, expected int32 or int64",
-                         vm_dtype_str(ind->dtype, buf, sizeof(buf)));
-  }
+  int i64;
+  VM_RETURN_IF_ERROR(index_dtype(&op, ind, 1, "indices", &i64));
   if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
   int64_t axis;
   VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
@@ -205,14 +214,55 @@ vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   c.x = x;
   c.ind = ind;
   c.y = y;
-  c.nind = vm_tensor_numel(ind);
-  c.axis_len = x->shape[ax];
-  c.inner = 1;
-  for (uint32_t i = ax + 1; i < x->ndim; i++) c.inner *= x->shape[i];
+  c.p0 = vm_tensor_numel(ind);
+  c.p2 = x->shape[ax];
+  c.p1 = 1;
+  for (uint32_t i = ax + 1; i < x->ndim; i++) c.p1 *= x->shape[i];
   char opts[48];
   snprintf(opts, sizeof(opts), "-DT=%s -DIDX=%s", vmcl_copy_type(vm_dtype_bytes(x->dtype)),
            i64 ? "long" : "int");
   return index_launch(op.d, opts, "gather", c.n, gather_args, &c);
+}
+
+/* ---- cl.embedding ---- */
+
+vm_status_t vmcl_op_embedding(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                              vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.embedding", "(table, ids, offset, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 4, 4));
+  vm_tensor_t *x, *ind, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "table", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "ids", &ind));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, x, 0, "table"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", x->dtype, "table"));
+  int i64;
+  VM_RETURN_IF_ERROR(index_dtype(&op, ind, 1, "ids", &i64));
+  if (x->ndim != 2)
+    return vmcl_op_error(&op, "table (argument 0) has %u dims, expected 2", x->ndim);
+  gather_ctx_t c;
+  memset(&c, 0, sizeof(c));
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "offset", INT64_MIN, INT64_MAX, &c.p2));
+  if (ind->ndim + 1 > VMCL_MAX_RANK) {
+    return vmcl_op_error(&op, "ids (argument 1) has %u dims, at most %d are supported", ind->ndim,
+                         VMCL_MAX_RANK - 1);
+  }
+  int64_t yshape[VMCL_MAX_RANK];
+  memcpy(yshape, ind->shape, ind->ndim * sizeof(int64_t));
+  yshape[ind->ndim] = x->shape[1];
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 3, "y", yshape, ind->ndim + 1));
+  c.n = vm_tensor_numel(y);
+  if (c.n == 0) return VM_STATUS_OK;
+  c.x = x;
+  c.ind = ind;
+  c.y = y;
+  c.p0 = x->shape[1];
+  c.p1 = x->shape[0];
+  char opts[48];
+  snprintf(opts, sizeof(opts), "-DT=%s -DIDX=%s", vmcl_copy_type(vm_dtype_bytes(x->dtype)),
+           i64 ? "long" : "int");
+  return index_launch(op.d, opts, "embed", c.n, gather_args, &c);
 }
 
 /* ---- cl.where ---- */

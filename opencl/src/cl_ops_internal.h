@@ -362,6 +362,8 @@ vm_status_t vmcl_op_nms(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                         void *user);
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user);
+vm_status_t vmcl_op_embedding(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                              vm_value_t *out, void *user);
 /* cl_ops_quant.c */
 vm_status_t vmcl_op_quantize(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                              vm_value_t *out, void *user);

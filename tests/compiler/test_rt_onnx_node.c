@@ -1705,8 +1705,11 @@ static void test_rms_norm_rewritten(void **state) {
 
 /* Gelu (tanh) spelled out as T5-style models export it ("gelu_new"): 0 one
  * cl.unary.gelu_tanh, the seven nodes after the Mul by 0.5 skipped; 1 a
- * cubic coefficient of 0.05: not rewritten. Every result matches the
- * host. */
+ * cubic coefficient of 0.05: not rewritten; 2 as jax2tf exports it
+ * (magika: x^3 as three Muls from the constant, 0.5 applied to the Add
+ * before the x multiply), the eight nodes after the first skipped; 3 x^3 as
+ * Mul(Mul(x, x), x), 0.5 applied last: eight skipped; 4 variant 2 with x^2
+ * in place of x^3: not rewritten. Every result matches the host. */
 static void gelu_tanh_chain_case(env_t *e, int variant) {
   enum { N = 40 };
   static float x[N];
@@ -1723,28 +1726,109 @@ static void gelu_tanh_chain_case(env_t *e, int variant) {
   mb_init_raw(&m, "cub", 1, 0, NULL, &cub, 4);
   mb_init_raw(&m, "sq", 1, 0, NULL, &sq, 4);
   mb_init_raw(&m, "one", 1, 0, NULL, &one, 4);
-  mb_node(&m, "Mul", "h", "x", "half", "h");
-  mb_node(&m, "Pow", "pow", "x", "three", "p");
-  mb_node(&m, "Mul", "w", "p", "cub", "w");
-  mb_node(&m, "Add", "v", "x", "w", "v");
-  mb_node(&m, "Mul", "u", "v", "sq", "u");
-  mb_node(&m, "Tanh", "t", "u", NULL, "t");
-  mb_node(&m, "Add", "a", "t", "one", "a");
-  mb_node(&m, "Mul", "y", "h", "a", "y");
+  /* per variant: op, in0, in1, out (name and output alike) of each node */
+  static const char *const gelu_new[][4] = {
+      {"Mul", "x", "half", "h"}, {"Pow", "x", "three", "p"}, {"Mul", "p", "cub", "w"},
+      {"Add", "x", "w", "v"},    {"Mul", "v", "sq", "u"},    {"Tanh", "u", NULL, "t"},
+      {"Add", "t", "one", "a"},  {"Mul", "h", "a", "y"},     {NULL}};
+  static const char *const jax[][4] = {
+      {"Mul", "cub", "x", "w1"}, {"Mul", "x", "w1", "w2"},  {"Mul", "x", "w2", "w"},
+      {"Add", "x", "w", "v"},    {"Mul", "sq", "v", "u"},   {"Tanh", "u", NULL, "t"},
+      {"Add", "one", "t", "a"},  {"Mul", "half", "a", "h"}, {"Mul", "x", "h", "y"},
+      {NULL}};
+  static const char *const cubed[][4] = {
+      {"Mul", "x", "x", "x2"},  {"Mul", "x2", "x", "x3"}, {"Mul", "x3", "cub", "w"},
+      {"Add", "w", "x", "v"},   {"Mul", "v", "sq", "u"},  {"Tanh", "u", NULL, "t"},
+      {"Add", "t", "one", "a"}, {"Mul", "x", "a", "p"},   {"Mul", "p", "half", "y"},
+      {NULL}};
+  static const char *const squared[][4] = {
+      {"Mul", "cub", "x", "w1"}, {"Mul", "x", "w1", "w"},   {"Add", "x", "w", "v"},
+      {"Mul", "sq", "v", "u"},   {"Tanh", "u", NULL, "t"},  {"Add", "one", "t", "a"},
+      {"Mul", "half", "a", "h"}, {"Mul", "x", "h", "y"},    {NULL}};
+  const char *const(*nodes)[4] =
+      variant == 2 ? jax : variant == 3 ? cubed : variant == 4 ? squared : gelu_new;
+  for (int i = 0; nodes[i][0]; i++)
+    mb_node(&m, nodes[i][0], nodes[i][3], nodes[i][1], nodes[i][2], nodes[i][3]);
   vmcc_onnx_report_t rep;
   vmcc_tensor_t xin = {VM_F32, 1, {N}, x, sizeof(x)};
   float got[N];
   compile_run(e, &m, &xin, &rep, got, sizeof(got));
-  assert_int_equal(rep.num_folded, variant == 0 ? 7 : 0);
+  assert_int_equal(rep.num_folded, variant == 0 ? 7 : variant == 2 || variant == 3 ? 8 : 0);
   for (int i = 0; i < N; i++) {
-    double v = x[i], want = 0.5 * v * (1 + tanh(sq * (v + cub * v * v * v)));
+    double v = x[i], c3 = variant == 4 ? cub * v * v : cub * v * v * v;
+    double want = 0.5 * v * (1 + tanh(sq * (v + c3)));
     if (!(fabs(got[i] - want) <= 1e-5 + 1e-4 * fabs(want)))
       fail_msg("variant %d, x %g: %.7g, expected %.7g", variant, v, got[i], want);
   }
 }
 
 static void test_gelu_tanh_rewritten(void **state) {
-  for (int v = 0; v < 2; v++) gelu_tanh_chain_case(*state, v);
+  for (int v = 0; v < 5; v++) gelu_tanh_chain_case(*state, v);
+}
+
+/* A one-hot MatMul (jax2tf's embedding, magika): MatMul(Cast(Equal(ids
+ * [2, 6, 1], K [1, 1, 8]), float), W [8, 5]). 0 int32 ids, K 0..7: one
+ * cl.embedding, the Cast and MatMul skipped, ids matching no class (-1, 8,
+ * 100) give zero rows; 1 int64 ids, K 3..10 (an offset run); 2 K distinct
+ * but in no order (a table built with zero rows between): rewritten; 3 K
+ * with a repeated class (a sum of two rows) and 4 K spanning 10^6 for 8
+ * classes: not rewritten, each still exact. Every result equals the
+ * one-hot product computed on the host (W's entries are eighths: sums are
+ * exact). */
+static void one_hot_matmul_case(env_t *e, int variant) {
+  enum { B = 2, L = 6, C = 8, D = 5 };
+  static const int64_t ks[5][C] = {
+      {0, 1, 2, 3, 4, 5, 6, 7},       {3, 4, 5, 6, 7, 8, 9, 10},      {5, 2, 9, 0, 7, 1, 3, 4},
+      {0, 1, 1, 2, 3, 4, 5, 6},       {0, 1, 2, 3, 4, 5, 6, 1000000},
+  };
+  static const int64_t ids[B * L] = {0, 7, -1, 8, 100, 3, 9, 2, 5, 1000000, 1, -5};
+  float w[C * D];
+  for (int i = 0; i < C * D; i++) w[i] = (float)((i * 7) % 17) * 0.125f - 1.0f;
+  int i64 = variant == 1;
+  int32_t ki[C], xi[B * L];
+  for (int i = 0; i < C; i++) ki[i] = (int32_t)ks[variant][i];
+  for (int i = 0; i < B * L; i++) xi[i] = (int32_t)ids[i];
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[3] = {B, L, 1}, kd[3] = {1, 1, C}, wd[2] = {C, D}, yd[3] = {B, L, D};
+  int32_t elem = i64 ? 7 : 6;
+  m.graph.input[m.graph.n_input++] = mb_vi(&m, "ids", elem, 3, xd);
+  mb_output(&m, "y", 3, yd);
+  if (i64)
+    mb_init_raw(&m, "k", 7, 3, kd, ks[variant], sizeof(ks[variant]));
+  else
+    mb_init_raw(&m, "k", 6, 3, kd, ki, sizeof(ki));
+  mb_init_raw(&m, "w", 1, 2, wd, w, sizeof(w));
+  mb_node(&m, "Equal", "eq", variant == 2 ? "k" : "ids", variant == 2 ? "ids" : "k", "oh");
+  mb_attr_i(&m, mb_node(&m, "Cast", "cast", "oh", NULL, "ohf"), "to", 1);
+  mb_node(&m, "MatMul", "mm", "ohf", "w", "y");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {i64 ? VM_I64 : VM_I32, 3, {B, L, 1}, NULL, 0};
+  if (i64) {
+    xin.data = (void *)ids;
+    xin.nbytes = sizeof(ids);
+  } else {
+    xin.data = xi;
+    xin.nbytes = sizeof(xi);
+  }
+  float got[B * L * D];
+  uint32_t ne = 0;
+  compile_run_t(e, &m, &xin, &rep, got, sizeof(got), "cl.embedding", &ne);
+  assert_int_equal(ne, variant <= 2 ? 1 : 0);
+  assert_int_equal(rep.num_folded, variant <= 2 ? 2 : 0);
+  for (int r = 0; r < B * L; r++)
+    for (int j = 0; j < D; j++) {
+      double want = 0;
+      for (int k = 0; k < C; k++)
+        if ((i64 ? ids[r] : xi[r]) == (i64 ? ks[variant][k] : ki[k])) want += w[k * D + j];
+      if (got[r * D + j] != want)
+        fail_msg("variant %d, id %lld, column %d: %.7g, expected %.7g", variant,
+                 (long long)ids[r], j, got[r * D + j], want);
+    }
+}
+
+static void test_one_hot_matmul_rewritten(void **state) {
+  for (int v = 0; v < 5; v++) one_hot_matmul_case(*state, v);
 }
 
 static void test_gelu(void **state) {
@@ -2134,6 +2218,7 @@ int main(void) {
       cmocka_unit_test(test_gelu_rewritten),
       cmocka_unit_test(test_rms_norm_rewritten),
       cmocka_unit_test(test_gelu_tanh_rewritten),
+      cmocka_unit_test(test_one_hot_matmul_rewritten),
       cmocka_unit_test(test_qdq_conv_fused),
       cmocka_unit_test(test_recurrent_features),
       cmocka_unit_test(test_einsum_float32),

@@ -185,11 +185,25 @@ static void *pattern_data(size_t n, size_t eb, uint32_t seed) {
   return p;
 }
 
+/* Calls op on args (the last one y), checks y byte for byte against want
+ * (nbytes) and its guard, then releases args. */
+static void call_exact(tops_env_t *e, const char *op, vm_value_t *args, uint32_t na,
+                       const void *want, size_t nbytes) {
+  uint8_t *got = malloc(nbytes + 1);
+  assert_non_null(got);
+  ASSERT_OK(tops_call(e, op, args, na));
+  tops_read(e, &args[na - 1], got);
+  assert_memory_equal(got, want, nbytes);
+  tops_check_guard(e, &args[na - 1]);
+  release_all(args, na);
+  free(got);
+}
+
 static void check_broadcast(tops_env_t *e, vm_dtype_t dt, uint32_t nx, const int64_t *xd,
                             uint32_t ny, const int64_t *yd) {
   size_t eb = vm_dtype_bytes(dt), n = (size_t)tops_numel(ny, yd);
   uint8_t *x = pattern_data((size_t)tops_numel(nx, xd), eb, 1);
-  uint8_t *want = malloc(n * eb + 1), *got = malloc(n * eb + 1);
+  uint8_t *want = malloc(n * eb + 1);
   int64_t idx[8];
   for (size_t i = 0; i < n; i++) {
     unravel((int64_t)i, ny, yd, idx);
@@ -201,14 +215,9 @@ static void check_broadcast(tops_env_t *e, vm_dtype_t dt, uint32_t nx, const int
     memcpy(want + i * eb, x + off * eb, eb);
   }
   vm_value_t args[2] = {tops_tensor(e, dt, nx, xd, x), tops_tensor(e, dt, ny, yd, NULL)};
-  ASSERT_OK(tops_call(e, "cl.broadcast_to", args, 2));
-  tops_read(e, &args[1], got);
-  assert_memory_equal(got, want, n * eb);
-  tops_check_guard(e, &args[1]);
-  release_all(args, 2);
+  call_exact(e, "cl.broadcast_to", args, 2, want, n * eb);
   free(x);
   free(want);
-  free(got);
 }
 
 static void test_broadcast_to(void **state) {
@@ -360,7 +369,7 @@ static void check_gather(tops_env_t *e, vm_dtype_t dt, uint32_t nx, const int64_
   memcpy(yd + ax + ni, xd + ax + 1, (nx - (uint32_t)ax - 1) * sizeof(int64_t));
   size_t n = (size_t)tops_numel(ny, yd), nind = (size_t)tops_numel(ni, id);
   uint8_t *x = pattern_data((size_t)tops_numel(nx, xd), eb, 9);
-  uint8_t *want = calloc(n * eb + 1, 1), *got = malloc(n * eb + 1);
+  uint8_t *want = calloc(n * eb + 1, 1);
   int64_t outer = 1, inner = 1, len = xd[ax];
   for (int i = 0; i < ax; i++) outer *= xd[i];
   for (uint32_t i = (uint32_t)ax + 1; i < nx; i++) inner *= xd[i];
@@ -379,14 +388,9 @@ static void check_gather(tops_env_t *e, vm_dtype_t dt, uint32_t nx, const int64_
       tops_tensor(e, dt, nx, xd, x),
       tops_tensor(e, it, ni, id, vm_dtype_equal(it, VM_I64) ? (const void *)ind : ind32),
       vm_value_int(axis), tops_tensor(e, dt, ny, yd, NULL)};
-  ASSERT_OK(tops_call(e, "cl.gather", args, 4));
-  tops_read(e, &args[3], got);
-  assert_memory_equal(got, want, n * eb);
-  tops_check_guard(e, &args[3]);
-  release_all(args, 4);
+  call_exact(e, "cl.gather", args, 4, want, n * eb);
   free(x);
   free(want);
-  free(got);
 }
 
 static void test_gather(void **state) {
@@ -412,6 +416,62 @@ static void test_gather(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.gather", args, 4), VM_INVALID_ARGUMENT,
                 "cl.gather: indices (argument 1) has dtype float32, expected int32 or int64");
   release_all((vm_value_t[]){x, y, i2, f2}, 4);
+}
+
+/* cl.embedding: rows of a [rows, D] table by ids less an offset; ids that
+ * name no row (negatives included) give zero rows. Checked byte for byte
+ * against the host, then its errors. */
+static void check_embedding(tops_env_t *e, vm_dtype_t dt, int64_t rows, int64_t d, vm_dtype_t it,
+                            uint32_t ni, const int64_t *id, const int64_t *ind, int64_t off) {
+  size_t eb = vm_dtype_bytes(dt), nind = (size_t)tops_numel(ni, id), n = nind * (size_t)d;
+  int64_t yd[8], td[2] = {rows, d};
+  if (ni) memcpy(yd, id, ni * sizeof(int64_t));
+  yd[ni] = d;
+  uint8_t *x = pattern_data((size_t)(rows * d), eb, 5);
+  uint8_t *want = calloc(n * eb + 1, 1);
+  for (size_t j = 0; j < nind; j++) {
+    int64_t r = ind[j] - off;
+    if (r >= 0 && r < rows) memcpy(want + j * (size_t)d * eb, x + (size_t)(r * d) * eb, d * eb);
+  }
+  int32_t ind32[64];
+  assert_true(nind <= 64);
+  for (size_t j = 0; j < nind; j++) ind32[j] = (int32_t)ind[j];
+  vm_value_t args[4] = {
+      tops_tensor(e, dt, 2, td, x),
+      tops_tensor(e, it, ni, id, vm_dtype_equal(it, VM_I64) ? (const void *)ind : ind32),
+      vm_value_int(off), tops_tensor(e, dt, ni + 1, yd, NULL)};
+  call_exact(e, "cl.embedding", args, 4, want, n * eb);
+  free(x);
+  free(want);
+}
+
+static void test_embedding(void **state) {
+  tops_env_t *e = *state;
+  /* magika's bytes: 257 classes 0..256, -1 and 257 match none */
+  check_embedding(e, VM_F32, 257, 6, VM_I32, 2, DIMS(2, 4), DIMS(0, 256, -1, 257, 65, 1, 255, 9),
+                  0);
+  check_embedding(e, VM_F16, 5, 3, VM_I64, 1, DIMS(6), DIMS(3, 7, 2, -4, 8, 5), 3);
+  check_embedding(e, VM_I8, 4, 7, VM_I64, 0, NULL, DIMS(-1), -2); /* a scalar id */
+  check_embedding(e, VM_F32, 4, 2, VM_I32, 1, DIMS(0), NULL, 0);  /* no ids */
+
+  vm_value_t x = tops_plain(e, VM_F32, 2, DIMS(3, 4)), y = tops_plain(e, VM_F32, 2, DIMS(2, 4));
+  vm_value_t x3 = tops_plain(e, VM_F32, 3, DIMS(3, 4, 1)),
+             y3 = tops_plain(e, VM_F32, 2, DIMS(2, 3));
+  vm_value_t i2 = tops_plain(e, VM_I32, 1, DIMS(2)), f2 = tops_plain(e, VM_F32, 1, DIMS(2));
+  vm_value_t args[4] = {x, i2, vm_value_int(0), y};
+  ASSERT_OK(tops_call(e, "cl.embedding", args, 4));
+  args[3] = y3;
+  ASSERT_STATUS(tops_call(e, "cl.embedding", args, 4), VM_INVALID_ARGUMENT,
+                "cl.embedding: y (argument 3) has shape [2, 3], expected [2, 4]");
+  args[3] = y;
+  args[0] = x3;
+  ASSERT_STATUS(tops_call(e, "cl.embedding", args, 4), VM_INVALID_ARGUMENT,
+                "cl.embedding: table (argument 0) has 3 dims, expected 2");
+  args[0] = x;
+  args[1] = f2;
+  ASSERT_STATUS(tops_call(e, "cl.embedding", args, 4), VM_INVALID_ARGUMENT,
+                "cl.embedding: ids (argument 1) has dtype float32, expected int32 or int64");
+  release_all((vm_value_t[]){x, y, x3, y3, i2, f2}, 6);
 }
 
 /* ---------------------------------------------------------------------------
@@ -568,7 +628,7 @@ static void check_where(tops_env_t *e, vm_dtype_t dt, bshape_t cs, bshape_t as, 
   for (size_t i = 0; i < nc; i++) cond[i] = (uint8_t)(i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : 0x80);
   uint8_t *a = pattern_data((size_t)tops_numel(as.nd, as.d), eb, 21);
   uint8_t *b = pattern_data((size_t)tops_numel(bs.nd, bs.d), eb, 77);
-  uint8_t *want = malloc(n * eb + 1), *got = malloc(n * eb + 1);
+  uint8_t *want = malloc(n * eb + 1);
   int64_t idx[8];
   for (size_t i = 0; i < n; i++) {
     unravel((int64_t)i, ys.nd, ys.d, idx);
@@ -580,16 +640,11 @@ static void check_where(tops_env_t *e, vm_dtype_t dt, bshape_t cs, bshape_t as, 
   vm_value_t args[4] = {tops_tensor(e, VM_BOOL, cs.nd, cs.d, cond),
                         tops_tensor(e, dt, as.nd, as.d, a), tops_tensor(e, dt, bs.nd, bs.d, b),
                         tops_tensor(e, dt, ys.nd, ys.d, NULL)};
-  ASSERT_OK(tops_call(e, "cl.where", args, 4));
-  tops_read(e, &args[3], got);
-  assert_memory_equal(got, want, n * eb);
-  tops_check_guard(e, &args[3]);
-  release_all(args, 4);
+  call_exact(e, "cl.where", args, 4, want, n * eb);
   free(cond);
   free(a);
   free(b);
   free(want);
-  free(got);
 }
 
 static void test_where(void **state) {
@@ -1257,6 +1312,7 @@ int main(void) {
       cmocka_unit_test(test_broadcast_to),
       cmocka_unit_test(test_pad),
       cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_embedding),
       cmocka_unit_test(test_layer_norm_stats),
       cmocka_unit_test(test_rms_norm),
       cmocka_unit_test(test_where),
