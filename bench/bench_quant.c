@@ -6,6 +6,9 @@
  *                     in the store (per-column scale, int32 bias, zero
  *                     point): what a QDQ MatMul/Gemm lowers to
  *   gemm_N_ratio      float / int8 (above 1: the integer path is faster)
+ *   gemm_N_base_ms, gemm_N_i16_ratio   cl.qgemm by float chunks
+ *                     (VMCL_QGEMM=float, the path before the int16 one) and
+ *                     base / int8
  *   gemm_MxKxN_...     traceforge's products (bench_models): uint8 A x
  *                     int8 B -> float by a run-time scale, at 32x512x512,
  *                     32x512x1024, 32x512x2048, 32x2048x512 (encoder) and
@@ -25,7 +28,8 @@
  *
  * Each time is the median of `runs` repetitions (default 5), each
  * repeating the call (synced one by one) for at least 0.25 s after a
- * warm-up call. Usage: bench_quant [runs]. Prints one JSON object.
+ * warm-up repetition; the variants of one shape run interleaved.
+ * Usage: bench_quant [runs]. Prints one JSON object.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,18 +167,19 @@ int main(int argc, char **argv) {
   check(vmcl_register_ops(b.reg), "register");
 
   static const int sizes[2] = {256, 512};
-  double gf[2], gi[2];
+  double gt[2][3];
   for (int s = 0; s < 2; s++) {
     int64_t d[2] = {sizes[s], sizes[s]}, col[1] = {sizes[s]}, one[1] = {1};
     vm_value_t fa[7] = {tensor(&b, VM_F32, 2, d), tensor(&b, VM_F32, 2, d), vm_value_int(0),
                         vm_value_int(0), vm_value_float(1.0), vm_value_float(0.0),
                         tensor(&b, VM_F32, 2, d)};
-    gf[s] = time_ms(&b, "cl.gemm", fa, 7);
     vm_value_t qa[8] = {tensor(&b, VM_I8, 2, d),    tensor(&b, VM_I8, 2, d),
                         tensor(&b, VM_I8, 1, one),  vm_value_none(),
                         tensor(&b, VM_F32, 1, col), tensor(&b, VM_I32, 1, col),
                         tensor(&b, VM_I8, 1, one),  tensor(&b, VM_I8, 2, d)};
-    gi[s] = time_ms(&b, "cl.qgemm", qa, 8);
+    variant_t v[3] = {
+        {"cl.gemm", NULL, fa, 7}, {"cl.qgemm", "float", qa, 8}, {"cl.qgemm", NULL, qa, 8}};
+    time_interleaved(&b, v, 3, gt[s]);
     release(fa, 7);
     release(qa, 8);
   }
@@ -241,8 +246,10 @@ int main(int argc, char **argv) {
 
   printf("{\"device\": \"%s\", \"runs\": %d", b.dev->props.name, b.runs);
   for (int s = 0; s < 2; s++)
-    printf(", \"gemm_%d_float_ms\": %.3f, \"gemm_%d_int8_ms\": %.3f, \"gemm_%d_ratio\": %.3f",
-           sizes[s], gf[s], sizes[s], gi[s], sizes[s], gf[s] / gi[s]);
+    printf(", \"gemm_%d_float_ms\": %.3f, \"gemm_%d_base_ms\": %.3f, \"gemm_%d_int8_ms\": %.3f, "
+           "\"gemm_%d_ratio\": %.3f, \"gemm_%d_i16_ratio\": %.3f",
+           sizes[s], gt[s][0], sizes[s], gt[s][1], sizes[s], gt[s][2], sizes[s],
+           gt[s][0] / gt[s][2], sizes[s], gt[s][1] / gt[s][2]);
   for (int s = 0; s < NMS; s++) {
     char nm[48];
     snprintf(nm, sizeof(nm), "gemm_%lldx%lldx%lld", (long long)ms[s][0], (long long)ms[s][1],
