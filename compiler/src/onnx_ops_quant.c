@@ -803,15 +803,15 @@ vm_status_t onx_op_qgemm(onx_ctx_t *c) {
     int64_t r = b->dims[0], k = b->dims[1];
     for (int64_t i = 0; i < r; i++)
       for (int64_t j = 0; j < k; j++) d[j * r + i] = b->data[i * k + j];
-    /* a value of its own, owned by the value table: the transposed B */
+    /* a value of its own for the call: the transposed B, a constant that
+     * qlinear_gemm packs or materialises (tid -1: not yet) */
     onx_value_t tmp = *b;
     tmp.data = d;
     tmp.dims[0] = k;
     tmp.dims[1] = r;
-    tmp.tid = vmcc_graph_const(c->g, b->dt, d, 2, tmp.dims);
-    free(d);
-    tmp.data = NULL; /* the graph holds the constant; tid is used from here */
+    tmp.tid = -1;
     vm_status_t st = qlinear_gemm(c, a, as, az, &tmp, bs, bz, cb, ys, yz, alpha);
+    free(d);
     return st;
   }
   return qlinear_gemm(c, a, as, az, b, bs, bz, cb, ys, yz, alpha);
