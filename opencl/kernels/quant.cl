@@ -313,9 +313,10 @@ __kernel void qgemm(int M, int N, int K, __global const float *Af, int sa,
 
 /* x (short16, pairs) madd y (short16, pairs) -> int8. The x86 builtin
  * where the compiler has it (LLVM does not form vpmaddwd from the plain
- * spelling; it widens to 32-bit multiplies), the plain spelling
- * elsewhere. */
-#if defined(__AVX2__) && defined(__has_builtin)
+ * spelling; it widens to 32-bit multiplies, at 0.3x), the plain spelling
+ * elsewhere or with -DQMADD_PLAIN (VMCL_QGEMM=plain: the tests' check of
+ * the portable path). */
+#if !defined(QMADD_PLAIN) && defined(__AVX2__) && defined(__has_builtin)
 #if __has_builtin(__builtin_ia32_pmaddwd256)
 #define QMADD(x, y) as_int8(__builtin_ia32_pmaddwd256((x), (y)))
 #endif

@@ -417,9 +417,14 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
   vmcl_dev_t *d = op.d;
   /* A less its zero point in a scratch buffer (int16 rows of even length
    * for K within the bound, else float), then qgemm_i16 or qgemm;
-   * VMCL_QGEMM=float forces the float chunks (bench_quant's baseline) */
-  const char *env = packed ? NULL : getenv("VMCL_QGEMM");
-  int i16 = K <= QI16_MAX_K && !(env && strcmp(env, "float") == 0);
+   * VMCL_QGEMM=float forces the float chunks (bench_quant's baseline),
+   * VMCL_QGEMM=plain the int16 path without the x86 builtin (quant.cl) */
+  const char *env = getenv("VMCL_QGEMM");
+  int i16 = K <= QI16_MAX_K && (packed || !(env && strcmp(env, "float") == 0));
+  if (i16 && env && strcmp(env, "plain") == 0) {
+    size_t n = strlen(e.opts);
+    snprintf(e.opts + n, sizeof(e.opts) - n, " -DQMADD_PLAIN");
+  }
   int64_t Kp = i16 ? K + (K & 1) : K;
   cl_int err;
   int64_t na = ba * M * Kp; /* 0 for K = 0: the sums are 0, the store still runs */

@@ -354,6 +354,10 @@ static void test_qgemm_pairs(void **state) {
   qgemm_pairs(*state, 2, 13, 37, 21, 0); /* odd K, ragged M and N */
   qgemm_pairs(*state, 1, 9, 64, 16, 1);  /* even K, whole column blocks, uint8 B */
   qgemm_pairs(*state, 1, 8, 1, 5, 0);    /* one term: only the pad's pair partner */
+  /* the portable spelling of the multiply-add (no x86 builtin) */
+  assert_int_equal(setenv("VMCL_QGEMM", "plain", 1), 0);
+  qgemm_pairs(*state, 2, 13, 37, 21, 0);
+  unsetenv("VMCL_QGEMM");
 }
 
 /* The int16 path's bound (QI16_MAX_K = 33,025: K * 255 * 255 < 2^31): at
