@@ -576,12 +576,43 @@ static vm_status_t const_scale(onx_ctx_t *c, const onx_value_t *s, const char *w
   return VM_STATUS_OK;
 }
 
+/* K up to which cl.qgemm_packed's int16 products sum exactly in int32
+ * (K * 255 * 255 < 2^31; opencl/kernels/quant.cl, QI16_MAX_K). */
+#define QPACK_MAX_K 33025
+
+/* A constant B of K x N int8/uint8 packed for cl.qgemm_packed: [ceil(N /
+ * 8), ceil(K / 2), 16], element (k, j) at [j / 8][k / 2][(j % 8) * 2 + k %
+ * 2], the pad 0 (docs/operators.md). data is row-major [K, N], or [N, K]
+ * when trans. *tid stays -1 where the kernel's bound rules the packing
+ * out (cl.qgemm then serves B as it is). */
+static vm_status_t packed_b(onx_ctx_t *c, vm_dtype_t dt, const uint8_t *data, int64_t k,
+                            int64_t n, int trans, int32_t *tid) {
+  *tid = -1;
+  if (!data || vm_dtype_bytes(dt) != 1 || k > QPACK_MAX_K || k == 0 || n == 0)
+    return VM_STATUS_OK;
+  int64_t n8 = (n + 7) / 8, k2 = (k + 1) / 2, dims[3] = {n8, k2, 16};
+  uint8_t *p = calloc((size_t)(n8 * k2 * 16), 1);
+  if (!p) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  for (int64_t kk = 0; kk < k; kk++)
+    for (int64_t j = 0; j < n; j++)
+      p[((j / 8) * k2 + kk / 2) * 16 + (j % 8) * 2 + (kk & 1)] =
+          data[trans ? j * k + kk : kk * n + j];
+  *tid = vmcc_graph_const(c->g, dt, p, 3, dims);
+  free(p);
+  if (*tid >= 0 && c->rep) {
+    c->rep->num_consts++;
+    c->rep->const_bytes += n8 * k2 * 16;
+  }
+  return VM_STATUS_OK;
+}
+
 /* The [*, M, K] x [K, N] or [b, M, K] x [b, K, N] shapes a MatMul-like
  * integer product takes; out: the output shape; ta/tb the 2-D or 3-D
- * views for cl.qgemm. */
+ * views for cl.qgemm, or with *packed set, tb B packed for
+ * cl.qgemm_packed (a constant 2-D B within the bound). */
 static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, int per_row_a,
-                                  int32_t *ta, int32_t *tb, uint32_t *on, int64_t *od,
-                                  uint32_t *yn, int64_t *yd) {
+                                  int32_t *ta, int32_t *tb, int *packed, uint32_t *on,
+                                  int64_t *od, uint32_t *yn, int64_t *yd) {
   if (a->ndim < 2 || b->ndim < 2)
     return onx_node_err(c, VM_UNIMPLEMENTED, "operand ranks %u and %u: supported: 2 or more",
                         a->ndim, b->ndim);
@@ -594,7 +625,10 @@ static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, 
   if (pb == 1 && b->ndim == 2 && !(per_row_a && pa > 1)) {
     int64_t a2[2] = {pa * m, k}, b2[2] = {k, n};
     *ta = onx_reshaped(c, a, 2, a2);
-    *tb = onx_reshaped(c, b, 2, b2);
+    *tb = -1;
+    VM_RETURN_IF_ERROR(packed_b(c, b->dt, b->data, k, n, 0, tb));
+    *packed = *tb >= 0;
+    if (!*packed) *tb = onx_reshaped(c, b, 2, b2);
     *yn = 2;
     yd[0] = pa * m;
     yd[1] = n;
@@ -604,6 +638,7 @@ static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, 
         return onx_node_err(c, VM_UNIMPLEMENTED,
                             "batch dims differ: supported: equal batches, or a 2-D B");
     int64_t a3[3] = {pa, m, k}, b3[3] = {pb, k, n};
+    *packed = 0;
     *ta = onx_reshaped(c, a, 3, a3);
     *tb = onx_reshaped(c, b, 3, b3);
     *yn = 3;
@@ -663,16 +698,17 @@ vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(check_zp(c, az, a, "a_zero_point", a->dims[a->ndim - 2]));
   VM_RETURN_IF_ERROR(check_zp(c, bz, b, "b_zero_point", b->dims[b->ndim - 1]));
   int32_t ta, tb;
+  int packed;
   uint32_t on, yn;
   int64_t od[MAXD], yd[3];
   VM_RETURN_IF_ERROR(
-      imatmul_shapes(c, a, b, az && az->numel > 1, &ta, &tb, &on, od, &yn, yd));
+      imatmul_shapes(c, a, b, az && az->numel > 1, &ta, &tb, &packed, &on, od, &yn, yd));
   int64_t ci, mi;
   onx_value_t *sc = dequant_after(c, on, od[on - 1], &ci, &mi);
   int32_t y = new_t(c, sc ? VM_F32 : VM_I32, yn, yd);
   vmcc_arg_t g[8] = {A(ta), A(tb), opt_tid(c, az), opt_tid(c, bz), opt_tid(c, sc), vmcc_a_none(),
                      vmcc_a_none(), A(y)};
-  call(c, "cl.qgemm", 8, g);
+  call(c, packed ? "cl.qgemm_packed" : "cl.qgemm", 8, g);
   if (!sc) return onx_bind_out(c, 0, y, on, od);
   c->skip[ci] = c->skip[mi] = 1;
   c->fused = 1;
@@ -707,9 +743,10 @@ static vm_status_t qlinear_gemm(onx_ctx_t *c, onx_value_t *a, onx_value_t *as, o
     return onx_node_err(c, VM_INVALID_ARGUMENT, "the bias must be int32 with 1 or %lld values",
                         (long long)n);
   int32_t ta, tb;
+  int packed;
   uint32_t on, yn;
   int64_t od[MAXD], yd[3];
-  VM_RETURN_IF_ERROR(imatmul_shapes(c, a, b, 0, &ta, &tb, &on, od, &yn, yd));
+  VM_RETURN_IF_ERROR(imatmul_shapes(c, a, b, 0, &ta, &tb, &packed, &on, od, &yn, yd));
   float *mul = malloc((size_t)(n ? n : 1) * sizeof(float));
   if (!mul) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
   double sa = onx_ld_f(as->dt, as->data, 0), sy = ys ? onx_ld_f(ys->dt, ys->data, 0) : 1.0;
@@ -721,7 +758,7 @@ static vm_status_t qlinear_gemm(onx_ctx_t *c, onx_value_t *a, onx_value_t *as, o
   int32_t y = new_t(c, ydt, yn, yd);
   vmcc_arg_t g[8] = {A(ta), A(tb), opt_tid(c, az), opt_tid(c, bz), A(tm), opt_tid(c, bias),
                      opt_tid(c, yz), A(y)};
-  call(c, "cl.qgemm", 8, g);
+  call(c, packed ? "cl.qgemm_packed" : "cl.qgemm", 8, g);
   return onx_bind_out(c, 0, y, on, od);
 }
 
@@ -766,15 +803,15 @@ vm_status_t onx_op_qgemm(onx_ctx_t *c) {
     int64_t r = b->dims[0], k = b->dims[1];
     for (int64_t i = 0; i < r; i++)
       for (int64_t j = 0; j < k; j++) d[j * r + i] = b->data[i * k + j];
-    /* a value of its own, owned by the value table: the transposed B */
+    /* a value of its own for the call: the transposed B, a constant that
+     * qlinear_gemm packs or materialises (tid -1: not yet) */
     onx_value_t tmp = *b;
     tmp.data = d;
     tmp.dims[0] = k;
     tmp.dims[1] = r;
-    tmp.tid = vmcc_graph_const(c->g, b->dt, d, 2, tmp.dims);
-    free(d);
-    tmp.data = NULL; /* the graph holds the constant; tid is used from here */
+    tmp.tid = -1;
     vm_status_t st = qlinear_gemm(c, a, as, az, &tmp, bs, bz, cb, ys, yz, alpha);
+    free(d);
     return st;
   }
   return qlinear_gemm(c, a, as, az, b, bs, bz, cb, ys, yz, alpha);
@@ -946,14 +983,16 @@ vm_status_t onx_qdq_matmul(onx_ctx_t *c, int gemm, int *done) {
   onx_value_t *src_b = qb->src;
   int32_t tbid;
   int64_t b2[2] = {k, n};
-  if (tb) {
+  VM_RETURN_IF_ERROR(packed_b(c, src_b->dt, src_b->data, k, n, (int)tb, &tbid));
+  int packed = tbid >= 0;
+  if (!packed && tb) {
     uint8_t *d;
     VM_RETURN_IF_ERROR(onx_alloc_const(c, src_b->dt, src_b->numel, &d));
     for (int64_t i = 0; i < n; i++)
       for (int64_t j = 0; j < k; j++) d[j * n + i] = src_b->data[i * k + j];
     tbid = vmcc_graph_const(c->g, src_b->dt, d, 2, b2);
     free(d);
-  } else {
+  } else if (!packed) {
     tbid = onx_reshaped(c, src_b, 2, b2);
   }
   int64_t pa = prod(a->dims, a->ndim - 2), m = a->dims[a->ndim - 2];
@@ -970,7 +1009,7 @@ vm_status_t onx_qdq_matmul(onx_ctx_t *c, int gemm, int *done) {
                      f.bias >= 0 ? A(f.bias) : vmcc_a_none(),
                      opt_tid(c, f.zy),
                      A(y)};
-  call(c, "cl.qgemm", 8, g);
+  call(c, packed ? "cl.qgemm_packed" : "cl.qgemm", 8, g);
   *done = 1;
   return qfuse_bind(c, &f, y, a->ndim, od);
 }

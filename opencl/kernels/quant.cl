@@ -190,6 +190,51 @@ __kernel void dynamic_quantize_wg(__global const S *x, int xo, int n, __global S
 
 #define QG_FLUSH(r) c##r += convert_int8(f##r);
 
+/* The store of qgemm's 8x8 block (rows i.., columns j.., batch bt) of
+ * int8 accumulators c0..c7: whole rows by vectors, edges by element. */
+#define QGEMM_STORE                                                                  \
+  int base = yo + bt * sc;                                                               \
+  float zyf = has_yzp ? (float)yzp[yzo] : 0.0f;                                          \
+  (void)zyf;                                                                             \
+  if (full && i + 8 <= M) {                                                              \
+    float8 mv = 1.0f;                                                                    \
+    int8 bv = 0;                                                                         \
+    if (MODE > 0) mv = mstep ? vload8(0, mul + mo + j) : (float8)(mul[mo]);              \
+    if (has_bias) bv = bstep ? vload8(0, bias + bo + j) : (int8)(bias[bo]);              \
+    int yi = base + i * ldc + j;                                                         \
+    QSTORE8(c0, bv, mv, yi);                                                             \
+    QSTORE8(c1, bv, mv, yi + ldc);                                                       \
+    QSTORE8(c2, bv, mv, yi + 2 * ldc);                                                   \
+    QSTORE8(c3, bv, mv, yi + 3 * ldc);                                                   \
+    QSTORE8(c4, bv, mv, yi + 4 * ldc);                                                   \
+    QSTORE8(c5, bv, mv, yi + 5 * ldc);                                                   \
+    QSTORE8(c6, bv, mv, yi + 6 * ldc);                                                   \
+    QSTORE8(c7, bv, mv, yi + 7 * ldc);                                                   \
+    return;                                                                              \
+  }                                                                                      \
+  int acc[8][8];                                                                         \
+  QACC_SPILL(acc)                                                                        \
+  for (int r = 0; r < 8 && i + r < M; r++)                                               \
+    for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + j + t);
+
+/* The start of qgemm's 8x8 block at row i, column j: row pointers a0..a7
+ * of T into A (rows of ld elements), rows past M repeating the last; the
+ * columns cols, past N repeating the last (full: none past N); the int8
+ * accumulators c0..c7. QB_ZP8: B's zero points of the columns (one value:
+ * bzs 0) as int8. */
+#define QG_BEGIN(T, A, ld)                                                               \
+  __global const T *a0 = A + i * ld, *a1 = A + min(i + 1, M - 1) * ld;                    \
+  __global const T *a2 = A + min(i + 2, M - 1) * ld, *a3 = A + min(i + 3, M - 1) * ld;    \
+  __global const T *a4 = A + min(i + 4, M - 1) * ld, *a5 = A + min(i + 5, M - 1) * ld;    \
+  __global const T *a6 = A + min(i + 6, M - 1) * ld, *a7 = A + min(i + 7, M - 1) * ld;    \
+  int8 cols = min((int8)(j) + (int8)(0, 1, 2, 3, 4, 5, 6, 7), (int8)(N - 1));             \
+  int8 c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;                    \
+  int full = j + 8 <= N;
+#define QB_ZP8                                                                            \
+  ((int8)(bzp[bzo + cols.s0 * bzs], bzp[bzo + cols.s1 * bzs], bzp[bzo + cols.s2 * bzs],    \
+          bzp[bzo + cols.s3 * bzs], bzp[bzo + cols.s4 * bzs], bzp[bzo + cols.s5 * bzs],    \
+          bzp[bzo + cols.s6 * bzs], bzp[bzo + cols.s7 * bzs]))
+
 /* A's operands less their zero points as float, for qgemm: Af[b, i, k]
  * = A[b, i, k] - a_zp (one, or one per row: azs 1), n = batch * M * K
  * elements, A contiguous from ao. Exact: integers of magnitude <= 255. */
@@ -228,19 +273,10 @@ __kernel void qgemm(int M, int N, int K, __global const float *Af, int sa,
   if (i >= M || j >= N) return;
   Af += bt * sa;
   B += bo_ + bt * sb;
-  __global const float *a0 = Af + i * K, *a1 = Af + min(i + 1, M - 1) * K;
-  __global const float *a2 = Af + min(i + 2, M - 1) * K, *a3 = Af + min(i + 3, M - 1) * K;
-  __global const float *a4 = Af + min(i + 4, M - 1) * K, *a5 = Af + min(i + 5, M - 1) * K;
-  __global const float *a6 = Af + min(i + 6, M - 1) * K, *a7 = Af + min(i + 7, M - 1) * K;
-  int8 cols = min((int8)(j) + (int8)(0, 1, 2, 3, 4, 5, 6, 7), (int8)(N - 1));
+  QG_BEGIN(float, Af, K)
   float8 zb = 0.0f;
   if (has_bzp)
-    zb = convert_float8((int8)(bzp[bzo + cols.s0 * bzs], bzp[bzo + cols.s1 * bzs],
-                               bzp[bzo + cols.s2 * bzs], bzp[bzo + cols.s3 * bzs],
-                               bzp[bzo + cols.s4 * bzs], bzp[bzo + cols.s5 * bzs],
-                               bzp[bzo + cols.s6 * bzs], bzp[bzo + cols.s7 * bzs]));
-  int8 c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
-  int full = j + 8 <= N;
+    zb = convert_float8(QB_ZP8);
   for (int k0 = 0; k0 < K; k0 += QK) {
     int k1 = min(K, k0 + QK);
     float8 f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f, f4 = 0.0f, f5 = 0.0f, f6 = 0.0f,
@@ -263,29 +299,116 @@ __kernel void qgemm(int M, int N, int K, __global const float *Af, int sa,
     QG_FLUSH(0) QG_FLUSH(1) QG_FLUSH(2) QG_FLUSH(3)
     QG_FLUSH(4) QG_FLUSH(5) QG_FLUSH(6) QG_FLUSH(7)
   }
-  int base = yo + bt * sc;
-  float zyf = has_yzp ? (float)yzp[yzo] : 0.0f;
-  (void)zyf;
-  if (full && i + 8 <= M) {
-    float8 mv = 1.0f;
-    int8 bv = 0;
-    if (MODE > 0) mv = mstep ? vload8(0, mul + mo + j) : (float8)(mul[mo]);
-    if (has_bias) bv = bstep ? vload8(0, bias + bo + j) : (int8)(bias[bo]);
-    int yi = base + i * ldc + j;
-    QSTORE8(c0, bv, mv, yi);
-    QSTORE8(c1, bv, mv, yi + ldc);
-    QSTORE8(c2, bv, mv, yi + 2 * ldc);
-    QSTORE8(c3, bv, mv, yi + 3 * ldc);
-    QSTORE8(c4, bv, mv, yi + 4 * ldc);
-    QSTORE8(c5, bv, mv, yi + 5 * ldc);
-    QSTORE8(c6, bv, mv, yi + 6 * ldc);
-    QSTORE8(c7, bv, mv, yi + 7 * ldc);
-    return;
+  QGEMM_STORE
+}
+
+/* The integer path of qgemm (K up to QI16_MAX_K): operands less their
+ * zero points are integers in [-255, 255], exact in int16, and each k pair
+ * is one 16-bit multiply-add per lane: (a[k] b[k] + a[k+1] b[k+1]) into
+ * int32 (vpmaddwd on x86, 16 products per instruction, twice the lanes of
+ * a float FMA). A pair sums to at most 2 * 65025 and K terms to at most
+ * K * 65025, below 2^31 for K <= 33,025: exact by construction; qgemm's
+ * float chunks serve larger K. */
+#define QI16_MAX_K 33025
+
+/* x (short16, pairs) madd y (short16, pairs) -> int8. The x86 builtin
+ * where the compiler has it (LLVM does not form vpmaddwd from the plain
+ * spelling; it widens to 32-bit multiplies, at 0.3x), the plain spelling
+ * elsewhere or with -DQMADD_PLAIN (VMCL_QGEMM=plain: the tests' check of
+ * the portable path). */
+#if !defined(QMADD_PLAIN) && defined(__AVX2__) && defined(__has_builtin)
+#if __has_builtin(__builtin_ia32_pmaddwd256)
+#define QMADD(x, y) as_int8(__builtin_ia32_pmaddwd256((x), (y)))
+#endif
+#endif
+#ifndef QMADD
+#define QMADD(x, y)                                                                     \
+  (convert_int8((x).even) * convert_int8((y).even) +                                    \
+   convert_int8((x).odd) * convert_int8((y).odd))
+#endif
+
+/* The 16 lanes l0 h0 l1 h1 ... l7 h7 of two 8-lane vectors: column t's k
+ * pair at lanes 2t, 2t + 1. */
+#define QZIP(l, h)                                                                     \
+  ((l).s0, (h).s0, (l).s1, (h).s1, (l).s2, (h).s2, (l).s3, (h).s3, (l).s4, (h).s4,       \
+   (l).s5, (h).s5, (l).s6, (h).s6, (l).s7, (h).s7)
+
+/* A's operands less their zero points as int16 for qgemm_i16: rows of Kp
+ * = K rounded up to even, the pad 0 (it meets B's pad or an odd row of B
+ * and adds 0). n = batch * M * Kp elements, A contiguous from ao. */
+__kernel void qgemm_a2s(__global const TA *A, int ao, int M, int K, __global const TA *azp,
+                        int azo, int azs, int has_azp, __global short *As, int n) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int Kp = K + (K & 1);
+  int r = i / Kp, k = i - r * Kp;
+  int z = has_azp ? (int)azp[azo + (r % M) * azs] : 0;
+  As[i] = k < K ? (short)((int)A[ao + r * K + k] - z) : (short)0;
+}
+
+/* One k pair of qgemm_i16 for row r: A's pair (one 32-bit load, both
+ * halves broadcast to every column's lanes) madd B's pairs bv. */
+#define QI_MADD(r, kk) c##r += QMADD(as_short16((int8)(a##r[kk])), bv);
+#define QI_ALL(kk)                                                                      \
+  QI_MADD(0, kk) QI_MADD(1, kk) QI_MADD(2, kk) QI_MADD(3, kk) QI_MADD(4, kk)            \
+  QI_MADD(5, kk) QI_MADD(6, kk) QI_MADD(7, kk)
+
+/* qgemm with int16 multiply-adds (K <= QI16_MAX_K; the host checks), A as
+ * int16 rows of Kp from qgemm_a2s (batch stride sa in elements), 8 rows x
+ * 8 columns per work-item as in qgemm. B is either row-major (packed 0:
+ * ldb, batch stride sb; the two rows of a k pair are interleaved in
+ * registers) or packed by the compiler (packed 1, cl.qgemm_packed;
+ * docs/operators.md): [ceil(N / 8)][Kp / 2][8 columns][2 k] so that a
+ * work-item's k pair is 16 consecutive bytes, the pad (k = K for odd K,
+ * columns past N) any value. */
+__kernel void qgemm_i16(int M, int N, int K, __global const short *As, int sa,
+                        __global const TB *B, int bo_, int ldb, int sb, __global const TB *bzp,
+                        int bzo, int bzs, __global const float *mul, int mo, int mstep,
+                        __global const int *bias, int bo, int bstep, int has_bias,
+                        __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
+                        int ldc, int sc, int has_bzp, int packed) {
+  int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
+  if (i >= M || j >= N) return;
+  int K2 = (K + 1) / 2, kf = K / 2;
+  __global const int *Ai = (__global const int *)(As + bt * sa);
+  B += bo_ + bt * sb;
+  QG_BEGIN(int, Ai, K2)
+  short8 z8 = 0;
+  if (has_bzp)
+    z8 = convert_short8(QB_ZP8);
+  short16 zb = (short16)QZIP(z8, z8);
+  if (packed) {
+    __global const TB *b = B + (j / 8) * K2 * 16;
+    for (int kk = 0; kk < K2; kk++, b += 16) {
+      short16 bv = convert_short16(vload16(0, b)) - zb;
+      QI_ALL(kk)
+    }
+  } else if (full) {
+    __global const TB *b = B + j;
+    for (int kk = 0; kk < kf; kk++, b += 2 * ldb) {
+      short8 l = convert_short8(vload8(0, b)), h = convert_short8(vload8(0, b + ldb));
+      short16 bv = (short16)QZIP(l, h) - zb;
+      QI_ALL(kk)
+    }
+    if (K & 1) {
+      short8 l = convert_short8(vload8(0, b)), h = 0;
+      short16 bv = (short16)QZIP(l, h) - zb;
+      QI_ALL(kf)
+    }
+  } else {
+    for (int kk = 0; kk < K2; kk++) {
+      __global const TB *b = B + 2 * kk * ldb, *b1 = b + ldb;
+      short8 l = convert_short8((int8)(b[cols.s0], b[cols.s1], b[cols.s2], b[cols.s3],
+                                       b[cols.s4], b[cols.s5], b[cols.s6], b[cols.s7]));
+      short8 h = 0;
+      if (2 * kk + 1 < K)
+        h = convert_short8((int8)(b1[cols.s0], b1[cols.s1], b1[cols.s2], b1[cols.s3],
+                                  b1[cols.s4], b1[cols.s5], b1[cols.s6], b1[cols.s7]));
+      short16 bv = (short16)QZIP(l, h) - zb;
+      QI_ALL(kk)
+    }
   }
-  int acc[8][8];
-  QACC_SPILL(acc)
-  for (int r = 0; r < 8 && i + r < M; r++)
-    for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + j + t);
+  QGEMM_STORE
 }
 
 /* Integer 2-D convolution, NCHW: y[n, o, p] over the window of group g,

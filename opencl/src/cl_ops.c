@@ -80,6 +80,7 @@ static const op_entry_t ops[] = {
     {"cl.dequantize", vmcl_op_dequantize, NULL},
     {"cl.dynamic_quantize", vmcl_op_dynamic_quantize, NULL},
     {"cl.qgemm", vmcl_op_qgemm, NULL},
+    {"cl.qgemm_packed", vmcl_op_qgemm_packed, NULL},
     {"cl.qconv2d", vmcl_op_qconv2d, NULL},
     {"cl.rnn", vmcl_op_rnn, NULL},
     {"cl.linear_attention", vmcl_op_linear_attention, NULL},

@@ -373,6 +373,8 @@ vm_status_t vmcl_op_dynamic_quantize(vm_machine_t *m, const vm_value_t *args, ui
                                      vm_value_t *out, void *user);
 vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                           vm_value_t *out, void *user);
+vm_status_t vmcl_op_qgemm_packed(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                 vm_value_t *out, void *user);
 vm_status_t vmcl_op_qconv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                             vm_value_t *out, void *user);
 

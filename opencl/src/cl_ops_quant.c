@@ -3,6 +3,7 @@
  *   cl.dequantize(x, scale, zero_point|none, axis, block, y)
  *   cl.dynamic_quantize(x, y: uint8, scale, zero_point: uint8)
  *   cl.qgemm(A, B, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y)
+ *   cl.qgemm_packed(A, B packed, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y)
  *   cl.qconv2d(x, w, x_zp|none, w_zp|none, mul|none, bias|none, y_zp|none,
  *              stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right,
  *              dil_h, dil_w, groups, y)
@@ -11,6 +12,7 @@
  * vmcl_op_tensor's element bound keeps in range.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cl_ops_internal.h"
@@ -354,29 +356,53 @@ static void qepi_args(vmcl_args_t *a, const qepi_t *e) {
   vmcl_arg_int(a, vmcl_elem_offset(e->y));
 }
 
-vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
-                          vm_value_t *out, void *user) {
-  (void)m;
-  (void)out;
-  (void)user;
+/* K up to which qgemm_i16's int32 sums are exact (quant.cl, QI16_MAX_K:
+ * K * 255 * 255 < 2^31). */
+#define QI16_MAX_K 33025
+
+/* cl.qgemm and cl.qgemm_packed: y = (A - a_zp) (B - b_zp) with the
+ * epilogue. packed: B is [ceil(N / 8), ceil(K / 2), 16] as the compiler
+ * packs a constant (docs/operators.md), N taken from y. */
+static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) {
   vmcl_op_t op;
-  vmcl_op_init(&op, "cl.qgemm", "(A, B, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y)",
+  vmcl_op_init(&op, packed ? "cl.qgemm_packed" : "cl.qgemm",
+               packed ? "(A, B packed, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y)"
+                      : "(A, B, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y)",
                args, nargs);
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, 8));
-  vm_tensor_t *a, *b, *az, *bz;
+  vm_tensor_t *a, *b, *az, *bz, *yt;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &a));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B", &b));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "a_zero_point", &az));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 3, "b_zero_point", &bz));
-  if ((a->ndim != 2 && a->ndim != 3) || (b->ndim != 2 && b->ndim != 3))
-    return vmcl_op_error(&op, "A and B (arguments 0, 1) must be 2-D or 3-D, got %u and %u dims",
-                         a->ndim, b->ndim);
-  int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
-  int64_t KB = b->shape[b->ndim - 2], N = b->shape[b->ndim - 1];
-  if (K != KB)
-    return vmcl_op_error(&op, "inner dims differ: A is %lldx%lld, B %lldx%lld", (long long)M,
-                         (long long)K, (long long)KB, (long long)N);
-  int64_t ba = a->ndim == 3 ? a->shape[0] : 1, bb = b->ndim == 3 ? b->shape[0] : 1;
+  int64_t M, K, KB, N, ba, bb;
+  if (!packed) {
+    if ((a->ndim != 2 && a->ndim != 3) || (b->ndim != 2 && b->ndim != 3))
+      return vmcl_op_error(&op, "A and B (arguments 0, 1) must be 2-D or 3-D, got %u and %u dims",
+                           a->ndim, b->ndim);
+    M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
+    KB = b->shape[b->ndim - 2], N = b->shape[b->ndim - 1];
+    if (K != KB)
+      return vmcl_op_error(&op, "inner dims differ: A is %lldx%lld, B %lldx%lld", (long long)M,
+                           (long long)K, (long long)KB, (long long)N);
+    ba = a->ndim == 3 ? a->shape[0] : 1, bb = b->ndim == 3 ? b->shape[0] : 1;
+  } else {
+    VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 7, "y", &yt));
+    if ((a->ndim != 2 && a->ndim != 3) || (yt->ndim != a->ndim))
+      return vmcl_op_error(&op, "A and y (arguments 0, 7) must both be 2-D or 3-D, got %u and %u "
+                                "dims", a->ndim, yt->ndim);
+    M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], N = yt->shape[yt->ndim - 1];
+    int64_t want[3] = {(N + 7) / 8, (K + 1) / 2, 16};
+    if (b->ndim != 3 || b->shape[0] != want[0] || b->shape[1] != want[1] || b->shape[2] != 16)
+      return vmcl_op_error(&op, "packed B (argument 1) must be [%lld, %lld, 16] for K %lld and N "
+                                "%lld (compile the model again with this version)",
+                           (long long)want[0], (long long)want[1], (long long)K, (long long)N);
+    if (K > QI16_MAX_K)
+      return vmcl_op_error(&op, "K %lld exceeds %d, where int32 sums of int16 products may "
+                                "overflow: use cl.qgemm with an unpacked B", (long long)K,
+                           QI16_MAX_K);
+    ba = a->ndim == 3 ? a->shape[0] : 1, bb = 1;
+  }
   int64_t batch = ba > bb ? ba : bb;
   if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
     return vmcl_op_error(&op, "batch sizes %lld of A and %lld of B differ", (long long)ba,
@@ -384,20 +410,32 @@ vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t narg
   qepi_t e;
   VM_RETURN_IF_ERROR(qepi_check(&op, a, b, az, M, bz, N, 7, N, &e));
   int batched = a->ndim == 3 || b->ndim == 3;
+  if (packed) batched = a->ndim == 3;
   int64_t ys[3] = {batch, M, N};
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, e.y, 7, "y", batched ? ys : ys + 1, batched ? 3 : 2));
   if (batch * M * N == 0) return VM_STATUS_OK;
   vmcl_dev_t *d = op.d;
-  /* A less its zero point as float in a scratch buffer, then qgemm (quant.cl) */
+  /* A less its zero point in a scratch buffer (int16 rows of even length
+   * for K within the bound, else float), then qgemm_i16 or qgemm;
+   * VMCL_QGEMM=float forces the float chunks (bench_quant's baseline),
+   * VMCL_QGEMM=plain the int16 path without the x86 builtin (quant.cl) */
+  const char *env = getenv("VMCL_QGEMM");
+  int i16 = K <= QI16_MAX_K && (packed || !(env && strcmp(env, "float") == 0));
+  if (i16 && env && strcmp(env, "plain") == 0) {
+    size_t n = strlen(e.opts);
+    snprintf(e.opts + n, sizeof(e.opts) - n, " -DQMADD_PLAIN");
+  }
+  int64_t Kp = i16 ? K + (K & 1) : K;
   cl_int err;
-  int64_t na = ba * M * K; /* 0 for K = 0: the sums are 0, the store still runs */
-  cl_mem af = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(na ? na : 1) * sizeof(float),
-                             NULL, &err);
-  if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.qgemm float A)");
+  int64_t na = ba * M * Kp; /* 0 for K = 0: the sums are 0, the store still runs */
+  size_t esz = i16 ? sizeof(cl_short) : sizeof(float);
+  cl_mem af = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(na ? na : 1) * esz, NULL,
+                             &err);
+  if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.qgemm scratch A)");
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
   vm_status_t st = VM_STATUS_OK;
-  if (na) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, "qgemm_a2f", &k);
+  if (na) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, i16 ? "qgemm_a2s" : "qgemm_a2f", &k);
   if (!st && na) {
     vmcl_args_t ka = vmcl_args_begin(k);
     vmcl_arg_mem(&ka, vmcl_tensor_mem(a));
@@ -413,14 +451,14 @@ vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t narg
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
                               : vmcl_launch_1d(d, k, (size_t)na, vmcl_local_size(d, k, 256));
   }
-  if (!st) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, "qgemm", &k);
+  if (!st) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, e.opts, i16 ? "qgemm_i16" : "qgemm", &k);
   if (!st) {
     vmcl_args_t ka = vmcl_args_begin(k);
     vmcl_arg_int(&ka, M);
     vmcl_arg_int(&ka, N);
     vmcl_arg_int(&ka, K);
     vmcl_arg_mem(&ka, af);
-    vmcl_arg_int(&ka, ba > 1 ? M * K : 0);
+    vmcl_arg_int(&ka, ba > 1 ? M * Kp : 0);
     vmcl_arg_mem(&ka, vmcl_tensor_mem(b));
     vmcl_arg_int(&ka, vmcl_elem_offset(b));
     vmcl_arg_int(&ka, N);
@@ -432,13 +470,30 @@ vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t narg
     vmcl_arg_int(&ka, N);
     vmcl_arg_int(&ka, M * N);
     vmcl_arg_int(&ka, bz != NULL);
+    if (i16) vmcl_arg_int(&ka, packed);
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
                               : launch_grid(d, k, (N + 7) / 8, (M + 7) / 8, batch);
   }
   pthread_mutex_unlock(&d->lock);
   /* the enqueued launches keep the scratch alive until they have run */
-  vmcl_released(clReleaseMemObject(af), "clReleaseMemObject(cl.qgemm float A)");
+  vmcl_released(clReleaseMemObject(af), "clReleaseMemObject(cl.qgemm scratch A)");
   return st;
+}
+
+vm_status_t vmcl_op_qgemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                          vm_value_t *out, void *user) {
+  (void)m;
+  (void)out;
+  (void)user;
+  return qgemm_op(args, nargs, 0);
+}
+
+vm_status_t vmcl_op_qgemm_packed(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                 vm_value_t *out, void *user) {
+  (void)m;
+  (void)out;
+  (void)user;
+  return qgemm_op(args, nargs, 1);
 }
 
 vm_status_t vmcl_op_qconv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,

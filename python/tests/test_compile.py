@@ -360,18 +360,25 @@ def dynamic_matmul_model(w: np.ndarray, wz: np.ndarray, ws: np.ndarray) -> bytes
     )
 
 
-def test_dynamic_quantized_matmul_folds_its_dequantization(sess: vmrpc.Session, gpu: str) -> None:
+@pytest.mark.parametrize("k", [300, 301, 33026])
+def test_dynamic_quantized_matmul_folds_its_dequantization(
+    sess: vmrpc.Session, gpu: str, k: int
+) -> None:
     """The Cast and Mul after MatMulInteger fold into cl.qgemm's float store
     (two nodes folded, no cl.cast call), with the very rounding of the two
     nodes; Pow(y, 3) is (y * y) * y, as onnxruntime computes it. Both are
-    compared bit for bit with a NumPy reference."""
+    compared bit for bit with a NumPy reference. The constant weights are
+    packed in k pairs for cl.qgemm_packed (odd K: a zero pad row) up to K =
+    33,025; beyond, where int16 products could overflow the int32 sums,
+    cl.qgemm takes them as they are."""
     rng = np.random.default_rng(5)
-    k, n = 300, 37
+    n = 37 if k < 1000 else 3
     w = rng.integers(-128, 128, (k, n)).astype(np.int8)
     w[0, :] = -128
     wz, ws = np.array(3, np.int8), np.array(0.0123, np.float32)
     c = vmrpc.compile(dynamic_matmul_model(w, wz, ws))
     assert c.report["folded_nodes"] == 2
+    assert (b"cl.qgemm_packed" in bytes(c)) == (k <= 33025)
     x = (rng.standard_normal((5, k)) * 2).astype(np.float32)
     x[1, 7] = 6.5  # the range's ends
     x[2, 9] = -4.25

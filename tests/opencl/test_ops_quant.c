@@ -1,5 +1,6 @@
 /* The quantization operators (cl.quantize, cl.dequantize,
- * cl.dynamic_quantize, cl.qgemm, cl.qconv2d) against C references, on
+ * cl.dynamic_quantize, cl.qgemm, cl.qgemm_packed, cl.qconv2d) against C
+ * references, on
  * guarded tensors, and the refusals of arguments a hostile executable may
  * pass, with their exact messages. Integer results compare exactly. */
 #include <math.h>
@@ -166,7 +167,23 @@ static void test_qgemm(void **state) {
   free(B);
 }
 
-/* The exactness bound of cl.qgemm's float chunks (QK in quant.cl): every
+/* Calls op (cl.qgemm or cl.qgemm_packed) with an int32 y (a[7]) and
+ * compares its n elements with want. */
+static void qgemm_i32_check(tops_env_t *e, const char *op, vm_value_t *a, const int32_t *want,
+                            int n, const char *what) {
+  int32_t *got = malloc(sizeof(int32_t) * (size_t)n);
+  assert_non_null(got);
+  ASSERT_OK(tops_call(e, op, a, 8));
+  tops_read(e, &a[7], got);
+  tops_check_guard(e, &a[7]);
+  for (int i = 0; i < n; i++)
+    if (got[i] != want[i]) fail_msg("%s %s element %d: %d, expected %d", op, what, i, got[i], want[i]);
+  free(got);
+}
+
+/* The exactness bound of cl.qgemm's float chunks (QK in quant.cl; they
+ * serve K over 33,025 or under VMCL_QGEMM=float, as here; the same
+ * operands through the int16 path as well): every
  * term at the largest magnitude, 255 * 255 = 65025 (uint8 255 against a
  * zero point of 0; int8 -128 against 127; 127 against -128), so that a
  * chunk of more than 258 terms would pass 2^24 and round (their sums are
@@ -188,9 +205,9 @@ static void qgemm_extremes(tops_env_t *e, int b_unsigned) {
     int j = i % N;
     B[i] = b_unsigned ? (uint8_t)(j % 2 ? 255 : 0) : (uint8_t)(int8_t)(j % 2 ? -128 : 127);
   }
-  int32_t *want = malloc(M * N * sizeof(int32_t)), *got = malloc(M * N * sizeof(int32_t));
+  int32_t *want = malloc(M * N * sizeof(int32_t));
   float *gotf = malloc(M * N * sizeof(float));
-  assert_true(want && got && gotf);
+  assert_true(want && gotf);
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
       int64_t acc = 0;
@@ -212,11 +229,7 @@ static void qgemm_extremes(tops_env_t *e, int b_unsigned) {
                      vm_value_none(),
                      vm_value_none(),
                      tops_tensor(e, VM_I32, 2, DIMS(M, N), NULL)};
-  ASSERT_OK(tops_call(e, "cl.qgemm", a, 8));
-  tops_read(e, &a[7], got);
-  tops_check_guard(e, &a[7]);
-  for (int i = 0; i < M * N; i++)
-    if (got[i] != want[i]) fail_msg("element %d: %d, expected %d", i, got[i], want[i]);
+  qgemm_i32_check(e, "cl.qgemm", a, want, M * N, "extremes");
   vm_value_t f[8] = {share(&a[0]), share(&a[1]), share(&a[2]), share(&a[3]),
                      tops_tensor(e, VM_F32, 0, NULL, &scale), vm_value_none(), vm_value_none(),
                      tops_tensor(e, VM_F32, 2, DIMS(M, N), NULL)};
@@ -232,13 +245,167 @@ static void qgemm_extremes(tops_env_t *e, int b_unsigned) {
   free(A);
   free(B);
   free(want);
-  free(got);
   free(gotf);
 }
 
 static void test_qgemm_exact_bound(void **state) {
-  qgemm_extremes(*state, 0);
-  qgemm_extremes(*state, 1);
+  for (int path = 0; path < 2; path++) {
+    if (path) assert_int_equal(setenv("VMCL_QGEMM", "float", 1), 0);
+    qgemm_extremes(*state, 0);
+    qgemm_extremes(*state, 1);
+  }
+  unsetenv("VMCL_QGEMM");
+}
+
+/* B [K, N] packed as cl.qgemm_packed reads it (docs/operators.md):
+ * [ceil(N / 8)][ceil(K / 2)][8][2], element (k, j) at [j / 8][k / 2][j %
+ * 8][k % 2], the pad filled with pad (any value must do). */
+static uint8_t *pack_b(const uint8_t *B, int K, int N, uint8_t pad) {
+  int n8 = (N + 7) / 8, k2 = (K + 1) / 2;
+  uint8_t *p = malloc((size_t)n8 * k2 * 16);
+  assert_non_null(p);
+  memset(p, pad, (size_t)n8 * k2 * 16);
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < N; j++) p[((j / 8) * k2 + k / 2) * 16 + (j % 8) * 2 + k % 2] = B[k * N + j];
+  return p;
+}
+
+/* cl.qgemm (row-major B, the k pairs interleaved in registers) and
+ * cl.qgemm_packed on the same operands against the C reference: uint8 A
+ * [batch, M, K] with per-row zero points, B int8 or uint8 with per-column
+ * zero points, odd and even K, N and M not multiples of 8; int32 out, then
+ * requantized to int8 with a bias and an output zero point. A k pair
+ * swapped or a column misplaced in the packing changes the sums (every
+ * operand differs from its neighbours). */
+static void qgemm_pairs(tops_env_t *e, int batch, int M, int K, int N, int b_unsigned) {
+  vm_dtype_t bt = b_unsigned ? VM_U8 : VM_I8;
+  uint8_t *A = malloc((size_t)batch * M * K), *B = malloc((size_t)K * N);
+  uint8_t *az = malloc((size_t)M), *bz = malloc((size_t)N);
+  int32_t *want = malloc(sizeof(int32_t) * batch * M * N);
+  int8_t *q = malloc((size_t)batch * M * N);
+  float *mul = malloc(sizeof(float) * N);
+  int32_t *bias = malloc(sizeof(int32_t) * N);
+  assert_true(A && B && az && bz && want && q && mul && bias);
+  for (int i = 0; i < batch * M * K; i++) A[i] = (uint8_t)((i * 37 + 11) % 251);
+  for (int i = 0; i < K * N; i++) B[i] = (uint8_t)((i * 53 + 7) % 253);
+  for (int i = 0; i < M; i++) az[i] = (uint8_t)(i * 19 % 256);
+  for (int j = 0; j < N; j++) bz[j] = (uint8_t)(j * 29 + 3);
+  for (int j = 0; j < N; j++) mul[j] = 1e-5f * (float)(j + 1), bias[j] = j * 1000 - 9000;
+  for (int t = 0; t < batch; t++)
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        int64_t acc = 0;
+        for (int k = 0; k < K; k++) {
+          int64_t bv = b_unsigned ? B[k * N + j] : (int8_t)B[k * N + j];
+          int64_t zv = b_unsigned ? bz[j] : (int8_t)bz[j];
+          acc += (int64_t)(A[(t * M + i) * K + k] - az[i]) * (bv - zv);
+        }
+        want[(t * M + i) * N + j] = (int32_t)acc;
+      }
+  uint8_t *P = pack_b(B, K, N, 0x5a);
+  int8_t yz = -3;
+  for (int packed = 0; packed < 2; packed++) {
+    const char *op = packed ? "cl.qgemm_packed" : "cl.qgemm";
+    vm_value_t bv = packed ? tops_tensor(e, bt, 3, DIMS((N + 7) / 8, (K + 1) / 2, 16), P)
+                           : tops_tensor(e, bt, 2, DIMS(K, N), B);
+    vm_value_t a[8] = {tops_tensor(e, VM_U8, 3, DIMS(batch, M, K), A),
+                       bv,
+                       tops_tensor(e, VM_U8, 1, DIMS(M), az),
+                       tops_tensor(e, bt, 1, DIMS(N), bz),
+                       vm_value_none(),
+                       vm_value_none(),
+                       vm_value_none(),
+                       tops_tensor(e, VM_I32, 3, DIMS(batch, M, N), NULL)};
+    char what[64];
+    snprintf(what, sizeof(what), "%dx%dx%dx%d", batch, M, K, N);
+    qgemm_i32_check(e, op, a, want, batch * M * N, what);
+    vm_value_t r[8] = {share(&a[0]),
+                       share(&a[1]),
+                       share(&a[2]),
+                       share(&a[3]),
+                       tops_tensor(e, VM_F32, 1, DIMS(N), mul),
+                       tops_tensor(e, VM_I32, 1, DIMS(N), bias),
+                       tops_tensor(e, VM_I8, 0, NULL, &yz),
+                       tops_tensor(e, VM_I8, 3, DIMS(batch, M, N), NULL)};
+    ASSERT_OK(tops_call(e, op, r, 8));
+    tops_read(e, &r[7], q);
+    tops_check_guard(e, &r[7]);
+    for (int i = 0; i < batch * M * N; i++) {
+      int j = i % N;
+      int64_t w = sat(rintf((float)(want[i] + bias[j]) * mul[j]) + yz, -128, 127);
+      if (q[i] != w) fail_msg("%s requantized element %d: %d, expected %lld", op, i, q[i],
+                              (long long)w);
+    }
+    release_all(a, 8);
+    release_all(r, 8);
+  }
+  free(P);
+  free(A);
+  free(B);
+  free(az);
+  free(bz);
+  free(want);
+  free(q);
+  free(mul);
+  free(bias);
+}
+
+static void test_qgemm_pairs(void **state) {
+  qgemm_pairs(*state, 2, 13, 37, 21, 0); /* odd K, ragged M and N */
+  qgemm_pairs(*state, 1, 9, 64, 16, 1);  /* even K, whole column blocks, uint8 B */
+  qgemm_pairs(*state, 1, 8, 1, 5, 0);    /* one term: only the pad's pair partner */
+  /* the portable spelling of the multiply-add (no x86 builtin) */
+  assert_int_equal(setenv("VMCL_QGEMM", "plain", 1), 0);
+  qgemm_pairs(*state, 2, 13, 37, 21, 0);
+  unsetenv("VMCL_QGEMM");
+}
+
+/* The int16 path's bound (QI16_MAX_K = 33,025: K * 255 * 255 < 2^31): at
+ * it, every term at +-65025 sums to 2,147,450,625, exact in int32 by the
+ * int16 multiply-adds; one term over, cl.qgemm takes the float chunks
+ * (a sum that fits int32) and cl.qgemm_packed refuses. */
+static void test_qgemm_k_bound(void **state) {
+  tops_env_t *e = *state;
+  enum { M = 2, N = 9, KMAX = 33026 };
+  uint8_t *A = malloc((size_t)M * KMAX), *B = malloc((size_t)KMAX * N);
+  assert_true(A && B);
+  for (int K = KMAX - 1; K <= KMAX; K++) {
+    /* row 0: 255 - 0; row 1: 0 - 255; B: 127 - (-128) = 255, or over the
+     * bound, -255 from k = 33,000 on (the sum stays within int32) */
+    for (int i = 0; i < M * K; i++) A[i] = i < K ? 255 : 0;
+    for (int k = 0; k < K; k++)
+      for (int j = 0; j < N; j++) B[k * N + j] = (uint8_t)(int8_t)(K > KMAX - 1 && k >= 33000 ? -128 : 127);
+    const uint8_t az[M] = {0, 255};
+    int8_t bz = K > KMAX - 1 ? 0 : -128;
+    int64_t sum = 0;
+    for (int k = 0; k < K; k++) sum += 255 * ((int64_t)(int8_t)B[k * N] - bz);
+    assert_true(sum <= INT32_MAX);
+    if (K == KMAX - 1) assert_int_equal(sum, 2147450625);
+    vm_value_t a[8] = {tops_tensor(e, VM_U8, 2, DIMS(M, K), A),
+                       tops_tensor(e, VM_I8, 2, DIMS(K, N), B),
+                       tops_tensor(e, VM_U8, 1, DIMS(M), az),
+                       tops_tensor(e, VM_I8, 0, NULL, &bz),
+                       vm_value_none(),
+                       vm_value_none(),
+                       vm_value_none(),
+                       tops_tensor(e, VM_I32, 2, DIMS(M, N), NULL)};
+    int32_t want[M * N];
+    for (int i = 0; i < M * N; i++) want[i] = (int32_t)(i < N ? sum : -sum);
+    char what[32];
+    snprintf(what, sizeof(what), "K %d", K);
+    qgemm_i32_check(e, "cl.qgemm", a, want, M * N, what);
+    release_all(a, 8);
+  }
+  vm_value_t p[8] = {tops_plain(e, VM_U8, 2, DIMS(1, KMAX)),
+                     tops_plain(e, VM_I8, 3, DIMS(1, KMAX / 2, 16)),
+                     vm_value_none(), vm_value_none(), vm_value_none(), vm_value_none(),
+                     vm_value_none(), tops_plain(e, VM_I32, 2, DIMS(1, 8))};
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", p, 8), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: K 33026 exceeds 33025, where int32 sums of int16 products may "
+                "overflow: use cl.qgemm with an unpacked B");
+  release_all(p, 8);
+  free(A);
+  free(B);
 }
 
 /* K = 0: empty sums, so the store writes the bias times mul (no scratch
@@ -338,6 +505,19 @@ static void test_quant_errors(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.qgemm", g, 8), VM_INVALID_ARGUMENT,
                 "cl.qgemm: mul (argument 4) is required for a y of int8/uint8");
   release_all(g, 8);
+  /* a packed B of the wrong shape (an unpacked one, or another K's) */
+  vm_value_t pk[8] = {tops_plain(e, VM_U8, 2, DIMS(2, 5)), tops_plain(e, VM_I8, 2, DIMS(5, 9)),
+                      vm_value_none(), vm_value_none(), vm_value_none(),
+                      vm_value_none(), vm_value_none(), tops_plain(e, VM_I32, 2, DIMS(2, 9))};
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", pk, 8), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: packed B (argument 1) must be [2, 3, 16] for K 5 and N 9 "
+                "(compile the model again with this version)");
+  vm_value_release(&pk[1]);
+  pk[1] = tops_plain(e, VM_I8, 3, DIMS(2, 2, 16));
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", pk, 8), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: packed B (argument 1) must be [2, 3, 16] for K 5 and N 9 "
+                "(compile the model again with this version)");
+  release_all(pk, 8);
   vm_value_t c[17] = {tops_plain(e, VM_I8, 4, DIMS(1, 4, 5, 5)),
                       tops_plain(e, VM_I8, 4, DIMS(6, 3, 3, 3)),
                       vm_value_none(), vm_value_none(), vm_value_none(), vm_value_none(),
@@ -354,7 +534,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_quantize_per_axis), cmocka_unit_test(test_dynamic_quantize),
       cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qgemm_exact_bound),
-      cmocka_unit_test(test_qgemm_empty_k),
+      cmocka_unit_test(test_qgemm_empty_k),    cmocka_unit_test(test_qgemm_pairs),
+      cmocka_unit_test(test_qgemm_k_bound),
       cmocka_unit_test(test_qconv2d),
       cmocka_unit_test(test_quant_errors),
   };
