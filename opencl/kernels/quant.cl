@@ -154,11 +154,16 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
   x += xo;
   y += yo;
   int n8 = n & ~7;
+  /* comparisons skip NaN (one instruction each); with a NaN anywhere the
+   * range is taken again with QNANMIN and NANMAX, which make both ends that
+   * NaN as the other kernels do */
   float8 mn8 = 0.0f, mx8 = 0.0f;
+  int8 nan8 = 0;
   for (int i = 0; i < n8; i += 8) {
     float8 v = convert_float8(LDU8(x + i));
-    mn8 = QNANMIN(mn8, v);
-    mx8 = NANMAX(mx8, v);
+    mn8 = select(mn8, v, v < mn8);
+    mx8 = select(mx8, v, v > mx8);
+    nan8 |= isnan(v);
   }
   float mn = 0.0f, mx = 0.0f;
   for (int i = n8; i < n; i++) {
@@ -166,9 +171,16 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
     mn = QNANMIN(mn, v);
     mx = NANMAX(mx, v);
   }
-  float4 mn4 = QNANMIN(mn8.lo, mn8.hi), mx4 = NANMAX(mx8.lo, mx8.hi);
-  mn = QNANMIN(mn, QNANMIN(QNANMIN(mn4.x, mn4.y), QNANMIN(mn4.z, mn4.w)));
-  mx = NANMAX(mx, NANMAX(NANMAX(mx4.x, mx4.y), NANMAX(mx4.z, mx4.w)));
+  float4 mn4 = fmin(mn8.lo, mn8.hi), mx4 = fmax(mx8.lo, mx8.hi);
+  mn = QNANMIN(mn, fmin(fmin(mn4.x, mn4.y), fmin(mn4.z, mn4.w)));
+  mx = NANMAX(mx, fmax(fmax(mx4.x, mx4.y), fmax(mx4.z, mx4.w)));
+  if (any(nan8)) {
+    for (int i = 0; i < n8; i++) {
+      float v = LD(x, i);
+      mn = QNANMIN(mn, v);
+      mx = NANMAX(mx, v);
+    }
+  }
   float s = dq_scale(mn, mx);
   uchar z = dq_zero_point(mn, s);
   if (g == 0) {
