@@ -271,8 +271,7 @@ static void bench_close(bench_t *b) {
 
 /* Device seconds of one call of op(args) (its kernels' own time from the
  * device's timer, not the launch): the median over runs x 50 calls. */
-static double time_op_device(bench_t *b, const char *op, const vm_value_t *args,
-                             uint32_t nargs) {
+static double time_op_device(bench_t *b, const char *op, const vm_value_t *args, uint32_t nargs) {
   vm_packed_fn fn;
   void *user;
   if (vm_registry_find(b->reg, op, &fn, &user) != 0) exit(1);
