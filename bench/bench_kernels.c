@@ -26,6 +26,23 @@
  * OpenBLAS (measured: its figure drops by about half).
  *
  * Usage: bench_kernels [runs]. Prints one JSON object.
+ *
+ * bench_kernels rows [runs] times only the row kernels at the shapes of
+ * traceforge's T5 encoder (32 tokens) and decoder (8 tokens), each as
+ * NAME_ms (the device's choice: a work-item per row on CPU devices) next to
+ * NAME_group_ms (the work-group kernels, VMCL_ROWS=group) and NAME_speedup
+ * = group / new, wall time per synced call (launch included); then the
+ * same as device time (the kernels alone, as vmclient profile reports
+ * them): NAME_dev_us, NAME_group_dev_us, NAME_dev_speedup:
+ *   rms_32x512, rms_8x512              cl.rms_norm over the model width
+ *   softmax_256x32, softmax_64x8, softmax_64x32
+ *                                      attention: 8 heads x 32 x 32, and the
+ *                                      decoder's self (8 x 8) and cross (8 x 32)
+ *   dq_16384, dq_65536, dq_4096        cl.dynamic_quantize of a [tokens, 512]
+ *                                      or [tokens, 2048] activation
+ *   transpose_heads_32, transpose_kt_32, transpose_heads_8
+ *                                      cl.transpose of [1, T, 8, 64]: the head
+ *                                      split (0, 2, 1, 3) and K^T (0, 2, 3, 1)
  */
 #include <cblas.h>
 #include <dirent.h>
@@ -238,14 +255,125 @@ static double build_ms(const char *dir, vmcl_cache_stats_t *stats) {
   return ms;
 }
 
+/* The first OpenCL device with an allocator and the operators. */
+static void bench_open(bench_t *b) {
+  check(vmcl_device_open(NULL, NULL, &b->dev), "open device");
+  check(vm_allocator_create(b->dev, VM_ALLOC_NAIVE, &b->alloc), "allocator");
+  check(vm_registry_create(&b->reg), "registry");
+  check(vmcl_register_ops(b->reg), "register");
+}
+
+static void bench_close(bench_t *b) {
+  vm_registry_free(b->reg);
+  vm_allocator_destroy(b->alloc);
+  vm_device_destroy(b->dev);
+}
+
+/* Device seconds of one call of op(args) (its kernels' own time from the
+ * device's timer, not the launch): the median over runs x 50 calls. */
+static double time_op_device(bench_t *b, const char *op, const vm_value_t *args, uint32_t nargs) {
+  vm_packed_fn fn;
+  void *user;
+  if (vm_registry_find(b->reg, op, &fn, &user) != 0) exit(1);
+  vm_value_t out = vm_value_none();
+  int n = b->runs * 50;
+  double *t = calloc((size_t)n, sizeof(double));
+  if (!t) exit(1);
+  for (int i = 0; i < n; i++) {
+    check(b->dev->ops->timer_begin(b->dev), "timer_begin");
+    check(fn(NULL, args, nargs, &out, user), op);
+    check(b->dev->ops->timer_end(b->dev, &t[i]), "timer_end");
+  }
+  double m = median(t, n);
+  free(t);
+  return m;
+}
+
+/* One row-kernel figure: op(args) with the device's choice, then with the
+ * work-group kernels forced (what VMCL_ROWS=group sets at open); wall
+ * time per synced call, and device time. */
+static void rows_figure(bench_t *b, const char *name, const char *op, vm_value_t *args,
+                        uint32_t nargs, uint32_t ntensors, const uint32_t *tensors) {
+  double s = time_op(b, op, args, nargs), sd = time_op_device(b, op, args, nargs);
+  vmcl_get(b->dev)->row_groups = 1;
+  double g = time_op(b, op, args, nargs), gd = time_op_device(b, op, args, nargs);
+  vmcl_get(b->dev)->row_groups = 0;
+  printf(
+      ", \"%s_ms\": %.4f, \"%s_group_ms\": %.4f, \"%s_speedup\": %.2f, \"%s_dev_us\": %.1f, "
+      "\"%s_group_dev_us\": %.1f, \"%s_dev_speedup\": %.2f",
+      name, s * 1e3, name, g * 1e3, name, g / s, name, sd * 1e6, name, gd * 1e6, name, gd / sd);
+  for (uint32_t i = 0; i < ntensors; i++) vm_value_release(&args[tensors[i]]);
+}
+
+static int rows_main(bench_t *b) {
+  printf("{\"device\": \"%s\", \"runs\": %d", b->dev->props.name, b->runs);
+  static const int64_t rms[2][2] = {{32, 512}, {8, 512}};
+  for (int i = 0; i < 2; i++) {
+    const int64_t *d = rms[i];
+    vm_value_t a[6] = {tensor(b, 2, d, 1.0f), tensor(b, 1, d + 1, 1.0f), vm_value_none(),
+                       vm_value_int(-1),      vm_value_float(1e-6),      tensor(b, 2, d, 0.0f)};
+    char name[32];
+    snprintf(name, sizeof(name), "rms_%dx%d", (int)d[0], (int)d[1]);
+    rows_figure(b, name, "cl.rms_norm", a, 6, 3, (const uint32_t[]){0, 1, 5});
+  }
+  static const int64_t sm[3][2] = {{256, 32}, {64, 8}, {64, 32}};
+  for (int i = 0; i < 3; i++) {
+    const int64_t *d = sm[i];
+    vm_value_t a[3] = {tensor(b, 2, d, 4.0f), vm_value_int(-1), tensor(b, 2, d, 0.0f)};
+    char name[32];
+    snprintf(name, sizeof(name), "softmax_%dx%d", (int)d[0], (int)d[1]);
+    rows_figure(b, name, "cl.softmax", a, 3, 2, (const uint32_t[]){0, 2});
+  }
+  static const int64_t dq[3] = {16384, 65536, 4096};
+  for (int i = 0; i < 3; i++) {
+    vm_value_t a[4];
+    a[0] = tensor(b, 1, &dq[i], -3.0f);
+    check(vm_tensor_alloc(b->alloc, VM_U8, &dq[i], 1, &a[1]), "alloc");
+    check(vm_tensor_alloc(b->alloc, VM_F32, NULL, 0, &a[2]), "alloc");
+    check(vm_tensor_alloc(b->alloc, VM_U8, NULL, 0, &a[3]), "alloc");
+    char name[32];
+    snprintf(name, sizeof(name), "dq_%d", (int)dq[i]);
+    rows_figure(b, name, "cl.dynamic_quantize", a, 4, 4, (const uint32_t[]){0, 1, 2, 3});
+  }
+  /* attention's head split [1, T, 8, 64] -> [1, 8, T, 64] and K^T
+   * [1, 32, 8, 64] -> [1, 8, 64, 32] */
+  static const struct {
+    int64_t t;
+    int64_t perm[4];
+    const char *name;
+  } tr[3] = {{32, {0, 2, 1, 3}, "transpose_heads_32"},
+             {32, {0, 2, 3, 1}, "transpose_kt_32"},
+             {8, {0, 2, 1, 3}, "transpose_heads_8"}};
+  for (int i = 0; i < 3; i++) {
+    int64_t xd[4] = {1, tr[i].t, 8, 64}, yd[4];
+    vm_value_t pf[4];
+    for (int j = 0; j < 4; j++) {
+      yd[j] = xd[tr[i].perm[j]];
+      pf[j] = vm_value_int(tr[i].perm[j]);
+    }
+    vm_value_t a[3] = {tensor(b, 4, xd, 1.0f), vm_value_none(), tensor(b, 4, yd, 0.0f)};
+    check(vm_tuple_new(pf, 4, &a[1]), "tuple");
+    rows_figure(b, tr[i].name, "cl.transpose", a, 3, 3, (const uint32_t[]){0, 1, 2});
+  }
+  printf("}\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   /* PoCL keeps compiled kernels in its own cache (~/.cache/pocl); with it a
    * "first" build would be served from there. Must precede any OpenCL call. */
   setenv("POCL_KERNEL_CACHE", "0", 1);
   bench_t b;
   memset(&b, 0, sizeof(b));
-  b.runs = argc > 1 ? atoi(argv[1]) : 5;
+  int rows = argc > 1 && strcmp(argv[1], "rows") == 0;
+  b.runs = argc > 1 + rows ? atoi(argv[1 + rows]) : 5;
   if (b.runs < 1) b.runs = 1;
+  if (rows) {
+    bench_open(&b);
+    int rc = rows_main(&b);
+    bench_close(&b);
+    return rc;
+  }
 
   /* Baselines first, before OpenCL starts: once PoCL's worker threads
    * exist they compete with OpenBLAS's and halve its figure. */
@@ -254,10 +382,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 3; i++) ob[i] = openblas_gflops(&b, sizes[i]);
   double mc_gbps = memcpy_gbps(&b);
 
-  check(vmcl_device_open(NULL, NULL, &b.dev), "open device");
-  check(vm_allocator_create(b.dev, VM_ALLOC_NAIVE, &b.alloc), "allocator");
-  check(vm_registry_create(&b.reg), "registry");
-  check(vmcl_register_ops(b.reg), "register");
+  bench_open(&b);
 
   for (int i = 0; i < 3; i++) g[i] = gemm_gflops(&b, sizes[i]);
   setenv("VMCL_GEMM", "clblast", 1);
@@ -320,8 +445,6 @@ int main(int argc, char **argv) {
       "\"cache_disk_hit\": %s}\n",
       first_ms, cached_ms, first_ms / cached_ms, cache_ok ? "true" : "false");
 
-  vm_registry_free(b.reg);
-  vm_allocator_destroy(b.alloc);
-  vm_device_destroy(b.dev);
+  bench_close(&b);
   return 0;
 }

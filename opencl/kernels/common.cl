@@ -33,8 +33,29 @@
 #define ST4(v, i, p) vstore_half4_rte((v), (i), (p))
 #define LD8(p, i) vload_half8((i), (p))
 #define ST8(v, i, p) vstore_half8_rte((v), (i), (p))
+/* Eight halves at any 2-byte aligned address p, element by element: PoCL
+ * compiles vload_half8/vstore_half8 to 16-byte aligned moves, which fault
+ * on a row that starts elsewhere (a row kernel's x + row * len). */
+float8 ldu8_half(__global const half *p) {
+  return (float8)(vload_half(0, p), vload_half(1, p), vload_half(2, p), vload_half(3, p),
+                  vload_half(4, p), vload_half(5, p), vload_half(6, p), vload_half(7, p));
+}
+void stu8_half(float8 v, __global half *p) {
+  vstore_half_rte(v.s0, 0, p);
+  vstore_half_rte(v.s1, 1, p);
+  vstore_half_rte(v.s2, 2, p);
+  vstore_half_rte(v.s3, 3, p);
+  vstore_half_rte(v.s4, 4, p);
+  vstore_half_rte(v.s5, 5, p);
+  vstore_half_rte(v.s6, 6, p);
+  vstore_half_rte(v.s7, 7, p);
+}
+#define LDU8(p) ldu8_half(p)
+#define STU8(v, p) stu8_half((v), (p))
 #else
 #define S F /* float, or double */
+#define LDU8(p) vload8(0, (p))
+#define STU8(v, p) vstore8((v), 0, (p))
 #define LD(p, i) ((p)[(i)])
 #define ST(v, i, p) ((p)[(i)] = (v))
 #define LD4(p, i) vload4((i), (p))

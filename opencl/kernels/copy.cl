@@ -15,6 +15,25 @@ __kernel void copy_nd(__global const T *src, int so, __global T *dst, int dof, i
   dst[dof + o.y] = src[so + o.x];
 }
 
+/* copy_rows: the same copy, one work-item per run of the innermost dim
+ * (shape.s0 elements): the offsets' divisions once per run instead of once
+ * per element. The host picks it on CPU devices for runs of 8 to
+ * COPY_ROW_MAX elements (an attention's head split or K^T). */
+__kernel void copy_rows(__global const T *src, int so, __global T *dst, int dof, int nrows,
+                        int rank, int8 shape, int8 sstride, int8 dstride) {
+  int r = get_global_id(0);
+  if (r >= nrows) return;
+  int2 o = nd_offsets(r, rank - 1, shape.s12345677, sstride.s12345677, dstride.s12345677);
+  src += so + o.x;
+  dst += dof + o.y;
+  int len = shape.s0, ss = sstride.s0, ds = dstride.s0;
+  if (ss == 1 && ds == 1) {
+    for (int j = 0; j < len; j++) dst[j] = src[j];
+  } else {
+    for (int j = 0; j < len; j++) dst[j * ds] = src[j * ss];
+  }
+}
+
 /* cl.pad: one work-item per output element. Per dim (innermost first):
  * the output extent, the input extent and element stride, and the begin
  * pad (negative: a crop). A coordinate c = o - before outside the input

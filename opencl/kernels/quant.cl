@@ -124,6 +124,78 @@ __kernel void dynamic_quantize_wg(__global const S *x, int xo, int n, __global S
   uchar z = zp[zo];
   for (int i = l; i < n; i += ls) y[yo + i] = dq_one(LD(x, xo + i), s, z);
 }
+
+/* The scale as the quantize step reads it back from its S storage (float16
+ * rounds; float32 and float64 hold it exactly). */
+#ifdef VMCL_F16
+float dq_stored(float s) {
+  ushort h;
+  vstore_half_rte(s, 0, (__private half *)&h);
+  return vload_half(0, (__private const half *)&h);
+}
+#else
+float dq_stored(float s) {
+  return s;
+}
+#endif
+
+/* The whole of DynamicQuantizeLinear in one launch on CPU devices, without
+ * work-group barriers (PoCL runs each stretch between two as its own loop
+ * over the group): a few work-items, a work-group each so that they spread
+ * over the cores, each take the range of all of x (eight values a step;
+ * reading x again costs less than a second launch), then quantize their
+ * own chunk (a multiple of 8) of it. Min and max are exact in any order,
+ * so every work-item finds the same parameters as the kernels above;
+ * work-item 0 stores them. */
+__kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global S *scale,
+                                    int so, __global uchar *zp, int zo, __global uchar *y,
+                                    int yo, int chunk) {
+  int g = get_global_id(0);
+  x += xo;
+  y += yo;
+  int n8 = n & ~7;
+  /* comparisons skip NaN (one instruction each); with a NaN anywhere the
+   * range is taken again with QNANMIN and NANMAX, which make both ends that
+   * NaN as the other kernels do */
+  float8 mn8 = 0.0f, mx8 = 0.0f;
+  int8 nan8 = 0;
+  for (int i = 0; i < n8; i += 8) {
+    float8 v = convert_float8(LDU8(x + i));
+    mn8 = select(mn8, v, v < mn8);
+    mx8 = select(mx8, v, v > mx8);
+    nan8 |= isnan(v);
+  }
+  float mn = 0.0f, mx = 0.0f;
+  for (int i = n8; i < n; i++) {
+    float v = LD(x, i);
+    mn = QNANMIN(mn, v);
+    mx = NANMAX(mx, v);
+  }
+  float4 mn4 = fmin(mn8.lo, mn8.hi), mx4 = fmax(mx8.lo, mx8.hi);
+  mn = QNANMIN(mn, fmin(fmin(mn4.x, mn4.y), fmin(mn4.z, mn4.w)));
+  mx = NANMAX(mx, fmax(fmax(mx4.x, mx4.y), fmax(mx4.z, mx4.w)));
+  if (any(nan8)) {
+    for (int i = 0; i < n8; i++) {
+      float v = LD(x, i);
+      mn = QNANMIN(mn, v);
+      mx = NANMAX(mx, v);
+    }
+  }
+  float s = dq_scale(mn, mx);
+  uchar z = dq_zero_point(mn, s);
+  if (g == 0) {
+    ST(s, so, scale);
+    zp[zo] = z;
+  }
+  s = dq_stored(s);
+  int lo = g * chunk, hi = min(n, lo + chunk);
+  int i = lo;
+  for (; i + 8 <= hi; i += 8) {
+    float8 v = rint(convert_float8(LDU8(x + i)) / s) + (float)z;
+    vstore8(convert_uchar8(fmin(fmax(v, 0.0f), 255.0f)), 0, y + i);
+  }
+  for (; i < hi; i++) y[i] = dq_one(LD(x, i), s, z);
+}
 #endif /* TQ */
 
 #ifdef MODE

@@ -119,6 +119,60 @@ __kernel void softmax_row(__global const S *x, int xo, __global S *y, int yo, in
   for (int j = l; j < len; j += n) ST(SM_EXP(x, j, m, y) * inv, j, y);
 }
 
+/* Horizontal sum and max of the eight lanes of a row kernel's partials. */
+F hsum8(F8 v) {
+  F4 a = v.lo + v.hi;
+  return (a.x + a.y) + (a.z + a.w);
+}
+
+F hmax8(F8 v) {
+  F4 a = fmax(v.lo, v.hi);
+  return fmax(fmax(a.x, a.y), fmax(a.z, a.w));
+}
+
+/* softmax_item: axis innermost, one work-item per row, eight elements a
+ * step: for CPU devices, where a work-group per row pays for its barriers
+ * (PoCL runs each stretch between two as its own loop over the group) and
+ * softmax_col's loads stride by a row. The maximum is taken with fmax,
+ * which skips NaN: a NaN still makes its row NaN through the sum, as in
+ * the kernels above. */
+__kernel void softmax_item(__global const S *x, int xo, __global S *y, int yo, int rows,
+                           int len) {
+  int row = get_global_id(0);
+  if (row >= rows) return;
+  x += xo + row * len;
+  y += yo + row * len;
+  int len8 = len & ~7;
+  F8 m8 = (F8)(-INFINITY);
+  F m = -INFINITY;
+  for (int j = 0; j < len8; j += 8) m8 = fmax(m8, LDU8(x + j));
+  for (int j = len8; j < len; j++) m = fmax(m, LD(x, j));
+  m = fmax(m, hmax8(m8));
+  F8 s8 = (F8)(0);
+  F s = 0;
+  for (int j = 0; j < len8; j += 8) {
+    F8 e = exp(LDU8(x + j) - m);
+    s8 += e;
+#ifndef VMCL_F16
+    STU8(e, y + j);
+#endif
+  }
+  for (int j = len8; j < len; j++) {
+    F e = exp(LD(x, j) - m);
+    s += e;
+    SM_KEEP(e, j, y);
+  }
+  F inv = 1 / (hsum8(s8) + s);
+  for (int j = 0; j < len8; j += 8) {
+#ifdef VMCL_F16
+    STU8(exp(LDU8(x + j) - m) * inv, y + j);
+#else
+    STU8(LDU8(y + j) * inv, y + j);
+#endif
+  }
+  for (int j = len8; j < len; j++) ST(SM_EXP(x, j, m, y) * inv, j, y);
+}
+
 /* softmax_col: axis has inner elements after it; one work-item per
  * (outer, inner) column, stepping by inner (neighbouring work-items read
  * neighbouring addresses). */
@@ -177,6 +231,56 @@ __kernel void layer_norm_row(__global const S *x, int xo, __global const S *gamm
     F t = (LD(x, j) - mean) * rstd;
     if (has_gamma) t *= LD(gamma, go + j);
     if (has_beta) t += LD(beta, bo + j);
+    ST(t, j, y);
+  }
+}
+
+/* layer_norm_item: the same for short rows on CPU devices, one work-item
+ * per row (reasons as softmax_item's), eight elements a step; the
+ * arguments are layer_norm_row's with rows in place of the local scratch. */
+__kernel void layer_norm_item(__global const S *x, int xo, __global const S *gamma, int go,
+                              int has_gamma, __global const S *beta, int bo, int has_beta,
+                              __global S *y, int yo, int len, float eps, int rows,
+                              __global float *mean_out, int mo, __global float *rstd_out,
+                              int ro, int has_stats, int rms) {
+  int row = get_global_id(0);
+  if (row >= rows) return;
+  x += xo + row * len;
+  y += yo + row * len;
+  gamma += go;
+  beta += bo;
+  int len8 = len & ~7;
+  F mean = 0;
+  if (!rms) {
+    F8 s8 = (F8)(0);
+    F s = 0;
+    for (int j = 0; j < len8; j += 8) s8 += LDU8(x + j);
+    for (int j = len8; j < len; j++) s += LD(x, j);
+    mean = (hsum8(s8) + s) / (F)len;
+  }
+  F8 v8 = (F8)(0);
+  F v = 0;
+  for (int j = 0; j < len8; j += 8) {
+    F8 d = LDU8(x + j) - mean;
+    v8 += d * d;
+  }
+  for (int j = len8; j < len; j++) {
+    F d = LD(x, j) - mean;
+    v += d * d;
+  }
+  F rstd = rsqrt((hsum8(v8) + v) / (F)len + eps);
+  if (has_stats & 1) mean_out[mo + row] = mean;
+  if (has_stats & 2) rstd_out[ro + row] = rstd;
+  for (int j = 0; j < len8; j += 8) {
+    F8 t = (LDU8(x + j) - mean) * rstd;
+    if (has_gamma) t *= LDU8(gamma + j);
+    if (has_beta) t += LDU8(beta + j);
+    STU8(t, y + j);
+  }
+  for (int j = len8; j < len; j++) {
+    F t = (LD(x, j) - mean) * rstd;
+    if (has_gamma) t *= LD(gamma, j);
+    if (has_beta) t += LD(beta, j);
     ST(t, j, y);
   }
 }

@@ -212,6 +212,8 @@ static vm_status_t vmcl_read_fp64(vmcl_dev_t *d) {
   /* the operators' other switches, read here once rather than per call */
   env = getenv("VMCL_SOFTMAX");
   d->softmax_groups = env && strcmp(env, "group") == 0;
+  env = getenv("VMCL_ROWS");
+  d->row_groups = env && strcmp(env, "group") == 0;
   return VM_STATUS_OK;
 }
 

@@ -58,6 +58,12 @@ typedef struct vmcl_dev {
   /* VMCL_SOFTMAX=group when the device was opened: cl.softmax keeps a
    * work-group per row on CPU devices (read once, not per call) */
   int softmax_groups;
+  /* VMCL_ROWS=group when the device was opened: on CPU devices cl.rms_norm,
+   * cl.layer_norm, cl.softmax and cl.dynamic_quantize keep their work-group
+   * kernels and strided copies (cl.transpose, cl.concat, ...) copy_nd's
+   * work-item per element, as before their work-item-per-row forms (for
+   * bench_kernels rows' same-run comparison) */
+  int row_groups;
   /* carried-kernel policy (vmcl_set_kernel_policy) */
   char *kernels_denied; /* NULL: allowed; else why not */
   uint32_t kernel_timeout_ms;

@@ -548,6 +548,14 @@ void vmcl_arg_local(vmcl_args_t *a, size_t bytes) {
   if (a->err == CL_SUCCESS) a->err = err;
 }
 
+cl_uint vmcl_cpu_units(vmcl_dev_t *d) {
+  cl_uint cu = 0;
+  if (!(d->type & CL_DEVICE_TYPE_CPU) ||
+      clGetDeviceInfo(d->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(cu), &cu, NULL) != CL_SUCCESS)
+    return 0;
+  return cu;
+}
+
 size_t vmcl_local_size(vmcl_dev_t *d, cl_kernel k, size_t want) {
   size_t max = 0;
   if (clGetKernelWorkGroupInfo(k, d->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(max), &max, NULL) !=
@@ -610,6 +618,9 @@ const char *vmcl_copy_type(size_t elem_bytes) {
   }
 }
 
+/* The longest innermost run copy_rows gives one work-item. */
+#define COPY_ROW_MAX 4096
+
 vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int64_t src_off,
                               cl_mem dst, int64_t dst_off, vmcl_iter_t *it) {
   int64_t n = 1;
@@ -634,16 +645,23 @@ vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int6
   }
   char opts[32];
   snprintf(opts, sizeof(opts), "-DT=%s", type);
+  /* On CPU devices, runs of the innermost dim take a work-item each
+   * (copy_rows): copy_nd's divisions per element cost more than the copy
+   * (bench_kernels rows: an attention's head split). */
+  int64_t inner = it->shape[it->rank - 1];
+  int rows = it->rank >= 2 && inner >= 8 && inner <= COPY_ROW_MAX && !d->row_groups &&
+             vmcl_cpu_units(d) > 0;
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_COPY, opts, "copy_nd", &k);
+  st = vmcl_family_kernel(d, VMCL_FAM_COPY, opts, rows ? "copy_rows" : "copy_nd", &k);
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
   vmcl_arg_mem(&a, src);
   vmcl_arg_int(&a, src_off);
   vmcl_arg_mem(&a, dst);
   vmcl_arg_int(&a, dst_off);
+  if (rows) n /= inner;
   vmcl_arg_int(&a, n);
   vmcl_arg_int(&a, it->rank);
   vmcl_arg_dims(&a, it->shape, it->rank, 1);
@@ -653,7 +671,7 @@ vm_status_t vmcl_copy_strided(vmcl_dev_t *d, size_t elem_bytes, cl_mem src, int6
     st = vmcl_status(a.err, "clSetKernelArg(copy_nd)");
     goto done;
   }
-  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, rows ? 16 : 256));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;

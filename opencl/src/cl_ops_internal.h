@@ -197,6 +197,9 @@ void vmcl_arg_local(vmcl_args_t *a, size_t bytes);
 /* The largest power of two <= want that the kernel can run as a
  * work-group on this device (at least 1). */
 size_t vmcl_local_size(vmcl_dev_t *d, cl_kernel k, size_t want);
+/* The compute units of a CPU device; 0 for other device types (or when the
+ * driver does not say). */
+cl_uint vmcl_cpu_units(vmcl_dev_t *d);
 /* Sets a family kernel's arguments (set_args on ctx) and launches it over
  * items work-items in groups of about local, under the device lock. */
 typedef void (*vmcl_args_fn)(vmcl_args_t *a, const void *ctx);

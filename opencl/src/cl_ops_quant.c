@@ -184,6 +184,25 @@ vm_status_t vmcl_op_dequantize(vm_machine_t *m, const vm_value_t *args, uint32_t
  * work-group, then the quantize step over the whole device. */
 #define DQ_ONE_GROUP_MAX 65536
 
+/* On CPU devices, up to DQ_ONE_GROUP_MAX elements run as
+ * dynamic_quantize_item instead: one work-item per core (at most one per
+ * DQ_ITEM_MIN elements), each finding the range of all of x and quantizing
+ * its share, with no barriers (bench_kernels rows: 16K and 64K values). */
+#define DQ_ITEM_MIN 8192
+
+/* dynamic_quantize_item over n elements on a device of cu cores: its
+ * work-items, and the chunk (a multiple of 8) that each quantizes. */
+static void dq_item_shape(int64_t n, cl_uint cu, size_t *items, int64_t *chunk) {
+  int64_t g = (n + DQ_ITEM_MIN - 1) / DQ_ITEM_MIN;
+  if (g > (int64_t)cu) g = cu;
+  if (g < 1) g = 1;
+  int64_t c = (n + g - 1) / g;
+  c = c < 8 ? 8 : (c + 7) / 8 * 8;
+  /* an empty x still takes one work-item: it stores the parameters */
+  *items = n ? (size_t)((n + c - 1) / c) : 1;
+  *chunk = c;
+}
+
 vm_status_t vmcl_op_dynamic_quantize(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                                      vm_value_t *out, void *user) {
   (void)m;
@@ -211,10 +230,15 @@ vm_status_t vmcl_op_dynamic_quantize(vm_machine_t *m, const vm_value_t *args, ui
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
   int one = n <= DQ_ONE_GROUP_MAX;
+  cl_uint cu = vmcl_cpu_units(d);
+  int item = one && cu > 0 && !d->row_groups;
   vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_QUANT, opts,
-                                      one ? "dynamic_quantize_wg" : "dynamic_qparams", &k);
+                                      item  ? "dynamic_quantize_item"
+                                      : one ? "dynamic_quantize_wg"
+                                            : "dynamic_qparams",
+                                      &k);
   if (!st) {
-    size_t local = vmcl_local_size(d, k, 256);
+    /* the three kernels' arguments begin alike */
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_mem(&a, vmcl_tensor_mem(x));
     vmcl_arg_int(&a, vmcl_elem_offset(x));
@@ -227,9 +251,18 @@ vm_status_t vmcl_op_dynamic_quantize(vm_machine_t *m, const vm_value_t *args, ui
       vmcl_arg_mem(&a, vmcl_tensor_mem(y));
       vmcl_arg_int(&a, vmcl_elem_offset(y));
     }
-    vmcl_arg_local(&a, local * sizeof(float));
+    size_t local = 1, items = 1;
+    if (item) {
+      int64_t chunk;
+      dq_item_shape(n, cu, &items, &chunk);
+      vmcl_arg_int(&a, chunk);
+    } else {
+      local = vmcl_local_size(d, k, 256);
+      items = local;
+      vmcl_arg_local(&a, local * sizeof(float));
+    }
     st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
-                             : vmcl_launch(d, k, 1, &local, &local);
+                             : vmcl_launch(d, k, 1, &items, &local);
   }
   if (!st && !one) st = vmcl_family_kernel(d, VMCL_FAM_QUANT, opts, "dynamic_quantize", &k);
   if (!st && !one) {

@@ -28,11 +28,25 @@ static int norm_axis(int64_t axis, uint32_t ndim) {
  * CPU device runs a work-group's barriers as separate loops over its
  * items, so there a work-group per output only pays below that. */
 static int cpu_items_suffice(vmcl_dev_t *d, int64_t nout) {
-  cl_uint cu = 0;
-  return (d->type & CL_DEVICE_TYPE_CPU) &&
-         clGetDeviceInfo(d->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(cu), &cu, NULL) ==
-             CL_SUCCESS &&
-         nout >= 16 * (int64_t)cu;
+  cl_uint cu = vmcl_cpu_units(d);
+  return cu && nout >= 16 * (int64_t)cu;
+}
+
+/* Rows up to this long take a work-item each on CPU devices (softmax_item,
+ * layer_norm_item): eight elements a step, no barriers, and the rows over
+ * every core; a work-group per row spends most of a short row's time
+ * between its barriers' loops (bench_kernels rows: rms_norm 32 x 512,
+ * softmax 256 x 32). Longer rows keep their work-groups. */
+#define ROW_ITEM_MAX_LEN 4096
+
+static int row_items(vmcl_dev_t *d, int64_t len) {
+  return !d->row_groups && len <= ROW_ITEM_MAX_LEN && vmcl_cpu_units(d) > 0;
+}
+
+/* Work-group size of the item-per-row kernels: small, so that even a few
+ * rows make a work-group per core; two sizes, so at most two compiles. */
+static size_t row_item_local(vmcl_dev_t *d, cl_kernel k, int64_t rows) {
+  return vmcl_local_size(d, k, rows >= 64 * (int64_t)vmcl_cpu_units(d) ? 32 : 4);
 }
 
 vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_tensor_t *x,
@@ -191,11 +205,16 @@ vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t na
    * (inner 1) is faster (bench_kernels' softmax figures; VMCL_SOFTMAX=group
    * when the device is opened keeps the work-groups, for that comparison). */
   int row = inner == 1 && !(!d->softmax_groups && cpu_items_suffice(d, outer));
+  /* ... and short contiguous rows take softmax_item there (row_items) */
+  int item = inner == 1 && !d->softmax_groups && row_items(d, len);
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
   st = vmcl_family_kernel(d, VMCL_FAM_REDUCE, vmcl_float_options(x->dtype),
-                          row ? "softmax_row" : "softmax_col", &k);
+                          item  ? "softmax_item"
+                          : row ? "softmax_row"
+                                : "softmax_col",
+                          &k);
   if (st) goto done;
   vmcl_args_t a = vmcl_args_begin(k);
   vmcl_arg_mem(&a, vmcl_tensor_mem(x));
@@ -203,7 +222,12 @@ vm_status_t vmcl_op_softmax(vm_machine_t *m, const vm_value_t *args, uint32_t na
   vmcl_arg_mem(&a, vmcl_tensor_mem(y));
   vmcl_arg_int(&a, vmcl_elem_offset(y));
   size_t local, items;
-  if (row) {
+  if (item) {
+    local = row_item_local(d, k, outer);
+    vmcl_arg_int(&a, outer);
+    vmcl_arg_int(&a, len);
+    items = (size_t)outer;
+  } else if (row) {
     local = vmcl_local_size(d, k, row_local(len));
     vmcl_arg_int(&a, len);
     vmcl_arg_local(&a, local * vmcl_real_bytes(x->dtype));
@@ -299,9 +323,11 @@ vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_REDUCE, vmcl_float_options(x->dtype), "layer_norm_row", &k);
+  int item = row_items(d, len);
+  st = vmcl_family_kernel(d, VMCL_FAM_REDUCE, vmcl_float_options(x->dtype),
+                          item ? "layer_norm_item" : "layer_norm_row", &k);
   if (st) goto done;
-  size_t local = vmcl_local_size(d, k, row_local(len));
+  size_t local = item ? row_item_local(d, k, rows) : vmcl_local_size(d, k, row_local(len));
   vmcl_args_t a = vmcl_args_begin(k);
   vmcl_arg_mem(&a, vmcl_tensor_mem(x));
   vmcl_arg_int(&a, vmcl_elem_offset(x));
@@ -316,7 +342,10 @@ vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t
   vmcl_arg_int(&a, vmcl_elem_offset(y));
   vmcl_arg_int(&a, len);
   vmcl_arg_float(&a, (float)eps);
-  vmcl_arg_local(&a, local * vmcl_real_bytes(x->dtype));
+  if (item)
+    vmcl_arg_int(&a, rows);
+  else
+    vmcl_arg_local(&a, local * vmcl_real_bytes(x->dtype));
   /* absent statistics: y's buffer stands in (never written) */
   vmcl_arg_mem(&a, vmcl_tensor_mem(mean ? mean : y));
   vmcl_arg_int(&a, mean ? vmcl_elem_offset(mean) : 0);
@@ -328,7 +357,7 @@ vm_status_t vmcl_op_layer_norm(vm_machine_t *m, const vm_value_t *args, uint32_t
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;
   }
-  st = vmcl_launch_1d(d, k, (size_t)rows * local, local);
+  st = vmcl_launch_1d(d, k, item ? (size_t)rows : (size_t)rows * local, local);
 done:
   pthread_mutex_unlock(&d->lock);
   return st;

@@ -37,6 +37,15 @@ int tops_setup(void **state) {
   return 0;
 }
 
+tops_env_t *tops_setup_with(const char *var, const char *value) {
+  setenv(var, value, 1);
+  tops_env_t *g = NULL;
+  int rc = tops_setup((void **)&g);
+  unsetenv(var);
+  assert_int_equal(rc, 0);
+  return g;
+}
+
 int tops_teardown(void **state) {
   tops_env_t *e = *state;
   if (!e) return 0;

@@ -28,6 +28,10 @@ typedef struct tops_env {
 /* cmocka group setup/teardown: *state becomes a tops_env_t. */
 int tops_setup(void **state);
 int tops_teardown(void **state);
+/* Another environment whose device was opened with var=value in the
+ * environment (removed again before returning); fails the test if it
+ * cannot be set up. Free it with tops_teardown. */
+tops_env_t *tops_setup_with(const char *var, const char *value);
 
 /* Calls the registered operator directly (its vm_packed_fn, no machine:
  * operators do not use it) and checks it returns no value. */

@@ -244,6 +244,13 @@ static void test_softmax(void **state) {
   check_softmax(e, VM_F32, 1, DIMS(1), 0, -3, 3);
   check_softmax(e, VM_F32, 2, DIMS(0, 4), 1, -3, 3);
   check_softmax(e, VM_F16, 2, DIMS(9, 33), -1, -3, 3);
+  /* a work-item per row on CPU devices (softmax_item, rows up to 4096):
+   * an attention's 8 x 32 x 32, one row, a row whose length leaves a
+   * remainder after the eight-wide steps, and a row too long for it */
+  check_softmax(e, VM_F32, 3, DIMS(8, 32, 32), -1, -3, 3);
+  check_softmax(e, VM_F32, 2, DIMS(1, 37), -1, -3, 3);
+  check_softmax(e, VM_F16, 2, DIMS(3, 4096), -1, -3, 3);
+  check_softmax(e, VM_F32, 2, DIMS(2, 4097), -1, -3, 3);
 }
 
 /* VMCL_SOFTMAX=group is read when a device opens, not per call: a device
@@ -253,18 +260,17 @@ static void test_softmax(void **state) {
 static void test_softmax_groups_read_at_open(void **state) {
   tops_env_t *e = *state;
   assert_int_equal(vmcl_get(e->dev)->softmax_groups, 0);
-  setenv("VMCL_SOFTMAX", "group", 1);
-  tops_env_t *g = NULL;
-  int rc = tops_setup((void **)&g);
+  tops_env_t *g = tops_setup_with("VMCL_SOFTMAX", "group");
   assert_int_equal(vmcl_get(e->dev)->softmax_groups, 0);
-  unsetenv("VMCL_SOFTMAX");
-  assert_int_equal(rc, 0);
   assert_int_equal(vmcl_get(g->dev)->softmax_groups, 1);
   check_softmax(g, VM_F32, 2, DIMS(300, 197), -1, -3, 3);
   check_softmax(g, VM_F32, 3, DIMS(7, 13, 5), -1, -3, 3);
   assert_int_equal(vmcl_get(g->dev)->softmax_groups, 1);
   assert_int_equal(tops_teardown((void **)&g), 0);
 }
+
+static void check_transpose(tops_env_t *e, vm_dtype_t dt, uint32_t nd, const int64_t *dims,
+                            const int64_t *perm);
 
 static void check_layer_norm(tops_env_t *e, vm_dtype_t dt, uint32_t nd, const int64_t *dims,
                              int axis, int affine) {
@@ -310,6 +316,26 @@ static void test_layer_norm(void **state) {
   check_layer_norm(e, VM_F32, 2, DIMS(4, 1), -1, 1); /* one element: (x - x) = 0 -> beta */
   check_layer_norm(e, VM_F32, 2, DIMS(0, 8), -1, 1);
   check_layer_norm(e, VM_F16, 2, DIMS(9, 48), -1, 1);
+  /* layer_norm_item on CPU devices: one row, rows of a length that leaves
+   * a remainder after the eight-wide steps, and rows too long for it */
+  check_layer_norm(e, VM_F32, 2, DIMS(1, 512), -1, 1);
+  check_layer_norm(e, VM_F32, 2, DIMS(33, 517), -1, 0);
+  check_layer_norm(e, VM_F32, 2, DIMS(2, 4097), -1, 1);
+}
+
+/* VMCL_ROWS=group is read when a device opens: such a device keeps the
+ * work-group row kernels and copy_nd (what GPUs run) and computes the same
+ * results; the device opened without it never takes it up. */
+static void test_rows_group_read_at_open(void **state) {
+  tops_env_t *e = *state;
+  assert_int_equal(vmcl_get(e->dev)->row_groups, 0);
+  tops_env_t *g = tops_setup_with("VMCL_ROWS", "group");
+  assert_int_equal(vmcl_get(e->dev)->row_groups, 0);
+  assert_int_equal(vmcl_get(g->dev)->row_groups, 1);
+  check_softmax(g, VM_F32, 3, DIMS(8, 32, 32), -1, -3, 3);
+  check_layer_norm(g, VM_F32, 2, DIMS(33, 517), -1, 1);
+  check_transpose(g, VM_F32, 4, DIMS(1, 32, 8, 64), DIMS(0, 2, 3, 1));
+  assert_int_equal(tops_teardown((void **)&g), 0);
 }
 
 /* ---------------------------------------------------------------------------
@@ -422,6 +448,13 @@ static void test_transpose(void **state) {
   check_transpose(e, VM_F32, 3, DIMS(2, 3, 4), DIMS(0, 1, 2)); /* identity */
   check_transpose(e, VM_F32, 2, DIMS(0, 3), DIMS(1, 0));
   check_transpose(e, VM_F32, 8, DIMS(2, 1, 2, 3, 1, 2, 2, 3), DIMS(7, 0, 6, 1, 5, 2, 4, 3));
+  /* copy_rows on CPU devices: an attention's head split (runs contiguous
+   * on both sides) and K^T (strided reads), float16's 2-byte elements, and
+   * runs too long for it (copy_nd again) */
+  check_transpose(e, VM_F32, 4, DIMS(1, 32, 8, 64), DIMS(0, 2, 1, 3));
+  check_transpose(e, VM_F32, 4, DIMS(1, 32, 8, 64), DIMS(0, 2, 3, 1));
+  check_transpose(e, VM_F16, 3, DIMS(9, 3, 11), DIMS(1, 0, 2));
+  check_transpose(e, VM_F32, 2, DIMS(4097, 2), DIMS(1, 0));
 }
 
 static void test_slice(void **state) {
@@ -481,6 +514,19 @@ static void test_slice(void **state) {
   tops_read_f(e, &args[4], got);
   tops_assert_close(got, x + 2 * 65, 2 * 65, 0, 0, "cl.slice leading axis");
   release_all(args, 5);
+  /* x seen as [5, 91], its rows reversed: runs of 91 with a negative read
+   * stride (copy_rows on CPU devices) */
+  float rev[5 * 91];
+  vm_value_t r[5] = {tops_tensor_f(e, VM_F32, 2, DIMS(5, 91), x), tops_int_tuple(2, DIMS(0, -1)),
+                     tops_int_tuple(2, DIMS(5, -1000)), tops_int_tuple(2, DIMS(1, -1)),
+                     tops_tensor(e, VM_F32, 2, DIMS(5, 91), NULL)};
+  ASSERT_OK(tops_call(e, "cl.slice", r, 5));
+  tops_read_f(e, &r[4], rev);
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 91; j++)
+      if (rev[i * 91 + j] != x[i * 91 + 90 - j]) fail_msg("reversed row %d element %d", i, j);
+  tops_check_guard(e, &r[4]);
+  release_all(r, 5);
   free(x);
 }
 
@@ -798,6 +844,7 @@ int main(void) {
       cmocka_unit_test(test_unary_ops),
       cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_softmax_groups_read_at_open),
+      cmocka_unit_test(test_rows_group_read_at_open),
       cmocka_unit_test(test_layer_norm),
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_transpose),

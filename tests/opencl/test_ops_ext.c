@@ -558,11 +558,14 @@ static void test_layer_norm_stats(void **state) {
 }
 
 /* cl.rms_norm: y = x / sqrt(mean(x^2) + eps) * gamma + beta over the rows
- * (float32 and float16, a row longer than a work-group), and its arity */
+ * (float32 and float16, a row longer than a work-group), and its arity;
+ * then in float32 a T5's 32 x 512 and one row of 512 (layer_norm_item on
+ * CPU devices), and rows longer than that kernel takes. */
 static void test_rms_norm(void **state) {
   tops_env_t *e = *state;
-  for (int half = 0; half < 2; half++) {
-    enum { R = 3, L = 700 };
+  static const int shapes[5][2] = {{3, 700}, {3, 700}, {32, 512}, {1, 512}, {2, 4100}};
+  for (int c = 0; c < 5; c++) {
+    int half = c == 1, R = shapes[c][0], L = shapes[c][1];
     size_t n = (size_t)R * L;
     vm_dtype_t dt = half ? VM_F16 : VM_F32;
     float *x = tops_rand(n, 17, -3, 5), *g = tops_rand(L, 18, 0.5, 1.5),
@@ -588,7 +591,7 @@ static void test_rms_norm(void **state) {
     ASSERT_OK(tops_call(e, "cl.rms_norm", args, 6));
     tops_read_f(e, &args[5], got);
     tops_assert_close(got, want, n, half ? 4e-3 : 1e-5, half ? 4e-3 : 1e-5, "rms_norm y");
-    if (!half) {
+    if (c == 0) {
       vm_value_t more[8] = {args[0], args[1], args[2],         args[3],
                             args[4], args[5], vm_value_none(), vm_value_none()};
       ASSERT_STATUS(tops_call(e, "cl.rms_norm", more, 8), VM_INVALID_ARGUMENT,

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "cl_internal.h"
 #include "helper_ref.h"
 #include "test_util.h"
 #include "vm/vm.h"
@@ -100,12 +101,64 @@ static void dynamic_quantize_n(tops_env_t *e, int n) {
   free(y);
 }
 
-/* Both formulations: one work-group in one launch (up to 65536 values)
- * and the range kernel then the device-wide quantize step (above). */
+/* Every formulation: on CPU devices up to 65536 values a few work-items
+ * that each take the whole range (dynamic_quantize_item: one, several with
+ * a last chunk short of a multiple of 8, fewer values than 8), elsewhere one
+ * work-group in one launch (test_dynamic_quantize_paths), and the range
+ * kernel then the device-wide quantize step (above). */
 static void test_dynamic_quantize(void **state) {
   dynamic_quantize_n(*state, 1000);
+  dynamic_quantize_n(*state, 16389);
+  dynamic_quantize_n(*state, 5);
   dynamic_quantize_n(*state, 65536);
   dynamic_quantize_n(*state, 65537);
+}
+
+/* cl.dynamic_quantize of x (n values of dtype dt) into y, scale, zp. */
+static void dynamic_quantize_run(tops_env_t *e, vm_dtype_t dt, const float *x, int n, uint8_t *y,
+                                 uint32_t *scale_bits, uint8_t *zp) {
+  vm_value_t a[4] = {tops_tensor_f(e, dt, 1, DIMS(n), x), tops_tensor(e, VM_U8, 1, DIMS(n), NULL),
+                     tops_tensor(e, dt, 0, NULL, NULL), tops_tensor(e, VM_U8, 0, NULL, NULL)};
+  ASSERT_OK(tops_call(e, "cl.dynamic_quantize", a, 4));
+  *scale_bits = 0; /* float16: the low two bytes */
+  tops_read(e, &a[2], scale_bits);
+  tops_read(e, &a[3], zp);
+  tops_read(e, &a[1], y);
+  tops_check_guard(e, &a[1]);
+  release_all(a, 4);
+}
+
+/* The work-item kernel against the work-group one (VMCL_ROWS=group, what
+ * GPUs run), byte for byte: float16 x (whose scale the quantize step reads
+ * rounded to float16, as stored), and float32 x holding NaN and infinities
+ * (NaN makes scale NaN and zero point 0; infinities saturate). */
+static void test_dynamic_quantize_paths(void **state) {
+  tops_env_t *e = *state;
+  tops_env_t *g = tops_setup_with("VMCL_ROWS", "group");
+  assert_int_equal(vmcl_get(g->dev)->row_groups, 1);
+  enum { N = 20011 };
+  float *x = tops_rand(N, 21, -1.5f, 3.0f);
+  uint8_t *y1 = malloc(N), *y2 = malloc(N);
+  assert_non_null(y1);
+  assert_non_null(y2);
+  for (int c = 0; c < 4; c++) {
+    vm_dtype_t dt = c == 0 ? VM_F16 : VM_F32;
+    if (c == 0) tops_round_f16(x, N);
+    if (c == 2) x[N - 1] = INFINITY, x[7] = -INFINITY;
+    if (c == 3) x[12345] = NAN;
+    uint32_t s1, s2;
+    uint8_t z1, z2;
+    dynamic_quantize_run(e, dt, x, N, y1, &s1, &z1);
+    dynamic_quantize_run(g, dt, x, N, y2, &s2, &z2);
+    if (s1 != s2 || z1 != z2)
+      fail_msg("case %d: scale bits %#x zero point %d, work-group %#x %d", c, s1, z1, s2, z2);
+    assert_memory_equal(y1, y2, N);
+    if (c == 3) assert_int_equal(z1, 0);
+  }
+  free(x);
+  free(y1);
+  free(y2);
+  assert_int_equal(tops_teardown((void **)&g), 0);
 }
 
 /* cl.qgemm: uint8 A (per-row zero points) x int8 B (per-column zero
@@ -533,6 +586,7 @@ static void test_quant_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_quantize_per_axis), cmocka_unit_test(test_dynamic_quantize),
+      cmocka_unit_test(test_dynamic_quantize_paths),
       cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qgemm_exact_bound),
       cmocka_unit_test(test_qgemm_empty_k),    cmocka_unit_test(test_qgemm_pairs),
       cmocka_unit_test(test_qgemm_k_bound),
