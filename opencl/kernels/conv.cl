@@ -276,6 +276,73 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
   conv_store(y + yo + (no * OH + oh) * OW + ow0, npix, 0.0f, conv_epilogue(acc, act, am, aa));
 }
 
+/* cl.conv2d depthwise (one input and one output channel per group), a
+ * square K x K kernel at stride SS in both directions, dilation 1: K and
+ * SS are compile-time constants (conv2d_dw3s1, dw3s2, dw5s1, dw5s2), so
+ * the tap, row and lane loops unroll into registers. Each work-item
+ * computes DW_R output rows x 8 pixels of one channel: it reads each of the
+ * (DW_R - 1) * SS + K input rows under them once, as a window of 7 * SS + K
+ * columns (one to three vector loads away from the row ends, zeros in the
+ * padding), and adds every tap of that row to each output row it reaches.
+ * conv2d_og1 instead reads an input row once per output row and tap row
+ * (K times), gathers lane by lane at stride 2, and runs its tap loops at
+ * run time. Rows and pixels past the output are computed, never stored.
+ *
+ * Global ids: 0 = 8-pixel block of a row, 1 = block of DW_R rows,
+ * 2 = n * C + c. */
+#define DW_R 4
+#define DW_KERNEL(name, K, SS)                                                             \
+  __kernel void name(__global const S *x, int xo, __global const S *w, int wo,             \
+                     __global const S *bias, int bo, int has_bias, __global S *y, int yo,  \
+                     int C, int H, int W, int OH, int OW, int PH, int PW, int act,         \
+                     float am, float aa) {                                                 \
+    int ow0 = get_global_id(0) * 8, oh0 = get_global_id(1) * DW_R, nc = get_global_id(2);  \
+    if (ow0 >= OW || oh0 >= OH) return;                                                    \
+    int c = nc % C;                                                                        \
+    __global const S *xc = x + xo + nc * H * W;                                            \
+    float wk[K * K];                                                                       \
+    _Pragma("unroll") for (int t = 0; t < K * K; t++) wk[t] = LD(w, wo + c * K * K + t);   \
+    float8 acc[DW_R];                                                                      \
+    float b = has_bias ? LD(bias, bo + c) : 0.0f;                                          \
+    _Pragma("unroll") for (int r = 0; r < DW_R; r++) acc[r] = (float8)(b);                 \
+    int ih0 = oh0 * SS - PH, iw0 = ow0 * SS - PW;                                          \
+    /* the window's vector loads: 16 columns at stride 1, 24 at 2 */                       \
+    int inner = iw0 >= 0 && iw0 + 8 * (SS + 1) <= W;                                       \
+    _Pragma("unroll") for (int ir = 0; ir < (DW_R - 1) * SS + K; ir++) {                   \
+      int ih = ih0 + ir;                                                                   \
+      if (ih < 0 || ih >= H) continue; /* the padding adds nothing */                      \
+      __global const S *xr = xc + ih * W + iw0;                                            \
+      float xw[8 * (SS + 1)];                                                              \
+      if (inner) {                                                                         \
+        _Pragma("unroll") for (int v = 0; v < SS + 1; v++) vstore8(LD8(xr, v), v, xw);     \
+      } else {                                                                             \
+        _Pragma("unroll") for (int t = 0; t < 7 * SS + K; t++) {                           \
+          int iw = iw0 + t;                                                                \
+          xw[t] = iw >= 0 && iw < W ? LD(xr, t) : 0.0f;                                    \
+        }                                                                                  \
+      }                                                                                    \
+      _Pragma("unroll") for (int kw = 0; kw < K; kw++) {                                   \
+        float8 xv = (float8)(xw[kw], xw[kw + SS], xw[kw + 2 * SS], xw[kw + 3 * SS],        \
+                             xw[kw + 4 * SS], xw[kw + 5 * SS], xw[kw + 6 * SS],           \
+                             xw[kw + 7 * SS]);                                             \
+        _Pragma("unroll") for (int r = 0; r < DW_R; r++) {                                 \
+          int kh = ir - r * SS;                                                            \
+          if (kh >= 0 && kh < K) acc[r] = fma((float8)(wk[kh * K + kw]), xv, acc[r]);      \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+    int npix = min(8, OW - ow0);                                                           \
+    __global S *yr = y + yo + (nc * OH + oh0) * OW + ow0;                                  \
+    _Pragma("unroll") for (int r = 0; r < DW_R; r++) {                                     \
+      if (oh0 + r < OH) conv_store(yr + r * OW, npix, 0.0f, conv_epilogue(acc[r], act, am, aa)); \
+    }                                                                                      \
+  }
+DW_KERNEL(conv2d_dw3s1, 3, 1)
+DW_KERNEL(conv2d_dw3s2, 3, 2)
+DW_KERNEL(conv2d_dw5s1, 5, 1)
+DW_KERNEL(conv2d_dw5s2, 5, 2)
+#undef DW_KERNEL
+
 /* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose), as a
  * gather: output (oh, ow) sums the inputs that scatter into it. Input row
  * ih reaches output row oh through tap kh when oh + PT - kh * DH = ih *

@@ -535,6 +535,48 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   return VM_STATUS_OK;
 }
 
+/* conv.cl's DW_R: output rows per work-item of conv2d_dw<K>s<S> */
+#define CONV_DW_ROWS 4
+
+/* Whether a convolution with one output channel per group runs on
+ * conv.cl's conv2d_dw<K>s<S> (depthwise: one input channel per group too,
+ * a 3x3 or 5x5 kernel at stride 1 or 2 both ways, dilation 1) rather than
+ * conv2d_og1. VMCL_CONV_DW=og1 keeps conv2d_og1 (benchmarks and tests
+ * compare the two). */
+static int conv_dw_ok(int64_t C, int64_t O, int64_t KH, int64_t KW, const window_t *wa) {
+  if (C != O || KH != KW || (KH != 3 && KH != 5) || wa->sh != wa->sw ||
+      (wa->sh != 1 && wa->sh != 2) || wa->dh != 1 || wa->dw != 1)
+    return 0;
+  const char *env = getenv("VMCL_CONV_DW");
+  return !(env && strcmp(env, "og1") == 0);
+}
+
+/* Depthwise on conv2d_dw<K>s<S> (conv_dw_ok): blocks of 8 pixels of a row
+ * x blocks of CONV_DW_ROWS rows x (n, c). */
+static vm_status_t conv_dw(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                           const vm_tensor_t *bias, const vm_tensor_t *y, int64_t N, int64_t C,
+                           int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t K,
+                           const window_t *wa, int64_t act, double am, double aa) {
+  char name[24];
+  snprintf(name, sizeof(name), "conv2d_dw%llds%lld", (long long)K, (long long)wa->sh);
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), name, &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    conv_tensor_args(&a, x, w, bias, y);
+    int64_t ints[] = {C, H, W, OH, OW, wa->pt, wa->pl};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+    conv_epilogue_args(&a, act, am, aa);
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : launch_rows(d, k, (size_t)(OW + 7) / 8,
+                                           (size_t)(OH + CONV_DW_ROWS - 1) / CONV_DW_ROWS,
+                                           (size_t)(N * C));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
@@ -648,6 +690,8 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa, pw16};
     return conv_general(d, op.dev, x, w, bias, y, &s);
   }
+  if (conv_dw_ok(C, O, KH, KW, &wa)) return conv_dw(d, x, w, bias, y, N, C, H, W, OH, OW, KH, &wa,
+                                                    act, am, aa);
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);

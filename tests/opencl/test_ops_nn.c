@@ -440,6 +440,40 @@ static void test_conv2d_depthwise(void **state) {
   check_conv(e, VM_F16, &cases[4]);
 }
 
+/* Depthwise 3x3 and 5x5 at stride 1 and 2 run on conv2d_dw<K>s<S> (4 output rows x 8
+ * pixels per work-item, a window of input columns per row): odd widths and heights, row
+ * counts not a multiple of 4, stride 2 on odd inputs, maps narrower than the window, rows
+ * wide enough for the vector-loaded window at stride 2 (24 columns) and its edges, pads on
+ * one axis only; with the epilogue and in float16; then the same shapes on conv2d_og1
+ * (VMCL_CONV_DW=og1), which must agree with the reference too. */
+static void test_conv2d_dw_rows(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C   H   W   O  KH KW sh sw ph pw dh dw g   bias */
+      {1, 3, 13, 57, 3, 3, 3, 2, 2, 1, 1, 1, 1, 3, 1},  /* 3x3 s2, odd input: inner + edges */
+      {2, 5, 15, 49, 5, 5, 5, 2, 2, 2, 2, 1, 1, 5, 0},  /* 5x5 s2, batch, no bias */
+      {1, 6, 14, 14, 6, 5, 5, 1, 1, 2, 2, 1, 1, 6, 1},  /* lcnet's 14x14: 14 rows = 4+4+4+2 */
+      {1, 7, 7, 7, 7, 5, 5, 1, 1, 2, 2, 1, 1, 7, 1},    /* 7x7: one partial block each way */
+      {1, 3, 5, 3, 3, 3, 3, 2, 2, 0, 0, 1, 1, 3, 1},    /* narrower than the window, no pads */
+      {1, 4, 9, 35, 4, 3, 3, 1, 1, 0, 0, 1, 1, 4, 1},   /* no pads at stride 1 */
+      {1, 2, 10, 112, 2, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1}, /* long rows: vector-loaded windows */
+      {1, 3, 11, 20, 3, 3, 3, 1, 1, 0, 2, 1, 1, 3, 1},  /* column pads only */
+      {1, 5, 6, 31, 5, 5, 5, 2, 2, 2, 0, 1, 1, 5, 1},   /* row pads only, stride 2 */
+      {1, 9, 4, 4, 9, 5, 5, 1, 1, 2, 2, 1, 1, 9, 1},    /* kernel larger than the map */
+  };
+  static const conv_epi_t hswish = {2, 0.5, -0.25};
+  const size_t n = sizeof(cases) / sizeof(cases[0]);
+  for (int og1 = 0; og1 < 2; og1++) {
+    if (og1) setenv("VMCL_CONV_DW", "og1", 1);
+    for (size_t i = 0; i < n; i++) check_conv(e, VM_F32, &cases[i]);
+    check_conv_epi(e, VM_F32, &cases[2], &hswish);
+    check_conv_epi(e, VM_F16, &cases[0], &hswish);
+    check_conv(e, VM_F16, &cases[1]);
+    check_conv(e, VM_F16, &cases[6]);
+  }
+  unsetenv("VMCL_CONV_DW");
+}
+
 /* The 16-argument form's epilogue (act, act_mul, act_add) on each of the
  * three kernels: general, conv2d_1x1 and conv2d_og1. */
 static void test_conv2d_epilogue(void **state) {
@@ -748,7 +782,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_tiled),          cmocka_unit_test(test_gemm_blocked),
       cmocka_unit_test(test_gemm_tiled8),         cmocka_unit_test(test_gemm_f16),
       cmocka_unit_test(test_gemm_errors),         cmocka_unit_test(test_conv2d),
-      cmocka_unit_test(test_conv2d_depthwise),    cmocka_unit_test(test_conv2d_errors),
+      cmocka_unit_test(test_conv2d_depthwise),    cmocka_unit_test(test_conv2d_dw_rows),    cmocka_unit_test(test_conv2d_errors),
       cmocka_unit_test(test_conv2d_epilogue),     cmocka_unit_test(test_pool2d),
       cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
       cmocka_unit_test(test_conv2d_winograd),     cmocka_unit_test(test_machine_model),
