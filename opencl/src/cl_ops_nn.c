@@ -257,8 +257,8 @@ static vm_status_t conv_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
   return st;
 }
 
-/* Pointwise, direct: conv.cl's conv2d_1x1 (8 channels x 16 pixels per
- * work-item, the map as one row of P pixels). */
+/* Pointwise, direct: conv.cl's conv2d_1x1 (6 channels x 16 pixels per
+ * work-item, the map as one row of P pixels; bias and epilogue in its store). */
 static vm_status_t conv_pw_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
                                   const vm_tensor_t *bias, const vm_tensor_t *y,
                                   const conv_shape_t *s) {
@@ -274,7 +274,7 @@ static vm_status_t conv_pw_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_
     for (size_t i = 0; i < 4; i++) vmcl_arg_int(&a, ints[i]);
     conv_epilogue_args(&a, s->act, s->am, s->aa);
     st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
-                             : launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 7) / 8,
+                             : launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 5) / 6,
                                              (size_t)(s->N * s->groups));
   }
   pthread_mutex_unlock(&d->lock);
@@ -676,7 +676,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   /* A 1x1 kernel at stride 1 without padding maps output pixel p to input
    * pixel p: the kernels see the map as one row of H*W pixels, so every
    * full block is one vector load, also across row ends. With more than
-   * one output channel per group it runs on conv2d_1x1 (8 channels x 16
+   * one output channel per group it runs on conv2d_1x1 (6 channels x 16
    * pixels per work-item) or, float32, as the GEMM y = w x itself, which one
    * measured faster for the shape (conv_general's tuning table); else on
    * conv2d_og1 as one row. */
