@@ -30,11 +30,15 @@
  *                 device's choice, the GEMM path on CPU devices), with
  *                 direct_cpu_ms and ratio_direct = conv_ms / direct_ms
  *   direct_ms, gemm_ms  general cl.conv2d shapes (neither depthwise nor
- *                 pointwise): each formulation forced (VMCL_CONV=direct,
+ *                 pointwise) and pointwise ones of more than one pixel
+ *                 (direct: conv2d_1x1): each formulation forced (VMCL_CONV=direct,
  *                 gemm), with their CPU times, ratio_gemm_direct =
  *                 gemm_ms / direct_ms and ratio_chosen = conv_ms / the
  *                 fastest forced one (conv_ms runs on the device's tuning
  *                 table, filled by the warm-up call)
+ *   og1_ms        depthwise shapes: cl.conv2d again with VMCL_CONV_DW=og1
+ *                 (conv2d_og1 instead of conv2d_dw<K>s<S> where that applies),
+ *                 og1_cpu_ms, ratio_og1 = conv_ms / og1_ms, cpu_ratio_og1
  *   wino_ms, wino4_ms  3x3 stride-1 shapes of one group: the Winograd
  *                 formulations F(2x2, 3x3) and F(4x4, 3x3) forced
  *                 (VMCL_CONV=wino, wino4), with their CPU times and
@@ -439,17 +443,21 @@ int main(int argc, char **argv) {
     /* a transposed one again on the direct kernel, the other formulation */
     double direct = 0, direct_cpu = 0, cgemm = 0, cgemm_cpu = 0, wino = 0, wino_cpu = 0;
     double wino4 = 0, wino4_cpu = 0;
-    int general =
-        !t && s->groups != s->o &&
-        !(s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0);
+    int pointwise =
+        !t && s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0;
+    int general = !t && s->groups != s->o && !pointwise;
+    int depthwise = !t && s->groups == s->o && s->groups == s->c && !pointwise;
+    double og1 = 0, og1_cpu = 0;
     if (t) {
       direct = conv_s_env(&b, s, runs, "VMCL_CONV_T", "direct", &direct_cpu);
       tot_direct += direct * s->calls;
       tot_direct_cpu += direct_cpu * s->calls;
-    } else if (general) {
+    } else if (depthwise) {
+      og1 = conv_s_env(&b, s, runs, "VMCL_CONV_DW", "og1", &og1_cpu);
+    } else if (general || (pointwise && out_h(s) * out_w(s) > 1)) {
       direct = conv_s_env(&b, s, runs, "VMCL_CONV", "direct", &direct_cpu);
       cgemm = conv_s_env(&b, s, runs, "VMCL_CONV", "gemm", &cgemm_cpu);
-      if (wino_shape(s)) {
+      if (general && wino_shape(s)) {
         wino = conv_s_env(&b, s, runs, "VMCL_CONV", "wino", &wino_cpu);
         wino4 = conv_s_env(&b, s, runs, "VMCL_CONV", "wino4", &wino4_cpu);
       }
@@ -470,7 +478,11 @@ int main(int argc, char **argv) {
     if (t) {
       printf(", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"ratio_direct\": %.3f", direct * 1e3,
              direct_cpu * 1e3, c / direct);
-    } else if (general) {
+    } else if (depthwise) {
+      printf(", \"og1_ms\": %.4f, \"og1_cpu_ms\": %.4f, \"ratio_og1\": %.3f, "
+             "\"cpu_ratio_og1\": %.3f",
+             og1 * 1e3, og1_cpu * 1e3, c / og1, ccpu / og1_cpu);
+    } else if (direct > 0) {
       printf(
           ", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"gemm_ms\": %.4f, \"gemm_cpu_ms\": "
           "%.4f, "

@@ -484,7 +484,8 @@ static vm_status_t conv_time(int f, vmcl_dev_t *d, const vm_device_t *dev, const
  * gemm or wino overrides the table (benchmarks and tests compare them; wino only where
  * conv_wino_ok, else the table decides); only float32 has the GEMM and Winograd
  * formulations, within CONV_GEMM_MAX_COLS. Shapes Winograd applies to carry " wino" in
- * their key, so that tables measured before it existed measure them again. */
+ * their key, so that tables measured before it existed measure them again; pointwise
+ * ones " pw6" (conv2d_1x1's 6-channel blocks: measured again against the GEMM). */
 static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                                 const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
                                 const conv_shape_t *s) {
@@ -502,11 +503,12 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   char key[160];
   snprintf(key, sizeof(key),
            "conv2d f32 n%lld c%lld h%lld w%lld o%lld k%lldx%lld s%lldx%lld p%lld-%lld-%lld-%lld "
-           "d%lldx%lld g%lld%s",
+           "d%lldx%lld g%lld%s%s",
            (long long)s->N, (long long)s->C, (long long)s->H, (long long)s->W, (long long)s->O,
            (long long)s->KH, (long long)s->KW, (long long)wa->sh, (long long)wa->sw,
            (long long)wa->pt, (long long)wa->pl, (long long)wa->pb, (long long)wa->pr,
-           (long long)wa->dh, (long long)wa->dw, (long long)s->groups, wino ? " wino" : "");
+           (long long)wa->dh, (long long)wa->dw, (long long)s->groups, wino ? " wino" : "",
+           s->pw ? " pw6" : "");
   int ok[CONV_F_COUNT] = {1, gemm, wino, wino};
   int f = vmcl_tune_lookup(d, key);
   if (f >= CONV_F_DIRECT && f < CONV_F_COUNT && ok[f]) return conv_run(f, d, dev, x, w, bias, y, s);
