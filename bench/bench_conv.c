@@ -37,7 +37,7 @@
  *                 fastest forced one (conv_ms runs on the device's tuning
  *                 table, filled by the warm-up call)
  *   og1_ms        depthwise shapes: cl.conv2d again with VMCL_CONV_DW=og1
- *                 (conv2d_og1 instead of conv2d_dw<K>s<S> where that applies),
+ *                 (conv2d_og1 instead of conv2d_dw<K>s<SH><SW>),
  *                 og1_cpu_ms, ratio_og1 = conv_ms / og1_ms, cpu_ratio_og1
  *   wino_ms, wino4_ms  3x3 stride-1 shapes of one group: the Winograd
  *                 formulations F(2x2, 3x3) and F(4x4, 3x3) forced

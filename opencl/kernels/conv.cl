@@ -274,13 +274,14 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
 }
 
 /* cl.conv2d depthwise (one input and one output channel per group), a
- * square K x K kernel at stride SS in both directions, dilation 1: K and
- * SS are compile-time constants (conv2d_dw3s1, dw3s2, dw5s1, dw5s2), so
- * the tap, row and lane loops unroll into registers. Each work-item
- * computes DW_R output rows x 8 pixels of one channel: it reads each of the
- * (DW_R - 1) * SS + K input rows under them once, as a window of 7 * SS + K
- * columns (one to three vector loads away from the row ends, zeros in the
- * padding), and adds every tap of that row to each output row it reaches.
+ * square K x K kernel at stride SH down and SW across (1 or 2 each),
+ * dilation 1: K, SH and SW are compile-time constants (conv2d_dw<K>s<SH><SW>:
+ * dw3s11, dw3s22, dw3s21, dw3s12 and the same for 5), so the tap, row and
+ * lane loops unroll into registers. Each work-item computes DW_R output
+ * rows x 8 pixels of one channel: it reads each of the (DW_R - 1) * SH + K
+ * input rows under them once, as a window of 7 * SW + K columns (one to
+ * three vector loads away from the row ends, zeros in the padding), and
+ * adds every tap of that row to each output row it reaches.
  * conv2d_og1 instead reads an input row once per output row and tap row
  * (K times), gathers lane by lane at stride 2, and runs its tap loops at
  * run time. Rows and pixels past the output are computed, never stored.
@@ -288,7 +289,7 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
  * Global ids: 0 = 8-pixel block of a row, 1 = block of DW_R rows,
  * 2 = n * C + c. */
 #define DW_R 4
-#define DW_KERNEL(name, K, SS)                                                             \
+#define DW_KERNEL(name, K, SH, SW)                                                             \
   __kernel void name(__global const S *x, int xo, __global const S *w, int wo,             \
                      __global const S *bias, int bo, int has_bias, __global S *y, int yo,  \
                      int C, int H, int W, int OH, int OW, int PH, int PW, int act,         \
@@ -302,28 +303,28 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
     float8 acc[DW_R];                                                                      \
     float b = has_bias ? LD(bias, bo + c) : 0.0f;                                          \
     _Pragma("unroll") for (int r = 0; r < DW_R; r++) acc[r] = (float8)(b);                 \
-    int ih0 = oh0 * SS - PH, iw0 = ow0 * SS - PW;                                          \
+    int ih0 = oh0 * SH - PH, iw0 = ow0 * SW - PW;                                          \
     /* the window's vector loads: 16 columns at stride 1, 24 at 2 */                       \
-    int inner = iw0 >= 0 && iw0 + 8 * (SS + 1) <= W;                                       \
-    _Pragma("unroll") for (int ir = 0; ir < (DW_R - 1) * SS + K; ir++) {                   \
+    int inner = iw0 >= 0 && iw0 + 8 * (SW + 1) <= W;                                       \
+    _Pragma("unroll") for (int ir = 0; ir < (DW_R - 1) * SH + K; ir++) {                   \
       int ih = ih0 + ir;                                                                   \
       if (ih < 0 || ih >= H) continue; /* the padding adds nothing */                      \
       __global const S *xr = xc + ih * W + iw0;                                            \
-      float xw[8 * (SS + 1)];                                                              \
+      float xw[8 * (SW + 1)];                                                              \
       if (inner) {                                                                         \
-        _Pragma("unroll") for (int v = 0; v < SS + 1; v++) vstore8(LD8(xr, v), v, xw);     \
+        _Pragma("unroll") for (int v = 0; v < SW + 1; v++) vstore8(LD8(xr, v), v, xw);     \
       } else {                                                                             \
-        _Pragma("unroll") for (int t = 0; t < 7 * SS + K; t++) {                           \
+        _Pragma("unroll") for (int t = 0; t < 7 * SW + K; t++) {                           \
           int iw = iw0 + t;                                                                \
           xw[t] = iw >= 0 && iw < W ? LD(xr, t) : 0.0f;                                    \
         }                                                                                  \
       }                                                                                    \
       _Pragma("unroll") for (int kw = 0; kw < K; kw++) {                                   \
-        float8 xv = (float8)(xw[kw], xw[kw + SS], xw[kw + 2 * SS], xw[kw + 3 * SS],        \
-                             xw[kw + 4 * SS], xw[kw + 5 * SS], xw[kw + 6 * SS],           \
-                             xw[kw + 7 * SS]);                                             \
+        float8 xv = (float8)(xw[kw], xw[kw + SW], xw[kw + 2 * SW], xw[kw + 3 * SW],        \
+                             xw[kw + 4 * SW], xw[kw + 5 * SW], xw[kw + 6 * SW],           \
+                             xw[kw + 7 * SW]);                                             \
         _Pragma("unroll") for (int r = 0; r < DW_R; r++) {                                 \
-          int kh = ir - r * SS;                                                            \
+          int kh = ir - r * SH;                                                            \
           if (kh >= 0 && kh < K) acc[r] = fma((float8)(wk[kh * K + kw]), xv, acc[r]);      \
         }                                                                                  \
       }                                                                                    \
@@ -334,10 +335,14 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
       if (oh0 + r < OH) conv_store(yr + r * OW, npix, 0.0f, conv_epilogue(acc[r], act, am, aa)); \
     }                                                                                      \
   }
-DW_KERNEL(conv2d_dw3s1, 3, 1)
-DW_KERNEL(conv2d_dw3s2, 3, 2)
-DW_KERNEL(conv2d_dw5s1, 5, 1)
-DW_KERNEL(conv2d_dw5s2, 5, 2)
+DW_KERNEL(conv2d_dw3s11, 3, 1, 1)
+DW_KERNEL(conv2d_dw3s22, 3, 2, 2)
+DW_KERNEL(conv2d_dw3s21, 3, 2, 1)
+DW_KERNEL(conv2d_dw3s12, 3, 1, 2)
+DW_KERNEL(conv2d_dw5s11, 5, 1, 1)
+DW_KERNEL(conv2d_dw5s22, 5, 2, 2)
+DW_KERNEL(conv2d_dw5s21, 5, 2, 1)
+DW_KERNEL(conv2d_dw5s12, 5, 1, 2)
 #undef DW_KERNEL
 
 /* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose), as a

@@ -537,30 +537,31 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   return VM_STATUS_OK;
 }
 
-/* conv.cl's DW_R: output rows per work-item of conv2d_dw<K>s<S> */
+/* conv.cl's DW_R: output rows per work-item of conv2d_dw<K>s<SH><SW> */
 #define CONV_DW_ROWS 4
 
 /* Whether a convolution with one output channel per group runs on
- * conv.cl's conv2d_dw<K>s<S> (depthwise: one input channel per group too,
- * a 3x3 or 5x5 kernel at stride 1 or 2 both ways, dilation 1) rather than
+ * conv.cl's conv2d_dw<K>s<SH><SW> (depthwise: one input channel per group
+ * too, a 3x3 or 5x5 kernel, strides 1 or 2 each way, dilation 1) rather than
  * conv2d_og1. VMCL_CONV_DW=og1 keeps conv2d_og1 (benchmarks and tests
  * compare the two). */
 static int conv_dw_ok(int64_t C, int64_t O, int64_t KH, int64_t KW, const window_t *wa) {
-  if (C != O || KH != KW || (KH != 3 && KH != 5) || wa->sh != wa->sw ||
-      (wa->sh != 1 && wa->sh != 2) || wa->dh != 1 || wa->dw != 1)
+  if (C != O || KH != KW || (KH != 3 && KH != 5) || wa->sh < 1 || wa->sh > 2 || wa->sw < 1 ||
+      wa->sw > 2 || wa->dh != 1 || wa->dw != 1)
     return 0;
   const char *env = getenv("VMCL_CONV_DW");
   return !(env && strcmp(env, "og1") == 0);
 }
 
-/* Depthwise on conv2d_dw<K>s<S> (conv_dw_ok): blocks of 8 pixels of a row
+/* Depthwise on conv2d_dw<K>s<SH><SW> (conv_dw_ok): blocks of 8 pixels of a row
  * x blocks of CONV_DW_ROWS rows x (n, c). */
 static vm_status_t conv_dw(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
                            const vm_tensor_t *bias, const vm_tensor_t *y, int64_t N, int64_t C,
                            int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t K,
                            const window_t *wa, int64_t act, double am, double aa) {
   char name[24];
-  snprintf(name, sizeof(name), "conv2d_dw%llds%lld", (long long)K, (long long)wa->sh);
+  snprintf(name, sizeof(name), "conv2d_dw%llds%lld%lld", (long long)K, (long long)wa->sh,
+           (long long)wa->sw);
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
   vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), name, &k);

@@ -442,8 +442,8 @@ static void test_conv2d_depthwise(void **state) {
   check_conv(e, VM_F16, &cases[4]);
 }
 
-/* Depthwise 3x3 and 5x5 at stride 1 and 2 run on conv2d_dw<K>s<S> (4 output rows x 8
- * pixels per work-item, a window of input columns per row): odd widths and heights, row
+/* Depthwise 3x3 and 5x5 at strides 1 and 2 run on conv2d_dw<K>s<SH><SW> (4 output rows x
+ * 8 pixels per work-item, a window of input columns per row): odd widths and heights, row
  * counts not a multiple of 4, stride 2 on odd inputs, maps narrower than the window, rows
  * wide enough for the vector-loaded window at stride 2 (24 columns) and its edges, pads on
  * one axis only; with the epilogue and in float16; then the same shapes on conv2d_og1
@@ -462,6 +462,10 @@ static void test_conv2d_dw_rows(void **state) {
       {1, 3, 11, 20, 3, 3, 3, 1, 1, 0, 2, 1, 1, 3, 1},  /* column pads only */
       {1, 5, 6, 31, 5, 5, 5, 2, 2, 2, 0, 1, 1, 5, 1},   /* row pads only, stride 2 */
       {1, 9, 4, 4, 9, 5, 5, 1, 1, 2, 2, 1, 1, 9, 1},    /* kernel larger than the map */
+      {1, 4, 13, 41, 4, 3, 3, 2, 1, 1, 1, 1, 1, 4, 1},  /* stride (2, 1), odd input */
+      {1, 3, 7, 45, 3, 5, 5, 2, 1, 2, 2, 1, 1, 3, 0},   /* 5x5 stride (2, 1) */
+      {1, 5, 9, 37, 5, 3, 3, 1, 2, 1, 1, 1, 1, 5, 1},   /* stride (1, 2) */
+      {1, 2, 6, 33, 2, 5, 5, 1, 2, 2, 2, 1, 1, 2, 1},   /* 5x5 stride (1, 2) */
   };
   static const conv_epi_t hswish = {2, 0.5, -0.25};
   const size_t n = sizeof(cases) / sizeof(cases[0]);
