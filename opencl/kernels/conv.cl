@@ -139,73 +139,70 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
 
 /* cl.conv2d for 1x1 kernels at stride 1 without padding (the host passes
  * the map as one row of P pixels): the GEMM y[o, p] = sum_c w[o, c] x[c,
- * p] per group, each work-item computing 8 output channels x 16 pixels as
- * eight float16 accumulators: per input channel one 16-pixel vector load
- * and 8 weight broadcasts for 128 multiply-adds (twice conv2d's 64).
+ * p] per group, each work-item computing 6 output channels x 16 pixels as
+ * twelve float8 accumulators, gemm.cl's gemm6_nn block: per input channel
+ * two 8-pixel vector loads and 6 weight broadcasts for 96 multiply-adds,
+ * 15 of AVX2's 16 vector registers (8 channels as float16s took all 16 for
+ * the accumulators alone and spilled). The bias and the epilogue go into
+ * the store, so a call is one launch where the GEMM formulation takes two.
  *
- * Global ids: 0 = 16-pixel block, 1 = output-channel block within the
+ * Global ids: 0 = 16-pixel block, 1 = output-channel block (6) within the
  * group, 2 = n * groups + g. */
 __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int wo,
                          __global const S *bias, int bo, int has_bias, __global S *y, int yo,
                          int C, int P, int O, int groups, int act, float am, float aa) {
-  int p0 = get_global_id(0) * 16, ob = get_global_id(1) * 8, ng = get_global_id(2);
+  int p0 = get_global_id(0) * 16, ob = get_global_id(1) * 6, ng = get_global_id(2);
   int Cg = C / groups, Og = O / groups;
   if (p0 >= P || ob >= Og) return;
   int n = ng / groups, g = ng - n * groups;
   __global const S *xc = x + xo + (n * C + g * Cg) * P + p0;
   __global const S *wp = w + wo + (g * Og) * Cg;
-  int w0 = ob * Cg, w1 = min(ob + 1, Og - 1) * Cg, w2 = min(ob + 2, Og - 1) * Cg;
-  int w3 = min(ob + 3, Og - 1) * Cg, w4 = min(ob + 4, Og - 1) * Cg;
-  int w5 = min(ob + 5, Og - 1) * Cg, w6 = min(ob + 6, Og - 1) * Cg;
-  int w7 = min(ob + 7, Og - 1) * Cg;
-  float16 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
-  float16 c4 = 0.0f, c5 = 0.0f, c6 = 0.0f, c7 = 0.0f;
+  /* channels past the group's count repeat its last: computed, never stored */
+  __global const S *w0 = wp + ob * Cg, *w1 = wp + min(ob + 1, Og - 1) * Cg;
+  __global const S *w2 = wp + min(ob + 2, Og - 1) * Cg, *w3 = wp + min(ob + 3, Og - 1) * Cg;
+  __global const S *w4 = wp + min(ob + 4, Og - 1) * Cg, *w5 = wp + min(ob + 5, Og - 1) * Cg;
+  float8 c0l = 0.0f, c1l = 0.0f, c2l = 0.0f, c3l = 0.0f, c4l = 0.0f, c5l = 0.0f;
+  float8 c0h = 0.0f, c1h = 0.0f, c2h = 0.0f, c3h = 0.0f, c4h = 0.0f, c5h = 0.0f;
   int npix = min(16, P - p0);
-#define PW_FMA(xv)                                   \
-  c0 = fma((float16)(LD(wp, w0 + c)), xv, c0);       \
-  c1 = fma((float16)(LD(wp, w1 + c)), xv, c1);       \
-  c2 = fma((float16)(LD(wp, w2 + c)), xv, c2);       \
-  c3 = fma((float16)(LD(wp, w3 + c)), xv, c3);       \
-  c4 = fma((float16)(LD(wp, w4 + c)), xv, c4);       \
-  c5 = fma((float16)(LD(wp, w5 + c)), xv, c5);       \
-  c6 = fma((float16)(LD(wp, w6 + c)), xv, c6);       \
-  c7 = fma((float16)(LD(wp, w7 + c)), xv, c7);
+#define PW_ROW(r)                          \
+  {                                        \
+    float8 a_ = (float8)(LD(w##r, c));     \
+    c##r##l = fma(a_, xl, c##r##l);        \
+    c##r##h = fma(a_, xh, c##r##h);        \
+  }
+#define PW_FMA \
+  PW_ROW(0) PW_ROW(1) PW_ROW(2) PW_ROW(3) PW_ROW(4) PW_ROW(5)
   if (npix == 16) {
     for (int c = 0; c < Cg; c++, xc += P) {
-#ifdef VMCL_F16
-      float16 xv = vload_half16(0, xc);
-#else
-      float16 xv = vload16(0, xc);
-#endif
-      PW_FMA(xv)
+      float8 xl = LD8(xc, 0), xh = LD8(xc, 1);
+      PW_FMA
     }
   } else {
     /* the map's last block: pixels past P read as 0, never stored */
     for (int c = 0; c < Cg; c++, xc += P) {
       float a[16];
       for (int t = 0; t < 16; t++) a[t] = t < npix ? LD(xc, t) : 0.0f;
-      float16 xv = vload16(0, a);
-      PW_FMA(xv)
+      float8 xl = vload8(0, a), xh = vload8(1, a);
+      PW_FMA
     }
   }
 #undef PW_FMA
+#undef PW_ROW
   int oc = g * Og + ob;
   __global S *yb = y + yo + (n * O + oc) * P + p0;
-#define PW_OUT(r, acc)                                                              \
+#define PW_OUT(r)                                                                   \
   if (ob + r < Og) {                                                                \
-    float16 v = acc + (has_bias ? LD(bias, bo + oc + r) : 0.0f);                    \
-    conv_store(yb + r * P, npix, 0.0f, conv_epilogue(v.lo, act, am, aa));          \
+    float b_ = has_bias ? LD(bias, bo + oc + r) : 0.0f;                             \
+    conv_store(yb + r * P, npix, 0.0f, conv_epilogue(c##r##l + b_, act, am, aa));   \
     if (npix > 8)                                                                   \
-      conv_store(yb + r * P + 8, npix - 8, 0.0f, conv_epilogue(v.hi, act, am, aa)); \
+      conv_store(yb + r * P + 8, npix - 8, 0.0f, conv_epilogue(c##r##h + b_, act, am, aa)); \
   }
-  PW_OUT(0, c0)
-  PW_OUT(1, c1)
-  PW_OUT(2, c2)
-  PW_OUT(3, c3)
-  PW_OUT(4, c4)
-  PW_OUT(5, c5)
-  PW_OUT(6, c6)
-  PW_OUT(7, c7)
+  PW_OUT(0)
+  PW_OUT(1)
+  PW_OUT(2)
+  PW_OUT(3)
+  PW_OUT(4)
+  PW_OUT(5)
 #undef PW_OUT
 }
 
@@ -275,6 +272,78 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
   }
   conv_store(y + yo + (no * OH + oh) * OW + ow0, npix, 0.0f, conv_epilogue(acc, act, am, aa));
 }
+
+/* cl.conv2d depthwise (one input and one output channel per group), a
+ * square K x K kernel at stride SH down and SW across (1 or 2 each),
+ * dilation 1: K, SH and SW are compile-time constants (conv2d_dw<K>s<SH><SW>:
+ * dw3s11, dw3s22, dw3s21, dw3s12 and the same for 5), so the tap, row and
+ * lane loops unroll into registers. Each work-item computes DW_R output
+ * rows x 8 pixels of one channel: it reads each of the (DW_R - 1) * SH + K
+ * input rows under them once, as a window of 7 * SW + K columns (one to
+ * three vector loads away from the row ends, zeros in the padding), and
+ * adds every tap of that row to each output row it reaches.
+ * conv2d_og1 instead reads an input row once per output row and tap row
+ * (K times), gathers lane by lane at stride 2, and runs its tap loops at
+ * run time. Rows and pixels past the output are computed, never stored.
+ *
+ * Global ids: 0 = 8-pixel block of a row, 1 = block of DW_R rows,
+ * 2 = n * C + c. */
+#define DW_R 4
+#define DW_KERNEL(name, K, SH, SW)                                                             \
+  __kernel void name(__global const S *x, int xo, __global const S *w, int wo,             \
+                     __global const S *bias, int bo, int has_bias, __global S *y, int yo,  \
+                     int C, int H, int W, int OH, int OW, int PH, int PW, int act,         \
+                     float am, float aa) {                                                 \
+    int ow0 = get_global_id(0) * 8, oh0 = get_global_id(1) * DW_R, nc = get_global_id(2);  \
+    if (ow0 >= OW || oh0 >= OH) return;                                                    \
+    int c = nc % C;                                                                        \
+    __global const S *xc = x + xo + nc * H * W;                                            \
+    float wk[K * K];                                                                       \
+    _Pragma("unroll") for (int t = 0; t < K * K; t++) wk[t] = LD(w, wo + c * K * K + t);   \
+    float8 acc[DW_R];                                                                      \
+    float b = has_bias ? LD(bias, bo + c) : 0.0f;                                          \
+    _Pragma("unroll") for (int r = 0; r < DW_R; r++) acc[r] = (float8)(b);                 \
+    int ih0 = oh0 * SH - PH, iw0 = ow0 * SW - PW;                                          \
+    /* the window's vector loads: 16 columns at stride 1, 24 at 2 */                       \
+    int inner = iw0 >= 0 && iw0 + 8 * (SW + 1) <= W;                                       \
+    _Pragma("unroll") for (int ir = 0; ir < (DW_R - 1) * SH + K; ir++) {                   \
+      int ih = ih0 + ir;                                                                   \
+      if (ih < 0 || ih >= H) continue; /* the padding adds nothing */                      \
+      __global const S *xr = xc + ih * W + iw0;                                            \
+      float xw[8 * (SW + 1)];                                                              \
+      if (inner) {                                                                         \
+        _Pragma("unroll") for (int v = 0; v < SW + 1; v++) vstore8(LD8(xr, v), v, xw);     \
+      } else {                                                                             \
+        _Pragma("unroll") for (int t = 0; t < 7 * SW + K; t++) {                           \
+          int iw = iw0 + t;                                                                \
+          xw[t] = iw >= 0 && iw < W ? LD(xr, t) : 0.0f;                                    \
+        }                                                                                  \
+      }                                                                                    \
+      _Pragma("unroll") for (int kw = 0; kw < K; kw++) {                                   \
+        float8 xv = (float8)(xw[kw], xw[kw + SW], xw[kw + 2 * SW], xw[kw + 3 * SW],        \
+                             xw[kw + 4 * SW], xw[kw + 5 * SW], xw[kw + 6 * SW],           \
+                             xw[kw + 7 * SW]);                                             \
+        _Pragma("unroll") for (int r = 0; r < DW_R; r++) {                                 \
+          int kh = ir - r * SH;                                                            \
+          if (kh >= 0 && kh < K) acc[r] = fma((float8)(wk[kh * K + kw]), xv, acc[r]);      \
+        }                                                                                  \
+      }                                                                                    \
+    }                                                                                      \
+    int npix = min(8, OW - ow0);                                                           \
+    __global S *yr = y + yo + (nc * OH + oh0) * OW + ow0;                                  \
+    _Pragma("unroll") for (int r = 0; r < DW_R; r++) {                                     \
+      if (oh0 + r < OH) conv_store(yr + r * OW, npix, 0.0f, conv_epilogue(acc[r], act, am, aa)); \
+    }                                                                                      \
+  }
+DW_KERNEL(conv2d_dw3s11, 3, 1, 1)
+DW_KERNEL(conv2d_dw3s22, 3, 2, 2)
+DW_KERNEL(conv2d_dw3s21, 3, 2, 1)
+DW_KERNEL(conv2d_dw3s12, 3, 1, 2)
+DW_KERNEL(conv2d_dw5s11, 5, 1, 1)
+DW_KERNEL(conv2d_dw5s22, 5, 2, 2)
+DW_KERNEL(conv2d_dw5s21, 5, 2, 1)
+DW_KERNEL(conv2d_dw5s12, 5, 1, 2)
+#undef DW_KERNEL
 
 /* cl.conv_transpose2d: the adjoint of conv2d (ONNX ConvTranspose), as a
  * gather: output (oh, ow) sums the inputs that scatter into it. Input row

@@ -257,8 +257,8 @@ static vm_status_t conv_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
   return st;
 }
 
-/* Pointwise, direct: conv.cl's conv2d_1x1 (8 channels x 16 pixels per
- * work-item, the map as one row of P pixels). */
+/* Pointwise, direct: conv.cl's conv2d_1x1 (6 channels x 16 pixels per
+ * work-item, the map as one row of P pixels; bias and epilogue in its store). */
 static vm_status_t conv_pw_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
                                   const vm_tensor_t *bias, const vm_tensor_t *y,
                                   const conv_shape_t *s) {
@@ -274,7 +274,7 @@ static vm_status_t conv_pw_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_
     for (size_t i = 0; i < 4; i++) vmcl_arg_int(&a, ints[i]);
     conv_epilogue_args(&a, s->act, s->am, s->aa);
     st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
-                             : launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 7) / 8,
+                             : launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 5) / 6,
                                              (size_t)(s->N * s->groups));
   }
   pthread_mutex_unlock(&d->lock);
@@ -484,7 +484,8 @@ static vm_status_t conv_time(int f, vmcl_dev_t *d, const vm_device_t *dev, const
  * gemm or wino overrides the table (benchmarks and tests compare them; wino only where
  * conv_wino_ok, else the table decides); only float32 has the GEMM and Winograd
  * formulations, within CONV_GEMM_MAX_COLS. Shapes Winograd applies to carry " wino" in
- * their key, so that tables measured before it existed measure them again. */
+ * their key, so that tables measured before it existed measure them again; pointwise
+ * ones " pw6" (conv2d_1x1's 6-channel blocks: measured again against the GEMM). */
 static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                                 const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
                                 const conv_shape_t *s) {
@@ -502,11 +503,12 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   char key[160];
   snprintf(key, sizeof(key),
            "conv2d f32 n%lld c%lld h%lld w%lld o%lld k%lldx%lld s%lldx%lld p%lld-%lld-%lld-%lld "
-           "d%lldx%lld g%lld%s",
+           "d%lldx%lld g%lld%s%s",
            (long long)s->N, (long long)s->C, (long long)s->H, (long long)s->W, (long long)s->O,
            (long long)s->KH, (long long)s->KW, (long long)wa->sh, (long long)wa->sw,
            (long long)wa->pt, (long long)wa->pl, (long long)wa->pb, (long long)wa->pr,
-           (long long)wa->dh, (long long)wa->dw, (long long)s->groups, wino ? " wino" : "");
+           (long long)wa->dh, (long long)wa->dw, (long long)s->groups, wino ? " wino" : "",
+           s->pw ? " pw6" : "");
   int ok[CONV_F_COUNT] = {1, gemm, wino, wino};
   int f = vmcl_tune_lookup(d, key);
   if (f >= CONV_F_DIRECT && f < CONV_F_COUNT && ok[f]) return conv_run(f, d, dev, x, w, bias, y, s);
@@ -533,6 +535,49 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   /* y holds the last timed run's result */
   if (f != last) return conv_run(f, d, dev, x, w, bias, y, s);
   return VM_STATUS_OK;
+}
+
+/* conv.cl's DW_R: output rows per work-item of conv2d_dw<K>s<SH><SW> */
+#define CONV_DW_ROWS 4
+
+/* Whether a convolution with one output channel per group runs on
+ * conv.cl's conv2d_dw<K>s<SH><SW> (depthwise: one input channel per group
+ * too, a 3x3 or 5x5 kernel, strides 1 or 2 each way, dilation 1) rather than
+ * conv2d_og1. VMCL_CONV_DW=og1 keeps conv2d_og1 (benchmarks and tests
+ * compare the two). */
+static int conv_dw_ok(int64_t C, int64_t O, int64_t KH, int64_t KW, const window_t *wa) {
+  if (C != O || KH != KW || (KH != 3 && KH != 5) || wa->sh < 1 || wa->sh > 2 || wa->sw < 1 ||
+      wa->sw > 2 || wa->dh != 1 || wa->dw != 1)
+    return 0;
+  const char *env = getenv("VMCL_CONV_DW");
+  return !(env && strcmp(env, "og1") == 0);
+}
+
+/* Depthwise on conv2d_dw<K>s<SH><SW> (conv_dw_ok): blocks of 8 pixels of a row
+ * x blocks of CONV_DW_ROWS rows x (n, c). */
+static vm_status_t conv_dw(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                           const vm_tensor_t *bias, const vm_tensor_t *y, int64_t N, int64_t C,
+                           int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t K,
+                           const window_t *wa, int64_t act, double am, double aa) {
+  char name[24];
+  snprintf(name, sizeof(name), "conv2d_dw%llds%lld%lld", (long long)K, (long long)wa->sh,
+           (long long)wa->sw);
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), name, &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    conv_tensor_args(&a, x, w, bias, y);
+    int64_t ints[] = {C, H, W, OH, OW, wa->pt, wa->pl};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+    conv_epilogue_args(&a, act, am, aa);
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : launch_rows(d, k, (size_t)(OW + 7) / 8,
+                                           (size_t)(OH + CONV_DW_ROWS - 1) / CONV_DW_ROWS,
+                                           (size_t)(N * C));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
 }
 
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
@@ -634,7 +679,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   /* A 1x1 kernel at stride 1 without padding maps output pixel p to input
    * pixel p: the kernels see the map as one row of H*W pixels, so every
    * full block is one vector load, also across row ends. With more than
-   * one output channel per group it runs on conv2d_1x1 (8 channels x 16
+   * one output channel per group it runs on conv2d_1x1 (6 channels x 16
    * pixels per work-item) or, float32, as the GEMM y = w x itself, which one
    * measured faster for the shape (conv_general's tuning table); else on
    * conv2d_og1 as one row. */
@@ -648,6 +693,8 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa, pw16};
     return conv_general(d, op.dev, x, w, bias, y, &s);
   }
+  if (conv_dw_ok(C, O, KH, KW, &wa)) return conv_dw(d, x, w, bias, y, N, C, H, W, OH, OW, KH, &wa,
+                                                    act, am, aa);
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);

@@ -396,9 +396,11 @@ static void test_conv2d_tuned(void **state) {
   check_conv(e, VM_F32, &c);
   f = vmcl_tune_lookup(d, key);
   assert_true(f == 0 || f == 1);
-  /* pointwise shapes too: conv2d_1x1 or the GEMM on x */
+  /* pointwise shapes too: conv2d_1x1 or the GEMM on x, keyed " pw6" (a table measured
+   * against the 8-channel conv2d_1x1 before, under the key without it, is not read) */
   static const conv_case_t pw = {1, 12, 5, 6, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1};
-  const char *pkey = "conv2d f32 n1 c12 h5 w6 o9 k1x1 s1x1 p0-0-0-0 d1x1 g1";
+  const char *pkey = "conv2d f32 n1 c12 h5 w6 o9 k1x1 s1x1 p0-0-0-0 d1x1 g1 pw6";
+  vmcl_tune_record(d, "conv2d f32 n1 c12 h5 w6 o9 k1x1 s1x1 p0-0-0-0 d1x1 g1", 1, NULL);
   assert_int_equal(vmcl_tune_lookup(d, pkey), -1);
   check_conv(e, VM_F32, &pw);
   f = vmcl_tune_lookup(d, pkey);
@@ -478,6 +480,44 @@ static void test_conv2d_depthwise(void **state) {
   check_conv(e, VM_F16, &cases[0]);
   check_conv(e, VM_F16, &cases[1]);
   check_conv(e, VM_F16, &cases[4]);
+}
+
+/* Depthwise 3x3 and 5x5 at strides 1 and 2 run on conv2d_dw<K>s<SH><SW> (4 output rows x
+ * 8 pixels per work-item, a window of input columns per row): odd widths and heights, row
+ * counts not a multiple of 4, stride 2 on odd inputs, maps narrower than the window, rows
+ * wide enough for the vector-loaded window at stride 2 (24 columns) and its edges, pads on
+ * one axis only; with the epilogue and in float16; then the same shapes on conv2d_og1
+ * (VMCL_CONV_DW=og1), which must agree with the reference too. */
+static void test_conv2d_dw_rows(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C   H   W   O  KH KW sh sw ph pw dh dw g   bias */
+      {1, 3, 13, 57, 3, 3, 3, 2, 2, 1, 1, 1, 1, 3, 1},  /* 3x3 s2, odd input: inner + edges */
+      {2, 5, 15, 49, 5, 5, 5, 2, 2, 2, 2, 1, 1, 5, 0},  /* 5x5 s2, batch, no bias */
+      {1, 6, 14, 14, 6, 5, 5, 1, 1, 2, 2, 1, 1, 6, 1},  /* lcnet's 14x14: 14 rows = 4+4+4+2 */
+      {1, 7, 7, 7, 7, 5, 5, 1, 1, 2, 2, 1, 1, 7, 1},    /* 7x7: one partial block each way */
+      {1, 3, 5, 3, 3, 3, 3, 2, 2, 0, 0, 1, 1, 3, 1},    /* narrower than the window, no pads */
+      {1, 4, 9, 35, 4, 3, 3, 1, 1, 0, 0, 1, 1, 4, 1},   /* no pads at stride 1 */
+      {1, 2, 10, 112, 2, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1}, /* long rows: vector-loaded windows */
+      {1, 3, 11, 20, 3, 3, 3, 1, 1, 0, 2, 1, 1, 3, 1},  /* column pads only */
+      {1, 5, 6, 31, 5, 5, 5, 2, 2, 2, 0, 1, 1, 5, 1},   /* row pads only, stride 2 */
+      {1, 9, 4, 4, 9, 5, 5, 1, 1, 2, 2, 1, 1, 9, 1},    /* kernel larger than the map */
+      {1, 4, 13, 41, 4, 3, 3, 2, 1, 1, 1, 1, 1, 4, 1},  /* stride (2, 1), odd input */
+      {1, 3, 7, 45, 3, 5, 5, 2, 1, 2, 2, 1, 1, 3, 0},   /* 5x5 stride (2, 1) */
+      {1, 5, 9, 37, 5, 3, 3, 1, 2, 1, 1, 1, 1, 5, 1},   /* stride (1, 2) */
+      {1, 2, 6, 33, 2, 5, 5, 1, 2, 2, 2, 1, 1, 2, 1},   /* 5x5 stride (1, 2) */
+  };
+  static const conv_epi_t hswish = {2, 0.5, -0.25};
+  const size_t n = sizeof(cases) / sizeof(cases[0]);
+  for (int og1 = 0; og1 < 2; og1++) {
+    if (og1) setenv("VMCL_CONV_DW", "og1", 1);
+    for (size_t i = 0; i < n; i++) check_conv(e, VM_F32, &cases[i]);
+    check_conv_epi(e, VM_F32, &cases[2], &hswish);
+    check_conv_epi(e, VM_F16, &cases[0], &hswish);
+    check_conv(e, VM_F16, &cases[1]);
+    check_conv(e, VM_F16, &cases[6]);
+  }
+  unsetenv("VMCL_CONV_DW");
 }
 
 /* The 16-argument form's epilogue (act, act_mul, act_add) on each of the
@@ -785,14 +825,14 @@ static void test_machine_model(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gemm_tiled),    cmocka_unit_test(test_gemm_blocked),
-      cmocka_unit_test(test_gemm_tiled8),   cmocka_unit_test(test_gemm_bias),
-      cmocka_unit_test(test_gemm_f16),      cmocka_unit_test(test_gemm_errors),
-      cmocka_unit_test(test_conv2d),        cmocka_unit_test(test_conv2d_depthwise),
-      cmocka_unit_test(test_conv2d_errors), cmocka_unit_test(test_conv2d_epilogue),
-      cmocka_unit_test(test_pool2d),        cmocka_unit_test(test_conv2d_formulations),
-      cmocka_unit_test(test_conv2d_tuned),  cmocka_unit_test(test_conv2d_winograd),
-      cmocka_unit_test(test_machine_model),
+      cmocka_unit_test(test_gemm_tiled),      cmocka_unit_test(test_gemm_blocked),
+      cmocka_unit_test(test_gemm_tiled8),     cmocka_unit_test(test_gemm_bias),
+      cmocka_unit_test(test_gemm_f16),        cmocka_unit_test(test_gemm_errors),
+      cmocka_unit_test(test_conv2d),          cmocka_unit_test(test_conv2d_depthwise),
+      cmocka_unit_test(test_conv2d_dw_rows),  cmocka_unit_test(test_conv2d_errors),
+      cmocka_unit_test(test_conv2d_epilogue), cmocka_unit_test(test_pool2d),
+      cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
+      cmocka_unit_test(test_conv2d_winograd), cmocka_unit_test(test_machine_model),
   };
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
