@@ -17,12 +17,15 @@
  * c_{k-1} is f, the one multiplying tanh_g is i, the one multiplying
  * Tanh(c_k) is o), so any gate order works; the weights are reordered to
  * the LSTM's (i, o, f, c) on the host. Every cell reads the same weights
- * (by name), x_k = Gather(X, t, axis 0) of one X [T, B, I] with t = k
- * (forward) or T-1-k (reverse) covering X, and c_0, h_0 defined before the
+ * (by name), x_k = Gather(X, t, axis a) of one X ([T, B, I], a = 0, or
+ * batch first [B, T, I], a = 1: the LSTM's layout) with t = k (forward) or
+ * T-1-k (reverse) covering X, and c_0, h_0 [B, H] defined before the
  * sequence. Each intermediate is read by the sequence alone; what leaves
  * it: the last h and c (Y_h, Y_c) and, when every h_k goes through
- * Unsqueeze(axis 0) into one Concat(axis 0) in time order, that Concat (Y).
- * Anything else is lowered node by node as before. */
+ * Unsqueeze(axis a) into one Concat(axis a) in time order, that Concat (Y).
+ * Anything else (a cell that differs, weights of another name, a step
+ * missing, x_k not a Gather of X, an intermediate read elsewhere) is
+ * lowered node by node as before. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,33 +126,37 @@ static int lin_of(onx_ctx_t *c, const char *name, lin_t *l) {
   l->add = -1;
   int64_t p = producer(c, name);
   const Onnx__NodeProto *n = op_at(c, p, "Add");
-  if (n && n->n_input == 2 && sole_reader(c, n->output[0]) >= 0) {
+  if (n && n->n_input == 2) { /* Add(MatMul or Gemm, bias) */
     for (int s = 0; s < 2 && l->add < 0; s++) {
       const onx_value_t *b = fconst(c, n->input[s]);
       int64_t q = producer(c, n->input[1 - s]);
-      if (b && op_at(c, q, "MatMul") && sole_reader(c, n->input[1 - s]) == p) {
+      if (b && (op_at(c, q, "MatMul") || op_at(c, q, "Gemm")) &&
+          sole_reader(c, n->input[1 - s]) == p)
         l->add = p, l->b = b, p = q;
-      }
     }
     if (l->add < 0) return 0;
   }
   l->alpha = l->beta = 1.0;
   if ((n = op_at(c, p, "Gemm")) != NULL) {
-    if (l->add >= 0 || n->n_input < 2 || n->n_input > 3) return 0;
+    if (n->n_input < 2 || n->n_input > 3) return 0;
     for (size_t i = 0; i < n->n_attribute; i++) {
       const Onnx__AttributeProto *a = n->attribute[i];
+      int is_f = a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+      int is_i = a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
       if (!a->name) return 0;
-      if (strcmp(a->name, "alpha") == 0)
+      if (strcmp(a->name, "alpha") == 0 && is_f)
         l->alpha = a->f;
-      else if (strcmp(a->name, "beta") == 0)
+      else if (strcmp(a->name, "beta") == 0 && is_f)
         l->beta = a->f;
-      else if (strcmp(a->name, "transB") == 0)
-        l->wt = a->i == 1 ? 1 : a->i == 0 ? 0 : -1;
-      else if (!(strcmp(a->name, "transA") == 0 && a->i == 0))
+      else if (strcmp(a->name, "transB") == 0 && is_i && (a->i == 0 || a->i == 1))
+        l->wt = (int)a->i;
+      else if (!(strcmp(a->name, "transA") == 0 && is_i && a->i == 0))
         return 0;
     }
-    if (l->wt < 0) return 0;
-    if (n->n_input == 3 && n->input[2][0] && !(l->b = fconst(c, n->input[2]))) return 0;
+    int has_c = n->n_input == 3 && n->input[2][0];
+    if (has_c && l->add >= 0) return 0; /* a bias twice: not worth it */
+    if (has_c && !(l->b = fconst(c, n->input[2]))) return 0;
+    if (l->add >= 0) l->beta = 1.0; /* the Add's bias, not C */
   } else if ((n = op_at(c, p, "MatMul")) == NULL || n->n_input != 2) {
     return 0;
   }
@@ -299,7 +306,7 @@ static int cell_of(onx_ctx_t *c, int64_t sum, cell_t *cl) {
 static int64_t sum_above(onx_ctx_t *c, int64_t node) {
   int64_t r = sole_reader(c, c->graph->node[node]->output[0]);
   const Onnx__NodeProto *a = op_at(c, r, "Add");
-  if (a && op_at(c, node, "MatMul")) { /* maybe the lin's own bias Add */
+  if (a) { /* maybe the lin's own bias Add */
     const char *o = other(a, c->graph->node[node]->output[0]);
     if (o && fconst(c, o)) r = sole_reader(c, a->output[0]);
   }
@@ -390,41 +397,51 @@ typedef struct seq {
   int hs; /* which lin reads h (the same in every cell) */
   int64_t T, B, I, H;
   int reverse;
+  int64_t layout; /* X [T, B, I] (0) or [B, T, I] (1), as the LSTM's */
   const char *x, *h0;
   int64_t concat; /* the Concat of every h_k (Y), -1 none */
 } seq_t;
 
-/* x_k = Gather(X, t, axis 0) of the one X: t, or -1. */
-static int64_t step_of(onx_ctx_t *c, const char *xk, const char **x) {
+/* x_k = Gather(X, t, axis 0 or 1) of the one X (axis *ax: the first
+ * step's, then the same): t, or -1. */
+static int64_t step_of(onx_ctx_t *c, const char *xk, const char **x, int64_t *ax) {
   const Onnx__NodeProto *g = op_at(c, producer(c, xk), "Gather");
-  int64_t t, n;
+  int64_t t, n, a = 0;
   if (!g || g->n_input != 2 || g->n_output != 1 || !iconst(c, g->input[1], &t, 1, &n) || n != 1)
     return -1;
-  for (size_t i = 0; i < g->n_attribute; i++)
-    if (!g->attribute[i]->name || strcmp(g->attribute[i]->name, "axis") != 0 || g->attribute[i]->i)
+  for (size_t i = 0; i < g->n_attribute; i++) {
+    const Onnx__AttributeProto *at = g->attribute[i];
+    if (!at->name || strcmp(at->name, "axis") != 0 ||
+        at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT)
       return -1;
+    a = at->i;
+  }
   onx_value_t *xv = onx_lookup(c, g->input[0]);
-  if (!xv || xv->ndim != 3 || (*x && strcmp(*x, g->input[0]) != 0)) return -1;
-  *x = g->input[0];
-  if (t < 0) t += xv->dims[0];
-  return t >= 0 && t < xv->dims[0] ? t : -1;
+  if (!xv || xv->ndim != 3 || (*x && (strcmp(*x, g->input[0]) != 0 || a != *ax)) ||
+      (a != 0 && a != 1))
+    return -1;
+  *x = g->input[0], *ax = a;
+  if (t < 0) t += xv->dims[a];
+  return t >= 0 && t < xv->dims[a] ? t : -1;
 }
 
-/* Unsqueeze(h, axis 0), its output read by Concat node cat alone: 1. */
-static int unsqueeze0(onx_ctx_t *c, int64_t u, int64_t *cat) {
+/* Unsqueeze(h, axis ax), its output read by Concat(axis ax) node *cat
+ * alone: 1. */
+static int unsqueeze_at(onx_ctx_t *c, int64_t u, int64_t ax, int64_t *cat) {
   const Onnx__NodeProto *n = op_at(c, u, "Unsqueeze");
-  int64_t ax[1], na = -1;
+  int64_t v[1], na = -1;
   if (!n || n->n_output != 1) return 0;
   const Onnx__AttributeProto *a = onx_attr(n, "axes");
   if (a && n->n_input == 1 && a->n_ints == 1)
-    ax[0] = a->ints[0], na = 1;
-  else if (!a && n->n_input == 2 && !iconst(c, n->input[1], ax, 1, &na))
+    v[0] = a->ints[0], na = 1;
+  else if (!a && n->n_input == 2 && !iconst(c, n->input[1], v, 1, &na))
     return 0;
-  if (na != 1 || ax[0] != 0) return 0;
+  if (na != 1 || v[0] != ax) return 0;
   *cat = sole_reader(c, n->output[0]);
   const Onnx__NodeProto *k = op_at(c, *cat, "Concat");
   const Onnx__AttributeProto *ca = k ? onx_attr(k, "axis") : NULL;
-  return k && k->n_output == 1 && ca && ca->i == 0;
+  return k && k->n_output == 1 && ca && ca->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT &&
+         ca->i == ax;
 }
 
 vm_status_t onx_lstm_chain(onx_ctx_t *c, int *done) {
@@ -465,7 +482,7 @@ vm_status_t onx_lstm_chain(onx_ctx_t *c, int *done) {
       q.hs = hs;
     }
     mark_cell(&cl, mark);
-    steps[T] = step_of(c, cl.l[1 - hs].in, &q.x);
+    steps[T] = step_of(c, cl.l[1 - hs].in, &q.x, &q.layout);
     hprod[T] = cl.mo;
     if (steps[T] < 0) goto out;
     T++;
@@ -476,8 +493,8 @@ vm_status_t onx_lstm_chain(onx_ctx_t *c, int *done) {
   q.h0 = q.first.l[q.hs].in;
   onx_value_t *xv = onx_lookup(c, q.x), *h0 = onx_lookup(c, q.h0),
               *c0 = onx_lookup(c, q.first.cprev);
-  if (!xv || !h0 || !c0 || xv->dims[0] != T || !vm_dtype_equal(xv->dt, VM_F32)) goto out;
-  q.B = xv->dims[1], q.I = xv->dims[2];
+  if (!xv || !h0 || !c0 || xv->dims[q.layout] != T || !vm_dtype_equal(xv->dt, VM_F32)) goto out;
+  q.B = xv->dims[1 - q.layout], q.I = xv->dims[2];
   int64_t sd[2] = {q.B, q.H};
   if (q.first.l[1 - q.hs].K != q.I || q.first.l[q.hs].K != q.H) goto out;
   for (int i = 0; i < 2; i++) {
@@ -499,7 +516,7 @@ vm_status_t onx_lstm_chain(onx_ctx_t *c, int *done) {
     for (uint32_t u = 0; e && u < e->num_cons; u++) {
       int64_t r = c->names.uses[e->cons_off + u].node;
       if (mark[r]) continue;
-      if (un < 0 && unsqueeze0(c, r, &ck) && (cat < 0 || ck == cat)) {
+      if (un < 0 && unsqueeze_at(c, r, q.layout, &ck) && (cat < 0 || ck == cat)) {
         un = r, cat = ck;
       } else {
         others++;
@@ -575,14 +592,14 @@ out:
     int zero = st0[i]->data != NULL;
     for (int64_t k = 0; zero && k < st0[i]->numel; k++)
       zero = onx_ld_f(VM_F32, st0[i]->data, k) == 0.0;
-    int64_t d3[3] = {1, q.B, H};
+    int64_t d3[3] = {q.layout ? q.B : 1, q.layout ? 1 : q.B, H};
     if (!zero) ts[i] = onx_reshaped(c, (onx_value_t *)st0[i], 3, d3);
   }
   int64_t xd2[2] = {q.T * q.B, I};
   int32_t ty, tyh, tyc;
-  vm_status_t st =
-      onx_lstm_emit(c, q.T, q.B, I, H, q.reverse, onx_reshaped(c, onx_lookup(c, q.x), 2, xd2), tw,
-                    trt, tb, ts[0], ts[1], &ty, &tyh, &tyc);
+  vm_status_t st = onx_lstm_emit(c, q.T, q.B, I, H, q.reverse, q.layout,
+                                 onx_reshaped(c, onx_lookup(c, q.x), 2, xd2), tw, trt, tb, ts[0],
+                                 ts[1], &ty, &tyh, &tyc);
   if (st) {
     free(mark);
     return st;
@@ -601,7 +618,7 @@ out:
   for (size_t i = 0; i < nn; i++)
     if (mark[i] && i != c->node_idx) c->skip[i] = 1;
   free(mark);
-  int64_t bh[2] = {q.B, H}, yd[3] = {q.T, q.B, H};
+  int64_t bh[2] = {q.B, H}, yd[3] = {q.layout ? q.B : q.T, q.layout ? q.T : q.B, H};
   c->fused = 1;
   *done = 1;
   VM_RETURN_IF_ERROR(onx_bind_named(c, q.last.h, tyh, 2, bh));

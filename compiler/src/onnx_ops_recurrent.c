@@ -250,12 +250,12 @@ static vm_status_t emit(onx_ctx_t *c, const rnn_cfg_t *f, int32_t tx2, int32_t t
 }
 
 vm_status_t onx_lstm_emit(onx_ctx_t *c, int64_t T, int64_t B, int64_t I, int64_t H, int reverse,
-                          int32_t tx2, int32_t tw, int32_t trt, int32_t tb, int32_t th0,
+                          int64_t layout, int32_t tx2, int32_t tw, int32_t trt, int32_t tb, int32_t th0,
                           int32_t tc0, int32_t *ty, int32_t *tyh, int32_t *tyc) {
   rnn_cfg_t f;
   memset(&f, 0, sizeof(f));
   f.kind = K_LSTM, f.D = 1, f.G = 4, f.T = T, f.B = B, f.I = I, f.H = H;
-  f.rev_mask = reverse ? 1 : 0;
+  f.rev_mask = reverse ? 1 : 0, f.layout = layout;
   f.acts = ACT_SIGMOID | ACT_TANH << 4 | ACT_TANH << 8; /* the spec's defaults */
   return emit(c, &f, tx2, tw, 0, trt, tb, -1, th0, tc0, -1, 1, ty, tyh, tyc);
 }

@@ -2036,11 +2036,13 @@ static void test_einsum_float32(void **state) {
  * here as exporters write it, against the host: 0 as PyTorch exports an
  * LSTMCell in a loop (Gemms with bias, Split, gates i f g o, nonzero
  * initial states, h_k through Unsqueeze into one Concat): one cl.gemm and
- * one cl.rnn, no Sigmoid left; 1 another exporter's spelling (x: MatMul then
- * Add of a bias, h: Gemm of W [H, 4H] without bias, four Slices, gates
- * o g i f, operands of Mul and Add swapped, the steps reading X from its
- * end, the Concat in time order): rewritten as one reverse LSTM; 2 a near
- * miss (h = o * Sigmoid(c), not Tanh): not rewritten, node by node. */
+ * one cl.rnn, no Sigmoid left; 1 another spelling (X batch first [B, T, I]
+ * read by Gather on axis 1, x: MatMul then Add of a bias, h: Gemm of W
+ * [H, 4H] without bias, four Slices, gates o g i f, operands of Mul and Add
+ * swapped, the steps reading X from its end, Unsqueeze and Concat on axis 1
+ * in time order): rewritten as one reverse LSTM of layout 1; near misses,
+ * not rewritten, node by node: 2 h = o * Sigmoid(c), not Tanh; 3 the second
+ * step's h Gemm reads weights of another name (the same values). */
 static void lstm_unrolled_case(env_t *e, int variant) {
   enum { T = 3, B = 2, In = 5, H = 4, N = 16 };
   static float x[T * B * In], wx[N * In], wh[N * H], bx[N], bh[N], h0[B * H], c0[B * H];
@@ -2060,13 +2062,15 @@ static void lstm_unrolled_case(env_t *e, int variant) {
   /* role of each chunk of the gates: 0 i, 1 f, 2 g, 3 o */
   static const int roles_pt[4] = {0, 1, 2, 3}, roles_1[4] = {3, 2, 0, 1};
   const int *roles = variant == 1 ? roles_1 : roles_pt;
-  int rev = variant == 1;
+  int rev = variant == 1, bf = variant == 1; /* reverse, batch first */
   mb_t m;
   mb_init(&m, 13);
-  int64_t xd[3] = {T, B, In}, yd[3] = {T, B, H}, wd[2] = {N, In}, whd[2] = {N, H};
+  int64_t xd[3] = {bf ? B : T, bf ? T : B, In}, yd[3] = {bf ? B : T, bf ? T : B, H};
+  int64_t wd[2] = {N, In}, whd[2] = {N, H};
   int64_t wtd[2] = {In, N}, whtd[2] = {H, N}, bd[1] = {N}, sd[2] = {B, H}, four[1] = {4};
   int64_t one[1] = {1};
-  static int64_t steps[T], sizes[4] = {H, H, H, H}, zero_ax[1] = {0}, last_ax[1] = {-1};
+  static int64_t steps[T], sizes[4] = {H, H, H, H}, t_ax[1], last_ax[1] = {-1};
+  t_ax[0] = bf;
   static int64_t starts[4], ends[4];
   for (int k = 0; k < T; k++) steps[k] = k;
   for (int j = 0; j < 4; j++) starts[j] = j * H, ends[j] = j == 3 ? INT64_MAX : (j + 1) * H;
@@ -2079,13 +2083,14 @@ static void lstm_unrolled_case(env_t *e, int variant) {
     mb_init_raw(&m, "wx", 1, 2, wd, wx, sizeof(wx));
     mb_init_raw(&m, "wh", 1, 2, whd, wh, sizeof(wh));
     mb_init_raw(&m, "bh", 1, 1, bd, bh, sizeof(bh));
+    if (variant == 3) mb_init_raw(&m, "wh2", 1, 2, whd, wh, sizeof(wh));
   }
   mb_init_raw(&m, "bx", 1, 1, bd, bx, sizeof(bx));
   mb_init_raw(&m, "h0", 1, 2, sd, h0, sizeof(h0));
   mb_init_raw(&m, "c0", 1, 2, sd, c0, sizeof(c0));
   static const char *const tn[T] = {"t0", "t1", "t2"};
   for (int k = 0; k < T; k++) mb_init_raw(&m, tn[k], 7, 0, NULL, &steps[k], 8);
-  mb_init_raw(&m, "uax", 7, 1, one, zero_ax, 8);
+  mb_init_raw(&m, "uax", 7, 1, one, t_ax, 8);
   static const char *const stn[4] = {"st0", "st1", "st2", "st3"};
   static const char *const enn[4] = {"en0", "en1", "en2", "en3"};
   if (variant == 1) {
@@ -2107,7 +2112,8 @@ static void lstm_unrolled_case(env_t *e, int variant) {
     for (int s = 0; s < 24; s++) snprintf(v[s], sizeof(v[s]), "s%d_%d", k, s);
     const char *hp = k ? nm[k - 1][20] : "h0", *cp = k ? nm[k - 1][18] : "c0";
     /* 0 x_k, 1 gx, 2 gh, 3 z, 4-7 chunks, 8-11 acts, 12 mf, 13 mi, 18 c, 19 tanh c, 20 h, 21 u */
-    mb_node(&m, "Gather", v[0], "x", tn[rev ? T - 1 - k : k], v[0]);
+    Onnx__NodeProto *ga = mb_node(&m, "Gather", v[0], "x", tn[rev ? T - 1 - k : k], v[0]);
+    if (bf) mb_attr_i(&m, ga, "axis", 1);
     if (variant == 1) {
       mb_node(&m, "MatMul", v[14], v[0], "wx", v[14]);
       mb_node(&m, "Add", v[1], "bx", v[14], v[1]);
@@ -2119,7 +2125,8 @@ static void lstm_unrolled_case(env_t *e, int variant) {
         mb_node_input(sl, "sax");
       }
     } else {
-      Onnx__NodeProto *gh = mb_node(&m, "Gemm", v[2], hp, "wh", v[2]);
+      const char *whn = variant == 3 && k == 1 ? "wh2" : "wh";
+      Onnx__NodeProto *gh = mb_node(&m, "Gemm", v[2], hp, whn, v[2]);
       mb_node_input(gh, "bh");
       mb_attr_i(&m, gh, "transB", 1);
       Onnx__NodeProto *gx = mb_node(&m, "Gemm", v[1], v[0], "wx", v[1]);
@@ -2163,17 +2170,17 @@ static void lstm_unrolled_case(env_t *e, int variant) {
     else
       mb_node_input(cat, nm[k][21]);
   }
-  mb_attr_i(&m, cat, "axis", 0);
+  mb_attr_i(&m, cat, "axis", bf);
 
   vmcc_onnx_report_t rep;
-  vmcc_tensor_t xin = {VM_F32, 3, {T, B, In}, x, sizeof(x)};
+  vmcc_tensor_t xin = {VM_F32, 3, {xd[0], xd[1], In}, x, sizeof(x)};
   float got[T * B * H];
   uint32_t nrnn = 0;
   compile_run_t(e, &m, &xin, &rep, got, sizeof(got), "cl.rnn", &nrnn);
   vm_executable_t *exec = compile_model(&m);
   uint32_t ngemm = count_calls(exec, "cl.gemm"), nsig = count_calls(exec, "cl.unary.sigmoid");
   vm_executable_free(exec);
-  if (variant == 2) {
+  if (variant >= 2) {
     assert_int_equal(nrnn, 0);
     assert_true(nsig > 0);
   } else {
@@ -2193,7 +2200,8 @@ static void lstm_unrolled_case(env_t *e, int variant) {
         for (int j = 0; j < 4; j++) {
           int n = j * H + u;
           double z = bx[n] + (variant == 1 ? 0.0 : bh[n]);
-          for (int i = 0; i < In; i++) z += (double)x[(t * B + b) * In + i] * wx[n * In + i];
+          int row = bf ? b * T + t : t * B + b;
+          for (int i = 0; i < In; i++) z += (double)x[row * In + i] * wx[n * In + i];
           for (int q = 0; q < H; q++) z += h[b * H + q] * wh[n * H + q];
           gate[roles[j]] = roles[j] == 2 ? tanh(z) : 1.0 / (1.0 + exp(-z));
         }
@@ -2203,7 +2211,8 @@ static void lstm_unrolled_case(env_t *e, int variant) {
       }
     for (int i = 0; i < B * H; i++) {
       h[i] = hn[i];
-      double v = got[t * B * H + i];
+      int b = i / H, u = i % H;
+      double v = got[(bf ? b * T + t : t * B + b) * H + u];
       if (!(fabs(v - hn[i]) <= 1e-5 + 1e-4 * fabs(hn[i])))
         fail_msg("variant %d, step %d, [%d]: %.7g, expected %.7g", variant, k, i, v, hn[i]);
     }
@@ -2211,7 +2220,7 @@ static void lstm_unrolled_case(env_t *e, int variant) {
 }
 
 static void test_lstm_unrolled_rewritten(void **state) {
-  for (int v = 0; v < 3; v++) lstm_unrolled_case(*state, v);
+  for (int v = 0; v < 4; v++) lstm_unrolled_case(*state, v);
 }
 
 int main(void) {
