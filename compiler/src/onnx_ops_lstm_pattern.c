@@ -63,6 +63,7 @@ static const Onnx__NodeProto *op_at(onx_ctx_t *c, int64_t i, const char *op) {
   if (!n || !n->op_type || strcmp(n->op_type, op) != 0 || (n->domain && n->domain[0]) ||
       n->n_output < 1 || !n->output[0] || !n->output[0][0])
     return NULL;
+  if (n->n_input < 1 && strcmp(op, "Constant") != 0) return NULL; /* input[0] is read */
   for (size_t k = 0; k < n->n_input; k++)
     if (!n->input[k]) return NULL;
   return n;
@@ -316,6 +317,7 @@ static int64_t sum_above(onx_ctx_t *c, int64_t node) {
 /* The cell whose h_k is `h` (the Mul ending it), or 0. */
 static int cell_ending(onx_ctx_t *c, const char *h, cell_t *cl) {
   const Onnx__NodeProto *mo = op_at(c, producer(c, h), "Mul");
+  if (mo && mo->n_input != 2) return 0;
   for (int s = 0; mo && s < 2; s++) { /* Sigmoid(chunk of z) */
     const Onnx__NodeProto *sg = op_at(c, producer(c, mo->input[s]), "Sigmoid");
     int64_t p = sg ? producer(c, sg->input[0]) : -1;
@@ -323,7 +325,7 @@ static int cell_ending(onx_ctx_t *c, const char *h, cell_t *cl) {
     if (!ch) ch = op_at(c, p, "Slice");
     int64_t zp = ch ? producer(c, ch->input[0]) : -1;
     const Onnx__NodeProto *z = op_at(c, zp, "Add");
-    if (!z) continue;
+    if (!z || z->n_input != 2) continue;
     /* z is the sum, or the bias Add after it */
     if (cell_of(c, zp, cl) && strcmp(cl->h, h) == 0) return 1;
     for (int t = 0; t < 2; t++)
