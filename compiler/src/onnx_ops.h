@@ -187,6 +187,21 @@ vm_status_t onx_gelu_tanh_chain(onx_ctx_t *c, int *done); /* from its first Mul 
 /* onnx_ops_patterns.c: MatMul(Cast(Equal(ids, classes)), W) from the Equal,
  * as one cl.embedding (a row gather with zero rows for unmatched ids). */
 vm_status_t onx_one_hot_matmul_chain(onx_ctx_t *c, int *done);
+/* onnx_ops_recurrent.c: a forward (reverse: 1) one-direction LSTM with
+ * the spec's activations over X as [T*B, I] (tx2; layout 1: [B*T, I]), W
+ * [1, 4H, I] (tw), R^T [1, H, 4H] (trt), B [1, 8H] (tb), initial_h and
+ * initial_c [1, B, H] (layout 1: [B, 1, H]; th0, tc0, -1 absent): one
+ * cl.gemm and one cl.rnn; *ty [T, 1, B, H] (layout 1: [B, T, 1, H]), *tyh
+ * and *tyc as the initial states. */
+vm_status_t onx_lstm_emit(onx_ctx_t *c, int64_t T, int64_t B, int64_t I, int64_t H, int reverse,
+                          int64_t layout, int32_t tx2, int32_t tw, int32_t trt, int32_t tb, int32_t th0,
+                          int32_t tc0, int32_t *ty, int32_t *tyh, int32_t *tyc);
+/* onnx_ops_lstm_pattern.c: an LSTM unrolled into elementary nodes (one
+ * cell a time step: gate Gemms or MatMuls, Split or Slices, Sigmoid and
+ * Tanh, the cell and hidden updates) from the current Gemm or MatMul, the
+ * first node of the sequence: lowered as one LSTM (*done set, the other
+ * nodes skipped) when the whole sequence fits, else nothing. */
+vm_status_t onx_lstm_chain(onx_ctx_t *c, int *done);
 /* onnx_ops_nn.c: is_test nonzero before opset 7 (BatchNormalization, Dropout). */
 vm_status_t onx_need_is_test(onx_ctx_t *c);
 /* onnx_ops_nn.c: a window over up to 3 spatial axes, right-aligned: [0] D,

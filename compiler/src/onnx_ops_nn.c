@@ -46,6 +46,9 @@ static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n,
 }
 
 vm_status_t onx_op_gemm(onx_ctx_t *c) {
+  int done;
+  VM_RETURN_IF_ERROR(onx_lstm_chain(c, &done)); /* an unrolled LSTM from here */
+  if (done) return VM_STATUS_OK;
   int qdq;
   VM_RETURN_IF_ERROR(onx_qdq_matmul(c, 1, &qdq));
   if (qdq) return VM_STATUS_OK;
@@ -125,6 +128,9 @@ vm_status_t onx_op_gemm(onx_ctx_t *c) {
 }
 
 vm_status_t onx_op_matmul(onx_ctx_t *c) {
+  int done;
+  VM_RETURN_IF_ERROR(onx_lstm_chain(c, &done)); /* an unrolled LSTM from here */
+  if (done) return VM_STATUS_OK;
   int qdq;
   VM_RETURN_IF_ERROR(onx_qdq_matmul(c, 0, &qdq));
   if (qdq) return VM_STATUS_OK;

@@ -211,6 +211,55 @@ static vm_status_t opt_in(onx_ctx_t *c, uint32_t i, const char *what, uint32_t n
   return VM_STATUS_OK;
 }
 
+/* Emits xw = X W^T over every row of X at once (cl.gemm; tx2: X as
+ * [T*B, I]) and the cl.rnn over it; W is tw, [D, G*H, I] (w_kn: [D, I,
+ * G*H]), R^T tr [D, H, G*H]; tb, tl, th0, tc0, tp the optional inputs (-1
+ * absent). *ty (-1 unless want_y), *tyh and *tyc (-1 but for LSTM): the
+ * outputs, in f's layout. */
+static vm_status_t emit(onx_ctx_t *c, const rnn_cfg_t *f, int32_t tx2, int32_t tw, int w_kn,
+                        int32_t tr, int32_t tb, int32_t tl, int32_t th0, int32_t tc0, int32_t tp,
+                        int want_y, int32_t *ty, int32_t *tyh, int32_t *tyc) {
+  int64_t GH = f->G * f->H; /* checked by the caller */
+  int64_t sd[3] = {f->layout ? f->B : f->D, f->layout ? f->D : f->B, f->H};
+  int64_t rows = f->T * f->B;
+  int64_t xwd[3] = {f->D, rows, GH};
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "X W^T", 3, xwd, NULL));
+  int64_t yd[4] = {f->T, f->D, f->B, f->H}, yd1[4] = {f->B, f->T, f->D, f->H};
+  int64_t wsd[2] = {f->D * f->B, 4 * f->H};
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "output Y", 4, yd, NULL));
+  VM_RETURN_IF_ERROR(onx_check_shape(c, "workspace", 2, wsd, NULL));
+  int32_t txw = new_t(c, VM_F32, 3, xwd);
+  vmcc_arg_t g[7] = {A(tx2), A(tw), I(0), I(!w_kn), vmcc_a_const(c->c_one),
+                     vmcc_a_const(c->c_zero), A(txw)};
+  call(c, "cl.gemm", 7, g);
+
+  int64_t parn[1] = {13};
+  int32_t tpar = onx_const_tensor_f(c, VM_F32, 1, parn, f->params);
+  int32_t tws = new_t(c, VM_F32, 2, wsd);
+  *ty = want_y ? new_t(c, VM_F32, 4, f->layout ? yd1 : yd) : -1;
+  *tyh = new_t(c, VM_F32, 3, sd);
+  *tyc = f->kind == K_LSTM ? new_t(c, VM_F32, 3, sd) : -1;
+#define OPT(t) ((t) >= 0 ? A(t) : vmcc_a_none())
+  vmcc_arg_t a[19] = {A(txw),     A(tr),       OPT(tb),   OPT(tl),       OPT(th0),
+                      OPT(tc0),   OPT(tp),     A(tpar),   I(f->kind),    I(f->layout),
+                      I(f->rev_mask), I(0),    I(f->T),   I(f->acts),    I(f->flags),
+                      A(tws),     OPT(*ty),    A(*tyh),   OPT(*tyc)};
+#undef OPT
+  call(c, "cl.rnn", 19, a);
+  return VM_STATUS_OK;
+}
+
+vm_status_t onx_lstm_emit(onx_ctx_t *c, int64_t T, int64_t B, int64_t I, int64_t H, int reverse,
+                          int64_t layout, int32_t tx2, int32_t tw, int32_t trt, int32_t tb, int32_t th0,
+                          int32_t tc0, int32_t *ty, int32_t *tyh, int32_t *tyc) {
+  rnn_cfg_t f;
+  memset(&f, 0, sizeof(f));
+  f.kind = K_LSTM, f.D = 1, f.G = 4, f.T = T, f.B = B, f.I = I, f.H = H;
+  f.rev_mask = reverse ? 1 : 0, f.layout = layout;
+  f.acts = ACT_SIGMOID | ACT_TANH << 4 | ACT_TANH << 8; /* the spec's defaults */
+  return emit(c, &f, tx2, tw, 0, trt, tb, -1, th0, tc0, -1, 1, ty, tyh, tyc);
+}
+
 /* Lowers the node once W is a graph tensor [D, G*H, I] (w_kn: [D, I, G*H])
  * and R one transposed, [D, H, G*H]: inputs 3.. (B, sequence_lens,
  * initial_h, initial_c, P) are read from the node as ONNX numbers them. */
@@ -248,32 +297,12 @@ static vm_status_t lower(onx_ctx_t *c, rnn_cfg_t *f, onx_value_t *x, int32_t tw,
     VM_RETURN_IF_ERROR(opt_in(c, 7, "P", 2, pd, &tp));
   }
 
-  /* xw = X W^T over every row of X at once */
   int64_t rows = f->T * f->B; /* dims of X: their product fits */
-  int64_t xd2[2] = {rows, f->I}, xwd[3] = {f->D, rows, GH};
-  VM_RETURN_IF_ERROR(onx_check_shape(c, "X W^T", 3, xwd, NULL));
+  int64_t xd2[2] = {rows, f->I};
+  int32_t ty = -1, tyh = -1, tyc = -1;
+  VM_RETURN_IF_ERROR(emit(c, f, onx_reshaped(c, x, 2, xd2), tw, w_kn, tr, tb, tl, th0, tc0, tp,
+                          onx_out_wanted(c, 0), &ty, &tyh, &tyc));
   int64_t yd[4] = {f->T, f->D, f->B, f->H}, yd1[4] = {f->B, f->T, f->D, f->H};
-  int64_t wsd[2] = {f->D * f->B, 4 * f->H};
-  VM_RETURN_IF_ERROR(onx_check_shape(c, "output Y", 4, yd, NULL));
-  VM_RETURN_IF_ERROR(onx_check_shape(c, "workspace", 2, wsd, NULL));
-  int32_t txw = new_t(c, VM_F32, 3, xwd);
-  vmcc_arg_t g[7] = {A(onx_reshaped(c, x, 2, xd2)), A(tw), I(0), I(!w_kn),
-                     vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero), A(txw)};
-  call(c, "cl.gemm", 7, g);
-
-  int64_t parn[1] = {13};
-  int32_t tpar = onx_const_tensor_f(c, VM_F32, 1, parn, f->params);
-  int32_t tws = new_t(c, VM_F32, 2, wsd);
-  int32_t ty = onx_out_wanted(c, 0) ? new_t(c, VM_F32, 4, f->layout ? yd1 : yd) : -1;
-  int32_t tyh = new_t(c, VM_F32, 3, sd);
-  int32_t tyc = f->kind == K_LSTM ? new_t(c, VM_F32, 3, sd) : -1;
-#define OPT(t) ((t) >= 0 ? A(t) : vmcc_a_none())
-  vmcc_arg_t a[19] = {A(txw),     A(tr),       OPT(tb),   OPT(tl),       OPT(th0),
-                      OPT(tc0),   OPT(tp),     A(tpar),   I(f->kind),    I(f->layout),
-                      I(f->rev_mask), I(0),    I(f->T),   I(f->acts),    I(f->flags),
-                      A(tws),     OPT(ty),     A(tyh),    OPT(tyc)};
-#undef OPT
-  call(c, "cl.rnn", 19, a);
   if (ty >= 0) VM_RETURN_IF_ERROR(onx_bind_out(c, 0, ty, 4, f->layout ? yd1 : yd));
   VM_RETURN_IF_ERROR(onx_bind_out(c, 1, tyh, 3, sd));
   if (tyc >= 0) VM_RETURN_IF_ERROR(onx_bind_out(c, 2, tyc, 3, sd));

@@ -8,7 +8,7 @@
 
 #include "onnx.pb-c.h"
 
-#define MAXN 16
+#define MAXN 64 /* an unrolled 3-step LSTM has ~60 nodes */
 
 typedef struct mb {
   Onnx__ModelProto model;

@@ -2200,6 +2200,197 @@ static void test_einsum_float32(void **state) {
   }
 }
 
+/* An LSTM unrolled into elementary nodes (3 steps, B 2, I 5, H 4), built
+ * here as exporters write it, against the host: 0 as PyTorch exports an
+ * LSTMCell in a loop (Gemms with bias, Split, gates i f g o, nonzero
+ * initial states, h_k through Unsqueeze into one Concat): one cl.gemm and
+ * one cl.rnn, no Sigmoid left; 1 another spelling (X batch first [B, T, I]
+ * read by Gather on axis 1, x: MatMul then Add of a bias, h: Gemm of W
+ * [H, 4H] without bias, four Slices, gates o g i f, operands of Mul and Add
+ * swapped, the steps reading X from its end, Unsqueeze and Concat on axis 1
+ * in time order): rewritten as one reverse LSTM of layout 1; near misses,
+ * not rewritten, node by node: 2 h = o * Sigmoid(c), not Tanh; 3 the second
+ * step's h Gemm reads weights of another name (the same values). */
+static void lstm_unrolled_case(env_t *e, int variant) {
+  enum { T = 3, B = 2, In = 5, H = 4, N = 16 };
+  static float x[T * B * In], wx[N * In], wh[N * H], bx[N], bh[N], h0[B * H], c0[B * H];
+  static float wxt[In * N], wht[H * N];
+  for (int i = 0; i < T * B * In; i++) x[i] = (float)((i * 7) % 13) * 0.15f - 0.9f;
+  for (int i = 0; i < N * In; i++) wx[i] = (float)((i * 5) % 11) * 0.08f - 0.4f;
+  for (int i = 0; i < N * H; i++) wh[i] = (float)((i * 3) % 7) * 0.1f - 0.3f;
+  for (int i = 0; i < N; i++) bx[i] = 0.05f * (float)(i % 5) - 0.1f, bh[i] = 0.03f * (float)(i % 3);
+  for (int i = 0; i < B * H; i++) {
+    h0[i] = variant == 1 ? 0.0f : 0.1f * (float)i - 0.3f;
+    c0[i] = variant == 1 ? 0.0f : 0.2f - 0.05f * (float)i;
+  }
+  for (int n = 0; n < N; n++) {
+    for (int i = 0; i < In; i++) wxt[i * N + n] = wx[n * In + i];
+    for (int j = 0; j < H; j++) wht[j * N + n] = wh[n * H + j];
+  }
+  /* role of each chunk of the gates: 0 i, 1 f, 2 g, 3 o */
+  static const int roles_pt[4] = {0, 1, 2, 3}, roles_1[4] = {3, 2, 0, 1};
+  const int *roles = variant == 1 ? roles_1 : roles_pt;
+  int rev = variant == 1, bf = variant == 1; /* reverse, batch first */
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[3] = {bf ? B : T, bf ? T : B, In}, yd[3] = {bf ? B : T, bf ? T : B, H};
+  int64_t wd[2] = {N, In}, whd[2] = {N, H};
+  int64_t wtd[2] = {In, N}, whtd[2] = {H, N}, bd[1] = {N}, sd[2] = {B, H}, four[1] = {4};
+  int64_t one[1] = {1};
+  static int64_t steps[T], sizes[4] = {H, H, H, H}, t_ax[1], last_ax[1] = {-1};
+  t_ax[0] = bf;
+  static int64_t starts[4], ends[4];
+  for (int k = 0; k < T; k++) steps[k] = k;
+  for (int j = 0; j < 4; j++) starts[j] = j * H, ends[j] = j == 3 ? INT64_MAX : (j + 1) * H;
+  mb_input(&m, "x", 3, xd);
+  mb_output(&m, "y", 3, yd);
+  if (variant == 1) {
+    mb_init_raw(&m, "wx", 1, 2, wtd, wxt, sizeof(wxt));
+    mb_init_raw(&m, "wh", 1, 2, whtd, wht, sizeof(wht));
+  } else {
+    mb_init_raw(&m, "wx", 1, 2, wd, wx, sizeof(wx));
+    mb_init_raw(&m, "wh", 1, 2, whd, wh, sizeof(wh));
+    mb_init_raw(&m, "bh", 1, 1, bd, bh, sizeof(bh));
+    if (variant == 3) mb_init_raw(&m, "wh2", 1, 2, whd, wh, sizeof(wh));
+  }
+  mb_init_raw(&m, "bx", 1, 1, bd, bx, sizeof(bx));
+  mb_init_raw(&m, "h0", 1, 2, sd, h0, sizeof(h0));
+  mb_init_raw(&m, "c0", 1, 2, sd, c0, sizeof(c0));
+  static const char *const tn[T] = {"t0", "t1", "t2"};
+  for (int k = 0; k < T; k++) mb_init_raw(&m, tn[k], 7, 0, NULL, &steps[k], 8);
+  mb_init_raw(&m, "uax", 7, 1, one, t_ax, 8);
+  static const char *const stn[4] = {"st0", "st1", "st2", "st3"};
+  static const char *const enn[4] = {"en0", "en1", "en2", "en3"};
+  if (variant == 1) {
+    for (int j = 0; j < 4; j++) {
+      mb_init_raw(&m, stn[j], 7, 1, one, &starts[j], 8);
+      mb_init_raw(&m, enn[j], 7, 1, one, &ends[j], 8);
+    }
+    mb_init_raw(&m, "sax", 7, 1, one, last_ax, 8);
+  } else {
+    mb_init_raw(&m, "sizes", 7, 1, four, sizes, sizeof(sizes));
+  }
+  /* names of step k: nm[k][slot] */
+  static char nm[T][24][16];
+  static char *split_out[T][4];
+  static const char *const act_of[4] = {"Sigmoid", "Sigmoid", "Tanh", "Sigmoid"};
+  Onnx__NodeProto *cat = NULL;
+  for (int k = 0; k < T; k++) {
+    char(*v)[16] = nm[k];
+    for (int s = 0; s < 24; s++) snprintf(v[s], sizeof(v[s]), "s%d_%d", k, s);
+    const char *hp = k ? nm[k - 1][20] : "h0", *cp = k ? nm[k - 1][18] : "c0";
+    /* 0 x_k, 1 gx, 2 gh, 3 z, 4-7 chunks, 8-11 acts, 12 mf, 13 mi, 18 c, 19 tanh c, 20 h, 21 u */
+    Onnx__NodeProto *ga = mb_node(&m, "Gather", v[0], "x", tn[rev ? T - 1 - k : k], v[0]);
+    if (bf) mb_attr_i(&m, ga, "axis", 1);
+    if (variant == 1) {
+      mb_node(&m, "MatMul", v[14], v[0], "wx", v[14]);
+      mb_node(&m, "Add", v[1], "bx", v[14], v[1]);
+      mb_node(&m, "Gemm", v[2], hp, "wh", v[2]);
+      mb_node(&m, "Add", v[3], v[2], v[1], v[3]);
+      for (int j = 0; j < 4; j++) {
+        Onnx__NodeProto *sl = mb_node(&m, "Slice", v[4 + j], v[3], stn[j], v[4 + j]);
+        mb_node_input(sl, enn[j]);
+        mb_node_input(sl, "sax");
+      }
+    } else {
+      const char *whn = variant == 3 && k == 1 ? "wh2" : "wh";
+      Onnx__NodeProto *gh = mb_node(&m, "Gemm", v[2], hp, whn, v[2]);
+      mb_node_input(gh, "bh");
+      mb_attr_i(&m, gh, "transB", 1);
+      Onnx__NodeProto *gx = mb_node(&m, "Gemm", v[1], v[0], "wx", v[1]);
+      mb_node_input(gx, "bx");
+      mb_attr_i(&m, gx, "transB", 1);
+      mb_node(&m, "Add", v[3], v[2], v[1], v[3]);
+      Onnx__NodeProto *sp = mb_node(&m, "Split", v[4], v[3], "sizes", v[4]);
+      mb_attr_i(&m, sp, "axis", 1);
+      for (int j = 0; j < 4; j++) split_out[k][j] = v[4 + j];
+      sp->output = split_out[k];
+      sp->n_output = 4;
+    }
+    int ci[4]; /* chunk of role r */
+    for (int j = 0; j < 4; j++) ci[roles[j]] = j;
+    for (int j = 0; j < 4; j++) mb_node(&m, act_of[roles[j]], v[8 + j], v[4 + j], NULL, v[8 + j]);
+    const char *sf = v[8 + ci[1]], *si = v[8 + ci[0]], *tg = v[8 + ci[2]], *so = v[8 + ci[3]];
+    if (variant == 1) {
+      mb_node(&m, "Mul", v[12], cp, sf, v[12]);
+      mb_node(&m, "Mul", v[13], tg, si, v[13]);
+      mb_node(&m, "Add", v[18], v[13], v[12], v[18]);
+    } else {
+      mb_node(&m, "Mul", v[12], sf, cp, v[12]);
+      mb_node(&m, "Mul", v[13], si, tg, v[13]);
+      mb_node(&m, "Add", v[18], v[12], v[13], v[18]);
+    }
+    mb_node(&m, variant == 2 ? "Sigmoid" : "Tanh", v[19], v[18], NULL, v[19]);
+    if (variant == 1)
+      mb_node(&m, "Mul", v[20], v[19], so, v[20]);
+    else
+      mb_node(&m, "Mul", v[20], so, v[19], v[20]);
+  }
+  /* Y: Unsqueeze(h of time t, 0), Concat in time order */
+  for (int t = 0; t < T; t++) {
+    int k = rev ? T - 1 - t : t;
+    mb_node(&m, "Unsqueeze", nm[k][21], nm[k][20], "uax", nm[k][21]);
+  }
+  for (int t = 0; t < T; t++) {
+    int k = rev ? T - 1 - t : t;
+    if (!t)
+      cat = mb_node(&m, "Concat", "cat", nm[k][21], NULL, "y");
+    else
+      mb_node_input(cat, nm[k][21]);
+  }
+  mb_attr_i(&m, cat, "axis", bf);
+
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 3, {xd[0], xd[1], In}, x, sizeof(x)};
+  float got[T * B * H];
+  uint32_t nrnn = 0;
+  compile_run_t(e, &m, &xin, &rep, got, sizeof(got), "cl.rnn", &nrnn);
+  vm_executable_t *exec = compile_model(&m);
+  uint32_t ngemm = count_calls(exec, "cl.gemm"), nsig = count_calls(exec, "cl.unary.sigmoid");
+  vm_executable_free(exec);
+  if (variant >= 2) {
+    assert_int_equal(nrnn, 0);
+    assert_true(nsig > 0);
+  } else {
+    assert_int_equal(nrnn, 1);
+    assert_int_equal(ngemm, 1);
+    assert_int_equal(nsig, 0);
+  }
+  /* the host, in double */
+  double h[B * H], cs[B * H];
+  for (int i = 0; i < B * H; i++) h[i] = h0[i], cs[i] = c0[i];
+  for (int k = 0; k < T; k++) {
+    int t = rev ? T - 1 - k : k;
+    double hn[B * H];
+    for (int b = 0; b < B; b++)
+      for (int u = 0; u < H; u++) {
+        double gate[4];
+        for (int j = 0; j < 4; j++) {
+          int n = j * H + u;
+          double z = bx[n] + (variant == 1 ? 0.0 : bh[n]);
+          int row = bf ? b * T + t : t * B + b;
+          for (int i = 0; i < In; i++) z += (double)x[row * In + i] * wx[n * In + i];
+          for (int q = 0; q < H; q++) z += h[b * H + q] * wh[n * H + q];
+          gate[roles[j]] = roles[j] == 2 ? tanh(z) : 1.0 / (1.0 + exp(-z));
+        }
+        double cn = gate[1] * cs[b * H + u] + gate[0] * gate[2];
+        cs[b * H + u] = cn;
+        hn[b * H + u] = gate[3] * (variant == 2 ? 1.0 / (1.0 + exp(-cn)) : tanh(cn));
+      }
+    for (int i = 0; i < B * H; i++) {
+      h[i] = hn[i];
+      int b = i / H, u = i % H;
+      double v = got[(bf ? b * T + t : t * B + b) * H + u];
+      if (!(fabs(v - hn[i]) <= 1e-5 + 1e-4 * fabs(hn[i])))
+        fail_msg("variant %d, step %d, [%d]: %.7g, expected %.7g", variant, k, i, v, hn[i]);
+    }
+  }
+}
+
+static void test_lstm_unrolled_rewritten(void **state) {
+  for (int v = 0; v < 4; v++) lstm_unrolled_case(*state, v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_node_cases),
@@ -2221,6 +2412,7 @@ int main(void) {
       cmocka_unit_test(test_one_hot_matmul_rewritten),
       cmocka_unit_test(test_qdq_conv_fused),
       cmocka_unit_test(test_recurrent_features),
+      cmocka_unit_test(test_lstm_unrolled_rewritten),
       cmocka_unit_test(test_einsum_float32),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
