@@ -3,6 +3,7 @@
 #ifndef VMRPC_BENCH_STATS_H
 #define VMRPC_BENCH_STATS_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@ static int bench_cmp_double(const void *a, const void *b) {
 }
 
 static inline double median(double *v, int n) {
+  if (n <= 0) return NAN; /* no samples: printed as NaN, never a read before v */
   qsort(v, (size_t)n, sizeof(*v), bench_cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }

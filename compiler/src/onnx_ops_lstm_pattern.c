@@ -404,12 +404,24 @@ typedef struct seq {
   int64_t concat; /* the Concat of every h_k (Y), -1 none */
 } seq_t;
 
+/* Whether the constant `name` (defined by now, or a later Constant
+ * node's value) is 0-d: Gather by a [1] index keeps the axis, and the
+ * cell would then be rank 3, not the LSTM's [B, H]. */
+static int scalar_index(onx_ctx_t *c, const char *name) {
+  onx_value_t *v = name && name[0] ? onx_lookup(c, name) : NULL;
+  if (v) return v->ndim == 0;
+  const Onnx__NodeProto *k = op_at(c, producer(c, name), "Constant");
+  const Onnx__AttributeProto *a = k && k->n_attribute == 1 ? onx_attr(k, "value") : NULL;
+  return a && a->t && a->t->n_dims == 0;
+}
+
 /* x_k = Gather(X, t, axis 0 or 1) of the one X (axis *ax: the first
- * step's, then the same): t, or -1. */
+ * step's, then the same) with a 0-d index t: t, or -1. */
 static int64_t step_of(onx_ctx_t *c, const char *xk, const char **x, int64_t *ax) {
   const Onnx__NodeProto *g = op_at(c, producer(c, xk), "Gather");
   int64_t t, n, a = 0;
-  if (!g || g->n_input != 2 || g->n_output != 1 || !iconst(c, g->input[1], &t, 1, &n) || n != 1)
+  if (!g || g->n_input != 2 || g->n_output != 1 || !scalar_index(c, g->input[1]) ||
+      !iconst(c, g->input[1], &t, 1, &n) || n != 1)
     return -1;
   for (size_t i = 0; i < g->n_attribute; i++) {
     const Onnx__AttributeProto *at = g->attribute[i];

@@ -412,7 +412,7 @@ vm_status_t onx_one_hot_matmul_chain(onx_ctx_t *c, int *done) {
   int64_t lo = onx_ld_i(k->dt, k->data, 0), hi = lo, run = 1;
   for (int64_t i = 1; i < nc; i++) {
     int64_t v = onx_ld_i(k->dt, k->data, i);
-    run &= v == lo + i;
+    run &= (uint64_t)v == (uint64_t)lo + (uint64_t)i; /* no signed overflow on hostile lo */
     lo = v < lo ? v : lo;
     hi = v > hi ? v : hi;
   }

@@ -135,7 +135,10 @@ __kernel void embed(__global const T *x, int xo, __global const IDX *ind, int io
   int i = get_global_id(0);
   if (i >= n) return;
   int in = i % d;
-  long k = (long)ind[io + i / d] - off;
-  y[yo + i] = k >= 0 && k < rows ? x[xo + (int)k * d + in] : (T)0;
+  long v = (long)ind[io + i / d];
+  /* v - off without signed overflow: where v >= off the unsigned
+   * difference is the exact one */
+  ulong k = (ulong)v - (ulong)off;
+  y[yo + i] = v >= off && k < (ulong)rows ? x[xo + (int)k * d + in] : (T)0;
 }
 #endif

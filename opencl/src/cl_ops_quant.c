@@ -461,6 +461,14 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
   int64_t Kp = i16 ? K + (K & 1) : K;
   cl_int err;
   int64_t na = ba * M * Kp; /* 0 for K = 0: the sums are 0, the store still runs */
+  /* an odd K pads each row by one: the scratch may hold more elements
+   * than A, and its count and strides go to the kernels as ints */
+  if ((uint64_t)na > VMCL_MAX_ELEMENTS) {
+    return vmcl_op_error(&op,
+                         "A (argument 0) padded to an even K is %lld elements, more than the "
+                         "%lld a kernel indexes; split the product",
+                         (long long)na, (long long)VMCL_MAX_ELEMENTS);
+  }
   size_t esz = i16 ? sizeof(cl_short) : sizeof(float);
   cl_mem af = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(na ? na : 1) * esz, NULL,
                              &err);

@@ -514,7 +514,7 @@ static void test_slice(void **state) {
   tops_read_f(e, &args[4], got);
   tops_assert_close(got, x + 2 * 65, 2 * 65, 0, 0, "cl.slice leading axis");
   release_all(args, 5);
-  /* x seen as [5, 91], its rows reversed: runs of 91 with a negative read
+  /* x seen as [5, 91], each row reversed: runs of 91 with a negative read
    * stride (copy_rows on CPU devices) */
   float rev[5 * 91];
   vm_value_t r[5] = {tops_tensor_f(e, VM_F32, 2, DIMS(5, 91), x), tops_int_tuple(2, DIMS(0, -1)),
