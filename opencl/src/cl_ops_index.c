@@ -178,6 +178,29 @@ static vm_status_t index_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32
                        vm_dtype_str(t->dtype, buf, sizeof(buf)));
 }
 
+/* The operands cl.gather and cl.embedding share: the table x (argument
+ * 0, xname), the indices (1, iname, int32 or int64: *i64) and y (3) of
+ * x's dtype. */
+static vm_status_t gather_operands(vmcl_op_t *op, const char *xname, const char *iname,
+                                   vm_tensor_t **x, vm_tensor_t **ind, vm_tensor_t **y,
+                                   int *i64) {
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(op, 0, xname, x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(op, 1, iname, ind));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(op, 3, "y", y));
+  VM_RETURN_IF_ERROR(vmcl_op_copyable(op, *x, 0, xname));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(op, *y, 3, "y", (*x)->dtype, xname));
+  return index_dtype(op, *ind, 1, iname, i64);
+}
+
+/* Runs copy.cl's kernel `name` (gather or embed) over c->n elements of
+ * y, typed by x's element size and the index type. */
+static vm_status_t gather_launch(vmcl_op_t *op, const char *name, int i64, gather_ctx_t *c) {
+  char opts[48];
+  snprintf(opts, sizeof(opts), "-DT=%s -DIDX=%s", vmcl_copy_type(vm_dtype_bytes(c->x->dtype)),
+           i64 ? "long" : "int");
+  return index_launch(op->d, opts, name, c->n, gather_args, c);
+}
+
 vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
@@ -186,13 +209,8 @@ vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   gather_ctx_t c;
   memset(&c, 0, sizeof(c));
   vm_tensor_t *x, *ind, *y;
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "indices", &ind));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "y", &y));
-  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, x, 0, "x"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", x->dtype, "x"));
   int i64;
-  VM_RETURN_IF_ERROR(index_dtype(&op, ind, 1, "indices", &i64));
+  VM_RETURN_IF_ERROR(gather_operands(&op, "x", "indices", &x, &ind, &y, &i64));
   if (x->ndim == 0) return vmcl_op_error(&op, "x (argument 0) must have at least one dim");
   int64_t axis;
   VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "axis", -(int64_t)x->ndim, (int64_t)x->ndim - 1, &axis));
@@ -218,10 +236,7 @@ vm_status_t vmcl_op_gather(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   c.p2 = x->shape[ax];
   c.p1 = 1;
   for (uint32_t i = ax + 1; i < x->ndim; i++) c.p1 *= x->shape[i];
-  char opts[48];
-  snprintf(opts, sizeof(opts), "-DT=%s -DIDX=%s", vmcl_copy_type(vm_dtype_bytes(x->dtype)),
-           i64 ? "long" : "int");
-  return index_launch(op.d, opts, "gather", c.n, gather_args, &c);
+  return gather_launch(&op, "gather", i64, &c);
 }
 
 /* ---- cl.embedding ---- */
@@ -232,13 +247,8 @@ vm_status_t vmcl_op_embedding(vm_machine_t *m, const vm_value_t *args, uint32_t 
   vmcl_op_init(&op, "cl.embedding", "(table, ids, offset, y)", args, nargs);
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 4, 4));
   vm_tensor_t *x, *ind, *y;
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "table", &x));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "ids", &ind));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "y", &y));
-  VM_RETURN_IF_ERROR(vmcl_op_copyable(&op, x, 0, "table"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 3, "y", x->dtype, "table"));
   int i64;
-  VM_RETURN_IF_ERROR(index_dtype(&op, ind, 1, "ids", &i64));
+  VM_RETURN_IF_ERROR(gather_operands(&op, "table", "ids", &x, &ind, &y, &i64));
   if (x->ndim != 2)
     return vmcl_op_error(&op, "table (argument 0) has %u dims, expected 2", x->ndim);
   gather_ctx_t c;
@@ -259,10 +269,7 @@ vm_status_t vmcl_op_embedding(vm_machine_t *m, const vm_value_t *args, uint32_t 
   c.y = y;
   c.p0 = x->shape[1];
   c.p1 = x->shape[0];
-  char opts[48];
-  snprintf(opts, sizeof(opts), "-DT=%s -DIDX=%s", vmcl_copy_type(vm_dtype_bytes(x->dtype)),
-           i64 ? "long" : "int");
-  return index_launch(op.d, opts, "embed", c.n, gather_args, &c);
+  return gather_launch(&op, "embed", i64, &c);
 }
 
 /* ---- cl.where ---- */
