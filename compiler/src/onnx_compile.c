@@ -206,6 +206,44 @@ onx_value_t *onx_lookup(onx_ctx_t *c, const char *name) {
   return name && name[0] ? find_value(c, name) : NULL;
 }
 
+onx_value_t *onx_lookup_const(onx_ctx_t *c, const char *name) {
+  onx_value_t *v = onx_lookup(c, name);
+  if (v || !name || !name[0] || !c->skip) return v;
+  /* a Constant node later in the graph: it reads nothing, so lowering it
+   * now gives the same value; it is then skipped where it stands */
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  if (!e || e->producer <= (int64_t)c->node_idx) return NULL;
+  size_t p = (size_t)e->producer;
+  const Onnx__NodeProto *n = c->graph->node[p];
+  if (!n || !n->op_type || strcmp(n->op_type, "Constant") != 0 || n->n_input != 0 ||
+      n->n_output != 1 || !n->output[0] || strcmp(n->output[0], name) != 0 || c->skip[p])
+    return NULL;
+  const onx_op_t *op;
+  const Onnx__NodeProto *node = c->node, *at = n;
+  const onx_op_t *cop = c->op;
+  uint32_t idx = c->node_idx;
+  int fused = c->fused;
+  c->node = at;
+  c->node_idx = (uint32_t)p;
+  vm_status_t st = onx_resolve_op(c, &op);
+  if (!st) {
+    c->op = op;
+    st = onx_lower_node(c, op);
+  }
+  c->node = node;
+  c->node_idx = idx;
+  c->op = cop;
+  c->fused = fused;
+  if (st || vmcc_graph_error(c->g)) {
+    /* left for the Constant's own turn, which reports it */
+    vm_status_free(st);
+    return NULL;
+  }
+  c->skip[p] = 1;
+  v = find_value(c, name);
+  return v && v->data ? v : NULL;
+}
+
 vm_status_t onx_def_expr(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
                          const int64_t *dims, onx_expr_t *e) {
   onx_value_t *v;

@@ -731,40 +731,10 @@ int onx_consumed_by_two(onx_ctx_t *c, const char *name, size_t after, size_t i, 
  * later in the graph) that holds one value (*v) and leaves the shape of a
  * rank-ndim operand as it is. */
 int onx_const_scalar(onx_ctx_t *c, const char *name, uint32_t ndim, double *v) {
-  if (!name || !name[0]) return 0;
-  onx_value_t *k = onx_lookup(c, name);
-  if (k) {
-    if (!(k->data && vm_dtype_equal(k->dt, VM_F32) && k->numel == 1 && k->ndim <= ndim)) return 0;
-    *v = onx_ld_f(k->dt, k->data, 0);
-    return 1;
-  }
-  /* a Constant node later in the graph */
-  const onx_name_t *e = onx_names_find(&c->names, name);
-  const Onnx__GraphProto *g = c->graph;
-  if (e && e->producer > (int64_t)c->node_idx) {
-    const Onnx__NodeProto *n = g->node[e->producer];
-    if (n->n_output != 1 || !n->output[0] || strcmp(n->output[0], name) != 0) return 0;
-    const Onnx__AttributeProto *a =
-        n->op_type && strcmp(n->op_type, "Constant") == 0 && n->n_attribute == 1
-            ? onx_attr(n, "value")
-            : NULL;
-    const Onnx__TensorProto *t = a ? a->t : NULL;
-    if (!t || t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || t->n_dims > ndim ||
-        t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
-      return 0;
-    for (size_t i = 0; i < t->n_dims; i++)
-      if (t->dims[i] != 1) return 0;
-    float f;
-    if (t->raw_data.len == sizeof(f) && t->n_float_data == 0)
-      memcpy(&f, t->raw_data.data, sizeof(f)); /* little-endian, as every tensor here */
-    else if (t->n_float_data == 1 && t->raw_data.len == 0)
-      f = t->float_data[0];
-    else
-      return 0;
-    *v = f;
-    return 1;
-  }
-  return 0;
+  onx_value_t *k = onx_lookup_const(c, name);
+  if (!k || !k->data || !vm_dtype_equal(k->dt, VM_F32) || k->numel != 1 || k->ndim > ndim) return 0;
+  *v = onx_ld_f(k->dt, k->data, 0);
+  return 1;
 }
 
 /* onx_const_scalar holding exactly v. */

@@ -39,7 +39,7 @@ static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n,
   const Onnx__NodeProto *nd = c->graph->node[j];
   if (strcmp(nd->op_type, "Add") != 0 || nd->n_input != 2 || slot > 1 || !nd->input[1 - slot])
     return -1;
-  onx_value_t *v = onx_lookup(c, nd->input[1 - slot]);
+  onx_value_t *v = onx_lookup_const(c, nd->input[1 - slot]);
   if (!v || !v->data || !bias_row(v, dt, rank, n)) return -1;
   *bias = onx_reshaped(c, v, 1, &n);
   return j;
@@ -329,7 +329,7 @@ vm_status_t onx_need_is_test(onx_ctx_t *c) {
 }
 
 /* Node `bn` as an inference-mode BatchNormalization with constant
- * parameters of co values defined by now, folded into the per-channel
+ * parameters of co values defined by now (or by Constant nodes later), folded into the per-channel
  * y = a y + b: 1, or 0 when it does not fit. */
 static int fold_bn(onx_ctx_t *c, const Onnx__NodeProto *bn, int64_t co, double *a, double *b) {
   if (bn->n_input < 5) return 0;
@@ -352,7 +352,7 @@ static int fold_bn(onx_ctx_t *c, const Onnx__NodeProto *bn, int64_t co, double *
   }
   onx_value_t *p[4];
   for (int k = 0; k < 4; k++) {
-    p[k] = onx_lookup(c, bn->input[k + 1]);
+    p[k] = onx_lookup_const(c, bn->input[k + 1]);
     if (!p[k] || !p[k]->data || p[k]->numel != co || !onx_is_float(p[k]->dt)) return 0;
   }
   /* s (y - mean) + beta, s = scale / sqrt(var + eps) */
@@ -366,18 +366,17 @@ static int fold_bn(onx_ctx_t *c, const Onnx__NodeProto *bn, int64_t co, double *
 }
 
 /* Node `n`, a float32 Mul, Add or Sub of the rank-`ndim` value y (its
- * input `slot`) with a constant defined by now that holds one value or one
- * per channel and broadcasts to y's shape without changing it (channels
- * on axis cax: a scalar, [co, 1, 1] or [1, co, 1, 1] for axis 1, [co] or
- * [1, 1, 1, co] for axis 3, ...), folded into y = a y + b: 1, or 0 when it
- * does not fit. */
+ * input `slot`) with a constant (defined by now, or a later Constant node) that holds one value or
+ * one per channel and broadcasts to y's shape without changing it (channels on axis cax: a scalar,
+ * [co, 1, 1] or [1, co, 1, 1] for axis 1, [co] or [1, 1, 1, co] for axis 3, ...), folded into y = a
+ * y + b: 1, or 0 when it does not fit. */
 static int fold_affine(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uint32_t ndim,
                        uint32_t cax, int64_t co, double *a, double *b) {
   int mul = strcmp(n->op_type, "Mul") == 0, sub = strcmp(n->op_type, "Sub") == 0;
   if ((!mul && !sub && strcmp(n->op_type, "Add") != 0) || n->n_input != 2 || slot > 1 ||
       !n->input[1 - slot])
     return 0;
-  onx_value_t *k = onx_lookup(c, n->input[1 - slot]);
+  onx_value_t *k = onx_lookup_const(c, n->input[1 - slot]);
   if (!k || !k->data || !vm_dtype_equal(k->dt, VM_F32) || k->ndim > ndim ||
       (k->numel != 1 && k->numel != co))
     return 0;

@@ -56,7 +56,7 @@ static int mean_of_last(onx_ctx_t *c, const Onnx__NodeProto *n, uint32_t ndim) {
   int64_t ax;
   if (c->opset >= 18) {
     if (n->n_input != 2 || onx_attr(n, "noop_with_empty_axes")) return 0;
-    onx_value_t *a = onx_lookup(c, n->input[1]);
+    onx_value_t *a = onx_lookup_const(c, n->input[1]);
     if (!a || !a->data || a->numel != 1 || a->ndim > 1 || !onx_is_int(a->dt)) return 0;
     ax = onx_ld_i(a->dt, a->data, 0);
   } else {
@@ -75,9 +75,9 @@ static int64_t next_is(onx_ctx_t *c, const char *name, size_t after, const char 
 }
 
 /* A float32 constant of the last axis' size n (shape [n], or [1, ..., n]
- * of rank <= ndim), defined by now: LayerNormalization's scale or bias. */
+ * of rank <= ndim), defined by now or by a later Constant: LayerNormalization's scale or bias. */
 static onx_value_t *row_const(onx_ctx_t *c, const char *name, uint32_t ndim, int64_t n) {
-  onx_value_t *v = onx_lookup(c, name);
+  onx_value_t *v = onx_lookup_const(c, name);
   if (!v || !v->data || !vm_dtype_equal(v->dt, VM_F32) || v->ndim < 1 || v->ndim > ndim ||
       v->dims[v->ndim - 1] != n || v->numel != n)
     return NULL;
@@ -404,7 +404,7 @@ vm_status_t onx_one_hot_matmul_chain(onx_ctx_t *c, int *done) {
       to->i != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
     return VM_STATUS_OK;
   int64_t im = next_is(c, g->node[ic]->output[0], (size_t)ic, "MatMul", 2, &slot);
-  onx_value_t *w = im >= 0 && slot == 0 ? onx_lookup(c, g->node[im]->input[1]) : NULL;
+  onx_value_t *w = im >= 0 && slot == 0 ? onx_lookup_const(c, g->node[im]->input[1]) : NULL;
   int64_t nc = k->numel;
   if (!w || !w->data || !vm_dtype_equal(w->dt, VM_F32) || w->ndim != 2 || w->dims[0] != nc)
     return VM_STATUS_OK;

@@ -186,8 +186,8 @@ static int64_t sole_quantize(onx_ctx_t *c, const char *name, double *sy, onx_val
     const char *an = q->attribute[k] ? q->attribute[k]->name : NULL;
     if (!an || (strcmp(an, "axis") != 0 && strcmp(an, "saturate") != 0)) return -1;
   }
-  onx_value_t *s = onx_lookup(c, q->input[1]);
-  onx_value_t *z = q->n_input > 2 ? onx_lookup(c, q->input[2]) : NULL;
+  onx_value_t *s = onx_lookup_const(c, q->input[1]);
+  onx_value_t *z = q->n_input > 2 ? onx_lookup_const(c, q->input[2]) : NULL;
   if (!s || !s->data || s->numel != 1 || s->ndim > 1 || !vm_dtype_equal(s->dt, VM_F32)) return -1;
   if (q->n_input > 2 && q->input[2] && q->input[2][0] &&
       (!z || !z->data || z->numel != 1 || z->ndim > 1 || !is_q8(z->dt)))
@@ -680,7 +680,7 @@ static onx_value_t *dequant_after(onx_ctx_t *c, uint32_t ndim, int64_t n, int64_
   const Onnx__NodeProto *mul = c->graph->node[*mi];
   if (strcmp(mul->op_type, "Mul") != 0 || mul->n_input != 2 || mul->n_attribute != 0)
     return NULL;
-  onx_value_t *s = onx_lookup(c, mul->input[1 - slot]);
+  onx_value_t *s = onx_lookup_const(c, mul->input[1 - slot]);
   if (!s || !vm_dtype_equal(s->dt, VM_F32) || s->ndim > ndim) return NULL;
   if (s->numel == 1 || (s->ndim == 1 && s->dims[0] == n)) return s;
   return NULL;

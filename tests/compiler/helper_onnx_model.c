@@ -136,6 +136,15 @@ void mb_attr_scalar(mb_t *m, Onnx__NodeProto *n, const char *name, int32_t elem,
   attr_slot(m, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t = t;
 }
 
+void mb_attr_tensor(mb_t *m, Onnx__NodeProto *n, const char *name, int32_t elem, uint32_t ndim,
+                    const int64_t *dims, const void *data, size_t nbytes) {
+  mb_attr_scalar(m, n, name, elem, data, nbytes);
+  Onnx__TensorProto *t = &m->attr_tensors[n - m->nodes];
+  t->n_dims = ndim;
+  t->dims = m->attr_dims[n - m->nodes];
+  for (uint32_t i = 0; i < ndim; i++) t->dims[i] = dims[i];
+}
+
 /* An initializer with raw data (nbytes given, so tests can lie). */
 Onnx__TensorProto *mb_init_raw(mb_t *m, const char *name, int32_t elem, uint32_t ndim,
                                const int64_t *dims, const void *data, size_t nbytes) {

@@ -32,6 +32,7 @@ typedef struct mb {
   Onnx__TensorProto attr_tensors[MAXN];
   Onnx__TensorProto *init_ptrs[MAXN];
   int64_t init_dims[MAXN][4];
+  int64_t attr_dims[MAXN][4];
   uint32_t nv;
 } mb_t;
 
@@ -57,6 +58,9 @@ void mb_attr_ints(mb_t *m, Onnx__NodeProto *n, const char *name, const int64_t *
  * data (a Constant node's value). */
 void mb_attr_scalar(mb_t *m, Onnx__NodeProto *n, const char *name, int32_t elem, const void *data,
                     size_t nbytes);
+/* mb_attr_scalar with dims (ndim <= 4): a Constant node's tensor value. */
+void mb_attr_tensor(mb_t *m, Onnx__NodeProto *n, const char *name, int32_t elem, uint32_t ndim,
+                    const int64_t *dims, const void *data, size_t nbytes);
 /* An initializer with raw data (nbytes given, so tests can lie). */
 Onnx__TensorProto *mb_init_raw(mb_t *m, const char *name, int32_t elem, uint32_t ndim,
                                const int64_t *dims, const void *data, size_t nbytes);
