@@ -18,7 +18,7 @@
 #   VMRPC_SKIP_FUZZ=1 ...      no fuzzing
 #   VMRPC_FUZZ_SEED=N          the fuzz smoke's libFuzzer seed [1]
 #   VMRPC_FUZZ_RUNS_SCALE=N    the fuzz smoke's executions x N [1]
-#   VMRPC_LOAD_SECONDS=N       length of the load test (agent.test_load) [60]
+#   VMRPC_LOAD_SECONDS=N       length of the load test (agent.test_load) [30]
 #   VMRPC_SKIP_ONNX_MODELS=1   no rapidocr, int8 and recurrent model checks
 #                              (scripts/onnx-rapidocr.sh, onnx-quant.sh, onnx-recurrent.sh;
 #                              they skip themselves when PyPI cannot be reached)
