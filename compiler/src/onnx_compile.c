@@ -206,24 +206,37 @@ onx_value_t *onx_lookup(onx_ctx_t *c, const char *name) {
   return name && name[0] ? find_value(c, name) : NULL;
 }
 
-onx_value_t *onx_lookup_const(onx_ctx_t *c, const char *name) {
+/* Whether node n may be lowered ahead of its place by onx_lookup_const:
+ * a Constant, or a view of constants (its result then is a constant too,
+ * onx_def_view). */
+static int const_ahead_op(const Onnx__NodeProto *n) {
+  static const char *const ops[] = {"Constant", "Reshape",   "Identity",
+                                    "Squeeze",  "Unsqueeze", "Flatten"};
+  if (!n || !n->op_type || (n->domain && n->domain[0]) || n->n_output != 1 || !n->output[0])
+    return 0;
+  for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+    if (strcmp(n->op_type, ops[i]) == 0) return i == 0 ? n->n_input == 0 : n->n_input >= 1;
+  return 0;
+}
+
+static onx_value_t *lookup_const(onx_ctx_t *c, const char *name, int depth) {
   onx_value_t *v = onx_lookup(c, name);
-  if (v || !name || !name[0] || !c->skip) return v;
-  /* a Constant node later in the graph: it reads nothing, so lowering it
-   * now gives the same value; it is then skipped where it stands */
+  if (v || !name || !name[0] || !c->skip || depth > 4) return v && v->data ? v : NULL;
+  /* a node later in the graph that reads only constants: lowering it now
+   * gives the same value; it is then skipped where it stands */
   const onx_name_t *e = onx_names_find(&c->names, name);
   if (!e || e->producer <= (int64_t)c->node_idx) return NULL;
   size_t p = (size_t)e->producer;
   const Onnx__NodeProto *n = c->graph->node[p];
-  if (!n || !n->op_type || strcmp(n->op_type, "Constant") != 0 || n->n_input != 0 ||
-      n->n_output != 1 || !n->output[0] || strcmp(n->output[0], name) != 0 || c->skip[p])
-    return NULL;
+  if (!const_ahead_op(n) || strcmp(n->output[0], name) != 0 || c->skip[p]) return NULL;
+  for (size_t k = 0; k < n->n_input; k++)
+    if (n->input[k] && n->input[k][0] && !lookup_const(c, n->input[k], depth + 1)) return NULL;
   const onx_op_t *op;
-  const Onnx__NodeProto *node = c->node, *at = n;
+  const Onnx__NodeProto *node = c->node;
   const onx_op_t *cop = c->op;
   uint32_t idx = c->node_idx;
   int fused = c->fused;
-  c->node = at;
+  c->node = n;
   c->node_idx = (uint32_t)p;
   vm_status_t st = onx_resolve_op(c, &op);
   if (!st) {
@@ -235,13 +248,18 @@ onx_value_t *onx_lookup_const(onx_ctx_t *c, const char *name) {
   c->op = cop;
   c->fused = fused;
   if (st || vmcc_graph_error(c->g)) {
-    /* left for the Constant's own turn, which reports it */
+    /* left for the node's own turn, which reports it */
     vm_status_free(st);
     return NULL;
   }
   c->skip[p] = 1;
   v = find_value(c, name);
   return v && v->data ? v : NULL;
+}
+
+onx_value_t *onx_lookup_const(onx_ctx_t *c, const char *name) {
+  onx_value_t *v = onx_lookup(c, name);
+  return v ? v : lookup_const(c, name, 0);
 }
 
 vm_status_t onx_def_expr(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,

@@ -233,10 +233,12 @@ int32_t onx_const_tensor_f(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, const int
                            const double *vals);
 /* The value of that name defined so far, or NULL. */
 onx_value_t *onx_lookup(onx_ctx_t *c, const char *name);
-/* onx_lookup, or where `name` is the output of a Constant node later in
- * the graph, that node lowered now (and skipped where it stands): for
- * folds that look ahead of the current node at constant operands, which
- * exporters often place just before their consumer. NULL when neither. */
+/* onx_lookup, or where `name` is the output of a node later in the graph
+ * that reads only constants (a Constant, or a Reshape, Identity, Squeeze,
+ * Unsqueeze or Flatten of such), those nodes lowered now (and skipped where
+ * they stand): for folds that look ahead of the current node at constant
+ * operands, which exporters often place just before their consumer. NULL
+ * when neither. */
 onx_value_t *onx_lookup_const(onx_ctx_t *c, const char *name);
 /* onx_bind_out for a value of any name (a fused node's output). */
 vm_status_t onx_bind_named(onx_ctx_t *c, const char *name, int32_t tid, uint32_t ndim,

@@ -941,14 +941,16 @@ static void test_qdq_conv_fused(void **state) {
   if (max_err > sy * 1.001) fail_msg("qdq conv: max abs error %g (one step is %g)", max_err, sy);
 }
 
-/* Conv (3 output channels, 3x3 map) then Mul by ms and Add of as, in five
+/* Conv (3 output channels, 3x3 map) then Mul by ms and Add of as, in six
  * variants: 0 ms [3, 1, 1] and as [1, 3, 1, 1], both folded into the
  * convolution; 1 the Conv's output also feeds a final Add (another
  * consumer); 2 ms is [3, 1], which broadcasts along the rows, not the
  * channels; 3 Mul by a second Conv's output (not a constant); 4 as 0, but
  * ms and as are Constant nodes placed after the Conv, as exporters write
- * them (each just before its consumer): folded too. Variants 0 and 4 fold;
- * every variant's result matches the host. */
+ * them (each just before its consumer): folded too; 5 ms is a Reshape of
+ * a [3] initializer placed after the Conv (as Paddle's exporter writes a
+ * bias): folded. Variants 0, 4 and 5 fold; every variant's result matches
+ * the host. */
 static void conv_affine_case(env_t *e, int variant) {
   enum { C = 2, H = 5, W = 5, O = 3, K = 3, OH = H - K + 1, OW = W - K + 1 };
   static float x[C * H * W], w[O * C * K * K], b[O], ms[O], as[O];
@@ -967,10 +969,15 @@ static void conv_affine_case(env_t *e, int variant) {
   mb_output(&m, "y", 4, yd);
   mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
   mb_init_raw(&m, "b", 1, 1, od, b, sizeof(b));
+  static const int64_t shp[4] = {1, O, 1, 1};
+  int64_t sd[1] = {4};
   if (variant == 2)
     mb_init_raw(&m, "ms", 1, 2, md2, ms, sizeof(ms));
+  else if (variant == 5)
+    mb_init_raw(&m, "msf", 1, 1, od, ms, sizeof(ms));
   else if (variant != 4)
     mb_init_raw(&m, "ms", 1, 3, md3, ms, sizeof(ms));
+  if (variant == 5) mb_init_raw(&m, "shp", 7, 1, sd, shp, sizeof(shp));
   if (variant != 4) mb_init_raw(&m, "as", 1, 4, ad, as, sizeof(as));
   Onnx__NodeProto *conv = mb_node(&m, "Conv", "conv", "x", "w", "c");
   mb_node_input(conv, "b");
@@ -978,6 +985,7 @@ static void conv_affine_case(env_t *e, int variant) {
   if (variant == 4)
     mb_attr_tensor(&m, mb_node(&m, "Constant", "kms", NULL, NULL, "ms"), "value", 1, 4, ad, ms,
                    sizeof(ms));
+  if (variant == 5) mb_node(&m, "Reshape", "rs", "msf", "shp", "ms");
   mb_node(&m, "Mul", "mul", "c", variant == 3 ? "c2" : "ms", "t");
   if (variant == 4)
     mb_attr_tensor(&m, mb_node(&m, "Constant", "kas", NULL, NULL, "as"), "value", 1, 3, md3, as,
@@ -988,8 +996,8 @@ static void conv_affine_case(env_t *e, int variant) {
   vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(x)};
   float got[O * OH * OW];
   compile_run(e, &m, &xin, &rep, got, sizeof(got));
-  /* variant 4: the two Constants count as folded too */
-  assert_int_equal(rep.num_folded, variant == 0 ? 2 : variant == 4 ? 4 : 0);
+  /* variants 4 and 5: the Constants and the Reshape count as folded too */
+  assert_int_equal(rep.num_folded, variant == 0 ? 2 : variant == 4 ? 4 : variant == 5 ? 3 : 0);
   double max_err = 0;
   for (int o = 0; o < O; o++)
     for (int i = 0; i < OH; i++)
@@ -1007,7 +1015,7 @@ static void conv_affine_case(env_t *e, int variant) {
 }
 
 static void test_conv_affine_folded(void **state) {
-  for (int v = 0; v < 5; v++) conv_affine_case(*state, v);
+  for (int v = 0; v < 6; v++) conv_affine_case(*state, v);
 }
 
 /* An NHWC model as TensorFlow converters write it: x [1, H, W, C] ->
