@@ -17,10 +17,10 @@
  * along it or broadcasts it), NULL when the space does not fit their
  * range (binary_OP_nd then). The range: F4s of a run along dim 0, the
  * next dim's rows along dim 1, the outer dims flattened along dim 2;
- * work-groups of up to ELEMENTWISE_LOCAL work-items span a run's F4s (the
- * power of two that holds them, so that a model meets few distinct group
- * shapes: PoCL compiles one per shape) and then as many rows as fill the
- * group. */
+ * work-groups of up to ELEMENTWISE_LOCAL work-items span a run's F4s (a
+ * power of two, so that a model meets few distinct group shapes: PoCL
+ * compiles one per shape; the one that holds them, or a smaller one that
+ * leaves fewer idle) and then as many rows as fill the group. */
 typedef struct binary_rows {
   const char *kind;
   size_t local[3], global[3];
@@ -38,6 +38,10 @@ static void binary_rows_plan(const vmcl_iter_t *it, binary_rows_t *rows) {
   for (int i = 0; i < r - 2; i++) outer *= (size_t)it->shape[i];
   size_t l0 = 1, l1 = 1;
   while (l0 < items0 && l0 * 2 <= ELEMENTWISE_LOCAL) l0 *= 2;
+  /* smaller groups along the run while over 1/8 of their work-items would
+   * idle past its end (a run of 96 F4s: three groups of 32, not one of
+   * 128 with 32 idle) */
+  while (l0 > 16 && ((items0 + l0 - 1) / l0 * l0 - items0) * 8 > items0) l0 /= 2;
   while (l1 < n1 && l0 * l1 * 2 <= ELEMENTWISE_LOCAL) l1 *= 2;
   if ((n1 + l1 - 1) / l1 > ROWS_MAX_GROUPS || outer > ROWS_MAX_GROUPS) return;
   rows->local[0] = l0;
