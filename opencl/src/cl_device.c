@@ -214,6 +214,8 @@ static vm_status_t vmcl_read_fp64(vmcl_dev_t *d) {
   d->softmax_groups = env && strcmp(env, "group") == 0;
   env = getenv("VMCL_ROWS");
   d->row_groups = env && strcmp(env, "group") == 0;
+  env = getenv("VMCL_BINARY");
+  d->binary_nd = env && strcmp(env, "nd") == 0;
   return VM_STATUS_OK;
 }
 

@@ -64,6 +64,10 @@ typedef struct vmcl_dev {
    * work-item per element, as before their work-item-per-row forms (for
    * bench_kernels rows' same-run comparison) */
   int row_groups;
+  /* VMCL_BINARY=nd when the device was opened: broadcasting cl.binary.*
+   * keeps binary_OP_nd's work-item per element instead of the run kernels
+   * (for bench_kernels bcast's same-run comparison) */
+  int binary_nd;
   /* carried-kernel policy (vmcl_set_kernel_policy) */
   char *kernels_denied; /* NULL: allowed; else why not */
   uint32_t kernel_timeout_ms;

@@ -11,6 +11,65 @@
  * vmcl_local_size. */
 #define ELEMENTWISE_LOCAL 256
 
+/* The run kernels (binary_OP_rows_PQ of elementwise.cl) for a collapsed
+ * broadcast of rank >= 2: kind names the one for the operands' pattern
+ * along the innermost dim (after collapsing, each operand is either dense
+ * along it or broadcasts it), NULL when the space does not fit their
+ * range (binary_OP_nd then). The range: F4s of a run along dim 0, the
+ * next dim's rows along dim 1, the outer dims flattened along dim 2;
+ * work-groups of up to ELEMENTWISE_LOCAL work-items span a run's F4s (a
+ * power of two, so that a model meets few distinct group shapes: PoCL
+ * compiles one per shape; the one that holds them, or a smaller one that
+ * leaves fewer idle) and then as many rows as fill the group. */
+typedef struct binary_rows {
+  const char *kind;
+  size_t local[3], global[3];
+} binary_rows_t;
+
+/* Most work-groups along range dims 1 and 2 (some GPUs bound a grid's y
+ * and z by it). */
+#define ROWS_MAX_GROUPS 65535u
+
+static void binary_rows_plan(const vmcl_iter_t *it, binary_rows_t *rows) {
+  int r = it->rank;
+  rows->kind = NULL;
+  if (r < 2) return;
+  size_t items0 = (size_t)(it->shape[r - 1] + 3) / 4, n1 = (size_t)it->shape[r - 2], outer = 1;
+  for (int i = 0; i < r - 2; i++) outer *= (size_t)it->shape[i];
+  size_t l0 = 1, l1 = 1;
+  while (l0 < items0 && l0 * 2 <= ELEMENTWISE_LOCAL) l0 *= 2;
+  /* smaller groups along the run while over 1/8 of their work-items would
+   * idle past its end (a run of 96 F4s: three groups of 32, not one of
+   * 128 with 32 idle) */
+  while (l0 > 16 && ((items0 + l0 - 1) / l0 * l0 - items0) * 8 > items0) l0 /= 2;
+  while (l1 < n1 && l0 * l1 * 2 <= ELEMENTWISE_LOCAL) l1 *= 2;
+  if ((n1 + l1 - 1) / l1 > ROWS_MAX_GROUPS || outer > ROWS_MAX_GROUPS) return;
+  rows->local[0] = l0;
+  rows->local[1] = l1;
+  rows->local[2] = 1;
+  rows->global[0] = (items0 + l0 - 1) / l0 * l0;
+  rows->global[1] = (n1 + l1 - 1) / l1 * l1;
+  rows->global[2] = outer;
+  int av = it->stride[0][r - 1] != 0, bv = it->stride[1][r - 1] != 0;
+  rows->kind = av && bv ? "_rows_vv" : av ? "_rows_vs" : "_rows_sv";
+}
+
+/* Launches a planned run kernel, its groups halved (rows first) while the
+ * kernel or the device takes fewer work-items. */
+static vm_status_t binary_rows_launch(vmcl_dev_t *d, cl_kernel k, binary_rows_t *rows) {
+  size_t l = vmcl_local_size(d, k, ELEMENTWISE_LOCAL), maxs[3] = {0, 0, 0};
+  if (clGetDeviceInfo(d->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof(maxs), maxs, NULL) !=
+      CL_SUCCESS) {
+    maxs[0] = maxs[1] = 1;
+  }
+  size_t *lo = rows->local, *g = rows->global;
+  while (lo[1] > 1 && (lo[0] * lo[1] > l || lo[1] > maxs[1])) lo[1] /= 2;
+  while (lo[0] > 1 && (lo[0] * lo[1] > l || lo[0] > maxs[0])) lo[0] /= 2;
+  g[0] = (g[0] + lo[0] - 1) / lo[0] * lo[0];
+  g[1] = (g[1] + lo[1] - 1) / lo[1] * lo[1];
+  return vmcl_launch(d, k, 3, g, lo);
+}
+
 vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   const char *name = user; /* "cl.binary.add" (vmcl_register_ops) */
@@ -65,19 +124,23 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   vmcl_dev_t *d = op.d;
   int64_t na = vm_tensor_numel(a), nb = vm_tensor_numel(b);
   /* Dense operands (same element count as c, so the same layout) or single
-   * elements take the float4 kernel; anything else the strided one. */
+   * elements take the float4 kernel; float broadcasts the run kernels
+   * (binary_rows_plan); integers, comparisons and spaces too large for a
+   * run kernel's range the strided one (a work-item per element). */
   int vec = !cmp && !is_int && (na == n || na == 1) && (nb == n || nb == 1);
   vmcl_iter_t it;
+  binary_rows_t rows = {0};
   if (!vec) {
     it.rank = (int)nd;
     memcpy(it.shape, shape, nd * sizeof(int64_t));
     vmcl_broadcast_strides(a, nd, it.stride[0]);
     vmcl_broadcast_strides(b, nd, it.stride[1]);
     vmcl_collapse(&it, 2);
+    if (!cmp && !is_int && !op.d->binary_nd) binary_rows_plan(&it, &rows);
   }
   char kname[48];
   vmcl_join(kname, sizeof(kname), is_int ? "i" : "", cmp ? "cmp_" : "binary_", opname,
-            vec ? "_vec" : "_nd");
+            vec ? "_vec" : rows.kind ? rows.kind : "_nd");
   char iopts[48];
   if (is_int) vmcl_int_options(a->dtype, iopts, sizeof(iopts));
   cl_kernel k;
@@ -106,18 +169,28 @@ vm_status_t vmcl_op_binary(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     vmcl_arg_int(&ka, vmcl_elem_offset(b));
     vmcl_arg_mem(&ka, vmcl_tensor_mem(c));
     vmcl_arg_int(&ka, vmcl_elem_offset(c));
-    vmcl_arg_int(&ka, n);
-    vmcl_arg_int(&ka, it.rank);
-    vmcl_arg_dims(&ka, it.shape, it.rank, 1);
-    vmcl_arg_dims(&ka, it.stride[0], it.rank, 0);
-    vmcl_arg_dims(&ka, it.stride[1], it.rank, 0);
+    /* the run kernels take the last two dims apart, the rest as _nd all */
+    int r = it.rank, outer = rows.kind ? r - 2 : r;
+    if (rows.kind) {
+      vmcl_arg_int(&ka, it.shape[r - 1]);
+      vmcl_arg_int(&ka, it.shape[r - 2]);
+      vmcl_arg_int(&ka, it.stride[0][r - 2]);
+      vmcl_arg_int(&ka, it.stride[1][r - 2]);
+    } else {
+      vmcl_arg_int(&ka, n);
+    }
+    vmcl_arg_int(&ka, outer);
+    vmcl_arg_dims(&ka, it.shape, outer, 1);
+    vmcl_arg_dims(&ka, it.stride[0], outer, 0);
+    vmcl_arg_dims(&ka, it.stride[1], outer, 0);
     items = (size_t)n;
   }
   if (ka.err != CL_SUCCESS) {
     st = vmcl_status(ka.err, "clSetKernelArg");
     goto done;
   }
-  st = vmcl_launch_1d(d, k, items, vmcl_local_size(d, k, ELEMENTWISE_LOCAL));
+  st = rows.kind ? binary_rows_launch(d, k, &rows)
+                 : vmcl_launch_1d(d, k, items, vmcl_local_size(d, k, ELEMENTWISE_LOCAL));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;

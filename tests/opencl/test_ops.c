@@ -55,8 +55,12 @@ static void release_all(vm_value_t *v, uint32_t n) {
  * cl.binary.*
  */
 
-static void check_binary(tops_env_t *e, const char *op, vm_dtype_t dt, uint32_t nda,
-                         const int64_t *da, uint32_t ndb, const int64_t *db, float lo, float hi) {
+/* op on a and b (random in [lo, hi)) against the host reference; with nd
+ * (a device opened with VMCL_BINARY=nd) also against binary_OP_nd's
+ * result there, bit for bit. */
+static void binary_case(tops_env_t *e, tops_env_t *nd, const char *op, vm_dtype_t dt,
+                        uint32_t nda, const int64_t *da, uint32_t ndb, const int64_t *db,
+                        float lo, float hi) {
   /* NumPy broadcast of the two shapes */
   uint32_t ndc = nda > ndb ? nda : ndb;
   int64_t dc[16];
@@ -82,11 +86,93 @@ static void check_binary(tops_env_t *e, const char *op, vm_dtype_t dt, uint32_t 
   snprintf(what, sizeof(what), "%s (%zu elements)", name, nc);
   tops_assert_close(got, want, nc, atol_of(dt), rtol_of(dt), what);
   tops_check_guard(e, &args[2]);
+  if (nd) {
+    vm_value_t ndargs[3] = {tops_tensor_f(nd, dt, nda, da, a), tops_tensor_f(nd, dt, ndb, db, b),
+                            tops_tensor(nd, dt, ndc, dc, NULL)};
+    ASSERT_OK(tops_call(nd, name, ndargs, 3));
+    size_t bytes = nc * (vm_dtype_equal(dt, VM_F16) ? 2 : 4);
+    unsigned char *x = malloc(bytes + 4), *y = malloc(bytes + 4);
+    assert_non_null(x);
+    assert_non_null(y);
+    tops_read(e, &args[2], x);
+    tops_read(nd, &ndargs[2], y);
+    for (size_t i = 0; i < bytes; i++) {
+      if (x[i] != y[i]) fail_msg("%s: byte %zu differs from binary_%s_nd's", what, i, op);
+    }
+    free(x);
+    free(y);
+    release_all(ndargs, 3);
+  }
   release_all(args, 3);
   free(a);
   free(b);
   free(want);
   free(got);
+}
+
+static void check_binary(tops_env_t *e, const char *op, vm_dtype_t dt, uint32_t nda,
+                         const int64_t *da, uint32_t ndb, const int64_t *db, float lo, float hi) {
+  binary_case(e, NULL, op, dt, nda, da, ndb, db, lo, hi);
+}
+
+/* One broadcast both ways round (a op b, then b op a). */
+static void check_binary_runs(tops_env_t *e, tops_env_t *nd, const char *op, vm_dtype_t dt,
+                              uint32_t nda, const int64_t *da, uint32_t ndb, const int64_t *db) {
+  int pos = !strcmp(op, "pow") || !strcmp(op, "div"); /* no NaN from x^y, no 1/0 */
+  binary_case(e, nd, op, dt, nda, da, ndb, db, pos ? 0.5f : -2.0f, 2.0f);
+  binary_case(e, nd, op, dt, ndb, db, nda, da, pos ? 0.5f : -2.0f, 2.0f);
+}
+
+/* Broadcasts that collapse to rank >= 2 take the run kernels
+ * (binary_OP_rows_PQ): each class of collapsed shape, runs of every length
+ * mod 4 and across several groups, every rank to 6, both operand orders,
+ * float32 and float16; results equal binary_OP_nd's bit for bit (a device
+ * opened with VMCL_BINARY=nd keeps it) and the host reference's. */
+static void test_binary_runs(void **state) {
+  tops_env_t *e = *state;
+  tops_env_t *nd = tops_setup_with("VMCL_BINARY", "nd");
+  assert_int_equal(vmcl_get(e->dev)->binary_nd, 0);
+  assert_int_equal(vmcl_get(nd->dev)->binary_nd, 1);
+  static const char *ops[] = {"add", "sub", "mul", "div", "max", "min", "pow"};
+  /* every operation per channel: [1, C, H, W] x [1, C, 1, 1] (rows_vs and
+   * rows_sv) */
+  for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+    check_binary_runs(e, nd, ops[i], VM_F32, 4, DIMS(1, 5, 7, 7), 4, DIMS(1, 5, 1, 1));
+  }
+  /* rows [M, N] - [N] (rows_vv, b's rows stride 0); outer product
+   * [M, 1] - [1, N] (rows_sv and rows_vs, both rows strides 0) */
+  check_binary_runs(e, nd, "sub", VM_F32, 2, DIMS(9, 13), 1, DIMS(13));
+  check_binary_runs(e, nd, "sub", VM_F32, 2, DIMS(9, 1), 2, DIMS(1, 11));
+  for (int64_t n0 = 2; n0 <= 9; n0++) { /* run lengths 2..9: every tail */
+    check_binary_runs(e, nd, "sub", VM_F32, 3, DIMS(3, 4, n0), 3, DIMS(3, 4, 1));
+    check_binary_runs(e, nd, "sub", VM_F32, 3, DIMS(3, 4, n0), 2, DIMS(4, n0));
+    check_binary_runs(e, nd, "sub", VM_F32, 2, DIMS(3, 1), 2, DIMS(1, n0));
+  }
+  /* long runs over several groups along dim 0 (ocr_det's 160 x 160 maps),
+   * many short rows over several along dim 1 */
+  check_binary_runs(e, nd, "mul", VM_F32, 4, DIMS(1, 3, 161, 160), 4, DIMS(1, 3, 1, 1));
+  check_binary_runs(e, nd, "add", VM_F32, 2, DIMS(3000, 3), 1, DIMS(3));
+  check_binary_runs(e, nd, "add", VM_F32, 3, DIMS(700, 2, 5), 3, DIMS(700, 1, 5));
+  /* rank 3 collapsed: batch > 1 per channel ([N, C, HW] x [1, C, 1]),
+   * and [A, 1, C] x [1, B, 1] */
+  check_binary_runs(e, nd, "mul", VM_F32, 4, DIMS(2, 3, 5, 3), 4, DIMS(1, 3, 1, 1));
+  check_binary_runs(e, nd, "add", VM_F32, 3, DIMS(4, 1, 6), 3, DIMS(1, 5, 1));
+  /* ranks 4, 5 and 6 collapsed (the outer dims through nd_offsets) */
+  check_binary_runs(e, nd, "sub", VM_F32, 4, DIMS(3, 1, 4, 5), 4, DIMS(1, 2, 1, 5));
+  check_binary_runs(e, nd, "sub", VM_F32, 5, DIMS(3, 1, 4, 1, 6), 5, DIMS(1, 2, 1, 5, 1));
+  check_binary_runs(e, nd, "div", VM_F32, 6, DIMS(2, 1, 3, 1, 2, 7), 6, DIMS(1, 3, 1, 2, 1, 7));
+  /* rank 1 and dense or single-element operands keep binary_OP_vec */
+  check_binary_runs(e, nd, "add", VM_F32, 1, DIMS(7), 1, DIMS(1));
+  check_binary_runs(e, nd, "add", VM_F32, 3, DIMS(1, 5, 7), 3, DIMS(1, 5, 7));
+  /* size 0: a no-op */
+  check_binary_runs(e, nd, "add", VM_F32, 3, DIMS(2, 0, 5), 3, DIMS(2, 1, 1));
+  /* float16: element-by-element loads at any alignment */
+  for (int64_t n0 = 2; n0 <= 9; n0++) {
+    check_binary_runs(e, nd, "mul", VM_F16, 4, DIMS(1, 6, 3, n0), 4, DIMS(1, 6, 1, 1));
+    check_binary_runs(e, nd, "add", VM_F16, 2, DIMS(5, n0), 1, DIMS(n0));
+  }
+  check_binary_runs(e, nd, "max", VM_F16, 5, DIMS(3, 1, 4, 1, 6), 5, DIMS(1, 2, 1, 5, 1));
+  assert_int_equal(tops_teardown((void **)&nd), 0);
 }
 
 static void test_binary_ops(void **state) {
@@ -840,6 +926,7 @@ int main(void) {
       cmocka_unit_test(test_binary_ops),
       cmocka_unit_test(test_binary_broadcast_shapes),
       cmocka_unit_test(test_binary_f16),
+      cmocka_unit_test(test_binary_runs),
       cmocka_unit_test(test_binary_nan_inplace),
       cmocka_unit_test(test_unary_ops),
       cmocka_unit_test(test_softmax),

@@ -93,6 +93,26 @@ static void test_f64_binary(void **state) {
   for (int i = 0; i < 3; i++)
     for (int j = 0; j < 3; j++) want[i * 3 + j] = col[i] + row[j];
   assert_close_d(out, want, 9, 0, "add broadcast");
+  /* runs of 9 (two double4s and a tail) per row: [2, 9] x [2, 1] and
+   * [2, 9] - [9] (the run kernels) */
+  double m[18], s2[2] = {1 + t, -3}, out2[18], want2[18];
+  for (int i = 0; i < 18; i++) m[i] = (double)i * (1 + t) - 5;
+  vm_value_t r[3] = {tops_tensor(e, VM_F64, 2, DIMS(2, 9), m),
+                     tops_tensor(e, VM_F64, 2, DIMS(2, 1), s2),
+                     tops_tensor(e, VM_F64, 2, DIMS(2, 9), NULL)};
+  ASSERT_OK(tops_call(e, "cl.binary.mul", r, 3));
+  tops_read(e, &r[2], out2);
+  for (int i = 0; i < 18; i++) want2[i] = m[i] * s2[i / 9];
+  assert_close_d(out2, want2, 18, 0, "mul per row");
+  tops_check_guard(e, &r[2]);
+  vm_value_release(&r[1]);
+  r[1] = tops_tensor(e, VM_F64, 1, DIMS(9), m + 4);
+  ASSERT_OK(tops_call(e, "cl.binary.sub", r, 3));
+  tops_read(e, &r[2], out2);
+  for (int i = 0; i < 18; i++) want2[i] = m[i] - m[4 + i % 9];
+  assert_close_d(out2, want2, 18, 0, "sub rows");
+  tops_check_guard(e, &r[2]);
+  release_all(r, 3);
   /* comparisons store bool */
   uint8_t lt[9];
   vm_value_t cmp[3] = {v[0], v[1], tops_tensor(e, VM_BOOL, 1, DIMS(9), NULL)};
