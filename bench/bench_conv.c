@@ -28,7 +28,11 @@
  *   direct_ms     transposed shapes only: cl.conv_transpose2d again with
  *                 VMCL_CONV_T=direct (the direct kernel; conv_ms is the
  *                 device's choice, the GEMM path on CPU devices), with
- *                 direct_cpu_ms and ratio_direct = conv_ms / direct_ms
+ *                 direct_cpu_ms and ratio_direct = conv_ms / direct_ms;
+ *                 and with VMCL_CONV_T=gemm (the GEMM plus col2im, the
+ *                 path before the per-shape-class kernels): gemm_ms,
+ *                 gemm_cpu_ms, speedup_gemm = gemm_ms / conv_ms and
+ *                 cpu_speedup_gemm (the same in CPU time)
  *   direct_ms, gemm_ms  general cl.conv2d shapes (neither depthwise nor
  *                 pointwise) and pointwise ones of more than one pixel
  *                 (direct: conv2d_1x1): each formulation forced (VMCL_CONV=direct,
@@ -152,6 +156,9 @@ static const conv_shape_t SHAPES[] = {
     {"ct4x4s2_384_256_16x16", 1, 384, 16, 16, 256, 4, 4, 2, 2, 1, 1, 1, 1},
     {"ct4x4s2_256_128_32x32", 1, 256, 32, 32, 128, 4, 4, 2, 2, 1, 1, 1, 1},
     {"ct4x4s2_128_64_64x64", 1, 128, 64, 64, 64, 4, 4, 2, 2, 1, 1, 1, 1},
+    /* ocr_det's DB head at [1, 3, 480, 640]: kernel == stride */
+    {"o_ct2x2s2_24_24_120x160", 0, 24, 120, 160, 24, 2, 2, 2, 2, 0, 0, 1, 1},
+    {"o_ct2x2s2_24_1_240x320", 0, 24, 240, 320, 1, 2, 2, 2, 2, 0, 0, 1, 1},
 };
 #define NSHAPES (sizeof(SHAPES) / sizeof(SHAPES[0]))
 
@@ -432,7 +439,7 @@ int main(int argc, char **argv) {
   /* totals per model (shape_set): the recognizer's, the decoder's, PP-LCNet's */
   double tot_conv[3] = {0}, tot_min[3] = {0}, tot_cpu[3] = {0}, tot_blas[3] = {0};
   double tot_flops[3] = {0}, tot_gemm[3] = {0}, tot_gemm_cpu[3] = {0};
-  double tot_direct = 0, tot_direct_cpu = 0;
+  double tot_direct = 0, tot_direct_cpu = 0, tot_tgemm = 0, tot_tgemm_cpu = 0;
   int first = 1;
   for (size_t i = 0; i < NSHAPES; i++) {
     if (!keep[i]) continue;
@@ -452,6 +459,9 @@ int main(int argc, char **argv) {
       direct = conv_s_env(&b, s, runs, "VMCL_CONV_T", "direct", &direct_cpu);
       tot_direct += direct * s->calls;
       tot_direct_cpu += direct_cpu * s->calls;
+      cgemm = conv_s_env(&b, s, runs, "VMCL_CONV_T", "gemm", &cgemm_cpu);
+      tot_tgemm += cgemm * s->calls;
+      tot_tgemm_cpu += cgemm_cpu * s->calls;
     } else if (depthwise) {
       og1 = conv_s_env(&b, s, runs, "VMCL_CONV_DW", "og1", &og1_cpu);
     } else if (general || (pointwise && out_h(s) * out_w(s) > 1)) {
@@ -478,6 +488,9 @@ int main(int argc, char **argv) {
     if (t) {
       printf(", \"direct_ms\": %.4f, \"direct_cpu_ms\": %.4f, \"ratio_direct\": %.3f", direct * 1e3,
              direct_cpu * 1e3, c / direct);
+      printf(", \"gemm_ms\": %.4f, \"gemm_cpu_ms\": %.4f, \"speedup_gemm\": %.3f, "
+             "\"cpu_speedup_gemm\": %.3f",
+             cgemm * 1e3, cgemm_cpu * 1e3, cgemm / c, cgemm_cpu / ccpu);
     } else if (depthwise) {
       printf(", \"og1_ms\": %.4f, \"og1_cpu_ms\": %.4f, \"ratio_og1\": %.3f, "
              "\"cpu_ratio_og1\": %.3f",
@@ -516,6 +529,9 @@ int main(int argc, char **argv) {
   if (tot_direct > 0) {
     printf(",\n \"decoder_total_direct_ms\": %.3f, \"decoder_total_direct_cpu_ms\": %.3f",
            tot_direct * 1e3, tot_direct_cpu * 1e3);
+    printf(",\n \"decoder_total_gemm_ms\": %.3f, \"decoder_total_gemm_cpu_ms\": %.3f, "
+           "\"decoder_total_speedup_gemm\": %.3f",
+           tot_tgemm * 1e3, tot_tgemm_cpu * 1e3, tot_tgemm / tot_conv[1]);
   }
   printf("}\n");
 

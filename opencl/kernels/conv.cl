@@ -515,6 +515,93 @@ __kernel void conv_transpose2d_col2im(__global const float *cols, __global const
 }
 #undef COL_LANE
 
+/* cl.conv_transpose2d when the kernel equals the stride (KH == SH, KW ==
+ * SW, no dilation, pads that only crop): the taps do not overlap, so each
+ * output pixel comes from exactly one input pixel, y[o, ih * KH + kh - PT,
+ * iw * KW + kw - PL] = sum over the group's c of w[c, o, kh, kw] x[c, ih,
+ * iw]. Per group that is one GEMM, M = Og * KH * KW rows m = (o, kh, kw)
+ * (w's own layout: row m of W^T is w[c, m], contiguous in m) by N = H * W
+ * pixels over K = Cg channels, whose rows land interleaved in y: computed
+ * here with each result stored once where it belongs, so no columns
+ * buffer, no col2im pass and no multiply by a structural zero.
+ *
+ * Each work-item computes 8 rows m x 8 consecutive input pixels of one
+ * row as eight float8 accumulators: per channel one vector load of the
+ * pixels and 8 weights from one run of w. At KW == 2 rows m and m + 1 are
+ * the taps kw = 0 and 1 of one (o, kh): their 16 outputs are consecutive
+ * columns of one output row, stored as two interleaved vector stores
+ * where they lie inside it.
+ *
+ * Global ids: 0 = block of 8 pixels within an input row (ih * ceil(W /
+ * 8) + block), 1 = block of 8 rows m, 2 = n * groups + g. Rows past M
+ * repeat its last row (computed, never stored). */
+#define KS_LANE(t) (t < npix ? LD(xc, t) : 0.0f)
+#define KS_FMA(r) a##r = fma((float8)(LD(wc, m##r)), xv, a##r);
+
+/* Stores row m of the block (8 pixels from input column i0 of row ih, v
+ * with the bias added). */
+void conv_t_ks_row(__global S *y, int m, float8 v, int ih, int i0, int npix, int Og, int OH,
+                   int OW, int KH, int KW, int PT, int PL) {
+  int KK = KH * KW, o = m / KK, tap = m - o * KK, kh = tap / KW, kw = tap - kh * KW;
+  int oh = ih * KH + kh - PT;
+  if (oh < 0 || oh >= OH) return;
+  __global S *yrow = y + (o * OH + oh) * OW;
+  float a[8];
+  vstore8(v, 0, a);
+  for (int t = 0, col = i0 * KW + kw - PL; t < npix; t++, col += KW)
+    if (col >= 0 && col < OW) ST(a[t], col, yrow);
+}
+
+__kernel void conv_transpose2d_ks(__global const S *x, int xo, __global const S *w, int wo,
+                                  __global const S *bias, int bo, int has_bias, __global S *y,
+                                  int yo, int C, int H, int W, int O, int OH, int OW, int KH,
+                                  int KW, int PT, int PL, int groups) {
+  int nbw = (W + 7) / 8, p = get_global_id(0), mb = get_global_id(1) * 8, z = get_global_id(2);
+  int Cg = C / groups, Og = O / groups, KK = KH * KW, M = Og * KK;
+  int ih = p / nbw, i0 = (p - ih * nbw) * 8;
+  int g = z % groups, n = z / groups;
+  if (ih >= H || mb >= M) return;
+  int HW = H * W, npix = min(8, W - i0);
+  __global const S *xc = x + xo + (n * C + g * Cg) * HW + ih * W + i0;
+  __global const S *wc = w + wo + g * Cg * M;
+  /* the block's rows of w, clamped to the last */
+  int m0 = mb, m1 = min(mb + 1, M - 1), m2 = min(mb + 2, M - 1), m3 = min(mb + 3, M - 1);
+  int m4 = min(mb + 4, M - 1), m5 = min(mb + 5, M - 1), m6 = min(mb + 6, M - 1);
+  int m7 = min(mb + 7, M - 1);
+  float8 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, a4 = 0.0f, a5 = 0.0f, a6 = 0.0f, a7 = 0.0f;
+  for (int c = 0; c < Cg; c++, xc += HW, wc += M) {
+    float8 xv = npix == 8 ? LD8(xc, 0)
+                          : (float8)(KS_LANE(0), KS_LANE(1), KS_LANE(2), KS_LANE(3), KS_LANE(4),
+                                     KS_LANE(5), KS_LANE(6), KS_LANE(7));
+    KS_FMA(0) KS_FMA(1) KS_FMA(2) KS_FMA(3) KS_FMA(4) KS_FMA(5) KS_FMA(6) KS_FMA(7)
+  }
+  __global S *yg = y + yo + (n * O + g * Og) * OH * OW;
+  float8 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+  int nrow = min(8, M - mb);
+  for (int r = 0; r < nrow; r++) {
+    int m = mb + r, o = m / KK;
+    float bv = has_bias ? LD(bias, bo + g * Og + o) : 0.0f;
+    float8 v = acc[r] + bv;
+    /* KW == 2 and m even (KK is even): taps kw 0 and 1 of one (o, kh) */
+    if (KW == 2 && m % 2 == 0 && r + 1 < nrow && npix == 8) {
+      int kh = (m - o * KK) / 2, oh = ih * KH + kh - PT, col = i0 * 2 - PL;
+      if (col >= 0 && col + 16 <= OW) {
+        if (oh >= 0 && oh < OH) {
+          float8 u = acc[r + 1] + bv;
+          __global S *yr = yg + (o * OH + oh) * OW + col;
+          ST8(((float8)(v.s0, u.s0, v.s1, u.s1, v.s2, u.s2, v.s3, u.s3)), 0, yr);
+          ST8(((float8)(v.s4, u.s4, v.s5, u.s5, v.s6, u.s6, v.s7, u.s7)), 0, yr + 8);
+        }
+        r++;
+        continue;
+      }
+    }
+    conv_t_ks_row(yg, m, v, ih, i0, npix, Og, OH, OW, KH, KW, PT, PL);
+  }
+}
+#undef KS_FMA
+#undef KS_LANE
+
 /* cl.conv2d's GEMM path (float32 columns), step 1: the columns of one image,
  *   cols[(c * KH + kh) * KW + kw][oh * OW + ow] = x[c, oh * SH - PH + kh * DH, ow * SW - PW + kw * DW]
  * (0 in the padding) for all C input channels. A group's rows are

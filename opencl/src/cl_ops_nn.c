@@ -809,6 +809,56 @@ static vm_status_t conv_t_gemm(vmcl_dev_t *d, const vm_tensor_t *x, const vm_ten
   return st;
 }
 
+/* Whether cl.conv_transpose2d takes conv_transpose2d_ks (conv.cl): the
+ * kernel equals the stride (each output pixel from one input pixel), no
+ * dilation, pads that only crop (no output_padding: every output row and
+ * column then has its input pixel). VMCL_CONV_T=direct or gemm turns it
+ * off (benchmarks compare the formulations on one shape). */
+static int conv_t_use_ks(int64_t KH, int64_t KW, const window_t *wa) {
+  const char *env = getenv("VMCL_CONV_T");
+  if (env && (strcmp(env, "direct") == 0 || strcmp(env, "gemm") == 0)) return 0;
+  return KH == wa->sh && KW == wa->sw && (wa->dh == 1 || KH == 1) && (wa->dw == 1 || KW == 1) &&
+         wa->pt >= 0 && wa->pl >= 0 && wa->pb >= 0 && wa->pr >= 0;
+}
+
+/* Launches conv_transpose2d_ks over g0 pixel blocks x g1 row blocks x
+ * g2 planes: work-groups of the largest power of two up to 8 that divides
+ * g1 row blocks (few rows, as a one-channel output has, leave no idle
+ * work-items) by pixel blocks that fill the preferred size. */
+static vm_status_t launch_ks(vmcl_dev_t *d, cl_kernel k, size_t g0, size_t g1, size_t g2) {
+  size_t l = vmcl_local_size(d, k, 64), l1 = 1;
+  while (l1 < 8 && g1 % (l1 * 2) == 0 && l1 * 2 <= l) l1 *= 2;
+  size_t local[3] = {l / l1, l1, 1};
+  size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0], g1, g2};
+  return vmcl_launch(d, k, 3, global, local);
+}
+
+/* cl.conv_transpose2d on conv_transpose2d_ks: 8-pixel blocks of the input
+ * rows x blocks of 8 rows (o, kh, kw) x (n, group); the caller checked
+ * that N * groups fits the kernel's index. */
+static vm_status_t conv_t_ks(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                             const vm_tensor_t *bias, const vm_tensor_t *y,
+                             const conv_t_shape_t *s) {
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype),
+                                      "conv_transpose2d_ks", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    conv_tensor_args(&a, x, w, bias, y);
+    int64_t ints[] = {s->C,  s->H,  s->W,     s->O,     s->OH,    s->OW,
+                      s->KH, s->KW, s->wa.pt, s->wa.pl, s->groups};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+    st = a.err != CL_SUCCESS
+             ? vmcl_status(a.err, "clSetKernelArg")
+             : launch_ks(d, k, (size_t)(s->H * ((s->W + 7) / 8)),
+                         (size_t)((s->O / s->groups * s->KH * s->KW + 7) / 8),
+                         (size_t)(s->N * s->groups));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
 #define CONV_T_USAGE                                                                        \
   "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
   "dil_w, groups, y)"
@@ -888,6 +938,10 @@ vm_status_t vmcl_op_conv_transpose2d(vm_machine_t *m, const vm_value_t *args, ui
   }
 
   vmcl_dev_t *d = op.d;
+  if (conv_t_use_ks(KH, KW, &wa)) {
+    conv_t_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, nrh, nrw, wa};
+    return conv_t_ks(d, x, w, bias, y, &s);
+  }
   if (conv_t_use_gemm(d, op.dev, x->dtype, O * KH * KW * H * W, vm_tensor_numel(y) / N)) {
     conv_t_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, nrh, nrw, wa};
     return conv_t_gemm(d, x, w, bias, y, &s);

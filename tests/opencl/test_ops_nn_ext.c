@@ -357,12 +357,31 @@ static void test_conv_transpose2d(void **state) {
       {1, 9, 4, 4, 9, 4, 4, 2, 2, 1, 1, 1, 1, 1, 1, 9},   /* depthwise at stride 2 */
       {1, 4, 3, 8, 8, 5, 3, 4, 1, 3, 1, 2, 0, 2, 1, 2},   /* dilation 2 with stride 4 */
       {1, 520, 3, 3, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1}, /* the GEMM's K in 256-chunks */
+      /* kernel == stride (conv_transpose2d_ks by default): 8-column
+       * blocks with remainders, 4-channel blocks with remainders, rows
+       * and columns cropped by pads that cut taps apart */
+      {1, 24, 5, 19, 24, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1}, /* ocr_det's head, 2x2 stride 2 */
+      {2, 5, 3, 17, 1, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1},   /* one output channel */
+      {1, 6, 4, 10, 9, 3, 3, 3, 3, 1, 2, 2, 1, 1, 1, 3},   /* 3x3 stride 3, groups, crops */
+      {1, 4, 3, 9, 7, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},    /* 1x1 stride 1: a pointwise conv */
+      {1, 3, 4, 11, 5, 2, 3, 2, 3, 1, 0, 0, 2, 1, 1, 1},   /* 2x3 stride 2x3 */
+      {1, 2, 2, 9, 6, 5, 5, 5, 5, 3, 4, 1, 0, 1, 1, 2},    /* 5x5 stride 5, odd crops */
+      {1, 8, 3, 16, 8, 2, 2, 2, 2, 1, 3, 1, 1, 1, 1, 8},   /* depthwise, odd left crop */
+      {1, 3, 3, 9, 5, 1, 2, 1, 2, 0, 0, 0, 0, 2, 1, 1},    /* KH 1 with dil_h 2: still no overlap */
+      {1, 4, 3, 10, 4, 2, 2, 2, 2, 0, 0, -1, -1, 1, 1, 1}, /* output_padding: not kernel == stride's */
   };
-  /* both formulations on every case: the direct kernel and the GEMM plus
-   * col2im (float32 only; float16 stays direct either way) */
-  static const char *const paths[] = {"direct", "gemm"};
-  for (size_t p = 0; p < 2; p++) {
-    assert_int_equal(setenv("VMCL_CONV_T", paths[p], 1), 0);
+  /* every formulation on every case: the direct kernel, the GEMM plus
+   * col2im (float32 only; float16 stays direct either way) and the
+   * default (the kernel == stride kernel where it applies) */
+  static const char *const paths[] = {"direct", "gemm", "default"};
+  for (size_t p = 0; p < 3; p++) {
+    if (p == 2) {
+      assert_int_equal(unsetenv("VMCL_CONV_T"), 0);
+      check_conv(e, VM_F16, &cases[15], 1, 1);
+      check_conv(e, VM_F16, &cases[17], 1, 0);
+    } else {
+      assert_int_equal(setenv("VMCL_CONV_T", paths[p], 1), 0);
+    }
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
       check_conv(e, VM_F32, &cases[i], 1, (int)(i % 2));
     }
