@@ -940,5 +940,9 @@ int main(void) {
       cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
       cmocka_unit_test(test_conv2d_winograd), cmocka_unit_test(test_machine_model),
   };
+  /* TEST_FILTER=test_gemm* runs the matching tests only (the sanitizer
+   * build's cold kernel compiles make the whole suite slow) */
+  const char *filter = getenv("TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
