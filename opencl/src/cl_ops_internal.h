@@ -288,6 +288,18 @@ vm_status_t vmcl_gemm_mem(vmcl_dev_t *d, const vm_device_t *dev, const vmcl_gemm
                           vm_dtype_t dt, cl_mem A, int64_t ao, cl_mem B, int64_t bo, cl_mem C,
                           int64_t co, float alpha, float beta);
 
+/* How kernels/gemm.cl runs a GEMM (cl_ops_gemm.c's shape-to-kernel
+ * choice; tests check it): the kernel, its block of bm rows by bn columns
+ * (0 for gemv_n/gemv_t, which take 8 or 4 outputs of the one row), K per
+ * launch (kc; below K: launches over chunks of K) and whether op(B) is
+ * packed into 16-column panels first (gemm_pack16). */
+typedef struct vmcl_gemm_plan {
+  const char *kernel;
+  int64_t bm, bn, kc;
+  int packed;
+} vmcl_gemm_plan_t;
+void vmcl_gemm_plan(const vmcl_gemm_shape_t *g, vm_dtype_t dt, vmcl_gemm_plan_t *p);
+
 /* The GEMM on kernels/gemm.cl; operands are buffers with the element
  * offsets of their starts. Takes d->lock itself. */
 vm_status_t vmcl_gemm_tiled(vmcl_dev_t *d, const vmcl_gemm_shape_t *g, vm_dtype_t dt, cl_mem A,

