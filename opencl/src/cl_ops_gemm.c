@@ -464,6 +464,8 @@ static int64_t strided_extent(const int64_t *n, const int64_t *s, int cnt) {
  * each stride, in increasing order, exceeds the extent of the smaller
  * ones (a sufficient condition; dims of 1 take no part). */
 static int strided_distinct(const int64_t *n, const int64_t *s, int cnt) {
+  for (int i = 0; i < cnt; i++)
+    if (n[i] == 0) return 1; /* no elements at all */
   int used[8] = {0};
   int64_t e = 0; /* the extent of the dims taken so far, less one */
   for (int r = 0; r < cnt; r++) {
@@ -554,7 +556,8 @@ vm_status_t vmcl_op_gemm_strided(vm_machine_t *m, const vm_value_t *args, uint32
     g.bias = vmcl_tensor_mem(bias);
     g.bias_o = vmcl_elem_offset(bias);
   }
-  if (outer * batch * M * N == 0) return VM_STATUS_OK;
+  /* (dims of a zero-stride batch may be large: no product of them) */
+  if (outer == 0 || batch == 0 || M == 0 || N == 0) return VM_STATUS_OK;
   int64_t ao = vmcl_elem_offset(A), bo = vmcl_elem_offset(B), co = vmcl_elem_offset(C);
   for (int64_t o = 0; o < outer; o++) {
     VM_RETURN_IF_ERROR(vmcl_gemm_mem(op.d, op.dev, &g, A->dtype, vmcl_tensor_mem(A),

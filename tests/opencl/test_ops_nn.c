@@ -243,6 +243,13 @@ static void test_gemm_strided(void **state) {
     vm_value_release(&args[8]);
     vm_value_release(&args[9]);
   }
+  /* an empty C with huge zero-stride batches: nothing to do, no overflow */
+  vm_value_t e0[2] = {tops_int_tuple(5, (int64_t[]){1 << 30, 1 << 30, 3, 0, 4}),
+                      tops_int_tuple(9, (int64_t[]){0, 0, 4, 0, 0, 5, 0, 0, 5})};
+  ASSERT_OK(tops_call(e, "cl.gemm_strided",
+                      (vm_value_t[]){a, b, i0, i0, one, one, c, vm_value_none(), e0[0], e0[1]},
+                      10));
+  release_all(e0, 2);
   vm_value_t d4[2] = {tops_int_tuple(4, (int64_t[]){1, 1, 3, 5}),
                       tops_int_tuple(9, (int64_t[]){0, 0, 4, 0, 0, 5, 0, 0, 5})};
   ASSERT_STATUS(tops_call(e, "cl.gemm_strided",
