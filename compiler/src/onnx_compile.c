@@ -292,6 +292,17 @@ vm_status_t onx_def_lazy(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
   return VM_STATUS_OK;
 }
 
+vm_status_t onx_def_scale_product(onx_ctx_t *c, uint32_t ndim, const int64_t *dims) {
+  onx_value_t *v;
+  vm_status_t st = onx_add_value(c, c->node->output[0], &v);
+  if (!st) st = set_shape(c, v, VM_F32, ndim, dims);
+  if (st) return st;
+  v->ps_g = c->g;
+  v->ps_a = c->node->input[0];
+  v->ps_b = c->node->input[1];
+  return VM_STATUS_OK;
+}
+
 int32_t onx_tid(onx_ctx_t *c, onx_value_t *v) {
   if (v->lt_g && v->tid < 0 && !v->data && !v->expr && !v->qdq) {
     v->tid = onx_lt_emit(c, v);
@@ -299,6 +310,10 @@ int32_t onx_tid(onx_ctx_t *c, onx_value_t *v) {
   }
   if (v->qdq && !v->data && v->tid < 0) {
     v->tid = onx_qdq_emit(c, v);
+    return v->tid;
+  }
+  if (v->ps_g && v->tid < 0) {
+    v->tid = onx_ps_emit(c, v);
     return v->tid;
   }
   if (v->expr) {

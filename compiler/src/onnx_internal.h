@@ -70,6 +70,13 @@ typedef struct onx_value {
    * of the transposed axes): a Conv or MaxPool takes the pads as its own */
   uint8_t lt_pad;
   int32_t lt_pads[2 * VMCC_MAX_NDIM];
+  /* a pending scale product (onnx_ops_quant.c): the value is Mul(ps_a,
+   * ps_b) (the names of the Mul's inputs: one a run-time float32 scalar,
+   * the other a float32 constant) in the graph ps_g (NULL: none). onx_tid
+   * emits the cl.binary.mul when something needs the value itself; a
+   * dequantizing cl.qgemm takes the two factors into its store instead. */
+  vmcc_graph_t *ps_g;
+  const char *ps_a, *ps_b;
 } onx_value_t;
 
 /* ---- value names (onnx_names.c) ---- */
@@ -218,6 +225,11 @@ vm_status_t onx_def_lazy(onx_ctx_t *c, uint32_t i, vm_dtype_t dt, uint32_t ndim,
                          const int64_t *dims, onx_qdq_t *q);
 /* Emits v's dequantization (onnx_ops_quant.c): its tensor, -1 on error. */
 int32_t onx_qdq_emit(onx_ctx_t *c, onx_value_t *v);
+/* Defines output 0 of the current Mul as its pending scale product
+ * (float32, shape (ndim, dims)). */
+vm_status_t onx_def_scale_product(onx_ctx_t *c, uint32_t ndim, const int64_t *dims);
+/* Emits v's pending scale product (onnx_ops_quant.c): its tensor, -1 on error. */
+int32_t onx_ps_emit(onx_ctx_t *c, onx_value_t *v);
 /* Emits v's pending expression (onnx_ops_elementwise.c): its tensor, -1 on error. */
 int32_t onx_expr_emit(onx_ctx_t *c, onx_value_t *v);
 void onx_expr_free(onx_expr_t *e);
@@ -282,6 +294,11 @@ vm_status_t onx_lt_unary(onx_ctx_t *c, onx_value_t *x, const char *clname, uint3
  * (permuted on the host): computed before the transpose, *done 1. */
 vm_status_t onx_lt_binary(onx_ctx_t *c, const char *clname, onx_value_t *a, onx_value_t *b,
                           int *done);
+/* MatMul (the current node) of float32 operands of equal batch dims where
+ * one is a pending transpose or the product is read by a Transpose alone:
+ * one cl.gemm_strided reading the operands in place and writing the
+ * product in the Transpose's layout, *done 1. */
+vm_status_t onx_lt_matmul(onx_ctx_t *c, int *done);
 
 /* ---- graphs (onnx_compile.c) ---- */
 /* Lowers every node of c->graph in order (names: c->names, fused nodes:

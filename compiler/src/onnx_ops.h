@@ -220,6 +220,10 @@ vm_status_t onx_read_window(onx_ctx_t *c, uint32_t nsp, const int64_t *in, const
  * does not fit (the float lowering goes on). */
 vm_status_t onx_qdq_conv(onx_ctx_t *c, int *done);
 vm_status_t onx_qdq_matmul(onx_ctx_t *c, int gemm, int *done);
+/* onnx_ops_quant.c: the current Mul as a pending scale product (a run-time
+ * float32 scalar times a float32 constant, read by one Mul) for a
+ * dequantizing cl.qgemm to take into its store: *done when left pending. */
+vm_status_t onx_scale_product(onx_ctx_t *c, int *done);
 /* onnx_ops_reduce.c: output 0 as the reduction `name` of x over axes. */
 vm_status_t onx_reduce_emit(onx_ctx_t *c, onx_value_t *x, const char *name, uint32_t nax,
                             const int64_t *axes, int keep);

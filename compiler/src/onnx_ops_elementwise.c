@@ -854,6 +854,11 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
     VM_RETURN_IF_ERROR(onx_gelu_chain(c, &done));
     if (done) return VM_STATUS_OK;
   }
+  if (c->op->arg == B_MUL && c->node->n_input == 2) { /* a dynamic MatMul's scale? */
+    int done;
+    VM_RETURN_IF_ERROR(onx_scale_product(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
   const binary_op_t *bo = &k_binary[c->op->arg];
   binary_op_t fmod_op;
   if (bo->op == B_MOD) {

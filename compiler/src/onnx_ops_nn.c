@@ -134,6 +134,8 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
   int qdq;
   VM_RETURN_IF_ERROR(onx_qdq_matmul(c, 0, &qdq));
   if (qdq) return VM_STATUS_OK;
+  VM_RETURN_IF_ERROR(onx_lt_matmul(c, &done)); /* operands transposed in place? */
+  if (done) return VM_STATUS_OK;
   onx_value_t *a, *b;
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));

@@ -686,6 +686,53 @@ static onx_value_t *dequant_after(onx_ctx_t *c, uint32_t ndim, int64_t n, int64_
   return NULL;
 }
 
+/* A float32 value of one element computed at run time. */
+static int run_time_scalar(const onx_value_t *v) {
+  return v && !v->data && vm_dtype_equal(v->dt, VM_F32) && v->numel == 1 && v->ndim <= 1;
+}
+
+vm_status_t onx_scale_product(onx_ctx_t *c, int *done) {
+  *done = 0;
+  if (c->sub_depth || !c->skip || c->node->n_output != 1 || !onx_out_wanted(c, 0))
+    return VM_STATUS_OK; /* c->node_idx is a composite's node */
+  onx_value_t *a = onx_in(c, 0), *b = onx_in(c, 1);
+  if (!a || !b) return VM_STATUS_OK;
+  onx_value_t *x = a->data ? b : a, *k = a->data ? a : b;
+  if (!run_time_scalar(x) || !k->data || !vm_dtype_equal(k->dt, VM_F32) || k->ndim > 1 ||
+      k->numel < 1)
+    return VM_STATUS_OK;
+  size_t slot;
+  int64_t mi = onx_sole_consumer(c, c->node->output[0], c->node_idx, &slot);
+  if (mi < 0 || strcmp(c->graph->node[mi]->op_type, "Mul") != 0) return VM_STATUS_OK;
+  uint32_t on;
+  int64_t od[MAXD];
+  if (onx_broadcast(a->ndim, a->dims, b->ndim, b->dims, &on, od) != 0) return VM_STATUS_OK;
+  *done = 1;
+  return onx_def_scale_product(c, on, od);
+}
+
+int32_t onx_ps_emit(onx_ctx_t *c, onx_value_t *v) {
+  onx_value_t *a = onx_lookup(c, v->ps_a), *b = onx_lookup(c, v->ps_b);
+  if (!a || !b || v->ps_g != c->g) return -1; /* not from this graph: none of ours */
+  int32_t y = new_t(c, VM_F32, v->ndim, v->dims);
+  vmcc_arg_t g[3] = {A(onx_tid(c, a)), A(onx_tid(c, b)), A(y)};
+  call(c, "cl.binary.mul", 3, g);
+  return y;
+}
+
+/* The two factors of the pending scale product s (one value, or one per
+ * column of n): the constant *k and the run-time scalar *x; 0 when s is
+ * not one (or was emitted already). */
+static int scale_factors(onx_ctx_t *c, const onx_value_t *s, int64_t n, onx_value_t **k,
+                         onx_value_t **x) {
+  if (!s->ps_g || s->ps_g != c->g || s->tid >= 0) return 0;
+  onx_value_t *a = onx_lookup(c, s->ps_a), *b = onx_lookup(c, s->ps_b);
+  if (!a || !b) return 0;
+  *k = a->data ? a : b;
+  *x = a->data ? b : a;
+  return run_time_scalar(*x) && (*k)->data && ((*k)->numel == 1 || (*k)->numel == n);
+}
+
 vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   onx_value_t *a, *b, *az = onx_in(c, 2), *bz = onx_in(c, 3);
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
@@ -704,11 +751,14 @@ vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(
       imatmul_shapes(c, a, b, az && az->numel > 1, &ta, &tb, &packed, &on, od, &yn, yd));
   int64_t ci, mi;
-  onx_value_t *sc = dequant_after(c, on, od[on - 1], &ci, &mi);
+  onx_value_t *sc = dequant_after(c, on, od[on - 1], &ci, &mi), *ks, *xs;
+  /* a pending x_scale * w_scale: the store multiplies the two (a_scale) */
+  int split = sc && scale_factors(c, sc, od[on - 1], &ks, &xs);
   int32_t y = new_t(c, sc ? VM_F32 : VM_I32, yn, yd);
-  vmcc_arg_t g[8] = {A(ta), A(tb), opt_tid(c, az), opt_tid(c, bz), opt_tid(c, sc), vmcc_a_none(),
-                     vmcc_a_none(), A(y)};
-  call(c, packed ? "cl.qgemm_packed" : "cl.qgemm", 8, g);
+  vmcc_arg_t g[9] = {A(ta),         A(tb),         opt_tid(c, az),
+                     opt_tid(c, bz), opt_tid(c, split ? ks : sc), vmcc_a_none(),
+                     vmcc_a_none(), A(y),          split ? A(onx_tid(c, xs)) : vmcc_a_none()};
+  call(c, packed ? "cl.qgemm_packed" : "cl.qgemm", split ? 9 : 8, g);
   if (!sc) return onx_bind_out(c, 0, y, on, od);
   c->skip[ci] = c->skip[mi] = 1;
   c->fused = 1;

@@ -249,6 +249,9 @@ vm_status_t onx_op_concat(onx_ctx_t *c) {
       }
     return onx_def_const(c, 0, x0->dt, x0->ndim, od, d);
   }
+  /* one input (a decoder's key/value cache without a past, as T5 exports
+   * write it): the input itself, a pending transpose left pending */
+  if (n == 1) return onx_def_view(c, 0, x0, x0->ndim, x0->dims);
   int32_t y = new_t(c, x0->dt, x0->ndim, od);
   vmcc_arg_t a[66];
   for (uint32_t i = 0; i < n; i++) a[i] = A(onx_tid(c, xs[i]));

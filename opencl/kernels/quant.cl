@@ -199,19 +199,24 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
 #endif /* TQ */
 
 #ifdef MODE
+/* The multiplier of output column/channel c: mul[c] times ascale, the
+ * store's kernel-scope run-time factor (cl.qgemm's a_scale, the product
+ * a dynamically quantized MatMul's scale Mul computes: one float32
+ * multiply, rounded as that Mul; 1.0f, exact, where there is none). */
+#define QMUL(c) (mul[mo + (c) * mstep] * ascale)
 /* The store of one accumulator for output column/channel c at y[yi]. */
 #if MODE == 0
 #define QSTORE(acc, c, yi) y[yi] = (acc)
 #define YT int
 #elif MODE == 1
 #define QSTORE(acc, c, yi)                                              \
-  ST((float)((acc) + (has_bias ? bias[bo + (c) * bstep] : 0)) * mul[mo + (c) * mstep], yi, y)
+  ST((float)((acc) + (has_bias ? bias[bo + (c) * bstep] : 0)) * QMUL(c), yi, y)
 #define YT S
 #else
 #define QSTORE(acc, c, yi)                                                                 \
   do {                                                                                     \
     float v_ = rint((float)((acc) + (has_bias ? bias[bo + (c) * bstep] : 0)) *            \
-                    mul[mo + (c) * mstep]) +                                                \
+                    QMUL(c)) +                                                              \
                (has_yzp ? (float)yzp[yzo] : 0.0f);                                         \
     y[yi] = (TY)fmin(fmax(v_, (float)QMIN), (float)QMAX);                                  \
   } while (0)
@@ -271,7 +276,7 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
   if (full && i + 8 <= M) {                                                              \
     float8 mv = 1.0f;                                                                    \
     int8 bv = 0;                                                                         \
-    if (MODE > 0) mv = mstep ? vload8(0, mul + mo + j) : (float8)(mul[mo]);              \
+    if (MODE > 0) mv = (mstep ? vload8(0, mul + mo + j) : (float8)(mul[mo])) * ascale;   \
     if (has_bias) bv = bstep ? vload8(0, bias + bo + j) : (int8)(bias[bo]);              \
     int yi = base + i * ldc + j;                                                         \
     QSTORE8(c0, bv, mv, yi);                                                             \
@@ -340,9 +345,11 @@ __kernel void qgemm(int M, int N, int K, __global const float *Af, int sa,
                        int bzo, int bzs, __global const float *mul, int mo, int mstep,
                        __global const int *bias, int bo, int bstep, int has_bias,
                        __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
-                       int ldc, int sc, int has_bzp) {
+                       int ldc, int sc, int has_bzp, __global const float *asc, int aso,
+                       int has_asc) {
   int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
+  float ascale = has_asc ? asc[aso] : 1.0f;
   Af += bt * sa;
   B += bo_ + bt * sb;
   QG_BEGIN(float, Af, K)
@@ -438,9 +445,11 @@ __kernel void qgemm_i16(int M, int N, int K, __global const short *As, int sa,
                         int bzo, int bzs, __global const float *mul, int mo, int mstep,
                         __global const int *bias, int bo, int bstep, int has_bias,
                         __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
-                        int ldc, int sc, int has_bzp, int packed) {
+                        int ldc, int sc, int has_bzp, int packed, __global const float *asc,
+                        int aso, int has_asc) {
   int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
+  float ascale = has_asc ? asc[aso] : 1.0f;
   int K2 = (K + 1) / 2, kf = K / 2;
   __global const int *Ai = (__global const int *)(As + bt * sa);
   B += bo_ + bt * sb;
@@ -556,6 +565,7 @@ __kernel void qconv2d(int C, int H, int W, int O, int OH, int OW, int KH, int KW
   QC_FLUSH(4) QC_FLUSH(5) QC_FLUSH(6) QC_FLUSH(7)
   int npix = min(8, P - p0);
   float zyf = has_yzp ? (float)yzp[yzo] : 0.0f;
+  const float ascale = 1.0f; /* QMUL's factor: none here */
   (void)zyf;
   if (npix == 8 && ob + 8 <= Og) {
 #define QC_OUT(r)                                                                      \

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cl_ops_internal.h"
+#include "vmrpc/checked.h"
 #include "vmrpc/log.h"
 
 /* The CLBlast entry points used, typed from its header. */
@@ -519,28 +520,37 @@ static void gemm_log_end(vmcl_dev_t *d, const vm_device_t *dev, const gemm_shape
           ms > 0 ? gf / ms * 1e-6 : 0.0);
 }
 
+/* cl.gemm's and cl.gemm_strided's first eight arguments: A, B, trans_a,
+ * trans_b, alpha, beta, C, bias (absent or none: NULL), of one real dtype. */
+static vm_status_t gemm_operands(vmcl_op_t *op, vm_tensor_t **A, vm_tensor_t **B, vm_tensor_t **C,
+                                 vm_tensor_t **bias, int64_t *ta, int64_t *tb, double *alpha,
+                                 double *beta) {
+  *bias = NULL;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(op, 0, "A", A));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(op, 1, "B", B));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(op, 6, "C", C));
+  VM_RETURN_IF_ERROR(vmcl_op_real_dtype(op, *A, 0, "A"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(op, *B, 1, "B", (*A)->dtype, "A"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(op, *C, 6, "C", (*A)->dtype, "A"));
+  if (op->nargs > 7) {
+    VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(op, 7, "bias", bias));
+    if (*bias) VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(op, *bias, 7, "bias", (*A)->dtype, "A"));
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_int(op, 2, "trans_a", 0, 1, ta));
+  VM_RETURN_IF_ERROR(vmcl_op_int(op, 3, "trans_b", 0, 1, tb));
+  VM_RETURN_IF_ERROR(vmcl_op_float(op, 4, "alpha", alpha));
+  return vmcl_op_float(op, 5, "beta", beta);
+}
+
 vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user) {
   vmcl_op_t op;
   vmcl_op_init(&op, "cl.gemm", "(A, B, trans_a, trans_b, alpha, beta, C[, bias])", args, nargs);
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 7, 8));
-  vm_tensor_t *A, *B, *C, *bias = NULL;
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &A));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B", &B));
-  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 6, "C", &C));
-  VM_RETURN_IF_ERROR(vmcl_op_real_dtype(&op, A, 0, "A"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, B, 1, "B", A->dtype, "A"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, C, 6, "C", A->dtype, "A"));
-  if (op.nargs == 8) {
-    VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 7, "bias", &bias));
-    if (bias) VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, bias, 7, "bias", A->dtype, "A"));
-  }
+  vm_tensor_t *A, *B, *C, *bias;
   int64_t ta, tb;
   double alpha, beta;
-  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 2, "trans_a", 0, 1, &ta));
-  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 3, "trans_b", 0, 1, &tb));
-  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 4, "alpha", &alpha));
-  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 5, "beta", &beta));
+  VM_RETURN_IF_ERROR(gemm_operands(&op, &A, &B, &C, &bias, &ta, &tb, &alpha, &beta));
   if (A->ndim != 2 && A->ndim != 3) {
     return vmcl_op_error(&op, "A (argument 0) must be 2-D or 3-D (batched), got %u dims", A->ndim);
   }
@@ -593,4 +603,131 @@ vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs
                                  (float)beta);
   if (log && !st) gemm_log_end(op.d, op.dev, &g, A->dtype, t0);
   return st;
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.gemm_strided: the GEMM of operands read in place through strides
+ * (the compiler folds the transposes around attention's products into
+ * them: a head split [B, S, H, D] -> [B, H, S, D] is a batch stride of D
+ * and a row stride of H*D, no copy).
+ */
+
+/* The largest element index that dims n[i] with strides s[i] (i < cnt)
+ * reach, plus one (0 when any dim is 0); -1 when it overflows. */
+static int64_t strided_extent(const int64_t *n, const int64_t *s, int cnt) {
+  int64_t e = 0;
+  for (int i = 0; i < cnt; i++) {
+    if (n[i] == 0) return 0;
+    int64_t t;
+    if (vm_ckd_mul_i64(n[i] - 1, s[i], &t) != 0 || vm_ckd_add_i64(e, t, &e) != 0) return -1;
+  }
+  return e + 1;
+}
+
+/* Whether dims n[i] with strides s[i] (i < cnt) address distinct elements:
+ * each stride, in increasing order, exceeds the extent of the smaller
+ * ones (a sufficient condition; dims of 1 take no part). */
+static int strided_distinct(const int64_t *n, const int64_t *s, int cnt) {
+  for (int i = 0; i < cnt; i++)
+    if (n[i] == 0) return 1; /* no elements at all */
+  int used[8] = {0};
+  int64_t e = 0; /* the extent of the dims taken so far, less one */
+  for (int r = 0; r < cnt; r++) {
+    int best = -1;
+    for (int i = 0; i < cnt; i++)
+      if (!used[i] && n[i] > 1 && (best < 0 || s[i] < s[best])) best = i;
+    if (best < 0) break;
+    used[best] = 1;
+    if (s[best] <= e) return 0;
+    int64_t t;
+    if (vm_ckd_mul_i64(n[best] - 1, s[best], &t) != 0 || vm_ckd_add_i64(e, t, &e) != 0) return 0;
+  }
+  return 1;
+}
+
+/* Checks operand t (argument idx) of stored rows x cols read with strides
+ * (outer, batch, ld) over outer x batch matrices. */
+static vm_status_t strided_operand(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
+                                   const char *what, int64_t outer, int64_t batch, int64_t rows,
+                                   int64_t cols, const int64_t *st) {
+  if (st[2] < cols && rows > 1)
+    return vmcl_op_error(op, "%s (argument %u): row stride %lld is below its row of %lld", what,
+                         idx, (long long)st[2], (long long)cols);
+  int64_t n[4] = {outer, batch, rows, cols}, s[4] = {st[0], st[1], st[2], 1};
+  int64_t e = strided_extent(n, s, 4);
+  if (e < 0 || e > vm_tensor_numel(t))
+    return vmcl_op_error(op, "%s (argument %u) has %lld elements; the strides reach %s%lld", what,
+                         idx, (long long)vm_tensor_numel(t), e < 0 ? "past " : "",
+                         (long long)(e < 0 ? INT64_MAX : e));
+  return VM_STATUS_OK;
+}
+
+vm_status_t vmcl_op_gemm_strided(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                 vm_value_t *out, void *user) {
+  (void)m;
+  (void)out;
+  (void)user;
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.gemm_strided",
+               "(A, B, trans_a, trans_b, alpha, beta, C, bias|none, [outer, batch, M, N, K], "
+               "[A's outer, batch and row strides, B's, C's])",
+               args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 10, 10));
+  vm_tensor_t *A, *B, *C, *bias;
+  int64_t ta, tb, dims[5], st[9];
+  double alpha, beta;
+  VM_RETURN_IF_ERROR(gemm_operands(&op, &A, &B, &C, &bias, &ta, &tb, &alpha, &beta));
+  uint32_t nd, ns;
+  VM_RETURN_IF_ERROR(vmcl_op_int_list(&op, 8, "dims", dims, 5, &nd));
+  VM_RETURN_IF_ERROR(vmcl_op_int_list(&op, 9, "strides", st, 9, &ns));
+  if (nd != 5 || ns != 9)
+    return vmcl_op_error(&op, "dims (argument 8) and strides (9) need 5 and 9 values, got %u "
+                              "and %u", nd, ns);
+  for (int i = 0; i < 5; i++)
+    if (dims[i] < 0 || dims[i] > (int64_t)VMCL_MAX_ELEMENTS)
+      return vmcl_op_error(&op, "dims (argument 8) value %d is %lld: expected 0 to %lld", i,
+                           (long long)dims[i], (long long)VMCL_MAX_ELEMENTS);
+  for (int i = 0; i < 9; i++)
+    if (st[i] < 0 || st[i] > (int64_t)VMCL_MAX_ELEMENTS)
+      return vmcl_op_error(&op, "strides (argument 9) value %d is %lld: expected 0 to %lld", i,
+                           (long long)st[i], (long long)VMCL_MAX_ELEMENTS);
+  int64_t outer = dims[0], batch = dims[1], M = dims[2], N = dims[3], K = dims[4];
+  VM_RETURN_IF_ERROR(strided_operand(&op, A, 0, "A", outer, batch, ta ? K : M, ta ? M : K, st));
+  VM_RETURN_IF_ERROR(
+      strided_operand(&op, B, 1, "B", outer, batch, tb ? N : K, tb ? K : N, st + 3));
+  VM_RETURN_IF_ERROR(strided_operand(&op, C, 6, "C", outer, batch, M, N, st + 6));
+  int64_t cn[4] = {outer, batch, M, N}, cs[4] = {st[6], st[7], st[8], 1};
+  if (!strided_distinct(cn, cs, 4))
+    return vmcl_op_error(&op, "C's strides (argument 9) %lld, %lld, %lld make two results "
+                              "share an element",
+                         (long long)st[6], (long long)st[7], (long long)st[8]);
+  gemm_shape_t g;
+  memset(&g, 0, sizeof(g));
+  g.ta = (int)ta;
+  g.tb = (int)tb;
+  g.batch = batch;
+  g.m = M;
+  g.n = N;
+  g.k = K;
+  g.lda = st[2] > 0 ? st[2] : 1;
+  g.ldb = st[5] > 0 ? st[5] : 1;
+  g.ldc = st[8] > 0 ? st[8] : 1;
+  g.sa = st[1];
+  g.sb = st[4];
+  g.sc = st[7];
+  if (bias) {
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, bias, 7, "bias", &g.n, 1));
+    g.bias = vmcl_tensor_mem(bias);
+    g.bias_o = vmcl_elem_offset(bias);
+  }
+  /* (dims of a zero-stride batch may be large: no product of them) */
+  if (outer == 0 || batch == 0 || M == 0 || N == 0) return VM_STATUS_OK;
+  int64_t ao = vmcl_elem_offset(A), bo = vmcl_elem_offset(B), co = vmcl_elem_offset(C);
+  for (int64_t o = 0; o < outer; o++) {
+    VM_RETURN_IF_ERROR(vmcl_gemm_mem(op.d, op.dev, &g, A->dtype, vmcl_tensor_mem(A),
+                                     ao + o * st[0], vmcl_tensor_mem(B), bo + o * st[3],
+                                     vmcl_tensor_mem(C), co + o * st[6], (float)alpha,
+                                     (float)beta));
+  }
+  return VM_STATUS_OK;
 }

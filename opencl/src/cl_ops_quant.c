@@ -399,10 +399,12 @@ static void qepi_args(vmcl_args_t *a, const qepi_t *e) {
 static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) {
   vmcl_op_t op;
   vmcl_op_init(&op, packed ? "cl.qgemm_packed" : "cl.qgemm",
-               packed ? "(A, B packed, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y)"
-                      : "(A, B, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y)",
+               packed ? "(A, B packed, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y"
+                        "[, a_scale|none])"
+                      : "(A, B, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y"
+                        "[, a_scale|none])",
                args, nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, 8));
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, 9));
   vm_tensor_t *a, *b, *az, *bz, *yt;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &a));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B", &b));
@@ -442,6 +444,16 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
                          (long long)bb);
   qepi_t e;
   VM_RETURN_IF_ERROR(qepi_check(&op, a, b, az, M, bz, N, 7, N, &e));
+  /* a_scale: a run-time factor of every column's mul (A's dynamic scale) */
+  vm_tensor_t *asc = NULL;
+  if (op.nargs == 9) VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 8, "a_scale", &asc));
+  if (asc) {
+    if (e.mode == 0) return vmcl_op_error(&op, "a_scale (argument 8) needs mul (argument 4)");
+    VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, asc, 8, "a_scale", VM_F32, "the requantization"));
+    if (vm_tensor_numel(asc) != 1)
+      return vmcl_op_error(&op, "a_scale (argument 8) must hold one value, has %lld",
+                           (long long)vm_tensor_numel(asc));
+  }
   int batched = a->ndim == 3 || b->ndim == 3;
   if (packed) batched = a->ndim == 3;
   int64_t ys[3] = {batch, M, N};
@@ -512,6 +524,9 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
     vmcl_arg_int(&ka, M * N);
     vmcl_arg_int(&ka, bz != NULL);
     if (i16) vmcl_arg_int(&ka, packed);
+    vmcl_arg_mem(&ka, vmcl_tensor_mem(asc ? asc : e.y));
+    vmcl_arg_int(&ka, asc ? vmcl_elem_offset(asc) : 0);
+    vmcl_arg_int(&ka, asc != NULL);
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
                               : launch_grid(d, k, (N + 7) / 8, (M + 7) / 8, batch);
   }

@@ -176,6 +176,11 @@ void mb_node_input(Onnx__NodeProto *n, const char *name) {
   n->input[n->n_input++] = (char *)name;
 }
 
+void mb_node_output(Onnx__NodeProto *n, const char *name) {
+  assert_true(n->n_output < 4);
+  n->output[n->n_output++] = (char *)name;
+}
+
 static Onnx__AttributeProto *attrs_add(mb_attrs_t *s, Onnx__NodeProto *n, const char *name,
                                        Onnx__AttributeProto__AttributeType type) {
   if (n->attribute != s->p) n->n_attribute = 0;

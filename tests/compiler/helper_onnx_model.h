@@ -18,7 +18,7 @@ typedef struct mb {
   Onnx__NodeProto nodes[MAXN];
   Onnx__NodeProto *node_ptrs[MAXN];
   char *node_in[MAXN][6];
-  char *node_out[MAXN][2];
+  char *node_out[MAXN][4];
   Onnx__AttributeProto attrs[MAXN];
   Onnx__AttributeProto *attr_ptrs[MAXN][1];
   Onnx__ValueInfoProto vis[MAXN];
@@ -49,6 +49,8 @@ Onnx__NodeProto *mb_node(mb_t *m, const char *op, const char *name, const char *
                          const char *in1, const char *out);
 /* Adds input name to node n (for nodes of more than 2 inputs). */
 void mb_node_input(Onnx__NodeProto *n, const char *name);
+/* Adds output name to node n (for nodes of up to 4 outputs). */
+void mb_node_output(Onnx__NodeProto *n, const char *name);
 /* Sets n's single attribute to a string. */
 void mb_attr_s(mb_t *m, Onnx__NodeProto *n, const char *name, const char *s);
 /* n's single attribute: an int, or a list of ints (v must outlive m). */

@@ -698,16 +698,17 @@ static void test_node_cases(void **state) {
 }
 
 /* Packs m, compiles it (report in rep), runs it on xin and copies its one
- * output's first n bytes to got; the calls of the operator op in the
- * executable go to *count (when op is not NULL). */
-static void compile_run_t(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
-                          void *got, size_t n, const char *op, uint32_t *count) {
+ * output's first n bytes to got; the calls of the operators ops[0..nops)
+ * in the executable go to counts. */
+static void compile_run_counts(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
+                               void *got, size_t n, const char *const *ops, uint32_t nops,
+                               uint32_t *counts) {
   size_t nbytes;
   uint8_t *bytes = mb_pack(m, &nbytes);
   vm_executable_t *exec = NULL;
   ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, rep));
   free(bytes);
-  if (op) *count = count_calls(exec, op);
+  for (uint32_t i = 0; i < nops; i++) counts[i] = count_calls(exec, ops[i]);
   vm_machine_t *vm = NULL;
   vm_value_t xv = vm_value_none(), res = vm_value_none();
   ASSERT_OK(run_exec(e, exec, xin, &vm, &xv, &res));
@@ -718,6 +719,12 @@ static void compile_run_t(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_repor
   vm_value_release(&xv);
   vm_machine_free(vm);
   vm_executable_free(exec);
+}
+
+/* The same with the calls of one operator op (NULL: none) in *count. */
+static void compile_run_t(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
+                          void *got, size_t n, const char *op, uint32_t *count) {
+  compile_run_counts(e, m, xin, rep, got, n, &op, op ? 1 : 0, count);
 }
 
 static void compile_run(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep, void *got,
@@ -1016,6 +1023,178 @@ static void conv_affine_case(env_t *e, int variant) {
 
 static void test_conv_affine_folded(void **state) {
   for (int v = 0; v < 6; v++) conv_affine_case(*state, v);
+}
+
+/* A MatMul as onnxruntime's quantize_dynamic writes it: x ->
+ * DynamicQuantizeLinear -> (xq, xs, xz); s = Mul(xs, w_scale); acc =
+ * MatMulInteger(xq, W int8, xz, wz); y = Mul(Cast(acc, float), s). x is 9 x
+ * 40, W 40 x 12 (edge rows and columns beside whole 8 x 8 blocks). Four
+ * variants: 0 one w_scale: the scale Mul is left pending and cl.qgemm's
+ * store multiplies xs and w_scale itself, with the Cast and the last Mul
+ * folded: no cl.binary.mul at all; 1 w_scale per column [12]: the same; 2
+ * s is also added to the result (y + s, another reader): the scale Mul
+ * runs (one cl.binary.mul), the Cast and the last Mul still fold; 3 the
+ * Cast's output is also added (y + float(acc)): nothing folds into the
+ * qgemm, the pending scale Mul is emitted where the last Mul reads it (two
+ * cl.binary.mul). Every result equals, bit for bit, the nodes' float32
+ * arithmetic done here on the host. */
+static void dynamic_matmul_case(env_t *e, int variant) {
+  enum { M = 9, K = 40, N = 12 };
+  static float x[M * K], ws[N];
+  static int8_t w[K * N];
+  static const int8_t wz = 3;
+  for (int i = 0; i < M * K; i++) x[i] = (float)((i * 37) % 23) / 7.0f - 1.3f;
+  x[11] = 4.25f; /* the range's ends */
+  x[20] = -2.5f;
+  for (int i = 0; i < K * N; i++) w[i] = (int8_t)((i * 29) % 255 - 127);
+  for (int j = 0; j < N; j++) ws[j] = 0.0123f + 0.001f * (float)(variant == 1 ? j : 0);
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[2] = {M, K}, wd[2] = {K, N}, sd[1] = {N}, yd[2] = {M, N};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, yd);
+  mb_init_raw(&m, "W", 3, 2, wd, w, sizeof(w));
+  mb_init_raw(&m, "wz", 3, 0, NULL, &wz, 1);
+  if (variant == 1)
+    mb_init_raw(&m, "ws", 1, 1, sd, ws, sizeof(ws));
+  else
+    mb_init_raw(&m, "ws", 1, 0, NULL, ws, 4);
+  Onnx__NodeProto *dq = mb_node(&m, "DynamicQuantizeLinear", "dq", "x", NULL, "xq");
+  mb_node_output(dq, "xs");
+  mb_node_output(dq, "xz");
+  mb_node(&m, "Mul", "smul", "xs", "ws", "s");
+  Onnx__NodeProto *mm = mb_node(&m, "MatMulInteger", "mm", "xq", "W", "acc");
+  mb_node_input(mm, "xz");
+  mb_node_input(mm, "wz");
+  mb_attr_i(&m, mb_node(&m, "Cast", "cast", "acc", NULL, "accf"), "to", 1);
+  int extra = variant >= 2;
+  mb_node(&m, "Mul", "deq", "accf", "s", extra ? "d" : "y");
+  if (extra) mb_node(&m, "Add", "add", "d", variant == 2 ? "s" : "accf", "y");
+  static const char *const ops[2] = {"cl.binary.mul", "cl.qgemm_packed"};
+  uint32_t cnt[2];
+  vmcc_tensor_t xin = {VM_F32, 2, {M, K}, x, sizeof(x)};
+  float got[M * N];
+  vmcc_onnx_report_t rep;
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 2, cnt);
+  assert_int_equal(cnt[0], variant < 2 ? 0 : variant == 2 ? 1 : 2);
+  assert_int_equal(cnt[1], 1);
+  assert_int_equal(rep.num_folded, variant < 3 ? 2 : 0); /* the Cast and the last Mul */
+  /* DynamicQuantizeLinear, then the product, in the nodes' float32 steps */
+  float mn = 0.0f, mx = 0.0f;
+  for (int i = 0; i < M * K; i++) {
+    mn = fminf(mn, x[i]);
+    mx = fmaxf(mx, x[i]);
+  }
+  float xs = (mx - mn) / 255.0f;
+  float zp = rintf(fminf(fmaxf(0.0f - mn / xs, 0.0f), 255.0f));
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      int32_t acc = 0;
+      for (int k = 0; k < K; k++) {
+        float q = fminf(fmaxf(rintf(x[i * K + k] / xs) + zp, 0.0f), 255.0f);
+        acc += ((int32_t)q - (int32_t)zp) * ((int32_t)w[k * N + j] - wz);
+      }
+      float sc = xs * ws[j];
+      float want = (float)acc * sc;
+      if (variant == 2) want += sc;
+      if (variant == 3) want += (float)acc;
+      if (memcmp(&want, &got[i * N + j], 4) != 0)
+        fail_msg("dynamic matmul (variant %d) at %d,%d: %.9g, expected %.9g", variant, i, j,
+                 (double)got[i * N + j], (double)want);
+    }
+}
+
+static void test_dynamic_matmul_scale_folded(void **state) {
+  for (int v = 0; v < 4; v++) dynamic_matmul_case(*state, v);
+}
+
+/* Attention's transposes as T5-style exports write them, on x [B, S, H, D]
+ * (the heads of a projection): q = Transpose(x, 0213), kt = Transpose(x,
+ * 0231), a = MatMul(q, kt) [B, H, S, S], o = MatMul(a, Transpose(x,
+ * 0213)) [B, H, S, D], y = Transpose(o, 0213) (the heads merged back).
+ * Variants: 0 B = 1: both MatMuls read x in place (cl.gemm_strided) and the
+ * second writes y's layout: no cl.transpose; 1 B = 2 (two batch dims that do
+ * not merge: one launch per outer batch): the same; 2 y = Transpose(o,
+ * 0132), which moves the last axis: the products still read x in place,
+ * one cl.transpose makes y; 3 y = MatMul(q, W) with W a constant: no
+ * strided product (cl.gemm after the transpose); 4 as T5's decoder writes
+ * it: K and V each through a Concat of one input (axis -2, a cache without
+ * a past), K^T as Transpose(that, 0132): the Concats are the inputs
+ * themselves, still pending, so as variant 0 (no cl.concat either). Every
+ * result matches the host within float rounding. */
+static void attention_transpose_case(env_t *e, int variant) {
+  enum { S = 5, H = 3, D = 4 };
+  int B = variant == 1 ? 2 : 1;
+  static float x[2 * S * H * D], wc[D * D], a[2 * H * S * S];
+  for (int i = 0; i < B * S * H * D; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+  for (int i = 0; i < D * D; i++) wc[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  static const int64_t p0213[4] = {0, 2, 1, 3}, p0231[4] = {0, 2, 3, 1}, p0132[4] = {0, 1, 3, 2};
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {B, S, H, D}, wd[2] = {D, D}, ymerge[4] = {B, S, H, D},
+          ylast[4] = {B, H, D, S}, yq[4] = {B, H, S, D};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, variant == 2 ? ylast : variant == 3 ? yq : ymerge);
+  mb_init_raw(&m, "W", 1, 2, wd, wc, sizeof(wc));
+  mb_attr_ints(&m, mb_node(&m, "Transpose", "tq", "x", NULL, "q"), "perm", p0213, 4);
+  if (variant == 3) {
+    mb_node(&m, "MatMul", "mw", "q", "W", "y");
+  } else if (variant == 4) {
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "tk", "x", NULL, "k"), "perm", p0213, 4);
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "tv", "x", NULL, "v0"), "perm", p0213, 4);
+    mb_attr_i(&m, mb_node(&m, "Concat", "ck", "k", NULL, "kc"), "axis", -2);
+    mb_attr_i(&m, mb_node(&m, "Concat", "cv", "v0", NULL, "v"), "axis", -2);
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "tkt", "kc", NULL, "kt"), "perm", p0132, 4);
+  } else {
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "tk", "x", NULL, "kt"), "perm", p0231, 4);
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "tv", "x", NULL, "v"), "perm", p0213, 4);
+  }
+  if (variant != 3) {
+    mb_node(&m, "MatMul", "qk", "q", "kt", "a");
+    mb_node(&m, "MatMul", "av", "a", "v", "o");
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "to", "o", NULL, "y"), "perm",
+                 variant == 2 ? p0132 : p0213, 4);
+  }
+  static const char *const ops[4] = {"cl.transpose", "cl.gemm_strided", "cl.gemm", "cl.concat"};
+  uint32_t cnt[4];
+  vmcc_tensor_t xin = {VM_F32, 4, {B, S, H, D}, x, (size_t)(B * S * H * D) * 4};
+  float got[2 * S * H * D];
+  vmcc_onnx_report_t rep;
+  compile_run_counts(e, &m, &xin, &rep, got, (size_t)(B * S * H * D) * 4, ops, 4, cnt);
+  assert_int_equal(cnt[0], variant == 2 || variant == 3 ? 1 : 0);
+  assert_int_equal(cnt[1], variant == 3 ? 0 : 2);
+  assert_int_equal(cnt[2], variant == 3 ? 1 : 0);
+  assert_int_equal(cnt[3], 0);
+#define X(b, s, h, d) x[(((b) * S + (s)) * H + (h)) * D + (d)]
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < S; i++)
+        for (int j = 0; j < S; j++) {
+          double acc = 0;
+          for (int d = 0; d < D; d++) acc += (double)X(b, i, h, d) * X(b, j, h, d);
+          a[((b * H + h) * S + i) * S + j] = (float)acc;
+        }
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < S; i++)
+        for (int d = 0; d < D; d++) {
+          double want = 0;
+          if (variant == 3)
+            for (int k = 0; k < D; k++) want += (double)X(b, i, h, k) * wc[k * D + d];
+          else
+            for (int j = 0; j < S; j++) want += (double)a[((b * H + h) * S + i) * S + j] * X(b, j, h, d);
+          size_t at = variant == 2   ? (size_t)(((b * H + h) * D + d) * S + i)
+                      : variant == 3 ? (size_t)(((b * H + h) * S + i) * D + d)
+                                     : (size_t)(((b * S + i) * H + h) * D + d);
+          if (fabs(want - got[at]) > 1e-4 * (1 + fabs(want)))
+            fail_msg("attention (variant %d) at %d,%d,%d,%d: %g, expected %g", variant, b, h, i,
+                     d, (double)got[at], want);
+        }
+#undef X
+}
+
+static void test_attention_transposes_strided(void **state) {
+  for (int v = 0; v < 5; v++) attention_transpose_case(*state, v);
 }
 
 /* An NHWC model as TensorFlow converters write it: x [1, H, W, C] ->
@@ -2428,6 +2607,8 @@ int main(void) {
       cmocka_unit_test(test_gelu_tanh_rewritten),
       cmocka_unit_test(test_one_hot_matmul_rewritten),
       cmocka_unit_test(test_qdq_conv_fused),
+      cmocka_unit_test(test_dynamic_matmul_scale_folded),
+      cmocka_unit_test(test_attention_transposes_strided),
       cmocka_unit_test(test_recurrent_features),
       cmocka_unit_test(test_lstm_unrolled_rewritten),
       cmocka_unit_test(test_einsum_float32),

@@ -270,6 +270,103 @@ static void test_gemm_f16(void **state) {
     tops_check_gemm(e, VM_F16, &cases[i]);
 }
 
+/* cl.gemm_strided against the host over attention's layouts: x [2, S, H,
+ * D] read as Q [2, H, S, D] (batch strides S*H*D and D, rows H*D) times K^T
+ * (the same tensor with trans_b), written as [2, S, H, H*0 + S] merged
+ * heads (C's batch stride S, rows H*S), then with a bias and beta; and
+ * each refusal. */
+static void test_gemm_strided(void **state) {
+  tops_env_t *e = *state;
+  enum { O = 2, S = 5, H = 3, D = 4 };
+  float x[O * S * H * D], c0[O * S * H * S], got[O * S * H * S], bias[S];
+  for (int i = 0; i < O * S * H * D; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+  for (int i = 0; i < O * S * H * S; i++) c0[i] = (float)(i % 7) - 3.0f;
+  for (int j = 0; j < S; j++) bias[j] = 0.25f * (float)j;
+  for (int pass = 0; pass < 2; pass++) {
+    float beta = pass ? 0.5f : 0.0f;
+    vm_value_t a = tops_tensor(e, VM_F32, 4, DIMS(O, S, H, D), x);
+    vm_value_t c = tops_tensor(e, VM_F32, 4, DIMS(O, S, H, S), c0);
+    vm_value_t bv = pass ? tops_tensor(e, VM_F32, 1, DIMS(S), bias) : vm_value_none();
+    const int64_t dims[5] = {O, H, S, S, D};
+    const int64_t st[9] = {S * H * D, D, H * D, S * H * D, D, H * D, S * H * S, S, H * S};
+    vm_value_t args[10] = {a,
+                           a,
+                           vm_value_int(0),
+                           vm_value_int(1),
+                           vm_value_float(2.0),
+                           vm_value_float(beta),
+                           c,
+                           bv,
+                           tops_int_tuple(5, dims),
+                           tops_int_tuple(9, st)};
+    ASSERT_OK(tops_call(e, "cl.gemm_strided", args, 10));
+    tops_read(e, &c, got);
+    for (int o = 0; o < O; o++)
+      for (int h = 0; h < H; h++)
+        for (int i = 0; i < S; i++)
+          for (int j = 0; j < S; j++) {
+            double acc = 0;
+            for (int d = 0; d < D; d++)
+              acc += (double)x[((o * S + i) * H + h) * D + d] * x[((o * S + j) * H + h) * D + d];
+            int at = ((o * S + i) * H + h) * S + j;
+            double want = 2.0 * acc + beta * c0[at] + (pass ? bias[j] : 0.0);
+            if (fabs(want - got[at]) > 1e-4)
+              fail_msg("gemm_strided (pass %d) at %d,%d,%d,%d: %g, expected %g", pass, o, h, i, j,
+                       (double)got[at], want);
+          }
+    vm_value_release(&args[8]);
+    vm_value_release(&args[9]);
+    vm_value_release(&a);
+    vm_value_release(&c);
+    vm_value_release(&bv);
+  }
+  /* refusals: each names the argument */
+  vm_value_t a = tops_plain(e, VM_F32, 2, DIMS(3, 4)), b = tops_plain(e, VM_F32, 2, DIMS(4, 5));
+  vm_value_t c = tops_plain(e, VM_F32, 2, DIMS(3, 5)), i0 = vm_value_int(0);
+  vm_value_t one = vm_value_float(1);
+  struct {
+    int64_t dims[5], st[9];
+    const char *msg;
+  } bad[] = {
+      {{1, 1, 3, 5, 4}, {0, 0, 3, 0, 0, 5, 0, 0, 5},
+       "A (argument 0): row stride 3 is below its row of 4"},
+      {{1, 1, 3, 5, 4}, {0, 0, 4, 0, 0, 6, 0, 0, 5},
+       "B (argument 1) has 20 elements; the strides reach 23"},
+      {{1, 2, 3, 5, 4}, {0, 0, 4, 0, 0, 5, 0, 0, 5},
+       "C's strides (argument 9) 0, 0, 5 make two results share an element"},
+      {{1, 1, 3, 5, 4}, {0, 0, 4, 0, 0, 5, 0, 0, -5},
+       "strides (argument 9) value 8 is -5: expected 0 to"},
+      {{1, 1, 3, 5, 4}, {0, 0, 4, 0, 0, 5, 0, 0, INT64_MAX / 2},
+       "strides (argument 9) value 8 is"},
+      {{1, 1, 4, 5, 4}, {0, 0, 4, 0, 0, 5, 0, 0, 5},
+       "A (argument 0) has 12 elements; the strides reach 16"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    vm_value_t args[10] = {a, b, i0, i0, one, one, c, vm_value_none(),
+                           tops_int_tuple(5, bad[i].dims), tops_int_tuple(9, bad[i].st)};
+    ASSERT_STATUS(tops_call(e, "cl.gemm_strided", args, 10), VM_INVALID_ARGUMENT, bad[i].msg);
+    vm_value_release(&args[8]);
+    vm_value_release(&args[9]);
+  }
+  /* an empty C with huge zero-stride batches: nothing to do, no overflow */
+  vm_value_t e0[2] = {tops_int_tuple(5, (int64_t[]){1 << 30, 1 << 30, 3, 0, 4}),
+                      tops_int_tuple(9, (int64_t[]){0, 0, 4, 0, 0, 5, 0, 0, 5})};
+  ASSERT_OK(tops_call(e, "cl.gemm_strided",
+                      (vm_value_t[]){a, b, i0, i0, one, one, c, vm_value_none(), e0[0], e0[1]},
+                      10));
+  release_all(e0, 2);
+  vm_value_t d4[2] = {tops_int_tuple(4, (int64_t[]){1, 1, 3, 5}),
+                      tops_int_tuple(9, (int64_t[]){0, 0, 4, 0, 0, 5, 0, 0, 5})};
+  ASSERT_STATUS(tops_call(e, "cl.gemm_strided",
+                          (vm_value_t[]){a, b, i0, i0, one, one, c, vm_value_none(), d4[0], d4[1]},
+                          10),
+                VM_INVALID_ARGUMENT, "dims (argument 8) and strides (9) need 5 and 9 values");
+  release_all(d4, 2);
+  vm_value_release(&a);
+  vm_value_release(&b);
+  vm_value_release(&c);
+}
+
 static void test_gemm_errors(void **state) {
   tops_env_t *e = *state;
   vm_value_t a = tops_plain(e, VM_F32, 2, DIMS(3, 4)), b = tops_plain(e, VM_F32, 2, DIMS(4, 5));
@@ -934,6 +1031,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_tiled8),     cmocka_unit_test(test_gemm_bias),
       cmocka_unit_test(test_gemm_f16),        cmocka_unit_test(test_gemm_errors),
       cmocka_unit_test(test_gemm_packed),     cmocka_unit_test(test_gemm_plan),
+      cmocka_unit_test(test_gemm_strided),
       cmocka_unit_test(test_conv2d),          cmocka_unit_test(test_conv2d_depthwise),
       cmocka_unit_test(test_conv2d_dw_rows),  cmocka_unit_test(test_conv2d_errors),
       cmocka_unit_test(test_conv2d_epilogue), cmocka_unit_test(test_pool2d),

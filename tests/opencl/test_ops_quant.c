@@ -484,6 +484,71 @@ static void test_qgemm_empty_k(void **state) {
   release_all(a, 8);
 }
 
+/* a_scale (argument 8): every column's mul times a run-time scalar, one
+ * float32 multiply, then the store's (acc * that): bit for bit the two
+ * Muls of a dynamically quantized MatMul, with per-column mul, on whole
+ * 8x8 blocks and edges (M 9, N 12), row-major and packed B; and its
+ * refusals. */
+static void test_qgemm_a_scale(void **state) {
+  tops_env_t *e = *state;
+  enum { M = 9, K = 6, N = 12 };
+  uint8_t A[M * K];
+  int8_t B[K * N], P[2 * 3 * 16] = {0};
+  float mul[N], as = 0.0371f;
+  for (int i = 0; i < M * K; i++) A[i] = (uint8_t)((i * 53) % 256);
+  for (int i = 0; i < K * N; i++) B[i] = (int8_t)((i * 29) % 255 - 127);
+  for (int j = 0; j < N; j++) mul[j] = 0.0123f + 0.0007f * (float)j;
+  for (int k = 0; k < K; k++) /* cl.qgemm_packed's layout (docs/operators.md) */
+    for (int j = 0; j < N; j++) P[((j / 8) * 3 + k / 2) * 16 + (j % 8) * 2 + k % 2] = B[k * N + j];
+  const uint8_t az = 7;
+  for (int packed = 0; packed < 2; packed++) {
+    vm_value_t a[9] = {tops_tensor(e, VM_U8, 2, DIMS(M, K), A),
+                       packed ? tops_tensor(e, VM_I8, 3, DIMS(2, 3, 16), P)
+                              : tops_tensor(e, VM_I8, 2, DIMS(K, N), B),
+                       tops_tensor(e, VM_U8, 0, NULL, &az),
+                       vm_value_none(),
+                       tops_tensor(e, VM_F32, 1, DIMS(N), mul),
+                       vm_value_none(),
+                       vm_value_none(),
+                       tops_tensor(e, VM_F32, 2, DIMS(M, N), NULL),
+                       tops_tensor(e, VM_F32, 0, NULL, &as)};
+    ASSERT_OK(tops_call(e, packed ? "cl.qgemm_packed" : "cl.qgemm", a, 9));
+    float got[M * N];
+    tops_read_f(e, &a[7], got);
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        int32_t acc = 0;
+        for (int k = 0; k < K; k++) acc += ((int32_t)A[i * K + k] - az) * B[k * N + j];
+        float sc = mul[j] * as, want = (float)acc * sc;
+        if (memcmp(&want, &got[i * N + j], 4) != 0)
+          fail_msg("a_scale (packed %d) at %d,%d: %.9g, expected %.9g", packed, i, j,
+                   (double)got[i * N + j], (double)want);
+      }
+    /* two values, an int32 y without mul, a float16 scale: refused */
+    vm_value_t two = tops_tensor(e, VM_F32, 1, DIMS(2), mul);
+    vm_value_t h = tops_plain(e, VM_F16, 0, NULL);
+    vm_value_t keep = a[8];
+    const char *op = packed ? "cl.qgemm_packed" : "cl.qgemm";
+    a[8] = two;
+    ASSERT_STATUS(tops_call(e, op, a, 9), VM_INVALID_ARGUMENT,
+                  "a_scale (argument 8) must hold one value, has 2");
+    a[8] = h;
+    ASSERT_STATUS(tops_call(e, op, a, 9), VM_INVALID_ARGUMENT, "a_scale (argument 8) has dtype");
+    vm_value_t y32 = tops_plain(e, VM_I32, 2, DIMS(M, N)), yf = a[7], mf = a[4];
+    a[8] = keep;
+    a[7] = y32;
+    a[4] = vm_value_none();
+    ASSERT_STATUS(tops_call(e, op, a, 9), VM_INVALID_ARGUMENT,
+                  "a_scale (argument 8) needs mul (argument 4)");
+    a[7] = yf;
+    a[4] = mf;
+    vm_value_release(&two);
+    vm_value_release(&h);
+    vm_value_release(&y32);
+    release_all(a, 9);
+  }
+}
+
 /* cl.qconv2d: int8 x (zero point 5), 2 groups, pads, stride 2, int32 out. */
 static void test_qconv2d(void **state) {
   tops_env_t *e = *state;
@@ -589,6 +654,7 @@ int main(void) {
       cmocka_unit_test(test_dynamic_quantize_paths),
       cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qgemm_exact_bound),
       cmocka_unit_test(test_qgemm_empty_k),    cmocka_unit_test(test_qgemm_pairs),
+      cmocka_unit_test(test_qgemm_a_scale),
       cmocka_unit_test(test_qgemm_k_bound),
       cmocka_unit_test(test_qconv2d),
       cmocka_unit_test(test_quant_errors),
