@@ -45,11 +45,16 @@ def main() -> int:
         head = Head(work, lifetime=600)
         agent = Agent(work / "cache")
         node = Node(work, head.address, [agent], ["farm=store-demo"], lifetime=600)
+        # the control: a fixed reference timed beside the model in each job
+        # (here the same MLP, a copy), so that check judges model / control
+        ref = work / "ref.vmx"
+        shutil.copy(vmx, ref)
         print(f"\n== the farm remembers: two labels into {db}", flush=True)
         for label in ("demo-1", "demo-2"):
             rc = farm("bench", str(vmx), str(x), "--address", head.address, "--where",
                       "farm=store-demo", "--all", "-r", "10", "--min-repeat-ms", "30",
-                      "--label", label, "--store", str(db), "--tag", "source=farm-demo")
+                      "--label", label, "--store", str(db), "--tag", "source=farm-demo",
+                      "--control", str(ref))
             if rc != 0:
                 print(f"demo: bench under {label} failed ({rc})")
                 return 1
@@ -62,7 +67,8 @@ def main() -> int:
             return 1
         if rc == 1:
             # The same executable twice: on a machine shared with other work
-            # its speed drifts between the two runs (docs/farm.md).
+            # its speed drifts, and one VM may run off its control's VM by
+            # where its memory landed (docs/farm.md).
             print("demo: check calls the second run slower: the machine's speed drifted")
         if farm("report", "--store", str(db), "-o", str(report)) != 0 or not report.exists():
             return 1

@@ -3,6 +3,7 @@ killed agent, lost jobs accounted for, and the reports (JSON, JUnit)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import signal
@@ -424,3 +425,66 @@ def test_node_comes_back_after_the_head_restarts(tmp_path: pathlib.Path, mlp: Ml
         if head2 is not None:
             assert head2.stop() == 0
         head.stop()
+
+
+def test_bench_with_a_control(
+    cluster: Callable[[int], Cluster], mlp: Mlp, head: Any, tmp_path: pathlib.Path
+) -> None:
+    """bench --control: the model and the control timed interleaved in one
+    job, both kept paired in the store, `check` judging their ratio; a
+    control that does not load and a model on two devices fail the job
+    with what to do, and the agent keeps serving."""
+    c = cluster(1)
+    ref = tmp_path / "ref.vmx"
+    ref.write_bytes(mlp.vmx.read_bytes())
+    store = str(tmp_path / "c.db")
+
+    def bench(label: str, *extra: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(
+            farm_cmd() + ["bench", str(mlp.vmx), str(mlp.x), "--address", head.address,
+                          "--where", f"test={c.name}", "-n", "1", "-r", "4", "-q",
+                          "--label", label, "--store", store, "--json", "-", *extra],
+            capture_output=True, text=True, timeout=300,
+        )
+
+    for label in ("c1", "c2"):
+        r = bench(label, "--control", str(ref))
+        assert r.returncode == 0, r.stderr
+    (job,) = json.loads(r.stdout)["jobs"]
+    t, ctl = job["result"]["timing"], job["result"]["control"]
+    assert len(t["results"]) == len(ctl["results"]) == 4 and t["interleaved"]
+    assert ctl["model"] == "ref.vmx" and ctl["exe_sha256"] == hashlib.sha256(
+        ref.read_bytes()).hexdigest()
+    chk = subprocess.run(
+        farm_cmd() + ["check", "--store", store, "--label", "c2", "--baseline", "c1",
+                      "--threshold", "3", "--json", "-"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert chk.returncode == 0, chk.stderr
+    (v,) = json.loads(chk.stdout)["verdicts"]
+    assert v["measure"] == "normalized" and v["verdict"] == "same" and v["repeats"] == 4
+
+    bad = tmp_path / "bad.vmx"
+    bad.write_bytes(b"not an executable")
+    r = bench("c3", "--control", str(bad))
+    assert r.returncode == 1, r.stderr
+    (job,) = json.loads(r.stdout)["jobs"]
+    assert job["state"] == "error"
+    assert job["error"].startswith("the control bad.vmx did not load: "), job["error"]
+    r = bench("c3", "--control", str(ref), "-d", "opencl:0,cpu")
+    assert r.returncode == 1, r.stderr
+    (job,) = json.loads(r.stdout)["jobs"]
+    assert job["error"] == (
+        "--control times the model and the control on one device; the model runs on 2 "
+        "(opencl:0,cpu): give one device with -d"
+    ), job["error"]
+    r = bench("c3", "--control-input", f"0={mlp.x}")
+    assert r.returncode == 2 and "--control-input goes with --control" in r.stderr
+    r = bench("c3", "--control", str(tmp_path / "none.vmx"))
+    assert r.returncode == 2 and "--control " in r.stderr and "No such file" in r.stderr
+    r = bench("c3", "--control", str(ref), "--control-input", "x")
+    assert r.returncode == 2 and "--control-input 'x': expected NAME=FILE.npy" in r.stderr
+    # the agent served on; the control's inputs given apart from the model's
+    r = bench("c3", "--control", str(ref), "--control-input", f"0={mlp.x}")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["jobs"][0]["result"]["control"]["results"]

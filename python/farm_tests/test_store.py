@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from conftest import new_pg_database
+from vmrpc_farm import history
 from vmrpc_farm.store import SCHEMA_VERSION, Store, StoreError, store_url
 
 WRITERS, RUNS_EACH, JOBS, REPEATS = 8, 8, 2, 10
@@ -60,6 +61,8 @@ def test_new_store_has_the_schema_and_keeps_a_run(tmp_path: pathlib.Path) -> Non
             "runs": 1,
             "results": 1,
             "samples": REPEATS,
+            "controls": 0,
+            "control_samples": 0,
         }
     c = sqlite3.connect(db)
     assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -124,6 +127,8 @@ def write_concurrently(where: str) -> None:
             "runs": WRITERS * RUNS_EACH,
             "results": WRITERS * RUNS_EACH * JOBS,
             "samples": WRITERS * RUNS_EACH * JOBS * REPEATS,
+            "controls": 0,
+            "control_samples": 0,
         }
         series = s.series()
         assert len(series) == WRITERS * JOBS
@@ -180,3 +185,85 @@ def test_report_escapes_what_the_store_holds(tmp_path: pathlib.Path) -> None:
             s.add_run(label, evil + ".vmx", "main", "0" * 64, [job(0, evil, 0.002)])
         page = htmlreport.render(s.series(), s.labels(), evil, "base", 0.05, evil)
     assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def drifting(i: int, work: float, drift: List[float], ref: str = "ab" * 32) -> Dict[str, Any]:
+    """A bench job with a control: repeat k of the model takes work *
+    drift[k] seconds and its paired control drift[k] (a device whose speed
+    moves between repeats, alike for both)."""
+    j = job(i, "n/a:1", 1.0)
+    j["result"]["timing"] = {"number": 1, "results": [work * d for d in drift],
+                             "device_results": [None] * len(drift)}
+    j["result"]["control"] = {"model": "ref.vmx", "func": "main", "exe_sha256": ref,
+                              "number": 1, "results": list(drift),
+                              "device_results": [None] * len(drift)}
+    return j
+
+
+def test_control_normalized_check(tmp_path: pathlib.Path) -> None:
+    """Repeats stored with their paired control; `check` judges model /
+    control: a device 30 % slower under the second label (raw: slower) is
+    the same work (normalized: same), and 12 % more work under the third is
+    found under a drift that hides it in the raw figures."""
+    steady = [0.010 * (1 + k / 200) for k in range(REPEATS)]
+    slow = [1.3 * d for d in steady]
+    fast = [d / 1.12 for d in steady]
+    with Store(str(tmp_path / "c.db")) as s:
+        s.add_run("c1", "m.vmx", "main", "00" * 32, [drifting(0, 2.0, steady)])
+        s.add_run("c2", "m.vmx", "main", "00" * 32, [drifting(1, 2.0, slow)])
+        s.add_run("c3", "m.vmx", "main", "11" * 32, [drifting(2, 2.24, fast)])
+        assert s.counts()["controls"] == 3 and s.counts()["control_samples"] == 3 * REPEATS
+        (ser,) = s.series()
+    assert ser.control["c2"] == pytest.approx(slow) and ser.control_sha["c1"] == ["ab" * 32]
+    assert ser.normalized("c1") == pytest.approx([2.0] * REPEATS)
+    (v,) = history.check([ser], "c2", "c1", 0.05)
+    assert (v["measure"], v["verdict"], v["ratio"]) == ("normalized", "same", pytest.approx(1.0))
+    assert v["raw_ratio"] == pytest.approx(1.3) and "why_raw" not in v
+    (v,) = history.check([ser], "c2", "c1", 0.05, raw=True)
+    assert (v["measure"], v["verdict"], v["why_raw"]) == ("raw", "slower", "--raw")
+    (v,) = history.check([ser], "c3", "c2", 0.05)
+    assert (v["measure"], v["verdict"], v["ratio"]) == ("normalized", "slower", pytest.approx(1.12))
+    assert v["raw_ratio"] < 1  # raw: the device got faster by more than the work grew
+    assert history.history_rows(ser)[2]["normalized_median"] == pytest.approx(2.24)
+    assert "(normalized)" in history.to_junit([v], {})
+
+
+def test_control_mixed_or_changed_is_judged_raw(tmp_path: pathlib.Path) -> None:
+    steady = [0.010] * REPEATS
+    with Store(str(tmp_path / "m.db")) as s:
+        s.add_run("c1", "m.vmx", "main", "00" * 32, [job(0, "n/a:1", 0.02)])
+        s.add_run("c2", "m.vmx", "main", "00" * 32, [drifting(1, 2.0, steady)])
+        s.add_run("c3", "m.vmx", "main", "00" * 32, [drifting(2, 2.0, steady, ref="cd" * 32)])
+        (ser,) = s.series()
+    (v,) = history.check([ser], "c2", "c1", 0.05)
+    assert (v["measure"], v["why_raw"]) == (
+        "raw", "c1 was not benchmarked with a control for every repeat")
+    (v,) = history.check([ser], "c3", "c2", 0.05)
+    assert (v["measure"], v["why_raw"]) == (
+        "raw", "c2 and c3 were benchmarked with different controls")
+    assert history.normalized_series(ser) is None
+
+
+def test_store_of_schema_1_opens_and_reads(tmp_path: pathlib.Path) -> None:
+    """A store written before controls existed (schema 1: no controls
+    tables) is migrated when opened, keeps its rows and is judged raw."""
+    db = tmp_path / "v1.db"
+    with Store(str(db)) as s:
+        s.add_run("c1", "m.vmx", "main", "00" * 32, [job(0, "n/a:1", 0.002)])
+        s.add_run("c2", "m.vmx", "main", "00" * 32, [job(1, "n/a:1", 0.002)])
+    c = sqlite3.connect(db)  # back to schema 1 as version 1 wrote it
+    c.executescript("DROP TABLE control_samples; DROP TABLE controls; "
+                    "UPDATE vmrpc_schema SET version = 1;")
+    c.close()
+    with Store(str(db)) as s:
+        assert s.version() == SCHEMA_VERSION == 2
+        assert s.counts() == {"runs": 2, "results": 2, "samples": 2 * REPEATS,
+                              "controls": 0, "control_samples": 0}
+        (ser,) = s.series()
+    assert ser.control["c1"] == [None] * REPEATS and ser.normalized("c1") is None
+    (v,) = history.check([ser], "c2", "c1", 0.05)
+    assert (v["measure"], v["verdict"]) == ("raw", "same")
+    assert v["why_raw"] == "c1 was not benchmarked with a control for every repeat"
+    tables = {r[0] for r in sqlite3.connect(db).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"controls", "control_samples"} <= tables

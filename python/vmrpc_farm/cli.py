@@ -109,7 +109,7 @@ def _load_npy(path: str) -> np.ndarray:
 
 
 def _inputs(
-    positional: Sequence[str], named: Sequence[str]
+    positional: Sequence[str], named: Sequence[str], opt: str = "--input"
 ) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
     by_index: Dict[int, Any] = {i: _load_npy(p) for i, p in enumerate(positional)}
     kwargs: Dict[str, Any] = {}
@@ -117,21 +117,33 @@ def _inputs(
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise UsageError(
-                f"--input {item!r}: expected NAME=FILE.npy (NAME: a parameter "
+                f"{opt} {item!r}: expected NAME=FILE.npy (NAME: a parameter "
                 "name or its index from 0)"
             )
         if name.isdigit():
             i = int(name)
             if i in by_index:
-                raise UsageError(f"--input {item!r}: parameter {i} is given twice")
+                raise UsageError(f"{opt} {item!r}: parameter {i} is given twice")
             by_index[i] = _load_npy(path)
         else:
             if name in kwargs:
-                raise UsageError(f"--input {item!r}: parameter {name!r} is given twice")
+                raise UsageError(f"{opt} {item!r}: parameter {name!r} is given twice")
             kwargs[name] = _load_npy(path)
     if by_index and sorted(by_index) != list(range(len(by_index))):
         raise UsageError(f"inputs by index must be 0, 1, ... without gaps; got {sorted(by_index)}")
     return tuple(by_index[i] for i in range(len(by_index))), kwargs
+
+
+def _control(a: argparse.Namespace, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    from .jobs import Control
+
+    try:
+        model = pathlib.Path(a.control).read_bytes()
+    except OSError as e:
+        raise UsageError(f"--control {a.control}: {e.strerror}") from None
+    if a.control_input:
+        args, kwargs = _inputs((), a.control_input, "--control-input")
+    return Control(os.path.basename(a.control), model, a.control_func, args, kwargs)
 
 
 def _add_tls(p: argparse.ArgumentParser) -> None:
@@ -320,6 +332,22 @@ def _parser() -> argparse.ArgumentParser:
             m.add_argument("-n", "--number", type=_count(1, 1 << 30), default=10)
             m.add_argument("-r", "--repeat", type=_count(1, 1 << 20), default=1)
             m.add_argument("--min-repeat-ms", type=_count(0, 1 << 30), default=0)
+            m.add_argument(
+                "--control",
+                metavar="REF.vmx",
+                help="a reference executable that stays the same across labels, timed "
+                "interleaved with the model (one repeat each, A B B A) on the same device "
+                "in each job; `check` then judges model time / paired reference time",
+            )
+            m.add_argument(
+                "--control-input",
+                action="append",
+                default=[],
+                metavar="P=FILE.npy",
+                help="the control's parameter P (name or index from 0); repeatable "
+                "(default: the model's inputs)",
+            )
+            m.add_argument("--control-func", default="main", help="the control's function")
         if kind == "check":
             m.add_argument(
                 "-e",
@@ -346,6 +374,11 @@ def _parser() -> argparse.ArgumentParser:
             )
             r.add_argument(
                 "--level", type=_fraction, default=0.95, help="confidence level (default 0.95)"
+            )
+            r.add_argument(
+                "--raw",
+                action="store_true",
+                help="judge raw times even where the runs carry a control (bench --control)",
             )
         if kind == "run":
             m.add_argument(
@@ -479,6 +512,10 @@ def _cmd_job(a: argparse.Namespace) -> int:
     )
     if a.cmd == "bench":
         spec.number, spec.repeat, spec.min_repeat_ms = a.number, a.repeat, a.min_repeat_ms
+        if a.control:
+            spec.control = _control(a, args, kwargs)
+        elif a.control_input:
+            raise UsageError("--control-input goes with --control")
     if a.cmd == "check":
         spec.expected = [_load_npy(p) for p in a.expected]
         spec.rtol, spec.atol = a.rtol, a.atol
@@ -521,7 +558,8 @@ def _cmd_job(a: argparse.Namespace) -> int:
                 [j.to_dict() for j in jobs],
                 dict(a.tag),
                 {k: meta[k] for k in ("address", "where", "mode")}
-                | {"number": a.number, "repeat": a.repeat, "min_repeat_ms": a.min_repeat_ms},
+                | {"number": a.number, "repeat": a.repeat, "min_repeat_ms": a.min_repeat_ms}
+                | ({"control": spec.control.name} if spec.control else {}),
                 started,
             )
         log(f"stored as run {run_id} under label {a.label!r} in {a.store}")
@@ -666,25 +704,27 @@ def _cmd_check(a: argparse.Namespace) -> int:
                 f"{opt} {label!r}: no such label in {a.store} (it has: "
                 f"{', '.join(labels[-10:]) or 'none'}); see `vmrpc-farm history`"
             )
-    verdicts = history.check(series, a.label, a.baseline, a.threshold, a.level)
+    verdicts = history.check(series, a.label, a.baseline, a.threshold, a.level, a.raw)
     meta = {
         "store": a.store,
         "label": a.label,
         "baseline": a.baseline,
         "threshold": a.threshold,
         "level": a.level,
+        "raw": a.raw,
     }
     if a.json:
         _write(a.json, history.to_json(verdicts, meta))
     if a.junit:
         _write(a.junit, history.to_junit(verdicts, meta))
     if a.json != "-":
-        rows = [["model", "agent", "device", "verdict", "ratio", "CI", "change points"]]
+        rows = [["model", "agent", "device", "verdict", "ratio", "CI", "measure", "change points"]]
         for v in verdicts:
             ci = "-" if v.get("ci_lo") is None else f"{v['ci_lo']:.4f}..{v['ci_hi']:.4f}"
             ratio = f"{v['ratio']:.4f}" if "ratio" in v else "-"
             cps = ",".join(c["label"] for c in v["change_points"]) or "-"
-            rows.append([v["model"], v["agent"], v["device"], v["verdict"], ratio, ci, cps])
+            rows.append([v["model"], v["agent"], v["device"], v["verdict"], ratio, ci,
+                         v["measure"], cps])
         sys.stdout.write(history.to_table(rows))
     bad = [v for v in verdicts if v["regression"]]
     if bad:

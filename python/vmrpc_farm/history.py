@@ -11,6 +11,15 @@ repeats in label order; a change point is reported at the label of the
 first repeat after it. A change point counts only when it is significant
 (p < CP_PVALUE) and at least as large as the check's threshold (Otava's
 min_magnitude): the slow drift of a shared machine is not a change.
+
+Control-normalized series (``bench --control``): where every repeat of
+both labels has its paired control repeat, timed interleaved in the same
+job, and both labels ran the same control executable, ``check`` judges
+the model's time over its paired control's time instead of the raw time
+(``"measure": "normalized"`` in its verdict), with the same statistics;
+and change points are found over the normalized series where every label
+of it has one. Elsewhere the raw repeats are judged (``"measure": "raw"``,
+with ``why_raw``). ``--raw`` asks for raw figures throughout.
 """
 
 from __future__ import annotations
@@ -30,16 +39,36 @@ CP_PVALUE = 0.001
 CP_WINDOW = 50
 
 
-def change_points(s: Series, min_magnitude: float) -> List[Dict[str, Any]]:
-    """Change points of s's wall-clock repeats in label order: [{label,
+def normalized_series(s: Series) -> Optional[Dict[str, List[float]]]:
+    """label -> normalized repeats, where every label of s has them with
+    one and the same control executable; else None."""
+    out = {}
+    shas = set()
+    for label in s.labels:
+        n = s.normalized(label)
+        if n is None or len(s.control_sha.get(label) or []) != 1:
+            return None
+        shas.update(s.control_sha[label])
+        out[label] = n
+    return out if out and len(shas) == 1 else None
+
+
+def change_points(
+    s: Series, min_magnitude: float, raw: bool = False
+) -> List[Dict[str, Any]]:
+    """Change points of s's repeats in label order (normalized ones where
+    the whole series has them and raw is False, else wall-clock): [{label,
     index, pvalue, before, after}] (means of the repeats either side)."""
     from otava.analysis import compute_change_points
 
+    values = None if raw else normalized_series(s)
+    if values is None:
+        values = s.wall
     flat: List[float] = []
     owner: List[str] = []
     for label in s.labels:
-        flat += s.wall[label]
-        owner += [label] * len(s.wall[label])
+        flat += values[label]
+        owner += [label] * len(values[label])
     if len(flat) < 4:
         return []
     cps, _ = compute_change_points(
@@ -77,6 +106,10 @@ def history_rows(s: Series, level: float = 0.95) -> List[Dict[str, Any]]:
                 "ci_lo_s": lo,
                 "ci_hi_s": hi,
                 "device_median_s": stats.median_ci(dev, level)[0] if dev else None,
+                "normalized_median": (
+                    stats.median_ci(norm, level)[0] if (norm := s.normalized(label)) else None
+                ),
+                "control_sha256": s.control_sha.get(label, []),
                 "exe_sha256": s.sha.get(label, []),
                 "device_states": [x for x in s.states.get(label, []) if x is not None],
             }
@@ -90,11 +123,19 @@ def check(
     baseline: str,
     threshold: float,
     level: float = 0.95,
+    raw: bool = False,
 ) -> List[Dict[str, Any]]:
-    """One verdict per series that has the label or the baseline."""
+    """One verdict per series that has the label or the baseline: judged
+    on the normalized repeats where both labels have them (same control),
+    unless raw."""
     out = []
     for s in series:
         a, b = s.wall.get(baseline) or [], s.wall.get(label) or []
+        measure, why_raw = "raw", _why_raw(s, label, baseline, raw)
+        if why_raw is None:
+            measure = "normalized"
+            raw_r = stats.hl_ratio(a, b, level)
+            a, b = s.normalized(baseline) or [], s.normalized(label) or []
         if not a and not b:
             continue
         v: Dict[str, Any] = {
@@ -107,7 +148,10 @@ def check(
             "level": level,
             "baseline_repeats": len(a),
             "repeats": len(b),
+            "measure": measure,
         }
+        if why_raw is not None:
+            v["why_raw"] = why_raw
         if not a or not b:
             v["verdict"] = "inconclusive"
             v["why"] = f"no ok repeats under {'the baseline ' + baseline if not a else label}"
@@ -121,14 +165,33 @@ def check(
                 baseline_median_s=stats.median_ci(a)[0],
                 median_s=stats.median_ci(b)[0],
             )
+            if measure == "normalized":
+                # the raw figures beside them, for the record
+                v.update(raw_ratio=raw_r.ratio, raw_ci_lo=raw_r.lo, raw_ci_hi=raw_r.hi,
+                         control=s.control_sha[label][0])
             if r.lo is None:
                 v["why"] = "too few repeats for an interval at this level"
         v["regression"] = v["verdict"] == "slower"
-        cps = change_points(s, threshold)
+        cps = change_points(s, threshold, raw)
         v["change_points"] = cps
         v["change_point_at_label"] = any(c["label"] == label for c in cps)
         out.append(v)
     return out
+
+
+def _why_raw(s: Series, label: str, baseline: str, raw: bool) -> Optional[str]:
+    """None where the check judges normalized repeats, else why not."""
+    if raw:
+        return "--raw"
+    for x in (baseline, label):
+        if x not in s.wall:
+            return f"no ok repeats under {x}"
+        if s.normalized(x) is None:
+            return f"{x} was not benchmarked with a control for every repeat"
+    ca, cb = s.control_sha[baseline], s.control_sha[label]
+    if len(ca) != 1 or ca != cb:
+        return f"{baseline} and {label} were benchmarked with different controls"
+    return None
 
 
 def to_json(verdicts: Sequence[Dict[str, Any]], meta: Dict[str, Any]) -> str:
@@ -149,6 +212,7 @@ def _line(v: Dict[str, Any]) -> str:
         return f"{v['verdict']}: {v.get('why', '')}"
     return (
         f"{v['verdict']}: {v['label']}/{v['baseline']} = {v['ratio']:.4f} "
+        f"({v.get('measure', 'raw')}) "
         f"[{_fmt(v['ci_lo'])}, {_fmt(v['ci_hi'])}] at {v['level']:.0%} "
         f"(threshold {v['threshold']:.1%}; {v['baseline_repeats']} vs {v['repeats']} repeats)"
     )

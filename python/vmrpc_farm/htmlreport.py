@@ -91,6 +91,15 @@ def _trend(s: Series, rows: List[Dict[str, Any]], v: Dict[str, Any]) -> Any:
             error_y=dict(type="data", array=up, arrayminus=down, visible=True),
         )
     )
+    norm = [r.get("normalized_median") for r in rows]
+    if any(x is not None for x in norm):
+        # bench --control: the model's time over its paired control's,
+        # what `check` judges where both labels have it
+        fig.add_trace(
+            go.Scatter(x=xs, y=norm, mode="lines+markers", yaxis="y2",
+                       name="model / control (median)", line=dict(dash="dot"))
+        )
+        fig.update_layout(yaxis2=dict(title="model / control", overlaying="y", side="right"))
     for cp in v.get("change_points", []):
         fig.add_vline(x=xs.index(cp["label"]) if cp["label"] in xs else 0, line_dash="dash",
                       line_color="#8e44ad")
@@ -158,7 +167,8 @@ def _states(s: Series) -> str:
 def _verdict_table(verdicts: Sequence[Dict[str, Any]]) -> str:
     out = [
         "<table id='verdicts'><tr><th>model</th><th>agent</th><th>device</th><th>verdict</th>"
-        "<th>ratio</th><th>95% CI</th><th>repeats (baseline, label)</th><th>change points</th></tr>"
+        "<th>ratio</th><th>95% CI</th><th>measure</th><th>repeats (baseline, label)</th>"
+        "<th>change points</th></tr>"
     ]
     for v in verdicts:
         ci = "-" if v.get("ci_lo") is None else f"{v['ci_lo']:.4f} .. {v['ci_hi']:.4f}"
@@ -167,6 +177,7 @@ def _verdict_table(verdicts: Sequence[Dict[str, Any]]) -> str:
         out.append(
             f"<tr><td>{_e(v['model'])}</td><td>{_e(v['agent'])}</td><td>{_e(v['device'])}</td>"
             f"<td class='v-{v['verdict']}'>{v['verdict']}</td><td>{ratio}</td><td>{ci}</td>"
+            f"<td>{_e(v['measure'])}</td>"
             f"<td>{v['baseline_repeats']}, {v['repeats']}</td><td>{_e(cps)}</td></tr>"
         )
     out.append("</table>")

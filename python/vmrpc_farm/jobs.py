@@ -10,6 +10,8 @@ another agent; any other failure is the job's result (``status: error``).
 
 from __future__ import annotations
 
+import hashlib
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ import numpy as np
 import vmrpc
 from vmrpc.errors import VMError  # vmrpc.VMError, spelt so that mypy sees it exported
 
-__all__ = ["JobSpec", "AgentDown", "AgentSlot", "execute", "register_slot", "slot_of"]
+__all__ = ["JobSpec", "Control", "AgentDown", "AgentSlot", "execute", "register_slot", "slot_of"]
 
 KINDS = ("bench", "run", "check")
 
@@ -57,6 +59,21 @@ class JobSpec:
     atol: float = 1e-8
     # seconds a run may take on the agent (None: no limit)
     timeout: Optional[float] = None
+    # bench: a fixed reference executable timed interleaved with the model
+    # on the same device in the same job (see _bench_controlled)
+    control: Optional["Control"] = None
+
+
+@dataclass
+class Control:
+    """The reference of a control-normalized bench: an executable that
+    stays the same across labels, its function and inputs."""
+
+    name: str
+    model: bytes
+    func: str = "main"
+    args: Tuple[Any, ...] = ()
+    kwargs: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -147,6 +164,8 @@ def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[A
         res["device_info"] = dev[0] if dev else None
         res["store_hit"] = exe.store_hit
         res["init_s"] = time.perf_counter() - t0
+        if spec.kind == "bench" and spec.control is not None:
+            return _bench_controlled(s, vm, spec, spec.control, res)
         if spec.kind == "bench":
             ev = vm.time_evaluator(
                 spec.func, number=spec.number, repeat=spec.repeat, min_repeat_ms=spec.min_repeat_ms
@@ -177,6 +196,80 @@ def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[A
         return [v for _, v in leaves]
 
 
+def _bench_controlled(
+    s: vmrpc.Session, vm: Any, spec: JobSpec, ctl: Control, res: Dict[str, Any]
+) -> None:
+    """Times the model and the control interleaved, one repeat each in the
+    order A B B A A B B A ... (the model first in even pairs, the control
+    first in odd ones), on the same device of the same agent: a drift of
+    the device slower than a pair falls on both alike, and the model's time
+    over its paired control's time cancels it. Each timing is one
+    time_evaluator call of repeat=1 (its first call, discarded, warms the
+    caches after the other executable ran); the number of calls per repeat
+    is found once per executable (min_repeat_ms) and then kept.
+
+    res["timing"] is the model's (results: per repeat, as without a
+    control); res["control"] the control's, paired by index."""
+    if len(vm.devices) != 1:
+        raise ControlError(
+            f"--control times the model and the control on one device; the model runs on "
+            f"{len(vm.devices)} ({','.join(vm.devices)}): give one device with -d"
+        )
+    try:
+        cexe = s.upload(ctl.model)
+        cvm = s.create_vm(cexe, device=vm.devices[0], exec_mode=spec.exec_mode)
+    except VMError as e:
+        raise ControlError(f"the control {ctl.name} did not load: {e}") from None
+    if list(cvm.devices) != list(vm.devices):  # the agent placed it elsewhere
+        raise ControlError(
+            f"the control {ctl.name} runs on {','.join(cvm.devices)}, the model on "
+            f"{','.join(vm.devices)}"
+        )
+    sides = []
+    for v, func, args, kwargs in (
+        (vm, spec.func, spec.args, spec.kwargs),
+        (cvm, ctl.func, ctl.args, ctl.kwargs),
+    ):
+        v.set_input(func, *args, **kwargs)
+        first = v.time_evaluator(func, number=spec.number, repeat=1,
+                                 min_repeat_ms=spec.min_repeat_ms)()
+        sides.append((v.time_evaluator(func, number=first.number, repeat=1), first.number))
+    got: List[List[Dict[str, Any]]] = [[], []]
+    for i in range(spec.repeat):
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+            got[k].append(sides[k][0]().to_dict())
+    res["timing"], res["control"] = (_joined(t, n) for t, (_, n) in zip(got, sides))
+    res["control"].update(model=ctl.name, func=ctl.func,
+                          exe_sha256=hashlib.sha256(ctl.model).hexdigest())
+    res["status"] = "ok"
+
+
+def _joined(parts: List[Dict[str, Any]], number: int) -> Dict[str, Any]:
+    """One TimeResult-like dict of single-repeat timings."""
+    wall = [float(p["results"][0]) for p in parts]
+    dev = [p["device_results"][0] for p in parts]
+    devs = [d for d in dev if d is not None]
+    return {
+        "number": number,
+        "results": wall,
+        "device_results": dev,
+        "mean": statistics.fmean(wall),
+        "median": statistics.median(wall),
+        "std": statistics.pstdev(wall),
+        "min": min(wall),
+        "max": max(wall),
+        "device_median": statistics.median(devs) if devs else None,
+        "warmup": sum(float(p.get("warmup") or 0) for p in parts),
+        "gate_wait": sum(float(p.get("gate_wait") or 0) for p in parts),
+        "interleaved": True,
+    }
+
+
+class ControlError(Exception):
+    """The control of a bench cannot run beside the model (the job fails
+    with this message; the agent is fine)."""
+
+
 def execute(spec: JobSpec) -> Tuple[Dict[str, Any], Optional[List[Any]]]:
     """Runs spec on the agent whose lease this worker holds (the engine calls
     it on the worker). Returns (result dict, outputs of ``run`` or None)."""
@@ -200,7 +293,7 @@ def execute(spec: JobSpec) -> Tuple[Dict[str, Any], Optional[List[Any]]]:
     outputs = None
     try:
         outputs = _run(slot, spec, res)
-    except VMError as e:
+    except (ControlError, VMError) as e:
         why = slot.alive()
         if why is not None:
             slot.down_reason = f"{e}; then {why}"

@@ -79,14 +79,37 @@ results = sa.Table(
     sa.Column("error", sa.Text, nullable=False),
 )
 
-samples = sa.Table(
-    "samples",
+
+
+def _samples_table(name: str) -> sa.Table:
+    """One row per repeat of a result: wall seconds per call, and the
+    device timer's where the device has one."""
+    return sa.Table(
+        name,
+        meta,
+        sa.Column("result_id", sa.Integer, sa.ForeignKey("results.id"), nullable=False, index=True),
+        sa.Column("idx", sa.Integer, nullable=False),
+        sa.Column("wall_s", sa.Float, nullable=False),
+        sa.Column("device_s", sa.Float, nullable=True),
+    )
+
+
+samples = _samples_table("samples")
+
+
+# Version 2: the control of a control-normalized bench (`bench --control`):
+# which reference ran beside a result, and its repeats, paired by idx with
+# the result's own samples (timed interleaved, A B B A, in the same job).
+controls = sa.Table(
+    "controls",
     meta,
-    sa.Column("result_id", sa.Integer, sa.ForeignKey("results.id"), nullable=False, index=True),
-    sa.Column("idx", sa.Integer, nullable=False),
-    sa.Column("wall_s", sa.Float, nullable=False),
-    sa.Column("device_s", sa.Float, nullable=True),
+    sa.Column("result_id", sa.Integer, sa.ForeignKey("results.id"), primary_key=True),
+    sa.Column("model", sa.String(400), nullable=False),
+    sa.Column("func", sa.String(200), nullable=False),
+    sa.Column("exe_sha256", sa.String(64), nullable=False),
 )
+
+control_samples = _samples_table("control_samples")
 
 
 def _v1(c: Connection) -> None:
@@ -94,10 +117,15 @@ def _v1(c: Connection) -> None:
         t.create(c, checkfirst=False)
 
 
+def _v2(c: Connection) -> None:
+    for t in (controls, control_samples):
+        t.create(c, checkfirst=False)
+
+
 # (version reached, step), run in order from the store's version on. Append
 # only: a released step never changes; a later one alters tables with its
 # own statements (ALTER TABLE ...) and updates the Table objects above.
-MIGRATIONS: List[Tuple[int, Callable[[Connection], None]]] = [(1, _v1)]
+MIGRATIONS: List[Tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
@@ -131,6 +159,17 @@ def _sqlite_setup(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def _sample_rows(rid: int, t: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A timing dict's repeats as sample rows (idx: the repeat's index)."""
+    wall = list(t.get("results") or [])
+    dev = list(t.get("device_results") or [None] * len(wall))
+    return [
+        {"result_id": rid, "idx": i, "wall_s": float(w), "device_s": d}
+        for i, (w, d) in enumerate(zip(wall, dev))
+        if isinstance(w, (int, float)) and math.isfinite(w)
+    ]
+
+
 def _loads(text: Optional[str]) -> Any:
     return None if text is None else json.loads(text)
 
@@ -148,10 +187,22 @@ class Series:
     states: Dict[str, List[Any]] = field(default_factory=dict)  # label -> device states of its runs
     profiles: Dict[str, List[Any]] = field(default_factory=dict)
     sha: Dict[str, List[str]] = field(default_factory=dict)
+    # label -> the paired control repeat of each wall repeat (None: none
+    # was taken) and the control executables' SHA-256 under the label
+    control: Dict[str, List[Optional[float]]] = field(default_factory=dict)
+    control_sha: Dict[str, List[str]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
         return f"{self.model} @ {self.agent} {self.device}"
+
+    def normalized(self, label: str) -> Optional[List[float]]:
+        """The label's model time over its paired control time, repeat by
+        repeat; None unless every repeat of the label has its control."""
+        w, c = self.wall.get(label) or [], self.control.get(label) or []
+        if not w or len(c) != len(w) or any(x is None or x <= 0 for x in c):
+            return None
+        return [a / b for a, b in zip(w, c)]  # type: ignore[operator]
 
 
 class Store:
@@ -278,15 +329,22 @@ class Store:
                         error=str(j.get("error") or ""),
                     )
                 ).inserted_primary_key[0]
-                wall = list(t.get("results") or [])
-                dev = list(t.get("device_results") or [None] * len(wall))
-                rows = [
-                    {"result_id": rid, "idx": i, "wall_s": float(w), "device_s": d}
-                    for i, (w, d) in enumerate(zip(wall, dev))
-                    if isinstance(w, (int, float)) and math.isfinite(w)
-                ]
+                rows = _sample_rows(rid, t)
                 if rows:
                     c.execute(samples.insert(), rows)
+                ctl = r.get("control")
+                if isinstance(ctl, dict) and rows:
+                    c.execute(
+                        controls.insert().values(
+                            result_id=rid,
+                            model=str(ctl.get("model") or "?"),
+                            func=str(ctl.get("func") or "main"),
+                            exe_sha256=str(ctl.get("exe_sha256") or ""),
+                        )
+                    )
+                    crows = _sample_rows(rid, ctl)
+                    if crows:
+                        c.execute(control_samples.insert(), crows)
             return int(run_id)
 
         return self._tx(write)
@@ -305,7 +363,7 @@ class Store:
         def count(c: Connection) -> Dict[str, int]:
             return {
                 t.name: int(c.execute(sa.select(sa.func.count()).select_from(t)).scalar_one())
-                for t in (runs, results, samples)
+                for t in (runs, results, samples, controls, control_samples)
             }
 
         return self._tx(count)
@@ -325,8 +383,21 @@ class Store:
                 results.c.profile,
                 samples.c.wall_s,
                 samples.c.device_s,
+                controls.c.exe_sha256.label("control_sha"),
+                control_samples.c.wall_s.label("control_s"),
             )
-            .select_from(runs.join(results).outerjoin(samples))
+            .select_from(
+                runs.join(results)
+                .outerjoin(samples)
+                .outerjoin(controls, controls.c.result_id == results.c.id)
+                .outerjoin(
+                    control_samples,
+                    sa.and_(
+                        control_samples.c.result_id == samples.c.result_id,
+                        control_samples.c.idx == samples.c.idx,
+                    ),
+                )
+            )
             .where(results.c.state == "ok")
             .order_by(runs.c.created, results.c.id, samples.c.idx)
         )
@@ -338,7 +409,8 @@ class Store:
         for r in rows:
             s = out.setdefault((r.model, r.agent, r.device), Series(r.model, r.agent, r.device))
             if r.label not in s.wall:
-                for d in (s.wall, s.device_s, s.states, s.profiles, s.sha):
+                for d in (s.wall, s.device_s, s.states, s.profiles, s.sha, s.control,
+                          s.control_sha):
                     d[r.label] = []  # type: ignore[index]
             if r.id not in seen:
                 seen.add(r.id)
@@ -346,8 +418,11 @@ class Store:
                 s.profiles[r.label].append(_loads(r.profile))
                 if r.exe_sha256 not in s.sha[r.label]:
                     s.sha[r.label].append(r.exe_sha256)
+                if r.control_sha is not None and r.control_sha not in s.control_sha[r.label]:
+                    s.control_sha[r.label].append(r.control_sha)
             if r.wall_s is not None:
                 s.wall[r.label].append(float(r.wall_s))
+                s.control[r.label].append(None if r.control_s is None else float(r.control_s))
                 if r.device_s is not None:
                     s.device_s[r.label].append(float(r.device_s))
         for s in out.values():
