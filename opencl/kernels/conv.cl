@@ -151,15 +151,15 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
  * as [C, 1, L]) is one row: every block but the last is inside it.
  *
  * Blocks at the row ends read the input columns under their taps once per
- * kernel row and channel into a private window (stride 1, a dilated kernel
- * row of up to C616_WIN - 16 + 1 columns).
+ * kernel row and channel into a private window (strides 1 and 2, a window
+ * of 16 * stride + (KW - 1) * DW columns up to C616_WIN).
  *
  * Global ids: 0 = 16-pixel block of a row, 1 = 6-channel block of the
  * group, 2 = (n * groups + g) * OH + output row: a work-group spans blocks
  * of a row and channel blocks, which share the input rows and weights.
  * Channels past the group's count repeat its last channel and pixels past
  * the row are masked: computed, never stored. */
-#define C616_WIN 32
+#define C616_WIN 48
 /* The 6x16 block's weight rows w0 .. w5 (output channels ob .. ob + 5 of
  * the group from wp, rows rs apart; channels past the group's count repeat
  * its last: computed, never stored) and its twelve accumulators. */
@@ -233,11 +233,11 @@ __kernel void conv2d_616(__global const S *x, int xo, __global const S *w, int w
           C616_FMA(wc)
         }
       }
-    } else if (SW == 1 && (KW - 1) * DW <= C616_WIN - 16) {
-      /* the 16 + (KW - 1) * DW input columns under the block's taps, each
-       * read once (0 in the padding and past the row), then each tap two
-       * vector loads from them */
-      int nw = 16 + (KW - 1) * DW;
+    } else if ((SW == 1 || SW == 2) && 16 * SW + (KW - 1) * DW <= C616_WIN) {
+      /* the 16 * SW + (KW - 1) * DW input columns under the block's taps,
+       * each read once (0 in the padding and past the row), then each tap
+       * two vector loads from them (four, keeping the even lanes) */
+      int nw = 16 * SW + (KW - 1) * DW;
       __global const S *xc = xr;
       for (int c = 0; c < Cg; c++, xc += HW) {
         float xw[C616_WIN];
@@ -246,7 +246,15 @@ __kernel void conv2d_616(__global const S *x, int xo, __global const S *w, int w
           xw[t] = iw >= 0 && iw < W ? LD(xc, iw) : 0.0f;
         }
         for (int kw = 0, wc = c * KK + kh * KW; kw < KW; kw++, wc++) {
-          float8 xl = vload8(0, xw + kw * DW), xh = vload8(0, xw + kw * DW + 8);
+          float *p = xw + kw * DW;
+          float8 xl, xh;
+          if (SW == 1) {
+            xl = vload8(0, p);
+            xh = vload8(1, p);
+          } else {
+            xl = (float8)(vload8(0, p).even, vload8(1, p).even);
+            xh = (float8)(vload8(2, p).even, vload8(3, p).even);
+          }
           C616_FMA(wc)
         }
       }
