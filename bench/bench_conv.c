@@ -43,6 +43,9 @@
  *   og1_ms        depthwise shapes: cl.conv2d again with VMCL_CONV_DW=og1
  *                 (conv2d_og1 instead of conv2d_dw<K>s<SH><SW>),
  *                 og1_cpu_ms, ratio_og1 = conv_ms / og1_ms, cpu_ratio_og1
+ *   direct6_ms    general shapes: the row-blocked direct kernel (conv2d_616,
+ *                 6 channels x 16 pixels of a row) forced (VMCL_CONV=direct6),
+ *                 direct6_cpu_ms, ratio_direct6 = direct6_ms / direct_ms
  *   wino_ms, wino4_ms  3x3 stride-1 shapes of one group: the Winograd
  *                 formulations F(2x2, 3x3) and F(4x4, 3x3) forced
  *                 (VMCL_CONV=wino, wino4), with their CPU times and
@@ -405,8 +408,10 @@ static int wino_shape(const conv_shape_t *s) {
 
 /* The fastest of the forced formulations' times (0: not measured). */
 static double fastest(double direct, double gemm, double wino) {
-  double f = direct < gemm ? direct : gemm;
-  return wino > 0 && wino < f ? wino : f;
+  double v[3] = {direct, gemm, wino}, f = 0;
+  for (int i = 0; i < 3; i++)
+    if (v[i] > 0 && (f == 0 || v[i] < f)) f = v[i];
+  return f;
 }
 
 int main(int argc, char **argv) {
@@ -449,7 +454,7 @@ int main(int argc, char **argv) {
     int t = s->transpose, set = shape_set(s);
     /* a transposed one again on the direct kernel, the other formulation */
     double direct = 0, direct_cpu = 0, cgemm = 0, cgemm_cpu = 0, wino = 0, wino_cpu = 0;
-    double wino4 = 0, wino4_cpu = 0;
+    double wino4 = 0, wino4_cpu = 0, direct6 = 0, direct6_cpu = 0;
     int pointwise =
         !t && s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0;
     int general = !t && s->groups != s->o && !pointwise;
@@ -467,6 +472,7 @@ int main(int argc, char **argv) {
     } else if (general || (pointwise && out_h(s) * out_w(s) > 1)) {
       direct = conv_s_env(&b, s, runs, "VMCL_CONV", "direct", &direct_cpu);
       cgemm = conv_s_env(&b, s, runs, "VMCL_CONV", "gemm", &cgemm_cpu);
+      if (general) direct6 = conv_s_env(&b, s, runs, "VMCL_CONV", "direct6", &direct6_cpu);
       if (general && wino_shape(s)) {
         wino = conv_s_env(&b, s, runs, "VMCL_CONV", "wino", &wino_cpu);
         wino4 = conv_s_env(&b, s, runs, "VMCL_CONV", "wino4", &wino4_cpu);
@@ -501,7 +507,10 @@ int main(int argc, char **argv) {
           "%.4f, "
           "\"ratio_gemm_direct\": %.3f, \"ratio_chosen\": %.3f",
           direct * 1e3, direct_cpu * 1e3, cgemm * 1e3, cgemm_cpu * 1e3, cgemm / direct,
-          c / fastest(direct, cgemm, fastest(wino, wino4, 0)));
+          c / fastest(direct, cgemm, fastest(wino, wino4, direct6)));
+      if (direct6 > 0)
+        printf(", \"direct6_ms\": %.4f, \"direct6_cpu_ms\": %.4f, \"ratio_direct6\": %.3f",
+               direct6 * 1e3, direct6_cpu * 1e3, direct6 / direct);
       if (wino > 0)
         printf(", \"wino_ms\": %.4f, \"wino_cpu_ms\": %.4f, \"ratio_wino_direct\": %.3f",
                wino * 1e3, wino_cpu * 1e3, wino / direct);

@@ -137,6 +137,145 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
   CONV_OUT(7, c7)
 }
 
+/* cl.conv2d's row-blocked direct kernel (float32; the tuning table's
+ * "direct6"): conv2d's implicit GEMM with gemm.cl's 6x16 register block.
+ * Each work-item computes 6 output channels x 16 consecutive pixels of one
+ * output row as twelve float8 accumulators: per (input channel, tap) two
+ * 8-pixel vectors and 6 weight broadcasts for 96 multiply-adds (conv2d's
+ * 8x8 block: 9 loads for 64). Blocks never cross rows, so a kernel row
+ * whose input row lies in the padding is skipped whole, and a block whose
+ * 16 pixels stay inside the input row for every tap reads each tap as two
+ * vector loads (stride 1) or four, keeping the even lanes (stride 2); only
+ * blocks at the row ends (and other strides) gather pixel by pixel under a
+ * mask. A 1-D convolution over a long sequence (the host passes [C, L, 1]
+ * as [C, 1, L]) is one row: every block but the last is inside it.
+ *
+ * Blocks at the row ends read the input columns under their taps once per
+ * kernel row and channel into a private window (strides 1 and 2, a window
+ * of 16 * stride + (KW - 1) * DW columns up to C616_WIN).
+ *
+ * Global ids: 0 = 16-pixel block of a row, 1 = 6-channel block of the
+ * group, 2 = (n * groups + g) * OH + output row: a work-group spans blocks
+ * of a row and channel blocks, which share the input rows and weights.
+ * Channels past the group's count repeat its last channel and pixels past
+ * the row are masked: computed, never stored. */
+#define C616_WIN 48
+/* The 6x16 block's weight rows w0 .. w5 (output channels ob .. ob + 5 of
+ * the group from wp, rows rs apart; channels past the group's count repeat
+ * its last: computed, never stored) and its twelve accumulators. */
+#define C616_BEGIN(wp, rs)                                                                     \
+  __global const S *w0 = wp + ob * (rs), *w1 = wp + min(ob + 1, Og - 1) * (rs);                \
+  __global const S *w2 = wp + min(ob + 2, Og - 1) * (rs), *w3 = wp + min(ob + 3, Og - 1) * (rs); \
+  __global const S *w4 = wp + min(ob + 4, Og - 1) * (rs), *w5 = wp + min(ob + 5, Og - 1) * (rs); \
+  float8 c0l = 0.0f, c1l = 0.0f, c2l = 0.0f, c3l = 0.0f, c4l = 0.0f, c5l = 0.0f;              \
+  float8 c0h = 0.0f, c1h = 0.0f, c2h = 0.0f, c3h = 0.0f, c4h = 0.0f, c5h = 0.0f;
+/* One k step: the weights at i of the six rows times the pixels xl, xh. */
+#define C616_ROW(r, i)                       \
+  {                                          \
+    float8 a_ = (float8)(LD(w##r, i));       \
+    c##r##l = fma(a_, xl, c##r##l);          \
+    c##r##h = fma(a_, xh, c##r##h);          \
+  }
+#define C616_FMA(i) \
+  C616_ROW(0, i) C616_ROW(1, i) C616_ROW(2, i) C616_ROW(3, i) C616_ROW(4, i) C616_ROW(5, i)
+/* Stores row r of a 6x16 block (accumulators c<r>l, c<r>h: output channel
+ * oc + r, rows of y rs apart from yb) with the bias and the epilogue, unless
+ * the channel is past the group's Og (block from ob). */
+#define C616_OUT(r, rs)                                                                     \
+  if (ob + r < Og) {                                                                        \
+    float b_ = has_bias ? LD(bias, bo + oc + r) : 0.0f;                                     \
+    conv_store(yb + r * (rs), min(npix, 8), 0.0f, conv_epilogue(c##r##l + b_, act, am, aa)); \
+    if (npix > 8)                                                                           \
+      conv_store(yb + r * (rs) + 8, npix - 8, 0.0f, conv_epilogue(c##r##h + b_, act, am, aa)); \
+  }
+#define C616_STORE(rs) \
+  C616_OUT(0, rs) C616_OUT(1, rs) C616_OUT(2, rs) C616_OUT(3, rs) C616_OUT(4, rs) C616_OUT(5, rs)
+__kernel void conv2d_616(__global const S *x, int xo, __global const S *w, int wo,
+                         __global const S *bias, int bo, int has_bias, __global S *y, int yo,
+                         int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH,
+                         int SW, int PH, int PW, int DH, int DW, int groups, int act, float am,
+                         float aa) {
+  int ow0 = get_global_id(0) * 16, ob = get_global_id(1) * 6, z = get_global_id(2);
+  int Cg = C / groups, Og = O / groups;
+  if (ow0 >= OW || ob >= Og) return;
+  int ng = z / OH, oh = z - ng * OH;
+  int n = ng / groups, g = ng - n * groups;
+  int HW = H * W, KK = KH * KW, CKK = Cg * KK;
+  __global const S *xg = x + xo + (n * C + g * Cg) * HW;
+  __global const S *wp = w + wo + (g * Og) * CKK;
+  C616_BEGIN(wp, CKK)
+  int npix = min(16, OW - ow0);
+  int ih0 = oh * SH - PH, iw0 = ow0 * SW - PW;
+  /* every tap's 16 pixels (and, at stride 2, the odd lanes read between
+   * them) inside the row */
+  int inner = npix == 16 && (SW == 1 || SW == 2) && iw0 >= 0 &&
+              iw0 + 16 * SW + (KW - 1) * DW <= W;
+  int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int kh = 0; kh < KH; kh++) {
+    int ih = ih0 + kh * DH;
+    if (ih < 0 || ih >= H) continue; /* the padding adds nothing */
+    __global const S *xr = xg + ih * W;
+    if (inner && SW == 1) {
+      __global const S *xc = xr + iw0;
+      for (int c = 0; c < Cg; c++, xc += HW) {
+        for (int kw = 0, wc = c * KK + kh * KW; kw < KW; kw++, wc++) {
+          float8 xl = LD8(xc + kw * DW, 0), xh = LD8(xc + kw * DW, 1);
+          C616_FMA(wc)
+        }
+      }
+    } else if (inner) {
+      __global const S *xc = xr + iw0;
+      for (int c = 0; c < Cg; c++, xc += HW) {
+        for (int kw = 0, wc = c * KK + kh * KW; kw < KW; kw++, wc++) {
+          __global const S *p = xc + kw * DW;
+          float8 xl = (float8)(LD8(p, 0).even, LD8(p, 1).even);
+          float8 xh = (float8)(LD8(p, 2).even, LD8(p, 3).even);
+          C616_FMA(wc)
+        }
+      }
+    } else if ((SW == 1 || SW == 2) && 16 * SW + (KW - 1) * DW <= C616_WIN) {
+      /* the 16 * SW + (KW - 1) * DW input columns under the block's taps,
+       * each read once (0 in the padding and past the row), then each tap
+       * two vector loads from them (four, keeping the even lanes) */
+      int nw = 16 * SW + (KW - 1) * DW;
+      __global const S *xc = xr;
+      for (int c = 0; c < Cg; c++, xc += HW) {
+        float xw[C616_WIN];
+        for (int t = 0; t < nw; t++) {
+          int iw = iw0 + t;
+          xw[t] = iw >= 0 && iw < W ? LD(xc, iw) : 0.0f;
+        }
+        for (int kw = 0, wc = c * KK + kh * KW; kw < KW; kw++, wc++) {
+          float *p = xw + kw * DW;
+          float8 xl, xh;
+          if (SW == 1) {
+            xl = vload8(0, p);
+            xh = vload8(1, p);
+          } else {
+            xl = (float8)(vload8(0, p).even, vload8(1, p).even);
+            xh = (float8)(vload8(2, p).even, vload8(3, p).even);
+          }
+          C616_FMA(wc)
+        }
+      }
+    } else {
+      for (int kw = 0; kw < KW; kw++) {
+        int8 iwl = (int8)(iw0 + kw * DW) + lane * SW, iwh = iwl + 8 * SW;
+        int8 ml = (lane < (int8)(npix)) & (iwl >= 0) & (iwl < W);
+        int8 mh = (lane + 8 < (int8)(npix)) & (iwh >= 0) & (iwh < W);
+        __global const S *xc = xr;
+        for (int c = 0, wc = kh * KW + kw; c < Cg; c++, xc += HW, wc += KK) {
+          float8 xl = conv_gather(xc, ml, iwl), xh = conv_gather(xc, mh, iwh);
+          C616_FMA(wc)
+        }
+      }
+    }
+  }
+  int oc = g * Og + ob;
+  __global S *yb = y + yo + ((n * O + oc) * OH + oh) * OW + ow0;
+  C616_STORE(OH * OW)
+}
+
 /* cl.conv2d for 1x1 kernels at stride 1 without padding (the host passes
  * the map as one row of P pixels): the GEMM y[o, p] = sum_c w[o, c] x[c,
  * p] per group, each work-item computing 6 output channels x 16 pixels as
@@ -157,25 +296,12 @@ __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int w
   int n = ng / groups, g = ng - n * groups;
   __global const S *xc = x + xo + (n * C + g * Cg) * P + p0;
   __global const S *wp = w + wo + (g * Og) * Cg;
-  /* channels past the group's count repeat its last: computed, never stored */
-  __global const S *w0 = wp + ob * Cg, *w1 = wp + min(ob + 1, Og - 1) * Cg;
-  __global const S *w2 = wp + min(ob + 2, Og - 1) * Cg, *w3 = wp + min(ob + 3, Og - 1) * Cg;
-  __global const S *w4 = wp + min(ob + 4, Og - 1) * Cg, *w5 = wp + min(ob + 5, Og - 1) * Cg;
-  float8 c0l = 0.0f, c1l = 0.0f, c2l = 0.0f, c3l = 0.0f, c4l = 0.0f, c5l = 0.0f;
-  float8 c0h = 0.0f, c1h = 0.0f, c2h = 0.0f, c3h = 0.0f, c4h = 0.0f, c5h = 0.0f;
+  C616_BEGIN(wp, Cg)
   int npix = min(16, P - p0);
-#define PW_ROW(r)                          \
-  {                                        \
-    float8 a_ = (float8)(LD(w##r, c));     \
-    c##r##l = fma(a_, xl, c##r##l);        \
-    c##r##h = fma(a_, xh, c##r##h);        \
-  }
-#define PW_FMA \
-  PW_ROW(0) PW_ROW(1) PW_ROW(2) PW_ROW(3) PW_ROW(4) PW_ROW(5)
   if (npix == 16) {
     for (int c = 0; c < Cg; c++, xc += P) {
       float8 xl = LD8(xc, 0), xh = LD8(xc, 1);
-      PW_FMA
+      C616_FMA(c)
     }
   } else {
     /* the map's last block: pixels past P read as 0, never stored */
@@ -183,28 +309,18 @@ __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int w
       float a[16];
       for (int t = 0; t < 16; t++) a[t] = t < npix ? LD(xc, t) : 0.0f;
       float8 xl = vload8(0, a), xh = vload8(1, a);
-      PW_FMA
+      C616_FMA(c)
     }
   }
-#undef PW_FMA
-#undef PW_ROW
   int oc = g * Og + ob;
   __global S *yb = y + yo + (n * O + oc) * P + p0;
-#define PW_OUT(r)                                                                   \
-  if (ob + r < Og) {                                                                \
-    float b_ = has_bias ? LD(bias, bo + oc + r) : 0.0f;                             \
-    conv_store(yb + r * P, npix, 0.0f, conv_epilogue(c##r##l + b_, act, am, aa));   \
-    if (npix > 8)                                                                   \
-      conv_store(yb + r * P + 8, npix - 8, 0.0f, conv_epilogue(c##r##h + b_, act, am, aa)); \
-  }
-  PW_OUT(0)
-  PW_OUT(1)
-  PW_OUT(2)
-  PW_OUT(3)
-  PW_OUT(4)
-  PW_OUT(5)
-#undef PW_OUT
+  C616_STORE(P)
 }
+#undef C616_STORE
+#undef C616_OUT
+#undef C616_FMA
+#undef C616_ROW
+#undef C616_BEGIN
 
 /* cl.conv2d with one output channel per group (depthwise: groups == C ==
  * O, or any groups == O): the 8-channel block of conv2d would compute 7

@@ -144,8 +144,16 @@ typedef struct conv_shape {
 
 /* cl.conv2d's formulations of a general convolution; which one runs is
  * measured per device and shape (conv_general). */
-enum { CONV_F_DIRECT = 0, CONV_F_GEMM = 1, CONV_F_WINO = 2, CONV_F_WINO4 = 3, CONV_F_COUNT };
-static const char *const conv_f_name[CONV_F_COUNT] = {"direct", "gemm", "wino", "wino4"};
+enum {
+  CONV_F_DIRECT = 0,
+  CONV_F_GEMM = 1,
+  CONV_F_WINO = 2,
+  CONV_F_WINO4 = 3,
+  CONV_F_DIRECT6 = 4,
+  CONV_F_COUNT
+};
+static const char *const conv_f_name[CONV_F_COUNT] = {"direct", "gemm", "wino", "wino4",
+                                                      "direct6"};
 
 /* The columns of the GEMM formulation may take at most this many float32
  * elements (256 MiB); larger calls stay on the direct kernel. */
@@ -180,13 +188,15 @@ static vm_status_t conv_epilogue_launch(vmcl_dev_t *d, const vm_tensor_t *y,
 }
 
 /* Direct: conv.cl's conv2d, 8 output channels x 8 pixels per work-item,
- * the input gathered on the fly (implicit im2col). */
+ * the input gathered on the fly (implicit im2col); six (float32): conv.cl's
+ * conv2d_616, 6 channels x 16 pixels of one output row. */
 static vm_status_t conv_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
                                const vm_tensor_t *bias, const vm_tensor_t *y,
-                               const conv_shape_t *s) {
+                               const conv_shape_t *s, int six) {
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype), "conv2d", &k);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(x->dtype),
+                                      six ? "conv2d_616" : "conv2d", &k);
   if (!st) {
     vmcl_args_t a = vmcl_args_begin(k);
     conv_tensor_args(&a, x, w, bias, y);
@@ -195,10 +205,14 @@ static vm_status_t conv_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_ten
                       wa->sh, wa->sw, wa->pt, wa->pl, wa->dh, wa->dw, s->groups};
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
     conv_epilogue_args(&a, s->act, s->am, s->aa);
-    st = a.err != CL_SUCCESS
-             ? vmcl_status(a.err, "clSetKernelArg")
-             : launch_blocks(d, k, (size_t)(s->OH * s->OW + 7) / 8,
-                             (size_t)(s->O / s->groups + 7) / 8, (size_t)(s->N * s->groups));
+    if (a.err != CL_SUCCESS)
+      st = vmcl_status(a.err, "clSetKernelArg");
+    else if (six)
+      st = launch_blocks(d, k, (size_t)(s->OW + 15) / 16, (size_t)(s->O / s->groups + 5) / 6,
+                         (size_t)(s->N * s->groups * s->OH));
+    else
+      st = launch_blocks(d, k, (size_t)(s->OH * s->OW + 7) / 8, (size_t)(s->O / s->groups + 7) / 8,
+                         (size_t)(s->N * s->groups));
   }
   pthread_mutex_unlock(&d->lock);
   return st;
@@ -458,7 +472,8 @@ static vm_status_t conv_run(int f, vmcl_dev_t *d, const vm_device_t *dev, const 
                             : conv_pw_direct(d, x, w, bias, y, s);
   if (f == CONV_F_WINO || f == CONV_F_WINO4)
     return conv_wino(d, dev, x, w, bias, y, s, f == CONV_F_WINO4 ? 4 : 2);
-  return f == CONV_F_GEMM ? conv_gemm(d, dev, x, w, bias, y, s) : conv_direct(d, x, w, bias, y, s);
+  if (f == CONV_F_GEMM) return conv_gemm(d, dev, x, w, bias, y, s);
+  return conv_direct(d, x, w, bias, y, s, f == CONV_F_DIRECT6);
 }
 
 /* Seconds of one run of formulation f, waited for. */
@@ -481,20 +496,23 @@ static vm_status_t conv_time(int f, vmcl_dev_t *d, const vm_device_t *dev, const
  * runs each; the one with the shortest fastest run is recorded (cl_tune.c) and y holds
  * its result (they sum in different orders, so a first call must leave what every
  * later call computes: a run is bit for bit the same from the first). VMCL_CONV=direct,
- * gemm or wino overrides the table (benchmarks and tests compare them; wino only where
- * conv_wino_ok, else the table decides); only float32 has the GEMM and Winograd
- * formulations, within CONV_GEMM_MAX_COLS. Shapes Winograd applies to carry " wino" in
- * their key, so that tables measured before it existed measure them again; pointwise
- * ones " pw6" (conv2d_1x1's 6-channel blocks: measured again against the GEMM). */
+ * direct6, gemm, wino or wino4 overrides the table (benchmarks and tests compare them;
+ * wino only where conv_wino_ok, direct6 not for pointwise shapes, else the table decides);
+ * only float32 has the row-blocked direct6, GEMM and Winograd formulations, the GEMM
+ * within CONV_GEMM_MAX_COLS. Shapes Winograd applies to carry " wino" in their key, so
+ * that tables measured before it existed measure them again; pointwise ones " pw6"
+ * (conv2d_1x1's 6-channel blocks: measured again against the GEMM), the others " d6"
+ * (measured again against conv2d_616). */
 static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                                 const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
                                 const conv_shape_t *s) {
   int64_t rows = s->C * s->KH * s->KW, P = s->OH * s->OW;
   if (!vm_dtype_equal(x->dtype, VM_F32)) return conv_run(CONV_F_DIRECT, d, dev, x, w, bias, y, s);
   int wino = !s->pw && conv_wino_ok(s), gemm = s->pw || rows * P <= CONV_GEMM_MAX_COLS;
-  if (!wino && !gemm) return conv_run(CONV_F_DIRECT, d, dev, x, w, bias, y, s);
   const char *env = getenv("VMCL_CONV");
   if (env && strcmp(env, "direct") == 0) return conv_run(CONV_F_DIRECT, d, dev, x, w, bias, y, s);
+  if (env && strcmp(env, "direct6") == 0 && !s->pw)
+    return conv_run(CONV_F_DIRECT6, d, dev, x, w, bias, y, s);
   if (env && strcmp(env, "gemm") == 0 && gemm)
     return conv_run(CONV_F_GEMM, d, dev, x, w, bias, y, s);
   if (env && strcmp(env, "wino") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s, 2);
@@ -503,13 +521,13 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   char key[160];
   snprintf(key, sizeof(key),
            "conv2d f32 n%lld c%lld h%lld w%lld o%lld k%lldx%lld s%lldx%lld p%lld-%lld-%lld-%lld "
-           "d%lldx%lld g%lld%s%s",
+           "d%lldx%lld g%lld%s%s%s",
            (long long)s->N, (long long)s->C, (long long)s->H, (long long)s->W, (long long)s->O,
            (long long)s->KH, (long long)s->KW, (long long)wa->sh, (long long)wa->sw,
            (long long)wa->pt, (long long)wa->pl, (long long)wa->pb, (long long)wa->pr,
            (long long)wa->dh, (long long)wa->dw, (long long)s->groups, wino ? " wino" : "",
-           s->pw ? " pw6" : "");
-  int ok[CONV_F_COUNT] = {1, gemm, wino, wino};
+           s->pw ? " pw6" : "", s->pw ? "" : " d6");
+  int ok[CONV_F_COUNT] = {1, gemm, wino, wino, !s->pw};
   int f = vmcl_tune_lookup(d, key);
   if (f >= CONV_F_DIRECT && f < CONV_F_COUNT && ok[f]) return conv_run(f, d, dev, x, w, bias, y, s);
   /* the fastest of the runs: load on a shared machine only adds time */
@@ -528,8 +546,9 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   for (int i = 1; i < CONV_F_COUNT; i++)
     if (ok[i] && best[i] < best[f]) f = i;
   char detail[128];
-  snprintf(detail, sizeof(detail), "direct %.3f ms, gemm %.3f ms, wino %.3f ms, wino4 %.3f ms",
-           best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, best[3] * 1e3);
+  snprintf(detail, sizeof(detail),
+           "direct %.3f ms, gemm %.3f ms, wino %.3f ms, wino4 %.3f ms, direct6 %.3f ms",
+           best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, best[3] * 1e3, best[4] * 1e3);
   vmcl_tune_record(d, key, f, detail);
   VM_LOGD("cl.conv2d %s: %s (%s)", key, conv_f_name[f], detail);
   /* y holds the last timed run's result */

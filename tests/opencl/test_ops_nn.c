@@ -580,24 +580,34 @@ static void test_conv2d_tuned(void **state) {
   tops_env_t *e = *state;
   unsetenv("VMCL_CONV");
   static const conv_case_t c = {1, 5, 9, 10, 7, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1};
-  const char *key = "conv2d f32 n1 c5 h9 w10 o7 k3x3 s1x2 p1-1-1-1 d1x1 g1";
+  /* general shapes carry " d6" (measured against conv2d_616, choice 4); a table
+   * measured before it, under the key without it, is not read */
+  const char *key = "conv2d f32 n1 c5 h9 w10 o7 k3x3 s1x2 p1-1-1-1 d1x1 g1 d6";
   vmcl_dev_t *d = vmcl_get(e->dev);
+  vmcl_tune_record(d, "conv2d f32 n1 c5 h9 w10 o7 k3x3 s1x2 p1-1-1-1 d1x1 g1", 1, NULL);
   assert_int_equal(vmcl_tune_lookup(d, key), -1);
   check_conv(e, VM_F32, &c);
   int f = vmcl_tune_lookup(d, key);
-  assert_true(f == 0 || f == 1);
+  assert_true(f == 0 || f == 1 || f == 4);
   check_conv(e, VM_F32, &c);
   assert_int_equal(vmcl_tune_lookup(d, key), f);
-  /* another choice recorded is obeyed (and the result still right) */
-  vmcl_tune_record(d, key, 1 - f, NULL);
-  check_conv(e, VM_F32, &c);
-  assert_int_equal(vmcl_tune_lookup(d, key), 1 - f);
+  /* every other choice recorded is obeyed (and the result still right) */
+  static const int general[] = {0, 1, 4};
+  for (int i = 0; i < 3; i++) {
+    vmcl_tune_record(d, key, general[i], NULL);
+    check_conv(e, VM_F32, &c);
+    assert_int_equal(vmcl_tune_lookup(d, key), general[i]);
+  }
   /* a Winograd choice (2, 3) for a shape Winograd does not take (stride 2),
-   * as a hostile or stale table file may hold: measured again */
-  vmcl_tune_record(d, key, 3, NULL);
-  check_conv(e, VM_F32, &c);
-  f = vmcl_tune_lookup(d, key);
-  assert_true(f == 0 || f == 1);
+   * or a choice past the formulations (5), as a hostile or stale table file
+   * may hold: measured again */
+  static const int stale[] = {3, 5};
+  for (int i = 0; i < 2; i++) {
+    vmcl_tune_record(d, key, stale[i], NULL);
+    check_conv(e, VM_F32, &c);
+    f = vmcl_tune_lookup(d, key);
+    assert_true(f == 0 || f == 1 || f == 4);
+  }
   /* pointwise shapes too: conv2d_1x1 or the GEMM on x, keyed " pw6" (a table measured
    * against the 8-channel conv2d_1x1 before, under the key without it, is not read) */
   static const conv_case_t pw = {1, 12, 5, 6, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1};
@@ -610,6 +620,46 @@ static void test_conv2d_tuned(void **state) {
   vmcl_tune_record(d, pkey, 1 - f, NULL);
   check_conv(e, VM_F32, &pw);
   assert_int_equal(vmcl_tune_lookup(d, pkey), 1 - f);
+  /* conv2d_616 (4) does not take pointwise shapes: measured again */
+  vmcl_tune_record(d, pkey, 4, NULL);
+  check_conv(e, VM_F32, &pw);
+  f = vmcl_tune_lookup(d, pkey);
+  assert_true(f == 0 || f == 1);
+}
+
+/* The row-blocked direct kernel conv2d_616 forced (VMCL_CONV=direct6): 6 channels x 16
+ * pixels of a row, whose blocks inside the row read each tap as vector loads (two at
+ * stride 1, four keeping the even lanes at stride 2) and whose blocks at the row ends,
+ * and every block at other strides, gather under a mask. Channel counts that leave the
+ * last 6-channel block partial, rows of 16k, 16k + 1 and fewer than 16 pixels, rows
+ * with inner blocks on both sides of the padding, dilation inside the row, groups,
+ * batches, a long 1-D convolution along H (magika's shape class, run as one row),
+ * the epilogue; float16 stays on conv2d. Each against the host reference. */
+static void test_conv2d_rows616(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H   W  O  KH KW sh sw ph pw dh dw g  bias */
+      {1, 5, 6, 64, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},    /* inner blocks, padded ends */
+      {2, 3, 5, 49, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* 49 = 3 * 16 + 1, batch */
+      {1, 4, 7, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* rows under 16 pixels */
+      {1, 4, 9, 80, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},    /* stride 2: even lanes */
+      {1, 3, 11, 90, 5, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1},   /* a 7x7 stride-2 stem */
+      {1, 6, 8, 70, 12, 3, 3, 1, 1, 2, 2, 2, 2, 2, 1},   /* dilation, groups */
+      {2, 8, 70, 1, 11, 5, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 1-D along H: one row of 66 */
+      {1, 6, 9, 50, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* stride 3 rows, stride 1 cols */
+      {1, 6, 9, 50, 9, 3, 3, 1, 3, 1, 1, 1, 1, 1, 1},    /* stride 3 across: gathered */
+      {1, 4, 3, 40, 6, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1},    /* 1x1 stride 2 */
+      {1, 2, 3, 3, 3, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1},     /* kernel larger than the map */
+      {0, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     /* empty batch */
+  };
+  static const conv_epi_t relu_affine = {1, 0.5, -0.25}, hswish = {2, 1, 0};
+  setenv("VMCL_CONV", "direct6", 1);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_conv(e, VM_F32, &cases[i]);
+  check_conv_epi(e, VM_F32, &cases[0], &relu_affine);
+  check_conv_epi(e, VM_F32, &cases[3], &hswish);
+  check_conv_epi(e, VM_F32, &cases[6], &relu_affine);
+  check_conv(e, VM_F16, &cases[0]); /* float16 stays on conv2d */
+  unsetenv("VMCL_CONV");
 }
 
 /* The Winograd formulations F(2x2, 3x3) and F(4x4, 3x3) forced
@@ -647,13 +697,13 @@ static void test_conv2d_winograd(void **state) {
   }
   unsetenv("VMCL_CONV");
   static const conv_case_t c = {1, 10, 9, 10, 11, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
-  const char *key = "conv2d f32 n1 c10 h9 w10 o11 k3x3 s1x1 p1-1-1-1 d1x1 g1 wino";
+  const char *key = "conv2d f32 n1 c10 h9 w10 o11 k3x3 s1x1 p1-1-1-1 d1x1 g1 wino d6";
   vmcl_dev_t *d = vmcl_get(e->dev);
   assert_int_equal(vmcl_tune_lookup(d, key), -1);
   check_conv(e, VM_F32, &c);
   int f = vmcl_tune_lookup(d, key);
-  assert_true(f >= 0 && f <= 3);
-  for (int choice = 2; choice <= 3; choice++) {
+  assert_true(f >= 0 && f <= 4);
+  for (int choice = 2; choice <= 4; choice++) {
     vmcl_tune_record(d, key, choice, NULL);
     check_conv_epi(e, VM_F32, &c, &relu_affine);
     assert_int_equal(vmcl_tune_lookup(d, key), choice);
@@ -1036,7 +1086,8 @@ int main(void) {
       cmocka_unit_test(test_conv2d_dw_rows),  cmocka_unit_test(test_conv2d_errors),
       cmocka_unit_test(test_conv2d_epilogue), cmocka_unit_test(test_pool2d),
       cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
-      cmocka_unit_test(test_conv2d_winograd), cmocka_unit_test(test_machine_model),
+      cmocka_unit_test(test_conv2d_winograd),
+      cmocka_unit_test(test_conv2d_rows616), cmocka_unit_test(test_machine_model),
   };
   /* TEST_FILTER=test_gemm* runs the matching tests only (the sanitizer
    * build's cold kernel compiles make the whole suite slow) */
