@@ -696,6 +696,16 @@ static void test_pool2d(void **state) {
   check_global_avg(e, VM_F32, 2, 3, 7, 5);   /* one work-item per output */
   check_global_avg(e, VM_F32, 1, 4, 56, 56); /* a work-group per output */
   check_global_avg(e, VM_F16, 2, 8, 14, 14);
+  /* a work-item per contiguous row on CPU devices (reduce_sum_rows):
+   * rows that end after the 16-wide steps with an 8-wide one and a tail
+   * (300 = 18 x 16 + 8 + 4), with only a tail past them (33), shorter than
+   * one step (the item kernel: 31), ocr_det's 120 x 160 maps, and half
+   * rows starting off any 16-byte boundary (37 elements each) */
+  check_global_avg(e, VM_F32, 1, 40, 15, 20);
+  check_global_avg(e, VM_F32, 2, 3, 1, 33);
+  check_global_avg(e, VM_F32, 1, 5, 1, 31);
+  check_global_avg(e, VM_F32, 1, 24, 120, 160);
+  check_global_avg(e, VM_F16, 3, 5, 1, 37);
 
   vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 2, 5, 5));
   vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 2, 3, 3));
