@@ -389,7 +389,9 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     vmcl_arg_int(&a, vmcl_elem_offset(x));
     vmcl_arg_mem(&a, vmcl_tensor_mem(y));
     vmcl_arg_int(&a, vmcl_elem_offset(y));
-    vmcl_arg_int(&a, n);
+    /* resize_hw: four outputs of a row per work-item */
+    int64_t ow = y->shape[nd - 1], items = hw ? n / ow * ((ow + 3) / 4) : n;
+    vmcl_arg_int(&a, items);
     if (hw) {
       int64_t ints[] = {
           x->shape[nd - 2], x->shape[nd - 1], y->shape[nd - 2], y->shape[nd - 1], th, tww};
@@ -407,7 +409,7 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     if (a.err != CL_SUCCESS) {
       st = vmcl_status(a.err, "clSetKernelArg");
     } else {
-      st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+      st = vmcl_launch_1d(d, k, (size_t)items, vmcl_local_size(d, k, 256));
     }
   }
   pthread_mutex_unlock(&d->lock);
