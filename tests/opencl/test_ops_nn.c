@@ -690,6 +690,10 @@ static void test_pool2d(void **state) {
     check_pool(e, VM_F32, is_max, 1, 2, 7, 13, 3, 5, 1, 3, 2, 4); /* pads up to kernel - 1 */
     check_pool(e, VM_F32, is_max, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0);
     check_pool(e, VM_F32, is_max, 0, 3, 4, 4, 2, 2, 2, 2, 0, 0);
+    /* four outputs of a row per work-item: rows of 11 and 5 (a last
+     * group of 3 and 1), open_nsfw's 3x3 stride 2 */
+    check_pool(e, VM_F32, is_max, 1, 2, 23, 23, 3, 3, 2, 2, 0, 0);
+    check_pool(e, VM_F32, is_max, 2, 3, 9, 10, 2, 2, 2, 2, 0, 0);
   }
   check_pool(e, VM_F16, 1, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
   check_pool(e, VM_F16, 0, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
