@@ -111,3 +111,25 @@ __kernel void resize_hw(__global const S *x, int xo, __global S *y, int yo, int 
   if (ow0 + 3 < OW) ST(r.w, o + 3, y);
 }
 #endif
+
+/* resize_up_int: nearest upsampling of the last two axes by whole factors
+ * RS_SH, RS_SW (-D, at most 8) whose tables are o -> o / factor with
+ * weight 1 (the host checks them; ONNX Upsample and FPN nearest 2x with
+ * asymmetric/floor): a work-item per input element copies it into its
+ * RS_SH x RS_SW block, with one division per element and no table reads.
+ * PoCL's gathers through the tables cost ~20x this (bench_nnops
+ * resize_n2). Output rows of a block are (nc * H + ih) * RS_SH + a. */
+#ifdef RS_SH
+__kernel void resize_up_int(__global const S *x, int xo, __global S *y, int yo, int n, int W,
+                            int OW) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int t = i / W;
+  int iw = i - t * W;
+  float v = LD(x, xo + i);
+  int o = yo + t * RS_SH * OW + iw * RS_SW;
+  for (int a = 0; a < RS_SH; a++) {
+    for (int b = 0; b < RS_SW; b++) ST(v, o + a * OW + b, y);
+  }
+}
+#endif
