@@ -2,8 +2,8 @@
  * begin pads (PH, PW), the padded extents' ends (HE = H + pad_bottom,
  * WE = W + pad_right), dilations and ONNX's count_include_pad.
  *
- * One work-item per output element (flattened n*c, oh, ow, so the launch
- * keeps one fixed local size whatever the shape). Padding never enters
+ * One work-item per four outputs of a row (flattened n*c, oh, ow / 4, so
+ * the launch keeps one fixed local size whatever the shape). Padding never enters
  * max; avg divides by the number of taps on the input, or with
  * include_pad by the number of taps on the padded input [-PH, HE) x
  * [-PW, WE) (taps past it, which ceil_mode windows may have, never count).
@@ -16,18 +16,26 @@
 #define POOL_FINAL_max(acc, cnt) (acc)
 #define POOL_INIT_avg 0.0f
 #define POOL_STEP_avg(acc, v) ((acc) + (v))
-#define POOL_FINAL_avg(acc, cnt) ((acc) / (float)(cnt))
+#define POOL_FINAL_avg(acc, cnt) ((acc) / (cnt))
+/* select's mask and the count as F4: long4 and double4 for float64 */
+#ifdef VMCL_F64
+#define POOL_MASK(m) convert_long4(m)
+#define POOL_CNT(c) convert_double4(c)
+#else
+#define POOL_MASK(m) (m)
+#define POOL_CNT(c) convert_float4(c)
+#endif
 
-/* Taps k in [0, K) of a window starting at s with dilation D: first and
- * one-past-last k with s + k D in [0, lim), and the count of those below
- * end (the padded extent). s < lim always (windows start on the input or
- * in the begin padding). */
-int tap_lo(int s, int D) {
-  return s >= 0 ? 0 : (-s + D - 1) / D;
-}
-int tap_hi(int s, int D, int K, int lim) {
-  return min(K, (lim - s + D - 1) / D);
-}
+/* Four outputs of a row per work-item (ow = 4 q .. 4 q + 3), in F4 lanes:
+ * the index arithmetic (two divisions and two remainders) is paid once per
+ * four outputs, and each tap is a four-lane max or add. Every tap of the
+ * window is read at a clamped, valid address and predicated out when it
+ * lies off the input (or, for the count of include_pad, off the padded
+ * input: windows start at or past -PH, -PW, so only the ends HE, WE
+ * matter). No branch differs between lanes. open_nsfw's 3x3 stride-2 pool:
+ * bench_nnops maxpool_3s2. */
+#define POOL_STEP4_max(acc, v) select(fmax((acc), (v)), (acc) + (v), isnan(acc) | isnan(v))
+#define POOL_STEP4_avg(acc, v) ((acc) + (v))
 
 #define POOL2D(op)                                                                         \
   __kernel void pool2d_##op(__global const S *x, int xo, __global S *y, int yo, int n,     \
@@ -36,22 +44,37 @@ int tap_hi(int s, int D, int K, int lim) {
                             int include_pad) {                                             \
     int i = get_global_id(0);                                                              \
     if (i >= n) return;                                                                    \
-    int ow = i % OW;                                                                       \
-    int t = i / OW;                                                                        \
+    int ow4 = (OW + 3) >> 2;                                                               \
+    int q = i % ow4;                                                                       \
+    int t = i / ow4;                                                                       \
     int oh = t % OH;                                                                       \
     int nc = t / OH;                                                                       \
-    int h0 = oh * SH - PH, w0 = ow * SW - PW;                                              \
-    int kh0 = tap_lo(h0, DH), kh1 = tap_hi(h0, DH, KH, H);                                 \
-    int kw0 = tap_lo(w0, DW), kw1 = tap_hi(w0, DW, KW, W);                                 \
+    int ow0 = q * 4;                                                                       \
+    int h0 = oh * SH - PH;                                                                 \
+    int4 w0 = (ow0 + (int4)(0, 1, 2, 3)) * SW - PW;                                        \
     __global const S *p = x + xo + nc * H * W;                                             \
-    float acc = POOL_INIT_##op;                                                            \
-    for (int kh = kh0; kh < kh1; kh++) {                                                   \
-      int row = (h0 + kh * DH) * W + w0;                                                   \
-      for (int kw = kw0; kw < kw1; kw++) acc = POOL_STEP_##op(acc, LD(p, row + kw * DW));  \
+    F4 acc = (F4)(POOL_INIT_##op);                                                         \
+    int4 cnt = (int4)(0);                                                                  \
+    for (int kh = 0; kh < KH; kh++) {                                                      \
+      int h = h0 + kh * DH;                                                                \
+      int4 hin = (int4)(-(h >= 0 && h < H));                                               \
+      int4 hpad = (int4)(-(h < HE));                                                       \
+      int row = clamp(h, 0, H - 1) * W;                                                    \
+      for (int kw = 0; kw < KW; kw++) {                                                    \
+        int4 w = w0 + kw * DW;                                                             \
+        int4 on = hin & (w >= 0) & (w < W);                                                \
+        int4 c = row + clamp(w, 0, W - 1);                                                 \
+        F4 v = (F4)(LD(p, c.x), LD(p, c.y), LD(p, c.z), LD(p, c.w));                       \
+        acc = select(acc, POOL_STEP4_##op(acc, v), POOL_MASK(on));                         \
+        cnt -= include_pad ? hpad & (w < WE) : on;                                         \
+      }                                                                                    \
     }                                                                                      \
-    int cnt = include_pad ? tap_hi(h0, DH, KH, HE) * tap_hi(w0, DW, KW, WE)                \
-                          : max(kh1 - kh0, 0) * max(kw1 - kw0, 0);                         \
-    ST(POOL_FINAL_##op(acc, cnt), yo + i, y);                                              \
+    F4 r = POOL_FINAL_##op(acc, POOL_CNT(cnt));                                            \
+    int o = yo + (nc * OH + oh) * OW + ow0;                                                \
+    ST(r.x, o, y);                                                                         \
+    if (ow0 + 1 < OW) ST(r.y, o + 1, y);                                                   \
+    if (ow0 + 2 < OW) ST(r.z, o + 2, y);                                                   \
+    if (ow0 + 3 < OW) ST(r.w, o + 3, y);                                                   \
   }
 
 POOL2D(max)

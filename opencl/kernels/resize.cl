@@ -62,33 +62,74 @@ __kernel void resize_nd(__global const S *x, int xo, __global S *y, int yo, int 
  * (NCHW images): both tables are given (an identity axis has one of
  * weight 1), taps are a compile-time TAPS (-DTAPS=1|2|4) so the loops
  * unroll, and no per-dim arrays are needed. th, tw: the tables' first
- * rows. */
+ * rows. n: the work-items, each four outputs of a row (ow = 4 q .. 4 q +
+ * 3) in F4 lanes, so that the index arithmetic is paid once per four and
+ * every tap is one four-lane multiply-add; lanes past the row's end read
+ * its last column's taps and store nothing. Taps of weight 0 and
+ * coordinates outside a crop are selected away after reading a valid
+ * (clamped) address, not branched around: a zero weight still reads
+ * nothing into the sum, so a NaN elsewhere in the input cannot leak in.
+ * ocr_det's nearest upsamples: bench_nnops resize_n2, resize_n8. */
 #ifdef TAPS
+#ifdef VMCL_F64
+#define RS_MASK(m) convert_long4(m)
+#else
+#define RS_MASK(m) (m)
+#endif
 __kernel void resize_hw(__global const S *x, int xo, __global S *y, int yo, int n, int H, int W,
                         int OH, int OW, int th, int tw, __global const int *tidx,
                         __global const float *twt, float extrap) {
   int i = get_global_id(0);
   if (i >= n) return;
-  int ow = i % OW;
-  int t = i / OW;
+  int ow4 = (OW + 3) >> 2;
+  int q = i % ow4;
+  int t = i / ow4;
   int oh = t % OH;
   int nc = t / OH;
-  int rh = (th + oh) * TAPS, rw = (tw + ow) * TAPS;
-  if (tidx[rh] < 0 || tidx[rw] < 0) {
-    ST(extrap, yo + i, y);
-    return;
-  }
-  x += xo + nc * H * W;
-  float acc = 0.0f;
+  int ow0 = q * 4;
+  int rh = (th + oh) * TAPS;
+  int4 rw = (tw + min(ow0 + (int4)(0, 1, 2, 3), OW - 1)) * TAPS;
+  int4 inside = (int4)(-(tidx[rh] >= 0)) & ((int4)(tidx[rw.x], tidx[rw.y], tidx[rw.z], tidx[rw.w]) >= 0);
+  __global const S *p = x + xo + nc * H * W;
+  F4 acc = (F4)(0.0f);
   for (int a = 0; a < TAPS; a++) {
     float wa = twt[rh + a];
-    if (wa == 0.0f) continue;
-    int row = tidx[rh + a] * W;
+    int row = max(tidx[rh + a], 0) * W;
     for (int b = 0; b < TAPS; b++) {
-      float wb = twt[rw + b];
-      if (wb != 0.0f) acc += wa * wb * LD(x, row + tidx[rw + b]);
+      int4 rb = rw + b;
+      F4 wb = (F4)(twt[rb.x], twt[rb.y], twt[rb.z], twt[rb.w]);
+      int4 c = row + max((int4)(tidx[rb.x], tidx[rb.y], tidx[rb.z], tidx[rb.w]), 0);
+      F4 v = (F4)(LD(p, c.x), LD(p, c.y), LD(p, c.z), LD(p, c.w));
+      acc += select((F4)(0.0f), wa * wb * v, RS_MASK((int4)(-(wa != 0.0f)) & (wb != (F4)(0.0f))));
     }
   }
-  ST(acc, yo + i, y);
+  F4 r = select((F4)(extrap), acc, RS_MASK(inside));
+  int o = yo + (nc * OH + oh) * OW + ow0;
+  ST(r.x, o, y);
+  if (ow0 + 1 < OW) ST(r.y, o + 1, y);
+  if (ow0 + 2 < OW) ST(r.z, o + 2, y);
+  if (ow0 + 3 < OW) ST(r.w, o + 3, y);
+}
+#endif
+
+/* resize_up_int: nearest upsampling of the last two axes by whole factors
+ * RS_SH, RS_SW (-D, at most 8) whose tables are o -> o / factor with
+ * weight 1 (the host checks them; ONNX Upsample and FPN nearest 2x with
+ * asymmetric/floor): a work-item per input element copies it into its
+ * RS_SH x RS_SW block, with one division per element and no table reads.
+ * PoCL's gathers through the tables cost ~20x this (bench_nnops
+ * resize_n2). Output rows of a block are (nc * H + ih) * RS_SH + a. */
+#ifdef RS_SH
+__kernel void resize_up_int(__global const S *x, int xo, __global S *y, int yo, int n, int W,
+                            int OW) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int t = i / W;
+  int iw = i - t * W;
+  float v = LD(x, xo + i);
+  int o = yo + t * RS_SH * OW + iw * RS_SW;
+  for (int a = 0; a < RS_SH; a++) {
+    for (int b = 0; b < RS_SW; b++) ST(v, o + a * OW + b, y);
+  }
 }
 #endif

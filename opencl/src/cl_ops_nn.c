@@ -1056,14 +1056,15 @@ vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   vmcl_arg_int(&a, vmcl_elem_offset(x));
   vmcl_arg_mem(&a, vmcl_tensor_mem(y));
   vmcl_arg_int(&a, vmcl_elem_offset(y));
-  int64_t ints[] = {n,     H,     W,     OH,        OW,        kh,    kw,    wa.sh,
+  int64_t items = n / OW * ((OW + 3) / 4); /* four outputs of a row each (pool.cl) */
+  int64_t ints[] = {items, H,     W,     OH,        OW,        kh,    kw,    wa.sh,
                     wa.sw, wa.pt, wa.pl, H + wa.pb, W + wa.pr, wa.dh, wa.dw, include_pad};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
   if (a.err != CL_SUCCESS) {
     st = vmcl_status(a.err, "clSetKernelArg");
     goto done;
   }
-  st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+  st = vmcl_launch_1d(d, k, (size_t)items, vmcl_local_size(d, k, 256));
 done:
   pthread_mutex_unlock(&d->lock);
   return st;

@@ -49,6 +49,11 @@ static size_t row_item_local(vmcl_dev_t *d, cl_kernel k, int64_t rows) {
   return vmcl_local_size(d, k, rows >= 64 * (int64_t)vmcl_cpu_units(d) ? 32 : 4);
 }
 
+/* Sums and means over contiguous rows at least this long take
+ * reduce_sum_rows on CPU devices (shorter rows: reduce_sum_item, whose
+ * work-group loop vectorises across rows). */
+#define ROWS_MIN_LEN 32
+
 vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_tensor_t *x,
                                const int *reduce, const vm_tensor_t *y) {
   int64_t xs[VMCL_MAX_RANK];
@@ -78,12 +83,18 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
    * docs/performance.md). */
   int group = nout < 1024 && rcount >= 128;
   if (group && cpu_items_suffice(d, nout)) group = 0;
+  /* a sum or mean over contiguous rows (global pooling) on a CPU device:
+   * a work-item per row with vector loads (reduce_sum_rows) */
+  int rows = (kind == VMCL_REDUCE_SUM || kind == VMCL_REDUCE_MEAN) && red.rank == 1 &&
+             red.stride[0][0] == 1 && rcount >= ROWS_MIN_LEN && vmcl_cpu_units(d) > 0;
+  if (rows) group = 0;
   const char *opname = kind == VMCL_REDUCE_MAX    ? "max"
                        : kind == VMCL_REDUCE_MIN  ? "min"
                        : kind == VMCL_REDUCE_PROD ? "prod"
                                                   : "sum";
   char kname[40];
-  vmcl_join(kname, sizeof(kname), "reduce_", opname, group ? "_group" : "_item", "");
+  vmcl_join(kname, sizeof(kname), "reduce_", opname, group ? "_group" : rows ? "_rows" : "_item",
+            "");
   double scale = 1.0;
   if (kind == VMCL_REDUCE_MEAN) scale = rcount ? 1.0 / (double)rcount : NAN;
 
@@ -92,7 +103,7 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
   pthread_mutex_lock(&d->lock);
   st = vmcl_family_kernel(d, VMCL_FAM_REDUCE, vmcl_float_options(x->dtype), kname, &k);
   if (st) goto done;
-  size_t local = vmcl_local_size(d, k, group ? 64 : ITEM_LOCAL);
+  size_t local = rows ? row_item_local(d, k, nout) : vmcl_local_size(d, k, group ? 64 : ITEM_LOCAL);
   vmcl_args_t a = vmcl_args_begin(k);
   vmcl_arg_mem(&a, vmcl_tensor_mem(x));
   vmcl_arg_int(&a, vmcl_elem_offset(x));
@@ -102,9 +113,11 @@ vm_status_t vmcl_reduce_launch(vmcl_dev_t *d, vmcl_reduce_kind_t kind, const vm_
   vmcl_arg_int(&a, keep.rank);
   vmcl_arg_dims(&a, keep.shape, keep.rank, 1);
   vmcl_arg_dims(&a, keep.stride[0], keep.rank, 0);
-  vmcl_arg_int(&a, red.rank);
-  vmcl_arg_dims(&a, red.shape, red.rank, 1);
-  vmcl_arg_dims(&a, red.stride[0], red.rank, 0);
+  if (!rows) {
+    vmcl_arg_int(&a, red.rank);
+    vmcl_arg_dims(&a, red.shape, red.rank, 1);
+    vmcl_arg_dims(&a, red.stride[0], red.rank, 0);
+  }
   vmcl_arg_int(&a, rcount);
   vmcl_arg_real(&a, x->dtype, scale);
   if (group) vmcl_arg_local(&a, local * vmcl_real_bytes(x->dtype));

@@ -228,6 +228,48 @@ static int axis_identity(const cl_int *idx, const cl_float *w, int64_t out, int 
   return 1;
 }
 
+/* The largest whole upsampling factor resize_up_int takes (resize.cl);
+ * one program build per factor pair. */
+#define RESIZE_UP_MAX 8
+
+/* The whole factor f when the table of an axis of in resized to out is
+ * nearest's o -> o / f with weight 1 (out = f in, 1 <= f <= RESIZE_UP_MAX);
+ * 0 otherwise. */
+static int axis_up_factor(const cl_int *idx, const cl_float *w, int64_t in, int64_t out, int T) {
+  if (T != 1 || in <= 0 || out % in != 0 || out / in > RESIZE_UP_MAX) return 0;
+  int64_t f = out / in;
+  for (int64_t o = 0; o < out; o++) {
+    if (idx[o] != o / f || w[o] != 1.0f) return 0;
+  }
+  return (int)f;
+}
+
+/* y = x upsampled by fh x fw on its last two axes, nearest (resize_up_int). */
+static vm_status_t resize_up_int(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *y, int fh,
+                                 int fw) {
+  int64_t n = vm_tensor_numel(x);
+  char opts[64];
+  const char *fo = vmcl_float_options(x->dtype);
+  snprintf(opts, sizeof(opts), "%s%s-DRS_SH=%d -DRS_SW=%d", fo, fo[0] ? " " : "", fh, fw);
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_RESIZE, opts, "resize_up_int", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+    vmcl_arg_int(&a, vmcl_elem_offset(x));
+    vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+    vmcl_arg_int(&a, vmcl_elem_offset(y));
+    vmcl_arg_int(&a, n);
+    vmcl_arg_int(&a, x->shape[x->ndim - 1]);
+    vmcl_arg_int(&a, y->shape[y->ndim - 1]);
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
 vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
@@ -361,6 +403,18 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     tww = at + y->shape[nd - 2];
   }
 
+  /* whole-factor nearest upsampling of the last two axes: no tables */
+  int fh = 0, fw = 0;
+  if (hw) {
+    fh = axis_up_factor(tidx + th * T, tw + th * T, x->shape[nd - 2], y->shape[nd - 2], T);
+    fw = axis_up_factor(tidx + tww * T, tw + tww * T, x->shape[nd - 1], y->shape[nd - 1], T);
+  }
+  if (fh && fw) {
+    free(tidx);
+    free(tw);
+    return resize_up_int(op.d, x, y, fh, fw);
+  }
+
   vmcl_dev_t *d = op.d;
   cl_int err;
   vm_status_t st = VM_STATUS_OK;
@@ -389,7 +443,9 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     vmcl_arg_int(&a, vmcl_elem_offset(x));
     vmcl_arg_mem(&a, vmcl_tensor_mem(y));
     vmcl_arg_int(&a, vmcl_elem_offset(y));
-    vmcl_arg_int(&a, n);
+    /* resize_hw: four outputs of a row per work-item */
+    int64_t ow = y->shape[nd - 1], items = hw ? n / ow * ((ow + 3) / 4) : n;
+    vmcl_arg_int(&a, items);
     if (hw) {
       int64_t ints[] = {
           x->shape[nd - 2], x->shape[nd - 1], y->shape[nd - 2], y->shape[nd - 1], th, tww};
@@ -407,7 +463,7 @@ vm_status_t vmcl_op_resize(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     if (a.err != CL_SUCCESS) {
       st = vmcl_status(a.err, "clSetKernelArg");
     } else {
-      st = vmcl_launch_1d(d, k, (size_t)n, vmcl_local_size(d, k, 256));
+      st = vmcl_launch_1d(d, k, (size_t)items, vmcl_local_size(d, k, 256));
     }
   }
   pthread_mutex_unlock(&d->lock);

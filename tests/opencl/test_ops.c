@@ -483,6 +483,25 @@ static void test_reduce(void **state) {
   check_reduce(e, "mean", VM_F32, 2, DIMS(0, 4), 1, DIMS(1), 1); /* no output */
   check_reduce(e, "mean", VM_F16, 3, DIMS(7, 13, 5), 1, DIMS(2), 0);
   check_reduce(e, "max", VM_F16, 2, DIMS(3, 700), 1, DIMS(1), 0);
+  /* contiguous rows of at least 32 (reduce_sum_rows on CPU devices):
+   * several kept axes, a 16-wide step plus a tail, a row of one step */
+  check_reduce(e, "mean", VM_F32, 4, DIMS(2, 3, 7, 9), 2, DIMS(2, 3), 1);
+  check_reduce(e, "sum", VM_F32, 3, DIMS(5, 2, 45), 1, DIMS(-1), 0);
+  check_reduce(e, "sum", VM_F32, 2, DIMS(3, 32), 1, DIMS(1), 0);
+  {
+    /* a NaN in a row's tail (past its last 16-wide step) reaches its sum */
+    float x[2 * 40];
+    for (int i = 0; i < 80; i++) x[i] = 1.0f;
+    x[78] = NAN;
+    float got[2];
+    vm_value_t args[4] = {tops_tensor_f(e, VM_F32, 2, DIMS(2, 40), x),
+                          tops_int_tuple(1, DIMS(1)), vm_value_bool(0),
+                          tops_tensor(e, VM_F32, 1, DIMS(2), NULL)};
+    ASSERT_OK(tops_call(e, "cl.reduce.sum", args, 4));
+    tops_read_f(e, &args[3], got);
+    assert_true(got[0] == 40.0f && isnan(got[1]));
+    release_all(args, 4);
+  }
 
   /* axes as a shape value, and as a single int */
   float x[6] = {1, 2, 3, 4, 5, 6}, got[3];

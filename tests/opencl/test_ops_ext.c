@@ -165,6 +165,112 @@ static void test_unary_ext(void **state) {
   release_all(args, 4);
 }
 
+/* Units in the last place of float between want and got, measured on
+ * float's ordered integer line (0 and -0 are one point). */
+static double ulps_apart(float got, double want) {
+  float w = (float)want;
+  int32_t a, b;
+  memcpy(&a, &got, 4);
+  memcpy(&b, &w, 4);
+  int64_t ia = a < 0 ? (int64_t)INT32_MIN - a : a, ib = b < 0 ? (int64_t)INT32_MIN - b : b;
+  return fabs((double)(ia - ib));
+}
+
+/* cl.unary.erf and cl.unary.gelu compute erf with their own rational
+ * approximation (elementwise.cl): at most 6 ulp from erf over the whole
+ * float line (dense steps over [-10, 10], tiny and subnormal arguments,
+ * the clamp at 3.92), exactly +-1 in the tails, NaN kept; gelu within
+ * the same error of 0.5 x (1 + erf(x / sqrt 2)), exactly -0 far left
+ * (erf saturates to -1 exactly) and x far right. The library's erf gave
+ * the same within 2 ulp; a Taylor series, a wrong coefficient or a
+ * missing clamp fails these bounds. */
+static void test_erf_gelu_accuracy(void **state) {
+  tops_env_t *e = *state;
+  enum { DENSE = 40001, EXTRA = 16 };
+  size_t n = DENSE + EXTRA;
+  float *x = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+  assert_non_null(x);
+  assert_non_null(got);
+  for (size_t i = 0; i < DENSE; i++) x[i] = (float)(-10.0 + 20.0 * (double)i / (DENSE - 1));
+  const float extra[EXTRA] = {1e-30f, -1e-30f, 1e-40f, 1e-3f, -2e-7f, 3.92f,     -3.92f,
+                              3.9199f, 3.9201f, 4.5f,   -4.5f, 1e30f, -1e30f,    INFINITY,
+                              -INFINITY, NAN};
+  memcpy(x + DENSE, extra, sizeof(extra));
+  vm_value_t args[2] = {tops_tensor_f(e, VM_F32, 1, DIMS((int64_t)n), x),
+                        tops_tensor(e, VM_F32, 1, DIMS((int64_t)n), NULL)};
+  ASSERT_OK(tops_call(e, "cl.unary.erf", args, 2));
+  tops_read_f(e, &args[1], got);
+  for (size_t i = 0; i + 1 < n; i++) {
+    double u = ulps_apart(got[i], erf((double)x[i]));
+    if (u > 6) fail_msg("erf(%.9g) = %.9g, want %.9g (%.0f ulp)", x[i], got[i], erf(x[i]), u);
+    if (fabsf(x[i]) >= 3.92f && fabsf(got[i]) != 1.0f) {
+      fail_msg("erf(%.9g) = %.9g, want exactly %d", x[i], got[i], x[i] > 0 ? 1 : -1);
+    }
+  }
+  assert_true(isnan(got[n - 1]));
+  ASSERT_OK(tops_call(e, "cl.unary.gelu", args, 2));
+  tops_read_f(e, &args[1], got);
+  for (size_t i = 0; i + 1 < n; i++) {
+    double xd = x[i], want = 0.5 * xd * (1.0 + erf(xd / sqrt(2.0)));
+    if (isinf(xd)) continue;
+    /* 6 ulp of erf near +-1, scaled by 0.5 |x|, plus the products' roundings */
+    double tol = 0.5 * fabs(xd) * 6 * 0x1p-24 + 2 * fabs(want) * 0x1p-24 + 1e-45;
+    if (!(fabs(got[i] - want) <= tol)) {
+      fail_msg("gelu(%.9g) = %.9g, want %.9g", x[i], got[i], want);
+    }
+  }
+  assert_true(got[DENSE + 12] == 0.0f && signbit(got[DENSE + 12])); /* gelu(-1e30) = -0 */
+  assert_true(got[DENSE + 11] == 1e30f);
+  assert_true(got[DENSE + 13] == INFINITY);
+  assert_true(isnan(got[DENSE + 14])); /* -inf * 0, as the formula */
+  assert_true(isnan(got[n - 1]));
+  release_all(args, 2);
+  free(x);
+  free(got);
+}
+
+/* cl.unary.gelu_tanh as x / (1 + exp(-2 u)): within a few roundings of
+ * the tanh form computed in double over [-10, 10] (relative, also where
+ * 1 + tanh(u) is tiny: a float tanh form fails there; the reference is
+ * the same function in double), and
+ * its limits: -0 far left, x far right, NaN kept. */
+static void test_gelu_tanh_accuracy(void **state) {
+  tops_env_t *e = *state;
+  enum { DENSE = 20001 };
+  size_t n = DENSE + 4;
+  float *x = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+  assert_non_null(x);
+  assert_non_null(got);
+  for (size_t i = 0; i < DENSE; i++) x[i] = (float)(-10.0 + 20.0 * (double)i / (DENSE - 1));
+  memcpy(x + DENSE, (const float[]){-1e30f, 1e30f, INFINITY, NAN}, 4 * sizeof(float));
+  vm_value_t args[2] = {tops_tensor_f(e, VM_F32, 1, DIMS((int64_t)n), x),
+                        tops_tensor(e, VM_F32, 1, DIMS((int64_t)n), NULL)};
+  ASSERT_OK(tops_call(e, "cl.unary.gelu_tanh", args, 2));
+  tops_read_f(e, &args[1], got);
+  for (size_t i = 0; i < DENSE; i++) {
+    double xd = x[i];
+    /* 0.5 x (1 + tanh(u)) = x / (1 + exp(-2 u)); the latter in double
+     * keeps its precision where 1 + tanh(u) cancels even in double */
+    double want = xd / (1.0 + exp(-2.0 * sqrt(2.0 / M_PI) * (xd + 0.044715 * xd * xd * xd)));
+    if (fabs(want) < 1e-30) continue;
+    /* u itself is rounded in float: its relative error 2^-24 per step
+     * moves exp(-2 u) by about |2 u| 2^-23 of itself, as it moves tanh(u)
+     * in the other form */
+    double u = sqrt(2.0 / M_PI) * (xd + 0.044715 * xd * xd * xd);
+    double tol = (4 + 6 * fabs(u)) * 0x1p-24 * fabs(want);
+    if (!(fabs(got[i] - want) <= tol)) {
+      fail_msg("gelu_tanh(%.9g) = %.9g, want %.9g", x[i], got[i], want);
+    }
+  }
+  assert_true(got[DENSE] == 0.0f && signbit(got[DENSE]));
+  assert_true(got[DENSE + 1] == 1e30f);
+  assert_true(got[DENSE + 2] == INFINITY);
+  assert_true(isnan(got[DENSE + 3]));
+  release_all(args, 2);
+  free(x);
+  free(got);
+}
+
 /* ---------------------------------------------------------------------------
  * cl.broadcast_to, cl.pad, cl.gather (byte-moving: exact comparisons)
  */
@@ -1312,6 +1418,8 @@ static void test_rnn(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ext),
+      cmocka_unit_test(test_erf_gelu_accuracy),
+      cmocka_unit_test(test_gelu_tanh_accuracy),
       cmocka_unit_test(test_broadcast_to),
       cmocka_unit_test(test_pad),
       cmocka_unit_test(test_gather),

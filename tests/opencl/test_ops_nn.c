@@ -942,12 +942,26 @@ static void test_pool2d(void **state) {
     check_pool(e, VM_F32, is_max, 1, 2, 7, 13, 3, 5, 1, 3, 2, 4); /* pads up to kernel - 1 */
     check_pool(e, VM_F32, is_max, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0);
     check_pool(e, VM_F32, is_max, 0, 3, 4, 4, 2, 2, 2, 2, 0, 0);
+    /* four outputs of a row per work-item: rows of 11 and 5 (a last
+     * group of 3 and 1), open_nsfw's 3x3 stride 2 */
+    check_pool(e, VM_F32, is_max, 1, 2, 23, 23, 3, 3, 2, 2, 0, 0);
+    check_pool(e, VM_F32, is_max, 2, 3, 9, 10, 2, 2, 2, 2, 0, 0);
   }
   check_pool(e, VM_F16, 1, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
   check_pool(e, VM_F16, 0, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
   check_global_avg(e, VM_F32, 2, 3, 7, 5);   /* one work-item per output */
   check_global_avg(e, VM_F32, 1, 4, 56, 56); /* a work-group per output */
   check_global_avg(e, VM_F16, 2, 8, 14, 14);
+  /* a work-item per contiguous row on CPU devices (reduce_sum_rows):
+   * rows that end after the 16-wide steps with an 8-wide one and a tail
+   * (300 = 18 x 16 + 8 + 4), with only a tail past them (33), shorter than
+   * one step (the item kernel: 31), ocr_det's 120 x 160 maps, and half
+   * rows starting off any 16-byte boundary (37 elements each) */
+  check_global_avg(e, VM_F32, 1, 40, 15, 20);
+  check_global_avg(e, VM_F32, 2, 3, 1, 33);
+  check_global_avg(e, VM_F32, 1, 5, 1, 31);
+  check_global_avg(e, VM_F32, 1, 24, 120, 160);
+  check_global_avg(e, VM_F16, 3, 5, 1, 37);
 
   vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 2, 5, 5));
   vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 2, 3, 3));

@@ -627,6 +627,11 @@ static void check_resize(tops_env_t *e, vm_dtype_t dt, const resize_case_t *c) {
 static const resize_case_t resize_cases[] = {
     /* ONNX Upsample: nearest, asymmetric, floor */
     {4, {1, 2, 3, 4}, {1, 2, 6, 8}, 0, 1, 2, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}, 0},
+    /* the 2-D kernel takes four outputs of a row at once: ocr_det's 8x
+     * nearest upsample, and rows of 14 and 9 (a last group of 2 and 1) */
+    {4, {1, 3, 3, 5}, {1, 3, 24, 40}, 0, 1, 2, -0.75, 0, 0, 1, {1, 1, 8, 8}, {0}, 0},
+    {4, {1, 2, 5, 7}, {1, 2, 10, 14}, 1, 0, 0, -0.75, 0, 0, 1, {1, 1, 2, 2}, {0}, 0},
+    {4, {2, 2, 4, 3}, {2, 2, 6, 9}, 2, 0, 0, -0.75, 0, 0, 1, {1, 1, 1.5f, 3}, {0}, 0},
     /* up on one axis, down on the other */
     {4, {1, 2, 5, 4}, {1, 2, 15, 2}, 0, 0, 0, -0.75, 0, 0, 1, {1, 1, 3, 0.5f}, {0}, 0},
     /* round_prefer_ceil; scales none (from the sizes) */
@@ -700,8 +705,9 @@ static void test_resize(void **state) {
   for (size_t i = 0; i < sizeof(resize_cases) / sizeof(resize_cases[0]); i++) {
     check_resize(e, VM_F32, &resize_cases[i]);
   }
-  check_resize(e, VM_F16, &resize_cases[4]);
-  check_resize(e, VM_F16, &resize_cases[7]);
+  check_resize(e, VM_F16, &resize_cases[7]);  /* bilinear */
+  check_resize(e, VM_F16, &resize_cases[10]); /* bicubic */
+  check_resize(e, VM_F16, &resize_cases[2]);  /* bilinear, rows of 14 */
   check_resize(e, VM_F16, &resize_cases[sizeof(resize_cases) / sizeof(resize_cases[0]) - 6]);
 
   /* scales on the host CPU device (what a compiler's constants would use) */
