@@ -221,7 +221,9 @@ static int const_ahead_op(const Onnx__NodeProto *n) {
 
 static onx_value_t *lookup_const(onx_ctx_t *c, const char *name, int depth) {
   onx_value_t *v = onx_lookup(c, name);
-  if (v || !name || !name[0] || !c->skip || depth > 4) return v && v->data ? v : NULL;
+  /* not from a composite's sub-nodes: they lower under their own opset */
+  if (v || !name || !name[0] || !c->skip || c->sub_depth || depth > 4)
+    return v && v->data ? v : NULL;
   /* a node later in the graph that reads only constants: lowering it now
    * gives the same value; it is then skipped where it stands */
   const onx_name_t *e = onx_names_find(&c->names, name);
@@ -234,7 +236,7 @@ static onx_value_t *lookup_const(onx_ctx_t *c, const char *name, int depth) {
   const onx_op_t *op;
   const Onnx__NodeProto *node = c->node;
   const onx_op_t *cop = c->op;
-  uint32_t idx = c->node_idx;
+  uint32_t idx = c->node_idx, before = c->num_vals;
   int fused = c->fused;
   c->node = n;
   c->node_idx = (uint32_t)p;
@@ -248,8 +250,17 @@ static onx_value_t *lookup_const(onx_ctx_t *c, const char *name, int depth) {
   c->op = cop;
   c->fused = fused;
   if (st || vmcc_graph_error(c->g)) {
-    /* left for the node's own turn, which reports it */
+    /* left for the node's own turn, which reports it: what it defined
+     * is taken back */
     vm_status_free(st);
+    for (uint32_t i = before; i < c->num_vals; i++) {
+      onx_name_t *nm = onx_names_find(&c->names, c->vals[i].name);
+      if (nm) nm->val = -1;
+      free(c->vals[i].data);
+      free(c->vals[i].qdq);
+      onx_expr_free(c->vals[i].expr);
+    }
+    c->num_vals = before;
     return NULL;
   }
   c->skip[p] = 1;

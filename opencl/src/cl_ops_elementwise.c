@@ -43,7 +43,8 @@ static void binary_rows_plan(const vmcl_iter_t *it, binary_rows_t *rows) {
    * 128 with 32 idle) */
   while (l0 > 16 && ((items0 + l0 - 1) / l0 * l0 - items0) * 8 > items0) l0 /= 2;
   while (l1 < n1 && l0 * l1 * 2 <= ELEMENTWISE_LOCAL) l1 *= 2;
-  if ((n1 + l1 - 1) / l1 > ROWS_MAX_GROUPS || outer > ROWS_MAX_GROUPS) return;
+  /* n1 groups at worst: binary_rows_launch may halve l1 down to 1 */
+  if (n1 > ROWS_MAX_GROUPS || outer > ROWS_MAX_GROUPS) return;
   rows->local[0] = l0;
   rows->local[1] = l1;
   rows->local[2] = 1;

@@ -373,6 +373,10 @@ static vm_status_t gemm_packed(vmcl_dev_t *d, const gemm_shape_t *g, cl_mem A, i
   return st;
 }
 
+/* the largest packed B (elements; 256 MiB of float32): larger ones run
+ * unpacked */
+#define GEMM_PACK_MAX ((int64_t)1 << 26)
+
 void vmcl_gemm_plan(const gemm_shape_t *g, vm_dtype_t dt, vmcl_gemm_plan_t *p) {
   memset(p, 0, sizeof(*p));
   p->kc = g->k > 0 ? g->k : 1; /* K = 0 still launches once to scale C by beta */
@@ -387,7 +391,10 @@ void vmcl_gemm_plan(const gemm_shape_t *g, vm_dtype_t dt, vmcl_gemm_plan_t *p) {
    * transposed; 8x8 blocks otherwise */
   int f32 = !legacy && vm_dtype_equal(dt, VM_F32);
   int64_t sp = (g->n + 15) / 16 * 16 * g->k, nb = g->sb ? g->batch : 1;
-  if (f32 && g->k > 0 && gemm_pack_wanted(g) && sp <= INT32_MAX / nb) {
+  /* the packed copy is a scratch buffer: at most GEMM_PACK_MAX elements,
+   * whatever B's batches claim (cl.gemm_strided's may overlap, so B's own
+   * size does not bound it) */
+  if (f32 && g->k > 0 && gemm_pack_wanted(g) && sp <= GEMM_PACK_MAX / nb) {
     p->kernel = g->ta ? "gemm6p_tn" : "gemm6p_nn";
     p->bm = 6;
     p->bn = 16;

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sqlite3
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -219,6 +220,9 @@ def test_control_normalized_check(tmp_path: pathlib.Path) -> None:
     (v,) = history.check([ser], "c2", "c1", 0.05)
     assert (v["measure"], v["verdict"], v["ratio"]) == ("normalized", "same", pytest.approx(1.0))
     assert v["raw_ratio"] == pytest.approx(1.3) and "why_raw" not in v
+    # medians: seconds under *_s whatever is judged, the ratios beside them
+    assert v["median_s"] == pytest.approx(2.0 * statistics.median(slow))  # model = 2 x control
+    assert v["median_normalized"] == pytest.approx(2.0)
     (v,) = history.check([ser], "c2", "c1", 0.05, raw=True)
     assert (v["measure"], v["verdict"], v["why_raw"]) == ("raw", "slower", "--raw")
     (v,) = history.check([ser], "c3", "c2", 0.05)

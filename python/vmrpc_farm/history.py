@@ -131,6 +131,7 @@ def check(
     out = []
     for s in series:
         a, b = s.wall.get(baseline) or [], s.wall.get(label) or []
+        raw_a, raw_b = a, b
         measure, why_raw = "raw", _why_raw(s, label, baseline, raw)
         if why_raw is None:
             measure = "normalized"
@@ -162,12 +163,16 @@ def check(
                 ratio=r.ratio,
                 ci_lo=r.lo,
                 ci_hi=r.hi,
-                baseline_median_s=stats.median_ci(a)[0],
-                median_s=stats.median_ci(b)[0],
+                # seconds, whichever measure is judged
+                baseline_median_s=stats.median_ci(raw_a)[0] if raw_a else None,
+                median_s=stats.median_ci(raw_b)[0] if raw_b else None,
             )
             if measure == "normalized":
-                # the raw figures beside them, for the record
-                v.update(raw_ratio=raw_r.ratio, raw_ci_lo=raw_r.lo, raw_ci_hi=raw_r.hi,
+                # the normalized medians (model time over the control's: no
+                # unit) and the raw figures beside them, for the record
+                v.update(baseline_median_normalized=stats.median_ci(a)[0],
+                         median_normalized=stats.median_ci(b)[0],
+                         raw_ratio=raw_r.ratio, raw_ci_lo=raw_r.lo, raw_ci_hi=raw_r.hi,
                          control=s.control_sha[label][0])
             if r.lo is None:
                 v["why"] = "too few repeats for an interval at this level"

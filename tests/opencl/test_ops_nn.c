@@ -204,6 +204,11 @@ static void test_gemm_plan(void **state) {
   unsetenv("VMCL_GEMM");
   /* a packed B past the kernels' int offsets stays unpacked */
   plan_is(1, 200, 65536, 40000, 0, 0, 0, VM_F32, "gemm6_nn", 0, 256);
+  /* so does one past 2^26 elements of scratch, e.g. cl.gemm_strided's
+   * overlapping batches of one small B: 1025 batches of 4096 x 16 would
+   * pack 2^26 + 2^16 elements; 1024 batches (2^26) still pack */
+  plan_is(1025, 128, 4096, 16, 0, 1, 1, VM_F32, "gemmd_nt", 0, 16);
+  plan_is(1024, 128, 4096, 16, 0, 1, 1, VM_F32, "gemm6p_nn", 1, 16);
 }
 
 static void test_gemm_blocked(void **state) {
