@@ -60,36 +60,15 @@
 #include "vm/vm.h"
 #include "vmcl/vmcl.h"
 
+#define BENCH_NAME "bench_kernels"
+#include "bench_ops.h"
+
 #define MIN_REPEAT_S 0.25
 #define ADD_ELEMS (16u << 20) /* 64 MiB of float32 */
-
-static void check(vm_status_t st, const char *what) {
-  if (!st) return;
-  fprintf(stderr, "bench_kernels: %s: %s: %s\n", what, vm_code_name(vm_status_code(st)),
-          vm_status_message(st));
-  exit(1);
-}
 
 static double now_s(void) {
   return (double)vm_now_ns() * 1e-9;
 }
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-typedef struct bench {
-  vm_device_t *dev;
-  vm_allocator_t *alloc;
-  vm_registry_t *reg;
-  int runs;
-} bench_t;
 
 /* Seconds per call of op(args), the median over runs. */
 static double time_op(bench_t *b, const char *op, const vm_value_t *args, uint32_t nargs) {
@@ -276,21 +255,7 @@ static void bench_close(bench_t *b) {
 /* Device seconds of one call of op(args) (its kernels' own time from the
  * device's timer, not the launch): the median over runs x 50 calls. */
 static double time_op_device(bench_t *b, const char *op, const vm_value_t *args, uint32_t nargs) {
-  vm_packed_fn fn;
-  void *user;
-  if (vm_registry_find(b->reg, op, &fn, &user) != 0) exit(1);
-  vm_value_t out = vm_value_none();
-  int n = b->runs * 50;
-  double *t = calloc((size_t)n, sizeof(double));
-  if (!t) exit(1);
-  for (int i = 0; i < n; i++) {
-    check(b->dev->ops->timer_begin(b->dev), "timer_begin");
-    check(fn(NULL, args, nargs, &out, user), op);
-    check(b->dev->ops->timer_end(b->dev, &t[i]), "timer_end");
-  }
-  double m = median(t, n);
-  free(t);
-  return m;
+  return op_device_s(b, op, args, nargs, b->runs * 50, 0);
 }
 
 /* One figure of op(args): the device's choice, then with *flag set to 1

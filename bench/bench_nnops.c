@@ -30,23 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_stats.h"
+#define BENCH_NAME "bench_nnops"
+#include "bench_ops.h"
 #include "vm/vm.h"
 #include "vmcl/vmcl.h"
-
-typedef struct bench {
-  vm_device_t *dev;
-  vm_allocator_t *alloc;
-  vm_registry_t *reg;
-  int runs;
-} bench_t;
-
-static void check(vm_status_t st, const char *what) {
-  if (!st) return;
-  fprintf(stderr, "bench_nnops: %s: %s: %s\n", what, vm_code_name(vm_status_code(st)),
-          vm_status_message(st));
-  exit(1);
-}
 
 static vm_value_t tensor(bench_t *b, uint32_t ndim, const int64_t *dims) {
   vm_value_t v;
@@ -63,26 +50,7 @@ static vm_value_t tensor(bench_t *b, uint32_t ndim, const int64_t *dims) {
 
 /* Device seconds of one call of op(args): the median over runs x 40. */
 static double device_s(bench_t *b, const char *op, const vm_value_t *args, uint32_t nargs) {
-  vm_packed_fn fn;
-  void *user;
-  if (vm_registry_find(b->reg, op, &fn, &user) != 0) {
-    fprintf(stderr, "bench_nnops: %s not registered\n", op);
-    exit(1);
-  }
-  vm_value_t out = vm_value_none();
-  check(fn(NULL, args, nargs, &out, user), op); /* warm-up: builds the program */
-  check(b->dev->ops->sync(b->dev), "sync");
-  int n = b->runs * 40;
-  double *t = calloc((size_t)n, sizeof(double));
-  if (!t) exit(1);
-  for (int i = 0; i < n; i++) {
-    check(b->dev->ops->timer_begin(b->dev), "timer_begin");
-    check(fn(NULL, args, nargs, &out, user), op);
-    check(b->dev->ops->timer_end(b->dev, &t[i]), "timer_end");
-  }
-  double m = median(t, n);
-  free(t);
-  return m;
+  return op_device_s(b, op, args, nargs, b->runs * 40, 1);
 }
 
 /* The baseline: cl.unary.neg over n elements. */

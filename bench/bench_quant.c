@@ -38,26 +38,10 @@
 #include "vm/vm.h"
 #include "vmcl/vmcl.h"
 
+#define BENCH_NAME "bench_quant"
+#include "bench_ops.h"
+
 #define MIN_REPEAT_S 0.25
-
-typedef struct bench {
-  vm_device_t *dev;
-  vm_allocator_t *alloc;
-  vm_registry_t *reg;
-  int runs;
-} bench_t;
-
-static void check(vm_status_t st, const char *what) {
-  if (!st) return;
-  fprintf(stderr, "bench_quant: %s: %s: %s\n", what, vm_code_name(vm_status_code(st)),
-          vm_status_message(st));
-  exit(1);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* Milliseconds per call of op(args), repeating it (synced one by one)
  * for at least MIN_REPEAT_S. */
@@ -102,7 +86,7 @@ static void time_interleaved(bench_t *b, const variant_t *v, int n, double *ms) 
     }
   unsetenv("VMCL_QGEMM");
   for (int i = 0; i < n; i++) {
-    qsort(t[i], (size_t)runs, sizeof(double), cmp_double);
+    qsort(t[i], (size_t)runs, sizeof(double), bench_cmp_double);
     ms[i] = runs % 2 ? t[i][runs / 2] : 0.5 * (t[i][runs / 2 - 1] + t[i][runs / 2]);
   }
 }
