@@ -87,12 +87,32 @@ typedef vmcl_gemm_shape_t gemm_shape_t;
 
 enum { GEMM_TILED, GEMM_CLBLAST, GEMM_CLBLAST_FORCED };
 
+/* VMCL_GEMM, read on every call (tests switch it between calls): one of
+ * clblast, tiled, tiled8 (the 8x8 kernels for every shape), pack, nopack
+ * (bench_gemm's comparisons); anything else is the default. */
+enum {
+  GEMM_ENV_DEFAULT,
+  GEMM_ENV_CLBLAST,
+  GEMM_ENV_TILED,
+  GEMM_ENV_TILED8,
+  GEMM_ENV_PACK,
+  GEMM_ENV_NOPACK
+};
+
+static int gemm_env(void) {
+  static const char *const names[] = {"clblast", "tiled", "tiled8", "pack", "nopack"};
+  const char *env = getenv("VMCL_GEMM");
+  for (int i = 0; env && i < (int)(sizeof(names) / sizeof(names[0])); i++)
+    if (strcmp(env, names[i]) == 0) return GEMM_ENV_CLBLAST + i;
+  return GEMM_ENV_DEFAULT;
+}
+
 static int gemm_backend(vmcl_dev_t *d, const vm_device_t *dev, vm_dtype_t dt) {
   if (vm_dtype_equal(dt, VM_F16) && !dev->props.supports_fp16) return GEMM_TILED;
   if (vm_dtype_equal(dt, VM_F64)) return GEMM_TILED; /* gemm_clblast serves float32/16 */
-  const char *env = getenv("VMCL_GEMM");
-  if (env && strcmp(env, "clblast") == 0) return GEMM_CLBLAST_FORCED;
-  if (env && (strcmp(env, "tiled") == 0 || strcmp(env, "tiled8") == 0)) return GEMM_TILED;
+  int env = gemm_env();
+  if (env == GEMM_ENV_CLBLAST) return GEMM_CLBLAST_FORCED;
+  if (env == GEMM_ENV_TILED || env == GEMM_ENV_TILED8) return GEMM_TILED;
   cl_device_type type = 0;
   if (clGetDeviceInfo(d->device, CL_DEVICE_TYPE, sizeof(type), &type, NULL) != CL_SUCCESS) {
     return GEMM_CLBLAST;
@@ -269,8 +289,7 @@ static vm_status_t gemm_vector(vmcl_dev_t *d, const gemm_shape_t *g, vm_dtype_t 
  * (8x8 blocks in 8x8 groups for every shape), for bench/bench_gemm to
  * compare the two in one run. */
 static int gemm_legacy(void) {
-  const char *env = getenv("VMCL_GEMM");
-  return env && strcmp(env, "tiled8") == 0;
+  return gemm_env() == GEMM_ENV_TILED8;
 }
 
 /* Work-group shape over blocks (n0 blocks of columns, n1 of rows, per
@@ -289,13 +308,6 @@ static void gemm_local(size_t n0, size_t n1, size_t batch, size_t lmax, int shri
   local[2] = 1;
 }
 
-/* VMCL_GEMM=nopack also keeps gemmd_nt's launches over chunks of K (as
- * before packing), for bench_gemm's comparison. */
-static int gemm_chunk_dot(void) {
-  const char *env = getenv("VMCL_GEMM");
-  return env && strcmp(env, "nopack") == 0;
-}
-
 /* Whether float32 op(B) is packed into 16-column panels first (gemm.cl's
  * gemm_pack16 + gemm6p_*): VMCL_GEMM=pack always (M > 1, K > 0),
  * VMCL_GEMM=nopack (or tiled8) never (the kernels before packing, for
@@ -312,10 +324,9 @@ static int gemm_chunk_dot(void) {
 #define GEMM_PACK_MIN_N 128
 #define GEMM_PACK_MIN_K 256
 
-static int gemm_pack_wanted(const gemm_shape_t *g) {
-  const char *env = getenv("VMCL_GEMM");
-  if (env && strcmp(env, "pack") == 0) return 1;
-  if (env && (strcmp(env, "nopack") == 0 || strcmp(env, "tiled8") == 0)) return 0;
+static int gemm_pack_wanted(const gemm_shape_t *g, int env) {
+  if (env == GEMM_ENV_PACK) return 1;
+  if (env == GEMM_ENV_NOPACK || env == GEMM_ENV_TILED8) return 0;
   return g->m >= GEMM_PACK_MIN_M && g->n >= GEMM_PACK_MIN_N &&
          (g->tb || g->k >= GEMM_PACK_MIN_K);
 }
@@ -384,7 +395,7 @@ void vmcl_gemm_plan(const gemm_shape_t *g, vm_dtype_t dt, vmcl_gemm_plan_t *p) {
     p->kernel = g->tb ? "gemv_t" : "gemv_n";
     return;
   }
-  int legacy = gemm_legacy();
+  int env = gemm_env(), legacy = env == GEMM_ENV_TILED8;
   /* float32: 6x16 blocks over B packed by shape class (gemm_pack_wanted,
    * while the packed B stays within the kernels' int offsets), else 6x16
    * blocks with B not transposed, 4x3 blocks of dot products with only B
@@ -394,7 +405,7 @@ void vmcl_gemm_plan(const gemm_shape_t *g, vm_dtype_t dt, vmcl_gemm_plan_t *p) {
   /* the packed copy is a scratch buffer: at most GEMM_PACK_MAX elements,
    * whatever B's batches claim (cl.gemm_strided's may overlap, so B's own
    * size does not bound it) */
-  if (f32 && g->k > 0 && gemm_pack_wanted(g) && sp <= GEMM_PACK_MAX / nb) {
+  if (f32 && g->k > 0 && gemm_pack_wanted(g, env) && sp <= GEMM_PACK_MAX / nb) {
     p->kernel = g->ta ? "gemm6p_tn" : "gemm6p_nn";
     p->bm = 6;
     p->bn = 16;
@@ -413,9 +424,11 @@ void vmcl_gemm_plan(const gemm_shape_t *g, vm_dtype_t dt, vmcl_gemm_plan_t *p) {
     p->bm = 4;
     p->bn = 3;
   }
-  /* gemmd_nt reads both operands along k, contiguous: no chunks */
+  /* gemmd_nt reads both operands along k, contiguous: no chunks
+   * (VMCL_GEMM=nopack keeps its chunks, as before packing, for
+   * bench_gemm's comparison) */
   if (vm_dtype_equal(dt, VM_F32) && g->k > GEMM_CHUNK_MIN_K &&
-      (!f32 || g->ta || !g->tb || gemm_chunk_dot()))
+      (!f32 || g->ta || !g->tb || env == GEMM_ENV_NOPACK))
     p->kc = GEMM_K_CHUNK;
 }
 
