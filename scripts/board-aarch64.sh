@@ -12,6 +12,8 @@
 #      `apt-get download` and unpacked with `dpkg -x` (PoCL for arm64 cannot
 #      be installed by multiarch beside the amd64 Python: its LLVM pulls in
 #      python3:arm64). Kept between runs; refreshed when a version changes;
+#      under scripts/test.sh, kept in its cache between clones
+#      ($VMRPC_TEST_CACHE/board-sysroot-*, with the aarch64 kernels);
 #   3. runs the vm suites under the emulator (ctest: the executable format,
 #      verifier, interpreter, allocators on an aarch64 CPU), then
 #      scripts/board_aarch64.py: the aarch64 agent under
@@ -96,16 +98,46 @@ fi
 # shellcheck disable=SC2086
 versions() { apt-cache policy $pkgs | awk '/^[^ ]/ {p = $1} /Candidate:/ {print p " " $2}'; }
 stamp=$(versions) || { sleep 5; stamp=$(versions); }
-if [ "$(cat "$sysroot/.packages" 2>/dev/null)" != "$stamp" ]; then
-  rm -rf "$sysroot" "$board/debs"
-  mkdir -p "$board/debs" "$sysroot"
+# Unpacks the packages into the new folder $1 (apt-get download, dpkg -x).
+make_root() {
+  local root=$1 debs=$1.debs
+  rm -rf "$root" "$debs"
+  mkdir -p "$debs" "$root"
   # shellcheck disable=SC2086
-  (cd "$board/debs" && apt-get download -q -o APT::Sandbox::User=root $pkgs >/dev/null) ||
-    { apt-get update -qq >/dev/null 2>&1 && (cd "$board/debs" && apt-get download -q -o APT::Sandbox::User=root $pkgs >/dev/null); } ||
-    { echo "board: SKIPPED: cannot download the arm64 packages of PoCL" >&2; exit 77; }
-  for deb in "$board"/debs/*.deb; do dpkg -x "$deb" "$sysroot"; done
-  rm -rf "$board/debs"
-  echo "$stamp" >"$sysroot/.packages"
+  (cd "$debs" && apt-get download -q -o APT::Sandbox::User=root $pkgs >/dev/null) ||
+    { apt-get update -qq >/dev/null 2>&1 && (cd "$debs" && apt-get download -q -o APT::Sandbox::User=root $pkgs >/dev/null); } ||
+    { echo "board: SKIPPED: cannot download the arm64 packages of PoCL" >&2; rm -rf "$root" "$debs"; exit 77; }
+  for deb in "$debs"/*.deb; do dpkg -x "$deb" "$root"; done
+  rm -rf "$debs"
+  echo "$stamp" >"$root/.packages"
+}
+keep=${VMRPC_TEST_CACHE:-none}
+if [ "$keep" != none ] && mkdir -p "$keep" 2>/dev/null && [ -w "$keep" ]; then
+  # scripts/test.sh's cache: one root per set of package versions, unpacked
+  # once for every clone (under a lock, moved into place whole), and
+  # $sysroot links to it; the aarch64 kernels are kept beside it
+  kept=$keep/board-sysroot-$(echo "$stamp" | sha256sum | cut -c1-16)
+  if [ ! -f "$kept/.packages" ]; then
+    exec 8>"$keep/.board-sysroot-lock"
+    flock 8
+    if [ ! -f "$kept/.packages" ]; then
+      make_root "$kept.new"
+      rm -rf "$kept"
+      mv "$kept.new" "$kept"
+    fi
+    exec 8>&-
+  fi
+  # roots of package versions no run has used for 30 days go
+  find "$keep" -mindepth 1 -maxdepth 1 -name 'board-sysroot-*' ! -path "$kept" -mtime +30 \
+    -exec rm -rf {} + 2>/dev/null || true
+  touch "$kept"
+  rm -rf "$sysroot"
+  ln -s "$kept" "$sysroot"
+  export VMRPC_BOARD_POCL_CACHE_DIR=$keep/pocl-aarch64
+  mkdir -p "$VMRPC_BOARD_POCL_CACHE_DIR"
+elif [ "$(cat "$sysroot/.packages" 2>/dev/null)" != "$stamp" ]; then
+  [ ! -L "$sysroot" ] || rm -f "$sysroot"
+  make_root "$sysroot"
 fi
 echo "board: $(echo "$pkgs" | wc -l) arm64 packages in $sysroot"
 

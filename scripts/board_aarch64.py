@@ -420,9 +420,16 @@ def emulated_pocl_env(brd: pathlib.Path, root: pathlib.Path, emulator: str) -> D
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     env["OCL_ICD_VENDORS"] = str(emu / "vendors")
-    env["POCL_CACHE_DIR"] = str(brd / "pocl-cache")
+    env["POCL_CACHE_DIR"] = str(board_pocl_cache(brd))
     env["PATH"] = f"{emu / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
     return env
+
+
+def board_pocl_cache(brd: pathlib.Path) -> pathlib.Path:
+    """PoCL's kernel cache for the aarch64 device: VMRPC_BOARD_POCL_CACHE_DIR
+    (scripts/board-aarch64.sh sets it to one kept between clones) or brd's own."""
+    kept = os.environ.get("VMRPC_BOARD_POCL_CACHE_DIR")
+    return pathlib.Path(kept) if kept else brd / "pocl-cache"
 
 
 def start_board_agent(brd: pathlib.Path, root: pathlib.Path, log: pathlib.Path,
@@ -479,7 +486,7 @@ def board(a, brk: Optional[str]) -> None:
         check_python(nat / "venv-py" / "bin" / "python", ag.url, mlp, devices)
         say(f"driving the aarch64 agent took {time.monotonic() - t0:.1f} s; the agent used "
             f"{ag.cpu_s():.1f} s of CPU (most of it PoCL compiling the MLP's kernels under "
-            f"emulation when {brd / 'pocl-cache'} is cold)")
+            f"emulation when {board_pocl_cache(brd)} is cold)")
         if brk == "hang":
             ag.proc.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()

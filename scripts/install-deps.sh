@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config clang
+  build-essential cmake pkg-config clang ccache
   libnng-dev libmbedtls-dev libssl-dev
   libprotobuf-c-dev protobuf-c-compiler libonnx-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
