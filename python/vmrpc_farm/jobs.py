@@ -91,6 +91,9 @@ class AgentSlot:
     props: Dict[str, Any]
     down: threading.Event = field(default_factory=threading.Event)
     down_reason: str = ""
+    # bench --control jobs run on this agent so far (which VM is created
+    # first alternates with it: see _bench_controlled)
+    controlled: int = 0
 
     def connect(self, **kw: Any) -> vmrpc.Session:
         return vmrpc.connect(self.dial or self.url, **kw)
@@ -160,6 +163,12 @@ def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[A
     t0 = time.perf_counter()
     with slot.connect(long_timeout=spec.timeout, client_name="vmrpc-farm") as s:
         exe = s.upload(spec.model)
+        cvm = None
+        if spec.kind == "bench" and spec.control is not None:
+            res["control_first"] = slot.controlled % 2 == 1
+            slot.controlled += 1
+            if res["control_first"]:
+                cvm = _control_vm(s, spec.control, spec.device, spec.exec_mode)
         vm = s.create_vm(exe, device=spec.device, exec_mode=spec.exec_mode)
         res["device"] = ",".join(vm.devices)
         dev = [d for d in s.info["devices"] if d["selector"] == vm.devices[0]]
@@ -167,7 +176,7 @@ def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[A
         res["store_hit"] = exe.store_hit
         res["init_s"] = time.perf_counter() - t0
         if spec.kind == "bench" and spec.control is not None:
-            return _bench_controlled(s, vm, spec, spec.control, res)
+            return _bench_controlled(s, vm, cvm, spec, spec.control, res)
         if spec.kind == "bench":
             ev = vm.time_evaluator(
                 spec.func, number=spec.number, repeat=spec.repeat * spec.best_of,
@@ -200,8 +209,16 @@ def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[A
         return [v for _, v in leaves]
 
 
+def _control_vm(s: vmrpc.Session, ctl: Control, device: Optional[str],
+               exec_mode: Optional[str]) -> Any:
+    try:
+        return s.create_vm(s.upload(ctl.model), device=device, exec_mode=exec_mode)
+    except VMError as e:
+        raise ControlError(f"the control {ctl.name} did not load: {e}") from None
+
+
 def _bench_controlled(
-    s: vmrpc.Session, vm: Any, spec: JobSpec, ctl: Control, res: Dict[str, Any]
+    s: vmrpc.Session, vm: Any, cvm: Any, spec: JobSpec, ctl: Control, res: Dict[str, Any]
 ) -> None:
     """Times the model and the control interleaved, one repeat each in the
     order A B B A A B B A ... (the model first in even pairs, the control
@@ -215,6 +232,13 @@ def _bench_controlled(
     calls per batch is found once per executable (min_repeat_ms) and then
     kept.
 
+    Which VM is created first alternates from one job on the agent to the
+    next (cvm: the control's, made before the model's; None: made here,
+    after it). Where a VM's memory lands moves its speed by a few per cent
+    for as long as it lives, and consecutive jobs get the same memory back
+    in the order they ask for it: with the order fixed, every job of a
+    bench had the model off its control the same way (docs/farm.md).
+
     res["timing"] is the model's (results: per repeat, as without a
     control); res["control"] the control's, paired by index."""
     if len(vm.devices) != 1:
@@ -222,11 +246,8 @@ def _bench_controlled(
             f"--control times the model and the control on one device; the model runs on "
             f"{len(vm.devices)} ({','.join(vm.devices)}): give one device with -d"
         )
-    try:
-        cexe = s.upload(ctl.model)
-        cvm = s.create_vm(cexe, device=vm.devices[0], exec_mode=spec.exec_mode)
-    except VMError as e:
-        raise ControlError(f"the control {ctl.name} did not load: {e}") from None
+    if cvm is None:
+        cvm = _control_vm(s, ctl, vm.devices[0], spec.exec_mode)
     if list(cvm.devices) != list(vm.devices):  # the agent placed it elsewhere
         raise ControlError(
             f"the control {ctl.name} runs on {','.join(cvm.devices)}, the model on "
