@@ -6,19 +6,20 @@ and their JSON and JUnit.
 The comparison is :func:`vmrpc_farm.stats.hl_ratio` on the raw per-call
 repeats of the two labels (every stored run of a label pooled). Change
 points are Apache Otava's (the e-divisive method with its t-test merge
-step, ``otava.analysis.compute_change_points``) over the series of raw
-repeats in label order; a change point is reported at the label of the
-first repeat after it. A change point counts only when it is significant
-(p < CP_PVALUE) and at least as large as the check's threshold (Otava's
-min_magnitude): the slow drift of a shared machine is not a change.
+step, ``otava.analysis.compute_change_points``) over one point per job
+(the median of its repeats) in label order; a change point is reported at
+the label of the first job after it. A change point counts only when it is
+significant (p < CP_PVALUE) and at least as large as the check's threshold
+(Otava's min_magnitude): the slow drift of a shared machine is not a change.
 
 Control-normalized series (``bench --control``): where every repeat of
 both labels has its paired control repeat, timed interleaved in the same
 job, and both labels ran the same control executable, ``check`` judges
 the model's time over its paired control's time instead of the raw time
-(``"measure": "normalized"`` in its verdict), with the same statistics;
-and change points are found over the normalized series where every label
-of it has one. Elsewhere the raw repeats are judged (``"measure": "raw"``,
+(``"measure": "normalized"`` in its verdict; on the device timer where
+every repeat of both has a reading, ``"time_base"``), with the same
+statistics; and change points are found over the normalized series where
+every label of it has one. Elsewhere the raw repeats are judged (``"measure": "raw"``,
 with ``why_raw``). ``--raw`` asks for raw figures throughout.
 """
 
