@@ -232,6 +232,9 @@ def test_cli_errors(head: Any, tmp_path: pathlib.Path, mlp: Mlp) -> None:
     assert r.returncode == 2 and "expected KEY=VALUE" in r.stderr
     r = run("bench", str(mlp.vmx), "--address", head.address, "-i", "x")
     assert r.returncode == 2 and "--input 'x': expected NAME=FILE.npy" in r.stderr
+    r = run("bench", str(mlp.vmx), "--address", head.address, "-r", "400000", "--best-of", "3")
+    assert r.returncode == 2
+    assert "--repeat 400000 x --best-of 3: at most 1048576 batches" in r.stderr
     bad = tmp_path / "bad.npy"
     bad.write_bytes(b"\x93NUMPY garbage")
     r = run("bench", str(mlp.vmx), str(bad), "--address", head.address)
@@ -447,12 +450,17 @@ def test_bench_with_a_control(
             capture_output=True, text=True, timeout=300,
         )
 
+    first = []
     for label in ("c1", "c2"):
         r = bench(label, "--control", str(ref))
         assert r.returncode == 0, r.stderr
-    (job,) = json.loads(r.stdout)["jobs"]
+        (job,) = json.loads(r.stdout)["jobs"]
+        first.append(job["result"]["control_first"])
+    # which VM is created first alternates from job to job on the agent
+    assert first == [False, True]
     t, ctl = job["result"]["timing"], job["result"]["control"]
     assert len(t["results"]) == len(ctl["results"]) == 4 and t["interleaved"]
+    assert t["best_of"] == ctl["best_of"] == 3  # the default with --control
     assert ctl["model"] == "ref.vmx" and ctl["exe_sha256"] == hashlib.sha256(
         ref.read_bytes()).hexdigest()
     chk = subprocess.run(
@@ -463,6 +471,7 @@ def test_bench_with_a_control(
     assert chk.returncode == 0, chk.stderr
     (v,) = json.loads(chk.stdout)["verdicts"]
     assert v["measure"] == "normalized" and v["verdict"] == "same" and v["repeats"] == 4
+    assert v["time_base"] == "device"  # PoCL's event timer on both sides
 
     bad = tmp_path / "bad.vmx"
     bad.write_bytes(b"not an executable")

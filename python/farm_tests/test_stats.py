@@ -87,3 +87,19 @@ def test_hl_refuses_bad_samples(a: list, b: list, msg: str) -> None:
 def test_verdict_refuses_a_bad_threshold() -> None:
     with pytest.raises(ValueError, match="threshold must be > 0"):
         stats.verdict(stats.Ratio(1.0, 0.9, 1.1, 0.95, 5, 5), 0.0)
+
+
+def test_best_of_keeps_each_groups_fastest_batch() -> None:
+    """bench --best-of K: a time_evaluator result of R*K batches becomes R
+    repeats, each its group's fastest batch by wall clock and by device
+    timer (no device figure where a batch of the group has none)."""
+    from vmrpc_farm.jobs import _best_of
+
+    t = {"number": 2, "results": [3.0, 1.0, 2.0, 5.0, 4.0, 6.0, 9.0],
+         "device_results": [2.5, 0.9, 1.8, 4.0, None, 5.0, 8.0], "warmup": 0.5,
+         "gate_wait": 0.0}
+    b = _best_of(t, 3)
+    assert b["results"] == [1.0, 4.0]  # the 7th batch, a group of one, is left out
+    assert b["device_results"] == [0.9, None]
+    assert (b["number"], b["best_of"], b["median"], b["min"], b["max"]) == (2, 3, 2.5, 1.0, 4.0)
+    assert b["device_median"] == 0.9 and b["warmup"] == 0.5

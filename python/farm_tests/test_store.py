@@ -271,3 +271,70 @@ def test_store_of_schema_1_opens_and_reads(tmp_path: pathlib.Path) -> None:
     tables = {r[0] for r in sqlite3.connect(db).execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"controls", "control_samples"} <= tables
+
+
+def paired(i: int, model: List[float], ctl: List[float], dev: float = 0.9,
+           ctl_dev: Any = 0.9) -> Dict[str, Any]:
+    """A --control job whose device timer reads `dev` (model) and `ctl_dev`
+    (control; None: no reading) of each wall repeat."""
+    j = job(i, "n/a:1", 1.0)
+    j["result"]["timing"] = {"number": 1, "results": list(model),
+                             "device_results": [dev * x for x in model]}
+    j["result"]["control"] = {"model": "ref.vmx", "func": "main", "exe_sha256": "ab" * 32,
+                              "number": 1, "results": list(ctl),
+                              "device_results": [None if ctl_dev is None else ctl_dev * x
+                                                 for x in ctl]}
+    return j
+
+
+def test_normalized_on_the_device_timer(tmp_path: pathlib.Path) -> None:
+    """Where every repeat of model and control has a device timer reading,
+    `check` judges the device's normalized figure: c2's model wall times
+    carry 20 % of host overhead that its device timer does not (same by the
+    device, what the wall would call slower); a label whose control lacks
+    a reading is judged on the wall clock, both sides alike."""
+    steady = [0.010 * (1 + k / 200) for k in range(REPEATS)]
+    with Store(str(tmp_path / "d.db")) as s:
+        s.add_run("c1", "m.vmx", "main", "00" * 32, [paired(0, steady, steady)])
+        s.add_run("c2", "m.vmx", "main", "00" * 32,
+                  [paired(1, [1.2 * x for x in steady], steady, dev=0.9 / 1.2)])
+        s.add_run("c3", "m.vmx", "main", "00" * 32,
+                  [paired(2, steady, steady, ctl_dev=None)])
+        (ser,) = s.series()
+    assert [ser.time_base(x) for x in ("c1", "c2", "c3")] == ["device", "device", "wall"]
+    assert ser.normalized("c2", "device") == pytest.approx([1.0] * REPEATS)
+    assert ser.normalized("c2") == pytest.approx([1.2] * REPEATS)  # the wall clock's
+    assert ser.normalized("c3", "device") is None
+    (v,) = history.check([ser], "c2", "c1", 0.05)
+    assert (v["time_base"], v["verdict"], v["ratio"]) == ("device", "same", pytest.approx(1.0))
+    (v,) = history.check([ser], "c3", "c2", 0.05)
+    assert (v["time_base"], v["verdict"], v["ratio"]) == ("wall", "faster", pytest.approx(1 / 1.2))
+
+
+def test_change_points_one_per_job(tmp_path: pathlib.Path) -> None:
+    """Change points come from one point per job (its repeats' median), as
+    Otava reads a history of one figure per run: a 15 % step at c3's first
+    job is found there, at job index 8, even though c3's first repeat and
+    c2's last are as wild as repeats get on a busy machine."""
+    # each job a little off the next (its VMs' own speed, the moment)
+    jitter = [4, -6, 9, -2, 1, -8, 6, -3, 2, -5, 7, -1]
+    with Store(str(tmp_path / "p.db")) as s:
+        n = 0
+        for label, level in (("c1", 1.0), ("c2", 1.0), ("c3", 1.15)):
+            jobs = []
+            for k in range(4):
+                model = [0.010 * level * (1 + jitter[n] / 1000) * (1 + ((n + r) % 5) / 100)
+                         for r in range(REPEATS)]
+                if (label, k) == ("c2", 3):
+                    model[-1] *= 1.4  # c2's last repeat: slow
+                if (label, k) == ("c3", 0):
+                    model[0] /= 1.3  # c3's first: fast
+                jobs.append(paired(n, model, [0.005] * REPEATS))
+                n += 1
+            s.add_run(label, "m.vmx", "main", "00" * 32, jobs)
+        (ser,) = s.series()
+    cps = history.change_points(ser, 0.05)
+    assert [(c["label"], c["index"], c["at_label_start"]) for c in cps] == [("c3", 8, True)]
+    assert cps[0]["after"] / cps[0]["before"] == pytest.approx(1.15, rel=0.01)
+    (v,) = history.check([ser], "c3", "c2", 0.05)
+    assert v["verdict"] == "slower" and v["change_point_at_label"]

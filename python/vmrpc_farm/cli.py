@@ -333,6 +333,13 @@ def _parser() -> argparse.ArgumentParser:
             m.add_argument("-r", "--repeat", type=_count(1, 1 << 20), default=1)
             m.add_argument("--min-repeat-ms", type=_count(0, 1 << 30), default=0)
             m.add_argument(
+                "--best-of",
+                type=_count(1, 1000),
+                metavar="K",
+                help="each repeat is the fastest of K batches (default 3 with --control, "
+                "else 1)",
+            )
+            m.add_argument(
                 "--control",
                 metavar="REF.vmx",
                 help="a reference executable that stays the same across labels, timed "
@@ -512,6 +519,10 @@ def _cmd_job(a: argparse.Namespace) -> int:
     )
     if a.cmd == "bench":
         spec.number, spec.repeat, spec.min_repeat_ms = a.number, a.repeat, a.min_repeat_ms
+        spec.best_of = a.best_of or (3 if a.control else 1)
+        if spec.repeat * spec.best_of > 1 << 20:
+            raise UsageError(f"--repeat {a.repeat} x --best-of {spec.best_of}: at most "
+                             f"{1 << 20} batches in all")
         if a.control:
             spec.control = _control(a, args, kwargs)
         elif a.control_input:
@@ -558,7 +569,8 @@ def _cmd_job(a: argparse.Namespace) -> int:
                 [j.to_dict() for j in jobs],
                 dict(a.tag),
                 {k: meta[k] for k in ("address", "where", "mode")}
-                | {"number": a.number, "repeat": a.repeat, "min_repeat_ms": a.min_repeat_ms}
+                | {"number": a.number, "repeat": a.repeat, "min_repeat_ms": a.min_repeat_ms,
+                   "best_of": spec.best_of}
                 | ({"control": spec.control.name} if spec.control else {}),
                 started,
             )

@@ -6,25 +6,27 @@ and their JSON and JUnit.
 The comparison is :func:`vmrpc_farm.stats.hl_ratio` on the raw per-call
 repeats of the two labels (every stored run of a label pooled). Change
 points are Apache Otava's (the e-divisive method with its t-test merge
-step, ``otava.analysis.compute_change_points``) over the series of raw
-repeats in label order; a change point is reported at the label of the
-first repeat after it. A change point counts only when it is significant
-(p < CP_PVALUE) and at least as large as the check's threshold (Otava's
-min_magnitude): the slow drift of a shared machine is not a change.
+step, ``otava.analysis.compute_change_points``) over one point per job
+(the median of its repeats) in label order; a change point is reported at
+the label of the first job after it. A change point counts only when it is
+significant (p < CP_PVALUE) and at least as large as the check's threshold
+(Otava's min_magnitude): the slow drift of a shared machine is not a change.
 
 Control-normalized series (``bench --control``): where every repeat of
 both labels has its paired control repeat, timed interleaved in the same
 job, and both labels ran the same control executable, ``check`` judges
 the model's time over its paired control's time instead of the raw time
-(``"measure": "normalized"`` in its verdict), with the same statistics;
-and change points are found over the normalized series where every label
-of it has one. Elsewhere the raw repeats are judged (``"measure": "raw"``,
+(``"measure": "normalized"`` in its verdict; on the device timer where
+every repeat of both has a reading, ``"time_base"``), with the same
+statistics; and change points are found over the normalized series where
+every label of it has one. Elsewhere the raw repeats are judged (``"measure": "raw"``,
 with ``why_raw``). ``--raw`` asks for raw figures throughout.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 import xml.etree.ElementTree as ET
 from typing import Any, Dict, List, Optional, Sequence
@@ -39,13 +41,21 @@ CP_PVALUE = 0.001
 CP_WINDOW = 50
 
 
+def time_base(s: Series, labels: Sequence[str]) -> str:
+    """The clock that normalized repeats of these labels are judged on:
+    the device timer where every repeat of each (model and control) has a
+    reading, else the wall clock."""
+    return "device" if all(s.time_base(x) == "device" for x in labels) else "wall"
+
+
 def normalized_series(s: Series) -> Optional[Dict[str, List[float]]]:
     """label -> normalized repeats, where every label of s has them with
     one and the same control executable; else None."""
     out = {}
     shas = set()
+    base = time_base(s, s.labels)
     for label in s.labels:
-        n = s.normalized(label)
+        n = s.normalized(label, base)
         if n is None or len(s.control_sha.get(label) or []) != 1:
             return None
         shas.update(s.control_sha[label])
@@ -56,9 +66,11 @@ def normalized_series(s: Series) -> Optional[Dict[str, List[float]]]:
 def change_points(
     s: Series, min_magnitude: float, raw: bool = False
 ) -> List[Dict[str, Any]]:
-    """Change points of s's repeats in label order (normalized ones where
-    the whole series has them and raw is False, else wall-clock): [{label,
-    index, pvalue, before, after}] (means of the repeats either side)."""
+    """Change points of s in label order, over one point per job: the
+    median of the job's repeats (normalized ones where the whole series
+    has them and raw is False, else wall-clock), as Otava reads a history
+    of one figure per run. [{label, index (of the job, in order), pvalue,
+    before, after}] (means of the points either side)."""
     from otava.analysis import compute_change_points
 
     values = None if raw else normalized_series(s)
@@ -67,8 +79,11 @@ def change_points(
     flat: List[float] = []
     owner: List[str] = []
     for label in s.labels:
-        flat += values[label]
-        owner += [label] * len(values[label])
+        jobs: Dict[int, List[float]] = {}
+        for rid, x in zip(s.result_at[label], values[label]):
+            jobs.setdefault(rid, []).append(x)
+        flat += [statistics.median(xs) for xs in jobs.values()]
+        owner += [label] * len(jobs)
     if len(flat) < 4:
         return []
     cps, _ = compute_change_points(
@@ -92,6 +107,7 @@ def change_points(
 
 def history_rows(s: Series, level: float = 0.95) -> List[Dict[str, Any]]:
     rows = []
+    base = time_base(s, s.labels)
     for label in s.labels:
         w = s.wall[label]
         if not w:
@@ -107,7 +123,7 @@ def history_rows(s: Series, level: float = 0.95) -> List[Dict[str, Any]]:
                 "ci_hi_s": hi,
                 "device_median_s": stats.median_ci(dev, level)[0] if dev else None,
                 "normalized_median": (
-                    stats.median_ci(norm, level)[0] if (norm := s.normalized(label)) else None
+                    stats.median_ci(norm, level)[0] if (norm := s.normalized(label, base)) else None
                 ),
                 "control_sha256": s.control_sha.get(label, []),
                 "exe_sha256": s.sha.get(label, []),
@@ -136,7 +152,8 @@ def check(
         if why_raw is None:
             measure = "normalized"
             raw_r = stats.hl_ratio(a, b, level)
-            a, b = s.normalized(baseline) or [], s.normalized(label) or []
+            base = time_base(s, (baseline, label))
+            a, b = s.normalized(baseline, base) or [], s.normalized(label, base) or []
         if not a and not b:
             continue
         v: Dict[str, Any] = {
@@ -173,7 +190,7 @@ def check(
                 v.update(baseline_median_normalized=stats.median_ci(a)[0],
                          median_normalized=stats.median_ci(b)[0],
                          raw_ratio=raw_r.ratio, raw_ci_lo=raw_r.lo, raw_ci_hi=raw_r.hi,
-                         control=s.control_sha[label][0])
+                         control=s.control_sha[label][0], time_base=base)
             if r.lo is None:
                 v["why"] = "too few repeats for an interval at this level"
         v["regression"] = v["verdict"] == "slower"

@@ -53,6 +53,8 @@ class JobSpec:
     number: int = 10
     repeat: int = 1
     min_repeat_ms: int = 0
+    # each repeat is the fastest of this many batches (see _best_of)
+    best_of: int = 1
     # check: expected outputs in order (flattened depth-first), tolerances
     expected: List[Any] = field(default_factory=list)
     rtol: float = 1e-5
@@ -89,6 +91,9 @@ class AgentSlot:
     props: Dict[str, Any]
     down: threading.Event = field(default_factory=threading.Event)
     down_reason: str = ""
+    # bench --control jobs run on this agent so far (which VM is created
+    # first alternates with it: see _bench_controlled)
+    controlled: int = 0
 
     def connect(self, **kw: Any) -> vmrpc.Session:
         return vmrpc.connect(self.dial or self.url, **kw)
@@ -158,6 +163,12 @@ def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[A
     t0 = time.perf_counter()
     with slot.connect(long_timeout=spec.timeout, client_name="vmrpc-farm") as s:
         exe = s.upload(spec.model)
+        cvm = None
+        if spec.kind == "bench" and spec.control is not None:
+            res["control_first"] = slot.controlled % 2 == 1
+            slot.controlled += 1
+            if res["control_first"]:
+                cvm = _control_vm(s, spec.control, spec.device, spec.exec_mode)
         vm = s.create_vm(exe, device=spec.device, exec_mode=spec.exec_mode)
         res["device"] = ",".join(vm.devices)
         dev = [d for d in s.info["devices"] if d["selector"] == vm.devices[0]]
@@ -165,12 +176,14 @@ def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[A
         res["store_hit"] = exe.store_hit
         res["init_s"] = time.perf_counter() - t0
         if spec.kind == "bench" and spec.control is not None:
-            return _bench_controlled(s, vm, spec, spec.control, res)
+            return _bench_controlled(s, vm, cvm, spec, spec.control, res)
         if spec.kind == "bench":
             ev = vm.time_evaluator(
-                spec.func, number=spec.number, repeat=spec.repeat, min_repeat_ms=spec.min_repeat_ms
+                spec.func, number=spec.number, repeat=spec.repeat * spec.best_of,
+                min_repeat_ms=spec.min_repeat_ms,
             )
-            res["timing"] = ev(*spec.args, **spec.kwargs).to_dict()
+            t = ev(*spec.args, **spec.kwargs).to_dict()
+            res["timing"] = t if spec.best_of == 1 else _best_of(t, spec.best_of)
             res["status"] = "ok"
             return None
         out = vm[spec.func](*spec.args, **spec.kwargs)
@@ -196,17 +209,35 @@ def _run(slot: AgentSlot, spec: JobSpec, res: Dict[str, Any]) -> Optional[List[A
         return [v for _, v in leaves]
 
 
+def _control_vm(s: vmrpc.Session, ctl: Control, device: Optional[str],
+               exec_mode: Optional[str]) -> Any:
+    try:
+        return s.create_vm(s.upload(ctl.model), device=device, exec_mode=exec_mode)
+    except VMError as e:
+        raise ControlError(f"the control {ctl.name} did not load: {e}") from None
+
+
 def _bench_controlled(
-    s: vmrpc.Session, vm: Any, spec: JobSpec, ctl: Control, res: Dict[str, Any]
+    s: vmrpc.Session, vm: Any, cvm: Any, spec: JobSpec, ctl: Control, res: Dict[str, Any]
 ) -> None:
     """Times the model and the control interleaved, one repeat each in the
     order A B B A A B B A ... (the model first in even pairs, the control
     first in odd ones), on the same device of the same agent: a drift of
     the device slower than a pair falls on both alike, and the model's time
-    over its paired control's time cancels it. Each timing is one
-    time_evaluator call of repeat=1 (its first call, discarded, warms the
-    caches after the other executable ran); the number of calls per repeat
-    is found once per executable (min_repeat_ms) and then kept.
+    over its paired control's time cancels it. Each repeat is one
+    time_evaluator call of spec.best_of batches (its first call, discarded,
+    warms the caches after the other executable ran) and keeps the fastest
+    batch: work beside the device only ever adds time, so the fastest of a
+    few short batches is the least disturbed (docs/farm.md). The number of
+    calls per batch is found once per executable (min_repeat_ms) and then
+    kept.
+
+    Which VM is created first alternates from one job on the agent to the
+    next (cvm: the control's, made before the model's; None: made here,
+    after it). Where a VM's memory lands moves its speed by a few per cent
+    for as long as it lives, and consecutive jobs get the same memory back
+    in the order they ask for it: with the order fixed, every job of a
+    bench had the model off its control the same way (docs/farm.md).
 
     res["timing"] is the model's (results: per repeat, as without a
     control); res["control"] the control's, paired by index."""
@@ -215,11 +246,8 @@ def _bench_controlled(
             f"--control times the model and the control on one device; the model runs on "
             f"{len(vm.devices)} ({','.join(vm.devices)}): give one device with -d"
         )
-    try:
-        cexe = s.upload(ctl.model)
-        cvm = s.create_vm(cexe, device=vm.devices[0], exec_mode=spec.exec_mode)
-    except VMError as e:
-        raise ControlError(f"the control {ctl.name} did not load: {e}") from None
+    if cvm is None:
+        cvm = _control_vm(s, ctl, vm.devices[0], spec.exec_mode)
     if list(cvm.devices) != list(vm.devices):  # the agent placed it elsewhere
         raise ControlError(
             f"the control {ctl.name} runs on {','.join(cvm.devices)}, the model on "
@@ -233,24 +261,37 @@ def _bench_controlled(
         v.set_input(func, *args, **kwargs)
         first = v.time_evaluator(func, number=spec.number, repeat=1,
                                  min_repeat_ms=spec.min_repeat_ms)()
-        sides.append((v.time_evaluator(func, number=first.number, repeat=1), first.number))
+        sides.append(v.time_evaluator(func, number=first.number, repeat=spec.best_of))
     got: List[List[Dict[str, Any]]] = [[], []]
     for i in range(spec.repeat):
         for k in ((0, 1) if i % 2 == 0 else (1, 0)):
-            got[k].append(sides[k][0]().to_dict())
-    res["timing"], res["control"] = (_joined(t, n) for t, (_, n) in zip(got, sides))
+            got[k].append(_best_of(sides[k]().to_dict(), spec.best_of))
+    res["timing"], res["control"] = (_joined(t) for t in got)
     res["control"].update(model=ctl.name, func=ctl.func,
                           exe_sha256=hashlib.sha256(ctl.model).hexdigest())
     res["status"] = "ok"
 
 
-def _joined(parts: List[Dict[str, Any]], number: int) -> Dict[str, Any]:
-    """One TimeResult-like dict of single-repeat timings."""
-    wall = [float(p["results"][0]) for p in parts]
-    dev = [p["device_results"][0] for p in parts]
+def _best_of(t: Dict[str, Any], k: int) -> Dict[str, Any]:
+    """A TimeResult dict whose batches, in groups of k, become one repeat
+    each: the group's fastest batch, by wall clock and by device timer
+    alike (the device's None where a batch of the group has no reading)."""
+    wall = [float(x) for x in t["results"]]
+    dev = list(t.get("device_results") or [None] * len(wall))
+    groups = range(0, len(wall) - len(wall) % k, k)
+    return _summary(
+        [min(wall[g:g + k]) for g in groups],
+        [None if any(d is None for d in dev[g:g + k]) else min(dev[g:g + k]) for g in groups],
+        number=int(t["number"]),
+        warmup=float(t.get("warmup") or 0),
+        gate_wait=float(t.get("gate_wait") or 0),
+        best_of=k,
+    )
+
+
+def _summary(wall: List[float], dev: List[Optional[float]], **more: Any) -> Dict[str, Any]:
     devs = [d for d in dev if d is not None]
     return {
-        "number": number,
         "results": wall,
         "device_results": dev,
         "mean": statistics.fmean(wall),
@@ -259,10 +300,21 @@ def _joined(parts: List[Dict[str, Any]], number: int) -> Dict[str, Any]:
         "min": min(wall),
         "max": max(wall),
         "device_median": statistics.median(devs) if devs else None,
-        "warmup": sum(float(p.get("warmup") or 0) for p in parts),
-        "gate_wait": sum(float(p.get("gate_wait") or 0) for p in parts),
-        "interleaved": True,
+        **more,
     }
+
+
+def _joined(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One TimeResult-like dict of single-repeat timings."""
+    return _summary(
+        [float(p["results"][0]) for p in parts],
+        [p["device_results"][0] for p in parts],
+        number=parts[0]["number"],
+        warmup=sum(float(p.get("warmup") or 0) for p in parts),
+        gate_wait=sum(float(p.get("gate_wait") or 0) for p in parts),
+        best_of=parts[0]["best_of"],
+        interleaved=True,
+    )
 
 
 class ControlError(Exception):

@@ -191,15 +191,37 @@ class Series:
     # was taken) and the control executables' SHA-256 under the label
     control: Dict[str, List[Optional[float]]] = field(default_factory=dict)
     control_sha: Dict[str, List[str]] = field(default_factory=dict)
+    # label -> the device timer's reading of each wall repeat and of its
+    # paired control repeat (None: none)
+    device_at: Dict[str, List[Optional[float]]] = field(default_factory=dict)
+    control_device: Dict[str, List[Optional[float]]] = field(default_factory=dict)
+    # label -> the result (job) each wall repeat belongs to
+    result_at: Dict[str, List[int]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
         return f"{self.model} @ {self.agent} {self.device}"
 
-    def normalized(self, label: str) -> Optional[List[float]]:
+    def time_base(self, label: str) -> str:
+        """"device" where every repeat of the label, and every paired
+        control repeat, has a device timer reading; else "wall"."""
+        d, c = self.device_at.get(label) or [], self.control_device.get(label) or []
+        ok = d and all(x is not None and x > 0 for x in d) and (
+            not any(self.control.get(label) or []) or (
+                len(c) == len(d) and all(x is not None and x > 0 for x in c)))
+        return "device" if ok else "wall"
+
+    def normalized(self, label: str, base: str = "wall") -> Optional[List[float]]:
         """The label's model time over its paired control time, repeat by
-        repeat; None unless every repeat of the label has its control."""
-        w, c = self.wall.get(label) or [], self.control.get(label) or []
+        repeat, on the wall clock or the device timer (base); None unless
+        every repeat of the label has its control (and, for "device", a
+        device reading on both sides)."""
+        if base == "device":
+            if self.time_base(label) != "device":
+                return None
+            w, c = self.device_at.get(label) or [], self.control_device.get(label) or []
+        else:
+            w, c = self.wall.get(label) or [], self.control.get(label) or []
         if not w or len(c) != len(w) or any(x is None or x <= 0 for x in c):
             return None
         return [a / b for a, b in zip(w, c)]  # type: ignore[operator]
@@ -385,6 +407,7 @@ class Store:
                 samples.c.device_s,
                 controls.c.exe_sha256.label("control_sha"),
                 control_samples.c.wall_s.label("control_s"),
+                control_samples.c.device_s.label("control_device_s"),
             )
             .select_from(
                 runs.join(results)
@@ -410,7 +433,7 @@ class Store:
             s = out.setdefault((r.model, r.agent, r.device), Series(r.model, r.agent, r.device))
             if r.label not in s.wall:
                 for d in (s.wall, s.device_s, s.states, s.profiles, s.sha, s.control,
-                          s.control_sha):
+                          s.control_sha, s.device_at, s.control_device, s.result_at):
                     d[r.label] = []  # type: ignore[index]
             if r.id not in seen:
                 seen.add(r.id)
@@ -423,6 +446,10 @@ class Store:
             if r.wall_s is not None:
                 s.wall[r.label].append(float(r.wall_s))
                 s.control[r.label].append(None if r.control_s is None else float(r.control_s))
+                s.device_at[r.label].append(None if r.device_s is None else float(r.device_s))
+                s.result_at[r.label].append(int(r.id))
+                s.control_device[r.label].append(
+                    None if r.control_device_s is None else float(r.control_device_s))
                 if r.device_s is not None:
                     s.device_s[r.label].append(float(r.device_s))
         for s in out.values():
