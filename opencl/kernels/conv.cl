@@ -178,15 +178,27 @@ __kernel void conv2d(__global const S *x, int xo, __global const S *w, int wo,
   }
 #define C616_FMA(i) \
   C616_ROW(0, i) C616_ROW(1, i) C616_ROW(2, i) C616_ROW(3, i) C616_ROW(4, i) C616_ROW(5, i)
-/* Stores row r of a 6x16 block (accumulators c<r>l, c<r>h: output channel
- * oc + r, rows of y rs apart from yb) with the bias and the epilogue, unless
- * the channel is past the group's Og (block from ob). */
-#define C616_OUT(r, rs)                                                                     \
-  if (ob + r < Og) {                                                                        \
-    float b_ = has_bias ? LD(bias, bo + oc + r) : 0.0f;                                     \
-    conv_store(yb + r * (rs), min(npix, 8), 0.0f, conv_epilogue(c##r##l + b_, act, am, aa)); \
-    if (npix > 8)                                                                           \
-      conv_store(yb + r * (rs) + 8, npix - 8, 0.0f, conv_epilogue(c##r##h + b_, act, am, aa)); \
+/* Stores pixels first .. npix - 1 of a 16-pixel row (lo: 0-7, hi: 8-15). */
+void conv_store16(__global S *yrow, int first, int npix, float8 lo, float8 hi) {
+  if (first == 0 && npix == 16) {
+    ST8(lo, 0, yrow);
+    ST8(hi, 1, yrow);
+  } else {
+    float a[16];
+    vstore8(lo, 0, a);
+    vstore8(hi, 1, a);
+    for (int t = first; t < npix; t++) ST(a[t], t, yrow);
+  }
+}
+/* Stores pixels first .. npix - 1 of row r of a 6x16 block (accumulators
+ * c<r>l, c<r>h: output channel oc + r, rows of y rs apart from yb) with the
+ * bias and the epilogue, unless the channel is past the group's Og (block
+ * from ob). */
+#define C616_OUT(r, rs)                                                                  \
+  if (ob + r < Og) {                                                                     \
+    float b_ = has_bias ? LD(bias, bo + oc + r) : 0.0f;                                  \
+    conv_store16(yb + r * (rs), first, npix, conv_epilogue(c##r##l + b_, act, am, aa),   \
+                 conv_epilogue(c##r##h + b_, act, am, aa));                              \
   }
 #define C616_STORE(rs) \
   C616_OUT(0, rs) C616_OUT(1, rs) C616_OUT(2, rs) C616_OUT(3, rs) C616_OUT(4, rs) C616_OUT(5, rs)
@@ -271,7 +283,7 @@ __kernel void conv2d_616(__global const S *x, int xo, __global const S *w, int w
       }
     }
   }
-  int oc = g * Og + ob;
+  int oc = g * Og + ob, first = 0;
   __global S *yb = y + yo + ((n * O + oc) * OH + oh) * OW + ow0;
   C616_STORE(OH * OW)
 }
@@ -284,6 +296,10 @@ __kernel void conv2d_616(__global const S *x, int xo, __global const S *w, int w
  * 15 of AVX2's 16 vector registers (8 channels as float16s took all 16 for
  * the accumulators alone and spilled). The bias and the epilogue go into
  * the store, so a call is one launch where the GEMM formulation takes two.
+ * The map's last block, when P is not a multiple of 16 (14x14 and 7x7 maps),
+ * is the map's last 16 pixels, overlapping the block before it: computed
+ * as a full block, only its own pixels stored (reading the pixels past P
+ * masked, lane by lane, cost PP-LCNet's 196-pixel maps a fifth of the call).
  *
  * Global ids: 0 = 16-pixel block, 1 = output-channel block (6) within the
  * group, 2 = n * groups + g. */
@@ -293,6 +309,11 @@ __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int w
   int p0 = get_global_id(0) * 16, ob = get_global_id(1) * 6, ng = get_global_id(2);
   int Cg = C / groups, Og = O / groups;
   if (p0 >= P || ob >= Og) return;
+  int first = 0;
+  if (p0 + 16 > P && P >= 16) {
+    first = p0 - (P - 16);
+    p0 = P - 16;
+  }
   int n = ng / groups, g = ng - n * groups;
   __global const S *xc = x + xo + (n * C + g * Cg) * P + p0;
   __global const S *wp = w + wo + (g * Og) * Cg;
@@ -304,7 +325,7 @@ __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int w
       C616_FMA(c)
     }
   } else {
-    /* the map's last block: pixels past P read as 0, never stored */
+    /* a map of fewer than 16 pixels: those past P read as 0, never stored */
     for (int c = 0; c < Cg; c++, xc += P) {
       float a[16];
       for (int t = 0; t < 16; t++) a[t] = t < npix ? LD(xc, t) : 0.0f;
@@ -395,9 +416,13 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
  * dw3s11, dw3s22, dw3s21, dw3s12 and the same for 5), so the tap, row and
  * lane loops unroll into registers. Each work-item computes DW_R output
  * rows x 8 pixels of one channel: it reads each of the (DW_R - 1) * SH + K
- * input rows under them once, as a window of 7 * SW + K columns (one to
- * three vector loads away from the row ends, zeros in the padding), and
- * adds every tap of that row to each output row it reaches.
+ * input rows under them once, as a window of 7 * SW + K columns (two or
+ * three vector loads, zeros in the padding), and
+ * adds every tap of that row to each output row it reaches. The window is
+ * read as vectors wherever it lies inside the tensor, at the row ends too
+ * (the lanes past the row masked to 0: the pads of a 14-wide map make
+ * every block a row end); only the tensor's first and last rows' ends are
+ * read column by column.
  * conv2d_og1 instead reads an input row once per output row and tap row
  * (K times), gathers lane by lane at stride 2, and runs its tap loops at
  * run time. Rows and pixels past the output are computed, never stored.
@@ -420,15 +445,23 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
     float b = has_bias ? LD(bias, bo + c) : 0.0f;                                          \
     _Pragma("unroll") for (int r = 0; r < DW_R; r++) acc[r] = (float8)(b);                 \
     int ih0 = oh0 * SH - PH, iw0 = ow0 * SW - PW;                                          \
-    /* the window's vector loads: 16 columns at stride 1, 24 at 2 */                       \
-    int inner = iw0 >= 0 && iw0 + 8 * (SW + 1) <= W;                                       \
+    /* the window's vector loads: 16 columns at stride 1, 24 at 2; lanes outside   \
+     * the row (the padding, or the rows beside it) masked to 0 */                         \
+    int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7) + (int8)(iw0);                              \
+    int8 wm[SW + 1];                                                                       \
+    _Pragma("unroll") for (int v = 0; v < SW + 1; v++) wm[v] =                             \
+        (lane + 8 * v >= (int8)(0)) & (lane + 8 * v < (int8)(W));                          \
+    /* the tensor's first and last elements, which the row ends' windows may pass */       \
+    int xbeg = -(nc * H * W), xend = ((int)get_global_size(2) - nc) * H * W;               \
     _Pragma("unroll") for (int ir = 0; ir < (DW_R - 1) * SH + K; ir++) {                   \
       int ih = ih0 + ir;                                                                   \
       if (ih < 0 || ih >= H) continue; /* the padding adds nothing */                      \
       __global const S *xr = xc + ih * W + iw0;                                            \
       float xw[8 * (SW + 1)];                                                              \
-      if (inner) {                                                                         \
-        _Pragma("unroll") for (int v = 0; v < SW + 1; v++) vstore8(LD8(xr, v), v, xw);     \
+      int wo0 = ih * W + iw0; /* the window's first column from xc */                      \
+      if (wo0 >= xbeg && wo0 + 8 * (SW + 1) <= xend) {                                     \
+        _Pragma("unroll") for (int v = 0; v < SW + 1; v++)                                 \
+            vstore8(select((float8)(0.0f), LD8(xr, v), wm[v]), v, xw);                     \
       } else {                                                                             \
         _Pragma("unroll") for (int t = 0; t < 7 * SW + K; t++) {                           \
           int iw = iw0 + t;                                                                \

@@ -563,6 +563,7 @@ static void test_conv2d_formulations(void **state) {
       {2, 7, 3, 5, 9, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},    /* batch, odd map, no bias */
       {1, 6, 9, 7, 10, 1, 1, 1, 1, 0, 0, 2, 3, 2, 1},   /* groups */
       {1, 20, 4, 12, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* full 16-pixel blocks */
+      {2, 9, 7, 7, 13, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 49 pixels: an overlapped last block */
   };
   static const conv_epi_t relu_affine = {1, 0.5, -0.25}, hswish = {2, 1, 0};
   const char *modes[] = {"gemm", "direct"};
@@ -572,6 +573,8 @@ static void test_conv2d_formulations(void **state) {
     check_conv_epi(e, VM_F32, &cases[0], &relu_affine);
     check_conv_epi(e, VM_F32, &cases[8], &hswish);
     check_conv_epi(e, VM_F32, &cases[11], &relu_affine);
+    check_conv_epi(e, VM_F32, &cases[13], &hswish);
+    check_conv(e, VM_F16, &cases[13]);
     check_conv(e, VM_F16, &cases[8]); /* float16 stays on the direct kernel */
     check_conv(e, VM_F16, &cases[11]);
   }
@@ -763,6 +766,7 @@ static void test_conv2d_dw_rows(void **state) {
       {1, 3, 7, 45, 3, 5, 5, 2, 1, 2, 2, 1, 1, 3, 0},   /* 5x5 stride (2, 1) */
       {1, 5, 9, 37, 5, 3, 3, 1, 2, 1, 1, 1, 1, 5, 1},   /* stride (1, 2) */
       {1, 2, 6, 33, 2, 5, 5, 1, 2, 2, 2, 1, 1, 2, 1},   /* 5x5 stride (1, 2) */
+      {2, 4, 14, 14, 4, 3, 3, 2, 2, 1, 1, 1, 1, 4, 1},  /* batch, 14 wide at stride 2: masked */
   };
   static const conv_epi_t hswish = {2, 0.5, -0.25};
   const size_t n = sizeof(cases) / sizeof(cases[0]);
