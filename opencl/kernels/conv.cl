@@ -451,7 +451,8 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
     int8 wm[SW + 1];                                                                       \
     _Pragma("unroll") for (int v = 0; v < SW + 1; v++) wm[v] =                             \
         (lane + 8 * v >= (int8)(0)) & (lane + 8 * v < (int8)(W));                          \
-    /* the tensor's first and last elements, which the row ends' windows may pass */       \
+    /* the tensor's first and last elements, which the row ends' windows may pass     \
+     * (the grid's third dimension is exactly N x C: launch_rows makes it so) */           \
     int xbeg = -(nc * H * W), xend = ((int)get_global_size(2) - nc) * H * W;               \
     _Pragma("unroll") for (int ir = 0; ir < (DW_R - 1) * SH + K; ir++) {                   \
       int ih = ih0 + ir;                                                                   \
@@ -459,7 +460,7 @@ __kernel void conv2d_og1(__global const S *x, int xo, __global const S *w, int w
       __global const S *xr = xc + ih * W + iw0;                                            \
       float xw[8 * (SW + 1)];                                                              \
       int wo0 = ih * W + iw0; /* the window's first column from xc */                      \
-      if (wo0 >= xbeg && wo0 + 8 * (SW + 1) <= xend) {                                     \
+      if (wo0 >= xbeg && wo0 <= xend - 8 * (SW + 1)) { /* no int wrap near 2^31 */         \
         _Pragma("unroll") for (int v = 0; v < SW + 1; v++)                                 \
             vstore8(select((float8)(0.0f), LD8(xr, v), wm[v]), v, xw);                     \
       } else {                                                                             \
