@@ -14,6 +14,8 @@
  * loop's time bounds a VM loop lowering from below.
  *
  *   fused_ms   main_fused: one cl.rnn call with t_count = T, then a sync
+ *   fused_cpu_ms  the process's CPU time (all threads) over that call: the
+ *              work done, less sensitive than fused_ms to a loaded host
  *   loop_ms    main_loop: T calls with t_count = 1 in a VM loop, then a sync
  *   ratio      loop_ms / fused_ms (above 1: the fused launch is faster)
  *
@@ -23,11 +25,13 @@
  * models. Medians over runs, the two variants alternating, after a
  * warm-up of each (the kernel build).
  *
- * Usage: bench_rnn [runs]   (default 7). Prints one JSON object.
+ * Usage: bench_rnn [runs [NAME]]   (runs default 7; NAME: only the shapes
+ * whose name contains NAME). Prints one JSON object.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vm/vm.h"
 #include "vmcl/vmcl.h"
@@ -169,13 +173,23 @@ static vm_value_t tensor(vm_device_t *dev, vm_allocator_t *al, uint32_t ndim, co
   return v;
 }
 
-/* ms of one invocation of func, synced. */
-static double once_ms(vm_machine_t *m, vm_device_t *dev, const char *func, vm_value_t *args) {
+static double cpu_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ms of one invocation of func, synced; *cpu: the process's CPU ms over it
+ * (all threads). */
+static double once_ms(vm_machine_t *m, vm_device_t *dev, const char *func, vm_value_t *args,
+                      double *cpu) {
   vm_value_t out;
+  double c0 = cpu_ms();
   uint64_t t0 = vm_now_ns();
   check(vm_machine_invoke(m, func, args, NPARAMS, &out), func);
   check(dev->ops->sync(dev), "sync");
   uint64_t t1 = vm_now_ns();
+  *cpu = cpu_ms() - c0;
   vm_value_release(&out);
   return (double)(t1 - t0) / 1e6;
 }
@@ -183,18 +197,21 @@ static double once_ms(vm_machine_t *m, vm_device_t *dev, const char *func, vm_va
 /* Medians over runs of both functions, run alternately (so that a
  * change of the host's load falls on both), after a warm-up of each. */
 static void time_both(vm_machine_t *m, vm_device_t *dev, vm_value_t *args, int runs, double *fused,
-                      double *loop) {
+                      double *fused_cpu, double *loop) {
   double *f = calloc((size_t)runs, sizeof(double)), *l = calloc((size_t)runs, sizeof(double));
-  if (!f || !l) exit(1);
-  once_ms(m, dev, "main_fused", args);
-  once_ms(m, dev, "main_loop", args);
+  double *fc = calloc((size_t)runs, sizeof(double)), c;
+  if (!f || !l || !fc) exit(1);
+  once_ms(m, dev, "main_fused", args, &c);
+  once_ms(m, dev, "main_loop", args, &c);
   for (int r = 0; r < runs; r++) {
-    f[r] = once_ms(m, dev, "main_fused", args);
-    l[r] = once_ms(m, dev, "main_loop", args);
+    f[r] = once_ms(m, dev, "main_fused", args, &fc[r]);
+    l[r] = once_ms(m, dev, "main_loop", args, &c);
   }
   *fused = median(f, runs);
+  *fused_cpu = median(fc, runs);
   *loop = median(l, runs);
   free(f);
+  free(fc);
   free(l);
 }
 
@@ -213,8 +230,11 @@ int main(int argc, char **argv) {
   check(vm_registry_add(reg, "bench.less", b_less, NULL), "register");
   printf("{\"device\": \"%s\", \"runs\": %d, \"shapes\": [", dev->props.name, runs);
   double tot_f = 0, tot_l = 0;
+  const char *only = argc > 2 ? argv[2] : "";
+  int printed = 0;
   for (size_t i = 0; i < NSHAPES; i++) {
     const rnn_shape_t *s = &SHAPES[i];
+    if (!strstr(s->name, only)) continue;
     int64_t G = s->kind == 0 ? 1 : s->kind == 1 ? 3 : 4;
     int64_t xwd[3] = {s->D, s->T * s->B, G * s->H}, rd[3] = {s->D, s->H, G * s->H};
     int64_t pd[1] = {13}, wsd[2] = {s->D * s->B, 4 * s->H};
@@ -238,12 +258,12 @@ int main(int argc, char **argv) {
     cfg.registry = reg;
     vm_machine_t *m;
     check(vm_machine_create(e, &cfg, &m), "machine");
-    double f, l;
-    time_both(m, dev, args, runs, &f, &l);
+    double f, fc, l;
+    time_both(m, dev, args, runs, &f, &fc, &l);
     tot_f += f, tot_l += l;
-    printf("%s{\"name\": \"%s\", \"steps\": %lld, \"fused_ms\": %.4f, \"loop_ms\": %.4f, "
-           "\"ratio\": %.3f}",
-           i ? ", " : "", s->name, (long long)s->T, f, l, l / f);
+    printf("%s{\"name\": \"%s\", \"steps\": %lld, \"fused_ms\": %.4f, \"fused_cpu_ms\": %.4f, "
+           "\"loop_ms\": %.4f, \"ratio\": %.3f}",
+           printed++ ? ", " : "", s->name, (long long)s->T, f, fc, l, l / f);
     vm_machine_free(m);
     vm_executable_free(e);
     for (int k = 0; k < NPARAMS; k++) vm_value_release(&args[k]);

@@ -1,6 +1,7 @@
 /* cl.rnn: the recurrence of ONNX's RNN, GRU and LSTM over time steps, one
  * launch for a whole range of steps (kernels/rnn.cl says how it runs). */
 #include <math.h>
+#include <stdio.h>
 
 #include "cl_ops_internal.h"
 
@@ -83,12 +84,16 @@ vm_status_t vmcl_op_rnn(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
   cl_kernel k;
   vm_status_t st;
   pthread_mutex_lock(&d->lock);
-  st = vmcl_family_kernel(d, VMCL_FAM_RNN, "", "rnn_seq", &k);
+  /* a program per kind (and GRU linear_before_reset): the gates of a pass
+   * over the state are then a constant (kernels/rnn.cl) */
+  char opts[64];
+  snprintf(opts, sizeof(opts), "-DRNN_KIND=%d -DRNN_LBR=%d", (int)kind, (flags & 2) != 0);
+  st = vmcl_family_kernel(d, VMCL_FAM_RNN, opts, "rnn_seq", &k);
   if (st) goto done;
-  /* one group size whatever H (a work-item takes units j, j + 64, ...):
-   * PoCL compiles a kernel once per group size, and a barrier-heavy one
-   * takes long to compile */
-  size_t local = vmcl_local_size(d, k, 64);
+  /* a CPU runs a group's work-items one after another: one work-item a
+   * group makes its loop over the units plain vector code; elsewhere 64
+   * (one size whatever H: PoCL compiles a kernel once per group size) */
+  size_t local = vmcl_local_size(d, k, (d->type & CL_DEVICE_TYPE_CPU) ? 1 : 64);
   vmcl_args_t a = vmcl_args_begin(k);
   /* an absent tensor: r's buffer stands in (never read) */
 #define OPT(t)                                      \

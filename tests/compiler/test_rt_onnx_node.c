@@ -2116,7 +2116,7 @@ static void ref_rnn(const rnn_case_t *k, int D, const float *x, const float *w, 
   for (int d = 0; d < D; d++) {
     int rev = strcmp(k->dir, "reverse") == 0 || d == 1;
     for (int b = 0; b < k->B; b++) {
-      double h[16], c[16], g[64], hn[16];
+      double h[40], c[40], g[160], hn[40];
       int st = k->layout ? (b * D + d) * H : (d * k->B + b) * H;
       for (int j = 0; j < H; j++) h[j] = h0[st + j], c[j] = c0 ? c0[st + j] : 0;
       int len = lens ? lens[b] : k->T;
@@ -2174,11 +2174,11 @@ static void ref_rnn(const rnn_case_t *k, int D, const float *x, const float *w, 
 static void rnn_run_case(env_t *e, const rnn_case_t *k) {
   int D = strcmp(k->dir, "bidirectional") == 0 ? 2 : 1;
   int G = k->kind == 0 ? 1 : k->kind == 1 ? 3 : 4, H = k->H, GH = G * H;
-  enum { MAXE = 2 * 4 * 16 * 16 };
-  static float x[256], w[MAXE], r[MAXE], bias[2 * 2 * 64], p[2 * 48], h0[64], c0[64], zero[1];
+  enum { MAXE = 2 * 4 * 40 * 40 };
+  static float x[256], w[MAXE], r[MAXE], bias[2 * 2 * 160], p[2 * 120], h0[256], c0[256], zero[1];
   static int32_t lens[4];
-  static double y[1024], yh[64], yc[64];
-  static float got[1024];
+  static double y[4096], yh[256], yc[256];
+  static float got[4096];
   unsigned seed = 7u + (unsigned)k->kind * 13u + (unsigned)k->T;
 #define RND() ((seed = seed * 1103515245u + 12345u), (float)((seed >> 16) & 0x7fff) / 16384.0f - 1.0f)
   int nx = k->T * k->B * k->I;
@@ -2297,6 +2297,14 @@ static void test_recurrent_features(void **state) {
        {"HardSigmoid", "LeakyRelu", "Sigmoid", "Tanh"}, {0.25f, 0.1f}, {0.5f}},
       {"RNN", "bidirectional", 0, 7, 2, 3, 8, 0, 1, 1, 0, 0, 0.0f, 2, 0, 0,
        {"Relu", "Softplus"}, {0}, {0}},
+      /* H past 16: cl.rnn's sixteen-unit blocks (two float8s a gate), then
+       * the units past the last sixteen */
+      {"GRU", "bidirectional", 1, 3, 2, 3, 20, 0, 1, 0, 0, 1, 0.0f, 4, 0, 0,
+       {"Sigmoid", "Tanh", "Sigmoid", "Tanh"}, {0}, {0}},
+      {"GRU", "forward", 1, 3, 1, 3, 37, 1, 0, 0, 0, 0, 0.0f, 2, 0, 0, {"Sigmoid", "Tanh"}, {0}, {0}},
+      {"LSTM", "forward", 2, 3, 2, 3, 24, 0, 1, 0, 0, 0, 2.5f, 3, 0, 0,
+       {"Sigmoid", "Tanh", "Tanh"}, {0}, {0}},
+      {"RNN", "reverse", 0, 4, 2, 3, 33, 0, 1, 0, 0, 0, 0.0f, 1, 0, 0, {"Tanh"}, {0}, {0}},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) rnn_run_case(*state, &cases[i]);
 }
