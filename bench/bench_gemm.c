@@ -37,6 +37,10 @@
  *                alternating between the two, and speedup is the median
  *                of those runs' base / cl ratios (the machine's load
  *                drifts)
+ *                BENCH_GEMM_NEW=packed: the measured side is
+ *                cl.gemm_packed over a B packed once on the host, as the
+ *                compiler packs a constant weight (shapes with one B and
+ *                neither operand transposed; the others stay cl.gemm)
  *   cl_cpu_ms, base_cpu_ms, cpu_speedup  the same in CPU time of this
  *                process (PoCL's worker threads): the work the kernels
  *                cost, steadier than wall time on a loaded machine
@@ -203,20 +207,45 @@ static double openblas_s(const gemm_case_t *c, int runs, double *cpu) {
 
 typedef struct cl_ctx {
   vm_device_t *dev;
-  vm_packed_fn fn;
-  void *user;
+  vm_packed_fn fn, fn_packed;
+  void *user, *user_packed;
   vm_value_t args[7];
-  int legacy; /* the baseline: VMCL_GEMM=g_base */
+  vm_value_t pargs[6]; /* cl.gemm_packed's, when packed */
+  int legacy;          /* the baseline: VMCL_GEMM=g_base */
+  int packed;          /* the measured side is cl.gemm_packed */
 } cl_ctx_t;
 
 static void cl_call(void *p) {
   cl_ctx_t *x = p;
+  vm_value_t out = vm_value_none();
+  if (!x->legacy && x->packed) {
+    check(x->fn_packed(NULL, x->pargs, 6, &out, x->user_packed), "cl.gemm_packed");
+    check(x->dev->ops->sync(x->dev), "sync");
+    return;
+  }
   if (x->legacy) setenv("VMCL_GEMM", g_base, 1);
   else if (g_new) setenv("VMCL_GEMM", g_new, 1);
   else unsetenv("VMCL_GEMM");
-  vm_value_t out = vm_value_none();
   check(x->fn(NULL, x->args, 7, &out, x->user), "cl.gemm");
   check(x->dev->ops->sync(x->dev), "sync");
+}
+
+/* B [K, N] of case c packed as cl.gemm_packed reads it (docs/operators.md). */
+static vm_value_t packed_b(vm_device_t *dev, vm_allocator_t *al, const gemm_case_t *c) {
+  int64_t np = (c->n + 23) / 24, dims[3] = {np, c->k, 24};
+  float *b = filled((size_t)c->k * c->n, 1), *p = calloc((size_t)(np * c->k * 24) + 1, sizeof(float));
+  if (!p) exit(1);
+  for (int64_t k = 0; k < c->k; k++)
+    for (int64_t j = 0; j < c->n; j++) p[((j / 24) * c->k + k) * 24 + j % 24] = b[k * c->n + j];
+  vm_value_t v;
+  check(vm_tensor_alloc(al, VM_F32, dims, 3, &v), "alloc");
+  vm_tensor_t *t = vm_value_as_tensor(&v);
+  check(dev->ops->copy_from_host(dev, t->storage->buffer, t->offset, p,
+                                 (size_t)(np * c->k * 24) * sizeof(float)),
+        "upload");
+  free(b);
+  free(p);
+  return v;
 }
 
 static vm_value_t tensor(vm_device_t *dev, vm_allocator_t *al, int batch, int64_t r, int64_t c,
@@ -258,7 +287,10 @@ int main(int argc, char **argv) {
   check(vm_allocator_create(x.dev, VM_ALLOC_NAIVE, &al), "allocator");
   check(vm_registry_create(&reg), "registry");
   check(vmcl_register_ops(reg), "register");
-  if (vm_registry_find(reg, "cl.gemm", &x.fn, &x.user) != 0) {
+  int want_packed = g_new && strcmp(g_new, "packed") == 0;
+  if (want_packed) g_new = NULL;
+  if (vm_registry_find(reg, "cl.gemm", &x.fn, &x.user) != 0 ||
+      vm_registry_find(reg, "cl.gemm_packed", &x.fn_packed, &x.user_packed) != 0) {
     fprintf(stderr, "bench_gemm: cl.gemm not registered\n");
     return 1;
   }
@@ -274,6 +306,15 @@ int main(int argc, char **argv) {
     x.args[4] = vm_value_float(1.0);
     x.args[5] = vm_value_float(0.0);
     x.args[6] = tensor(x.dev, al, c->batch, c->m, c->n, 2);
+    x.packed = want_packed && c->batch == 1 && !c->ta && !c->tb;
+    if (x.packed) {
+      x.pargs[0] = x.args[0];
+      x.pargs[1] = packed_b(x.dev, al, c);
+      x.pargs[2] = x.args[4];
+      x.pargs[3] = x.args[5];
+      x.pargs[4] = x.args[6];
+      x.pargs[5] = vm_value_none();
+    }
     /* the two kernels in alternating short runs, the order flipping each
      * run, so that load changes hit both; speedup is the median of the
      * runs' ratios */
@@ -309,10 +350,11 @@ int main(int argc, char **argv) {
     vm_value_release(&x.args[0]);
     vm_value_release(&x.args[1]);
     vm_value_release(&x.args[6]);
+    if (x.packed) vm_value_release(&x.pargs[1]);
   }
 
-  printf("{\"device\": \"%s\", \"runs\": %d, \"base\": \"%s\", \"shapes\": {", x.dev->props.name,
-         runs, g_base);
+  printf("{\"device\": \"%s\", \"runs\": %d, \"base\": \"%s\", \"new\": \"%s\", \"shapes\": {",
+         x.dev->props.name, runs, g_base, want_packed ? "packed" : g_new ? g_new : "default");
   static const char *const models[5] = {"mini", "rec", "mag", "vit", "cap"};
   double tot_cl[5] = {0}, tot_blas[5] = {0}, tot_cl8[5] = {0};
   int first = 1;

@@ -127,6 +127,35 @@ vm_status_t onx_op_gemm(onx_ctx_t *c) {
   return onx_bind_out(c, 0, y, 2, yd);
 }
 
+/* cl.gemm_packed's panel width (opencl/kernels/gemm.cl, gemm4p_nn). */
+#define GEMM_PANEL 24
+
+/* A constant float32 B [K, N] packed for cl.gemm_packed: [ceil(N / 24),
+ * K, 24], element (k, j) at [j / 24][k][j % 24], the columns past N 0
+ * (docs/operators.md). *tid stays -1 where the product keeps cl.gemm:
+ * another dtype, a run-time B, one row of A (gemm.cl's gemv_n reads B
+ * once as it is) or fewer than 16 columns (most of a panel would be pad). */
+static vm_status_t packed_gemm_b(onx_ctx_t *c, const onx_value_t *b, int64_t m, int32_t *tid) {
+  *tid = -1;
+  if (!b->data || b->ndim != 2 || !vm_dtype_equal(b->dt, VM_F32) || m < 2) return VM_STATUS_OK;
+  int64_t k = b->dims[0], n = b->dims[1];
+  if (k == 0 || n < 16) return VM_STATUS_OK;
+  int64_t np = (n + GEMM_PANEL - 1) / GEMM_PANEL, dims[3] = {np, k, GEMM_PANEL};
+  float *p = calloc((size_t)(np * k * GEMM_PANEL), sizeof(float));
+  if (!p) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  for (int64_t kk = 0; kk < k; kk++)
+    for (int64_t j = 0; j < n; j++)
+      memcpy(&p[((j / GEMM_PANEL) * k + kk) * GEMM_PANEL + j % GEMM_PANEL],
+             b->data + (size_t)(kk * n + j) * sizeof(float), sizeof(float));
+  *tid = vmcc_graph_const(c->g, VM_F32, p, 3, dims);
+  free(p);
+  if (*tid >= 0 && c->rep) {
+    c->rep->num_consts++;
+    c->rep->const_bytes += np * k * GEMM_PANEL * (int64_t)sizeof(float);
+  }
+  return VM_STATUS_OK;
+}
+
 vm_status_t onx_op_matmul(onx_ctx_t *c) {
   int done;
   VM_RETURN_IF_ERROR(onx_lstm_chain(c, &done)); /* an unrolled LSTM from here */
@@ -176,12 +205,14 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
    * products, pa and pb are their operands') */
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", on, od, NULL));
   int64_t pa = prod(ad, an - 2), pb = prod(bd, bn - 2), po = prod(bo, nbo);
-  int32_t ta, tb, y;
+  int32_t ta, tb, y, packed = -1;
   if (pb == 1 && bn - 2 <= an - 2) {
-    /* B shared by every batch: A as [po*M, K] */
+    /* B shared by every batch: A as [po*M, K] (a constant float32 B
+     * packed into panels once, here, for cl.gemm_packed) */
     int64_t a2[2] = {pa * m, k}, b2[2] = {k, n}, y2[2] = {pa * m, n};
     ta = onx_reshaped(c, a, 2, a2);
-    tb = onx_reshaped(c, b, 2, b2);
+    if (b->ndim == 2) VM_RETURN_IF_ERROR(packed_gemm_b(c, b, pa * m, &packed));
+    tb = packed >= 0 ? packed : onx_reshaped(c, b, 2, b2);
     y = new_t(c, a->dt, 2, y2);
   } else if (pa == 1 && an - 2 <= bn - 2) {
     int64_t a2[2] = {m, k}, b3[3] = {pb, k, n}, y3[3] = {pb, m, n};
@@ -222,6 +253,15 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
                      A(y)};
   int32_t bias = 0;
   int64_t add = b->ndim > 1 ? bias_after(c, a->dt, on, n, &bias) : -1;
+  if (packed >= 0) { /* (A, B packed, alpha, beta, C, bias|none) */
+    vmcc_arg_t pg[6] = {A(ta), A(tb), vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero), A(y),
+                        add >= 0 ? A(bias) : vmcc_a_none()};
+    call(c, "cl.gemm_packed", 6, pg);
+    if (add < 0) return onx_bind_out(c, 0, y, on, od);
+    c->skip[add] = 1;
+    c->fused = 1;
+    return onx_bind_named(c, c->graph->node[add]->output[0], y, on, od);
+  }
   if (add >= 0) {
     g[7] = A(bias);
     call(c, "cl.gemm", 8, g);

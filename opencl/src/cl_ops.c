@@ -10,6 +10,7 @@ typedef struct op_entry {
 static const op_entry_t ops[] = {
     {"cl.gemm", vmcl_op_gemm, NULL},
     {"cl.gemm_strided", vmcl_op_gemm_strided, NULL},
+    {"cl.gemm_packed", vmcl_op_gemm_packed, NULL},
     {"cl.conv2d", vmcl_op_conv2d, NULL},
     {"cl.conv_transpose2d", vmcl_op_conv_transpose2d, NULL},
     {"cl.binary.add", vmcl_op_binary, "add"},

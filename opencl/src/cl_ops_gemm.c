@@ -751,3 +751,91 @@ vm_status_t vmcl_op_gemm_strided(vm_machine_t *m, const vm_value_t *args, uint32
   }
   return VM_STATUS_OK;
 }
+
+/* ---------------------------------------------------------------------------
+ * cl.gemm_packed(A, B packed, alpha, beta, C, bias|none): C = alpha * A @ B
+ * + beta * C (+ bias) over a float32 B that the compiler packed once into
+ * 24-column panels (a constant weight: gemm.cl's gemm4p_nn, whose comment
+ * has the layout), [ceil(N / 24), K, 24]. A is [M, K] or [batch, M, K]
+ * (every batch entry against the one B), C [M, N] or [batch, M, N]. The
+ * same kernel on every device: CLBlast cannot read the panels.
+ */
+#define GEMM_PANEL 24
+
+vm_status_t vmcl_op_gemm_packed(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                vm_value_t *out, void *user) {
+  (void)m;
+  (void)out;
+  (void)user;
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.gemm_packed", "(A, B packed, alpha, beta, C, bias|none)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 6, 6));
+  vm_tensor_t *A, *P, *C, *bias;
+  double alpha, beta;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &A));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B packed", &P));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 4, "C", &C));
+  VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 5, "bias", &bias));
+  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 2, "alpha", &alpha));
+  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 3, "beta", &beta));
+  if (!vm_dtype_equal(A->dtype, VM_F32)) {
+    char b[24];
+    return vmcl_op_error(&op, "A (argument 0) has dtype %s: expected float32",
+                         vm_dtype_str(A->dtype, b, sizeof(b)));
+  }
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, P, 1, "B packed", VM_F32, "A"));
+  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, C, 4, "C", VM_F32, "A"));
+  if (A->ndim != 2 && A->ndim != 3)
+    return vmcl_op_error(&op, "A (argument 0) must be 2-D or 3-D (batched), got %u dims", A->ndim);
+  if (C->ndim != A->ndim)
+    return vmcl_op_error(&op, "C (argument 4) must have A's %u dims, got %u", A->ndim, C->ndim);
+  int64_t batch = A->ndim == 3 ? A->shape[0] : 1;
+  int64_t M = A->shape[A->ndim - 2], K = A->shape[A->ndim - 1], N = C->shape[C->ndim - 1];
+  int64_t cs[3] = {batch, M, N}, ps[3] = {(N + GEMM_PANEL - 1) / GEMM_PANEL, K, GEMM_PANEL};
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, C, 4, "C", cs + (3 - C->ndim), C->ndim));
+  if (P->ndim != 3 || P->shape[0] != ps[0] || P->shape[1] != K || P->shape[2] != GEMM_PANEL) {
+    char b1[192], b2[192];
+    return vmcl_op_error(&op,
+                         "B packed (argument 1) has shape %s: expected %s for K %lld and N %lld "
+                         "(compile the model again with this version)",
+                         vmcl_shape_str(P->shape, P->ndim, b1, sizeof(b1)),
+                         vmcl_shape_str(ps, 3, b2, sizeof(b2)), (long long)K, (long long)N);
+  }
+  if (bias) {
+    VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, bias, 5, "bias", VM_F32, "A"));
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, bias, 5, "bias", &N, 1));
+  }
+  if (batch * M * N == 0) return VM_STATUS_OK;
+  gemm_shape_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = batch;
+  g.m = M;
+  g.n = N;
+  g.k = K;
+  g.lda = K;
+  g.ldc = N;
+  g.sa = M * K;
+  g.sc = M * N;
+  g.bias = bias ? vmcl_tensor_mem(bias) : NULL;
+  g.bias_o = bias ? vmcl_elem_offset(bias) : 0;
+  vmcl_dev_t *d = op.d;
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_GEMM, vmcl_float_options(VM_F32), "gemm4p_nn", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    gemm_args_a(&a, &g, K, vmcl_tensor_mem(A), vmcl_elem_offset(A));
+    vmcl_arg_mem(&a, vmcl_tensor_mem(P));
+    vmcl_arg_int(&a, vmcl_elem_offset(P));
+    gemm_args_c(&a, &g, vmcl_tensor_mem(C), vmcl_elem_offset(C), (float)alpha, (float)beta, 1);
+    /* work-groups of 8 row blocks (32 rows) down one panel: PoCL runs a
+     * group on one core, which reads the panel once */
+    size_t l0 = vmcl_local_size(d, k, 8), g0 = (size_t)(M + 3) / 4;
+    size_t global[3] = {(g0 + l0 - 1) / l0 * l0, (size_t)ps[0], (size_t)batch};
+    size_t local[3] = {l0, 1, 1};
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : vmcl_launch(d, k, 3, global, local);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}

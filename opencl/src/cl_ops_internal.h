@@ -312,6 +312,8 @@ uint16_t vmcl_f32_to_f16(float f); /* round to nearest even */
 /* ---- the operators (cl_ops_*.c) ---- */
 vm_status_t vmcl_op_gemm(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                          void *user);
+vm_status_t vmcl_op_gemm_packed(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                vm_value_t *out, void *user);
 vm_status_t vmcl_op_gemm_strided(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                                  vm_value_t *out, void *user);
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,

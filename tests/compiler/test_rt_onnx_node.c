@@ -1108,6 +1108,66 @@ static void test_dynamic_matmul_scale_folded(void **state) {
   for (int v = 0; v < 4; v++) dynamic_matmul_case(*state, v);
 }
 
+/* A MatMul by a constant float32 B [K, N] packs B at compile time into
+ * cl.gemm_packed's panels (docs/operators.md): 0 A [2, 17, 40] by W [40,
+ * 50] then Add of a bias [50] (one cl.gemm_packed with the bias, no
+ * cl.gemm, no cl.binary.add), 1 the same without the Add; kept as cl.gemm:
+ * 2 N = 15 (most of a panel would be pad), 3 one row of A (M = 1: gemv);
+ * 4 B an Add of two constants (W + 0, folded by the compiler): packed too.
+ * (A B computed at run time keeps cl.gemm: the attention cases below.)
+ * Every result matches the host. */
+static void matmul_packed_case(env_t *e, int variant) {
+  enum { B = 2, M = 17, K = 40, NMAX = 50 };
+  int n = variant == 2 ? 15 : NMAX, rows = variant == 3 ? 1 : B * M;
+  static float x[B * M * K], w[K * NMAX], bias[NMAX], got[B * M * NMAX];
+  for (int i = 0; i < B * M * K; i++) x[i] = (float)((i * 7) % 11) * 0.25f - 1.0f;
+  for (int i = 0; i < K * NMAX; i++) w[i] = (float)((i * 5) % 9) * 0.125f - 0.5f;
+  for (int i = 0; i < NMAX; i++) bias[i] = (float)i * 0.5f - 3.0f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t x3[3] = {B, M, K}, x2[2] = {1, K}, y3[3] = {B, M, n}, y2[2] = {1, n};
+  int64_t wdims[2] = {K, n}, b1[1] = {n};
+  mb_input(&m, "x", variant == 3 ? 2 : 3, variant == 3 ? x2 : x3);
+  mb_output(&m, "y", variant == 3 ? 2 : 3, variant == 3 ? y2 : y3);
+  mb_init_raw(&m, "w", 1, 2, wdims, w, (size_t)(K * n) * 4);
+  mb_init_raw(&m, "b", 1, 1, b1, bias, (size_t)n * 4);
+  const char *wname = "w";
+  if (variant == 4) {
+    static const float zero = 0.0f;
+    mb_init_raw(&m, "z", 1, 0, NULL, &zero, 4);
+    mb_node(&m, "Add", "wz", "w", "z", "wr");
+    wname = "wr";
+  }
+  int with_bias = variant != 1;
+  mb_node(&m, "MatMul", "mm", "x", wname, with_bias ? "p" : "y");
+  if (with_bias) mb_node(&m, "Add", "add", "p", "b", "y");
+  static const char *const ops[3] = {"cl.gemm_packed", "cl.gemm", "cl.binary.add"};
+  uint32_t cnt[3];
+  vmcc_tensor_t xin = {VM_F32, variant == 3 ? 2u : 3u, {B, M, K}, x, (size_t)(rows * K) * 4};
+  if (variant == 3) {
+    xin.shape[0] = 1;
+    xin.shape[1] = K;
+  }
+  vmcc_onnx_report_t rep;
+  compile_run_counts(e, &m, &xin, &rep, got, (size_t)(rows * n) * 4, ops, 3, cnt);
+  int packed = variant <= 1 || variant == 4;
+  if (cnt[0] != (packed ? 1u : 0u) || cnt[1] != (packed ? 0u : 1u) || cnt[2] != 0)
+    fail_msg("packed matmul (variant %d): %u cl.gemm_packed, %u cl.gemm, %u cl.binary.add", variant,
+             cnt[0], cnt[1], cnt[2]);
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < n; j++) {
+      double want = with_bias ? bias[j] : 0.0;
+      for (int k = 0; k < K; k++) want += (double)x[r * K + k] * w[k * n + j];
+      if (fabs(want - got[r * n + j]) > 1e-4 * (1 + fabs(want)))
+        fail_msg("packed matmul (variant %d) at %d,%d: %g, expected %g", variant, r, j,
+                 (double)got[r * n + j], want);
+    }
+}
+
+static void test_matmul_packed_b(void **state) {
+  for (int v = 0; v < 5; v++) matmul_packed_case(*state, v);
+}
+
 /* Attention's transposes as T5-style exports write them, on x [B, S, H, D]
  * (the heads of a projection): q = Transpose(x, 0213), kt = Transpose(x,
  * 0231), a = MatMul(q, kt) [B, H, S, S], o = MatMul(a, Transpose(x,
@@ -2609,6 +2669,7 @@ int main(void) {
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_matmul_bias_folded),
+      cmocka_unit_test(test_matmul_packed_b),
       cmocka_unit_test(test_layer_norm_rewritten),
       cmocka_unit_test(test_gelu_rewritten),
       cmocka_unit_test(test_rms_norm_rewritten),

