@@ -186,9 +186,11 @@ static void test_conv2d_asym(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 12), VM_INVALID_ARGUMENT,
                 "cl.conv2d: expected 11 arguments (x, w, bias|none, stride_h, stride_w, pad_h, "
                 "pad_w, dil_h, dil_w, groups, y), 13 arguments (x, w, bias|none, stride_h, "
-                "stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, dil_w, groups, y) or "
-                "16 arguments (x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, "
-                "pad_right, dil_h, dil_w, groups, act, act_mul, act_add, y), got 12");
+                "stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, dil_w, groups, y), "
+                "16 arguments (x, w, bias|none, stride_h, stride_w, pad_top, pad_left, "
+                "pad_bottom, pad_right, dil_h, dil_w, groups, act, act_mul, act_add, y) or 17 "
+                "arguments (x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, "
+                "pad_right, dil_h, dil_w, groups, act, act_mul, act_add, u, y), got 12");
   /* a huge end pad: rejected by range, never overflows */
   args[11] = vm_value_int(1);
   args[7] = vm_value_int(INT64_MAX);
