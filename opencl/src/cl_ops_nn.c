@@ -1054,6 +1054,31 @@ static int64_t pool_extent(int64_t in, int64_t pb, int64_t pe, int64_t e, int64_
   return out;
 }
 
+/* pool.cl's pool2d_max3s2 over nc maps of H x W into OH x OW: one
+ * work-item per eight outputs of a row. */
+static vm_status_t pool_max3s2(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *y,
+                               int64_t nc, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                               const window_t *wa) {
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st =
+      vmcl_family_kernel(d, VMCL_FAM_POOL, vmcl_float_options(x->dtype), "pool2d_max3s2", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+    vmcl_arg_int(&a, vmcl_elem_offset(x));
+    vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+    vmcl_arg_int(&a, vmcl_elem_offset(y));
+    int64_t items = nc * OH * ((OW + 7) / 8);
+    int64_t ints[] = {items, H, W, OH, OW, wa->pt, wa->pl};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : vmcl_launch_1d(d, k, (size_t)items, vmcl_local_size(d, k, 256));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
 vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   const char *opname = user;
@@ -1098,6 +1123,13 @@ vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   if (n == 0) return VM_STATUS_OK;
 
   vmcl_dev_t *d = op.d;
+  /* max over 3x3 at stride 2, dilation 1: pool.cl's pool2d_max3s2, eight
+   * outputs of a row per work-item from whole-row loads; VMCL_POOL=generic
+   * keeps pool2d_max (benchmarks and tests compare the two) */
+  const char *env = getenv("VMCL_POOL");
+  if (strcmp(opname, "max") == 0 && kh == 3 && kw == 3 && wa.sh == 2 && wa.sw == 2 &&
+      wa.dh == 1 && wa.dw == 1 && !(env && strcmp(env, "generic") == 0))
+    return pool_max3s2(d, x, y, N * C, H, W, OH, OW, &wa);
   char kname[24];
   snprintf(kname, sizeof(kname), "pool2d_%s", opname);
   cl_kernel k;

@@ -1121,7 +1121,19 @@ static void test_pool2d(void **state) {
      * group of 3 and 1), open_nsfw's 3x3 stride 2 */
     check_pool(e, VM_F32, is_max, 1, 2, 23, 23, 3, 3, 2, 2, 0, 0);
     check_pool(e, VM_F32, is_max, 2, 3, 9, 10, 2, 2, 2, 2, 0, 0);
+    /* max: pool2d_max3s2 (8 outputs of a row per work-item, whole-row
+     * loads away from the row ends): rows of 23 and 20 outputs (full blocks
+     * and a last one of 7 or 4) with and without pads, one of 3 (a single
+     * edge block), and again with VMCL_POOL=generic (pool2d_max) */
+    for (int generic = 0; generic < 2; generic++) {
+      if (generic) setenv("VMCL_POOL", "generic", 1);
+      check_pool(e, VM_F32, is_max, 1, 3, 21, 45, 3, 3, 2, 2, 1, 1);
+      check_pool(e, VM_F32, is_max, 2, 2, 17, 41, 3, 3, 2, 2, 0, 0);
+      check_pool(e, VM_F32, is_max, 1, 2, 7, 7, 3, 3, 2, 2, 1, 1);
+      unsetenv("VMCL_POOL");
+    }
   }
+  check_pool(e, VM_F16, 1, 1, 3, 21, 45, 3, 3, 2, 2, 1, 1);
   check_pool(e, VM_F16, 1, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
   check_pool(e, VM_F16, 0, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
   check_global_avg(e, VM_F32, 2, 3, 7, 5);   /* one work-item per output */

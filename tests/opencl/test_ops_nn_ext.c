@@ -291,6 +291,10 @@ static void test_pool2d_onnx(void **state) {
       {1, 3, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1},  /* count_include_pad only */
       {1, 1, 4, 4, 2, 2, 1, 1, 0, 0, 3, 3, 1, 1, 0, 0},  /* windows wholly in the end pad */
       {1, 2, 13, 1, 3, 1, 2, 1, 1, 0, 1, 0, 1, 1, 1, 1}, /* a 1-D pool as H x 1 */
+      /* max: pool2d_max3s2's 8-output blocks, ceil's partial last window and
+       * uneven pads on rows of inner and edge blocks */
+      {1, 2, 20, 41, 3, 3, 2, 2, 0, 0, 0, 0, 1, 1, 1, 0},
+      {1, 3, 19, 38, 3, 3, 2, 2, 1, 2, 0, 1, 1, 1, 0, 0},
   };
   for (int is_max = 0; is_max < 2; is_max++) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
