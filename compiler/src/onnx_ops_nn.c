@@ -630,6 +630,56 @@ static void take_pads(const onx_value_t *x, win2d_t *w) {
   w->pe[2] += x->lt_pads[7];
 }
 
+/* The Winograd filter transform U = G g G^T of every 3x3 kernel g (w:
+ * [co, ci, 3, 3]) for F(m x m, 3x3), m 2 or 4, as cl.conv2d's 17-argument
+ * form takes it: float32 [(m + 2)^2, co, ci], element ((i * (m + 2) + j) *
+ * co + o) * ci + c = U[i][j] of kernel (o, c) (conv.cl's conv2d_wino_filter
+ * and conv2d_wino4_filter, computed in double here). -1 on error. */
+static int32_t wino_filter_const(onx_ctx_t *c, int64_t co, int64_t ci, const double *w, int m) {
+  static const double g2[4][3] = {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5}, {0, 0, 1}};
+  static const double g4[6][3] = {{1.0 / 4, 0, 0},
+                                  {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                  {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                  {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                  {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                  {0, 0, 1}};
+  int a = m + 2;
+  const double(*G)[3] = m == 4 ? g4 : g2;
+  int64_t oc = co * ci;
+  double *u = malloc((size_t)(a * a * oc) * sizeof(double));
+  if (!u) return -1;
+  for (int64_t k = 0; k < oc; k++) {
+    const double *g = w + k * 9;
+    double t[6][3];
+    for (int i = 0; i < a; i++)
+      for (int j = 0; j < 3; j++) t[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
+    for (int i = 0; i < a; i++)
+      for (int j = 0; j < a; j++)
+        u[(i * a + j) * oc + k] = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+  }
+  int64_t dims[3] = {a * a, co, ci};
+  int32_t id = onx_const_tensor_f(c, VM_F32, 3, dims, u);
+  free(u);
+  return id;
+}
+
+/* Which Winograd filter the compiler transforms for a float32 3x3
+ * convolution at stride 1, dilation 1, one group, with constant weights
+ * (cl.conv2d's 17-argument form): 4 (F(4x4, 3x3)) where the output has at
+ * least 16 tiles of 4x4 (its GEMMs' N; fewer leave the GEMM's 16-column
+ * blocks mostly idle), else 2; 0 for none (other convolutions, fewer than 8
+ * channels either way, as cl.conv2d's Winograd, unknown extents, or a U
+ * past 2^26 elements). bench_conv's o_3x3_* shapes: with U given, F(4x4) is
+ * the faster on 14x14 and larger maps, F(2x2) on 7x7. */
+static int wino_filter_m(const win2d_t *w, int64_t group, int64_t co, int64_t ci,
+                         const int64_t *y4) {
+  if (w->k[1] != 3 || w->k[2] != 3 || w->s[1] != 1 || w->s[2] != 1 || w->d[1] != 1 ||
+      w->d[2] != 1 || group != 1 || co < 8 || ci < 8 || y4[0] < 1 || y4[2] < 1 || y4[3] < 1 ||
+      36 * co * ci > ((int64_t)1 << 26))
+    return 0;
+  return y4[0] * ((y4[2] + 3) / 4) * ((y4[3] + 3) / 4) >= 16 ? 4 : 2;
+}
+
 vm_status_t onx_op_conv(onx_ctx_t *c) {
   int qdq;
   VM_RETURN_IF_ERROR(onx_qdq_conv(c, &qdq));
@@ -691,10 +741,16 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
       nhwc = nhwc_after(c, co, fa, fb, &ep, &back);
     if (nhwc >= 0) bn = nhwc;
   }
-  if (bn >= 0) {
+  /* the float32 3x3 convolutions' Winograd filter, transformed here once
+   * (wino_filter_m) */
+  int wm = nsp == 2 && vm_dtype_equal(x->dt, VM_F32) && wv->data
+               ? wino_filter_m(&w, group, co, cig, y4)
+               : 0;
+  double *nw = NULL;
+  if (bn >= 0 || wm) {
     /* a (conv(x, W) + b) + c = conv(x, a W) + (a b + c), per output channel */
     int64_t per = wv->numel / (co ? co : 1);
-    double *nw = malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double));
+    nw = malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double));
     if (!nw) {
       free(fa);
       free(fb);
@@ -702,23 +758,33 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
     }
     for (int64_t o = 0; o < co; o++)
       for (int64_t k = 0; k < per; k++)
-        nw[o * per + k] = fa[o] * onx_ld_f(wv->dt, wv->data, o * per + k);
+        nw[o * per + k] = (bn >= 0 ? fa[o] : 1.0) * onx_ld_f(wv->dt, wv->data, o * per + k);
+  }
+  if (bn >= 0) {
     tw = onx_const_tensor_f(c, wv->dt, 4, w4, nw);
     int64_t bd[1] = {co};
     bz = A(onx_const_tensor_f(c, x->dt, 1, bd, fb));
-    free(nw);
   } else {
     tw = onx_reshaped(c, wv, 4, w4);
     bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
   }
+  int32_t tu = wm ? wino_filter_const(c, co, cig, nw, wm) : -1;
+  free(nw);
   free(fa);
   free(fb);
+  if (wm && tu < 0) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
   int32_t y = new_t(c, x->dt, 4, y4);
   if (nhwc < 0 && vm_dtype_equal(x->dt, VM_F32)) {
     size_t at = bn >= 0 ? (size_t)bn : c->node_idx;
     conv_epilogue_after(c, c->graph->node[at]->output[0], at, x->ndim, &ep);
   }
-  if (ep.last >= 0) {
+  if (tu >= 0) {
+    vmcc_arg_t a[17] = {A(tx),      A(tw),      bz,         I(w.s[1]),  I(w.s[2]),
+                        I(w.pb[1]), I(w.pb[2]), I(w.pe[1]), I(w.pe[2]), I(w.d[1]),
+                        I(w.d[2]),  I(group),   I(ep.act),  onx_float_arg(c, ep.am),
+                        onx_float_arg(c, ep.aa), A(tu), A(y)};
+    call(c, "cl.conv2d", 17, a);
+  } else if (ep.last >= 0) {
     vmcc_arg_t a[16] = {A(tx),
                         A(tw),
                         bz,

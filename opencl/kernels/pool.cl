@@ -79,3 +79,61 @@
 
 POOL2D(max)
 POOL2D(avg)
+
+/* cl.pool2d.max's 3x3 window at stride 2, dilation 1 (ResNet's pool after
+ * its stem; any pads, ceil_mode included): eight outputs of a row per
+ * work-item (flattened n*c, oh, ow / 8). Each of the three input rows under
+ * them is read once as 17 columns (two 8-wide loads and one more away from
+ * the row ends; taps off the input read -inf there, so they never win and
+ * a window without any gives -inf, as pool2d_max), then the three taps of
+ * the eight windows are the even columns, the odd ones and the even ones
+ * shifted by one: three lane-wise maxima per row instead of 24 gathered
+ * loads and selects (bench_nnops maxpool_3s2). NaN propagates (NANMAX). */
+#define NANMAX8(a, b) select(fmax((a), (b)), (a) + (b), isnan(a) | isnan(b))
+
+__kernel void pool2d_max3s2(__global const S *x, int xo, __global S *y, int yo, int n, int H,
+                            int W, int OH, int OW, int PH, int PW) {
+  int i = get_global_id(0);
+  if (i >= n) return;
+  int ow8 = (OW + 7) >> 3;
+  int q = i % ow8;
+  int t = i / ow8;
+  int oh = t % OH;
+  int nc = t / OH;
+  int ow0 = q * 8, h0 = oh * 2 - PH, w0 = ow0 * 2 - PW;
+  int inner = w0 >= 0 && w0 + 16 < W;
+  __global const S *p = x + xo + nc * H * W;
+  F8 acc = (F8)(-INFINITY);
+  for (int kh = 0; kh < 3; kh++) {
+    int h = h0 + kh;
+    if (h < 0 || h >= H) continue;
+    __global const S *r = p + h * W;
+    F8 lo, hi;
+    F e;
+    if (inner) {
+      lo = LD8(r + w0, 0);
+      hi = LD8(r + w0 + 8, 0);
+      e = LD(r, w0 + 16);
+    } else {
+      F c[17];
+      for (int j = 0; j < 17; j++) {
+        int w = w0 + j;
+        c[j] = w >= 0 && w < W ? LD(r, w) : (F)(-INFINITY);
+      }
+      lo = (F8)(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
+      hi = (F8)(c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]);
+      e = c[16];
+    }
+    F8 ev = (F8)(lo.s0246, hi.s0246), od = (F8)(lo.s1357, hi.s1357);
+    F8 ev1 = (F8)(lo.s246, hi.s0246, e);
+    acc = NANMAX8(acc, NANMAX8(NANMAX8(ev, od), ev1));
+  }
+  int o = yo + (nc * OH + oh) * OW + ow0, m = min(8, OW - ow0);
+  if (m == 8) {
+    ST8(acc, 0, y + o);
+  } else {
+    F a[8];
+    vstore8(acc, 0, a);
+    for (int k = 0; k < m; k++) ST(a[k], o + k, y);
+  }
+}

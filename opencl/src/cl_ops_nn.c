@@ -36,6 +36,9 @@ typedef struct window {
 #define CONV2D_USAGE16                                                                      \
   "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
   "dil_w, groups, act, act_mul, act_add, y)"
+#define CONV2D_USAGE17                                                                      \
+  "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
+  "dil_w, groups, act, act_mul, act_add, u, y)"
 
 /* cl.conv2d's activation codes (the 16-argument form; conv.cl's
  * conv_epilogue) */
@@ -140,6 +143,11 @@ typedef struct conv_shape {
   double am, aa;
   window_t wa;
   int pw; /* pointwise (1x1, stride 1, no pads): conv2d_1x1 or the GEMM on x */
+  /* the 17-argument form's Winograd filter, transformed once by the compiler
+   * ([(um + 2)^2, O, C] float32: conv_wino takes it instead of transforming w
+   * when its m is um), or NULL */
+  const vm_tensor_t *u;
+  int um;
 } conv_shape_t;
 
 /* cl.conv2d's formulations of a general convolution; which one runs is
@@ -379,8 +387,11 @@ static vm_status_t wino_launch(vmcl_dev_t *d, cl_kernel k, vmcl_args_t *a, size_
  * planes), the input transform V (A x C x T over all N images' T tiles of
  * m x m output pixels), the A GEMMs M[b] = U[b] V[b] as one batched call of
  * the device's GEMM, then the output transform with the bias and the
- * epilogue. The filter transform runs on every call (A * O * C elements: a
- * small share of the A * O * C * T multiply-adds). */
+ * epilogue. The filter transform runs on every call unless the call brings
+ * U for this m (s->u, the 17-argument form: the compiler transformed the
+ * constant weights once). On PoCL it is no small share: A * O * C elements
+ * written at stride O * C cost more than the GEMMs on 7x7 and 14x14 maps,
+ * where T is 4 to 49 tiles (docs/performance.md). */
 static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                              const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
                              const conv_shape_t *s, int m) {
@@ -390,9 +401,15 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
   const char *ki = m == 4 ? "conv2d_wino4_in" : "conv2d_wino_in";
   const char *ko = m == 4 ? "conv2d_wino4_out" : "conv2d_wino_out";
   size_t fl = sizeof(float);
-  cl_int err;
-  cl_mem u = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(A * OC) * fl, NULL, &err);
+  cl_int err = CL_SUCCESS;
+  /* the given U, or a scratch buffer the filter transform fills */
+  int given = s->u && s->um == m;
+  cl_mem u = given ? vmcl_tensor_mem(s->u)
+                   : clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(A * OC) * fl, NULL,
+                                    &err);
+  int64_t uo = given ? vmcl_elem_offset(s->u) : 0;
   if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.conv2d Winograd filter)");
+  if (given) clRetainMemObject(u); /* released below as the scratch one is */
   cl_mem v =
       clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(A * s->C * NT) * fl, NULL, &err);
   if (err != CL_SUCCESS) {
@@ -408,8 +425,9 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
   }
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), kf, &k);
-  if (!st) {
+  vm_status_t st = VM_STATUS_OK;
+  if (!given) st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), kf, &k);
+  if (!st && !given) {
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_mem(&a, vmcl_tensor_mem(w));
     vmcl_arg_int(&a, vmcl_elem_offset(w));
@@ -438,7 +456,7 @@ static vm_status_t conv_wino(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
                          .sa = OC,
                          .sb = s->C * NT,
                          .sc = s->O * NT};
-  if (!st) st = vmcl_gemm_mem(d, dev, &g, VM_F32, u, 0, v, 0, mm, 0, 1.0f, 0.0f);
+  if (!st) st = vmcl_gemm_mem(d, dev, &g, VM_F32, u, uo, v, 0, mm, 0, 1.0f, 0.0f);
   if (!st) {
     pthread_mutex_lock(&d->lock);
     st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), ko, &k);
@@ -502,7 +520,9 @@ static vm_status_t conv_time(int f, vmcl_dev_t *d, const vm_device_t *dev, const
  * within CONV_GEMM_MAX_COLS. Shapes Winograd applies to carry " wino" in their key, so
  * that tables measured before it existed measure them again; pointwise ones " pw6"
  * (conv2d_1x1's 6-channel blocks: measured again against the GEMM), the others " d6"
- * (measured again against conv2d_616). */
+ * (measured again against conv2d_616); calls that bring a transformed filter " wu2"
+ * or " wu4" (its m: that Winograd formulation is then cheaper than the same shape
+ * without). */
 static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                                 const vm_tensor_t *w, const vm_tensor_t *bias, const vm_tensor_t *y,
                                 const conv_shape_t *s) {
@@ -521,12 +541,13 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
   char key[160];
   snprintf(key, sizeof(key),
            "conv2d f32 n%lld c%lld h%lld w%lld o%lld k%lldx%lld s%lldx%lld p%lld-%lld-%lld-%lld "
-           "d%lldx%lld g%lld%s%s%s",
+           "d%lldx%lld g%lld%s%s%s%s",
            (long long)s->N, (long long)s->C, (long long)s->H, (long long)s->W, (long long)s->O,
            (long long)s->KH, (long long)s->KW, (long long)wa->sh, (long long)wa->sw,
            (long long)wa->pt, (long long)wa->pl, (long long)wa->pb, (long long)wa->pr,
            (long long)wa->dh, (long long)wa->dw, (long long)s->groups, wino ? " wino" : "",
-           s->pw ? " pw6" : "", s->pw ? "" : " d6");
+           s->pw ? " pw6" : "", s->pw ? "" : " d6",
+           !wino || !s->u ? "" : s->um == 4 ? " wu4" : " wu2");
   int ok[CONV_F_COUNT] = {1, gemm, wino, wino, !s->pw};
   int f = vmcl_tune_lookup(d, key);
   if (f >= CONV_F_DIRECT && f < CONV_F_COUNT && ok[f]) return conv_run(f, d, dev, x, w, bias, y, s);
@@ -599,16 +620,46 @@ static vm_status_t conv_dw(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_
   return st;
 }
 
+/* Checks the 17-argument form's u (argument 15): float32 [16, O, C]
+ * (F(2x2, 3x3)'s U, *um = 2) or [36, O, C] (F(4x4, 3x3)'s, *um = 4) for a
+ * float32 3x3 convolution at stride 1 and dilation 1 of one group. The
+ * values are the caller's: a u that is not w's transform gives another
+ * (wrong) result wherever the device's tuning picks that formulation. */
+static vm_status_t wino_filter_arg(vmcl_op_t *op, const vm_tensor_t *x, const vm_tensor_t *u,
+                                   int64_t C, int64_t O, int64_t KH, int64_t KW, int64_t groups,
+                                   const window_t *wa, int *um) {
+  char buf[96];
+  if (!vm_dtype_equal(x->dtype, VM_F32) || !vm_dtype_equal(u->dtype, VM_F32))
+    return vmcl_op_error(op, "u (argument 15) has dtype %s and x %s; u applies to float32 only",
+                         vm_dtype_str(u->dtype, buf, 32), vm_dtype_str(x->dtype, buf + 32, 32));
+  if (KH != 3 || KW != 3 || wa->sh != 1 || wa->sw != 1 || wa->dh != 1 || wa->dw != 1 ||
+      groups != 1)
+    return vmcl_op_error(op,
+                         "u (argument 15) applies to 3x3 convolutions at stride 1, dilation 1 "
+                         "and one group only");
+  if (u->ndim != 3 || (u->shape[0] != 16 && u->shape[0] != 36) || u->shape[1] != O ||
+      u->shape[2] != C) {
+    return vmcl_op_error(op,
+                         "u (argument 15) is %s; expected [16, %lld, %lld] or [36, %lld, %lld]",
+                         vmcl_shape_str(u->shape, u->ndim, buf, sizeof(buf)), (long long)O,
+                         (long long)C, (long long)O, (long long)C);
+  }
+  *um = u->shape[0] == 16 ? 2 : 4;
+  return VM_STATUS_OK;
+}
+
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
   vmcl_op_init(&op, "cl.conv2d", CONV2D_USAGE11, args, nargs);
-  int asym = op.nargs == 13 || op.nargs == 16, epi = op.nargs == 16;
-  if (asym) op.usage = epi ? CONV2D_USAGE16 : CONV2D_USAGE13;
-  if (op.nargs != 11 && op.nargs != 13 && op.nargs != 16) {
+  int asym = op.nargs == 13 || op.nargs >= 16, epi = op.nargs >= 16, has_u = op.nargs == 17;
+  if (asym) op.usage = has_u ? CONV2D_USAGE17 : epi ? CONV2D_USAGE16 : CONV2D_USAGE13;
+  if (op.nargs != 11 && op.nargs != 13 && op.nargs != 16 && op.nargs != 17) {
     return vmcl_op_error(&op,
-                         "expected 11 arguments %s, 13 arguments %s or 16 arguments %s, got %u",
-                         CONV2D_USAGE11, CONV2D_USAGE13, CONV2D_USAGE16, op.nargs);
+                         "expected 11 arguments %s, 13 arguments %s, 16 arguments %s or 17 "
+                         "arguments %s, got %u",
+                         CONV2D_USAGE11, CONV2D_USAGE13, CONV2D_USAGE16, CONV2D_USAGE17,
+                         op.nargs);
   }
   uint32_t iy = op.nargs - 1, ig = epi ? 11 : op.nargs - 2;
   /* the epilogue: y = act(conv + bias) * act_mul + act_add */
@@ -630,10 +681,11 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     VM_RETURN_IF_ERROR(vmcl_op_float(&op, 13, "act_mul", &am));
     VM_RETURN_IF_ERROR(vmcl_op_float(&op, 14, "act_add", &aa));
   }
-  vm_tensor_t *x, *w, *bias, *y;
+  vm_tensor_t *x, *w, *bias, *y, *u = NULL;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "w", &w));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "bias", &bias));
+  if (has_u) VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 15, "u", &u));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, iy, "y", &y));
   VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, w, 1, "w", x->dtype, "x"));
@@ -675,6 +727,8 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
           OW = (W + wa.pl + wa.pr - wa.ew) / wa.sw + 1;
   int64_t yshape[4] = {N, O, OH, OW};
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, iy, "y", yshape, 4));
+  int um = 0;
+  if (u) VM_RETURN_IF_ERROR(wino_filter_arg(&op, x, u, C, O, KH, KW, groups, &wa, &um));
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
 
   vmcl_dev_t *d = op.d;
@@ -709,7 +763,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
       (!bias || vm_dtype_equal(bias->dtype, VM_F32)))
     return conv_one_pixel(d, op.dev, x, w, bias, y, N, C, O, act, am, aa);
   if (!og1) {
-    conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa, pw16};
+    conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa, pw16, u, um};
     return conv_general(d, op.dev, x, w, bias, y, &s);
   }
   if (conv_dw_ok(C, O, KH, KW, &wa)) return conv_dw(d, x, w, bias, y, N, C, H, W, OH, OW, KH, &wa,
@@ -1000,6 +1054,31 @@ static int64_t pool_extent(int64_t in, int64_t pb, int64_t pe, int64_t e, int64_
   return out;
 }
 
+/* pool.cl's pool2d_max3s2 over nc maps of H x W into OH x OW: one
+ * work-item per eight outputs of a row. */
+static vm_status_t pool_max3s2(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *y,
+                               int64_t nc, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                               const window_t *wa) {
+  cl_kernel k;
+  pthread_mutex_lock(&d->lock);
+  vm_status_t st =
+      vmcl_family_kernel(d, VMCL_FAM_POOL, vmcl_float_options(x->dtype), "pool2d_max3s2", &k);
+  if (!st) {
+    vmcl_args_t a = vmcl_args_begin(k);
+    vmcl_arg_mem(&a, vmcl_tensor_mem(x));
+    vmcl_arg_int(&a, vmcl_elem_offset(x));
+    vmcl_arg_mem(&a, vmcl_tensor_mem(y));
+    vmcl_arg_int(&a, vmcl_elem_offset(y));
+    int64_t items = nc * OH * ((OW + 7) / 8);
+    int64_t ints[] = {items, H, W, OH, OW, wa->pt, wa->pl};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) vmcl_arg_int(&a, ints[i]);
+    st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
+                             : vmcl_launch_1d(d, k, (size_t)items, vmcl_local_size(d, k, 256));
+  }
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}
+
 vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   const char *opname = user;
@@ -1044,6 +1123,13 @@ vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   if (n == 0) return VM_STATUS_OK;
 
   vmcl_dev_t *d = op.d;
+  /* max over 3x3 at stride 2, dilation 1: pool.cl's pool2d_max3s2, eight
+   * outputs of a row per work-item from whole-row loads; VMCL_POOL=generic
+   * keeps pool2d_max (benchmarks and tests compare the two) */
+  const char *env = getenv("VMCL_POOL");
+  if (strcmp(opname, "max") == 0 && kh == 3 && kw == 3 && wa.sh == 2 && wa.sw == 2 &&
+      wa.dh == 1 && wa.dw == 1 && !(env && strcmp(env, "generic") == 0))
+    return pool_max3s2(d, x, y, N * C, H, W, OH, OW, &wa);
   char kname[24];
   snprintf(kname, sizeof(kname), "pool2d_%s", opname);
   cl_kernel k;

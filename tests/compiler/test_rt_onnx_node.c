@@ -1715,6 +1715,96 @@ static void test_conv_epilogue_folded(void **state) {
   for (int v = 0; v < 5; v++) conv_epilogue_case(*state, v);
 }
 
+/* The tensor constants of x shaped [a, o, c]. */
+static int count_consts3(const vm_executable_t *x, int64_t a, int64_t o, int64_t c) {
+  int n = 0;
+  for (uint32_t i = 0; i < x->num_constants; i++) {
+    const vm_constant_t *k = &x->constants[i];
+    if (k->kind == VM_CONST_TENSOR && k->u.tensor.ndim == 3 && k->u.tensor.shape[0] == a &&
+        k->u.tensor.shape[1] == o && k->u.tensor.shape[2] == c)
+      n++;
+  }
+  return n;
+}
+
+/* A float32 3x3 Conv (same padding, bias) then Relu, C input and O output
+ * channels on an H x H map: with 8+ channels each way its Winograd filter is
+ * transformed at compile time (one [36, O, C] constant where the output has
+ * 16+ tiles of 4x4, else one [16, O, C]) and passed to cl.conv2d's
+ * 17-argument form; with 7 input channels none. Run with that m's Winograd
+ * formulation forced (VMCL_CONV, so the compiled u is what multiplies) and
+ * the result matches the host. */
+static void conv_wino_case(env_t *e, int C, int H, int O) {
+  enum { K = 3 };
+  int HP = H + 2;
+  float *x = calloc((size_t)(C * H * H), sizeof(float));
+  float *xp = calloc((size_t)(C * HP * HP), sizeof(float));
+  float *w = calloc((size_t)(O * C * K * K), sizeof(float)), *b = calloc((size_t)O, sizeof(float));
+  float *got = calloc((size_t)(O * H * H), sizeof(float));
+  assert_true(x && xp && w && b && got);
+  for (int i = 0; i < C * H * H; i++) x[i] = (float)((i * 37) % 11) / 4.0f - 1.25f;
+  for (int c = 0; c < C; c++)
+    for (int i = 0; i < H; i++)
+      for (int j = 0; j < H; j++) xp[(c * HP + i + 1) * HP + j + 1] = x[(c * H + i) * H + j];
+  for (int i = 0; i < O * C * K * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int o = 0; o < O; o++) b[o] = 0.25f * (float)o - 1.0f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, C, H, H}, wd[4] = {O, C, K, K}, od[1] = {O}, yd[4] = {1, O, H, H};
+  int64_t pads[4] = {1, 1, 1, 1};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, yd);
+  mb_init_raw(&m, "w", 1, 4, wd, w, (size_t)(O * C * K * K) * 4);
+  mb_init_raw(&m, "b", 1, 1, od, b, (size_t)O * 4);
+  Onnx__NodeProto *conv = mb_node(&m, "Conv", "conv", "x", "w", "c");
+  mb_node_input(conv, "b");
+  mb_attr_ints(&m, conv, "pads", pads, 4);
+  mb_node(&m, "Relu", "relu", "c", NULL, "y");
+  size_t nbytes;
+  uint8_t *bytes = mb_pack(&m, &nbytes);
+  vm_executable_t *exec = NULL;
+  vmcc_onnx_report_t rep;
+  ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, &rep));
+  free(bytes);
+  int m4 = ((H + 3) / 4) * ((H + 3) / 4) >= 16, wino = C >= 8 && O >= 8;
+  assert_int_equal(count_consts3(exec, 36, O, C), wino && m4);
+  assert_int_equal(count_consts3(exec, 16, O, C), wino && !m4);
+  setenv("VMCL_CONV", m4 ? "wino4" : "wino", 1);
+  vm_machine_t *vm = NULL;
+  vm_value_t xv = vm_value_none(), res = vm_value_none();
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, H}, x, (size_t)(C * H * H) * 4};
+  ASSERT_OK(run_exec(e, exec, &xin, &vm, &xv, &res));
+  unsetenv("VMCL_CONV");
+  vm_tensor_t *yt = vm_value_as_tensor(&res);
+  assert_non_null(yt);
+  ASSERT_OK(e->dev->ops->copy_to_host(e->dev, got, yt->storage->buffer, yt->offset,
+                                      (size_t)(O * H * H) * 4));
+  double max_err = 0;
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < H; i++)
+      for (int j = 0; j < H; j++) {
+        double acc = b[o] + host_conv_at(xp, w, C, HP, HP, K, o, i, j);
+        double d = fabs((acc > 0 ? acc : 0) - got[(o * H + i) * H + j]);
+        if (d > max_err) max_err = d;
+      }
+  if (max_err > 1e-4) fail_msg("conv wino C%d H%d O%d: max abs error %g", C, H, O, max_err);
+  vm_value_release(&res);
+  vm_value_release(&xv);
+  vm_machine_free(vm);
+  vm_executable_free(exec);
+  free(x);
+  free(xp);
+  free(w);
+  free(b);
+  free(got);
+}
+
+static void test_conv_wino_filter(void **state) {
+  conv_wino_case(*state, 8, 16, 9); /* 16 tiles of 4x4: F(4x4)'s u */
+  conv_wino_case(*state, 9, 7, 8);  /* 4 tiles: F(2x2)'s */
+  conv_wino_case(*state, 7, 16, 8); /* 7 channels: none */
+}
+
 /* A chain of float elementwise nodes (Add of a bias, Relu, Mul by a
  * scalar, Sigmoid, Clip, Add of the input again) becomes one cl.elementwise
  * call whose result equals the unfused one, node by node. */
@@ -2666,6 +2756,7 @@ int main(void) {
       cmocka_unit_test(test_pad_folded),
       cmocka_unit_test(test_hard_act_rewritten),
       cmocka_unit_test(test_conv_epilogue_folded),
+      cmocka_unit_test(test_conv_wino_filter),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_matmul_bias_folded),

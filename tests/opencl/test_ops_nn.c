@@ -827,6 +827,176 @@ static void test_conv2d_winograd(void **state) {
   }
 }
 
+/* F(m x m, 3x3)'s filter transform of w [O, C, 3, 3] as cl.conv2d's u
+ * takes it: u[(i * a + j) * O * C + o * C + c] = (G g G^T)[i][j], a = m + 2
+ * (the reference here: G as rows of a 6x3 table, float sums in double). */
+static void ref_wino_u(const float *w, int64_t O, int64_t C, int m, float *u) {
+  static const double G2[6][3] = {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5}, {0, 0, 1}};
+  static const double G4[6][3] = {{.25, 0, 0},          {-1. / 6, -1. / 6, -1. / 6},
+                                  {-1. / 6, 1. / 6, -1. / 6}, {1. / 24, 1. / 12, 1. / 6},
+                                  {1. / 24, -1. / 12, 1. / 6}, {0, 0, 1}};
+  const double(*G)[3] = m == 4 ? G4 : G2;
+  int a = m + 2;
+  for (int64_t k = 0; k < O * C; k++)
+    for (int i = 0; i < a; i++)
+      for (int j = 0; j < a; j++) {
+        double sum = 0;
+        for (int r = 0; r < 3; r++)
+          for (int q = 0; q < 3; q++) sum += G[i][r] * w[k * 9 + r * 3 + q] * G[j][q];
+        u[((int64_t)(i * a + j)) * O * C + k] = (float)sum;
+      }
+}
+
+/* cl.conv2d's 17-argument form: x [1, C, H, W] (same padding), w [O, C, 3,
+ * 3], bias, relu, the transformed filter u [(um + 2)^2, O, C] (ref_wino_u,
+ * or zeros with zero_u); each Winograd formulation forced (VMCL_CONV=wino,
+ * wino4) and the tuned choice, against the reference. With a zero u the
+ * formulation of u's m gives relu(bias) everywhere (u, not w, is what it
+ * multiplies by), the other one the true result (it transforms w). */
+static void check_conv_u(tops_env_t *e, int64_t C, int64_t H, int64_t W, int64_t O, int um,
+                         int zero_u) {
+  int64_t xd[4] = {1, C, H, W}, wd[4] = {O, C, 3, 3}, yd[4] = {1, O, H, W};
+  int64_t ud[3] = {(um + 2) * (um + 2), O, C};
+  size_t nx = (size_t)tops_numel(4, xd), nw = (size_t)tops_numel(4, wd);
+  size_t ny = (size_t)tops_numel(4, yd), nu = (size_t)tops_numel(3, ud);
+  float *x = tops_rand(nx, 51, -1, 1), *w = tops_rand(nw, 52, -1, 1);
+  float *bias = tops_rand((size_t)O, 53, -1, 1), *u = calloc(nu, sizeof(float));
+  float *want = malloc(ny * sizeof(float)), *flat = malloc(ny * sizeof(float));
+  float *got = malloc(ny * sizeof(float));
+  assert_non_null(u);
+  assert_non_null(want);
+  assert_non_null(flat);
+  assert_non_null(got);
+  if (!zero_u) ref_wino_u(w, O, C, um, u);
+  ref_conv2d(x, w, bias, want, 1, C, H, W, O, 3, 3, 1, 1, 1, 1, 1, 1, 1, H, W);
+  for (size_t i = 0; i < ny; i++) {
+    want[i] = want[i] > 0 ? want[i] : 0;
+    float b = bias[i / (size_t)(H * W)];
+    flat[i] = b > 0 ? b : 0;
+  }
+  vm_value_t args[17] = {tops_tensor_f(e, VM_F32, 4, xd, x),
+                         tops_tensor_f(e, VM_F32, 4, wd, w),
+                         tops_tensor_f(e, VM_F32, 1, &O, bias),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_float(1),
+                         vm_value_float(0),
+                         tops_tensor_f(e, VM_F32, 3, ud, u),
+                         tops_tensor(e, VM_F32, 4, yd, NULL)};
+  double atol = 1e-4 * sqrt((double)(C * 9) + 1) * 4;
+  const char *modes[] = {"wino", "wino4", NULL};
+  for (int i = 0; i < 3; i++) {
+    if (modes[i])
+      setenv("VMCL_CONV", modes[i], 1);
+    else
+      unsetenv("VMCL_CONV");
+    if (!modes[i] && zero_u) break; /* the table's choice: any formulation */
+    ASSERT_OK(tops_call(e, "cl.conv2d", args, 17));
+    tops_read_f(e, &args[16], got);
+    int uses_u = modes[i] && (i == 0 ? 2 : 4) == um;
+    char what[96];
+    snprintf(what, sizeof(what), "conv2d u%d c%lld %lldx%lld o%lld %s%s", um, (long long)C,
+             (long long)H, (long long)W, (long long)O, modes[i] ? modes[i] : "tuned",
+             zero_u ? " zero u" : "");
+    tops_assert_close(got, zero_u && uses_u ? flat : want, ny, atol, 1e-4, what);
+  }
+  unsetenv("VMCL_CONV");
+  release_all(args, 3);
+  release_all(&args[15], 2);
+  free(x);
+  free(w);
+  free(bias);
+  free(u);
+  free(want);
+  free(flat);
+  free(got);
+}
+
+/* The 17-argument form (a compiler-transformed Winograd filter): F(2x2)'s
+ * and F(4x4)'s u on maps with cut tiles, used by the formulation of its m
+ * (a zero u shows it) and ignored by the other; the tuning key then carries
+ * " wu2" or " wu4". Errors: u of the wrong shape, dtype or kind, and u
+ * on convolutions Winograd does not take. */
+static void test_conv2d_wino_filter(void **state) {
+  tops_env_t *e = *state;
+  check_conv_u(e, 8, 7, 7, 8, 2, 0);
+  check_conv_u(e, 8, 7, 7, 8, 2, 1);
+  check_conv_u(e, 12, 9, 13, 10, 4, 0);
+  check_conv_u(e, 12, 9, 13, 10, 4, 1);
+  vmcl_dev_t *d = vmcl_get(e->dev);
+  assert_true(vmcl_tune_lookup(d, "conv2d f32 n1 c12 h9 w13 o10 k3x3 s1x1 p1-1-1-1 d1x1 g1 wino "
+                                  "d6 wu4") >= 0);
+  vm_value_t x = tops_tensor(e, VM_F32, 4, DIMS(1, 8, 5, 5), NULL);
+  vm_value_t w = tops_tensor(e, VM_F32, 4, DIMS(8, 8, 3, 3), NULL);
+  vm_value_t w1 = tops_tensor(e, VM_F32, 4, DIMS(8, 8, 1, 1), NULL);
+  vm_value_t y = tops_tensor(e, VM_F32, 4, DIMS(1, 8, 5, 5), NULL);
+  vm_value_t u = tops_tensor(e, VM_F32, 3, DIMS(16, 8, 8), NULL);
+  vm_value_t u9 = tops_tensor(e, VM_F32, 3, DIMS(9, 8, 8), NULL);
+  vm_value_t uh = tops_tensor(e, VM_F16, 3, DIMS(16, 8, 8), NULL);
+  vm_value_t xh = tops_tensor(e, VM_F16, 4, DIMS(1, 8, 5, 5), NULL);
+  vm_value_t wh = tops_tensor(e, VM_F16, 4, DIMS(8, 8, 3, 3), NULL);
+  vm_value_t yh = tops_tensor(e, VM_F16, 4, DIMS(1, 8, 5, 5), NULL);
+  vm_value_t a[17] = {x,
+                      w,
+                      vm_value_none(),
+                      vm_value_int(1),
+                      vm_value_int(1),
+                      vm_value_int(1),
+                      vm_value_int(1),
+                      vm_value_int(1),
+                      vm_value_int(1),
+                      vm_value_int(1),
+                      vm_value_int(1),
+                      vm_value_int(1),
+                      vm_value_int(0),
+                      vm_value_float(1),
+                      vm_value_float(0),
+                      u,
+                      y};
+  ASSERT_OK(tops_call(e, "cl.conv2d", a, 17));
+  a[15] = u9;
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a, 17), VM_INVALID_ARGUMENT,
+                "cl.conv2d: u (argument 15) is [9, 8, 8]; expected [16, 8, 8] or [36, 8, 8]");
+  a[15] = uh;
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a, 17), VM_INVALID_ARGUMENT,
+                "cl.conv2d: u (argument 15) has dtype float16 and x float32; u applies to "
+                "float32 only");
+  a[15] = vm_value_int(3);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a, 17), VM_INVALID_ARGUMENT,
+                "cl.conv2d: u (argument 15) must be a tensor, got int");
+  a[15] = u;
+  a[3] = a[4] = vm_value_int(2);
+  a[16] = tops_tensor(e, VM_F32, 4, DIMS(1, 8, 3, 3), NULL);
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a, 17), VM_INVALID_ARGUMENT,
+                "cl.conv2d: u (argument 15) applies to 3x3 convolutions at stride 1, dilation 1 "
+                "and one group only");
+  vm_value_release(&a[16]);
+  a[3] = a[4] = vm_value_int(1);
+  a[1] = w1;
+  a[5] = a[6] = a[7] = a[8] = vm_value_int(0);
+  a[16] = y;
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a, 17), VM_INVALID_ARGUMENT,
+                "cl.conv2d: u (argument 15) applies to 3x3 convolutions at stride 1, dilation 1 "
+                "and one group only");
+  a[0] = xh;
+  a[1] = wh;
+  a[5] = a[6] = a[7] = a[8] = vm_value_int(1);
+  a[16] = yh;
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", a, 17), VM_INVALID_ARGUMENT,
+                "cl.conv2d: u (argument 15) has dtype float32 and x float16; u applies to "
+                "float32 only");
+  vm_value_t all[] = {x, w, w1, y, u, u9, uh, xh, wh, yh};
+  release_all(all, sizeof(all) / sizeof(all[0]));
+}
+
 /* One output channel per group (depthwise and groups == O): the conv2d_og1
  * kernel, at odd sizes, partial pixel blocks, padding on every side, rows
  * with inner (vector) and edge (gathered) blocks. */
@@ -1064,7 +1234,19 @@ static void test_pool2d(void **state) {
      * group of 3 and 1), open_nsfw's 3x3 stride 2 */
     check_pool(e, VM_F32, is_max, 1, 2, 23, 23, 3, 3, 2, 2, 0, 0);
     check_pool(e, VM_F32, is_max, 2, 3, 9, 10, 2, 2, 2, 2, 0, 0);
+    /* max: pool2d_max3s2 (8 outputs of a row per work-item, whole-row
+     * loads away from the row ends): rows of 23 and 20 outputs (full blocks
+     * and a last one of 7 or 4) with and without pads, one of 3 (a single
+     * edge block), and again with VMCL_POOL=generic (pool2d_max) */
+    for (int generic = 0; generic < 2; generic++) {
+      if (generic) setenv("VMCL_POOL", "generic", 1);
+      check_pool(e, VM_F32, is_max, 1, 3, 21, 45, 3, 3, 2, 2, 1, 1);
+      check_pool(e, VM_F32, is_max, 2, 2, 17, 41, 3, 3, 2, 2, 0, 0);
+      check_pool(e, VM_F32, is_max, 1, 2, 7, 7, 3, 3, 2, 2, 1, 1);
+      unsetenv("VMCL_POOL");
+    }
   }
+  check_pool(e, VM_F16, 1, 1, 3, 21, 45, 3, 3, 2, 2, 1, 1);
   check_pool(e, VM_F16, 1, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
   check_pool(e, VM_F16, 0, 2, 3, 9, 11, 3, 3, 2, 2, 1, 1);
   check_global_avg(e, VM_F32, 2, 3, 7, 5);   /* one work-item per output */
@@ -1220,6 +1402,7 @@ int main(void) {
       cmocka_unit_test(test_conv2d_epilogue), cmocka_unit_test(test_pool2d),
       cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
       cmocka_unit_test(test_conv2d_winograd),
+      cmocka_unit_test(test_conv2d_wino_filter),
       cmocka_unit_test(test_conv2d_rows616), cmocka_unit_test(test_machine_model),
   };
   /* TEST_FILTER=test_gemm* runs the matching tests only (the sanitizer

@@ -186,9 +186,11 @@ static void test_conv2d_asym(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 12), VM_INVALID_ARGUMENT,
                 "cl.conv2d: expected 11 arguments (x, w, bias|none, stride_h, stride_w, pad_h, "
                 "pad_w, dil_h, dil_w, groups, y), 13 arguments (x, w, bias|none, stride_h, "
-                "stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, dil_w, groups, y) or "
-                "16 arguments (x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, "
-                "pad_right, dil_h, dil_w, groups, act, act_mul, act_add, y), got 12");
+                "stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, dil_w, groups, y), "
+                "16 arguments (x, w, bias|none, stride_h, stride_w, pad_top, pad_left, "
+                "pad_bottom, pad_right, dil_h, dil_w, groups, act, act_mul, act_add, y) or 17 "
+                "arguments (x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, "
+                "pad_right, dil_h, dil_w, groups, act, act_mul, act_add, u, y), got 12");
   /* a huge end pad: rejected by range, never overflows */
   args[11] = vm_value_int(1);
   args[7] = vm_value_int(INT64_MAX);
@@ -289,6 +291,10 @@ static void test_pool2d_onnx(void **state) {
       {1, 3, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1},  /* count_include_pad only */
       {1, 1, 4, 4, 2, 2, 1, 1, 0, 0, 3, 3, 1, 1, 0, 0},  /* windows wholly in the end pad */
       {1, 2, 13, 1, 3, 1, 2, 1, 1, 0, 1, 0, 1, 1, 1, 1}, /* a 1-D pool as H x 1 */
+      /* max: pool2d_max3s2's 8-output blocks, ceil's partial last window and
+       * uneven pads on rows of inner and edge blocks */
+      {1, 2, 20, 41, 3, 3, 2, 2, 0, 0, 0, 0, 1, 1, 1, 0},
+      {1, 3, 19, 38, 3, 3, 2, 2, 1, 2, 0, 1, 1, 1, 0, 0},
   };
   for (int is_max = 0; is_max < 2; is_max++) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
