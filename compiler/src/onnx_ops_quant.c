@@ -495,6 +495,44 @@ vm_status_t onx_op_dequantize(onx_ctx_t *c) {
   return onx_def_lazy(c, 0, ydt, x->ndim, x->dims, q);
 }
 
+/* K up to which cl.qgemm_packed's int16 products sum exactly in int32
+ * (K * 255 * 255 < 2^31; opencl/kernels/quant.cl, QI16_MAX_K). */
+#define QPACK_MAX_K 33025
+
+/* int16: a centered DynamicQuantizeLinear y (below) */
+#define Q_I16 VM_DTYPE_MAKE(VM_DTYPE_INT, 16, 1)
+
+/* Whether the current DynamicQuantizeLinear's y can be emitted centered:
+ * int16 q - zero_point, which the int16 products multiply as it is, so
+ * that the MatMulIntegers sharing it (attention's Q, K and V) convert it
+ * once here instead of once each. That holds when every reader of y is a
+ * later MatMulInteger taking it as A with this node's zero point, and a
+ * constant 2-D 8-bit B of an even K within the int16 bound (the products
+ * cl.qgemm_packed serves); y is no graph output. */
+static int dq_centered(onx_ctx_t *c, const onx_value_t *x) {
+  const Onnx__NodeProto *dq = c->node;
+  if (c->sub_depth || x->ndim < 2 || dq->n_output < 3 || !dq->output[2] || !dq->output[2][0])
+    return 0;
+  int64_t k = x->dims[x->ndim - 1];
+  if (k <= 0 || (k & 1) || k > QPACK_MAX_K) return 0;
+  const onx_name_t *e = onx_names_find(&c->names, dq->output[0]);
+  if (!e || e->outputs || e->num_cons == 0) return 0;
+  for (uint32_t u = 0; u < e->num_cons; u++) {
+    onx_use_t use = c->names.uses[e->cons_off + u];
+    const Onnx__NodeProto *n = c->graph->node[use.node];
+    if (use.node <= c->node_idx || use.slot != 0 || !n->op_type ||
+        strcmp(n->op_type, "MatMulInteger") != 0 || (n->domain && n->domain[0]) ||
+        n->n_input < 3 || !n->input[2] || strcmp(n->input[2], dq->output[2]) != 0 ||
+        strcmp(n->input[0], dq->output[0]) != 0)
+      return 0;
+    onx_value_t *b = onx_lookup_const(c, n->input[1]);
+    if (!b || !b->data || b->ndim != 2 || b->dims[0] != k || b->dims[1] <= 0 ||
+        !is_q8(b->dt))
+      return 0;
+  }
+  return 1;
+}
+
 vm_status_t onx_op_dynamic_quantize(onx_ctx_t *c) {
   onx_value_t *x;
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
@@ -521,11 +559,16 @@ vm_status_t onx_op_dynamic_quantize(onx_ctx_t *c) {
     return onx_def_const(c, 2, VM_U8, 0, x->dims, dz);
   }
   int64_t scalar[1] = {1}; /* the dims of a 0-d value: none read */
-  int32_t y = new_t(c, VM_U8, x->ndim, x->dims);
+  int centered = dq_centered(c, x);
+  int32_t y = new_t(c, centered ? Q_I16 : VM_U8, x->ndim, x->dims);
   int32_t s = new_t(c, VM_F32, 0, scalar), z = new_t(c, VM_U8, 0, scalar);
   vmcc_arg_t a[4] = {A(onx_tid(c, x)), A(y), A(s), A(z)};
   call(c, "cl.dynamic_quantize", 4, a);
   VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
+  if (centered) {
+    onx_value_t *yv = onx_lookup(c, c->node->output[0]);
+    if (yv) yv->centered = 1;
+  }
   VM_RETURN_IF_ERROR(onx_bind_out(c, 1, s, 0, scalar));
   return onx_bind_out(c, 2, z, 0, scalar);
 }
@@ -575,10 +618,6 @@ static vm_status_t const_scale(onx_ctx_t *c, const onx_value_t *s, const char *w
   }
   return VM_STATUS_OK;
 }
-
-/* K up to which cl.qgemm_packed's int16 products sum exactly in int32
- * (K * 255 * 255 < 2^31; opencl/kernels/quant.cl, QI16_MAX_K). */
-#define QPACK_MAX_K 33025
 
 /* A constant B of K x N int8/uint8 packed for cl.qgemm_packed: [ceil(N /
  * 8), ceil(K / 2), 16], element (k, j) at [j / 8][k / 2][(j % 8) * 2 + k %
@@ -737,7 +776,10 @@ vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   onx_value_t *a, *b, *az = onx_in(c, 2), *bz = onx_in(c, 3);
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
-  VM_RETURN_IF_ERROR(need_q8(c, a, "A"));
+  /* a centered A (dq_centered) is already less a_zero_point */
+  int centered = a->centered && vm_dtype_equal(a->dt, Q_I16);
+  if (centered) az = NULL;
+  else VM_RETURN_IF_ERROR(need_q8(c, a, "A"));
   VM_RETURN_IF_ERROR(need_q8(c, b, "B"));
   if (a->ndim < 2 || b->ndim < 2)
     return onx_node_err(c, VM_UNIMPLEMENTED, "operand ranks %u and %u: supported: 2 or more",
