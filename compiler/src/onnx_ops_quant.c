@@ -702,11 +702,11 @@ static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, 
  * cl.qgemm's float store computes (float)acc * scale, the same rounding as
  * the two nodes, so they fold into it: the scale's value, with the two
  * nodes' indices in ci and mi; NULL when the chain does not fit. */
-static onx_value_t *dequant_after(onx_ctx_t *c, uint32_t ndim, int64_t n, int64_t *ci,
-                                  int64_t *mi) {
+static onx_value_t *dequant_after(onx_ctx_t *c, size_t node, uint32_t ndim, int64_t n,
+                                  int64_t *ci, int64_t *mi) {
   if (c->sub_depth) return NULL; /* c->node_idx is a composite's node */
   size_t slot;
-  *ci = onx_sole_consumer(c, c->node->output[0], c->node_idx, &slot);
+  *ci = onx_sole_consumer(c, c->graph->node[node]->output[0], node, &slot);
   if (*ci < 0) return NULL;
   const Onnx__NodeProto *cast = c->graph->node[*ci];
   const Onnx__AttributeProto *to = onx_attr(cast, "to");
@@ -772,6 +772,100 @@ static int scale_factors(onx_ctx_t *c, const onx_value_t *s, int64_t n, onx_valu
   return run_time_scalar(*x) && (*k)->data && ((*k)->numel == 1 || (*k)->numel == n);
 }
 
+/* cl.qgemm_packed's outputs in one launch (y and up to three parts) */
+#define QPARTS 4
+
+/* The later MatMulIntegers that read the current one's centered A (their
+ * sibling products: attention's K and V beside Q, an FFN's two inputs),
+ * merged into one cl.qgemm_packed with it: B packed as one of parts x n
+ * columns (a multiple of 8 each: the packing of each is its own panels
+ * end to end), mul the per-column scales side by side, each part's float
+ * output bound where its dequantizing Mul's was. Each must take the same
+ * [K, n] shape of constant B, no zero point of B but 0, and end in the
+ * Cast and Mul that dequant_after folds with the same run-time scale xs.
+ * Returns the parts found (0: none; the current node alone); idx, mi
+ * and ks get each part's node, Mul node and constant scale (part 0: the
+ * current node's, filled in by the caller). */
+static uint32_t sibling_products(onx_ctx_t *c, const onx_value_t *b, uint32_t on, int64_t n,
+                                 const onx_value_t *xs, int64_t *idx, int64_t *ci, int64_t *mi,
+                                 onx_value_t **ks) {
+  const Onnx__NodeProto *me = c->node;
+  if (c->sub_depth || n % 8 || b->ndim != 2) return 0;
+  const onx_name_t *e = onx_names_find(&c->names, me->input[0]);
+  if (!e) return 0;
+  uint32_t np = 1;
+  for (uint32_t u = 0; u < e->num_cons && np < QPARTS; u++) {
+    onx_use_t use = c->names.uses[e->cons_off + u];
+    if (use.node <= c->node_idx || c->skip[use.node]) continue;
+    const Onnx__NodeProto *s = c->graph->node[use.node];
+    if (strcmp(s->op_type, "MatMulInteger") != 0 || s->n_input < 3 ||
+        strcmp(s->input[2], me->input[2]) != 0)
+      continue;
+    onx_value_t *sb = onx_lookup_const(c, s->input[1]);
+    onx_value_t *sz = s->n_input > 3 && s->input[3][0] ? onx_lookup(c, s->input[3]) : NULL;
+    if (!sb || !sb->data || sb->ndim != 2 || !vm_dtype_equal(sb->dt, b->dt) ||
+        sb->dims[0] != b->dims[0] || sb->dims[1] != n)
+      continue;
+    if (s->n_input > 3 && s->input[3][0]) {
+      if (!sz || !sz->data || !vm_dtype_equal(sz->dt, sb->dt) || sz->numel != 1) continue;
+      if (onx_ld_i(sz->dt, sz->data, 0) != 0) continue;
+    }
+    onx_value_t *sc = dequant_after(c, use.node, on, n, &ci[np], &mi[np]), *sx;
+    if (!sc || !scale_factors(c, sc, n, &ks[np], &sx) || sx != xs) continue;
+    idx[np++] = use.node;
+  }
+  return np > 1 ? np : 0;
+}
+
+/* The current MatMulInteger and its siblings (sibling_products: np parts)
+ * as one cl.qgemm_packed; ta is the (centered) A as the call takes it,
+ * xs the run-time scale. */
+static vm_status_t merged_products(onx_ctx_t *c, int32_t ta, const onx_value_t *b,
+                                   const onx_value_t *xs, uint32_t np, const int64_t *idx,
+                                   const int64_t *ci, const int64_t *mi, onx_value_t **ks,
+                                   uint32_t on, const int64_t *od, uint32_t yn,
+                                   const int64_t *yd) {
+  int64_t k = b->dims[0], n = b->dims[1], nt = n * np;
+  uint8_t *cat = malloc((size_t)(k * nt));
+  float *mul = malloc((size_t)nt * sizeof(float));
+  if (!cat || !mul) {
+    free(cat);
+    free(mul);
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  for (uint32_t p = 0; p < np; p++) {
+    const onx_value_t *pb = onx_lookup_const(c, c->graph->node[idx[p]]->input[1]);
+    for (int64_t kk = 0; kk < k; kk++) memcpy(cat + kk * nt + p * n, pb->data + kk * n, (size_t)n);
+    for (int64_t j = 0; j < n; j++)
+      mul[p * n + j] = (float)onx_ld_f(ks[p]->dt, ks[p]->data, ks[p]->numel == 1 ? 0 : j);
+  }
+  int32_t tb;
+  vm_status_t st = packed_b(c, b->dt, cat, k, nt, 0, &tb);
+  free(cat);
+  int64_t d1[1] = {nt};
+  int32_t tm = vmcc_graph_const(c->g, VM_F32, mul, 1, d1);
+  free(mul);
+  if (st) return st;
+  if (tb < 0) return onx_node_err(c, VM_INTERNAL, "merged products: B could not be packed");
+  int32_t y[QPARTS];
+  vmcc_arg_t g[9 + QPARTS - 1] = {A(ta),         A(tb),         vmcc_a_none(), vmcc_a_none(),
+                                  A(tm),         vmcc_a_none(), vmcc_a_none(), vmcc_a_none(),
+                                  A(onx_tid(c, (onx_value_t *)xs))};
+  for (uint32_t p = 0; p < np; p++) {
+    y[p] = new_t(c, VM_F32, yn, yd);
+    if (p == 0) g[7] = A(y[p]);
+    else g[8 + p] = A(y[p]);
+  }
+  call(c, "cl.qgemm_packed", 8 + np, g);
+  for (uint32_t p = 0; p < np; p++) {
+    if (p) c->skip[idx[p]] = 1;
+    c->skip[ci[p]] = c->skip[mi[p]] = 1;
+    VM_RETURN_IF_ERROR(onx_bind_named(c, c->graph->node[mi[p]]->output[0], y[p], on, od));
+  }
+  c->fused = 1;
+  return VM_STATUS_OK;
+}
+
 vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   onx_value_t *a, *b, *az = onx_in(c, 2), *bz = onx_in(c, 3);
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
@@ -793,9 +887,19 @@ vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(
       imatmul_shapes(c, a, b, az && az->numel > 1, &ta, &tb, &packed, &on, od, &yn, yd));
   int64_t ci, mi;
-  onx_value_t *sc = dequant_after(c, on, od[on - 1], &ci, &mi), *ks, *xs;
+  onx_value_t *sc = dequant_after(c, c->node_idx, on, od[on - 1], &ci, &mi), *ks, *xs;
   /* a pending x_scale * w_scale: the store multiplies the two (a_scale) */
   int split = sc && scale_factors(c, sc, od[on - 1], &ks, &xs);
+  if (centered && packed && split && (!bz || (bz->data && bz->numel == 1 &&
+                                              onx_ld_i(bz->dt, bz->data, 0) == 0))) {
+    int64_t idx[QPARTS], cis[QPARTS], mis[QPARTS];
+    onx_value_t *kss[QPARTS];
+    uint32_t np = sibling_products(c, b, on, od[on - 1], xs, idx, cis, mis, kss);
+    if (np) {
+      idx[0] = c->node_idx, cis[0] = ci, mis[0] = mi, kss[0] = ks;
+      return merged_products(c, ta, b, xs, np, idx, cis, mis, kss, on, od, yn, yd);
+    }
+  }
   int32_t y = new_t(c, sc ? VM_F32 : VM_I32, yn, yd);
   vmcc_arg_t g[9] = {A(ta),         A(tb),         opt_tid(c, az),
                      opt_tid(c, bz), opt_tid(c, split ? ks : sc), vmcc_a_none(),

@@ -284,7 +284,8 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
 #define QG_FLUSH(r) c##r += convert_int8(f##r);
 
 /* The store of qgemm's 8x8 block (rows i.., columns j.., batch bt) of
- * int8 accumulators c0..c7: whole rows by vectors, edges by element. */
+ * int8 accumulators c0..c7: whole rows by vectors, edges by element; jy is
+ * column j's index in y (j itself, or within its part: qgemm_i16). */
 #define QGEMM_STORE                                                                  \
   int base = yo + bt * sc;                                                               \
   float zyf = has_yzp ? (float)yzp[yzo] : 0.0f;                                          \
@@ -294,7 +295,7 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
     int8 bv = 0;                                                                         \
     if (MODE > 0) mv = (mstep ? vload8(0, mul + mo + j) : (float8)(mul[mo])) * ascale;   \
     if (has_bias) bv = bstep ? vload8(0, bias + bo + j) : (int8)(bias[bo]);              \
-    int yi = base + i * ldc + j;                                                         \
+    int yi = base + i * ldc + jy;                                                        \
     QSTORE8(c0, bv, mv, yi);                                                             \
     QSTORE8(c1, bv, mv, yi + ldc);                                                       \
     QSTORE8(c2, bv, mv, yi + 2 * ldc);                                                   \
@@ -308,7 +309,7 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
   int acc[8][8];                                                                         \
   QACC_SPILL(acc)                                                                        \
   for (int r = 0; r < 8 && i + r < M; r++)                                               \
-    for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + j + t);
+    for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + jy + t);
 
 /* The start of qgemm's 8x8 block at row i, column j: row pointers a0..a7
  * of T into A (rows of ld elements), rows past M repeating the last; the
@@ -366,6 +367,7 @@ __kernel void qgemm(int M, int N, int K, __global const float *Af, int sa,
   int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
   float ascale = has_asc ? asc[aso] : 1.0f;
+  int jy = j;
   Af += bt * sa;
   B += bo_ + bt * sb;
   QG_BEGIN(float, Af, K)
@@ -456,17 +458,26 @@ __kernel void qgemm_a2s(__global const TA *A, int ao, int M, int K, __global con
  * registers) or packed by the compiler (packed 1, cl.qgemm_packed;
  * docs/operators.md): [ceil(N / 8)][Kp / 2][8 columns][2 k] so that a
  * work-item's k pair is 16 consecutive bytes, the pad (k = K for odd K,
- * columns past N) any value. */
+ * columns past N) any value. The columns may go to up to four outputs
+ * (cl.qgemm_packed's parts: products of one A merged into one launch):
+ * columns [p ng, (p + 1) ng) to part p, each with ldc ng. */
 __kernel void qgemm_i16(int M, int N, int K, __global const short *As, int ao, int sa,
                         __global const TB *B, int bo_, int ldb, int sb, __global const TB *bzp,
                         int bzo, int bzs, __global const float *mul, int mo, int mstep,
                         __global const int *bias, int bo, int bstep, int has_bias,
                         __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
                         int ldc, int sc, int has_bzp, int packed, __global const float *asc,
-                        int aso, int has_asc) {
+                        int aso, int has_asc, int ng, __global YT *y1, int yo1,
+                        __global YT *y2, int yo2, __global YT *y3, int yo3) {
   int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
   float ascale = has_asc ? asc[aso] : 1.0f;
+  /* the N columns are parts of ng (a multiple of 8 where there are
+   * several: a block lies in one), part p stored into y, y1, y2 or y3 */
+  int part = j / ng, jy = j - part * ng;
+  if (part == 1) y = y1, yo = yo1;
+  if (part == 2) y = y2, yo = yo2;
+  if (part == 3) y = y3, yo = yo3;
   int K2 = (K + 1) / 2, kf = K / 2;
   __global const int *Ai = (__global const int *)(As + ao + bt * sa);
   B += bo_ + bt * sb;

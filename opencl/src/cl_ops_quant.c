@@ -409,17 +409,19 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
   vmcl_op_t op;
   vmcl_op_init(&op, packed ? "cl.qgemm_packed" : "cl.qgemm",
                packed ? "(A, B packed, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y"
-                        "[, a_scale|none])"
+                        "[, a_scale|none[, y2[, y3[, y4]]]])"
                       : "(A, B, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y"
                         "[, a_scale|none])",
                args, nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, 9));
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, packed ? 12 : 9));
   vm_tensor_t *a, *b, *az, *bz, *yt;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &a));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B", &b));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "a_zero_point", &az));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 3, "b_zero_point", &bz));
-  int64_t M, K, KB, N, ba, bb;
+  int64_t M, K, KB, N, ba, bb, ng = 0;
+  vm_tensor_t *yparts[4] = {NULL, NULL, NULL, NULL};
+  uint32_t nparts = 1;
   if (!packed) {
     if ((a->ndim != 2 && a->ndim != 3) || (b->ndim != 2 && b->ndim != 3))
       return vmcl_op_error(&op, "A and B (arguments 0, 1) must be 2-D or 3-D, got %u and %u dims",
@@ -430,12 +432,25 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
       return vmcl_op_error(&op, "inner dims differ: A is %lldx%lld, B %lldx%lld", (long long)M,
                            (long long)K, (long long)KB, (long long)N);
     ba = a->ndim == 3 ? a->shape[0] : 1, bb = b->ndim == 3 ? b->shape[0] : 1;
+    ng = N;
   } else {
     VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 7, "y", &yt));
     if ((a->ndim != 2 && a->ndim != 3) || (yt->ndim != a->ndim))
       return vmcl_op_error(&op, "A and y (arguments 0, 7) must both be 2-D or 3-D, got %u and %u "
                                 "dims", a->ndim, yt->ndim);
-    M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], N = yt->shape[yt->ndim - 1];
+    /* more outputs y2..y4: parts of y's shape and dtype, B packing their
+     * columns after y's (products of one A in one launch) */
+    for (uint32_t i = 9; i < op.nargs; i++) {
+      VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, i, "y part", &yparts[nparts]));
+      VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, yparts[nparts], i, "y part", yt->dtype, "y"));
+      VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, yparts[nparts], i, "y part", yt->shape, yt->ndim));
+      nparts++;
+    }
+    ng = yt->shape[yt->ndim - 1];
+    if (nparts > 1 && ng % 8)
+      return vmcl_op_error(&op, "y has %lld columns: outputs in parts (arguments 9 on) need a "
+                                "multiple of 8", (long long)ng);
+    M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], N = ng * nparts;
     int64_t want[3] = {(N + 7) / 8, (K + 1) / 2, 16};
     if (b->ndim != 3 || b->shape[0] != want[0] || b->shape[1] != want[1] || b->shape[2] != 16)
       return vmcl_op_error(&op, "packed B (argument 1) must be [%lld, %lld, 16] for K %lld and N "
@@ -468,7 +483,7 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
   VM_RETURN_IF_ERROR(qepi_check(&op, a, b, az, M, bz, N, 7, N, &e));
   /* a_scale: a run-time factor of every column's mul (A's dynamic scale) */
   vm_tensor_t *asc = NULL;
-  if (op.nargs == 9) VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 8, "a_scale", &asc));
+  if (op.nargs >= 9) VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 8, "a_scale", &asc));
   if (asc) {
     if (e.mode == 0) return vmcl_op_error(&op, "a_scale (argument 8) needs mul (argument 4)");
     VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, asc, 8, "a_scale", VM_F32, "the requantization"));
@@ -478,7 +493,7 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
   }
   int batched = a->ndim == 3 || b->ndim == 3;
   if (packed) batched = a->ndim == 3;
-  int64_t ys[3] = {batch, M, N};
+  int64_t ys[3] = {batch, M, ng};
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, e.y, 7, "y", batched ? ys : ys + 1, batched ? 3 : 2));
   if (batch * M * N == 0) return VM_STATUS_OK;
   vmcl_dev_t *d = op.d;
@@ -546,13 +561,22 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
     vmcl_arg_int(&ka, bz ? vmcl_elem_offset(bz) : 0);
     vmcl_arg_int(&ka, bz && vm_tensor_numel(bz) > 1);
     qepi_args(&ka, &e);
-    vmcl_arg_int(&ka, N);
-    vmcl_arg_int(&ka, M * N);
+    vmcl_arg_int(&ka, ng);
+    vmcl_arg_int(&ka, M * ng);
     vmcl_arg_int(&ka, bz != NULL);
     if (i16) vmcl_arg_int(&ka, packed);
     vmcl_arg_mem(&ka, vmcl_tensor_mem(asc ? asc : e.y));
     vmcl_arg_int(&ka, asc ? vmcl_elem_offset(asc) : 0);
     vmcl_arg_int(&ka, asc != NULL);
+    if (i16) {
+      vmcl_arg_int(&ka, ng);
+      yparts[0] = e.y;
+      for (uint32_t p = 1; p < 4; p++) {
+        const vm_tensor_t *t = p < nparts ? yparts[p] : e.y;
+        vmcl_arg_mem(&ka, vmcl_tensor_mem(t));
+        vmcl_arg_int(&ka, vmcl_elem_offset(t));
+      }
+    }
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
                               : launch_grid(d, k, (N + 7) / 8, (M + 7) / 8, batch);
   }

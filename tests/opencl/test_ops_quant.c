@@ -290,6 +290,90 @@ static void test_qgemm_int16_a(void **state) {
   release_all(a, 8);
 }
 
+/* cl.qgemm_packed's outputs in parts (arguments 9 on): one int16 A by B
+ * packing 3 x 16 columns into y, y2, y3, each what its own product gives
+ * bit for bit (mul per column, a_scale), 2-D and batched; and the
+ * refusals of a part of another shape, of another dtype, and of parts of
+ * a width that is no multiple of 8. */
+static void test_qgemm_parts(void **state) {
+  tops_env_t *e = *state;
+  enum { BT = 2, M = 9, K = 24, NG = 16, NP = 3, N = NG * NP };
+  int16_t A[BT * M * K];
+  int8_t B[K * N], P[(N / 8) * (K / 2) * 16];
+  float mul[N], as = 0.0173f;
+  for (int i = 0; i < BT * M * K; i++) A[i] = (int16_t)((i * 97) % 511 - 255);
+  for (int i = 0; i < K * N; i++) B[i] = (int8_t)((i * 37) % 255 - 127);
+  for (int j = 0; j < N; j++) mul[j] = 0.021f + 0.0005f * (float)j;
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < N; j++) P[((j / 8) * (K / 2) + k / 2) * 16 + (j % 8) * 2 + k % 2] = B[k * N + j];
+  for (int batched = 0; batched < 2; batched++) {
+    uint32_t nd = batched ? 3 : 2;
+    const int64_t *ad = batched ? DIMS(BT, M, K) : DIMS(M, K);
+    const int64_t *yd = batched ? DIMS(BT, M, NG) : DIMS(M, NG);
+    int rows = (batched ? BT : 1) * M;
+    vm_value_t a[12] = {plain_from(e, Q_I16, nd, ad, A),
+                        tops_tensor(e, VM_I8, 3, DIMS(N / 8, K / 2, 16), P),
+                        vm_value_none(),
+                        vm_value_none(),
+                        tops_tensor(e, VM_F32, 1, DIMS(N), mul),
+                        vm_value_none(),
+                        vm_value_none(),
+                        tops_tensor(e, VM_F32, nd, yd, NULL),
+                        tops_tensor(e, VM_F32, 0, NULL, &as),
+                        tops_tensor(e, VM_F32, nd, yd, NULL),
+                        tops_tensor(e, VM_F32, nd, yd, NULL),
+                        vm_value_none()};
+    ASSERT_OK(tops_call(e, "cl.qgemm_packed", a, 11));
+    for (int p = 0; p < NP; p++) {
+      vm_value_t *y = &a[p ? 8 + p : 7];
+      float got[BT * M * NG];
+      tops_read_f(e, y, got);
+      tops_check_guard(e, y);
+      for (int r = 0; r < rows; r++)
+        for (int j = 0; j < NG; j++) {
+          int c = p * NG + j;
+          int32_t acc = 0;
+          for (int k = 0; k < K; k++) acc += A[r * K + k] * B[k * N + c];
+          float want = (float)acc * (mul[c] * as);
+          if (memcmp(&got[r * NG + j], &want, 4) != 0)
+            fail_msg("batched %d part %d at %d,%d: %.9g, expected %.9g", batched, p, r, j,
+                     (double)got[r * NG + j], (double)want);
+        }
+    }
+    if (batched) {
+      release_all(a, 12);
+      continue;
+    }
+    vm_value_t y3 = a[10];
+    a[10] = tops_plain(e, VM_F32, 2, DIMS(M, 8));
+    ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 11), VM_INVALID_ARGUMENT,
+                  "cl.qgemm_packed: y part (argument 10) has shape [9, 8], expected [9, 16]");
+    vm_value_release(&a[10]);
+    a[10] = tops_plain(e, VM_F16, 2, DIMS(M, NG));
+    ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 11), VM_INVALID_ARGUMENT,
+                  "cl.qgemm_packed: y part (argument 10) has dtype float16");
+    vm_value_release(&a[10]);
+    a[10] = y3;
+    release_all(a, 12);
+  }
+  /* 12 columns in two parts: B packs 24 (3 panels), but a part must be
+   * whole panels */
+  vm_value_t b[10] = {tops_plain(e, Q_I16, 2, DIMS(M, K)),
+                      tops_plain(e, VM_I8, 3, DIMS(3, K / 2, 16)),
+                      vm_value_none(),
+                      vm_value_none(),
+                      tops_plain(e, VM_F32, 1, DIMS(24)),
+                      vm_value_none(),
+                      vm_value_none(),
+                      tops_plain(e, VM_F32, 2, DIMS(M, 12)),
+                      tops_plain(e, VM_F32, 0, NULL),
+                      tops_plain(e, VM_F32, 2, DIMS(M, 12))};
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", b, 10), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: y has 12 columns: outputs in parts (arguments 9 on) need a "
+                "multiple of 8");
+  release_all(b, 10);
+}
+
 /* cl.qgemm: uint8 A (per-row zero points) x int8 B (per-column zero
  * points) into int32, K = 700 (beyond one exact float chunk of 256), and
  * the same requantized to int8 with a bias and an output zero point. */
@@ -782,6 +866,7 @@ int main(void) {
       cmocka_unit_test(test_quantize_per_axis), cmocka_unit_test(test_dynamic_quantize),
       cmocka_unit_test(test_dynamic_quantize_paths),
       cmocka_unit_test(test_dynamic_quantize_centered), cmocka_unit_test(test_qgemm_int16_a),
+      cmocka_unit_test(test_qgemm_parts),
       cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qgemm_exact_bound),
       cmocka_unit_test(test_qgemm_empty_k),    cmocka_unit_test(test_qgemm_pairs),
       cmocka_unit_test(test_qgemm_a_scale),
