@@ -265,7 +265,7 @@ static void test_qgemm_int16_a(void **state) {
                  (long long)i, (double)got[1][i], (double)got[0][i], (double)want);
     }
   }
-  const uint8_t z = 3;
+  const int16_t z = 3;
   vm_value_t a[8] = {tops_plain(e, Q_I16, 2, DIMS(2, 4)), tops_plain(e, VM_I8, 3, DIMS(1, 2, 16)),
                      tops_tensor(e, Q_I16, 0, NULL, &z), vm_value_none(), vm_value_none(),
                      vm_value_none(), vm_value_none(), tops_plain(e, VM_I32, 2, DIMS(2, 8))};
