@@ -624,11 +624,14 @@ static vm_status_t const_scale(onx_ctx_t *c, const onx_value_t *s, const char *w
  * 2], the pad 0 (docs/operators.md). data is row-major [K, N], or [N, K]
  * when trans. *tid stays -1 where the kernel's bound rules the packing
  * out (cl.qgemm then serves B as it is). */
+static int packable(vm_dtype_t dt, const uint8_t *data, int64_t k, int64_t n) {
+  return data && vm_dtype_bytes(dt) == 1 && k <= QPACK_MAX_K && k != 0 && n != 0;
+}
+
 static vm_status_t packed_b(onx_ctx_t *c, vm_dtype_t dt, const uint8_t *data, int64_t k,
                             int64_t n, int trans, int32_t *tid) {
   *tid = -1;
-  if (!data || vm_dtype_bytes(dt) != 1 || k > QPACK_MAX_K || k == 0 || n == 0)
-    return VM_STATUS_OK;
+  if (!packable(dt, data, k, n)) return VM_STATUS_OK;
   int64_t n8 = (n + 7) / 8, k2 = (k + 1) / 2, dims[3] = {n8, k2, 16};
   uint8_t *p = calloc((size_t)(n8 * k2 * 16), 1);
   if (!p) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
@@ -645,13 +648,27 @@ static vm_status_t packed_b(onx_ctx_t *c, vm_dtype_t dt, const uint8_t *data, in
   return VM_STATUS_OK;
 }
 
+/* The 2-D B [k, n] of a product as cl.qgemm_packed takes it (*packed
+ * set) or, where it cannot be packed, as cl.qgemm does. */
+static vm_status_t b_operand(onx_ctx_t *c, onx_value_t *b, int64_t k, int64_t n, int32_t *tb,
+                             int *packed) {
+  int64_t b2[2] = {k, n};
+  VM_RETURN_IF_ERROR(packed_b(c, b->dt, b->data, k, n, 0, tb));
+  *packed = *tb >= 0;
+  if (!*packed) *tb = onx_reshaped(c, b, 2, b2);
+  return VM_STATUS_OK;
+}
+
 /* The [*, M, K] x [K, N] or [b, M, K] x [b, K, N] shapes a MatMul-like
  * integer product takes; out: the output shape; ta/tb the 2-D or 3-D
  * views for cl.qgemm, or with *packed set, tb B packed for
- * cl.qgemm_packed (a constant 2-D B within the bound). */
+ * cl.qgemm_packed (a constant 2-D B within the bound). With defer set a
+ * B that can be packed is not packed yet (*tb -1, *packed set): the
+ * caller may pack it with others (merged_products) or alone (b_operand);
+ * the graph keeps every constant made, used or not. */
 static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, int per_row_a,
-                                  int32_t *ta, int32_t *tb, int *packed, uint32_t *on,
-                                  int64_t *od, uint32_t *yn, int64_t *yd) {
+                                  int defer, int32_t *ta, int32_t *tb, int *packed,
+                                  uint32_t *on, int64_t *od, uint32_t *yn, int64_t *yd) {
   if (a->ndim < 2 || b->ndim < 2)
     return onx_node_err(c, VM_UNIMPLEMENTED, "operand ranks %u and %u: supported: 2 or more",
                         a->ndim, b->ndim);
@@ -662,12 +679,11 @@ static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, 
                         (long long)kb);
   int64_t pa = prod(a->dims, a->ndim - 2), pb = prod(b->dims, b->ndim - 2);
   if (pb == 1 && b->ndim == 2 && !(per_row_a && pa > 1)) {
-    int64_t a2[2] = {pa * m, k}, b2[2] = {k, n};
+    int64_t a2[2] = {pa * m, k};
     *ta = onx_reshaped(c, a, 2, a2);
     *tb = -1;
-    VM_RETURN_IF_ERROR(packed_b(c, b->dt, b->data, k, n, 0, tb));
-    *packed = *tb >= 0;
-    if (!*packed) *tb = onx_reshaped(c, b, 2, b2);
+    if (defer && packable(b->dt, b->data, k, n)) *packed = 1;
+    else VM_RETURN_IF_ERROR(b_operand(c, b, k, n, tb, packed));
     *yn = 2;
     yd[0] = pa * m;
     yd[1] = n;
@@ -885,7 +901,7 @@ vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   uint32_t on, yn;
   int64_t od[MAXD], yd[3];
   VM_RETURN_IF_ERROR(
-      imatmul_shapes(c, a, b, az && az->numel > 1, &ta, &tb, &packed, &on, od, &yn, yd));
+      imatmul_shapes(c, a, b, az && az->numel > 1, 1, &ta, &tb, &packed, &on, od, &yn, yd));
   int64_t ci, mi;
   onx_value_t *sc = dequant_after(c, c->node_idx, on, od[on - 1], &ci, &mi), *ks, *xs;
   /* a pending x_scale * w_scale: the store multiplies the two (a_scale) */
@@ -900,6 +916,8 @@ vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
       return merged_products(c, ta, b, xs, np, idx, cis, mis, kss, on, od, yn, yd);
     }
   }
+  /* alone: B packed now (imatmul_shapes deferred it) */
+  if (tb < 0) VM_RETURN_IF_ERROR(b_operand(c, b, b->dims[0], b->dims[1], &tb, &packed));
   int32_t y = new_t(c, sc ? VM_F32 : VM_I32, yn, yd);
   vmcc_arg_t g[9] = {A(ta),         A(tb),         opt_tid(c, az),
                      opt_tid(c, bz), opt_tid(c, split ? ks : sc), vmcc_a_none(),
@@ -942,7 +960,7 @@ static vm_status_t qlinear_gemm(onx_ctx_t *c, onx_value_t *a, onx_value_t *as, o
   int packed;
   uint32_t on, yn;
   int64_t od[MAXD], yd[3];
-  VM_RETURN_IF_ERROR(imatmul_shapes(c, a, b, 0, &ta, &tb, &packed, &on, od, &yn, yd));
+  VM_RETURN_IF_ERROR(imatmul_shapes(c, a, b, 0, 0, &ta, &tb, &packed, &on, od, &yn, yd));
   float *mul = malloc((size_t)(n ? n : 1) * sizeof(float));
   if (!mul) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
   double sa = onx_ld_f(as->dt, as->data, 0), sy = ys ? onx_ld_f(ys->dt, ys->data, 0) : 1.0;
