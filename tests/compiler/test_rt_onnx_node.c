@@ -700,15 +700,17 @@ static void test_node_cases(void **state) {
 /* Packs m, compiles it (report in rep), runs it on xin and copies its one
  * output's first n bytes to got; the calls of the operators ops[0..nops)
  * in the executable go to counts. */
-static void compile_run_counts(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
-                               void *got, size_t n, const char *const *ops, uint32_t nops,
-                               uint32_t *counts) {
+static void compile_run_counts_i8(env_t *e, mb_t *m, vmcc_tensor_t *xin,
+                                  vmcc_onnx_report_t *rep, void *got, size_t n,
+                                  const char *const *ops, uint32_t nops, uint32_t *counts,
+                                  uint64_t *i8_bytes) {
   size_t nbytes;
   uint8_t *bytes = mb_pack(m, &nbytes);
   vm_executable_t *exec = NULL;
   ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, rep));
   free(bytes);
   for (uint32_t i = 0; i < nops; i++) counts[i] = count_calls(exec, ops[i]);
+  if (i8_bytes) *i8_bytes = tensor_const_bytes(exec, VM_I8);
   vm_machine_t *vm = NULL;
   vm_value_t xv = vm_value_none(), res = vm_value_none();
   ASSERT_OK(run_exec(e, exec, xin, &vm, &xv, &res));
@@ -719,6 +721,12 @@ static void compile_run_counts(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_
   vm_value_release(&xv);
   vm_machine_free(vm);
   vm_executable_free(exec);
+}
+
+static void compile_run_counts(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
+                               void *got, size_t n, const char *const *ops, uint32_t nops,
+                               uint32_t *counts) {
+  compile_run_counts_i8(e, m, xin, rep, got, n, ops, nops, counts, NULL);
 }
 
 /* The same with the calls of one operator op (NULL: none) in *count. */
@@ -1114,7 +1122,8 @@ static void test_dynamic_matmul_scale_folded(void **state) {
  * d1) + d2. The quantized x is emitted once as int16 less its zero point
  * and the three products run as one cl.qgemm_packed with three outputs;
  * variant 1 gives the third W a zero point of 3: it runs alone (two
- * calls). Bit for bit the nodes' float32 arithmetic on the host. */
+ * calls). Each W is in the executable once (no unused packed copy of the
+ * first part's). Bit for bit the nodes' float32 arithmetic on the host. */
 static void dynamic_matmul_siblings_case(env_t *e, int variant) {
   enum { M = 9, K = 40, N = 16, P = 3 };
   static float x[M * K], ws[P][N];
@@ -1160,10 +1169,14 @@ static void dynamic_matmul_siblings_case(env_t *e, int variant) {
   vmcc_tensor_t xin = {VM_F32, 2, {M, K}, x, sizeof(x)};
   float got[M * N];
   vmcc_onnx_report_t rep;
-  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 3, cnt);
+  uint64_t i8;
+  compile_run_counts_i8(e, &m, &xin, &rep, got, sizeof(got), ops, 3, cnt, &i8);
   assert_int_equal(cnt[0], 0);
   assert_int_equal(cnt[1], variant ? 2 : 1);
   assert_int_equal(cnt[2], 1);
+  /* the int8 constants: each W once, packed (K even, N a multiple of 8: no
+   * padding), plus variant 1's one-byte zero point of W2 */
+  assert_int_equal(i8, (uint64_t)(P * K * N) + (variant ? 1 : 0));
   float mn = 0.0f, mx = 0.0f;
   for (int i = 0; i < M * K; i++) mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]);
   float xs = (mx - mn) / 255.0f;
