@@ -77,6 +77,9 @@ typedef struct onx_value {
    * dequantizing cl.qgemm takes the two factors into its store instead. */
   vmcc_graph_t *ps_g;
   const char *ps_a, *ps_b;
+  /* DynamicQuantizeLinear's y emitted as int16 less its zero point
+   * (onnx_ops_quant.c): only MatMulIntegers with that zero point read it */
+  uint8_t centered;
 } onx_value_t;
 
 /* ---- value names (onnx_names.c) ---- */

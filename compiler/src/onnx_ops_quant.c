@@ -495,6 +495,44 @@ vm_status_t onx_op_dequantize(onx_ctx_t *c) {
   return onx_def_lazy(c, 0, ydt, x->ndim, x->dims, q);
 }
 
+/* K up to which cl.qgemm_packed's int16 products sum exactly in int32
+ * (K * 255 * 255 < 2^31; opencl/kernels/quant.cl, QI16_MAX_K). */
+#define QPACK_MAX_K 33025
+
+/* int16: a centered DynamicQuantizeLinear y (below) */
+#define Q_I16 VM_DTYPE_MAKE(VM_DTYPE_INT, 16, 1)
+
+/* Whether the current DynamicQuantizeLinear's y can be emitted centered:
+ * int16 q - zero_point, which the int16 products multiply as it is, so
+ * that the MatMulIntegers sharing it (attention's Q, K and V) convert it
+ * once here instead of once each. That holds when every reader of y is a
+ * later MatMulInteger taking it as A with this node's zero point, and a
+ * constant 2-D 8-bit B of an even K within the int16 bound (the products
+ * cl.qgemm_packed serves); y is no graph output. */
+static int dq_centered(onx_ctx_t *c, const onx_value_t *x) {
+  const Onnx__NodeProto *dq = c->node;
+  if (c->sub_depth || x->ndim < 2 || dq->n_output < 3 || !dq->output[2] || !dq->output[2][0])
+    return 0;
+  int64_t k = x->dims[x->ndim - 1];
+  if (k <= 0 || (k & 1) || k > QPACK_MAX_K) return 0;
+  const onx_name_t *e = onx_names_find(&c->names, dq->output[0]);
+  if (!e || e->outputs || e->num_cons == 0) return 0;
+  for (uint32_t u = 0; u < e->num_cons; u++) {
+    onx_use_t use = c->names.uses[e->cons_off + u];
+    const Onnx__NodeProto *n = c->graph->node[use.node];
+    if (use.node <= c->node_idx || use.slot != 0 || !n->op_type ||
+        strcmp(n->op_type, "MatMulInteger") != 0 || (n->domain && n->domain[0]) ||
+        n->n_input < 3 || !n->input[2] || strcmp(n->input[2], dq->output[2]) != 0 ||
+        strcmp(n->input[0], dq->output[0]) != 0)
+      return 0;
+    onx_value_t *b = onx_lookup_const(c, n->input[1]);
+    if (!b || !b->data || b->ndim != 2 || b->dims[0] != k || b->dims[1] <= 0 ||
+        !is_q8(b->dt))
+      return 0;
+  }
+  return 1;
+}
+
 vm_status_t onx_op_dynamic_quantize(onx_ctx_t *c) {
   onx_value_t *x;
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
@@ -521,11 +559,16 @@ vm_status_t onx_op_dynamic_quantize(onx_ctx_t *c) {
     return onx_def_const(c, 2, VM_U8, 0, x->dims, dz);
   }
   int64_t scalar[1] = {1}; /* the dims of a 0-d value: none read */
-  int32_t y = new_t(c, VM_U8, x->ndim, x->dims);
+  int centered = dq_centered(c, x);
+  int32_t y = new_t(c, centered ? Q_I16 : VM_U8, x->ndim, x->dims);
   int32_t s = new_t(c, VM_F32, 0, scalar), z = new_t(c, VM_U8, 0, scalar);
   vmcc_arg_t a[4] = {A(onx_tid(c, x)), A(y), A(s), A(z)};
   call(c, "cl.dynamic_quantize", 4, a);
   VM_RETURN_IF_ERROR(onx_bind_out(c, 0, y, x->ndim, x->dims));
+  if (centered) {
+    onx_value_t *yv = onx_lookup(c, c->node->output[0]);
+    if (yv) yv->centered = 1;
+  }
   VM_RETURN_IF_ERROR(onx_bind_out(c, 1, s, 0, scalar));
   return onx_bind_out(c, 2, z, 0, scalar);
 }
@@ -576,20 +619,19 @@ static vm_status_t const_scale(onx_ctx_t *c, const onx_value_t *s, const char *w
   return VM_STATUS_OK;
 }
 
-/* K up to which cl.qgemm_packed's int16 products sum exactly in int32
- * (K * 255 * 255 < 2^31; opencl/kernels/quant.cl, QI16_MAX_K). */
-#define QPACK_MAX_K 33025
-
 /* A constant B of K x N int8/uint8 packed for cl.qgemm_packed: [ceil(N /
  * 8), ceil(K / 2), 16], element (k, j) at [j / 8][k / 2][(j % 8) * 2 + k %
  * 2], the pad 0 (docs/operators.md). data is row-major [K, N], or [N, K]
  * when trans. *tid stays -1 where the kernel's bound rules the packing
  * out (cl.qgemm then serves B as it is). */
+static int packable(vm_dtype_t dt, const uint8_t *data, int64_t k, int64_t n) {
+  return data && vm_dtype_bytes(dt) == 1 && k <= QPACK_MAX_K && k != 0 && n != 0;
+}
+
 static vm_status_t packed_b(onx_ctx_t *c, vm_dtype_t dt, const uint8_t *data, int64_t k,
                             int64_t n, int trans, int32_t *tid) {
   *tid = -1;
-  if (!data || vm_dtype_bytes(dt) != 1 || k > QPACK_MAX_K || k == 0 || n == 0)
-    return VM_STATUS_OK;
+  if (!packable(dt, data, k, n)) return VM_STATUS_OK;
   int64_t n8 = (n + 7) / 8, k2 = (k + 1) / 2, dims[3] = {n8, k2, 16};
   uint8_t *p = calloc((size_t)(n8 * k2 * 16), 1);
   if (!p) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
@@ -606,13 +648,27 @@ static vm_status_t packed_b(onx_ctx_t *c, vm_dtype_t dt, const uint8_t *data, in
   return VM_STATUS_OK;
 }
 
+/* The 2-D B [k, n] of a product as cl.qgemm_packed takes it (*packed
+ * set) or, where it cannot be packed, as cl.qgemm does. */
+static vm_status_t b_operand(onx_ctx_t *c, onx_value_t *b, int64_t k, int64_t n, int32_t *tb,
+                             int *packed) {
+  int64_t b2[2] = {k, n};
+  VM_RETURN_IF_ERROR(packed_b(c, b->dt, b->data, k, n, 0, tb));
+  *packed = *tb >= 0;
+  if (!*packed) *tb = onx_reshaped(c, b, 2, b2);
+  return VM_STATUS_OK;
+}
+
 /* The [*, M, K] x [K, N] or [b, M, K] x [b, K, N] shapes a MatMul-like
  * integer product takes; out: the output shape; ta/tb the 2-D or 3-D
  * views for cl.qgemm, or with *packed set, tb B packed for
- * cl.qgemm_packed (a constant 2-D B within the bound). */
+ * cl.qgemm_packed (a constant 2-D B within the bound). With defer set a
+ * B that can be packed is not packed yet (*tb -1, *packed set): the
+ * caller may pack it with others (merged_products) or alone (b_operand);
+ * the graph keeps every constant made, used or not. */
 static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, int per_row_a,
-                                  int32_t *ta, int32_t *tb, int *packed, uint32_t *on,
-                                  int64_t *od, uint32_t *yn, int64_t *yd) {
+                                  int defer, int32_t *ta, int32_t *tb, int *packed,
+                                  uint32_t *on, int64_t *od, uint32_t *yn, int64_t *yd) {
   if (a->ndim < 2 || b->ndim < 2)
     return onx_node_err(c, VM_UNIMPLEMENTED, "operand ranks %u and %u: supported: 2 or more",
                         a->ndim, b->ndim);
@@ -623,12 +679,11 @@ static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, 
                         (long long)kb);
   int64_t pa = prod(a->dims, a->ndim - 2), pb = prod(b->dims, b->ndim - 2);
   if (pb == 1 && b->ndim == 2 && !(per_row_a && pa > 1)) {
-    int64_t a2[2] = {pa * m, k}, b2[2] = {k, n};
+    int64_t a2[2] = {pa * m, k};
     *ta = onx_reshaped(c, a, 2, a2);
     *tb = -1;
-    VM_RETURN_IF_ERROR(packed_b(c, b->dt, b->data, k, n, 0, tb));
-    *packed = *tb >= 0;
-    if (!*packed) *tb = onx_reshaped(c, b, 2, b2);
+    if (defer && packable(b->dt, b->data, k, n)) *packed = 1;
+    else VM_RETURN_IF_ERROR(b_operand(c, b, k, n, tb, packed));
     *yn = 2;
     yd[0] = pa * m;
     yd[1] = n;
@@ -663,11 +718,11 @@ static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, 
  * cl.qgemm's float store computes (float)acc * scale, the same rounding as
  * the two nodes, so they fold into it: the scale's value, with the two
  * nodes' indices in ci and mi; NULL when the chain does not fit. */
-static onx_value_t *dequant_after(onx_ctx_t *c, uint32_t ndim, int64_t n, int64_t *ci,
-                                  int64_t *mi) {
+static onx_value_t *dequant_after(onx_ctx_t *c, size_t node, uint32_t ndim, int64_t n,
+                                  int64_t *ci, int64_t *mi) {
   if (c->sub_depth) return NULL; /* c->node_idx is a composite's node */
   size_t slot;
-  *ci = onx_sole_consumer(c, c->node->output[0], c->node_idx, &slot);
+  *ci = onx_sole_consumer(c, c->graph->node[node]->output[0], node, &slot);
   if (*ci < 0) return NULL;
   const Onnx__NodeProto *cast = c->graph->node[*ci];
   const Onnx__AttributeProto *to = onx_attr(cast, "to");
@@ -733,11 +788,108 @@ static int scale_factors(onx_ctx_t *c, const onx_value_t *s, int64_t n, onx_valu
   return run_time_scalar(*x) && (*k)->data && ((*k)->numel == 1 || (*k)->numel == n);
 }
 
+/* cl.qgemm_packed's outputs in one launch (y and up to three parts) */
+#define QPARTS 4
+
+/* The later MatMulIntegers that read the current one's centered A (their
+ * sibling products: attention's K and V beside Q, an FFN's two inputs),
+ * merged into one cl.qgemm_packed with it: B packed as one of parts x n
+ * columns (a multiple of 8 each: the packing of each is its own panels
+ * end to end), mul the per-column scales side by side, each part's float
+ * output bound where its dequantizing Mul's was. Each must take the same
+ * [K, n] shape of constant B, no zero point of B but 0, and end in the
+ * Cast and Mul that dequant_after folds with the same run-time scale xs.
+ * Returns the parts found (0: none; the current node alone); idx, mi
+ * and ks get each part's node, Mul node and constant scale (part 0: the
+ * current node's, filled in by the caller). */
+static uint32_t sibling_products(onx_ctx_t *c, const onx_value_t *b, uint32_t on, int64_t n,
+                                 const onx_value_t *xs, int64_t *idx, int64_t *ci, int64_t *mi,
+                                 onx_value_t **ks) {
+  const Onnx__NodeProto *me = c->node;
+  if (c->sub_depth || n % 8 || b->ndim != 2) return 0;
+  const onx_name_t *e = onx_names_find(&c->names, me->input[0]);
+  if (!e) return 0;
+  uint32_t np = 1;
+  for (uint32_t u = 0; u < e->num_cons && np < QPARTS; u++) {
+    onx_use_t use = c->names.uses[e->cons_off + u];
+    if (use.node <= c->node_idx || c->skip[use.node]) continue;
+    const Onnx__NodeProto *s = c->graph->node[use.node];
+    if (strcmp(s->op_type, "MatMulInteger") != 0 || s->n_input < 3 ||
+        strcmp(s->input[2], me->input[2]) != 0)
+      continue;
+    onx_value_t *sb = onx_lookup_const(c, s->input[1]);
+    onx_value_t *sz = s->n_input > 3 && s->input[3][0] ? onx_lookup(c, s->input[3]) : NULL;
+    if (!sb || !sb->data || sb->ndim != 2 || !vm_dtype_equal(sb->dt, b->dt) ||
+        sb->dims[0] != b->dims[0] || sb->dims[1] != n)
+      continue;
+    if (s->n_input > 3 && s->input[3][0]) {
+      if (!sz || !sz->data || !vm_dtype_equal(sz->dt, sb->dt) || sz->numel != 1) continue;
+      if (onx_ld_i(sz->dt, sz->data, 0) != 0) continue;
+    }
+    onx_value_t *sc = dequant_after(c, use.node, on, n, &ci[np], &mi[np]), *sx;
+    if (!sc || !scale_factors(c, sc, n, &ks[np], &sx) || sx != xs) continue;
+    idx[np++] = use.node;
+  }
+  return np > 1 ? np : 0;
+}
+
+/* The current MatMulInteger and its siblings (sibling_products: np parts)
+ * as one cl.qgemm_packed; ta is the (centered) A as the call takes it,
+ * xs the run-time scale. */
+static vm_status_t merged_products(onx_ctx_t *c, int32_t ta, const onx_value_t *b,
+                                   const onx_value_t *xs, uint32_t np, const int64_t *idx,
+                                   const int64_t *ci, const int64_t *mi, onx_value_t **ks,
+                                   uint32_t on, const int64_t *od, uint32_t yn,
+                                   const int64_t *yd) {
+  int64_t k = b->dims[0], n = b->dims[1], nt = n * np;
+  uint8_t *cat = malloc((size_t)(k * nt));
+  float *mul = malloc((size_t)nt * sizeof(float));
+  if (!cat || !mul) {
+    free(cat);
+    free(mul);
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  for (uint32_t p = 0; p < np; p++) {
+    const onx_value_t *pb = onx_lookup_const(c, c->graph->node[idx[p]]->input[1]);
+    for (int64_t kk = 0; kk < k; kk++) memcpy(cat + kk * nt + p * n, pb->data + kk * n, (size_t)n);
+    for (int64_t j = 0; j < n; j++)
+      mul[p * n + j] = (float)onx_ld_f(ks[p]->dt, ks[p]->data, ks[p]->numel == 1 ? 0 : j);
+  }
+  int32_t tb;
+  vm_status_t st = packed_b(c, b->dt, cat, k, nt, 0, &tb);
+  free(cat);
+  int64_t d1[1] = {nt};
+  int32_t tm = vmcc_graph_const(c->g, VM_F32, mul, 1, d1);
+  free(mul);
+  if (st) return st;
+  if (tb < 0) return onx_node_err(c, VM_INTERNAL, "merged products: B could not be packed");
+  int32_t y[QPARTS];
+  vmcc_arg_t g[9 + QPARTS - 1] = {A(ta),         A(tb),         vmcc_a_none(), vmcc_a_none(),
+                                  A(tm),         vmcc_a_none(), vmcc_a_none(), vmcc_a_none(),
+                                  A(onx_tid(c, (onx_value_t *)xs))};
+  for (uint32_t p = 0; p < np; p++) {
+    y[p] = new_t(c, VM_F32, yn, yd);
+    if (p == 0) g[7] = A(y[p]);
+    else g[8 + p] = A(y[p]);
+  }
+  call(c, "cl.qgemm_packed", 8 + np, g);
+  for (uint32_t p = 0; p < np; p++) {
+    if (p) c->skip[idx[p]] = 1;
+    c->skip[ci[p]] = c->skip[mi[p]] = 1;
+    VM_RETURN_IF_ERROR(onx_bind_named(c, c->graph->node[mi[p]]->output[0], y[p], on, od));
+  }
+  c->fused = 1;
+  return VM_STATUS_OK;
+}
+
 vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   onx_value_t *a, *b, *az = onx_in(c, 2), *bz = onx_in(c, 3);
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &a));
   VM_RETURN_IF_ERROR(onx_in_req(c, 1, &b));
-  VM_RETURN_IF_ERROR(need_q8(c, a, "A"));
+  /* a centered A (dq_centered) is already less a_zero_point */
+  int centered = a->centered && vm_dtype_equal(a->dt, Q_I16);
+  if (centered) az = NULL;
+  else VM_RETURN_IF_ERROR(need_q8(c, a, "A"));
   VM_RETURN_IF_ERROR(need_q8(c, b, "B"));
   if (a->ndim < 2 || b->ndim < 2)
     return onx_node_err(c, VM_UNIMPLEMENTED, "operand ranks %u and %u: supported: 2 or more",
@@ -749,11 +901,23 @@ vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   uint32_t on, yn;
   int64_t od[MAXD], yd[3];
   VM_RETURN_IF_ERROR(
-      imatmul_shapes(c, a, b, az && az->numel > 1, &ta, &tb, &packed, &on, od, &yn, yd));
+      imatmul_shapes(c, a, b, az && az->numel > 1, 1, &ta, &tb, &packed, &on, od, &yn, yd));
   int64_t ci, mi;
-  onx_value_t *sc = dequant_after(c, on, od[on - 1], &ci, &mi), *ks, *xs;
+  onx_value_t *sc = dequant_after(c, c->node_idx, on, od[on - 1], &ci, &mi), *ks, *xs;
   /* a pending x_scale * w_scale: the store multiplies the two (a_scale) */
   int split = sc && scale_factors(c, sc, od[on - 1], &ks, &xs);
+  if (centered && packed && split && (!bz || (bz->data && bz->numel == 1 &&
+                                              onx_ld_i(bz->dt, bz->data, 0) == 0))) {
+    int64_t idx[QPARTS], cis[QPARTS], mis[QPARTS];
+    onx_value_t *kss[QPARTS];
+    uint32_t np = sibling_products(c, b, on, od[on - 1], xs, idx, cis, mis, kss);
+    if (np) {
+      idx[0] = c->node_idx, cis[0] = ci, mis[0] = mi, kss[0] = ks;
+      return merged_products(c, ta, b, xs, np, idx, cis, mis, kss, on, od, yn, yd);
+    }
+  }
+  /* alone: B packed now (imatmul_shapes deferred it) */
+  if (tb < 0) VM_RETURN_IF_ERROR(b_operand(c, b, b->dims[0], b->dims[1], &tb, &packed));
   int32_t y = new_t(c, sc ? VM_F32 : VM_I32, yn, yd);
   vmcc_arg_t g[9] = {A(ta),         A(tb),         opt_tid(c, az),
                      opt_tid(c, bz), opt_tid(c, split ? ks : sc), vmcc_a_none(),
@@ -796,7 +960,7 @@ static vm_status_t qlinear_gemm(onx_ctx_t *c, onx_value_t *a, onx_value_t *as, o
   int packed;
   uint32_t on, yn;
   int64_t od[MAXD], yd[3];
-  VM_RETURN_IF_ERROR(imatmul_shapes(c, a, b, 0, &ta, &tb, &packed, &on, od, &yn, yd));
+  VM_RETURN_IF_ERROR(imatmul_shapes(c, a, b, 0, 0, &ta, &tb, &packed, &on, od, &yn, yd));
   float *mul = malloc((size_t)(n ? n : 1) * sizeof(float));
   if (!mul) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
   double sa = onx_ld_f(as->dt, as->data, 0), sy = ys ? onx_ld_f(ys->dt, ys->data, 0) : 1.0;

@@ -68,6 +68,21 @@ uchar dq_one(float x, float s, uchar z) {
   return (uchar)fmin(fmax(v, 0.0f), 255.0f);
 }
 
+/* y's element type and stores: uint8 as DynamicQuantizeLinear defines it,
+ * or with -DDQ16 (cl.dynamic_quantize's int16 y) the quantized value less
+ * its zero point, q - z in [-255, 255]: the operand an int16 cl.qgemm
+ * multiplies as it is, so that the products sharing one x convert it once
+ * (here) instead of once each (qgemm_a2s). */
+#ifdef DQ16
+#define DQY short
+#define DQ_ST1(q, z) ((short)(q) - (short)(z))
+#define DQ_ST8(q8, z, p) vstore8(convert_short8(q8) - (short8)(z), 0, (p))
+#else
+#define DQY uchar
+#define DQ_ST1(q, z) (q)
+#define DQ_ST8(q8, z, p) vstore8((q8), 0, (p))
+#endif
+
 /* The range of x[xo .. xo + n) with 0, reduced over the work-group
  * (every work-item gets it). */
 float2 dq_range(__global const S *x, int xo, int n, __local float *scratch) {
@@ -97,11 +112,12 @@ __kernel void dynamic_qparams(__global const S *x, int xo, int n, __global S *sc
 /* The quantize step of DynamicQuantizeLinear, reading the parameters the
  * kernel above wrote. */
 __kernel void dynamic_quantize(__global const S *x, int xo, __global const S *scale, int so,
-                               __global const uchar *zp, int zo, __global uchar *y, int yo,
+                               __global const uchar *zp, int zo, __global DQY *y, int yo,
                                int n) {
   int i = get_global_id(0);
   if (i >= n) return;
-  y[yo + i] = dq_one(LD(x, xo + i), LD(scale, so), zp[zo]);
+  uchar z = zp[zo];
+  y[yo + i] = DQ_ST1(dq_one(LD(x, xo + i), LD(scale, so), z), z);
 }
 
 /* The whole of DynamicQuantizeLinear by one work-group, for an x small
@@ -110,7 +126,7 @@ __kernel void dynamic_quantize(__global const S *x, int xo, __global const S *sc
  * as stored (read back after a global fence: the same value, float16
  * storage included, as the two-kernel path). */
 __kernel void dynamic_quantize_wg(__global const S *x, int xo, int n, __global S *scale, int so,
-                                  __global uchar *zp, int zo, __global uchar *y, int yo,
+                                  __global uchar *zp, int zo, __global DQY *y, int yo,
                                   __local float *scratch) {
   int l = get_local_id(0), ls = get_local_size(0);
   float2 r = dq_range(x, xo, n, scratch);
@@ -122,7 +138,7 @@ __kernel void dynamic_quantize_wg(__global const S *x, int xo, int n, __global S
   barrier(CLK_GLOBAL_MEM_FENCE);
   float s = LD(scale, so);
   uchar z = zp[zo];
-  for (int i = l; i < n; i += ls) y[yo + i] = dq_one(LD(x, xo + i), s, z);
+  for (int i = l; i < n; i += ls) y[yo + i] = DQ_ST1(dq_one(LD(x, xo + i), s, z), z);
 }
 
 /* The scale as the quantize step reads it back from its S storage (float16
@@ -148,7 +164,7 @@ float dq_stored(float s) {
  * so every work-item finds the same parameters as the kernels above;
  * work-item 0 stores them. */
 __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global S *scale,
-                                    int so, __global uchar *zp, int zo, __global uchar *y,
+                                    int so, __global uchar *zp, int zo, __global DQY *y,
                                     int yo, int chunk) {
   int g = get_global_id(0);
   x += xo;
@@ -192,9 +208,9 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
   int i = lo;
   for (; i + 8 <= hi; i += 8) {
     float8 v = rint(convert_float8(LDU8(x + i)) / s) + (float)z;
-    vstore8(convert_uchar8(fmin(fmax(v, 0.0f), 255.0f)), 0, y + i);
+    DQ_ST8(convert_uchar8(fmin(fmax(v, 0.0f), 255.0f)), z, y + i);
   }
-  for (; i < hi; i++) y[i] = dq_one(LD(x, i), s, z);
+  for (; i < hi; i++) y[i] = DQ_ST1(dq_one(LD(x, i), s, z), z);
 }
 #endif /* TQ */
 
@@ -268,7 +284,8 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
 #define QG_FLUSH(r) c##r += convert_int8(f##r);
 
 /* The store of qgemm's 8x8 block (rows i.., columns j.., batch bt) of
- * int8 accumulators c0..c7: whole rows by vectors, edges by element. */
+ * int8 accumulators c0..c7: whole rows by vectors, edges by element; jy is
+ * column j's index in y (j itself, or within its part: qgemm_i16). */
 #define QGEMM_STORE                                                                  \
   int base = yo + bt * sc;                                                               \
   float zyf = has_yzp ? (float)yzp[yzo] : 0.0f;                                          \
@@ -278,7 +295,7 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
     int8 bv = 0;                                                                         \
     if (MODE > 0) mv = (mstep ? vload8(0, mul + mo + j) : (float8)(mul[mo])) * ascale;   \
     if (has_bias) bv = bstep ? vload8(0, bias + bo + j) : (int8)(bias[bo]);              \
-    int yi = base + i * ldc + j;                                                         \
+    int yi = base + i * ldc + jy;                                                        \
     QSTORE8(c0, bv, mv, yi);                                                             \
     QSTORE8(c1, bv, mv, yi + ldc);                                                       \
     QSTORE8(c2, bv, mv, yi + 2 * ldc);                                                   \
@@ -292,7 +309,7 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
   int acc[8][8];                                                                         \
   QACC_SPILL(acc)                                                                        \
   for (int r = 0; r < 8 && i + r < M; r++)                                               \
-    for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + j + t);
+    for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + jy + t);
 
 /* The start of qgemm's 8x8 block at row i, column j: row pointers a0..a7
  * of T into A (rows of ld elements), rows past M repeating the last; the
@@ -350,6 +367,7 @@ __kernel void qgemm(int M, int N, int K, __global const float *Af, int sa,
   int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
   float ascale = has_asc ? asc[aso] : 1.0f;
+  int jy = j;
   Af += bt * sa;
   B += bo_ + bt * sb;
   QG_BEGIN(float, Af, K)
@@ -433,25 +451,35 @@ __kernel void qgemm_a2s(__global const TA *A, int ao, int M, int K, __global con
   QI_MADD(5, kk) QI_MADD(6, kk) QI_MADD(7, kk)
 
 /* qgemm with int16 multiply-adds (K <= QI16_MAX_K; the host checks), A as
- * int16 rows of Kp from qgemm_a2s (batch stride sa in elements), 8 rows x
+ * int16 rows of Kp from qgemm_a2s or an int16 A given less its zero point
+ * (from ao, even; batch stride sa in elements), 8 rows x
  * 8 columns per work-item as in qgemm. B is either row-major (packed 0:
  * ldb, batch stride sb; the two rows of a k pair are interleaved in
  * registers) or packed by the compiler (packed 1, cl.qgemm_packed;
  * docs/operators.md): [ceil(N / 8)][Kp / 2][8 columns][2 k] so that a
  * work-item's k pair is 16 consecutive bytes, the pad (k = K for odd K,
- * columns past N) any value. */
-__kernel void qgemm_i16(int M, int N, int K, __global const short *As, int sa,
+ * columns past N) any value. The columns may go to up to four outputs
+ * (cl.qgemm_packed's parts: products of one A merged into one launch):
+ * columns [p ng, (p + 1) ng) to part p, each with ldc ng. */
+__kernel void qgemm_i16(int M, int N, int K, __global const short *As, int ao, int sa,
                         __global const TB *B, int bo_, int ldb, int sb, __global const TB *bzp,
                         int bzo, int bzs, __global const float *mul, int mo, int mstep,
                         __global const int *bias, int bo, int bstep, int has_bias,
                         __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
                         int ldc, int sc, int has_bzp, int packed, __global const float *asc,
-                        int aso, int has_asc) {
+                        int aso, int has_asc, int ng, __global YT *y1, int yo1,
+                        __global YT *y2, int yo2, __global YT *y3, int yo3) {
   int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
   float ascale = has_asc ? asc[aso] : 1.0f;
+  /* the N columns are parts of ng (a multiple of 8 where there are
+   * several: a block lies in one), part p stored into y, y1, y2 or y3 */
+  int part = j / ng, jy = j - part * ng;
+  if (part == 1) y = y1, yo = yo1;
+  if (part == 2) y = y2, yo = yo2;
+  if (part == 3) y = y3, yo = yo3;
   int K2 = (K + 1) / 2, kf = K / 2;
-  __global const int *Ai = (__global const int *)(As + bt * sa);
+  __global const int *Ai = (__global const int *)(As + ao + bt * sa);
   B += bo_ + bt * sb;
   QG_BEGIN(int, Ai, K2)
   short8 z8 = 0;

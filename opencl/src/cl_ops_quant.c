@@ -17,6 +17,9 @@
 
 #include "cl_ops_internal.h"
 
+/* int16: cl.dynamic_quantize's y less its zero point, an int16 cl.qgemm's A */
+#define Q_I16 VM_DTYPE_MAKE(VM_DTYPE_INT, 16, 1)
+
 static void arg_int4(vmcl_args_t *a, int64_t x, int64_t y, int64_t z) {
   cl_int4 v;
   v.s[0] = (cl_int)x;
@@ -209,7 +212,8 @@ vm_status_t vmcl_op_dynamic_quantize(vm_machine_t *m, const vm_value_t *args, ui
   (void)out;
   (void)user;
   vmcl_op_t op;
-  vmcl_op_init(&op, "cl.dynamic_quantize", "(x, y: uint8, scale, zero_point: uint8)", args, nargs);
+  vmcl_op_init(&op, "cl.dynamic_quantize", "(x, y: uint8|int16, scale, zero_point: uint8)", args,
+               nargs);
   VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 4, 4));
   vm_tensor_t *x, *y, *s, *z;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
@@ -217,15 +221,18 @@ vm_status_t vmcl_op_dynamic_quantize(vm_machine_t *m, const vm_value_t *args, ui
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "scale", &s));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "zero_point", &z));
   VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
-  VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 1, "y", VM_U8, "DynamicQuantizeLinear"));
+  /* an int16 y holds q - zero_point (the operand of an int16 cl.qgemm) */
+  int y16 = vm_dtype_equal(y->dtype, Q_I16);
+  if (!y16) VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, y, 1, "y", VM_U8, "DynamicQuantizeLinear"));
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 1, "y", x->shape, x->ndim));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, s, 2, "scale", x->dtype, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, z, 3, "zero_point", VM_U8, "DynamicQuantizeLinear"));
   if (vm_tensor_numel(s) != 1 || vm_tensor_numel(z) != 1)
     return vmcl_op_error(&op, "scale and zero_point (arguments 2, 3) must hold one value each");
   int64_t n = vm_tensor_numel(x);
-  char opts[128];
+  char opts[144];
   quant_options(VM_U8, "TQ", x->dtype, opts, sizeof(opts));
+  if (y16) strncat(opts, " -DDQ16", sizeof(opts) - strlen(opts) - 1);
   vmcl_dev_t *d = op.d;
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
@@ -310,7 +317,9 @@ static vm_status_t per_col(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t i
 static vm_status_t qepi_check(vmcl_op_t *op, const vm_tensor_t *a, const vm_tensor_t *b,
                               const vm_tensor_t *az, int64_t a_n, const vm_tensor_t *bz,
                               int64_t b_n, uint32_t yidx, int64_t ncol, qepi_t *e) {
-  VM_RETURN_IF_ERROR(need_int(op, a, 0, "A", 8));
+  /* an int16 A (cl.qgemm's, already less its zero point) was checked by
+   * the caller */
+  if (!vm_dtype_equal(a->dtype, Q_I16) || az) VM_RETURN_IF_ERROR(need_int(op, a, 0, "A", 8));
   VM_RETURN_IF_ERROR(need_int(op, b, 1, "B", 8));
   int64_t st;
   if (az) {
@@ -400,17 +409,19 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
   vmcl_op_t op;
   vmcl_op_init(&op, packed ? "cl.qgemm_packed" : "cl.qgemm",
                packed ? "(A, B packed, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y"
-                        "[, a_scale|none])"
+                        "[, a_scale|none[, y2[, y3[, y4]]]])"
                       : "(A, B, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y"
                         "[, a_scale|none])",
                args, nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, 9));
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, packed ? 12 : 9));
   vm_tensor_t *a, *b, *az, *bz, *yt;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &a));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B", &b));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "a_zero_point", &az));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 3, "b_zero_point", &bz));
-  int64_t M, K, KB, N, ba, bb;
+  int64_t M, K, KB, N, ba, bb, ng = 0;
+  vm_tensor_t *yparts[4] = {NULL, NULL, NULL, NULL};
+  uint32_t nparts = 1;
   if (!packed) {
     if ((a->ndim != 2 && a->ndim != 3) || (b->ndim != 2 && b->ndim != 3))
       return vmcl_op_error(&op, "A and B (arguments 0, 1) must be 2-D or 3-D, got %u and %u dims",
@@ -421,12 +432,25 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
       return vmcl_op_error(&op, "inner dims differ: A is %lldx%lld, B %lldx%lld", (long long)M,
                            (long long)K, (long long)KB, (long long)N);
     ba = a->ndim == 3 ? a->shape[0] : 1, bb = b->ndim == 3 ? b->shape[0] : 1;
+    ng = N;
   } else {
     VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 7, "y", &yt));
     if ((a->ndim != 2 && a->ndim != 3) || (yt->ndim != a->ndim))
       return vmcl_op_error(&op, "A and y (arguments 0, 7) must both be 2-D or 3-D, got %u and %u "
                                 "dims", a->ndim, yt->ndim);
-    M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], N = yt->shape[yt->ndim - 1];
+    /* more outputs y2..y4: parts of y's shape and dtype, B packing their
+     * columns after y's (products of one A in one launch) */
+    for (uint32_t i = 9; i < op.nargs; i++) {
+      VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, i, "y part", &yparts[nparts]));
+      VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, yparts[nparts], i, "y part", yt->dtype, "y"));
+      VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, yparts[nparts], i, "y part", yt->shape, yt->ndim));
+      nparts++;
+    }
+    ng = yt->shape[yt->ndim - 1];
+    if (nparts > 1 && ng % 8)
+      return vmcl_op_error(&op, "y has %lld columns: outputs in parts (arguments 9 on) need a "
+                                "multiple of 8", (long long)ng);
+    M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], N = ng * nparts;
     int64_t want[3] = {(N + 7) / 8, (K + 1) / 2, 16};
     if (b->ndim != 3 || b->shape[0] != want[0] || b->shape[1] != want[1] || b->shape[2] != 16)
       return vmcl_op_error(&op, "packed B (argument 1) must be [%lld, %lld, 16] for K %lld and N "
@@ -442,11 +466,24 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
   if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
     return vmcl_op_error(&op, "batch sizes %lld of A and %lld of B differ", (long long)ba,
                          (long long)bb);
+  /* an int16 A: operands already less their zero point (cl.dynamic_quantize's
+   * int16 y), multiplied as they are by the int16 path; values beyond
+   * [-255, 255] give sums that may wrap, never a read out of bounds */
+  int a16 = vm_dtype_equal(a->dtype, Q_I16);
+  if (a16 && az)
+    return vmcl_op_error(&op, "an int16 A (argument 0) is already less its zero point: "
+                              "a_zero_point (argument 2) must be none");
+  if (a16 && ((K & 1) || K > QI16_MAX_K))
+    return vmcl_op_error(&op, "an int16 A (argument 0) needs an even K up to %d, got %lld",
+                         QI16_MAX_K, (long long)K);
+  if (a16 && (vmcl_elem_offset(a) & 1))
+    return vmcl_op_error(&op, "an int16 A (argument 0) must start at an even element, starts "
+                              "at %lld", (long long)vmcl_elem_offset(a));
   qepi_t e;
   VM_RETURN_IF_ERROR(qepi_check(&op, a, b, az, M, bz, N, 7, N, &e));
   /* a_scale: a run-time factor of every column's mul (A's dynamic scale) */
   vm_tensor_t *asc = NULL;
-  if (op.nargs == 9) VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 8, "a_scale", &asc));
+  if (op.nargs >= 9) VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 8, "a_scale", &asc));
   if (asc) {
     if (e.mode == 0) return vmcl_op_error(&op, "a_scale (argument 8) needs mul (argument 4)");
     VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, asc, 8, "a_scale", VM_F32, "the requantization"));
@@ -456,7 +493,7 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
   }
   int batched = a->ndim == 3 || b->ndim == 3;
   if (packed) batched = a->ndim == 3;
-  int64_t ys[3] = {batch, M, N};
+  int64_t ys[3] = {batch, M, ng};
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, e.y, 7, "y", batched ? ys : ys + 1, batched ? 3 : 2));
   if (batch * M * N == 0) return VM_STATUS_OK;
   vmcl_dev_t *d = op.d;
@@ -465,14 +502,16 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
    * VMCL_QGEMM=float forces the float chunks (bench_quant's baseline),
    * VMCL_QGEMM=plain the int16 path without the x86 builtin (quant.cl) */
   const char *env = getenv("VMCL_QGEMM");
-  int i16 = K <= QI16_MAX_K && (packed || !(env && strcmp(env, "float") == 0));
+  int i16 = a16 || (K <= QI16_MAX_K && (packed || !(env && strcmp(env, "float") == 0)));
   if (i16 && env && strcmp(env, "plain") == 0) {
     size_t n = strlen(e.opts);
     snprintf(e.opts + n, sizeof(e.opts) - n, " -DQMADD_PLAIN");
   }
   int64_t Kp = i16 ? K + (K & 1) : K;
-  cl_int err;
-  int64_t na = ba * M * Kp; /* 0 for K = 0: the sums are 0, the store still runs */
+  cl_int err = CL_SUCCESS;
+  /* 0 for K = 0 (the sums are 0, the store still runs) and for an int16 A,
+   * read as it is */
+  int64_t na = a16 ? 0 : ba * M * Kp;
   /* an odd K pads each row by one: the scratch may hold more elements
    * than A, and its count and strides go to the kernels as ints */
   if ((uint64_t)na > VMCL_MAX_ELEMENTS) {
@@ -482,9 +521,10 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
                          (long long)na, (long long)VMCL_MAX_ELEMENTS);
   }
   size_t esz = i16 ? sizeof(cl_short) : sizeof(float);
-  cl_mem af = clCreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)(na ? na : 1) * esz, NULL,
-                             &err);
-  if (err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.qgemm scratch A)");
+  cl_mem af = a16 ? vmcl_tensor_mem(a)
+                  : clCreateBuffer(d->context, CL_MEM_READ_WRITE,
+                                   (size_t)(na ? na : 1) * esz, NULL, &err);
+  if (!a16 && err != CL_SUCCESS) return vmcl_status(err, "clCreateBuffer(cl.qgemm scratch A)");
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
   vm_status_t st = VM_STATUS_OK;
@@ -511,6 +551,7 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
     vmcl_arg_int(&ka, N);
     vmcl_arg_int(&ka, K);
     vmcl_arg_mem(&ka, af);
+    if (i16) vmcl_arg_int(&ka, a16 ? vmcl_elem_offset(a) : 0);
     vmcl_arg_int(&ka, ba > 1 ? M * Kp : 0);
     vmcl_arg_mem(&ka, vmcl_tensor_mem(b));
     vmcl_arg_int(&ka, vmcl_elem_offset(b));
@@ -520,19 +561,28 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
     vmcl_arg_int(&ka, bz ? vmcl_elem_offset(bz) : 0);
     vmcl_arg_int(&ka, bz && vm_tensor_numel(bz) > 1);
     qepi_args(&ka, &e);
-    vmcl_arg_int(&ka, N);
-    vmcl_arg_int(&ka, M * N);
+    vmcl_arg_int(&ka, ng);
+    vmcl_arg_int(&ka, M * ng);
     vmcl_arg_int(&ka, bz != NULL);
     if (i16) vmcl_arg_int(&ka, packed);
     vmcl_arg_mem(&ka, vmcl_tensor_mem(asc ? asc : e.y));
     vmcl_arg_int(&ka, asc ? vmcl_elem_offset(asc) : 0);
     vmcl_arg_int(&ka, asc != NULL);
+    if (i16) {
+      vmcl_arg_int(&ka, ng);
+      yparts[0] = e.y;
+      for (uint32_t p = 1; p < 4; p++) {
+        const vm_tensor_t *t = p < nparts ? yparts[p] : e.y;
+        vmcl_arg_mem(&ka, vmcl_tensor_mem(t));
+        vmcl_arg_int(&ka, vmcl_elem_offset(t));
+      }
+    }
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
                               : launch_grid(d, k, (N + 7) / 8, (M + 7) / 8, batch);
   }
   pthread_mutex_unlock(&d->lock);
   /* the enqueued launches keep the scratch alive until they have run */
-  vmcl_released(clReleaseMemObject(af), "clReleaseMemObject(cl.qgemm scratch A)");
+  if (!a16) vmcl_released(clReleaseMemObject(af), "clReleaseMemObject(cl.qgemm scratch A)");
   return st;
 }
 

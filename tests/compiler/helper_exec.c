@@ -20,3 +20,12 @@ uint32_t count_calls(const vm_executable_t *x, const char *name) {
   }
   return n;
 }
+
+uint64_t tensor_const_bytes(const vm_executable_t *x, vm_dtype_t dt) {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < x->num_constants; i++) {
+    const vm_constant_t *k = &x->constants[i];
+    if (k->kind == VM_CONST_TENSOR && vm_dtype_equal(k->u.tensor.dtype, dt)) n += k->u.tensor.nbytes;
+  }
+  return n;
+}

@@ -700,15 +700,17 @@ static void test_node_cases(void **state) {
 /* Packs m, compiles it (report in rep), runs it on xin and copies its one
  * output's first n bytes to got; the calls of the operators ops[0..nops)
  * in the executable go to counts. */
-static void compile_run_counts(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
-                               void *got, size_t n, const char *const *ops, uint32_t nops,
-                               uint32_t *counts) {
+static void compile_run_counts_i8(env_t *e, mb_t *m, vmcc_tensor_t *xin,
+                                  vmcc_onnx_report_t *rep, void *got, size_t n,
+                                  const char *const *ops, uint32_t nops, uint32_t *counts,
+                                  uint64_t *i8_bytes) {
   size_t nbytes;
   uint8_t *bytes = mb_pack(m, &nbytes);
   vm_executable_t *exec = NULL;
   ASSERT_OK(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, rep));
   free(bytes);
   for (uint32_t i = 0; i < nops; i++) counts[i] = count_calls(exec, ops[i]);
+  if (i8_bytes) *i8_bytes = tensor_const_bytes(exec, VM_I8);
   vm_machine_t *vm = NULL;
   vm_value_t xv = vm_value_none(), res = vm_value_none();
   ASSERT_OK(run_exec(e, exec, xin, &vm, &xv, &res));
@@ -719,6 +721,12 @@ static void compile_run_counts(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_
   vm_value_release(&xv);
   vm_machine_free(vm);
   vm_executable_free(exec);
+}
+
+static void compile_run_counts(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
+                               void *got, size_t n, const char *const *ops, uint32_t nops,
+                               uint32_t *counts) {
+  compile_run_counts_i8(e, m, xin, rep, got, n, ops, nops, counts, NULL);
 }
 
 /* The same with the calls of one operator op (NULL: none) in *count. */
@@ -1166,6 +1174,93 @@ static void matmul_packed_case(env_t *e, int variant) {
 
 static void test_matmul_packed_b(void **state) {
   for (int v = 0; v < 5; v++) matmul_packed_case(*state, v);
+}
+
+/* Three MatMuls of one x as quantize_dynamic writes attention's Q, K and
+ * V: one DynamicQuantizeLinear, three scale Muls, three MatMulIntegers
+ * (W 40 x 16 each, zero point 0) each ending in Cast and Mul, y = (d0 +
+ * d1) + d2. The quantized x is emitted once as int16 less its zero point
+ * and the three products run as one cl.qgemm_packed with three outputs;
+ * variant 1 gives the third W a zero point of 3: it runs alone (two
+ * calls). Each W is in the executable once (no unused packed copy of the
+ * first part's). Bit for bit the nodes' float32 arithmetic on the host. */
+static void dynamic_matmul_siblings_case(env_t *e, int variant) {
+  enum { M = 9, K = 40, N = 16, P = 3 };
+  static float x[M * K], ws[P][N];
+  static int8_t w[P][K * N];
+  const int8_t wz[P] = {0, 0, (int8_t)(variant ? 3 : 0)};
+  for (int i = 0; i < M * K; i++) x[i] = (float)((i * 41) % 29) / 9.0f - 1.1f;
+  for (int p = 0; p < P; p++) {
+    for (int i = 0; i < K * N; i++) w[p][i] = (int8_t)((i * (29 + 2 * p)) % 255 - 127);
+    for (int j = 0; j < N; j++) ws[p][j] = 0.0117f + 0.0009f * (float)(p == 1 ? j : p);
+  }
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[2] = {M, K}, wd[2] = {K, N}, sd[1] = {N}, yd[2] = {M, N};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, yd);
+  Onnx__NodeProto *dq = mb_node(&m, "DynamicQuantizeLinear", "dq", "x", NULL, "xq");
+  mb_node_output(dq, "xs");
+  mb_node_output(dq, "xz");
+  static const char *const wn[P] = {"W0", "W1", "W2"}, *const wzn[P] = {"wz0", "wz1", "wz2"},
+                           *const wsn[P] = {"ws0", "ws1", "ws2"}, *const sn[P] = {"s0", "s1", "s2"},
+                           *const an[P] = {"a0", "a1", "a2"}, *const fn[P] = {"f0", "f1", "f2"},
+                           *const dn[P] = {"d0", "d1", "d2"};
+  for (int p = 0; p < P; p++) {
+    mb_init_raw(&m, wn[p], 3, 2, wd, w[p], sizeof(w[p]));
+    mb_init_raw(&m, wzn[p], 3, 0, NULL, &wz[p], 1);
+    if (p == 1)
+      mb_init_raw(&m, wsn[p], 1, 1, sd, ws[p], sizeof(ws[p]));
+    else
+      mb_init_raw(&m, wsn[p], 1, 0, NULL, ws[p], 4);
+    mb_node(&m, "Mul", sn[p], "xs", wsn[p], sn[p]);
+  }
+  for (int p = 0; p < P; p++) {
+    Onnx__NodeProto *mm = mb_node(&m, "MatMulInteger", an[p], "xq", wn[p], an[p]);
+    mb_node_input(mm, "xz");
+    mb_node_input(mm, wzn[p]);
+  }
+  for (int p = 0; p < P; p++) mb_attr_i(&m, mb_node(&m, "Cast", fn[p], an[p], NULL, fn[p]), "to", 1);
+  for (int p = 0; p < P; p++) mb_node(&m, "Mul", dn[p], fn[p], sn[p], dn[p]);
+  mb_node(&m, "Add", "add01", "d0", "d1", "d01");
+  mb_node(&m, "Add", "add012", "d01", "d2", "y");
+  static const char *const ops[3] = {"cl.binary.mul", "cl.qgemm_packed", "cl.dynamic_quantize"};
+  uint32_t cnt[3];
+  vmcc_tensor_t xin = {VM_F32, 2, {M, K}, x, sizeof(x)};
+  float got[M * N];
+  vmcc_onnx_report_t rep;
+  uint64_t i8;
+  compile_run_counts_i8(e, &m, &xin, &rep, got, sizeof(got), ops, 3, cnt, &i8);
+  assert_int_equal(cnt[0], 0);
+  assert_int_equal(cnt[1], variant ? 2 : 1);
+  assert_int_equal(cnt[2], 1);
+  /* the int8 constants: each W once, packed (K even, N a multiple of 8: no
+   * padding), plus variant 1's one-byte zero point of W2 */
+  assert_int_equal(i8, (uint64_t)(P * K * N) + (variant ? 1 : 0));
+  float mn = 0.0f, mx = 0.0f;
+  for (int i = 0; i < M * K; i++) mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]);
+  float xs = (mx - mn) / 255.0f;
+  float zp = rintf(fminf(fmaxf(0.0f - mn / xs, 0.0f), 255.0f));
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float d[P];
+      for (int p = 0; p < P; p++) {
+        int32_t acc = 0;
+        for (int k = 0; k < K; k++) {
+          float q = fminf(fmaxf(rintf(x[i * K + k] / xs) + zp, 0.0f), 255.0f);
+          acc += ((int32_t)q - (int32_t)zp) * ((int32_t)w[p][k * N + j] - wz[p]);
+        }
+        d[p] = (float)acc * (xs * ws[p][p == 1 ? j : 0]);
+      }
+      float want = (d[0] + d[1]) + d[2];
+      if (memcmp(&want, &got[i * N + j], 4) != 0)
+        fail_msg("sibling products (variant %d) at %d,%d: %.9g, expected %.9g", variant, i, j,
+                 (double)got[i * N + j], (double)want);
+    }
+}
+
+static void test_dynamic_matmul_siblings(void **state) {
+  for (int v = 0; v < 2; v++) dynamic_matmul_siblings_case(*state, v);
 }
 
 /* Attention's transposes as T5-style exports write them, on x [B, S, H, D]
@@ -2768,6 +2863,7 @@ int main(void) {
       cmocka_unit_test(test_one_hot_matmul_rewritten),
       cmocka_unit_test(test_qdq_conv_fused),
       cmocka_unit_test(test_dynamic_matmul_scale_folded),
+      cmocka_unit_test(test_dynamic_matmul_siblings),
       cmocka_unit_test(test_attention_transposes_strided),
       cmocka_unit_test(test_recurrent_features),
       cmocka_unit_test(test_lstm_unrolled_rewritten),

@@ -161,6 +161,219 @@ static void test_dynamic_quantize_paths(void **state) {
   assert_int_equal(tops_teardown((void **)&g), 0);
 }
 
+#define Q_I16 VM_DTYPE_MAKE(VM_DTYPE_INT, 16, 1)
+
+/* cl.dynamic_quantize's int16 y (q - zero_point) of n values on env e,
+ * against its uint8 y less the zero point, value for value, with the same
+ * scale and zero point. */
+static void dynamic_quantize_centered_n(tops_env_t *e, int n) {
+  float *x = tops_rand(n, 17, -2.0f, 1.25f);
+  uint8_t *q = malloc((size_t)n);
+  int16_t *c = malloc((size_t)n * sizeof(int16_t));
+  assert_true(q && c);
+  uint32_t s1 = 0, s2 = 0;
+  uint8_t z1, z2;
+  vm_value_t a[4] = {tops_tensor(e, VM_F32, 1, DIMS(n), x), tops_tensor(e, Q_I16, 1, DIMS(n), NULL),
+                     tops_tensor(e, VM_F32, 0, NULL, NULL), tops_tensor(e, VM_U8, 0, NULL, NULL)};
+  ASSERT_OK(tops_call(e, "cl.dynamic_quantize", a, 4));
+  tops_read(e, &a[2], &s2);
+  tops_read(e, &a[3], &z2);
+  tops_read(e, &a[1], c);
+  tops_check_guard(e, &a[1]);
+  release_all(a, 4);
+  dynamic_quantize_run(e, VM_F32, x, n, q, &s1, &z1);
+  assert_int_equal(s1, s2);
+  assert_int_equal(z1, z2);
+  for (int i = 0; i < n; i++)
+    if (c[i] != (int16_t)((int)q[i] - z1))
+      fail_msg("n %d: element %d is %d, expected %d - %d", n, i, c[i], q[i], z1);
+  free(x);
+  free(q);
+  free(c);
+}
+
+/* The int16 y on every formulation: work-items (one and several), one
+ * work-group (VMCL_ROWS=group), and the range then device-wide quantize
+ * step (above 65536 values). */
+static void test_dynamic_quantize_centered(void **state) {
+  dynamic_quantize_centered_n(*state, 5);
+  dynamic_quantize_centered_n(*state, 20011);
+  dynamic_quantize_centered_n(*state, 65537);
+  tops_env_t *g = tops_setup_with("VMCL_ROWS", "group");
+  dynamic_quantize_centered_n(g, 20011);
+  assert_int_equal(tops_teardown((void **)&g), 0);
+}
+
+/* A tensor at the start of its storage (an even element) holding data. */
+static vm_value_t plain_from(tops_env_t *e, vm_dtype_t dt, uint32_t ndim, const int64_t *dims,
+                             const void *data) {
+  vm_value_t v = tops_plain(e, dt, ndim, dims);
+  const vm_tensor_t *t = vm_value_as_tensor(&v);
+  ASSERT_OK(e->dev->ops->copy_from_host(e->dev, t->storage->buffer, t->offset, data,
+                                        vm_tensor_nbytes_of(t)));
+  return v;
+}
+
+/* An int16 A less its zero point (cl.dynamic_quantize's int16 y): the
+ * same floats, bit for bit, as the uint8 A with its zero point, packed and
+ * row-major B, 2-D and batched (3-D), with edges (M 11, N 13); and the
+ * refusals: a zero point besides, an odd K, an odd start. */
+static void test_qgemm_int16_a(void **state) {
+  tops_env_t *e = *state;
+  enum { BT = 2, M = 11, K = 40, N = 13, N8 = 2 };
+  uint8_t A[BT * M * K];
+  int16_t C[BT * M * K];
+  int8_t B[K * N], P[N8 * (K / 2) * 16];
+  float mul[N], as = 0.0219f;
+  const uint8_t az = 131;
+  memset(P, 0, sizeof(P));
+  for (int i = 0; i < BT * M * K; i++) A[i] = (uint8_t)((i * 89 + 7) % 256), C[i] = (int16_t)(A[i] - az);
+  for (int i = 0; i < K * N; i++) B[i] = (int8_t)((i * 41) % 255 - 127);
+  for (int j = 0; j < N; j++) mul[j] = 0.0311f - 0.0009f * (float)j;
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < N; j++) P[((j / 8) * (K / 2) + k / 2) * 16 + (j % 8) * 2 + k % 2] = B[k * N + j];
+  for (int v = 0; v < 3; v++) {
+    int packed = v != 1, batched = v == 2;
+    uint32_t nd = batched ? 3 : 2;
+    const int64_t *ad = batched ? DIMS(BT, M, K) : DIMS(M, K);
+    const int64_t *yd = batched ? DIMS(BT, M, N) : DIMS(M, N);
+    int64_t ny = (batched ? BT : 1) * M * N;
+    float got[2][BT * M * N];
+    for (int w = 0; w < 2; w++) {
+      vm_value_t a[9] = {w ? plain_from(e, Q_I16, nd, ad, C) : tops_tensor(e, VM_U8, nd, ad, A),
+                         packed ? tops_tensor(e, VM_I8, 3, DIMS(N8, K / 2, 16), P)
+                                : tops_tensor(e, VM_I8, 2, DIMS(K, N), B),
+                         w ? vm_value_none() : tops_tensor(e, VM_U8, 0, NULL, &az),
+                         vm_value_none(),
+                         tops_tensor(e, VM_F32, 1, DIMS(N), mul),
+                         vm_value_none(),
+                         vm_value_none(),
+                         tops_tensor(e, VM_F32, nd, yd, NULL),
+                         tops_tensor(e, VM_F32, 0, NULL, &as)};
+      ASSERT_OK(tops_call(e, packed ? "cl.qgemm_packed" : "cl.qgemm", a, 9));
+      tops_read_f(e, &a[7], got[w]);
+      tops_check_guard(e, &a[7]);
+      release_all(a, 9);
+    }
+    for (int64_t i = 0; i < ny; i++) {
+      int64_t r = i / N, j = i % N;
+      int32_t acc = 0;
+      for (int k = 0; k < K; k++) acc += C[r * K + k] * B[k * N + j];
+      float want = (float)acc * (mul[j] * as);
+      if (memcmp(&got[1][i], &want, 4) != 0 || memcmp(&got[0][i], &want, 4) != 0)
+        fail_msg("variant %d element %lld: int16 A %.9g, uint8 A %.9g, expected %.9g", v,
+                 (long long)i, (double)got[1][i], (double)got[0][i], (double)want);
+    }
+  }
+  const int16_t z = 3;
+  vm_value_t a[8] = {tops_plain(e, Q_I16, 2, DIMS(2, 4)), tops_plain(e, VM_I8, 3, DIMS(1, 2, 16)),
+                     tops_tensor(e, Q_I16, 0, NULL, &z), vm_value_none(), vm_value_none(),
+                     vm_value_none(), vm_value_none(), tops_plain(e, VM_I32, 2, DIMS(2, 8))};
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 8), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: an int16 A (argument 0) is already less its zero point: "
+                "a_zero_point (argument 2) must be none");
+  vm_value_release(&a[2]);
+  a[2] = vm_value_none();
+  vm_value_t odd[2] = {tops_plain(e, Q_I16, 2, DIMS(2, 3)), tops_plain(e, VM_I8, 2, DIMS(3, 8))};
+  vm_value_t keep[2] = {a[0], a[1]};
+  a[0] = odd[0], a[1] = odd[1];
+  ASSERT_STATUS(tops_call(e, "cl.qgemm", a, 8), VM_INVALID_ARGUMENT,
+                "cl.qgemm: an int16 A (argument 0) needs an even K up to 33025, got 3");
+  a[0] = keep[0], a[1] = keep[1];
+  release_all(odd, 2);
+  /* tops_tensor starts 3 elements into its storage: an odd start */
+  vm_value_release(&a[0]);
+  a[0] = tops_tensor(e, Q_I16, 2, DIMS(2, 4), NULL);
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 8), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: an int16 A (argument 0) must start at an even element, starts "
+                "at 3");
+  release_all(a, 8);
+}
+
+/* cl.qgemm_packed's outputs in parts (arguments 9 on): one int16 A by B
+ * packing 3 x 16 columns into y, y2, y3, each what its own product gives
+ * bit for bit (mul per column, a_scale), 2-D and batched; and the
+ * refusals of a part of another shape, of another dtype, and of parts of
+ * a width that is no multiple of 8. */
+static void test_qgemm_parts(void **state) {
+  tops_env_t *e = *state;
+  enum { BT = 2, M = 9, K = 24, NG = 16, NP = 3, N = NG * NP };
+  int16_t A[BT * M * K];
+  int8_t B[K * N], P[(N / 8) * (K / 2) * 16];
+  float mul[N], as = 0.0173f;
+  for (int i = 0; i < BT * M * K; i++) A[i] = (int16_t)((i * 97) % 511 - 255);
+  for (int i = 0; i < K * N; i++) B[i] = (int8_t)((i * 37) % 255 - 127);
+  for (int j = 0; j < N; j++) mul[j] = 0.021f + 0.0005f * (float)j;
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < N; j++) P[((j / 8) * (K / 2) + k / 2) * 16 + (j % 8) * 2 + k % 2] = B[k * N + j];
+  for (int batched = 0; batched < 2; batched++) {
+    uint32_t nd = batched ? 3 : 2;
+    const int64_t *ad = batched ? DIMS(BT, M, K) : DIMS(M, K);
+    const int64_t *yd = batched ? DIMS(BT, M, NG) : DIMS(M, NG);
+    int rows = (batched ? BT : 1) * M;
+    vm_value_t a[12] = {plain_from(e, Q_I16, nd, ad, A),
+                        tops_tensor(e, VM_I8, 3, DIMS(N / 8, K / 2, 16), P),
+                        vm_value_none(),
+                        vm_value_none(),
+                        tops_tensor(e, VM_F32, 1, DIMS(N), mul),
+                        vm_value_none(),
+                        vm_value_none(),
+                        tops_tensor(e, VM_F32, nd, yd, NULL),
+                        tops_tensor(e, VM_F32, 0, NULL, &as),
+                        tops_tensor(e, VM_F32, nd, yd, NULL),
+                        tops_tensor(e, VM_F32, nd, yd, NULL),
+                        vm_value_none()};
+    ASSERT_OK(tops_call(e, "cl.qgemm_packed", a, 11));
+    for (int p = 0; p < NP; p++) {
+      vm_value_t *y = &a[p ? 8 + p : 7];
+      float got[BT * M * NG];
+      tops_read_f(e, y, got);
+      tops_check_guard(e, y);
+      for (int r = 0; r < rows; r++)
+        for (int j = 0; j < NG; j++) {
+          int c = p * NG + j;
+          int32_t acc = 0;
+          for (int k = 0; k < K; k++) acc += A[r * K + k] * B[k * N + c];
+          float want = (float)acc * (mul[c] * as);
+          if (memcmp(&got[r * NG + j], &want, 4) != 0)
+            fail_msg("batched %d part %d at %d,%d: %.9g, expected %.9g", batched, p, r, j,
+                     (double)got[r * NG + j], (double)want);
+        }
+    }
+    if (batched) {
+      release_all(a, 12);
+      continue;
+    }
+    vm_value_t y3 = a[10];
+    a[10] = tops_plain(e, VM_F32, 2, DIMS(M, 8));
+    ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 11), VM_INVALID_ARGUMENT,
+                  "cl.qgemm_packed: y part (argument 10) has shape [9, 8], expected [9, 16]");
+    vm_value_release(&a[10]);
+    a[10] = tops_plain(e, VM_F16, 2, DIMS(M, NG));
+    ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 11), VM_INVALID_ARGUMENT,
+                  "cl.qgemm_packed: y part (argument 10) has dtype float16");
+    vm_value_release(&a[10]);
+    a[10] = y3;
+    release_all(a, 12);
+  }
+  /* 12 columns in two parts: B packs 24 (3 panels), but a part must be
+   * whole panels */
+  vm_value_t b[10] = {tops_plain(e, Q_I16, 2, DIMS(M, K)),
+                      tops_plain(e, VM_I8, 3, DIMS(3, K / 2, 16)),
+                      vm_value_none(),
+                      vm_value_none(),
+                      tops_plain(e, VM_F32, 1, DIMS(24)),
+                      vm_value_none(),
+                      vm_value_none(),
+                      tops_plain(e, VM_F32, 2, DIMS(M, 12)),
+                      tops_plain(e, VM_F32, 0, NULL),
+                      tops_plain(e, VM_F32, 2, DIMS(M, 12))};
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", b, 10), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: y has 12 columns: outputs in parts (arguments 9 on) need a "
+                "multiple of 8");
+  release_all(b, 10);
+}
+
 /* cl.qgemm: uint8 A (per-row zero points) x int8 B (per-column zero
  * points) into int32, K = 700 (beyond one exact float chunk of 256), and
  * the same requantized to int8 with a bias and an output zero point. */
@@ -652,6 +865,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_quantize_per_axis), cmocka_unit_test(test_dynamic_quantize),
       cmocka_unit_test(test_dynamic_quantize_paths),
+      cmocka_unit_test(test_dynamic_quantize_centered), cmocka_unit_test(test_qgemm_int16_a),
+      cmocka_unit_test(test_qgemm_parts),
       cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qgemm_exact_bound),
       cmocka_unit_test(test_qgemm_empty_k),    cmocka_unit_test(test_qgemm_pairs),
       cmocka_unit_test(test_qgemm_a_scale),
