@@ -101,7 +101,7 @@ __kernel void pool2d_max3s2(__global const S *x, int xo, __global S *y, int yo, 
   int oh = t % OH;
   int nc = t / OH;
   int ow0 = q * 8, h0 = oh * 2 - PH, w0 = ow0 * 2 - PW;
-  int inner = w0 >= 0 && w0 + 16 < W;
+  int inner = w0 >= 0 && w0 < W - 16; /* (the host keeps W + 64 within int) */
   __global const S *p = x + xo + nc * H * W;
   F8 acc = (F8)(-INFINITY);
   for (int kh = 0; kh < 3; kh++) {

@@ -1125,10 +1125,13 @@ vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   vmcl_dev_t *d = op.d;
   /* max over 3x3 at stride 2, dilation 1: pool.cl's pool2d_max3s2, eight
    * outputs of a row per work-item from whole-row loads; VMCL_POOL=generic
-   * keeps pool2d_max (benchmarks and tests compare the two) */
+   * keeps pool2d_max (benchmarks and tests compare the two). Its int
+   * column arithmetic runs up to 2 x (OW + 8) - PW + 17: rows so wide that
+   * this nears 2^31 take the general kernel */
   const char *env = getenv("VMCL_POOL");
   if (strcmp(opname, "max") == 0 && kh == 3 && kw == 3 && wa.sh == 2 && wa.sw == 2 &&
-      wa.dh == 1 && wa.dw == 1 && !(env && strcmp(env, "generic") == 0))
+      wa.dh == 1 && wa.dw == 1 && !(env && strcmp(env, "generic") == 0) &&
+      W + wa.pl + wa.pr + 64 <= INT_MAX && 2 * (OW + 8) + 32 <= INT_MAX)
     return pool_max3s2(d, x, y, N * C, H, W, OH, OW, &wa);
   char kname[24];
   snprintf(kname, sizeof(kname), "pool2d_%s", opname);
