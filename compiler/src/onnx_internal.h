@@ -80,6 +80,10 @@ typedef struct onx_value {
   /* DynamicQuantizeLinear's y emitted as int16 less its zero point
    * (onnx_ops_quant.c): only MatMulIntegers with that zero point read it */
   uint8_t centered;
+  /* a float32 constant B's cl.gemm_packed panels, made once per graph for
+   * every MatMul that reads it: tensor pk_tid of graph pk_g (NULL: none) */
+  vmcc_graph_t *pk_g;
+  int32_t pk_tid;
 } onx_value_t;
 
 /* ---- value names (onnx_names.c) ---- */

@@ -135,11 +135,15 @@ vm_status_t onx_op_gemm(onx_ctx_t *c) {
  * (docs/operators.md). *tid stays -1 where the product keeps cl.gemm:
  * another dtype, a run-time B, one row of A (gemm.cl's gemv_n reads B
  * once as it is) or fewer than 16 columns (most of a panel would be pad). */
-static vm_status_t packed_gemm_b(onx_ctx_t *c, const onx_value_t *b, int64_t m, int32_t *tid) {
+static vm_status_t packed_gemm_b(onx_ctx_t *c, onx_value_t *b, int64_t m, int32_t *tid) {
   *tid = -1;
   if (!b->data || b->ndim != 2 || !vm_dtype_equal(b->dt, VM_F32) || m < 2) return VM_STATUS_OK;
   int64_t k = b->dims[0], n = b->dims[1];
   if (k == 0 || n < 16) return VM_STATUS_OK;
+  if (b->pk_g == c->g) { /* packed for an earlier MatMul (shared weights) */
+    *tid = b->pk_tid;
+    return VM_STATUS_OK;
+  }
   int64_t np = (n + GEMM_PANEL - 1) / GEMM_PANEL, dims[3] = {np, k, GEMM_PANEL};
   float *p = calloc((size_t)(np * k * GEMM_PANEL), sizeof(float));
   if (!p) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
@@ -149,6 +153,7 @@ static vm_status_t packed_gemm_b(onx_ctx_t *c, const onx_value_t *b, int64_t m, 
              b->data + (size_t)(kk * n + j) * sizeof(float), sizeof(float));
   *tid = vmcc_graph_const(c->g, VM_F32, p, 3, dims);
   free(p);
+  if (*tid >= 0) b->pk_g = c->g, b->pk_tid = *tid;
   if (*tid >= 0 && c->rep) {
     c->rep->num_consts++;
     c->rep->const_bytes += np * k * GEMM_PANEL * (int64_t)sizeof(float);

@@ -703,7 +703,7 @@ static void test_node_cases(void **state) {
 static void compile_run_counts_i8(env_t *e, mb_t *m, vmcc_tensor_t *xin,
                                   vmcc_onnx_report_t *rep, void *got, size_t n,
                                   const char *const *ops, uint32_t nops, uint32_t *counts,
-                                  uint64_t *i8_bytes) {
+                                  uint64_t *i8_bytes, uint64_t *f32_bytes) {
   size_t nbytes;
   uint8_t *bytes = mb_pack(m, &nbytes);
   vm_executable_t *exec = NULL;
@@ -711,6 +711,7 @@ static void compile_run_counts_i8(env_t *e, mb_t *m, vmcc_tensor_t *xin,
   free(bytes);
   for (uint32_t i = 0; i < nops; i++) counts[i] = count_calls(exec, ops[i]);
   if (i8_bytes) *i8_bytes = tensor_const_bytes(exec, VM_I8);
+  if (f32_bytes) *f32_bytes = tensor_const_bytes(exec, VM_F32);
   vm_machine_t *vm = NULL;
   vm_value_t xv = vm_value_none(), res = vm_value_none();
   ASSERT_OK(run_exec(e, exec, xin, &vm, &xv, &res));
@@ -726,7 +727,7 @@ static void compile_run_counts_i8(env_t *e, mb_t *m, vmcc_tensor_t *xin,
 static void compile_run_counts(env_t *e, mb_t *m, vmcc_tensor_t *xin, vmcc_onnx_report_t *rep,
                                void *got, size_t n, const char *const *ops, uint32_t nops,
                                uint32_t *counts) {
-  compile_run_counts_i8(e, m, xin, rep, got, n, ops, nops, counts, NULL);
+  compile_run_counts_i8(e, m, xin, rep, got, n, ops, nops, counts, NULL, NULL);
 }
 
 /* The same with the calls of one operator op (NULL: none) in *count. */
@@ -1176,6 +1177,44 @@ static void test_matmul_packed_b(void **state) {
   for (int v = 0; v < 5; v++) matmul_packed_case(*state, v);
 }
 
+/* Two MatMuls of x by one constant W [40, 50] (shared weights), summed:
+ * both run as cl.gemm_packed on one packed copy of W (3 panels of 24
+ * columns: 11,520 bytes), not one copy per MatMul; y = 2 x W. */
+static void test_matmul_packed_shared(void **state) {
+  enum { M = 6, K = 40, N = 50, PANELS_BYTES = 3 * K * 24 * 4 };
+  static float x[M * K], w[K * N], got[M * N];
+  for (int i = 0; i < M * K; i++) x[i] = (float)((i * 7) % 11) * 0.25f - 1.0f;
+  for (int i = 0; i < K * N; i++) w[i] = (float)((i * 5) % 9) * 0.125f - 0.5f;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[2] = {M, K}, wd[2] = {K, N}, yd[2] = {M, N};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, yd);
+  mb_init_raw(&m, "w", 1, 2, wd, w, sizeof(w));
+  mb_node(&m, "MatMul", "mm0", "x", "w", "p");
+  mb_node(&m, "MatMul", "mm1", "x", "w", "q");
+  mb_node(&m, "Add", "add", "p", "q", "y");
+  static const char *const ops[2] = {"cl.gemm_packed", "cl.gemm"};
+  uint32_t cnt[2];
+  uint64_t f32;
+  vmcc_tensor_t xin = {VM_F32, 2, {M, K}, x, sizeof(x)};
+  vmcc_onnx_report_t rep;
+  compile_run_counts_i8(*state, &m, &xin, &rep, got, sizeof(got), ops, 2, cnt, NULL, &f32);
+  assert_int_equal(cnt[0], 2);
+  assert_int_equal(cnt[1], 0);
+  if (f32 < PANELS_BYTES || f32 >= 2 * PANELS_BYTES)
+    fail_msg("float32 constants: %llu bytes, want one packed W (%d) and scalars",
+             (unsigned long long)f32, PANELS_BYTES);
+  for (int r = 0; r < M; r++)
+    for (int j = 0; j < N; j++) {
+      double want = 0;
+      for (int k = 0; k < K; k++) want += (double)x[r * K + k] * w[k * N + j];
+      want *= 2;
+      if (fabs(want - got[r * N + j]) > 1e-4 * (1 + fabs(want)))
+        fail_msg("shared packed W at %d,%d: %g, expected %g", r, j, (double)got[r * N + j], want);
+    }
+}
+
 /* Three MatMuls of one x as quantize_dynamic writes attention's Q, K and
  * V: one DynamicQuantizeLinear, three scale Muls, three MatMulIntegers
  * (W 40 x 16 each, zero point 0) each ending in Cast and Mul, y = (d0 +
@@ -1230,7 +1269,7 @@ static void dynamic_matmul_siblings_case(env_t *e, int variant) {
   float got[M * N];
   vmcc_onnx_report_t rep;
   uint64_t i8;
-  compile_run_counts_i8(e, &m, &xin, &rep, got, sizeof(got), ops, 3, cnt, &i8);
+  compile_run_counts_i8(e, &m, &xin, &rep, got, sizeof(got), ops, 3, cnt, &i8, NULL);
   assert_int_equal(cnt[0], 0);
   assert_int_equal(cnt[1], variant ? 2 : 1);
   assert_int_equal(cnt[2], 1);
@@ -2856,6 +2895,7 @@ int main(void) {
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_matmul_bias_folded),
       cmocka_unit_test(test_matmul_packed_b),
+      cmocka_unit_test(test_matmul_packed_shared),
       cmocka_unit_test(test_layer_norm_rewritten),
       cmocka_unit_test(test_gelu_rewritten),
       cmocka_unit_test(test_rms_norm_rewritten),
