@@ -28,10 +28,11 @@ static int bias_row(const onx_value_t *v, vm_dtype_t dt, uint32_t rank, int64_t 
 
 /* The float32 Add that alone consumes the current MatMul's output (rank
  * rank, rows of n columns) with a constant row vector of n values (a
- * Linear layer's bias; either operand order): its index, the vector as
- * [n] in *bias; else -1. cl.gemm adds it in its store, which gives the
- * same bits as the product and a separate Add. */
-static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n, int32_t *bias) {
+ * Linear layer's bias; either operand order): its index, the vector in
+ * *bias; else -1. cl.gemm adds it in its store, which gives the same bits
+ * as the product and a separate Add. */
+static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n,
+                          onx_value_t **bias) {
   if (!vm_dtype_equal(dt, VM_F32)) return -1;
   size_t slot = 0;
   int64_t j = onx_sole_consumer(c, c->node->output[0], c->node_idx, &slot);
@@ -41,8 +42,77 @@ static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n,
     return -1;
   onx_value_t *v = onx_lookup_const(c, nd->input[1 - slot]);
   if (!v || !v->data || !bias_row(v, dt, rank, n)) return -1;
-  *bias = onx_reshaped(c, v, 1, &n);
+  *bias = v;
   return j;
+}
+
+/* The node that alone reads the value `name` (no graph output) after node
+ * `after`, not counting Shape nodes (a fold that keeps the shape leaves
+ * them as they are; ViT exports read every projection's shape): its
+ * index and *slot, else -1. */
+static int64_t sole_reader(onx_ctx_t *c, const char *name, size_t after, size_t *slot) {
+  const onx_name_t *e = onx_names_find(&c->names, name);
+  if (!e || e->outputs) return -1;
+  int64_t found = -1;
+  for (uint32_t u = 0; u < e->num_cons; u++) {
+    onx_use_t use = c->names.uses[e->cons_off + u];
+    const Onnx__NodeProto *n = c->graph->node[use.node];
+    if (use.node == after) continue;
+    if (use.node < after || !n->op_type || (n->domain && n->domain[0]) ||
+        use.slot >= n->n_input)
+      return -1;
+    if (strcmp(n->op_type, "Shape") == 0) continue;
+    if (found >= 0) return -1;
+    found = (int64_t)use.node;
+    *slot = use.slot;
+  }
+  if (found < 0) return -1;
+  const Onnx__NodeProto *n = c->graph->node[found];
+  if (n->n_output != 1 || !n->output[0] || !n->output[0][0]) return -1;
+  return found;
+}
+
+/* After a Linear layer's bias Add (node add, output of rank rank, rows of
+ * n columns): the float32 Mul by a constant that scales its columns, s[j]
+ * per column (n values along the last axis, every other axis 1: a ViT's
+ * layer scale; or one value), alone reading the Add's output; or, through
+ * at most three Reshapes and Transposes each alone reading the value
+ * before (Shape nodes aside), a Mul by one value of rank 0 (attention's
+ * query and key scaled before their product). Its index (*through set in
+ * the second case), else -1. Folded, (x W + b) s = x (W s) + b s. */
+static int64_t linear_scale_after(onx_ctx_t *c, size_t add, uint32_t rank, int64_t n, double *s,
+                                  int *through) {
+  const char *cur = c->graph->node[add]->output[0];
+  size_t at = add;
+  *through = 0;
+  for (int hop = 0; hop < 4; hop++) {
+    size_t slot = 0;
+    int64_t j = sole_reader(c, cur, at, &slot);
+    if (j < 0) return -1;
+    const Onnx__NodeProto *nd = c->graph->node[j];
+    if (strcmp(nd->op_type, "Mul") == 0) {
+      /* right after the Add, the Mul's output replaces the Add's: nothing
+       * else may read that, Shape nodes included */
+      size_t s0;
+      if (!hop && onx_sole_consumer(c, cur, at, &s0) != j) return -1;
+      if (nd->n_input != 2 || slot > 1 || !nd->input[1 - slot]) return -1;
+      onx_value_t *k = onx_lookup_const(c, nd->input[1 - slot]);
+      if (!k || !k->data || !vm_dtype_equal(k->dt, VM_F32)) return -1;
+      if (hop ? k->ndim != 0 : k->numel != 1 && !bias_row(k, VM_F32, rank, n)) return -1;
+      if (!hop && k->ndim > rank) return -1;
+      for (int64_t i = 0; i < n; i++) {
+        s[i] = onx_ld_f(k->dt, k->data, k->numel == 1 ? 0 : i);
+        if (!isfinite(s[i])) return -1;
+      }
+      *through = hop > 0;
+      return j;
+    }
+    if (slot != 0 || (strcmp(nd->op_type, "Reshape") != 0 && strcmp(nd->op_type, "Transpose") != 0))
+      return -1;
+    cur = nd->output[0];
+    at = (size_t)j;
+  }
+  return -1;
 }
 
 vm_status_t onx_op_gemm(onx_ctx_t *c) {
@@ -177,11 +247,37 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", on, od, NULL));
   int64_t pa = prod(ad, an - 2), pb = prod(bd, bn - 2), po = prod(bo, nbo);
   int32_t ta, tb, y;
+  /* a Linear layer: the bias Add, and a Mul scaling its columns, folded */
+  onx_value_t *bv = NULL;
+  int64_t add = b->ndim > 1 ? bias_after(c, a->dt, on, n, &bv) : -1, mul = -1;
+  int through = 0;
+  int32_t ws = -1, bias = 0;
+  if (add >= 0 && b->data && b->ndim == 2 && a->ndim >= 2) {
+    double *sc = malloc((size_t)(n ? n : 1) * sizeof(double));
+    int64_t kn = k * n > n ? k * n : n;
+    double *nw = sc ? malloc((size_t)(kn ? kn : 1) * sizeof(double)) : NULL;
+    if (!nw) {
+      free(sc);
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+    mul = linear_scale_after(c, (size_t)add, on, n, sc, &through);
+    if (mul >= 0) {
+      int64_t wd2[2] = {k, n};
+      for (int64_t r = 0; r < k; r++)
+        for (int64_t j = 0; j < n; j++) nw[r * n + j] = sc[j] * onx_ld_f(b->dt, b->data, r * n + j);
+      ws = onx_const_tensor_f(c, b->dt, 2, wd2, nw);
+      for (int64_t j = 0; j < n; j++) nw[j] = sc[j] * onx_ld_f(bv->dt, bv->data, j);
+      bias = onx_const_tensor_f(c, bv->dt, 1, &n, nw);
+    }
+    free(sc);
+    free(nw);
+  }
+  if (add >= 0 && mul < 0) bias = onx_reshaped(c, bv, 1, &n);
   if (pb == 1 && bn - 2 <= an - 2) {
     /* B shared by every batch: A as [po*M, K] */
     int64_t a2[2] = {pa * m, k}, b2[2] = {k, n}, y2[2] = {pa * m, n};
     ta = onx_reshaped(c, a, 2, a2);
-    tb = onx_reshaped(c, b, 2, b2);
+    tb = ws >= 0 ? ws : onx_reshaped(c, b, 2, b2);
     y = new_t(c, a->dt, 2, y2);
   } else if (pa == 1 && an - 2 <= bn - 2) {
     int64_t a2[2] = {m, k}, b3[3] = {pb, k, n}, y3[3] = {pb, m, n};
@@ -220,14 +316,13 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
   }
   vmcc_arg_t g[8] = {A(ta), A(tb), I(0), I(0), vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero),
                      A(y)};
-  int32_t bias = 0;
-  int64_t add = b->ndim > 1 ? bias_after(c, a->dt, on, n, &bias) : -1;
   if (add >= 0) {
     g[7] = A(bias);
     call(c, "cl.gemm", 8, g);
-    c->skip[add] = 1;
+    c->skip[add] = ONX_SKIP_FOLDED;
     c->fused = 1; /* the product itself is never a value */
-    return onx_bind_named(c, c->graph->node[add]->output[0], y, on, od);
+    if (mul >= 0) c->skip[mul] = through ? ONX_SKIP_IDENTITY : ONX_SKIP_FOLDED;
+    return onx_bind_named(c, c->graph->node[mul >= 0 && !through ? mul : add]->output[0], y, on, od);
   }
   call(c, "cl.gemm", 7, g);
   return onx_bind_out(c, 0, y, on, od);

@@ -828,6 +828,73 @@ static void test_matmul_bias_folded(void **state) {
   for (int v = 0; v < 6; v++) matmul_bias_case(*state, v);
 }
 
+/* A Linear layer's output scaled by a constant folds into its weights and
+ * bias (x W + b) s = x (W s) + b s: 0 Mul by a per-column ls[N] (a ViT's
+ * layer scale): no cl.binary.mul; 1 Reshape to heads, Transpose, Mul by a
+ * rank-0 scalar (attention's query scaled), a Shape node also reading the
+ * Add's output: no cl.binary.mul, the Mul becomes its input as it is; not
+ * folded: 2 a [M, N] factor (not a row), 3 in variant 1's chain a scalar
+ * of shape [1] (rank 1 may broadcast the shape after the Reshape). Every
+ * result matches the host. */
+static void linear_scale_case(env_t *e, int variant) {
+  enum { B = 2, M = 3, K = 5, N = 8, H = 2 };
+  static float x[B * M * K], w[K * N], bias[N], ls[M * N];
+  for (int i = 0; i < B * M * K; i++) x[i] = (float)((i * 7) % 11) * 0.25f - 1.0f;
+  for (int i = 0; i < K * N; i++) w[i] = (float)((i * 5) % 9) * 0.125f - 0.5f;
+  for (int i = 0; i < N; i++) bias[i] = (float)i * 0.5f - 1.5f;
+  for (int i = 0; i < M * N; i++) ls[i] = variant == 1 || variant == 3 ? 0.35f : 0.1f + 0.05f * i;
+  int heads = variant == 1 || variant == 3;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t x3[3] = {B, M, K}, y3[3] = {B, M, N}, y4[4] = {B, H, M, N / H};
+  int64_t wd[2] = {K, N}, b1[1] = {N}, l2[2] = {M, N}, one[1] = {1}, shp[4] = {B, M, H, N / H};
+  static const int64_t perm[4] = {0, 2, 1, 3};
+  mb_input(&m, "x", 3, x3);
+  mb_output(&m, "y", heads ? 4 : 3, heads ? y4 : y3);
+  mb_init_raw(&m, "w", 1, 2, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 1, b1, bias, sizeof(bias));
+  if (variant == 0)
+    mb_init_raw(&m, "ls", 1, 1, b1, ls, N * 4);
+  else if (variant == 2)
+    mb_init_raw(&m, "ls", 1, 2, l2, ls, sizeof(ls));
+  else
+    mb_init_raw(&m, "ls", 1, variant == 3 ? 1 : 0, one, ls, 4);
+  mb_init_raw(&m, "shp", 7, 1, (int64_t[]){4}, shp, sizeof(shp));
+  mb_node(&m, "MatMul", "mm", "x", "w", "p");
+  mb_node(&m, "Add", "add", "p", "b", "q");
+  if (heads) {
+    mb_node(&m, "Shape", "sh", "q", NULL, "qs");
+    mb_node(&m, "Reshape", "rs", "q", "shp", "r");
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "tr", "r", NULL, "t"), "perm", perm, 4);
+    mb_node(&m, "Mul", "mul", "ls", "t", "y");
+  } else {
+    mb_node(&m, "Mul", "mul", "q", "ls", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 3, {B, M, K}, x, sizeof(x)};
+  float got[B * M * N];
+  uint32_t muls = 0;
+  compile_run_t(e, &m, &xin, &rep, got, sizeof(got), "cl.binary.mul", &muls);
+  assert_int_equal(muls, variant < 2 ? 0 : 1);
+  for (int bb = 0; bb < B; bb++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        double p = bias[j];
+        for (int k = 0; k < K; k++) p += (double)x[(bb * M + r) * K + k] * w[k * N + j];
+        double want = p * (heads ? ls[0] : variant == 0 ? ls[j] : ls[r * N + j]);
+        /* heads: y[b][h][m][d] = q[b][m][h * N / H + d] */
+        int at = heads ? ((bb * H + j / (N / H)) * M + r) * (N / H) + j % (N / H)
+                       : (bb * M + r) * N + j;
+        if (!(fabs(got[at] - want) <= 1e-5 + 1e-5 * fabs(want)))
+          fail_msg("variant %d, [%d, %d, %d]: %.7g, expected %.7g", variant, bb, r, j, got[at],
+                   want);
+      }
+}
+
+static void test_linear_scale_folded(void **state) {
+  for (int v = 0; v < 4; v++) linear_scale_case(*state, v);
+}
+
 /* A Conv followed by an inference BatchNormalization: the BN is folded
  * into the convolution (no node of its own) and the result matches the
  * two computed in turn on the host. */
@@ -2601,6 +2668,7 @@ int main(void) {
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_matmul_bias_folded),
+      cmocka_unit_test(test_linear_scale_folded),
       cmocka_unit_test(test_layer_norm_rewritten),
       cmocka_unit_test(test_gelu_rewritten),
       cmocka_unit_test(test_rms_norm_rewritten),
