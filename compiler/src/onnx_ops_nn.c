@@ -524,6 +524,74 @@ static int64_t affine_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, int64_t 
   return last;
 }
 
+/* The current node, a float32 Mul, Add or Sub of a 4-D run-time x (NCHW,
+ * no pending transpose) by a constant of one value or one per channel
+ * (axis 1), then more of them and maybe a Relu, each alone consuming the
+ * value before: a batch norm written out after a residual Add, where no
+ * Conv's output is there to take it. When at least two nodes chain, they
+ * run as one depthwise 1x1 cl.conv2d (weight a[c], bias b[c], the Relu in
+ * its epilogue) instead of one elementwise launch each; *done set. */
+vm_status_t onx_channel_affine_chain(onx_ctx_t *c, int *done) {
+  *done = 0;
+  const Onnx__NodeProto *n0 = c->node;
+  if (c->sub_depth || n0->n_input != 2 || !onx_out_wanted(c, 0)) return VM_STATUS_OK;
+  onx_value_t *x = NULL;
+  size_t xs = 0;
+  for (size_t s = 0; s < 2 && !x; s++) {
+    onx_value_t *v = onx_in(c, s);
+    if (v && !v->data && !v->expr && !v->qdq && !v->ps_g && vm_dtype_equal(v->dt, VM_F32) &&
+        v->ndim == 4 && !onx_lt_pending(c, v)) {
+      x = v;
+      xs = s;
+    }
+  }
+  if (!x || x->dims[1] < 1 || x->dims[1] > (1 << 16)) return VM_STATUS_OK;
+  int64_t co = x->dims[1];
+  double *a = malloc((size_t)co * sizeof(double)), *b = malloc((size_t)co * sizeof(double));
+  if (!a || !b) {
+    free(a);
+    free(b);
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  for (int64_t o = 0; o < co; o++) a[o] = 1.0, b[o] = 0.0;
+  enum { MAXN = 16 };
+  int64_t marks[MAXN], last = c->node_idx;
+  int nm = 0, act = 0;
+  if (fold_affine(c, n0, xs, 4, 1, co, a, b)) {
+    for (;;) {
+      size_t slot = 0;
+      int64_t j = onx_sole_consumer(c, c->graph->node[last]->output[0], (size_t)last, &slot);
+      if (j < 0 || nm >= MAXN) break;
+      const Onnx__NodeProto *n = c->graph->node[j];
+      if (strcmp(n->op_type, "Relu") == 0 && n->n_input == 1) {
+        act = 1;
+        marks[nm++] = last = j;
+        break;
+      }
+      if (!fold_affine(c, n, slot, 4, 1, co, a, b)) break;
+      marks[nm++] = last = j;
+    }
+  }
+  if (nm < 1) {
+    free(a);
+    free(b);
+    return VM_STATUS_OK;
+  }
+  int64_t wd[4] = {co, 1, 1, 1};
+  int32_t tw = onx_const_tensor_f(c, VM_F32, 4, wd, a), tb = onx_const_tensor_f(c, VM_F32, 1, &co, b);
+  free(a);
+  free(b);
+  int32_t y = new_t(c, VM_F32, 4, x->dims);
+  vmcc_arg_t g[16] = {A(onx_tid(c, x)),         A(tw),   A(tb), I(1), I(1), I(0), I(0), I(0),
+                      I(0),                      I(1),    I(1),  I(co), I(act),
+                      onx_float_arg(c, 1.0), onx_float_arg(c, 0.0), A(y)};
+  call(c, "cl.conv2d", 16, g);
+  for (int i = 0; i < nm; i++) c->skip[marks[i]] = ONX_SKIP_FOLDED;
+  c->fused = 1;
+  *done = 1;
+  return onx_bind_named(c, c->graph->node[last]->output[0], y, 4, x->dims);
+}
+
 /* cl.conv2d's epilogue (its 16-argument form): act(y) * am + aa. */
 typedef struct conv_epi {
   int64_t act; /* 0 none, 1 relu, 2 hard_swish */
@@ -937,7 +1005,43 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   }
   if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
-  vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
+  /* a batch norm (or per-channel Mul/Add by constants) after it: folded
+   * into W and B per output channel, as for Conv */
+  int64_t bn = -1;
+  int32_t tw_f = -1;
+  vmcc_arg_t bz;
+  if (nsp < 3 && wv->data && (!bias || bias->data) && co > 0) {
+    double *fa = malloc((size_t)co * sizeof(double)), *fb = malloc((size_t)co * sizeof(double));
+    double *nw = fa && fb ? malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double)) : NULL;
+    if (!nw) {
+      free(fa);
+      free(fb);
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+    for (int64_t o = 0; o < co; o++) {
+      fa[o] = 1.0;
+      fb[o] = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
+    }
+    bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
+    if (bn >= 0) {
+      /* W [ci, cog, k...]: input channel i of group i / (ci / group) feeds
+       * output channels g cog + j */
+      int64_t per = wv->numel / (ci * cog), cig = ci / group;
+      for (int64_t i = 0; i < ci; i++)
+        for (int64_t j = 0; j < cog; j++)
+          for (int64_t t = 0; t < per; t++) {
+            int64_t at = (i * cog + j) * per + t;
+            nw[at] = fa[(i / cig) * cog + j] * onx_ld_f(wv->dt, wv->data, at);
+          }
+      int64_t w4f[4] = {ci, cog, k2[1], k2[2]};
+      tw_f = onx_const_tensor_f(c, wv->dt, 4, w4f, nw);
+      bz = A(onx_const_tensor_f(c, x->dt, 1, &co, fb));
+    }
+    free(fa);
+    free(fb);
+    free(nw);
+  }
+  if (bn < 0) bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
   if (nsp == 3) {
     /* 3-D: onnx_ops_spatial.c's gather (the 2-D path's GEMM forms are 2-D) */
     int64_t y5[5] = {x->dims[0], co, o2[0], o2[1], o2[2]};
@@ -953,13 +1057,17 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   int64_t w4[4] = {ci, cog, k2[1], k2[2]};
   int64_t y4[4] = {x->dims[0], co, o2[1], o2[2]};
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
-  int32_t tx = onx_reshaped(c, x, 4, x4), tw = onx_reshaped(c, wv, 4, w4);
+  int32_t tx = onx_reshaped(c, x, 4, x4), tw = tw_f >= 0 ? tw_f : onx_reshaped(c, wv, 4, w4);
   int32_t y = new_t(c, x->dt, 4, y4);
   vmcc_arg_t a[13] = {A(tx),    A(tw),    bz,       I(s2[1]), I(s2[2]), I(pb[1]), I(pb[2]),
                       I(pe[1]), I(pe[2]), I(d2[1]), I(d2[2]), I(group), A(y)};
   call(c, "cl.conv_transpose2d", 13, a);
   int64_t yd[4] = {x->dims[0], co, o2[1], o2[2]};
   if (nsp == 1) yd[2] = o2[2];
+  if (bn >= 0) {
+    c->fused = 1;
+    return onx_bind_named(c, c->graph->node[bn]->output[0], y, x->ndim, yd);
+  }
   return onx_bind_out(c, 0, y, x->ndim, yd);
 }
 
