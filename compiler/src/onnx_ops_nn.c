@@ -524,6 +524,26 @@ static int64_t affine_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, int64_t 
   return last;
 }
 
+/* The per-output-channel y = a y + b an affine fold starts from: a = 1,
+ * b = the bias (or 0), co values each (*fa, *fb malloc'd; freed on
+ * failure). */
+static vm_status_t affine_start(onx_ctx_t *c, int64_t co, const onx_value_t *bias, double **fa,
+                                double **fb) {
+  *fa = malloc((size_t)(co ? co : 1) * sizeof(double));
+  *fb = malloc((size_t)(co ? co : 1) * sizeof(double));
+  if (!*fa || !*fb) {
+    free(*fa);
+    free(*fb);
+    *fa = *fb = NULL;
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  for (int64_t o = 0; o < co; o++) {
+    (*fa)[o] = 1.0;
+    (*fb)[o] = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
+  }
+  return VM_STATUS_OK;
+}
+
 /* The current node, a float32 Mul, Add or Sub of a 4-D run-time x (NCHW,
  * no pending transpose) by a constant of one value or one per channel
  * (axis 1), then more of them and maybe a Relu, each alone consuming the
@@ -547,13 +567,8 @@ vm_status_t onx_channel_affine_chain(onx_ctx_t *c, int *done) {
   }
   if (!x || x->dims[1] < 1 || x->dims[1] > (1 << 16)) return VM_STATUS_OK;
   int64_t co = x->dims[1];
-  double *a = malloc((size_t)co * sizeof(double)), *b = malloc((size_t)co * sizeof(double));
-  if (!a || !b) {
-    free(a);
-    free(b);
-    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
-  }
-  for (int64_t o = 0; o < co; o++) a[o] = 1.0, b[o] = 0.0;
+  double *a, *b;
+  VM_RETURN_IF_ERROR(affine_start(c, co, NULL, &a, &b));
   enum { MAXN = 16 };
   int64_t marks[MAXN], last = c->node_idx;
   int nm = 0, act = 0;
@@ -798,17 +813,7 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   conv_epi_t ep = {0, 1, 0, -1};
   double *fa = NULL, *fb = NULL;
   if (wv->data && (!bias || bias->data)) {
-    fa = malloc((size_t)(co ? co : 1) * sizeof(double));
-    fb = malloc((size_t)(co ? co : 1) * sizeof(double));
-    if (!fa || !fb) {
-      free(fa);
-      free(fb);
-      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
-    }
-    for (int64_t o = 0; o < co; o++) {
-      fa[o] = 1.0;
-      fb[o] = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
-    }
+    VM_RETURN_IF_ERROR(affine_start(c, co, bias, &fa, &fb));
     bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
     if (bn < 0 && x->ndim == 4 && vm_dtype_equal(x->dt, VM_F32))
       nhwc = nhwc_after(c, co, fa, fb, &ep, &back);
@@ -1011,16 +1016,13 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   int32_t tw_f = -1;
   vmcc_arg_t bz;
   if (nsp < 3 && wv->data && (!bias || bias->data) && co > 0) {
-    double *fa = malloc((size_t)co * sizeof(double)), *fb = malloc((size_t)co * sizeof(double));
-    double *nw = fa && fb ? malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double)) : NULL;
+    double *fa, *fb;
+    VM_RETURN_IF_ERROR(affine_start(c, co, bias, &fa, &fb));
+    double *nw = malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double));
     if (!nw) {
       free(fa);
       free(fb);
       return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
-    }
-    for (int64_t o = 0; o < co; o++) {
-      fa[o] = 1.0;
-      fb[o] = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
     }
     bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
     if (bn >= 0) {
