@@ -183,10 +183,6 @@ vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, o
 vm_status_t onx_layer_norm_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_rms_norm_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_gelu_chain(onx_ctx_t *c, int *done);
-/* A per-channel affine chain (Mul, Add, Sub by constants) on a 4-D NCHW
- * float32 value, then maybe a Relu, as one depthwise 1x1 cl.conv2d
- * (onnx_ops_nn.c). */
-vm_status_t onx_channel_affine_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_gelu_tanh_chain(onx_ctx_t *c, int *done); /* from its first Mul or Pow */
 /* onnx_ops_patterns.c: MatMul(Cast(Equal(ids, classes)), W) from the Equal,
  * as one cl.embedding (a row gather with zero rows for unmatched ids). */

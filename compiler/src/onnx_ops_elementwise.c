@@ -859,12 +859,6 @@ vm_status_t onx_op_binary(onx_ctx_t *c) {
     VM_RETURN_IF_ERROR(onx_scale_product(c, &done));
     if (done) return VM_STATUS_OK;
   }
-  if ((c->op->arg == B_MUL || c->op->arg == B_ADD || c->op->arg == B_SUB) &&
-      c->node->n_input == 2) { /* a batch norm after a residual Add? */
-    int done;
-    VM_RETURN_IF_ERROR(onx_channel_affine_chain(c, &done));
-    if (done) return VM_STATUS_OK;
-  }
   const binary_op_t *bo = &k_binary[c->op->arg];
   binary_op_t fmod_op;
   if (bo->op == B_MOD) {

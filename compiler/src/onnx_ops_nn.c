@@ -544,69 +544,6 @@ static vm_status_t affine_start(onx_ctx_t *c, int64_t co, const onx_value_t *bia
   return VM_STATUS_OK;
 }
 
-/* The current node, a float32 Mul, Add or Sub of a 4-D run-time x (NCHW,
- * no pending transpose) by a constant of one value or one per channel
- * (axis 1), then more of them and maybe a Relu, each alone consuming the
- * value before: a batch norm written out after a residual Add, where no
- * Conv's output is there to take it. When at least two nodes chain, they
- * run as one depthwise 1x1 cl.conv2d (weight a[c], bias b[c], the Relu in
- * its epilogue) instead of one elementwise launch each; *done set. */
-vm_status_t onx_channel_affine_chain(onx_ctx_t *c, int *done) {
-  *done = 0;
-  const Onnx__NodeProto *n0 = c->node;
-  if (c->sub_depth || n0->n_input != 2 || !onx_out_wanted(c, 0)) return VM_STATUS_OK;
-  onx_value_t *x = NULL;
-  size_t xs = 0;
-  for (size_t s = 0; s < 2 && !x; s++) {
-    onx_value_t *v = onx_in(c, s);
-    if (v && !v->data && !v->expr && !v->qdq && !v->ps_g && vm_dtype_equal(v->dt, VM_F32) &&
-        v->ndim == 4 && !onx_lt_pending(c, v)) {
-      x = v;
-      xs = s;
-    }
-  }
-  if (!x || x->dims[1] < 1 || x->dims[1] > (1 << 16)) return VM_STATUS_OK;
-  int64_t co = x->dims[1];
-  double *a, *b;
-  VM_RETURN_IF_ERROR(affine_start(c, co, NULL, &a, &b));
-  enum { MAXN = 16 };
-  int64_t marks[MAXN], last = c->node_idx;
-  int nm = 0, act = 0;
-  if (fold_affine(c, n0, xs, 4, 1, co, a, b)) {
-    for (;;) {
-      size_t slot = 0;
-      int64_t j = onx_sole_consumer(c, c->graph->node[last]->output[0], (size_t)last, &slot);
-      if (j < 0 || nm >= MAXN) break;
-      const Onnx__NodeProto *n = c->graph->node[j];
-      if (strcmp(n->op_type, "Relu") == 0 && n->n_input == 1) {
-        act = 1;
-        marks[nm++] = last = j;
-        break;
-      }
-      if (!fold_affine(c, n, slot, 4, 1, co, a, b)) break;
-      marks[nm++] = last = j;
-    }
-  }
-  if (nm < 1) {
-    free(a);
-    free(b);
-    return VM_STATUS_OK;
-  }
-  int64_t wd[4] = {co, 1, 1, 1};
-  int32_t tw = onx_const_tensor_f(c, VM_F32, 4, wd, a), tb = onx_const_tensor_f(c, VM_F32, 1, &co, b);
-  free(a);
-  free(b);
-  int32_t y = new_t(c, VM_F32, 4, x->dims);
-  vmcc_arg_t g[16] = {A(onx_tid(c, x)),         A(tw),   A(tb), I(1), I(1), I(0), I(0), I(0),
-                      I(0),                      I(1),    I(1),  I(co), I(act),
-                      onx_float_arg(c, 1.0), onx_float_arg(c, 0.0), A(y)};
-  call(c, "cl.conv2d", 16, g);
-  for (int i = 0; i < nm; i++) c->skip[marks[i]] = ONX_SKIP_FOLDED;
-  c->fused = 1;
-  *done = 1;
-  return onx_bind_named(c, c->graph->node[last]->output[0], y, 4, x->dims);
-}
-
 /* cl.conv2d's epilogue (its 16-argument form): act(y) * am + aa. */
 typedef struct conv_epi {
   int64_t act; /* 0 none, 1 relu, 2 hard_swish */
