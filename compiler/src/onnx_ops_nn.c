@@ -46,32 +46,6 @@ static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n,
   return j;
 }
 
-/* The node that alone reads the value `name` (no graph output) after node
- * `after`, not counting Shape nodes (a fold that keeps the shape leaves
- * them as they are; ViT exports read every projection's shape): its
- * index and *slot, else -1. */
-static int64_t sole_reader(onx_ctx_t *c, const char *name, size_t after, size_t *slot) {
-  const onx_name_t *e = onx_names_find(&c->names, name);
-  if (!e || e->outputs) return -1;
-  int64_t found = -1;
-  for (uint32_t u = 0; u < e->num_cons; u++) {
-    onx_use_t use = c->names.uses[e->cons_off + u];
-    const Onnx__NodeProto *n = c->graph->node[use.node];
-    if (use.node == after) continue;
-    if (use.node < after || !n->op_type || (n->domain && n->domain[0]) ||
-        use.slot >= n->n_input)
-      return -1;
-    if (strcmp(n->op_type, "Shape") == 0) continue;
-    if (found >= 0) return -1;
-    found = (int64_t)use.node;
-    *slot = use.slot;
-  }
-  if (found < 0) return -1;
-  const Onnx__NodeProto *n = c->graph->node[found];
-  if (n->n_output != 1 || !n->output[0] || !n->output[0][0]) return -1;
-  return found;
-}
-
 /* After a Linear layer's bias Add (node add, output of rank rank, rows of
  * n columns): the float32 Mul by a constant that scales its columns, s[j]
  * per column (n values along the last axis, every other axis 1: a ViT's
@@ -87,7 +61,7 @@ static int64_t linear_scale_after(onx_ctx_t *c, size_t add, uint32_t rank, int64
   *through = 0;
   for (int hop = 0; hop < 4; hop++) {
     size_t slot = 0;
-    int64_t j = sole_reader(c, cur, at, &slot);
+    int64_t j = onx_sole_reader(c, cur, at, &slot, 1);
     if (j < 0) return -1;
     const Onnx__NodeProto *nd = c->graph->node[j];
     if (strcmp(nd->op_type, "Mul") == 0) {
@@ -253,24 +227,27 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
   int through = 0;
   int32_t ws = -1, bias = 0;
   if (add >= 0 && b->data && b->ndim == 2 && a->ndim >= 2) {
+    /* the scale first: the k n scaled weights are allocated only when a
+     * Mul folds (a large head without one compiles as before) */
     double *sc = malloc((size_t)(n ? n : 1) * sizeof(double));
-    int64_t kn = k * n > n ? k * n : n;
-    double *nw = sc ? malloc((size_t)(kn ? kn : 1) * sizeof(double)) : NULL;
-    if (!nw) {
-      free(sc);
-      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
-    }
+    if (!sc) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
     mul = linear_scale_after(c, (size_t)add, on, n, sc, &through);
     if (mul >= 0) {
+      int64_t kn = k * n > n ? k * n : n;
+      double *nw = malloc((size_t)(kn ? kn : 1) * sizeof(double));
+      if (!nw) {
+        free(sc);
+        return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+      }
       int64_t wd2[2] = {k, n};
       for (int64_t r = 0; r < k; r++)
         for (int64_t j = 0; j < n; j++) nw[r * n + j] = sc[j] * onx_ld_f(b->dt, b->data, r * n + j);
       ws = onx_const_tensor_f(c, b->dt, 2, wd2, nw);
       for (int64_t j = 0; j < n; j++) nw[j] = sc[j] * onx_ld_f(bv->dt, bv->data, j);
       bias = onx_const_tensor_f(c, bv->dt, 1, &n, nw);
+      free(nw);
     }
     free(sc);
-    free(nw);
   }
   if (add >= 0 && mul < 0) bias = onx_reshaped(c, bv, 1, &n);
   if (pb == 1 && bn - 2 <= an - 2) {
@@ -948,11 +925,12 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
   /* a batch norm (or per-channel Mul/Add by constants) after it: folded
-   * into W and B per output channel, as for Conv */
+   * into W and B per output channel, as for Conv (not with 0 input
+   * channels: W's extent per channel pair divides by them) */
   int64_t bn = -1;
   int32_t tw_f = -1;
   vmcc_arg_t bz;
-  if (nsp < 3 && wv->data && (!bias || bias->data) && co > 0) {
+  if (nsp < 3 && wv->data && (!bias || bias->data) && co > 0 && ci > 0) {
     double *fa, *fb;
     VM_RETURN_IF_ERROR(affine_start(c, co, bias, &fa, &fb));
     double *nw = malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double));
