@@ -787,6 +787,18 @@ vm_status_t onx_lower_graph(onx_ctx_t *c) {
         count_op(c->rep, n->op_type);
         c->rep->num_folded++;
       }
+      if (c->skip[i] == ONX_SKIP_IDENTITY) {
+        /* its constant factor is in the producer's weights: the output is
+         * the run-time input as it is (a view; a pending transpose stays so) */
+        onx_value_t *x = NULL;
+        for (size_t k = 0; k < n->n_input && !x; k++) {
+          onx_value_t *v = n->input[k] && n->input[k][0] ? find_value(c, n->input[k]) : NULL;
+          if (v && !v->data) x = v;
+        }
+        if (!x) return undefined_input(c, n->input[0]);
+        st = onx_def_view(c, 0, x, x->ndim, x->dims);
+        if (st) return st;
+      }
       continue;
     }
     for (size_t k = 0; k < n->n_input; k++) {

@@ -116,6 +116,8 @@ onx_name_t *onx_names_find(const onx_names_t *t, const char *name);
  * Entries move when the table grows: keep no pointer across an add. */
 onx_name_t *onx_names_add(onx_names_t *t, const char *name);
 
+enum { ONX_SKIP_FOLDED = 1, ONX_SKIP_IDENTITY = 2 };
+
 typedef struct onx_ctx {
   const Onnx__GraphProto *graph;
   int64_t opset;
@@ -130,7 +132,9 @@ typedef struct onx_ctx {
   uint32_t node_idx;
   vmcc_onnx_report_t *rep;
   uint32_t c_one, c_zero; /* float constants 1.0 and 0.0 */
-  uint8_t *skip;          /* per node: fused into an earlier one */
+  uint8_t *skip;          /* per node: fused into an earlier one (ONX_SKIP_FOLDED), or a
+                             Mul by a constant folded into an earlier node's weights whose
+                             output is its run-time input as it is (ONX_SKIP_IDENTITY) */
   int fused;              /* the current node fused a later one (its output is that one's) */
   int fuse;               /* fuse elementwise chains into cl.elementwise */
   /* control flow (onnx_ops_control.c) */

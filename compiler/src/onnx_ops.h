@@ -159,6 +159,9 @@ typedef enum onx_reduce_composite {
  * `after` (its index, -1 none; *slot its input); the HardSigmoid/HardSwish
  * chain after an Add (1 when it fits). */
 int64_t onx_sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *slot);
+/* the same, Shape readers not counted with skip_shape */
+int64_t onx_sole_reader(onx_ctx_t *c, const char *name, size_t after, size_t *slot,
+                        int skip_shape);
 int onx_hard_chain(onx_ctx_t *c, size_t ia, size_t xs, const char *xname, uint32_t ndim,
                    int64_t *ic_out, int64_t *im_out, int64_t *id_out, int *swish_out);
 /* onnx_ops_elementwise.c: whether `name` is a float32 constant of one value

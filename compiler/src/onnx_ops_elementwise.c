@@ -687,8 +687,12 @@ static vm_status_t binary_pair(onx_ctx_t *c, const binary_op_t *bo, onx_value_t 
 }
 
 /* The node that alone consumes the value `name` (which is no graph output),
- * as its input `*slot`, placed after node `after`: its index, or -1. */
-int64_t onx_sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *slot) {
+ * as its input `*slot`, placed after node `after`: its index, or -1. With
+ * skip_shape, Shape nodes reading it are not counted (a fold that keeps
+ * the value's shape leaves them as they are; ViT exports read every
+ * projection's shape). */
+int64_t onx_sole_reader(onx_ctx_t *c, const char *name, size_t after, size_t *slot,
+                        int skip_shape) {
   const Onnx__GraphProto *g = c->graph;
   const onx_name_t *e = onx_names_find(&c->names, name);
   if (!e || e->outputs) return -1;
@@ -697,8 +701,10 @@ int64_t onx_sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *
     onx_use_t use = c->names.uses[e->cons_off + u];
     const Onnx__NodeProto *n = g->node[use.node];
     if (use.node == after) continue;
-    if (found >= 0 || use.node < after || !n->op_type || (n->domain && n->domain[0])) return -1;
+    if (use.node < after || !n->op_type || (n->domain && n->domain[0])) return -1;
     if (use.slot >= n->n_input) return -1; /* read in a subgraph of the node */
+    if (skip_shape && strcmp(n->op_type, "Shape") == 0) continue;
+    if (found >= 0) return -1;
     found = (int64_t)use.node;
     *slot = use.slot;
   }
@@ -708,6 +714,10 @@ int64_t onx_sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *
   for (size_t k = 1; k < n->n_output; k++)
     if (n->output[k] && n->output[k][0]) return -1;
   return found;
+}
+
+int64_t onx_sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *slot) {
+  return onx_sole_reader(c, name, after, slot, 0);
 }
 
 /* Whether `name` (no graph output) is consumed exactly by nodes i and j

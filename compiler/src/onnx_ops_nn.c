@@ -28,10 +28,11 @@ static int bias_row(const onx_value_t *v, vm_dtype_t dt, uint32_t rank, int64_t 
 
 /* The float32 Add that alone consumes the current MatMul's output (rank
  * rank, rows of n columns) with a constant row vector of n values (a
- * Linear layer's bias; either operand order): its index, the vector as
- * [n] in *bias; else -1. cl.gemm adds it in its store, which gives the
- * same bits as the product and a separate Add. */
-static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n, int32_t *bias) {
+ * Linear layer's bias; either operand order): its index, the vector in
+ * *bias; else -1. cl.gemm adds it in its store, which gives the same bits
+ * as the product and a separate Add. */
+static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n,
+                          onx_value_t **bias) {
   if (!vm_dtype_equal(dt, VM_F32)) return -1;
   size_t slot = 0;
   int64_t j = onx_sole_consumer(c, c->node->output[0], c->node_idx, &slot);
@@ -41,8 +42,51 @@ static int64_t bias_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t rank, int64_t n,
     return -1;
   onx_value_t *v = onx_lookup_const(c, nd->input[1 - slot]);
   if (!v || !v->data || !bias_row(v, dt, rank, n)) return -1;
-  *bias = onx_reshaped(c, v, 1, &n);
+  *bias = v;
   return j;
+}
+
+/* After a Linear layer's bias Add (node add, output of rank rank, rows of
+ * n columns): the float32 Mul by a constant that scales its columns, s[j]
+ * per column (n values along the last axis, every other axis 1: a ViT's
+ * layer scale; or one value), alone reading the Add's output; or, through
+ * at most three Reshapes and Transposes each alone reading the value
+ * before (Shape nodes aside), a Mul by one value of rank 0 (attention's
+ * query and key scaled before their product). Its index (*through set in
+ * the second case), else -1. Folded, (x W + b) s = x (W s) + b s. */
+static int64_t linear_scale_after(onx_ctx_t *c, size_t add, uint32_t rank, int64_t n, double *s,
+                                  int *through) {
+  const char *cur = c->graph->node[add]->output[0];
+  size_t at = add;
+  *through = 0;
+  for (int hop = 0; hop < 4; hop++) {
+    size_t slot = 0;
+    int64_t j = onx_sole_reader(c, cur, at, &slot, 1);
+    if (j < 0) return -1;
+    const Onnx__NodeProto *nd = c->graph->node[j];
+    if (strcmp(nd->op_type, "Mul") == 0) {
+      /* right after the Add, the Mul's output replaces the Add's: nothing
+       * else may read that, Shape nodes included */
+      size_t s0;
+      if (!hop && onx_sole_consumer(c, cur, at, &s0) != j) return -1;
+      if (nd->n_input != 2 || slot > 1 || !nd->input[1 - slot]) return -1;
+      onx_value_t *k = onx_lookup_const(c, nd->input[1 - slot]);
+      if (!k || !k->data || !vm_dtype_equal(k->dt, VM_F32)) return -1;
+      if (hop ? k->ndim != 0 : k->numel != 1 && !bias_row(k, VM_F32, rank, n)) return -1;
+      if (!hop && k->ndim > rank) return -1;
+      for (int64_t i = 0; i < n; i++) {
+        s[i] = onx_ld_f(k->dt, k->data, k->numel == 1 ? 0 : i);
+        if (!isfinite(s[i])) return -1;
+      }
+      *through = hop > 0;
+      return j;
+    }
+    if (slot != 0 || (strcmp(nd->op_type, "Reshape") != 0 && strcmp(nd->op_type, "Transpose") != 0))
+      return -1;
+    cur = nd->output[0];
+    at = (size_t)j;
+  }
+  return -1;
 }
 
 vm_status_t onx_op_gemm(onx_ctx_t *c) {
@@ -135,12 +179,13 @@ vm_status_t onx_op_gemm(onx_ctx_t *c) {
  * (docs/operators.md). *tid stays -1 where the product keeps cl.gemm:
  * another dtype, a run-time B, one row of A (gemm.cl's gemv_n reads B
  * once as it is) or fewer than 16 columns (most of a panel would be pad). */
-static vm_status_t packed_gemm_b(onx_ctx_t *c, onx_value_t *b, int64_t m, int32_t *tid) {
+static vm_status_t packed_gemm_b(onx_ctx_t *c, onx_value_t *b, const double *scaled, int64_t m,
+                                 int32_t *tid) {
   *tid = -1;
   if (!b->data || b->ndim != 2 || !vm_dtype_equal(b->dt, VM_F32) || m < 2) return VM_STATUS_OK;
   int64_t k = b->dims[0], n = b->dims[1];
   if (k == 0 || n < 16) return VM_STATUS_OK;
-  if (b->pk_g == c->g) { /* packed for an earlier MatMul (shared weights) */
+  if (!scaled && b->pk_g == c->g) { /* packed for an earlier MatMul (shared weights) */
     *tid = b->pk_tid;
     return VM_STATUS_OK;
   }
@@ -148,12 +193,16 @@ static vm_status_t packed_gemm_b(onx_ctx_t *c, onx_value_t *b, int64_t m, int32_
   float *p = calloc((size_t)(np * k * GEMM_PANEL), sizeof(float));
   if (!p) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
   for (int64_t kk = 0; kk < k; kk++)
-    for (int64_t j = 0; j < n; j++)
-      memcpy(&p[((j / GEMM_PANEL) * k + kk) * GEMM_PANEL + j % GEMM_PANEL],
-             b->data + (size_t)(kk * n + j) * sizeof(float), sizeof(float));
+    for (int64_t j = 0; j < n; j++) {
+      float *dst = &p[((j / GEMM_PANEL) * k + kk) * GEMM_PANEL + j % GEMM_PANEL];
+      if (scaled)
+        *dst = (float)scaled[kk * n + j];
+      else
+        memcpy(dst, b->data + (size_t)(kk * n + j) * sizeof(float), sizeof(float));
+    }
   *tid = vmcc_graph_const(c->g, VM_F32, p, 3, dims);
   free(p);
-  if (*tid >= 0) b->pk_g = c->g, b->pk_tid = *tid;
+  if (*tid >= 0 && !scaled) b->pk_g = c->g, b->pk_tid = *tid;
   if (*tid >= 0 && c->rep) {
     c->rep->num_consts++;
     c->rep->const_bytes += np * k * GEMM_PANEL * (int64_t)sizeof(float);
@@ -211,13 +260,54 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", on, od, NULL));
   int64_t pa = prod(ad, an - 2), pb = prod(bd, bn - 2), po = prod(bo, nbo);
   int32_t ta, tb, y, packed = -1;
+  /* a Linear layer: the bias Add, and a Mul scaling its columns, folded */
+  onx_value_t *bv = NULL;
+  int64_t add = b->ndim > 1 ? bias_after(c, a->dt, on, n, &bv) : -1, mul = -1;
+  int through = 0;
+  int32_t bias = 0;
+  double *nw = NULL; /* the scaled weights [K, N] when a Mul folds */
+  if (add >= 0 && b->data && b->ndim == 2 && a->ndim >= 2) {
+    /* the scale first: the k n scaled weights are allocated only when a
+     * Mul folds (a large head without one compiles as before) */
+    double *sc = malloc((size_t)(n ? n : 1) * sizeof(double));
+    if (!sc) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    mul = linear_scale_after(c, (size_t)add, on, n, sc, &through);
+    if (mul >= 0) {
+      int64_t kn = k * n > n ? k * n : n;
+      nw = malloc((size_t)(kn ? kn : 1) * sizeof(double));
+      double *nb = malloc((size_t)(n ? n : 1) * sizeof(double));
+      if (!nw || !nb) {
+        free(sc), free(nw), free(nb);
+        return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+      }
+      for (int64_t r = 0; r < k; r++)
+        for (int64_t j = 0; j < n; j++) nw[r * n + j] = sc[j] * onx_ld_f(b->dt, b->data, r * n + j);
+      for (int64_t j = 0; j < n; j++) nb[j] = sc[j] * onx_ld_f(bv->dt, bv->data, j);
+      bias = onx_const_tensor_f(c, bv->dt, 1, &n, nb);
+      free(nb);
+    }
+    free(sc);
+  }
+  if (add >= 0 && mul < 0) bias = onx_reshaped(c, bv, 1, &n);
   if (pb == 1 && bn - 2 <= an - 2) {
     /* B shared by every batch: A as [po*M, K] (a constant float32 B
      * packed into panels once, here, for cl.gemm_packed) */
     int64_t a2[2] = {pa * m, k}, b2[2] = {k, n}, y2[2] = {pa * m, n};
     ta = onx_reshaped(c, a, 2, a2);
-    if (b->ndim == 2) VM_RETURN_IF_ERROR(packed_gemm_b(c, b, pa * m, &packed));
-    tb = packed >= 0 ? packed : onx_reshaped(c, b, 2, b2);
+    /* (the fold's scaled weights, packed or as they are, in place of B) */
+    vm_status_t pst = b->ndim == 2 ? packed_gemm_b(c, b, nw, pa * m, &packed) : VM_STATUS_OK;
+    if (pst) {
+      free(nw);
+      return pst;
+    }
+    if (packed >= 0)
+      tb = packed;
+    else if (nw)
+      tb = onx_const_tensor_f(c, b->dt, 2, b2, nw);
+    else
+      tb = onx_reshaped(c, b, 2, b2);
+    free(nw);
+    nw = NULL;
     y = new_t(c, a->dt, 2, y2);
   } else if (pa == 1 && an - 2 <= bn - 2) {
     int64_t a2[2] = {m, k}, b3[3] = {pb, k, n}, y3[3] = {pb, m, n};
@@ -256,26 +346,23 @@ vm_status_t onx_op_matmul(onx_ctx_t *c) {
   }
   vmcc_arg_t g[8] = {A(ta), A(tb), I(0), I(0), vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero),
                      A(y)};
-  int32_t bias = 0;
-  int64_t add = b->ndim > 1 ? bias_after(c, a->dt, on, n, &bias) : -1;
+  free(nw); /* (only the shared-B branch above uses it; the fold needs that branch) */
   if (packed >= 0) { /* (A, B packed, alpha, beta, C, bias|none) */
     vmcc_arg_t pg[6] = {A(ta), A(tb), vmcc_a_const(c->c_one), vmcc_a_const(c->c_zero), A(y),
                         add >= 0 ? A(bias) : vmcc_a_none()};
     call(c, "cl.gemm_packed", 6, pg);
     if (add < 0) return onx_bind_out(c, 0, y, on, od);
-    c->skip[add] = 1;
-    c->fused = 1;
-    return onx_bind_named(c, c->graph->node[add]->output[0], y, on, od);
-  }
-  if (add >= 0) {
+  } else if (add >= 0) {
     g[7] = A(bias);
     call(c, "cl.gemm", 8, g);
-    c->skip[add] = 1;
-    c->fused = 1; /* the product itself is never a value */
-    return onx_bind_named(c, c->graph->node[add]->output[0], y, on, od);
+  } else {
+    call(c, "cl.gemm", 7, g);
+    return onx_bind_out(c, 0, y, on, od);
   }
-  call(c, "cl.gemm", 7, g);
-  return onx_bind_out(c, 0, y, on, od);
+  c->skip[add] = ONX_SKIP_FOLDED;
+  c->fused = 1; /* the product itself is never a value */
+  if (mul >= 0) c->skip[mul] = through ? ONX_SKIP_IDENTITY : ONX_SKIP_FOLDED;
+  return onx_bind_named(c, c->graph->node[mul >= 0 && !through ? mul : add]->output[0], y, on, od);
 }
 
 /* ---------------------------------------------------------------------------
@@ -472,6 +559,26 @@ static int64_t affine_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, int64_t 
     after = (size_t)j;
   }
   return last;
+}
+
+/* The per-output-channel y = a y + b an affine fold starts from: a = 1,
+ * b = the bias (or 0), co values each (*fa, *fb malloc'd; freed on
+ * failure). */
+static vm_status_t affine_start(onx_ctx_t *c, int64_t co, const onx_value_t *bias, double **fa,
+                                double **fb) {
+  *fa = malloc((size_t)(co ? co : 1) * sizeof(double));
+  *fb = malloc((size_t)(co ? co : 1) * sizeof(double));
+  if (!*fa || !*fb) {
+    free(*fa);
+    free(*fb);
+    *fa = *fb = NULL;
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  for (int64_t o = 0; o < co; o++) {
+    (*fa)[o] = 1.0;
+    (*fb)[o] = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
+  }
+  return VM_STATUS_OK;
 }
 
 /* cl.conv2d's epilogue (its 16-argument form): act(y) * am + aa. */
@@ -730,17 +837,7 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   conv_epi_t ep = {0, 1, 0, -1};
   double *fa = NULL, *fb = NULL;
   if (wv->data && (!bias || bias->data)) {
-    fa = malloc((size_t)(co ? co : 1) * sizeof(double));
-    fb = malloc((size_t)(co ? co : 1) * sizeof(double));
-    if (!fa || !fb) {
-      free(fa);
-      free(fb);
-      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
-    }
-    for (int64_t o = 0; o < co; o++) {
-      fa[o] = 1.0;
-      fb[o] = bias ? onx_ld_f(bias->dt, bias->data, o) : 0.0;
-    }
+    VM_RETURN_IF_ERROR(affine_start(c, co, bias, &fa, &fb));
     bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
     if (bn < 0 && x->ndim == 4 && vm_dtype_equal(x->dt, VM_F32))
       nhwc = nhwc_after(c, co, fa, fb, &ep, &back);
@@ -953,7 +1050,41 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   }
   if (bias && (bias->ndim != 1 || bias->dims[0] != co || !vm_dtype_equal(bias->dt, x->dt)))
     return onx_node_err(c, VM_INVALID_ARGUMENT, "B must be [%lld] of X's dtype", (long long)co);
-  vmcc_arg_t bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
+  /* a batch norm (or per-channel Mul/Add by constants) after it: folded
+   * into W and B per output channel, as for Conv (not with 0 input
+   * channels: W's extent per channel pair divides by them) */
+  int64_t bn = -1;
+  int32_t tw_f = -1;
+  vmcc_arg_t bz;
+  if (nsp < 3 && wv->data && (!bias || bias->data) && co > 0 && ci > 0) {
+    double *fa, *fb;
+    VM_RETURN_IF_ERROR(affine_start(c, co, bias, &fa, &fb));
+    double *nw = malloc((size_t)(wv->numel ? wv->numel : 1) * sizeof(double));
+    if (!nw) {
+      free(fa);
+      free(fb);
+      return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+    bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
+    if (bn >= 0) {
+      /* W [ci, cog, k...]: input channel i of group i / (ci / group) feeds
+       * output channels g cog + j */
+      int64_t per = wv->numel / (ci * cog), cig = ci / group;
+      for (int64_t i = 0; i < ci; i++)
+        for (int64_t j = 0; j < cog; j++)
+          for (int64_t t = 0; t < per; t++) {
+            int64_t at = (i * cog + j) * per + t;
+            nw[at] = fa[(i / cig) * cog + j] * onx_ld_f(wv->dt, wv->data, at);
+          }
+      int64_t w4f[4] = {ci, cog, k2[1], k2[2]};
+      tw_f = onx_const_tensor_f(c, wv->dt, 4, w4f, nw);
+      bz = A(onx_const_tensor_f(c, x->dt, 1, &co, fb));
+    }
+    free(fa);
+    free(fb);
+    free(nw);
+  }
+  if (bn < 0) bz = bias ? A(onx_tid(c, bias)) : vmcc_a_none();
   if (nsp == 3) {
     /* 3-D: onnx_ops_spatial.c's gather (the 2-D path's GEMM forms are 2-D) */
     int64_t y5[5] = {x->dims[0], co, o2[0], o2[1], o2[2]};
@@ -969,13 +1100,17 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
   int64_t w4[4] = {ci, cog, k2[1], k2[2]};
   int64_t y4[4] = {x->dims[0], co, o2[1], o2[2]};
   VM_RETURN_IF_ERROR(onx_check_shape(c, "output", 4, y4, NULL));
-  int32_t tx = onx_reshaped(c, x, 4, x4), tw = onx_reshaped(c, wv, 4, w4);
+  int32_t tx = onx_reshaped(c, x, 4, x4), tw = tw_f >= 0 ? tw_f : onx_reshaped(c, wv, 4, w4);
   int32_t y = new_t(c, x->dt, 4, y4);
   vmcc_arg_t a[13] = {A(tx),    A(tw),    bz,       I(s2[1]), I(s2[2]), I(pb[1]), I(pb[2]),
                       I(pe[1]), I(pe[2]), I(d2[1]), I(d2[2]), I(group), A(y)};
   call(c, "cl.conv_transpose2d", 13, a);
   int64_t yd[4] = {x->dims[0], co, o2[1], o2[2]};
   if (nsp == 1) yd[2] = o2[2];
+  if (bn >= 0) {
+    c->fused = 1;
+    return onx_bind_named(c, c->graph->node[bn]->output[0], y, x->ndim, yd);
+  }
   return onx_bind_out(c, 0, y, x->ndim, yd);
 }
 

@@ -837,6 +837,140 @@ static void test_matmul_bias_folded(void **state) {
   for (int v = 0; v < 6; v++) matmul_bias_case(*state, v);
 }
 
+/* A Linear layer's output scaled by a constant folds into its weights and
+ * bias (x W + b) s = x (W s) + b s: 0 Mul by a per-column ls[N] (a ViT's
+ * layer scale): no cl.binary.mul; 1 Reshape to heads, Transpose, Mul by a
+ * rank-0 scalar (attention's query scaled), a Shape node also reading the
+ * Add's output: no cl.binary.mul, the Mul becomes its input as it is; not
+ * folded: 2 a [M, N] factor (not a row), 3 in variant 1's chain a scalar
+ * of shape [1] (rank 1 may broadcast the shape after the Reshape). Every
+ * result matches the host. (N = 16 and 6 rows: the folded weights run
+ * packed, as cl.gemm_packed's panels.) */
+static void linear_scale_case(env_t *e, int variant) {
+  enum { B = 2, M = 3, K = 5, N = 16, H = 2 };
+  static float x[B * M * K], w[K * N], bias[N], ls[M * N];
+  for (int i = 0; i < B * M * K; i++) x[i] = (float)((i * 7) % 11) * 0.25f - 1.0f;
+  for (int i = 0; i < K * N; i++) w[i] = (float)((i * 5) % 9) * 0.125f - 0.5f;
+  for (int i = 0; i < N; i++) bias[i] = (float)i * 0.5f - 1.5f;
+  for (int i = 0; i < M * N; i++) ls[i] = variant == 1 || variant == 3 ? 0.35f : 0.1f + 0.05f * i;
+  int heads = variant == 1 || variant == 3;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t x3[3] = {B, M, K}, y3[3] = {B, M, N}, y4[4] = {B, H, M, N / H};
+  int64_t wd[2] = {K, N}, b1[1] = {N}, l2[2] = {M, N}, one[1] = {1}, shp[4] = {B, M, H, N / H};
+  static const int64_t perm[4] = {0, 2, 1, 3};
+  mb_input(&m, "x", 3, x3);
+  mb_output(&m, "y", heads ? 4 : 3, heads ? y4 : y3);
+  mb_init_raw(&m, "w", 1, 2, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 1, b1, bias, sizeof(bias));
+  if (variant == 0)
+    mb_init_raw(&m, "ls", 1, 1, b1, ls, N * 4);
+  else if (variant == 2)
+    mb_init_raw(&m, "ls", 1, 2, l2, ls, sizeof(ls));
+  else
+    mb_init_raw(&m, "ls", 1, variant == 3 ? 1 : 0, one, ls, 4);
+  mb_init_raw(&m, "shp", 7, 1, (int64_t[]){4}, shp, sizeof(shp));
+  mb_node(&m, "MatMul", "mm", "x", "w", "p");
+  mb_node(&m, "Add", "add", "p", "b", "q");
+  if (heads) {
+    mb_node(&m, "Shape", "sh", "q", NULL, "qs");
+    mb_node(&m, "Reshape", "rs", "q", "shp", "r");
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "tr", "r", NULL, "t"), "perm", perm, 4);
+    mb_node(&m, "Mul", "mul", "ls", "t", "y");
+  } else {
+    mb_node(&m, "Mul", "mul", "q", "ls", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 3, {B, M, K}, x, sizeof(x)};
+  float got[B * M * N];
+  uint32_t muls = 0;
+  compile_run_t(e, &m, &xin, &rep, got, sizeof(got), "cl.binary.mul", &muls);
+  assert_int_equal(muls, variant < 2 ? 0 : 1);
+  for (int bb = 0; bb < B; bb++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        double p = bias[j];
+        for (int k = 0; k < K; k++) p += (double)x[(bb * M + r) * K + k] * w[k * N + j];
+        double want = p * (heads ? ls[0] : variant == 0 ? ls[j] : ls[r * N + j]);
+        /* heads: y[b][h][m][d] = q[b][m][h * N / H + d] */
+        int at = heads ? ((bb * H + j / (N / H)) * M + r) * (N / H) + j % (N / H)
+                       : (bb * M + r) * N + j;
+        if (!(fabs(got[at] - want) <= 1e-5 + 1e-5 * fabs(want)))
+          fail_msg("variant %d, [%d, %d, %d]: %.7g, expected %.7g", variant, bb, r, j, got[at],
+                   want);
+      }
+}
+
+static void test_linear_scale_folded(void **state) {
+  for (int v = 0; v < 4; v++) linear_scale_case(*state, v);
+}
+
+/* The scale fold must leave a weight that another MatMul also reads as
+ * it is, and stop where a value on the way has another reader than a
+ * Shape node: 0 w shared: mm (with bias b, scaled by ls[N]) folds, mm2
+ * reads the same w unscaled (no cl.binary.mul left); 1 heads chain whose
+ * Add output is also reshaped and transposed by a second chain (y the sum
+ * of the scaled and the unscaled heads): not folded (one cl.binary.mul).
+ * Both match the host. */
+static void linear_scale_shared_case(env_t *e, int variant) {
+  enum { B = 2, M = 3, K = 5, N = 16, H = 2 };
+  static float x[B * M * K], w[K * N], bias[N], ls[N];
+  for (int i = 0; i < B * M * K; i++) x[i] = (float)((i * 7) % 11) * 0.25f - 1.0f;
+  for (int i = 0; i < K * N; i++) w[i] = (float)((i * 5) % 9) * 0.125f - 0.5f;
+  for (int i = 0; i < N; i++) {
+    bias[i] = (float)i * 0.5f - 1.5f;
+    ls[i] = variant ? 0.35f : 0.1f + 0.05f * i;
+  }
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t x3[3] = {B, M, K}, y3[3] = {B, M, N}, y4[4] = {B, H, M, N / H};
+  int64_t wd[2] = {K, N}, b1[1] = {N}, shp[4] = {B, M, H, N / H};
+  static const int64_t perm[4] = {0, 2, 1, 3};
+  mb_input(&m, "x", 3, x3);
+  mb_output(&m, "y", variant ? 4 : 3, variant ? y4 : y3);
+  mb_init_raw(&m, "w", 1, 2, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 1, b1, bias, sizeof(bias));
+  mb_init_raw(&m, "ls", 1, variant ? 0 : 1, b1, ls, variant ? 4 : sizeof(ls));
+  mb_init_raw(&m, "shp", 7, 1, (int64_t[]){4}, shp, sizeof(shp));
+  mb_node(&m, "MatMul", "mm", "x", "w", "p");
+  mb_node(&m, "Add", "add", "p", "b", "q");
+  if (variant == 0) {
+    mb_node(&m, "Mul", "mul", "q", "ls", "s");
+    mb_node(&m, "MatMul", "mm2", "x", "w", "p2");
+    mb_node(&m, "Add", "sum", "s", "p2", "y");
+  } else {
+    mb_node(&m, "Shape", "sh", "q", NULL, "qs");
+    mb_node(&m, "Reshape", "rs", "q", "shp", "r");
+    mb_node(&m, "Reshape", "rs2", "q", "shp", "r2");
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "tr", "r", NULL, "t"), "perm", perm, 4);
+    mb_attr_ints(&m, mb_node(&m, "Transpose", "tr2", "r2", NULL, "t2"), "perm", perm, 4);
+    mb_node(&m, "Mul", "mul", "ls", "t", "s");
+    mb_node(&m, "Add", "sum", "s", "t2", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 3, {B, M, K}, x, sizeof(x)};
+  float got[B * M * N];
+  uint32_t muls = 0;
+  compile_run_t(e, &m, &xin, &rep, got, sizeof(got), "cl.binary.mul", &muls);
+  assert_int_equal(muls, variant ? 1 : 0);
+  for (int bb = 0; bb < B; bb++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        double p = 0;
+        for (int k = 0; k < K; k++) p += (double)x[(bb * M + r) * K + k] * w[k * N + j];
+        double want = variant ? (p + bias[j]) * ls[0] + p + bias[j] : (p + bias[j]) * ls[j] + p;
+        int at = variant ? ((bb * H + j / (N / H)) * M + r) * (N / H) + j % (N / H)
+                         : (bb * M + r) * N + j;
+        if (!(fabs(got[at] - want) <= 1e-5 + 1e-5 * fabs(want)))
+          fail_msg("variant %d, [%d, %d, %d]: %.7g, expected %.7g", variant, bb, r, j, got[at],
+                   want);
+      }
+}
+
+static void test_linear_scale_shared(void **state) {
+  for (int v = 0; v < 2; v++) linear_scale_shared_case(*state, v);
+}
+
 /* A Conv followed by an inference BatchNormalization: the BN is folded
  * into the convolution (no node of its own) and the result matches the
  * two computed in turn on the host. */
@@ -886,6 +1020,116 @@ static void test_conv_bn_folded(void **state) {
         if (d > max_err) max_err = d;
       }
   if (max_err > 1e-5) fail_msg("conv+bn: max abs error %g", max_err);
+}
+
+/* A ConvTranspose (2 groups, stride 2) followed by an inference
+ * BatchNormalization: the BN folds into its weights and bias per output
+ * channel (no cl.binary.*; one folded node). The result matches the host's
+ * transposed convolution then batch norm. */
+static void test_conv_transpose_bn_folded(void **state) {
+  env_t *e = *state;
+  enum { C = 4, H = 3, W = 2, G = 2, CO = 6, K = 3, S = 2 };
+  enum { OG = CO / G, CG = C / G, OH = (H - 1) * S + K, OW = (W - 1) * S + K };
+  static float x[C * H * W], w[C * OG * K * K], b[CO], sc[CO], bb[CO], mn[CO], vr[CO];
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+  for (int i = 0; i < C * OG * K * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int o = 0; o < CO; o++) {
+    b[o] = 0.1f * (float)o - 0.2f;
+    sc[o] = 1.5f - 0.4f * (float)o;
+    bb[o] = 0.25f * (float)o;
+    mn[o] = 0.2f - 0.1f * (float)o;
+    vr[o] = 0.5f + (float)o;
+  }
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, C, H, W}, wd[4] = {C, OG, K, K}, od[1] = {CO}, yd[4] = {1, CO, OH, OW};
+  static const int64_t st[2] = {S, S};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, yd);
+  mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 1, od, b, sizeof(b));
+  mb_init_raw(&m, "s", 1, 1, od, sc, sizeof(sc));
+  mb_init_raw(&m, "bb", 1, 1, od, bb, sizeof(bb));
+  mb_init_raw(&m, "m", 1, 1, od, mn, sizeof(mn));
+  mb_init_raw(&m, "v", 1, 1, od, vr, sizeof(vr));
+  Onnx__NodeProto *ct = mb_node(&m, "ConvTranspose", "ct", "x", "w", "c");
+  mb_node_input(ct, "b");
+  mb_attrs_t at;
+  memset(&at, 0, sizeof(at));
+  mb_attrs_int(&at, ct, "group", G);
+  mb_attrs_int(&at, ct, "strides", 0); /* then made the list (S, S) */
+  Onnx__AttributeProto *sa = ct->attribute[1];
+  sa->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  sa->has_i = 0;
+  sa->n_ints = 2;
+  sa->ints = (int64_t *)st;
+  Onnx__NodeProto *bn = mb_node(&m, "BatchNormalization", "bn", "c", "s", "y");
+  mb_node_input(bn, "bb");
+  mb_node_input(bn, "m");
+  mb_node_input(bn, "v");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(x)};
+  float got[CO * OH * OW];
+  static const char *const ops[2] = {"cl.binary.mul", "cl.binary.add"};
+  uint32_t counts[2];
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 2, counts);
+  assert_int_equal(counts[0] + counts[1], 0);
+  assert_int_equal(rep.num_folded, 1); /* the BN */
+  double max_err = 0;
+  for (int o = 0; o < CO; o++)
+    for (int i = 0; i < OH; i++)
+      for (int j = 0; j < OW; j++) {
+        double acc = b[o];
+        int g = o / OG, oj = o % OG;
+        for (int ci = g * CG; ci < (g + 1) * CG; ci++)
+          for (int ih = 0; ih < H; ih++)
+            for (int iw = 0; iw < W; iw++) {
+              int kh = i - ih * S, kw = j - iw * S;
+              if (kh < 0 || kh >= K || kw < 0 || kw >= K) continue;
+              acc += (double)x[(ci * H + ih) * W + iw] * w[((ci * OG + oj) * K + kh) * K + kw];
+            }
+        double want = (acc - mn[o]) / sqrt((double)vr[o] + 1e-5) * sc[o] + bb[o];
+        double d = fabs(want - got[(o * OH + i) * OW + j]);
+        if (d > max_err) max_err = d;
+      }
+  if (max_err > 1e-5) fail_msg("conv_transpose+bn: max abs error %g", max_err);
+}
+
+/* A hostile ConvTranspose of 0 input channels (X [1, 0, H, W], an empty
+ * W [0, 3, K, K]) before a BatchNormalization: the batch norm fold's
+ * per-channel loop must not divide by the 0 channels; the model compiles
+ * (the fold skipped) and gives the batch norm of the bias alone. */
+static void test_conv_transpose_bn_zero_channels(void **state) {
+  env_t *e = *state;
+  enum { H = 2, W = 2, CO = 3, K = 2, OH = H - 1 + K, OW = W - 1 + K };
+  static float b[CO] = {0.5f, -1.0f, 2.0f}, sc[CO] = {1.5f, 0.5f, -1.0f}, bb[CO] = {0, 0.25f, 1},
+               mn[CO] = {0.1f, 0, -0.2f}, vr[CO] = {1, 2, 0.5f}, x[1];
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, 0, H, W}, wd[4] = {0, CO, K, K}, od[1] = {CO}, yd[4] = {1, CO, OH, OW};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, yd);
+  mb_init_raw(&m, "w", 1, 4, wd, x, 0);
+  mb_init_raw(&m, "b", 1, 1, od, b, sizeof(b));
+  mb_init_raw(&m, "s", 1, 1, od, sc, sizeof(sc));
+  mb_init_raw(&m, "bb", 1, 1, od, bb, sizeof(bb));
+  mb_init_raw(&m, "m", 1, 1, od, mn, sizeof(mn));
+  mb_init_raw(&m, "v", 1, 1, od, vr, sizeof(vr));
+  mb_node_input(mb_node(&m, "ConvTranspose", "ct", "x", "w", "c"), "b");
+  Onnx__NodeProto *bn = mb_node(&m, "BatchNormalization", "bn", "c", "s", "y");
+  mb_node_input(bn, "bb");
+  mb_node_input(bn, "m");
+  mb_node_input(bn, "v");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, 0, H, W}, x, 0};
+  float got[CO * OH * OW];
+  compile_run(e, &m, &xin, &rep, got, sizeof(got));
+  for (int o = 0; o < CO; o++) {
+    double want = (b[o] - mn[o]) / sqrt((double)vr[o] + 1e-5) * sc[o] + bb[o];
+    for (int i = 0; i < OH * OW; i++)
+      if (!(fabs(got[o * OH * OW + i] - want) <= 1e-5 + 1e-5 * fabs(want)))
+        fail_msg("channel %d, [%d]: %.7g, expected %.7g", o, i, got[o * OH * OW + i], want);
+  }
 }
 
 static int64_t sat_i8(double v) {
@@ -2896,6 +3140,10 @@ int main(void) {
       cmocka_unit_test(test_matmul_bias_folded),
       cmocka_unit_test(test_matmul_packed_b),
       cmocka_unit_test(test_matmul_packed_shared),
+      cmocka_unit_test(test_linear_scale_folded),
+      cmocka_unit_test(test_conv_transpose_bn_folded),
+      cmocka_unit_test(test_conv_transpose_bn_zero_channels),
+      cmocka_unit_test(test_linear_scale_shared),
       cmocka_unit_test(test_layer_norm_rewritten),
       cmocka_unit_test(test_gelu_rewritten),
       cmocka_unit_test(test_rms_norm_rewritten),
