@@ -2111,8 +2111,10 @@ static int count_consts3(const vm_executable_t *x, int64_t a, int64_t o, int64_t
  * 16+ tiles of 4x4, else one [16, O, C]) and passed to cl.conv2d's
  * 17-argument form; with 7 input channels none. Run with that m's Winograd
  * formulation forced (VMCL_CONV, so the compiled u is what multiplies) and
- * the result matches the host. */
-static void conv_wino_case(env_t *e, int C, int H, int O) {
+ * the result matches the host. With affine, a per-channel Mul by s [O, 1,
+ * 1] between the Conv and the Relu folds into the weights and bias first:
+ * u must be the folded weights' transform. */
+static void conv_wino_case(env_t *e, int C, int H, int O, int affine) {
   enum { K = 3 };
   int HP = H + 2;
   float *x = calloc((size_t)(C * H * H), sizeof(float));
@@ -2126,9 +2128,13 @@ static void conv_wino_case(env_t *e, int C, int H, int O) {
       for (int j = 0; j < H; j++) xp[(c * HP + i + 1) * HP + j + 1] = x[(c * H + i) * H + j];
   for (int i = 0; i < O * C * K * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
   for (int o = 0; o < O; o++) b[o] = 0.25f * (float)o - 1.0f;
+  float s[16];
+  assert_true(O <= 16);
+  for (int o = 0; o < O; o++) s[o] = affine ? 0.5f + 0.125f * (float)o : 1.0f;
   mb_t m;
   mb_init(&m, 13);
   int64_t xd[4] = {1, C, H, H}, wd[4] = {O, C, K, K}, od[1] = {O}, yd[4] = {1, O, H, H};
+  int64_t sd[3] = {O, 1, 1};
   int64_t pads[4] = {1, 1, 1, 1};
   mb_input(&m, "x", 4, xd);
   mb_output(&m, "y", 4, yd);
@@ -2137,7 +2143,11 @@ static void conv_wino_case(env_t *e, int C, int H, int O) {
   Onnx__NodeProto *conv = mb_node(&m, "Conv", "conv", "x", "w", "c");
   mb_node_input(conv, "b");
   mb_attr_ints(&m, conv, "pads", pads, 4);
-  mb_node(&m, "Relu", "relu", "c", NULL, "y");
+  if (affine) {
+    mb_init_raw(&m, "s", 1, 3, sd, s, (size_t)O * 4);
+    mb_node(&m, "Mul", "scale", "c", "s", "cs");
+  }
+  mb_node(&m, "Relu", "relu", affine ? "cs" : "c", NULL, "y");
   size_t nbytes;
   uint8_t *bytes = mb_pack(&m, &nbytes);
   vm_executable_t *exec = NULL;
@@ -2147,6 +2157,7 @@ static void conv_wino_case(env_t *e, int C, int H, int O) {
   int m4 = ((H + 3) / 4) * ((H + 3) / 4) >= 16, wino = C >= 8 && O >= 8;
   assert_int_equal(count_consts3(exec, 36, O, C), wino && m4);
   assert_int_equal(count_consts3(exec, 16, O, C), wino && !m4);
+  assert_int_equal(count_calls(exec, "cl.binary.mul"), 0); /* the scale folded */
   setenv("VMCL_CONV", m4 ? "wino4" : "wino", 1);
   vm_machine_t *vm = NULL;
   vm_value_t xv = vm_value_none(), res = vm_value_none();
@@ -2161,7 +2172,7 @@ static void conv_wino_case(env_t *e, int C, int H, int O) {
   for (int o = 0; o < O; o++)
     for (int i = 0; i < H; i++)
       for (int j = 0; j < H; j++) {
-        double acc = b[o] + host_conv_at(xp, w, C, HP, HP, K, o, i, j);
+        double acc = s[o] * (b[o] + host_conv_at(xp, w, C, HP, HP, K, o, i, j));
         double d = fabs((acc > 0 ? acc : 0) - got[(o * H + i) * H + j]);
         if (d > max_err) max_err = d;
       }
@@ -2178,9 +2189,11 @@ static void conv_wino_case(env_t *e, int C, int H, int O) {
 }
 
 static void test_conv_wino_filter(void **state) {
-  conv_wino_case(*state, 8, 16, 9); /* 16 tiles of 4x4: F(4x4)'s u */
-  conv_wino_case(*state, 9, 7, 8);  /* 4 tiles: F(2x2)'s */
-  conv_wino_case(*state, 7, 16, 8); /* 7 channels: none */
+  conv_wino_case(*state, 8, 16, 9, 0); /* 16 tiles of 4x4: F(4x4)'s u */
+  conv_wino_case(*state, 9, 7, 8, 0);  /* 4 tiles: F(2x2)'s */
+  conv_wino_case(*state, 7, 16, 8, 0); /* 7 channels: none */
+  conv_wino_case(*state, 8, 16, 9, 1); /* a channel scale folded first, each u */
+  conv_wino_case(*state, 9, 7, 8, 1);
 }
 
 /* A chain of float elementwise nodes (Add of a bias, Relu, Mul by a
