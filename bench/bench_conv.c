@@ -415,6 +415,8 @@ static double fastest(double direct, double gemm, double wino) {
 }
 
 int main(int argc, char **argv) {
+  /* a line at a time: a run stopped at a time limit keeps the shapes done */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   int runs = argc > 1 ? atoi(argv[1]) : 5;
   if (runs < 1) runs = 1;
   const char *only = argc > 2 ? argv[2] : NULL;

@@ -4,7 +4,7 @@
 #   scripts/gpu-check.sh pack [BUILD_DIR] [PACK_DIR]
 #       here: builds what is needed and gathers it in one folder (default
 #       BUILD_DIR/gpu-pack): bin/ (vmagent, vmclient, bench_kernels,
-#       bench_conv, clinfo when installed), tests/ (the OpenCL test suites),
+#       bench_conv, clinfo and eu-stack when installed), tests/ (the OpenCL test suites),
 #       lib/ (every shared library those need that is not glibc, the ICD
 #       loader libOpenCL.so.1 and CLBlast with its C++ runtime) and models/
 #       (small compiled models with inputs). Prints the folder and its size.
@@ -24,7 +24,9 @@
 # "scripts/gpu-check.sh run build/gpu-pack.tar.xz" (about 40 MiB: under the
 # 64 MiB a call may carry; the folder itself is not). Each step has its own time limit
 # (GPU_CHECK_STEP_S, default 120 s) so one hang cannot eat the lease;
-# GPU_CHECK_SUITES (a glob, default opencl_test_*) picks the suites.
+# GPU_CHECK_SUITES (a glob, default opencl_test_*) picks the suites and
+# GPU_CHECK_STEPS (an extended regex over the step names, default all) the
+# steps, for a short rerun of the ones that failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
@@ -64,6 +66,8 @@ pack() {
   cp "$build/agent/vmagent" "$build/client/vmclient" "$build/bench/bench_kernels" \
     "$build/bench/bench_conv" "$out/bin/"
   command -v clinfo >/dev/null && cp "$(command -v clinfo)" "$out/bin/"
+  # prints a hung step's threads before it is stopped (elfutils)
+  command -v eu-stack >/dev/null && cp "$(command -v eu-stack)" "$out/bin/"
   for s in $suites; do cp "$build/tests/$s" "$out/tests/"; done
   copy_deps "$out"/bin/* "$out"/tests/*
   # dlopen()ed, so not in ldd's list: CLBlast (cl.gemm on GPUs) and its C++ runtime
@@ -123,15 +127,31 @@ find_nvidia() {
 }
 
 # step NAME CMD...: runs CMD with the step limit, output to $out/NAME.txt,
-# prints its last lines and whether it passed.
+# prints its last lines and whether it passed. A step past its limit has its
+# threads' stacks appended (eu-stack, when packed) before it is stopped.
 step() {
   local name=$1
   shift
-  local t0=$SECONDS
-  timeout --kill-after=10 "${GPU_CHECK_STEP_S:-120}" "$@" >"$out/$name.txt" 2>&1
-  local rc=$?
+  local t0=$SECONDS lim=${GPU_CHECK_STEP_S:-120}
+  [[ $name =~ ${GPU_CHECK_STEPS:-.} ]] || return 0
+  "$@" >"$out/$name.txt" 2>&1 &
+  local pid=$! rc=124
+  while kill -0 $pid 2>/dev/null && [ $((SECONDS - t0)) -lt "$lim" ]; do sleep 0.2; done
+  if kill -0 $pid 2>/dev/null; then
+    if [ -x "${packd:-}/bin/eu-stack" ]; then
+      echo "=== gpu-check: stacks at the step's limit ===" >>"$out/$name.txt"
+      timeout 20 "$packd/bin/eu-stack" -p $pid >>"$out/$name.txt" 2>&1
+    fi
+    kill $pid 2>/dev/null
+    sleep 2
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+  else
+    wait $pid
+    rc=$?
+  fi
   local how=ok
-  [ $rc -eq 124 ] && how="TIMED OUT after ${GPU_CHECK_STEP_S:-120} s"
+  [ $rc -eq 124 ] && how="TIMED OUT after $lim s"
   [ $rc -ne 0 ] && [ $rc -ne 124 ] && how="FAILED (exit $rc)"
   printf '%-28s %-26s %4d s\n' "$name" "$how" $((SECONDS - t0)) | tee -a "$out/summary.txt"
   return $rc
@@ -199,7 +219,10 @@ run() {
   done
   step bench_kernels "$packd/bin/bench_kernels"
   tail -n 3 "$out/bench_kernels.txt"
-  step bench_conv "$packd/bin/bench_conv" 3
+  # the general convolutions of other models ("o_" shapes), one timed run
+  # each: all 51 shapes take over 7 minutes on an H200 (each run of each
+  # formulation repeats for its minimum time)
+  step bench_conv "$packd/bin/bench_conv" 1 o_
   tail -n 3 "$out/bench_conv.txt"
   local vmx
   for vmx in "$packd"/models/*.vmx; do

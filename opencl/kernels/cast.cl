@@ -168,7 +168,7 @@ static long load_packed(__global const uchar *p, int i) {
 #define DST_BITS 4
 #define BITS_OF(v) mf_encode((float)(v), MF_FMT(DST_MF))
 #elif SRC_FLOATING
-#define BITS_OF(v) ((uint)convert_long_sat_rtz(v))
+#define BITS_OF(v) ((uint)(isnan(v) ? 0l : convert_long_sat_rtz(v)))
 #else
 #define BITS_OF(v) ((uint)(v))
 #endif
@@ -190,7 +190,9 @@ static ushort to_bf16(float f) {
 #elif DST_KIND == KIND_F8
 #define STORE_DST(v, i, p) ((p)[(i)] = (uchar)mf_encode((float)(v), MF_FMT(DST_MF)))
 #elif DST_KIND == KIND_INT && SRC_FLOATING
-#define STORE_DST(v, i, p) ((p)[(i)] = CAT(CAT(convert_, DST_T), _sat_rtz)(v))
+/* NaN tested first: the spec's _sat conversions give 0 for it, but
+ * NVIDIA's (driver 580) give the type's minimum from a double */
+#define STORE_DST(v, i, p) ((p)[(i)] = isnan(v) ? (DST_T)0 : CAT(CAT(convert_, DST_T), _sat_rtz)(v))
 #else
 #define STORE_DST(v, i, p) ((p)[(i)] = (DST_T)(v))
 #endif

@@ -49,6 +49,7 @@
 #define VMCL_BIN_MAX_BYTES (1ull << 30) /* refuse to read larger files */
 #define VMCL_BUILD_LOG_MAX 16384        /* bytes of build log kept in a status */
 #define VMCL_KEY_TAG "vmcl-program-cache/1"
+#define VMCL_EXACT_DIV_OPTION "-cl-fp32-correctly-rounded-divide-sqrt"
 
 typedef struct vmcl_cached_kernel {
   char *name;
@@ -60,7 +61,8 @@ typedef struct vmcl_program_entry {
   char *source;
   size_t source_len;
   const char *static_source; /* the caller's process-lifetime text, or NULL */
-  char *options;
+  char *options;             /* the caller's, which identify the entry */
+  char *build_options;       /* options and the device's own (cache's build_suffix) */
   cl_program program;
   int on_disk; /* binary saved (or loaded, or saving is off / has failed) */
   vmcl_cached_kernel_t *kernels;
@@ -72,6 +74,13 @@ struct vmcl_program_cache {
   char *dir; /* NULL: memory only */
   /* device identity, part of every key */
   char *device_name, *driver_version, *platform_name, *platform_version;
+  /* appended to every program's options: "-cl-fp32-correctly-rounded-
+   * divide-sqrt" where the device offers it (CL_DEVICE_SINGLE_FP_CONFIG),
+   * so float32 division and sqrt round as IEEE 754 and the CPU references
+   * do. Without it a GPU's compiler may use a 2.5-ulp division (OpenCL's
+   * default): NVIDIA's gave DynamicQuantizeLinear a scale 1 ulp off, which
+   * moves quantized values by one step. */
+  const char *build_suffix;
   vmcl_program_entry_t **entries;
   uint32_t num_entries, cap_entries;
   vmcl_cache_stats_t stats;
@@ -211,6 +220,7 @@ static void vmcl_entry_free(vmcl_program_entry_t *e) {
   free(e->kernels);
   if (e->program) vmcl_released(clReleaseProgram(e->program), "clReleaseProgram");
   free(e->options);
+  free(e->build_options);
   free(e->source);
   free(e);
 }
@@ -288,7 +298,7 @@ static int vmcl_load_binary(vmcl_program_cache_t *c, vmcl_program_entry_t *e) {
             vmcl_error_name(bin_status));
     goto done;
   }
-  err = clBuildProgram(program, 1, &d->device, e->options, NULL, NULL);
+  err = clBuildProgram(program, 1, &d->device, e->build_options, NULL, NULL);
   if (err != CL_SUCCESS) {
     why = "driver could not build the binary";
     VM_LOGW("program cache: clBuildProgram (binary): %s", vmcl_error_name(err));
@@ -367,13 +377,13 @@ static vm_status_t vmcl_build_source(vmcl_program_cache_t *c, vmcl_program_entry
   cl_program program = clCreateProgramWithSource(d->context, 1, &src, &len, &err);
   if (err != CL_SUCCESS || !program)
     return vmcl_status(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateProgramWithSource");
-  err = clBuildProgram(program, 1, &d->device, e->options, NULL, NULL);
+  err = clBuildProgram(program, 1, &d->device, e->build_options, NULL, NULL);
   if (err != CL_SUCCESS) {
     vm_status_t st = vmcl_status(err, "clBuildProgram");
     char *log = vmcl_build_log(d, program);
     vm_status_t full =
         vm_status_make(vm_status_code(st), "%s with options '%s'; build log:\n%s",
-                       vm_status_message(st), e->options, log ? log : "(out of memory)");
+                       vm_status_message(st), e->build_options, log ? log : "(out of memory)");
     free(log);
     vm_status_free(st);
     vmcl_released(clReleaseProgram(program), "clReleaseProgram");
@@ -453,6 +463,10 @@ vm_status_t vmcl_cache_create(vmcl_dev_t *d, const char *cache_dir,
   st = vmcl_info_string(d->platform, NULL, CL_PLATFORM_VERSION, "clGetPlatformInfo(VERSION)",
                          &c->platform_version);
   if (st) goto fail;
+  cl_device_fp_config fp = 0;
+  if (clGetDeviceInfo(d->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL) != CL_SUCCESS)
+    fp = 0;
+  c->build_suffix = fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT ? VMCL_EXACT_DIV_OPTION : "";
   if (cache_dir && cache_dir[0]) {
     size_t n = strlen(cache_dir);
     while (n > 1 && cache_dir[n - 1] == '/') n--; /* "dir/" -> "dir" */
@@ -530,14 +544,19 @@ static vm_status_t vmcl_lookup_locked(vmcl_program_cache_t *c, const char *sourc
   if (!e) return vmcl_oom("program cache");
   e->source = malloc(source_len + 1);
   e->options = vmcl_strdup(options);
-  if (!e->source || !e->options) {
+  size_t olen = strlen(options), slen = strlen(c->build_suffix);
+  e->build_options = malloc(olen + 1 + slen + 1);
+  if (e->build_options)
+    snprintf(e->build_options, olen + 1 + slen + 1, "%s%s%s", options, olen && slen ? " " : "",
+             c->build_suffix);
+  if (!e->source || !e->options || !e->build_options) {
     st = vmcl_oom("program cache");
     goto fail;
   }
   memcpy(e->source, source, source_len + 1);
   e->static_source = source_static ? source : NULL;
   e->source_len = source_len;
-  st = vmcl_compute_key(c, source, source_len, options, e->key);
+  st = vmcl_compute_key(c, source, source_len, e->build_options, e->key);
   if (st) goto fail;
 
   if (c->dir && vmcl_load_binary(c, e)) {

@@ -396,6 +396,58 @@ static void tune_file(const char *dir, char *out, size_t cap) {
  * back by the next device on that directory, and skips what it cannot
  * trust in its file: keys with other characters, choices out of range or
  * not numbers, lines without a tab, an over-long line. */
+/* The options a kernel's program was built with. */
+static char *built_options(vmcl_dev_t *d, cl_kernel k) {
+  cl_program prog = NULL;
+  assert_int_equal(clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof(prog), &prog, NULL), CL_SUCCESS);
+  size_t n = 0;
+  assert_int_equal(clGetProgramBuildInfo(prog, d->device, CL_PROGRAM_BUILD_OPTIONS, 0, NULL, &n),
+                   CL_SUCCESS);
+  char *s = calloc(1, n + 1);
+  assert_non_null(s);
+  assert_int_equal(clGetProgramBuildInfo(prog, d->device, CL_PROGRAM_BUILD_OPTIONS, n, s, NULL),
+                   CL_SUCCESS);
+  return s;
+}
+
+/* Every program is built with -cl-fp32-correctly-rounded-divide-sqrt where
+ * the device offers it, beside the caller's options, from source and from
+ * a cached binary: float32 division then rounds as the CPU references do
+ * (a GPU's default division may be 2.5 ulp off). */
+static void test_exact_division_option(void **state) {
+  (void)state;
+  char dir[] = "/tmp/vmcl_cache_test_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  const char *want = "-cl-fp32-correctly-rounded-divide-sqrt";
+  for (int pass = 0; pass < 2; pass++) {
+    vmcl_options_t opts = {.cache_dir = dir};
+    vm_device_t *dev = NULL;
+    ASSERT_OK(vmcl_device_open(NULL, &opts, &dev));
+    vmcl_dev_t *d = vmcl_get(dev);
+    cl_device_fp_config fp = 0;
+    assert_int_equal(clGetDeviceInfo(d->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL),
+                     CL_SUCCESS);
+    cl_kernel k = NULL;
+    ASSERT_OK(vmcl_get_kernel(d, k_add_src, 0, "-DVMRPC_TEST=2", "add_one", &k));
+    vmcl_cache_stats_t s;
+    vmcl_cache_stats(dev, &s);
+    assert_int_equal(s.builds, pass == 0 ? 1 : 0); /* the second from disk */
+    assert_int_equal(s.disk_hits, pass == 0 ? 0 : 1);
+    char *built = built_options(d, k);
+    assert_non_null(strstr(built, "-DVMRPC_TEST=2"));
+    if (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
+      assert_non_null(strstr(built, want));
+    else
+      assert_null(strstr(built, want));
+    free(built);
+    int ok = 0;
+    ASSERT_OK(run_add_one(dev, k, &ok));
+    assert_true(ok);
+    vm_device_destroy(dev);
+  }
+  remove_dir(dir);
+}
+
 static void test_tune_table_file(void **state) {
   (void)state;
   char dir[] = "/tmp/vmcl_cache_test_XXXXXX";
@@ -447,6 +499,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cache_key_separates_options_and_sources),
       cmocka_unit_test(test_cache_dir_unusable),
       cmocka_unit_test(test_tune_table_file),
+      cmocka_unit_test(test_exact_division_option),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
