@@ -679,14 +679,19 @@ static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, 
                         (long long)kb);
   int64_t pa = prod(a->dims, a->ndim - 2), pb = prod(b->dims, b->ndim - 2);
   if (pb == 1 && b->ndim == 2 && !(per_row_a && pa > 1)) {
-    int64_t a2[2] = {pa * m, k};
-    *ta = onx_reshaped(c, a, 2, a2);
+    /* A [1, M, K] stays 3-D (a batch of one: the same launch), so that y
+     * has the node's own shape: no view of it, and a graph output needs
+     * no copy */
+    int one = a->ndim == 3 && pa == 1;
+    int64_t a2[3] = {pa * m, k}, a3[3] = {1, m, k};
+    *ta = onx_reshaped(c, a, one ? 3 : 2, one ? a3 : a2);
     *tb = -1;
     if (defer && packable(b->dt, b->data, k, n)) *packed = 1;
     else VM_RETURN_IF_ERROR(b_operand(c, b, k, n, tb, packed));
-    *yn = 2;
-    yd[0] = pa * m;
-    yd[1] = n;
+    *yn = one ? 3 : 2;
+    yd[0] = one ? 1 : pa * m;
+    yd[1] = one ? m : n;
+    yd[2] = n;
   } else if (a->ndim == b->ndim) {
     for (uint32_t i = 0; i + 2 < a->ndim; i++)
       if (a->dims[i] != b->dims[i])
