@@ -679,14 +679,19 @@ static vm_status_t imatmul_shapes(onx_ctx_t *c, onx_value_t *a, onx_value_t *b, 
                         (long long)kb);
   int64_t pa = prod(a->dims, a->ndim - 2), pb = prod(b->dims, b->ndim - 2);
   if (pb == 1 && b->ndim == 2 && !(per_row_a && pa > 1)) {
-    int64_t a2[2] = {pa * m, k};
-    *ta = onx_reshaped(c, a, 2, a2);
+    /* A [1, M, K] stays 3-D (a batch of one: the same launch), so that y
+     * has the node's own shape: no view of it, and a graph output needs
+     * no copy */
+    int one = a->ndim == 3 && pa == 1;
+    int64_t a2[3] = {pa * m, k}, a3[3] = {1, m, k};
+    *ta = onx_reshaped(c, a, one ? 3 : 2, one ? a3 : a2);
     *tb = -1;
     if (defer && packable(b->dt, b->data, k, n)) *packed = 1;
     else VM_RETURN_IF_ERROR(b_operand(c, b, k, n, tb, packed));
-    *yn = 2;
-    yd[0] = pa * m;
-    yd[1] = n;
+    *yn = one ? 3 : 2;
+    yd[0] = one ? 1 : pa * m;
+    yd[1] = one ? m : n;
+    yd[2] = n;
   } else if (a->ndim == b->ndim) {
     for (uint32_t i = 0; i + 2 < a->ndim; i++)
       if (a->dims[i] != b->dims[i])
@@ -739,6 +744,31 @@ static onx_value_t *dequant_after(onx_ctx_t *c, size_t node, uint32_t ndim, int6
   if (!s || !vm_dtype_equal(s->dt, VM_F32) || s->ndim > ndim) return NULL;
   if (s->numel == 1 || (s->ndim == 1 && s->dims[0] == n)) return s;
   return NULL;
+}
+
+/* The residual Add after a folded dequantization (Mul node mi, output
+ * shape on/od): the Mul's output read only by an Add (no attributes) whose
+ * other input is a float32 run-time value of exactly that shape, defined
+ * already (a residual connection). cl.qgemm_packed adds it in its store
+ * after the scale product, the two nodes' roundings (quant.cl, QRES):
+ * that value, with the Add's index in ai; NULL when the chain does not
+ * fit. */
+static onx_value_t *residual_after(onx_ctx_t *c, int64_t mi, uint32_t on, const int64_t *od,
+                                   int64_t *ai) {
+  size_t slot;
+  const Onnx__NodeProto *mul = c->graph->node[mi];
+  *ai = onx_sole_consumer(c, mul->output[0], (size_t)mi, &slot);
+  if (*ai < 0) return NULL;
+  const Onnx__NodeProto *add = c->graph->node[*ai];
+  if (strcmp(add->op_type, "Add") != 0 || (add->domain && add->domain[0]) ||
+      add->n_input != 2 || add->n_attribute != 0 || add->n_output != 1 ||
+      strcmp(add->input[0], add->input[1]) == 0)
+    return NULL;
+  onx_value_t *r = onx_lookup(c, add->input[1 - slot]);
+  if (!r || r->data || !vm_dtype_equal(r->dt, VM_F32) || r->ndim != on) return NULL;
+  for (uint32_t i = 0; i < on; i++)
+    if (r->dims[i] != od[i]) return NULL;
+  return r;
 }
 
 /* A float32 value of one element computed at run time. */
@@ -918,15 +948,22 @@ vm_status_t onx_op_matmul_integer(onx_ctx_t *c) {
   }
   /* alone: B packed now (imatmul_shapes deferred it) */
   if (tb < 0) VM_RETURN_IF_ERROR(b_operand(c, b, b->dims[0], b->dims[1], &tb, &packed));
+  /* a residual Add after the scale: into the packed product's store */
+  int64_t ai = -1;
+  onx_value_t *res = sc && packed ? residual_after(c, mi, on, od, &ai) : NULL;
   int32_t y = new_t(c, sc ? VM_F32 : VM_I32, yn, yd);
-  vmcc_arg_t g[9] = {A(ta),         A(tb),         opt_tid(c, az),
-                     opt_tid(c, bz), opt_tid(c, split ? ks : sc), vmcc_a_none(),
-                     vmcc_a_none(), A(y),          split ? A(onx_tid(c, xs)) : vmcc_a_none()};
-  call(c, packed ? "cl.qgemm_packed" : "cl.qgemm", split ? 9 : 8, g);
+  vmcc_arg_t g[13] = {A(ta),         A(tb),         opt_tid(c, az),
+                      opt_tid(c, bz), opt_tid(c, split ? ks : sc), vmcc_a_none(),
+                      vmcc_a_none(), A(y),          split ? A(onx_tid(c, xs)) : vmcc_a_none(),
+                      vmcc_a_none(), vmcc_a_none(), vmcc_a_none(), vmcc_a_none()};
+  if (res) g[12] = A(onx_reshaped(c, res, yn, yd));
+  call(c, packed ? "cl.qgemm_packed" : "cl.qgemm", res ? 13 : split ? 9 : 8, g);
   if (!sc) return onx_bind_out(c, 0, y, on, od);
   c->skip[ci] = c->skip[mi] = 1;
   c->fused = 1;
-  return onx_bind_named(c, c->graph->node[mi]->output[0], y, on, od);
+  if (!res) return onx_bind_named(c, c->graph->node[mi]->output[0], y, on, od);
+  c->skip[ai] = 1;
+  return onx_bind_named(c, c->graph->node[ai]->output[0], y, on, od);
 }
 
 /* The requantized product of QLinearMatMul and QGemm: mul per column from

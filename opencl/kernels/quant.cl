@@ -257,6 +257,31 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
           0, y + (yi))
 #endif
 
+/* A residual added after the scale (cl.qgemm_packed's residual, -DQRES,
+ * float outputs): y = acc * mul + res, the graph's Mul and Add each
+ * rounded once; the sum is a function of its own so that the product is
+ * never contracted into an fma with it. res has y's layout from element
+ * ro (the store's index less yo). QRES_PARAMS: the kernels' arguments. */
+#if defined(QRES) && MODE == 1
+#define QRES_PARAMS , __global const S *res, int ro
+float8 qres_add8(float8 p, __global const S *r) {
+  return p + LDU8(r);
+}
+float qres_add1(float p, __global const S *r) {
+  return p + LD(r, 0);
+}
+#define QGSTORE8(acc, bv, mv, yi)                                                        \
+  ST8(qres_add8(convert_float8((acc) + (bv)) * (mv), res + ro + (yi) - yo), 0, y + (yi))
+#define QGSTORE(acc, c, yi)                                                              \
+  ST(qres_add1((float)((acc) + (has_bias ? bias[bo + (c) * bstep] : 0)) * QMUL(c),       \
+               res + ro + (yi) - yo),                                                    \
+     yi, y)
+#else
+#define QRES_PARAMS
+#define QGSTORE8 QSTORE8
+#define QGSTORE QSTORE
+#endif
+
 /* Terms a float accumulator sums exactly. The integer kernels multiply
  * and add in float (fma, the fast path of CPUs and GPUs alike) over chunks
  * of QK terms and add each chunk's sum into int32 accumulators. Exactness:
@@ -296,20 +321,20 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
     if (MODE > 0) mv = (mstep ? vload8(0, mul + mo + j) : (float8)(mul[mo])) * ascale;   \
     if (has_bias) bv = bstep ? vload8(0, bias + bo + j) : (int8)(bias[bo]);              \
     int yi = base + i * ldc + jy;                                                        \
-    QSTORE8(c0, bv, mv, yi);                                                             \
-    QSTORE8(c1, bv, mv, yi + ldc);                                                       \
-    QSTORE8(c2, bv, mv, yi + 2 * ldc);                                                   \
-    QSTORE8(c3, bv, mv, yi + 3 * ldc);                                                   \
-    QSTORE8(c4, bv, mv, yi + 4 * ldc);                                                   \
-    QSTORE8(c5, bv, mv, yi + 5 * ldc);                                                   \
-    QSTORE8(c6, bv, mv, yi + 6 * ldc);                                                   \
-    QSTORE8(c7, bv, mv, yi + 7 * ldc);                                                   \
+    QGSTORE8(c0, bv, mv, yi);                                                             \
+    QGSTORE8(c1, bv, mv, yi + ldc);                                                       \
+    QGSTORE8(c2, bv, mv, yi + 2 * ldc);                                                   \
+    QGSTORE8(c3, bv, mv, yi + 3 * ldc);                                                   \
+    QGSTORE8(c4, bv, mv, yi + 4 * ldc);                                                   \
+    QGSTORE8(c5, bv, mv, yi + 5 * ldc);                                                   \
+    QGSTORE8(c6, bv, mv, yi + 6 * ldc);                                                   \
+    QGSTORE8(c7, bv, mv, yi + 7 * ldc);                                                   \
     return;                                                                              \
   }                                                                                      \
   int acc[8][8];                                                                         \
   QACC_SPILL(acc)                                                                        \
   for (int r = 0; r < 8 && i + r < M; r++)                                               \
-    for (int t = 0; t < 8 && j + t < N; t++) QSTORE(acc[r][t], j + t, base + (i + r) * ldc + jy + t);
+    for (int t = 0; t < 8 && j + t < N; t++) QGSTORE(acc[r][t], j + t, base + (i + r) * ldc + jy + t);
 
 /* The start of qgemm's 8x8 block at row i, column j: row pointers a0..a7
  * of T into A (rows of ld elements), rows past M repeating the last; the
@@ -363,7 +388,7 @@ __kernel void qgemm(int M, int N, int K, __global const float *Af, int sa,
                        __global const int *bias, int bo, int bstep, int has_bias,
                        __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
                        int ldc, int sc, int has_bzp, __global const float *asc, int aso,
-                       int has_asc) {
+                       int has_asc QRES_PARAMS) {
   int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
   float ascale = has_asc ? asc[aso] : 1.0f;
@@ -468,7 +493,7 @@ __kernel void qgemm_i16(int M, int N, int K, __global const short *As, int ao, i
                         __global const TY *yzp, int yzo, int has_yzp, __global YT *y, int yo,
                         int ldc, int sc, int has_bzp, int packed, __global const float *asc,
                         int aso, int has_asc, int ng, __global YT *y1, int yo1,
-                        __global YT *y2, int yo2, __global YT *y3, int yo3) {
+                        __global YT *y2, int yo2, __global YT *y3, int yo3 QRES_PARAMS) {
   int j = get_global_id(0) * 8, i = get_global_id(1) * 8, bt = get_global_id(2);
   if (i >= M || j >= N) return;
   float ascale = has_asc ? asc[aso] : 1.0f;

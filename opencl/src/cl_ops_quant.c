@@ -3,7 +3,8 @@
  *   cl.dequantize(x, scale, zero_point|none, axis, block, y)
  *   cl.dynamic_quantize(x, y: uint8, scale, zero_point: uint8)
  *   cl.qgemm(A, B, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y)
- *   cl.qgemm_packed(A, B packed, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y)
+ *   cl.qgemm_packed(A, B packed, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y
+ *                   [, a_scale|none[, y2|none[, y3|none[, y4|none[, residual]]]]])
  *   cl.qconv2d(x, w, x_zp|none, w_zp|none, mul|none, bias|none, y_zp|none,
  *              stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right,
  *              dil_h, dil_w, groups, y)
@@ -409,11 +410,11 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
   vmcl_op_t op;
   vmcl_op_init(&op, packed ? "cl.qgemm_packed" : "cl.qgemm",
                packed ? "(A, B packed, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y"
-                        "[, a_scale|none[, y2[, y3[, y4]]]])"
+                        "[, a_scale|none[, y2|none[, y3|none[, y4|none[, residual]]]]])"
                       : "(A, B, a_zp|none, b_zp|none, mul|none, bias|none, y_zp|none, y"
                         "[, a_scale|none])",
                args, nargs);
-  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, packed ? 12 : 9));
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 8, packed ? 13 : 9));
   vm_tensor_t *a, *b, *az, *bz, *yt;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "A", &a));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "B", &b));
@@ -439,9 +440,19 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
       return vmcl_op_error(&op, "A and y (arguments 0, 7) must both be 2-D or 3-D, got %u and %u "
                                 "dims", a->ndim, yt->ndim);
     /* more outputs y2..y4: parts of y's shape and dtype, B packing their
-     * columns after y's (products of one A in one launch) */
-    for (uint32_t i = 9; i < op.nargs; i++) {
-      VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, i, "y part", &yparts[nparts]));
+     * columns after y's (products of one A in one launch); none ends them */
+    int gap = 0;
+    for (uint32_t i = 9; i < op.nargs && i < 12; i++) {
+      vm_tensor_t *t;
+      VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, i, "y part", &t));
+      if (!t) {
+        gap = 1;
+        continue;
+      }
+      if (gap)
+        return vmcl_op_error(&op, "y part (argument %u) follows a none: the parts (arguments "
+                                  "9 to 11) come first", i);
+      yparts[nparts] = t;
       VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, yparts[nparts], i, "y part", yt->dtype, "y"));
       VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, yparts[nparts], i, "y part", yt->shape, yt->ndim));
       nparts++;
@@ -490,6 +501,20 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
     if (vm_tensor_numel(asc) != 1)
       return vmcl_op_error(&op, "a_scale (argument 8) must hold one value, has %lld",
                            (long long)vm_tensor_numel(asc));
+  }
+  /* residual: a float tensor of y's shape and dtype added in the store
+   * (a residual Add after a dynamically quantized MatMul's scale) */
+  vm_tensor_t *res = NULL;
+  if (op.nargs >= 13) VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 12, "residual", &res));
+  if (res) {
+    if (e.mode != 1) return vmcl_op_error(&op, "residual (argument 12) needs a float y");
+    if (nparts > 1)
+      return vmcl_op_error(&op, "residual (argument 12) with outputs in parts (arguments 9 on): "
+                                "supported: one output");
+    VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, res, 12, "residual", e.y->dtype, "y"));
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, res, 12, "residual", e.y->shape, e.y->ndim));
+    size_t n = strlen(e.opts);
+    snprintf(e.opts + n, sizeof(e.opts) - n, " -DQRES");
   }
   int batched = a->ndim == 3 || b->ndim == 3;
   if (packed) batched = a->ndim == 3;
@@ -576,6 +601,10 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
         vmcl_arg_mem(&ka, vmcl_tensor_mem(t));
         vmcl_arg_int(&ka, vmcl_elem_offset(t));
       }
+    }
+    if (res) {
+      vmcl_arg_mem(&ka, vmcl_tensor_mem(res));
+      vmcl_arg_int(&ka, vmcl_elem_offset(res));
     }
     st = ka.err != CL_SUCCESS ? vmcl_status(ka.err, "clSetKernelArg")
                               : launch_grid(d, k, (N + 7) / 8, (M + 7) / 8, batch);

@@ -1289,7 +1289,15 @@ static void test_conv_affine_folded(void **state) {
  * runs (one cl.binary.mul), the Cast and the last Mul still fold; 3 the
  * Cast's output is also added (y + float(acc)): nothing folds into the
  * qgemm, the pending scale Mul is emitted where the last Mul reads it (two
- * cl.binary.mul). Every result equals, bit for bit, the nodes' float32
+ * cl.binary.mul). Then a residual Add after the last Mul, r = x[:, :12]
+ * (a Slice: a run-time float32 of the product's shape): 4 Add(y, r) and
+ * 5 Add(r, y) fold into cl.qgemm_packed's store (no cl.binary.add); it
+ * runs on its own where 6 the product has another reader (Add(Add(d, r),
+ * d)), 7 r broadcasts (x[:1, :12]), 8 r is defined after the product
+ * (the Slice placed after the MatMulInteger). 9: variant 0 with x [1, 9,
+ * 40]: the product writes y [1, 9, 12] itself, no view of a 2-D result, so
+ * the graph output needs no cl.cast copy (as no variant but 3, where the
+ * Cast runs). Every result equals, bit for bit, the nodes' float32
  * arithmetic done here on the host. */
 static void dynamic_matmul_case(env_t *e, int variant) {
   enum { M = 9, K = 40, N = 12 };
@@ -1303,15 +1311,24 @@ static void dynamic_matmul_case(env_t *e, int variant) {
   for (int j = 0; j < N; j++) ws[j] = 0.0123f + 0.001f * (float)(variant == 1 ? j : 0);
   mb_t m;
   mb_init(&m, 13);
-  int64_t xd[2] = {M, K}, wd[2] = {K, N}, sd[1] = {N}, yd[2] = {M, N};
-  mb_input(&m, "x", 2, xd);
-  mb_output(&m, "y", 2, yd);
+  int64_t xd[3] = {1, M, K}, wd[2] = {K, N}, sd[1] = {N}, yd[3] = {1, M, N};
+  uint32_t nd = variant == 9 ? 3 : 2;
+  mb_input(&m, "x", nd, xd + 3 - nd);
+  mb_output(&m, "y", nd, yd + 3 - nd);
   mb_init_raw(&m, "W", 3, 2, wd, w, sizeof(w));
   mb_init_raw(&m, "wz", 3, 0, NULL, &wz, 1);
   if (variant == 1)
     mb_init_raw(&m, "ws", 1, 1, sd, ws, sizeof(ws));
   else
     mb_init_raw(&m, "ws", 1, 0, NULL, ws, 4);
+  int res = variant >= 4 && variant <= 8;
+  static const int64_t st[2] = {0, 0}, en[2] = {M, N}, en1[2] = {1, N};
+  int64_t d2[1] = {2};
+  if (res) {
+    mb_init_raw(&m, "st", 7, 1, d2, st, sizeof(st));
+    mb_init_raw(&m, "en", 7, 1, d2, variant == 7 ? en1 : en, sizeof(en));
+  }
+  if (res && variant != 8) mb_node_input(mb_node(&m, "Slice", "sl", "x", "st", "r"), "en");
   Onnx__NodeProto *dq = mb_node(&m, "DynamicQuantizeLinear", "dq", "x", NULL, "xq");
   mb_node_output(dq, "xs");
   mb_node_output(dq, "xz");
@@ -1320,18 +1337,29 @@ static void dynamic_matmul_case(env_t *e, int variant) {
   mb_node_input(mm, "xz");
   mb_node_input(mm, "wz");
   mb_attr_i(&m, mb_node(&m, "Cast", "cast", "acc", NULL, "accf"), "to", 1);
-  int extra = variant >= 2;
+  int extra = variant >= 2 && variant != 9;
+  if (variant == 8) mb_node_input(mb_node(&m, "Slice", "sl", "x", "st", "r"), "en");
   mb_node(&m, "Mul", "deq", "accf", "s", extra ? "d" : "y");
-  if (extra) mb_node(&m, "Add", "add", "d", variant == 2 ? "s" : "accf", "y");
-  static const char *const ops[2] = {"cl.binary.mul", "cl.qgemm_packed"};
-  uint32_t cnt[2];
+  if (variant == 2 || variant == 3) mb_node(&m, "Add", "add", "d", variant == 2 ? "s" : "accf", "y");
+  if (variant == 5) mb_node(&m, "Add", "add", "r", "d", "y");
+  if (variant == 6) mb_node(&m, "Add", "add2", mb_node(&m, "Add", "add", "d", "r", "e")->output[0], "d", "y");
+  if (variant == 4 || variant == 7 || variant == 8) mb_node(&m, "Add", "add", "d", "r", "y");
+  static const char *const ops[4] = {"cl.binary.mul", "cl.qgemm_packed", "cl.binary.add",
+                                     "cl.cast"};
+  uint32_t cnt[4];
   vmcc_tensor_t xin = {VM_F32, 2, {M, K}, x, sizeof(x)};
+  if (nd == 3) xin = (vmcc_tensor_t){VM_F32, 3, {1, M, K}, x, sizeof(x)};
   float got[M * N];
   vmcc_onnx_report_t rep;
-  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 2, cnt);
-  assert_int_equal(cnt[0], variant < 2 ? 0 : variant == 2 ? 1 : 2);
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 4, cnt);
+  assert_int_equal(cnt[3], variant == 3 ? 1 : 0);
+  assert_int_equal(cnt[0], variant == 2 ? 1 : variant == 3 ? 2 : 0);
   assert_int_equal(cnt[1], 1);
-  assert_int_equal(rep.num_folded, variant < 3 ? 2 : 0); /* the Cast and the last Mul */
+  /* the Cast and the last Mul (and the residual Add) */
+  assert_int_equal(rep.num_folded, variant == 3 ? 0 : variant == 4 || variant == 5 ? 3 : 2);
+  assert_int_equal(cnt[2], variant == 2 || variant == 3 || variant == 7 || variant == 8 ? 1
+                           : variant == 6                              ? 2
+                                                                       : 0);
   /* DynamicQuantizeLinear, then the product, in the nodes' float32 steps */
   float mn = 0.0f, mx = 0.0f;
   for (int i = 0; i < M * K; i++) {
@@ -1351,6 +1379,8 @@ static void dynamic_matmul_case(env_t *e, int variant) {
       float want = (float)acc * sc;
       if (variant == 2) want += sc;
       if (variant == 3) want += (float)acc;
+      float r = x[(variant == 7 ? 0 : i) * K + j];
+      if (res) want = variant == 6 ? (want + r) + want : want + r;
       if (memcmp(&want, &got[i * N + j], 4) != 0)
         fail_msg("dynamic matmul (variant %d) at %d,%d: %.9g, expected %.9g", variant, i, j,
                  (double)got[i * N + j], (double)want);
@@ -1358,7 +1388,7 @@ static void dynamic_matmul_case(env_t *e, int variant) {
 }
 
 static void test_dynamic_matmul_scale_folded(void **state) {
-  for (int v = 0; v < 4; v++) dynamic_matmul_case(*state, v);
+  for (int v = 0; v < 10; v++) dynamic_matmul_case(*state, v);
 }
 
 /* A MatMul by a constant float32 B [K, N] packs B at compile time into

@@ -374,6 +374,110 @@ static void test_qgemm_parts(void **state) {
   release_all(b, 10);
 }
 
+/* cl.qgemm_packed's residual (argument 12): y = acc * (mul * a_scale) +
+ * residual, both roundings of the graph's Mul and Add (an fma would round
+ * once and differ in the last bit), 2-D and batched, over 8-column blocks
+ * and a tail column block (N = 20); and the refusals: a residual with
+ * parts, of another shape or dtype, with an int32 y, and a part after a
+ * none. */
+static void test_qgemm_residual(void **state) {
+  tops_env_t *e = *state;
+  enum { BT = 2, M = 11, K = 24, N = 20, N8 = 3 };
+  int16_t A[BT * M * K];
+  int8_t B[K * N], P[N8 * (K / 2) * 16];
+  float mul[N], as = 0.0137f;
+  float *res = tops_rand(BT * M * N, 23, -4.0f, 4.0f);
+  for (int i = 0; i < BT * M * K; i++) A[i] = (int16_t)((i * 101) % 511 - 255);
+  for (int i = 0; i < K * N; i++) B[i] = (int8_t)((i * 53) % 255 - 127);
+  for (int j = 0; j < N; j++) mul[j] = 0.0231f + 0.00037f * (float)j;
+  memset(P, 0, sizeof(P));
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < N; j++) P[((j / 8) * (K / 2) + k / 2) * 16 + (j % 8) * 2 + k % 2] = B[k * N + j];
+  int fused = 0; /* elements where an fma's single rounding would differ */
+  for (int batched = 0; batched < 2; batched++) {
+    uint32_t nd = batched ? 3 : 2;
+    const int64_t *ad = batched ? DIMS(BT, M, K) : DIMS(M, K);
+    const int64_t *yd = batched ? DIMS(BT, M, N) : DIMS(M, N);
+    int rows = (batched ? BT : 1) * M;
+    vm_value_t a[13] = {plain_from(e, Q_I16, nd, ad, A),
+                        tops_tensor(e, VM_I8, 3, DIMS(N8, K / 2, 16), P),
+                        vm_value_none(),
+                        vm_value_none(),
+                        tops_tensor(e, VM_F32, 1, DIMS(N), mul),
+                        vm_value_none(),
+                        vm_value_none(),
+                        tops_tensor(e, VM_F32, nd, yd, NULL),
+                        tops_tensor(e, VM_F32, 0, NULL, &as),
+                        vm_value_none(),
+                        vm_value_none(),
+                        vm_value_none(),
+                        tops_tensor(e, VM_F32, nd, yd, res)};
+    ASSERT_OK(tops_call(e, "cl.qgemm_packed", a, 13));
+    float got[BT * M * N];
+    tops_read_f(e, &a[7], got);
+    tops_check_guard(e, &a[7]);
+    for (int r = 0; r < rows; r++)
+      for (int j = 0; j < N; j++) {
+        int32_t acc = 0;
+        for (int k = 0; k < K; k++) acc += A[r * K + k] * B[k * N + j];
+        volatile float prod = (float)acc * (mul[j] * as);
+        float want = prod + res[r * N + j];
+        fused += fmaf((float)acc, mul[j] * as, res[r * N + j]) != want;
+        if (memcmp(&got[r * N + j], &want, 4) != 0)
+          fail_msg("batched %d at %d,%d: %.9g, expected %.9g", batched, r, j,
+                   (double)got[r * N + j], (double)want);
+      }
+    release_all(a, 13);
+  }
+  assert_true(fused > 0); /* the check above can tell the two roundings apart */
+  free(res);
+  vm_value_t a[13] = {tops_plain(e, Q_I16, 2, DIMS(M, K)),
+                      tops_plain(e, VM_I8, 3, DIMS(N8, K / 2, 16)),
+                      vm_value_none(),
+                      vm_value_none(),
+                      tops_plain(e, VM_F32, 1, DIMS(N)),
+                      vm_value_none(),
+                      vm_value_none(),
+                      tops_plain(e, VM_F32, 2, DIMS(M, N)),
+                      vm_value_none(),
+                      vm_value_none(),
+                      vm_value_none(),
+                      vm_value_none(),
+                      tops_plain(e, VM_F32, 2, DIMS(M, 8))};
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 13), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: residual (argument 12) has shape [11, 8], expected [11, 20]");
+  vm_value_release(&a[12]);
+  a[12] = tops_plain(e, VM_F16, 2, DIMS(M, N));
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 13), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: residual (argument 12) has dtype float16");
+  vm_value_release(&a[12]);
+  a[12] = tops_plain(e, VM_F32, 2, DIMS(M, N));
+  vm_value_t keep[3] = {a[1], a[4], a[7]}; /* B, mul, y of one output */
+  a[7] = tops_plain(e, VM_I32, 2, DIMS(M, N));
+  a[4] = vm_value_none();
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 13), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: residual (argument 12) needs a float y");
+  vm_value_release(&a[7]);
+  vm_value_release(&a[12]);
+  /* two parts of 8 columns (B packs 16 for K 24: [2, 12, 16]) with a residual */
+  a[1] = tops_plain(e, VM_I8, 3, DIMS(2, K / 2, 16));
+  a[4] = tops_plain(e, VM_F32, 1, DIMS(16));
+  a[7] = tops_plain(e, VM_F32, 2, DIMS(M, 8));
+  a[9] = tops_plain(e, VM_F32, 2, DIMS(M, 8));
+  a[12] = tops_plain(e, VM_F32, 2, DIMS(M, 8));
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 13), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: residual (argument 12) with outputs in parts (arguments 9 "
+                "on): supported: one output");
+  /* a part after a none */
+  a[10] = a[9];
+  a[9] = vm_value_none();
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 11), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: y part (argument 10) follows a none: the parts (arguments 9 "
+                "to 11) come first");
+  release_all(a, 13);
+  release_all(keep, 3);
+}
+
 /* cl.qgemm: uint8 A (per-row zero points) x int8 B (per-column zero
  * points) into int32, K = 700 (beyond one exact float chunk of 256), and
  * the same requantized to int8 with a bias and an output zero point. */
@@ -867,6 +971,7 @@ int main(void) {
       cmocka_unit_test(test_dynamic_quantize_paths),
       cmocka_unit_test(test_dynamic_quantize_centered), cmocka_unit_test(test_qgemm_int16_a),
       cmocka_unit_test(test_qgemm_parts),
+      cmocka_unit_test(test_qgemm_residual),
       cmocka_unit_test(test_qgemm),             cmocka_unit_test(test_qgemm_exact_bound),
       cmocka_unit_test(test_qgemm_empty_k),    cmocka_unit_test(test_qgemm_pairs),
       cmocka_unit_test(test_qgemm_a_scale),
