@@ -436,6 +436,20 @@ int vmcc_graph_is_intermediate(const vmcc_graph_t *g, int32_t tid) {
   return valid_tid(g, tid) && g->tensors[tid].kind == T_INTER;
 }
 
+int32_t vmcc_graph_root(const vmcc_graph_t *g, int32_t tid) {
+  if (!valid_tid(g, tid)) return -1;
+  return g->tensors[tid].kind == T_VIEW ? g->tensors[tid].root : tid;
+}
+
+int vmcc_graph_is_returnable(const vmcc_graph_t *g, int32_t tid) {
+  if (!valid_tid(g, tid)) return 0;
+  const gtensor_t *t = &g->tensors[tid];
+  if (t->kind == T_INTER) return 1;
+  if (t->kind != T_VIEW) return 0;
+  tkind_t rk = g->tensors[t->root].kind;
+  return rk == T_INTER || rk == T_RESULT;
+}
+
 vm_status_t vmcc_graph_error(const vmcc_graph_t *g) {
   return g ? g->err : NULL;
 }
@@ -771,6 +785,7 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   vm_plan_tensor_t *pt = NULL;
   int64_t *storage_reg = NULL, *storage_last = NULL, *words = NULL, *out_storage_reg = NULL;
   int32_t *out_of = NULL;     /* per tensor: its index among the outputs, or -1 */
+  int32_t *own_of = NULL;     /* per tensor: the output whose storage it is written in, or -1 */
   uint32_t *kill_off = NULL;  /* per call: start of what it releases in kills */
   uint32_t *kills = NULL;     /* tensors, then storages (bit 31), by call */
   vm_plan_t plan;
@@ -784,19 +799,26 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   if (num_outputs == 0 || !outputs)
     return vm_status_make(VM_INVALID_ARGUMENT, "graph: a function needs an output");
   out_of = malloc((g->num_tensors ? g->num_tensors : 1) * sizeof(*out_of));
-  if (!out_of) goto nomem;
-  for (uint32_t i = 0; i < g->num_tensors; i++) out_of[i] = -1;
+  own_of = malloc((g->num_tensors ? g->num_tensors : 1) * sizeof(*own_of));
+  if (!out_of || !own_of) goto nomem;
+  for (uint32_t i = 0; i < g->num_tensors; i++) out_of[i] = own_of[i] = -1;
+  /* An output is an intermediate or a view of one (or of a control call's
+   * result): a view is returned as is, its root written in the output's
+   * storage. Two outputs never share memory. */
   for (uint32_t i = 0; i < num_outputs; i++) {
-    if (!valid_tid(g, outputs[i]) || g->tensors[outputs[i]].kind != T_INTER) {
-      st = vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is not an intermediate",
+    if (!vmcc_graph_is_returnable(g, outputs[i])) {
+      st = vm_status_make(VM_INVALID_ARGUMENT,
+                          "graph: output %d is not an intermediate or a view of one",
                           outputs[i]);
       goto fail;
     }
-    if (out_of[outputs[i]] >= 0) {
+    int32_t r = vmcc_graph_root(g, outputs[i]);
+    if (out_of[outputs[i]] >= 0 || own_of[r] >= 0) {
       st = vm_status_make(VM_INVALID_ARGUMENT, "graph: output %d is returned twice", outputs[i]);
       goto fail;
     }
     out_of[outputs[i]] = (int32_t)i;
+    own_of[r] = (int32_t)i;
   }
   st = compute_lifetimes(g);
   if (st) goto fail;
@@ -819,7 +841,7 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
   uint32_t max_args = 4;
   for (uint32_t i = 0; i < g->num_tensors; i++) {
     gtensor_t *t = &g->tensors[i];
-    if (t->kind != T_INTER || out_of[i] >= 0) continue;
+    if (t->kind != T_INTER || own_of[i] >= 0) continue;
     t->plan_idx = np;
     pt[np].nbytes = t->nbytes;
     pt[np].first_step = (uint32_t)t->produced_at;
@@ -936,7 +958,7 @@ vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const i
       for (uint32_t j = 0; j < k; j++)
         if (c->args[j].kind == VMCC_ARG_TENSOR && c->args[j].v == c->args[k].v) dup = 1;
       if (dup) continue;
-      int32_t out_idx = out_of[c->args[k].v];
+      int32_t out_idx = own_of[c->args[k].v];
       if (out_idx >= 0) {
         emit_alloc_storage(g, out_storage_reg[out_idx], t->nbytes);
         emit_alloc_tensor(g, t, out_storage_reg[out_idx], 0);
@@ -1030,6 +1052,7 @@ done:
   vm_plan_free(&plan);
   free(pt);
   free(out_of);
+  free(own_of);
   free(kill_off);
   free(kills);
   free(storage_reg);

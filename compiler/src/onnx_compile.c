@@ -895,13 +895,15 @@ static vm_status_t bind_output(onx_ctx_t *c, int32_t *outs, uint32_t i, int64_t 
     c->rep->num_warnings++;
   }
   int32_t t = onx_tid(c, v);
-  outs[i] = onx_returned(c, v, t, t >= 0 && tid_seen(seen, cap, t));
+  /* a view shares its root's memory: one output per root is returned as is */
+  outs[i] = onx_returned(c, v, t, t >= 0 && tid_seen(seen, cap, vmcc_graph_root(c->g, t)));
   return VM_STATUS_OK;
 }
 
 int32_t onx_returned(onx_ctx_t *c, const onx_value_t *v, int32_t t, int dup) {
-  if (t >= 0 && vmcc_graph_is_intermediate(c->g, t) && !dup) return t;
-  /* a parameter, constant, view, result or repeated output: returned as a copy */
+  if (t >= 0 && vmcc_graph_is_returnable(c->g, t) && !dup) return t;
+  /* a parameter, constant, view of one, result or repeated output (its
+   * memory returned already): returned as a copy */
   int32_t y = vmcc_graph_tensor(c->g, v->dt, v->ndim, v->dims);
   vmcc_arg_t a[2] = {vmcc_a_t(t), vmcc_a_t(y)};
   vmcc_graph_call(c->g, "cl.cast", 2, a);

@@ -491,7 +491,8 @@ static vm_status_t fn_end(onx_ctx_t *c, fn_t *f, uint32_t nout, onx_value_t *out
     for (uint32_t k = 0; !st && k < nout; k++) {
       int32_t x = onx_tid(c, &outs[k]);
       int dup = 0;
-      for (uint32_t j = 0; j < k; j++) dup |= t[j] == x;
+      for (uint32_t j = 0; j < k; j++) /* the same memory returned already */
+        dup |= t[j] >= 0 && vmcc_graph_root(f->g, t[j]) == vmcc_graph_root(f->g, x);
       t[k] = onx_returned(c, &outs[k], x, dup);
     }
     if (!st && vmcc_graph_error(f->g)) ok = 0; /* reported by the caller */

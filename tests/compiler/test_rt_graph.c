@@ -212,7 +212,25 @@ static void test_errors(void **state) {
   /* the output must be an intermediate */
   ASSERT_OK(vmcc_graph_create(b, f, "main", 1, 0, &g));
   int32_t x = vmcc_graph_param(g, 0, "x", VM_F32, 1, s1);
-  ASSERT_STATUS(vmcc_graph_emit(g, x, NULL), VM_INVALID_ARGUMENT, "not an intermediate");
+  ASSERT_STATUS(vmcc_graph_emit(g, x, NULL), VM_INVALID_ARGUMENT,
+                "graph: output 0 is not an intermediate or a view of one");
+  vmcc_graph_free(g);
+
+  /* nor a view of a parameter (the caller's memory) */
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 1, 0, &g));
+  x = vmcc_graph_param(g, 0, "x", VM_F32, 1, s1);
+  int32_t xv = vmcc_graph_view(g, x, 1, s1);
+  ASSERT_STATUS(vmcc_graph_emit(g, xv, NULL), VM_INVALID_ARGUMENT,
+                "graph: output 1 is not an intermediate or a view of one");
+  vmcc_graph_free(g);
+
+  /* two outputs never share memory: an intermediate and its view */
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 1, 0, &g));
+  int32_t r = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(1), vmcc_a_t(r)});
+  int32_t rv = vmcc_graph_view(g, r, 1, s1);
+  ASSERT_STATUS(vmcc_graph_emit_multi(g, 2, (int32_t[]){r, rv}, NULL), VM_INVALID_ARGUMENT,
+                "graph: output 1 is returned twice");
   vmcc_graph_free(g);
 
   /* an intermediate nobody writes */
@@ -324,8 +342,82 @@ static void test_trim_dim(void **state) {
   vm_builder_free(b);
 }
 
+/* Two outputs: v, a 16x16 view of a = fill(1), and c = fill(2) + x. The
+ * view is returned as is (no copy): a is written in the output's own
+ * storage, so b = fill(2), produced after a's last use, cannot overwrite
+ * it, and nothing but the two outputs stays allocated. */
+static void test_returns_view(void **state) {
+  (void)state;
+  vm_builder_t *b = NULL;
+  vmcc_graph_t *g = NULL;
+  uint32_t f;
+  const char *params[] = {"x"};
+  int64_t s1[1] = {N}, s2[2] = {16, 16};
+  ASSERT_OK(vm_builder_create(&b));
+  ASSERT_OK(vm_builder_declare_function(b, "main", 1, params, &f));
+  ASSERT_OK(vmcc_graph_create(b, f, "main", 1, 64, &g));
+  int32_t x = vmcc_graph_param(g, 0, "x", VM_F32, 1, s1);
+  int32_t ta = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(1), vmcc_a_t(ta)});
+  int32_t tv = vmcc_graph_view(g, ta, 2, s2);
+  assert_true(vmcc_graph_is_returnable(g, tv));
+  assert_int_equal(vmcc_graph_root(g, tv), ta);
+  assert_false(vmcc_graph_is_returnable(g, x));
+  int32_t tb = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.fill", 2, (vmcc_arg_t[]){vmcc_a_imm(2), vmcc_a_t(tb)});
+  int32_t tc = vmcc_graph_tensor(g, VM_F32, 1, s1);
+  vmcc_graph_call(g, "t.add", 3, (vmcc_arg_t[]){vmcc_a_t(tb), vmcc_a_t(x), vmcc_a_t(tc)});
+  vmcc_plan_report_t rep;
+  ASSERT_OK(vmcc_graph_emit_multi(g, 2, (int32_t[]){tv, tc}, &rep));
+  vm_executable_t *exec = NULL;
+  ASSERT_OK(vm_builder_finish(b, &exec));
+  vmcc_graph_free(g);
+  vm_builder_free(b);
+  assert_int_equal(rep.num_tensors, 1); /* b only: a and c are the outputs' */
+  assert_int_equal(rep.output_bytes, 2 * N * 4);
+  assert_int_equal(count_calls(exec, "vm.builtin.reshape"), 1);
+
+  vm_device_t *cpu = NULL;
+  vm_registry_t *reg = NULL;
+  vm_machine_t *m = NULL;
+  vm_machine_config_t cfg;
+  cpu_config(&cpu, &reg, &cfg);
+  ASSERT_OK(vm_machine_create(exec, &cfg, &m));
+  vm_value_t in = vm_value_none(), out = vm_value_none();
+  ASSERT_OK(vm_tensor_alloc(vm_machine_allocator(m, 0), VM_F32, s1, 1, &in));
+  float *px = host_data(vm_value_as_tensor(&in));
+  for (int i = 0; i < N; i++) px[i] = 0.5f;
+  vm_alloc_stats_t before, after;
+  vm_allocator_get_stats(vm_machine_allocator(m, 0), &before);
+  ASSERT_OK(vm_machine_invoke(m, "main", &in, 1, &out));
+  vm_allocator_get_stats(vm_machine_allocator(m, 0), &after);
+  assert_int_equal(after.bytes_in_use - before.bytes_in_use, 2 * N * 4);
+  vm_tuple_t *tup = vm_value_as_tuple(&out);
+  assert_non_null(tup);
+  assert_int_equal(tup->size, 2);
+  vm_tensor_t *tv0 = vm_value_as_tensor(&tup->fields[0]),
+              *tc1 = vm_value_as_tensor(&tup->fields[1]);
+  assert_non_null(tv0);
+  assert_non_null(tc1);
+  assert_int_equal(tv0->ndim, 2);
+  assert_int_equal(tv0->shape[0], 16);
+  assert_int_equal(tv0->shape[1], 16);
+  assert_true(tv0->storage != tc1->storage);
+  for (int i = 0; i < N; i++) {
+    assert_true(host_data(tv0)[i] == 1.0f);
+    assert_true(host_data(tc1)[i] == 2.5f);
+  }
+  vm_value_release(&out);
+  vm_value_release(&in);
+  vm_machine_free(m);
+  vm_registry_free(reg);
+  vm_device_destroy(cpu);
+  vm_executable_free(exec);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_returns_view),
       cmocka_unit_test(test_plan_and_code),
       cmocka_unit_test(test_runs_on_cpu),
       cmocka_unit_test(test_errors),

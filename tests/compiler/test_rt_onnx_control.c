@@ -233,6 +233,68 @@ static void test_if_run_time(void **state) {
   }
 }
 
+/* Returned views are not copied: each branch returns its value reshaped
+ * to 3x2 (a view), main returns the If's result reshaped to 6 (y) and to
+ * 1x6 (y2). Only y2 is a copy (one cl.cast), as it shares y's memory. */
+static void test_if_returns_views(void **state) {
+  (void)state;
+  pb_t g = {0}, then = {0}, els = {0}, attrs = {0};
+  const char *x[1] = {"x"}, *r[1] = {"r"}, *rw[2] = {"r", "w"}, *t[1] = {"t"},
+             *ts[2] = {"t", "s32"}, *tv[1] = {"tv"}, *xw[2] = {"x", "w"}, *e[1] = {"e"},
+             *es[2] = {"e", "s32"}, *ev[1] = {"ev"};
+  const int64_t d32[2] = {3, 2}, d6[1] = {6}, d16[2] = {1, 6}, two = 2;
+  const int64_t s32[2] = {3, 2}, s6[1] = {6}, s16[2] = {1, 6};
+  node(&then, "Relu", x, 1, r, 1, NULL);
+  node(&then, "Mul", rw, 2, t, 1, NULL);
+  node(&then, "Reshape", ts, 2, tv, 1, NULL);
+  pb_str(&then, 2, "then");
+  vi(&then, 12, "tv", ELEM_FLOAT, 2, d32);
+  node(&els, "Sub", xw, 2, e, 1, NULL);
+  node(&els, "Reshape", es, 2, ev, 1, NULL);
+  pb_str(&els, 2, "else");
+  vi(&els, 12, "ev", ELEM_FLOAT, 2, d32);
+  attr_graph(&attrs, "then_branch", &then);
+  attr_graph(&attrs, "else_branch", &els);
+  const char *c[1] = {"c"}, *o[1] = {"o"}, *o6[2] = {"o", "s6"}, *y[1] = {"y"},
+             *o16[2] = {"o", "s16"}, *y2[1] = {"y2"};
+  node(&g, "If", c, 1, o, 1, &attrs);
+  node(&g, "Reshape", o6, 2, y, 1, NULL);
+  node(&g, "Reshape", o16, 2, y2, 1, NULL);
+  init_f(&g, "w", 2, k_d23, k_w, 6);
+  onnx_add_initializer(&g, "s32", ELEM_INT64, 1, &two, s32, sizeof(s32));
+  const int64_t one = 1, n2 = 2;
+  onnx_add_initializer(&g, "s6", ELEM_INT64, 1, &one, s6, sizeof(s6));
+  onnx_add_initializer(&g, "s16", ELEM_INT64, 1, &n2, s16, sizeof(s16));
+  pb_str(&g, 2, "ifv");
+  vi(&g, 11, "x", ELEM_FLOAT, 2, k_d23);
+  vi(&g, 11, "c", ELEM_BOOL, 0, NULL);
+  vi(&g, 12, "y", ELEM_FLOAT, 1, d6);
+  vi(&g, 12, "y2", ELEM_FLOAT, 2, d16);
+  pb_t m = onnx_model_of(&g, 17);
+  write_model("ifv.onnx", &m);
+  compile("ifv.onnx", NULL, NULL, NULL);
+  char *text = disasm();
+  int casts = 0;
+  for (const char *p = text; (p = strstr(p, "$cl.cast(")) != NULL; p++) casts++;
+  assert_int_equal(casts, 1);
+  assert_non_null(strstr(text, ".func @if0.then("));
+  free(text);
+  static const float xs[6] = {1, -2, 3, 0.5f, -1, 2};
+  write_npy("x.npy", "<f4", 2, k_d23, xs, sizeof(xs));
+  for (int k = 0; k < 2; k++) {
+    const uint8_t cv = (uint8_t)(k == 0);
+    write_npy("c.npy", "|b1", 0, NULL, &cv, 1);
+    const char *in[] = {"x=x.npy", "c=c.npy", NULL};
+    run(in);
+    float got[6], got2[6], want[6];
+    read_out("y", got, 6);
+    read_out("y2", got2, 6);
+    if_want(xs, k == 0, want);
+    expect_close(got, want, 6, k ? "else branch, y" : "then branch, y");
+    expect_close(got2, want, 6, k ? "else branch, y2" : "then branch, y2");
+  }
+}
+
 static void test_if_folded_by_const(void **state) {
   (void)state;
   pb_t m = if_model(1);
@@ -606,6 +668,7 @@ static int teardown(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_if_run_time),         cmocka_unit_test(test_if_folded_by_const),
+      cmocka_unit_test(test_if_returns_views),
       cmocka_unit_test(test_if_nested),           cmocka_unit_test(test_if_branch_invalid_for_shapes),
       cmocka_unit_test(test_loop_run_time),
       cmocka_unit_test(test_loop_scan_outputs),   cmocka_unit_test(test_scan_reverse_axis),

@@ -156,15 +156,21 @@ uint32_t vmcc_graph_ndim(const vmcc_graph_t *g, int32_t tid);
 const int64_t *vmcc_graph_shape(const vmcc_graph_t *g, int32_t tid);
 /* 1 for an intermediate (not a parameter, constant or view). */
 int vmcc_graph_is_intermediate(const vmcc_graph_t *g, int32_t tid);
+/* The tensor whose memory tid shares (tid itself unless a view), or -1. */
+int32_t vmcc_graph_root(const vmcc_graph_t *g, int32_t tid);
+/* 1 where tid can be a function's output without a copy: an intermediate,
+ * or a view of an intermediate or of a control call's result (returned as
+ * is, its root written in the output's own storage). */
+int vmcc_graph_is_returnable(const vmcc_graph_t *g, int32_t tid);
 /* The first error recorded so far (still owned by g; vmcc_graph_emit
  * returns it), or NULL: a front end checks it after each node so that it
  * reports the error where the node made it. */
 vm_status_t vmcc_graph_error(const vmcc_graph_t *g);
 
 /* Plans, emits the body (begin_function .. end_function) returning output
- * (an intermediate) and fills *report (may be NULL). */
+ * (vmcc_graph_is_returnable) and fills *report (may be NULL). */
 vm_status_t vmcc_graph_emit(vmcc_graph_t *g, int32_t output, vmcc_plan_report_t *report);
-/* The same for num_outputs intermediates (distinct), returned as a tuple
+/* The same for num_outputs such tensors (no two sharing memory), returned as a tuple
  * when there are several. */
 vm_status_t vmcc_graph_emit_multi(vmcc_graph_t *g, uint32_t num_outputs, const int32_t *outputs,
                                   vmcc_plan_report_t *report);
