@@ -658,6 +658,49 @@ static int64_t sole_through_casts(onx_ctx_t *c, const char *name, size_t after, 
   }
 }
 
+/* The other operand of node n, an Add whose input `slot` is a float32
+ * convolution's output (shape y4, NCHW), as cl.conv2d's residual r (its
+ * 18-argument form: y = act(conv + bias + r)): a float32 run-time value
+ * defined by now with the convolution's output shape, as a tensor of its
+ * own (nhwc 0) or as a pending transpose to NHWC (perm 0, 2, 3, 1, no
+ * pads) of such a tensor (nhwc 1: the convolution's output is then seen
+ * transposed too). Its tensor, or -1 when the Add does not fit (a
+ * broadcast, a constant, a value of a later node). */
+static int32_t residual_operand(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot,
+                                const int64_t *y4, int nhwc) {
+  if (strcmp(n->op_type, "Add") != 0 || n->n_input != 2 || slot > 1 || !n->input[1 - slot])
+    return -1;
+  /* through Casts to float32 not lowered yet (converters of NHWC models
+   * write them around every node, and may order a shortcut's Casts after
+   * the other branch's convolution): no-ops on a float32 value */
+  const char *name = n->input[1 - slot];
+  onx_value_t *v = onx_lookup(c, name);
+  for (int k = 0; !v && k < 8; k++) {
+    const onx_name_t *e = onx_names_find(&c->names, name);
+    const Onnx__NodeProto *p = e && e->producer >= 0 ? c->graph->node[e->producer] : NULL;
+    const Onnx__AttributeProto *to = p ? onx_attr(p, "to") : NULL;
+    if (!p || strcmp(p->op_type, "Cast") != 0 || p->n_input != 1 || !to ||
+        to->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT ||
+        to->i != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+      return -1;
+    name = p->input[0];
+    v = onx_lookup(c, name);
+  }
+  if (!v || v->data || !vm_dtype_equal(v->dt, VM_F32) || v->ndim != 4) return -1;
+  if (!nhwc) {
+    if (onx_lt_pending(c, v)) return -1;
+    for (int i = 0; i < 4; i++)
+      if (v->dims[i] != y4[i]) return -1;
+    return onx_tid(c, v);
+  }
+  static const int64_t to_nhwc[4] = {0, 2, 3, 1};
+  if (!onx_lt_active(c, v) || vmcc_graph_ndim(c->g, v->lt_src) != 4) return -1;
+  const int64_t *sd = vmcc_graph_shape(c->g, v->lt_src);
+  for (int i = 0; i < 4; i++)
+    if (v->lt_perm[i] != to_nhwc[i] || sd[i] != y4[i]) return -1;
+  return v->lt_src;
+}
+
 /* Whether node n is a Transpose with the 4-D permutation p. */
 static int is_transpose(const Onnx__NodeProto *n, const int64_t p[4]) {
   if (strcmp(n->op_type, "Transpose") != 0 || n->n_input != 1) return 0;
@@ -673,20 +716,23 @@ static int is_transpose(const Onnx__NodeProto *n, const int64_t p[4]) {
  * every convolution —, then per-channel Add, Sub and Mul by constants on
  * the last axis (the bias and batch norm: folded into a, b), a Relu (into
  * the epilogue e), and maybe Transpose(perm 0, 3, 1, 2) back to NCHW
- * (*back: its index, else -1), Casts to float32 anywhere in between. Those
+ * (*back: its index, else -1), Casts to float32 anywhere in between; a
+ * residual Add (residual_operand: *res its tensor, else -1) may stand
+ * after the folds and before the Relu. Those
  * nodes are marked skipped; returns the last of them, or -1 when there is
  * no such Transpose after the Conv or nothing after it folds (nothing is
  * marked then). Without the transpose back, the caller transposes the
  * convolution's (epilogued) output once to NHWC and binds it to the last
  * node's output. */
-static int64_t nhwc_after(onx_ctx_t *c, int64_t co, double *a, double *b, conv_epi_t *e,
-                          int64_t *back) {
+static int64_t nhwc_after(onx_ctx_t *c, int64_t co, const int64_t *y4, double *a, double *b,
+                          conv_epi_t *e, int64_t *back, int32_t *res) {
   static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
   enum { MAXC = 8 };
   int64_t casts[MAXC];
   int nc;
   size_t slot = 0;
   *back = -1;
+  *res = -1;
   int64_t t = sole_through_casts(c, c->node->output[0], c->node_idx, &slot, casts, &nc, MAXC);
   if (t < 0 || !is_transpose(c->graph->node[t], to_nhwc)) return -1;
   /* what is folded so far: marked when the chain is kept */
@@ -704,8 +750,9 @@ static int64_t nhwc_after(onx_ctx_t *c, int64_t co, double *a, double *b, conv_e
     if (e->act == 0 && strcmp(n->op_type, "Relu") == 0 && n->n_input == 1) {
       e->act = 1;
       ok = 1;
-    } else if (e->act == 0) {
+    } else if (e->act == 0 && *res < 0) {
       ok = fold_affine(c, n, slot, 4, 3, co, a, b);
+      if (!ok && (*res = residual_operand(c, n, slot, y4, 1)) >= 0) ok = 1;
     } else if (is_transpose(n, to_nchw)) {
       *back = j;
       ok = 1;
@@ -834,13 +881,14 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   }
   vmcc_arg_t bz;
   int64_t bn = -1, nhwc = -1, back = -1;
+  int32_t res = -1; /* the residual r (residual_operand), or -1 */
   conv_epi_t ep = {0, 1, 0, -1};
   double *fa = NULL, *fb = NULL;
   if (wv->data && (!bias || bias->data)) {
     VM_RETURN_IF_ERROR(affine_start(c, co, bias, &fa, &fb));
     bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
     if (bn < 0 && x->ndim == 4 && vm_dtype_equal(x->dt, VM_F32))
-      nhwc = nhwc_after(c, co, fa, fb, &ep, &back);
+      nhwc = nhwc_after(c, co, y4, fa, fb, &ep, &back, &res);
     if (nhwc >= 0) bn = nhwc;
   }
   /* the float32 3x3 convolutions' Winograd filter, transformed here once
@@ -877,10 +925,23 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   if (wm && tu < 0) return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
   int32_t y = new_t(c, x->dt, 4, y4);
   if (nhwc < 0 && vm_dtype_equal(x->dt, VM_F32)) {
-    size_t at = bn >= 0 ? (size_t)bn : c->node_idx;
+    size_t at = bn >= 0 ? (size_t)bn : c->node_idx, slot = 0;
+    /* a residual Add(y, r) first, when y alone feeds it */
+    int64_t j = x->ndim == 4 ? onx_sole_consumer(c, c->graph->node[at]->output[0], at, &slot) : -1;
+    if (j >= 0 && (res = residual_operand(c, c->graph->node[j], slot, y4, 0)) >= 0) {
+      c->skip[j] = 1;
+      at = (size_t)j;
+    }
     conv_epilogue_after(c, c->graph->node[at]->output[0], at, x->ndim, &ep);
+    if (res >= 0 && ep.last < 0) ep.last = j;
   }
-  if (tu >= 0) {
+  if (res >= 0) {
+    vmcc_arg_t a[18] = {A(tx),      A(tw),      bz,         I(w.s[1]),  I(w.s[2]),
+                        I(w.pb[1]), I(w.pb[2]), I(w.pe[1]), I(w.pe[2]), I(w.d[1]),
+                        I(w.d[2]),  I(group),   I(ep.act),  onx_float_arg(c, ep.am),
+                        onx_float_arg(c, ep.aa), tu >= 0 ? A(tu) : vmcc_a_none(), A(res), A(y)};
+    call(c, "cl.conv2d", 18, a);
+  } else if (tu >= 0) {
     vmcc_arg_t a[17] = {A(tx),      A(tw),      bz,         I(w.s[1]),  I(w.s[2]),
                         I(w.pb[1]), I(w.pb[2]), I(w.pe[1]), I(w.pe[2]), I(w.d[1]),
                         I(w.d[2]),  I(group),   I(ep.act),  onx_float_arg(c, ep.am),

@@ -190,6 +190,19 @@ void conv_store16(__global S *yrow, int first, int npix, float8 lo, float8 hi) {
     for (int t = first; t < npix; t++) ST(a[t], t, yrow);
   }
 }
+/* Loads pixels first .. npix - 1 of a 16-pixel row (lo: 0-7, hi: 8-15),
+ * the others 0: the residual read where conv_store16 writes. */
+void conv_load16(__global const S *row, int first, int npix, float8 *lo, float8 *hi) {
+  if (first == 0 && npix == 16) {
+    *lo = LD8(row, 0);
+    *hi = LD8(row, 1);
+  } else {
+    float a[16];
+    for (int t = 0; t < 16; t++) a[t] = t >= first && t < npix ? LD(row, t) : 0.0f;
+    *lo = vload8(0, a);
+    *hi = vload8(1, a);
+  }
+}
 /* Stores pixels first .. npix - 1 of row r of a 6x16 block (accumulators
  * c<r>l, c<r>h: output channel oc + r, rows of y rs apart from yb) with the
  * bias and the epilogue, unless the channel is past the group's Og (block
@@ -305,7 +318,8 @@ __kernel void conv2d_616(__global const S *x, int xo, __global const S *w, int w
  * group, 2 = n * groups + g. */
 __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int wo,
                          __global const S *bias, int bo, int has_bias, __global S *y, int yo,
-                         int C, int P, int O, int groups, int act, float am, float aa) {
+                         int C, int P, int O, int groups, int act, float am, float aa,
+                         __global const S *res, int ro, int has_res) {
   int p0 = get_global_id(0) * 16, ob = get_global_id(1) * 6, ng = get_global_id(2);
   int Cg = C / groups, Og = O / groups;
   if (p0 >= P || ob >= Og) return;
@@ -335,6 +349,20 @@ __kernel void conv2d_1x1(__global const S *x, int xo, __global const S *w, int w
   }
   int oc = g * Og + ob;
   __global S *yb = y + yo + (n * O + oc) * P + p0;
+  if (has_res) {
+    /* the residual r (y's shape) added before the activation: y = act(conv
+     * + bias + r) * am + aa, r read where y is written */
+    __global const S *rb = res + ro + (n * O + oc) * P + p0;
+#define C616_RES(r)                                         \
+  if (ob + r < Og) {                                        \
+    float8 rl_, rh_;                                        \
+    conv_load16(rb + r * P, first, npix, &rl_, &rh_);       \
+    c##r##l += rl_;                                         \
+    c##r##h += rh_;                                         \
+  }
+    C616_RES(0) C616_RES(1) C616_RES(2) C616_RES(3) C616_RES(4) C616_RES(5)
+#undef C616_RES
+  }
   C616_STORE(P)
 }
 #undef C616_STORE
@@ -780,24 +808,28 @@ __kernel void conv2d_im2col(__global const S *x, int xo, __global float *cols, i
   for (int t = 0, iw = iw0; t < n; t++, iw += SW) dst[t] = iw >= 0 && iw < W ? LD(xr, iw) : 0.0f;
 }
 
-/* cl.conv2d's GEMM path, step 2: y = act(y + bias[o]) * am + aa in place
- * (conv_epilogue), 8 pixels per work-item. Global ids: 0 = block of 8 of
- * the P pixels, 1 = n * O + o. */
+/* 8 pixels from row (n of them; the others 0). */
+float8 conv_load8(__global const S *row, int n) {
+  if (n == 8) return LD8(row, 0);
+  float a[8];
+  for (int t = 0; t < 8; t++) a[t] = t < n ? LD(row, t) : 0.0f;
+  return vload8(0, a);
+}
+
+/* cl.conv2d's GEMM path, step 2: y = act(y + bias[o] + r) * am + aa in
+ * place (conv_epilogue; r, y's shape, when has_res: the 18-argument form's
+ * residual), 8 pixels per work-item. Global ids: 0 = block of 8 of the P
+ * pixels, 1 = n * O + o. */
 __kernel void conv2d_epilogue(__global S *y, int yo, __global const S *bias, int bo,
-                              int has_bias, int O, int P, int act, float am, float aa) {
+                              int has_bias, int O, int P, int act, float am, float aa,
+                              __global const S *res, int ro, int has_res) {
   int p0 = get_global_id(0) * 8, no = get_global_id(1);
   if (p0 >= P) return;
   __global S *yr = y + yo + no * P + p0;
   int n = min(8, P - p0);
   float b = has_bias ? LD(bias, bo + no % O) : 0.0f;
-  float8 v;
-  if (n == 8) {
-    v = LD8(yr, 0);
-  } else {
-    float a[8];
-    for (int t = 0; t < 8; t++) a[t] = t < n ? LD(yr, t) : 0.0f;
-    v = vload8(0, a);
-  }
+  float8 v = conv_load8(yr, n);
+  if (has_res) v += conv_load8(res + ro + no * P + p0, n);
   conv_store(yr, n, 0.0f, conv_epilogue(v + b, act, am, aa));
 }
 

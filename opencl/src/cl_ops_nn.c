@@ -39,6 +39,9 @@ typedef struct window {
 #define CONV2D_USAGE17                                                                      \
   "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
   "dil_w, groups, act, act_mul, act_add, u, y)"
+#define CONV2D_USAGE18                                                                      \
+  "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, " \
+  "dil_w, groups, act, act_mul, act_add, u|none, r, y)"
 
 /* cl.conv2d's activation codes (the 16-argument form; conv.cl's
  * conv_epilogue) */
@@ -113,6 +116,14 @@ static void conv_epilogue_args(vmcl_args_t *a, int64_t act, double am, double aa
   vmcl_arg_float(a, (float)aa);
 }
 
+/* The residual arguments of conv2d_1x1 and conv2d_epilogue: r (y's buffer
+ * stands in when there is none: not read), its offset, whether there is one. */
+static void conv_res_args(vmcl_args_t *a, const vm_tensor_t *r, const vm_tensor_t *y) {
+  vmcl_arg_mem(a, vmcl_tensor_mem(r ? r : y));
+  vmcl_arg_int(a, r ? vmcl_elem_offset(r) : 0);
+  vmcl_arg_int(a, r != NULL);
+}
+
 /* Launches a conv kernel blocked as conv.cl's conv2d: g0 pixel blocks x
  * g1 output-channel blocks x g2 planes, work-groups of up to 8 pixel
  * blocks by the channel blocks that fill the preferred size. */
@@ -148,6 +159,9 @@ typedef struct conv_shape {
    * when its m is um), or NULL */
   const vm_tensor_t *u;
   int um;
+  /* the 18-argument form's residual r (y's shape), added before the
+   * activation, or NULL */
+  const vm_tensor_t *r;
 } conv_shape_t;
 
 /* cl.conv2d's formulations of a general convolution; which one runs is
@@ -167,16 +181,17 @@ static const char *const conv_f_name[CONV_F_COUNT] = {"direct", "gemm", "wino", 
  * elements (256 MiB); larger calls stay on the direct kernel. */
 #define CONV_GEMM_MAX_COLS ((int64_t)64 << 20)
 
-/* conv.cl's conv2d_epilogue over y ([N, O, P]) in place: bias, then the
- * activation and act * am + aa; nothing to do without any. */
+/* conv.cl's conv2d_epilogue over y ([N, O, P]) in place: bias and the
+ * residual r (or NULL), then the activation and act * am + aa; nothing to
+ * do without any. */
 static vm_status_t conv_epilogue_launch(vmcl_dev_t *d, const vm_tensor_t *y,
-                                        const vm_tensor_t *bias, int64_t N, int64_t O, int64_t P,
-                                        int64_t act, double am, double aa) {
-  if (!bias && act == CONV_ACT_NONE && am == 1.0 && aa == 0.0) return VM_STATUS_OK;
+                                        const vm_tensor_t *bias, const vm_tensor_t *r, int64_t N,
+                                        int64_t O, int64_t P, int64_t act, double am, double aa) {
+  if (!bias && !r && act == CONV_ACT_NONE && am == 1.0 && aa == 0.0) return VM_STATUS_OK;
   cl_kernel k;
   pthread_mutex_lock(&d->lock);
-  vm_status_t st =
-      vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(VM_F32), "conv2d_epilogue", &k);
+  vm_status_t st = vmcl_family_kernel(d, VMCL_FAM_CONV, vmcl_float_options(y->dtype),
+                                      "conv2d_epilogue", &k);
   if (!st) {
     vmcl_args_t a = vmcl_args_begin(k);
     vmcl_arg_mem(&a, vmcl_tensor_mem(y));
@@ -187,6 +202,7 @@ static vm_status_t conv_epilogue_launch(vmcl_dev_t *d, const vm_tensor_t *y,
     vmcl_arg_int(&a, O);
     vmcl_arg_int(&a, P);
     conv_epilogue_args(&a, act, am, aa);
+    conv_res_args(&a, r, y);
     size_t global[2] = {(size_t)(P + 7) / 8, (size_t)(N * O)};
     st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
                              : vmcl_launch(d, k, 2, global, NULL);
@@ -273,7 +289,7 @@ static vm_status_t conv_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_ten
     st = vmcl_gemm_mem(d, dev, &g, VM_F32, vmcl_tensor_mem(w), vmcl_elem_offset(w), cols, 0,
                        vmcl_tensor_mem(y), vmcl_elem_offset(y) + nb * s->O * P, 1.0f, 0.0f);
   }
-  if (!st) st = conv_epilogue_launch(d, y, bias, s->N, s->O, P, s->act, s->am, s->aa);
+  if (!st) st = conv_epilogue_launch(d, y, bias, s->r, s->N, s->O, P, s->act, s->am, s->aa);
   /* the queued commands keep the buffer until they finish */
   clReleaseMemObject(cols);
   return st;
@@ -295,6 +311,7 @@ static vm_status_t conv_pw_direct(vmcl_dev_t *d, const vm_tensor_t *x, const vm_
     int64_t ints[] = {s->C, P, s->O, s->groups};
     for (size_t i = 0; i < 4; i++) vmcl_arg_int(&a, ints[i]);
     conv_epilogue_args(&a, s->act, s->am, s->aa);
+    conv_res_args(&a, s->r, y);
     st = a.err != CL_SUCCESS ? vmcl_status(a.err, "clSetKernelArg")
                              : launch_blocks(d, k, (size_t)(P + 15) / 16, (size_t)(Og + 5) / 6,
                                              (size_t)(s->N * s->groups));
@@ -325,7 +342,7 @@ static vm_status_t conv_pw_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_
                        vmcl_tensor_mem(x), vmcl_elem_offset(x) + nb * s->C * P, vmcl_tensor_mem(y),
                        vmcl_elem_offset(y) + nb * s->O * P, 1.0f, 0.0f);
   }
-  if (!st) st = conv_epilogue_launch(d, y, bias, s->N, s->O, P, s->act, s->am, s->aa);
+  if (!st) st = conv_epilogue_launch(d, y, bias, s->r, s->N, s->O, P, s->act, s->am, s->aa);
   return st;
 }
 
@@ -336,8 +353,8 @@ static vm_status_t conv_pw_gemm(vmcl_dev_t *d, const vm_device_t *dev, const vm_
  * 16-pixel blocks of conv2d_1x1 would compute 15 masked pixels. */
 static vm_status_t conv_one_pixel(vmcl_dev_t *d, const vm_device_t *dev, const vm_tensor_t *x,
                                   const vm_tensor_t *w, const vm_tensor_t *bias,
-                                  const vm_tensor_t *y, int64_t N, int64_t C, int64_t O,
-                                  int64_t act, double am, double aa) {
+                                  const vm_tensor_t *y, const vm_tensor_t *r, int64_t N,
+                                  int64_t C, int64_t O, int64_t act, double am, double aa) {
   vmcl_gemm_shape_t g = {.batch = N,
                          .m = 1,
                          .n = O,
@@ -352,7 +369,7 @@ static vm_status_t conv_one_pixel(vmcl_dev_t *d, const vm_device_t *dev, const v
   VM_RETURN_IF_ERROR(vmcl_gemm_mem(d, dev, &g, VM_F32, vmcl_tensor_mem(x), vmcl_elem_offset(x),
                                    vmcl_tensor_mem(w), vmcl_elem_offset(w), vmcl_tensor_mem(y),
                                    vmcl_elem_offset(y), 1.0f, 0.0f));
-  return conv_epilogue_launch(d, y, bias, N, O, 1, act, am, aa);
+  return conv_epilogue_launch(d, y, bias, r, N, O, 1, act, am, aa);
 }
 
 /* Whether the Winograd formulations apply: float32, a 3x3 kernel at
@@ -488,9 +505,18 @@ static vm_status_t conv_run(int f, vmcl_dev_t *d, const vm_device_t *dev, const 
   if (s->pw)
     return f == CONV_F_GEMM ? conv_pw_gemm(d, dev, x, w, bias, y, s)
                             : conv_pw_direct(d, x, w, bias, y, s);
+  if (f == CONV_F_GEMM) return conv_gemm(d, dev, x, w, bias, y, s);
+  if (s->r) {
+    /* a residual on a kernel without one in its store: the convolution
+     * with its bias, then conv2d_epilogue adds r and applies the rest */
+    conv_shape_t b = *s;
+    b.act = CONV_ACT_NONE, b.am = 1.0, b.aa = 0.0, b.r = NULL;
+    VM_RETURN_IF_ERROR(conv_run(f, d, dev, x, w, bias, y, &b));
+    return conv_epilogue_launch(d, y, NULL, s->r, s->N, s->O, s->OH * s->OW, s->act, s->am,
+                                s->aa);
+  }
   if (f == CONV_F_WINO || f == CONV_F_WINO4)
     return conv_wino(d, dev, x, w, bias, y, s, f == CONV_F_WINO4 ? 4 : 2);
-  if (f == CONV_F_GEMM) return conv_gemm(d, dev, x, w, bias, y, s);
   return conv_direct(d, x, w, bias, y, s, f == CONV_F_DIRECT6);
 }
 
@@ -535,8 +561,9 @@ static vm_status_t conv_general(vmcl_dev_t *d, const vm_device_t *dev, const vm_
     return conv_run(CONV_F_DIRECT6, d, dev, x, w, bias, y, s);
   if (env && strcmp(env, "gemm") == 0 && gemm)
     return conv_run(CONV_F_GEMM, d, dev, x, w, bias, y, s);
-  if (env && strcmp(env, "wino") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s, 2);
-  if (env && strcmp(env, "wino4") == 0 && wino) return conv_wino(d, dev, x, w, bias, y, s, 4);
+  if (env && strcmp(env, "wino") == 0 && wino) return conv_run(CONV_F_WINO, d, dev, x, w, bias, y, s);
+  if (env && strcmp(env, "wino4") == 0 && wino)
+    return conv_run(CONV_F_WINO4, d, dev, x, w, bias, y, s);
   const window_t *wa = &s->wa;
   char key[160];
   snprintf(key, sizeof(key),
@@ -648,18 +675,29 @@ static vm_status_t wino_filter_arg(vmcl_op_t *op, const vm_tensor_t *x, const vm
   return VM_STATUS_OK;
 }
 
+static vm_status_t conv_og1_run(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                                const vm_tensor_t *bias, const vm_tensor_t *y, int64_t N,
+                                int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH,
+                                int64_t OW, int64_t KH, int64_t KW, const window_t *wp,
+                                int pointwise, int64_t act, double am, double aa);
+
 vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,
                            void *user) {
   vmcl_op_t op;
   vmcl_op_init(&op, "cl.conv2d", CONV2D_USAGE11, args, nargs);
-  int asym = op.nargs == 13 || op.nargs >= 16, epi = op.nargs >= 16, has_u = op.nargs == 17;
-  if (asym) op.usage = has_u ? CONV2D_USAGE17 : epi ? CONV2D_USAGE16 : CONV2D_USAGE13;
-  if (op.nargs != 11 && op.nargs != 13 && op.nargs != 16 && op.nargs != 17) {
+  int asym = op.nargs == 13 || op.nargs >= 16, epi = op.nargs >= 16, has_u = op.nargs >= 17,
+      has_r = op.nargs == 18;
+  if (asym)
+    op.usage = has_r   ? CONV2D_USAGE18
+               : has_u ? CONV2D_USAGE17
+               : epi   ? CONV2D_USAGE16
+                       : CONV2D_USAGE13;
+  if (op.nargs != 11 && op.nargs != 13 && op.nargs != 16 && op.nargs != 17 && op.nargs != 18) {
     return vmcl_op_error(&op,
-                         "expected 11 arguments %s, 13 arguments %s, 16 arguments %s or 17 "
-                         "arguments %s, got %u",
+                         "expected 11 arguments %s, 13 arguments %s, 16 arguments %s, 17 "
+                         "arguments %s or 18 arguments %s, got %u",
                          CONV2D_USAGE11, CONV2D_USAGE13, CONV2D_USAGE16, CONV2D_USAGE17,
-                         op.nargs);
+                         CONV2D_USAGE18, op.nargs);
   }
   uint32_t iy = op.nargs - 1, ig = epi ? 11 : op.nargs - 2;
   /* the epilogue: y = act(conv + bias) * act_mul + act_add */
@@ -681,11 +719,16 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     VM_RETURN_IF_ERROR(vmcl_op_float(&op, 13, "act_mul", &am));
     VM_RETURN_IF_ERROR(vmcl_op_float(&op, 14, "act_add", &aa));
   }
-  vm_tensor_t *x, *w, *bias, *y, *u = NULL;
+  vm_tensor_t *x, *w, *bias, *y, *u = NULL, *r = NULL;
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "w", &w));
   VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 2, "bias", &bias));
-  if (has_u) VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 15, "u", &u));
+  if (has_r) {
+    VM_RETURN_IF_ERROR(vmcl_op_opt_tensor(&op, 15, "u", &u));
+    VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 16, "r", &r));
+  } else if (has_u) {
+    VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 15, "u", &u));
+  }
   VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, iy, "y", &y));
   VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
   VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, w, 1, "w", x->dtype, "x"));
@@ -729,6 +772,14 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, iy, "y", yshape, 4));
   int um = 0;
   if (u) VM_RETURN_IF_ERROR(wino_filter_arg(&op, x, u, C, O, KH, KW, groups, &wa, &um));
+  if (r) {
+    VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, r, 16, "r", x->dtype, "x"));
+    VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, r, 16, "r", yshape, 4));
+    /* r is read after y is written where the epilogue runs apart */
+    int64_t ro = vmcl_elem_offset(r), yo = vmcl_elem_offset(y), n = vm_tensor_numel(y);
+    if (vmcl_tensor_mem(r) == vmcl_tensor_mem(y) && ro < yo + n && yo < ro + n)
+      return vmcl_op_error(&op, "r (argument 16) overlaps y (argument 17); give y its own memory");
+  }
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
 
   vmcl_dev_t *d = op.d;
@@ -761,11 +812,34 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
   int pw16 = pointwise && !og1;
   if (pw16 && P == 1 && groups == 1 && vm_dtype_equal(x->dtype, VM_F32) &&
       (!bias || vm_dtype_equal(bias->dtype, VM_F32)))
-    return conv_one_pixel(d, op.dev, x, w, bias, y, N, C, O, act, am, aa);
+    return conv_one_pixel(d, op.dev, x, w, bias, y, r, N, C, O, act, am, aa);
   if (!og1) {
-    conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa, pw16, u, um};
+    conv_shape_t s = {N, C, H, W, O, OH, OW, KH, KW, groups, act, am, aa, wa, pw16, u, um, r};
     return conv_general(d, op.dev, x, w, bias, y, &s);
   }
+  if (r) {
+    /* one output channel per group: the kernels' store has no residual; the
+     * convolution with its bias, then conv2d_epilogue adds r and the rest */
+    int64_t fa = act;
+    double fm = am, fd = aa;
+    act = CONV_ACT_NONE, am = 1.0, aa = 0.0;
+    vm_status_t st = conv_og1_run(d, x, w, bias, y, N, C, H, W, O, OH, OW, KH, KW, &wa,
+                                  pointwise, act, am, aa);
+    return st ? st : conv_epilogue_launch(d, y, NULL, r, N, O, P, fa, fm, fd);
+  }
+  return conv_og1_run(d, x, w, bias, y, N, C, H, W, O, OH, OW, KH, KW, &wa, pointwise, act, am,
+                      aa);
+}
+
+/* One output channel per group: conv2d_dw<K>s<SH><SW> where conv_dw_ok, else
+ * conv2d_og1 (8-pixel blocks of a row x rows x (n, o): conv.cl). */
+static vm_status_t conv_og1_run(vmcl_dev_t *d, const vm_tensor_t *x, const vm_tensor_t *w,
+                                const vm_tensor_t *bias, const vm_tensor_t *y, int64_t N,
+                                int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH,
+                                int64_t OW, int64_t KH, int64_t KW, const window_t *wp,
+                                int pointwise, int64_t act, double am, double aa) {
+  window_t wa = *wp;
+  int64_t P = OH * OW;
   if (conv_dw_ok(C, O, KH, KW, &wa)) return conv_dw(d, x, w, bias, y, N, C, H, W, OH, OW, KH, &wa,
                                                     act, am, aa);
   cl_kernel k;

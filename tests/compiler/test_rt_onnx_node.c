@@ -2123,6 +2123,102 @@ static void test_conv_epilogue_folded(void **state) {
   for (int v = 0; v < 5; v++) conv_epilogue_case(*state, v);
 }
 
+/* A residual Add after a Conv goes into the convolution's store (cl.conv2d's
+ * 18-argument form: y = act(conv + bias + r)): two 1x1 Convs of x, a (w1)
+ * and c (w2 and bias b), then Add(c, a) and maybe Relu, in four variants:
+ * 0 Add(c, a) then Relu; 1 Add(a, c), no Relu; 2 the NHWC form converters
+ * of TensorFlow models write (x NHWC, Transposes to NCHW before and to NHWC
+ * after each Conv, a per-channel Mul between the Conv and the Add, y NHWC);
+ * 3 Add(c, GlobalAveragePool(a)), a broadcast: not a residual, the Add
+ * stays a cl.binary.add. Every result matches the host. */
+static void conv_residual_case(env_t *e, int variant) {
+  enum { C = 4, H = 5, W = 6, O = 7 };
+  static float x[C * H * W], xc[C * H * W], w1[O * C], w2[O * C], b[O], sc[O];
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)((i * 37) % 11) / 4.0f - 1.25f;
+  for (int i = 0; i < O * C; i++) {
+    w1[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+    w2[i] = (float)((i * 5) % 9) / 9.0f - 0.45f;
+  }
+  for (int o = 0; o < O; o++) {
+    b[o] = 0.25f * (float)o - 0.75f;
+    sc[o] = variant == 2 ? 0.5f + 0.125f * (float)o : 1.0f;
+  }
+  int nhwc = variant == 2;
+  /* x as [C, H, W] for the host */
+  for (int c = 0; c < C; c++)
+    for (int p = 0; p < H * W; p++) xc[c * H * W + p] = nhwc ? x[p * C + c] : x[c * H * W + p];
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, C, H, W}, xn[4] = {1, H, W, C}, wd[4] = {O, C, 1, 1}, od[1] = {O};
+  int64_t yd[4] = {1, O, H, W}, yn[4] = {1, H, W, O}, to_nchw[4] = {0, 3, 1, 2},
+          to_nhwc[4] = {0, 2, 3, 1};
+  mb_input(&m, "x", 4, nhwc ? xn : xd);
+  mb_output(&m, "y", 4, nhwc ? yn : yd);
+  mb_init_raw(&m, "w1", 1, 4, wd, w1, sizeof(w1));
+  mb_init_raw(&m, "w2", 1, 4, wd, w2, sizeof(w2));
+  mb_init_raw(&m, "b", 1, 1, od, b, sizeof(b));
+  const char *xin_name = "x";
+  if (nhwc) {
+    Onnx__NodeProto *t = mb_node(&m, "Transpose", "tx", "x", NULL, "xt");
+    mb_attr_ints(&m, t, "perm", to_nchw, 4);
+    xin_name = "xt";
+  }
+  mb_node(&m, "Conv", "conv1", xin_name, "w1", "a");
+  if (nhwc) {
+    Onnx__NodeProto *t = mb_node(&m, "Transpose", "ta", "a", NULL, "an");
+    mb_attr_ints(&m, t, "perm", to_nhwc, 4);
+  }
+  Onnx__NodeProto *conv = mb_node(&m, "Conv", "conv2", xin_name, "w2", "c");
+  mb_node_input(conv, "b");
+  if (variant == 0) {
+    mb_node(&m, "Add", "add", "c", "a", "s");
+    mb_node(&m, "Relu", "relu", "s", NULL, "y");
+  } else if (variant == 1) {
+    mb_node(&m, "Add", "add", "a", "c", "y");
+  } else if (variant == 2) {
+    mb_init_raw(&m, "sc", 1, 1, od, sc, sizeof(sc));
+    Onnx__NodeProto *t = mb_node(&m, "Transpose", "tc", "c", NULL, "cn");
+    mb_attr_ints(&m, t, "perm", to_nhwc, 4);
+    mb_node(&m, "Mul", "bn", "cn", "sc", "cs");
+    mb_node(&m, "Add", "add", "cs", "an", "s");
+    mb_node(&m, "Relu", "relu", "s", NULL, "y");
+  } else {
+    mb_node(&m, "GlobalAveragePool", "gap", "a", NULL, "g");
+    mb_node(&m, "Add", "add", "c", "g", "s");
+    mb_node(&m, "Relu", "relu", "s", NULL, "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(x)};
+  if (nhwc) memcpy(xin.shape, xn, sizeof(xn));
+  float got[O * H * W];
+  static const char *const ops[3] = {"cl.binary.add", "cl.unary.relu", "cl.conv2d"};
+  uint32_t counts[3];
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 3, counts);
+  assert_int_equal(counts[0], variant == 3);
+  assert_int_equal(counts[1], variant == 3);
+  assert_int_equal(counts[2], 2);
+  double max_err = 0;
+  for (int o = 0; o < O; o++) {
+    double gap = 0;
+    for (int p = 0; p < H * W; p++) gap += host_conv_at(xc, w1, C, H, W, 1, o, p / W, p % W);
+    gap /= H * W;
+    for (int i = 0; i < H; i++)
+      for (int j = 0; j < W; j++) {
+        double cv = sc[o] * (b[o] + host_conv_at(xc, w2, C, H, W, 1, o, i, j));
+        double av = variant == 3 ? gap : host_conv_at(xc, w1, C, H, W, 1, o, i, j);
+        double want = cv + av;
+        if (variant != 1 && want < 0) want = 0;
+        double d = fabs(want - got[nhwc ? (i * W + j) * O + o : (o * H + i) * W + j]);
+        if (d > max_err) max_err = d;
+      }
+  }
+  if (max_err > 1e-5) fail_msg("conv residual (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_conv_residual_folded(void **state) {
+  for (int v = 0; v < 4; v++) conv_residual_case(*state, v);
+}
+
 /* The tensor constants of x shaped [a, o, c]. */
 static int count_consts3(const vm_executable_t *x, int64_t a, int64_t o, int64_t c) {
   int n = 0;
@@ -3177,6 +3273,7 @@ int main(void) {
       cmocka_unit_test(test_pad_folded),
       cmocka_unit_test(test_hard_act_rewritten),
       cmocka_unit_test(test_conv_epilogue_folded),
+      cmocka_unit_test(test_conv_residual_folded),
       cmocka_unit_test(test_conv_wino_filter),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
@@ -3200,5 +3297,8 @@ int main(void) {
       cmocka_unit_test(test_lstm_unrolled_rewritten),
       cmocka_unit_test(test_einsum_float32),
   };
+  /* TEST_FILTER=test_conv* runs the matching tests only (as test_ops_nn.c) */
+  const char *filter = getenv("TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

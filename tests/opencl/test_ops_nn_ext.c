@@ -188,15 +188,147 @@ static void test_conv2d_asym(void **state) {
                 "pad_w, dil_h, dil_w, groups, y), 13 arguments (x, w, bias|none, stride_h, "
                 "stride_w, pad_top, pad_left, pad_bottom, pad_right, dil_h, dil_w, groups, y), "
                 "16 arguments (x, w, bias|none, stride_h, stride_w, pad_top, pad_left, "
-                "pad_bottom, pad_right, dil_h, dil_w, groups, act, act_mul, act_add, y) or 17 "
+                "pad_bottom, pad_right, dil_h, dil_w, groups, act, act_mul, act_add, y), 17 "
                 "arguments (x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, "
-                "pad_right, dil_h, dil_w, groups, act, act_mul, act_add, u, y), got 12");
+                "pad_right, dil_h, dil_w, groups, act, act_mul, act_add, u, y) or 18 arguments "
+                "(x, w, bias|none, stride_h, stride_w, pad_top, pad_left, pad_bottom, pad_right, "
+                "dil_h, dil_w, groups, act, act_mul, act_add, u|none, r, y), got 12");
   /* a huge end pad: rejected by range, never overflows */
   args[11] = vm_value_int(1);
   args[7] = vm_value_int(INT64_MAX);
   ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 13), VM_INVALID_ARGUMENT,
                 "pad_bottom (argument 7) is 9223372036854775807, expected 0 to 1048576");
   release_all((vm_value_t[]){x, w, y}, 3);
+}
+
+/* ---------------------------------------------------------------------------
+ * cl.conv2d, 18-argument form: the residual r in the epilogue
+ */
+
+/* cl.conv2d(..., act, am, aa, none, r, y) against act(ref + r) * am + aa,
+ * on the formulation form names (VMCL_CONV; NULL: the tuning table's). */
+static void check_conv_res(tops_env_t *e, vm_dtype_t dt, const conv_case_t *c, int64_t act,
+                           double am, double aa, const char *form) {
+  int64_t OH = (c->H + c->pt + c->pb - c->dh * (c->KH - 1) - 1) / c->sh + 1;
+  int64_t OW = (c->W + c->pl + c->pr - c->dw * (c->KW - 1) - 1) / c->sw + 1;
+  int64_t xd[4] = {c->N, c->C, c->H, c->W}, yd[4] = {c->N, c->O, OH, OW};
+  int64_t wd[4] = {c->O, c->C / c->groups, c->KH, c->KW};
+  size_t nx = (size_t)tops_numel(4, xd), nw = (size_t)tops_numel(4, wd);
+  size_t ny = (size_t)tops_numel(4, yd);
+  float *x = tops_rand(nx, 71, -1, 1), *w = tops_rand(nw, 72, -1, 1);
+  float *bias = tops_rand((size_t)c->O, 73, -1, 1), *r = tops_rand(ny, 74, -2, 2);
+  float *want = malloc(ny * sizeof(float) + 4), *got = malloc(ny * sizeof(float) + 4);
+  assert_true(want && got);
+  if (is_f16(dt)) {
+    tops_round_f16(x, nx);
+    tops_round_f16(w, nw);
+    tops_round_f16(bias, (size_t)c->O);
+    tops_round_f16(r, ny);
+  }
+  ref_conv2d(x, w, bias, want, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, c->sh, c->sw, c->pt,
+             c->pl, c->dh, c->dw, c->groups, OH, OW);
+  for (size_t i = 0; i < ny; i++) {
+    double v = (double)want[i] + r[i];
+    if (act == 1 && v < 0) v = 0;
+    want[i] = (float)(v * am + aa);
+  }
+  vm_value_t args[18] = {tops_tensor_f(e, dt, 4, xd, x),
+                         tops_tensor_f(e, dt, 4, wd, w),
+                         tops_tensor_f(e, dt, 1, &c->O, bias),
+                         vm_value_int(c->sh),
+                         vm_value_int(c->sw),
+                         vm_value_int(c->pt),
+                         vm_value_int(c->pl),
+                         vm_value_int(c->pb),
+                         vm_value_int(c->pr),
+                         vm_value_int(c->dh),
+                         vm_value_int(c->dw),
+                         vm_value_int(c->groups),
+                         vm_value_int(act),
+                         vm_value_float(am),
+                         vm_value_float(aa),
+                         vm_value_none(),
+                         tops_tensor_f(e, dt, 4, yd, r),
+                         tops_tensor(e, dt, 4, yd, NULL)};
+  if (form) setenv("VMCL_CONV", form, 1);
+  vm_status_t st = tops_call(e, "cl.conv2d", args, 18);
+  unsetenv("VMCL_CONV");
+  ASSERT_OK(st);
+  tops_read_f(e, &args[17], got);
+  double sk = sqrt((double)(c->C / c->groups * c->KH * c->KW) + 1);
+  char what[96];
+  snprintf(what, sizeof(what), "cl.conv2d residual %s C%lld O%lld k%lld g%lld",
+           form ? form : "tuned", (long long)c->C, (long long)c->O, (long long)c->KH,
+           (long long)c->groups);
+  tops_assert_close(got, want, ny, (is_f16(dt) ? 4e-3 : 1e-4) * sk, is_f16(dt) ? 2e-3 : 1e-4,
+                    what);
+  tops_check_guard(e, &args[17]);
+  release_all(args, 18);
+  free(x);
+  free(w);
+  free(bias);
+  free(r);
+  free(want);
+  free(got);
+}
+
+static void test_conv2d_residual(void **state) {
+  tops_env_t *e = *state;
+  static const conv_case_t cases[] = {
+      /* N  C  H   W  O  KH KW sh sw pt pl pb pr dh dw g */
+      {1, 16, 7, 7, 20, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* 1x1: 49 pixels, 20 channels */
+      {2, 8, 4, 8, 12, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* 1x1, two images */
+      {1, 9, 9, 10, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},   /* 3x3 (Winograd's shapes) */
+      {1, 6, 11, 9, 10, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 2},  /* strided, groups */
+      {1, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 8},    /* depthwise */
+      {1, 4, 6, 6, 4, 2, 2, 1, 1, 0, 0, 1, 1, 1, 1, 4},    /* one channel per group (og1) */
+      {3, 12, 1, 1, 10, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* one pixel per image */
+  };
+  static const char *const forms[] = {NULL, "direct", "direct6", "gemm", "wino", "wino4"};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++)
+      check_conv_res(e, VM_F32, &cases[i], f % 2 ? 1 : 0, f == 2 ? 0.5 : 1.0, f == 2 ? 0.25 : 0.0,
+                     forms[f]);
+  check_conv_res(e, VM_F16, &cases[0], 1, 1.0, 0.0, NULL);
+  check_conv_res(e, VM_F16, &cases[3], 1, 1.0, 0.0, NULL);
+  check_conv_res(e, VM_F16, &cases[4], 0, 2.0, -1.0, NULL);
+
+  /* r of another shape or dtype, r over y, the argument count */
+  vm_value_t x = tops_plain(e, VM_F32, 4, DIMS(1, 2, 5, 5));
+  vm_value_t w = tops_plain(e, VM_F32, 4, DIMS(3, 2, 1, 1));
+  vm_value_t y = tops_plain(e, VM_F32, 4, DIMS(1, 3, 5, 5));
+  vm_value_t rb = tops_plain(e, VM_F32, 4, DIMS(1, 3, 5, 4));
+  vm_value_t rh = tops_plain(e, VM_F16, 4, DIMS(1, 3, 5, 5));
+  vm_value_t args[18] = {x,
+                         w,
+                         vm_value_none(),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(0),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_int(1),
+                         vm_value_float(1.0),
+                         vm_value_float(0.0),
+                         vm_value_none(),
+                         rb,
+                         y};
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 18), VM_INVALID_ARGUMENT,
+                "cl.conv2d: r (argument 16) has shape [1, 3, 5, 4], expected [1, 3, 5, 5]");
+  args[16] = rh;
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 18), VM_INVALID_ARGUMENT,
+                "cl.conv2d: r (argument 16) has dtype float16, expected float32 (the dtype of x)");
+  args[16] = y;
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 18), VM_INVALID_ARGUMENT,
+                "cl.conv2d: r (argument 16) overlaps y (argument 17); give y its own memory");
+  args[16] = vm_value_none();
+  ASSERT_STATUS(tops_call(e, "cl.conv2d", args, 18), VM_INVALID_ARGUMENT,
+                "cl.conv2d: r (argument 16) must be a tensor, got none");
+  release_all((vm_value_t[]){x, w, y, rb, rh}, 5);
 }
 
 /* ---------------------------------------------------------------------------
@@ -817,9 +949,13 @@ static void test_resize(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv2d_asym),
+      cmocka_unit_test(test_conv2d_residual),
       cmocka_unit_test(test_pool2d_onnx),
       cmocka_unit_test(test_resize),
       cmocka_unit_test(test_conv_transpose2d),
   };
+  /* TEST_FILTER=test_conv* runs the matching tests only (as test_ops_nn.c) */
+  const char *filter = getenv("TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   return cmocka_run_group_tests(tests, tops_setup, tops_teardown);
 }
