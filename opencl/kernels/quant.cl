@@ -263,6 +263,10 @@ __kernel void dynamic_quantize_item(__global const S *x, int xo, int n, __global
  * never contracted into an fma with it. res has y's layout from element
  * ro (the store's index less yo). QRES_PARAMS: the kernels' arguments. */
 #if defined(QRES) && MODE == 1
+/* and no contraction anywhere after this in the program: GPU compilers
+ * (NVPTX's) may fuse a multiply and an add across the inlined function
+ * boundary; the inner loops call fma() themselves */
+#pragma OPENCL FP_CONTRACT OFF
 #define QRES_PARAMS , __global const S *res, int ro
 float8 qres_add8(float8 p, __global const S *r) {
   return p + LDU8(r);

@@ -350,6 +350,16 @@ vm_status_t vmcl_op_dtype_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t
                        vm_dtype_str(dt, b2, sizeof(b2)), from_what);
 }
 
+vm_status_t vmcl_op_disjoint(const vmcl_op_t *op, const vm_tensor_t *a, uint32_t ia,
+                             const char *aname, const vm_tensor_t *b, uint32_t ib,
+                             const char *bname, int exact_ok) {
+  if (vmcl_tensor_mem(a) != vmcl_tensor_mem(b)) return VM_STATUS_OK;
+  int64_t ao = vmcl_elem_offset(a), bo = vmcl_elem_offset(b), n = vm_tensor_numel(b);
+  if (n == 0 || ao >= bo + n || bo >= ao + n || (exact_ok && ao == bo)) return VM_STATUS_OK;
+  return vmcl_op_error(op, "%s (argument %u) overlaps %s (argument %u); give %s its own memory",
+                       aname, ia, bname, ib, bname);
+}
+
 vm_status_t vmcl_op_shape_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                              const char *what, const int64_t *shape, uint32_t ndim) {
   int same = t->ndim == ndim;

@@ -140,6 +140,14 @@ vm_status_t vmcl_op_real_dtype(const vmcl_op_t *op, const vm_tensor_t *t, uint32
 vm_status_t vmcl_op_dtype_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                              const char *what, vm_dtype_t dt, const char *from_what);
 /* t must have exactly this shape. */
+/* Refuses a read operand a whose elements share memory with the written
+ * b ("a (argument ia) overlaps b (argument ib); give b its own memory"),
+ * both taken as vm_tensor_numel(b) elements from their offsets; exact_ok
+ * lets a be b itself (a kernel that reads each element where it then
+ * writes it). */
+vm_status_t vmcl_op_disjoint(const vmcl_op_t *op, const vm_tensor_t *a, uint32_t ia,
+                             const char *aname, const vm_tensor_t *b, uint32_t ib,
+                             const char *bname, int exact_ok);
 vm_status_t vmcl_op_shape_eq(const vmcl_op_t *op, const vm_tensor_t *t, uint32_t idx,
                              const char *what, const int64_t *shape, uint32_t ndim);
 

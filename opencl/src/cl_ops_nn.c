@@ -776,9 +776,7 @@ vm_status_t vmcl_op_conv2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
     VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, r, 16, "r", x->dtype, "x"));
     VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, r, 16, "r", yshape, 4));
     /* r is read after y is written where the epilogue runs apart */
-    int64_t ro = vmcl_elem_offset(r), yo = vmcl_elem_offset(y), n = vm_tensor_numel(y);
-    if (vmcl_tensor_mem(r) == vmcl_tensor_mem(y) && ro < yo + n && yo < ro + n)
-      return vmcl_op_error(&op, "r (argument 16) overlaps y (argument 17); give y its own memory");
+    VM_RETURN_IF_ERROR(vmcl_op_disjoint(&op, r, 16, "r", y, 17, "y", 0));
   }
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
 

@@ -513,6 +513,8 @@ static vm_status_t qgemm_op(const vm_value_t *args, uint32_t nargs, int packed) 
                                 "supported: one output");
     VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, res, 12, "residual", e.y->dtype, "y"));
     VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, res, 12, "residual", e.y->shape, e.y->ndim));
+    /* each element is read where it is then written: y itself is fine */
+    VM_RETURN_IF_ERROR(vmcl_op_disjoint(&op, res, 12, "residual", e.y, 7, "y", 1));
     size_t n = strlen(e.opts);
     snprintf(e.opts + n, sizeof(e.opts) - n, " -DQRES");
   }

@@ -1376,7 +1376,10 @@ static void dynamic_matmul_case(env_t *e, int variant) {
         acc += ((int32_t)q - (int32_t)zp) * ((int32_t)w[k * N + j] - wz);
       }
       float sc = xs * ws[j];
-      float want = (float)acc * sc;
+      /* volatile: the reference rounds the product before the adds, as the
+       * kernel does (gnu11 lets the compiler contract into an fma) */
+      volatile float prod = (float)acc * sc;
+      float want = prod;
       if (variant == 2) want += sc;
       if (variant == 3) want += (float)acc;
       float r = x[(variant == 7 ? 0 : i) * K + j];

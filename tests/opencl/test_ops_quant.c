@@ -451,6 +451,21 @@ static void test_qgemm_residual(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 13), VM_INVALID_ARGUMENT,
                 "cl.qgemm_packed: residual (argument 12) has dtype float16");
   vm_value_release(&a[12]);
+  /* y itself as the residual is fine (each element is read where it is
+   * then written); y's memory one row on is not */
+  vm_value_t sv, shifted;
+  ASSERT_OK(vm_storage_alloc(e->alloc, (M + 1) * N * 4, &sv));
+  vm_value_release(&a[7]);
+  ASSERT_OK(vm_tensor_new(vm_value_as_storage(&sv), 0, VM_F32, DIMS(M, N), 2, &a[7]));
+  ASSERT_OK(vm_tensor_new(vm_value_as_storage(&sv), N * 4, VM_F32, DIMS(M, N), 2, &shifted));
+  a[12] = a[7];
+  ASSERT_OK(tops_call(e, "cl.qgemm_packed", a, 13));
+  a[12] = shifted;
+  ASSERT_STATUS(tops_call(e, "cl.qgemm_packed", a, 13), VM_INVALID_ARGUMENT,
+                "cl.qgemm_packed: residual (argument 12) overlaps y (argument 7); give y its own "
+                "memory");
+  vm_value_release(&shifted);
+  vm_value_release(&sv);
   a[12] = tops_plain(e, VM_F32, 2, DIMS(M, N));
   vm_value_t keep[3] = {a[1], a[4], a[7]}; /* B, mul, y of one output */
   a[7] = tops_plain(e, VM_I32, 2, DIMS(M, N));
