@@ -1232,7 +1232,10 @@ vm_status_t onx_op_avgpool(onx_ctx_t *c) {
  * Sigmoid -> Mul by x, each value alone read by the next (Identity nodes
  * between them looked through): MobileNetV3's and PP-LCNet's SE block. */
 
-enum { SE_MAX_NODES = 48, SE_MAX_LOCAL = 4096 };
+/* cl.squeeze_excite runs each image on one work-group (one core on a CPU
+ * device): maps of more than SE_MAX_MAP elements per image (PP-OCRv4
+ * det's SE blocks on 120x160 maps) keep the separate, parallel calls. */
+enum { SE_MAX_NODES = 48, SE_MAX_LOCAL = 4096, SE_MAX_MAP = 1 << 16 };
 
 typedef struct se_walk {
   int64_t nodes[SE_MAX_NODES];
@@ -1335,7 +1338,9 @@ fail:
  * skipped, the Mul's output bound), 0 when the nodes do not fit. */
 static vm_status_t squeeze_excite(onx_ctx_t *c, onx_value_t *x, int *done) {
   *done = 0;
-  if (x->ndim != 4 || !vm_dtype_equal(x->dt, VM_F32) || !x->name) return VM_STATUS_OK;
+  if (x->ndim != 4 || !vm_dtype_equal(x->dt, VM_F32) || !x->name || x->dims[0] < 1 ||
+      x->numel / x->dims[0] > SE_MAX_MAP)
+    return VM_STATUS_OK;
   const Onnx__GraphProto *g = c->graph;
   se_walk_t w = {{0}, 0};
   size_t slot = 0;
