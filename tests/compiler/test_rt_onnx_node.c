@@ -2100,10 +2100,16 @@ static void test_conv_epilogue_folded(void **state) {
  * variants: 0 HardSigmoid and 1 Sigmoid, each lowered to one
  * cl.squeeze_excite (no cl.pool2d.global_avg); 2 the gate read by a second
  * Mul too and 3 the Relu a Tanh: neither fits, so the nodes stay separate
- * calls. Every result matches the host. */
+ * calls; 4 a map of 66000 elements (past 65536: one work-group per image
+ * would be one core) stays separate too. Every result matches the host. */
 static void se_case(env_t *e, int variant) {
-  enum { C = 6, H = 3, W = 5, R = 2 };
-  static float x[C * H * W], w1[R * C], a1[R], w2[C * R], b2[C], a2[C];
+  enum { C = 6, R = 2 };
+  /* variant 4: 66000 elements, past the one-work-group limit */
+  int H = variant == 4 ? 110 : 3, W = variant == 4 ? 100 : 5;
+  size_t nx = (size_t)(C * H * W);
+  static float w1[R * C], a1[R], w2[C * R], b2[C], a2[C];
+  float *x = malloc(sizeof(float) * nx), *got = malloc(sizeof(float) * nx);
+  assert_true(x && got);
   for (int i = 0; i < C * H * W; i++) x[i] = (float)((i * 37) % 11) / 2.0f - 2.5f;
   for (int i = 0; i < R * C; i++) w1[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
   for (int i = 0; i < C * R; i++) w2[i] = (float)((i * 5) % 9) / 3.0f - 1.3f;
@@ -2141,13 +2147,13 @@ static void se_case(env_t *e, int variant) {
   mb_node(&m, "Mul", "mul", "x", "g", variant == 2 ? "y0" : "y");
   if (variant == 2) mb_node(&m, "Mul", "mul2", "y0", "g", "y");
   vmcc_onnx_report_t rep;
-  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(x)};
-  float got[C * H * W];
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(float) * nx};
   static const char *const ops[2] = {"cl.squeeze_excite", "cl.pool2d.global_avg"};
   uint32_t counts[2];
-  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 2, counts);
-  assert_int_equal(counts[0], variant < 2 ? 1 : 0);
-  assert_int_equal(counts[1], variant < 2 ? 0 : 1);
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(float) * nx, ops, 2, counts);
+  int fused = variant < 2;
+  assert_int_equal(counts[0], fused ? 1 : 0);
+  assert_int_equal(counts[1], fused ? 0 : 1);
   double pool[C], hid[R], max_err = 0;
   for (int c = 0; c < C; c++) {
     double t = 0;
@@ -2169,11 +2175,13 @@ static void se_case(env_t *e, int variant) {
       if (d > max_err) max_err = d;
     }
   }
+  free(x);
+  free(got);
   if (max_err > 1e-5) fail_msg("squeeze-excite (variant %d): max abs error %g", variant, max_err);
 }
 
 static void test_squeeze_excite_fused(void **state) {
-  for (int v = 0; v < 4; v++) se_case(*state, v);
+  for (int v = 0; v < 5; v++) se_case(*state, v);
 }
 
 /* The tensor constants of x shaped [a, o, c]. */
