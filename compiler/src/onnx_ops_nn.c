@@ -1287,12 +1287,204 @@ vm_status_t onx_op_avgpool(onx_ctx_t *c) {
   return pool_common(c, 0);
 }
 
+/* ---- squeeze-excitation (cl.squeeze_excite) ----
+ * GlobalAveragePool(x) -> 1x1 Conv (R outputs) -> per-channel Add/Mul ->
+ * Relu -> 1x1 Conv (C outputs) -> per-channel Add/Mul -> HardSigmoid or
+ * Sigmoid -> Mul by x, each value alone read by the next (Identity nodes
+ * between them looked through): MobileNetV3's and PP-LCNet's SE block. */
+
+/* cl.squeeze_excite runs each image on one work-group (one core on a CPU
+ * device): maps of more than SE_MAX_MAP elements per image (PP-OCRv4
+ * det's SE blocks on 120x160 maps) keep the separate, parallel calls. */
+enum { SE_MAX_NODES = 48, SE_MAX_LOCAL = 4096, SE_MAX_MAP = 1 << 16 };
+
+typedef struct se_walk {
+  int64_t nodes[SE_MAX_NODES];
+  int n;
+} se_walk_t;
+
+/* The node that alone reads `name` after `after`, looking through
+ * Identity nodes (recorded in w); -1 when none or too many. */
+static int64_t se_next(onx_ctx_t *c, const char *name, size_t after, size_t *slot, se_walk_t *w) {
+  for (;;) {
+    int64_t j = onx_sole_consumer(c, name, after, slot);
+    if (j < 0 || w->n >= SE_MAX_NODES) return -1;
+    const Onnx__NodeProto *n = c->graph->node[j];
+    if (strcmp(n->op_type, "Identity") != 0) return j;
+    w->nodes[w->n++] = j;
+    name = n->output[0];
+    after = (size_t)j;
+  }
+}
+
+/* Whether node j is a Conv of a [N, ci, 1, 1] float32 map by constant
+ * weights [co, ci, 1, 1] (co set from them), one group, no padding, with a
+ * constant bias or none; its weights go to *wv, its bias (or NULL) *bv. */
+static int se_conv(onx_ctx_t *c, int64_t j, size_t slot, int64_t ci, int64_t *co,
+                   onx_value_t **wv, onx_value_t **bv) {
+  const Onnx__NodeProto *n = c->graph->node[j];
+  if (strcmp(n->op_type, "Conv") != 0 || slot != 0 || n->n_input < 2) return 0;
+  for (size_t k = 0; k < n->n_attribute; k++) {
+    const Onnx__AttributeProto *at = n->attribute[k];
+    if (strcmp(at->name, "group") == 0) {
+      if (at->i != 1) return 0;
+    } else if (strcmp(at->name, "pads") == 0) {
+      for (size_t i = 0; i < at->n_ints; i++)
+        if (at->ints[i] != 0) return 0;
+    } else if (strcmp(at->name, "auto_pad") == 0) {
+      if (at->s.len && !(at->s.len == 5 && memcmp(at->s.data, "VALID", 5) == 0) &&
+          !(at->s.len == 6 && memcmp(at->s.data, "NOTSET", 6) == 0))
+        return 0;
+    } else if (strcmp(at->name, "kernel_shape") == 0) {
+      for (size_t i = 0; i < at->n_ints; i++)
+        if (at->ints[i] != 1) return 0;
+    } else if (strcmp(at->name, "strides") != 0 && strcmp(at->name, "dilations") != 0) {
+      return 0; /* strides and dilations do not matter on a 1x1 map */
+    }
+  }
+  onx_value_t *w = onx_lookup_const(c, n->input[1]);
+  if (!w || !w->data || !vm_dtype_equal(w->dt, VM_F32) || w->ndim != 4 || w->dims[1] != ci ||
+      w->dims[2] != 1 || w->dims[3] != 1 || w->dims[0] < 1)
+    return 0;
+  onx_value_t *b = NULL;
+  if (n->n_input > 2 && n->input[2] && n->input[2][0]) {
+    b = onx_lookup_const(c, n->input[2]);
+    if (!b || !b->data || !vm_dtype_equal(b->dt, VM_F32) || b->numel != w->dims[0]) return 0;
+  }
+  *co = w->dims[0];
+  *wv = w;
+  *bv = b;
+  return 1;
+}
+
+/* From Conv node j (co outputs, weights wv, bias bv), the per-channel
+ * affine nodes after it folded into weights (*fw, co x ci, malloc'd) and
+ * bias (*fb): the node after them (through Identity), or -1. */
+static int64_t se_folded_conv(onx_ctx_t *c, int64_t j, int64_t ci, int64_t co,
+                              const onx_value_t *wv, const onx_value_t *bv, se_walk_t *w,
+                              double **fw, double **fb, size_t *slot) {
+  double *a = malloc((size_t)co * sizeof(double)), *b = malloc((size_t)co * sizeof(double));
+  *fw = malloc((size_t)(co * ci) * sizeof(double));
+  if (!a || !b || !*fw) goto fail;
+  for (int64_t o = 0; o < co; o++) {
+    a[o] = 1.0;
+    b[o] = bv ? onx_ld_f(bv->dt, bv->data, o) : 0.0;
+  }
+  const char *cur = c->graph->node[j]->output[0];
+  int64_t k;
+  for (;;) {
+    k = se_next(c, cur, (size_t)j, slot, w);
+    if (k < 0 || !fold_affine(c, c->graph->node[k], *slot, 4, 1, co, a, b)) break;
+    if (w->n >= SE_MAX_NODES) goto fail;
+    w->nodes[w->n++] = k;
+    cur = c->graph->node[k]->output[0];
+    j = k;
+  }
+  if (k < 0) goto fail;
+  for (int64_t o = 0; o < co; o++)
+    for (int64_t i = 0; i < ci; i++) (*fw)[o * ci + i] = a[o] * onx_ld_f(wv->dt, wv->data, o * ci + i);
+  free(a);
+  *fb = b;
+  return k;
+fail:
+  free(a);
+  free(b);
+  free(*fw);
+  *fw = *fb = NULL;
+  return -1;
+}
+
+/* Lowers the SE block that starts at the current GlobalAveragePool (of the
+ * float32 4-D x) to one cl.squeeze_excite: 1 when done (its nodes marked
+ * skipped, the Mul's output bound), 0 when the nodes do not fit. */
+static vm_status_t squeeze_excite(onx_ctx_t *c, onx_value_t *x, int *done) {
+  *done = 0;
+  if (x->ndim != 4 || !vm_dtype_equal(x->dt, VM_F32) || !x->name || x->dims[0] < 1 ||
+      x->numel / x->dims[0] > SE_MAX_MAP)
+    return VM_STATUS_OK;
+  const Onnx__GraphProto *g = c->graph;
+  se_walk_t w = {{0}, 0};
+  size_t slot = 0;
+  int64_t C = x->dims[1], R = 0, C2 = 0;
+  onx_value_t *w1, *b1, *w2, *b2;
+  double *fw1 = NULL, *fb1 = NULL, *fw2 = NULL, *fb2 = NULL;
+  int64_t j1 = se_next(c, c->node->output[0], c->node_idx, &slot, &w);
+  if (j1 < 0 || !se_conv(c, j1, slot, C, &R, &w1, &b1) || C + R > SE_MAX_LOCAL)
+    return VM_STATUS_OK;
+  w.nodes[w.n++] = j1;
+  int64_t relu = se_folded_conv(c, j1, C, R, w1, b1, &w, &fw1, &fb1, &slot);
+  int64_t j2 = -1, gate = -1, mul = -1;
+  int gk = 0;
+  double alpha = 0.2, beta = 0.5;
+  if (relu < 0 || strcmp(g->node[relu]->op_type, "Relu") != 0 || w.n >= SE_MAX_NODES) goto out;
+  w.nodes[w.n++] = relu;
+  j2 = se_next(c, g->node[relu]->output[0], (size_t)relu, &slot, &w);
+  if (j2 < 0 || !se_conv(c, j2, slot, R, &C2, &w2, &b2) || C2 != C || w.n >= SE_MAX_NODES) goto out;
+  w.nodes[w.n++] = j2;
+  gate = se_folded_conv(c, j2, R, C, w2, b2, &w, &fw2, &fb2, &slot);
+  if (gate < 0 || w.n >= SE_MAX_NODES) goto out;
+  const Onnx__NodeProto *gn = g->node[gate];
+  if (strcmp(gn->op_type, "HardSigmoid") == 0) {
+    for (size_t k = 0; k < gn->n_attribute; k++) {
+      const Onnx__AttributeProto *at = gn->attribute[k];
+      if (at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) goto out;
+      if (strcmp(at->name, "alpha") == 0)
+        alpha = at->f;
+      else if (strcmp(at->name, "beta") == 0)
+        beta = at->f;
+      else
+        goto out;
+    }
+  } else if (strcmp(gn->op_type, "Sigmoid") == 0) {
+    gk = 1;
+  } else {
+    goto out;
+  }
+  w.nodes[w.n++] = gate;
+  mul = se_next(c, gn->output[0], (size_t)gate, &slot, &w);
+  if (mul < 0 || w.n >= SE_MAX_NODES) goto out;
+  const Onnx__NodeProto *mn = g->node[mul];
+  if (strcmp(mn->op_type, "Mul") != 0 || mn->n_input != 2 || slot > 1 ||
+      !mn->input[1 - slot] || strcmp(mn->input[1 - slot], x->name) != 0)
+    goto out;
+  w.nodes[w.n++] = mul;
+  /* the gate is [N, C, 1, 1]: the product has x's shape */
+  int64_t d1[2] = {R, C}, db1[1] = {R}, d2[2] = {C, R}, db2[1] = {C};
+  int32_t t1 = onx_const_tensor_f(c, VM_F32, 2, d1, fw1), tb1 = onx_const_tensor_f(c, VM_F32, 1, db1, fb1);
+  int32_t t2 = onx_const_tensor_f(c, VM_F32, 2, d2, fw2), tb2 = onx_const_tensor_f(c, VM_F32, 1, db2, fb2);
+  free(fw1);
+  free(fb1);
+  free(fw2);
+  free(fb2);
+  if (t1 < 0 || tb1 < 0 || t2 < 0 || tb2 < 0)
+    return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
+  int32_t y = new_t(c, x->dt, 4, x->dims);
+  vmcc_arg_t a[9] = {A(onx_tid(c, x)), A(t1),       A(tb1), A(t2), A(tb2), I(gk),
+                     onx_float_arg(c, alpha), onx_float_arg(c, beta), A(y)};
+  call(c, "cl.squeeze_excite", 9, a);
+  for (int i = 0; i < w.n; i++) c->skip[w.nodes[i]] = 1;
+  c->fused = 1;
+  *done = 1;
+  return onx_bind_named(c, mn->output[0], y, 4, x->dims);
+out:
+  free(fw1);
+  free(fb1);
+  free(fw2);
+  free(fb2);
+  return VM_STATUS_OK;
+}
+
 vm_status_t onx_op_global_pool(onx_ctx_t *c) {
   onx_value_t *x;
   VM_RETURN_IF_ERROR(onx_in_req(c, 0, &x));
   VM_RETURN_IF_ERROR(need_float(c, x));
   if (x->ndim < 3) return onx_node_err(c, VM_INVALID_ARGUMENT, "input rank %u < 3", x->ndim);
   int is_max = c->op->arg; /* 1 GlobalMaxPool, 0 GlobalAveragePool */
+  if (!is_max) {
+    int done;
+    VM_RETURN_IF_ERROR(squeeze_excite(c, x, &done));
+    if (done) return VM_STATUS_OK;
+  }
   if (x->ndim == 4 && !is_max) {
     int64_t yd[4] = {x->dims[0], x->dims[1], 1, 1};
     int32_t y = new_t(c, x->dt, 4, yd);

@@ -339,3 +339,41 @@ __kernel void layer_norm_item(__global const S *x, int xo, __global const S *gam
 
 ARG_KERNEL(argmax, v > best)
 ARG_KERNEL(argmin, v < best)
+
+/* ---- cl.squeeze_excite ----
+ * A squeeze-excitation block in one launch, one work-group per image n:
+ * the global mean of each channel (pool[C]), hid = relu(w1 pool + b1)
+ * (w1 [R, C]), g = gate(w2 hid + b2) (w2 [C, R]; gate 0: hard sigmoid
+ * clamp(alpha v + beta, 0, 1) keeping NaN, 1: logistic sigmoid), then
+ * y = x * g per channel. pool and hid live in local memory (the host
+ * bounds C + R); the gate overwrites pool. */
+__kernel void squeeze_excite(__global const S *x, int xo, __global const S *w1, int w1o,
+                             __global const S *b1, int b1o, __global const S *w2, int w2o,
+                             __global const S *b2, int b2o, __global S *y, int yo, int C, int R,
+                             int HW, int gate, F alpha, F beta, F inv_hw, __local F *pool,
+                             __local F *hid) {
+  int lid = get_local_id(0), L = get_local_size(0);
+  int base = get_group_id(0) * C * HW;
+  for (int c = lid; c < C; c += L) {
+    int o = xo + base + c * HW;
+    F s = 0.0f;
+    for (int i = 0; i < HW; i++) s += LD(x, o + i);
+    pool[c] = s * inv_hw;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int r = lid; r < R; r += L) {
+    F s = LD(b1, b1o + r);
+    for (int c = 0; c < C; c++) s += LD(w1, w1o + r * C + c) * pool[c];
+    hid[r] = s < (F)0 ? (F)0 : s; /* NaN stays */
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int c = lid; c < C; c += L) {
+    F s = LD(b2, b2o + c);
+    for (int r = 0; r < R; r++) s += LD(w2, w2o + c * R + r) * hid[r];
+    F v = alpha * s + beta;
+    pool[c] = gate ? (F)1 / ((F)1 + exp(-s)) : (isnan(v) ? v : fmin(fmax(v, (F)0), (F)1));
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  int total = C * HW;
+  for (int i = lid; i < total; i += L) ST(LD(x, xo + base + i) * pool[i / HW], yo + base + i, y);
+}

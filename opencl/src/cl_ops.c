@@ -66,6 +66,7 @@ static const op_entry_t ops[] = {
     {"cl.pool2d.max", vmcl_op_pool2d, "max"},
     {"cl.pool2d.avg", vmcl_op_pool2d, "avg"},
     {"cl.pool2d.global_avg", vmcl_op_global_avg_pool2d, NULL},
+    {"cl.squeeze_excite", vmcl_op_squeeze_excite, NULL},
     {"cl.transpose", vmcl_op_transpose, NULL},
     {"cl.concat", vmcl_op_concat, NULL},
     {"cl.slice", vmcl_op_slice, NULL},

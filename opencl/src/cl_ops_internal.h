@@ -348,6 +348,8 @@ vm_status_t vmcl_op_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nar
                            void *user);
 vm_status_t vmcl_op_global_avg_pool2d(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                                       vm_value_t *out, void *user);
+vm_status_t vmcl_op_squeeze_excite(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                   vm_value_t *out, void *user);
 vm_status_t vmcl_op_transpose(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
                               vm_value_t *out, void *user);
 vm_status_t vmcl_op_concat(vm_machine_t *m, const vm_value_t *args, uint32_t nargs, vm_value_t *out,

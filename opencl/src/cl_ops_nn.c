@@ -1250,3 +1250,85 @@ vm_status_t vmcl_op_global_avg_pool2d(vm_machine_t *m, const vm_value_t *args, u
   static const int reduce[4] = {0, 0, 1, 1};
   return vmcl_reduce_launch(op.d, VMCL_REDUCE_MEAN, x, reduce, y);
 }
+
+/* Most C + R of cl.squeeze_excite: its pooled means and hidden values sit
+ * in local memory (16 KiB as float, within OpenCL's 32 KiB minimum). */
+#define SE_MAX_LOCAL 4096
+
+vm_status_t vmcl_op_squeeze_excite(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
+                                   vm_value_t *out, void *user) {
+  vmcl_op_t op;
+  vmcl_op_init(&op, "cl.squeeze_excite", "(x, w1, b1, w2, b2, gate, alpha, beta, y)", args, nargs);
+  VM_RETURN_IF_ERROR(vmcl_op_arity(&op, 9, 9));
+  vm_tensor_t *x, *w1, *b1, *w2, *b2, *y;
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 0, "x", &x));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 1, "w1", &w1));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 2, "b1", &b1));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 3, "w2", &w2));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 4, "b2", &b2));
+  VM_RETURN_IF_ERROR(vmcl_op_tensor(&op, 8, "y", &y));
+  VM_RETURN_IF_ERROR(vmcl_op_float_dtype(&op, x, 0, "x"));
+  vm_tensor_t *same[] = {w1, b1, w2, b2, y};
+  static const char *const what[] = {"w1", "b1", "w2", "b2", "y"};
+  static const uint32_t idx[] = {1, 2, 3, 4, 8};
+  for (int i = 0; i < 5; i++)
+    VM_RETURN_IF_ERROR(vmcl_op_dtype_eq(&op, same[i], idx[i], what[i], x->dtype, "x"));
+  if (x->ndim != 4) {
+    return vmcl_op_error(&op, "x (argument 0) must be 4-D (N, C, H, W), got %u dims", x->ndim);
+  }
+  if (w1->ndim != 2) {
+    return vmcl_op_error(&op, "w1 (argument 1) must be 2-D (R, C), got %u dims", w1->ndim);
+  }
+  int64_t N = x->shape[0], C = x->shape[1], HW = x->shape[2] * x->shape[3], R = w1->shape[0];
+  int64_t s_w1[2] = {R, C}, s_b1[1] = {R}, s_w2[2] = {C, R}, s_b2[1] = {C};
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, w1, 1, "w1", s_w1, 2));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, b1, 2, "b1", s_b1, 1));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, w2, 3, "w2", s_w2, 2));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, b2, 4, "b2", s_b2, 1));
+  VM_RETURN_IF_ERROR(vmcl_op_shape_eq(&op, y, 8, "y", x->shape, 4));
+  int64_t gate;
+  double alpha, beta;
+  VM_RETURN_IF_ERROR(vmcl_op_int(&op, 5, "gate", 0, 1, &gate));
+  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 6, "alpha", &alpha));
+  VM_RETURN_IF_ERROR(vmcl_op_float(&op, 7, "beta", &beta));
+  if (C + R > SE_MAX_LOCAL) {
+    return vmcl_op_error(&op, "C + R = %lld: at most %d (channels and hidden values are kept in "
+                         "local memory); write the block as separate operators",
+                         (long long)(C + R), SE_MAX_LOCAL);
+  }
+  if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
+  if (R == 0) {
+    return vmcl_op_error(&op, "w1 (argument 1) has no rows (R = 0)");
+  }
+  vmcl_dev_t *d = op.d;
+  cl_kernel k;
+  vm_status_t st;
+  pthread_mutex_lock(&d->lock);
+  st = vmcl_family_kernel(d, VMCL_FAM_REDUCE, vmcl_float_options(x->dtype), "squeeze_excite", &k);
+  if (st) goto done;
+  /* one work-group per image: its work-items share the channels */
+  size_t local = vmcl_local_size(d, k, 64);
+  vmcl_args_t a = vmcl_args_begin(k);
+  vm_tensor_t *in[] = {x, w1, b1, w2, b2, y};
+  for (int i = 0; i < 6; i++) {
+    vmcl_arg_mem(&a, vmcl_tensor_mem(in[i]));
+    vmcl_arg_int(&a, vmcl_elem_offset(in[i]));
+  }
+  vmcl_arg_int(&a, C);
+  vmcl_arg_int(&a, R);
+  vmcl_arg_int(&a, HW);
+  vmcl_arg_int(&a, gate);
+  vmcl_arg_real(&a, x->dtype, alpha);
+  vmcl_arg_real(&a, x->dtype, beta);
+  vmcl_arg_real(&a, x->dtype, 1.0 / (double)HW);
+  vmcl_arg_local(&a, (size_t)C * vmcl_real_bytes(x->dtype));
+  vmcl_arg_local(&a, (size_t)R * vmcl_real_bytes(x->dtype));
+  if (a.err != CL_SUCCESS) {
+    st = vmcl_status(a.err, "clSetKernelArg");
+    goto done;
+  }
+  st = vmcl_launch_1d(d, k, (size_t)N * local, local);
+done:
+  pthread_mutex_unlock(&d->lock);
+  return st;
+}

@@ -2222,6 +2222,97 @@ static void test_conv_residual_folded(void **state) {
   for (int v = 0; v < 4; v++) conv_residual_case(*state, v);
 }
 
+/* A squeeze-excitation block as PaddleOCR's exports write it:
+ * GlobalAveragePool, 1x1 Conv (no bias), Add of a [1, R, 1, 1] constant,
+ * Identity, Relu, 1x1 Conv (bias), Add of a [C, 1, 1] constant, then
+ * HardSigmoid (alpha 0.2, beta 0.5) or Sigmoid, Mul by x, in four
+ * variants: 0 HardSigmoid and 1 Sigmoid, each lowered to one
+ * cl.squeeze_excite (no cl.pool2d.global_avg); 2 the gate read by a second
+ * Mul too and 3 the Relu a Tanh: neither fits, so the nodes stay separate
+ * calls; 4 a map of 66000 elements (past 65536: one work-group per image
+ * would be one core) stays separate too. Every result matches the host. */
+static void se_case(env_t *e, int variant) {
+  enum { C = 6, R = 2 };
+  /* variant 4: 66000 elements, past the one-work-group limit */
+  int H = variant == 4 ? 110 : 3, W = variant == 4 ? 100 : 5;
+  size_t nx = (size_t)(C * H * W);
+  static float w1[R * C], a1[R], w2[C * R], b2[C], a2[C];
+  float *x = malloc(sizeof(float) * nx), *got = malloc(sizeof(float) * nx);
+  assert_true(x && got);
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)((i * 37) % 11) / 2.0f - 2.5f;
+  for (int i = 0; i < R * C; i++) w1[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int i = 0; i < C * R; i++) w2[i] = (float)((i * 5) % 9) / 3.0f - 1.3f;
+  for (int r = 0; r < R; r++) a1[r] = 0.25f * (float)r + 0.1f;
+  for (int c = 0; c < C; c++) {
+    b2[c] = 0.5f * (float)c - 1.0f;
+    a2[c] = 0.125f * (float)c - 0.2f;
+  }
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, C, H, W}, w1d[4] = {R, C, 1, 1}, w2d[4] = {C, R, 1, 1}, cd[1] = {C};
+  int64_t a1d[4] = {1, R, 1, 1}, a2d[3] = {C, 1, 1};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 4, xd);
+  mb_init_raw(&m, "w1", 1, 4, w1d, w1, sizeof(w1));
+  mb_init_raw(&m, "a1", 1, 4, a1d, a1, sizeof(a1));
+  mb_init_raw(&m, "w2", 1, 4, w2d, w2, sizeof(w2));
+  mb_init_raw(&m, "b2", 1, 1, cd, b2, sizeof(b2));
+  mb_init_raw(&m, "a2", 1, 3, a2d, a2, sizeof(a2));
+  mb_node(&m, "GlobalAveragePool", "gap", "x", NULL, "p");
+  mb_node(&m, "Conv", "c1", "p", "w1", "q");
+  mb_node(&m, "Add", "add1", "q", "a1", "q1");
+  mb_node(&m, "Identity", "id", "q1", NULL, "q2");
+  mb_node(&m, variant == 3 ? "Tanh" : "Relu", "relu", "q2", NULL, "r");
+  Onnx__NodeProto *c2 = mb_node(&m, "Conv", "c2", "r", "w2", "s");
+  mb_node_input(c2, "b2");
+  mb_node(&m, "Add", "add2", "a2", "s", "s1");
+  mb_attrs_t at;
+  memset(&at, 0, sizeof(at));
+  Onnx__NodeProto *gn = mb_node(&m, variant == 1 ? "Sigmoid" : "HardSigmoid", "gate", "s1", NULL, "g");
+  if (variant != 1) {
+    mb_attrs_float(&at, gn, "alpha", 0.2f);
+    mb_attrs_float(&at, gn, "beta", 0.5f);
+  }
+  mb_node(&m, "Mul", "mul", "x", "g", variant == 2 ? "y0" : "y");
+  if (variant == 2) mb_node(&m, "Mul", "mul2", "y0", "g", "y");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(float) * nx};
+  static const char *const ops[2] = {"cl.squeeze_excite", "cl.pool2d.global_avg"};
+  uint32_t counts[2];
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(float) * nx, ops, 2, counts);
+  int fused = variant < 2;
+  assert_int_equal(counts[0], fused ? 1 : 0);
+  assert_int_equal(counts[1], fused ? 0 : 1);
+  double pool[C], hid[R], max_err = 0;
+  for (int c = 0; c < C; c++) {
+    double t = 0;
+    for (int i = 0; i < H * W; i++) t += x[c * H * W + i];
+    pool[c] = t / (H * W);
+  }
+  for (int r = 0; r < R; r++) {
+    double t = a1[r];
+    for (int c = 0; c < C; c++) t += w1[r * C + c] * pool[c];
+    hid[r] = variant == 3 ? tanh(t) : t > 0 ? t : 0;
+  }
+  for (int c = 0; c < C; c++) {
+    double t = b2[c] + a2[c];
+    for (int r = 0; r < R; r++) t += w2[c * R + r] * hid[r];
+    double g = variant == 1 ? 1 / (1 + exp(-t)) : fmin(fmax(0.2 * t + 0.5, 0), 1);
+    for (int i = 0; i < H * W; i++) {
+      double want = x[c * H * W + i] * g * (variant == 2 ? g : 1);
+      double d = fabs(want - got[c * H * W + i]);
+      if (d > max_err) max_err = d;
+    }
+  }
+  free(x);
+  free(got);
+  if (max_err > 1e-5) fail_msg("squeeze-excite (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_squeeze_excite_fused(void **state) {
+  for (int v = 0; v < 5; v++) se_case(*state, v);
+}
+
 /* The tensor constants of x shaped [a, o, c]. */
 static int count_consts3(const vm_executable_t *x, int64_t a, int64_t o, int64_t c) {
   int n = 0;
@@ -3277,6 +3368,7 @@ int main(void) {
       cmocka_unit_test(test_hard_act_rewritten),
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_conv_residual_folded),
+      cmocka_unit_test(test_squeeze_excite_fused),
       cmocka_unit_test(test_conv_wino_filter),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),

@@ -1286,6 +1286,106 @@ static void test_pool2d(void **state) {
   vm_value_release(&y);
 }
 
+/* cl.squeeze_excite against a host reference: y = x * gate(w2 relu(w1
+ * mean(x) + b1) + b2) per channel (gate 0 hard sigmoid, 1 sigmoid). */
+static void check_se(tops_env_t *e, int64_t N, int64_t C, int64_t H, int64_t W, int64_t R,
+                     int gate) {
+  int64_t xd[4] = {N, C, H, W};
+  size_t nx = (size_t)tops_numel(4, xd);
+  float *x = tops_rand(nx, 61, -3, 3), *w1 = tops_rand((size_t)(R * C), 62, -1, 1);
+  float *b1 = tops_rand((size_t)R, 63, -1, 1), *w2 = tops_rand((size_t)(C * R), 64, -1, 1);
+  float *b2 = tops_rand((size_t)C, 65, -1, 1);
+  float *want = malloc(nx * sizeof(float) + 4), *got = malloc(nx * sizeof(float) + 4);
+  double *pool = malloc((size_t)C * sizeof(double)), *hid = malloc((size_t)R * sizeof(double));
+  int64_t hw = H * W;
+  for (int64_t n = 0; n < N; n++) {
+    for (int64_t c = 0; c < C; c++) {
+      double s = 0;
+      for (int64_t i = 0; i < hw; i++) s += x[(n * C + c) * hw + i];
+      pool[c] = s / (double)hw;
+    }
+    for (int64_t r = 0; r < R; r++) {
+      double s = b1[r];
+      for (int64_t c = 0; c < C; c++) s += w1[r * C + c] * pool[c];
+      hid[r] = s < 0 ? 0 : s;
+    }
+    for (int64_t c = 0; c < C; c++) {
+      double s = b2[c];
+      for (int64_t r = 0; r < R; r++) s += w2[c * R + r] * hid[r];
+      double g = gate ? 1 / (1 + exp(-s)) : fmin(fmax(s / 6 + 0.5, 0), 1);
+      for (int64_t i = 0; i < hw; i++)
+        want[(n * C + c) * hw + i] = (float)(x[(n * C + c) * hw + i] * g);
+    }
+  }
+  vm_value_t args[9] = {tops_tensor_f(e, VM_F32, 4, xd, x),
+                        tops_tensor_f(e, VM_F32, 2, DIMS(R, C), w1),
+                        tops_tensor_f(e, VM_F32, 1, DIMS(R), b1),
+                        tops_tensor_f(e, VM_F32, 2, DIMS(C, R), w2),
+                        tops_tensor_f(e, VM_F32, 1, DIMS(C), b2),
+                        vm_value_int(gate),
+                        vm_value_float(1.0 / 6),
+                        vm_value_float(0.5),
+                        tops_tensor(e, VM_F32, 4, xd, NULL)};
+  ASSERT_OK(tops_call(e, "cl.squeeze_excite", args, 9));
+  tops_read_f(e, &args[8], got);
+  tops_assert_close(got, want, nx, 1e-5, 1e-4, "squeeze_excite");
+  tops_check_guard(e, &args[8]);
+  release_all(args, 9);
+  free(x);
+  free(w1);
+  free(b1);
+  free(w2);
+  free(b2);
+  free(want);
+  free(got);
+  free(pool);
+  free(hid);
+}
+
+static void test_squeeze_excite(void **state) {
+  tops_env_t *e = *state;
+  check_se(e, 1, 8, 24, 96, 2, 0);  /* ocr_cls's first block */
+  check_se(e, 2, 200, 3, 48, 50, 0); /* more channels than work-items, two images */
+  check_se(e, 1, 512, 7, 7, 128, 1);
+  check_se(e, 3, 5, 1, 1, 1, 1);
+  /* errors: shapes, the gate, C + R past local memory */
+  vm_value_t a[9] = {tops_plain(e, VM_F32, 4, DIMS(1, 4, 3, 3)),
+                     tops_plain(e, VM_F32, 2, DIMS(2, 4)),
+                     tops_plain(e, VM_F32, 1, DIMS(2)),
+                     tops_plain(e, VM_F32, 2, DIMS(4, 2)),
+                     tops_plain(e, VM_F32, 1, DIMS(4)),
+                     vm_value_int(0),
+                     vm_value_float(0.2),
+                     vm_value_float(0.5),
+                     tops_plain(e, VM_F32, 4, DIMS(1, 4, 3, 3))};
+  ASSERT_OK(tops_call(e, "cl.squeeze_excite", a, 9));
+  vm_value_t keep = a[3];
+  a[3] = tops_plain(e, VM_F32, 2, DIMS(2, 4));
+  ASSERT_STATUS(tops_call(e, "cl.squeeze_excite", a, 9), VM_INVALID_ARGUMENT,
+                "cl.squeeze_excite: w2 (argument 3) has shape [2, 4], expected [4, 2]");
+  vm_value_release(&a[3]);
+  a[3] = keep;
+  a[5] = vm_value_int(2);
+  ASSERT_STATUS(tops_call(e, "cl.squeeze_excite", a, 9), VM_INVALID_ARGUMENT,
+                "gate (argument 5) is 2, expected 0 to 1");
+  a[5] = vm_value_int(0);
+  ASSERT_STATUS(tops_call(e, "cl.squeeze_excite", a, 8), VM_INVALID_ARGUMENT,
+                "cl.squeeze_excite");
+  vm_value_t big[9] = {tops_plain(e, VM_F32, 4, DIMS(1, 4000, 1, 1)),
+                       tops_plain(e, VM_F32, 2, DIMS(100, 4000)),
+                       tops_plain(e, VM_F32, 1, DIMS(100)),
+                       tops_plain(e, VM_F32, 2, DIMS(4000, 100)),
+                       tops_plain(e, VM_F32, 1, DIMS(4000)),
+                       vm_value_int(0),
+                       vm_value_float(0.2),
+                       vm_value_float(0.5),
+                       tops_plain(e, VM_F32, 4, DIMS(1, 4000, 1, 1))};
+  ASSERT_STATUS(tops_call(e, "cl.squeeze_excite", big, 9), VM_INVALID_ARGUMENT,
+                "C + R = 4100: at most 4096");
+  release_all(big, 9);
+  release_all(a, 9);
+}
+
 /* ---------------------------------------------------------------------------
  * End to end through a machine: a small classifier head as a compiler would
  * emit it, weights as constants on the device:
@@ -1400,6 +1500,7 @@ int main(void) {
       cmocka_unit_test(test_conv2d),          cmocka_unit_test(test_conv2d_depthwise),
       cmocka_unit_test(test_conv2d_dw_rows),  cmocka_unit_test(test_conv2d_errors),
       cmocka_unit_test(test_conv2d_epilogue), cmocka_unit_test(test_pool2d),
+      cmocka_unit_test(test_squeeze_excite),
       cmocka_unit_test(test_conv2d_formulations), cmocka_unit_test(test_conv2d_tuned),
       cmocka_unit_test(test_conv2d_winograd),
       cmocka_unit_test(test_conv2d_wino_filter),
