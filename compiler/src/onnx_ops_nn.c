@@ -1326,6 +1326,14 @@ static int se_conv(onx_ctx_t *c, int64_t j, size_t slot, int64_t ci, int64_t *co
   if (strcmp(n->op_type, "Conv") != 0 || slot != 0 || n->n_input < 2) return 0;
   for (size_t k = 0; k < n->n_attribute; k++) {
     const Onnx__AttributeProto *at = n->attribute[k];
+    /* not yet checked by onx_check_attrs: a hostile model's attribute may
+     * have no name or another type (left for Conv's own lowering to refuse) */
+    if (!at || !at->name) return 0;
+    if (strcmp(at->name, "auto_pad") == 0
+            ? at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING
+        : strcmp(at->name, "group") == 0 ? at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT
+                                         : at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS)
+      return 0;
     if (strcmp(at->name, "group") == 0) {
       if (at->i != 1) return 0;
     } else if (strcmp(at->name, "pads") == 0) {
@@ -1427,7 +1435,7 @@ static vm_status_t squeeze_excite(onx_ctx_t *c, onx_value_t *x, int *done) {
   if (strcmp(gn->op_type, "HardSigmoid") == 0) {
     for (size_t k = 0; k < gn->n_attribute; k++) {
       const Onnx__AttributeProto *at = gn->attribute[k];
-      if (at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) goto out;
+      if (!at || !at->name || at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) goto out;
       if (strcmp(at->name, "alpha") == 0)
         alpha = at->f;
       else if (strcmp(at->name, "beta") == 0)

@@ -1252,7 +1252,8 @@ vm_status_t vmcl_op_global_avg_pool2d(vm_machine_t *m, const vm_value_t *args, u
 }
 
 /* Most C + R of cl.squeeze_excite: its pooled means and hidden values sit
- * in local memory (16 KiB as float, within OpenCL's 32 KiB minimum). */
+ * in local memory (16 KiB as float, within OpenCL's 32 KiB minimum), and
+ * no more than the device has (checked in bytes below). */
 #define SE_MAX_LOCAL 4096
 
 vm_status_t vmcl_op_squeeze_excite(vm_machine_t *m, const vm_value_t *args, uint32_t nargs,
@@ -1296,6 +1297,17 @@ vm_status_t vmcl_op_squeeze_excite(vm_machine_t *m, const vm_value_t *args, uint
                          "local memory); write the block as separate operators",
                          (long long)(C + R), SE_MAX_LOCAL);
   }
+  uint64_t lbytes = (uint64_t)(C + R) * vmcl_real_bytes(x->dtype);
+  if (lbytes > op.dev->props.local_mem_bytes) {
+    return vmcl_op_error(&op,
+                         "C + R = %lld needs %llu bytes of local memory, the device has %llu; "
+                         "write the block as separate operators",
+                         (long long)(C + R), (unsigned long long)lbytes,
+                         (unsigned long long)op.dev->props.local_mem_bytes);
+  }
+  /* each element of y is written by the work-item that reads it there,
+   * after the means: x itself is fine, a shifted view of it is not */
+  VM_RETURN_IF_ERROR(vmcl_op_disjoint(&op, x, 0, "x", y, 8, "y", 1));
   if (vm_tensor_numel(y) == 0) return VM_STATUS_OK;
   if (R == 0) {
     return vmcl_op_error(&op, "w1 (argument 1) has no rows (R = 0)");

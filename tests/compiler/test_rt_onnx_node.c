@@ -2259,7 +2259,7 @@ static void se_case(env_t *e, int variant) {
   mb_init_raw(&m, "b2", 1, 1, cd, b2, sizeof(b2));
   mb_init_raw(&m, "a2", 1, 3, a2d, a2, sizeof(a2));
   mb_node(&m, "GlobalAveragePool", "gap", "x", NULL, "p");
-  mb_node(&m, "Conv", "c1", "p", "w1", "q");
+  Onnx__NodeProto *c1 = mb_node(&m, "Conv", "c1", "p", "w1", "q");
   mb_node(&m, "Add", "add1", "q", "a1", "q1");
   mb_node(&m, "Identity", "id", "q1", NULL, "q2");
   mb_node(&m, variant == 3 ? "Tanh" : "Relu", "relu", "q2", NULL, "r");
@@ -2275,6 +2275,27 @@ static void se_case(env_t *e, int variant) {
   }
   mb_node(&m, "Mul", "mul", "x", "g", variant == 2 ? "y0" : "y");
   if (variant == 2) mb_node(&m, "Mul", "mul2", "y0", "g", "y");
+  if (variant >= 5) {
+    /* hostile: a nameless attribute on the first Conv (5) or the gate (6),
+     * seen by the block's matcher before the node's own checks: the
+     * node's error, no crash */
+    mb_attrs_t at2;
+    memset(&at2, 0, sizeof(at2));
+    Onnx__NodeProto *bad = variant == 5 ? c1 : gn;
+    mb_attrs_int(&at2, bad, "group", 1);
+    bad->attribute[bad->n_attribute - 1]->name = NULL;
+    size_t nbytes;
+    uint8_t *bytes = mb_pack(&m, &nbytes);
+    vm_executable_t *exec = NULL;
+    ASSERT_STATUS(vmcc_onnx_compile(bytes, nbytes, NULL, NULL, &exec, NULL), VM_INVALID_ARGUMENT,
+                  variant == 5 ? "node 'c1' (Conv): attribute 0 has no name"
+                               : "node 'gate' (HardSigmoid): attribute 0 has no name");
+    assert_null(exec);
+    free(bytes);
+    free(x);
+    free(got);
+    return;
+  }
   vmcc_onnx_report_t rep;
   vmcc_tensor_t xin = {VM_F32, 4, {1, C, H, W}, x, sizeof(float) * nx};
   static const char *const ops[2] = {"cl.squeeze_excite", "cl.pool2d.global_avg"};
@@ -2310,7 +2331,7 @@ static void se_case(env_t *e, int variant) {
 }
 
 static void test_squeeze_excite_fused(void **state) {
-  for (int v = 0; v < 5; v++) se_case(*state, v);
+  for (int v = 0; v < 7; v++) se_case(*state, v);
 }
 
 /* The tensor constants of x shaped [a, o, c]. */

@@ -1383,6 +1383,24 @@ static void test_squeeze_excite(void **state) {
   ASSERT_STATUS(tops_call(e, "cl.squeeze_excite", big, 9), VM_INVALID_ARGUMENT,
                 "C + R = 4100: at most 4096");
   release_all(big, 9);
+  /* y as x itself is fine (each element is scaled where it is read); y one
+   * channel on in x's memory is not */
+  vm_value_t sv, sx, sy;
+  ASSERT_OK(vm_storage_alloc(e->alloc, 5 * 9 * 4, &sv));
+  ASSERT_OK(vm_tensor_new(vm_value_as_storage(&sv), 0, VM_F32, DIMS(1, 4, 3, 3), 4, &sx));
+  ASSERT_OK(vm_tensor_new(vm_value_as_storage(&sv), 9 * 4, VM_F32, DIMS(1, 4, 3, 3), 4, &sy));
+  vm_value_t kx = a[0], ky = a[8];
+  a[0] = sx;
+  a[8] = sx;
+  ASSERT_OK(tops_call(e, "cl.squeeze_excite", a, 9));
+  a[8] = sy;
+  ASSERT_STATUS(tops_call(e, "cl.squeeze_excite", a, 9), VM_INVALID_ARGUMENT,
+                "cl.squeeze_excite: x (argument 0) overlaps y (argument 8); give y its own memory");
+  a[0] = kx;
+  a[8] = ky;
+  vm_value_release(&sx);
+  vm_value_release(&sy);
+  vm_value_release(&sv);
   release_all(a, 9);
 }
 
