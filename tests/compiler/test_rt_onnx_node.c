@@ -2093,6 +2093,77 @@ static void test_conv_epilogue_folded(void **state) {
   for (int v = 0; v < 5; v++) conv_epilogue_case(*state, v);
 }
 
+/* A 1-D convolution as jax2tf writes one (magika): Conv over [1, C, L, 1]
+ * with a [O, C, K, 1] kernel and no bias, its output through views that
+ * keep the channel axis, then the bias Add [1, O, 1] on the rank-3 value.
+ * Variants: 0 Slice (whole: ends past the extents, the last one 1) then
+ * Squeeze(3) then Add: all three fold into the convolution (no
+ * cl.binary.add); 1 Squeeze, Add, then Relu (the epilogue after the view):
+ * three folded; 2 a Slice that cuts the last position off, then Squeeze and
+ * Add: nothing folds (one cl.binary.add); 3 Squeeze(3) alone, no Add after
+ * it: nothing folds. Every result matches the host. */
+static void conv_view_bias_case(env_t *e, int variant) {
+  enum { C = 3, L = 9, O = 4, K = 3, OL = L - K + 1 };
+  static float x[C * L], w[O * C * K], b[O];
+  for (int i = 0; i < C * L; i++) x[i] = (float)((i * 37) % 11) / 2.0f - 2.5f;
+  for (int i = 0; i < O * C * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int o = 0; o < O; o++) b[o] = 0.75f * (float)o - 1.5f;
+  int64_t starts[4] = {0, 0, 0, 0}, ends[4] = {1000000000, 1000000000, 1000000000, 1};
+  int64_t axes[4] = {0, 1, 2, 3}, sq[1] = {3}, four[1] = {4}, one[1] = {1};
+  if (variant == 2) ends[2] = OL - 1;
+  int ol = variant == 2 ? OL - 1 : OL;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, C, L, 1}, wd[4] = {O, C, K, 1}, bd[3] = {1, O, 1};
+  int64_t yd3[3] = {1, O, ol};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 3, yd3);
+  mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 3, bd, b, sizeof(b));
+  mb_init_raw(&m, "st", 7, 1, four, starts, sizeof(starts));
+  mb_init_raw(&m, "en", 7, 1, four, ends, sizeof(ends));
+  mb_init_raw(&m, "ax", 7, 1, four, axes, sizeof(axes));
+  mb_init_raw(&m, "sq", 7, 1, one, sq, sizeof(sq));
+  mb_node(&m, "Conv", "conv", "x", "w", "c");
+  const char *v = "c";
+  if (variant == 0 || variant == 2) {
+    Onnx__NodeProto *sl = mb_node(&m, "Slice", "slice", "c", "st", "s");
+    mb_node_input(sl, "en");
+    mb_node_input(sl, "ax");
+    v = "s";
+  }
+  mb_node(&m, "Squeeze", "squeeze", v, "sq", variant == 3 ? "y" : "q");
+  if (variant == 1) {
+    mb_node(&m, "Add", "add", "b", "q", "a");
+    mb_node(&m, "Relu", "relu", "a", NULL, "y");
+  } else if (variant != 3) {
+    mb_node(&m, "Add", "add", "q", "b", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, L, 1}, x, sizeof(x)};
+  float got[O * OL];
+  uint32_t adds = 0;
+  compile_run_t(e, &m, &xin, &rep, got, sizeof(float) * (size_t)(O * ol), "cl.binary.add", &adds);
+  static const int folded[4] = {3, 3, 0, 0};
+  assert_int_equal(rep.num_folded, folded[variant]);
+  assert_int_equal(adds, variant == 2 ? 1 : 0);
+  double max_err = 0;
+  for (int o = 0; o < O; o++)
+    for (int l = 0; l < ol; l++) {
+      double acc = variant == 3 ? 0 : b[o];
+      for (int ci = 0; ci < C; ci++)
+        for (int k = 0; k < K; k++) acc += (double)x[ci * L + l + k] * w[(o * C + ci) * K + k];
+      if (variant == 1 && acc < 0) acc = 0;
+      double d = fabs(acc - got[o * ol + l]);
+      if (d > max_err) max_err = d;
+    }
+  if (max_err > 1e-5) fail_msg("conv view bias (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_conv_view_bias_folded(void **state) {
+  for (int v = 0; v < 4; v++) conv_view_bias_case(*state, v);
+}
+
 /* The tensor constants of x shaped [a, o, c]. */
 static int count_consts3(const vm_executable_t *x, int64_t a, int64_t o, int64_t c) {
   int n = 0;
@@ -3147,6 +3218,7 @@ int main(void) {
       cmocka_unit_test(test_pad_folded),
       cmocka_unit_test(test_hard_act_rewritten),
       cmocka_unit_test(test_conv_epilogue_folded),
+      cmocka_unit_test(test_conv_view_bias_folded),
       cmocka_unit_test(test_conv_wino_filter),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
