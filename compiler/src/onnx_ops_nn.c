@@ -533,9 +533,7 @@ static int fold_affine(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uint
   return 1;
 }
 
-/* Whether the constant `name` holds integers: *n of them (at most max) in
- * v[]. */
-static int const_ints(onx_ctx_t *c, const char *name, int64_t *v, size_t max, size_t *n) {
+int onx_lookup_ints(onx_ctx_t *c, const char *name, int64_t *v, size_t max, size_t *n) {
   onx_value_t *k = name && name[0] ? onx_lookup_const(c, name) : NULL;
   if (!k || !k->data || !onx_is_int(k->dt) || k->ndim > 1 || k->numel < 0 ||
       (size_t)k->numel > max)
@@ -558,18 +556,18 @@ static int channel_view(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uin
   int64_t v[3][VMCC_MAX_NDIM];
   size_t nv[3];
   if (strcmp(n->op_type, "Slice") == 0) {
-    if (n->n_input < 3 || n->n_input > 5 || !const_ints(c, n->input[1], v[0], *ndim, &nv[0]) ||
-        !const_ints(c, n->input[2], v[1], *ndim, &nv[1]) || nv[1] != nv[0])
+    if (n->n_input < 3 || n->n_input > 5 || !onx_lookup_ints(c, n->input[1], v[0], *ndim, &nv[0]) ||
+        !onx_lookup_ints(c, n->input[2], v[1], *ndim, &nv[1]) || nv[1] != nv[0])
       return 0;
     int64_t ax[VMCC_MAX_NDIM], st[VMCC_MAX_NDIM];
     size_t na = nv[0], ns = nv[0];
     if (n->n_input >= 4 && n->input[3][0]) {
-      if (!const_ints(c, n->input[3], ax, *ndim, &na) || na != nv[0]) return 0;
+      if (!onx_lookup_ints(c, n->input[3], ax, *ndim, &na) || na != nv[0]) return 0;
     } else {
       for (size_t i = 0; i < nv[0]; i++) ax[i] = (int64_t)i;
     }
     if (n->n_input == 5 && n->input[4][0]) {
-      if (!const_ints(c, n->input[4], st, *ndim, &ns) || ns != nv[0]) return 0;
+      if (!onx_lookup_ints(c, n->input[4], st, *ndim, &ns) || ns != nv[0]) return 0;
     } else {
       for (size_t i = 0; i < nv[0]; i++) st[i] = 1;
     }
@@ -586,7 +584,7 @@ static int channel_view(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uin
   if (strcmp(n->op_type, "Squeeze") == 0) {
     size_t na = 0;
     if (c->opset >= 13) {
-      if (n->n_input != 2 || !const_ints(c, n->input[1], v[0], *ndim, &na)) return 0;
+      if (n->n_input != 2 || !onx_lookup_ints(c, n->input[1], v[0], *ndim, &na)) return 0;
     } else {
       const Onnx__AttributeProto *at = onx_attr(n, "axes");
       if (n->n_input != 1 || !at || at->n_ints > *ndim) return 0;

@@ -18,6 +18,13 @@
  *   y = Mul(x, Mul(0.5, Add(1, Tanh(u)))); any association and operand
  *   order of the three products is taken.
  *
+ *   Softmax over the last axis, as jax2tf exports it (magika's head):
+ *     m = ReduceMax(x, [-1]) [then Max(-inf, m)]; e = Exp(Sub(x, m))
+ *     y = Div(e, ReduceSum(e, [-1]))
+ *   with keepdims 0 or 1, the reduced values maybe through Reshape and
+ *   Expand by constant shapes, so long as Sub's and Div's operand has x's
+ *   shape with the last axis 1 (cl.softmax).
+ *
  *   A one-hot row gather, as jax2tf exports an embedding (magika):
  *     y = MatMul(Cast(Equal(ids, K), float), W)
  *   ids int32/int64 with a last axis of 1, K a constant [1, ..., C] of
@@ -461,4 +468,140 @@ vm_status_t onx_one_hot_matmul_chain(onx_ctx_t *c, int *done) {
   c->fused = 1;
   *done = 1;
   return onx_bind_named(c, g->node[im]->output[0], y, yn, ydims);
+}
+
+/* Whether node n reduces only the last axis of a rank-ndim input (axes
+ * [-1] or [ndim - 1]; an input from opset `from`, an attribute before):
+ * then *keep is its keepdims. */
+static int reduces_last(onx_ctx_t *c, const Onnx__NodeProto *n, const char *op, int from,
+                        uint32_t ndim, int *keep) {
+  if (!n || !n->op_type || strcmp(n->op_type, op) != 0 || (n->domain && n->domain[0]) ||
+      n->n_output != 1 || n->n_input < 1 || !n->input[0] || !n->input[0][0])
+    return 0;
+  const Onnx__AttributeProto *kd = onx_attr(n, "keepdims");
+  if (kd && kd->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT) return 0;
+  *keep = kd ? kd->i != 0 : 1;
+  int64_t ax[2];
+  size_t na = 0;
+  if (c->opset >= from) {
+    if (n->n_input != 2 || !onx_lookup_ints(c, n->input[1], ax, 2, &na)) return 0;
+  } else {
+    const Onnx__AttributeProto *a = onx_attr(n, "axes");
+    if (n->n_input != 1 || !a || a->n_ints > 2) return 0;
+    na = a->n_ints;
+    for (size_t i = 0; i < na; i++) ax[i] = a->ints[i];
+  }
+  return na == 1 && (ax[0] == -1 || ax[0] == (int64_t)ndim - 1);
+}
+
+/* From the value `name` of rank *nd and extents d (written by node *at),
+ * the chain of Reshape and Expand by constant shapes that alone reads it:
+ * their indices to idx[] (*ni, at most 12 in all), *at, *nd and d the last
+ * one's. */
+static const char *through_views(onx_ctx_t *c, const char *name, size_t *at, uint32_t *nd,
+                                 int64_t *d, int64_t *idx, int *ni) {
+  const Onnx__GraphProto *g = c->graph;
+  for (;;) {
+    size_t slot;
+    int64_t j = onx_sole_consumer(c, name, *at, &slot);
+    if (j < 0 || slot != 0 || *ni >= 12) return name;
+    const Onnx__NodeProto *n = g->node[j];
+    int reshape = is_node(n, "Reshape", 2), expand = is_node(n, "Expand", 2);
+    int64_t s[VMCC_MAX_NDIM];
+    size_t ns;
+    if ((!reshape && !expand) || !onx_lookup_ints(c, n->input[1], s, VMCC_MAX_NDIM, &ns))
+      return name;
+    int64_t cnt = 1, out = 1;
+    for (uint32_t i = 0; i < *nd; i++) cnt *= d[i];
+    if (reshape) { /* positive extents only (no 0 or -1), the same count */
+      for (size_t i = 0; i < ns; i++) {
+        if (s[i] < 1) return name;
+        out *= s[i];
+      }
+      if (out != cnt) return name;
+      *nd = (uint32_t)ns;
+      memcpy(d, s, ns * sizeof(int64_t));
+    } else { /* Expand that broadcasts nothing: every extent 1 or d's */
+      if (ns > *nd) return name;
+      for (size_t i = 0; i < ns; i++)
+        if (s[i] != 1 && s[i] != d[*nd - ns + i]) return name;
+    }
+    idx[(*ni)++] = j;
+    name = n->output[0];
+    *at = (size_t)j;
+  }
+}
+
+/* Whether the rank-nd extents d are x's with the last axis 1. */
+static int row_stat_shape(const onx_value_t *x, uint32_t nd, const int64_t *d) {
+  if (nd != x->ndim) return 0;
+  for (uint32_t i = 0; i + 1 < nd; i++)
+    if (d[i] != x->dims[i]) return 0;
+  return d[nd - 1] == 1;
+}
+
+/* The reduced value `name` of node *at (keepdims keep) through views
+ * (through_views) to a node that alone reads it as input 1 of op with x's
+ * last axis 1: that node's index, else -1. */
+static int64_t stat_to(onx_ctx_t *c, const onx_value_t *x, const char *name, size_t at, int keep,
+                       const char *op, int64_t *idx, int *ni) {
+  uint32_t nd = keep ? x->ndim : x->ndim - 1;
+  int64_t d[VMCC_MAX_NDIM];
+  memcpy(d, x->dims, nd * sizeof(int64_t));
+  if (keep) d[nd - 1] = 1;
+  name = through_views(c, name, &at, &nd, d, idx, ni);
+  size_t slot;
+  int64_t j = next_is(c, name, at, op, 2, &slot);
+  return j >= 0 && slot == 1 && row_stat_shape(x, nd, d) ? j : -1;
+}
+
+vm_status_t onx_softmax_chain(onx_ctx_t *c, int *done) {
+  *done = 0;
+  if (c->sub_depth || !c->skip) return VM_STATUS_OK;
+  const Onnx__GraphProto *g = c->graph;
+  onx_value_t *x = onx_in(c, 0);
+  int keep, ks;
+  if (!x || x->data || !vm_dtype_equal(x->dt, VM_F32) || x->ndim < 1 ||
+      x->ndim > VMCC_MAX_NDIM || x->dims[x->ndim - 1] < 1 ||
+      !reduces_last(c, c->node, "ReduceMax", 18, x->ndim, &keep))
+    return VM_STATUS_OK;
+  int64_t idx[16];
+  int ni = 0;
+  const char *m = c->node->output[0];
+  size_t at = c->node_idx, slot;
+  /* Max(-inf, m): m itself (jnp.max's initial value) */
+  int64_t jm = next_is(c, m, at, "Max", 2, &slot);
+  double k;
+  if (jm >= 0 && onx_const_scalar(c, g->node[jm]->input[1 - slot], x->ndim, &k) && isinf(k) &&
+      k < 0) {
+    idx[ni++] = jm;
+    m = g->node[jm]->output[0];
+    at = (size_t)jm;
+  }
+  int64_t is = stat_to(c, x, m, at, keep, "Sub", idx, &ni);
+  if (is < 0 || strcmp(g->node[is]->input[0], x->name) != 0) return VM_STATUS_OK;
+  int64_t ie = next_is(c, g->node[is]->output[0], (size_t)is, "Exp", 1, &slot);
+  if (ie < 0) return VM_STATUS_OK;
+  /* e read by the ReduceSum and the Div, nothing else */
+  const char *e = g->node[ie]->output[0];
+  const onx_name_t *en = onx_names_find(&c->names, e);
+  if (!en || en->num_cons != 2) return VM_STATUS_OK;
+  int64_t ir = -1, id = -1;
+  for (uint32_t u = 0; u < 2; u++) {
+    onx_use_t use = c->names.uses[en->cons_off + u];
+    const Onnx__NodeProto *n = g->node[use.node];
+    if (use.slot == 0 && reduces_last(c, n, "ReduceSum", 13, x->ndim, &ks)) ir = use.node;
+    if (use.slot == 0 && is_node(n, "Div", 2)) id = use.node;
+  }
+  if (ir < 0 || id < 0 || !onx_consumed_by_two(c, e, (size_t)ie, (size_t)ir, (size_t)id) ||
+      stat_to(c, x, g->node[ir]->output[0], (size_t)ir, ks, "Div", idx, &ni) != id)
+    return VM_STATUS_OK;
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  vmcc_arg_t a[3] = {A(onx_tid(c, x)), I((int64_t)x->ndim - 1), A(y)};
+  call(c, "cl.softmax", 3, a);
+  for (int i = 0; i < ni; i++) c->skip[idx[i]] = 1;
+  c->skip[is] = c->skip[ie] = c->skip[ir] = c->skip[id] = 1;
+  c->fused = 1;
+  *done = 1;
+  return onx_bind_named(c, g->node[id]->output[0], y, x->ndim, x->dims);
 }
