@@ -2164,6 +2164,89 @@ static void test_conv_view_bias_folded(void **state) {
   for (int v = 0; v < 4; v++) conv_view_bias_case(*state, v);
 }
 
+/* Softmax over the last axis spelled out (opset 15, x [R, N]): m =
+ * ReduceMax(x, axes [1]), Sub(x, m), Exp, s = ReduceSum(e, [-1]), Div(e,
+ * s). Variants: 0 as jax2tf writes it (magika's head): keepdims 0, Max(-inf,
+ * m), m and s through Reshape [R, 1] and Expand [R, 1]: one cl.softmax, no
+ * cl.unary.exp, nine nodes folded; 1 keepdims 1 and no views: one
+ * cl.softmax, four folded; 2 Max(0, m) (not m itself): node by node; 3 the
+ * ReduceSum over axis 0 (keepdims 1: a column sum): node by node. Every
+ * result matches the host. */
+static void softmax_chain_case(env_t *e, int variant) {
+  enum { R = 3, N = 5 };
+  static float x[R * N];
+  for (int i = 0; i < R * N; i++) x[i] = (float)((i * 37) % 11) / 2.0f - 2.5f;
+  float ninf = -INFINITY, zero = 0.0f;
+  int64_t rs[2] = {R, 1}, two[1] = {2}, one[1] = {1}, last[1] = {-1}, first[1] = {0};
+  int keep = variant != 0, mx = variant == 0 || variant == 2;
+  mb_t m;
+  mb_init(&m, 15);
+  int64_t xd[2] = {R, N};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, xd);
+  mb_init_raw(&m, "k", 1, 0, NULL, variant == 2 ? &zero : &ninf, 4);
+  mb_init_raw(&m, "rs", 7, 1, two, rs, sizeof(rs));
+  mb_init_raw(&m, "ax", 7, 1, one, variant == 3 ? first : last, 8);
+  Onnx__NodeProto *rm = mb_node(&m, "ReduceMax", "rmax", "x", NULL, "m");
+  static const int64_t ax1[1] = {1};
+  mb_attrs_t at;
+  memset(&at, 0, sizeof(at));
+  mb_attrs_ints(&at, rm, "axes", ax1, 1);
+  mb_attrs_int(&at, rm, "keepdims", keep);
+  const char *mv = "m";
+  if (mx) {
+    mb_node(&m, "Max", "max", "k", "m", "mm");
+    mv = "mm";
+  }
+  if (!keep) {
+    mb_node(&m, "Reshape", "rsm", mv, "rs", "mr");
+    mb_node(&m, "Expand", "exm", "mr", "rs", "me");
+    mv = "me";
+  }
+  mb_node(&m, "Sub", "sub", "x", mv, "d");
+  mb_node(&m, "Exp", "exp", "d", NULL, "ex");
+  Onnx__NodeProto *rsum = mb_node(&m, "ReduceSum", "rsum", "ex", "ax", "s");
+  mb_attr_i(&m, rsum, "keepdims", keep);
+  const char *sv = "s";
+  if (!keep) {
+    mb_node(&m, "Reshape", "rss", "s", "rs", "sr");
+    mb_node(&m, "Expand", "exs", "sr", "rs", "se");
+    sv = "se";
+  }
+  mb_node(&m, "Div", "div", "ex", sv, "y");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 2, {R, N}, x, sizeof(x)};
+  float got[R * N];
+  static const char *const ops[2] = {"cl.softmax", "cl.unary.exp"};
+  uint32_t counts[2];
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 2, counts);
+  int fused = variant <= 1;
+  assert_int_equal(counts[0], fused ? 1 : 0);
+  assert_int_equal(counts[1], fused ? 0 : 1);
+  static const int folded[4] = {9, 4, 0, 0};
+  assert_int_equal(rep.num_folded, folded[variant]);
+  double want[R * N], max_err = 0;
+  for (int r = 0; r < R; r++) {
+    double mr = -INFINITY;
+    for (int j = 0; j < N; j++) mr = fmax(mr, x[r * N + j]);
+    if (variant == 2) mr = fmax(mr, 0.0);
+    for (int j = 0; j < N; j++) want[r * N + j] = exp(x[r * N + j] - mr);
+  }
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < N; j++) {
+      double sum = 0;
+      for (int t = 0; t < (variant == 3 ? R : N); t++)
+        sum += variant == 3 ? want[t * N + j] : want[r * N + t];
+      double d = fabs(want[r * N + j] / sum - got[r * N + j]);
+      if (d > max_err) max_err = d;
+    }
+  if (max_err > 1e-6) fail_msg("softmax chain (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_softmax_chain_rewritten(void **state) {
+  for (int v = 0; v < 4; v++) softmax_chain_case(*state, v);
+}
+
 /* The tensor constants of x shaped [a, o, c]. */
 static int count_consts3(const vm_executable_t *x, int64_t a, int64_t o, int64_t c) {
   int n = 0;
@@ -3219,6 +3302,7 @@ int main(void) {
       cmocka_unit_test(test_hard_act_rewritten),
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_conv_view_bias_folded),
+      cmocka_unit_test(test_softmax_chain_rewritten),
       cmocka_unit_test(test_conv_wino_filter),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
