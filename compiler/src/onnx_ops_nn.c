@@ -561,12 +561,12 @@ static int channel_view(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uin
       return 0;
     int64_t ax[VMCC_MAX_NDIM], st[VMCC_MAX_NDIM];
     size_t na = nv[0], ns = nv[0];
-    if (n->n_input >= 4 && n->input[3][0]) {
+    if (n->n_input >= 4 && n->input[3] && n->input[3][0]) {
       if (!onx_lookup_ints(c, n->input[3], ax, *ndim, &na) || na != nv[0]) return 0;
     } else {
       for (size_t i = 0; i < nv[0]; i++) ax[i] = (int64_t)i;
     }
-    if (n->n_input == 5 && n->input[4][0]) {
+    if (n->n_input == 5 && n->input[4] && n->input[4][0]) {
       if (!onx_lookup_ints(c, n->input[4], st, *ndim, &ns) || ns != nv[0]) return 0;
     } else {
       for (size_t i = 0; i < nv[0]; i++) st[i] = 1;
