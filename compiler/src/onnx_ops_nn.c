@@ -1525,7 +1525,11 @@ vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, o
     if (same || p->numel == onx_numel(nn, nd)) {
       uint32_t bn;
       int64_t bd[MAXD];
-      if (onx_broadcast(p->ndim, p->dims, nn, nd, &bn, bd) != 0 || bn != nn)
+      /* leading unit axes (a [1, n] scale over the last axis) change nothing */
+      int fits = onx_broadcast(p->ndim, p->dims, nn, nd, &bn, bd) == 0 && bn >= nn &&
+                 bn <= x->ndim && memcmp(bd + bn - nn, nd, nn * sizeof(int64_t)) == 0;
+      for (uint32_t k = 0; fits && k + nn < bn; k++) fits = bd[k] == 1;
+      if (!fits)
         return onx_node_err(c, VM_INVALID_ARGUMENT, "'%.80s' does not fit the normalised shape",
                             p->name);
       t = onx_reshaped(c, p, nn, nd);

@@ -102,6 +102,11 @@ vm_status_t onx_op_reduce(onx_ctx_t *c) {
     VM_RETURN_IF_ERROR(onx_layer_norm_chain(c, &done));
     if (done) return VM_STATUS_OK;
   }
+  if (kind == ONX_R_MEAN || kind == ONX_R_SUM) { /* LayerNormalization as E[x^2] - E[x]^2? */
+    int done;
+    VM_RETURN_IF_ERROR(onx_layer_norm_moments_chain(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
   if (kind == ONX_R_MAX) { /* Softmax spelled out? */
     int done;
     VM_RETURN_IF_ERROR(onx_softmax_chain(c, &done));

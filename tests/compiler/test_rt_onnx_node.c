@@ -2247,6 +2247,124 @@ static void test_softmax_chain_rewritten(void **state) {
   for (int v = 0; v < 4; v++) softmax_chain_case(*state, v);
 }
 
+/* LayerNormalization over the last axis written with the moments E[x^2] -
+ * E[x]^2 (opset 15, x [R, N]): m = E[x], v = Max(0, Sub(E[x * x], m * m)),
+ * s = Sqrt(Add(v, eps)), y = (x - m) / s * scale + bias. Variants: 0 as
+ * jax2tf writes it (magika's second LayerNorm): ReduceSum then Mul by 1/N,
+ * keepdims 0, m and v through Reshape [R, 1] and Expand [R, 1],
+ * Reciprocal(s) * scale, then Mul(x - m, that), Add bias: one
+ * cl.layer_norm and no cl.unary.sqrt; 1 ReduceMean keepdims 1, no views,
+ * Div(x - m, s), Mul scale, Add bias: one cl.layer_norm; 2 as 1 but E[x *
+ * x] over axis 0 (a column mean): node by node; 3 as 0 without the Max:
+ * node by node; 4 as 1 with eps a [R, 1] constant (not one scalar): node by
+ * node. Every result matches the host's computation of what the graph
+ * says (for 0 and 1 the variance as E[(x - m)^2]). */
+static void layer_norm_moments_case(env_t *e, int variant) {
+  enum { R = 3, N = 8 };
+  static float x[R * N], sc[N], bi[N];
+  for (int i = 0; i < R * N; i++) x[i] = (float)((i * 37) % 11) / 2.0f - 2.5f + 0.1f * (float)(i / N);
+  for (int j = 0; j < N; j++) {
+    sc[j] = 0.5f + 0.125f * (float)j;
+    bi[j] = 0.25f * (float)j - 1.0f;
+  }
+  float inv = 1.0f / N, zero = 0.0f, eps = 1e-5f, epsr[R] = {1e-5f, 1e-3f, 1e-1f};
+  int64_t rs[2] = {R, 1}, two[1] = {2}, one[1] = {1}, last[1] = {-1}, first[1] = {0};
+  int64_t sd[2] = {1, N}, nd[1] = {N};
+  int jax = variant == 0 || variant == 3;
+  mb_t m;
+  mb_init(&m, 15);
+  int64_t xd[2] = {R, N};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, xd);
+  mb_init_raw(&m, "inv", 1, 0, NULL, &inv, 4);
+  mb_init_raw(&m, "zero", 1, 0, NULL, &zero, 4);
+  mb_init_raw(&m, "eps", 1, variant == 4 ? 2 : 0, variant == 4 ? rs : NULL,
+              variant == 4 ? (void *)epsr : (void *)&eps, variant == 4 ? sizeof(epsr) : 4);
+  mb_init_raw(&m, "sc", 1, jax ? 2 : 1, jax ? sd : nd, sc, sizeof(sc));
+  mb_init_raw(&m, "bi", 1, 1, nd, bi, sizeof(bi));
+  mb_init_raw(&m, "rs", 7, 1, two, rs, sizeof(rs));
+  mb_init_raw(&m, "ax", 7, 1, one, last, 8);
+  mb_init_raw(&m, "ax0", 7, 1, one, first, 8);
+  static const int64_t ax1[1] = {1}, ax0[1] = {0};
+  if (jax) { /* ReduceSum(x) * 1/N, ReduceSum(x * x) * 1/N, keepdims 0 */
+    Onnx__NodeProto *r1 = mb_node(&m, "ReduceSum", "sum1", "x", "ax", "s1");
+    mb_attr_i(&m, r1, "keepdims", 0);
+    mb_node(&m, "Mul", "mean1", "s1", "inv", "m");
+    mb_node(&m, "Mul", "msq", "m", "m", "m2");
+    mb_node(&m, "Reshape", "rsm", "m", "rs", "mr");
+    mb_node(&m, "Expand", "exm", "mr", "rs", "me");
+    mb_node(&m, "Sub", "dx", "x", "me", "d");
+    mb_node(&m, "Mul", "xsq", "x", "x", "xx");
+    Onnx__NodeProto *r2 = mb_node(&m, "ReduceSum", "sum2", "xx", "ax", "s2");
+    mb_attr_i(&m, r2, "keepdims", 0);
+    mb_node(&m, "Mul", "mean2", "s2", "inv", "ex2");
+    mb_node(&m, "Sub", "var", "ex2", "m2", "v");
+    if (variant == 0) mb_node(&m, "Max", "clamp", "zero", "v", "vc");
+    mb_node(&m, "Reshape", "rsv", variant == 0 ? "vc" : "v", "rs", "vr");
+    mb_node(&m, "Expand", "exv", "vr", "rs", "ve");
+    mb_node(&m, "Add", "addeps", "ve", "eps", "ve2");
+    mb_node(&m, "Sqrt", "sqrt", "ve2", NULL, "sd");
+    mb_node(&m, "Reciprocal", "rcp", "sd", NULL, "rsd");
+    mb_node(&m, "Mul", "rscale", "rsd", "sc", "rss");
+    mb_node(&m, "Mul", "norm", "d", "rss", "yn");
+    mb_node(&m, "Add", "bias", "yn", "bi", "y");
+  } else { /* ReduceMean keepdims 1, Div */
+    Onnx__NodeProto *r1 = mb_node(&m, "ReduceMean", "mean1", "x", NULL, "m");
+    mb_attr_ints(&m, r1, "axes", ax1, 1);
+    mb_node(&m, "Mul", "msq", "m", "m", "m2");
+    mb_node(&m, "Sub", "dx", "x", "m", "d");
+    mb_node(&m, "Mul", "xsq", "x", "x", "xx");
+    Onnx__NodeProto *r2 = mb_node(&m, "ReduceMean", "mean2", "xx", NULL, "ex2");
+    mb_attr_ints(&m, r2, "axes", variant == 2 ? ax0 : ax1, 1);
+    mb_node(&m, "Sub", "var", "ex2", "m2", "v");
+    mb_node(&m, "Max", "clamp", "v", "zero", "vc");
+    mb_node(&m, "Add", "addeps", "vc", "eps", "ve2");
+    mb_node(&m, "Sqrt", "sqrt", "ve2", NULL, "sd");
+    mb_node(&m, "Div", "norm", "d", "sd", "yn");
+    mb_node(&m, "Mul", "scale", "yn", "sc", "ys");
+    mb_node(&m, "Add", "bias", "ys", "bi", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 2, {R, N}, x, sizeof(x)};
+  float got[R * N];
+  static const char *const ops[2] = {"cl.layer_norm", "cl.unary.sqrt"};
+  uint32_t counts[2];
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 2, counts);
+  int fused = variant <= 1;
+  if (counts[0] != (fused ? 1u : 0u)) fail_msg("layer norm moments (variant %d): %u cl.layer_norm", variant, counts[0]);
+  assert_int_equal(counts[1], fused ? 0 : 1);
+  double max_err = 0;
+  for (int r = 0; r < R; r++) {
+    double mr = 0;
+    for (int j = 0; j < N; j++) mr += x[r * N + j];
+    mr /= N;
+    for (int j = 0; j < N; j++) {
+      double v = 0;
+      if (fused) { /* E[(x - m)^2] */
+        for (int t = 0; t < N; t++) v += (x[r * N + t] - mr) * (x[r * N + t] - mr);
+        v /= N;
+      } else {
+        int col = variant == 2;
+        for (int t = 0; t < (col ? R : N); t++) {
+          double xt = col ? x[t * N + j] : x[r * N + t];
+          v += xt * xt;
+        }
+        v = v / (col ? R : N) - mr * mr;
+        if (variant != 3) v = fmax(v, 0.0);
+      }
+      double ep = variant == 4 ? epsr[r] : eps;
+      double want = (x[r * N + j] - mr) / sqrt(v + ep) * sc[j] + bi[j];
+      double d = fabs(want - got[r * N + j]);
+      if (!(d <= max_err)) max_err = isnan(d) ? INFINITY : d;
+    }
+  }
+  if (max_err > 1e-4) fail_msg("layer norm moments (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_layer_norm_moments_rewritten(void **state) {
+  for (int v = 0; v < 5; v++) layer_norm_moments_case(*state, v);
+}
+
 /* The tensor constants of x shaped [a, o, c]. */
 static int count_consts3(const vm_executable_t *x, int64_t a, int64_t o, int64_t c) {
   int n = 0;
@@ -3303,6 +3421,7 @@ int main(void) {
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_conv_view_bias_folded),
       cmocka_unit_test(test_softmax_chain_rewritten),
+      cmocka_unit_test(test_layer_norm_moments_rewritten),
       cmocka_unit_test(test_conv_wino_filter),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
