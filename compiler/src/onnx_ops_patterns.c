@@ -25,6 +25,14 @@
  *   Expand by constant shapes, so long as Sub's and Div's operand has x's
  *   shape with the last axis 1 (cl.softmax).
  *
+ *   LayerNormalization over the last axis with the moments, as jax writes
+ *   it (magika's second LayerNorm), from the reduction of x:
+ *     m = E[x]; v = Max(0, Sub(E[x * x], Mul(m, m))); s = Sqrt(Add(v, eps))
+ *     y = Div(x - m, s) or Mul(x - m, Reciprocal(s) [* scale]) [* scale] [+ bias]
+ *   each E a ReduceMean or ReduceSum then Mul by 1/n (Div by n), m and v
+ *   maybe through Reshape/Expand views (cl.layer_norm, whose variance
+ *   E[(x - m)^2] is the clamped form's without its cancellation error).
+ *
  *   A one-hot row gather, as jax2tf exports an embedding (magika):
  *     y = MatMul(Cast(Equal(ids, K), float), W)
  *   ids int32/int64 with a last axis of 1, K a constant [1, ..., C] of
