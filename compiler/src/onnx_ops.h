@@ -188,7 +188,8 @@ vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, o
  * chain's other nodes skipped), else nothing. */
 vm_status_t onx_layer_norm_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_softmax_chain(onx_ctx_t *c, int *done);
-vm_status_t onx_layer_norm_moments_chain(onx_ctx_t *c, int *done); /* from a ReduceMean/ReduceSum of x */
+/* from a ReduceMean/ReduceSum of x: LayerNorm written with E[x^2] - E[x]^2 */
+vm_status_t onx_layer_norm_moments_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_rms_norm_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_gelu_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_gelu_tanh_chain(onx_ctx_t *c, int *done); /* from its first Mul or Pow */

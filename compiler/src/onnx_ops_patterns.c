@@ -635,7 +635,8 @@ static const char *mean_from(onx_ctx_t *c, int64_t j, uint32_t ndim, int64_t n, 
   double k;
   int64_t jm = next_is(c, r->output[0], (size_t)j, "Mul", 2, &slot);
   if (jm >= 0) {
-    if (!onx_const_scalar(c, g->node[jm]->input[1 - slot], rn, &k) || fabs(k * (double)n - 1) > 1e-6)
+    if (!onx_const_scalar(c, g->node[jm]->input[1 - slot], rn, &k) ||
+        fabs(k * (double)n - 1) > 1e-6)
       return NULL;
   } else {
     jm = next_is(c, r->output[0], (size_t)j, "Div", 2, &slot);
@@ -674,8 +675,8 @@ vm_status_t onx_layer_norm_moments_chain(onx_ctx_t *c, int *done) {
   if (c->sub_depth || !c->skip) return VM_STATUS_OK;
   const Onnx__GraphProto *g = c->graph;
   onx_value_t *x = onx_in(c, 0);
-  if (!x || x->data || !vm_dtype_equal(x->dt, VM_F32) || x->ndim < 1 ||
-      x->ndim > VMCC_MAX_NDIM || x->dims[x->ndim - 1] < 1)
+  if (!x || x->data || !vm_dtype_equal(x->dt, VM_F32) || x->ndim < 1 || x->ndim > VMCC_MAX_NDIM ||
+      x->dims[x->ndim - 1] < 1)
     return VM_STATUS_OK;
   uint32_t nx = x->ndim;
   int64_t n = x->dims[nx - 1], idx[48];
@@ -757,9 +758,11 @@ vm_status_t onx_layer_norm_moments_chain(onx_ctx_t *c, int *done) {
   if (onx_sole_consumer(c, dx, (size_t)isub, &slot) != last) return VM_STATUS_OK;
   int64_t idm = last;
   int64_t j = sc ? -1 : next_is(c, g->node[last]->output[0], (size_t)last, "Mul", 2, &slot);
-  if (j >= 0 && (sc = row_const(c, g->node[j]->input[1 - slot], nx, n)) != NULL) idx[ni++] = last = j;
+  if (j >= 0 && (sc = row_const(c, g->node[j]->input[1 - slot], nx, n)) != NULL)
+    idx[ni++] = last = j;
   j = next_is(c, g->node[last]->output[0], (size_t)last, "Add", 2, &slot);
-  if (j >= 0 && (bb = row_const(c, g->node[j]->input[1 - slot], nx, n)) != NULL) idx[ni++] = last = j;
+  if (j >= 0 && (bb = row_const(c, g->node[j]->input[1 - slot], nx, n)) != NULL)
+    idx[ni++] = last = j;
   int32_t y;
   VM_RETURN_IF_ERROR(
       onx_layer_norm_call(c, x, sc, bb, (int64_t)nx - 1, (float)eps, 0, &y, NULL, NULL));
