@@ -168,6 +168,9 @@ int onx_hard_chain(onx_ctx_t *c, size_t ia, size_t xs, const char *xname, uint32
  * (*v) that leaves a rank-ndim operand's shape as it is (a Constant node
  * later in the graph counts). */
 int onx_const_scalar(onx_ctx_t *c, const char *name, uint32_t ndim, double *v);
+/* Whether `name` is an integer constant of rank <= 1 (defined by now, or a
+ * later Constant node) of at most max values: *n of them in v[]. */
+int onx_lookup_ints(onx_ctx_t *c, const char *name, int64_t *v, size_t max, size_t *n);
 /* onnx_ops_elementwise.c: whether `name` (no graph output) is read by
  * exactly nodes i and j (once each), both after node `after`. */
 int onx_consumed_by_two(onx_ctx_t *c, const char *name, size_t after, size_t i, size_t j);
@@ -184,6 +187,9 @@ vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, o
  * lowered as the one operator when the whole chain fits (*done set, the
  * chain's other nodes skipped), else nothing. */
 vm_status_t onx_layer_norm_chain(onx_ctx_t *c, int *done);
+vm_status_t onx_softmax_chain(onx_ctx_t *c, int *done);
+/* from a ReduceMean/ReduceSum of x: LayerNorm written with E[x^2] - E[x]^2 */
+vm_status_t onx_layer_norm_moments_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_rms_norm_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_gelu_chain(onx_ctx_t *c, int *done);
 vm_status_t onx_gelu_tanh_chain(onx_ctx_t *c, int *done); /* from its first Mul or Pow */

@@ -533,28 +533,121 @@ static int fold_affine(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uint
   return 1;
 }
 
+int onx_lookup_ints(onx_ctx_t *c, const char *name, int64_t *v, size_t max, size_t *n) {
+  onx_value_t *k = name && name[0] ? onx_lookup_const(c, name) : NULL;
+  if (!k || !k->data || !onx_is_int(k->dt) || k->ndim > 1 || k->numel < 0 ||
+      (size_t)k->numel > max)
+    return 0;
+  for (int64_t i = 0; i < k->numel; i++) v[i] = onx_ld_i(k->dt, k->data, i);
+  *n = (size_t)k->numel;
+  return 1;
+}
+
+/* Whether node n (reading the value of rank *ndim and extents dims as its
+ * input 0) only views it and keeps axes 0 and 1 (batch and channels) where
+ * they are: a Slice (opset 10 on) that keeps every element, or a Squeeze of
+ * unit axes past 1 (axes given; an input from opset 13, an attribute
+ * before). jax2tf writes a 1-D convolution's output so, [N, C, L, 1] ->
+ * Slice (whole) -> Squeeze(3) -> [N, C, L], before its bias Add. Then
+ * *ndim and dims become n's output's. */
+static int channel_view(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uint32_t *ndim,
+                        int64_t *dims) {
+  if (slot != 0 || n->n_output != 1 || (n->domain && n->domain[0])) return 0;
+  int64_t v[3][VMCC_MAX_NDIM];
+  size_t nv[3];
+  if (strcmp(n->op_type, "Slice") == 0) {
+    if (n->n_input < 3 || n->n_input > 5 || !onx_lookup_ints(c, n->input[1], v[0], *ndim, &nv[0]) ||
+        !onx_lookup_ints(c, n->input[2], v[1], *ndim, &nv[1]) || nv[1] != nv[0])
+      return 0;
+    int64_t ax[VMCC_MAX_NDIM], st[VMCC_MAX_NDIM];
+    size_t na = nv[0], ns = nv[0];
+    if (n->n_input >= 4 && n->input[3] && n->input[3][0]) {
+      if (!onx_lookup_ints(c, n->input[3], ax, *ndim, &na) || na != nv[0]) return 0;
+    } else {
+      for (size_t i = 0; i < nv[0]; i++) ax[i] = (int64_t)i;
+    }
+    if (n->n_input == 5 && n->input[4] && n->input[4][0]) {
+      if (!onx_lookup_ints(c, n->input[4], st, *ndim, &ns) || ns != nv[0]) return 0;
+    } else {
+      for (size_t i = 0; i < nv[0]; i++) st[i] = 1;
+    }
+    for (size_t i = 0; i < nv[0]; i++) {
+      int64_t a = ax[i] < 0 ? ax[i] + *ndim : ax[i];
+      if (a < 0 || a >= (int64_t)*ndim || st[i] != 1) return 0;
+      int64_t d = dims[a], s = v[0][i], e = v[1][i];
+      if (s < 0) s += d;
+      if (e < 0) e += d;
+      if (s > 0 || e < d) return 0; /* not the whole axis */
+    }
+    return 1;
+  }
+  if (strcmp(n->op_type, "Squeeze") == 0) {
+    size_t na = 0;
+    if (c->opset >= 13) {
+      if (n->n_input != 2 || !onx_lookup_ints(c, n->input[1], v[0], *ndim, &na)) return 0;
+    } else {
+      const Onnx__AttributeProto *at = onx_attr(n, "axes");
+      if (n->n_input != 1 || !at || at->n_ints > *ndim) return 0;
+      na = at->n_ints;
+      for (size_t i = 0; i < na; i++) v[0][i] = at->ints[i];
+    }
+    if (na == 0) return 0;
+    int drop[VMCC_MAX_NDIM] = {0};
+    for (size_t i = 0; i < na; i++) {
+      int64_t a = v[0][i] < 0 ? v[0][i] + *ndim : v[0][i];
+      if (a < 2 || a >= (int64_t)*ndim || dims[a] != 1 || drop[a]) return 0;
+      drop[a] = 1;
+    }
+    uint32_t o = 0;
+    for (uint32_t i = 0; i < *ndim; i++)
+      if (!drop[i]) dims[o++] = dims[i];
+    *ndim = o;
+    return 1;
+  }
+  return 0;
+}
+
 /* Folds the chain of per-channel affine nodes (BatchNormalization; for
  * float32 also Mul and Add by constants) that alone consume the current
  * Conv's output into a[o] y + b[o], marking them skipped: the index of the
- * last one, or -1 when none fits. */
+ * last one, or -1 when none fits. With ydims (the Conv's output, rank
+ * *yndim), views that keep the channel axis (channel_view) may stand
+ * between the affine nodes, and *yndim and ydims become the last folded
+ * node's output's. */
 static int64_t affine_after(onx_ctx_t *c, vm_dtype_t dt, uint32_t ndim, int64_t co, double *a,
-                            double *b) {
+                            double *b, uint32_t *yndim, int64_t *ydims) {
   const char *cur = c->node->output[0];
   size_t after = c->node_idx;
-  int64_t last = -1;
+  int64_t last = -1, views[8];
+  int nviews = 0;
+  uint32_t vn = yndim ? *yndim : ndim;
+  int64_t vd[VMCC_MAX_NDIM];
+  if (yndim) memcpy(vd, ydims, vn * sizeof(int64_t));
   for (;;) {
     size_t slot = 0;
     int64_t j = onx_sole_consumer(c, cur, after, &slot);
     if (j < 0) break;
     const Onnx__NodeProto *n = c->graph->node[j];
     int ok = 0;
-    if (strcmp(n->op_type, "BatchNormalization") == 0)
-      ok = slot == 0 && fold_bn(c, n, co, a, b);
-    else if (vm_dtype_equal(dt, VM_F32))
-      ok = fold_affine(c, n, slot, ndim, 1, co, a, b);
+    if (strcmp(n->op_type, "BatchNormalization") == 0) {
+      ok = slot == 0 && vn >= 2 && fold_bn(c, n, co, a, b);
+    } else if (yndim && nviews < 8 && channel_view(c, n, slot, &vn, vd)) {
+      views[nviews++] = j; /* skipped only when an affine node after it folds */
+      cur = n->output[0];
+      after = (size_t)j;
+      continue;
+    } else if (vm_dtype_equal(dt, VM_F32)) {
+      ok = fold_affine(c, n, slot, yndim ? vn : ndim, 1, co, a, b);
+    }
     if (!ok) break;
+    for (int i = 0; i < nviews; i++) c->skip[views[i]] = 1;
+    nviews = 0;
     c->skip[j] = 1;
     last = j;
+    if (yndim) {
+      *yndim = vn;
+      memcpy(ydims, vd, vn * sizeof(int64_t));
+    }
     cur = n->output[0];
     after = (size_t)j;
   }
@@ -884,9 +977,12 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   int32_t res = -1; /* the residual r (residual_operand), or -1 */
   conv_epi_t ep = {0, 1, 0, -1};
   double *fa = NULL, *fb = NULL;
+  /* the shape the last folded node's output has (views may drop unit axes) */
+  uint32_t bnd = x->ndim;
+  int64_t bdims[4] = {x->dims[0], co, nsp == 2 ? w.out[1] : w.out[2], w.out[2]};
   if (wv->data && (!bias || bias->data)) {
     VM_RETURN_IF_ERROR(affine_start(c, co, bias, &fa, &fb));
-    bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
+    bn = affine_after(c, x->dt, x->ndim, co, fa, fb, &bnd, bdims);
     if (bn < 0 && x->ndim == 4 && vm_dtype_equal(x->dt, VM_F32))
       nhwc = nhwc_after(c, co, y4, fa, fb, &ep, &back, &res);
     if (nhwc >= 0) bn = nhwc;
@@ -926,13 +1022,14 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   int32_t y = new_t(c, x->dt, 4, y4);
   if (nhwc < 0 && vm_dtype_equal(x->dt, VM_F32)) {
     size_t at = bn >= 0 ? (size_t)bn : c->node_idx, slot = 0;
-    /* a residual Add(y, r) first, when y alone feeds it */
-    int64_t j = x->ndim == 4 ? onx_sole_consumer(c, c->graph->node[at]->output[0], at, &slot) : -1;
+    /* a residual Add(y, r) first, when y alone feeds it (a 4-D result: not
+     * through the views of a 1-D convolution) */
+    int64_t j = bnd == 4 ? onx_sole_consumer(c, c->graph->node[at]->output[0], at, &slot) : -1;
     if (j >= 0 && (res = residual_operand(c, c->graph->node[j], slot, y4, 0)) >= 0) {
       c->skip[j] = 1;
       at = (size_t)j;
     }
-    conv_epilogue_after(c, c->graph->node[at]->output[0], at, x->ndim, &ep);
+    conv_epilogue_after(c, c->graph->node[at]->output[0], at, bnd, &ep);
     if (res >= 0 && ep.last < 0) ep.last = j;
   }
   if (res >= 0) {
@@ -989,7 +1086,7 @@ vm_status_t onx_op_conv(onx_ctx_t *c) {
   int64_t last = ep.last >= 0 ? ep.last : bn;
   if (last >= 0) {
     c->fused = 1;
-    return onx_bind_named(c, c->graph->node[last]->output[0], y, x->ndim, yd);
+    return onx_bind_named(c, c->graph->node[last]->output[0], y, bnd, bdims);
   }
   return onx_bind_out(c, 0, y, x->ndim, yd);
 }
@@ -1126,7 +1223,7 @@ vm_status_t onx_op_conv_transpose(onx_ctx_t *c) {
       free(fb);
       return onx_node_err(c, VM_RESOURCE_EXHAUSTED, "out of host memory");
     }
-    bn = affine_after(c, x->dt, x->ndim, co, fa, fb);
+    bn = affine_after(c, x->dt, x->ndim, co, fa, fb, NULL, NULL);
     if (bn >= 0) {
       /* W [ci, cog, k...]: input channel i of group i / (ci / group) feeds
        * output channels g cog + j */
@@ -1690,7 +1787,11 @@ vm_status_t onx_layer_norm_call(onx_ctx_t *c, onx_value_t *x, onx_value_t *sc, o
     if (same || p->numel == onx_numel(nn, nd)) {
       uint32_t bn;
       int64_t bd[MAXD];
-      if (onx_broadcast(p->ndim, p->dims, nn, nd, &bn, bd) != 0 || bn != nn)
+      /* leading unit axes (a [1, n] scale over the last axis) change nothing */
+      int fits = onx_broadcast(p->ndim, p->dims, nn, nd, &bn, bd) == 0 && bn >= nn &&
+                 bn <= x->ndim && memcmp(bd + bn - nn, nd, nn * sizeof(int64_t)) == 0;
+      for (uint32_t k = 0; fits && k + nn < bn; k++) fits = bd[k] == 1;
+      if (!fits)
         return onx_node_err(c, VM_INVALID_ARGUMENT, "'%.80s' does not fit the normalised shape",
                             p->name);
       t = onx_reshaped(c, p, nn, nd);

@@ -18,6 +18,21 @@
  *   y = Mul(x, Mul(0.5, Add(1, Tanh(u)))); any association and operand
  *   order of the three products is taken.
  *
+ *   Softmax over the last axis, as jax2tf exports it (magika's head):
+ *     m = ReduceMax(x, [-1]) [then Max(-inf, m)]; e = Exp(Sub(x, m))
+ *     y = Div(e, ReduceSum(e, [-1]))
+ *   with keepdims 0 or 1, the reduced values maybe through Reshape and
+ *   Expand by constant shapes, so long as Sub's and Div's operand has x's
+ *   shape with the last axis 1 (cl.softmax).
+ *
+ *   LayerNormalization over the last axis with the moments, as jax writes
+ *   it (magika's second LayerNorm), from the reduction of x:
+ *     m = E[x]; v = Max(0, Sub(E[x * x], Mul(m, m))); s = Sqrt(Add(v, eps))
+ *     y = Div(x - m, s) or Mul(x - m, Reciprocal(s) [* scale]) [* scale] [+ bias]
+ *   each E a ReduceMean or ReduceSum then Mul by 1/n (Div by n), m and v
+ *   maybe through Reshape/Expand views (cl.layer_norm, whose variance
+ *   E[(x - m)^2] is the clamped form's without its cancellation error).
+ *
  *   A one-hot row gather, as jax2tf exports an embedding (magika):
  *     y = MatMul(Cast(Equal(ids, K), float), W)
  *   ids int32/int64 with a last axis of 1, K a constant [1, ..., C] of
@@ -461,4 +476,301 @@ vm_status_t onx_one_hot_matmul_chain(onx_ctx_t *c, int *done) {
   c->fused = 1;
   *done = 1;
   return onx_bind_named(c, g->node[im]->output[0], y, yn, ydims);
+}
+
+/* Whether node n reduces only the last axis of a rank-ndim input (axes
+ * [-1] or [ndim - 1]; an input from opset `from`, an attribute before):
+ * then *keep is its keepdims. */
+static int reduces_last(onx_ctx_t *c, const Onnx__NodeProto *n, const char *op, int from,
+                        uint32_t ndim, int *keep) {
+  if (!n || !n->op_type || strcmp(n->op_type, op) != 0 || (n->domain && n->domain[0]) ||
+      n->n_output != 1 || n->n_input < 1 || !n->input[0] || !n->input[0][0])
+    return 0;
+  const Onnx__AttributeProto *kd = onx_attr(n, "keepdims");
+  if (kd && kd->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT) return 0;
+  *keep = kd ? kd->i != 0 : 1;
+  int64_t ax[2];
+  size_t na = 0;
+  if (c->opset >= from) {
+    if (n->n_input != 2 || !onx_lookup_ints(c, n->input[1], ax, 2, &na)) return 0;
+  } else {
+    const Onnx__AttributeProto *a = onx_attr(n, "axes");
+    if (n->n_input != 1 || !a || a->n_ints > 2) return 0;
+    na = a->n_ints;
+    for (size_t i = 0; i < na; i++) ax[i] = a->ints[i];
+  }
+  return na == 1 && (ax[0] == -1 || ax[0] == (int64_t)ndim - 1);
+}
+
+/* From the value `name` of rank *nd and extents d (written by node *at),
+ * the chain of Reshape and Expand by constant shapes that alone reads it
+ * (or, first >= 0, that starts at node first, a reader of it as input 0):
+ * their indices to idx[] (*ni, at most 24 in all), *at, *nd and d the last
+ * one's. */
+static const char *through_views(onx_ctx_t *c, const char *name, size_t *at, uint32_t *nd,
+                                 int64_t *d, int64_t *idx, int *ni, int64_t first) {
+  const Onnx__GraphProto *g = c->graph;
+  for (;;) {
+    size_t slot = 1;
+    int64_t j = first >= 0 ? first : onx_sole_consumer(c, name, *at, &slot);
+    if (first >= 0 && strcmp(g->node[first]->input[0], name) == 0) slot = 0;
+    first = -1;
+    if (j < 0 || slot != 0 || *ni >= 24) return name;
+    const Onnx__NodeProto *n = g->node[j];
+    int reshape = is_node(n, "Reshape", 2), expand = is_node(n, "Expand", 2);
+    int64_t s[VMCC_MAX_NDIM];
+    size_t ns;
+    if ((!reshape && !expand) || !onx_lookup_ints(c, n->input[1], s, VMCC_MAX_NDIM, &ns))
+      return name;
+    int64_t cnt = 1, out = 1;
+    for (uint32_t i = 0; i < *nd; i++) cnt *= d[i];
+    if (reshape) { /* positive extents only (no 0 or -1), the same count */
+      for (size_t i = 0; i < ns; i++) {
+        if (s[i] < 1) return name;
+        out *= s[i];
+      }
+      if (out != cnt) return name;
+      *nd = (uint32_t)ns;
+      memcpy(d, s, ns * sizeof(int64_t));
+    } else { /* Expand that broadcasts nothing: every extent 1 or d's */
+      if (ns > *nd) return name;
+      for (size_t i = 0; i < ns; i++)
+        if (s[i] != 1 && s[i] != d[*nd - ns + i]) return name;
+    }
+    idx[(*ni)++] = j;
+    name = n->output[0];
+    *at = (size_t)j;
+  }
+}
+
+/* Whether the rank-nd extents d are x's with the last axis 1. */
+static int row_stat_shape(const onx_value_t *x, uint32_t nd, const int64_t *d) {
+  if (nd != x->ndim) return 0;
+  for (uint32_t i = 0; i + 1 < nd; i++)
+    if (d[i] != x->dims[i]) return 0;
+  return d[nd - 1] == 1;
+}
+
+/* The reduced value `name` of node *at (keepdims keep) through views
+ * (through_views) to a node that alone reads it as input 1 of op with x's
+ * last axis 1: that node's index, else -1. */
+static int64_t stat_to(onx_ctx_t *c, const onx_value_t *x, const char *name, size_t at, int keep,
+                       const char *op, int64_t *idx, int *ni) {
+  uint32_t nd = keep ? x->ndim : x->ndim - 1;
+  int64_t d[VMCC_MAX_NDIM];
+  memcpy(d, x->dims, nd * sizeof(int64_t));
+  if (keep) d[nd - 1] = 1;
+  name = through_views(c, name, &at, &nd, d, idx, ni, -1);
+  size_t slot;
+  int64_t j = next_is(c, name, at, op, 2, &slot);
+  return j >= 0 && slot == 1 && row_stat_shape(x, nd, d) ? j : -1;
+}
+
+vm_status_t onx_softmax_chain(onx_ctx_t *c, int *done) {
+  *done = 0;
+  if (c->sub_depth || !c->skip) return VM_STATUS_OK;
+  const Onnx__GraphProto *g = c->graph;
+  onx_value_t *x = onx_in(c, 0);
+  int keep, ks;
+  if (!x || x->data || !vm_dtype_equal(x->dt, VM_F32) || x->ndim < 1 ||
+      x->ndim > VMCC_MAX_NDIM || x->dims[x->ndim - 1] < 1 ||
+      !reduces_last(c, c->node, "ReduceMax", 18, x->ndim, &keep))
+    return VM_STATUS_OK;
+  int64_t idx[32];
+  int ni = 0;
+  const char *m = c->node->output[0];
+  size_t at = c->node_idx, slot;
+  /* Max(-inf, m): m itself (jnp.max's initial value) */
+  int64_t jm = next_is(c, m, at, "Max", 2, &slot);
+  double k;
+  if (jm >= 0 && onx_const_scalar(c, g->node[jm]->input[1 - slot], x->ndim, &k) && isinf(k) &&
+      k < 0) {
+    idx[ni++] = jm;
+    m = g->node[jm]->output[0];
+    at = (size_t)jm;
+  }
+  int64_t is = stat_to(c, x, m, at, keep, "Sub", idx, &ni);
+  if (is < 0 || strcmp(g->node[is]->input[0], x->name) != 0) return VM_STATUS_OK;
+  int64_t ie = next_is(c, g->node[is]->output[0], (size_t)is, "Exp", 1, &slot);
+  if (ie < 0) return VM_STATUS_OK;
+  /* e read by the ReduceSum and the Div, nothing else */
+  const char *e = g->node[ie]->output[0];
+  const onx_name_t *en = onx_names_find(&c->names, e);
+  if (!en || en->num_cons != 2) return VM_STATUS_OK;
+  int64_t ir = -1, id = -1;
+  for (uint32_t u = 0; u < 2; u++) {
+    onx_use_t use = c->names.uses[en->cons_off + u];
+    const Onnx__NodeProto *n = g->node[use.node];
+    if (use.slot == 0 && reduces_last(c, n, "ReduceSum", 13, x->ndim, &ks)) ir = use.node;
+    if (use.slot == 0 && is_node(n, "Div", 2)) id = use.node;
+  }
+  if (ir < 0 || id < 0 || !onx_consumed_by_two(c, e, (size_t)ie, (size_t)ir, (size_t)id) ||
+      stat_to(c, x, g->node[ir]->output[0], (size_t)ir, ks, "Div", idx, &ni) != id)
+    return VM_STATUS_OK;
+  int32_t y = new_t(c, x->dt, x->ndim, x->dims);
+  vmcc_arg_t a[3] = {A(onx_tid(c, x)), I((int64_t)x->ndim - 1), A(y)};
+  call(c, "cl.softmax", 3, a);
+  for (int i = 0; i < ni; i++) c->skip[idx[i]] = 1;
+  c->skip[is] = c->skip[ie] = c->skip[ir] = c->skip[id] = 1;
+  c->fused = 1;
+  *done = 1;
+  return onx_bind_named(c, g->node[id]->output[0], y, x->ndim, x->dims);
+}
+
+/* The mean over the last axis (extent n) of a rank-ndim value that reduce
+ * node j reads: ReduceMean, or ReduceSum then Mul by 1/n or Div by n. Its
+ * name (NULL if none), writer *at and keepdims *keep; its nodes to idx[]. */
+static const char *mean_from(onx_ctx_t *c, int64_t j, uint32_t ndim, int64_t n, size_t *at,
+                             int *keep, int64_t *idx, int *ni) {
+  const Onnx__GraphProto *g = c->graph;
+  const Onnx__NodeProto *r = g->node[j];
+  if (reduces_last(c, r, "ReduceMean", 18, ndim, keep)) {
+    idx[(*ni)++] = j;
+    *at = (size_t)j;
+    return r->output[0];
+  }
+  if (!reduces_last(c, r, "ReduceSum", 13, ndim, keep)) return NULL;
+  uint32_t rn = *keep ? ndim : ndim - 1;
+  size_t slot;
+  double k;
+  int64_t jm = next_is(c, r->output[0], (size_t)j, "Mul", 2, &slot);
+  if (jm >= 0) {
+    if (!onx_const_scalar(c, g->node[jm]->input[1 - slot], rn, &k) ||
+        fabs(k * (double)n - 1) > 1e-6)
+      return NULL;
+  } else {
+    jm = next_is(c, r->output[0], (size_t)j, "Div", 2, &slot);
+    if (jm < 0 || slot != 0 || !onx_const_scalar(c, g->node[jm]->input[1], rn, &k) ||
+        k != (double)n)
+      return NULL;
+  }
+  idx[(*ni)++] = j;
+  idx[(*ni)++] = jm;
+  *at = (size_t)jm;
+  return g->node[jm]->output[0];
+}
+
+/* Whether `name` is one of the graph's outputs. */
+static int graph_output(const Onnx__GraphProto *g, const char *name) {
+  for (size_t k = 0; k < g->n_output; k++)
+    if (g->output[k] && g->output[k]->name && strcmp(g->output[k]->name, name) == 0) return 1;
+  return 0;
+}
+
+/* The later node that reads x as both inputs of a Mul (x * x), else -1. */
+static int64_t square_of(onx_ctx_t *c, const char *x, size_t after) {
+  const onx_name_t *xn = onx_names_find(&c->names, x);
+  for (uint32_t u = 0; xn && u < xn->num_cons; u++) {
+    uint32_t j = c->names.uses[xn->cons_off + u].node;
+    const Onnx__NodeProto *n = c->graph->node[j];
+    if (j > after && is_node(n, "Mul", 2) && strcmp(n->input[0], x) == 0 &&
+        strcmp(n->input[1], x) == 0)
+      return j;
+  }
+  return -1;
+}
+
+vm_status_t onx_layer_norm_moments_chain(onx_ctx_t *c, int *done) {
+  *done = 0;
+  if (c->sub_depth || !c->skip) return VM_STATUS_OK;
+  const Onnx__GraphProto *g = c->graph;
+  onx_value_t *x = onx_in(c, 0);
+  if (!x || x->data || !vm_dtype_equal(x->dt, VM_F32) || x->ndim < 1 || x->ndim > VMCC_MAX_NDIM ||
+      x->dims[x->ndim - 1] < 1)
+    return VM_STATUS_OK;
+  uint32_t nx = x->ndim;
+  int64_t n = x->dims[nx - 1], idx[48];
+  int ni = 0, keep, keep2;
+  size_t at, at2, slot;
+  /* m = E[x], read by Mul(m, m) and (through views) Sub(x, m) alone */
+  const char *m = mean_from(c, (int64_t)c->node_idx, nx, n, &at, &keep, idx, &ni);
+  const onx_name_t *mn = m ? onx_names_find(&c->names, m) : NULL;
+  if (!mn || graph_output(g, m)) return VM_STATUS_OK;
+  int64_t jsq = -1, jo = -1;
+  int sq_uses = 0, o_uses = 0;
+  for (uint32_t u = 0; u < mn->num_cons; u++) {
+    onx_use_t use = c->names.uses[mn->cons_off + u];
+    const Onnx__NodeProto *nd = g->node[use.node];
+    if (use.node <= at) return VM_STATUS_OK;
+    if (is_node(nd, "Mul", 2) && strcmp(nd->input[0], m) == 0 && strcmp(nd->input[1], m) == 0) {
+      jsq = use.node;
+      sq_uses++;
+    } else {
+      jo = use.node;
+      o_uses++;
+    }
+  }
+  if (jsq < 0 || jo < 0 || o_uses != 1 || sq_uses > 2) return VM_STATUS_OK;
+  uint32_t nd = keep ? nx : nx - 1;
+  int64_t d[VMCC_MAX_NDIM];
+  memcpy(d, x->dims, nd * sizeof(int64_t));
+  if (keep) d[nd - 1] = 1;
+  size_t vat = at;
+  const char *mv = through_views(c, m, &vat, &nd, d, idx, &ni, jo);
+  int64_t isub = mv == m ? jo : next_is(c, mv, vat, "Sub", 2, &slot);
+  if (isub < 0 || !is_node(g->node[isub], "Sub", 2) ||
+      strcmp(g->node[isub]->input[0], x->name) != 0 || strcmp(g->node[isub]->input[1], mv) != 0 ||
+      !row_stat_shape(x, nd, d))
+    return VM_STATUS_OK;
+  const char *dx = g->node[isub]->output[0];
+  /* v = Sub(E[x * x], m * m), both reduced alike */
+  int64_t iv = next_is(c, g->node[jsq]->output[0], (size_t)jsq, "Sub", 2, &slot);
+  int64_t jxx = square_of(c, x->name, c->node_idx);
+  if (iv < 0 || slot != 1 || jxx < 0) return VM_STATUS_OK;
+  int64_t jr2 = onx_sole_consumer(c, g->node[jxx]->output[0], (size_t)jxx, &slot);
+  const char *ex2 = jr2 >= 0 && slot == 0 ? mean_from(c, jr2, nx, n, &at2, &keep2, idx, &ni) : NULL;
+  if (!ex2 || keep2 != keep || next_is(c, ex2, at2, "Sub", 2, &slot) != iv || slot != 0)
+    return VM_STATUS_OK;
+  /* Max(0, v), views, Add eps, Sqrt */
+  double k, eps;
+  uint32_t rn = keep ? nx : nx - 1;
+  int64_t imx = next_is(c, g->node[iv]->output[0], (size_t)iv, "Max", 2, &slot);
+  if (imx < 0 || !onx_const_scalar(c, g->node[imx]->input[1 - slot], rn, &k) || k != 0)
+    return VM_STATUS_OK;
+  nd = rn;
+  memcpy(d, x->dims, nd * sizeof(int64_t));
+  if (keep) d[nd - 1] = 1;
+  vat = (size_t)imx;
+  const char *vv = through_views(c, g->node[imx]->output[0], &vat, &nd, d, idx, &ni, -1);
+  int64_t ie = next_is(c, vv, vat, "Add", 2, &slot);
+  if (ie < 0 || !row_stat_shape(x, nd, d) ||
+      !onx_const_scalar(c, g->node[ie]->input[1 - slot], nx, &eps) || !(eps >= 0 && eps < 1))
+    return VM_STATUS_OK;
+  int64_t iq = next_is(c, g->node[ie]->output[0], (size_t)ie, "Sqrt", 1, &slot);
+  if (iq < 0) return VM_STATUS_OK;
+  /* Div(dx, s), or Mul(dx, Reciprocal(s) [* scale]); then [* scale] [+ bias] */
+  onx_value_t *sc = NULL, *bb = NULL;
+  int64_t ir = -1, is = -1, last = next_is(c, g->node[iq]->output[0], (size_t)iq, "Div", 2, &slot);
+  if (last >= 0) {
+    if (slot != 1 || strcmp(g->node[last]->input[0], dx) != 0) return VM_STATUS_OK;
+  } else {
+    ir = next_is(c, g->node[iq]->output[0], (size_t)iq, "Reciprocal", 1, &slot);
+    if (ir < 0) return VM_STATUS_OK;
+    const char *r = g->node[ir]->output[0];
+    last = next_is(c, r, (size_t)ir, "Mul", 2, &slot);
+    if (last >= 0 && (sc = row_const(c, g->node[last]->input[1 - slot], nx, n)) != NULL) {
+      is = last;
+      r = g->node[is]->output[0];
+      last = next_is(c, r, (size_t)is, "Mul", 2, &slot);
+    }
+    if (last < 0 || strcmp(g->node[last]->input[1 - slot], dx) != 0) return VM_STATUS_OK;
+  }
+  if (onx_sole_consumer(c, dx, (size_t)isub, &slot) != last) return VM_STATUS_OK;
+  int64_t idm = last;
+  int64_t j = sc ? -1 : next_is(c, g->node[last]->output[0], (size_t)last, "Mul", 2, &slot);
+  if (j >= 0 && (sc = row_const(c, g->node[j]->input[1 - slot], nx, n)) != NULL)
+    idx[ni++] = last = j;
+  j = next_is(c, g->node[last]->output[0], (size_t)last, "Add", 2, &slot);
+  if (j >= 0 && (bb = row_const(c, g->node[j]->input[1 - slot], nx, n)) != NULL)
+    idx[ni++] = last = j;
+  int32_t y;
+  VM_RETURN_IF_ERROR(
+      onx_layer_norm_call(c, x, sc, bb, (int64_t)nx - 1, (float)eps, 0, &y, NULL, NULL));
+  for (int i = 0; i < ni; i++) c->skip[idx[i]] = 1;
+  int64_t rest[10] = {jsq, isub, iv, jxx, imx, ie, iq, ir, is, idm};
+  for (int i = 0; i < 10; i++)
+    if (rest[i] >= 0) c->skip[rest[i]] = 1;
+  c->fused = 1;
+  *done = 1;
+  return onx_bind_named(c, g->node[last]->output[0], y, nx, x->dims);
 }

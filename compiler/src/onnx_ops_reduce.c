@@ -102,6 +102,16 @@ vm_status_t onx_op_reduce(onx_ctx_t *c) {
     VM_RETURN_IF_ERROR(onx_layer_norm_chain(c, &done));
     if (done) return VM_STATUS_OK;
   }
+  if (kind == ONX_R_MEAN || kind == ONX_R_SUM) { /* LayerNormalization as E[x^2] - E[x]^2? */
+    int done;
+    VM_RETURN_IF_ERROR(onx_layer_norm_moments_chain(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
+  if (kind == ONX_R_MAX) { /* Softmax spelled out? */
+    int done;
+    VM_RETURN_IF_ERROR(onx_softmax_chain(c, &done));
+    if (done) return VM_STATUS_OK;
+  }
   /* axes became an input: ReduceSum at 13, the others at 18 */
   int axes_input = kind == 0 ? c->opset >= 13 : c->opset >= 18;
   onx_value_t *x;

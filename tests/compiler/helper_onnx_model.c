@@ -202,6 +202,13 @@ void mb_attrs_int(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, int64_t v
   a->i = v;
 }
 
+void mb_attrs_ints(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, const int64_t *v,
+                   size_t count) {
+  Onnx__AttributeProto *a = attrs_add(s, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+  a->n_ints = count;
+  a->ints = (int64_t *)v;
+}
+
 void mb_attrs_float(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, float v) {
   Onnx__AttributeProto *a = attrs_add(s, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
   a->has_f = 1;

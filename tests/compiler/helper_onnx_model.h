@@ -76,6 +76,9 @@ typedef struct mb_attrs {
   ProtobufCBinaryData strs[MB_MAX_ATTRS][MB_MAX_ATTRS];
 } mb_attrs_t;
 void mb_attrs_int(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, int64_t v);
+/* an INTS attribute: v is kept, not copied (it must outlive the packing) */
+void mb_attrs_ints(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, const int64_t *v,
+                   size_t count);
 void mb_attrs_float(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, float v);
 void mb_attrs_floats(mb_attrs_t *s, Onnx__NodeProto *n, const char *name, uint32_t k,
                      const float *v);

@@ -2334,6 +2334,281 @@ static void test_squeeze_excite_fused(void **state) {
   for (int v = 0; v < 7; v++) se_case(*state, v);
 }
 
+/* A 1-D convolution as jax2tf writes one (magika): Conv over [1, C, L, 1]
+ * with a [O, C, K, 1] kernel and no bias, its output through views that
+ * keep the channel axis, then the bias Add [1, O, 1] on the rank-3 value.
+ * Variants: 0 Slice (whole: ends past the extents, the last one 1) then
+ * Squeeze(3) then Add: all three fold into the convolution (no
+ * cl.binary.add); 1 Squeeze, Add, then Relu (the epilogue after the view):
+ * three folded; 2 a Slice that cuts the last position off, then Squeeze and
+ * Add: nothing folds (one cl.binary.add); 3 Squeeze(3) alone, no Add after
+ * it: nothing folds. Every result matches the host. */
+static void conv_view_bias_case(env_t *e, int variant) {
+  enum { C = 3, L = 9, O = 4, K = 3, OL = L - K + 1 };
+  static float x[C * L], w[O * C * K], b[O];
+  for (int i = 0; i < C * L; i++) x[i] = (float)((i * 37) % 11) / 2.0f - 2.5f;
+  for (int i = 0; i < O * C * K; i++) w[i] = (float)((i * 13) % 7) / 7.0f - 0.4f;
+  for (int o = 0; o < O; o++) b[o] = 0.75f * (float)o - 1.5f;
+  int64_t starts[4] = {0, 0, 0, 0}, ends[4] = {1000000000, 1000000000, 1000000000, 1};
+  int64_t axes[4] = {0, 1, 2, 3}, sq[1] = {3}, four[1] = {4}, one[1] = {1};
+  if (variant == 2) ends[2] = OL - 1;
+  int ol = variant == 2 ? OL - 1 : OL;
+  mb_t m;
+  mb_init(&m, 13);
+  int64_t xd[4] = {1, C, L, 1}, wd[4] = {O, C, K, 1}, bd[3] = {1, O, 1};
+  int64_t yd3[3] = {1, O, ol};
+  mb_input(&m, "x", 4, xd);
+  mb_output(&m, "y", 3, yd3);
+  mb_init_raw(&m, "w", 1, 4, wd, w, sizeof(w));
+  mb_init_raw(&m, "b", 1, 3, bd, b, sizeof(b));
+  mb_init_raw(&m, "st", 7, 1, four, starts, sizeof(starts));
+  mb_init_raw(&m, "en", 7, 1, four, ends, sizeof(ends));
+  mb_init_raw(&m, "ax", 7, 1, four, axes, sizeof(axes));
+  mb_init_raw(&m, "sq", 7, 1, one, sq, sizeof(sq));
+  mb_node(&m, "Conv", "conv", "x", "w", "c");
+  const char *v = "c";
+  if (variant == 0 || variant == 2) {
+    Onnx__NodeProto *sl = mb_node(&m, "Slice", "slice", "c", "st", "s");
+    mb_node_input(sl, "en");
+    mb_node_input(sl, "ax");
+    v = "s";
+  }
+  mb_node(&m, "Squeeze", "squeeze", v, "sq", variant == 3 ? "y" : "q");
+  if (variant == 1) {
+    mb_node(&m, "Add", "add", "b", "q", "a");
+    mb_node(&m, "Relu", "relu", "a", NULL, "y");
+  } else if (variant != 3) {
+    mb_node(&m, "Add", "add", "q", "b", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 4, {1, C, L, 1}, x, sizeof(x)};
+  float got[O * OL];
+  uint32_t adds = 0;
+  compile_run_t(e, &m, &xin, &rep, got, sizeof(float) * (size_t)(O * ol), "cl.binary.add", &adds);
+  static const int folded[4] = {3, 3, 0, 0};
+  assert_int_equal(rep.num_folded, folded[variant]);
+  assert_int_equal(adds, variant == 2 ? 1 : 0);
+  double max_err = 0;
+  for (int o = 0; o < O; o++)
+    for (int l = 0; l < ol; l++) {
+      double acc = variant == 3 ? 0 : b[o];
+      for (int ci = 0; ci < C; ci++)
+        for (int k = 0; k < K; k++) acc += (double)x[ci * L + l + k] * w[(o * C + ci) * K + k];
+      if (variant == 1 && acc < 0) acc = 0;
+      double d = fabs(acc - got[o * ol + l]);
+      if (d > max_err) max_err = d;
+    }
+  if (max_err > 1e-5) fail_msg("conv view bias (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_conv_view_bias_folded(void **state) {
+  for (int v = 0; v < 4; v++) conv_view_bias_case(*state, v);
+}
+
+/* Softmax over the last axis spelled out (opset 15, x [R, N]): m =
+ * ReduceMax(x, axes [1]), Sub(x, m), Exp, s = ReduceSum(e, [-1]), Div(e,
+ * s). Variants: 0 as jax2tf writes it (magika's head): keepdims 0, Max(-inf,
+ * m), m and s through Reshape [R, 1] and Expand [R, 1]: one cl.softmax, no
+ * cl.unary.exp, nine nodes folded; 1 keepdims 1 and no views: one
+ * cl.softmax, four folded; 2 Max(0, m) (not m itself): node by node; 3 the
+ * ReduceSum over axis 0 (keepdims 1: a column sum): node by node. Every
+ * result matches the host. */
+static void softmax_chain_case(env_t *e, int variant) {
+  enum { R = 3, N = 5 };
+  static float x[R * N];
+  for (int i = 0; i < R * N; i++) x[i] = (float)((i * 37) % 11) / 2.0f - 2.5f;
+  float ninf = -INFINITY, zero = 0.0f;
+  int64_t rs[2] = {R, 1}, two[1] = {2}, one[1] = {1}, last[1] = {-1}, first[1] = {0};
+  int keep = variant != 0, mx = variant == 0 || variant == 2;
+  mb_t m;
+  mb_init(&m, 15);
+  int64_t xd[2] = {R, N};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, xd);
+  mb_init_raw(&m, "k", 1, 0, NULL, variant == 2 ? &zero : &ninf, 4);
+  mb_init_raw(&m, "rs", 7, 1, two, rs, sizeof(rs));
+  mb_init_raw(&m, "ax", 7, 1, one, variant == 3 ? first : last, 8);
+  Onnx__NodeProto *rm = mb_node(&m, "ReduceMax", "rmax", "x", NULL, "m");
+  static const int64_t ax1[1] = {1};
+  mb_attrs_t at;
+  memset(&at, 0, sizeof(at));
+  mb_attrs_ints(&at, rm, "axes", ax1, 1);
+  mb_attrs_int(&at, rm, "keepdims", keep);
+  const char *mv = "m";
+  if (mx) {
+    mb_node(&m, "Max", "max", "k", "m", "mm");
+    mv = "mm";
+  }
+  if (!keep) {
+    mb_node(&m, "Reshape", "rsm", mv, "rs", "mr");
+    mb_node(&m, "Expand", "exm", "mr", "rs", "me");
+    mv = "me";
+  }
+  mb_node(&m, "Sub", "sub", "x", mv, "d");
+  mb_node(&m, "Exp", "exp", "d", NULL, "ex");
+  Onnx__NodeProto *rsum = mb_node(&m, "ReduceSum", "rsum", "ex", "ax", "s");
+  mb_attr_i(&m, rsum, "keepdims", keep);
+  const char *sv = "s";
+  if (!keep) {
+    mb_node(&m, "Reshape", "rss", "s", "rs", "sr");
+    mb_node(&m, "Expand", "exs", "sr", "rs", "se");
+    sv = "se";
+  }
+  mb_node(&m, "Div", "div", "ex", sv, "y");
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 2, {R, N}, x, sizeof(x)};
+  float got[R * N];
+  static const char *const ops[2] = {"cl.softmax", "cl.unary.exp"};
+  uint32_t counts[2];
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 2, counts);
+  int fused = variant <= 1;
+  assert_int_equal(counts[0], fused ? 1 : 0);
+  assert_int_equal(counts[1], fused ? 0 : 1);
+  static const int folded[4] = {9, 4, 0, 0};
+  assert_int_equal(rep.num_folded, folded[variant]);
+  double want[R * N], max_err = 0;
+  for (int r = 0; r < R; r++) {
+    double mr = -INFINITY;
+    for (int j = 0; j < N; j++) mr = fmax(mr, x[r * N + j]);
+    if (variant == 2) mr = fmax(mr, 0.0);
+    for (int j = 0; j < N; j++) want[r * N + j] = exp(x[r * N + j] - mr);
+  }
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < N; j++) {
+      double sum = 0;
+      for (int t = 0; t < (variant == 3 ? R : N); t++)
+        sum += variant == 3 ? want[t * N + j] : want[r * N + t];
+      double d = fabs(want[r * N + j] / sum - got[r * N + j]);
+      if (d > max_err) max_err = d;
+    }
+  if (max_err > 1e-6) fail_msg("softmax chain (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_softmax_chain_rewritten(void **state) {
+  for (int v = 0; v < 4; v++) softmax_chain_case(*state, v);
+}
+
+/* LayerNormalization over the last axis written with the moments E[x^2] -
+ * E[x]^2 (opset 15, x [R, N]): m = E[x], v = Max(0, Sub(E[x * x], m * m)),
+ * s = Sqrt(Add(v, eps)), y = (x - m) / s * scale + bias. Variants: 0 as
+ * jax2tf writes it (magika's second LayerNorm): ReduceSum then Mul by 1/N,
+ * keepdims 0, m and v through Reshape [R, 1] and Expand [R, 1],
+ * Reciprocal(s) * scale, then Mul(x - m, that), Add bias: one
+ * cl.layer_norm and no cl.unary.sqrt; 1 ReduceMean keepdims 1, no views,
+ * Div(x - m, s), Mul scale, Add bias: one cl.layer_norm; 2 as 1 but E[x *
+ * x] over axis 0 (a column mean): node by node; 3 as 0 without the Max:
+ * node by node; 4 as 1 with eps a [R, 1] constant (not one scalar): node by
+ * node. Every result matches the host's computation of what the graph
+ * says (for 0 and 1 the variance as E[(x - m)^2]). */
+static void layer_norm_moments_case(env_t *e, int variant) {
+  enum { R = 3, N = 8 };
+  static float x[R * N], sc[N], bi[N];
+  for (int i = 0; i < R * N; i++)
+    x[i] = (float)((i * 37) % 11) / 2.0f - 2.5f + 0.1f * (float)(i / N);
+  for (int j = 0; j < N; j++) {
+    sc[j] = 0.5f + 0.125f * (float)j;
+    bi[j] = 0.25f * (float)j - 1.0f;
+  }
+  float inv = 1.0f / N, zero = 0.0f, eps = 1e-5f, epsr[R] = {1e-5f, 1e-3f, 1e-1f};
+  int64_t rs[2] = {R, 1}, two[1] = {2}, one[1] = {1}, last[1] = {-1}, first[1] = {0};
+  int64_t sd[2] = {1, N}, nd[1] = {N};
+  int jax = variant == 0 || variant == 3;
+  mb_t m;
+  mb_init(&m, 15);
+  int64_t xd[2] = {R, N};
+  mb_input(&m, "x", 2, xd);
+  mb_output(&m, "y", 2, xd);
+  mb_init_raw(&m, "inv", 1, 0, NULL, &inv, 4);
+  mb_init_raw(&m, "zero", 1, 0, NULL, &zero, 4);
+  mb_init_raw(&m, "eps", 1, variant == 4 ? 2 : 0, variant == 4 ? rs : NULL,
+              variant == 4 ? (void *)epsr : (void *)&eps, variant == 4 ? sizeof(epsr) : 4);
+  mb_init_raw(&m, "sc", 1, jax ? 2 : 1, jax ? sd : nd, sc, sizeof(sc));
+  mb_init_raw(&m, "bi", 1, 1, nd, bi, sizeof(bi));
+  mb_init_raw(&m, "rs", 7, 1, two, rs, sizeof(rs));
+  mb_init_raw(&m, "ax", 7, 1, one, last, 8);
+  mb_init_raw(&m, "ax0", 7, 1, one, first, 8);
+  static const int64_t ax1[1] = {1}, ax0[1] = {0};
+  if (jax) { /* ReduceSum(x) * 1/N, ReduceSum(x * x) * 1/N, keepdims 0 */
+    Onnx__NodeProto *r1 = mb_node(&m, "ReduceSum", "sum1", "x", "ax", "s1");
+    mb_attr_i(&m, r1, "keepdims", 0);
+    mb_node(&m, "Mul", "mean1", "s1", "inv", "m");
+    mb_node(&m, "Mul", "msq", "m", "m", "m2");
+    mb_node(&m, "Reshape", "rsm", "m", "rs", "mr");
+    mb_node(&m, "Expand", "exm", "mr", "rs", "me");
+    mb_node(&m, "Sub", "dx", "x", "me", "d");
+    mb_node(&m, "Mul", "xsq", "x", "x", "xx");
+    Onnx__NodeProto *r2 = mb_node(&m, "ReduceSum", "sum2", "xx", "ax", "s2");
+    mb_attr_i(&m, r2, "keepdims", 0);
+    mb_node(&m, "Mul", "mean2", "s2", "inv", "ex2");
+    mb_node(&m, "Sub", "var", "ex2", "m2", "v");
+    if (variant == 0) mb_node(&m, "Max", "clamp", "zero", "v", "vc");
+    mb_node(&m, "Reshape", "rsv", variant == 0 ? "vc" : "v", "rs", "vr");
+    mb_node(&m, "Expand", "exv", "vr", "rs", "ve");
+    mb_node(&m, "Add", "addeps", "ve", "eps", "ve2");
+    mb_node(&m, "Sqrt", "sqrt", "ve2", NULL, "sd");
+    mb_node(&m, "Reciprocal", "rcp", "sd", NULL, "rsd");
+    mb_node(&m, "Mul", "rscale", "rsd", "sc", "rss");
+    mb_node(&m, "Mul", "norm", "d", "rss", "yn");
+    mb_node(&m, "Add", "bias", "yn", "bi", "y");
+  } else { /* ReduceMean keepdims 1, Div */
+    Onnx__NodeProto *r1 = mb_node(&m, "ReduceMean", "mean1", "x", NULL, "m");
+    mb_attr_ints(&m, r1, "axes", ax1, 1);
+    mb_node(&m, "Mul", "msq", "m", "m", "m2");
+    mb_node(&m, "Sub", "dx", "x", "m", "d");
+    mb_node(&m, "Mul", "xsq", "x", "x", "xx");
+    Onnx__NodeProto *r2 = mb_node(&m, "ReduceMean", "mean2", "xx", NULL, "ex2");
+    mb_attr_ints(&m, r2, "axes", variant == 2 ? ax0 : ax1, 1);
+    mb_node(&m, "Sub", "var", "ex2", "m2", "v");
+    mb_node(&m, "Max", "clamp", "v", "zero", "vc");
+    mb_node(&m, "Add", "addeps", "vc", "eps", "ve2");
+    mb_node(&m, "Sqrt", "sqrt", "ve2", NULL, "sd");
+    mb_node(&m, "Div", "norm", "d", "sd", "yn");
+    mb_node(&m, "Mul", "scale", "yn", "sc", "ys");
+    mb_node(&m, "Add", "bias", "ys", "bi", "y");
+  }
+  vmcc_onnx_report_t rep;
+  vmcc_tensor_t xin = {VM_F32, 2, {R, N}, x, sizeof(x)};
+  float got[R * N];
+  static const char *const ops[2] = {"cl.layer_norm", "cl.unary.sqrt"};
+  uint32_t counts[2];
+  compile_run_counts(e, &m, &xin, &rep, got, sizeof(got), ops, 2, counts);
+  int fused = variant <= 1;
+  if (counts[0] != (fused ? 1u : 0u) || counts[1] != (fused ? 0u : 1u))
+    fail_msg("layer norm moments (variant %d): %u cl.layer_norm, %u cl.unary.sqrt", variant,
+             counts[0], counts[1]);
+  double max_err = 0;
+  for (int r = 0; r < R; r++) {
+    double mr = 0;
+    for (int j = 0; j < N; j++) mr += x[r * N + j];
+    mr /= N;
+    for (int j = 0; j < N; j++) {
+      double v = 0;
+      if (fused) { /* E[(x - m)^2] */
+        for (int t = 0; t < N; t++) v += (x[r * N + t] - mr) * (x[r * N + t] - mr);
+        v /= N;
+      } else {
+        int col = variant == 2;
+        for (int t = 0; t < (col ? R : N); t++) {
+          double xt = col ? x[t * N + j] : x[r * N + t];
+          v += xt * xt;
+        }
+        v = v / (col ? R : N) - mr * mr;
+        if (variant != 3) v = fmax(v, 0.0);
+      }
+      double ep = variant == 4 ? epsr[r] : eps;
+      double want = (x[r * N + j] - mr) / sqrt(v + ep) * sc[j] + bi[j];
+      double d = fabs(want - got[r * N + j]);
+      if (!(d <= max_err)) max_err = isnan(d) ? INFINITY : d;
+    }
+  }
+  if (max_err > 1e-4)
+    fail_msg("layer norm moments (variant %d): max abs error %g", variant, max_err);
+}
+
+static void test_layer_norm_moments_rewritten(void **state) {
+  for (int v = 0; v < 5; v++) layer_norm_moments_case(*state, v);
+}
+
 /* The tensor constants of x shaped [a, o, c]. */
 static int count_consts3(const vm_executable_t *x, int64_t a, int64_t o, int64_t c) {
   int n = 0;
@@ -3390,6 +3665,9 @@ int main(void) {
       cmocka_unit_test(test_conv_epilogue_folded),
       cmocka_unit_test(test_conv_residual_folded),
       cmocka_unit_test(test_squeeze_excite_fused),
+      cmocka_unit_test(test_conv_view_bias_folded),
+      cmocka_unit_test(test_softmax_chain_rewritten),
+      cmocka_unit_test(test_layer_norm_moments_rewritten),
       cmocka_unit_test(test_conv_wino_filter),
       cmocka_unit_test(test_elementwise_fusion),
       cmocka_unit_test(test_gelu),
