@@ -523,11 +523,12 @@ static const char *through_views(onx_ctx_t *c, const char *name, size_t *at, uin
     if ((!reshape && !expand) || !onx_lookup_ints(c, n->input[1], s, VMCC_MAX_NDIM, &ns))
       return name;
     int64_t cnt = 1, out = 1;
-    for (uint32_t i = 0; i < *nd; i++) cnt *= d[i];
+    for (uint32_t i = 0; i < *nd; i++)
+      if (__builtin_mul_overflow(cnt, d[i], &cnt)) return name;
     if (reshape) { /* positive extents only (no 0 or -1), the same count */
       for (size_t i = 0; i < ns; i++) {
-        if (s[i] < 1) return name;
-        out *= s[i];
+        /* a hostile shape's product may wrap: no match (Reshape refuses it) */
+        if (s[i] < 1 || __builtin_mul_overflow(out, s[i], &out)) return name;
       }
       if (out != cnt) return name;
       *nd = (uint32_t)ns;
