@@ -159,6 +159,12 @@ typedef enum onx_reduce_composite {
  * `after` (its index, -1 none; *slot its input); the HardSigmoid/HardSwish
  * chain after an Add (1 when it fits). */
 int64_t onx_sole_consumer(onx_ctx_t *c, const char *name, size_t after, size_t *slot);
+/* The other operand of a residual Add node n (its input `slot` is the
+ * value being fused): n a plain Add of two different inputs, the other a
+ * float32 value computed at run time and already defined, looked up
+ * through Casts to float32 not lowered yet; else NULL. Used where a
+ * producer (cl.conv2d, cl.qgemm_packed) adds it in its store. */
+onx_value_t *onx_residual_other(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot);
 /* the same, Shape readers not counted with skip_shape */
 int64_t onx_sole_reader(onx_ctx_t *c, const char *name, size_t after, size_t *slot,
                         int skip_shape);

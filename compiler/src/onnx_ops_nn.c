@@ -751,18 +751,11 @@ static int64_t sole_through_casts(onx_ctx_t *c, const char *name, size_t after, 
   }
 }
 
-/* The other operand of node n, an Add whose input `slot` is a float32
- * convolution's output (shape y4, NCHW), as cl.conv2d's residual r (its
- * 18-argument form: y = act(conv + bias + r)): a float32 run-time value
- * defined by now with the convolution's output shape, as a tensor of its
- * own (nhwc 0) or as a pending transpose to NHWC (perm 0, 2, 3, 1, no
- * pads) of such a tensor (nhwc 1: the convolution's output is then seen
- * transposed too). Its tensor, or -1 when the Add does not fit (a
- * broadcast, a constant, a value of a later node). */
-static int32_t residual_operand(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot,
-                                const int64_t *y4, int nhwc) {
-  if (strcmp(n->op_type, "Add") != 0 || n->n_input != 2 || slot > 1 || !n->input[1 - slot])
-    return -1;
+onx_value_t *onx_residual_other(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot) {
+  if (strcmp(n->op_type, "Add") != 0 || (n->domain && n->domain[0]) || n->n_input != 2 ||
+      n->n_attribute != 0 || slot > 1 || !n->input[0] || !n->input[1] ||
+      strcmp(n->input[0], n->input[1]) == 0)
+    return NULL;
   /* through Casts to float32 not lowered yet (converters of NHWC models
    * write them around every node, and may order a shortcut's Casts after
    * the other branch's convolution): no-ops on a float32 value */
@@ -775,11 +768,25 @@ static int32_t residual_operand(onx_ctx_t *c, const Onnx__NodeProto *n, size_t s
     if (!p || strcmp(p->op_type, "Cast") != 0 || p->n_input != 1 || !to ||
         to->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT ||
         to->i != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
-      return -1;
+      return NULL;
     name = p->input[0];
     v = onx_lookup(c, name);
   }
-  if (!v || v->data || !vm_dtype_equal(v->dt, VM_F32) || v->ndim != 4) return -1;
+  return v && !v->data && vm_dtype_equal(v->dt, VM_F32) ? v : NULL;
+}
+
+/* The other operand of node n, an Add whose input `slot` is a float32
+ * convolution's output (shape y4, NCHW), as cl.conv2d's residual r (its
+ * 18-argument form: y = act(conv + bias + r)): a float32 run-time value
+ * defined by now with the convolution's output shape, as a tensor of its
+ * own (nhwc 0) or as a pending transpose to NHWC (perm 0, 2, 3, 1, no
+ * pads) of such a tensor (nhwc 1: the convolution's output is then seen
+ * transposed too). Its tensor, or -1 when the Add does not fit (a
+ * broadcast, a constant, a value of a later node). */
+static int32_t residual_operand(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot,
+                                const int64_t *y4, int nhwc) {
+  onx_value_t *v = onx_residual_other(c, n, slot);
+  if (!v || v->ndim != 4) return -1;
   if (!nhwc) {
     if (onx_lt_pending(c, v)) return -1;
     for (int i = 0; i < 4; i++)

@@ -760,12 +760,8 @@ static onx_value_t *residual_after(onx_ctx_t *c, int64_t mi, uint32_t on, const 
   *ai = onx_sole_consumer(c, mul->output[0], (size_t)mi, &slot);
   if (*ai < 0) return NULL;
   const Onnx__NodeProto *add = c->graph->node[*ai];
-  if (strcmp(add->op_type, "Add") != 0 || (add->domain && add->domain[0]) ||
-      add->n_input != 2 || add->n_attribute != 0 || add->n_output != 1 ||
-      strcmp(add->input[0], add->input[1]) == 0)
-    return NULL;
-  onx_value_t *r = onx_lookup(c, add->input[1 - slot]);
-  if (!r || r->data || !vm_dtype_equal(r->dt, VM_F32) || r->ndim != on) return NULL;
+  onx_value_t *r = add->n_output == 1 ? onx_residual_other(c, add, slot) : NULL;
+  if (!r || r->ndim != on) return NULL;
   for (uint32_t i = 0; i < on; i++)
     if (r->dims[i] != od[i]) return NULL;
   return r;
