@@ -535,7 +535,10 @@ static int fold_affine(onx_ctx_t *c, const Onnx__NodeProto *n, size_t slot, uint
 
 int onx_lookup_ints(onx_ctx_t *c, const char *name, int64_t *v, size_t max, size_t *n) {
   onx_value_t *k = name && name[0] ? onx_lookup_const(c, name) : NULL;
-  if (!k || !k->data || !onx_is_int(k->dt) || k->ndim > 1 || k->numel < 0 ||
+  /* onx_const_ints' rules without its errors (a pattern that does not
+   * fit is no error) */
+  if (!k || !k->data || !onx_is_int(k->dt) || k->dt.code == VM_DTYPE_BOOL || k->ndim > 1 ||
+      k->numel < 0 ||
       (size_t)k->numel > max)
     return 0;
   for (int64_t i = 0; i < k->numel; i++) v[i] = onx_ld_i(k->dt, k->data, i);
