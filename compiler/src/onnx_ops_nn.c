@@ -538,8 +538,7 @@ int onx_lookup_ints(onx_ctx_t *c, const char *name, int64_t *v, size_t max, size
   /* onx_const_ints' rules without its errors (a pattern that does not
    * fit is no error) */
   if (!k || !k->data || !onx_is_int(k->dt) || k->dt.code == VM_DTYPE_BOOL || k->ndim > 1 ||
-      k->numel < 0 ||
-      (size_t)k->numel > max)
+      k->numel < 0 || (size_t)k->numel > max)
     return 0;
   for (int64_t i = 0; i < k->numel; i++) v[i] = onx_ld_i(k->dt, k->data, i);
   *n = (size_t)k->numel;
